@@ -1,0 +1,197 @@
+"""Canonical NN HAL value types (frozen dataclasses), shared by server and client.
+
+They mirror ``neuralnetworks/1.3/types.hal`` one to one; every other layer speaks
+these, and only ``nnhal.core.wire`` converts them to and from protobuf.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from nnhal.core.enums import (
+    DeviceStatus,
+    DeviceType,
+    OperandLifeTime,
+    OperandType,
+    OperationType,
+)
+
+#: Timing fields use UINT64_MAX for "not measured".
+NO_TIMING = 0xFFFF_FFFF_FFFF_FFFF
+
+
+@dataclass(frozen=True, slots=True)
+class DataLocation:
+    pool_index: int = 0
+    offset: int = 0
+    length: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SymmPerChannelQuantParams:
+    scales: tuple[float, ...]
+    channel_dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class Operand:
+    type: OperandType
+    dimensions: tuple[int, ...] = ()
+    number_of_consumers: int = 0
+    scale: float = 0.0
+    zero_point: int = 0
+    lifetime: OperandLifeTime = OperandLifeTime.TEMPORARY_VARIABLE
+    location: DataLocation = DataLocation()
+    channel_quant: SymmPerChannelQuantParams | None = None
+    extension_params: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    type: OperationType
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Subgraph:
+    operands: tuple[Operand, ...]
+    operations: tuple[Operation, ...]
+    input_indexes: tuple[int, ...]
+    output_indexes: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class InlinePool:
+    """Bytes carried inside the message; ``size`` may exceed ``len(data)`` for
+    output-only pools, whose missing tail the receiver allocates zeroed."""
+
+    data: bytes
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class SharedMemoryPool:
+    """A named region on the server's host: the ``ashmem`` / ``mmap_fd`` /
+    ``hardware_buffer_blob`` forms of hidl_memory, emulated by files."""
+
+    kind: str
+    name: str
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class BufferTokenPool:
+    """A driver-managed buffer (memory domain) named by its positive token."""
+
+    token: int
+
+
+MemoryPool = Union[InlinePool, SharedMemoryPool, BufferTokenPool]
+
+
+@dataclass(frozen=True, slots=True)
+class ExtensionNameAndPrefix:
+    name: str
+    prefix: int
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    main: Subgraph
+    referenced: tuple[Subgraph, ...] = ()
+    operand_values: bytes = b""
+    pools: tuple[MemoryPool, ...] = ()
+    relax_computation_float32_to_float16: bool = False
+    extension_name_to_prefix: tuple[ExtensionNameAndPrefix, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestArgument:
+    has_no_value: bool = False
+    location: DataLocation = DataLocation()
+    dimensions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    inputs: tuple[RequestArgument, ...]
+    outputs: tuple[RequestArgument, ...]
+    pools: tuple[MemoryPool, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OutputShape:
+    dimensions: tuple[int, ...]
+    is_sufficient: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Microseconds; NO_TIMING when not measured (types.hal 1.2 Timing)."""
+
+    time_on_device: int = NO_TIMING
+    time_in_driver: int = NO_TIMING
+
+
+@dataclass(frozen=True, slots=True)
+class PerformanceInfo:
+    exec_time: float = 1.0
+    power_usage: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class OperandPerformance:
+    type: OperandType
+    info: PerformanceInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    relaxed_float32_to_float16_performance_scalar: PerformanceInfo = PerformanceInfo()
+    relaxed_float32_to_float16_performance_tensor: PerformanceInfo = PerformanceInfo()
+    operand_performance: tuple[OperandPerformance, ...] = ()
+    if_performance: PerformanceInfo = PerformanceInfo()
+    while_performance: PerformanceInfo = PerformanceInfo()
+
+
+@dataclass(frozen=True, slots=True)
+class BufferDesc:
+    dimensions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BufferRole:
+    model_index: int
+    io_index: int
+    frequency: float
+
+
+@dataclass(frozen=True, slots=True)
+class ExtensionOperandTypeInformation:
+    type: int
+    is_tensor: bool
+    byte_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Extension:
+    name: str
+    operand_types: tuple[ExtensionOperandTypeInformation, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """What ``nnhal info`` shows for a device: the static IDevice answers."""
+
+    name: str
+    version_string: str
+    type: DeviceType
+    feature_level: int
+    status: DeviceStatus
+    capabilities: Capabilities
+    extensions: tuple[Extension, ...] = ()
+    cache_files_needed: tuple[int, int] = (0, 0)
+    limits: dict[str, int] = field(default_factory=dict)

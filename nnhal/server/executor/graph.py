@@ -1,0 +1,218 @@
+"""A model prepared for execution: constants decoded once, steps ordered once.
+
+``PreparedGraph`` is built at prepare time from a validated model and the bytes
+of its pools; ``run`` executes it on input arrays and returns output arrays.
+The graph never sees gRPC or request pools: the driver binds those.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nnhal.core.enums import (
+    LOOP_TIMEOUT_DEFAULT_NS,
+    OperandLifeTime,
+    OperationType,
+)
+from nnhal.core.errors import GeneralFailure, InvalidArgument, MissedDeadlineTransient
+from nnhal.core.operand_types import DTYPE, INFO
+from nnhal.core.types import Model, Operand, Subgraph
+from nnhal.server.executor.context import ExecutionContext, ValidationContext
+from nnhal.server.executor.registry import OperationSpec, lookup
+
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass
+class ExecutionControl:
+    """Per-execution limits, consulted at every operation boundary.
+
+    ``deadline_ns`` is on ``time.monotonic_ns``; ``checkpoint`` (optional) is the
+    scheduler's pre-emption hook. Raises the HalError that ends the execution.
+    """
+
+    deadline_ns: int | None = None
+    loop_timeout_ns: int = LOOP_TIMEOUT_DEFAULT_NS
+    checkpoint_hook: Callable[[], None] | None = None
+    #: Missed deadlines raise this class (the scheduler picks TRANSIENT/PERSISTENT).
+    on_deadline: Callable[[], Exception] = field(
+        default=lambda: MissedDeadlineTransient("deadline passed during execution")
+    )
+    operations_run: int = 0
+    graph: PreparedGraph | None = None
+
+    def checkpoint(self) -> None:
+        if self.deadline_ns is not None and time.monotonic_ns() >= self.deadline_ns:
+            raise self.on_deadline()
+        if self.checkpoint_hook is not None:
+            self.checkpoint_hook()
+
+    def run_subgraph(self, index: int, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run referenced subgraph ``index`` (control flow) with the same control."""
+        assert self.graph is not None
+        return self.graph.run_subgraph(index, inputs, self)
+
+
+def operand_value(operand: Operand, raw: Buffer) -> np.ndarray:
+    """A read-only numpy view of a constant's bytes with the operand's dtype and dims."""
+    dtype = DTYPE[operand.type]
+    arr = np.frombuffer(raw, dtype=dtype)
+    if INFO[operand.type].is_tensor:
+        return arr.reshape(operand.dimensions)
+    return arr.reshape(())
+
+
+@dataclass(slots=True)
+class Step:
+    spec: OperationSpec
+    operation_type: OperationType
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    in_operands: tuple[Operand, ...]
+    out_operands: tuple[Operand, ...]
+    state: Any
+    #: Temporaries whose last consumer is this step: freed after it.
+    release: tuple[int, ...]
+
+
+class PreparedSubgraph:
+    def __init__(
+        self,
+        subgraph: Subgraph,
+        constants: list[np.ndarray | None],
+        steps: list[Step],
+    ) -> None:
+        self.subgraph = subgraph
+        self.constants = constants
+        self.steps = steps
+
+
+class PreparedGraph:
+    """An executable model. Thread-safe: ``run`` keeps all state per call."""
+
+    def __init__(self, model: Model, pools: Sequence[Buffer]) -> None:
+        self.model = model
+        self.relaxed = model.relax_computation_float32_to_float16
+        self._pools = pools
+        self.main = self._prepare(model.main)
+        self.referenced = [self._prepare(sg) for sg in model.referenced]
+
+    # -- preparation ------------------------------------------------------
+    def _constant(self, operand: Operand) -> np.ndarray | None:
+        loc = operand.location
+        if operand.lifetime == OperandLifeTime.CONSTANT_COPY:
+            raw: Buffer = memoryview(self.model.operand_values)[loc.offset : loc.offset + loc.length]
+        elif operand.lifetime == OperandLifeTime.CONSTANT_REFERENCE:
+            raw = memoryview(self._pools[loc.pool_index])[loc.offset : loc.offset + loc.length]
+        elif operand.lifetime == OperandLifeTime.SUBGRAPH:
+            return np.array(loc.offset, dtype=np.uint32)
+        else:
+            return None
+        return operand_value(operand, raw)
+
+    def _prepare(self, sg: Subgraph) -> PreparedSubgraph:
+        constants = [self._constant(op) for op in sg.operands]
+        last_use: dict[int, int] = {}
+        for n, operation in enumerate(sg.operations):
+            for i in operation.inputs:
+                last_use[i] = n
+        keep = set(sg.output_indexes) | set(sg.input_indexes)
+        steps: list[Step] = []
+        for n, operation in enumerate(sg.operations):
+            spec = lookup(operation.type)
+            if spec is None:
+                raise InvalidArgument(f"operation {operation.type.name} is not supported by this driver")
+            in_ops = tuple(sg.operands[i] for i in operation.inputs)
+            out_ops = tuple(sg.operands[i] for i in operation.outputs)
+            state = None
+            if spec.prepare is not None:
+                vctx = ValidationContext(
+                    operation.type,
+                    in_ops,
+                    out_ops,
+                    lambda k, _ins=operation.inputs: constants[_ins[k]],  # type: ignore[misc]
+                    self.relaxed,
+                    self.model.referenced,
+                    operation.inputs,
+                )
+                state = spec.prepare(vctx)
+            release = tuple(
+                i
+                for i in set(operation.inputs)
+                if last_use.get(i) == n
+                and i not in keep
+                and sg.operands[i].lifetime == OperandLifeTime.TEMPORARY_VARIABLE
+            )
+            steps.append(
+                Step(spec, operation.type, operation.inputs, operation.outputs, in_ops, out_ops, state, release)
+            )
+        return PreparedSubgraph(sg, constants, steps)
+
+    # -- execution --------------------------------------------------------
+    def run(
+        self,
+        inputs: Sequence[np.ndarray | None],
+        control: ExecutionControl | None = None,
+        output_operands: Sequence[Operand] | None = None,
+    ) -> list[np.ndarray]:
+        """Execute the main subgraph. ``output_operands`` overrides the declared
+        output operands (a request may specify dims the model left unknown)."""
+        control = control or ExecutionControl()
+        control.graph = self
+        return self._run(self.main, inputs, control, output_operands)
+
+    def run_subgraph(
+        self, index: int, inputs: Sequence[np.ndarray], control: ExecutionControl
+    ) -> list[np.ndarray]:
+        if not 0 <= index < len(self.referenced):
+            raise InvalidArgument(f"no referenced subgraph {index}")
+        return self._run(self.referenced[index], inputs, control, None)
+
+    def _run(
+        self,
+        prepared: PreparedSubgraph,
+        inputs: Sequence[np.ndarray | None],
+        control: ExecutionControl,
+        output_operands: Sequence[Operand] | None,
+    ) -> list[np.ndarray]:
+        sg = prepared.subgraph
+        values: list[np.ndarray | None] = list(prepared.constants)
+        for idx, value in zip(sg.input_indexes, inputs):
+            values[idx] = value
+        overrides: dict[int, Operand] = {}
+        if output_operands is not None:
+            overrides = dict(zip(sg.output_indexes, output_operands))
+        for step in prepared.steps:
+            control.checkpoint()
+            out_ops = step.out_operands
+            if overrides:
+                out_ops = tuple(overrides.get(i, op) for i, op in zip(step.outputs, out_ops))
+            ctx = ExecutionContext(
+                step.operation_type,
+                [values[i] for i in step.inputs],
+                step.in_operands,
+                out_ops,
+                step.state,
+                self.relaxed,
+                control,
+            )
+            step.spec.execute(ctx)
+            for i, out in zip(step.outputs, ctx.outputs):
+                if out is None:
+                    raise GeneralFailure(f"{step.operation_type.name} did not produce all its outputs")
+                values[i] = out
+            for i in step.release:
+                values[i] = None
+            control.operations_run += 1
+        results: list[np.ndarray] = []
+        for i in sg.output_indexes:
+            value = values[i]
+            if value is None:
+                raise GeneralFailure(f"output operand {i} was never written")
+            results.append(value)
+        return results

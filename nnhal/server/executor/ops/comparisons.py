@@ -1,0 +1,1 @@
+"""comparisons operations (to be implemented)."""

@@ -1,0 +1,1 @@
+"""control_flow operations (to be implemented)."""

@@ -1,0 +1,1 @@
+"""conv operations (to be implemented)."""

@@ -1,0 +1,1 @@
+"""detection operations (to be implemented)."""

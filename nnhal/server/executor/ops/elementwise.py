@@ -1,0 +1,1 @@
+"""elementwise operations (to be implemented)."""

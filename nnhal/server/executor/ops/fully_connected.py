@@ -1,0 +1,1 @@
+"""fully_connected operations (to be implemented)."""

@@ -1,0 +1,1 @@
+"""logical operations (to be implemented)."""

@@ -1,0 +1,1 @@
+"""lookup operations (to be implemented)."""

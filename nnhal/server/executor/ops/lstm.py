@@ -1,0 +1,1 @@
+"""lstm operations (to be implemented)."""

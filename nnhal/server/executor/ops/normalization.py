@@ -1,0 +1,1 @@
+"""normalization operations (to be implemented)."""

@@ -1,0 +1,1 @@
+"""pooling operations (to be implemented)."""

@@ -1,0 +1,1 @@
+"""quantize operations (to be implemented)."""

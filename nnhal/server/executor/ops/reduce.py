@@ -1,0 +1,1 @@
+"""reduce operations (to be implemented)."""

@@ -1,0 +1,1 @@
+"""resize operations (to be implemented)."""

@@ -1,0 +1,1 @@
+"""rnn operations (to be implemented)."""

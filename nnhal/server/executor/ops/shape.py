@@ -1,0 +1,1 @@
+"""shape operations (to be implemented)."""

@@ -1,0 +1,1 @@
+"""slicing operations (to be implemented)."""

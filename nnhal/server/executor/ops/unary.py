@@ -1,0 +1,1 @@
+"""unary operations (to be implemented)."""
