@@ -1,1 +1,278 @@
-"""elementwise operations (to be implemented)."""
+"""Element-wise binary operations: ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, POW, PRELU.
+
+All of them broadcast their two tensor inputs numpy-style (trailing dimensions
+aligned, a dimension of 1 stretches, 0 pairs only with 0 or 1).
+
+Quantized ADD/SUB rescale both inputs onto a common fixed-point scale (inputs
+shifted left by 20 bits, then multiplied by multipliers smaller than one) before
+requantizing the sum; MUL requantizes the integer product with one multiplier.
+MAXIMUM/MINIMUM/SELECT-style ops requantize each input to the output's scale in
+double precision (the reference's ``requantize``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nnhal.core.enums import FusedActivationFunc, HalVersion, OperationType
+from nnhal.core.errors import GeneralFailure, InvalidArgument
+from nnhal.server.executor.context import ExecutionContext, ValidationContext
+from nnhal.server.executor.ops.common import (
+    FLOAT_TYPES,
+    QUANT8_TYPES,
+    T,
+    activation_range_quant,
+    apply_activation,
+    check_activation,
+    multiply_by_quantized_multiplier,
+    qrange,
+    quantize_multiplier,
+    round_half_away,
+    to_compute,
+    version_for_types,
+)
+from nnhal.server.executor.registry import register
+
+Op = OperationType
+
+INPUT0 = 0
+INPUT1 = 1
+ACTIVATION = 2
+OUTPUT = 0
+
+#: ADD/SUB bring both inputs onto a shared scale with this much headroom.
+_ADD_LEFT_SHIFT = 20
+
+
+# -- helpers shared by this family (candidates for common.py) ------------------
+def broadcast_shape(op_type: OperationType, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """The broadcast result shape, or GeneralFailure naming the incompatible shapes."""
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+    except ValueError:
+        listed = " and ".join(str(list(s)) for s in shapes)
+        raise GeneralFailure(f"{op_type.name}: shapes {listed} cannot be broadcast") from None
+
+
+def quantize_multiplier_below_one(real: float, what: str) -> tuple[int, int]:
+    """QuantizeMultiplierSmallerThanOneExp: (multiplier, shift <= 0) for 0 < real < 1."""
+    if not 0.0 < real < 1.0:
+        raise GeneralFailure(f"{what}: multiplier {real!r} is outside (0, 1)")
+    qm, shift = quantize_multiplier(real)
+    if shift > 0:
+        raise GeneralFailure(f"{what}: multiplier {real!r} needs a left shift")
+    return qm, shift
+
+
+def requantize_to(x: np.ndarray, scale: float, zero_point: int, out_scale: float, out_zp: int, t: T) -> np.ndarray:
+    """Re-express quantized values on another scale (rounded half away, saturated).
+
+    The reference dequantizes in float (int * float) and divides in double.
+    """
+    real = ((x.astype(np.int32) - np.int32(zero_point)).astype(np.float32) * np.float32(scale)).astype(np.float64)
+    q = round_half_away(real / float(np.float32(out_scale)) + out_zp)
+    lo, hi = qrange(t)
+    return np.clip(q, lo, hi).astype(np.int64)
+
+
+def _f32(v: float) -> np.float32:
+    return np.float32(v)
+
+
+def _activation_of(v: ValidationContext, index: int, tensor_type: T) -> None:
+    act = v.constant_scalar(index)
+    if act is None:
+        return
+    v.require(check_activation(act), f"unsupported fused activation {act}")
+    if tensor_type == T.TENSOR_INT32:
+        v.require(act == FusedActivationFunc.NONE, "TENSOR_INT32 requires fused activation NONE")
+
+
+def _runtime_activation(ctx: ExecutionContext, index: int) -> int:
+    act = int(ctx.scalar(index))
+    if not check_activation(act):
+        raise InvalidArgument(f"{ctx.op_type.name}: unsupported fused activation {act}")
+    return act
+
+
+# -- ADD / SUB / MUL / DIV -----------------------------------------------------------
+_ARITH_TYPES: dict[OperationType, tuple[T, ...]] = {
+    Op.ADD: (*FLOAT_TYPES, *QUANT8_TYPES, T.TENSOR_INT32),
+    Op.SUB: (*FLOAT_TYPES, *QUANT8_TYPES, T.TENSOR_INT32),
+    Op.MUL: (*FLOAT_TYPES, *QUANT8_TYPES, T.TENSOR_INT32),
+    Op.DIV: (*FLOAT_TYPES, T.TENSOR_INT32),
+}
+
+
+def validate_arith(v: ValidationContext) -> HalVersion:
+    v.expect_counts(3, 1)
+    t = v.expect_input_type_in(INPUT0, _ARITH_TYPES[v.op_type])
+    v.expect_types([t, t, T.INT32], [t])
+    for i in (INPUT0, INPUT1):
+        v.expect_rank(i, 4, at_most=True)
+    _activation_of(v, ACTIVATION, t)
+    version = version_for_types([t])
+    if t == T.TENSOR_INT32:
+        version = HalVersion.V1_3
+    elif t == T.TENSOR_QUANT8_ASYMM and v.op_type == Op.SUB:
+        version = max(version, HalVersion.V1_2)
+    if t in QUANT8_TYPES and v.op_type == Op.MUL:
+        a, b, out = v.inputs[INPUT0], v.inputs[INPUT1], v.outputs[OUTPUT]
+        v.require(
+            _f32(out.scale) > _f32(a.scale) * _f32(b.scale),
+            "output scale must exceed the product of the input scales",
+        )
+    return version
+
+
+def _int32_arith(op: OperationType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # int32 arithmetic wraps around as the reference's does in practice.
+    a32, b32 = a.astype(np.int32), b.astype(np.int32)
+    with np.errstate(over="ignore", divide="ignore"):
+        if op == Op.ADD:
+            return a32 + b32
+        if op == Op.SUB:
+            return a32 - b32
+        if op == Op.MUL:
+            return a32 * b32
+        # Floor division; division by zero yields 0 instead of failing.
+        safe = np.where(b32 == 0, np.int32(1), b32)
+        return np.where(b32 == 0, np.int32(0), np.floor_divide(a32, safe))
+
+
+def _float_arith(op: OperationType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = to_compute(a), to_compute(b)
+    with np.errstate(all="ignore"):
+        if op == Op.ADD:
+            return np.add(a, b)
+        if op == Op.SUB:
+            return np.subtract(a, b)
+        if op == Op.MUL:
+            return np.multiply(a, b)
+        return np.divide(a, b)
+
+
+def _quant_add_sub(ctx: ExecutionContext, a: np.ndarray, b: np.ndarray, subtract: bool) -> np.ndarray:
+    s1, s2, so = _f32(ctx.scale(INPUT0)), _f32(ctx.scale(INPUT1)), _f32(ctx.out_scale(OUTPUT))
+    twice_max = float(2 * max(s1, s2))
+    name = ctx.op_type.name
+    m1, sh1 = quantize_multiplier_below_one(float(s1) / twice_max, name)
+    m2, sh2 = quantize_multiplier_below_one(float(s2) / twice_max, name)
+    mo, sho = quantize_multiplier_below_one(twice_max / float(_f32((1 << _ADD_LEFT_SHIFT) * so)), name)
+    if subtract:
+        m2 = -m2
+    x1 = (a.astype(np.int64) - ctx.zero_point(INPUT0)) << _ADD_LEFT_SHIFT
+    x2 = (b.astype(np.int64) - ctx.zero_point(INPUT1)) << _ADD_LEFT_SHIFT
+    total = multiply_by_quantized_multiplier(x1, m1, sh1) + multiply_by_quantized_multiplier(x2, m2, sh2)
+    return multiply_by_quantized_multiplier(total, mo, sho) + ctx.out_zero_point(OUTPUT)
+
+
+def _quant_mul(ctx: ExecutionContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    product_scale = _f32(ctx.scale(INPUT0)) * _f32(ctx.scale(INPUT1))
+    real = float(product_scale) / float(_f32(ctx.out_scale(OUTPUT)))
+    m, sh = quantize_multiplier_below_one(real, ctx.op_type.name)
+    prod = (a.astype(np.int64) - ctx.zero_point(INPUT0)) * (b.astype(np.int64) - ctx.zero_point(INPUT1))
+    return multiply_by_quantized_multiplier(prod, m, sh) + ctx.out_zero_point(OUTPUT)
+
+
+def execute_arith(ctx: ExecutionContext) -> None:
+    a, b = ctx.tensor(INPUT0), ctx.tensor(INPUT1)
+    shape = broadcast_shape(ctx.op_type, a.shape, b.shape)
+    act = _runtime_activation(ctx, ACTIVATION)
+    t = ctx.in_type(INPUT0)
+    op = ctx.op_type
+    if math.prod(shape) == 0:
+        ctx.set_output(OUTPUT, np.zeros(shape, dtype=a.dtype))
+        return
+    if t == T.TENSOR_INT32:
+        if act != FusedActivationFunc.NONE:
+            raise InvalidArgument(f"{op.name}: TENSOR_INT32 requires fused activation NONE")
+        ctx.set_output(OUTPUT, _int32_arith(op, a, b))
+    elif t in QUANT8_TYPES:
+        acc = _quant_mul(ctx, a, b) if op == Op.MUL else _quant_add_sub(ctx, a, b, op == Op.SUB)
+        lo, hi = activation_range_quant(act, ctx.out_scale(OUTPUT), ctx.out_zero_point(OUTPUT), t)
+        ctx.set_output(OUTPUT, np.clip(acc, lo, hi))
+    else:
+        ctx.set_output(OUTPUT, apply_activation(_float_arith(op, a, b), act))
+
+
+# -- MAXIMUM / MINIMUM -----------------------------------------------------------------
+_MINMAX_TYPES = (*FLOAT_TYPES, T.TENSOR_INT32, *QUANT8_TYPES)
+
+
+def validate_min_max(v: ValidationContext) -> HalVersion:
+    v.expect_counts(2, 1)
+    t = v.expect_input_type_in(INPUT0, _MINMAX_TYPES)
+    v.expect_types([t, t], [t])
+    return version_for_types([t], HalVersion.V1_2)
+
+
+def execute_min_max(ctx: ExecutionContext) -> None:
+    a, b = ctx.tensor(INPUT0), ctx.tensor(INPUT1)
+    broadcast_shape(ctx.op_type, a.shape, b.shape)
+    t = ctx.in_type(INPUT0)
+    if t in QUANT8_TYPES:
+        so, zo = ctx.out_scale(OUTPUT), ctx.out_zero_point(OUTPUT)
+        a = requantize_to(a, ctx.scale(INPUT0), ctx.zero_point(INPUT0), so, zo, t)
+        b = requantize_to(b, ctx.scale(INPUT1), ctx.zero_point(INPUT1), so, zo, t)
+    # Written as std::max / std::min are: the first operand wins ties and NaN comparisons.
+    if ctx.op_type == Op.MAXIMUM:
+        out = np.where(a < b, b, a)
+    else:
+        out = np.where(b < a, b, a)
+    ctx.set_output(OUTPUT, out)
+
+
+# -- POW -----------------------------------------------------------------------
+def validate_pow(v: ValidationContext) -> HalVersion:
+    v.expect_counts(2, 1)
+    t = v.expect_input_type_in(INPUT0, FLOAT_TYPES)
+    v.expect_types([t, t], [t])
+    return version_for_types([t], HalVersion.V1_2)
+
+
+def execute_pow(ctx: ExecutionContext) -> None:
+    base, exponent = to_compute(ctx.tensor(INPUT0)), to_compute(ctx.tensor(INPUT1))
+    broadcast_shape(ctx.op_type, base.shape, exponent.shape)
+    with np.errstate(all="ignore"):
+        ctx.set_output(OUTPUT, np.power(base, exponent))
+
+
+# -- PRELU -----------------------------------------------------------------------
+def validate_prelu(v: ValidationContext) -> HalVersion:
+    v.expect_counts(2, 1)
+    t = v.expect_input_type_in(INPUT0, (*FLOAT_TYPES, *QUANT8_TYPES))
+    v.expect_types([t, t], [t])
+    return version_for_types([t], HalVersion.V1_2)
+
+
+def execute_prelu(ctx: ExecutionContext) -> None:
+    x, alpha = ctx.tensor(INPUT0), ctx.tensor(INPUT1)
+    broadcast_shape(ctx.op_type, x.shape, alpha.shape)
+    t = ctx.in_type(INPUT0)
+    if t not in QUANT8_TYPES:
+        xf, af = to_compute(x), to_compute(alpha)
+        with np.errstate(all="ignore"):
+            ctx.set_output(OUTPUT, np.where(xf >= 0, xf, xf * af))
+        return
+    sx, sa, so = _f32(ctx.scale(INPUT0)), _f32(ctx.scale(INPUT1)), _f32(ctx.out_scale(OUTPUT))
+    # The positive-side ratio is a float division; the negative side divides in double.
+    m_pos, sh_pos = quantize_multiplier(float(sx / so))
+    m_neg, sh_neg = quantize_multiplier(float(sx * sa) / float(so))
+    xi = x.astype(np.int64) - ctx.zero_point(INPUT0)
+    ai = alpha.astype(np.int64) - ctx.zero_point(INPUT1)
+    pos = multiply_by_quantized_multiplier(xi, m_pos, sh_pos)
+    neg = multiply_by_quantized_multiplier(xi * ai, m_neg, sh_neg)
+    out = np.where(xi >= 0, pos, neg) + ctx.out_zero_point(OUTPUT)
+    lo, hi = qrange(t)
+    ctx.set_output(OUTPUT, np.clip(out, lo, hi))
+
+
+for _op in _ARITH_TYPES:
+    register(_op, validate=validate_arith, execute=execute_arith)
+register(Op.MAXIMUM, validate=validate_min_max, execute=execute_min_max)
+register(Op.MINIMUM, validate=validate_min_max, execute=execute_min_max)
+register(Op.POW, validate=validate_pow, execute=execute_pow)
+register(Op.PRELU, validate=validate_prelu, execute=execute_prelu)
