@@ -131,9 +131,7 @@ def _sigmoid_like_table(op: OperationType, scale: float, zero_point: int, t: T) 
     if not real_multiplier > 1.0:
         raise GeneralFailure(f"{op.name}: input scale {scale} is too small")
     multiplier, left_shift = quantize_multiplier(real_multiplier)
-    radius = math.floor(
-        ((1 << _INPUT_INTEGER_BITS) - 1) * (1 << (31 - _INPUT_INTEGER_BITS)) / (1 << left_shift)
-    )
+    radius = math.floor(((1 << _INPUT_INTEGER_BITS) - 1) * (1 << (31 - _INPUT_INTEGER_BITS)) / (1 << left_shift))
     centered = _codes(t) - zero_point
     fixed_q4 = multiply_by_quantized_multiplier(centered, multiplier, left_shift)
     real = fixed_q4.astype(np.float64) / float(1 << (31 - _INPUT_INTEGER_BITS))
@@ -151,7 +149,7 @@ def _sigmoid_like_table(op: OperationType, scale: float, zero_point: int, t: T) 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
-        return np.float32(1.0) / (np.float32(1.0) + np.exp(-x))
+        return np.asarray(np.float32(1.0) / (np.float32(1.0) + np.exp(-x)))
 
 
 _FLOAT_FUNC: dict[OperationType, Callable[[np.ndarray], np.ndarray]] = {
@@ -225,7 +223,7 @@ def _truncating_high_mul16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _saturating_left_shift16(x: np.ndarray, amount: int) -> np.ndarray:
-    return np.clip(x * (1 << amount), _INT16_MIN, _INT16_MAX)
+    return np.asarray(np.clip(x * (1 << amount), _INT16_MIN, _INT16_MAX))
 
 
 def _hard_swish_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, t: T) -> np.ndarray:
@@ -256,7 +254,7 @@ def _hard_swish_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int
     reluish = (reluish + (1 << 15)) >> 1
     out = rounding_divide_by_pot(_truncating_high_mul16(reluish, preshift_out), -out_exp) + out_zp
     lo, hi = qrange(t)
-    return np.clip(out, lo, hi).astype(np.int64)
+    return np.asarray(np.clip(out, lo, hi), dtype=np.int64)
 
 
 def execute_hard_swish(ctx: ExecutionContext) -> None:

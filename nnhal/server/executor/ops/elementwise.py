@@ -74,7 +74,7 @@ def requantize_to(x: np.ndarray, scale: float, zero_point: int, out_scale: float
     real = ((x.astype(np.int32) - np.int32(zero_point)).astype(np.float32) * np.float32(scale)).astype(np.float64)
     q = round_half_away(real / float(np.float32(out_scale)) + out_zp)
     lo, hi = qrange(t)
-    return np.clip(q, lo, hi).astype(np.int64)
+    return np.asarray(np.clip(q, lo, hi), dtype=np.int64)
 
 
 def _f32(v: float) -> np.float32:
@@ -121,7 +121,7 @@ def validate_arith(v: ValidationContext) -> HalVersion:
     if t in QUANT8_TYPES and v.op_type == Op.MUL:
         a, b, out = v.inputs[INPUT0], v.inputs[INPUT1], v.outputs[OUTPUT]
         v.require(
-            _f32(out.scale) > _f32(a.scale) * _f32(b.scale),
+            bool(_f32(out.scale) > _f32(a.scale) * _f32(b.scale)),
             "output scale must exceed the product of the input scales",
         )
     return version
@@ -142,16 +142,12 @@ def _int32_arith(op: OperationType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.where(b32 == 0, np.int32(0), np.floor_divide(a32, safe))
 
 
+_FLOAT_ARITH = {Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.divide}
+
+
 def _float_arith(op: OperationType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a, b = to_compute(a), to_compute(b)
     with np.errstate(all="ignore"):
-        if op == Op.ADD:
-            return np.add(a, b)
-        if op == Op.SUB:
-            return np.subtract(a, b)
-        if op == Op.MUL:
-            return np.multiply(a, b)
-        return np.divide(a, b)
+        return np.asarray(_FLOAT_ARITH[op](to_compute(a), to_compute(b)))
 
 
 def _quant_add_sub(ctx: ExecutionContext, a: np.ndarray, b: np.ndarray, subtract: bool) -> np.ndarray:
@@ -160,7 +156,7 @@ def _quant_add_sub(ctx: ExecutionContext, a: np.ndarray, b: np.ndarray, subtract
     name = ctx.op_type.name
     m1, sh1 = quantize_multiplier_below_one(float(s1) / twice_max, name)
     m2, sh2 = quantize_multiplier_below_one(float(s2) / twice_max, name)
-    mo, sho = quantize_multiplier_below_one(twice_max / float(_f32((1 << _ADD_LEFT_SHIFT) * so)), name)
+    mo, sho = quantize_multiplier_below_one(twice_max / float(np.float32((1 << _ADD_LEFT_SHIFT) * so)), name)
     if subtract:
         m2 = -m2
     x1 = (a.astype(np.int64) - ctx.zero_point(INPUT0)) << _ADD_LEFT_SHIFT
