@@ -165,7 +165,8 @@ def execute_sigmoid_like(ctx: ExecutionContext) -> None:
         table = _sigmoid_like_table(ctx.op_type, ctx.scale(INPUT), ctx.zero_point(INPUT), t)
         ctx.set_output(OUTPUT, _lookup(x, table, t))
     else:
-        ctx.set_output(OUTPUT, _FLOAT_FUNC[ctx.op_type](to_compute(x)))
+        with np.errstate(all="ignore"):
+            ctx.set_output(OUTPUT, _FLOAT_FUNC[ctx.op_type](to_compute(x)))
 
 
 # -- ELU -----------------------------------------------------------------------
@@ -268,7 +269,8 @@ def execute_hard_swish(ctx: ExecutionContext) -> None:
         return
     xf = to_compute(x)
     six = np.float32(6)
-    ctx.set_output(OUTPUT, xf * np.minimum(six, np.maximum(np.float32(0), xf + np.float32(3))) / six)
+    with np.errstate(all="ignore"):
+        ctx.set_output(OUTPUT, xf * np.minimum(six, np.maximum(np.float32(0), xf + np.float32(3))) / six)
 
 
 register(OperationType.LOGISTIC, validate=validate_sigmoid_like, execute=execute_sigmoid_like)

@@ -191,7 +191,8 @@ def execute_arith(ctx: ExecutionContext) -> None:
         lo, hi = activation_range_quant(act, ctx.out_scale(OUTPUT), ctx.out_zero_point(OUTPUT), t)
         ctx.set_output(OUTPUT, np.clip(acc, lo, hi))
     else:
-        ctx.set_output(OUTPUT, apply_activation(_float_arith(op, a, b), act))
+        with np.errstate(all="ignore"):  # float16 outputs may overflow to inf
+            ctx.set_output(OUTPUT, apply_activation(_float_arith(op, a, b), act))
 
 
 # -- MAXIMUM / MINIMUM -----------------------------------------------------------------

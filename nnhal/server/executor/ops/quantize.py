@@ -89,9 +89,11 @@ def execute_dequantize(ctx: ExecutionContext) -> None:
             )
         shape = [1] * x.ndim
         shape[cq.channel_dim] = scales.size
-        ctx.set_output(OUTPUT, scales.reshape(shape) * centered)
+        real = scales.reshape(shape) * centered
     else:
-        ctx.set_output(OUTPUT, np.float32(operand.scale) * centered)
+        real = np.float32(operand.scale) * centered
+    with np.errstate(over="ignore"):  # narrowing to float16 may overflow
+        ctx.set_output(OUTPUT, real)
 
 
 # -- CAST ------------------------------------------------------------------------
@@ -132,7 +134,8 @@ def execute_cast(ctx: ExecutionContext) -> None:
     x = ctx.tensor(INPUT)
     t_in, t_out = ctx.in_type(INPUT), ctx.out_type(OUTPUT)
     if t_in == t_out or t_out in FLOAT_TYPES:
-        ctx.set_output(OUTPUT, x.astype(DTYPE[t_out]))
+        with np.errstate(over="ignore"):
+            ctx.set_output(OUTPUT, x.astype(DTYPE[t_out]))
         return
     lo, hi = (0, 255) if t_out == T.TENSOR_QUANT8_ASYMM else (INT32_MIN, INT32_MAX)
     if t_in in FLOAT_TYPES:

@@ -1,0 +1,52 @@
+# nnhal — two commands do everything on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PROTOS := $(wildcard protos/nnhal/proto/*.proto)
+ADDR   ?= 127.0.0.1:50051
+
+.PHONY: setup run test test-fast proto proto-check lint format bench conformance clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# A server with the default CPU device, and the demo client through it.
+run: setup
+	$(PY) -m nnhal run --start
+
+# Everything CI runs: generated code is fresh, lint + types clean, the whole suite.
+test: setup proto-check lint
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+proto: setup
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)
+
+proto-check: setup
+	$(PY) -m nnhal.tools.protocheck
+
+lint: setup
+	$(VENV)/bin/ruff check nnhal tests
+	$(VENV)/bin/ruff format --check nnhal tests
+	$(VENV)/bin/mypy
+
+format: setup
+	$(VENV)/bin/ruff format nnhal tests
+	$(VENV)/bin/ruff check --fix nnhal tests
+
+bench: setup
+	$(PY) -m nnhal bench
+
+conformance: setup
+	$(PY) -m nnhal conformance conformance/vectors --start
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

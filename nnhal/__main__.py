@@ -1,0 +1,7 @@
+"""python -m nnhal: the command line."""
+
+import sys
+
+from nnhal.cli import main
+
+sys.exit(main())

@@ -1,0 +1,76 @@
+"""One-shot callback values: the result of an asynchronous HAL call, delivered once.
+
+``notify`` may be called from any thread, any number of times; only the first
+call counts (later ones are ignored and counted, so tests can assert that a
+callback fired exactly once). ``wait`` blocks until notified or the timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import GeneralFailure, HalError
+
+V = TypeVar("V")
+
+
+class Callback(Generic[V]):
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._status = ErrorStatus.GENERAL_FAILURE
+        self._message = ""
+        self._value: V | None = None
+        self.notifications = 0
+        self._listeners: list[Callable[[Callback[V]], None]] = []
+
+    def notify(self, status: ErrorStatus, value: V | None = None, message: str = "") -> bool:
+        """Deliver the result; returns False if one was already delivered."""
+        with self._lock:
+            self.notifications += 1
+            if self._event.is_set():
+                return False
+            self._status, self._value, self._message = status, value, message
+            self._event.set()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(self)
+        return True
+
+    def add_done_callback(self, fn: Callable[[Callback[V]], None]) -> None:
+        with self._lock:
+            if not self._event.is_set():
+                self._listeners.append(fn)
+                return
+        fn(self)
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once notified; False if ``timeout`` seconds passed first."""
+        return self._event.wait(timeout)
+
+    @property
+    def status(self) -> ErrorStatus:
+        return self._status
+
+    @property
+    def message(self) -> str:
+        return self._message
+
+    def get(self, timeout: float | None = None) -> V:
+        """The value, or raise the HalError the call ended with."""
+        if not self._event.wait(timeout):
+            raise GeneralFailure(f"no result within {timeout} s")
+        if self._status != ErrorStatus.NONE:
+            raise HalError.of(self._status, self._message)
+        assert self._value is not None
+        return self._value
+
+    @property
+    def value(self) -> V | None:
+        return self._value

@@ -1,0 +1,123 @@
+"""Death handling: release every waiter with DEAD_OBJECT when the server dies.
+
+Signals watched (any one declares death, once):
+- the channel's connectivity leaving READY after having been READY (a killed
+  server shows up as READY -> IDLE within milliseconds; keepalive failure of a
+  frozen server as READY -> TRANSIENT_FAILURE/IDLE);
+- the session stream ending without the client having closed it.
+
+A frozen (SIGSTOP) server is noticed through keepalive pings within
+``transport.DEATH_DETECTION_BOUND_S``. After death every registered waiter is
+notified with DEAD_OBJECT at once and later calls fail with DEAD_OBJECT
+without touching the network.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import grpc
+
+from nnhal.client.callbacks import Callback
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import DeadObject
+
+log = logging.getLogger(__name__)
+
+
+class DeathMonitor:
+    def __init__(self, channel: grpc.Channel, what: str) -> None:
+        self._what = what
+        self._lock = threading.Lock()
+        self._waiters: set[Callback] = set()  # type: ignore[type-arg]
+        self._hooks: list[Callable[[str], None]] = []
+        self._dead = threading.Event()
+        self._reason = ""
+        self._was_ready = False
+        self._closing = False
+        self._channel = channel
+        channel.subscribe(self._on_state, try_to_connect=True)
+
+    # -- state --------------------------------------------------------------
+    @property
+    def dead(self) -> bool:
+        return self._dead.is_set()
+
+    @property
+    def reason(self) -> str:
+        return self._reason
+
+    def wait_dead(self, timeout: float | None) -> bool:
+        return self._dead.wait(timeout)
+
+    def check(self) -> None:
+        """Raise DEAD_OBJECT if the server is known dead."""
+        if self._dead.is_set():
+            raise DeadObject(f"{self._what}: {self._reason}")
+
+    def mark_ready(self) -> None:
+        with self._lock:
+            self._was_ready = True
+
+    def closing(self) -> None:
+        """The client is closing on purpose: what follows is not a death."""
+        with self._lock:
+            self._closing = True
+
+    # -- waiters ------------------------------------------------------------
+    def register(self, cb: Callback) -> bool:  # type: ignore[type-arg]
+        """Track ``cb``; if the server is already dead it is notified now (returns False)."""
+        with self._lock:
+            if not self._dead.is_set():
+                self._waiters.add(cb)
+                cb.add_done_callback(self._forget)
+                return True
+        cb.notify(ErrorStatus.DEAD_OBJECT, None, f"{self._what}: {self._reason}")
+        return False
+
+    def _forget(self, cb: Callback) -> None:  # type: ignore[type-arg]
+        with self._lock:
+            self._waiters.discard(cb)
+
+    def on_death(self, hook: Callable[[str], None]) -> None:
+        with self._lock:
+            if not self._dead.is_set():
+                self._hooks.append(hook)
+                return
+        hook(self._reason)
+
+    # -- signals -------------------------------------------------------------
+    def _on_state(self, state: grpc.ChannelConnectivity) -> None:
+        if state == grpc.ChannelConnectivity.READY:
+            self.mark_ready()
+            return
+        with self._lock:
+            was_ready, closing = self._was_ready, self._closing
+        if state == grpc.ChannelConnectivity.SHUTDOWN and closing:
+            return
+        if was_ready:
+            self.declare_dead(f"the connection left READY ({state.name})")
+
+    def declare_dead(self, reason: str) -> None:
+        with self._lock:
+            if self._dead.is_set() or self._closing:
+                return
+            self._reason = reason
+            self._dead.set()
+            waiters = list(self._waiters)
+            self._waiters.clear()
+            hooks = list(self._hooks)
+        log.warning("%s died: %s; releasing %d waiters", self._what, reason, len(waiters))
+        for cb in waiters:
+            cb.notify(ErrorStatus.DEAD_OBJECT, None, f"{self._what}: {reason}")
+        for hook in hooks:
+            hook(reason)
+
+    def stop(self) -> None:
+        self.closing()
+        try:
+            self._channel.unsubscribe(self._on_state)
+        except Exception:  # unsubscribe races with channel close; nothing to undo
+            pass

@@ -1,0 +1,98 @@
+"""The client's remote adapter: channel options, stubs, and the one place where
+transport failures become HAL errors.
+
+Mapping (DESIGN §2), applied by :func:`map_rpc_error` only:
+
+==========================  =============================================
+gRPC status                 HAL error
+==========================  =============================================
+UNAVAILABLE, CANCELLED*     DEAD_OBJECT (the service vanished or is unreachable)
+DEADLINE_EXCEEDED           MISSED_DEADLINE_TRANSIENT if the call carried a HAL
+                            deadline, else DEAD_OBJECT (the server stopped answering)
+RESOURCE_EXHAUSTED          RESOURCE_EXHAUSTED_PERSISTENT for a message over the
+                            size limit, else RESOURCE_EXHAUSTED_TRANSIENT
+anything else               GENERAL_FAILURE with the transport's details
+==========================  =============================================
+
+(*) CANCELLED not caused by this client (the channel closed under the call).
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from nnhal.core.errors import (
+    DeadObject,
+    GeneralFailure,
+    HalError,
+    MissedDeadlineTransient,
+    ResourceExhaustedPersistent,
+    ResourceExhaustedTransient,
+)
+from nnhal.proto import service_pb2_grpc as sgrpc
+
+MAX_MESSAGE_BYTES = 1 << 30
+
+#: Seconds for calls with no HAL deadline: generous, but never unbounded.
+DEFAULT_CALL_TIMEOUT = 600.0
+#: Margin added to a HAL deadline to form the gRPC deadline, so that the
+#: server's own MISSED_DEADLINE_* answer arrives before the transport gives up.
+DEADLINE_MARGIN = 2.0
+
+#: Keepalive every 1 s, failing after 1 s without an ack: a frozen (SIGSTOP)
+#: server is detected within ~2-3 s (documented bound: 5 s).
+KEEPALIVE_TIME_MS = 1000
+KEEPALIVE_TIMEOUT_MS = 1000
+DEATH_DETECTION_BOUND_S = 5.0
+
+
+def channel_options(keepalive_ms: int = KEEPALIVE_TIME_MS, timeout_ms: int = KEEPALIVE_TIMEOUT_MS) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.keepalive_time_ms", keepalive_ms),
+        ("grpc.keepalive_timeout_ms", timeout_ms),
+        ("grpc.http2.ping_timeout_ms", timeout_ms),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        # Reconnect quickly after a restart (resilient wrappers rely on it).
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+        ("grpc.enable_retries", 0),
+    ]
+
+
+def target_of(address: str) -> str:
+    """``host:port`` or ``unix:PATH`` as given; ``unix://`` absolute forms are accepted too."""
+    if address.startswith("unix://"):
+        return "unix:" + address[len("unix://") :]
+    return address
+
+
+class Stubs:
+    """The generated stubs of one channel."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.device = sgrpc.DeviceStub(channel)
+        self.prepared_model = sgrpc.PreparedModelStub(channel)
+        self.fenced = sgrpc.FencedExecutionCallbackStub(channel)
+        self.buffer = sgrpc.BufferStub(channel)
+        self.echo = sgrpc.EchoStub(channel)
+
+
+def map_rpc_error(err: grpc.RpcError, *, had_deadline: bool = False, what: str = "call") -> HalError:
+    """The HAL error a transport failure stands for (see the module table)."""
+    code = err.code() if hasattr(err, "code") else None
+    details = err.details() if hasattr(err, "details") else str(err)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        return DeadObject(f"{what}: the nnhal service is gone or unreachable ({details})")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        if had_deadline:
+            return MissedDeadlineTransient(f"{what}: no answer before the deadline ({details})")
+        return DeadObject(f"{what}: the server stopped answering ({details})")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if details and "larger than max" in details:
+            return ResourceExhaustedPersistent(f"{what}: message over the size limit ({details})")
+        return ResourceExhaustedTransient(f"{what}: {details}")
+    return GeneralFailure(f"{what}: transport error {code.name if code else '?'}: {details}")

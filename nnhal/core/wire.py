@@ -1,0 +1,346 @@
+"""Validating conversion between protobuf messages and canonical types.
+
+The only core module that touches generated code. ``to_*`` functions build
+protobuf messages; ``from_*`` functions build canonical values and raise
+InvalidArgument naming the field when a wire value has no canonical meaning
+(an unknown enum number, an extension type this driver does not know).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from enum import IntEnum
+from typing import TypeVar
+
+from nnhal.core.enums import (
+    EXTENSION_TYPE_LOW_BITS,
+    DeviceStatus,
+    DeviceType,
+    ErrorStatus,
+    OperandLifeTime,
+    OperandType,
+    OperationType,
+    Priority,
+)
+from nnhal.core.errors import InvalidArgument
+from nnhal.core.types import (
+    BufferDesc,
+    BufferRole,
+    BufferTokenPool,
+    Capabilities,
+    DataLocation,
+    Extension,
+    ExtensionNameAndPrefix,
+    ExtensionOperandTypeInformation,
+    InlinePool,
+    MemoryPool,
+    Model,
+    Operand,
+    OperandPerformance,
+    Operation,
+    OutputShape,
+    PerformanceInfo,
+    Request,
+    RequestArgument,
+    SharedMemoryPool,
+    Subgraph,
+    SymmPerChannelQuantParams,
+    Timing,
+)
+from nnhal.proto import types_pb2 as pb
+
+E = TypeVar("E", bound=IntEnum)
+
+_OPERAND_TYPES = {int(t): t for t in OperandType}
+_OPERATION_TYPES = {int(t): t for t in OperationType}
+_LIFETIMES = {int(t): t for t in OperandLifeTime}
+
+
+def _enum(table: dict[int, E], value: int, what: str) -> E:
+    try:
+        return table[value]
+    except KeyError:
+        if value >> EXTENSION_TYPE_LOW_BITS:
+            raise InvalidArgument(
+                f"{what}: extension type {value:#x} (prefix {value >> EXTENSION_TYPE_LOW_BITS}) "
+                "is not supported: this driver registers no extensions"
+            ) from None
+        raise InvalidArgument(f"{what}: unknown value {value}") from None
+
+
+def priority_from_wire(value: int) -> Priority:
+    if value not in (0, 1, 2):
+        raise InvalidArgument(f"priority {value} is not one of LOW (0), MEDIUM (1), HIGH (2)")
+    return Priority(value)
+
+
+# -- model ----------------------------------------------------------------------
+def _loc_to(loc: DataLocation, msg: pb.DataLocation) -> None:
+    if loc.pool_index or loc.offset or loc.length:
+        msg.pool_index = loc.pool_index
+        msg.offset = loc.offset
+        msg.length = loc.length
+
+
+def operand_to(op: Operand, msg: pb.Operand) -> None:
+    msg.type = int(op.type)
+    msg.dimensions.extend(op.dimensions)
+    msg.number_of_consumers = op.number_of_consumers
+    msg.scale = op.scale
+    msg.zero_point = op.zero_point
+    msg.lifetime = int(op.lifetime)
+    _loc_to(op.location, msg.location)
+    if op.channel_quant is not None:
+        msg.extra_params.channel_quant.scales.extend(op.channel_quant.scales)
+        msg.extra_params.channel_quant.channel_dim = op.channel_quant.channel_dim
+    elif op.extension_params is not None:
+        msg.extra_params.extension = op.extension_params
+
+
+def subgraph_to(sg: Subgraph, msg: pb.Subgraph) -> None:
+    for op in sg.operands:
+        operand_to(op, msg.operands.add())
+    for o in sg.operations:
+        m = msg.operations.add()
+        m.type = int(o.type)
+        m.inputs.extend(o.inputs)
+        m.outputs.extend(o.outputs)
+    msg.input_indexes.extend(sg.input_indexes)
+    msg.output_indexes.extend(sg.output_indexes)
+
+
+def pool_to(pool: MemoryPool, msg: pb.MemoryPool) -> None:
+    if isinstance(pool, InlinePool):
+        msg.inline.data = pool.data
+        msg.inline.size = pool.size
+    elif isinstance(pool, SharedMemoryPool):
+        msg.shared.kind = pool.kind
+        msg.shared.name = pool.name
+        msg.shared.offset = pool.offset
+        msg.shared.size = pool.size
+    else:
+        msg.token = pool.token
+
+
+def model_to(model: Model, msg: pb.Model | None = None) -> pb.Model:
+    msg = msg if msg is not None else pb.Model()
+    subgraph_to(model.main, msg.main)
+    for sg in model.referenced:
+        subgraph_to(sg, msg.referenced.add())
+    msg.operand_values = model.operand_values
+    for p in model.pools:
+        pool_to(p, msg.pools.add())
+    msg.relax_computation_float32_to_float16 = model.relax_computation_float32_to_float16
+    for e in model.extension_name_to_prefix:
+        msg.extension_name_to_prefix.add(name=e.name, prefix=e.prefix)
+    return msg
+
+
+def _loc_from(msg: pb.DataLocation) -> DataLocation:
+    return DataLocation(msg.pool_index, msg.offset, msg.length)
+
+
+def operand_from(msg: pb.Operand, where: str) -> Operand:
+    t = _enum(_OPERAND_TYPES, msg.type, f"{where} type")
+    lifetime = _enum(_LIFETIMES, msg.lifetime, f"{where} lifetime")
+    channel_quant = None
+    extension = None
+    which = msg.extra_params.WhichOneof("params") if msg.HasField("extra_params") else None
+    if which == "channel_quant":
+        cq = msg.extra_params.channel_quant
+        channel_quant = SymmPerChannelQuantParams(tuple(cq.scales), cq.channel_dim)
+    elif which == "extension":
+        extension = bytes(msg.extra_params.extension)
+    return Operand(
+        type=t,
+        dimensions=tuple(msg.dimensions),
+        number_of_consumers=msg.number_of_consumers,
+        scale=msg.scale,
+        zero_point=msg.zero_point,
+        lifetime=lifetime,
+        location=_loc_from(msg.location),
+        channel_quant=channel_quant,
+        extension_params=extension,
+    )
+
+
+def subgraph_from(msg: pb.Subgraph, name: str) -> Subgraph:
+    operands = tuple(operand_from(o, f"{name} operand {i}") for i, o in enumerate(msg.operands))
+    operations = tuple(
+        Operation(
+            _enum(_OPERATION_TYPES, o.type, f"{name} operation {i} type"),
+            tuple(o.inputs),
+            tuple(o.outputs),
+        )
+        for i, o in enumerate(msg.operations)
+    )
+    return Subgraph(operands, operations, tuple(msg.input_indexes), tuple(msg.output_indexes))
+
+
+def pool_from(msg: pb.MemoryPool, where: str) -> MemoryPool:
+    which = msg.WhichOneof("pool")
+    if which == "inline":
+        data = msg.inline.data
+        size = max(msg.inline.size, len(data))
+        return InlinePool(data, size)
+    if which == "shared":
+        s = msg.shared
+        return SharedMemoryPool(s.kind, s.name, s.offset, s.size)
+    if which == "token":
+        if msg.token == 0:
+            raise InvalidArgument(f"{where}: buffer token must be positive")
+        return BufferTokenPool(msg.token)
+    raise InvalidArgument(f"{where}: memory pool has no content")
+
+
+def model_from(msg: pb.Model) -> Model:
+    return Model(
+        main=subgraph_from(msg.main, "main"),
+        referenced=tuple(subgraph_from(sg, f"referenced[{i}]") for i, sg in enumerate(msg.referenced)),
+        operand_values=msg.operand_values,
+        pools=tuple(pool_from(p, f"model pool {i}") for i, p in enumerate(msg.pools)),
+        relax_computation_float32_to_float16=msg.relax_computation_float32_to_float16,
+        extension_name_to_prefix=tuple(
+            ExtensionNameAndPrefix(e.name, e.prefix) for e in msg.extension_name_to_prefix
+        ),
+    )
+
+
+# -- request ----------------------------------------------------------------------
+def _args_to(args: Iterable[RequestArgument], out: object) -> None:
+    for a in args:
+        m = out.add()  # type: ignore[attr-defined]
+        if a.has_no_value:
+            m.has_no_value = True
+        else:
+            _loc_to(a.location, m.location)
+            m.dimensions.extend(a.dimensions)
+
+
+def request_to(request: Request, msg: pb.Request | None = None) -> pb.Request:
+    msg = msg if msg is not None else pb.Request()
+    _args_to(request.inputs, msg.inputs)
+    _args_to(request.outputs, msg.outputs)
+    for p in request.pools:
+        pool_to(p, msg.pools.add())
+    return msg
+
+
+def _args_from(args: Sequence[pb.RequestArgument]) -> tuple[RequestArgument, ...]:
+    return tuple(
+        RequestArgument(a.has_no_value, DataLocation(a.location.pool_index, a.location.offset, a.location.length),
+                        tuple(a.dimensions))
+        for a in args
+    )
+
+
+def request_from(msg: pb.Request) -> Request:
+    return Request(
+        inputs=_args_from(msg.inputs),
+        outputs=_args_from(msg.outputs),
+        pools=tuple(pool_from(p, f"request pool {i}") for i, p in enumerate(msg.pools)),
+    )
+
+
+# -- results ---------------------------------------------------------------------
+def output_shapes_to(shapes: Iterable[OutputShape], out: object) -> None:
+    for s in shapes:
+        m = out.add()  # type: ignore[attr-defined]
+        m.dimensions.extend(s.dimensions)
+        m.is_sufficient = s.is_sufficient
+
+
+def output_shapes_from(msgs: Iterable[pb.OutputShape]) -> tuple[OutputShape, ...]:
+    return tuple(OutputShape(tuple(m.dimensions), m.is_sufficient) for m in msgs)
+
+
+def timing_to(t: Timing, msg: pb.Timing) -> None:
+    msg.time_on_device = t.time_on_device
+    msg.time_in_driver = t.time_in_driver
+
+
+def timing_from(msg: pb.Timing) -> Timing:
+    return Timing(msg.time_on_device, msg.time_in_driver)
+
+
+def error_status_from(value: int) -> ErrorStatus:
+    try:
+        status = ErrorStatus(value)
+    except ValueError:
+        return ErrorStatus.GENERAL_FAILURE
+    return status
+
+
+# -- device ----------------------------------------------------------------------
+def _perf_to(p: PerformanceInfo, msg: pb.PerformanceInfo) -> None:
+    msg.exec_time = p.exec_time
+    msg.power_usage = p.power_usage
+
+
+def _perf_from(msg: pb.PerformanceInfo) -> PerformanceInfo:
+    return PerformanceInfo(msg.exec_time, msg.power_usage)
+
+
+def capabilities_to(c: Capabilities, msg: pb.Capabilities) -> None:
+    _perf_to(c.relaxed_float32_to_float16_performance_scalar, msg.relaxed_float32_to_float16_performance_scalar)
+    _perf_to(c.relaxed_float32_to_float16_performance_tensor, msg.relaxed_float32_to_float16_performance_tensor)
+    for op in c.operand_performance:
+        m = msg.operand_performance.add()
+        m.type = int(op.type)
+        _perf_to(op.info, m.info)
+    _perf_to(c.if_performance, msg.if_performance)
+    _perf_to(c.while_performance, msg.while_performance)
+
+
+def capabilities_from(msg: pb.Capabilities) -> Capabilities:
+    return Capabilities(
+        _perf_from(msg.relaxed_float32_to_float16_performance_scalar),
+        _perf_from(msg.relaxed_float32_to_float16_performance_tensor),
+        tuple(
+            OperandPerformance(_enum(_OPERAND_TYPES, m.type, "operand performance type"), _perf_from(m.info))
+            for m in msg.operand_performance
+        ),
+        _perf_from(msg.if_performance),
+        _perf_from(msg.while_performance),
+    )
+
+
+def extension_to(e: Extension, msg: pb.Extension) -> None:
+    msg.name = e.name
+    for t in e.operand_types:
+        msg.operand_types.add(type=t.type, is_tensor=t.is_tensor, byte_size=t.byte_size)
+
+
+def extension_from(msg: pb.Extension) -> Extension:
+    return Extension(
+        msg.name,
+        tuple(ExtensionOperandTypeInformation(t.type, t.is_tensor, t.byte_size) for t in msg.operand_types),
+    )
+
+
+def device_type_from(value: int) -> DeviceType:
+    try:
+        return DeviceType(value)
+    except ValueError:
+        return DeviceType.OTHER
+
+
+def device_status_from(value: int) -> DeviceStatus:
+    try:
+        return DeviceStatus(value)
+    except ValueError:
+        return DeviceStatus.UNKNOWN
+
+
+def buffer_desc_from(msg: pb.BufferDesc) -> BufferDesc:
+    return BufferDesc(tuple(msg.dimensions))
+
+
+def buffer_role_from(msg: pb.BufferRole) -> BufferRole:
+    return BufferRole(msg.model_index, msg.io_index, msg.frequency)
+
+
+def buffer_role_to(role: BufferRole, msg: pb.BufferRole) -> None:
+    msg.model_index = role.model_index
+    msg.io_index = role.io_index
+    msg.frequency = role.frequency

@@ -1,0 +1,545 @@
+"""The driver: one device, its sessions and every object they own, in canonical types.
+
+The gRPC servicers are thin adapters over this class. Lock order: a session's
+lock may be taken while holding the driver lock, never the reverse; the
+scheduler's lock is a leaf.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nnhal import __version__
+from nnhal.core.enums import (
+    BYTE_SIZE_OF_CACHE_TOKEN,
+    LOOP_TIMEOUT_DEFAULT_NS,
+    LOOP_TIMEOUT_MAXIMUM_NS,
+    DeviceStatus,
+    DeviceType,
+    ExecutionPreference,
+    HalVersion,
+    OperandType,
+    Priority,
+)
+from nnhal.core.errors import (
+    GeneralFailure,
+    HalError,
+    InvalidArgument,
+    MissedDeadlinePersistent,
+    MissedDeadlineTransient,
+    ResourceExhaustedPersistent,
+    ResourceExhaustedTransient,
+)
+from nnhal.core.types import (
+    BufferDesc,
+    BufferRole,
+    BufferTokenPool,
+    Capabilities,
+    MemoryPool,
+    Extension,
+    Model,
+    OperandPerformance,
+    PerformanceInfo,
+    Request,
+    Timing,
+)
+from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
+from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
+from nnhal.server.executor.validate import supported_operations, validate_full
+from nnhal.core.validation import validate_request
+from nnhal.server.memory import BoundPools, SharedMemoryPolicy, bind_pools
+from nnhal.server.prepared_model import ExecutionResult, PreparedModel
+from nnhal.server.scheduler import Scheduler, Ticket
+
+log = logging.getLogger(__name__)
+_NO_TIMING = Timing()
+
+
+@dataclass
+class DeviceConfig:
+    name: str = "nnhal-cpu"
+    feature_level: HalVersion = HalVersion.V1_3
+    device_type: DeviceType = DeviceType.CPU
+    shared_memory: SharedMemoryPolicy | None = None
+    #: Concurrent executions and how many more may queue (RESOURCE_EXHAUSTED_TRANSIENT beyond).
+    slots: int = 2
+    queue_depth: int = 64
+    #: Bytes (model constants, buffers, in-flight request data) per client and in total; 0 = no limit.
+    memory_per_client: int = 0
+    memory_total: int = 0
+    max_sessions: int = 128
+    fault_injection: bool = False
+    cache_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+
+    @property
+    def version_string(self) -> str:
+        return f"nnhal {__version__} (NN HAL {self.feature_level.label}, numpy CPU executor)"
+
+    def limits(self) -> dict[str, int]:
+        return {
+            "slots": self.slots,
+            "queue_depth": self.queue_depth,
+            "memory_per_client": self.memory_per_client,
+            "memory_total": self.memory_total,
+            "max_sessions": self.max_sessions,
+        }
+
+
+@dataclass
+class Faults:
+    prepare_delay_ms: int = 0
+    execute_delay_ms: int = 0
+
+
+class Session:
+    def __init__(self, sid: str, client_name: str, peer: str) -> None:
+        self.id = sid
+        self.client_name = client_name
+        self.peer = peer
+        self.lock = threading.Lock()
+        self.prepared: dict[str, PreparedModel] = {}
+        self.bytes_in_use = 0
+        self.closed = False
+        self.faults = Faults()
+
+
+_CACHE_MAGIC = b"NNHALC1\0"
+
+
+class Driver:
+    """IDevice in canonical types. Thread-safe."""
+
+    def __init__(self, config: DeviceConfig | None = None) -> None:
+        self.config = config or DeviceConfig()
+        self._lock = threading.Lock()
+        self._sessions: dict[str, Session] = {}
+        self._bytes_total = 0
+        self.scheduler = Scheduler(self.config.slots, self.config.queue_depth)
+        self.executions = 0
+        self.capabilities = self._capabilities()
+        #: Called with a session id after the session's own objects are released.
+        self.session_closed_hooks: list[Callable[[str], None]] = []
+
+    # -- sessions ---------------------------------------------------------
+    def open_session(self, client_name: str, peer: str = "") -> Session:
+        with self._lock:
+            if len(self._sessions) >= self.config.max_sessions:
+                raise ResourceExhaustedTransient(
+                    f"the server already has {len(self._sessions)} sessions (limit {self.config.max_sessions})"
+                )
+            session = Session(secrets.token_hex(16), client_name, peer)
+            self._sessions[session.id] = session
+        log.info("session %s opened by %r from %s", session.id[:8], client_name, peer)
+        return session
+
+    def close_session(self, sid: str) -> int:
+        """Release every object of the session; returns how many were released."""
+        with self._lock:
+            session = self._sessions.pop(sid, None)
+        if session is None:
+            return 0
+        with session.lock:
+            session.closed = True
+            models = list(session.prepared.values())
+            session.prepared.clear()
+            freed = session.bytes_in_use
+            session.bytes_in_use = 0
+        for pm in models:
+            pm.release()
+        with self._lock:
+            self._bytes_total -= freed
+        for hook in self.session_closed_hooks:
+            hook(sid)
+        log.info("session %s closed: released %d prepared models", sid[:8], len(models))
+        return len(models)
+
+    def session(self, sid: str) -> Session:
+        with self._lock:
+            session = self._sessions.get(sid)
+        if session is None:
+            raise InvalidArgument("unknown or closed session; open a session first")
+        return session
+
+    # -- static device facts -----------------------------------------------
+    def _capabilities(self) -> Capabilities:
+        perf = PerformanceInfo(1.0, 1.0)
+        return Capabilities(
+            relaxed_float32_to_float16_performance_scalar=perf,
+            relaxed_float32_to_float16_performance_tensor=perf,
+            operand_performance=tuple(
+                OperandPerformance(t, perf) for t in OperandType if t not in (OperandType.OEM, OperandType.TENSOR_OEM_BYTE)
+            ),
+            if_performance=perf,
+            while_performance=perf,
+        )
+
+    def status(self) -> DeviceStatus:
+        return DeviceStatus.BUSY if self.scheduler.in_flight >= self.scheduler.slots else DeviceStatus.AVAILABLE
+
+    def extensions(self) -> tuple[Extension, ...]:
+        return ()
+
+    def cache_files_needed(self) -> tuple[int, int]:
+        return (1, 0)
+
+    # -- models -------------------------------------------------------------
+    def supported_operations(self, model: Model) -> tuple[list[bool], list[str]]:
+        bound = self._bind_model_pools(model)
+        try:
+            return supported_operations(model, bound.buffers, self.config.feature_level)
+        finally:
+            bound.close()
+
+    def _bind_model_pools(self, model: Model) -> BoundPools:
+        return bind_pools(model.pools, self.config.shared_memory, set(), self._reject_token)
+
+    @staticmethod
+    def _reject_token(pool: BufferTokenPool, where: str) -> memoryview:
+        raise InvalidArgument(f"{where}: a model pool cannot be a driver-managed buffer token")
+
+    def begin_prepare(
+        self,
+        session: Session,
+        model: Model,
+        preference: ExecutionPreference,
+        priority: Priority,
+        deadline_ns: int | None,
+        cache_token: bytes = b"",
+    ) -> PrepareJob:
+        """Launch checks of prepareModel: arguments, pools, the whole model. Raises HalError."""
+        if preference not in tuple(ExecutionPreference):
+            raise InvalidArgument(f"execution preference {preference} is invalid")
+        if cache_token and len(cache_token) != BYTE_SIZE_OF_CACHE_TOKEN:
+            raise InvalidArgument(f"cache token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got {len(cache_token)}")
+        self._check_deadline(deadline_ns, "preparation")
+        bound = self._bind_model_pools(model)
+        try:
+            version = validate_full(model, bound.buffers)
+            if version > self.config.feature_level:
+                raise InvalidArgument(
+                    f"the model needs NN HAL {version.label}; this device serves {self.config.feature_level.label}"
+                )
+        except BaseException:
+            bound.close()
+            raise
+        return PrepareJob(self, session, model, priority, deadline_ns, cache_token, bound)
+
+    def prepare(
+        self,
+        session: Session,
+        model: Model,
+        preference: ExecutionPreference,
+        priority: Priority,
+        deadline_ns: int | None,
+        cache_token: bytes = b"",
+    ) -> tuple[PreparedModel, bytes]:
+        """Validate and prepare ``model``; returns it and the model-cache bytes (b"" without a token)."""
+        return self.begin_prepare(session, model, preference, priority, deadline_ns, cache_token).run()
+
+    def _finish_prepare(self, job: PrepareJob) -> tuple[PreparedModel, bytes]:
+        session, model, bound = job.session, job.model, job.bound
+        try:
+            self._delay(session.faults.prepare_delay_ms, job.deadline_ns)
+            cost = len(model.operand_values) + sum(len(b) for b in bound.buffers)
+            self._charge(session, cost)
+            try:
+                graph = PreparedGraph(model, bound.buffers)
+                self._check_deadline(job.deadline_ns, "preparation", started=True)
+            except BaseException:
+                self._uncharge(session, cost)
+                raise
+        except BaseException:
+            bound.close()
+            raise
+        handle = secrets.token_hex(16)
+        pm = PreparedModel(handle, session.id, model, graph, job.priority, bound, cost)
+        with session.lock:
+            if session.closed:
+                pm.release()
+                raise InvalidArgument("the session closed during preparation")
+            session.prepared[handle] = pm
+        cache = self._cache_blob(model, job.priority, job.cache_token) if job.cache_token else b""
+        return pm, cache
+
+    def prepare_from_cache(
+        self, session: Session, model_cache: bytes, token: bytes, deadline_ns: int | None
+    ) -> PreparedModel:
+        from nnhal.core import wire
+        from nnhal.proto import types_pb2
+
+        if len(token) != BYTE_SIZE_OF_CACHE_TOKEN:
+            raise InvalidArgument(f"cache token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got {len(token)}")
+        self._check_deadline(deadline_ns, "preparation")
+        head = len(_CACHE_MAGIC) + 32 + 1
+        if len(model_cache) < head or not model_cache.startswith(_CACHE_MAGIC):
+            raise InvalidArgument("model cache is not an nnhal cache or is truncated")
+        mac = model_cache[len(_CACHE_MAGIC) : len(_CACHE_MAGIC) + 32]
+        body = model_cache[len(_CACHE_MAGIC) + 32 :]
+        want = hmac.new(self.config.cache_secret, token + body, hashlib.sha256).digest()
+        if not hmac.compare_digest(mac, want):
+            raise InvalidArgument("model cache failed authentication (tampered, truncated or another token)")
+        priority = Priority(body[0]) if body[0] in (0, 1, 2) else Priority.MEDIUM
+        msg = types_pb2.Model()
+        msg.ParseFromString(body[1:])
+        model = wire.model_from(msg)
+        pm, _ = self.prepare(session, model, ExecutionPreference.FAST_SINGLE_ANSWER, priority, deadline_ns)
+        return pm
+
+    def _cache_blob(self, model: Model, priority: Priority, token: bytes) -> bytes:
+        from nnhal.core import wire
+
+        body = bytes([int(priority)]) + wire.model_to(model).SerializeToString()
+        mac = hmac.new(self.config.cache_secret, token + body, hashlib.sha256).digest()
+        return _CACHE_MAGIC + mac + body
+
+    def prepared(self, session: Session, handle: str) -> PreparedModel:
+        with session.lock:
+            pm = session.prepared.get(handle)
+        if pm is None:
+            raise InvalidArgument("unknown prepared model handle for this session")
+        return pm
+
+    def release_prepared(self, session: Session, handle: str) -> None:
+        with session.lock:
+            pm = session.prepared.pop(handle, None)
+        if pm is None:
+            raise InvalidArgument("unknown prepared model handle for this session")
+        self._uncharge(session, pm.byte_cost)
+        pm.release()
+
+    # -- execution ----------------------------------------------------------
+    def begin_execute(
+        self,
+        session: Session,
+        handle: str,
+        request: Request,
+        measure: bool,
+        deadline_ns: int | None,
+        loop_timeout_ns: int = 0,
+        is_local_peer: bool = True,
+    ) -> ExecutionJob:
+        """Launch checks (the HAL method's own return value): handle, deadline,
+        admission, pools and request validation. Raises HalError."""
+        pm = self.prepared(session, handle)
+        if loop_timeout_ns == 0:
+            loop_timeout_ns = LOOP_TIMEOUT_DEFAULT_NS
+        loop_timeout_ns = min(loop_timeout_ns, LOOP_TIMEOUT_MAXIMUM_NS)
+        self._check_deadline(deadline_ns, "execution")
+        ticket = self.scheduler.admit(session.id, pm.priority)
+        bound = None
+        try:
+            bound = bind_pools(
+                request.pools,
+                self.config.shared_memory,
+                pm.output_pool_indexes(request),
+                self._reject_token,
+                is_local_peer,
+            )
+            validate_request(request, pm.model, bound.sizes)
+        except BaseException:
+            self.scheduler.release(ticket)
+            if bound is not None:
+                bound.close()
+            raise
+        return ExecutionJob(self, session, pm, request, bound, ticket, measure, deadline_ns, loop_timeout_ns)
+
+    def execute(
+        self,
+        session: Session,
+        handle: str,
+        request: Request,
+        measure: bool,
+        deadline_ns: int | None,
+        loop_timeout_ns: int = 0,
+        is_local_peer: bool = True,
+    ) -> tuple[ExecutionResult, BoundPools | None]:
+        """Launch and run; every failure becomes the result's status."""
+        try:
+            job = self.begin_execute(session, handle, request, measure, deadline_ns, loop_timeout_ns, is_local_peer)
+        except HalError as err:
+            return ExecutionResult(err.error_status, err.message, (), _NO_TIMING), None
+        return job.run(), job.bound
+
+    @staticmethod
+    def _missed(delayed: bool) -> HalError:
+        if delayed:
+            return MissedDeadlineTransient("the deadline passed during execution (the device was busy)")
+        return MissedDeadlinePersistent("the deadline passed during execution on an idle device")
+
+    # -- helpers ---------------------------------------------------------
+    @staticmethod
+    def _check_deadline(deadline_ns: int | None, what: str, started: bool = False) -> None:
+        if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
+            if started:
+                raise MissedDeadlinePersistent(f"the deadline passed during {what}")
+            raise MissedDeadlinePersistent(f"the deadline had already passed when the {what} was requested")
+
+    def _delay(self, ms: int, deadline_ns: int | None) -> None:
+        if ms and self.config.fault_injection:
+            end = time.monotonic_ns() + ms * 1_000_000
+            while time.monotonic_ns() < end:
+                time.sleep(min(0.01, (end - time.monotonic_ns()) / 1e9 + 1e-4))
+                if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
+                    raise MissedDeadlineTransient("the deadline passed while the device was delayed")
+
+    def _charge(self, session: Session, nbytes: int, what: str = "model constants") -> None:
+        per_client = self.config.memory_per_client
+        total = self.config.memory_total
+        if (per_client and nbytes > per_client) or (total and nbytes > total):
+            raise ResourceExhaustedPersistent(
+                f"{what} need {nbytes} bytes, more than the server's limits "
+                f"(per client {per_client or 'unlimited'}, total {total or 'unlimited'})"
+            )
+        with self._lock, session.lock:
+            if per_client and session.bytes_in_use + nbytes > per_client:
+                raise ResourceExhaustedTransient(
+                    f"{what} need {nbytes} bytes; this client already uses {session.bytes_in_use} "
+                    f"of its {per_client}; release prepared models or buffers and retry"
+                )
+            if total and self._bytes_total + nbytes > total:
+                raise ResourceExhaustedTransient(
+                    f"{what} need {nbytes} bytes; the server has {total - self._bytes_total} of {total} free; retry later"
+                )
+            session.bytes_in_use += nbytes
+            self._bytes_total += nbytes
+
+    def _uncharge(self, session: Session, nbytes: int) -> None:
+        with self._lock, session.lock:
+            session.bytes_in_use -= nbytes
+            self._bytes_total -= nbytes
+
+    # -- memory domains ------------------------------------------------------
+    def allocate(
+        self,
+        session: Session,
+        desc: BufferDesc,
+        prepared_models: list[str],
+        input_roles: list[BufferRole],
+        output_roles: list[BufferRole],
+    ) -> tuple[str, int]:
+        """IDevice::allocate. This driver does not offer memory domains yet; the HAL
+        lets a driver answer GENERAL_FAILURE, and clients fall back to shared memory."""
+        for handle in prepared_models:
+            self.prepared(session, handle)
+        raise GeneralFailure("this driver does not support driver-managed buffers (memory domains)")
+
+    def buffer_copy_to(self, session: Session, handle: str, dst: MemoryPool, is_local_peer: bool) -> bytes:
+        raise InvalidArgument("unknown buffer handle for this session")
+
+    def buffer_copy_from(
+        self, session: Session, handle: str, src: MemoryPool, dims: tuple[int, ...], is_local_peer: bool
+    ) -> None:
+        raise InvalidArgument("unknown buffer handle for this session")
+
+    def release_buffer(self, session: Session, handle: str) -> None:
+        raise InvalidArgument("unknown buffer handle for this session")
+
+    def set_faults(self, session: Session, faults: Faults) -> None:
+        if not self.config.fault_injection:
+            raise InvalidArgument("fault injection is disabled on this server (start it with --enable-fault-injection)")
+        session.faults = faults
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            sessions = list(self._sessions.values())
+            total = self._bytes_total
+        return {
+            "sessions": len(sessions),
+            "prepared_models": sum(len(s.prepared) for s in sessions),
+            "buffers": 0,
+            "executions": self.executions,
+            "bytes_in_use": total,
+            "queue_depth": self.scheduler.in_flight,
+        }
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.config.name, "limits": self.config.limits()}
+
+
+class ExecutionJob:
+    """A launched execution: pools bound, admitted; ``run`` waits for a slot and executes."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        session: Session,
+        pm: PreparedModel,
+        request: Request,
+        bound: BoundPools,
+        ticket: Ticket,
+        measure: bool,
+        deadline_ns: int | None,
+        loop_timeout_ns: int,
+    ) -> None:
+        self.driver = driver
+        self.session = session
+        self.pm = pm
+        self.request = request
+        self.bound = bound
+        self.ticket = ticket
+        self.measure = measure
+        self.deadline_ns = deadline_ns
+        self.loop_timeout_ns = loop_timeout_ns
+
+    def run(self) -> ExecutionResult:
+        driver, ticket, deadline_ns = self.driver, self.ticket, self.deadline_ns
+        cost = sum(len(b) for b in self.bound.buffers)
+        try:
+            try:
+                driver._charge(self.session, cost, what="request data")
+            except HalError:
+                driver.scheduler.release(ticket)
+                raise
+            try:
+                driver.scheduler.acquire(ticket, deadline_ns)
+                driver._delay(self.session.faults.execute_delay_ms, deadline_ns)
+                control = ExecutionControl(
+                    deadline_ns=deadline_ns,
+                    loop_timeout_ns=self.loop_timeout_ns,
+                    checkpoint_hook=(lambda: driver.scheduler.checkpoint(ticket, deadline_ns)),
+                    on_deadline=lambda: driver._missed(ticket.delayed or ticket.preempted > 0),
+                )
+                result = self.pm.execute(self.request, self.bound, control, self.measure)
+            finally:
+                driver.scheduler.release(ticket)
+                driver._uncharge(self.session, cost)
+        except HalError as err:
+            return ExecutionResult(err.error_status, err.message, (), _NO_TIMING)
+        driver.executions += 1
+        return result
+
+    def cancel(self) -> None:
+        self.driver.scheduler.release(self.ticket)
+        self.bound.close()
+
+
+class PrepareJob:
+    """A launched preparation: the model is valid; ``run`` builds the executable graph."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        session: Session,
+        model: Model,
+        priority: Priority,
+        deadline_ns: int | None,
+        cache_token: bytes,
+        bound: BoundPools,
+    ) -> None:
+        self.driver = driver
+        self.session = session
+        self.model = model
+        self.priority = priority
+        self.deadline_ns = deadline_ns
+        self.cache_token = cache_token
+        self.bound = bound
+
+    def run(self) -> tuple[PreparedModel, bytes]:
+        return self.driver._finish_prepare(self)

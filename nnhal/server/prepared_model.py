@@ -1,0 +1,152 @@
+"""A prepared model: the executable graph plus request binding and result shaping.
+
+``execute`` takes a canonical Request, binds its pools, runs the graph and
+writes outputs in place. Thread-safe: concurrent executions share only the
+read-only graph.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from nnhal.core.enums import ErrorStatus, OperandType, Priority
+from nnhal.core.errors import HalError, InvalidArgument, OutputInsufficientSize
+from nnhal.core.operand_types import DTYPE, INFO
+from nnhal.core.types import NO_TIMING, Model, Operand, OutputShape, Request, Timing
+from nnhal.core.validation import merged_dimensions
+from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
+from nnhal.server.memory import BoundPools
+
+
+@dataclass
+class ExecutionResult:
+    status: ErrorStatus
+    message: str
+    output_shapes: tuple[OutputShape, ...]
+    timing: Timing
+
+
+class PreparedModel:
+    def __init__(
+        self,
+        handle: str,
+        session: str,
+        model: Model,
+        graph: PreparedGraph,
+        priority: Priority,
+        bound: BoundPools,
+        byte_cost: int,
+    ) -> None:
+        self.handle = handle
+        self.session = session
+        self.model = model
+        self.graph = graph
+        self.priority = priority
+        self._bound = bound  # model pools stay mapped while the model lives
+        self.byte_cost = byte_cost
+        main = model.main
+        self._inputs = [main.operands[i] for i in main.input_indexes]
+        self._outputs = [main.operands[i] for i in main.output_indexes]
+        self._fixed_outputs = all(
+            not INFO[o.type].is_tensor or (o.dimensions and 0 not in o.dimensions) for o in self._outputs
+        )
+
+    def release(self) -> None:
+        self._bound.close()
+
+    @property
+    def output_operands(self) -> list[Operand]:
+        return self._outputs
+
+    def output_pool_indexes(self, request: Request) -> set[int]:
+        return {a.location.pool_index for a in request.outputs if not a.has_no_value}
+
+    def execute(
+        self,
+        request: Request,
+        pools: BoundPools,
+        control: ExecutionControl,
+        measure: bool,
+    ) -> ExecutionResult:
+        """Run ``request``; HalErrors become the result's status."""
+        t0 = time.perf_counter_ns()
+        try:
+            pools.check_shared()
+            inputs = self._bind_inputs(request, pools)
+            overrides = self._output_overrides(request)
+            t1 = time.perf_counter_ns()
+            outputs = self.graph.run(inputs, control, overrides)
+            t2 = time.perf_counter_ns()
+            shapes = self._write_outputs(request, pools, outputs)
+        except OutputInsufficientSize as err:
+            return ExecutionResult(err.error_status, err.message, getattr(err, "shapes", ()), Timing())
+        except HalError as err:
+            return ExecutionResult(err.error_status, err.message, (), Timing())
+        timing = Timing()
+        if measure:
+            t3 = time.perf_counter_ns()
+            timing = Timing((t2 - t1) // 1000, (t3 - t0) // 1000)
+        return ExecutionResult(ErrorStatus.NONE, "", shapes, timing)
+
+    def _bind_inputs(self, request: Request, pools: BoundPools) -> list[np.ndarray | None]:
+        inputs: list[np.ndarray | None] = []
+        for operand, arg in zip(self._inputs, request.inputs):
+            if arg.has_no_value:
+                inputs.append(None)
+                continue
+            dims = merged_dimensions(operand, arg)
+            dtype = DTYPE[operand.type]
+            count = int(np.prod(dims)) if INFO[operand.type].is_tensor else 1
+            buf = pools.buffers[arg.location.pool_index]
+            arr = np.frombuffer(buf, dtype=dtype, count=count, offset=arg.location.offset)
+            inputs.append(arr.reshape(dims) if INFO[operand.type].is_tensor else arr.reshape(()))
+        return inputs
+
+    def _output_overrides(self, request: Request) -> list[Operand] | None:
+        if all(not a.dimensions for a in request.outputs):
+            return None
+        return [
+            replace(op, dimensions=arg.dimensions) if arg.dimensions else op
+            for op, arg in zip(self._outputs, request.outputs)
+        ]
+
+    def _write_outputs(
+        self, request: Request, pools: BoundPools, outputs: list[np.ndarray]
+    ) -> tuple[OutputShape, ...]:
+        shapes: list[OutputShape] = []
+        insufficient = False
+        for operand, arg, value in zip(self._outputs, request.outputs, outputs):
+            dims = tuple(int(d) for d in value.shape) if INFO[operand.type].is_tensor else ()
+            need = value.nbytes
+            ok = arg.has_no_value or need <= arg.location.length
+            insufficient |= not ok
+            shapes.append(OutputShape(dims, ok))
+        if insufficient:
+            err = OutputInsufficientSize(
+                "output buffer too small: "
+                + ", ".join(
+                    f"output {k} needs {v.nbytes} bytes, has {a.location.length}"
+                    for k, (a, v, s) in enumerate(zip(request.outputs, outputs, shapes))
+                    if not s.is_sufficient
+                )
+            )
+            err.shapes = tuple(shapes)  # type: ignore[attr-defined]
+            raise err
+        pools.check_shared()
+        for arg, value, operand in zip(request.outputs, outputs, self._outputs):
+            if arg.has_no_value or value.nbytes == 0:
+                continue
+            buf = pools.buffers[arg.location.pool_index]
+            dst = np.frombuffer(buf, dtype=np.uint8, count=value.nbytes, offset=arg.location.offset)
+            if dst.flags.writeable is False:
+                raise InvalidArgument(f"output pool {arg.location.pool_index} is not writable")
+            if operand.type in (OperandType.TENSOR_BOOL8, OperandType.BOOL):
+                value = value.astype(np.uint8)
+            dst[:] = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+        return tuple(shapes)
+
+
+NO_TIMING_VALUE = NO_TIMING
