@@ -42,9 +42,7 @@ def validate(op: OperationType, ins: Sequence[tuple[Operand, object]], outs: Seq
     return spec.validate(ctx)
 
 
-def run(
-    op: OperationType, ins: Sequence[tuple[Operand, object]], outs: Sequence[Operand]
-) -> list[np.ndarray]:
+def run(op: OperationType, ins: Sequence[tuple[Operand, object]], outs: Sequence[Operand]) -> list[np.ndarray]:
     """Validate, then execute; inputs are (operand, value) pairs shaped by the operand dims."""
     validate(op, ins, outs)
     spec = lookup(op)
