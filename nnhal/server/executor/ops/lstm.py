@@ -1118,7 +1118,10 @@ def execute_q16_lstm(ctx: ExecutionContext) -> None:
         w_x.append(wx)
         w_h.append(wh)
         biases.append(b)
-    weights = np.concatenate([np.concatenate(w_x), np.concatenate(w_h)], axis=1) - w_zp
+    # The reference lays the fused weights out as [recurrent | input] columns but
+    # concatenates the activations as [input, previous output]; its goldens (and
+    # TFLite's) depend on exactly this pairing, so it is kept.
+    weights = np.concatenate([np.concatenate(w_h), np.concatenate(w_x)], axis=1) - w_zp
     concat = np.concatenate([x, prev_out], axis=1) - 128
     acc = concat @ weights.T + np.concatenate(biases)
     mult, shift = quantize_multiplier(4096 * ctx.scale(9))
