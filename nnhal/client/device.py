@@ -268,6 +268,8 @@ class Device:
                 if launch.WhichOneof("event") != "launch":
                     raise GeneralFailure(f"{what}: protocol error: the first message was not the launch status")
                 notify_event = next(events)
+                for _ in events:  # drain: the server ends the stream after the notify
+                    pass
                 n = notify_event.notify
                 status = wire.error_status_from(n.status)
                 if status == ErrorStatus.NONE:

@@ -181,6 +181,8 @@ class PreparedModel:
                 if first.WhichOneof("event") != "launch":
                     raise GeneralFailure("execute_1_3: protocol error: the first message was not the launch status")
                 outcome = _outcome(next(events).notify)
+                for _ in events:  # drain: the server ends the stream after the notify
+                    pass
                 if decode is not None and outcome.status == ErrorStatus.NONE:
                     outcome.outputs = decode(outcome)
                 cb.notify(outcome.status, outcome, outcome.message)

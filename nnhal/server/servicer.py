@@ -174,7 +174,6 @@ class DeviceServicer(sgrpc.DeviceServicer):
             return
         yield spb.PrepareModelEvent(launch=spb.StatusMessage(status=ErrorStatus.NONE))  # type: ignore[arg-type]
         notify = spb.PrepareModelNotify()
-        pm = None
         try:
             pm, cache = job.run() if hasattr(job, "run") else (job, b"")
             notify.prepared_model.handle = pm.handle
@@ -185,17 +184,8 @@ class DeviceServicer(sgrpc.DeviceServicer):
         except Exception as err:
             log.exception("unexpected error during preparation")
             _status_fields(notify, ErrorStatus.GENERAL_FAILURE, f"internal error: {err!r}")
-        delivered = False
-        try:
-            yield spb.PrepareModelEvent(notify=notify)
-            delivered = True
-        finally:
-            if pm is not None and not delivered:
-                # The client is gone before it learned the handle: nobody can release it.
-                try:
-                    self.driver.release_prepared(self.driver.session(pm.session), pm.handle)
-                except HalError:
-                    pass
+        # If the client vanished before reading this, its session's end releases the model.
+        yield spb.PrepareModelEvent(notify=notify)
 
     def prepareModel_1_3(
         self, request: spb.PrepareModelRequest, context: grpc.ServicerContext

@@ -1,0 +1,268 @@
+"""``nnhal conformance``: run NNAPI test vectors against a server, in the VTS modes.
+
+Modes per case (conformance/README.md):
+- ``sync``: executeSynchronously_1_3, shapes and values checked;
+- ``async``: execute_1_3 with its callback;
+- ``dynamic``: outputs declared with all-zero dims, resolved by the driver; plus the
+  insufficient-size check (output 0 one byte short -> OUTPUT_INSUFFICIENT_SIZE);
+- ``quant_signed``: the quantization-coupling twin (quant8 asymm -> asymm signed);
+- ``expect_failure`` cases run once (``sync``) and pass when anything fails;
+  the infinite-loop case must end in MISSED_DEADLINE_* under a 1 ms loop timeout.
+A case using an operation the device does not support is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import json
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from nnhal.client.device import Device
+from nnhal.client.local_server import LocalServer
+from nnhal.client.prepared_model import ExecutionOutcome, PreparedModel
+from nnhal.client.table import Progress, print_table
+from nnhal.conformance.compare import compare_case
+from nnhal.conformance.variants import (
+    build_request,
+    coupling_applies,
+    is_loop_timeout_case,
+    output_bytes,
+    signed_twin,
+)
+from nnhal.conformance.vectors import TestCase, discover, load_file, with_unspecified_outputs
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import HalError
+
+MODES = ("sync", "async", "dynamic", "quant_signed")
+_LOOP_TIMEOUT_NS = 1_000_000
+_WAIT = 120.0
+
+
+@dataclass
+class Result:
+    status: str  # passed | failed | skipped
+    detail: str = ""
+
+
+class CaseFailure(Exception):
+    pass
+
+
+def _check_outcome(case: TestCase, outcome: ExecutionOutcome, request_pool: int, dynamic: bool) -> None:
+    if outcome.status != ErrorStatus.NONE:
+        raise CaseFailure(f"execution returned {outcome.status.name}: {outcome.message}")
+    shapes = outcome.output_shapes
+    if dynamic or shapes:
+        if len(shapes) != len(case.outputs):
+            raise CaseFailure(f"{len(shapes)} output shapes reported, expected {len(case.outputs)}")
+        for k, (shape, exp) in enumerate(zip(shapes, case.outputs)):
+            if not shape.is_sufficient or tuple(shape.dimensions) != exp.dimensions:
+                raise CaseFailure(
+                    f"output {k} shape {list(shape.dimensions)} (sufficient={shape.is_sufficient}), "
+                    f"expected {list(exp.dimensions)}"
+                )
+
+
+def _values(case: TestCase, outcome: ExecutionOutcome, request: object) -> None:
+    pool = outcome.output_pools.get(1, b"")
+    actual = [output_bytes(request, pool, k) for k in range(len(case.outputs))]  # type: ignore[arg-type]
+    mismatch = compare_case(case, list(case.inputs), actual)
+    if mismatch:
+        raise CaseFailure(mismatch)
+
+
+def _prepare(dev: Device, case: TestCase) -> PreparedModel:
+    cb = dev.prepare_model(case.model)
+    if not cb.wait(_WAIT):
+        raise CaseFailure("prepareModel did not call back")
+    if cb.status != ErrorStatus.NONE:
+        raise CaseFailure(f"prepareModel failed: {cb.status.name}: {cb.message}")
+    return cb.get(0)
+
+
+def _run_sync(dev: Device, pm: PreparedModel, case: TestCase) -> None:
+    request = build_request(case)
+    outcome = pm.execute_request(request, timeout=None)
+    _check_outcome(case, outcome, 1, False)
+    _values(case, outcome, request)
+
+
+def _run_async(dev: Device, pm: PreparedModel, case: TestCase) -> None:
+    request = build_request(case)
+    cb = pm.execute_request_async(request)
+    if not cb.wait(_WAIT):
+        raise CaseFailure("execute_1_3 did not call back")
+    outcome = cb.value or ExecutionOutcome(cb.status, cb.message)
+    _check_outcome(case, outcome, 1, False)
+    _values(case, outcome, request)
+
+
+def _run_dynamic(dev: Device, case: TestCase) -> None:
+    dyn = with_unspecified_outputs(case)
+    with _prepare(dev, dyn) as pm:
+        request = build_request(dyn)
+        outcome = pm.execute_request(request)
+        _check_outcome(dyn, outcome, 1, True)
+        _values(dyn, outcome, request)
+        sizes = dyn.output_sizes()
+        if len(dyn.outputs[0].data) > 1:
+            sizes[0] = len(dyn.outputs[0].data) - 1
+            short = pm.execute_request(build_request(dyn, sizes))
+            if short.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+                raise CaseFailure(f"output 0 one byte short: got {short.status.name}, expected OUTPUT_INSUFFICIENT_SIZE")
+            if not short.output_shapes or short.output_shapes[0].is_sufficient:
+                raise CaseFailure("output 0 one byte short: outputShapes[0].isSufficient is not false")
+
+
+def _expect_failure(dev: Device, case: TestCase) -> Result:
+    try:
+        cb = dev.prepare_model(case.model)
+    except HalError as err:
+        return Result("passed", f"rejected: {err}")
+    if not cb.wait(_WAIT):
+        return Result("failed", "prepareModel did not call back")
+    if cb.status != ErrorStatus.NONE:
+        return Result("passed", f"preparation failed as expected: {cb.status.name}")
+    with cb.get(0) as pm:
+        loop = is_loop_timeout_case(case)
+        outcome = pm.execute_request(build_request(case), loop_timeout_ns=_LOOP_TIMEOUT_NS if loop else 0)
+    if loop:
+        if outcome.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
+            return Result("passed", f"loop timeout: {outcome.status.name}")
+        return Result("failed", f"loop timeout case returned {outcome.status.name}, expected MISSED_DEADLINE_*")
+    if outcome.status != ErrorStatus.NONE:
+        return Result("passed", f"execution failed as expected: {outcome.status.name}")
+    return Result("failed", "expected a failure; preparation and execution succeeded")
+
+
+def _attempt(fn: object, *args: object) -> Result:
+    try:
+        fn(*args)  # type: ignore[operator]
+    except CaseFailure as err:
+        return Result("failed", str(err))
+    except HalError as err:
+        return Result("failed", str(err))
+    return Result("passed")
+
+
+def run_case(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str, Result]:
+    """Every applicable mode of ``case``."""
+    try:
+        support = dev.supported_operations_with_reasons(case.model)
+    except HalError as err:
+        if case.expect_failure:
+            return {"sync": Result("passed", f"model rejected: {err}")}
+        return {m: Result("failed", f"getSupportedOperations: {err}") for m in modes}
+    reasons = sorted({why for ok, why in support if not ok})
+    if reasons:
+        return {m: Result("skipped", "; ".join(reasons)) for m in (("sync",) if case.expect_failure else modes)}
+    if case.expect_failure:
+        return {"sync": _expect_failure(dev, case)}
+    results: dict[str, Result] = {}
+    wants_exec = [m for m in modes if m in ("sync", "async")]
+    if wants_exec:
+        try:
+            pm = _prepare(dev, case)
+        except (CaseFailure, HalError) as err:
+            for m in wants_exec:
+                results[m] = Result("failed", str(err))
+        else:
+            with pm:
+                for m in wants_exec:
+                    results[m] = _attempt(_run_sync if m == "sync" else _run_async, dev, pm, case)
+    if "dynamic" in modes:
+        if case.has_control_flow_or_rank:
+            results["dynamic"] = Result("skipped", "not eligible: scalar outputs (RANK/IF/WHILE)")
+        else:
+            results["dynamic"] = _attempt(_run_dynamic, dev, case)
+    if "quant_signed" in modes and coupling_applies(case):
+        twin = signed_twin(case)
+
+        def twin_run() -> None:
+            with _prepare(dev, twin) as pm:
+                _run_sync(dev, pm, twin)
+
+        results["quant_signed"] = _attempt(twin_run)
+    return results
+
+
+@contextlib.contextmanager
+def _target(args: argparse.Namespace) -> Iterator[str]:
+    if args.start:
+        with LocalServer() as srv:
+            yield srv.address
+    else:
+        yield args.target
+
+
+def _main_ops(case: TestCase) -> str:
+    ops = sorted({op.name for op in case.operation_types})
+    return ops[0] if len(ops) == 1 else "+".join(ops)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    files = discover(args.paths)
+    pattern = args.pattern
+    if pattern and not any(c in pattern for c in "*?["):
+        pattern = f"*{pattern}*"
+    modes = tuple(args.mode) if args.mode else MODES
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        print(f"nnhal conformance: unknown mode(s) {sorted(unknown)}; choose from {', '.join(MODES)}", file=sys.stderr)
+        return 2
+    cases: list[TestCase] = []
+    for f in files:
+        cases.extend(c for c in load_file(f) if not pattern or fnmatch.fnmatch(c.name, pattern))
+    report: dict[str, dict[str, str]] = {}
+    counts: Counter[str] = Counter()
+    per_op: dict[str, Counter[str]] = defaultdict(Counter)
+    per_mode: dict[str, Counter[str]] = defaultdict(Counter)
+    lock = threading.Lock()
+    progress = Progress(len(cases), "conformance")
+    start = time.monotonic()
+    with _target(args) as address, Device.connect(address, client_name="nnhal-conformance") as dev:
+
+        def one(case: TestCase) -> None:
+            try:
+                results = run_case(dev, case, modes)
+            except Exception as err:  # a runner bug must not hide the other cases
+                results = {"sync": Result("failed", f"runner error: {err!r}")}
+            with lock:
+                failed = False
+                for mode, res in results.items():
+                    report[f"{case.name}/{mode}"] = {"status": res.status, "detail": res.detail}
+                    counts[res.status] += 1
+                    per_op[_main_ops(case)][res.status] += 1
+                    per_mode[mode][res.status] += 1
+                    failed |= res.status == "failed"
+                progress.step(failed)
+
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            list(pool.map(one, cases))
+    elapsed = time.monotonic() - start
+    rows = [
+        [op, c["passed"], c["failed"], c["skipped"]]
+        for op, c in sorted(per_op.items(), key=lambda kv: (-kv[1]["failed"], kv[0]))
+    ]
+    print_table(["operation(s)", "passed", "failed", "skipped"], rows)
+    print()
+    print_table(["mode", "passed", "failed", "skipped"], [[m, c["passed"], c["failed"], c["skipped"]] for m, c in sorted(per_mode.items())])
+    failures = [(k, v["detail"]) for k, v in sorted(report.items()) if v["status"] == "failed"]
+    if failures:
+        print(f"\nfirst failures (of {len(failures)}):")
+        for name, detail in failures[:20]:
+            print(f"  {name}: {detail}")
+    print(f"\n{len(cases)} cases from {len(files)} files in {elapsed:.1f} s")
+    if args.report:
+        args.report.write_text(json.dumps(report, indent=1, sort_keys=True))
+    print(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
+    return 1 if counts["failed"] else 0

@@ -1,0 +1,60 @@
+"""Shared fixtures: real server processes on loopback, and small models."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from nnhal.client.builder import ModelBuilder
+from nnhal.client.device import Device
+from nnhal.client.local_server import LocalServer
+from nnhal.core.enums import OperandType as T
+from nnhal.core.enums import OperationType as O
+from nnhal.core.types import Model
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[LocalServer]:
+    """One shared server for tests that do not kill or freeze it."""
+    with LocalServer("--enable-fault-injection") as srv:
+        yield srv
+
+
+@pytest.fixture
+def device(server: LocalServer) -> Iterator[Device]:
+    with Device.connect(server.address, client_name="pytest") as dev:
+        yield dev
+
+
+@pytest.fixture
+def own_server() -> Iterator[LocalServer]:
+    """A server this test may kill, freeze or overload."""
+    srv = LocalServer("--enable-fault-injection")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def add_model(shape: tuple[int, ...] = (2, 4)) -> Model:
+    """out = a + b (float32), the smallest useful model."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, shape)
+    y = b.input(T.TENSOR_FLOAT32, shape)
+    out = b.op(O.ADD, [x, y, b.int32(0)], T.TENSOR_FLOAT32, shape)
+    return b.outputs(out).finish()
+
+
+def relu_chain(length: int, shape: tuple[int, ...] = (1, 64)) -> Model:
+    """A chain of `length` RELU operations (many operation boundaries)."""
+    b = ModelBuilder()
+    cur = b.input(T.TENSOR_FLOAT32, shape)
+    for _ in range(length):
+        cur = b.op(O.RELU, [cur], T.TENSOR_FLOAT32, shape)
+    return b.outputs(cur).finish()
+
+
+def ones(shape: tuple[int, ...] = (2, 4)) -> np.ndarray:
+    return np.ones(shape, np.float32)

@@ -1,0 +1,166 @@
+"""Cross-process death: kill -9 or freeze the server mid-call, kill a client.
+
+Every waiter must be released with DEAD_OBJECT within the bound, later calls
+must fail with DEAD_OBJECT at once, and a killed client must leak nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from nnhal.client.callbacks import Callback
+from nnhal.client.device import Device
+from nnhal.client.local_server import LocalServer
+from nnhal.client.transport import DEATH_DETECTION_BOUND_S
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import DeadObject
+from tests.conftest import add_model, ones
+
+pytestmark = pytest.mark.integration
+
+
+def _fired(cb: Callback) -> list[int]:  # type: ignore[type-arg]
+    """Count user-visible deliveries of ``cb``."""
+    count = [0]
+    lock = threading.Lock()
+
+    def on_done(_cb: object) -> None:
+        with lock:
+            count[0] += 1
+
+    cb.add_done_callback(on_done)
+    return count
+
+
+def test_sigkill_during_prepare_releases_waiter(own_server: LocalServer) -> None:
+    dev = Device.connect(own_server.address)
+    dev.set_faults(prepare_delay_ms=10_000)
+    cb = dev.prepare_model(add_model())
+    fired = _fired(cb)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    own_server.signal(signal.SIGKILL)
+    assert cb.wait(1.0), "prepare waiter not released within 1 s"
+    assert time.monotonic() - t0 < 1.0
+    assert cb.status == ErrorStatus.DEAD_OBJECT
+    t1 = time.monotonic()
+    with pytest.raises(DeadObject):
+        dev.capabilities()
+    with pytest.raises(DeadObject):
+        dev.prepare_model(add_model())
+    assert time.monotonic() - t1 < 0.2, "calls on a dead server must fail at once"
+    time.sleep(0.2)
+    assert fired[0] == 1
+    dev.close()
+
+
+def test_sigkill_during_async_execution(own_server: LocalServer) -> None:
+    dev = Device.connect(own_server.address)
+    pm = dev.prepare_model_sync(add_model())
+    dev.set_faults(execute_delay_ms=10_000)
+    cb = pm.execute_async([ones(), ones()])
+    fired = _fired(cb)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    own_server.signal(signal.SIGKILL)
+    assert cb.wait(1.0), "execution waiter not released within 1 s"
+    assert time.monotonic() - t0 < 1.0
+    assert cb.status == ErrorStatus.DEAD_OBJECT
+    t1 = time.monotonic()
+    with pytest.raises(DeadObject):
+        pm.execute([ones(), ones()])
+    with pytest.raises(DeadObject):
+        pm.execute_async([ones(), ones()])
+    assert time.monotonic() - t1 < 0.2
+    time.sleep(0.2)
+    assert fired[0] == 1
+    dev.close()
+
+
+def test_sigkill_with_many_waiters(own_server: LocalServer) -> None:
+    dev = Device.connect(own_server.address)
+    pm = dev.prepare_model_sync(add_model())
+    dev.set_faults(execute_delay_ms=10_000, prepare_delay_ms=10_000)
+    waiters = [pm.execute_async([ones(), ones()]) for _ in range(5)]
+    waiters += [dev.prepare_model(add_model()) for _ in range(3)]
+    time.sleep(0.3)
+    own_server.signal(signal.SIGKILL)
+    deadline = time.monotonic() + 1.0
+    for cb in waiters:
+        assert cb.wait(max(0.0, deadline - time.monotonic()))
+        assert cb.status == ErrorStatus.DEAD_OBJECT
+    dev.close()
+
+
+def test_sigstop_detected_within_keepalive_bound(own_server: LocalServer) -> None:
+    dev = Device.connect(own_server.address)
+    pm = dev.prepare_model_sync(add_model())
+    dev.set_faults(execute_delay_ms=30_000)
+    cb = pm.execute_async([ones(), ones()])
+    fired = _fired(cb)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    own_server.signal(signal.SIGSTOP)
+    try:
+        assert cb.wait(DEATH_DETECTION_BOUND_S), f"frozen server not detected within {DEATH_DETECTION_BOUND_S} s"
+        detected = time.monotonic() - t0
+        assert cb.status == ErrorStatus.DEAD_OBJECT
+        assert detected <= DEATH_DETECTION_BOUND_S
+        with pytest.raises(DeadObject):
+            dev.capabilities()
+        assert fired[0] == 1
+    finally:
+        own_server.signal(signal.SIGCONT)
+        dev.close()
+
+
+_CLIENT = textwrap.dedent(
+    """
+    import sys, time
+    from nnhal.client.device import Device
+    from tests.conftest import add_model
+    dev = Device.connect(sys.argv[1], client_name="doomed")
+    models = [dev.prepare_model_sync(add_model()) for _ in range(3)]
+    print("ready", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_killed_client_leaks_nothing(server: LocalServer, device: Device) -> None:
+    before = device.stats()["prepared_models"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CLIENT, server.address], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"ready"
+        assert device.stats()["prepared_models"] == before + 3
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(5)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 5.0:
+            if device.stats()["prepared_models"] == before:
+                break
+            time.sleep(0.05)
+        assert device.stats()["prepared_models"] == before, "the killed client's models were not freed within 5 s"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_connect_to_nothing_is_dead_object() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(DeadObject):
+        Device.connect("127.0.0.1:1", timeout=1.0)
+    assert time.monotonic() - t0 < 5.0
