@@ -48,13 +48,13 @@ def activation(x: np.ndarray, code: int) -> np.ndarray:
     if code == 0:
         return x
     if code == 1:
-        return np.maximum(x, 0)
+        return np.asarray(np.maximum(x, 0))
     if code == 2:
-        return np.clip(x, -1, 1)
+        return np.asarray(np.clip(x, -1, 1))
     if code == 3:
-        return np.clip(x, 0, 6)
+        return np.asarray(np.clip(x, 0, 6))
     if code == 4:
-        return np.tanh(x)
+        return np.asarray(np.tanh(x))
     if code == 6:
         return sigmoid(x)
     raise InvalidArgument(f"unsupported activation function {code}")
@@ -62,7 +62,7 @@ def activation(x: np.ndarray, code: int) -> np.ndarray:
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
-        return (1 / (1 + np.exp(-x))).astype(x.dtype, copy=False)
+        return np.asarray(1 / (1 + np.exp(-x)), dtype=x.dtype)
 
 
 def _layer_norm(x: np.ndarray) -> np.ndarray:
@@ -70,7 +70,7 @@ def _layer_norm(x: np.ndarray) -> np.ndarray:
     mean = x.mean(axis=-1, keepdims=True)
     centered = x - mean
     var = (centered * centered).mean(axis=-1, keepdims=True)
-    return centered / np.sqrt(var + np.float32(1e-8))
+    return np.asarray(centered / np.sqrt(var + np.float32(1e-8)))
 
 
 def _f32(a: np.ndarray | None) -> np.ndarray | None:
@@ -309,7 +309,7 @@ def _run_cell(
     def norm(z: np.ndarray, g: int) -> np.ndarray:
         assert cell.ln is not None
         sl = slice(g * nc, (g + 1) * nc)
-        return _layer_norm(z) * cell.ln[sl] + cell.bias[sl]
+        return np.asarray(_layer_norm(z) * cell.ln[sl] + cell.bias[sl])
 
     steps = range(n_time - 1, -1, -1) if reverse else range(n_time)
     for t in steps:
@@ -637,7 +637,7 @@ def _fx_const(int32_value: int, bits: int) -> int:
     """A gemmlowp constant given as a 32-bit raw value, rescaled to the raw type."""
     if bits == 32:
         return int32_value
-    return int(rounding_divide_by_pot(np.int64(int32_value), 32 - bits))
+    return int(rounding_divide_by_pot(np.array(int32_value, np.int64), 32 - bits))
 
 
 def _fx_one(ib: int, bits: int) -> int:
@@ -647,7 +647,7 @@ def _fx_one(ib: int, bits: int) -> int:
 def _fx_add_sat_if16(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
     s = a + b
     if bits == 16:
-        return np.clip(s, -32768, 32767)
+        return np.asarray(np.clip(s, -32768, 32767))
     return _wrap(s, bits)
 
 
@@ -662,7 +662,8 @@ def _exp_on_quarter_interval(a: np.ndarray, bits: int) -> np.ndarray:
     x4_over_4 = rounding_divide_by_pot(x4, 2)
     poly = _wrap(_fx_mul(_wrap(x4_over_4 + x3, bits), one_third, bits) + x2, bits)
     poly = rounding_divide_by_pot(poly, 1)
-    return _fx_add_sat_if16(np.int64(const_term), _fx_mul(const_term, _wrap(x + poly, bits), bits), bits)
+    const = np.array(const_term, np.int64)
+    return _fx_add_sat_if16(const, _fx_mul(const, _wrap(x + poly, bits), bits), bits)
 
 
 _EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535), (3, 720401), (4, 242))
@@ -739,7 +740,7 @@ def _mbqm_array(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray) -> np.
     mask = (np.int64(1) << right) - 1
     remainder = prod & mask
     threshold = (mask >> 1) + (prod < 0)
-    return (prod >> right) + (remainder > threshold)
+    return np.asarray((prod >> right) + (remainder > threshold))
 
 
 def _inv_sqrt_multiplier(value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -759,7 +760,7 @@ def _inv_sqrt_multiplier(value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     v = v << (2 * left_pairs)
     fixed_input = v >> 1
     half_input = rounding_divide_by_pot(fixed_input, 1)
-    half_three = np.int64((1 << 28) + (1 << 27))
+    half_three = np.array((1 << 28) + (1 << 27), np.int64)
     x = np.full(v.shape, 1 << 28, np.int64)
     for _ in range(5):
         x3 = _fx_rescale(_fx_mul(_fx_mul(x, x, 32), x, 32), 9, 3, 32)
@@ -791,7 +792,7 @@ def _apply_layer_norm(
     rounded = np.where(val3 > 0, val3 + 512, val3 - 512)
     val4 = _wrap(np.where(rounded >= 0, rounded // 1024, -((-rounded) // 1024)), 32)
     val5 = multiply_by_quantized_multiplier(val4, scale_a, scale_b + 12)
-    return np.clip(val5, -32768, 32767)
+    return np.asarray(np.clip(val5, -32768, 32767))
 
 
 def _checked_log2(x: float) -> int | None:
@@ -884,7 +885,7 @@ def _mbvma(
     """MatrixBatchVectorMultiplyAccumulate (integer), saturating to [lo, hi]."""
     prod = x @ w.T + eff_bias
     prod = multiply_by_quantized_multiplier(_wrap(prod, 32), mult[0], mult[1]) + out_zp + acc
-    return np.clip(prod, lo, hi)
+    return np.asarray(np.clip(prod, lo, hi))
 
 
 def execute_qlstm(ctx: ExecutionContext) -> None:
@@ -1024,7 +1025,7 @@ def execute_qlstm(ctx: ExecutionContext) -> None:
     cell = np.clip(forget_term + input_term, -32768, 32767)
     if cell_clip > 0:
         q_clip = int(np.clip(np.float32(cell_clip) / np.float32(ctx.scale(19)), -32768.0, 32767.0))
-        q_clip = int(_wrap(np.int64(q_clip), 16))
+        q_clip = int(_wrap(np.array(q_clip, np.int64), 16))
         if q_clip > 0:
             cell = np.clip(cell, -q_clip, q_clip)
 
@@ -1043,7 +1044,7 @@ def execute_qlstm(ctx: ExecutionContext) -> None:
         out = _mbvma(hidden, eff, proj_w, pm, zp_h, np.zeros((n_batch, n_output), np.int64), -128, 127)
         if proj_clip > 0:
             q_pclip = int(np.clip(np.float32(proj_clip) / np.float32(ctx.scale(16)), -128.0, 127.0))
-            q_pclip = int(_wrap(np.int64(q_pclip), 8))
+            q_pclip = int(_wrap(np.array(q_pclip, np.int64), 8))
             if q_pclip > 0:
                 out = np.clip(out, -q_pclip, q_pclip)
     else:

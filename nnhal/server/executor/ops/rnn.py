@@ -110,7 +110,7 @@ def _input_side(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarra
     pre = (x.reshape(n_time * n_batch, n_in) @ w.T).reshape(n_time, n_batch, w.shape[0])
     if b is not None:
         pre += b
-    return pre
+    return np.asarray(pre)
 
 
 def _to_time_major(a: np.ndarray, time_major: bool) -> np.ndarray:
