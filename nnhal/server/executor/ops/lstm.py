@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnhal.core.enums import HalVersion, OperandType, OperationType
+from nnhal.core.enums import HalVersion, OperandLifeTime, OperandType, OperationType
 from nnhal.core.errors import InvalidArgument
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.ops.common import (
@@ -92,6 +92,15 @@ def _known_dims(v: ValidationContext, i: int) -> tuple[int, ...] | None:
     if not dims or 0 in dims:
         return None
     return dims
+
+
+def _presence(v: ValidationContext, i: int) -> bool | None:
+    """Whether optional input ``i`` has a value; None when only the request can tell."""
+    if v.is_omitted(i):
+        return False
+    if v.inputs[i].lifetime == OperandLifeTime.SUBGRAPH_INPUT:
+        return None
+    return True
 
 
 def _check_rank(v: ValidationContext, i: int, rank: int) -> None:
@@ -418,10 +427,11 @@ def _validate_cell_shapes(v: ValidationContext, idx: _CellIndexes, n_input: int 
     out_w = _known_dims(v, idx.to_x[3])
     if out_w is not None and n_input is not None:
         v.require(out_w[1] == n_input, "input-to-output weights do not match the input size")
-    if v.is_omitted(idx.to_x[0]) != v.is_omitted(idx.to_h[0]):
+    has_xi, has_hi = _presence(v, idx.to_x[0]), _presence(v, idx.to_h[0])
+    if has_xi is not None and has_hi is not None and has_xi != has_hi:
         v.fail("input-to-input and recurrent-to-input weights must be all or none")
-    if v.is_omitted(idx.proj_w):
-        v.require(v.is_omitted(idx.proj_b), "projection bias given without projection weights")
+    if _presence(v, idx.proj_w) is False:
+        v.require(_presence(v, idx.proj_b) is not True, "projection bias given without projection weights")
 
 
 # =============================================================================
@@ -797,6 +807,8 @@ def _apply_layer_norm(
 
 def _checked_log2(x: float) -> int | None:
     """CheckedLog2 in float32 arithmetic; None when x is not a power of two."""
+    if not x > 0 or not math.isfinite(x):
+        return None
     x_log2 = np.float32(np.log(np.float32(x))) * (np.float32(1.0) / np.float32(np.log(np.float32(2.0))))
     rounded = float(round_half_away_scalar(float(x_log2)))
     if abs(float(x_log2) - rounded) >= 1e-3:
@@ -839,7 +851,8 @@ def validate_qlstm(v: ValidationContext) -> HalVersion:
         _check_rank(v, i, 2)
     for i in (*_Q_PEEP, *_Q_BIAS, 17, *_Q_LN):
         _check_rank(v, i, 1)
-    if v.is_omitted(1) != v.is_omitted(5):
+    has_xi, has_hi = _presence(v, 1), _presence(v, 5)
+    if has_xi is not None and has_hi is not None and has_xi != has_hi:
         v.fail("input-to-input and recurrent-to-input weights must be all or none")
     cell = v.inputs[19]
     if cell.scale > 0:
@@ -867,6 +880,7 @@ class _QGate:
 
 
 def _qm(real: float, op: str) -> tuple[int, int]:
+    _need(math.isfinite(real) and real >= 0, op, f"invalid effective scale {real}")
     q, s = quantize_multiplier(real)
     _need(q <= INT32_MAX, op, "effective scale out of range")
     return q, s
@@ -955,6 +969,7 @@ def execute_qlstm(ctx: ExecutionContext) -> None:
     inter = [float(ctx.scalar(i)) for i in (26, 27, 28, 29)]
     hidden_zp = int(ctx.scalar(30))
     hidden_scale = float(ctx.scalar(31))
+    _need(hidden_scale > 0 and all(v > 0 for v in inter), op, "hidden state and intermediate scales must be > 0")
     use_ln = ln_rest[-1] is not None
 
     gates: list[_QGate | None] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.core.enums import HalVersion, OperandType, OperationType
+from nnhal.core.enums import HalVersion, OperandLifeTime, OperandType, OperationType
 from nnhal.core.errors import InvalidArgument
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.ops.common import FLOAT_TYPES, T
@@ -35,6 +35,15 @@ def _known_dims(v: ValidationContext, i: int) -> tuple[int, ...] | None:
     if not dims or 0 in dims:
         return None
     return dims
+
+
+def _presence(v: ValidationContext, i: int) -> bool | None:
+    """Whether optional input ``i`` has a value; None when only the request can tell."""
+    if v.is_omitted(i):
+        return False
+    if v.inputs[i].lifetime == OperandLifeTime.SUBGRAPH_INPUT:
+        return None
+    return True
 
 
 def _check_rank(v: ValidationContext, i: int, rank: int) -> None:
@@ -189,10 +198,11 @@ def validate_bidi_rnn(v: ValidationContext) -> HalVersion:
     for i, rank in ((0, 3), (1, 2), (2, 2), (3, 1), (4, 2), (5, 2), (6, 2), (7, 1), (8, 2), (9, 3), (10, 2), (11, 2)):
         _check_rank(v, i, rank)
     _check_activation(v, 12)
-    fw_aux, bw_aux = v.is_omitted(10), v.is_omitted(11)
-    v.require(fw_aux == bw_aux, "forward and backward aux weights must be both given or both omitted")
-    if not fw_aux:
-        v.require(not v.is_omitted(9), "aux weights given without an aux input")
+    fw_aux, bw_aux = _presence(v, 10), _presence(v, 11)
+    if fw_aux is not None and bw_aux is not None:
+        v.require(fw_aux == bw_aux, "forward and backward aux weights must be both given or both omitted")
+    if fw_aux or bw_aux:
+        v.require(_presence(v, 9) is not False, "aux weights given without an aux input")
     merge = v.constant_scalar(14)
     if merge is not None:
         allowed = (1, 3) if merge else (2, 4)
