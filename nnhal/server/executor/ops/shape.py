@@ -373,7 +373,7 @@ def execute_channel_shuffle(ctx: ExecutionContext) -> None:
     if groups <= 0 or channels % groups:
         raise fail(ctx, f"{channels} channels cannot be split into {groups} groups")
     # [.., groups, group_size, ..] -> [.., group_size, groups, ..]
-    split = x.reshape(x.shape[:axis] + (groups, channels // groups) + x.shape[axis + 1 :])
+    split = x.reshape((*x.shape[:axis], groups, channels // groups, *x.shape[axis + 1 :]))
     ctx.set_output(OUTPUT, np.swapaxes(split, axis, axis + 1).reshape(x.shape))
 
 
