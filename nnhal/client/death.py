@@ -58,6 +58,8 @@ class DeathMonitor:
             raise DeadObject(f"{self._what}: {self._reason}")
 
     def mark_ready(self) -> None:
+        # Only the connectivity callback may call this: its notifications arrive
+        # in order on one thread, and an initial IDLE may be delivered late.
         with self._lock:
             self._was_ready = True
 

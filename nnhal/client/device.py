@@ -119,7 +119,6 @@ class Device:
                     self.session = event.session
                     self.name = event.device_name
                     self.feature_level = event.feature_level
-                    self.monitor.mark_ready()
                     self._session_ready.set()
             reason = "the server ended the session"
         except grpc.RpcError as err:

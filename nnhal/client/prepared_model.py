@@ -314,3 +314,109 @@ class PreparedModel:
         msg, layout = self._numpy_request(inputs, None)
         msg, grpc_timeout = self._exec_msg(msg, measure, timeout, deadline_at, loop_timeout_ns)
         return self._async(msg, grpc_timeout, lambda o: self._decode(o, layout))
+
+    # -- fenced execution and bursts ---------------------------------------------
+    def execute_fenced(
+        self,
+        request: Request,
+        *,
+        wait_for: Sequence[FencedExecution] = (),
+        measure: bool = False,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        loop_timeout_ns: int = 0,
+        timeout_after_fence_ns: int = 0,
+    ) -> FencedExecution:
+        """executeFenced: starts once the ``wait_for`` executions have signalled.
+
+        Raises the launch error (e.g. INVALID_ARGUMENT for unspecified output shapes)."""
+        from nnhal.client.device import deadline_msg
+
+        device = self._device
+        msg = spb.FencedExecuteRequest(session=device.session, prepared_model=self.handle)
+        wire.request_to(request, msg.request)
+        msg.wait_for.extend(f.sync_fence for f in wait_for)
+        if measure:
+            msg.measure = int(MeasureTiming.YES)  # type: ignore[assignment]
+        msg.loop_timeout_ns = loop_timeout_ns
+        msg.timeout_after_fence_ns = timeout_after_fence_ns
+        grpc_timeout = deadline_msg(msg.deadline, timeout, deadline_at)
+        result = device._unary(device.stubs.prepared_model.executeFenced, msg, "executeFenced", grpc_timeout)
+        if result.status != 0:
+            raise HalError.of(wire.error_status_from(result.status), result.message)
+        return FencedExecution(device, result.sync_fence, result.callback)
+
+    def burst(self) -> Burst:
+        """configureExecutionBurst: one stream carrying many executions."""
+        return Burst(self)
+
+
+class FencedExecution:
+    """A sync fence plus its IFencedExecutionCallback."""
+
+    def __init__(self, device: Device, sync_fence: str, callback: str) -> None:
+        self._device = device
+        self.sync_fence = sync_fence
+        self.callback = callback
+
+    def get_execution_info(self, wait: bool = True, timeout: float = DEFAULT_CALL_TIMEOUT) -> ExecutionOutcome:
+        """getExecutionInfo: status, timings (launched, fenced) and returned inline pools.
+
+        With ``wait`` the call blocks until the fence signals (bounded by ``timeout``)."""
+        device = self._device
+        req = spb.FencedInfoRequest(session=device.session, callback=self.callback, wait=wait)
+        msg = device._unary(device.stubs.fenced.getExecutionInfo, req, "getExecutionInfo", timeout)
+        outcome = ExecutionOutcome(
+            status=wire.error_status_from(msg.status),
+            message=msg.message,
+            timing=wire.timing_from(msg.timing_fenced),
+            output_pools={p.pool_index: p.data for p in msg.output_pools},
+        )
+        outcome.timing_launched = wire.timing_from(msg.timing_launched)  # type: ignore[attr-defined]
+        outcome.signalled = bool(msg.signalled)  # type: ignore[attr-defined]
+        return outcome
+
+
+class Burst:
+    """An execution burst: requests and results travel on one bidirectional stream,
+    in order. Thread-safe (one execution at a time). Close it, or use ``with``."""
+
+    def __init__(self, pm: PreparedModel) -> None:
+        import queue
+
+        self._pm = pm
+        self._requests: queue.Queue[spb.BurstRequest | None] = queue.Queue()
+        self._lock = threading.Lock()
+        device = pm._device
+        device.monitor.check()
+        self._responses = device.stubs.prepared_model.configureExecutionBurst(
+            iter(self._requests.get, None), timeout=DEFAULT_CALL_TIMEOUT * 6
+        )
+
+    def execute(self, request: Request, *, measure: bool = False, timeout: float | None = None) -> ExecutionOutcome:
+        msg, _ = self._pm._exec_msg(request, measure, timeout, None, 0)
+        with self._lock:
+            self._pm._device.monitor.check()
+            self._requests.put(spb.BurstRequest(execute=msg))
+            try:
+                response = next(self._responses)
+            except grpc.RpcError as err:
+                mapped = map_rpc_error(err, what="burst")
+                if isinstance(mapped, DeadObject):
+                    self._pm._device.monitor.declare_dead(mapped.message)
+                return ExecutionOutcome(mapped.error_status, mapped.message)
+        return _outcome(response.result)
+
+    def close(self) -> None:
+        self._requests.put(None)
+        try:
+            for _ in self._responses:
+                pass
+        except grpc.RpcError:
+            pass
+
+    def __enter__(self) -> Burst:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

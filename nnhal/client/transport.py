@@ -60,6 +60,9 @@ def channel_options(keepalive_ms: int = KEEPALIVE_TIME_MS, timeout_ms: int = KEE
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 1000),
         ("grpc.enable_retries", 0),
+        # Each proxy owns its connection: another proxy closing its channel must
+        # never look like a death of this one.
+        ("grpc.use_local_subchannel_pool", 1),
     ]
 
 

@@ -195,6 +195,7 @@ def _validate_subgraph(
     for i, operand in enumerate(sg.operands):
         if not written[i]:
             raise _fail(f"{name} operand {i}", f"{operand.lifetime.name} operand is never written by any operation")
+    for i, operand in enumerate(sg.operands):
         if operand.number_of_consumers != consumers[i]:
             raise _fail(
                 f"{name} operand {i}",

@@ -210,11 +210,9 @@ def model_from(msg: pb.Model) -> Model:
 def _args_to(args: Iterable[RequestArgument], out: object) -> None:
     for a in args:
         m = out.add()  # type: ignore[attr-defined]
-        if a.has_no_value:
-            m.has_no_value = True
-        else:
-            _loc_to(a.location, m.location)
-            m.dimensions.extend(a.dimensions)
+        m.has_no_value = a.has_no_value
+        _loc_to(a.location, m.location)
+        m.dimensions.extend(a.dimensions)
 
 
 def request_to(request: Request, msg: pb.Request | None = None) -> pb.Request:

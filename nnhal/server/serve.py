@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from concurrent import futures
@@ -133,3 +134,7 @@ def run_forever(options: ServerOptions) -> None:
     while not done.wait(0.5):
         pass
     server.stop()
+    logging.shutdown()
+    # Worker threads may still sit inside a long kernel or an injected delay;
+    # in-flight RPCs had their grace period, so end the process now.
+    os._exit(0)

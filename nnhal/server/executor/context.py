@@ -214,7 +214,8 @@ class ExecutionContext:
     def set_output(self, i: int, value: np.ndarray) -> None:
         """Store output ``i``; casts to the operand dtype, checks declared dims."""
         operand = self.out_operands[i]
-        arr = np.asarray(value, dtype=DTYPE[operand.type])
+        with np.errstate(over="ignore", invalid="ignore"):  # float16 narrowing saturates to inf
+            arr = np.asarray(value, dtype=DTYPE[operand.type])
         dims = operand.dimensions
         if dims and INFO[operand.type].is_tensor:
             if len(dims) != arr.ndim or any(d and d != a for d, a in zip(dims, arr.shape)):

@@ -10,6 +10,7 @@ from nnhal.core.types import Model, Operation, Subgraph
 from nnhal.core.validation import OperationValidator, validate_model
 from nnhal.server.executor.context import ValidationContext
 from nnhal.server.executor.graph import Buffer, operand_value
+from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
 from nnhal.server.executor.registry import lookup
 
 import numpy as np

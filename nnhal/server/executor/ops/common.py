@@ -158,7 +158,7 @@ def quantize(x: np.ndarray, scale: float, zero_point: int, t: OperandType) -> np
 
 
 def _round_away_arr(x: np.ndarray) -> np.ndarray:
-    return np.where(x >= 0, np.floor(x + 0.5), -np.floor(-x + 0.5))
+    return np.asarray(np.where(x >= 0, np.floor(x + 0.5), -np.floor(-x + 0.5)))
 
 
 round_half_away = _round_away_arr
