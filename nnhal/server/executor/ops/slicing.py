@@ -203,10 +203,8 @@ def execute_pad(ctx: ExecutionContext) -> None:
 
 # -- layout helpers ----------------------------------------------------------------------
 def _validate_layout(v: ValidationContext, flag_input: int) -> HalVersion:
-    """An explicit layout flag needs HAL 1.2."""
-    if v.num_inputs > flag_input:
-        return HalVersion.V1_2
-    return HalVersion.V1_0
+    """A layout flag input (even a false one) needs HAL 1.2, as the reference validates it."""
+    return HalVersion.V1_2 if v.num_inputs > flag_input else HalVersion.V1_0
 
 
 def _nchw(ctx: ExecutionContext, flag_input: int) -> bool:
