@@ -93,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run a driver hosting the CPU device")
-    s.add_argument("--listen", action="append", metavar="ADDR", help="host:port or unix:PATH (repeatable); default 127.0.0.1:50051")
+    s.add_argument(
+        "--listen", action="append", metavar="ADDR", help="host:port or unix:PATH (repeatable); default 127.0.0.1:50051"
+    )
     s.add_argument("--port-file", help="write the bound address(es) here once listening")
     s.add_argument("--name", default="nnhal-cpu", help="device name")
     s.add_argument("--feature-level", choices=["1.0", "1.1", "1.2", "1.3"], default="1.3")

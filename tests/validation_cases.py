@@ -46,7 +46,10 @@ INVALID_MODELS: dict[str, tuple[Model, str]] = {
     "float_with_scale": (_op(BASE, X, scale=0.5), "must have scale 0"),
     "float_with_zero_point": (_op(BASE, X, zero_point=3), "must have zero point 0"),
     "quant_scale_zero": (_op(BASE, X, type=T.TENSOR_QUANT8_ASYMM, scale=0.0), "requires scale > 0"),
-    "quant_zero_point_range": (_op(BASE, X, type=T.TENSOR_QUANT8_ASYMM, scale=1.0, zero_point=300), "zero point must be in"),
+    "quant_zero_point_range": (
+        _op(BASE, X, type=T.TENSOR_QUANT8_ASYMM, scale=1.0, zero_point=300),
+        "zero point must be in",
+    ),
     "per_channel_without_params": (_op(BASE, X, type=T.TENSOR_QUANT8_SYMM_PER_CHANNEL), "channel quantization"),
     "copy_out_of_bounds": (_op(BASE, ACT, location=DataLocation(0, 4096, 4)), "outside operandValues"),
     "constant_wrong_length": (_op(BASE, ACT, location=DataLocation(0, 0, 8)), "need 4 bytes"),
@@ -105,4 +108,4 @@ INVALID_REQUESTS: dict[str, tuple[Request, str]] = {
 }
 
 Mutation = Callable[[Model], Model]
-__all__ = ["BASE", "INVALID_MODELS", "INVALID_REQUESTS", "base_request", "Operand", "Subgraph"]
+__all__ = ["BASE", "INVALID_MODELS", "INVALID_REQUESTS", "Operand", "Subgraph", "base_request"]

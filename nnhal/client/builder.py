@@ -75,7 +75,9 @@ class ModelBuilder:
         zero_point: int = 0,
         channel_quant: SymmPerChannelQuantParams | None = None,
     ) -> int:
-        self._operands.append(_Pending(OperandType(type), tuple(int(d) for d in dims), float(scale), int(zero_point), channel_quant))
+        self._operands.append(
+            _Pending(OperandType(type), tuple(int(d) for d in dims), float(scale), int(zero_point), channel_quant)
+        )
         return len(self._operands) - 1
 
     def set_operand_value(self, index: int, value: np.ndarray | float | int | bool | None) -> None:
@@ -184,7 +186,9 @@ class ModelBuilder:
         return Model(main, tuple(referenced), bytes(values), pools, self._relaxed)
 
     @staticmethod
-    def _build(b: ModelBuilder, _unused: int, values: bytearray, pool: bytearray) -> tuple[Subgraph, bytearray, bytearray]:
+    def _build(
+        b: ModelBuilder, _unused: int, values: bytearray, pool: bytearray
+    ) -> tuple[Subgraph, bytearray, bytearray]:
         consumers = [0] * len(b._operands)
         for operation in b._operations:
             for i in operation.inputs:

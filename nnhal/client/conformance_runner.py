@@ -24,7 +24,6 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 from nnhal.client.device import Device
 from nnhal.client.local_server import LocalServer
@@ -118,7 +117,9 @@ def _run_dynamic(dev: Device, case: TestCase) -> None:
             sizes[0] = len(dyn.outputs[0].data) - 1
             short = pm.execute_request(build_request(dyn, sizes))
             if short.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
-                raise CaseFailure(f"output 0 one byte short: got {short.status.name}, expected OUTPUT_INSUFFICIENT_SIZE")
+                raise CaseFailure(
+                    f"output 0 one byte short: got {short.status.name}, expected OUTPUT_INSUFFICIENT_SIZE"
+                )
             if not short.output_shapes or short.output_shapes[0].is_sufficient:
                 raise CaseFailure("output 0 one byte short: outputShapes[0].isSufficient is not false")
 
@@ -255,7 +256,10 @@ def run_cli(args: argparse.Namespace) -> int:
     ]
     print_table(["operation(s)", "passed", "failed", "skipped"], rows)
     print()
-    print_table(["mode", "passed", "failed", "skipped"], [[m, c["passed"], c["failed"], c["skipped"]] for m, c in sorted(per_mode.items())])
+    print_table(
+        ["mode", "passed", "failed", "skipped"],
+        [[m, c["passed"], c["failed"], c["skipped"]] for m, c in sorted(per_mode.items())],
+    )
     failures = [(k, v["detail"]) for k, v in sorted(report.items()) if v["status"] == "failed"]
     if failures:
         print(f"\nfirst failures (of {len(failures)}):")

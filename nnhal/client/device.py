@@ -46,7 +46,9 @@ def deadline_msg(msg: pb.Deadline, timeout: float | None, deadline_at: float | N
     Returns the gRPC timeout to use (HAL deadline + margin, or the default)."""
     remaining: float | None = timeout
     if deadline_at is not None:
-        remaining = deadline_at - time.monotonic() if remaining is None else min(remaining, deadline_at - time.monotonic())
+        remaining = (
+            deadline_at - time.monotonic() if remaining is None else min(remaining, deadline_at - time.monotonic())
+        )
     if remaining is None:
         return None
     msg.has_deadline = True
@@ -201,7 +203,9 @@ class Device:
 
     def set_faults(self, prepare_delay_ms: int = 0, execute_delay_ms: int = 0) -> None:
         """Test-only: ask a server started with --enable-fault-injection to slow this session."""
-        req = spb.FaultRequest(session=self.session, prepare_delay_ms=prepare_delay_ms, execute_delay_ms=execute_delay_ms)
+        req = spb.FaultRequest(
+            session=self.session, prepare_delay_ms=prepare_delay_ms, execute_delay_ms=execute_delay_ms
+        )
         _check(self._unary(self.stubs.device.setFaults, req, "setFaults"), "setFaults")
 
     # -- preparation --------------------------------------------------------------

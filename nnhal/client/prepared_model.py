@@ -148,7 +148,10 @@ class PreparedModel:
         msg, grpc_timeout = self._exec_msg(request, measure, timeout, deadline_at, loop_timeout_ns)
         try:
             result = self._device._unary(
-                self._device.stubs.prepared_model.executeSynchronously_1_3, msg, "executeSynchronously_1_3", grpc_timeout
+                self._device.stubs.prepared_model.executeSynchronously_1_3,
+                msg,
+                "executeSynchronously_1_3",
+                grpc_timeout,
             )
         except HalError as err:
             return ExecutionOutcome(err.error_status, err.message)
@@ -262,7 +265,9 @@ class PreparedModel:
     def _decode(outcome: ExecutionOutcome, layout: list[tuple[int, Operand]]) -> list[np.ndarray]:
         data = outcome.output_pools.get(1, b"")
         outs: list[np.ndarray] = []
-        for (offset, op), shape in zip(layout, outcome.output_shapes or [OutputShape(op.dimensions, True) for _, op in layout]):
+        for (offset, op), shape in zip(
+            layout, outcome.output_shapes or [OutputShape(op.dimensions, True) for _, op in layout]
+        ):
             dims = tuple(shape.dimensions)
             count = int(np.prod(dims)) if INFO[op.type].is_tensor else 1
             arr = np.frombuffer(data, dtype=DTYPE[op.type], count=count, offset=offset)
@@ -286,7 +291,10 @@ class PreparedModel:
             msg, layout = self._numpy_request(inputs, sizes)
             msg, grpc_timeout = self._exec_msg(msg, measure, timeout, deadline_at, loop_timeout_ns)
             result = self._device._unary(
-                self._device.stubs.prepared_model.executeSynchronously_1_3, msg, "executeSynchronously_1_3", grpc_timeout
+                self._device.stubs.prepared_model.executeSynchronously_1_3,
+                msg,
+                "executeSynchronously_1_3",
+                grpc_timeout,
             )
             outcome = _outcome(result)
             if outcome.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and outcome.output_shapes and sizes is None:

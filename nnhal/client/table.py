@@ -45,10 +45,7 @@ class Progress:
         self._last = now
         frac = self.done / self.total
         bar = "#" * int(frac * 30)
-        text = (
-            f"{self.label} [{bar:<30}] {self.done}/{self.total} "
-            f"({self.failed} failed, {now - self._start:.0f}s)"
-        )
+        text = f"{self.label} [{bar:<30}] {self.done}/{self.total} ({self.failed} failed, {now - self._start:.0f}s)"
         if self._tty:
             self.out.write("\r" + text)
             if self.done >= self.total:

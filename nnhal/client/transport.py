@@ -46,7 +46,9 @@ KEEPALIVE_TIMEOUT_MS = 1000
 DEATH_DETECTION_BOUND_S = 5.0
 
 
-def channel_options(keepalive_ms: int = KEEPALIVE_TIME_MS, timeout_ms: int = KEEPALIVE_TIMEOUT_MS) -> list[tuple[str, int]]:
+def channel_options(
+    keepalive_ms: int = KEEPALIVE_TIME_MS, timeout_ms: int = KEEPALIVE_TIMEOUT_MS
+) -> list[tuple[str, int]]:
     return [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.conformance.vectors import TestCase, VectorOperand
 from nnhal.core.enums import OperandType as T
 from nnhal.core.operand_types import DTYPE
-from nnhal.conformance.vectors import TestCase, VectorOperand
 
 _F32_ATOL = float(np.float32(1e-5))
 _F32_RTOL = 5.0 * 2.0**-23
@@ -70,8 +70,7 @@ def compare_output(case: TestCase, k: int, expected: VectorOperand, actual: byte
     if bad.size:
         i = int(bad[0])
         return (
-            f"output {k}[{i}]: got {act[i]!r}, expected {exp[i]!r} "
-            f"(atol {atol}, rtol {rtol}; {bad.size} of {n} differ)"
+            f"output {k}[{i}]: got {act[i]!r}, expected {exp[i]!r} (atol {atol}, rtol {rtol}; {bad.size} of {n} differ)"
         )
     return None
 

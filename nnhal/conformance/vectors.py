@@ -109,8 +109,8 @@ def _subgraph(doc: dict[str, Any], layout: _Layout, is_main: bool) -> tuple[Subg
     operands: list[Operand] = []
     datas: list[bytes] = []
     for od in doc["operands"]:
-        t = OperandType[od["type"]]
-        lifetime = L[od["lifetime"]]
+        t = OperandType.__members__[od["type"]]
+        lifetime = OperandLifeTime.__members__[od["lifetime"]]
         data = base64.b64decode(od["data"])
         cq = od.get("channel_quant")
         channel_quant = (
@@ -165,7 +165,9 @@ def parse_case(doc: dict[str, Any]) -> TestCase:
     for idx, od in zip(main.output_indexes, (doc["main"]["operands"][i] for i in main.output_indexes)):
         op = main.operands[idx]
         outputs.append(
-            VectorOperand(op.type, op.dimensions, op.scale, op.zero_point, op.lifetime, bool(od["is_ignored"]), main_data[idx])
+            VectorOperand(
+                op.type, op.dimensions, op.scale, op.zero_point, op.lifetime, bool(od["is_ignored"]), main_data[idx]
+            )
         )
     return TestCase(
         name=doc["name"],

@@ -165,13 +165,7 @@ OPERATION_INTRODUCED: dict[OperationType, HalVersion] = {
 
 #: The HAL version that introduced each operand type.
 OPERAND_TYPE_INTRODUCED: dict[OperandType, HalVersion] = {
-    t: (
-        HalVersion.V1_0
-        if t.value <= 5 or t.value >= 10000
-        else HalVersion.V1_2
-        if t.value <= 13
-        else HalVersion.V1_3
-    )
+    t: (HalVersion.V1_0 if t.value <= 5 or t.value >= 10000 else HalVersion.V1_2 if t.value <= 13 else HalVersion.V1_3)
     for t in OperandType
 }
 

@@ -7,7 +7,6 @@ these, and only ``nnhal.core.wire`` converts them to and from protobuf.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 from nnhal.core.enums import (
     DeviceStatus,
@@ -89,7 +88,7 @@ class BufferTokenPool:
     token: int
 
 
-MemoryPool = Union[InlinePool, SharedMemoryPool, BufferTokenPool]
+MemoryPool = InlinePool | SharedMemoryPool | BufferTokenPool
 
 
 @dataclass(frozen=True, slots=True)

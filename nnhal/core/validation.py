@@ -149,7 +149,9 @@ def _validate_subgraph(
             seen.add(idx)
             if sg.operands[idx].lifetime != lifetime:
                 raise _fail(
-                    name, f"{kind} {k} (operand {idx}) has lifetime {sg.operands[idx].lifetime.name}, expected {lifetime.name}"
+                    name,
+                    f"{kind} {k} (operand {idx}) has lifetime {sg.operands[idx].lifetime.name}, "
+                    f"expected {lifetime.name}",
                 )
         declared = {i for i, op in enumerate(sg.operands) if op.lifetime == lifetime}
         if declared != seen:
@@ -240,9 +242,7 @@ def validate_model(
         raise InvalidArgument(f"{len(model.pools)} pools but {len(pool_sizes)} sizes")
     version = _validate_subgraph(model, model.main, "main", pool_sizes, operation_validator)
     for r, sg in enumerate(model.referenced):
-        version = max(
-            version, _validate_subgraph(model, sg, f"referenced[{r}]", pool_sizes, operation_validator)
-        )
+        version = max(version, _validate_subgraph(model, sg, f"referenced[{r}]", pool_sizes, operation_validator))
     if model.referenced:
         _check_subgraph_references(model)
     if model.relax_computation_float32_to_float16:
@@ -294,9 +294,7 @@ def _validate_arguments(
                 )
         else:
             if model_dims and len(arg.dimensions) != len(model_dims):
-                raise _fail(
-                    where, f"has rank {len(arg.dimensions)}, the model operand has rank {len(model_dims)}"
-                )
+                raise _fail(where, f"has rank {len(arg.dimensions)}, the model operand has rank {len(model_dims)}")
             for d, (req, mod) in enumerate(zip(arg.dimensions, model_dims or arg.dimensions)):
                 if mod and req != mod:
                     raise _fail(where, f"dimension {d} is {req}, the model says {mod}")

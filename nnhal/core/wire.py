@@ -200,9 +200,7 @@ def model_from(msg: pb.Model) -> Model:
         operand_values=msg.operand_values,
         pools=tuple(pool_from(p, f"model pool {i}") for i, p in enumerate(msg.pools)),
         relax_computation_float32_to_float16=msg.relax_computation_float32_to_float16,
-        extension_name_to_prefix=tuple(
-            ExtensionNameAndPrefix(e.name, e.prefix) for e in msg.extension_name_to_prefix
-        ),
+        extension_name_to_prefix=tuple(ExtensionNameAndPrefix(e.name, e.prefix) for e in msg.extension_name_to_prefix),
     )
 
 
@@ -226,8 +224,11 @@ def request_to(request: Request, msg: pb.Request | None = None) -> pb.Request:
 
 def _args_from(args: Sequence[pb.RequestArgument]) -> tuple[RequestArgument, ...]:
     return tuple(
-        RequestArgument(a.has_no_value, DataLocation(a.location.pool_index, a.location.offset, a.location.length),
-                        tuple(a.dimensions))
+        RequestArgument(
+            a.has_no_value,
+            DataLocation(a.location.pool_index, a.location.offset, a.location.length),
+            tuple(a.dimensions),
+        )
         for a in args
     )
 

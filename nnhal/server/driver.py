@@ -42,18 +42,18 @@ from nnhal.core.types import (
     BufferRole,
     BufferTokenPool,
     Capabilities,
-    MemoryPool,
     Extension,
+    MemoryPool,
     Model,
     OperandPerformance,
     PerformanceInfo,
     Request,
     Timing,
 )
+from nnhal.core.validation import validate_request
 from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
 from nnhal.server.executor.validate import supported_operations, validate_full
-from nnhal.core.validation import validate_request
 from nnhal.server.memory import BoundPools, SharedMemoryPolicy, bind_pools
 from nnhal.server.prepared_model import ExecutionResult, PreparedModel
 from nnhal.server.scheduler import Scheduler, Ticket
@@ -174,7 +174,9 @@ class Driver:
             relaxed_float32_to_float16_performance_scalar=perf,
             relaxed_float32_to_float16_performance_tensor=perf,
             operand_performance=tuple(
-                OperandPerformance(t, perf) for t in OperandType if t not in (OperandType.OEM, OperandType.TENSOR_OEM_BYTE)
+                OperandPerformance(t, perf)
+                for t in OperandType
+                if t not in (OperandType.OEM, OperandType.TENSOR_OEM_BYTE)
             ),
             if_performance=perf,
             while_performance=perf,
@@ -405,7 +407,8 @@ class Driver:
                 )
             if total and self._bytes_total + nbytes > total:
                 raise ResourceExhaustedTransient(
-                    f"{what} need {nbytes} bytes; the server has {total - self._bytes_total} of {total} free; retry later"
+                    f"{what} need {nbytes} bytes; the server has {total - self._bytes_total} of {total} "
+                    "free; retry later"
                 )
             session.bytes_in_use += nbytes
             self._bytes_total += nbytes

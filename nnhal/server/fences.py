@@ -13,12 +13,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError, InvalidArgument
 from nnhal.core.operand_types import INFO
 from nnhal.core.types import Request, Timing
 from nnhal.core.validation import merged_dimensions
-from nnhal.core import wire
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.driver import Driver, Session
 
@@ -86,7 +86,9 @@ class FenceRegistry:
                 for w in waits:
                     remaining = None if deadline_ns is None else max(0.0, (deadline_ns - time.monotonic_ns()) / 1e9)
                     if not w.done.wait(remaining):
-                        raise HalError.of(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "a fence to wait for was not signalled in time")
+                        raise HalError.of(
+                            ErrorStatus.MISSED_DEADLINE_TRANSIENT, "a fence to wait for was not signalled in time"
+                        )
                     if w.status != ErrorStatus.NONE:
                         raise HalError.of(w.status, "a fence to wait for signalled an error")
                 t1 = time.perf_counter_ns()

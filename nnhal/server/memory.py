@@ -34,7 +34,9 @@ class MappedRegion:
 
     def __init__(self, policy: SharedMemoryPolicy, pool: SharedMemoryPool, where: str) -> None:
         if pool.kind not in SHARED_KINDS:
-            raise InvalidArgument(f"{where}: unknown shared memory kind {pool.kind!r} (expected one of {sorted(SHARED_KINDS)})")
+            raise InvalidArgument(
+                f"{where}: unknown shared memory kind {pool.kind!r} (expected one of {sorted(SHARED_KINDS)})"
+            )
         name = pool.name
         if not name or "/" in name or "\\" in name or name in (".", "..") or "\0" in name:
             raise InvalidArgument(f"{where}: shared memory name {name!r} must be a plain file name")

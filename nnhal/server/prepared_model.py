@@ -7,6 +7,7 @@ read-only graph.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 
@@ -16,7 +17,6 @@ from nnhal.core.enums import ErrorStatus, OperandType, Priority
 from nnhal.core.errors import HalError, InvalidArgument, OutputInsufficientSize
 from nnhal.core.operand_types import DTYPE, INFO
 from nnhal.core.types import NO_TIMING, Model, Operand, OutputShape, Request, Timing
-from nnhal.core.validation import merged_dimensions
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
 from nnhal.server.memory import BoundPools
 
@@ -50,6 +50,7 @@ class PreparedModel:
         main = model.main
         self._inputs = [main.operands[i] for i in main.input_indexes]
         self._outputs = [main.operands[i] for i in main.output_indexes]
+        self._input_meta = [(op, DTYPE[op.type], INFO[op.type].is_tensor) for op in self._inputs]
         self._fixed_outputs = all(
             not INFO[o.type].is_tensor or (o.dimensions and 0 not in o.dimensions) for o in self._outputs
         )
@@ -93,16 +94,20 @@ class PreparedModel:
 
     def _bind_inputs(self, request: Request, pools: BoundPools) -> list[np.ndarray | None]:
         inputs: list[np.ndarray | None] = []
-        for operand, arg in zip(self._inputs, request.inputs):
+        buffers = pools.buffers
+        for (operand, dtype, is_tensor), arg in zip(self._input_meta, request.inputs):
             if arg.has_no_value:
                 inputs.append(None)
                 continue
-            dims = merged_dimensions(operand, arg)
-            dtype = DTYPE[operand.type]
-            count = int(np.prod(dims)) if INFO[operand.type].is_tensor else 1
-            buf = pools.buffers[arg.location.pool_index]
-            arr = np.frombuffer(buf, dtype=dtype, count=count, offset=arg.location.offset)
-            inputs.append(arr.reshape(dims) if INFO[operand.type].is_tensor else arr.reshape(()))
+            loc = arg.location
+            if is_tensor:
+                dims = arg.dimensions or operand.dimensions
+                arr = np.frombuffer(buffers[loc.pool_index], dtype=dtype, count=math.prod(dims), offset=loc.offset)
+                inputs.append(arr.reshape(dims))
+            else:
+                inputs.append(
+                    np.frombuffer(buffers[loc.pool_index], dtype=dtype, count=1, offset=loc.offset).reshape(())
+                )
         return inputs
 
     def _output_overrides(self, request: Request) -> list[Operand] | None:
@@ -113,9 +118,7 @@ class PreparedModel:
             for op, arg in zip(self._outputs, request.outputs)
         ]
 
-    def _write_outputs(
-        self, request: Request, pools: BoundPools, outputs: list[np.ndarray]
-    ) -> tuple[OutputShape, ...]:
+    def _write_outputs(self, request: Request, pools: BoundPools, outputs: list[np.ndarray]) -> tuple[OutputShape, ...]:
         shapes: list[OutputShape] = []
         insufficient = False
         for operand, arg, value in zip(self._outputs, request.outputs, outputs):

@@ -74,7 +74,9 @@ class Scheduler:
                     if deadline_ns is not None:
                         timeout = (deadline_ns - time.monotonic_ns()) / 1e9
                         if timeout <= 0:
-                            raise MissedDeadlineTransient("the deadline passed while the execution waited for the device")
+                            raise MissedDeadlineTransient(
+                                "the deadline passed while the execution waited for the device"
+                            )
                     self._cond.wait(timeout if timeout is None else min(timeout, 1.0))
             except BaseException:
                 self._waiting.remove(ticket)

@@ -69,7 +69,7 @@ def guarded(make: Callable[[], M]) -> Callable[[Callable[..., M]], Callable[...,
 
 
 def result_to(result: ExecutionResult, bound: BoundPools | None, msg: spb.ExecuteResult) -> spb.ExecuteResult:
-    msg.status = int(result.status)
+    msg.status = int(result.status)  # type: ignore[assignment]
     msg.message = result.message
     wire.output_shapes_to(result.output_shapes, msg.output_shapes)
     wire.timing_to(result.timing, msg.timing)
@@ -111,7 +111,9 @@ class DeviceServicer(sgrpc.DeviceServicer):
         return self.driver.session(sid)
 
     @guarded(spb.CapabilitiesResponse)
-    def getCapabilities_1_3(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.CapabilitiesResponse:
+    def getCapabilities_1_3(
+        self, request: spb.DeviceRequest, context: grpc.ServicerContext
+    ) -> spb.CapabilitiesResponse:
         self._session(request.session)
         msg = spb.CapabilitiesResponse()
         wire.capabilities_to(self.driver.capabilities, msg.capabilities)
@@ -128,7 +130,9 @@ class DeviceServicer(sgrpc.DeviceServicer):
         return spb.TypeResponse(type=int(self.driver.config.device_type))  # type: ignore[arg-type]
 
     @guarded(spb.ExtensionsResponse)
-    def getSupportedExtensions(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.ExtensionsResponse:
+    def getSupportedExtensions(
+        self, request: spb.DeviceRequest, context: grpc.ServicerContext
+    ) -> spb.ExtensionsResponse:
         self._session(request.session)
         msg = spb.ExtensionsResponse()
         for e in self.driver.extensions():
@@ -136,7 +140,9 @@ class DeviceServicer(sgrpc.DeviceServicer):
         return msg
 
     @guarded(spb.CacheFilesResponse)
-    def getNumberOfCacheFilesNeeded(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.CacheFilesResponse:
+    def getNumberOfCacheFilesNeeded(
+        self, request: spb.DeviceRequest, context: grpc.ServicerContext
+    ) -> spb.CacheFilesResponse:
         self._session(request.session)
         model, data = self.driver.cache_files_needed()
         return spb.CacheFilesResponse(num_model_cache=model, num_data_cache=data)
@@ -194,7 +200,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
             session = self._session(request.session)
             model = wire.model_from(request.model)
             priority = wire.priority_from_wire(request.priority)
-            if request.preference not in tuple(ExecutionPreference):
+            if int(request.preference) not in {int(p) for p in ExecutionPreference}:
                 raise InvalidArgument(f"execution preference {request.preference} is invalid")
             return self.driver.begin_prepare(
                 session,
@@ -302,7 +308,9 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
                 result_msg = result_to(job.run(), job.bound, spb.ExecuteResult())
             except Exception as err:
                 log.exception("unexpected error during execution")
-                result_msg = _status_fields(spb.ExecuteResult(), ErrorStatus.GENERAL_FAILURE, f"internal error: {err!r}")
+                result_msg = _status_fields(
+                    spb.ExecuteResult(), ErrorStatus.GENERAL_FAILURE, f"internal error: {err!r}"
+                )
             yield spb.ExecuteEvent(notify=result_msg)
         finally:
             job.bound.close()
@@ -315,7 +323,9 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
             yield spb.BurstResponse(result=self.executeSynchronously_1_3(req.execute, context))
 
     @guarded(spb.FencedExecuteResponse)
-    def executeFenced(self, request: spb.FencedExecuteRequest, context: grpc.ServicerContext) -> spb.FencedExecuteResponse:
+    def executeFenced(
+        self, request: spb.FencedExecuteRequest, context: grpc.ServicerContext
+    ) -> spb.FencedExecuteResponse:
         session = self.driver.session(request.session)
         fence, callback = self.fences.execute_fenced(
             self.driver,
@@ -358,14 +368,20 @@ class BufferServicer(sgrpc.BufferServicer):
     @guarded(spb.CopyToResponse)
     def copyTo(self, request: spb.CopyToRequest, context: grpc.ServicerContext) -> spb.CopyToResponse:
         session = self.driver.session(request.session)
-        data = self.driver.buffer_copy_to(session, request.buffer, wire.pool_from(request.dst, "dst"), is_local_peer(context))
+        data = self.driver.buffer_copy_to(
+            session, request.buffer, wire.pool_from(request.dst, "dst"), is_local_peer(context)
+        )
         return spb.CopyToResponse(data=data)
 
     @guarded(spb.StatusMessage)
     def copyFrom(self, request: spb.CopyFromRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
         session = self.driver.session(request.session)
         self.driver.buffer_copy_from(
-            session, request.buffer, wire.pool_from(request.src, "src"), tuple(request.dimensions), is_local_peer(context)
+            session,
+            request.buffer,
+            wire.pool_from(request.src, "src"),
+            tuple(request.dimensions),
+            is_local_peer(context),
         )
         return spb.StatusMessage()
 

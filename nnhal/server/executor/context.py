@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from nnhal.core.enums import HalVersion, OperandLifeTime, OperandType, OperationType
+from nnhal.core.enums import OperandLifeTime, OperandType, OperationType
 from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.core.operand_types import DTYPE, INFO
 from nnhal.core.types import Operand, Subgraph
@@ -104,9 +104,7 @@ class ValidationContext:
         if self.num_outputs not in outs:
             self.fail(f"expected {' or '.join(map(str, sorted(outs)))} outputs, got {self.num_outputs}")
 
-    def expect_types(
-        self, inputs: Sequence[OperandType], outputs: Sequence[OperandType]
-    ) -> None:
+    def expect_types(self, inputs: Sequence[OperandType], outputs: Sequence[OperandType]) -> None:
         """Each present input/output has the given type (omitted optional inputs pass)."""
         for i, want in enumerate(inputs):
             if i < self.num_inputs and not self.is_omitted(i) and self.inputs[i].type != want:
@@ -144,14 +142,14 @@ class ExecutionContext:
     """
 
     __slots__ = (
-        "op_type",
-        "inputs",
+        "control",
         "in_operands",
+        "inputs",
+        "op_type",
         "out_operands",
         "outputs",
-        "state",
         "relaxed",
-        "control",
+        "state",
     )
 
     def __init__(
@@ -217,10 +215,13 @@ class ExecutionContext:
         with np.errstate(over="ignore", invalid="ignore"):  # float16 narrowing saturates to inf
             arr = np.asarray(value, dtype=DTYPE[operand.type])
         dims = operand.dimensions
-        if dims and INFO[operand.type].is_tensor:
-            if len(dims) != arr.ndim or any(d and d != a for d, a in zip(dims, arr.shape)):
-                raise GeneralFailure(
-                    f"{self.op_type.name}: output {i} has shape {list(arr.shape)}, "
-                    f"incompatible with the declared {list(dims)}"
-                )
+        if (
+            dims
+            and INFO[operand.type].is_tensor
+            and (len(dims) != arr.ndim or any(d and d != a for d, a in zip(dims, arr.shape)))
+        ):
+            raise GeneralFailure(
+                f"{self.op_type.name}: output {i} has shape {list(arr.shape)}, "
+                f"incompatible with the declared {list(dims)}"
+            )
         self.outputs[i] = arr

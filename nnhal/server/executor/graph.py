@@ -166,9 +166,7 @@ class PreparedGraph:
         control.graph = self
         return self._run(self.main, inputs, control, output_operands)
 
-    def run_subgraph(
-        self, index: int, inputs: Sequence[np.ndarray], control: ExecutionControl
-    ) -> list[np.ndarray]:
+    def run_subgraph(self, index: int, inputs: Sequence[np.ndarray], control: ExecutionControl) -> list[np.ndarray]:
         if not 0 <= index < len(self.referenced):
             raise InvalidArgument(f"no referenced subgraph {index}")
         return self._run(self.referenced[index], inputs, control, None)

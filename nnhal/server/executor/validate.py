@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from nnhal.core.enums import HalVersion, OperationType
 from nnhal.core.errors import HalError, InvalidArgument
 from nnhal.core.types import Model, Operation, Subgraph
 from nnhal.core.validation import OperationValidator, validate_model
+from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
 from nnhal.server.executor.context import ValidationContext
 from nnhal.server.executor.graph import Buffer, operand_value
-from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
 from nnhal.server.executor.registry import lookup
-
-import numpy as np
 
 
 def _constant_reader(model: Model, sg: Subgraph, pools: Sequence[Buffer]):  # type: ignore[no-untyped-def]

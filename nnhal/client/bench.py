@@ -1,0 +1,145 @@
+"""``nnhal bench``: each benchmark measures our path and its anchor in the same run.
+
+The JSON (DESIGN §11): ``{"<name>": {"value", "anchor", "ratio", "unit", "goal"}}``.
+Latencies are medians of interleaved rounds (ours, anchor, ours, ...), so that
+machine noise hits both sides alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from nnhal.client.builder import ModelBuilder
+from nnhal.client.device import Device
+from nnhal.client.local_server import LocalServer
+from nnhal.client.table import Progress, print_table
+from nnhal.core.enums import OperandType as T
+from nnhal.core.enums import OperationType as O
+from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
+from nnhal.proto import service_pb2 as spb
+
+
+@dataclass
+class BenchResult:
+    value: float
+    anchor: float
+    ratio: float
+    unit: str
+    goal: str
+    detail: str = ""
+
+
+Bench = Callable[[bool], dict[str, BenchResult]]
+REGISTRY: dict[str, Bench] = {}
+
+
+def bench(name: str) -> Callable[[Bench], Bench]:
+    def deco(fn: Bench) -> Bench:
+        REGISTRY[name] = fn
+        return fn
+
+    return deco
+
+
+@contextmanager
+def _server(unix: bool, *args: str) -> Iterator[tuple[LocalServer, Device]]:
+    with LocalServer(*args, unix=unix) as srv, Device.connect(srv.address, client_name="nnhal-bench") as dev:
+        yield srv, dev
+
+
+def interleaved(
+    ours: Callable[[], object], anchor: Callable[[], object], rounds: int, per_round: int
+) -> tuple[float, float]:
+    """Median seconds per call of each side, measured in alternating rounds."""
+    a_times: list[float] = []
+    b_times: list[float] = []
+    for _ in range(3):  # warm-up both paths
+        ours()
+        anchor()
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(per_round):
+            ours()
+        t1 = time.perf_counter()
+        for _ in range(per_round):
+            anchor()
+        t2 = time.perf_counter()
+        a_times.append((t1 - t0) / per_round)
+        b_times.append((t2 - t1) / per_round)
+    return statistics.median(a_times), statistics.median(b_times)
+
+
+def _sync_small(unix: bool, quick: bool) -> BenchResult:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [2, 4])
+    y = b.input(T.TENSOR_FLOAT32, [2, 4])
+    model = b.outputs(b.op(O.ADD, [x, y, b.int32(0)], T.TENSOR_FLOAT32, [2, 4])).finish()
+    data = np.arange(16, dtype=np.float32).tobytes()
+    request = Request(
+        (RequestArgument(location=DataLocation(0, 0, 32)), RequestArgument(location=DataLocation(0, 32, 32))),
+        (RequestArgument(location=DataLocation(1, 0, 32)),),
+        (InlinePool(data, 64), InlinePool(b"", 32)),
+    )
+    with _server(unix) as (_srv, dev), dev.prepare_model_sync(model) as pm:
+        msg, _ = pm._exec_msg(request, False, None, None, 0)
+        stub = dev.stubs.prepared_model.executeSynchronously_1_3
+        payload = msg.SerializeToString()
+        reply = stub(msg, timeout=10)
+        assert reply.status == 0, reply.message
+        echo_in = spb.EchoMessage(data=payload)
+        echo = dev.stubs.echo.echo
+
+        def ours() -> None:
+            stub(msg, timeout=10)
+
+        def anchor() -> None:
+            echo(echo_in, timeout=10)
+
+        rounds, per = (5, 100) if quick else (15, 300)
+        t_ours, t_echo = interleaved(ours, anchor, rounds, per)
+    return BenchResult(
+        t_ours * 1e6,
+        t_echo * 1e6,
+        t_ours / t_echo,
+        "us per call",
+        "ratio <= 1.3",
+        f"request {len(payload)} B, reply {reply.ByteSize()} B, {'unix socket' if unix else 'TCP loopback'}",
+    )
+
+
+@bench("ipc.sync_small")
+def sync_small(quick: bool) -> dict[str, BenchResult]:
+    """executeSynchronously_1_3 of ADD 2x4 float32 vs a raw gRPC echo of the same bytes."""
+    return {"ipc.sync_small": _sync_small(False, quick), "ipc.sync_small.unix": _sync_small(True, quick)}
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    names = args.names or sorted(REGISTRY)
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        print(f"nnhal bench: unknown benchmark(s) {unknown}; available: {', '.join(sorted(REGISTRY))}", file=sys.stderr)
+        return 2
+    results: dict[str, BenchResult] = {}
+    progress = Progress(len(names), "bench")
+    for name in names:
+        results.update(REGISTRY[name](args.quick))
+        progress.step()
+    print_table(
+        ["benchmark", "ours", "anchor", "ratio", "unit", "goal", "detail"],
+        [
+            [n, f"{r.value:.1f}", f"{r.anchor:.1f}", f"{r.ratio:.2f}", r.unit, r.goal, r.detail]
+            for n, r in results.items()
+        ],
+    )
+    if args.json:
+        args.json.write_text(json.dumps({n: asdict(r) for n, r in results.items()}, indent=1))
+    return 0
