@@ -154,7 +154,7 @@ def quantize(x: np.ndarray, scale: float, zero_point: int, t: OperandType) -> np
     """Round half away from zero, add zp, saturate to the type's range."""
     lo, hi = qrange(t)
     q = _round_away_arr(np.asarray(x, np.float32) / np.float32(scale))
-    return np.clip(q + zero_point, lo, hi).astype(DTYPE[t])
+    return np.asarray(np.clip(q + zero_point, lo, hi).astype(DTYPE[t]))
 
 
 def _round_away_arr(x: np.ndarray) -> np.ndarray:
