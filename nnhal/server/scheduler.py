@@ -3,10 +3,12 @@
 A fixed number of slots run executions at once. Waiting work is ordered by
 client first (the client holding the fewest slots, then the one served least
 recently) and by priority within the client (then FIFO), so one client cannot
-starve another while a client's HIGH work overtakes its own LOW work. A
-running execution yields its slot at an operation boundary when work of the
-same client with a higher priority is waiting (pre-emption); it resumes when
-it is first in line again.
+starve another. Priorities are relative to the same client's other work: while
+an execution of a client is in flight (waiting or running), that client's
+lower-priority executions do not start, and running ones pause at their next
+operation boundary (pre-emption) until the higher-priority work is done, so
+it also gets the CPU and the GIL to itself. Executions are deterministic, so a
+paused one simply resumes.
 
 Admission: at most ``slots + queue_depth`` executions in flight; beyond that
 RESOURCE_EXHAUSTED_TRANSIENT. Lock order: the scheduler's condition is a leaf
@@ -97,17 +99,23 @@ class Scheduler:
             self._cond.notify_all()
 
     def checkpoint(self, ticket: Ticket, deadline_ns: int | None) -> None:
-        """At an operation boundary: yield to higher-priority work of the same client."""
-        if not self._waiting:  # racy read is fine: a miss only delays pre-emption by one op
+        """At an operation boundary: pause while higher-priority work of the same client is in flight."""
+        if len(self._waiting) + len(self._running) <= 1:  # racy read: a miss delays pre-emption by one op
             return
         with self._cond:
-            if not any(w.client == ticket.client and w.priority > ticket.priority for w in self._waiting):
+            if not self._outranked(ticket):
                 return
             self._running.remove(ticket)
             ticket.running = False
             ticket.preempted += 1
             self._cond.notify_all()
         self.acquire(ticket, deadline_ns)
+
+    def _outranked(self, ticket: Ticket) -> bool:
+        return any(
+            u is not ticket and u.client == ticket.client and u.priority > ticket.priority
+            for u in (*self._waiting, *self._running)
+        )
 
     # -- ordering ---------------------------------------------------------
     def _next(self) -> Ticket | None:
@@ -120,10 +128,5 @@ class Scheduler:
         def key(t: Ticket) -> tuple[int, int, int, int]:
             return (held.get(t.client, 0), self._served.get(t.client, -1), -int(t.priority), t.seq)
 
-        # The best ticket of each client by priority, then the fairest client.
-        best_per_client: dict[str, Ticket] = {}
-        for t in self._waiting:
-            cur = best_per_client.get(t.client)
-            if cur is None or (-int(t.priority), t.seq) < (-int(cur.priority), cur.seq):
-                best_per_client[t.client] = t
-        return min(best_per_client.values(), key=key)
+        eligible = [t for t in self._waiting if not self._outranked(t)]
+        return min(eligible, key=key) if eligible else None
