@@ -19,7 +19,9 @@ from nnhal.conformance.variants import build_request, output_bytes
 from nnhal.conformance.vectors import TestCase, load_file
 from nnhal.core.enums import ErrorStatus, Priority
 from nnhal.core.enums import OperandType as T
+from nnhal.core.enums import OperationType as O
 from nnhal.core.errors import ResourceExhaustedPersistent, ResourceExhaustedTransient
+from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
 from tests.conftest import add_model, ones, relu_chain
 
 pytestmark = pytest.mark.integration
@@ -90,9 +92,7 @@ def test_deadline_passed_before_launch_is_persistent(device: Device) -> None:
         assert outcome.status == ErrorStatus.MISSED_DEADLINE_PERSISTENT
 
 
-def build_request_add():  # type: ignore[no-untyped-def]
-    from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
-
+def build_request_add() -> Request:
     data = np.ones(16, np.float32).tobytes()
     return Request(
         (RequestArgument(location=DataLocation(0, 0, 32)), RequestArgument(location=DataLocation(0, 32, 32))),
@@ -116,12 +116,12 @@ def test_deadline_expiring_mid_execution_is_reported_promptly(device: Device) ->
         assert outcome.wait(30)
         late = time.monotonic() - (t0 + budget)
         assert outcome.status in MISSED
-        assert late <= 0.010 + per_op + 0.005, f"reported {late * 1e3:.1f} ms after the deadline (op {per_op * 1e3:.2f} ms)"
+        assert late <= 0.010 + per_op + 0.005, (
+            f"reported {late * 1e3:.1f} ms after the deadline (op {per_op * 1e3:.2f} ms)"
+        )
 
 
-def _chain_request(x: np.ndarray):  # type: ignore[no-untyped-def]
-    from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
-
+def _chain_request(x: np.ndarray) -> Request:
     n = x.nbytes
     return Request(
         (RequestArgument(location=DataLocation(0, 0, n)),),
@@ -133,9 +133,10 @@ def _chain_request(x: np.ndarray):  # type: ignore[no-untyped-def]
 def test_high_priority_preempts_low_of_the_same_client(device: Device) -> None:
     long_model = relu_chain(2000, (64, 4096))
     x = np.ones((64, 4096), np.float32)
-    with device.prepare_model_sync(long_model, priority=Priority.LOW) as low, device.prepare_model_sync(
-        add_model(), priority=Priority.HIGH
-    ) as high:
+    with (
+        device.prepare_model_sync(long_model, priority=Priority.LOW) as low,
+        device.prepare_model_sync(add_model(), priority=Priority.HIGH) as high,
+    ):
         done: dict[str, float] = {}
         low_cbs = [low.execute_async([x]) for _ in range(2)]
         for cb in low_cbs:
@@ -162,9 +163,10 @@ def test_overload_sheds_with_resource_exhausted_transient() -> None:
 
         def client(k: int) -> None:
             try:
-                with Device.connect(srv.address, client_name=f"load-{k}") as dev, dev.prepare_model_sync(
-                    add_model()
-                ) as pm:
+                with (
+                    Device.connect(srv.address, client_name=f"load-{k}") as dev,
+                    dev.prepare_model_sync(add_model()) as pm,
+                ):
                     dev.set_faults(execute_delay_ms=300)
                     a = np.full((2, 4), k, np.float32)
                     barrier.wait()
@@ -203,11 +205,12 @@ def test_overload_sheds_with_resource_exhausted_transient() -> None:
             assert stats["queue_depth"] == 0 and stats["prepared_models"] == 0
 
 
-def _model_with_constant(nbytes: int):  # type: ignore[no-untyped-def]
+def _model_with_constant(nbytes: int) -> Model:
     b = ModelBuilder()
-    x = b.input(T.TENSOR_FLOAT32, [nbytes // 4])
-    c = b.constant(np.zeros(nbytes // 4, np.float32))
-    return b.outputs(b.op(__import__("nnhal.core.enums").core.enums.OperationType.ADD, [x, c, b.int32(0)], T.TENSOR_FLOAT32, [nbytes // 4])).finish()
+    n = nbytes // 4
+    x = b.input(T.TENSOR_FLOAT32, [n])
+    c = b.constant(np.zeros(n, np.float32))
+    return b.outputs(b.op(O.ADD, [x, c, b.int32(0)], T.TENSOR_FLOAT32, [n])).finish()
 
 
 def test_memory_limits_transient_and_persistent() -> None:
