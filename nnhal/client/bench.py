@@ -143,3 +143,75 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps({n: asdict(r) for n, r in results.items()}, indent=1))
     return 0
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    arr = np.sort(np.asarray(samples))
+    return float(np.percentile(arr, 50)), float(np.percentile(arr, 99))
+
+
+@bench("qos.high_under_low")
+def high_under_low(quick: bool) -> dict[str, BenchResult]:
+    """p50/p99 of a HIGH-priority small model while the same client saturates the device
+    with LOW-priority long executions, against the same model on the idle server."""
+    import threading
+
+    from nnhal.core.enums import Priority
+
+    b = ModelBuilder()
+    cur = b.input(T.TENSOR_FLOAT32, [16, 4096])
+    for _ in range(2000):
+        cur = b.op(O.RELU, [cur], T.TENSOR_FLOAT32, [16, 4096])
+    low_model = b.outputs(cur).finish()
+    hb = ModelBuilder()
+    x = hb.input(T.TENSOR_FLOAT32, [2, 4])
+    y = hb.input(T.TENSOR_FLOAT32, [2, 4])
+    high_model = hb.outputs(hb.op(O.ADD, [x, y, hb.int32(0)], T.TENSOR_FLOAT32, [2, 4])).finish()
+    n = 150 if quick else 500
+    small = [np.ones((2, 4), np.float32), np.ones((2, 4), np.float32)]
+    big = [np.ones((16, 4096), np.float32)]
+    with _server(False) as (_srv, dev):
+        high = dev.prepare_model_sync(high_model, priority=Priority.HIGH)
+        low = dev.prepare_model_sync(low_model, priority=Priority.LOW)
+
+        def measure() -> list[float]:
+            out = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                high.execute(small)
+                out.append(time.perf_counter() - t0)
+            return out
+
+        for _ in range(20):
+            high.execute(small)
+        idle = measure()
+        stop = threading.Event()
+        low_runs = [0]
+
+        def saturate() -> None:
+            while not stop.is_set():
+                low.execute(big, timeout=60)
+                low_runs[0] += 1
+
+        workers = [threading.Thread(target=saturate, daemon=True) for _ in range(3)]
+        for w in workers:
+            w.start()
+        time.sleep(0.3)
+        loaded = measure()
+        stop.set()
+        for w in workers:
+            w.join(60)
+        high.release()
+        low.release()
+    p50_i, p99_i = _percentiles(idle)
+    p50_l, p99_l = _percentiles(loaded)
+    return {
+        "qos.high_under_low": BenchResult(
+            p99_l * 1e6,
+            p99_i * 1e6,
+            p99_l / p99_i,
+            "us p99",
+            "ratio <= 1.5",
+            f"p50 {p50_l * 1e6:.0f} vs idle {p50_i * 1e6:.0f} us; {low_runs[0]} LOW runs of 2000 ops meanwhile",
+        )
+    }

@@ -38,6 +38,12 @@ class Ticket:
     enqueued_ns: int = field(default_factory=time.monotonic_ns)
 
 
+#: After a client's higher-priority execution ends, its lower-priority work stays
+#: paused this long: a client issuing HIGH requests back to back keeps the device
+#: (and the CPU) between them instead of competing with its own LOW work.
+HOLD_OFF_NS = 3_000_000
+
+
 class Scheduler:
     def __init__(self, slots: int = 2, queue_depth: int = 64) -> None:
         self.slots = max(1, slots)
@@ -45,6 +51,11 @@ class Scheduler:
         self._cond = threading.Condition()
         self._waiting: list[Ticket] = []
         self._running: list[Ticket] = []
+        #: Every ticket from admission to release (launched, queued or running).
+        self._admitted: set[Ticket] = set()
+        #: (client, priority) -> when its last execution ended (monotonic ns).
+        self._recent: dict[tuple[str, int], int] = {}
+        self.hold_off_ns = HOLD_OFF_NS
         self._served: dict[str, int] = {}
         self._seq = itertools.count()
         self._tick = itertools.count()
@@ -53,17 +64,19 @@ class Scheduler:
     @property
     def in_flight(self) -> int:
         with self._cond:
-            return len(self._waiting) + len(self._running)
+            return len(self._admitted)
 
     # -- lifecycle ----------------------------------------------------------
     def admit(self, client: str, priority: Priority) -> Ticket:
         with self._cond:
-            if len(self._waiting) + len(self._running) >= self.slots + self.queue_depth:
+            if len(self._admitted) >= self.slots + self.queue_depth:
                 raise ResourceExhaustedTransient(
                     f"the device is saturated ({self.slots} running, {len(self._waiting)} queued, "
                     f"queue depth {self.queue_depth}); retry later"
                 )
-            return Ticket(client, priority, next(self._seq))
+            ticket = Ticket(client, priority, next(self._seq))
+            self._admitted.add(ticket)
+            return ticket
 
     def acquire(self, ticket: Ticket, deadline_ns: int | None) -> None:
         """Wait for a slot; MISSED_DEADLINE_TRANSIENT if the deadline passes while queued."""
@@ -79,7 +92,7 @@ class Scheduler:
                             raise MissedDeadlineTransient(
                                 "the deadline passed while the execution waited for the device"
                             )
-                    self._cond.wait(timeout if timeout is None else min(timeout, 1.0))
+                    self._cond.wait(min(timeout if timeout is not None else 1.0, 1.0, self._hold_off_left(ticket)))
             except BaseException:
                 self._waiting.remove(ticket)
                 self._cond.notify_all()
@@ -96,11 +109,18 @@ class Scheduler:
                 ticket.running = False
             elif ticket in self._waiting:
                 self._waiting.remove(ticket)
+            if ticket in self._admitted:
+                self._admitted.discard(ticket)
+                now = time.monotonic_ns()
+                if ticket.priority > Priority.LOW:
+                    self._recent[(ticket.client, int(ticket.priority))] = now
+                for key in [k for k, ended in self._recent.items() if ended + self.hold_off_ns <= now]:
+                    del self._recent[key]
             self._cond.notify_all()
 
     def checkpoint(self, ticket: Ticket, deadline_ns: int | None) -> None:
         """At an operation boundary: pause while higher-priority work of the same client is in flight."""
-        if len(self._waiting) + len(self._running) <= 1:  # racy read: a miss delays pre-emption by one op
+        if len(self._admitted) <= 1 and not self._recent:  # racy read: a miss delays pre-emption by one op
             return
         with self._cond:
             if not self._outranked(ticket):
@@ -112,10 +132,26 @@ class Scheduler:
         self.acquire(ticket, deadline_ns)
 
     def _outranked(self, ticket: Ticket) -> bool:
-        return any(
-            u is not ticket and u.client == ticket.client and u.priority > ticket.priority
-            for u in (*self._waiting, *self._running)
-        )
+        """Higher-priority work of the same client is in flight, or ended within the hold-off."""
+        if any(u is not ticket and u.client == ticket.client and u.priority > ticket.priority for u in self._admitted):
+            return True
+        return self._hold_off_left(ticket) < 1.0
+
+    def _hold_off_left(self, ticket: Ticket) -> float:
+        """Seconds until the same client's recent higher-priority work stops holding ``ticket`` off
+        (1.0 when nothing holds it off). Expired entries are dropped."""
+        now = time.monotonic_ns()
+        left = 1.0
+        for p in range(int(ticket.priority) + 1, int(Priority.HIGH) + 1):
+            ended = self._recent.get((ticket.client, p))
+            if ended is None:
+                continue
+            remaining = ended + self.hold_off_ns - now
+            if remaining <= 0:
+                del self._recent[(ticket.client, p)]
+            else:
+                left = min(left, remaining / 1e9)
+        return left
 
     # -- ordering ---------------------------------------------------------
     def _next(self) -> Ticket | None:

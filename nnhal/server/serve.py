@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from nnhal.server.servicer import (
 )
 
 log = logging.getLogger(__name__)
+
+SWITCH_INTERVAL_S = 0.0002
 
 #: Messages up to 1 GiB: inline pools carry tensors (the 64 MiB benchmark and more).
 MAX_MESSAGE_BYTES = 1 << 30
@@ -121,6 +124,9 @@ class Server:
 
 
 def run_forever(options: ServerOptions) -> None:
+    # Kernels hold the GIL between numpy calls; a short switch interval lets the
+    # gRPC threads of high-priority work in quickly (the default is 5 ms).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     server = Server(options)
     server.start()
     done = threading.Event()
