@@ -249,20 +249,32 @@ class FaultRequest(_message.Message):
     def __init__(self, session: _Optional[str] = ..., prepare_delay_ms: _Optional[int] = ..., execute_delay_ms: _Optional[int] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("session", "prepared_model", "request", "measure", "deadline", "loop_timeout_ns")
+    __slots__ = ("session", "prepared_model", "request", "measure", "deadline", "loop_timeout_ns", "profile")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     PREPARED_MODEL_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     MEASURE_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     LOOP_TIMEOUT_NS_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
     session: str
     prepared_model: str
     request: _types_pb2.Request
     measure: _types_pb2.MeasureTiming
     deadline: _types_pb2.Deadline
     loop_timeout_ns: int
-    def __init__(self, session: _Optional[str] = ..., prepared_model: _Optional[str] = ..., request: _Optional[_Union[_types_pb2.Request, _Mapping]] = ..., measure: _Optional[_Union[_types_pb2.MeasureTiming, str]] = ..., deadline: _Optional[_Union[_types_pb2.Deadline, _Mapping]] = ..., loop_timeout_ns: _Optional[int] = ...) -> None: ...
+    profile: bool
+    def __init__(self, session: _Optional[str] = ..., prepared_model: _Optional[str] = ..., request: _Optional[_Union[_types_pb2.Request, _Mapping]] = ..., measure: _Optional[_Union[_types_pb2.MeasureTiming, str]] = ..., deadline: _Optional[_Union[_types_pb2.Deadline, _Mapping]] = ..., loop_timeout_ns: _Optional[int] = ..., profile: _Optional[bool] = ...) -> None: ...
+
+class OperationProfile(_message.Message):
+    __slots__ = ("operation", "count", "total_us")
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_US_FIELD_NUMBER: _ClassVar[int]
+    operation: str
+    count: int
+    total_us: int
+    def __init__(self, operation: _Optional[str] = ..., count: _Optional[int] = ..., total_us: _Optional[int] = ...) -> None: ...
 
 class PoolData(_message.Message):
     __slots__ = ("pool_index", "data")
@@ -273,18 +285,20 @@ class PoolData(_message.Message):
     def __init__(self, pool_index: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class ExecuteResult(_message.Message):
-    __slots__ = ("status", "message", "output_shapes", "timing", "output_pools")
+    __slots__ = ("status", "message", "output_shapes", "timing", "output_pools", "profile")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_SHAPES_FIELD_NUMBER: _ClassVar[int]
     TIMING_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_POOLS_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
     status: _types_pb2.ErrorStatus
     message: str
     output_shapes: _containers.RepeatedCompositeFieldContainer[_types_pb2.OutputShape]
     timing: _types_pb2.Timing
     output_pools: _containers.RepeatedCompositeFieldContainer[PoolData]
-    def __init__(self, status: _Optional[_Union[_types_pb2.ErrorStatus, str]] = ..., message: _Optional[str] = ..., output_shapes: _Optional[_Iterable[_Union[_types_pb2.OutputShape, _Mapping]]] = ..., timing: _Optional[_Union[_types_pb2.Timing, _Mapping]] = ..., output_pools: _Optional[_Iterable[_Union[PoolData, _Mapping]]] = ...) -> None: ...
+    profile: _containers.RepeatedCompositeFieldContainer[OperationProfile]
+    def __init__(self, status: _Optional[_Union[_types_pb2.ErrorStatus, str]] = ..., message: _Optional[str] = ..., output_shapes: _Optional[_Iterable[_Union[_types_pb2.OutputShape, _Mapping]]] = ..., timing: _Optional[_Union[_types_pb2.Timing, _Mapping]] = ..., output_pools: _Optional[_Iterable[_Union[PoolData, _Mapping]]] = ..., profile: _Optional[_Iterable[_Union[OperationProfile, _Mapping]]] = ...) -> None: ...
 
 class ExecuteEvent(_message.Message):
     __slots__ = ("launch", "notify")

@@ -490,6 +490,8 @@ class ExecutionJob:
         self.measure = measure
         self.deadline_ns = deadline_ns
         self.loop_timeout_ns = loop_timeout_ns
+        #: nnhal extension: collect time per operation type (ExecuteRequest.profile).
+        self.profile = False
 
     def run(self) -> ExecutionResult:
         driver, ticket, deadline_ns = self.driver, self.ticket, self.deadline_ns
@@ -508,8 +510,10 @@ class ExecutionJob:
                     loop_timeout_ns=self.loop_timeout_ns,
                     checkpoint_hook=(lambda: driver.scheduler.checkpoint(ticket, deadline_ns)),
                     on_deadline=lambda: driver._missed(ticket.delayed or ticket.preempted > 0),
+                    profile={} if self.profile else None,
                 )
                 result = self.pm.execute(self.request, self.bound, control, self.measure)
+                result.profile = control.profile
             finally:
                 driver.scheduler.release(ticket)
                 driver._uncharge(self.session, cost)

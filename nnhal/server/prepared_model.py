@@ -27,6 +27,8 @@ class ExecutionResult:
     message: str
     output_shapes: tuple[OutputShape, ...]
     timing: Timing
+    #: Operation type name -> [count, total ns], when profiling was asked for.
+    profile: dict[str, list[int]] | None = None
 
 
 class PreparedModel:

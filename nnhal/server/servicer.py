@@ -73,6 +73,9 @@ def result_to(result: ExecutionResult, bound: BoundPools | None, msg: spb.Execut
     msg.message = result.message
     wire.output_shapes_to(result.output_shapes, msg.output_shapes)
     wire.timing_to(result.timing, msg.timing)
+    if result.profile:
+        for name, (count, total_ns) in sorted(result.profile.items(), key=lambda kv: -kv[1][1]):
+            msg.profile.add(operation=name, count=count, total_us=total_ns // 1000)
     if bound is not None and result.status == ErrorStatus.NONE:
         for index, buf in bound.inline_outputs.items():
             msg.output_pools.add(pool_index=index, data=bytes(buf))
@@ -259,7 +262,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
 
     def _launch(self, request: spb.ExecuteRequest, context: grpc.ServicerContext) -> Any:
         session = self.driver.session(request.session)
-        return self.driver.begin_execute(
+        job = self.driver.begin_execute(
             session,
             request.prepared_model,
             wire.request_from(request.request),
@@ -268,6 +271,8 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
             request.loop_timeout_ns,
             is_local_peer(context),
         )
+        job.profile = request.profile
+        return job
 
     def _run(self, request: spb.ExecuteRequest, context: grpc.ServicerContext) -> spb.ExecuteResult:
         msg = spb.ExecuteResult()

@@ -45,6 +45,8 @@ class ExecutionControl:
     )
     operations_run: int = 0
     graph: PreparedGraph | None = None
+    #: When set, operation type name -> [count, total ns] is accumulated here.
+    profile: dict[str, list[int]] | None = None
 
     def checkpoint(self) -> None:
         if self.deadline_ns is not None and time.monotonic_ns() >= self.deadline_ns:
@@ -199,7 +201,14 @@ class PreparedGraph:
                 self.relaxed,
                 control,
             )
-            step.spec.execute(ctx)
+            if control.profile is None:
+                step.spec.execute(ctx)
+            else:
+                t0 = time.perf_counter_ns()
+                step.spec.execute(ctx)
+                entry = control.profile.setdefault(step.operation_type.name, [0, 0])
+                entry[0] += 1
+                entry[1] += time.perf_counter_ns() - t0
             for i, out in zip(step.outputs, ctx.outputs):
                 if out is None:
                     raise GeneralFailure(f"{step.operation_type.name} did not produce all its outputs")
