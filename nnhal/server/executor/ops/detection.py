@@ -297,20 +297,13 @@ def execute_roi_align(ctx: ExecutionContext) -> None:
     quant = ctx.in_type(0) in QUANT8_TYPES
     h_scale, w_scale = F32(1) / F32(r.h_stride), F32(1) / F32(r.w_stride)
     rois = r.rois.astype(F32)
+    scaled = rois * np.array([w_scale, h_scale, w_scale, h_scale], F32)
     if quant:
-        scaled = rois * np.array([w_scale, h_scale, w_scale, h_scale], F32) * F32(BOX_SCALE)
+        # Quantized boxes are checked after scaling, as the reference does (they cannot be negative).
+        scaled = scaled * F32(BOX_SCALE)
+        _check_roi_bounds(ctx, r, scaled, scaled)
     else:
-        scaled = rois * np.array([w_scale, h_scale, w_scale, h_scale], F32)
         _check_roi_bounds(ctx, r, scaled, rois)
-    if quant and np.any(
-        (scaled[:, 0] > r.width)
-        | (scaled[:, 2] > r.width)
-        | (scaled[:, 1] > r.height)
-        | (scaled[:, 3] > r.height)
-        | (scaled[:, 0] > scaled[:, 2])
-        | (scaled[:, 1] > scaled[:, 3])
-    ):
-        raise _fail(ctx, "a ROI is malformed or outside the feature map")
 
     out = np.zeros(r.output_shape(), dtype=np.int64 if quant else np.float64)
     x = r.x.astype(np.int64) - ctx.zero_point(0) if quant else r.x.astype(np.float64)
