@@ -43,6 +43,7 @@ format: setup
 	$(VENV)/bin/ruff check --fix nnhal tests
 
 bench: setup
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m nnhal bench
 
 conformance: setup

@@ -215,3 +215,46 @@ def high_under_low(quick: bool) -> dict[str, BenchResult]:
             f"p50 {p50_l * 1e6:.0f} vs idle {p50_i * 1e6:.0f} us; {low_runs[0]} LOW runs of 2000 ops meanwhile",
         )
     }
+
+
+def _mobilenet(quant8: bool, quick: bool) -> BenchResult:
+    from nnhal.client import onnx_anchor, zoo
+
+    weights = zoo.mobilenet_weights()
+    model = zoo.mobilenet_v1(weights, quant8)
+    image = zoo.mobilenet_input(quant8)
+    sess = onnx_anchor.session(onnx_anchor.mobilenet_onnx(weights, quant8))
+    feed = {"input": np.ascontiguousarray(image.transpose(0, 3, 1, 2))}
+    rounds = 3 if quick else 7
+    with _server(False) as (_srv, dev), dev.prepare_model_sync(model) as pm:
+        ours_out = pm.execute([image], timeout=120).outputs[0].reshape(-1)
+        anchor_out = np.asarray(sess.run(None, feed)[0]).reshape(-1)
+        t_ours, t_anchor = interleaved(
+            lambda: pm.execute([image], timeout=120), lambda: sess.run(None, feed), rounds, 1
+        )
+        prof = pm.execute([image], timeout=120, profile=True).profile
+    ours_probs = ours_out.astype(np.float32) / 256.0 if quant8 else ours_out
+    top_ours, top_anchor = int(np.argmax(ours_probs)), int(np.argmax(anchor_out))
+    total_us = sum(us for _, _, us in prof) or 1
+    profile = ", ".join(f"{name} {100 * us / total_us:.0f}% ({count}x)" for name, count, us in prof[:5])
+    return BenchResult(
+        t_ours * 1e3,
+        t_anchor * 1e3,
+        t_ours / t_anchor,
+        "ms per inference",
+        "ratio <= 2.0" if quant8 else "ratio <= 1.5",
+        f"top-1 ours {top_ours} / ort {top_anchor}, max |dp| {np.max(np.abs(ours_probs - anchor_out)):.4f}; "
+        f"profile: {profile}",
+    )
+
+
+@bench("exec.mobilenet_f32")
+def mobilenet_f32(quick: bool) -> dict[str, BenchResult]:
+    """MobileNet-v1 float32 through a server vs onnxruntime (CPU, 1 thread), same graph."""
+    return {"exec.mobilenet_f32": _mobilenet(False, quick)}
+
+
+@bench("exec.mobilenet_q8")
+def mobilenet_q8(quick: bool) -> dict[str, BenchResult]:
+    """MobileNet-v1 quant8 asymm through a server vs onnxruntime's QLinear graph (1 thread)."""
+    return {"exec.mobilenet_q8": _mobilenet(True, quick)}

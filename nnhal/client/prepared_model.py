@@ -41,6 +41,8 @@ class ExecutionOutcome:
     output_pools: dict[int, bytes] = field(default_factory=dict)
     #: Decoded outputs (``execute`` / ``execute_async`` only).
     outputs: list[np.ndarray] = field(default_factory=list)
+    #: (operation type, count, total microseconds), slowest first, when profiled.
+    profile: list[tuple[str, int, int]] = field(default_factory=list)
 
     def raise_for_status(self) -> None:
         if self.status != ErrorStatus.NONE:
@@ -60,6 +62,7 @@ def _outcome(msg: spb.ExecuteResult) -> ExecutionOutcome:
         output_shapes=wire.output_shapes_from(msg.output_shapes),
         timing=wire.timing_from(msg.timing),
         output_pools={p.pool_index: p.data for p in msg.output_pools},
+        profile=[(p.operation, p.count, p.total_us) for p in msg.profile],
     )
 
 
@@ -282,14 +285,17 @@ class PreparedModel:
         timeout: float | None = None,
         deadline_at: float | None = None,
         loop_timeout_ns: int = 0,
+        profile: bool = False,
     ) -> ExecutionOutcome:
         """Synchronous execution on numpy arrays; raises the HalError it ends with.
 
-        Outputs of unknown shape are retried once with the sizes the driver reported."""
+        Outputs of unknown shape are retried once with the sizes the driver reported.
+        ``profile`` asks the driver for time per operation type (``outcome.profile``)."""
         sizes: list[int] | None = None
         for _attempt in range(2):
             msg, layout = self._numpy_request(inputs, sizes)
             msg, grpc_timeout = self._exec_msg(msg, measure, timeout, deadline_at, loop_timeout_ns)
+            msg.profile = profile
             result = self._device._unary(
                 self._device.stubs.prepared_model.executeSynchronously_1_3,
                 msg,
