@@ -223,14 +223,13 @@ def request_to(request: Request, msg: pb.Request | None = None) -> pb.Request:
 
 
 def _args_from(args: Sequence[pb.RequestArgument]) -> tuple[RequestArgument, ...]:
-    return tuple(
-        RequestArgument(
-            a.has_no_value,
-            DataLocation(a.location.pool_index, a.location.offset, a.location.length),
-            tuple(a.dimensions),
+    out = []
+    for a in args:
+        loc = a.location
+        out.append(
+            RequestArgument(a.has_no_value, DataLocation(loc.pool_index, loc.offset, loc.length), tuple(a.dimensions))
         )
-        for a in args
-    )
+    return tuple(out)
 
 
 def request_from(msg: pb.Request) -> Request:

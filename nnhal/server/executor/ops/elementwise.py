@@ -175,7 +175,7 @@ def _quant_mul(ctx: ExecutionContext, a: np.ndarray, b: np.ndarray) -> np.ndarra
 
 def execute_arith(ctx: ExecutionContext) -> None:
     a, b = ctx.tensor(INPUT0), ctx.tensor(INPUT1)
-    shape = broadcast_shape(ctx.op_type, a.shape, b.shape)
+    shape = a.shape if a.shape == b.shape else broadcast_shape(ctx.op_type, a.shape, b.shape)
     act = _runtime_activation(ctx, ACTIVATION)
     t = ctx.in_type(INPUT0)
     op = ctx.op_type
