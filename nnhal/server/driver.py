@@ -334,6 +334,13 @@ class Driver:
             loop_timeout_ns = LOOP_TIMEOUT_DEFAULT_NS
         loop_timeout_ns = min(loop_timeout_ns, LOOP_TIMEOUT_MAXIMUM_NS)
         self._check_deadline(deadline_ns, "execution")
+        if deadline_ns is not None and pm.fastest_ns is not None:
+            remaining = deadline_ns - time.monotonic_ns()
+            if remaining < pm.fastest_ns:
+                raise MissedDeadlinePersistent(
+                    f"refused at launch: this model has never run faster than {pm.fastest_ns / 1e6:.2f} ms, "
+                    f"the deadline is {remaining / 1e6:.2f} ms away"
+                )
         ticket = self.scheduler.admit(session.id, pm.priority)
         bound = None
         try:

@@ -86,6 +86,16 @@ def test_deadlines_on_prepare_and_executions(device: Device, kind: str) -> None:
                     _check_values(case, outcome.output_pools)
 
 
+def test_deadline_shorter_than_any_run_is_refused_at_launch(device: Device) -> None:
+    model = relu_chain(300, (64, 4096))
+    x = np.ones((64, 4096), np.float32)
+    with device.prepare_model_sync(model) as pm:
+        full = pm.execute([x], measure=True).timing.time_on_device / 1e6
+        outcome = pm.execute_request(_chain_request(x), timeout=full / 10)
+        assert outcome.status == ErrorStatus.MISSED_DEADLINE_PERSISTENT
+        assert "refused at launch" in outcome.message
+
+
 def test_deadline_passed_before_launch_is_persistent(device: Device) -> None:
     with device.prepare_model_sync(add_model()) as pm:
         outcome = pm.execute_request(build_request_add(), deadline_at=time.monotonic() - 1)
@@ -111,11 +121,15 @@ def test_deadline_expiring_mid_execution_is_reported_promptly(device: Device) ->
         total = full.timing.time_on_device / 1e6
         assert total > 0.05, f"chain too fast to test ({total * 1e3:.1f} ms)"
         budget = total / 4
+    # A fresh prepared model has no run history, so the driver cannot refuse at launch:
+    # the deadline must stop the execution at an operation boundary.
+    with device.prepare_model_sync(model) as pm:
         t0 = time.monotonic()
         outcome = pm.execute_request_async(_chain_request(x), timeout=budget)
         assert outcome.wait(30)
         late = time.monotonic() - (t0 + budget)
         assert outcome.status in MISSED
+        assert "during execution" in outcome.message, outcome.message
         assert late <= 0.010 + per_op + 0.005, (
             f"reported {late * 1e3:.1f} ms after the deadline (op {per_op * 1e3:.2f} ms)"
         )
