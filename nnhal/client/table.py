@@ -12,11 +12,21 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
 
+    numeric = [all(_is_number(r[i]) for r in cells[1:]) and len(cells) > 1 for i in range(len(headers))]
+
     def line(r: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        return "  ".join(c.rjust(w) if numeric[i] else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
 
     sep = "  ".join("-" * w for w in widths)
     return "\n".join([line(cells[0]), sep, *(line(r) for r in cells[1:])])
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.rstrip("%"))
+    except ValueError:
+        return False
+    return True
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], out: TextIO = sys.stdout) -> None:
