@@ -12,10 +12,12 @@ import sys
 from pathlib import Path
 
 from nnhal.core.errors import HalError
+from nnhal.server.cache import DEFAULT_SECRET_FILE
 
 
 def _serve(args: argparse.Namespace) -> int:
     from nnhal.core.enums import HalVersion
+    from nnhal.server.cache import load_secret
     from nnhal.server.driver import DeviceConfig
     from nnhal.server.memory import SharedMemoryPolicy
     from nnhal.server.serve import ServerOptions, run_forever
@@ -34,6 +36,7 @@ def _serve(args: argparse.Namespace) -> int:
         memory_total=args.memory_total,
         max_sessions=args.max_sessions,
         fault_injection=args.enable_fault_injection,
+        cache_secret=load_secret(None if args.cache_secret_file == "none" else Path(args.cache_secret_file)),
     )
     options = ServerOptions(
         listen=args.listen or ["127.0.0.1:50051"],
@@ -108,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--shm-dir", help="directory of shared-memory regions clients may name (off if unset)")
     s.add_argument("--shm-prefix", default="nnhal-", help="required prefix of shared-memory region names")
     s.add_argument("--shm-allow-remote", action="store_true", help="accept shared pools from non-local peers")
+    s.add_argument(
+        "--cache-secret-file",
+        default=str(DEFAULT_SECRET_FILE),
+        help="key that seals compilation caches, created if missing ('none': a per-process key)",
+    )
     s.add_argument("--enable-fault-injection", action="store_true", help="honour test-only setFaults (delays)")
     s.set_defaults(func=_serve)
 

@@ -7,8 +7,6 @@ scheduler's lock is a leaf.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import secrets
 import threading
@@ -51,6 +49,7 @@ from nnhal.core.types import (
     Timing,
 )
 from nnhal.core.validation import validate_request
+from nnhal.server import cache
 from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
 from nnhal.server.executor.validate import supported_operations, validate_full
@@ -76,6 +75,7 @@ class DeviceConfig:
     memory_total: int = 0
     max_sessions: int = 128
     fault_injection: bool = False
+    #: Seals compilation caches; persist it (cache.load_secret) so caches survive restarts.
     cache_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
 
     @property
@@ -108,9 +108,6 @@ class Session:
         self.bytes_in_use = 0
         self.closed = False
         self.faults = Faults()
-
-
-_CACHE_MAGIC = b"NNHALC1\0"
 
 
 class Driver:
@@ -214,8 +211,10 @@ class Driver:
         priority: Priority,
         deadline_ns: int | None,
         cache_token: bytes = b"",
+        trusted: bool = False,
     ) -> PrepareJob:
-        """Launch checks of prepareModel: arguments, pools, the whole model. Raises HalError."""
+        """Launch checks of prepareModel: arguments, pools, the whole model (unless
+        ``trusted``: read from a cache this server sealed). Raises HalError."""
         if preference not in tuple(ExecutionPreference):
             raise InvalidArgument(f"execution preference {preference} is invalid")
         if cache_token and len(cache_token) != BYTE_SIZE_OF_CACHE_TOKEN:
@@ -223,7 +222,7 @@ class Driver:
         self._check_deadline(deadline_ns, "preparation")
         bound = self._bind_model_pools(model)
         try:
-            version = validate_full(model, bound.buffers)
+            version = HalVersion.V1_0 if trusted else validate_full(model, bound.buffers)
             if version > self.config.feature_level:
                 raise InvalidArgument(
                     f"the model needs NN HAL {version.label}; this device serves {self.config.feature_level.label}"
@@ -267,39 +266,23 @@ class Driver:
                 pm.release()
                 raise InvalidArgument("the session closed during preparation")
             session.prepared[handle] = pm
-        cache = self._cache_blob(model, job.priority, job.cache_token) if job.cache_token else b""
-        return pm, cache
+        sealed = b""
+        if job.cache_token:
+            sealed = cache.seal(
+                self.config.cache_secret, job.cache_token, model, job.priority, self.config.feature_level
+            )
+        return pm, sealed
 
     def prepare_from_cache(
         self, session: Session, model_cache: bytes, token: bytes, deadline_ns: int | None
-    ) -> PreparedModel:
-        from nnhal.core import wire
-        from nnhal.proto import types_pb2
-
-        if len(token) != BYTE_SIZE_OF_CACHE_TOKEN:
-            raise InvalidArgument(f"cache token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got {len(token)}")
+    ) -> PrepareJob:
+        """Launch checks of prepareModelFromCache: the cache must authenticate. The model
+        inside was validated when this server sealed it, so validation is skipped."""
         self._check_deadline(deadline_ns, "preparation")
-        head = len(_CACHE_MAGIC) + 32 + 1
-        if len(model_cache) < head or not model_cache.startswith(_CACHE_MAGIC):
-            raise InvalidArgument("model cache is not an nnhal cache or is truncated")
-        mac = model_cache[len(_CACHE_MAGIC) : len(_CACHE_MAGIC) + 32]
-        body = model_cache[len(_CACHE_MAGIC) + 32 :]
-        want = hmac.new(self.config.cache_secret, token + body, hashlib.sha256).digest()
-        if not hmac.compare_digest(mac, want):
-            raise InvalidArgument("model cache failed authentication (tampered, truncated or another token)")
-        priority = Priority(body[0]) if body[0] in (0, 1, 2) else Priority.MEDIUM
-        msg = types_pb2.Model()
-        msg.ParseFromString(body[1:])
-        model = wire.model_from(msg)
-        pm, _ = self.prepare(session, model, ExecutionPreference.FAST_SINGLE_ANSWER, priority, deadline_ns)
-        return pm
-
-    def _cache_blob(self, model: Model, priority: Priority, token: bytes) -> bytes:
-        from nnhal.core import wire
-
-        body = bytes([int(priority)]) + wire.model_to(model).SerializeToString()
-        mac = hmac.new(self.config.cache_secret, token + body, hashlib.sha256).digest()
-        return _CACHE_MAGIC + mac + body
+        model, priority = cache.open_sealed(self.config.cache_secret, token, model_cache, self.config.feature_level)
+        return self.begin_prepare(
+            session, model, ExecutionPreference.FAST_SINGLE_ANSWER, priority, deadline_ns, trusted=True
+        )
 
     def prepared(self, session: Session, handle: str) -> PreparedModel:
         with session.lock:

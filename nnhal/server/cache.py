@@ -1,0 +1,88 @@
+"""Compilation cache files: sealed by the server, owned by the client.
+
+A model cache is ``MAGIC | HMAC-SHA256(secret, token | body) | body`` with
+``body = header | Model protobuf``; the header carries the priority, the
+device's feature level and the nnhal version. Opening checks the MAC before
+anything is parsed (protobuf only — nothing is unpickled), so a tampered,
+truncated or foreign cache is INVALID_ARGUMENT and never executes. Because
+only this server's secret can seal a cache, a model read from one was already
+validated when it was sealed.
+
+The secret persists in a 0600 file (default ``~/.cache/nnhal/cache-secret``)
+so caches survive driver restarts, as the HAL intends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import struct
+from pathlib import Path
+
+from nnhal import __version__
+from nnhal.core import wire
+from nnhal.core.enums import BYTE_SIZE_OF_CACHE_TOKEN, HalVersion, Priority
+from nnhal.core.errors import InvalidArgument
+from nnhal.core.types import Model
+from nnhal.proto import types_pb2
+
+MAGIC = b"NNHALC2\0"
+_MAC = 32
+#: priority (u8), feature level (u8), version string length (u8), then the version string.
+_HEADER = struct.Struct("<BBB")
+DEFAULT_SECRET_FILE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nnhal" / "cache-secret"
+
+
+def load_secret(path: Path | None) -> bytes:
+    """The secret in ``path`` (created with 32 random bytes, mode 0600, if missing);
+    a fresh random secret when ``path`` is None (caches then die with the process)."""
+    if path is None:
+        return secrets.token_bytes(32)
+    try:
+        data = path.read_bytes()
+        if len(data) >= 32:
+            return data
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    secret = secrets.token_bytes(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(secret)
+    return secret
+
+
+def _check_token(token: bytes) -> None:
+    if len(token) != BYTE_SIZE_OF_CACHE_TOKEN:
+        raise InvalidArgument(f"cache token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got {len(token)}")
+
+
+def seal(secret: bytes, token: bytes, model: Model, priority: Priority, level: HalVersion) -> bytes:
+    _check_token(token)
+    version = __version__.encode()
+    body = _HEADER.pack(int(priority), int(level), len(version)) + version + wire.model_to(model).SerializeToString()
+    return MAGIC + hmac.new(secret, token + body, hashlib.sha256).digest() + body
+
+
+def open_sealed(secret: bytes, token: bytes, blob: bytes, level: HalVersion) -> tuple[Model, Priority]:
+    _check_token(token)
+    if len(blob) < len(MAGIC) + _MAC + _HEADER.size or not blob.startswith(MAGIC):
+        raise InvalidArgument("model cache is not an nnhal cache or is truncated")
+    mac = blob[len(MAGIC) : len(MAGIC) + _MAC]
+    body = blob[len(MAGIC) + _MAC :]
+    if not hmac.compare_digest(mac, hmac.new(secret, token + body, hashlib.sha256).digest()):
+        raise InvalidArgument(
+            "model cache failed authentication (tampered, truncated, another token or another server)"
+        )
+    priority, cached_level, n = _HEADER.unpack_from(body)
+    version = body[_HEADER.size : _HEADER.size + n].decode(errors="replace")
+    if version != __version__ or cached_level != int(level):
+        raise InvalidArgument(
+            f"model cache was written by nnhal {version} for feature level {cached_level}; "
+            f"this is nnhal {__version__} at level {int(level)}: prepare the model afresh"
+        )
+    msg = types_pb2.Model()
+    msg.ParseFromString(body[_HEADER.size + n :])
+    return wire.model_from(msg), Priority(priority)
