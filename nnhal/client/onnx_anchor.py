@@ -30,9 +30,9 @@ def mobilenet_onnx(weights: zoo.MobileNetWeights, quant8: bool) -> bytes:
         counter[0] += 1
         return f"{prefix}{counter[0]}"
 
-    def const(value: np.ndarray, prefix: str = "c") -> str:
+    def const(value: np.ndarray | np.generic, prefix: str = "c") -> str:
         n = name(prefix)
-        inits.append(onnx.numpy_helper.from_array(value, n))
+        inits.append(onnx.numpy_helper.from_array(np.asarray(value), n))
         return n
 
     x = "input"
@@ -46,7 +46,13 @@ def mobilenet_onnx(weights: zoo.MobileNetWeights, quant8: bool) -> bytes:
                 nodes.append(
                     helper.make_node(
                         "QLinearGlobalAveragePool",
-                        [x, const(np.float32(scale)), const(np.uint8(zp)), const(np.float32(scale)), const(np.uint8(zp))],
+                        [
+                            x,
+                            const(np.float32(scale)),
+                            const(np.uint8(zp)),
+                            const(np.float32(scale)),
+                            const(np.uint8(zp)),
+                        ],
                         [y],
                         domain="com.microsoft",
                         channels_last=0,

@@ -60,7 +60,7 @@ def mobilenet_weights(seed: int = 0) -> MobileNetWeights:
     w = MobileNetWeights()
 
     def he(shape: tuple[int, ...], fan_in: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in) * 0.5).astype(np.float32)
+        return np.asarray(rng.standard_normal(shape) * np.sqrt(2.0 / fan_in) * 0.5, dtype=np.float32)
 
     w.layers.append(Layer("conv", 2, he((32, 3, 3, 3), 27), np.zeros(32, np.float32)))
     channels = 32
@@ -124,5 +124,5 @@ def mobilenet_v1(weights: MobileNetWeights, quant8: bool = False) -> Model:
 def mobilenet_input(quant8: bool, seed: int = 1) -> np.ndarray:
     img = np.random.default_rng(seed).uniform(-1.0, 1.0, (1, 224, 224, 3)).astype(np.float32)
     if quant8:
-        return np.clip(np.round(img / IN_SCALE) + IN_ZP, 0, 255).astype(np.uint8)
+        return np.asarray(np.clip(np.round(img / IN_SCALE) + IN_ZP, 0, 255), dtype=np.uint8)
     return img
