@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -71,7 +72,7 @@ class Device:
         self.stubs = Stubs(self._channel)
         self.monitor = DeathMonitor(self._channel, f"nnhal server at {address}")
         self._closed = False
-        self._prepared: set[PreparedModel] = set()
+        self._prepared: weakref.WeakSet[PreparedModel] = weakref.WeakSet()  # GC still releases them
         self._lock = threading.Lock()
         self.session = ""
         self.name = ""

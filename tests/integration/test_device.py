@@ -249,3 +249,27 @@ def test_concurrent_clients_share_the_device(server: LocalServer) -> None:
     for t in threads:
         t.join(60)
     assert not errors, errors
+
+
+def test_reflection_lists_the_services(server: LocalServer) -> None:
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    with grpc.insecure_channel(server.address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
+        names = {s.name for r in replies for s in r.list_services_response.service}
+    assert {"nnhal.v1.Device", "nnhal.v1.PreparedModel", "nnhal.v1.Buffer", "grpc.health.v1.Health"} <= names
+
+
+def test_prepared_model_released_on_garbage_collection(device: Device) -> None:
+    import gc
+
+    before = device.stats()["prepared_models"]
+    pm = device.prepare_model_sync(add_model())
+    assert device.stats()["prepared_models"] == before + 1
+    del pm
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while device.stats()["prepared_models"] != before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert device.stats()["prepared_models"] == before
