@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import weakref
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
