@@ -164,3 +164,47 @@ def test_connect_to_nothing_is_dead_object() -> None:
     with pytest.raises(DeadObject):
         Device.connect("127.0.0.1:1", timeout=1.0)
     assert time.monotonic() - t0 < 5.0
+
+
+_BUSY_CLIENT = textwrap.dedent(
+    """
+    import sys, numpy as np
+    from nnhal.client.device import Device
+    from tests.conftest import add_model
+    dev = Device.connect(sys.argv[1], client_name="busy")
+    pm = dev.prepare_model_sync(add_model())
+    dev.set_faults(execute_delay_ms=3000)
+    cb = pm.execute_async([np.ones((2, 4), np.float32)] * 2)
+    print("executing", flush=True)
+    cb.wait(60)
+    """
+)
+
+
+def test_client_killed_mid_execution(server: LocalServer, device: Device) -> None:
+    before = device.stats()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _BUSY_CLIENT, server.address], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"executing"
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(5)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 8.0:
+            stats = device.stats()
+            if stats["sessions"] == before["sessions"] and stats["prepared_models"] == before["prepared_models"]:
+                break
+            time.sleep(0.05)
+        stats = device.stats()
+        assert stats["sessions"] == before["sessions"] and stats["prepared_models"] == before["prepared_models"]
+        with device.prepare_model_sync(add_model()) as pm:  # the server still works
+            assert pm.execute([ones(), ones()]).outputs[0][0, 0] == 2.0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        if proc.stdout is not None:
+            proc.stdout.close()

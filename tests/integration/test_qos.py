@@ -237,3 +237,23 @@ def test_memory_limits_transient_and_persistent() -> None:
         first.release()
         dev.prepare_model_sync(_model_with_constant(60_000)).release()
         assert dev.limits()["memory_per_client"] == 100000
+
+
+def test_session_limit_is_transient_and_frees_up() -> None:
+    with LocalServer("--max-sessions", "2") as srv:
+        a = Device.connect(srv.address)
+        b = Device.connect(srv.address)
+        with pytest.raises(ResourceExhaustedTransient):
+            Device.connect(srv.address, timeout=5)
+        a.close()
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                c = Device.connect(srv.address, timeout=5)
+                break
+            except ResourceExhaustedTransient:
+                assert time.monotonic() < deadline, "the closed session's slot never came back"
+                time.sleep(0.05)
+        assert c.capabilities().operand_performance
+        b.close()
+        c.close()
