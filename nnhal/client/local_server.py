@@ -24,13 +24,16 @@ class LocalServer:
         self,
         *args: str,
         unix: bool = False,
+        listen: str | None = None,
         start_timeout: float = 30.0,
         log_file: Path | None = None,
     ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="nnhal-")
         tmp = Path(self._tmp.name)
         self.port_file = tmp / "port"
-        listen = f"unix:{tmp / 'nnhal.sock'}" if unix else "127.0.0.1:0"
+        # ``listen`` fixes the address (e.g. to restart a server on the same unix socket).
+        if listen is None:
+            listen = f"unix:{tmp / 'nnhal.sock'}" if unix else "127.0.0.1:0"
         self.log_path = log_file or tmp / "server.log"
         self._log = open(self.log_path, "ab")
         cmd = [sys.executable, "-m", "nnhal", "serve", "--listen", listen, "--port-file", str(self.port_file), *args]

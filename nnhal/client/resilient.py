@@ -1,0 +1,590 @@
+"""Resilient wrappers: a device and prepared models that survive a restarted server.
+
+As AOSP ``neuralnetworks/utils/common/Resilient*``: every call goes through
+``protect``. When it fails with DEAD_OBJECT, one caller recovers under a lock
+(an identity check makes the others, who waited on that lock, reuse the device
+it obtained), then the call is retried once. A recovered device whose metadata
+differ from the original's (name, version string, feature level, type,
+extensions, capabilities) is replaced by an ``InvalidDevice`` whose operations
+fail with GENERAL_FAILURE. A ``ResilientPreparedModel`` re-creates its prepared
+model on the recovered device by preparing the same Model again, with the same
+preference, priority and cache token.
+
+Errors other than DEAD_OBJECT pass through untouched, without recovery. When
+recovery fails the caller gets DEAD_OBJECT, with the recovery error appended;
+the next call tries to recover again. Every wait is bounded: a recovery costs
+at most ``recover_timeout`` seconds per attempt, and callers that queued behind
+a failed attempt share its error instead of repeating it.
+
+Scope: asynchronous calls (``prepare_model``, ``execute_async``,
+``execute_request_async``) run the protected synchronous form on a helper
+thread, so a death during the call is recovered too. ``execute_fenced`` and
+``burst`` are protected at launch only: a fence or burst belongs to the
+prepared model that existed when it was made. Driver-managed buffers
+(``allocate``) are not re-created: the client has no Buffer proxy yet, so
+there is no ResilientBuffer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from nnhal.client.callbacks import Callback
+from nnhal.client.device import Device
+from nnhal.client.interfaces import IDevice, IPreparedModel, IResult
+from nnhal.client.invalid_device import InvalidDevice
+from nnhal.client.prepared_model import Burst, ExecutionOutcome, FencedExecution, PreparedModel
+from nnhal.client.transport import DEADLINE_MARGIN, DEFAULT_CALL_TIMEOUT
+from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Priority
+from nnhal.core.errors import DeadObject, HalError
+from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model, Request
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+DeviceFactory = Callable[[], IDevice]
+PreparedModelFactory = Callable[[], IPreparedModel]
+
+
+def _dead_after_failed_recovery(err: DeadObject, what: str, recovery: HalError) -> DeadObject:
+    return DeadObject(
+        f"{err.message}, and failed to recover dead {what} with error {recovery.error_status.name}: {recovery.message}"
+    )
+
+
+class _Recoverer:
+    """Holds the current object; replaces it once per death, under a lock, with an identity check.
+
+    Reading the current object never waits for a recovery in progress.
+    ``attempts`` counts finished recovery attempts: a caller that saw the object
+    before an attempt finished and failed gets that attempt's error at once
+    instead of repeating it."""
+
+    def __init__(self, current: Any, make: Callable[[Any], Any]) -> None:
+        # Lock order: _recovery_lock, then _state_lock (never the other way).
+        self._recovery_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._current = current
+        self._make = make
+        self._attempts = 0
+        self._last_failure: tuple[Any, HalError] | None = None
+        self.recoveries = 0
+
+    @property
+    def current(self) -> Any:
+        with self._state_lock:
+            return self._current
+
+    def snapshot(self) -> tuple[Any, int]:
+        with self._state_lock:
+            return self._current, self._attempts
+
+    def recover(self, failing: Any, seen_attempts: int) -> Any:
+        with self._recovery_lock:
+            with self._state_lock:
+                if self._current is not failing:
+                    return self._current  # another caller already recovered
+                if self._attempts != seen_attempts and self._last_failure is not None:
+                    obj, error = self._last_failure
+                    if obj is failing:
+                        # An attempt that began after we saw the object failed: share its error.
+                        raise HalError.of(error.error_status, error.message)
+            try:
+                replacement = self._make(failing)
+            except HalError as err:
+                with self._state_lock:
+                    self._attempts += 1
+                    self._last_failure = (failing, err)
+                raise
+            with self._state_lock:
+                self._attempts += 1
+                self._last_failure = None
+                self._current = replacement
+                self.recoveries += 1
+            return replacement
+
+
+class ResilientDevice:
+    """An IDevice that reconnects to a restarted server. Thread-safe.
+
+    ``factory`` makes a fresh connected device (e.g. ``Device.connect(address)``);
+    it must raise DeadObject (bounded in time) when no server answers.
+    Name, version string, extensions and capabilities are cached from the first
+    device (as in AOSP); other queries are forwarded through ``protect``."""
+
+    def __init__(self, factory: DeviceFactory, device: IDevice | None = None) -> None:
+        self._factory = factory
+        first = device if device is not None else factory()
+        self._metadata = self._metadata_of(first)
+        self._name: str = first.name
+        self._version_string: str = self._metadata[1]
+        self._extensions: tuple[Extension, ...] = self._metadata[4]
+        self._capabilities: Capabilities = self._metadata[5]
+        self._cache_files_needed = first.number_of_cache_files_needed()
+        self._valid = True
+        self._recoverer = _Recoverer(first, self._make_device)
+
+    @classmethod
+    def connect(
+        cls,
+        address: str,
+        *,
+        client_name: str = "",
+        timeout: float = 10.0,
+        recover_timeout: float = 5.0,
+        keepalive_ms: int | None = None,
+    ) -> ResilientDevice:
+        """Connect to ``address``; reconnect there (within ``recover_timeout`` s) after a death.
+
+        Raises DeadObject if no server answers within ``timeout`` seconds."""
+
+        def make(t: float) -> Device:
+            return Device.connect(address, client_name=client_name, timeout=t, keepalive_ms=keepalive_ms)
+
+        return cls(lambda: make(recover_timeout), make(timeout))
+
+    # -- recovery -----------------------------------------------------------------
+    @staticmethod
+    def _metadata_of(device: IDevice) -> tuple[Any, ...]:
+        return (
+            device.name,
+            device.version_string(),
+            device.feature_level,
+            device.type(),
+            device.supported_extensions(),
+            device.capabilities(),
+        )
+
+    def _make_device(self, failing: IDevice) -> IDevice:
+        device = self._factory()
+        try:
+            same = self._metadata_of(device) == self._metadata
+        except HalError:
+            device.close()
+            raise
+        if not same:
+            log.error("the recovered device %r differs from the original; marking it invalid", self._name)
+            device.close()
+            device = InvalidDevice(
+                self._name,
+                self._version_string,
+                failing.feature_level,
+                self._metadata[3],
+                self._extensions,
+                self._capabilities,
+                self._cache_files_needed,
+            )
+            self._valid = False
+        try:
+            failing.close()
+        except Exception:  # a dead device's channel may already be gone
+            log.debug("closing the dead device failed", exc_info=True)
+        log.info("recovered device %r", self._name)
+        return device
+
+    def protect(self, fn: Callable[[IDevice], R]) -> R:
+        """Run ``fn`` on the current device; on DEAD_OBJECT recover and retry once."""
+        device, attempts = self._recoverer.snapshot()
+        try:
+            return fn(device)
+        except DeadObject as err:
+            try:
+                device = self._recoverer.recover(device, attempts)
+            except HalError as recovery:
+                raise _dead_after_failed_recovery(err, "device", recovery) from recovery
+        return fn(device)
+
+    @property
+    def device(self) -> IDevice:
+        """The device calls currently go to (a Device, or InvalidDevice)."""
+        return self._recoverer.current  # type: ignore[no-any-return]
+
+    @property
+    def is_valid(self) -> bool:
+        """False once a recovery found a different device."""
+        return self._valid
+
+    @property
+    def recoveries(self) -> int:
+        """How many times a dead device was replaced."""
+        return self._recoverer.recoveries
+
+    # -- IDevice: cached metadata ---------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def feature_level(self) -> int:
+        return self.device.feature_level
+
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    def version_string(self) -> str:
+        return self._version_string
+
+    def supported_extensions(self) -> tuple[Extension, ...]:
+        return self._extensions
+
+    # -- IDevice: protected calls ---------------------------------------------------
+    def type(self) -> DeviceType:
+        return self.protect(lambda d: d.type())
+
+    def number_of_cache_files_needed(self) -> tuple[int, int]:
+        return self.protect(lambda d: d.number_of_cache_files_needed())
+
+    def status(self) -> DeviceStatus:
+        return self.protect(lambda d: d.status())
+
+    def supported_operations(self, model: Model) -> list[bool]:
+        return self.protect(lambda d: d.supported_operations(model))
+
+    def supported_operations_with_reasons(self, model: Model) -> list[tuple[bool, str]]:
+        return self.protect(lambda d: d.supported_operations_with_reasons(model))
+
+    def prepare_model_sync(
+        self,
+        model: Model,
+        *,
+        preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+        priority: Priority | int = Priority.MEDIUM,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        cache_token: bytes | None = None,
+    ) -> ResilientPreparedModel:
+        """prepareModel_1_3 and wait, protected; the result re-prepares itself after a death.
+
+        A re-preparation keeps ``preference``, ``priority``, ``cache_token`` and the
+        relative ``timeout``, not ``deadline_at`` (an absolute time long past by then)."""
+
+        def prepare(deadline: float | None) -> IPreparedModel:
+            return self.protect(
+                lambda d: d.prepare_model_sync(
+                    model,
+                    preference=preference,
+                    priority=priority,
+                    timeout=timeout,
+                    deadline_at=deadline,
+                    cache_token=cache_token,
+                )
+            )
+
+        return ResilientPreparedModel(lambda: prepare(None), prepare(deadline_at))
+
+    def prepare_model(
+        self,
+        model: Model,
+        *,
+        preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+        priority: Priority | int = Priority.MEDIUM,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        cache_token: bytes | None = None,
+    ) -> Callback[ResilientPreparedModel]:
+        """prepareModel_1_3: returns at once; the callback delivers a ResilientPreparedModel.
+
+        The protected preparation runs on a helper thread, so a server death during
+        the preparation is recovered as well."""
+        return _in_background(
+            lambda: self.prepare_model_sync(
+                model,
+                preference=preference,
+                priority=priority,
+                timeout=timeout,
+                deadline_at=deadline_at,
+                cache_token=cache_token,
+            ),
+            "nnhal-resilient-prepare",
+        )
+
+    def prepare_model_from_cache(
+        self,
+        model_cache: bytes,
+        token: bytes,
+        model: Model | None = None,
+        *,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+    ) -> Callback[ResilientPreparedModel]:
+        """prepareModelFromCache_1_3, protected; the result re-prepares from the same cache."""
+
+        def prepare(deadline: float | None) -> IPreparedModel:
+            def call(d: IDevice) -> IPreparedModel:
+                cb = d.prepare_model_from_cache(model_cache, token, model, timeout=timeout, deadline_at=deadline)
+                return cb.get(_bound(timeout))
+
+            return self.protect(call)
+
+        return _in_background(
+            lambda: ResilientPreparedModel(lambda: prepare(None), prepare(deadline_at)), "nnhal-resilient-prepare"
+        )
+
+    def allocate(
+        self,
+        desc: BufferDesc,
+        prepared_models: list[Any],
+        input_roles: list[BufferRole],
+        output_roles: list[BufferRole],
+    ) -> tuple[str, int]:
+        """IDevice::allocate, protected. The buffer itself is not re-created after a death."""
+
+        def call(d: IDevice) -> tuple[str, int]:
+            current = [pm.prepared_model if isinstance(pm, ResilientPreparedModel) else pm for pm in prepared_models]
+            return d.allocate(desc, current, input_roles, output_roles)
+
+        return self.protect(call)
+
+    # -- lifetime ----------------------------------------------------------------------
+    def close(self) -> None:
+        self.device.close()
+
+    def __enter__(self) -> ResilientDevice:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ResilientPreparedModel:
+    """An IPreparedModel re-created on demand after its server died. Thread-safe.
+
+    ``factory`` makes a fresh prepared model (``ResilientDevice`` passes one that
+    prepares the same Model again through the resilient device)."""
+
+    def __init__(self, factory: PreparedModelFactory, prepared: IPreparedModel | None = None) -> None:
+        self._factory = factory
+        self._recoverer = _Recoverer(prepared if prepared is not None else factory(), self._make)
+
+    def _make(self, failing: IPreparedModel) -> IPreparedModel:
+        replacement = self._factory()
+        try:
+            failing.release()
+        except HalError:  # dead: its session is gone with its server
+            pass
+        return replacement
+
+    @property
+    def prepared_model(self) -> IPreparedModel:
+        """The prepared model calls currently go to."""
+        return self._recoverer.current  # type: ignore[no-any-return]
+
+    @property
+    def recoveries(self) -> int:
+        return self._recoverer.recoveries
+
+    @property
+    def model(self) -> Model | None:
+        return self.prepared_model.model
+
+    def protect(self, fn: Callable[[IPreparedModel], R], dead: Callable[[R], bool] | None = None) -> R:
+        """Run ``fn``; on DEAD_OBJECT (raised, or in-band when ``dead(result)``) re-create and retry once.
+
+        In-band results whose recovery fails come back as they were, with the
+        recovery error appended to their message."""
+        pm, attempts = self._recoverer.snapshot()
+        try:
+            result = fn(pm)
+        except DeadObject as err:
+            try:
+                pm = self._recoverer.recover(pm, attempts)
+            except HalError as recovery:
+                raise _dead_after_failed_recovery(err, "prepared model", recovery) from recovery
+            return fn(pm)
+        if dead is None or not dead(result):
+            return result
+        try:
+            pm = self._recoverer.recover(pm, attempts)
+        except HalError as recovery:
+            if isinstance(result, ExecutionOutcome):
+                result.message += (
+                    f", and failed to recover dead prepared model with error "
+                    f"{recovery.error_status.name}: {recovery.message}"
+                )
+            return result
+        return fn(pm)
+
+    # -- executions ----------------------------------------------------------------------
+    def execute(
+        self,
+        inputs: Sequence[np.ndarray | None],
+        *,
+        measure: bool = False,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        loop_timeout_ns: int = 0,
+    ) -> ExecutionOutcome:
+        return self.protect(
+            lambda pm: pm.execute(
+                inputs, measure=measure, timeout=timeout, deadline_at=deadline_at, loop_timeout_ns=loop_timeout_ns
+            )
+        )
+
+    def execute_request(
+        self,
+        request: Request,
+        *,
+        measure: bool = False,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        loop_timeout_ns: int = 0,
+    ) -> ExecutionOutcome:
+        """executeSynchronously_1_3; the status is in the outcome (DEAD_OBJECT only if recovery failed)."""
+        return self.protect(
+            lambda pm: pm.execute_request(
+                request, measure=measure, timeout=timeout, deadline_at=deadline_at, loop_timeout_ns=loop_timeout_ns
+            ),
+            _outcome_dead,
+        )
+
+    def _async(self, launch: Callable[[IPreparedModel], IResult[ExecutionOutcome]], timeout: float | None) -> Any:
+        def run(pm: IPreparedModel) -> IResult[ExecutionOutcome]:
+            cb = launch(pm)
+            cb.wait(_bound(timeout))
+            return cb
+
+        def background() -> IResult[ExecutionOutcome]:
+            return self.protect(run, lambda cb: cb.status == ErrorStatus.DEAD_OBJECT)
+
+        outer: Callback[ExecutionOutcome] = Callback()
+
+        def deliver() -> None:
+            try:
+                cb = background()
+            except HalError as err:
+                outer.notify(err.error_status, ExecutionOutcome(err.error_status, err.message), err.message)
+                return
+            if not cb.done():
+                outer.notify(ErrorStatus.GENERAL_FAILURE, None, f"no result within {_bound(timeout)} s")
+                return
+            value = getattr(cb, "value", None)
+            outer.notify(cb.status, value, cb.message)
+
+        threading.Thread(target=deliver, name="nnhal-resilient-execute", daemon=True).start()
+        return outer
+
+    def execute_async(
+        self,
+        inputs: Sequence[np.ndarray | None],
+        *,
+        measure: bool = False,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        loop_timeout_ns: int = 0,
+    ) -> Callback[ExecutionOutcome]:
+        """execute_1_3 on numpy arrays; a death during the execution is recovered and retried once."""
+        return self._async(  # type: ignore[no-any-return]
+            lambda pm: pm.execute_async(
+                inputs, measure=measure, timeout=timeout, deadline_at=deadline_at, loop_timeout_ns=loop_timeout_ns
+            ),
+            timeout,
+        )
+
+    def execute_request_async(
+        self,
+        request: Request,
+        *,
+        measure: bool = False,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        loop_timeout_ns: int = 0,
+    ) -> Callback[ExecutionOutcome]:
+        """execute_1_3 of a canonical Request; recovered and retried once on DEAD_OBJECT."""
+        return self._async(  # type: ignore[no-any-return]
+            lambda pm: pm.execute_request_async(
+                request, measure=measure, timeout=timeout, deadline_at=deadline_at, loop_timeout_ns=loop_timeout_ns
+            ),
+            timeout,
+        )
+
+    def execute_fenced(
+        self,
+        request: Request,
+        *,
+        wait_for: Sequence[FencedExecution] = (),
+        measure: bool = False,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        loop_timeout_ns: int = 0,
+        timeout_after_fence_ns: int = 0,
+    ) -> FencedExecution:
+        """executeFenced, protected at launch (the fence belongs to the prepared model of the time)."""
+        return self.protect(
+            lambda pm: pm.execute_fenced(
+                request,
+                wait_for=wait_for,
+                measure=measure,
+                timeout=timeout,
+                deadline_at=deadline_at,
+                loop_timeout_ns=loop_timeout_ns,
+                timeout_after_fence_ns=timeout_after_fence_ns,
+            )
+        )
+
+    def burst(self) -> Burst:
+        """configureExecutionBurst, protected at launch."""
+        return self.protect(lambda pm: pm.burst())
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def release(self) -> None:
+        """Release the current prepared model; a dead one needs no release."""
+        try:
+            self.prepared_model.release()
+        except DeadObject:
+            pass
+
+    def __enter__(self) -> ResilientPreparedModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _outcome_dead(outcome: ExecutionOutcome) -> bool:
+    return outcome.status == ErrorStatus.DEAD_OBJECT
+
+
+def _bound(timeout: float | None) -> float:
+    return DEFAULT_CALL_TIMEOUT if timeout is None else timeout + 2 * DEADLINE_MARGIN
+
+
+def _in_background(fn: Callable[[], ResilientPreparedModel], name: str) -> Callback[ResilientPreparedModel]:
+    cb: Callback[ResilientPreparedModel] = Callback()
+
+    def run() -> None:
+        try:
+            value = fn()
+        except HalError as err:
+            cb.notify(err.error_status, None, err.message)
+            return
+        if not cb.notify(ErrorStatus.NONE, value):
+            value.release()
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return cb
+
+
+def _conforms_device(device: Device) -> IDevice:
+    """Never called: lets mypy check that each implementation satisfies its Protocol."""
+    return device
+
+
+def _conforms_resilient_device(device: ResilientDevice) -> IDevice:
+    return device
+
+
+def _conforms_invalid_device(device: InvalidDevice) -> IDevice:
+    return device
+
+
+def _conforms_prepared_model(pm: PreparedModel) -> IPreparedModel:
+    return pm
+
+
+def _conforms_resilient_prepared_model(pm: ResilientPreparedModel) -> IPreparedModel:
+    return pm
