@@ -390,6 +390,8 @@ class Driver:
                 f"(per client {per_client or 'unlimited'}, total {total or 'unlimited'})"
             )
         with self._lock, session.lock:
+            if session.closed:
+                raise InvalidArgument("unknown or closed session; open a session first")
             if per_client and session.bytes_in_use + nbytes > per_client:
                 raise ResourceExhaustedTransient(
                     f"{what} need {nbytes} bytes; this client already uses {session.bytes_in_use} "
@@ -405,6 +407,8 @@ class Driver:
 
     def _uncharge(self, session: Session, nbytes: int) -> None:
         with self._lock, session.lock:
+            if session.closed:
+                return  # close_session already gave back everything the session held
             session.bytes_in_use -= nbytes
             self._bytes_total -= nbytes
 
@@ -498,7 +502,7 @@ class ExecutionJob:
                 control = ExecutionControl(
                     deadline_ns=deadline_ns,
                     loop_timeout_ns=self.loop_timeout_ns,
-                    checkpoint_hook=(lambda: driver.scheduler.checkpoint(ticket, deadline_ns)),
+                    checkpoint_hook=(lambda: self._checkpoint(ticket, deadline_ns)),
                     on_deadline=lambda: driver._missed(ticket.delayed or ticket.preempted > 0),
                     profile={} if self.profile else None,
                 )
@@ -511,6 +515,12 @@ class ExecutionJob:
             return ExecutionResult(err.error_status, err.message, (), _NO_TIMING)
         driver.executions += 1
         return result
+
+    def _checkpoint(self, ticket: Ticket, deadline_ns: int | None) -> None:
+        if self.session.closed:
+            # The client is gone (crash, disconnect): stop spending the device on it.
+            raise GeneralFailure("the client's session ended during the execution")
+        self.driver.scheduler.checkpoint(ticket, deadline_ns)
 
     def cancel(self) -> None:
         self.driver.scheduler.release(self.ticket)

@@ -202,6 +202,10 @@ def test_client_killed_mid_execution(server: LocalServer, device: Device) -> Non
         assert stats["sessions"] == before["sessions"] and stats["prepared_models"] == before["prepared_models"]
         with device.prepare_model_sync(add_model()) as pm:  # the server still works
             assert pm.execute([ones(), ones()]).outputs[0][0, 0] == 2.0
+        t1 = time.monotonic()  # the orphaned execution ends; its memory is not given back twice
+        while device.stats()["queue_depth"] and time.monotonic() - t1 < 6.0:
+            time.sleep(0.05)
+        assert device.stats()["bytes_in_use"] == before["bytes_in_use"]
     finally:
         if proc.poll() is None:
             proc.kill()
