@@ -1,1 +1,518 @@
-"""conv operations (to be implemented)."""
+"""Convolutions: CONV_2D, DEPTHWISE_CONV_2D, GROUPED_CONV_2D, TRANSPOSE_CONV_2D.
+
+Float: im2col + one BLAS matmul (1x1 stride-1 convolutions skip im2col);
+depthwise: a multiply-add per filter tap over the whole tensor. Quantized:
+integer accumulation (float64 BLAS is exact for these sums) then the
+reference's fixed-point requantization, per tensor or per output channel.
+Constant filters are re-laid-out once at prepare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from nnhal.core.enums import HalVersion, OperandType, OperationType
+from nnhal.core.errors import GeneralFailure
+from nnhal.server.executor.context import ExecutionContext, ValidationContext
+from nnhal.server.executor.ops.common import (
+    FLOAT_TYPES,
+    INT32_MAX,
+    INT32_MIN,
+    QUANT8_TYPES,
+    T,
+    activation_range_quant,
+    apply_activation,
+    check_activation,
+    quantize_multiplier,
+    to_compute,
+)
+from nnhal.server.executor.registry import register
+
+INPUT, FILTER, BIAS = 0, 1, 2
+PADDING_SAME, PADDING_VALID = 1, 2
+Op = OperationType
+
+
+# -- geometry ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Geometry:
+    pad_top: int
+    pad_bottom: int
+    pad_left: int
+    pad_right: int
+    stride_h: int
+    stride_w: int
+    dilation_h: int
+    dilation_w: int
+    activation: int
+    nchw: bool
+    extra: int = 0  # depth multiplier or number of groups
+
+
+def implicit_padding(size: int, stride: int, dilation: int, kernel: int, code: int) -> tuple[int, int]:
+    """calculateExplicitPadding of the reference (SAME puts the odd pixel at the end)."""
+    if code != PADDING_SAME:
+        return 0, 0
+    effective = (kernel - 1) * dilation + 1
+    out = (size + stride - 1) // stride
+    total = max((out - 1) * stride + effective - size, 0)
+    return total // 2, total - total // 2
+
+
+def out_size(size: int, kernel: int, stride: int, dilation: int, head: int, tail: int) -> int:
+    effective = (kernel - 1) * dilation + 1
+    return (size - effective + stride + head + tail) // stride
+
+
+def _geometry(
+    ctx: ExecutionContext,
+    explicit: bool,
+    first: int,
+    kernel_hw: tuple[int, int],
+    in_hw_nhwc: tuple[int, int],
+    has_extra: bool,
+) -> Geometry:
+    """Read the scalar parameters starting at input ``first`` (after input, filter, bias)."""
+    i = first
+    if explicit:
+        pl, pr, pt, pb = (ctx.scalar(i + k) for k in range(4))
+        i += 4
+        code = 0
+    else:
+        code = ctx.scalar(i)
+        i += 1
+    sw, sh = ctx.scalar(i), ctx.scalar(i + 1)
+    i += 2
+    extra = 0
+    if has_extra:
+        extra = ctx.scalar(i)
+        i += 1
+    act = ctx.scalar(i)
+    i += 1
+    n = len(ctx.inputs)
+    nchw = bool(ctx.scalar(i)) if i < n and ctx.has(i) else False
+    i += 1
+    dw, dh = (ctx.scalar(i), ctx.scalar(i + 1)) if i + 1 < n else (1, 1)
+    if min(sw, sh, dw, dh) < 1:
+        raise GeneralFailure(f"{ctx.op_type.name}: strides and dilations must be >= 1")
+    if not check_activation(act):
+        raise GeneralFailure(f"{ctx.op_type.name}: invalid fused activation {act}")
+    if not explicit:
+        if code not in (PADDING_SAME, PADDING_VALID):
+            raise GeneralFailure(f"{ctx.op_type.name}: implicit padding code must be 1 (SAME) or 2 (VALID), got {code}")
+        pt, pb = implicit_padding(in_hw_nhwc[0], sh, dh, kernel_hw[0], code)
+        pl, pr = implicit_padding(in_hw_nhwc[1], sw, dw, kernel_hw[1], code)
+    if min(pl, pr, pt, pb) < 0:
+        raise GeneralFailure(f"{ctx.op_type.name}: padding must be >= 0")
+    return Geometry(pt, pb, pl, pr, sh, sw, dh, dw, act, nchw, extra)
+
+
+def _nhwc(x: np.ndarray, nchw: bool) -> np.ndarray:
+    return x.transpose(0, 2, 3, 1) if nchw else x
+
+
+def _out_layout(x: np.ndarray, nchw: bool) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x
+
+
+def _taps(x: np.ndarray, g: Geometry, kh: int, kw: int, oh: int, ow: int) -> list[np.ndarray]:
+    """Strided views of the padded input, one per filter tap (row-major over kh, kw)."""
+    views = []
+    for i in range(kh):
+        r0 = i * g.dilation_h
+        for j in range(kw):
+            c0 = j * g.dilation_w
+            views.append(
+                x[
+                    :,
+                    r0 : r0 + (oh - 1) * g.stride_h + 1 : g.stride_h,
+                    c0 : c0 + (ow - 1) * g.stride_w + 1 : g.stride_w,
+                    :,
+                ]
+            )
+    return views
+
+
+def _pad(x: np.ndarray, g: Geometry) -> np.ndarray:
+    if g.pad_top or g.pad_bottom or g.pad_left or g.pad_right:
+        return np.pad(x, ((0, 0), (g.pad_top, g.pad_bottom), (g.pad_left, g.pad_right), (0, 0)))
+    return x
+
+
+def im2col(x: np.ndarray, g: Geometry, kh: int, kw: int) -> tuple[np.ndarray, int, int]:
+    """[N*OH*OW, KH*KW*C] patches of NHWC ``x`` (already offset so that padding is 0)."""
+    n, h, w, c = x.shape
+    oh = out_size(h, kh, g.stride_h, g.dilation_h, g.pad_top, g.pad_bottom)
+    ow = out_size(w, kw, g.stride_w, g.dilation_w, g.pad_left, g.pad_right)
+    if oh <= 0 or ow <= 0:
+        raise GeneralFailure(f"convolution output would be {oh}x{ow}")
+    if kh == kw == 1 and g.stride_h == g.stride_w == 1 and not (g.pad_top or g.pad_bottom or g.pad_left or g.pad_right):
+        return x.reshape(n * h * w, c), oh, ow
+    xp = _pad(x, g)
+    cols = np.stack(_taps(xp, g, kh, kw, oh, ow), axis=3)
+    return cols.reshape(n * oh * ow, kh * kw * c), oh, ow
+
+
+# -- quantized requantization (per tensor or per channel) ---------------------------
+def _srdhm(a: np.ndarray, b: np.ndarray | np.integer) -> np.ndarray:
+    ab = a * b
+    nudge = np.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
+    t = ab + nudge
+    res = np.where(t >= 0, t >> 31, -((-t) >> 31))
+    return np.asarray(np.where((a == INT32_MIN) & (b == INT32_MIN), np.int64(INT32_MAX), res))
+
+
+def _rdbp(x: np.ndarray, exponent: np.ndarray | np.integer) -> np.ndarray:
+    mask = (np.int64(1) << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return np.asarray((x >> exponent) + (remainder > threshold))
+
+
+def requantize(acc: np.ndarray, multipliers: np.ndarray | np.integer, shifts: np.ndarray | np.integer) -> np.ndarray:
+    """MultiplyByQuantizedMultiplier with per-channel (last axis) or scalar parameters."""
+    left = np.maximum(shifts, 0)
+    right = np.maximum(-shifts, 0)
+    x = acc.astype(np.int64) << left
+    return _rdbp(_srdhm(x, multipliers), right)
+
+
+def multipliers(in_scale: float, filter_scales: np.ndarray, out_scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """GetQuantizedConvolutionMultipler + QuantizeMultiplier per channel (float product, then double)."""
+    qm = np.empty(filter_scales.shape, np.int64)
+    sh = np.empty(filter_scales.shape, np.int64)
+    for k, fs in enumerate(filter_scales.astype(np.float32)):
+        real = float(np.float32(in_scale) * fs) / float(np.float32(out_scale))
+        qm[k], sh[k] = quantize_multiplier(real)
+    return qm, sh
+
+
+def _filter_scales(ctx_operand: Any, out_channels: int) -> np.ndarray:
+    cq = ctx_operand.channel_quant
+    if cq is not None and ctx_operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        return np.asarray(cq.scales, np.float32)
+    return np.full(out_channels, ctx_operand.scale, np.float32)
+
+
+@dataclass
+class QuantState:
+    weights: np.ndarray  # float64, zero point removed, GEMM layout
+    multipliers: np.ndarray
+    shifts: np.ndarray
+
+
+# -- validation ------------------------------------------------------------------
+def _check_conv_types(v: ValidationContext, per_channel_dim: int) -> tuple[OperandType, OperandType]:
+    t = v.expect_input_type_in(INPUT, (*FLOAT_TYPES, *QUANT8_TYPES))
+    ft = v.input_type(FILTER)
+    if t in FLOAT_TYPES:
+        v.require(ft == t and v.input_type(BIAS) == t, f"filter and bias must be {t.name}")
+    else:
+        v.require(
+            ft in (t, T.TENSOR_QUANT8_SYMM_PER_CHANNEL), f"filter must be {t.name} or TENSOR_QUANT8_SYMM_PER_CHANNEL"
+        )
+        v.require(v.input_type(BIAS) == T.TENSOR_INT32, "bias must be TENSOR_INT32 for quantized inputs")
+        if ft == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+            cq = v.inputs[FILTER].channel_quant
+            v.require(
+                cq is not None and cq.channel_dim == per_channel_dim,
+                f"per-channel filter must use channel dim {per_channel_dim}",
+            )
+    v.expect_types([], [t])
+    for k in (INPUT, FILTER):
+        v.expect_rank(k, 4)
+    v.expect_rank(BIAS, 1)
+    return t, ft
+
+
+def _scalar_types(v: ValidationContext, first: int, ints: int, bool_at: list[int], int_after: list[int]) -> None:
+    for i in range(first, first + ints):
+        v.require(v.input_type(i) == T.INT32, f"input {i} must be INT32")
+    for i in bool_at:
+        v.require(v.input_type(i) == T.BOOL, f"input {i} (layout) must be BOOL")
+    for i in int_after:
+        v.require(v.input_type(i) == T.INT32, f"input {i} (dilation) must be INT32")
+
+
+def _version(v: ValidationContext, t: OperandType, ft: OperandType, modern: bool) -> HalVersion:
+    if t == T.TENSOR_QUANT8_ASYMM_SIGNED:
+        return HalVersion.V1_3
+    scale_ok = True
+    if t == T.TENSOR_QUANT8_ASYMM and ft == t:
+        scale_ok = bool(v.outputs[0].scale > np.float32(v.inputs[INPUT].scale) * np.float32(v.inputs[FILTER].scale))
+    if t == T.TENSOR_FLOAT16 or ft == T.TENSOR_QUANT8_SYMM_PER_CHANNEL or modern or not scale_ok:
+        return HalVersion.V1_2
+    return HalVersion.V1_0
+
+
+def validate_conv(v: ValidationContext) -> HalVersion:
+    v.expect_counts((7, 8, 10, 11, 13), 1)
+    t, ft = _check_conv_types(v, 0)
+    n = v.num_inputs
+    explicit = n >= 10 and v.input_type(7) == T.INT32
+    offset = 3 if explicit else 0
+    layout = n >= 8 + offset
+    dilation = n == 10 + offset
+    _scalar_types(v, 3, 4 + offset, [7 + offset] if layout else [], [8 + offset, 9 + offset] if dilation else [])
+    return _version(v, t, ft, layout or dilation)
+
+
+def validate_depthwise(v: ValidationContext) -> HalVersion:
+    v.expect_counts((8, 9, 11, 12, 14), 1)
+    t, ft = _check_conv_types(v, 3)
+    n = v.num_inputs
+    explicit = n >= 11 and v.input_type(8) == T.INT32
+    offset = 3 if explicit else 0
+    layout = n >= 9 + offset
+    dilation = n == 11 + offset
+    _scalar_types(v, 3, 5 + offset, [8 + offset] if layout else [], [9 + offset, 10 + offset] if dilation else [])
+    return _version(v, t, ft, layout or dilation)
+
+
+def validate_grouped(v: ValidationContext) -> HalVersion:
+    v.expect_counts((9, 12), 1)
+    t, _ = _check_conv_types(v, 0)
+    ints = 5 if v.num_inputs == 9 else 8  # (padding code | 4 pads), 2 strides, groups, activation
+    _scalar_types(v, 3, ints, [3 + ints], [])
+    return HalVersion.V1_3 if t == T.TENSOR_QUANT8_ASYMM_SIGNED else HalVersion.V1_2
+
+
+def validate_transpose(v: ValidationContext) -> HalVersion:
+    v.expect_counts((9, 11), 1)
+    t, _ = _check_conv_types(v, 0)
+    if v.num_inputs == 9:
+        v.require(v.input_type(3) == T.TENSOR_INT32, "input 3 (output shape) must be TENSOR_INT32")
+        _scalar_types(v, 4, 4, [8], [])
+    else:
+        _scalar_types(v, 3, 7, [10], [])
+    return HalVersion.V1_3 if t == T.TENSOR_QUANT8_ASYMM_SIGNED else HalVersion.V1_2
+
+
+# -- prepare: constant filters re-laid-out once ---------------------------------------
+def _quant_state(ctx_in: Any, ctx_filter: Any, ctx_out: Any, w: np.ndarray, matrix: np.ndarray) -> QuantState:
+    out_channels = matrix.shape[0] if matrix.ndim == 2 else w.shape[-1]
+    scales = _filter_scales(ctx_filter, out_channels)
+    qm, sh = multipliers(ctx_in.scale, scales, ctx_out.scale)
+    return QuantState(matrix, qm, sh)
+
+
+def _gemm_filter(w: np.ndarray, filter_op: Any) -> np.ndarray:
+    """[O, KH*KW*C] with the zero point removed: float32 for float filters, float64 for quantized."""
+    o = w.shape[0]
+    if filter_op.type in FLOAT_TYPES:
+        return np.ascontiguousarray(to_compute(w).reshape(o, -1).T)
+    zp = filter_op.zero_point if filter_op.type != T.TENSOR_QUANT8_SYMM_PER_CHANNEL else 0
+    return np.ascontiguousarray((w.astype(np.float64) - zp).reshape(o, -1).T)
+
+
+def prepare_conv(v: ValidationContext) -> Any:
+    w = v.constant(FILTER)
+    if w is None:
+        return None
+    matrix = _gemm_filter(w, v.inputs[FILTER])
+    if v.inputs[FILTER].type in FLOAT_TYPES:
+        return matrix
+    return _quant_state(v.inputs[INPUT], v.inputs[FILTER], v.outputs[0], w, matrix.T)
+
+
+# -- kernels -------------------------------------------------------------------------
+def _finish_quant(ctx: ExecutionContext, acc: np.ndarray, qm: np.ndarray, sh: np.ndarray, act: int) -> np.ndarray:
+    out = requantize(acc, qm, sh) + ctx.out_zero_point(0)
+    lo, hi = activation_range_quant(act, ctx.out_scale(0), ctx.out_zero_point(0), ctx.out_type(0))
+    return np.asarray(np.clip(out, lo, hi))
+
+
+def _conv_core(
+    ctx: ExecutionContext, x: np.ndarray, w: np.ndarray, bias: np.ndarray, g: Geometry, state: Any, filter_op: Any
+) -> np.ndarray:
+    """NHWC convolution of ``x`` with filter ``w`` [O, KH, KW, C]; returns the output before layout."""
+    o, kh, kw, c = w.shape
+    n = x.shape[0]
+    if x.shape[3] != c:
+        raise GeneralFailure(f"{ctx.op_type.name}: input depth {x.shape[3]} != filter depth {c}")
+    if ctx.in_type(INPUT) in FLOAT_TYPES:
+        matrix = state if isinstance(state, np.ndarray) else _gemm_filter(w, filter_op)
+        cols, oh, ow = im2col(to_compute(x), g, kh, kw)
+        out = cols @ matrix
+        out += to_compute(bias)
+        return apply_activation(out.reshape(n, oh, ow, o), g.activation)
+    if not isinstance(state, QuantState):
+        state = _quant_state(ctx.in_operands[INPUT], filter_op, ctx.out_operands[0], w, _gemm_filter(w, filter_op).T)
+    xi = x.astype(np.float64) - ctx.zero_point(INPUT)
+    cols, oh, ow = im2col(xi, g, kh, kw)
+    acc = np.rint(cols @ state.weights.T).astype(np.int64) + bias.astype(np.int64)
+    return _finish_quant(ctx, acc, state.multipliers, state.shifts, g.activation).reshape(n, oh, ow, o)
+
+
+def execute_conv(ctx: ExecutionContext) -> None:
+    n = len(ctx.inputs)
+    explicit = n >= 10 and ctx.in_type(7) == T.INT32
+    g0 = ctx.scalar(10 if explicit else 7) if n >= (11 if explicit else 8) else False
+    x = _nhwc(ctx.tensor(INPUT), bool(g0))
+    w = ctx.tensor(FILTER)
+    g = _geometry(ctx, explicit, 3, (w.shape[1], w.shape[2]), (x.shape[1], x.shape[2]), False)
+    out = _conv_core(ctx, x, w, ctx.tensor(BIAS), g, ctx.state, ctx.in_operands[FILTER])
+    ctx.set_output(0, _out_layout(out, g.nchw))
+
+
+def execute_depthwise(ctx: ExecutionContext) -> None:
+    n = len(ctx.inputs)
+    explicit = n >= 11 and ctx.in_type(8) == T.INT32
+    layout_at = 11 if explicit else 8
+    nchw = bool(ctx.scalar(layout_at)) if n > layout_at else False
+    x = _nhwc(ctx.tensor(INPUT), nchw)
+    w = ctx.tensor(FILTER)
+    _, kh, kw, oc = w.shape
+    g = _geometry(ctx, explicit, 3, (kh, kw), (x.shape[1], x.shape[2]), True)
+    nb, h, wd, c = x.shape
+    if g.extra < 1 or c * g.extra != oc:
+        raise GeneralFailure(f"DEPTHWISE_CONV_2D: input depth {c} x multiplier {g.extra} != filter depth {oc}")
+    oh = out_size(h, kh, g.stride_h, g.dilation_h, g.pad_top, g.pad_bottom)
+    ow = out_size(wd, kw, g.stride_w, g.dilation_w, g.pad_left, g.pad_right)
+    if oh <= 0 or ow <= 0:
+        raise GeneralFailure(f"DEPTHWISE_CONV_2D: output would be {oh}x{ow}")
+    quant = ctx.in_type(INPUT) in QUANT8_TYPES
+    if quant:
+        filter_op = ctx.in_operands[FILTER]
+        wz = filter_op.zero_point if filter_op.type != T.TENSOR_QUANT8_SYMM_PER_CHANNEL else 0
+        xs = x.astype(np.int32) - np.int32(ctx.zero_point(INPUT))
+        wt = w.reshape(kh, kw, oc).astype(np.int32) - np.int32(wz)
+        acc = np.zeros((nb, oh, ow, oc), np.int32)
+    else:
+        xs = to_compute(x)
+        wt = to_compute(w).reshape(kh, kw, oc)
+        acc = np.zeros((nb, oh, ow, oc), xs.dtype)
+    if g.extra > 1:
+        xs = np.repeat(xs, g.extra, axis=3)
+    xp = _pad(xs, g)
+    tmp = np.empty_like(acc)
+    for k, view in enumerate(_taps(xp, g, kh, kw, oh, ow)):
+        np.multiply(view, wt[k // kw, k % kw], out=tmp)
+        acc += tmp
+    bias = ctx.tensor(BIAS)
+    if quant:
+        state = ctx.state
+        if not isinstance(state, QuantState):
+            qm, sh = multipliers(ctx.scale(INPUT), _filter_scales(ctx.in_operands[FILTER], oc), ctx.out_scale(0))
+            state = QuantState(wt.astype(np.float64), qm, sh)
+        out = _finish_quant(
+            ctx, acc.astype(np.int64) + bias.astype(np.int64), state.multipliers, state.shifts, g.activation
+        )
+    else:
+        acc += to_compute(bias)
+        out = apply_activation(acc, g.activation)
+    ctx.set_output(0, _out_layout(out, g.nchw))
+
+
+def prepare_depthwise(v: ValidationContext) -> Any:
+    w = v.constant(FILTER)
+    if w is None or v.inputs[INPUT].type not in QUANT8_TYPES:
+        return None
+    oc = w.shape[-1]
+    qm, sh = multipliers(v.inputs[INPUT].scale, _filter_scales(v.inputs[FILTER], oc), v.outputs[0].scale)
+    return QuantState(np.empty(0), qm, sh)
+
+
+def execute_grouped(ctx: ExecutionContext) -> None:
+    explicit = len(ctx.inputs) == 12
+    nchw = bool(ctx.scalar(11 if explicit else 8))
+    x = _nhwc(ctx.tensor(INPUT), nchw)
+    w = ctx.tensor(FILTER)
+    g = _geometry(ctx, explicit, 3, (w.shape[1], w.shape[2]), (x.shape[1], x.shape[2]), True)
+    groups = g.extra
+    o, c = w.shape[0], x.shape[3]
+    if groups < 1 or c % groups or o % groups or w.shape[3] * groups != c:
+        raise GeneralFailure(f"GROUPED_CONV_2D: {groups} groups do not divide input depth {c} / output depth {o}")
+    cg, og = c // groups, o // groups
+    bias = ctx.tensor(BIAS)
+    filter_op = ctx.in_operands[FILTER]
+    outs = []
+    for k in range(groups):
+        sub_filter = filter_op
+        if filter_op.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL and filter_op.channel_quant is not None:
+            cq = filter_op.channel_quant
+            sub_filter = replace(filter_op, channel_quant=replace(cq, scales=cq.scales[k * og : (k + 1) * og]))
+        outs.append(
+            _conv_core(
+                ctx,
+                np.ascontiguousarray(x[..., k * cg : (k + 1) * cg]),
+                w[k * og : (k + 1) * og],
+                bias[k * og : (k + 1) * og],
+                g,
+                None,
+                sub_filter,
+            )
+        )
+    ctx.set_output(0, _out_layout(np.concatenate(outs, axis=3), g.nchw))
+
+
+def execute_transpose(ctx: ExecutionContext) -> None:
+    implicit = len(ctx.inputs) == 9
+    nchw = bool(ctx.scalar(8 if implicit else 10))
+    x = _nhwc(ctx.tensor(INPUT), nchw)
+    w = ctx.tensor(FILTER)
+    o, kh, kw, c = w.shape
+    nb, h, wd, cin = x.shape
+    if cin != c:
+        raise GeneralFailure(f"TRANSPOSE_CONV_2D: input depth {cin} != filter depth {c}")
+    if implicit:
+        shape = ctx.tensor(3).reshape(-1)
+        if shape.size != 4:
+            raise GeneralFailure("TRANSPOSE_CONV_2D: output shape must have 4 elements")
+        out_h, out_w = (int(shape[2]), int(shape[3])) if nchw else (int(shape[1]), int(shape[2]))
+        code, sw, sh, act = (ctx.scalar(i) for i in range(4, 8))
+        pt, pb = _transpose_padding(out_h, sh, kh, code)
+        pl, pr = _transpose_padding(out_w, sw, kw, code)
+    else:
+        pl, pr, pt, pb, sw, sh, act = (ctx.scalar(i) for i in range(3, 10))
+    if min(sw, sh) < 1 or pl < 0 or pt < 0 or not check_activation(act):
+        raise GeneralFailure("TRANSPOSE_CONV_2D: invalid stride, padding or activation")
+    oh = h * sh + kh - sh - pt - pb
+    ow = wd * sw + kw - sw - pl - pr
+    if oh <= 0 or ow <= 0:
+        raise GeneralFailure(f"TRANSPOSE_CONV_2D: output would be {oh}x{ow}")
+    quant = ctx.in_type(INPUT) in QUANT8_TYPES
+    filter_op = ctx.in_operands[FILTER]
+    if quant:
+        wz = filter_op.zero_point if filter_op.type != T.TENSOR_QUANT8_SYMM_PER_CHANNEL else 0
+        xs = x.astype(np.float64) - ctx.zero_point(INPUT)
+        wm = w.astype(np.float64) - wz
+    else:
+        xs = to_compute(x)
+        wm = to_compute(w)
+    full_h = (h - 1) * sh + kh
+    full_w = (wd - 1) * sw + kw
+    full = np.zeros((nb, full_h + max(0, -pb), full_w + max(0, -pr), o), xs.dtype)
+    flat = xs.reshape(-1, c)
+    for i in range(kh):
+        for j in range(kw):
+            contrib = (flat @ wm[:, i, j, :].T).reshape(nb, h, wd, o)
+            full[:, i : i + (h - 1) * sh + 1 : sh, j : j + (wd - 1) * sw + 1 : sw, :] += contrib
+    out = full[:, pt : pt + oh, pl : pl + ow, :]
+    bias = ctx.tensor(BIAS)
+    if quant:
+        qm, shf = multipliers(ctx.scale(INPUT), _filter_scales(filter_op, o), ctx.out_scale(0))
+        acc = np.rint(out).astype(np.int64) + bias.astype(np.int64)
+        result = _finish_quant(ctx, acc, qm, shf, act)
+    else:
+        result = apply_activation(out + to_compute(bias), act)
+    ctx.set_output(0, _out_layout(np.ascontiguousarray(result), nchw))
+
+
+def _transpose_padding(size: int, stride: int, kernel: int, code: int) -> tuple[int, int]:
+    """calculateExplicitPaddingTransposeConv: the tail may be negative."""
+    if code != PADDING_SAME:
+        return 0, 0
+    out = (size + stride - 1) // stride
+    total = (out - 1) * stride + kernel - size
+    head = max(total, 0) // 2 if total > 0 else 0
+    return head, total - head
+
+
+register(Op.CONV_2D, validate=validate_conv, execute=execute_conv, prepare=prepare_conv)
+register(Op.DEPTHWISE_CONV_2D, validate=validate_depthwise, execute=execute_depthwise, prepare=prepare_depthwise)
+register(Op.GROUPED_CONV_2D, validate=validate_grouped, execute=execute_grouped)
+register(Op.TRANSPOSE_CONV_2D, validate=validate_transpose, execute=execute_transpose)

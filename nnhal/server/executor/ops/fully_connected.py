@@ -1,1 +1,103 @@
-"""fully_connected operations (to be implemented)."""
+"""FULLY_CONNECTED: input flattened to [batch, input_size] times weights [units, input_size].
+
+Float: one BLAS matmul with the constant weights transposed once at prepare.
+Quantized: exact integer accumulation (float64 BLAS), the reference's
+fixed-point requantization and activation clamp.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nnhal.core.enums import HalVersion, OperationType
+from nnhal.core.errors import GeneralFailure
+from nnhal.server.executor.context import ExecutionContext, ValidationContext
+from nnhal.server.executor.ops.common import (
+    FLOAT_TYPES,
+    QUANT8_TYPES,
+    T,
+    activation_range_quant,
+    apply_activation,
+    check_activation,
+    quantize_multiplier,
+    to_compute,
+)
+from nnhal.server.executor.ops.conv import requantize
+from nnhal.server.executor.registry import register
+
+INPUT, WEIGHTS, BIAS, ACTIVATION = 0, 1, 2, 3
+
+
+def validate_fully_connected(v: ValidationContext) -> HalVersion:
+    v.expect_counts(4, 1)
+    t = v.expect_input_type_in(INPUT, (*FLOAT_TYPES, *QUANT8_TYPES))
+    bias_t = t if t in FLOAT_TYPES else T.TENSOR_INT32
+    v.expect_types([t, t, bias_t, T.INT32], [t])
+    v.expect_rank(WEIGHTS, 2)
+    v.expect_rank(BIAS, 1)
+    r = v.input_rank(INPUT)
+    v.require(r is None or 2 <= r <= 4, f"input must have rank 2 to 4, got {r}")
+    act = v.constant_scalar(ACTIVATION)
+    v.require(check_activation(act), f"invalid fused activation {act}")
+    if t == T.TENSOR_QUANT8_ASYMM_SIGNED:
+        return HalVersion.V1_3
+    if t == T.TENSOR_FLOAT16:
+        return HalVersion.V1_2
+    if t == T.TENSOR_QUANT8_ASYMM:
+        product = np.float32(v.inputs[INPUT].scale) * np.float32(v.inputs[WEIGHTS].scale)
+        if not v.outputs[0].scale > product:
+            return HalVersion.V1_2
+    # A dynamic batch (unknown input dims) or an output of unknown shape needs 1.2's shape inference.
+    return HalVersion.V1_0
+
+
+def _weights_matrix(w: np.ndarray, t: Any, zero_point: int) -> np.ndarray:
+    if t in FLOAT_TYPES:
+        return np.ascontiguousarray(to_compute(w).T)
+    return np.ascontiguousarray((w.astype(np.float64) - zero_point).T)
+
+
+def prepare_fully_connected(v: ValidationContext) -> Any:
+    w = v.constant(WEIGHTS)
+    if w is None:
+        return None
+    return _weights_matrix(w, v.inputs[WEIGHTS].type, v.inputs[WEIGHTS].zero_point)
+
+
+def execute_fully_connected(ctx: ExecutionContext) -> None:
+    x = ctx.tensor(INPUT)
+    w = ctx.tensor(WEIGHTS)
+    bias = ctx.tensor(BIAS)
+    act = ctx.scalar(ACTIVATION)
+    if not check_activation(act):
+        raise GeneralFailure(f"FULLY_CONNECTED: invalid fused activation {act}")
+    units, input_size = w.shape
+    if input_size == 0 or x.size % input_size:
+        raise GeneralFailure(f"FULLY_CONNECTED: {x.size} input elements are not a multiple of input size {input_size}")
+    if bias.shape != (units,):
+        raise GeneralFailure(f"FULLY_CONNECTED: bias has shape {list(bias.shape)}, expected [{units}]")
+    batch = x.size // input_size
+    t = ctx.in_type(INPUT)
+    matrix = ctx.state if isinstance(ctx.state, np.ndarray) else _weights_matrix(w, t, ctx.zero_point(WEIGHTS))
+    if t in FLOAT_TYPES:
+        out = to_compute(x).reshape(batch, input_size) @ matrix
+        out += to_compute(bias)
+        ctx.set_output(0, apply_activation(out, act))
+        return
+    xs = x.reshape(batch, input_size).astype(np.float64) - ctx.zero_point(INPUT)
+    acc = np.rint(xs @ matrix).astype(np.int64) + bias.astype(np.int64)
+    real = float(np.float32(ctx.scale(INPUT)) * np.float32(ctx.scale(WEIGHTS))) / float(np.float32(ctx.out_scale(0)))
+    qm, sh = quantize_multiplier(real)
+    out = requantize(acc, np.int64(qm), np.int64(sh)) + ctx.out_zero_point(0)
+    lo, hi = activation_range_quant(act, ctx.out_scale(0), ctx.out_zero_point(0), ctx.out_type(0))
+    ctx.set_output(0, np.clip(out, lo, hi))
+
+
+register(
+    OperationType.FULLY_CONNECTED,
+    validate=validate_fully_connected,
+    execute=execute_fully_connected,
+    prepare=prepare_fully_connected,
+)
