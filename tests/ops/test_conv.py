@@ -12,7 +12,7 @@ from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import SymmPerChannelQuantParams
 from tests.ops.elementwise_runner import T, run, scalar, tensor, validate
 
-O = OperationType
+Op = OperationType
 I32 = scalar(T.INT32)
 BOOL = scalar(T.BOOL)
 
@@ -44,7 +44,7 @@ def test_conv_explicit_padding_matches_direct(stride: int) -> None:
         (tensor(T.TENSOR_FLOAT32, b.shape), b),
     ]
     ins += [(I32, v) for v in (1, 1, 1, 1, stride, stride, 0)]
-    (got,) = run(O.CONV_2D, ins, [tensor(T.TENSOR_FLOAT32)])
+    (got,) = run(Op.CONV_2D, ins, [tensor(T.TENSOR_FLOAT32)])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -59,10 +59,10 @@ def test_conv_implicit_same_nchw_and_dilation_need_1_2() -> None:
         (tensor(T.TENSOR_FLOAT32, b.shape), b),
     ]
     ins += [(I32, 1), (I32, 1), (I32, 1), (I32, 0), (BOOL, True)]
-    (got,) = run(O.CONV_2D, ins, [tensor(T.TENSOR_FLOAT32)])
+    (got,) = run(Op.CONV_2D, ins, [tensor(T.TENSOR_FLOAT32)])
     want = direct_conv(x.transpose(0, 2, 3, 1), w, b, 1, (1, 1, 1, 1)).transpose(0, 3, 1, 2)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    assert validate(O.CONV_2D, ins, [tensor(T.TENSOR_FLOAT32)]) == HalVersion.V1_2
+    assert validate(Op.CONV_2D, ins, [tensor(T.TENSOR_FLOAT32)]) == HalVersion.V1_2
 
 
 def test_conv_per_channel_quant() -> None:
@@ -76,7 +76,7 @@ def test_conv_per_channel_quant() -> None:
         (tensor(T.TENSOR_INT32, b.shape), b),
     ]
     ins += [(I32, v) for v in (0, 0, 0, 0, 1, 1, 0)]
-    (got,) = run(O.CONV_2D, ins, [tensor(T.TENSOR_QUANT8_ASYMM, (), 1.0, 0)])
+    (got,) = run(Op.CONV_2D, ins, [tensor(T.TENSOR_QUANT8_ASYMM, (), 1.0, 0)])
     # channel 0: (0*1 + 10*2) * 0.5 = 10; channel 1: (0*3 + 10*-1) * 0.25 = -2.5 -> clamp 0
     assert got.reshape(-1).tolist() == [10, 0]
 
@@ -90,7 +90,7 @@ def test_depthwise_multiplier_and_fully_connected() -> None:
         (tensor(T.TENSOR_FLOAT32, (2,)), np.zeros(2)),
     ]
     ins += [(I32, v) for v in (2, 1, 1, 2, 0)]  # VALID, strides 1, multiplier 2, no activation
-    (got,) = run(O.DEPTHWISE_CONV_2D, ins, [tensor(T.TENSOR_FLOAT32)])
+    (got,) = run(Op.DEPTHWISE_CONV_2D, ins, [tensor(T.TENSOR_FLOAT32)])
     np.testing.assert_array_equal(got[..., 0], x[..., 0])
     np.testing.assert_array_equal(got[..., 1], 2 * x[..., 0])
     fx = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
@@ -101,7 +101,7 @@ def test_depthwise_multiplier_and_fully_connected() -> None:
         (tensor(T.TENSOR_FLOAT32, (2,)), [0.5, 0]),
         (I32, 1),
     ]
-    (fc,) = run(O.FULLY_CONNECTED, fins, [tensor(T.TENSOR_FLOAT32)])
+    (fc,) = run(Op.FULLY_CONNECTED, fins, [tensor(T.TENSOR_FLOAT32)])
     np.testing.assert_array_equal(fc, [[0.0, 12.0], [0.0, 30.0]])  # RELU clamps -1.5 and -1.5
 
 
@@ -114,18 +114,18 @@ def test_transpose_conv_inverts_the_stride() -> None:
         (tensor(T.TENSOR_FLOAT32, (1,)), [0.0]),
     ]
     ins += [(I32, v) for v in (0, 0, 0, 0, 2, 2, 0)] + [(BOOL, False)]
-    (got,) = run(O.TRANSPOSE_CONV_2D, ins, [tensor(T.TENSOR_FLOAT32)])
+    (got,) = run(Op.TRANSPOSE_CONV_2D, ins, [tensor(T.TENSOR_FLOAT32)])
     np.testing.assert_array_equal(got, np.ones((1, 4, 4, 1), np.float32))
 
 
 @pytest.mark.parametrize(
     "op,count",
     [
-        (O.CONV_2D, 6),
-        (O.DEPTHWISE_CONV_2D, 7),
-        (O.GROUPED_CONV_2D, 10),
-        (O.TRANSPOSE_CONV_2D, 10),
-        (O.FULLY_CONNECTED, 3),
+        (Op.CONV_2D, 6),
+        (Op.DEPTHWISE_CONV_2D, 7),
+        (Op.GROUPED_CONV_2D, 10),
+        (Op.TRANSPOSE_CONV_2D, 10),
+        (Op.FULLY_CONNECTED, 3),
     ],
 )
 def test_wrong_input_count_is_invalid(op: OperationType, count: int) -> None:
@@ -142,4 +142,4 @@ def test_float_bias_type_mismatch_is_invalid() -> None:
     ]
     ins += [(I32, 1)] * 4
     with pytest.raises(InvalidArgument, match="bias"):
-        validate(O.CONV_2D, ins, [tensor(T.TENSOR_FLOAT32)])
+        validate(Op.CONV_2D, ins, [tensor(T.TENSOR_FLOAT32)])
