@@ -16,11 +16,10 @@ import numpy as np
 
 from nnhal.core.enums import HalVersion, OperandType, OperationType
 from nnhal.core.errors import GeneralFailure
+from nnhal.core.operand_types import DTYPE
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.ops.common import (
     FLOAT_TYPES,
-    INT32_MAX,
-    INT32_MIN,
     QUANT8_TYPES,
     T,
     activation_range_quant,
@@ -157,27 +156,35 @@ def im2col(x: np.ndarray, g: Geometry, kh: int, kw: int) -> tuple[np.ndarray, in
 
 
 # -- quantized requantization (per tensor or per channel) ---------------------------
-def _srdhm(a: np.ndarray, b: np.ndarray | np.integer) -> np.ndarray:
-    ab = a * b
-    nudge = np.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
-    t = ab + nudge
-    res = np.where(t >= 0, t >> 31, -((-t) >> 31))
-    return np.asarray(np.where((a == INT32_MIN) & (b == INT32_MIN), np.int64(INT32_MAX), res))
+def requantize(
+    acc: np.ndarray, multipliers: np.ndarray | np.integer, shifts: np.ndarray | np.integer, inplace: bool = False
+) -> np.ndarray:
+    """MultiplyByQuantizedMultiplier (SaturatingRoundingDoublingHighMul, then
+    RoundingDivideByPOT) with per-channel (last axis) or scalar parameters.
 
-
-def _rdbp(x: np.ndarray, exponent: np.ndarray | np.integer) -> np.ndarray:
-    mask = (np.int64(1) << exponent) - 1
-    remainder = x & mask
-    threshold = (mask >> 1) + (x < 0)
-    return np.asarray((x >> exponent) + (remainder > threshold))
-
-
-def requantize(acc: np.ndarray, multipliers: np.ndarray | np.integer, shifts: np.ndarray | np.integer) -> np.ndarray:
-    """MultiplyByQuantizedMultiplier with per-channel (last axis) or scalar parameters."""
+    Bit-exact with the reference, computed on magnitudes in place: the first
+    rounding takes ties of negative products toward zero, the second rounds
+    ties away from zero; the sign is put back at the end. Multipliers are
+    positive, so the saturating case (both INT32_MIN) cannot occur.
+    """
+    shifts = np.asarray(shifts, np.int64)
     left = np.maximum(shifts, 0)
     right = np.maximum(-shifts, 0)
-    x = acc.astype(np.int64) << left
-    return _rdbp(_srdhm(x, multipliers), right)
+    a = acc if inplace and acc.dtype == np.int64 else acc.astype(np.int64, copy=True)
+    if np.any(left):
+        a <<= left
+    a *= multipliers
+    negative = a < 0
+    np.abs(a, out=a)
+    a += 1 << 30
+    a -= negative
+    a >>= 31
+    half = (np.int64(1) << right) >> 1
+    if np.any(half):
+        a += half
+        a >>= right
+    np.negative(a, out=a, where=negative)
+    return a
 
 
 def multipliers(in_scale: float, filter_scales: np.ndarray, out_scale: float) -> tuple[np.ndarray, np.ndarray]:
@@ -319,10 +326,30 @@ def prepare_conv(v: ValidationContext) -> Any:
 
 
 # -- kernels -------------------------------------------------------------------------
-def _finish_quant(ctx: ExecutionContext, acc: np.ndarray, qm: np.ndarray, sh: np.ndarray, act: int) -> np.ndarray:
-    out = requantize(acc, qm, sh) + ctx.out_zero_point(0)
-    lo, hi = activation_range_quant(act, ctx.out_scale(0), ctx.out_zero_point(0), ctx.out_type(0))
-    return np.asarray(np.clip(out, lo, hi))
+#: Elements requantized per chunk: the int64 passes stay in cache.
+_CHUNK = 1 << 14
+
+
+def _finish_quant(
+    ctx: ExecutionContext, acc: np.ndarray, bias: np.ndarray, qm: np.ndarray, sh: np.ndarray, act: int
+) -> np.ndarray:
+    """Accumulator (exact integers, float64 or int) + bias -> requantized, clamped output dtype."""
+    channels = acc.shape[-1]
+    flat = acc.reshape(-1, channels)
+    out = np.empty(flat.shape, DTYPE[ctx.out_type(0)])
+    zo = ctx.out_zero_point(0)
+    lo, hi = activation_range_quant(act, ctx.out_scale(0), zo, ctx.out_type(0))
+    b64 = bias.astype(np.int64)
+    rows = max(1, _CHUNK // max(channels, 1))
+    for start in range(0, flat.shape[0], rows):
+        chunk = flat[start : start + rows]
+        a = (np.rint(chunk) if chunk.dtype.kind == "f" else chunk).astype(np.int64)
+        a += b64
+        r = requantize(a, qm, sh, inplace=True)
+        r += zo
+        np.clip(r, lo, hi, out=r)
+        out[start : start + rows] = r
+    return out.reshape(acc.shape)
 
 
 def _conv_core(
@@ -343,8 +370,8 @@ def _conv_core(
         state = _quant_state(ctx.in_operands[INPUT], filter_op, ctx.out_operands[0], w, _gemm_filter(w, filter_op).T)
     xi = x.astype(np.float64) - ctx.zero_point(INPUT)
     cols, oh, ow = im2col(xi, g, kh, kw)
-    acc = np.rint(cols @ state.weights.T).astype(np.int64) + bias.astype(np.int64)
-    return _finish_quant(ctx, acc, state.multipliers, state.shifts, g.activation).reshape(n, oh, ow, o)
+    acc = cols @ state.weights.T
+    return _finish_quant(ctx, acc, bias, state.multipliers, state.shifts, g.activation).reshape(n, oh, ow, o)
 
 
 def execute_conv(ctx: ExecutionContext) -> None:
@@ -398,9 +425,7 @@ def execute_depthwise(ctx: ExecutionContext) -> None:
         if not isinstance(state, QuantState):
             qm, sh = multipliers(ctx.scale(INPUT), _filter_scales(ctx.in_operands[FILTER], oc), ctx.out_scale(0))
             state = QuantState(wt.astype(np.float64), qm, sh)
-        out = _finish_quant(
-            ctx, acc.astype(np.int64) + bias.astype(np.int64), state.multipliers, state.shifts, g.activation
-        )
+        out = _finish_quant(ctx, acc, bias, state.multipliers, state.shifts, g.activation)
     else:
         acc += to_compute(bias)
         out = apply_activation(acc, g.activation)
@@ -495,8 +520,7 @@ def execute_transpose(ctx: ExecutionContext) -> None:
     bias = ctx.tensor(BIAS)
     if quant:
         qm, shf = multipliers(ctx.scale(INPUT), _filter_scales(filter_op, o), ctx.out_scale(0))
-        acc = np.rint(out).astype(np.int64) + bias.astype(np.int64)
-        result = _finish_quant(ctx, acc, qm, shf, act)
+        result = _finish_quant(ctx, np.ascontiguousarray(out), bias, qm, shf, act)
     else:
         result = apply_activation(out + to_compute(bias), act)
     ctx.set_output(0, _out_layout(np.ascontiguousarray(result), nchw))
