@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnhal.core.enums import HalVersion, OperationType
+from nnhal.core.enums import OPERATION_INTRODUCED, HalVersion, OperationType
 from nnhal.core.errors import HalError, InvalidArgument
 from nnhal.core.types import Model, Operation, Subgraph
 from nnhal.core.validation import OperationValidator, validate_model
@@ -82,6 +82,9 @@ def _supports(
     spec = lookup(operation.type)
     if spec is None:
         return False, f"{operation.type.name} is not implemented by this driver"
+    introduced = OPERATION_INTRODUCED[operation.type]
+    if introduced > level:
+        return False, f"{operation.type.name} was introduced in NN HAL {introduced.label}; the device serves {level.label}"
     try:
         version = spec.validate(validation_context(model, sg, operation, pools))
     except HalError as err:
