@@ -84,7 +84,10 @@ def _supports(
         return False, f"{operation.type.name} is not implemented by this driver"
     introduced = OPERATION_INTRODUCED[operation.type]
     if introduced > level:
-        return False, f"{operation.type.name} was introduced in NN HAL {introduced.label}; the device serves {level.label}"
+        return (
+            False,
+            f"{operation.type.name} was introduced in NN HAL {introduced.label}; the device serves {level.label}",
+        )
     try:
         version = spec.validate(validation_context(model, sg, operation, pools))
     except HalError as err:
