@@ -1,1 +1,127 @@
-"""pooling operations (to be implemented)."""
+"""Pooling: AVERAGE_POOL_2D, MAX_POOL_2D, L2_POOL_2D.
+
+One strided view per filter tap over the padded input (a handful of whole-
+tensor numpy passes, no per-pixel loops). Padding never counts: averages divide
+by the number of in-bounds taps, as the reference does; quantized averages round
+as tflite's integer kernels ((sum +- count/2) / count, truncating).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.core.enums import HalVersion, OperationType
+from nnhal.core.errors import GeneralFailure
+from nnhal.core.operand_types import DTYPE
+from nnhal.server.executor.context import ExecutionContext, ValidationContext
+from nnhal.server.executor.ops.common import (
+    FLOAT_TYPES,
+    QUANT8_TYPES,
+    T,
+    activation_range_quant,
+    apply_activation,
+    check_activation,
+    to_compute,
+)
+from nnhal.server.executor.ops.conv import PADDING_SAME, PADDING_VALID, implicit_padding, out_size
+from nnhal.server.executor.registry import register
+
+INPUT = 0
+Op = OperationType
+
+
+def validate_pool(v: ValidationContext) -> HalVersion:
+    v.expect_counts((7, 8, 10, 11), 1)
+    allowed = FLOAT_TYPES if v.op_type == Op.L2_POOL_2D else (*FLOAT_TYPES, *QUANT8_TYPES)
+    t = v.expect_input_type_in(INPUT, allowed)
+    n = v.num_inputs
+    ints = 9 if n >= 10 else 6
+    v.expect_types([t, *([T.INT32] * ints)], [t])
+    if n in (8, 11):
+        v.require(v.input_type(n - 1) == T.BOOL, f"input {n - 1} (layout) must be BOOL")
+    v.expect_rank(INPUT, 4)
+    if t in QUANT8_TYPES:
+        out, inp = v.outputs[0], v.inputs[INPUT]
+        v.require(
+            out.scale == inp.scale and out.zero_point == inp.zero_point,
+            "quantized output must have the input's scale and zero point",
+        )
+    if t == T.TENSOR_QUANT8_ASYMM_SIGNED:
+        return HalVersion.V1_3
+    if t == T.TENSOR_FLOAT16 or n in (8, 11):
+        return HalVersion.V1_2
+    return HalVersion.V1_0
+
+
+def execute_pool(ctx: ExecutionContext) -> None:
+    n = len(ctx.inputs)
+    explicit = n >= 10
+    nchw = bool(ctx.scalar(n - 1)) if n in (8, 11) else False
+    x = ctx.tensor(INPUT)
+    if nchw:
+        x = x.transpose(0, 2, 3, 1)
+    nb, h, w, c = x.shape
+    if explicit:
+        pl, pr, pt, pb, sw, sh, fw, fh, act = (ctx.scalar(i) for i in range(1, 10))
+    else:
+        code, sw, sh, fw, fh, act = (ctx.scalar(i) for i in range(1, 7))
+        if code not in (PADDING_SAME, PADDING_VALID):
+            raise GeneralFailure(f"{ctx.op_type.name}: padding code must be 1 (SAME) or 2 (VALID), got {code}")
+        if min(sw, sh, fw, fh) < 1:
+            raise GeneralFailure(f"{ctx.op_type.name}: strides and filter sizes must be >= 1")
+        pt, pb = implicit_padding(h, sh, 1, fh, code)
+        pl, pr = implicit_padding(w, sw, 1, fw, code)
+    if min(sw, sh, fw, fh) < 1 or min(pl, pr, pt, pb) < 0 or not check_activation(act):
+        raise GeneralFailure(f"{ctx.op_type.name}: invalid stride, filter, padding or activation")
+    if not (fw > pl and fw > pr and fh > pt and fh > pb):
+        raise GeneralFailure(f"{ctx.op_type.name}: padding must be smaller than the filter")
+    oh, ow = out_size(h, fh, sh, 1, pt, pb), out_size(w, fw, sw, 1, pl, pr)
+    if oh <= 0 or ow <= 0:
+        raise GeneralFailure(f"{ctx.op_type.name}: output would be {oh}x{ow}")
+    t = ctx.in_type(INPUT)
+    quant = t in QUANT8_TYPES
+    op = ctx.op_type
+    if op == Op.MAX_POOL_2D:
+        fill = np.iinfo(x.dtype).min if quant else -np.inf
+        src = x if quant else to_compute(x)
+    else:
+        fill = 0
+        src = x.astype(np.int32) if quant else to_compute(x)
+        if op == Op.L2_POOL_2D:
+            src = src * src
+    padded = np.pad(src, ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=fill)
+    taps = [
+        padded[:, i : i + (oh - 1) * sh + 1 : sh, j : j + (ow - 1) * sw + 1 : sw, :]
+        for i in range(fh)
+        for j in range(fw)
+    ]
+    if op == Op.MAX_POOL_2D:
+        out = taps[0].copy()
+        for tap in taps[1:]:
+            np.maximum(out, tap, out=out)
+    else:
+        out = taps[0].copy()
+        for tap in taps[1:]:
+            out += tap
+        rows = np.clip(np.arange(oh) * sh - pt + fh, 0, h) - np.clip(np.arange(oh) * sh - pt, 0, h)
+        cols = np.clip(np.arange(ow) * sw - pl + fw, 0, w) - np.clip(np.arange(ow) * sw - pl, 0, w)
+        count = (rows[:, None] * cols[None, :])[None, :, :, None]
+        if quant:
+            half = count // 2
+            # Truncating division of (sum +- count/2): tflite's rounding for both signs.
+            num = np.where(out > 0, out + half, out - half)
+            out = np.sign(num) * (np.abs(num) // count)
+        else:
+            out = out / count.astype(out.dtype)
+            if op == Op.L2_POOL_2D:
+                out = np.sqrt(out)
+    if quant:
+        lo, hi = activation_range_quant(act, ctx.scale(INPUT), ctx.zero_point(INPUT), t)
+        result = np.clip(out, lo, hi).astype(DTYPE[t])
+    else:
+        result = apply_activation(np.ascontiguousarray(out), act)
+    ctx.set_output(0, np.ascontiguousarray(result.transpose(0, 3, 1, 2)) if nchw else result)
+
+
+for _op in (Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D):
+    register(_op, validate=validate_pool, execute=execute_pool)
