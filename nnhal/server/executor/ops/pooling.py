@@ -60,7 +60,7 @@ def execute_pool(ctx: ExecutionContext) -> None:
     x = ctx.tensor(INPUT)
     if nchw:
         x = x.transpose(0, 2, 3, 1)
-    nb, h, w, c = x.shape
+    _, h, w, _ = x.shape
     if explicit:
         pl, pr, pt, pb, sw, sh, fw, fh, act = (ctx.scalar(i) for i in range(1, 10))
     else:

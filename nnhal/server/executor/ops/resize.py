@@ -1,1 +1,119 @@
-"""resize operations (to be implemented)."""
+"""RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR (size or scale form, layout,
+align_corners and half_pixel_centers), as tflite's reference kernels compute them:
+source coordinates per output row/column, then gathers and a weighted sum over
+whole tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.core.enums import HalVersion, OperationType
+from nnhal.core.errors import GeneralFailure
+from nnhal.core.operand_types import DTYPE
+from nnhal.server.executor.context import ExecutionContext, ValidationContext
+from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, to_compute, version_for_types
+from nnhal.server.executor.registry import register
+
+INPUT, WIDTH, HEIGHT, LAYOUT, ALIGN_CORNERS, HALF_PIXEL = range(6)
+Op = OperationType
+
+
+def validate_resize(v: ValidationContext) -> HalVersion:
+    low = 3 if v.op_type == Op.RESIZE_BILINEAR else 4
+    v.expect_counts(range(low, 7), 1)
+    t = v.expect_input_type_in(INPUT, (*FLOAT_TYPES, *QUANT8_TYPES))
+    st = v.input_type(WIDTH)
+    allowed = {T.INT32, T.FLOAT16 if t == T.TENSOR_FLOAT16 else T.FLOAT32}
+    v.require(st in allowed, f"output size/scale must be one of {sorted(a.name for a in allowed)}, got {st.name}")
+    v.expect_types([t, st, st, T.BOOL, T.BOOL, T.BOOL], [t])
+    v.expect_rank(INPUT, 4)
+    version = version_for_types([t])
+    if t == T.TENSOR_QUANT8_ASYMM or st != T.INT32 or v.num_inputs >= 4 or v.op_type == Op.RESIZE_NEAREST_NEIGHBOR:
+        version = max(version, HalVersion.V1_2)
+    if v.num_inputs >= 5:
+        version = max(version, HalVersion.V1_3)
+    return version
+
+
+def _flag(ctx: ExecutionContext, i: int) -> bool:
+    return bool(ctx.scalar(i)) if i < len(ctx.inputs) and ctx.has(i) else False
+
+
+def _scale(in_size: int, out_size: int, align: bool) -> np.float32:
+    if align and out_size > 1:
+        return np.float32(in_size - 1) / np.float32(out_size - 1)
+    return np.float32(in_size) / np.float32(out_size)
+
+
+def _source(out_size: int, scale: np.float32, half_pixel: bool) -> np.ndarray:
+    o = np.arange(out_size, dtype=np.float32)
+    return (o + np.float32(0.5)) * scale - np.float32(0.5) if half_pixel else o * scale
+
+
+def execute_resize(ctx: ExecutionContext) -> None:
+    nchw = _flag(ctx, LAYOUT)
+    align = _flag(ctx, ALIGN_CORNERS)
+    half = _flag(ctx, HALF_PIXEL)
+    if align and half:
+        raise GeneralFailure(f"{ctx.op_type.name}: align_corners and half_pixel_centers are exclusive")
+    x = ctx.tensor(INPUT)
+    if nchw:
+        x = x.transpose(0, 2, 3, 1)
+    _, h, w, c = x.shape
+    if min(h, w, c) <= 0:
+        raise GeneralFailure(f"{ctx.op_type.name}: only the batch dimension may be zero")
+    if ctx.in_type(WIDTH) == T.INT32:
+        out_w, out_h = int(ctx.scalar(WIDTH)), int(ctx.scalar(HEIGHT))
+    else:
+        out_w = int(np.floor(np.float32(w) * np.float32(ctx.scalar(WIDTH))))
+        out_h = int(np.floor(np.float32(h) * np.float32(ctx.scalar(HEIGHT))))
+    if out_w <= 0 or out_h <= 0:
+        raise GeneralFailure(f"{ctx.op_type.name}: output size {out_h}x{out_w} must be positive")
+    sy, sx = _scale(h, out_h, align), _scale(w, out_w, align)
+    t = ctx.in_type(INPUT)
+    if ctx.op_type == Op.RESIZE_NEAREST_NEIGHBOR:
+        iy = _nearest(out_h, sy, h, align, half)
+        ix = _nearest(out_w, sx, w, align, half)
+        out = x[:, iy][:, :, ix]
+    else:
+        ys, xs = _source(out_h, sy, half), _source(out_w, sx, half)
+        y0 = np.maximum(np.floor(ys).astype(np.int64), 0)
+        y1 = np.minimum(np.ceil(ys).astype(np.int64), h - 1)
+        x0 = np.maximum(np.floor(xs).astype(np.int64), 0)
+        x1 = np.minimum(np.ceil(xs).astype(np.int64), w - 1)
+        dy = (ys - y0).astype(np.float32)[None, :, None, None]
+        dx = (xs - x0).astype(np.float32)[None, None, :, None]
+        xf = np.asarray(to_compute(x), np.float32)
+        top = xf[:, y0]
+        bottom = xf[:, y1]
+        value = (
+            top[:, :, x0] * (1 - dy) * (1 - dx)
+            + bottom[:, :, x0] * dy * (1 - dx)
+            + top[:, :, x1] * (1 - dy) * dx
+            + bottom[:, :, x1] * dy * dx
+        )
+        if t in QUANT8_TYPES:
+            info = np.iinfo(DTYPE[t])
+            value = np.clip(np.floor(value + np.float32(0.5)), info.min, info.max)
+        out = value
+    out = np.asarray(out)
+    ctx.set_output(0, np.ascontiguousarray(out.transpose(0, 3, 1, 2)) if nchw else out)
+
+
+def _nearest(out_size: int, scale: np.float32, in_size: int, align: bool, half: bool) -> np.ndarray:
+    src = (
+        _source(out_size, scale, False)
+        if not half
+        else (np.arange(out_size, dtype=np.float32) + np.float32(0.5)) * scale
+    )
+    idx = (
+        np.where(src >= 0, np.floor(src + np.float32(0.5)), -np.floor(-src + np.float32(0.5)))
+        if align
+        else np.floor(src)
+    )
+    idx = np.minimum(idx.astype(np.int64), in_size - 1)
+    return np.maximum(idx, 0) if half else idx
+
+
+register(Op.RESIZE_BILINEAR, validate=validate_resize, execute=execute_resize)
+register(Op.RESIZE_NEAREST_NEIGHBOR, validate=validate_resize, execute=execute_resize)
