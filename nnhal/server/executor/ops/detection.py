@@ -455,8 +455,9 @@ def execute_bbox_transform(ctx: ExecutionContext) -> None:
         raise _fail(ctx, f"a batch index is outside [0, {info.shape[0]})")
     if np.any((rois[:, 0] > rois[:, 2]) | (rois[:, 1] > rois[:, 3])):
         raise _fail(ctx, "a ROI has x2 < x1 or y2 < y1")
-    boxes = _apply_deltas(rois, deltas.reshape(num_rois, -1, 4), info[batches])
-    ctx.set_output(0, _from_float(boxes.reshape(num_rois, -1), ctx.out(0)))
+    classes = deltas.shape[1] // 4  # explicit: -1 cannot be inferred for zero ROIs
+    boxes = _apply_deltas(rois, deltas.reshape(num_rois, classes, 4), info[batches])
+    ctx.set_output(0, _from_float(boxes.reshape(num_rois, classes * 4), ctx.out(0)))
 
 
 # -- BOX_WITH_NMS_LIMIT ---------------------------------------------------------------------------
