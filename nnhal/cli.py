@@ -13,6 +13,7 @@ from pathlib import Path
 
 from nnhal.core.errors import HalError
 from nnhal.server.cache import DEFAULT_SECRET_FILE
+from nnhal.server.memory import DEFAULT_SHM_DIR
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -24,8 +25,12 @@ def _serve(args: argparse.Namespace) -> int:
 
     level = {"1.0": HalVersion.V1_0, "1.1": HalVersion.V1_1, "1.2": HalVersion.V1_2, "1.3": HalVersion.V1_3}
     shm = None
-    if args.shm_dir:
-        shm = SharedMemoryPolicy(Path(args.shm_dir), args.shm_prefix, args.shm_allow_remote)
+    if args.shm_dir != "none":
+        shm_dir = Path(args.shm_dir)
+        if not shm_dir.is_dir():
+            print(f"nnhal serve: shared-memory directory {shm_dir} does not exist (use --shm-dir none to disable)")
+            return 2
+        shm = SharedMemoryPolicy(shm_dir.resolve(), args.shm_prefix, args.shm_allow_remote)
     device = DeviceConfig(
         name=args.name,
         feature_level=level[args.feature_level],
@@ -108,7 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--memory-total", type=int, default=0, help="bytes in total (0 = unlimited)")
     s.add_argument("--max-sessions", type=int, default=128)
     s.add_argument("--max-threads", type=int, default=256, help="gRPC worker threads (each session holds one)")
-    s.add_argument("--shm-dir", help="directory of shared-memory regions clients may name (off if unset)")
+    s.add_argument(
+        "--shm-dir",
+        default=DEFAULT_SHM_DIR,
+        help="directory of the shared-memory regions same-host clients may name ('none' disables them)",
+    )
     s.add_argument("--shm-prefix", default="nnhal-", help="required prefix of shared-memory region names")
     s.add_argument("--shm-allow-remote", action="store_true", help="accept shared pools from non-local peers")
     s.add_argument(

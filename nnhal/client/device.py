@@ -77,6 +77,9 @@ class Device:
         self.session = ""
         self.name = ""
         self.feature_level = 0
+        #: The server's shared-memory directory and name prefix ("" when not offered).
+        self.shm_dir = ""
+        self.shm_prefix = ""
         self._session_ready = threading.Event()
         self._session_error: HalError | None = None
         self._session_call: Any = None
@@ -122,6 +125,8 @@ class Device:
                     self.session = event.session
                     self.name = event.device_name
                     self.feature_level = event.feature_level
+                    self.shm_dir = event.shm_dir
+                    self.shm_prefix = event.shm_prefix
                     self._session_ready.set()
             reason = "the server ended the session"
         except grpc.RpcError as err:

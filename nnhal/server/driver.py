@@ -197,7 +197,14 @@ class Driver:
             bound.close()
 
     def _bind_model_pools(self, model: Model) -> BoundPools:
-        return bind_pools(model.pools, self.config.shared_memory, set(), self._reject_token)
+        """Model pools as bytes. Shared regions are copied once here: constants are
+        read at every execution, and a client that shrinks its region later must not
+        be able to fault the server (SIGBUS) through them."""
+        bound = bind_pools(model.pools, self.config.shared_memory, set(), self._reject_token)
+        if bound.regions:
+            bound.buffers = [bytes(b) for b in bound.buffers]
+            bound.close()
+        return bound
 
     @staticmethod
     def _reject_token(pool: BufferTokenPool, where: str) -> memoryview:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 import stat
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import BufferTokenPool, InlinePool, MemoryPool, SharedMemoryPool
 
 SHARED_KINDS = frozenset({"ashmem", "mmap_fd", "hardware_buffer_blob"})
+#: tmpfs where the system has one (regions then live in memory, like ashmem).
+DEFAULT_SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
 @dataclass(frozen=True)

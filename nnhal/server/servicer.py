@@ -96,10 +96,13 @@ class DeviceServicer(sgrpc.DeviceServicer):
         ended = threading.Event()
         context.add_callback(ended.set)
         try:
+            shm = self.driver.config.shared_memory
             yield spb.SessionEvent(
                 session=session.id,
                 device_name=self.driver.config.name,
                 feature_level=int(self.driver.config.feature_level),
+                shm_dir=str(shm.directory) if shm is not None and is_local_peer(context) else "",
+                shm_prefix=shm.prefix if shm is not None else "",
             )
             # The stream stays open as the client's liveness signal; its end
             # (close, crash, keepalive expiry) releases the session's objects.

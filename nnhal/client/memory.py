@@ -1,0 +1,118 @@
+"""Shared memory for same-host clients: regions the server maps instead of copying.
+
+A region is a file in the server's shared-memory directory (``Device.shm_dir``,
+tmpfs at /dev/shm by default) whose name carries the server's prefix, the
+form of ``ashmem`` / ``mmap_fd`` (and ``hardware_buffer_blob``, emulated the
+same way). The client maps it too: inputs are written in place before an
+execution, outputs are read in place after it, and no tensor bytes travel
+through gRPC. Release explicitly (or with ``with``); the file is removed then.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from nnhal.core.errors import InvalidArgument
+from nnhal.core.types import SharedMemoryPool
+
+if TYPE_CHECKING:
+    from nnhal.client.device import Device
+
+KINDS = ("ashmem", "mmap_fd", "hardware_buffer_blob")
+
+
+class SharedMemory:
+    """A mapped region usable as a model pool (constants) or a request pool (inputs/outputs)."""
+
+    def __init__(self, path: Path, size: int, kind: str, owned: bool) -> None:
+        if kind not in KINDS:
+            raise InvalidArgument(f"unknown shared memory kind {kind!r}; one of {KINDS}")
+        self.path = path
+        self.size = size
+        self.kind = kind
+        self._owned = owned
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            self._map: mmap.mmap | None = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+
+    # -- constructors ---------------------------------------------------------------
+    @classmethod
+    def create(cls, device: Device, size: int, kind: str = "ashmem") -> SharedMemory:
+        """A new zeroed region of ``size`` bytes in the server's shared-memory directory."""
+        if not device.shm_dir:
+            raise InvalidArgument("this server offers no shared memory (remote peer, or started with --shm-dir none)")
+        if size <= 0:
+            raise InvalidArgument(f"a shared region needs a positive size, got {size}")
+        path = Path(device.shm_dir) / f"{device.shm_prefix}{secrets.token_hex(12)}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
+        return cls(path, size, kind, owned=True)
+
+    @classmethod
+    def from_array(cls, device: Device, array: np.ndarray, kind: str = "ashmem") -> SharedMemory:
+        """A new region holding a copy of ``array``'s bytes."""
+        data = np.ascontiguousarray(array)
+        region = cls.create(device, max(data.nbytes, 1), kind)
+        region.view(np.uint8, (data.nbytes,))[:] = data.reshape(-1).view(np.uint8)
+        return region
+
+    @classmethod
+    def map_file(cls, device: Device, path: Path, kind: str = "mmap_fd") -> SharedMemory:
+        """An existing file, which must sit in the server's directory with its prefix."""
+        path = Path(path)
+        if not device.shm_dir or path.parent.resolve() != Path(device.shm_dir).resolve():
+            raise InvalidArgument(f"{path} is not in the server's shared-memory directory {device.shm_dir!r}")
+        if not path.name.startswith(device.shm_prefix):
+            raise InvalidArgument(f"{path.name} does not start with the server's prefix {device.shm_prefix!r}")
+        return cls(path, path.stat().st_size, kind, owned=False)
+
+    # -- use ------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def pool(self, offset: int = 0, size: int | None = None) -> SharedMemoryPool:
+        """The pool naming this region (or a part of it) in a Model or Request."""
+        return SharedMemoryPool(self.kind, self.name, offset, self.size - offset if size is None else size)
+
+    def view(self, dtype: np.dtype | type, shape: tuple[int, ...], offset: int = 0) -> np.ndarray:
+        """A numpy view of part of the region (writes go straight to the shared pages)."""
+        if self._map is None:
+            raise InvalidArgument("the shared region was released")
+        count = int(np.prod(shape))
+        return np.frombuffer(self._map, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+    def release(self) -> None:
+        """Unmap, and remove the file if this object created it (idempotent)."""
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # numpy views still alive keep the mapping until they go
+            self._map = None
+        if self._owned:
+            self.path.unlink(missing_ok=True)
+            self._owned = False
+
+    def __enter__(self) -> SharedMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown
+            pass

@@ -1,0 +1,111 @@
+"""Shared-memory pools across the process boundary: constants, inputs and outputs in
+regions the server maps, written in place; and the rules that keep it safe."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnhal.client.device import Device
+from nnhal.client.memory import SharedMemory
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument, SharedMemoryPool
+from tests.conftest import add_model
+from tests.validation_cases import BASE
+
+pytestmark = pytest.mark.integration
+
+
+def _shared_request(inp: SharedMemory, out: SharedMemory, n: int) -> Request:
+    return Request(
+        (RequestArgument(location=DataLocation(0, 0, n)), RequestArgument(location=DataLocation(0, n, n))),
+        (RequestArgument(location=DataLocation(1, 0, n)),),
+        (inp.pool(), out.pool()),
+    )
+
+
+@pytest.mark.parametrize("kind", ["ashmem", "mmap_fd", "hardware_buffer_blob"])
+def test_inputs_and_outputs_in_shared_memory_written_in_place(device: Device, kind: str) -> None:
+    assert device.shm_dir and device.shm_prefix
+    with (
+        device.prepare_model_sync(add_model()) as pm,
+        SharedMemory.create(device, 64, kind) as inp,
+        SharedMemory.create(device, 32, kind) as out,
+    ):
+        inp.view(np.float32, (16,))[:] = np.arange(16, dtype=np.float32)
+        outcome = pm.execute_request(_shared_request(inp, out, 32))
+        assert outcome.status == ErrorStatus.NONE, outcome.message
+        assert outcome.output_pools == {}  # nothing came back through gRPC
+        np.testing.assert_array_equal(out.view(np.float32, (2, 4)), (np.arange(8) + np.arange(8, 16)).reshape(2, 4))
+        cb = pm.execute_request_async(_shared_request(inp, out, 32))
+        assert cb.wait(10) and cb.status == ErrorStatus.NONE
+
+
+def test_constants_in_a_shared_pool(device: Device) -> None:
+    pool = BASE.pools[0]
+    assert isinstance(pool, InlinePool)
+    with SharedMemory.from_array(device, np.frombuffer(pool.data, np.uint8)) as region:
+        model = replace(BASE, pools=(region.pool(),))
+        with device.prepare_model_sync(model) as pm:
+            out = pm.execute([np.ones((2, 40), np.float32)])
+            np.testing.assert_array_equal(out.outputs[0], np.full((2, 40), 1.5, np.float32))
+            # Constants were copied at preparation: shrinking the region cannot hurt the server.
+            os.truncate(region.path, 0)
+            again = pm.execute([np.ones((2, 40), np.float32)])
+            np.testing.assert_array_equal(again.outputs[0], out.outputs[0])
+
+
+def _bad(device: Device, pool: SharedMemoryPool) -> str:
+    with device.prepare_model_sync(add_model()) as pm:
+        req = Request(
+            (RequestArgument(location=DataLocation(0, 0, 32)), RequestArgument(location=DataLocation(0, 32, 32))),
+            (RequestArgument(location=DataLocation(1, 0, 32)),),
+            (pool, InlinePool(b"", 32)),
+        )
+        outcome = pm.execute_request(req)
+        assert outcome.status == ErrorStatus.INVALID_ARGUMENT
+        return outcome.message
+
+
+def test_shared_memory_rules(device: Device, tmp_path: Path) -> None:
+    prefix, shm = device.shm_prefix, Path(device.shm_dir)
+    assert "plain file name" in _bad(device, SharedMemoryPool("ashmem", "../etc/passwd", 0, 64))
+    assert "must start with" in _bad(device, SharedMemoryPool("ashmem", "other-name", 0, 64))
+    assert "cannot open" in _bad(device, SharedMemoryPool("ashmem", prefix + "does-not-exist", 0, 64))
+    assert "unknown shared memory kind" in _bad(device, SharedMemoryPool("pipe", prefix + "x", 0, 64))
+    target = tmp_path / "secret"
+    target.write_bytes(b"\0" * 64)
+    link = shm / f"{prefix}link-{os.getpid()}"
+    link.symlink_to(target)
+    try:
+        assert "cannot open" in _bad(device, SharedMemoryPool("ashmem", link.name, 0, 64))
+    finally:
+        link.unlink()
+    with SharedMemory.create(device, 64) as region:
+        assert "outside" in _bad(device, replace(region.pool(), size=128))
+        assert "outside" in _bad(device, region.pool(offset=32, size=64))
+        # A request location past the mapped part of a valid region is refused too.
+        with device.prepare_model_sync(add_model()) as pm:
+            req = Request(
+                (RequestArgument(location=DataLocation(0, 0, 32)), RequestArgument(location=DataLocation(0, 48, 32))),
+                (RequestArgument(location=DataLocation(1, 0, 32)),),
+                (region.pool(), InlinePool(b"", 32)),
+            )
+            assert pm.execute_request(req).status == ErrorStatus.INVALID_ARGUMENT
+    assert device.capabilities().operand_performance  # the server survived it all
+
+
+def test_region_shrunk_before_use_is_refused(device: Device) -> None:
+    with (
+        device.prepare_model_sync(add_model()) as pm,
+        SharedMemory.create(device, 64) as inp,
+        SharedMemory.create(device, 32) as out,
+    ):
+        os.truncate(inp.path, 8)
+        outcome = pm.execute_request(_shared_request(inp, out, 32))
+        assert outcome.status == ErrorStatus.INVALID_ARGUMENT
+    assert device.capabilities().operand_performance
