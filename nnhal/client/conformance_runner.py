@@ -6,6 +6,8 @@ Modes per case (conformance/README.md):
 - ``dynamic``: outputs declared with all-zero dims, resolved by the driver; plus the
   insufficient-size check (output 0 one byte short -> OUTPUT_INSUFFICIENT_SIZE);
 - ``quant_signed``: the quantization-coupling twin (quant8 asymm -> asymm signed);
+- ``shared``: constants in a shared-memory CONSTANT_REFERENCE pool, inputs and
+  outputs in shared-memory regions written in place (same-host servers only);
 - ``expect_failure`` cases run once (``sync``) and pass when anything fails;
   the infinite-loop case must end in MISSED_DEADLINE_* under a 1 ms loop timeout.
 A case using an operation the device does not support is skipped with the reason.
@@ -23,10 +25,13 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from nnhal.client.device import Device
 from nnhal.client.local_server import LocalServer
+from nnhal.client.memory import SharedMemory
 from nnhal.client.prepared_model import ExecutionOutcome, PreparedModel
 from nnhal.client.table import Progress, print_table
 from nnhal.conformance.compare import compare_case
@@ -40,8 +45,9 @@ from nnhal.conformance.variants import (
 from nnhal.conformance.vectors import TestCase, discover, load_file, with_unspecified_outputs
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
+from nnhal.core.types import InlinePool
 
-MODES = ("sync", "async", "dynamic", "quant_signed")
+MODES = ("sync", "async", "dynamic", "quant_signed", "shared")
 _LOOP_TIMEOUT_NS = 1_000_000
 _WAIT = 120.0
 
@@ -124,6 +130,34 @@ def _run_dynamic(dev: Device, case: TestCase) -> None:
                 raise CaseFailure("output 0 one byte short: outputShapes[0].isSufficient is not false")
 
 
+def _run_shared(dev: Device, case: TestCase) -> None:
+    """Constants, inputs and outputs in shared memory (nothing tensor-sized through gRPC)."""
+    regions: list[SharedMemory] = []
+    try:
+        model = case.model
+        if model.pools:
+            pool = model.pools[0]
+            assert isinstance(pool, InlinePool)
+            const = SharedMemory.from_array(dev, np.frombuffer(pool.data, np.uint8))
+            regions.append(const)
+            model = replace(model, pools=(const.pool(),))
+        inline = build_request(case)
+        in_pool, out_pool = inline.pools
+        assert isinstance(in_pool, InlinePool) and isinstance(out_pool, InlinePool)
+        inp = SharedMemory.from_array(dev, np.frombuffer(in_pool.data, np.uint8))
+        out = SharedMemory.create(dev, out_pool.size)
+        regions += [inp, out]
+        request = replace(inline, pools=(inp.pool(), out.pool()))
+        with _prepare(dev, replace(case, model=model)) as pm:
+            outcome = pm.execute_request(request)
+        _check_outcome(case, outcome, 1, False)
+        outcome.output_pools = {1: out.view(np.uint8, (out.size,)).tobytes()}
+        _values(case, outcome, inline)
+    finally:
+        for r in regions:
+            r.release()
+
+
 def _expect_failure(dev: Device, case: TestCase) -> Result:
     try:
         cb = dev.prepare_model(case.model)
@@ -186,6 +220,8 @@ def run_case(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str, R
     # Like the harness, the dynamic variant exists only for cases without RANK/IF/WHILE.
     if "dynamic" in modes and not case.has_control_flow_or_rank:
         results["dynamic"] = _attempt(_run_dynamic, dev, case)
+    if "shared" in modes and dev.shm_dir:
+        results["shared"] = _attempt(_run_shared, dev, case)
     if "quant_signed" in modes and coupling_applies(case):
         twin = signed_twin(case)
 
