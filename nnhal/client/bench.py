@@ -258,3 +258,81 @@ def mobilenet_f32(quick: bool) -> dict[str, BenchResult]:
 def mobilenet_q8(quick: bool) -> dict[str, BenchResult]:
     """MobileNet-v1 quant8 asymm through a server vs onnxruntime's QLinear graph (1 thread)."""
     return {"exec.mobilenet_q8": _mobilenet(True, quick)}
+
+
+def _identity_64m() -> tuple[object, int]:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [4096, 4096])
+    y = b.op(O.RESHAPE, [x, b.constant(np.array([4096, 4096], np.int32))], T.TENSOR_FLOAT32, [4096, 4096])
+    return b.outputs(y).finish(), 4096 * 4096 * 4
+
+
+def _one_io_request(pools: tuple[object, object], n: int) -> Request:
+    return Request(
+        (RequestArgument(location=DataLocation(0, 0, n)),),
+        (RequestArgument(location=DataLocation(1, 0, n)),),
+        pools,  # type: ignore[arg-type]
+    )
+
+
+@bench("ipc.shm_64m")
+def shm_64m(quick: bool) -> dict[str, BenchResult]:
+    """64 MiB in and out through shared memory vs a numpy memcpy of the same bytes."""
+    from nnhal.client.memory import SharedMemory
+
+    model, n = _identity_64m()
+    src = np.random.default_rng(0).random(n // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    rounds = 3 if quick else 7
+    with _server(False) as (_srv, dev), dev.prepare_model_sync(model) as pm:  # type: ignore[arg-type]
+        with SharedMemory.create(dev, n) as inp, SharedMemory.create(dev, n) as out:
+            inp.view(np.float32, (n // 4,))[:] = src
+            request = _one_io_request((inp.pool(), out.pool()), n)
+
+            def ours() -> None:
+                outcome = pm.execute_request(request, timeout=60)
+                assert outcome.status == 0, outcome.message
+
+            t_ours, t_copy = interleaved(ours, lambda: np.copyto(dst, src), rounds, 1)
+            assert np.array_equal(out.view(np.float32, (n // 4,)), src)
+    gib = n / 2**30
+    return {
+        "ipc.shm_64m": BenchResult(
+            gib / t_ours,
+            gib / t_copy,
+            t_copy / t_ours,
+            "GiB/s",
+            "ratio >= 0.5",
+            "shared pools in and out; anchor np.copyto",
+        )
+    }
+
+
+@bench("ipc.inline_64m")
+def inline_64m(quick: bool) -> dict[str, BenchResult]:
+    """64 MiB in and out inline in the messages vs a raw gRPC echo of 64 MiB."""
+    model, n = _identity_64m()
+    data = np.random.default_rng(0).random(n // 4, dtype=np.float32).tobytes()
+    rounds = 3 if quick else 7
+    with _server(False) as (_srv, dev), dev.prepare_model_sync(model) as pm:  # type: ignore[arg-type]
+        request = _one_io_request((InlinePool(data, n), InlinePool(b"", n)), n)
+        msg, _ = pm._exec_msg(request, False, None, None, 0)
+        stub = dev.stubs.prepared_model.executeSynchronously_1_3
+        echo_in = spb.EchoMessage(data=data)
+
+        def ours() -> None:
+            reply = stub(msg, timeout=60)
+            assert reply.status == 0 and len(reply.output_pools[0].data) == n
+
+        t_ours, t_echo = interleaved(ours, lambda: dev.stubs.echo.echo(echo_in, timeout=60), rounds, 1)
+    gib = n / 2**30
+    return {
+        "ipc.inline_64m": BenchResult(
+            gib / t_ours,
+            gib / t_echo,
+            t_echo / t_ours,
+            "GiB/s",
+            "ratio >= 0.8",
+            "64 MiB each way inline; anchor raw echo",
+        )
+    }

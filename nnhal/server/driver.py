@@ -53,7 +53,7 @@ from nnhal.server import cache
 from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
 from nnhal.server.executor.validate import supported_operations, validate_full
-from nnhal.server.memory import BoundPools, SharedMemoryPolicy, bind_pools
+from nnhal.server.memory import BoundPools, RegionCache, SharedMemoryPolicy, bind_pools
 from nnhal.server.prepared_model import ExecutionResult, PreparedModel
 from nnhal.server.scheduler import Scheduler, Ticket
 
@@ -108,6 +108,8 @@ class Session:
         self.bytes_in_use = 0
         self.closed = False
         self.faults = Faults()
+        #: Shared regions this session's requests named, kept mapped between executions.
+        self.regions = RegionCache()
 
 
 class Driver:
@@ -150,6 +152,7 @@ class Driver:
             session.bytes_in_use = 0
         for pm in models:
             pm.release()
+        session.regions.close()
         with self._lock:
             self._bytes_total -= freed
         for hook in self.session_closed_hooks:
@@ -340,6 +343,7 @@ class Driver:
                 pm.output_pool_indexes(request),
                 self._reject_token,
                 is_local_peer,
+                session.regions,
             )
             validate_request(request, pm.model, bound.sizes)
         except BaseException:

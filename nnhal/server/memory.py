@@ -13,6 +13,7 @@ import mmap
 import os
 import stat
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,57 +33,106 @@ class SharedMemoryPolicy:
     allow_remote: bool = False
 
 
-class MappedRegion:
-    """A shared region mapped read-write; ``view`` covers [offset, offset + size)."""
+class MappedFile:
+    """One shared-memory file mapped read-write (whole file)."""
 
-    def __init__(self, policy: SharedMemoryPolicy, pool: SharedMemoryPool, where: str) -> None:
-        if pool.kind not in SHARED_KINDS:
-            raise InvalidArgument(
-                f"{where}: unknown shared memory kind {pool.kind!r} (expected one of {sorted(SHARED_KINDS)})"
-            )
-        name = pool.name
-        if not name or "/" in name or "\\" in name or name in (".", "..") or "\0" in name:
-            raise InvalidArgument(f"{where}: shared memory name {name!r} must be a plain file name")
-        if not name.startswith(policy.prefix):
-            raise InvalidArgument(f"{where}: shared memory name {name!r} must start with {policy.prefix!r}")
-        path = policy.directory / name
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as err:
-            raise InvalidArgument(f"{where}: cannot open shared memory {name!r}: {err.strerror}") from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise InvalidArgument(f"{where}: shared memory {name!r} is not a regular file")
-            if pool.size == 0 or pool.offset + pool.size > st.st_size:
-                raise InvalidArgument(
-                    f"{where}: region [{pool.offset}, {pool.offset + pool.size}) is outside "
-                    f"{name!r} of {st.st_size} bytes"
-                )
-            self._map = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
-        self._fd_path = path
-        self.size = pool.size
-        self.view = memoryview(self._map)[pool.offset : pool.offset + pool.size]
+    def __init__(self, path: Path, fd: int, st: os.stat_result) -> None:
+        self.path = path
+        self.identity = (st.st_dev, st.st_ino)
+        self.map = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
     def still_valid(self) -> bool:
-        """True while the backing file is at least as large as when mapped.
+        """True while the file is the one mapped and at least as large as when mapped.
 
-        Touching pages of a file truncated by its owner raises SIGBUS; the
-        driver checks this immediately before reading or writing.
+        Touching pages of a file truncated by its owner raises SIGBUS; the driver
+        checks this immediately before reading or writing request pools (model
+        constants are copied at preparation instead).
         """
         try:
-            return os.stat(self._fd_path, follow_symlinks=False).st_size >= len(self._map)
+            st = os.stat(self.path, follow_symlinks=False)
         except OSError:
             return False
+        return (st.st_dev, st.st_ino) == self.identity and st.st_size >= len(self.map)
 
     def close(self) -> None:
         try:
-            self.view.release()
-            self._map.close()
+            self.map.close()
         except (BufferError, ValueError):
-            pass
+            pass  # views still exported: the mapping goes when they do
+
+
+def open_region(
+    policy: SharedMemoryPolicy, pool: SharedMemoryPool, where: str, cache: RegionCache | None
+) -> MappedFile:
+    """Check the pool against the policy and the real file; map it (or reuse a cached map)."""
+    if pool.kind not in SHARED_KINDS:
+        raise InvalidArgument(
+            f"{where}: unknown shared memory kind {pool.kind!r} (expected one of {sorted(SHARED_KINDS)})"
+        )
+    name = pool.name
+    if not name or "/" in name or "\\" in name or name in (".", "..") or "\0" in name:
+        raise InvalidArgument(f"{where}: shared memory name {name!r} must be a plain file name")
+    if not name.startswith(policy.prefix):
+        raise InvalidArgument(f"{where}: shared memory name {name!r} must start with {policy.prefix!r}")
+    path = policy.directory / name
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        raise InvalidArgument(f"{where}: cannot open shared memory {name!r}: {err.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidArgument(f"{where}: shared memory {name!r} is not a regular file")
+        if pool.size == 0 or pool.offset + pool.size > st.st_size:
+            raise InvalidArgument(
+                f"{where}: region [{pool.offset}, {pool.offset + pool.size}) is outside {name!r} of {st.st_size} bytes"
+            )
+        if cache is not None:
+            cached = cache.lookup(name, (st.st_dev, st.st_ino), st.st_size)
+            if cached is not None:
+                return cached
+        mapped = MappedFile(path, fd, st)
+    finally:
+        os.close(fd)
+    if cache is not None:
+        cache.store(name, mapped)
+    return mapped
+
+
+class RegionCache:
+    """A session's mapped regions, reused across executions so that pages are not
+    faulted in again each time. Bounded; closed with the session."""
+
+    LIMIT = 32
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: dict[str, MappedFile] = {}
+
+    def lookup(self, name: str, identity: tuple[int, int], size: int) -> MappedFile | None:
+        with self._lock:
+            f = self._files.get(name)
+            if f is not None and f.identity == identity and len(f.map) == size:
+                self._files[name] = self._files.pop(name)  # most recently used last
+                return f
+        return None
+
+    def store(self, name: str, mapped: MappedFile) -> None:
+        with self._lock:
+            old = self._files.pop(name, None)
+            self._files[name] = mapped
+            evicted = [old] if old is not None else []
+            while len(self._files) > self.LIMIT:
+                evicted.append(self._files.pop(next(iter(self._files))))
+        for f in evicted:
+            f.close()
+
+    def close(self) -> None:
+        with self._lock:
+            files = list(self._files.values())
+            self._files.clear()
+        for f in files:
+            f.close()
 
 
 class BoundPools:
@@ -90,8 +140,10 @@ class BoundPools:
 
     def __init__(self) -> None:
         self.buffers: list[memoryview | bytes | bytearray] = []
-        self.regions: list[MappedRegion] = []
-        self.inline_outputs: dict[int, bytearray] = {}
+        self.regions: list[MappedFile] = []
+        self._views: list[memoryview] = []
+        self._owned: list[MappedFile] = []
+        self.inline_outputs: dict[int, bytearray | bytes] = {}
 
     @property
     def sizes(self) -> list[int]:
@@ -103,8 +155,12 @@ class BoundPools:
                 raise InvalidArgument("a shared memory region was truncated or removed while in use")
 
     def close(self) -> None:
-        for r in self.regions:
-            r.close()
+        for v in self._views:
+            v.release()
+        self._views.clear()
+        for f in self._owned:
+            f.close()
+        self._owned.clear()
         self.regions.clear()
 
 
@@ -117,6 +173,7 @@ def bind_pools(
     writable: set[int],
     resolve_token: TokenResolver | None = None,
     is_local_peer: bool = True,
+    cache: RegionCache | None = None,
 ) -> BoundPools:
     """Map every pool; ``writable`` names the pools that receive outputs."""
     bound = BoundPools()
@@ -140,9 +197,13 @@ def bind_pools(
                     raise InvalidArgument(
                         f"{where}: shared memory pools are accepted only from clients on the server's host"
                     )
-                region = MappedRegion(policy, pool, where)
-                bound.regions.append(region)
-                bound.buffers.append(region.view)
+                mapped = open_region(policy, pool, where, cache)
+                view = memoryview(mapped.map)[pool.offset : pool.offset + pool.size]
+                bound.regions.append(mapped)
+                bound._views.append(view)
+                if cache is None:
+                    bound._owned.append(mapped)
+                bound.buffers.append(view)
             else:
                 if resolve_token is None:
                     raise InvalidArgument(f"{where}: buffer tokens are not valid here")

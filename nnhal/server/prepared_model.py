@@ -124,6 +124,27 @@ class PreparedModel:
             for op, arg in zip(self._outputs, request.outputs)
         ]
 
+    @staticmethod
+    def _whole_pool_outputs(request: Request, pools: BoundPools, outputs: list[np.ndarray]) -> set[int]:
+        """Outputs that alone fill an inline output pool no input or other output uses."""
+        users: dict[int, int] = {}
+        for a in (*request.inputs, *request.outputs):
+            if not a.has_no_value:
+                users[a.location.pool_index] = users.get(a.location.pool_index, 0) + 1
+        whole = set()
+        for k, (arg, value) in enumerate(zip(request.outputs, outputs)):
+            i = arg.location.pool_index
+            if (
+                not arg.has_no_value
+                and i in pools.inline_outputs
+                and users.get(i) == 1
+                and arg.location.offset == 0
+                and value.nbytes == len(pools.inline_outputs[i])
+                and value.dtype != np.bool_
+            ):
+                whole.add(k)
+        return whole
+
     def _write_outputs(self, request: Request, pools: BoundPools, outputs: list[np.ndarray]) -> tuple[OutputShape, ...]:
         shapes: list[OutputShape] = []
         insufficient = False
@@ -145,8 +166,14 @@ class PreparedModel:
             err.shapes = tuple(shapes)  # type: ignore[attr-defined]
             raise err
         pools.check_shared()
-        for arg, value, operand in zip(request.outputs, outputs, self._outputs):
+        whole = self._whole_pool_outputs(request, pools, outputs)
+        for k, (arg, value, operand) in enumerate(zip(request.outputs, outputs, self._outputs)):
             if arg.has_no_value or value.nbytes == 0:
+                continue
+            if k in whole:
+                # The output fills an inline pool of its own: its bytes become the pool,
+                # with no staging copy (the pool's zeroed pages were never touched).
+                pools.inline_outputs[arg.location.pool_index] = np.ascontiguousarray(value).tobytes()
                 continue
             buf = pools.buffers[arg.location.pool_index]
             dst = np.frombuffer(buf, dtype=np.uint8, count=value.nbytes, offset=arg.location.offset)
