@@ -136,7 +136,7 @@ def run_cli(args: argparse.Namespace) -> int:
     print_table(
         ["benchmark", "ours", "anchor", "ratio", "unit", "goal", "detail"],
         [
-            [n, f"{r.value:.1f}", f"{r.anchor:.1f}", f"{r.ratio:.2f}", r.unit, r.goal, r.detail]
+            [n, f"{r.value:.3g}", f"{r.anchor:.3g}", f"{r.ratio:.2f}", r.unit, r.goal, r.detail]
             for n, r in results.items()
         ],
     )
@@ -284,17 +284,21 @@ def shm_64m(quick: bool) -> dict[str, BenchResult]:
     src = np.random.default_rng(0).random(n // 4, dtype=np.float32)
     dst = np.empty_like(src)
     rounds = 3 if quick else 7
-    with _server(False) as (_srv, dev), dev.prepare_model_sync(model) as pm:  # type: ignore[arg-type]
-        with SharedMemory.create(dev, n) as inp, SharedMemory.create(dev, n) as out:
-            inp.view(np.float32, (n // 4,))[:] = src
-            request = _one_io_request((inp.pool(), out.pool()), n)
+    with (
+        _server(False) as (_srv, dev),
+        dev.prepare_model_sync(model) as pm,  # type: ignore[arg-type]
+        SharedMemory.create(dev, n) as inp,
+        SharedMemory.create(dev, n) as out,
+    ):
+        inp.view(np.float32, (n // 4,))[:] = src
+        request = _one_io_request((inp.pool(), out.pool()), n)
 
-            def ours() -> None:
-                outcome = pm.execute_request(request, timeout=60)
-                assert outcome.status == 0, outcome.message
+        def ours() -> None:
+            outcome = pm.execute_request(request, timeout=60)
+            assert outcome.status == 0, outcome.message
 
-            t_ours, t_copy = interleaved(ours, lambda: np.copyto(dst, src), rounds, 1)
-            assert np.array_equal(out.view(np.float32, (n // 4,)), src)
+        t_ours, t_copy = interleaved(ours, lambda: np.copyto(dst, src), rounds, 1)
+        assert np.array_equal(out.view(np.float32, (n // 4,)), src)
     gib = n / 2**30
     return {
         "ipc.shm_64m": BenchResult(
