@@ -9,8 +9,6 @@ Constant filters are re-laid-out once at prepare.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -328,19 +326,6 @@ def prepare_conv(v: ValidationContext) -> Any:
 
 
 # -- kernels -------------------------------------------------------------------------
-#: Depthwise layers at least this large use every core (each worker takes a band of rows).
-_PARALLEL_MIN = 1 << 16
-_WORKERS = max(1, min(4, os.cpu_count() or 1))
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(_WORKERS, thread_name_prefix="nnhal-kernel")
-    return _POOL
-
-
 #: Elements requantized per chunk: the int64 passes stay in cache.
 _CHUNK = 1 << 14
 
@@ -430,22 +415,10 @@ def execute_depthwise(ctx: ExecutionContext) -> None:
     if g.extra > 1:
         xs = np.repeat(xs, g.extra, axis=3)
     xp = _pad(xs, g)
-    taps = _taps(xp, g, kh, kw, oh, ow)
-    weights = [wt[k // kw, k % kw] for k in range(len(taps))]
-
-    def rows(r0: int, r1: int) -> None:
-        block = acc[:, r0:r1]
-        scratch = np.empty_like(block)
-        for view, wk in zip(taps, weights):
-            np.multiply(view[:, r0:r1], wk, out=scratch)
-            block += scratch
-
-    # numpy releases the GIL in these loops: large layers split their rows over the cores.
-    if acc.size >= _PARALLEL_MIN and oh > 1:
-        bounds = np.linspace(0, oh, _WORKERS + 1).astype(int)
-        list(_pool().map(lambda k: rows(int(bounds[k]), int(bounds[k + 1])), range(_WORKERS)))
-    else:
-        rows(0, oh)
+    tmp = np.empty_like(acc)
+    for k, view in enumerate(_taps(xp, g, kh, kw, oh, ow)):
+        np.multiply(view, wt[k // kw, k % kw], out=tmp)
+        acc += tmp
     bias = ctx.tensor(BIAS)
     if quant:
         state = ctx.state
