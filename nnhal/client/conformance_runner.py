@@ -8,6 +8,9 @@ Modes per case (conformance/README.md):
 - ``quant_signed``: the quantization-coupling twin (quant8 asymm -> asymm signed);
 - ``shared``: constants in a shared-memory CONSTANT_REFERENCE pool, inputs and
   outputs in shared-memory regions written in place (same-host servers only);
+- ``domain``: the VTS memory-domain variant: every input and output in its own
+  driver-managed buffer (IDevice::allocate with that one role), inputs filled by
+  IBuffer::copyFrom, results read back by IBuffer::copyTo;
 - ``expect_failure`` cases run once (``sync``) and pass when anything fails;
   the infinite-loop case must end in MISSED_DEADLINE_* under a 1 ms loop timeout.
 A case using an operation the device does not support is skipped with the reason.
@@ -29,6 +32,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from nnhal.client.buffer import Buffer
 from nnhal.client.device import Device
 from nnhal.client.local_server import LocalServer
 from nnhal.client.memory import SharedMemory
@@ -45,9 +49,9 @@ from nnhal.conformance.variants import (
 from nnhal.conformance.vectors import TestCase, discover, load_file, with_unspecified_outputs
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
-from nnhal.core.types import InlinePool
+from nnhal.core.types import BufferDesc, BufferRole, DataLocation, InlinePool, MemoryPool, Request, RequestArgument
 
-MODES = ("sync", "async", "dynamic", "quant_signed", "shared")
+MODES = ("sync", "async", "dynamic", "quant_signed", "shared", "domain")
 _LOOP_TIMEOUT_NS = 1_000_000
 _WAIT = 120.0
 
@@ -158,6 +162,44 @@ def _run_shared(dev: Device, case: TestCase) -> None:
             r.release()
 
 
+def _run_domain(dev: Device, pm: PreparedModel, case: TestCase) -> None:
+    """Inputs and outputs in driver-managed buffers; only copyFrom / copyTo move tensors."""
+    inline = build_request(case)
+    main = case.model.main
+    pools: list[MemoryPool] = list(inline.pools)
+    buffers: list[Buffer] = []
+    try:
+        inputs = list(inline.inputs)
+        for k, value in enumerate(case.inputs):
+            if not value:  # omitted, or an empty tensor (the VTS keeps those out of buffers)
+                continue
+            buf = dev.allocate(BufferDesc(), [pm], [BufferRole(0, k, 1.0)], [])
+            buffers.append(buf)
+            buf.copy_from(np.frombuffer(value, np.uint8), main.operands[main.input_indexes[k]].dimensions)
+            inputs[k] = RequestArgument(location=DataLocation(len(pools), 0, 0))
+            pools.append(buf.pool())
+        outputs = []
+        for k in range(len(case.outputs)):
+            buf = dev.allocate(BufferDesc(), [pm], [], [BufferRole(0, k, 1.0)])
+            buffers.append(buf)
+            outputs.append(RequestArgument(location=DataLocation(len(pools), 0, 0)))
+            pools.append(buf.pool())
+        outcome = pm.execute_request(Request(tuple(inputs), tuple(outputs), tuple(pools)))
+        _check_outcome(case, outcome, 1, False)
+        out_pool = inline.pools[1]
+        assert isinstance(out_pool, InlinePool)
+        results = bytearray(out_pool.size)
+        for k, expected in enumerate(case.outputs):
+            loc = inline.outputs[k].location
+            data = buffers[len(buffers) - len(case.outputs) + k].copy_to_array(np.uint8, (len(expected.data),))
+            results[loc.offset : loc.offset + len(data)] = data.tobytes()
+        outcome.output_pools = {1: bytes(results)}
+        _values(case, outcome, inline)
+    finally:
+        for buf in buffers:
+            buf.release()
+
+
 def _expect_failure(dev: Device, case: TestCase) -> Result:
     try:
         cb = dev.prepare_model(case.model)
@@ -189,6 +231,9 @@ def _attempt(fn: object, *args: object) -> Result:
     return Result("passed")
 
 
+_RUNNERS = {"sync": _run_sync, "async": _run_async, "domain": _run_domain}
+
+
 def run_case(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str, Result]:
     """Every applicable mode of ``case``."""
     try:
@@ -206,7 +251,7 @@ def run_case(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str, R
     if case.expect_failure:
         return {"sync": _expect_failure(dev, case)}
     results: dict[str, Result] = {}
-    wants_exec = [m for m in modes if m in ("sync", "async")]
+    wants_exec = [m for m in modes if m in ("sync", "async", "domain")]
     if wants_exec:
         try:
             pm = _prepare(dev, case)
@@ -216,7 +261,7 @@ def run_case(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str, R
         else:
             with pm:
                 for m in wants_exec:
-                    results[m] = _attempt(_run_sync if m == "sync" else _run_async, dev, pm, case)
+                    results[m] = _attempt(_RUNNERS[m], dev, pm, case)
     # Like the harness, the dynamic variant exists only for cases without RANK/IF/WHILE.
     if "dynamic" in modes and not case.has_control_flow_or_rank:
         results["dynamic"] = _attempt(_run_dynamic, dev, case)

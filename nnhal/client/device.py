@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from nnhal.client.buffer import Buffer
 from nnhal.client.callbacks import Callback
 from nnhal.client.death import DeathMonitor
 from nnhal.client.prepared_model import PreparedModel
@@ -311,7 +312,8 @@ class Device:
         prepared_models: list[PreparedModel],
         input_roles: list[BufferRole],
         output_roles: list[BufferRole],
-    ) -> tuple[str, int]:
+    ) -> Buffer:
+        """IDevice::allocate: a driver-managed buffer usable in the given roles."""
         req = spb.AllocateRequest(session=self.session)
         req.desc.dimensions.extend(desc.dimensions)
         for pm in prepared_models:
@@ -322,7 +324,18 @@ class Device:
             wire.buffer_role_to(r, req.output_roles.add())
         msg = self._unary(self.stubs.device.allocate, req, "allocate")
         _check(msg, "allocate")
-        return str(msg.buffer), int(msg.token)
+        return Buffer(self, str(msg.buffer), int(msg.token))
+
+    def buffer_call(self, method: str, request: Any) -> Any:
+        """One IBuffer RPC (``copyTo`` / ``copyFrom`` / ``release``), status checked."""
+        msg = self._unary(getattr(self.stubs.buffer, method), request, method)
+        _check(msg, method)
+        return msg
+
+    def release_buffer(self, handle: str) -> None:
+        if self._closed or self.monitor.dead:
+            return  # the session's end released it
+        self.buffer_call("release", spb.ReleaseRequest(session=self.session, handle=handle))
 
     # -- lifetime ---------------------------------------------------------------
     def _forget(self, pm: PreparedModel) -> None:

@@ -1,4 +1,4 @@
-"""The client's interfaces as Protocols: IDevice, IPreparedModel and the one-shot result.
+"""The client's interfaces as Protocols: IDevice, IPreparedModel, IBuffer and the one-shot result.
 
 Implemented alike by the remote proxies (``Device``, ``PreparedModel``), the
 resilient wrappers (``ResilientDevice``, ``ResilientPreparedModel``) and the
@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Priority
-from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model, Request
+from nnhal.core.types import BufferDesc, BufferRole, BufferTokenPool, Capabilities, Extension, Model, Request
 
 if TYPE_CHECKING:
+    from nnhal.client.memory import SharedMemory
     from nnhal.client.prepared_model import Burst, ExecutionOutcome, FencedExecution
 
 T_co = TypeVar("T_co", covariant=True)
@@ -38,6 +39,22 @@ class IResult(Protocol[T_co]):
 
     @property
     def message(self) -> str: ...
+
+
+class IBuffer(Protocol):
+    """A driver-managed buffer (``buffer.Buffer``)."""
+
+    token: int
+
+    def pool(self) -> BufferTokenPool: ...
+
+    def copy_from(self, src: np.ndarray | SharedMemory, dimensions: tuple[int, ...] | None = None) -> None: ...
+
+    def copy_to(self, dst: SharedMemory) -> None: ...
+
+    def copy_to_array(self, dtype: np.dtype | type, shape: tuple[int, ...]) -> np.ndarray: ...
+
+    def release(self) -> None: ...
 
 
 class IPreparedModel(Protocol):
@@ -162,6 +179,6 @@ class IDevice(Protocol):
         prepared_models: list[Any],
         input_roles: list[BufferRole],
         output_roles: list[BufferRole],
-    ) -> tuple[str, int]: ...
+    ) -> IBuffer: ...
 
     def close(self) -> None: ...

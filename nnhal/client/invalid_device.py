@@ -10,11 +10,14 @@ values of the original device, and every other method raises GeneralFailure
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from nnhal.core.enums import DeviceStatus, DeviceType
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model
+
+if TYPE_CHECKING:
+    from nnhal.client.interfaces import IBuffer
 
 
 class InvalidDevice:
@@ -92,7 +95,7 @@ class InvalidDevice:
         prepared_models: list[Any],
         input_roles: list[BufferRole],
         output_roles: list[BufferRole],
-    ) -> tuple[str, int]:
+    ) -> IBuffer:
         self._fail("allocate")
 
     def close(self) -> None:

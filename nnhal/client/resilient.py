@@ -21,8 +21,8 @@ Scope: asynchronous calls (``prepare_model``, ``execute_async``,
 thread, so a death during the call is recovered too. ``execute_fenced`` and
 ``burst`` are protected at launch only: a fence or burst belongs to the
 prepared model that existed when it was made. Driver-managed buffers
-(``allocate``) are not re-created: the client has no Buffer proxy yet, so
-there is no ResilientBuffer.
+(``allocate``) are not re-created: their contents lived in the dead server,
+so a buffer from before a death answers DEAD_OBJECT and must be allocated again.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import numpy as np
 
 from nnhal.client.callbacks import Callback
 from nnhal.client.device import Device
-from nnhal.client.interfaces import IDevice, IPreparedModel, IResult
+from nnhal.client.interfaces import IBuffer, IDevice, IPreparedModel, IResult
 from nnhal.client.invalid_device import InvalidDevice
 from nnhal.client.prepared_model import Burst, ExecutionOutcome, FencedExecution, PreparedModel
 from nnhal.client.transport import DEADLINE_MARGIN, DEFAULT_CALL_TIMEOUT
@@ -331,10 +331,10 @@ class ResilientDevice:
         prepared_models: list[Any],
         input_roles: list[BufferRole],
         output_roles: list[BufferRole],
-    ) -> tuple[str, int]:
+    ) -> IBuffer:
         """IDevice::allocate, protected. The buffer itself is not re-created after a death."""
 
-        def call(d: IDevice) -> tuple[str, int]:
+        def call(d: IDevice) -> IBuffer:
             current = [pm.prepared_model if isinstance(pm, ResilientPreparedModel) else pm for pm in prepared_models]
             return d.allocate(desc, current, input_roles, output_roles)
 

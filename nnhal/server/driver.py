@@ -40,16 +40,20 @@ from nnhal.core.types import (
     BufferRole,
     BufferTokenPool,
     Capabilities,
+    DataLocation,
     Extension,
+    InlinePool,
     MemoryPool,
     Model,
     OperandPerformance,
     PerformanceInfo,
     Request,
+    RequestArgument,
     Timing,
 )
 from nnhal.core.validation import validate_request
 from nnhal.server import cache
+from nnhal.server.buffers import BufferRegistry, copy_from, input_view, merge_dims
 from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
 from nnhal.server.executor.validate import supported_operations, validate_full
@@ -123,6 +127,7 @@ class Driver:
         self.scheduler = Scheduler(self.config.slots, self.config.queue_depth)
         self.executions = 0
         self.capabilities = self._capabilities()
+        self.buffers = BufferRegistry()
         #: Called with a session id after the session's own objects are released.
         self.session_closed_hooks: list[Callable[[str], None]] = []
 
@@ -153,6 +158,7 @@ class Driver:
         for pm in models:
             pm.release()
         session.regions.close()
+        self.buffers.release_session(sid)
         with self._lock:
             self._bytes_total -= freed
         for hook in self.session_closed_hooks:
@@ -208,6 +214,10 @@ class Driver:
             bound.buffers = [bytes(b) for b in bound.buffers]
             bound.close()
         return bound
+
+    @staticmethod
+    def _token_placeholder(pool: BufferTokenPool, where: str) -> memoryview:
+        return memoryview(b"")  # replaced by _resolve_tokens once the arguments are known
 
     @staticmethod
     def _reject_token(pool: BufferTokenPool, where: str) -> memoryview:
@@ -341,10 +351,11 @@ class Driver:
                 request.pools,
                 self.config.shared_memory,
                 pm.output_pool_indexes(request),
-                self._reject_token,
+                self._token_placeholder,
                 is_local_peer,
                 session.regions,
             )
+            request = self._resolve_tokens(session, pm, request, bound)
             validate_request(request, pm.model, bound.sizes)
         except BaseException:
             self.scheduler.release(ticket)
@@ -432,22 +443,111 @@ class Driver:
         input_roles: list[BufferRole],
         output_roles: list[BufferRole],
     ) -> tuple[str, int]:
-        """IDevice::allocate. This driver does not offer memory domains yet; the HAL
-        lets a driver answer GENERAL_FAILURE, and clients fall back to shared memory."""
-        for handle in prepared_models:
-            self.prepared(session, handle)
-        raise GeneralFailure("this driver does not support driver-managed buffers (memory domains)")
+        """IDevice::allocate: a driver-managed buffer for the given roles; (handle, token)."""
+        pms = [self.prepared(session, handle) for handle in prepared_models]
+        models = [(pm.handle, pm.input_operands, pm.output_operands) for pm in pms]
+        buf = self.buffers.allocate(session.id, desc, models, input_roles, output_roles)
+
+        def account(delta: int) -> None:
+            if delta > 0:
+                self._charge(session, delta, "buffer contents")
+            elif delta < 0:
+                self._uncharge(session, -delta)
+
+        buf.account = account
+        return buf.handle, buf.token
+
+    def _region_bytes(self, pool: MemoryPool, is_local_peer: bool, where: str) -> tuple[BoundPools, memoryview]:
+        if isinstance(pool, BufferTokenPool):
+            raise InvalidArgument(f"{where}: IBuffer copies take inline or shared memory, not a buffer token")
+        bound = bind_pools((pool,), self.config.shared_memory, {0}, self._reject_token, is_local_peer)
+        return bound, memoryview(bound.buffers[0])
 
     def buffer_copy_to(self, session: Session, handle: str, dst: MemoryPool, is_local_peer: bool) -> bytes:
-        raise InvalidArgument("unknown buffer handle for this session")
+        """IBuffer::copyTo. Inline destinations get the bytes back; shared ones are written."""
+        buf = self.buffers.by_handle(session.id, handle)
+        with buf.lock:
+            data = buf.data
+        if data is None:
+            raise GeneralFailure("copyTo from an uninitialized buffer")
+        bound, view = self._region_bytes(dst, is_local_peer, "copyTo destination")
+        try:
+            if len(view) != len(data):
+                raise InvalidArgument(f"copyTo destination has {len(view)} bytes, the buffer holds {len(data)}")
+            if isinstance(dst, InlinePool):
+                return data
+            bound.check_shared()
+            view[:] = data
+            return b""
+        finally:
+            view.release()
+            bound.close()
 
     def buffer_copy_from(
         self, session: Session, handle: str, src: MemoryPool, dims: tuple[int, ...], is_local_peer: bool
     ) -> None:
-        raise InvalidArgument("unknown buffer handle for this session")
+        """IBuffer::copyFrom; a failure leaves the buffer uninitialized."""
+        buf = self.buffers.by_handle(session.id, handle)
+        try:
+            bound, view = self._region_bytes(src, is_local_peer, "copyFrom source")
+        except HalError:
+            buf.invalidate()
+            raise
+        try:
+            bound.check_shared()
+            copy_from(buf, view, dims)
+        finally:
+            view.release()
+            bound.close()
 
     def release_buffer(self, session: Session, handle: str) -> None:
-        raise InvalidArgument("unknown buffer handle for this session")
+        self.buffers.release(session.id, handle)
+
+    def _resolve_tokens(self, session: Session, pm: PreparedModel, request: Request, bound: BoundPools) -> Request:
+        """Arguments in driver-managed buffers become ordinary locations over the buffer's
+        bytes (inputs) or placeholders whose results go to the buffer (outputs)."""
+        tokens = {
+            i: self.buffers.by_token(session.id, p.token)
+            for i, p in enumerate(request.pools)
+            if isinstance(p, BufferTokenPool)
+        }
+        if not tokens:
+            return request
+        inputs = list(request.inputs)
+        outputs = list(request.outputs)
+        # As in the VTS: a buffer an execution writes may appear in that request once only
+        # (not as two outputs, not as an input too); a buffer it only reads, any number of times.
+        users: dict[int, int] = {}
+        for arg in (*inputs, *outputs):
+            if not arg.has_no_value:
+                users[arg.location.pool_index] = users.get(arg.location.pool_index, 0) + 1
+        for k, arg in enumerate(outputs):
+            if not arg.has_no_value and arg.location.pool_index in tokens and users[arg.location.pool_index] > 1:
+                raise InvalidArgument(
+                    f"request output {k}: a buffer written by the execution cannot also be another argument"
+                )
+        for kind, args in (("input", inputs), ("output", outputs)):
+            for k, arg in enumerate(args):
+                i = arg.location.pool_index
+                if arg.has_no_value or i not in tokens:
+                    continue
+                buf = tokens[i]
+                where = f"request {kind} {k}"
+                if arg.location.offset or arg.location.length:
+                    raise InvalidArgument(f"{where}: a buffer token argument must have offset 0 and length 0")
+                if (pm.handle, kind, k) not in buf.roles:
+                    raise InvalidArgument(
+                        f"{where}: the buffer was not allocated with this role of this prepared model"
+                    )
+                if kind == "input":
+                    data, dims = input_view(buf, arg.dimensions, where)
+                    bound.buffers[i] = data
+                    args[k] = RequestArgument(False, DataLocation(i, 0, len(data)), dims)
+                else:
+                    dims = merge_dims(buf.declared, arg.dimensions, f"{where}: request dimensions and the buffer's")
+                    bound.token_outputs[k] = buf
+                    args[k] = RequestArgument(False, DataLocation(i, 0, 0), dims)
+        return Request(tuple(inputs), tuple(outputs), request.pools)
 
     def set_faults(self, session: Session, faults: Faults) -> None:
         if not self.config.fault_injection:
@@ -461,7 +561,7 @@ class Driver:
         return {
             "sessions": len(sessions),
             "prepared_models": sum(len(s.prepared) for s in sessions),
-            "buffers": 0,
+            "buffers": self.buffers.count(),
             "executions": self.executions,
             "bytes_in_use": total,
             "queue_depth": self.scheduler.in_flight,
@@ -500,7 +600,9 @@ class ExecutionJob:
 
     def run(self) -> ExecutionResult:
         driver, ticket, deadline_ns = self.driver, self.ticket, self.deadline_ns
-        cost = sum(len(b) for b in self.bound.buffers)
+        # Bytes read from driver-managed buffers are charged to the buffers already.
+        pools = self.request.pools
+        cost = sum(len(b) for i, b in enumerate(self.bound.buffers) if not isinstance(pools[i], BufferTokenPool))
         try:
             try:
                 driver._charge(self.session, cost, what="request data")

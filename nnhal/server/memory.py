@@ -17,9 +17,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import BufferTokenPool, InlinePool, MemoryPool, SharedMemoryPool
+
+if TYPE_CHECKING:
+    from nnhal.server.buffers import DriverBuffer
 
 SHARED_KINDS = frozenset({"ashmem", "mmap_fd", "hardware_buffer_blob"})
 #: tmpfs where the system has one (regions then live in memory, like ashmem).
@@ -144,6 +148,8 @@ class BoundPools:
         self._views: list[memoryview] = []
         self._owned: list[MappedFile] = []
         self.inline_outputs: dict[int, bytearray | bytes] = {}
+        #: Request output index -> driver-managed buffer receiving it.
+        self.token_outputs: dict[int, DriverBuffer] = {}
 
     @property
     def sizes(self) -> list[int]:

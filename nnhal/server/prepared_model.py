@@ -63,6 +63,10 @@ class PreparedModel:
         self._bound.close()
 
     @property
+    def input_operands(self) -> list[Operand]:
+        return self._inputs
+
+    @property
     def output_operands(self) -> list[Operand]:
         return self._outputs
 
@@ -89,14 +93,22 @@ class PreparedModel:
                 self.fastest_ns = t2 - t1  # the launch-time estimate for deadlines
             shapes = self._write_outputs(request, pools, outputs)
         except OutputInsufficientSize as err:
+            self._invalidate(pools)
             return ExecutionResult(err.error_status, err.message, getattr(err, "shapes", ()), Timing())
         except HalError as err:
+            self._invalidate(pools)
             return ExecutionResult(err.error_status, err.message, (), Timing())
         timing = Timing()
         if measure:
             t3 = time.perf_counter_ns()
             timing = Timing((t2 - t1) // 1000, (t3 - t0) // 1000)
         return ExecutionResult(ErrorStatus.NONE, "", shapes, timing)
+
+    @staticmethod
+    def _invalidate(pools: BoundPools) -> None:
+        """A failed execution leaves the driver-managed buffers it writes uninitialized."""
+        for buf in pools.token_outputs.values():
+            buf.invalidate()
 
     def _bind_inputs(self, request: Request, pools: BoundPools) -> list[np.ndarray | None]:
         inputs: list[np.ndarray | None] = []
@@ -148,10 +160,10 @@ class PreparedModel:
     def _write_outputs(self, request: Request, pools: BoundPools, outputs: list[np.ndarray]) -> tuple[OutputShape, ...]:
         shapes: list[OutputShape] = []
         insufficient = False
-        for operand, arg, value in zip(self._outputs, request.outputs, outputs):
+        for k, (operand, arg, value) in enumerate(zip(self._outputs, request.outputs, outputs)):
             dims = tuple(int(d) for d in value.shape) if INFO[operand.type].is_tensor else ()
             need = value.nbytes
-            ok = arg.has_no_value or need <= arg.location.length
+            ok = arg.has_no_value or need <= arg.location.length or k in pools.token_outputs
             insufficient |= not ok
             shapes.append(OutputShape(dims, ok))
         if insufficient:
@@ -168,6 +180,9 @@ class PreparedModel:
         pools.check_shared()
         whole = self._whole_pool_outputs(request, pools, outputs)
         for k, (arg, value, operand) in enumerate(zip(request.outputs, outputs, self._outputs)):
+            if k in pools.token_outputs:  # zero-sized results too: they initialize the buffer
+                pools.token_outputs[k].store(np.ascontiguousarray(value).tobytes(), tuple(int(d) for d in value.shape))
+                continue
             if arg.has_no_value or value.nbytes == 0:
                 continue
             if k in whole:

@@ -1,0 +1,522 @@
+"""Memory domains across the process boundary: IDevice::allocate, IBuffer copyTo /
+copyFrom / release, and driver-managed buffers as request pools, with the status
+codes of the VTS MemoryDomainTests (allocate, copy and execution suites) for each
+operand type they cover and each way of executing."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from nnhal.client.buffer import Buffer
+from nnhal.client.builder import ModelBuilder
+from nnhal.client.device import Device
+from nnhal.client.local_server import LocalServer
+from nnhal.client.memory import SharedMemory
+from nnhal.client.prepared_model import PreparedModel
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.enums import OperandType as T
+from nnhal.core.enums import OperationType as O
+from nnhal.core.errors import HalError
+from nnhal.core.types import (
+    BufferDesc,
+    BufferRole,
+    BufferTokenPool,
+    DataLocation,
+    InlinePool,
+    MemoryPool,
+    Model,
+    Request,
+    RequestArgument,
+)
+
+pytestmark = pytest.mark.integration
+
+DIMS = (1, 2, 2, 1)
+
+
+@dataclass(frozen=True)
+class Kind:
+    type: T
+    dtype: type
+    scale: float = 0.0
+    zero_point: int = 0
+
+    def array(self, seed: int, dims: tuple[int, ...] = DIMS) -> np.ndarray:
+        values = (np.arange(math.prod(dims)) * 3 + seed) % 50
+        return values.reshape(dims).astype(self.dtype)
+
+    def plus_one(self, x: np.ndarray) -> np.ndarray:
+        """What the test model computes: x + 1.0 (in real terms)."""
+        step = 1 if not self.scale else round(1.0 / self.scale)
+        return (x.astype(np.int64 if self.scale else self.dtype) + step).astype(self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(DIMS) * np.dtype(self.dtype).itemsize
+
+
+KINDS = {
+    "float32": Kind(T.TENSOR_FLOAT32, np.float32),
+    "float16": Kind(T.TENSOR_FLOAT16, np.float16),
+    "quant8": Kind(T.TENSOR_QUANT8_ASYMM, np.uint8, 0.5, 100),
+    "quant8_signed": Kind(T.TENSOR_QUANT8_ASYMM_SIGNED, np.int8, 0.5, -20),
+}
+EXECUTORS = ["sync", "async", "fenced", "burst"]
+
+
+def plus_one_model(kind: Kind, n: int = 1, dims: tuple[int, ...] = DIMS, scale: float | None = None) -> Model:
+    """n inputs and n outputs: out_i = x_i + 1.0, every operand of ``kind``."""
+    s = kind.scale if scale is None else scale
+    b = ModelBuilder()
+    one = kind.plus_one(np.zeros((1,), kind.dtype) + (kind.zero_point if kind.scale else 0))  # broadcast
+    outs = []
+    for _ in range(n):
+        x = b.input(kind.type, dims, s, kind.zero_point)
+        c = b.constant(one, kind.type, s, kind.zero_point)
+        outs.append(b.op(O.ADD, [x, c, b.int32(0)], kind.type, dims, s, kind.zero_point))
+    return b.outputs(*outs).finish()
+
+
+def role(io: int, model: int = 0, frequency: float = 1.0) -> BufferRole:
+    return BufferRole(model, io, frequency)
+
+
+def arg(pool: int, length: int = 0, dims: tuple[int, ...] = ()) -> RequestArgument:
+    return RequestArgument(location=DataLocation(pool, 0, length), dimensions=dims)
+
+
+def run(pm: PreparedModel, request: Request, executor: str) -> tuple[ErrorStatus, str, dict[int, bytes]]:
+    """One execution by ``executor``: status, message, returned inline pools."""
+    if executor == "sync":
+        o = pm.execute_request(request)
+    elif executor == "async":
+        cb = pm.execute_request_async(request)
+        assert cb.wait(30)
+        if cb.value is None:
+            return cb.status, cb.message, {}
+        o = cb.value
+    elif executor == "fenced":
+        try:
+            fenced = pm.execute_fenced(request)
+        except HalError as err:
+            return err.error_status, err.message, {}
+        o = fenced.get_execution_info(timeout=30)
+    else:
+        with pm.burst() as burst:
+            o = burst.execute(request)
+    return o.status, o.message, o.output_pools
+
+
+def status_of(fn: object, *args: object) -> ErrorStatus:
+    try:
+        fn(*args)  # type: ignore[operator]
+    except HalError as err:
+        return err.error_status
+    return ErrorStatus.NONE
+
+
+@pytest.fixture(autouse=True)
+def server_survives(server: LocalServer, device: Device) -> Iterator[None]:
+    yield
+    assert server.proc.poll() is None, f"the server died:\n{server.log()}"
+    assert device.stats()["sessions"] >= 1
+
+
+@pytest.fixture(params=list(KINDS))
+def kind(request: pytest.FixtureRequest) -> Kind:
+    return KINDS[request.param]
+
+
+@pytest.fixture
+def pm(device: Device, kind: Kind) -> Iterator[PreparedModel]:
+    with device.prepare_model_sync(plus_one_model(kind)) as prepared:
+        yield prepared
+
+
+# -- IDevice::allocate --------------------------------------------------------------
+
+
+def test_allocate_validation(device: Device, kind: Kind, pm: PreparedModel) -> None:
+    def alloc(
+        models: list[PreparedModel],
+        ins: list[BufferRole],
+        outs: list[BufferRole],
+        dims: tuple[int, ...] = (),
+    ) -> ErrorStatus:
+        return status_of(device.allocate, BufferDesc(dims), models, ins, outs)
+
+    bad = ErrorStatus.INVALID_ARGUMENT
+    assert alloc([], [], []) == bad
+    assert alloc([pm], [], []) == bad
+    assert alloc([pm], [role(0, model=1)], []) == bad
+    assert alloc([pm], [], [role(0, model=1)]) == bad
+    assert alloc([pm], [role(1)], []) == bad  # the model has one input
+    assert alloc([pm], [], [role(1)]) == bad
+    for freq in (0.0, -0.5, 1.5, math.nan):
+        assert alloc([pm], [role(0, frequency=freq)], []) == bad
+        assert alloc([pm], [], [role(0, frequency=freq)]) == bad
+    assert alloc([pm], [role(0), role(0)], []) == bad
+    assert alloc([pm], [], [role(0), role(0)]) == bad
+    assert alloc([pm, pm], [role(0, 0), role(0, 1)], []) == bad  # one role, named twice
+    assert alloc([pm, pm], [], [role(0, 0), role(0, 1)]) == bad
+    assert alloc([pm], [role(0)], [], dims=(1, 2, 2)) == bad  # rank differs from the role's
+    assert alloc([pm], [role(0)], [], dims=(1, 2, 3, 1)) == bad  # dimension differs
+    assert alloc([pm], [role(0)], [role(0)], dims=(0, 2, 0, 1)) == ErrorStatus.NONE
+    assert alloc([pm], [role(0)], [role(0)]) == ErrorStatus.NONE
+
+
+def test_allocate_rejects_roles_that_disagree(device: Device, kind: Kind, pm: PreparedModel) -> None:
+    other_type = {
+        T.TENSOR_FLOAT32: KINDS["float16"],
+        T.TENSOR_FLOAT16: KINDS["float32"],
+        T.TENSOR_QUANT8_ASYMM: KINDS["quant8_signed"],
+        T.TENSOR_QUANT8_ASYMM_SIGNED: KINDS["quant8"],
+    }[kind.type]
+    variants = [
+        plus_one_model(other_type),
+        plus_one_model(kind, dims=(1, 2, 2)),
+        plus_one_model(kind, dims=(1, 2, 3, 1)),
+    ]
+    if kind.scale:
+        variants.append(plus_one_model(kind, scale=kind.scale * 2))
+        variants.append(plus_one_model(Kind(kind.type, kind.dtype, kind.scale, kind.zero_point + 1)))
+    for model in variants:
+        with device.prepare_model_sync(model) as other:
+            status = status_of(device.allocate, BufferDesc(), [pm, other], [role(0, 0), role(0, 1)], [])
+            assert status == ErrorStatus.INVALID_ARGUMENT, model.main.operands[0]
+    # Unknown dimensions on one side are filled in by the other.
+    with (
+        device.prepare_model_sync(plus_one_model(kind, dims=(0, 2, 2, 0))) as dynamic,
+        device.allocate(BufferDesc(), [pm, dynamic], [role(0, 0), role(0, 1)], []) as buf,
+    ):
+        buf.copy_from(kind.array(1))
+
+
+def test_allocate_scalar_role_and_foreign_models(device: Device, server: LocalServer) -> None:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, DIMS)
+    y = b.input(T.TENSOR_FLOAT32, DIMS)
+    act = b.input(T.INT32)
+    model = b.outputs(b.op(O.ADD, [x, y, act], T.TENSOR_FLOAT32, DIMS)).finish()
+    with device.prepare_model_sync(model) as pm:
+        # A scalar role takes no dimensions; without them it is an ordinary 4-byte buffer.
+        assert status_of(device.allocate, BufferDesc((1,)), [pm], [role(2)], []) == ErrorStatus.INVALID_ARGUMENT
+        with device.allocate(BufferDesc(), [pm], [role(2)], []) as act:
+            assert status_of(act.copy_from, np.array([1], np.int32)) == ErrorStatus.INVALID_ARGUMENT
+            act.copy_from(np.array(1, np.int32))  # RELU
+            x = np.array([-1.0, 2.0, -3.0, 4.0], np.float32).reshape(DIMS)
+            inline = InlinePool(np.concatenate([x, x]).tobytes(), 32)
+            request = Request(
+                (arg(0, 16), RequestArgument(location=DataLocation(0, 16, 16)), arg(1)),
+                (arg(2, 16),),
+                (inline, act.pool(), InlinePool(b"", 16)),
+            )
+            status, message, pools = run(pm, request, "sync")
+            assert status == ErrorStatus.NONE, message
+            np.testing.assert_array_equal(np.frombuffer(pools[2], np.float32), [0.0, 4.0, 0.0, 8.0])
+        # A prepared model of another session is unknown here.
+        with Device.connect(server.address, client_name="other") as other:
+            assert status_of(other.allocate, BufferDesc(), [pm], [role(0)], []) == ErrorStatus.INVALID_ARGUMENT
+
+
+# -- IBuffer::copyFrom / copyTo -------------------------------------------------------
+
+
+def test_copy_round_trip_inline_and_shared(device: Device, kind: Kind, pm: PreparedModel) -> None:
+    data = kind.array(7)
+    with device.allocate(BufferDesc(), [pm], [role(0)], [role(0)]) as buf:
+        assert status_of(buf.copy_to_array, kind.dtype, DIMS) == ErrorStatus.GENERAL_FAILURE  # uninitialized
+        buf.copy_from(data)
+        np.testing.assert_array_equal(buf.copy_to_array(kind.dtype, DIMS), data)
+        with SharedMemory.create(device, kind.nbytes, "ashmem") as region:
+            region.view(kind.dtype, DIMS)[:] = kind.array(9)
+            buf.copy_from(region, DIMS)
+            np.testing.assert_array_equal(buf.copy_to_array(kind.dtype, DIMS), kind.array(9))
+            region.view(kind.dtype, DIMS)[:] = 0
+            buf.copy_to(region)
+            np.testing.assert_array_equal(region.view(kind.dtype, DIMS), kind.array(9))
+
+
+def test_copy_validation(device: Device, kind: Kind, pm: PreparedModel) -> None:
+    bad = ErrorStatus.INVALID_ARGUMENT
+    half, double = kind.array(1).ravel()[:2], np.concatenate([kind.array(1).ravel()] * 2)
+    with device.allocate(BufferDesc(), [pm], [role(0)], [role(0)]) as buf:
+        assert status_of(buf.copy_from, half, (2,)) == bad
+        assert status_of(buf.copy_from, double, (8,)) == bad
+        assert status_of(buf.copy_from, kind.array(1), (1, 2, 2)) == bad  # rank
+        assert status_of(buf.copy_from, kind.array(1), (2, 2, 2, 1)) == bad  # dimension
+        assert status_of(buf.copy_from, kind.array(1), (0, 2, 2, 1)) == bad  # not fully specified
+        assert status_of(buf.copy_from, kind.array(1).ravel(), (1, 2, 2, 1)) == ErrorStatus.NONE
+        buf.copy_from(kind.array(1))
+        assert status_of(buf.copy_to_array, kind.dtype, (2,)) == bad
+        assert status_of(buf.copy_to_array, kind.dtype, (8,)) == bad
+        np.testing.assert_array_equal(buf.copy_to_array(kind.dtype, DIMS), kind.array(1))
+        # A failed copyFrom leaves the buffer uninitialized.
+        assert status_of(buf.copy_from, half, (2,)) == bad
+        assert status_of(buf.copy_to_array, kind.dtype, DIMS) == ErrorStatus.GENERAL_FAILURE
+
+
+def test_copy_with_dynamic_shape(device: Device, kind: Kind) -> None:
+    bad = ErrorStatus.INVALID_ARGUMENT
+    with (
+        device.prepare_model_sync(plus_one_model(kind, dims=(0, 2, 2, 1))) as pm,
+        device.allocate(BufferDesc(), [pm], [role(0)], [role(0)]) as buf,
+    ):
+        flat = kind.array(2).ravel()
+        assert status_of(buf.copy_from, flat, ()) == bad  # the buffer's shape is not known
+        assert status_of(buf.copy_from, flat, (1, 2, 2)) == bad
+        assert status_of(buf.copy_from, flat, (2, 2, 2, 4)) == bad
+        assert status_of(buf.copy_from, flat, (1, 2, 2, 0)) == bad
+        assert status_of(buf.copy_from, flat, (2, 2, 2, 1)) == bad  # right shape, half the bytes
+        buf.copy_from(flat, DIMS)
+        assert status_of(buf.copy_to_array, kind.dtype, (2,)) == bad
+        np.testing.assert_array_equal(buf.copy_to_array(kind.dtype, DIMS), kind.array(2))
+        bigger = kind.array(3, (3, 2, 2, 1))
+        buf.copy_from(bigger)  # the shape may change between copies
+        np.testing.assert_array_equal(buf.copy_to_array(kind.dtype, (3, 2, 2, 1)), bigger)
+
+
+def test_copy_sources_must_be_memory(device: Device, kind: Kind, pm: PreparedModel) -> None:
+    from nnhal.core import wire
+    from nnhal.proto import service_pb2 as spb
+
+    with device.allocate(BufferDesc(), [pm], [role(0)], [role(0)]) as buf:
+        req = spb.CopyFromRequest(session=device.session, buffer=buf.handle)
+        wire.pool_to(BufferTokenPool(buf.token), req.src)
+        assert status_of(device.buffer_call, "copyFrom", req) == ErrorStatus.INVALID_ARGUMENT
+
+
+# -- buffers in executions ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_execution_through_buffers(device: Device, kind: Kind, pm: PreparedModel, executor: str) -> None:
+    """Inputs from and outputs into driver-managed buffers; an output buffer feeds the
+    next execution without leaving the server."""
+    x = kind.array(4)
+    with (
+        device.allocate(BufferDesc(), [pm], [role(0)], [role(0)]) as a,
+        device.allocate(BufferDesc(DIMS), [pm], [role(0)], [role(0)]) as b,
+    ):
+        a.copy_from(x)
+        status, message, _ = run(pm, Request((arg(0),), (arg(1),), (a.pool(), b.pool())), executor)
+        assert status == ErrorStatus.NONE, message
+        status, message, _ = run(pm, Request((arg(0),), (arg(1),), (b.pool(), a.pool())), executor)
+        assert status == ErrorStatus.NONE, message
+        np.testing.assert_array_equal(a.copy_to_array(kind.dtype, DIMS), kind.plus_one(kind.plus_one(x)))
+        np.testing.assert_array_equal(b.copy_to_array(kind.dtype, DIMS), kind.plus_one(x))
+        # Mixed: input from a buffer, output inline.
+        status, message, pools = run(
+            pm, Request((arg(0),), (arg(1, kind.nbytes),), (b.pool(), InlinePool(b"", kind.nbytes))), executor
+        )
+        assert status == ErrorStatus.NONE, message
+        returned = np.frombuffer(pools[1], kind.dtype).reshape(DIMS)
+        np.testing.assert_array_equal(returned, kind.plus_one(kind.plus_one(x)))
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_execution_rejects_misused_buffers(device: Device, kind: Kind, pm: PreparedModel, executor: str) -> None:
+    bad = ErrorStatus.INVALID_ARGUMENT
+    inline = InlinePool(kind.array(0).tobytes(), kind.nbytes)
+
+    def status(inputs: tuple[RequestArgument, ...], outputs: tuple[RequestArgument, ...], *pools: MemoryPool) -> int:
+        return run(pm, Request(inputs, outputs, (inline, *pools)), executor)[0]
+
+    shared = arg(0, kind.nbytes)
+    for token in (0, 100, 2**31 + 5):
+        assert status((arg(1),), (shared,), BufferTokenPool(token)) == bad
+        assert status((shared,), (arg(1),), BufferTokenPool(token)) == bad
+    with (
+        device.prepare_model_sync(plus_one_model(kind, n=2)) as pm2,
+        device.allocate(BufferDesc(), [pm2], [role(0)], [role(0)]) as foreign,
+        device.allocate(BufferDesc(), [pm], [role(0)], []) as in_only,
+        device.allocate(BufferDesc(), [pm], [], [role(0)]) as out_only,
+    ):
+        foreign.copy_from(kind.array(1))
+        in_only.copy_from(kind.array(1))
+        # Allocated for another prepared model.
+        assert status((arg(1),), (shared,), foreign.pool()) == bad
+        assert status((shared,), (arg(1),), foreign.pool()) == bad
+        # Allocated for input but used as output, and the reverse.
+        assert status((shared,), (arg(1),), in_only.pool()) == bad
+        assert status((arg(1),), (shared,), out_only.pool()) == bad
+        # A token argument names the whole buffer: offset and length stay 0.
+        offset_arg = RequestArgument(location=DataLocation(1, 4, 0))
+        assert status((offset_arg,), (shared,), in_only.pool()) == bad
+        assert status((arg(1, kind.nbytes),), (shared,), in_only.pool()) == bad
+        # The wrong I/O index of the right model.
+        n = kind.nbytes
+        pools = (inline, foreign.pool(), InlinePool(b"", 2 * n))
+        out0, out1 = RequestArgument(location=DataLocation(2, 0, n)), RequestArgument(location=DataLocation(2, n, n))
+        for wrong in (Request((shared, arg(1)), (out0, out1), pools), Request((shared, shared), (out0, arg(1)), pools)):
+            status, message, _ = run(pm2, wrong, executor)  # input / output 1, allocated for index 0
+            assert status == bad and "not allocated with this role" in message, message
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_execution_buffer_state_and_roles(device: Device, kind: Kind, executor: str) -> None:
+    n = kind.nbytes
+    with (
+        device.prepare_model_sync(plus_one_model(kind, n=2)) as pm,
+        device.allocate(BufferDesc(), [pm], [role(0), role(1)], [role(0), role(1)]) as buf,
+    ):
+        one = InlinePool(kind.array(5).tobytes(), n)
+        two = InlinePool(b"", n)
+
+        def go(inputs: tuple[RequestArgument, ...], outputs: tuple[RequestArgument, ...]) -> ErrorStatus:
+            return run(pm, Request(inputs, outputs, (one, two, buf.pool())), executor)[0]
+
+        # Uninitialized: the request is valid, the buffer's state is not.
+        assert go((arg(2), arg(0, n)), (arg(1, n), arg(1, n))) == ErrorStatus.GENERAL_FAILURE
+        assert go((arg(0, n), arg(0, n)), (arg(2), arg(1, n))) == ErrorStatus.NONE  # initializes it
+        np.testing.assert_array_equal(buf.copy_to_array(kind.dtype, DIMS), kind.plus_one(kind.array(5)))
+        # One request may read a buffer twice, but not write one it also reads or writes again.
+        assert go((arg(2), arg(0, n)), (arg(2), arg(1, n))) == ErrorStatus.INVALID_ARGUMENT
+        assert go((arg(0, n), arg(0, n)), (arg(2), arg(2))) == ErrorStatus.INVALID_ARGUMENT
+        assert go((arg(2), arg(2)), (arg(1, n), arg(1, n))) == ErrorStatus.NONE
+
+
+@pytest.mark.parametrize("executor", ["sync", "async", "burst"])  # fenced executions need full shapes
+def test_execution_buffer_dimensions(device: Device, kind: Kind, executor: str) -> None:
+    n = kind.nbytes
+    bad_dims = (2, *DIMS[1:])
+    with (
+        device.prepare_model_sync(plus_one_model(kind, dims=(0, *DIMS[1:]))) as pm,
+        device.allocate(BufferDesc(DIMS), [pm], [role(0)], [role(0)]) as buf,
+    ):
+        buf.copy_from(kind.array(6))
+        big = InlinePool(kind.array(6, bad_dims).tobytes(), 2 * n)
+        big_arg = arg(0, 2 * n, bad_dims)
+        assert run(pm, Request((arg(1, 0, bad_dims),), (big_arg,), (big, buf.pool())), executor)[0] == (
+            ErrorStatus.INVALID_ARGUMENT
+        )
+        assert run(pm, Request((big_arg,), (arg(1, 0, bad_dims),), (big, buf.pool())), executor)[0] == (
+            ErrorStatus.INVALID_ARGUMENT
+        )
+        # The shapes only disagree once the execution has run: the output cannot be kept,
+        # and the buffer it would have written is left uninitialized.
+        status, message, _ = run(pm, Request((big_arg,), (arg(1),), (big, buf.pool())), executor)
+        assert status == ErrorStatus.GENERAL_FAILURE, message
+        assert status_of(buf.copy_to_array, kind.dtype, DIMS) == ErrorStatus.GENERAL_FAILURE
+        # The buffer's own shape is the default for its input arguments.
+        buf.copy_from(kind.array(6))
+        status, message, pools = run(pm, Request((arg(1),), (arg(0, n),), (InlinePool(b"", n), buf.pool())), executor)
+        assert status == ErrorStatus.NONE, message
+        np.testing.assert_array_equal(np.frombuffer(pools[0], kind.dtype).reshape(DIMS), kind.plus_one(kind.array(6)))
+
+
+# -- ownership and lifetime ---------------------------------------------------------------
+
+
+def test_buffers_belong_to_their_session(device: Device, server: LocalServer) -> None:
+    kind = KINDS["float32"]
+    with (
+        device.prepare_model_sync(plus_one_model(kind)) as pm,
+        device.allocate(BufferDesc(), [pm], [role(0)], [role(0)]) as buf,
+        Device.connect(server.address, client_name="intruder") as other,
+    ):
+        buf.copy_from(kind.array(1))
+        stolen = Buffer(other, buf.handle, buf.token)
+        assert status_of(stolen.copy_to_array, kind.dtype, DIMS) == ErrorStatus.INVALID_ARGUMENT
+        assert status_of(stolen.copy_from, kind.array(2)) == ErrorStatus.INVALID_ARGUMENT
+        assert status_of(stolen.release) == ErrorStatus.INVALID_ARGUMENT
+        with other.prepare_model_sync(plus_one_model(kind)) as their_pm:
+            request = Request((arg(0),), (arg(1, kind.nbytes),), (buf.pool(), InlinePool(b"", kind.nbytes)))
+            status, message, _ = run(their_pm, request, "sync")
+            assert status == ErrorStatus.INVALID_ARGUMENT and "unknown buffer" in message
+        # Untouched by all of that.
+        np.testing.assert_array_equal(buf.copy_to_array(kind.dtype, DIMS), kind.array(1))
+
+
+def test_release_and_session_end_free_buffers(server: LocalServer) -> None:
+    kind = KINDS["float32"]
+    with Device.connect(server.address, client_name="watcher") as watcher:
+        before = watcher.stats()["buffers"]
+        with Device.connect(server.address, client_name="owner") as owner:
+            pm = owner.prepare_model_sync(plus_one_model(kind))
+            kept = [owner.allocate(BufferDesc(), [pm], [role(0)], []) for _ in range(3)]
+            released = owner.allocate(BufferDesc(), [pm], [role(0)], [])
+            assert watcher.stats()["buffers"] == before + 4
+            released.release()
+            released.release()  # idempotent on the client
+            assert watcher.stats()["buffers"] == before + 3
+            assert status_of(Buffer(owner, released.handle, released.token).copy_from, kind.array(0)) == (
+                ErrorStatus.INVALID_ARGUMENT
+            )
+            request = Request((arg(0),), (arg(1, kind.nbytes),), (released.pool(), InlinePool(b"", kind.nbytes)))
+            assert run(pm, request, "sync")[0] == ErrorStatus.INVALID_ARGUMENT
+            # A buffer outlives the release of the prepared model it was made for.
+            kept[0].copy_from(kind.array(3))
+            pm.release()
+            np.testing.assert_array_equal(kept[0].copy_to_array(kind.dtype, DIMS), kind.array(3))
+        assert watcher.stats()["buffers"] == before  # the session's end released the rest
+
+
+def test_buffer_contents_count_against_the_memory_quota() -> None:
+    kind = KINDS["float32"]
+    big = (1, 100, 100, 1)  # 40 000 bytes per buffer
+    with (
+        LocalServer("--memory-per-client", "100000") as srv,
+        Device.connect(srv.address) as dev,
+        dev.prepare_model_sync(plus_one_model(kind, dims=(0, 0, 0, 1))) as pm,
+    ):
+        base = dev.stats()["bytes_in_use"]
+        bufs = [dev.allocate(BufferDesc(), [pm], [role(0)], [role(0)]) for _ in range(3)]
+        bufs[0].copy_from(kind.array(1, big))
+        bufs[1].copy_from(kind.array(2, big))
+        assert dev.stats()["bytes_in_use"] == base + 80_000
+        with pytest.raises(HalError) as err:
+            bufs[2].copy_from(kind.array(3, big))
+        assert err.value.error_status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
+        # An execution writing a buffer is held to the same quota.
+        request = Request((arg(0),), (arg(1),), (bufs[0].pool(), bufs[2].pool()))
+        assert run(pm, request, "sync")[0] == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
+        bufs[1].release()  # gives its 40 000 bytes back
+        assert run(pm, request, "sync")[0] == ErrorStatus.NONE
+        np.testing.assert_array_equal(bufs[2].copy_to_array(kind.dtype, big), kind.array(1, big) + 1)
+        assert dev.stats()["bytes_in_use"] == base + 80_000
+
+
+def test_concurrent_readers_see_whole_contents(device: Device) -> None:
+    """Executions reading a buffer while copyFrom rewrites it see the old contents or the
+    new, never a mix."""
+    kind = KINDS["float32"]
+    big = (1, 64, 64, 4)
+    x, y = np.full(big, 1.0, np.float32), np.full(big, 2.0, np.float32)
+    n = x.nbytes
+    with (
+        device.prepare_model_sync(plus_one_model(kind, dims=big)) as pm,
+        device.allocate(BufferDesc(), [pm], [role(0)], []) as buf,
+    ):
+        buf.copy_from(x)
+        request = Request((arg(0),), (arg(1, n),), (buf.pool(), InlinePool(b"", n)))
+        seen: list[float] = []
+        errors: list[str] = []
+
+        def reader() -> None:
+            for _ in range(15):
+                status, message, pools = run(pm, request, "sync")
+                if status != ErrorStatus.NONE:
+                    errors.append(message)
+                    return
+                out = np.frombuffer(pools[1], np.float32)
+                if out.min() != out.max():
+                    errors.append(f"mixed contents: {out.min()} .. {out.max()}")
+                seen.append(float(out[0]))
+
+        threads = [threading.Thread(target=reader) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for k in range(30):
+            buf.copy_from(y if k % 2 else x)
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads)
+        assert not errors, errors[:3]
+        assert len(seen) == 60 and set(seen) <= {2.0, 3.0}
