@@ -37,5 +37,5 @@ def test_all_public_vectors_pass_in_every_mode(tmp_path: Path) -> None:
     assert passed == sum(v["status"] == "passed" for v in results.values())
     assert skipped == sum(v["status"] == "skipped" for v in results.values())
     modes = {k.rsplit("/", 1)[1] for k in results}
-    assert {"sync", "async", "dynamic", "quant_signed"} <= modes
+    assert {"sync", "async", "dynamic", "quant_signed", "shared", "domain"} <= modes
     assert all(v["detail"] for v in results.values() if v["status"] == "skipped"), "every skip has a reason"
