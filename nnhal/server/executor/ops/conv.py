@@ -157,15 +157,21 @@ def im2col(x: np.ndarray, g: Geometry, kh: int, kw: int) -> tuple[np.ndarray, in
 
 # -- quantized requantization (per tensor or per channel) ---------------------------
 def requantize(
-    acc: np.ndarray, multipliers: np.ndarray | np.integer, shifts: np.ndarray | np.integer, inplace: bool = False
+    acc: np.ndarray,
+    multipliers: np.ndarray | np.integer,
+    shifts: np.ndarray | np.integer,
+    inplace: bool = False,
+    zero_point: int = 0,
 ) -> np.ndarray:
     """MultiplyByQuantizedMultiplier (SaturatingRoundingDoublingHighMul, then
-    RoundingDivideByPOT) with per-channel (last axis) or scalar parameters.
+    RoundingDivideByPOT) plus ``zero_point``, per channel (last axis) or scalar.
 
-    Bit-exact with the reference, computed on magnitudes in place: the first
-    rounding takes ties of negative products toward zero, the second rounds
-    ties away from zero; the sign is put back at the end. Multipliers are
-    positive, so the saturating case (both INT32_MIN) cannot occur.
+    Bit-exact with the reference in fewer passes, on floor (arithmetic) shifts: the
+    reference's nudge-and-truncate of x / 2^31 equals floor((x + 2^30) / 2^31) for
+    either sign, and rounding half away from zero of h / 2^r equals
+    floor((h + 2^(r-1) - [h < 0]) / 2^r); adding zero_point * 2^r before that shift
+    adds zero_point after it. Multipliers are positive, so the saturating case (both
+    INT32_MIN) cannot occur.
     """
     shifts = np.asarray(shifts, np.int64)
     left = np.maximum(shifts, 0)
@@ -174,16 +180,18 @@ def requantize(
     if np.any(left):
         a <<= left
     a *= multipliers
-    negative = a < 0
-    np.abs(a, out=a)
     a += 1 << 30
-    a -= negative
     a >>= 31
-    half = (np.int64(1) << right) >> 1
-    if np.any(half):
-        a += half
-        a >>= right
-    np.negative(a, out=a, where=negative)
+    if not np.any(right):
+        if zero_point:
+            a += zero_point
+        return a
+    negative = a >> 63  # -1 where negative, else 0
+    if not np.all(right):
+        negative &= -(right > 0).astype(np.int64)  # channels without a right shift round nothing
+    a += negative
+    a += ((np.int64(1) << right) >> 1) + (np.int64(zero_point) << right)
+    a >>= right
     return a
 
 
@@ -206,7 +214,8 @@ def _filter_scales(ctx_operand: Any, out_channels: int) -> np.ndarray:
 
 @dataclass
 class QuantState:
-    weights: np.ndarray  # float64, zero point removed, GEMM layout
+    #: Zero point removed, GEMM layout; float32 when every sum stays exact in it, else float64.
+    weights: np.ndarray
     multipliers: np.ndarray
     shifts: np.ndarray
 
@@ -303,6 +312,13 @@ def _quant_state(ctx_in: Any, ctx_filter: Any, ctx_out: Any, w: np.ndarray, matr
     out_channels = matrix.shape[0] if matrix.ndim == 2 else w.shape[-1]
     scales = _filter_scales(ctx_filter, out_channels)
     qm, sh = multipliers(ctx_in.scale, scales, ctx_out.scale)
+    if matrix.ndim == 2 and matrix.size:
+        lo, hi = (0, 255) if ctx_in.type == T.TENSOR_QUANT8_ASYMM else (-128, 127)
+        x_max = max(ctx_in.zero_point - lo, hi - ctx_in.zero_point)
+        # Integers below 2^24 are exact in float32, and no partial sum of a row can
+        # exceed the sum of its magnitudes: then the faster float32 GEMM is exact too.
+        if x_max * float(np.abs(matrix).sum(axis=1).max()) < 2.0**24:
+            matrix = matrix.astype(np.float32)
     return QuantState(matrix, qm, sh)
 
 
@@ -327,7 +343,7 @@ def prepare_conv(v: ValidationContext) -> Any:
 
 # -- kernels -------------------------------------------------------------------------
 #: Elements requantized per chunk: the int64 passes stay in cache.
-_CHUNK = 1 << 14
+_CHUNK = 1 << 16
 
 
 def _finish_quant(
@@ -339,16 +355,19 @@ def _finish_quant(
     out = np.empty(flat.shape, DTYPE[ctx.out_type(0)])
     zo = ctx.out_zero_point(0)
     lo, hi = activation_range_quant(act, ctx.out_scale(0), zo, ctx.out_type(0))
+    floats = flat.dtype == np.float64
+    if floats:
+        # float64 sums of integer products below 2^53 are exact integers: the bias
+        # joins them exactly, and the conversion below needs no rounding.
+        flat += bias.astype(np.float64)
     b64 = bias.astype(np.int64)
     rows = max(1, _CHUNK // max(channels, 1))
     for start in range(0, flat.shape[0], rows):
-        chunk = flat[start : start + rows]
-        a = (np.rint(chunk) if chunk.dtype.kind == "f" else chunk).astype(np.int64)
-        a += b64
-        r = requantize(a, qm, sh, inplace=True)
-        r += zo
-        np.clip(r, lo, hi, out=r)
-        out[start : start + rows] = r
+        a = flat[start : start + rows].astype(np.int64)
+        if not floats:
+            a += b64
+        r = requantize(a, qm, sh, inplace=True, zero_point=zo)
+        np.clip(r, lo, hi, out=out[start : start + rows], casting="unsafe")
     return out.reshape(acc.shape)
 
 
@@ -368,7 +387,7 @@ def _conv_core(
         return apply_activation(out.reshape(n, oh, ow, o), g.activation)
     if not isinstance(state, QuantState):
         state = _quant_state(ctx.in_operands[INPUT], filter_op, ctx.out_operands[0], w, _gemm_filter(w, filter_op).T)
-    xi = x.astype(np.float64) - ctx.zero_point(INPUT)
+    xi = x.astype(state.weights.dtype) - ctx.zero_point(INPUT)
     cols, oh, ow = im2col(xi, g, kh, kw)
     acc = cols @ state.weights.T
     return _finish_quant(ctx, acc, bias, state.multipliers, state.shifts, g.activation).reshape(n, oh, ow, o)
