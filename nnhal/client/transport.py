@@ -29,9 +29,8 @@ from nnhal.core.errors import (
     ResourceExhaustedPersistent,
     ResourceExhaustedTransient,
 )
+from nnhal.core.wire import MAX_MESSAGE_BYTES
 from nnhal.proto import service_pb2_grpc as sgrpc
-
-MAX_MESSAGE_BYTES = 1 << 30
 
 #: Seconds for calls with no HAL deadline: generous, but never unbounded.
 DEFAULT_CALL_TIMEOUT = 600.0

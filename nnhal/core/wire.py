@@ -49,6 +49,10 @@ from nnhal.core.types import (
 )
 from nnhal.proto import types_pb2 as pb
 
+#: Messages up to 1 GiB each way: inline pools carry tensors (the 64 MiB benchmark and
+#: more). Inline pools of one request are held to it too: their contents travel in one.
+MAX_MESSAGE_BYTES = 1 << 30
+
 E = TypeVar("E", bound=IntEnum)
 
 _OPERAND_TYPES = {int(t): t for t in OperandType}

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import BufferTokenPool, InlinePool, MemoryPool, SharedMemoryPool
+from nnhal.core.wire import MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
     from nnhal.server.buffers import DriverBuffer
@@ -182,6 +183,14 @@ def bind_pools(
     cache: RegionCache | None = None,
 ) -> BoundPools:
     """Map every pool; ``writable`` names the pools that receive outputs."""
+    inline = sum(p.size for p in pools if isinstance(p, InlinePool))
+    if inline > MAX_MESSAGE_BYTES:
+        # Checked before anything is allocated: a declared size is only a number, and the
+        # contents of inline pools have to fit one message in either direction.
+        raise InvalidArgument(
+            f"the inline pools declare {inline} bytes; at most {MAX_MESSAGE_BYTES} travel inline "
+            "(use shared memory for more)"
+        )
     bound = BoundPools()
     try:
         for i, pool in enumerate(pools):

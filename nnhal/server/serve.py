@@ -15,6 +15,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from nnhal.core.wire import MAX_MESSAGE_BYTES
 from nnhal.proto import service_pb2 as spb
 from nnhal.proto import service_pb2_grpc as sgrpc
 from nnhal.server.driver import DeviceConfig, Driver
@@ -30,9 +31,6 @@ from nnhal.server.servicer import (
 log = logging.getLogger(__name__)
 
 SWITCH_INTERVAL_S = 0.0002
-
-#: Messages up to 1 GiB: inline pools carry tensors (the 64 MiB benchmark and more).
-MAX_MESSAGE_BYTES = 1 << 30
 
 #: Clients ping every second to detect a frozen server; allow it, and pings on idle channels.
 SERVER_OPTIONS: list[tuple[str, int]] = [

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -520,3 +520,24 @@ def test_concurrent_readers_see_whole_contents(device: Device) -> None:
         assert not any(t.is_alive() for t in threads)
         assert not errors, errors[:3]
         assert len(seen) == 60 and set(seen) <= {2.0, 3.0}
+
+
+def test_declared_sizes_are_not_trusted(device: Device, pm: PreparedModel, kind: Kind) -> None:
+    """A pool's size is a number the client wrote: a terabyte costs the server nothing."""
+    tera = 1 << 40
+    request = Request(
+        (arg(0, kind.nbytes),), (arg(1, kind.nbytes),), (InlinePool(b"", kind.nbytes), InlinePool(b"", tera))
+    )
+    for executor in EXECUTORS:
+        status, message, _ = run(pm, request, executor)
+        assert status == ErrorStatus.INVALID_ARGUMENT and "inline" in message, (executor, message)
+    with pytest.raises(HalError) as err:
+        device.prepare_model_sync(replace(plus_one_model(kind), pools=(InlinePool(b"", tera),)))
+    assert err.value.error_status == ErrorStatus.INVALID_ARGUMENT
+    with device.allocate(BufferDesc(), [pm], [role(0)], []) as buf:
+        buf.copy_from(kind.array(0))
+        assert status_of(buf.copy_to_array, np.uint8, (tera,)) == ErrorStatus.INVALID_ARGUMENT
+        assert (
+            status_of(buf.copy_from, np.zeros(0, np.uint8), (1 << 16, 1 << 16, 1 << 8, 1))
+            == ErrorStatus.INVALID_ARGUMENT
+        )
