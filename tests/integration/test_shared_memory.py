@@ -109,3 +109,41 @@ def test_region_shrunk_before_use_is_refused(device: Device) -> None:
         outcome = pm.execute_request(_shared_request(inp, out, 32))
         assert outcome.status == ErrorStatus.INVALID_ARGUMENT
     assert device.capabilities().operand_performance
+
+
+def test_region_shrunk_while_mapped_is_refused(device: Device) -> None:
+    """The session keeps regions mapped between executions; shrinking one under that
+    mapping must give INVALID_ARGUMENT on the next use, not SIGBUS in the server."""
+    with (
+        device.prepare_model_sync(add_model()) as pm,
+        SharedMemory.create(device, 64) as inp,
+        SharedMemory.create(device, 32) as out,
+    ):
+        assert pm.execute_request(_shared_request(inp, out, 32)).status == ErrorStatus.NONE  # now mapped
+        os.truncate(inp.path, 8)
+        for _ in range(3):
+            outcome = pm.execute_request(_shared_request(inp, out, 32))
+            assert outcome.status == ErrorStatus.INVALID_ARGUMENT, outcome.message
+    assert device.capabilities().operand_performance
+
+
+def test_shared_pools_are_refused_from_remote_peers(tmp_path: Path) -> None:
+    """Only same-host peers may name shared regions (unless --shm-allow-remote). No test
+    may use a non-loopback address, so the peer check and the binding are tested directly."""
+    from types import SimpleNamespace
+
+    from nnhal.core.errors import InvalidArgument
+    from nnhal.server.memory import SharedMemoryPolicy, bind_pools
+    from nnhal.server.servicer import is_local_peer
+
+    def peer(address: str) -> bool:
+        return is_local_peer(SimpleNamespace(peer=lambda: address))  # type: ignore[arg-type]
+
+    assert peer("unix:/tmp/x.sock") and peer("ipv4:127.0.0.1:5000") and peer("ipv6:[::1]:5000")
+    assert not peer("ipv4:10.1.2.3:5000") and not peer("ipv6:[fe80::1]:5000") and not peer("")
+    (tmp_path / "nnhal-r").write_bytes(bytes(64))
+    pool = SharedMemoryPool("ashmem", "nnhal-r", 0, 64)
+    with pytest.raises(InvalidArgument):
+        bind_pools((pool,), SharedMemoryPolicy(tmp_path), set(), None, is_local_peer=False)
+    bind_pools((pool,), SharedMemoryPolicy(tmp_path, allow_remote=True), set(), None, is_local_peer=False).close()
+    bind_pools((pool,), SharedMemoryPolicy(tmp_path), set(), None, is_local_peer=True).close()
