@@ -168,6 +168,7 @@ def _run_domain(dev: Device, pm: PreparedModel, case: TestCase) -> None:
     main = case.model.main
     pools: list[MemoryPool] = list(inline.pools)
     buffers: list[Buffer] = []
+    out_buffers: list[Buffer] = []
     try:
         inputs = list(inline.inputs)
         for k, value in enumerate(case.inputs):
@@ -182,6 +183,7 @@ def _run_domain(dev: Device, pm: PreparedModel, case: TestCase) -> None:
         for k in range(len(case.outputs)):
             buf = dev.allocate(BufferDesc(), [pm], [], [BufferRole(0, k, 1.0)])
             buffers.append(buf)
+            out_buffers.append(buf)
             outputs.append(RequestArgument(location=DataLocation(len(pools), 0, 0)))
             pools.append(buf.pool())
         outcome = pm.execute_request(Request(tuple(inputs), tuple(outputs), tuple(pools)))
@@ -191,7 +193,7 @@ def _run_domain(dev: Device, pm: PreparedModel, case: TestCase) -> None:
         results = bytearray(out_pool.size)
         for k, expected in enumerate(case.outputs):
             loc = inline.outputs[k].location
-            data = buffers[len(buffers) - len(case.outputs) + k].copy_to_array(np.uint8, (len(expected.data),))
+            data = out_buffers[k].copy_to_array(np.uint8, (len(expected.data),))
             results[loc.offset : loc.offset + len(data)] = data.tobytes()
         outcome.output_pools = {1: bytes(results)}
         _values(case, outcome, inline)
@@ -251,7 +253,7 @@ def run_case(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str, R
     if case.expect_failure:
         return {"sync": _expect_failure(dev, case)}
     results: dict[str, Result] = {}
-    wants_exec = [m for m in modes if m in ("sync", "async", "domain")]
+    wants_exec = [m for m in modes if m in _RUNNERS]
     if wants_exec:
         try:
             pm = _prepare(dev, case)

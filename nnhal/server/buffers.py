@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from nnhal.core.enums import OperandType
 from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.core.operand_types import INFO
-from nnhal.core.types import BufferDesc, BufferRole, Operand, SymmPerChannelQuantParams
+from nnhal.core.types import BufferDesc, BufferRole, Operand
 
 UNKNOWN = "unknown buffer handle or token for this session"
 
@@ -52,9 +52,6 @@ class DriverBuffer:
     token: int
     session: str
     type: OperandType
-    scale: float
-    zero_point: int
-    channel_quant: SymmPerChannelQuantParams | None
     #: Dimensions known from the descriptor and the roles (0 = unknown).
     declared: tuple[int, ...]
     #: (prepared model handle, "input" | "output", index)
@@ -68,10 +65,6 @@ class DriverBuffer:
     @property
     def is_tensor(self) -> bool:
         return INFO[self.type].is_tensor
-
-    @property
-    def initialized(self) -> bool:
-        return self.data is not None
 
     def nbytes(self, dims: tuple[int, ...]) -> int:
         return INFO[self.type].byte_size * math.prod(dims)
@@ -157,50 +150,40 @@ class BufferRegistry:
             token = secrets.randbelow(2**31 - 1) + 1
             while token in self._by_token:
                 token = secrets.randbelow(2**31 - 1) + 1
-            buf = DriverBuffer(
-                secrets.token_hex(16),
-                token,
-                session,
-                first.type,
-                first.scale,
-                first.zero_point,
-                first.channel_quant,
-                dims,
-                frozenset(roles),
-            )
+            buf = DriverBuffer(secrets.token_hex(16), token, session, first.type, dims, frozenset(roles))
             self._by_token[token] = buf
             self._by_handle[buf.handle] = buf
         return buf
 
     def by_handle(self, session: str, handle: str) -> DriverBuffer:
         with self._lock:
-            buf = self._by_handle.get(handle)
-        if buf is None or buf.session != session:
-            raise InvalidArgument(UNKNOWN)
-        return buf
+            return _owned(self._by_handle.get(handle), session)
 
     def by_token(self, session: str, token: int) -> DriverBuffer:
         with self._lock:
-            buf = self._by_token.get(token)
-        if buf is None or buf.session != session:
-            raise InvalidArgument(UNKNOWN)
-        return buf
+            return _owned(self._by_token.get(token), session)
 
-    def release(self, session: str, handle: str) -> DriverBuffer:
+    def release(self, session: str, handle: str) -> None:
         buf = self.by_handle(session, handle)
         with self._lock:
-            self._by_handle.pop(buf.handle, None)
-            self._by_token.pop(buf.token, None)
+            self._forget(buf)
         buf.invalidate()  # gives its bytes back; executions still running keep their own reference
-        return buf
 
-    def release_session(self, session: str) -> list[DriverBuffer]:
+    def release_session(self, session: str) -> None:
         with self._lock:
-            gone = [b for b in self._by_handle.values() if b.session == session]
-            for b in gone:
-                self._by_handle.pop(b.handle, None)
-                self._by_token.pop(b.token, None)
-        return gone
+            for buf in [b for b in self._by_handle.values() if b.session == session]:
+                self._forget(buf)
+
+    def _forget(self, buf: DriverBuffer) -> None:
+        self._by_handle.pop(buf.handle, None)
+        self._by_token.pop(buf.token, None)
+
+
+def _owned(buf: DriverBuffer | None, session: str) -> DriverBuffer:
+    """Another session's buffer is answered exactly like one that does not exist."""
+    if buf is None or buf.session != session:
+        raise InvalidArgument(UNKNOWN)
+    return buf
 
 
 def copy_from(buf: DriverBuffer, data: bytes | memoryview, dims: tuple[int, ...]) -> None:

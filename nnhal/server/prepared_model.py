@@ -181,7 +181,7 @@ class PreparedModel:
         whole = self._whole_pool_outputs(request, pools, outputs)
         for k, (arg, value, operand) in enumerate(zip(request.outputs, outputs, self._outputs)):
             if k in pools.token_outputs:  # zero-sized results too: they initialize the buffer
-                pools.token_outputs[k].store(np.ascontiguousarray(value).tobytes(), tuple(int(d) for d in value.shape))
+                pools.token_outputs[k].store(value.tobytes(), tuple(int(d) for d in value.shape))  # C order
                 continue
             if arg.has_no_value or value.nbytes == 0:
                 continue

@@ -360,7 +360,8 @@ def _finish_quant(
         # float64 sums of integer products below 2^53 are exact integers: the bias
         # joins them exactly, and the conversion below needs no rounding.
         flat += bias.astype(np.float64)
-    b64 = bias.astype(np.int64)
+    else:
+        b64 = bias.astype(np.int64)
     rows = max(1, _CHUNK // max(channels, 1))
     for start in range(0, flat.shape[0], rows):
         a = flat[start : start + rows].astype(np.int64)
