@@ -37,6 +37,7 @@ lint: setup
 	$(VENV)/bin/ruff check nnhal tests
 	$(VENV)/bin/ruff format --check nnhal tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 format: setup
 	$(VENV)/bin/ruff format nnhal tests

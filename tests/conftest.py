@@ -9,10 +9,10 @@ import pytest
 
 from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
-from nnhal.client.local_server import LocalServer
 from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
 from nnhal.core.types import Model
+from nnhal.testing.local_server import LocalServer
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nnhal.client.local_server import LocalServer
+from nnhal.testing.local_server import LocalServer
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration
@@ -65,7 +65,7 @@ def test_install_step_builds_a_complete_package(tmp_path: Path) -> None:
     )
     wheel = next(tmp_path.glob("nnhal-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("nnhal/proto/service_pb2.py", "nnhal/proto/types_pb2.pyi", "nnhal/cli.py", "nnhal/py.typed"):
+    for needed in ("nnhal/proto/service_pb2.py", "nnhal/proto/types_pb2.pyi", "nnhal/cli/main.py", "nnhal/py.typed"):
         assert needed in names, needed
     assert any(n.endswith("entry_points.txt") for n in names)
 

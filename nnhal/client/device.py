@@ -22,7 +22,7 @@ from nnhal.client.buffer import Buffer
 from nnhal.client.callbacks import Callback
 from nnhal.client.death import DeathMonitor
 from nnhal.client.prepared_model import PreparedModel
-from nnhal.client.transport import (
+from nnhal.client.remote import (
     DEADLINE_MARGIN,
     DEFAULT_CALL_TIMEOUT,
     Stubs,

@@ -19,7 +19,7 @@ import grpc
 import numpy as np
 
 from nnhal.client.callbacks import Callback
-from nnhal.client.transport import DEFAULT_CALL_TIMEOUT, map_rpc_error
+from nnhal.client.remote import DEFAULT_CALL_TIMEOUT, map_rpc_error
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, MeasureTiming
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument

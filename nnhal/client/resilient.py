@@ -39,7 +39,7 @@ from nnhal.client.device import Device
 from nnhal.client.interfaces import IBuffer, IDevice, IPreparedModel, IResult
 from nnhal.client.invalid_device import InvalidDevice
 from nnhal.client.prepared_model import Burst, ExecutionOutcome, FencedExecution, PreparedModel
-from nnhal.client.transport import DEADLINE_MARGIN, DEFAULT_CALL_TIMEOUT
+from nnhal.client.remote import DEADLINE_MARGIN, DEFAULT_CALL_TIMEOUT
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Priority
 from nnhal.core.errors import DeadObject, HalError
 from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model, Request

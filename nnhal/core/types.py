@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from nnhal.core.enums import (
     DeviceStatus,
     DeviceType,
+    ErrorStatus,
     OperandLifeTime,
     OperandType,
     OperationType,
@@ -133,6 +134,42 @@ class Timing:
 
     time_on_device: int = NO_TIMING
     time_in_driver: int = NO_TIMING
+
+
+@dataclass(frozen=True, slots=True)
+class OperationProfile:
+    """nnhal extension: time spent in one operation type during an execution."""
+
+    operation: str
+    count: int
+    total_us: int
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """What an execution returns across the boundary: the callback's (or synchronous
+    call's) status, output shapes and timing, plus the contents of the request's inline
+    pools that hold outputs (by pool index) and, when asked for, a per-operation profile."""
+
+    status: ErrorStatus = ErrorStatus.NONE
+    message: str = ""
+    output_shapes: tuple[OutputShape, ...] = ()
+    timing: Timing = Timing()
+    output_pools: dict[int, bytes] = field(default_factory=dict)
+    profile: tuple[OperationProfile, ...] = ()
+
+
+@dataclass(frozen=True)
+class FencedExecutionInfo:
+    """IFencedExecutionCallback::getExecutionInfo: the execution's status and timings once
+    its fence signalled (``signalled`` False: still running, status GENERAL_FAILURE)."""
+
+    signalled: bool
+    status: ErrorStatus
+    message: str = ""
+    timing_launched: Timing = Timing()
+    timing_fenced: Timing = Timing()
+    output_pools: dict[int, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

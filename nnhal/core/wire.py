@@ -8,9 +8,12 @@ InvalidArgument naming the field when a wire value has no canonical meaning
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from enum import IntEnum
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from google.protobuf.message import DecodeError
 
 from nnhal.core.enums import (
     EXTENSION_TYPE_LOW_BITS,
@@ -29,15 +32,18 @@ from nnhal.core.types import (
     BufferTokenPool,
     Capabilities,
     DataLocation,
+    ExecutionResult,
     Extension,
     ExtensionNameAndPrefix,
     ExtensionOperandTypeInformation,
+    FencedExecutionInfo,
     InlinePool,
     MemoryPool,
     Model,
     Operand,
     OperandPerformance,
     Operation,
+    OperationProfile,
     OutputShape,
     PerformanceInfo,
     Request,
@@ -47,6 +53,7 @@ from nnhal.core.types import (
     SymmPerChannelQuantParams,
     Timing,
 )
+from nnhal.proto import service_pb2 as spb
 from nnhal.proto import types_pb2 as pb
 
 #: Messages up to 1 GiB each way: inline pools carry tensors (the 64 MiB benchmark and
@@ -266,11 +273,109 @@ def timing_from(msg: pb.Timing) -> Timing:
 
 
 def error_status_from(value: int) -> ErrorStatus:
+    """An unknown status number reads as GENERAL_FAILURE (a newer peer's code)."""
     try:
         status = ErrorStatus(value)
     except ValueError:
         return ErrorStatus.GENERAL_FAILURE
     return status
+
+
+def error_status_to(status: ErrorStatus) -> int:
+    """DEAD_OBJECT is the client's verdict on a vanished server; a server that answers is
+    not dead, so it never sends that code (GENERAL_FAILURE instead)."""
+    return int(ErrorStatus.GENERAL_FAILURE if status == ErrorStatus.DEAD_OBJECT else status)
+
+
+def status_to(msg: Any, status: ErrorStatus, message: str) -> Any:
+    """Fill the ``status`` + ``message`` pair every response carries; returns ``msg``."""
+    msg.status = error_status_to(status)
+    msg.message = message
+    return msg
+
+
+def status_from(msg: Any) -> tuple[ErrorStatus, str]:
+    return error_status_from(msg.status), str(msg.message)
+
+
+def _output_pools_to(pools: dict[int, bytes], out: Any) -> None:
+    for index, data in sorted(pools.items()):
+        out.add(pool_index=index, data=bytes(data))
+
+
+def execution_result_to(result: ExecutionResult, msg: spb.ExecuteResult | None = None) -> spb.ExecuteResult:
+    msg = spb.ExecuteResult() if msg is None else msg
+    status_to(msg, result.status, result.message)
+    output_shapes_to(result.output_shapes, msg.output_shapes)
+    timing_to(result.timing, msg.timing)
+    _output_pools_to(result.output_pools, msg.output_pools)
+    for p in result.profile:
+        msg.profile.add(operation=p.operation, count=p.count, total_us=p.total_us)
+    return msg
+
+
+def execution_result_from(msg: spb.ExecuteResult) -> ExecutionResult:
+    return ExecutionResult(
+        status=error_status_from(msg.status),
+        message=msg.message,
+        output_shapes=output_shapes_from(msg.output_shapes),
+        timing=timing_from(msg.timing),
+        output_pools={p.pool_index: p.data for p in msg.output_pools},
+        profile=tuple(OperationProfile(p.operation, p.count, p.total_us) for p in msg.profile),
+    )
+
+
+def fenced_info_to(info: FencedExecutionInfo, msg: spb.FencedInfoResponse | None = None) -> spb.FencedInfoResponse:
+    msg = spb.FencedInfoResponse() if msg is None else msg
+    status_to(msg, info.status, info.message)
+    msg.signalled = info.signalled
+    timing_to(info.timing_launched, msg.timing_launched)
+    timing_to(info.timing_fenced, msg.timing_fenced)
+    _output_pools_to(info.output_pools, msg.output_pools)
+    return msg
+
+
+def fenced_info_from(msg: spb.FencedInfoResponse) -> FencedExecutionInfo:
+    return FencedExecutionInfo(
+        signalled=msg.signalled,
+        status=error_status_from(msg.status),
+        message=msg.message,
+        timing_launched=timing_from(msg.timing_launched),
+        timing_fenced=timing_from(msg.timing_fenced),
+        output_pools={p.pool_index: p.data for p in msg.output_pools},
+    )
+
+
+# -- deadlines -------------------------------------------------------------------
+def deadline_to(remaining_s: float | None, msg: pb.Deadline) -> None:
+    """A deadline travels as the time remaining when the request is sent (no deadline:
+    the message stays unset); negative remainders travel as 0 (already passed)."""
+    if remaining_s is None:
+        return
+    msg.has_deadline = True
+    msg.remaining_ns = max(0, int(remaining_s * 1e9))
+
+
+def deadline_from(msg: pb.Deadline) -> int | None:
+    """The deadline re-based on this host's monotonic clock (ns), None for none."""
+    if not msg.has_deadline:
+        return None
+    return time.monotonic_ns() + msg.remaining_ns
+
+
+# -- whole models as bytes (compilation caches) ----------------------------------
+def model_to_bytes(model: Model) -> bytes:
+    return model_to(model).SerializeToString()
+
+
+def model_from_bytes(data: bytes) -> Model:
+    """Raises InvalidArgument when ``data`` is not a serialized model."""
+    msg = pb.Model()
+    try:
+        msg.ParseFromString(data)
+    except DecodeError as err:
+        raise InvalidArgument(f"not a serialized model: {err}") from err
+    return model_from(msg)
 
 
 # -- device ----------------------------------------------------------------------

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from nnhal.client.device import Device
-from nnhal.client.local_server import LocalServer
 from nnhal.core.enums import ErrorStatus, Priority
+from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, ones
 
 pytestmark = pytest.mark.integration

@@ -17,10 +17,10 @@ import pytest
 
 from nnhal.client.callbacks import Callback
 from nnhal.client.device import Device
-from nnhal.client.local_server import LocalServer
-from nnhal.client.transport import DEATH_DETECTION_BOUND_S
+from nnhal.client.remote import DEATH_DETECTION_BOUND_S
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject
+from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, ones
 
 pytestmark = pytest.mark.integration

@@ -12,13 +12,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from nnhal.client.callbacks import Callback
 from nnhal.client.device import Device
-from nnhal.client.local_server import LocalServer
 from nnhal.conformance.variants import output_bytes
 from nnhal.core import wire
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, OperandType, Priority
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import NO_TIMING, DataLocation, InlinePool, Request, RequestArgument
 from nnhal.proto import service_pb2 as spb
+from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, ones, relu_chain
 from tests.validation_cases import BASE, INVALID_MODELS, INVALID_REQUESTS
 

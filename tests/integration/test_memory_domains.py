@@ -16,7 +16,6 @@ import pytest
 from nnhal.client.buffer import Buffer
 from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
-from nnhal.client.local_server import LocalServer
 from nnhal.client.memory import SharedMemory
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.core.enums import ErrorStatus
@@ -34,6 +33,7 @@ from nnhal.core.types import (
     Request,
     RequestArgument,
 )
+from nnhal.testing.local_server import LocalServer
 
 pytestmark = pytest.mark.integration
 

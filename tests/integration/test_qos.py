@@ -13,7 +13,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
-from nnhal.client.local_server import LocalServer
 from nnhal.conformance.compare import compare_case
 from nnhal.conformance.variants import build_request, output_bytes
 from nnhal.conformance.vectors import TestCase, load_file
@@ -22,6 +21,7 @@ from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
 from nnhal.core.errors import ResourceExhaustedPersistent, ResourceExhaustedTransient
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
+from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, ones, relu_chain
 
 pytestmark = pytest.mark.integration

@@ -23,11 +23,11 @@ import pytest
 from nnhal.client.device import Device
 from nnhal.client.interfaces import IDevice
 from nnhal.client.invalid_device import InvalidDevice
-from nnhal.client.local_server import LocalServer
 from nnhal.client.resilient import ResilientDevice, ResilientPreparedModel
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, InvalidArgument
 from nnhal.core.types import Capabilities, DataLocation, InlinePool, Request, RequestArgument
+from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, ones
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

@@ -134,7 +134,7 @@ def test_shared_pools_are_refused_from_remote_peers(tmp_path: Path) -> None:
 
     from nnhal.core.errors import InvalidArgument
     from nnhal.server.memory import SharedMemoryPolicy, bind_pools
-    from nnhal.server.servicer import is_local_peer
+    from nnhal.server.rpc.servicers import is_local_peer
 
     def peer(address: str) -> bool:
         return is_local_peer(SimpleNamespace(peer=lambda: address))  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ def _serve(args: argparse.Namespace) -> int:
     from nnhal.server.cache import load_secret
     from nnhal.server.driver import DeviceConfig
     from nnhal.server.memory import SharedMemoryPolicy
-    from nnhal.server.serve import ServerOptions, run_forever
+    from nnhal.server.rpc.serve import ServerOptions, run_forever
 
     level = {"1.0": HalVersion.V1_0, "1.1": HalVersion.V1_1, "1.2": HalVersion.V1_2, "1.3": HalVersion.V1_3}
     shm = None
@@ -54,8 +54,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
+    from nnhal.cli.table import print_table
     from nnhal.client.device import Device
-    from nnhal.client.table import print_table
 
     with Device.connect(args.address, client_name="nnhal-info") as dev:
         caps = dev.capabilities()
@@ -78,19 +78,19 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from nnhal.client.demo import run_demo
+    from nnhal.cli.demo import run_demo
 
     return run_demo(args.address, start=args.start)
 
 
 def _conformance(args: argparse.Namespace) -> int:
-    from nnhal.client.conformance_runner import run_cli
+    from nnhal.cli.conformance import run_cli
 
     return run_cli(args)
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from nnhal.client.bench import run_cli
+    from nnhal.cli.bench import run_cli
 
     return run_cli(args)
 

@@ -8,14 +8,14 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from nnhal.cli.table import print_table
 from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
-from nnhal.client.local_server import LocalServer
-from nnhal.client.table import print_table
 from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
 from nnhal.core.enums import Priority
 from nnhal.core.types import Model
+from nnhal.testing.local_server import LocalServer
 
 
 def small_cnn(seed: int = 0) -> Model:

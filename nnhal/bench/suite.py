@@ -7,25 +7,21 @@ machine noise hits both sides alike.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
-from nnhal.client.local_server import LocalServer
-from nnhal.client.table import Progress, print_table
 from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.proto import service_pb2 as spb
+from nnhal.testing.local_server import LocalServer
 
 
 @dataclass
@@ -122,29 +118,6 @@ def sync_small(quick: bool) -> dict[str, BenchResult]:
     return {"ipc.sync_small": _sync_small(False, quick), "ipc.sync_small.unix": _sync_small(True, quick)}
 
 
-def run_cli(args: argparse.Namespace) -> int:
-    names = args.names or sorted(REGISTRY)
-    unknown = [n for n in names if n not in REGISTRY]
-    if unknown:
-        print(f"nnhal bench: unknown benchmark(s) {unknown}; available: {', '.join(sorted(REGISTRY))}", file=sys.stderr)
-        return 2
-    results: dict[str, BenchResult] = {}
-    progress = Progress(len(names), "bench")
-    for name in names:
-        results.update(REGISTRY[name](args.quick))
-        progress.step()
-    print_table(
-        ["benchmark", "ours", "anchor", "ratio", "unit", "goal", "detail"],
-        [
-            [n, f"{r.value:.3g}", f"{r.anchor:.3g}", f"{r.ratio:.2f}", r.unit, r.goal, r.detail]
-            for n, r in results.items()
-        ],
-    )
-    if args.json:
-        args.json.write_text(json.dumps({n: asdict(r) for n, r in results.items()}, indent=1))
-    return 0
-
-
 def _percentiles(samples: list[float]) -> tuple[float, float]:
     arr = np.sort(np.asarray(samples))
     return float(np.percentile(arr, 50)), float(np.percentile(arr, 99))
@@ -218,7 +191,7 @@ def high_under_low(quick: bool) -> dict[str, BenchResult]:
 
 
 def _mobilenet(quant8: bool, quick: bool) -> BenchResult:
-    from nnhal.client import onnx_anchor, zoo
+    from nnhal.bench import onnx_anchor, zoo
 
     weights = zoo.mobilenet_weights()
     model = zoo.mobilenet_v1(weights, quant8)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.client import zoo
+from nnhal.bench import zoo
 
 
 def _helpers() -> tuple[Any, Any, Any]:

@@ -20,7 +20,7 @@ from nnhal.proto import service_pb2 as spb
 from nnhal.proto import service_pb2_grpc as sgrpc
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.fences import FenceRegistry
-from nnhal.server.servicer import (
+from nnhal.server.rpc.servicers import (
     BufferServicer,
     DeviceServicer,
     EchoServicer,

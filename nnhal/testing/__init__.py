@@ -1,0 +1,5 @@
+"""Helpers for tests and for users' integration tests: a real server in a subprocess."""
+
+from nnhal.testing.local_server import LocalServer
+
+__all__ = ["LocalServer"]
