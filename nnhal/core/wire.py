@@ -451,3 +451,7 @@ def buffer_role_to(role: BufferRole, msg: pb.BufferRole) -> None:
     msg.model_index = role.model_index
     msg.io_index = role.io_index
     msg.frequency = role.frequency
+
+
+def buffer_desc_to(desc: BufferDesc, msg: pb.BufferDesc) -> None:
+    msg.dimensions.extend(desc.dimensions)

@@ -1,0 +1,457 @@
+"""nnhal.core.wire: canonical -> wire -> canonical gives back an equal value for every
+message the module converts, every enum value travels under its HAL number, and wire
+values without a canonical meaning come back as InvalidArgument naming the field (or
+as the documented fallback for statuses, device types and device states).
+
+Each round trip serialises the message and parses it again, so what is checked is what
+a peer receives, not what the Python message object happens to hold."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from enum import IntEnum
+from typing import Any, TypeVar
+
+import pytest
+from google.protobuf.message import Message
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nnhal.core import wire
+from nnhal.core.enums import (
+    EXTENSION_TYPE_LOW_BITS,
+    DeviceStatus,
+    DeviceType,
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    OperandLifeTime,
+    OperandType,
+    OperationType,
+    Priority,
+)
+from nnhal.core.errors import InvalidArgument
+from nnhal.core.types import (
+    BufferDesc,
+    BufferRole,
+    BufferTokenPool,
+    Capabilities,
+    DataLocation,
+    ExecutionResult,
+    Extension,
+    FencedExecutionInfo,
+    InlinePool,
+    MemoryPool,
+    Model,
+    Operand,
+    Operation,
+    OutputShape,
+    Request,
+    RequestArgument,
+    Subgraph,
+    Timing,
+)
+from nnhal.proto import service_pb2 as spb
+from nnhal.proto import types_pb2 as pb
+from tests.core import wire_strategies as ws
+
+M = TypeVar("M", bound=Message)
+
+#: Modest example counts keep the suite fast; the strategies reach every enum value and
+#: every pool kind well within them, and the exhaustive tests below cover each value once.
+FEW = settings(max_examples=60, deadline=None, database=None)
+
+
+def over_the_wire(msg: M) -> M:
+    """``msg`` as the peer parses it."""
+    return type(msg).FromString(msg.SerializeToString())
+
+
+def fill(to: Callable[[Any, Any], None], value: Any, msg: M) -> M:
+    to(value, msg)
+    return over_the_wire(msg)
+
+
+# -- model -----------------------------------------------------------------------------
+
+
+@FEW
+@given(ws.models)
+def test_model_round_trip(model: Model) -> None:
+    assert wire.model_from(over_the_wire(wire.model_to(model))) == model
+
+
+@FEW
+@given(ws.models)
+def test_model_bytes_round_trip(model: Model) -> None:
+    assert wire.model_from_bytes(wire.model_to_bytes(model)) == model
+
+
+@FEW
+@given(ws.operands())
+def test_operand_round_trip(operand: Operand) -> None:
+    assert wire.operand_from(fill(wire.operand_to, operand, pb.Operand()), "operand") == operand
+
+
+@FEW
+@given(ws.subgraphs)
+def test_subgraph_round_trip(subgraph: Subgraph) -> None:
+    assert wire.subgraph_from(fill(wire.subgraph_to, subgraph, pb.Subgraph()), "main") == subgraph
+
+
+@FEW
+@given(ws.pools)
+def test_pool_round_trip(pool: MemoryPool) -> None:
+    assert wire.pool_from(fill(wire.pool_to, pool, pb.MemoryPool()), "pool") == pool
+
+
+@pytest.mark.parametrize("strategy", [ws.inline_pools(), ws.shared_pools, ws.token_pools], ids=str)
+@settings(max_examples=20, deadline=None, database=None)
+@given(data=st.data())
+def test_every_pool_kind_round_trips(strategy: st.SearchStrategy[MemoryPool], data: st.DataObject) -> None:
+    pool = data.draw(strategy)
+    assert wire.pool_from(fill(wire.pool_to, pool, pb.MemoryPool()), "pool") == pool
+
+
+def test_every_operand_type_operation_type_and_lifetime() -> None:
+    """One model naming each value once: nothing is lost to a sampling gap."""
+    lifetimes = list(OperandLifeTime)
+    operands = tuple(
+        Operand(t, (1, 2), lifetime=lifetimes[i % len(lifetimes)], scale=0.5, zero_point=i)
+        for i, t in enumerate(OperandType)
+    )
+    extra = tuple(Operand(OperandType.TENSOR_FLOAT32, lifetime=lt) for lt in OperandLifeTime)
+    operations = tuple(Operation(op, (0, 1), (2,)) for op in OperationType)
+    model = Model(Subgraph(operands + extra, operations, (0,), (2,)))
+    assert wire.model_from(over_the_wire(wire.model_to(model))) == model
+
+
+def test_an_inline_pool_declaring_fewer_bytes_than_it_carries_grows_to_fit() -> None:
+    msg = fill(wire.pool_to, InlinePool(b"abcd", 2), pb.MemoryPool())
+    assert wire.pool_from(msg, "pool") == InlinePool(b"abcd", 4)
+
+
+# -- request and results -----------------------------------------------------------------
+
+
+@FEW
+@given(ws.requests)
+def test_request_round_trip(request: Request) -> None:
+    assert wire.request_from(over_the_wire(wire.request_to(request))) == request
+
+
+def test_request_keeps_has_no_value_and_dimensions() -> None:
+    arg = RequestArgument(True, DataLocation(), (3, 0, 7))
+    request = Request((arg,), (RequestArgument(dimensions=(1,)),), ())
+    back = wire.request_from(over_the_wire(wire.request_to(request)))
+    assert back.inputs[0].has_no_value and back.inputs[0].dimensions == (3, 0, 7)
+    assert back == request
+
+
+@FEW
+@given(ws.execution_results)
+def test_execution_result_round_trip(result: ExecutionResult) -> None:
+    assert wire.execution_result_from(over_the_wire(wire.execution_result_to(result))) == result
+
+
+@FEW
+@given(ws.fenced_infos)
+def test_fenced_info_round_trip(info: FencedExecutionInfo) -> None:
+    assert wire.fenced_info_from(over_the_wire(wire.fenced_info_to(info))) == info
+
+
+@FEW
+@given(st.lists(ws.output_shapes, max_size=4).map(tuple))
+def test_output_shapes_round_trip(shapes: tuple[OutputShape, ...]) -> None:
+    msg = spb.ExecuteResult()
+    wire.output_shapes_to(shapes, msg.output_shapes)
+    assert wire.output_shapes_from(over_the_wire(msg).output_shapes) == shapes
+
+
+@FEW
+@given(ws.timings)
+def test_timing_round_trip(timing: Timing) -> None:
+    assert wire.timing_from(fill(wire.timing_to, timing, pb.Timing())) == timing
+
+
+def test_unmeasured_timing_round_trips() -> None:
+    assert wire.timing_from(fill(wire.timing_to, Timing(), pb.Timing())) == Timing()
+
+
+# -- device ------------------------------------------------------------------------------
+
+
+@FEW
+@given(ws.capabilities)
+def test_capabilities_round_trip(caps: Capabilities) -> None:
+    assert wire.capabilities_from(fill(wire.capabilities_to, caps, pb.Capabilities())) == caps
+
+
+@FEW
+@given(ws.extensions)
+def test_extension_round_trip(extension: Extension) -> None:
+    assert wire.extension_from(fill(wire.extension_to, extension, pb.Extension())) == extension
+
+
+@FEW
+@given(ws.buffer_roles)
+def test_buffer_role_round_trip(role: BufferRole) -> None:
+    assert wire.buffer_role_from(fill(wire.buffer_role_to, role, pb.BufferRole())) == role
+
+
+@FEW
+@given(ws.DIMS)
+def test_buffer_desc_round_trip(dims: tuple[int, ...]) -> None:
+    desc = BufferDesc(dims)
+    assert wire.buffer_desc_from(fill(wire.buffer_desc_to, desc, pb.BufferDesc())) == desc
+
+
+# -- enums: one number per value on both sides ---------------------------------------------
+
+E = TypeVar("E", bound=IntEnum)
+
+_WIRE_ENUMS: list[tuple[type[IntEnum], Any, str]] = [
+    (OperandType, pb.OperandType, ""),
+    (OperationType, pb.OperationType, ""),
+    (OperandLifeTime, pb.OperandLifeTime, "LIFETIME_"),
+    (ErrorStatus, pb.ErrorStatus, ""),
+    (Priority, pb.Priority, ""),
+    (ExecutionPreference, pb.ExecutionPreference, ""),
+    (MeasureTiming, pb.MeasureTiming, ""),
+    (DeviceStatus, pb.DeviceStatus, ""),
+    (DeviceType, pb.DeviceType, ""),
+]
+
+
+@pytest.mark.parametrize(("canonical", "proto", "prefix"), _WIRE_ENUMS, ids=lambda x: getattr(x, "__name__", ""))
+def test_enum_numbers_match_the_proto(canonical: type[IntEnum], proto: Any, prefix: str) -> None:
+    """Same names, same numbers: the wire number of a value is its HAL number. The only
+    differences are DEAD_OBJECT (never sent) and proto3's zero DeviceType."""
+    wire_values = {name.removeprefix(prefix): number for name, number in proto.items()}
+    canon = {m.name: int(m) for m in canonical}
+    canon.pop("DEAD_OBJECT", None)
+    wire_values.pop("DEVICE_TYPE_UNSPECIFIED", None)
+    assert wire_values == canon
+
+
+@pytest.mark.parametrize("status", list(ErrorStatus), ids=lambda s: s.name)
+def test_every_error_status_round_trips(status: ErrorStatus) -> None:
+    """DEAD_OBJECT goes out as GENERAL_FAILURE by design (error_status_to): a server that
+    answers is not dead."""
+    expected = ErrorStatus.GENERAL_FAILURE if status == ErrorStatus.DEAD_OBJECT else status
+    assert wire.error_status_from(wire.error_status_to(status)) == expected
+    msg = over_the_wire(wire.status_to(spb.StatusMessage(), status, f"why {status.name}"))
+    assert wire.status_from(msg) == (expected, f"why {status.name}")
+    result = ExecutionResult(status=status, message="m")
+    assert wire.execution_result_from(over_the_wire(wire.execution_result_to(result))).status == expected
+    info = FencedExecutionInfo(signalled=True, status=status)
+    assert wire.fenced_info_from(over_the_wire(wire.fenced_info_to(info))).status == expected
+
+
+@FEW
+@given(st.integers(9, 2**31 - 1).filter(lambda v: v != ErrorStatus.DEAD_OBJECT))
+def test_unknown_error_status_reads_as_general_failure(value: int) -> None:
+    assert wire.error_status_from(value) == ErrorStatus.GENERAL_FAILURE
+    msg = over_the_wire(spb.StatusMessage(status=value, message="newer peer"))  # type: ignore[arg-type]
+    assert wire.status_from(msg) == (ErrorStatus.GENERAL_FAILURE, "newer peer")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="wire.error_status_from(10000) returns DEAD_OBJECT: a peer can send the client's own "
+    "'the server died' verdict, which the wire enum does not define (reported, wire.py unchanged)",
+)
+def test_a_peer_cannot_send_dead_object() -> None:
+    assert wire.error_status_from(int(ErrorStatus.DEAD_OBJECT)) == ErrorStatus.GENERAL_FAILURE
+
+
+@pytest.mark.parametrize("priority", list(Priority), ids=lambda p: p.name)
+def test_every_priority_round_trips(priority: Priority) -> None:
+    msg = over_the_wire(spb.PrepareModelRequest(priority=int(priority)))
+    assert wire.priority_from_wire(msg.priority) is priority
+
+
+@FEW
+@given(st.integers(3, 2**32 - 1))
+def test_unknown_priority_is_invalid_argument(value: int) -> None:
+    with pytest.raises(InvalidArgument, match=f"priority {value} "):
+        wire.priority_from_wire(value)
+
+
+@pytest.mark.parametrize("device_type", list(DeviceType), ids=lambda t: t.name)
+def test_every_device_type_round_trips(device_type: DeviceType) -> None:
+    assert wire.device_type_from(int(device_type)) is device_type
+
+
+@pytest.mark.parametrize("value", [0, 5, 99, 2**31 - 1])
+def test_unknown_device_type_reads_as_other(value: int) -> None:
+    assert wire.device_type_from(value) is DeviceType.OTHER
+
+
+@pytest.mark.parametrize("status", list(DeviceStatus), ids=lambda s: s.name)
+def test_every_device_status_round_trips(status: DeviceStatus) -> None:
+    assert wire.device_status_from(int(status)) is status
+
+
+@pytest.mark.parametrize("value", [4, 99, 2**31 - 1])
+def test_unknown_device_status_reads_as_unknown(value: int) -> None:
+    assert wire.device_status_from(value) is DeviceStatus.UNKNOWN
+
+
+# -- wire values without a canonical meaning ---------------------------------------------------
+
+_LOW = 1 << EXTENSION_TYPE_LOW_BITS
+unknown_operand_types = st.integers(0, _LOW - 1).filter(lambda v: v not in set(map(int, OperandType)))
+unknown_operation_types = st.integers(0, _LOW - 1).filter(lambda v: v not in set(map(int, OperationType)))
+unknown_lifetimes = st.integers(len(OperandLifeTime), _LOW - 1)
+#: An extension's type: a non-zero prefix in the high bits, the type within it below.
+extension_types = st.tuples(st.integers(1, 0xFFFF), st.integers(0, _LOW - 1)).map(lambda pt: pt[0] * _LOW + pt[1])
+
+
+def _model_msg(operand_type: int = 3, lifetime: int = 0, operation_type: int = 0) -> pb.Model:
+    """A one-operand, one-operation model whose wire numbers are the ones given."""
+    main = Subgraph((Operand(OperandType.TENSOR_FLOAT32),), (Operation(OperationType.ADD, (0,), (0,)),), (), ())
+    msg = wire.model_to(Model(main))
+    msg.main.operands[0].type = operand_type
+    msg.main.operands[0].lifetime = lifetime
+    msg.main.operations[0].type = operation_type
+    return over_the_wire(msg)
+
+
+@FEW
+@given(unknown_operand_types)
+def test_unknown_operand_type_is_invalid_argument(value: int) -> None:
+    with pytest.raises(InvalidArgument, match=f"main operand 0 type: unknown value {value}$"):
+        wire.model_from(_model_msg(operand_type=value))
+
+
+@FEW
+@given(unknown_operation_types)
+def test_unknown_operation_type_is_invalid_argument(value: int) -> None:
+    with pytest.raises(InvalidArgument, match=f"main operation 0 type: unknown value {value}$"):
+        wire.model_from(_model_msg(operation_type=value))
+
+
+@FEW
+@given(unknown_lifetimes)
+def test_unknown_lifetime_is_invalid_argument(value: int) -> None:
+    with pytest.raises(InvalidArgument, match=f"main operand 0 lifetime: unknown value {value}$"):
+        wire.model_from(_model_msg(lifetime=value))
+
+
+@FEW
+@given(extension_types)
+def test_extension_operand_and_operation_types_are_invalid_argument(value: int) -> None:
+    """This driver registers no extensions: an extension type names its prefix."""
+    expected = rf"extension type {value:#x} \(prefix {value >> EXTENSION_TYPE_LOW_BITS}\) is not supported"
+    with pytest.raises(InvalidArgument, match=f"main operand 0 type: {expected}"):
+        wire.model_from(_model_msg(operand_type=value))
+    with pytest.raises(InvalidArgument, match=f"main operation 0 type: {expected}"):
+        wire.model_from(_model_msg(operation_type=value))
+
+
+def test_unknown_values_in_referenced_subgraphs_name_the_subgraph() -> None:
+    msg = _model_msg()
+    msg.referenced.add().CopyFrom(msg.main)
+    msg.referenced[0].operands[0].type = 9999
+    with pytest.raises(InvalidArgument, match=r"referenced\[0\] operand 0 type: unknown value 9999"):
+        wire.model_from(over_the_wire(msg))
+
+
+@FEW
+@given(st.one_of(unknown_operand_types, extension_types))
+def test_unknown_operand_performance_type_is_invalid_argument(value: int) -> None:
+    msg = pb.Capabilities()
+    msg.operand_performance.add(type=value)
+    with pytest.raises(InvalidArgument, match=r"^INVALID_ARGUMENT: operand performance type: "):
+        wire.capabilities_from(over_the_wire(msg))
+
+
+def test_pools_without_content_or_with_token_zero_are_invalid_argument() -> None:
+    model = _model_msg()
+    model.pools.add()
+    with pytest.raises(InvalidArgument, match="model pool 0: memory pool has no content"):
+        wire.model_from(over_the_wire(model))
+    request = pb.Request()
+    request.pools.add()
+    request.pools.add(token=0)
+    with pytest.raises(InvalidArgument, match="request pool 0: memory pool has no content"):
+        wire.request_from(over_the_wire(request))
+    del request.pools[0]
+    with pytest.raises(InvalidArgument, match="request pool 0: buffer token must be positive"):
+        wire.request_from(over_the_wire(request))
+    assert wire.pool_from(over_the_wire(pb.MemoryPool(token=1)), "p") == BufferTokenPool(1)
+
+
+# -- model bytes (compilation caches) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("data", [b"\xff", b"\xff\xff\xff\xff", b"\x0a\x05ab", b"\x1a\x80", b"\x0b"])
+def test_garbage_model_bytes_are_invalid_argument(data: bytes) -> None:
+    with pytest.raises(InvalidArgument, match="not a serialized model"):
+        wire.model_from_bytes(data)
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(st.binary(max_size=64))
+def test_any_bytes_give_a_model_or_invalid_argument(data: bytes) -> None:
+    """Never another exception: the cache reader may treat InvalidArgument as 'not a cache'."""
+    try:
+        model = wire.model_from_bytes(data)
+    except InvalidArgument:
+        return
+    assert isinstance(model, Model)
+
+
+# -- deadlines ----------------------------------------------------------------------------
+
+
+@FEW
+@given(st.floats(0, 10**9, allow_nan=False))
+def test_deadline_keeps_the_time_remaining(remaining_s: float) -> None:
+    """Sent as time remaining, re-based on the receiver's monotonic clock."""
+    msg = pb.Deadline()
+    wire.deadline_to(remaining_s, msg)
+    before = time.monotonic_ns()
+    deadline = wire.deadline_from(over_the_wire(msg))
+    after = time.monotonic_ns()
+    assert deadline is not None
+    assert before + msg.remaining_ns <= deadline <= after + msg.remaining_ns
+    # Float-to-ns rounding only; a generous second covers a slow machine on top.
+    assert abs((deadline - before) - remaining_s * 1e9) <= max(1e9, remaining_s * 1e9 * 1e-12)
+
+
+def test_no_deadline_stays_none() -> None:
+    msg = pb.Deadline()
+    wire.deadline_to(None, msg)
+    assert not msg.has_deadline
+    assert over_the_wire(msg).SerializeToString() == b""
+    assert wire.deadline_from(over_the_wire(msg)) is None
+
+
+@FEW
+@given(st.floats(-(10**9), -1e-12) | st.just(0.0))
+def test_a_passed_deadline_travels_as_zero(remaining_s: float) -> None:
+    msg = pb.Deadline()
+    wire.deadline_to(remaining_s, msg)
+    assert msg.has_deadline and msg.remaining_ns == 0
+    before = time.monotonic_ns()
+    deadline = wire.deadline_from(over_the_wire(msg))
+    assert deadline is not None and before <= deadline <= time.monotonic_ns()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=(OverflowError, ValueError),
+    reason="wire.deadline_to raises for a remainder beyond uint64 ns (about 584 years), an infinite "
+    "one, or one so negative that it overflows in ns (OverflowError / ValueError) instead of saturating "
+    "(reported, wire.py unchanged)",
+)
+@pytest.mark.parametrize(
+    ("remaining_s", "sent_ns"), [(1e11, 2**64 - 1), (float("inf"), 2**64 - 1), (-1e300, 0), (float("-inf"), 0)]
+)
+def test_a_remainder_too_far_to_send_saturates(remaining_s: float, sent_ns: int) -> None:
+    msg = pb.Deadline()
+    wire.deadline_to(remaining_s, msg)
+    assert msg.has_deadline and msg.remaining_ns == sent_ns
