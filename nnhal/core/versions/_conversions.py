@@ -20,33 +20,18 @@ from nnhal.core import types as ct
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import HalError
 from nnhal.core.validation import OperationValidator, validate_model
-from nnhal.core.versions._tables import (
-    CANONICAL_ENUM,
-    ENUMS,
-    LOSSY_FALLBACK,
-    MODULES,
-    NO_PERFORMANCE,
-    ConversionError,
-    V,
-)
+
+# The tables were defined here before they moved to _tables: their names stay importable
+# from this module (the ``X as X`` form marks them as re-exported).
+from nnhal.core.versions._tables import CANONICAL_ENUM as CANONICAL_ENUM
+from nnhal.core.versions._tables import ENUMS as ENUMS
+from nnhal.core.versions._tables import LOSSY_FALLBACK as LOSSY_FALLBACK
+from nnhal.core.versions._tables import MODULES as MODULES
+from nnhal.core.versions._tables import NO_PERFORMANCE as NO_PERFORMANCE
+from nnhal.core.versions._tables import ConversionError as ConversionError
+from nnhal.core.versions._tables import V
 from nnhal.core.versions._to_canonical import TO_CANONICAL, enum_from
 from nnhal.core.versions._to_versioned import TO_VERSIONED, enum_to
-
-__all__ = [
-    "CANONICAL_ENUM",
-    "ENUMS",
-    "LOSSY_FALLBACK",
-    "MODULES",
-    "NO_PERFORMANCE",
-    "ConversionError",
-    "convert",
-    "min_version",
-    "to_canonical",
-    "unvalidated_convert",
-    "validate",
-    "version_of",
-]
-
 
 # ---------------------------------------------------------------- validation
 

@@ -68,23 +68,18 @@ def _table_from(table: Sequence[Any], version: HalVersion) -> tuple[ct.OperandPe
     return tuple(ct.OperandPerformance(c.OperandType(int(op.type)), _perf_from(op.info)) for op in table)
 
 
-def _caps_1_2_from(caps: v1_2.Capabilities) -> ct.Capabilities:
-    return ct.Capabilities(
-        _perf_from(caps.relaxed_float32_to_float16_performance_scalar),
-        _perf_from(caps.relaxed_float32_to_float16_performance_tensor),
-        _table_from(caps.operand_performance, V.V1_2),
-        NO_PERFORMANCE,
-        NO_PERFORMANCE,
+def _caps_table_from(caps: v1_2.Capabilities | v1_3.Capabilities, version: HalVersion) -> ct.Capabilities:
+    """1.2 and 1.3 capabilities: a per-type table; IF / WHILE performance since 1.3."""
+    if_while = (
+        (_perf_from(caps.if_performance), _perf_from(caps.while_performance))
+        if isinstance(caps, v1_3.Capabilities)
+        else (NO_PERFORMANCE, NO_PERFORMANCE)
     )
-
-
-def _caps_1_3_from(caps: v1_3.Capabilities) -> ct.Capabilities:
     return ct.Capabilities(
         _perf_from(caps.relaxed_float32_to_float16_performance_scalar),
         _perf_from(caps.relaxed_float32_to_float16_performance_tensor),
-        _table_from(caps.operand_performance, V.V1_3),
-        _perf_from(caps.if_performance),
-        _perf_from(caps.while_performance),
+        _table_from(caps.operand_performance, version),
+        *if_while,
     )
 
 
@@ -170,8 +165,8 @@ TO_CANONICAL: dict[type, Callable[[Any], Any]] = {
     v1_0.PerformanceInfo: _perf_from,
     v1_0.Capabilities: _caps_1_0_from,
     v1_1.Capabilities: _caps_1_1_from,
-    v1_2.Capabilities: _caps_1_2_from,
-    v1_3.Capabilities: _caps_1_3_from,
+    v1_2.Capabilities: lambda caps: _caps_table_from(caps, V.V1_2),
+    v1_3.Capabilities: lambda caps: _caps_table_from(caps, V.V1_3),
     v1_0.DataLocation: _location_from,
     v1_0.Operand: lambda op: _operand_from(op, V.V1_0, "operand"),
     v1_2.Operand: lambda op: _operand_from(op, V.V1_2, "operand"),
