@@ -1,7 +1,7 @@
 """One error hierarchy carrying an ErrorStatus, with a registry from status to class.
 
 A HAL error is a value: servers turn it into the in-band ``status`` field and
-clients raise the matching subclass, so callers can ``except MissedDeadline`` or
+clients raise the matching subclass, so callers can ``except InvalidArgument`` or
 test ``err.transient`` without looking at numbers.
 """
 

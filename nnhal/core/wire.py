@@ -1,9 +1,15 @@
 """Validating conversion between protobuf messages and canonical types.
 
-The only core module that touches generated code. ``to_*`` functions build
-protobuf messages; ``from_*`` functions build canonical values and raise
+The only core module that touches generated code. ``*_to`` functions fill (or
+build) protobuf messages; ``*_from`` functions build canonical values and raise
 InvalidArgument naming the field when a wire value has no canonical meaning
-(an unknown enum number, an extension type this driver does not know).
+(an unknown enum number, an extension type this driver does not know, a pool with
+no content or token 0). Canonical -> wire -> canonical gives back an equal value
+(tests/core/test_wire.py), with three documented exceptions: statuses never carry
+DEAD_OBJECT out (GENERAL_FAILURE) and read unknown numbers as GENERAL_FAILURE;
+device types and states read unknown numbers as OTHER / UNKNOWN; deadlines travel
+as the time remaining and come back on this host's monotonic clock. Every function
+is stateless (safe from any thread).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Helpers shared by the versioned type modules (``v1_0`` ... ``v1_3``)."""
+"""Helpers shared by the versioned type modules (``v1_0`` ... ``v1_3``): building a
+version's enum from the canonical one, so each version holds exactly the members it
+introduced or inherited, under the HAL's names and numbers."""
 
 from __future__ import annotations
 
