@@ -319,25 +319,23 @@ def _model_msg(operand_type: int = 3, lifetime: int = 0, operation_type: int = 0
     return over_the_wire(msg)
 
 
+@pytest.mark.parametrize(
+    ("field", "numbers", "where"),
+    [
+        ("operand_type", unknown_operand_types, "main operand 0 type"),
+        ("operation_type", unknown_operation_types, "main operation 0 type"),
+        ("lifetime", unknown_lifetimes, "main operand 0 lifetime"),
+    ],
+    ids=["operand type", "operation type", "lifetime"],
+)
 @FEW
-@given(unknown_operand_types)
-def test_unknown_operand_type_is_invalid_argument(value: int) -> None:
-    with pytest.raises(InvalidArgument, match=f"main operand 0 type: unknown value {value}$"):
-        wire.model_from(_model_msg(operand_type=value))
-
-
-@FEW
-@given(unknown_operation_types)
-def test_unknown_operation_type_is_invalid_argument(value: int) -> None:
-    with pytest.raises(InvalidArgument, match=f"main operation 0 type: unknown value {value}$"):
-        wire.model_from(_model_msg(operation_type=value))
-
-
-@FEW
-@given(unknown_lifetimes)
-def test_unknown_lifetime_is_invalid_argument(value: int) -> None:
-    with pytest.raises(InvalidArgument, match=f"main operand 0 lifetime: unknown value {value}$"):
-        wire.model_from(_model_msg(lifetime=value))
+@given(data=st.data())
+def test_unknown_enum_numbers_are_invalid_argument(
+    field: str, numbers: st.SearchStrategy[int], where: str, data: st.DataObject
+) -> None:
+    value = data.draw(numbers)
+    with pytest.raises(InvalidArgument, match=f"{where}: unknown value {value}$"):
+        wire.model_from(_model_msg(**{field: value}))
 
 
 @FEW
