@@ -11,38 +11,33 @@ straight from or into the region).
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nnhal.core import wire
+from nnhal.client.memory import SharedMemory
+from nnhal.client.remote import RemoteSession
 from nnhal.core.errors import HalError
 from nnhal.core.types import BufferTokenPool, InlinePool
-from nnhal.proto import service_pb2 as spb
-
-if TYPE_CHECKING:
-    from nnhal.client.device import Device
-    from nnhal.client.memory import SharedMemory
 
 
 class Buffer:
     """A driver-managed buffer. Use as a context manager or call ``release``."""
 
-    def __init__(self, device: Device, handle: str, token: int) -> None:
+    def __init__(self, remote: RemoteSession, handle: str, token: int) -> None:
         self.handle = handle
         self.token = token
-        self._device = device
+        self._remote = remote
         self._released = False
         # The server drops the buffer with the session anyway; releasing earlier frees it sooner.
-        self._finalizer = weakref.finalize(self, Buffer._release_remote, weakref.ref(device), handle)
+        self._finalizer = weakref.finalize(self, Buffer._release_remote, weakref.ref(remote), handle)
 
     @staticmethod
-    def _release_remote(device_ref: Any, handle: str) -> None:
-        device = device_ref()
-        if device is None:
+    def _release_remote(remote_ref: weakref.ref[RemoteSession], handle: str) -> None:
+        remote = remote_ref()
+        if remote is None:
             return
         try:
-            device.release_buffer(handle)
+            remote.release_buffer(handle)
         except HalError:
             pass  # the server or the session is gone, and the buffer with it
 
@@ -53,31 +48,22 @@ class Buffer:
     def copy_from(self, src: np.ndarray | SharedMemory, dimensions: tuple[int, ...] | None = None) -> None:
         """IBuffer::copyFrom. ``dimensions`` default to an array's shape (``()`` means the
         buffer's own); the server checks them against the buffer's and the byte count."""
-        from nnhal.client.memory import SharedMemory
-
-        req = spb.CopyFromRequest(session=self._device.session, buffer=self.handle)
         if isinstance(src, SharedMemory):
-            wire.pool_to(src.pool(), req.src)
-        else:
-            if dimensions is None:  # before ascontiguousarray, which turns a 0-d array into 1-d
-                dimensions = tuple(int(d) for d in np.shape(src))
-            data = np.ascontiguousarray(src)
-            wire.pool_to(InlinePool(data.tobytes(), data.nbytes), req.src)
-        req.dimensions.extend(dimensions or ())
-        self._device.buffer_call("copyFrom", req)
+            self._remote.buffer_copy_from(self.handle, src.pool(), dimensions or ())
+            return
+        if dimensions is None:  # before ascontiguousarray, which turns a 0-d array into 1-d
+            dimensions = tuple(int(d) for d in np.shape(src))
+        data = np.ascontiguousarray(src)
+        self._remote.buffer_copy_from(self.handle, InlinePool(data.tobytes(), data.nbytes), dimensions)
 
     def copy_to(self, dst: SharedMemory) -> None:
         """IBuffer::copyTo into a shared region (its size must equal the buffer's)."""
-        req = spb.CopyToRequest(session=self._device.session, buffer=self.handle)
-        wire.pool_to(dst.pool(), req.dst)
-        self._device.buffer_call("copyTo", req)
+        self._remote.buffer_copy_to(self.handle, dst.pool())
 
     def copy_to_array(self, dtype: np.dtype | type, shape: tuple[int, ...]) -> np.ndarray:
         """IBuffer::copyTo into a new array of ``shape`` (which must match the buffer's size)."""
         size = int(np.dtype(dtype).itemsize * np.prod(shape, dtype=np.int64))
-        req = spb.CopyToRequest(session=self._device.session, buffer=self.handle)
-        wire.pool_to(InlinePool(b"", size), req.dst)
-        data = bytes(self._device.buffer_call("copyTo", req).data)
+        data = self._remote.buffer_copy_to(self.handle, InlinePool(b"", size))
         return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
     def release(self) -> None:
@@ -85,7 +71,7 @@ class Buffer:
         if not self._released:
             self._released = True
             self._finalizer.detach()
-            self._device.release_buffer(self.handle)
+            self._remote.release_buffer(self.handle)
 
     def __enter__(self) -> Buffer:
         return self

@@ -3,6 +3,8 @@
 ``notify`` may be called from any thread, any number of times; only the first
 call counts (later ones are ignored and counted, so tests can assert that a
 callback fired exactly once). ``wait`` blocks until notified or the timeout.
+Listeners (``add_done_callback``) run once, on the notifying thread, outside the
+lock; ``then`` derives a callback whose value is converted from this one's.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError
 
 V = TypeVar("V")
+W = TypeVar("W")
 
 
 class Callback(Generic[V]):
@@ -46,6 +49,26 @@ class Callback(Generic[V]):
                 self._listeners.append(fn)
                 return
         fn(self)
+
+    def then(self, convert: Callable[[V], W]) -> Callback[W]:
+        """A callback notified when this one is, with its status and message and the value
+        passed through ``convert`` (no value stays no value; a HalError ``convert`` raises
+        becomes the result). ``convert`` runs on the notifying thread."""
+        derived: Callback[W] = Callback()
+
+        def forward(source: Callback[V]) -> None:
+            if source.value is None:
+                derived.notify(source.status, None, source.message)
+                return
+            try:
+                value = convert(source.value)
+            except HalError as err:
+                derived.notify(err.error_status, None, err.message)
+                return
+            derived.notify(source.status, value, source.message)
+
+        self.add_done_callback(forward)
+        return derived
 
     def done(self) -> bool:
         return self._event.is_set()

@@ -7,7 +7,7 @@ Signals watched (any one declares death, once):
 - the session stream ending without the client having closed it.
 
 A frozen (SIGSTOP) server is noticed through keepalive pings within
-``transport.DEATH_DETECTION_BOUND_S``. After death every registered waiter is
+``nnhal.client.remote.DEATH_DETECTION_BOUND_S``. After death every registered waiter is
 notified with DEAD_OBJECT at once and later calls fail with DEAD_OBJECT
 without touching the network.
 """

@@ -17,8 +17,10 @@ from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPre
 from nnhal.core.types import BufferDesc, BufferRole, BufferTokenPool, Capabilities, Extension, Model, Request
 
 if TYPE_CHECKING:
+    from nnhal.client.burst import Burst
+    from nnhal.client.fenced import FencedExecution
     from nnhal.client.memory import SharedMemory
-    from nnhal.client.prepared_model import Burst, ExecutionOutcome, FencedExecution
+    from nnhal.client.outcome import ExecutionOutcome
 
 T_co = TypeVar("T_co", covariant=True)
 

@@ -14,17 +14,25 @@ import mmap
 import os
 import secrets
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import SharedMemoryPool
 
-if TYPE_CHECKING:
-    from nnhal.client.device import Device
-
 KINDS = ("ashmem", "mmap_fd", "hardware_buffer_blob")
+
+
+class SharedMemoryHost(Protocol):
+    """Where a server keeps shared regions (a ``Device`` or its ``RemoteSession``):
+    its directory and the prefix region names must carry, both "" when not offered."""
+
+    @property
+    def shm_dir(self) -> str: ...
+
+    @property
+    def shm_prefix(self) -> str: ...
 
 
 class SharedMemory:
@@ -45,7 +53,7 @@ class SharedMemory:
 
     # -- constructors ---------------------------------------------------------------
     @classmethod
-    def create(cls, device: Device, size: int, kind: str = "ashmem") -> SharedMemory:
+    def create(cls, device: SharedMemoryHost, size: int, kind: str = "ashmem") -> SharedMemory:
         """A new zeroed region of ``size`` bytes in the server's shared-memory directory."""
         if not device.shm_dir:
             raise InvalidArgument("this server offers no shared memory (remote peer, or started with --shm-dir none)")
@@ -60,7 +68,7 @@ class SharedMemory:
         return cls(path, size, kind, owned=True)
 
     @classmethod
-    def from_array(cls, device: Device, array: np.ndarray, kind: str = "ashmem") -> SharedMemory:
+    def from_array(cls, device: SharedMemoryHost, array: np.ndarray, kind: str = "ashmem") -> SharedMemory:
         """A new region holding a copy of ``array``'s bytes."""
         data = np.ascontiguousarray(array)
         region = cls.create(device, max(data.nbytes, 1), kind)
@@ -68,7 +76,7 @@ class SharedMemory:
         return region
 
     @classmethod
-    def map_file(cls, device: Device, path: Path, kind: str = "mmap_fd") -> SharedMemory:
+    def map_file(cls, device: SharedMemoryHost, path: Path, kind: str = "mmap_fd") -> SharedMemory:
         """An existing file, which must sit in the server's directory with its prefix."""
         path = Path(path)
         if not device.shm_dir or path.parent.resolve() != Path(device.shm_dir).resolve():

@@ -28,85 +28,27 @@ so a buffer from before a death answers DEAD_OBJECT and must be allocated again.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
-
-import numpy as np
 
 from nnhal.client.callbacks import Callback
 from nnhal.client.device import Device
-from nnhal.client.interfaces import IBuffer, IDevice, IPreparedModel, IResult
+from nnhal.client.interfaces import IBuffer, IDevice, IPreparedModel
 from nnhal.client.invalid_device import InvalidDevice
-from nnhal.client.prepared_model import Burst, ExecutionOutcome, FencedExecution, PreparedModel
-from nnhal.client.remote import DEADLINE_MARGIN, DEFAULT_CALL_TIMEOUT
-from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Priority
+from nnhal.client.prepared_model import PreparedModel
+from nnhal.client.recovery import Recoverer, dead_after_failed_recovery, in_background
+from nnhal.client.remote import wait_bound
+from nnhal.client.resilient_prepared_model import ResilientPreparedModel
+from nnhal.core.enums import DeviceStatus, DeviceType, ExecutionPreference, Priority
 from nnhal.core.errors import DeadObject, HalError
-from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model, Request
+from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model
+
+__all__ = ["ResilientDevice", "ResilientPreparedModel"]
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 DeviceFactory = Callable[[], IDevice]
-PreparedModelFactory = Callable[[], IPreparedModel]
-
-
-def _dead_after_failed_recovery(err: DeadObject, what: str, recovery: HalError) -> DeadObject:
-    return DeadObject(
-        f"{err.message}, and failed to recover dead {what} with error {recovery.error_status.name}: {recovery.message}"
-    )
-
-
-class _Recoverer:
-    """Holds the current object; replaces it once per death, under a lock, with an identity check.
-
-    Reading the current object never waits for a recovery in progress.
-    ``attempts`` counts finished recovery attempts: a caller that saw the object
-    before an attempt finished and failed gets that attempt's error at once
-    instead of repeating it."""
-
-    def __init__(self, current: Any, make: Callable[[Any], Any]) -> None:
-        # Lock order: _recovery_lock, then _state_lock (never the other way).
-        self._recovery_lock = threading.Lock()
-        self._state_lock = threading.Lock()
-        self._current = current
-        self._make = make
-        self._attempts = 0
-        self._last_failure: tuple[Any, HalError] | None = None
-        self.recoveries = 0
-
-    @property
-    def current(self) -> Any:
-        with self._state_lock:
-            return self._current
-
-    def snapshot(self) -> tuple[Any, int]:
-        with self._state_lock:
-            return self._current, self._attempts
-
-    def recover(self, failing: Any, seen_attempts: int) -> Any:
-        with self._recovery_lock:
-            with self._state_lock:
-                if self._current is not failing:
-                    return self._current  # another caller already recovered
-                if self._attempts != seen_attempts and self._last_failure is not None:
-                    obj, error = self._last_failure
-                    if obj is failing:
-                        # An attempt that began after we saw the object failed: share its error.
-                        raise HalError.of(error.error_status, error.message)
-            try:
-                replacement = self._make(failing)
-            except HalError as err:
-                with self._state_lock:
-                    self._attempts += 1
-                    self._last_failure = (failing, err)
-                raise
-            with self._state_lock:
-                self._attempts += 1
-                self._last_failure = None
-                self._current = replacement
-                self.recoveries += 1
-            return replacement
 
 
 class ResilientDevice:
@@ -127,7 +69,7 @@ class ResilientDevice:
         self._capabilities: Capabilities = self._metadata[5]
         self._cache_files_needed = first.number_of_cache_files_needed()
         self._valid = True
-        self._recoverer = _Recoverer(first, self._make_device)
+        self._recoverer = Recoverer(first, self._make_device)
 
     @classmethod
     def connect(
@@ -196,13 +138,13 @@ class ResilientDevice:
             try:
                 device = self._recoverer.recover(device, attempts)
             except HalError as recovery:
-                raise _dead_after_failed_recovery(err, "device", recovery) from recovery
+                raise dead_after_failed_recovery(err, "device", recovery) from recovery
         return fn(device)
 
     @property
     def device(self) -> IDevice:
         """The device calls currently go to (a Device, or InvalidDevice)."""
-        return self._recoverer.current  # type: ignore[no-any-return]
+        return self._recoverer.current
 
     @property
     def is_valid(self) -> bool:
@@ -291,7 +233,7 @@ class ResilientDevice:
 
         The protected preparation runs on a helper thread, so a server death during
         the preparation is recovered as well."""
-        return _in_background(
+        return in_background(
             lambda: self.prepare_model_sync(
                 model,
                 preference=preference,
@@ -317,11 +259,11 @@ class ResilientDevice:
         def prepare(deadline: float | None) -> IPreparedModel:
             def call(d: IDevice) -> IPreparedModel:
                 cb = d.prepare_model_from_cache(model_cache, token, model, timeout=timeout, deadline_at=deadline)
-                return cb.get(_bound(timeout))
+                return cb.get(wait_bound(timeout))
 
             return self.protect(call)
 
-        return _in_background(
+        return in_background(
             lambda: ResilientPreparedModel(lambda: prepare(None), prepare(deadline_at)), "nnhal-resilient-prepare"
         )
 
@@ -349,224 +291,6 @@ class ResilientDevice:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class ResilientPreparedModel:
-    """An IPreparedModel re-created on demand after its server died. Thread-safe.
-
-    ``factory`` makes a fresh prepared model (``ResilientDevice`` passes one that
-    prepares the same Model again through the resilient device)."""
-
-    def __init__(self, factory: PreparedModelFactory, prepared: IPreparedModel | None = None) -> None:
-        self._factory = factory
-        self._recoverer = _Recoverer(prepared if prepared is not None else factory(), self._make)
-
-    def _make(self, failing: IPreparedModel) -> IPreparedModel:
-        replacement = self._factory()
-        try:
-            failing.release()
-        except HalError:  # dead: its session is gone with its server
-            pass
-        return replacement
-
-    @property
-    def prepared_model(self) -> IPreparedModel:
-        """The prepared model calls currently go to."""
-        return self._recoverer.current  # type: ignore[no-any-return]
-
-    @property
-    def recoveries(self) -> int:
-        return self._recoverer.recoveries
-
-    @property
-    def model(self) -> Model | None:
-        return self.prepared_model.model
-
-    def protect(self, fn: Callable[[IPreparedModel], R], dead: Callable[[R], bool] | None = None) -> R:
-        """Run ``fn``; on DEAD_OBJECT (raised, or in-band when ``dead(result)``) re-create and retry once.
-
-        In-band results whose recovery fails come back as they were, with the
-        recovery error appended to their message."""
-        pm, attempts = self._recoverer.snapshot()
-        try:
-            result = fn(pm)
-        except DeadObject as err:
-            try:
-                pm = self._recoverer.recover(pm, attempts)
-            except HalError as recovery:
-                raise _dead_after_failed_recovery(err, "prepared model", recovery) from recovery
-            return fn(pm)
-        if dead is None or not dead(result):
-            return result
-        try:
-            pm = self._recoverer.recover(pm, attempts)
-        except HalError as recovery:
-            if isinstance(result, ExecutionOutcome):
-                result.message += (
-                    f", and failed to recover dead prepared model with error "
-                    f"{recovery.error_status.name}: {recovery.message}"
-                )
-            return result
-        return fn(pm)
-
-    # -- executions ----------------------------------------------------------------------
-    def execute(
-        self,
-        inputs: Sequence[np.ndarray | None],
-        *,
-        measure: bool = False,
-        timeout: float | None = None,
-        deadline_at: float | None = None,
-        loop_timeout_ns: int = 0,
-    ) -> ExecutionOutcome:
-        return self.protect(
-            lambda pm: pm.execute(
-                inputs, measure=measure, timeout=timeout, deadline_at=deadline_at, loop_timeout_ns=loop_timeout_ns
-            )
-        )
-
-    def execute_request(
-        self,
-        request: Request,
-        *,
-        measure: bool = False,
-        timeout: float | None = None,
-        deadline_at: float | None = None,
-        loop_timeout_ns: int = 0,
-    ) -> ExecutionOutcome:
-        """executeSynchronously_1_3; the status is in the outcome (DEAD_OBJECT only if recovery failed)."""
-        return self.protect(
-            lambda pm: pm.execute_request(
-                request, measure=measure, timeout=timeout, deadline_at=deadline_at, loop_timeout_ns=loop_timeout_ns
-            ),
-            _outcome_dead,
-        )
-
-    def _async(self, launch: Callable[[IPreparedModel], IResult[ExecutionOutcome]], timeout: float | None) -> Any:
-        def run(pm: IPreparedModel) -> IResult[ExecutionOutcome]:
-            cb = launch(pm)
-            cb.wait(_bound(timeout))
-            return cb
-
-        def background() -> IResult[ExecutionOutcome]:
-            return self.protect(run, lambda cb: cb.status == ErrorStatus.DEAD_OBJECT)
-
-        outer: Callback[ExecutionOutcome] = Callback()
-
-        def deliver() -> None:
-            try:
-                cb = background()
-            except HalError as err:
-                outer.notify(err.error_status, ExecutionOutcome(err.error_status, err.message), err.message)
-                return
-            if not cb.done():
-                outer.notify(ErrorStatus.GENERAL_FAILURE, None, f"no result within {_bound(timeout)} s")
-                return
-            value = getattr(cb, "value", None)
-            outer.notify(cb.status, value, cb.message)
-
-        threading.Thread(target=deliver, name="nnhal-resilient-execute", daemon=True).start()
-        return outer
-
-    def execute_async(
-        self,
-        inputs: Sequence[np.ndarray | None],
-        *,
-        measure: bool = False,
-        timeout: float | None = None,
-        deadline_at: float | None = None,
-        loop_timeout_ns: int = 0,
-    ) -> Callback[ExecutionOutcome]:
-        """execute_1_3 on numpy arrays; a death during the execution is recovered and retried once."""
-        return self._async(  # type: ignore[no-any-return]
-            lambda pm: pm.execute_async(
-                inputs, measure=measure, timeout=timeout, deadline_at=deadline_at, loop_timeout_ns=loop_timeout_ns
-            ),
-            timeout,
-        )
-
-    def execute_request_async(
-        self,
-        request: Request,
-        *,
-        measure: bool = False,
-        timeout: float | None = None,
-        deadline_at: float | None = None,
-        loop_timeout_ns: int = 0,
-    ) -> Callback[ExecutionOutcome]:
-        """execute_1_3 of a canonical Request; recovered and retried once on DEAD_OBJECT."""
-        return self._async(  # type: ignore[no-any-return]
-            lambda pm: pm.execute_request_async(
-                request, measure=measure, timeout=timeout, deadline_at=deadline_at, loop_timeout_ns=loop_timeout_ns
-            ),
-            timeout,
-        )
-
-    def execute_fenced(
-        self,
-        request: Request,
-        *,
-        wait_for: Sequence[FencedExecution] = (),
-        measure: bool = False,
-        timeout: float | None = None,
-        deadline_at: float | None = None,
-        loop_timeout_ns: int = 0,
-        timeout_after_fence_ns: int = 0,
-    ) -> FencedExecution:
-        """executeFenced, protected at launch (the fence belongs to the prepared model of the time)."""
-        return self.protect(
-            lambda pm: pm.execute_fenced(
-                request,
-                wait_for=wait_for,
-                measure=measure,
-                timeout=timeout,
-                deadline_at=deadline_at,
-                loop_timeout_ns=loop_timeout_ns,
-                timeout_after_fence_ns=timeout_after_fence_ns,
-            )
-        )
-
-    def burst(self) -> Burst:
-        """configureExecutionBurst, protected at launch."""
-        return self.protect(lambda pm: pm.burst())
-
-    # -- lifetime ---------------------------------------------------------------------------
-    def release(self) -> None:
-        """Release the current prepared model; a dead one needs no release."""
-        try:
-            self.prepared_model.release()
-        except DeadObject:
-            pass
-
-    def __enter__(self) -> ResilientPreparedModel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def _outcome_dead(outcome: ExecutionOutcome) -> bool:
-    return outcome.status == ErrorStatus.DEAD_OBJECT
-
-
-def _bound(timeout: float | None) -> float:
-    return DEFAULT_CALL_TIMEOUT if timeout is None else timeout + 2 * DEADLINE_MARGIN
-
-
-def _in_background(fn: Callable[[], ResilientPreparedModel], name: str) -> Callback[ResilientPreparedModel]:
-    cb: Callback[ResilientPreparedModel] = Callback()
-
-    def run() -> None:
-        try:
-            value = fn()
-        except HalError as err:
-            cb.notify(err.error_status, None, err.message)
-            return
-        if not cb.notify(ErrorStatus.NONE, value):
-            value.release()
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return cb
 
 
 def _conforms_device(device: Device) -> IDevice:

@@ -110,18 +110,18 @@ def test_invalid_request_over_grpc(device: Device, name: str) -> None:
 
 
 def test_invalid_wire_values(device: Device) -> None:
-    msg = spb.PrepareModelRequest(session=device.session)
+    msg = spb.PrepareModelRequest(session=device.remote.session_id)
     wire.model_to(add_model(), msg.model)
     msg.model.main.operands[0].type = 77
-    events = list(device.stubs.device.prepareModel_1_3(msg, timeout=10))
+    events = list(device.remote.stubs.device.prepareModel_1_3(msg, timeout=10))
     assert events[0].launch.status == ErrorStatus.INVALID_ARGUMENT
     assert "unknown value 77" in events[1].notify.message
     msg.model.main.operands[0].type = (5 << 16) | 1
-    events = list(device.stubs.device.prepareModel_1_3(msg, timeout=10))
+    events = list(device.remote.stubs.device.prepareModel_1_3(msg, timeout=10))
     assert "extension" in events[1].notify.message
     msg.model.main.operands[0].type = 3
     msg.priority = 7
-    events = list(device.stubs.device.prepareModel_1_3(msg, timeout=10))
+    events = list(device.remote.stubs.device.prepareModel_1_3(msg, timeout=10))
     assert events[1].notify.status == ErrorStatus.INVALID_ARGUMENT and "priority 7" in events[1].notify.message
 
 
@@ -143,11 +143,11 @@ def test_garbage_bytes_do_not_hurt_the_server(server: LocalServer, device: Devic
 def test_handles_are_session_scoped(server: LocalServer, device: Device) -> None:
     pm = device.prepare_model_sync(add_model())
     with Device.connect(server.address) as other:
-        req = spb.ExecuteRequest(session=other.session, prepared_model=pm.handle)
-        result = other.stubs.prepared_model.executeSynchronously_1_3(req, timeout=5)
+        req = spb.ExecuteRequest(session=other.remote.session_id, prepared_model=pm.handle)
+        result = other.remote.stubs.prepared_model.executeSynchronously_1_3(req, timeout=5)
         assert result.status == ErrorStatus.INVALID_ARGUMENT
-        bogus = spb.ExecuteRequest(session=other.session, prepared_model="0" * 32)
-        result2 = other.stubs.prepared_model.executeSynchronously_1_3(bogus, timeout=5)
+        bogus = spb.ExecuteRequest(session=other.remote.session_id, prepared_model="0" * 32)
+        result2 = other.remote.stubs.prepared_model.executeSynchronously_1_3(bogus, timeout=5)
         assert result2.message == result.message  # existence is not revealed
     pm.release()
     outcome = pm.execute_request(Request((), (), ()))

@@ -286,6 +286,6 @@ def test_copy_sources_must_be_memory(device: Device, kind: Kind, pm: PreparedMod
     from nnhal.proto import service_pb2 as spb
 
     with device.allocate(BufferDesc(), [pm], [role(0)], [role(0)]) as buf:
-        req = spb.CopyFromRequest(session=device.session, buffer=buf.handle)
+        req = spb.CopyFromRequest(session=device.remote.session_id, buffer=buf.handle)
         wire.pool_to(BufferTokenPool(buf.token), req.src)
-        assert status_of(device.buffer_call, "copyFrom", req) == ErrorStatus.INVALID_ARGUMENT
+        assert status_of(device.remote.buffer_call, "copyFrom", req) == ErrorStatus.INVALID_ARGUMENT

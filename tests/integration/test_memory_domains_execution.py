@@ -178,7 +178,7 @@ def test_buffers_belong_to_their_session(device: Device, server: LocalServer) ->
         Device.connect(server.address, client_name="intruder") as other,
     ):
         buf.copy_from(kind.array(1))
-        stolen = Buffer(other, buf.handle, buf.token)
+        stolen = Buffer(other.remote, buf.handle, buf.token)
         assert status_of(stolen.copy_to_array, kind.dtype, DIMS) == ErrorStatus.INVALID_ARGUMENT
         assert status_of(stolen.copy_from, kind.array(2)) == ErrorStatus.INVALID_ARGUMENT
         assert status_of(stolen.release) == ErrorStatus.INVALID_ARGUMENT
@@ -202,7 +202,7 @@ def test_release_and_session_end_free_buffers(server: LocalServer) -> None:
             released.release()
             released.release()  # idempotent on the client
             assert watcher.stats()["buffers"] == before + 3
-            assert status_of(Buffer(owner, released.handle, released.token).copy_from, kind.array(0)) == (
+            assert status_of(Buffer(owner.remote, released.handle, released.token).copy_from, kind.array(0)) == (
                 ErrorStatus.INVALID_ARGUMENT
             )
             request = Request((arg(0),), (arg(1, kind.nbytes),), (released.pool(), InlinePool(b"", kind.nbytes)))

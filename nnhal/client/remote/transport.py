@@ -1,7 +1,7 @@
-"""The client's remote adapter: channel options, stubs, and the one place where
-transport failures become HAL errors.
+"""Transport: channel options, the table from gRPC failures to HAL errors, deadline arithmetic, stubs.
 
-Mapping (DESIGN §2), applied by :func:`map_rpc_error` only:
+Mapping (DESIGN §2), applied by :func:`map_rpc_error` only, which the session's
+one call path (``RemoteSession._invoke``) calls for every failed RPC:
 
 ==========================  =============================================
 gRPC status                 HAL error
@@ -15,9 +15,16 @@ anything else               GENERAL_FAILURE with the transport's details
 ==========================  =============================================
 
 (*) CANCELLED not caused by this client (the channel closed under the call).
+
+Deadlines (DESIGN §2): :func:`remaining_time` turns a relative ``timeout`` and an
+absolute ``deadline_at`` (``time.monotonic()``) into the HAL deadline that
+travels; :func:`grpc_timeout` adds :data:`DEADLINE_MARGIN` for the transport, so
+the server's own MISSED_DEADLINE_* answer arrives first and no call waits forever.
 """
 
 from __future__ import annotations
+
+import time
 
 import grpc
 
@@ -37,6 +44,11 @@ DEFAULT_CALL_TIMEOUT = 600.0
 #: Margin added to a HAL deadline to form the gRPC deadline, so that the
 #: server's own MISSED_DEADLINE_* answer arrives before the transport gives up.
 DEADLINE_MARGIN = 2.0
+#: The session stream lives as long as the client: far away, but finite.
+SESSION_STREAM_TIMEOUT = 365 * 24 * 3600.0
+BURST_STREAM_TIMEOUT = DEFAULT_CALL_TIMEOUT * 6
+#: A release on garbage collection must not hold up the collecting thread for long.
+GC_RELEASE_TIMEOUT = 5.0
 
 #: Keepalive every 1 s, failing after 1 s without an ack: a frozen (SIGSTOP)
 #: server is detected within ~2-3 s (documented bound: 5 s).
@@ -74,17 +86,6 @@ def target_of(address: str) -> str:
     return address
 
 
-class Stubs:
-    """The generated stubs of one channel."""
-
-    def __init__(self, channel: grpc.Channel) -> None:
-        self.device = sgrpc.DeviceStub(channel)
-        self.prepared_model = sgrpc.PreparedModelStub(channel)
-        self.fenced = sgrpc.FencedExecutionCallbackStub(channel)
-        self.buffer = sgrpc.BufferStub(channel)
-        self.echo = sgrpc.EchoStub(channel)
-
-
 def map_rpc_error(err: grpc.RpcError, *, had_deadline: bool = False, what: str = "call") -> HalError:
     """The HAL error a transport failure stands for (see the module table)."""
     code = err.code() if hasattr(err, "code") else None
@@ -100,3 +101,36 @@ def map_rpc_error(err: grpc.RpcError, *, had_deadline: bool = False, what: str =
             return ResourceExhaustedPersistent(f"{what}: message over the size limit ({details})")
         return ResourceExhaustedTransient(f"{what}: {details}")
     return GeneralFailure(f"{what}: transport error {code.name if code else '?'}: {details}")
+
+
+# -- deadlines ---------------------------------------------------------------------
+def remaining_time(timeout: float | None, deadline_at: float | None = None) -> float | None:
+    """Seconds left of the HAL deadline set by a relative ``timeout`` and/or an absolute
+    ``deadline_at`` (``time.monotonic()``), the earlier winning; None for no deadline."""
+    if deadline_at is None:
+        return timeout
+    left = deadline_at - time.monotonic()
+    return left if timeout is None else min(timeout, left)
+
+
+def grpc_timeout(remaining: float | None) -> float | None:
+    """The gRPC timeout covering a HAL deadline (None without one: the call default applies)."""
+    return None if remaining is None else max(0.0, remaining) + DEADLINE_MARGIN
+
+
+def wait_bound(timeout: float | None) -> float:
+    """How long to wait for the callback of an asynchronous call given ``timeout``:
+    its gRPC deadline plus one more margin for the delivery."""
+    bound = grpc_timeout(timeout)
+    return DEFAULT_CALL_TIMEOUT if bound is None else bound + DEADLINE_MARGIN
+
+
+class Stubs:
+    """The generated stubs of one channel."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.device = sgrpc.DeviceStub(channel)
+        self.prepared_model = sgrpc.PreparedModelStub(channel)
+        self.fenced = sgrpc.FencedExecutionCallbackStub(channel)
+        self.buffer = sgrpc.BufferStub(channel)
+        self.echo = sgrpc.EchoStub(channel)

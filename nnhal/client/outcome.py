@@ -1,0 +1,68 @@
+"""ExecutionOutcome: what an execution returns to the user, built from the canonical results.
+
+Every execution path (``execute``, ``execute_request``, their async forms, bursts
+and fenced executions) reports an ``ExecutionOutcome``: the status travels in the
+outcome (``raise_for_status`` turns it into the HalError), outputs of inline
+pools come back in ``output_pools``, and the numpy paths add decoded ``outputs``.
+Outcomes are plain mutable values, owned by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nnhal.client.callbacks import Callback
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import HalError
+from nnhal.core.types import ExecutionResult, FencedExecutionInfo, OutputShape, Timing
+
+
+@dataclass
+class ExecutionOutcome:
+    status: ErrorStatus
+    message: str = ""
+    output_shapes: tuple[OutputShape, ...] = ()
+    timing: Timing = field(default_factory=Timing)
+    #: Returned contents of inline pools that hold outputs, by pool index.
+    output_pools: dict[int, bytes] = field(default_factory=dict)
+    #: Decoded outputs (``execute`` / ``execute_async`` only).
+    outputs: list[np.ndarray] = field(default_factory=list)
+    #: (operation type, count, total microseconds), slowest first, when profiled.
+    profile: list[tuple[str, int, int]] = field(default_factory=list)
+    #: Fenced executions only: the timing up to launch (``timing`` is up to the fence's signal).
+    timing_launched: Timing = field(default_factory=Timing)
+    #: Fenced executions only: whether the fence has signalled.
+    signalled: bool = False
+
+    def raise_for_status(self) -> None:
+        if self.status != ErrorStatus.NONE:
+            err = HalError.of(self.status, self.message)
+            err.output_shapes = self.output_shapes  # type: ignore[attr-defined]
+            raise err
+
+    @classmethod
+    def of(cls, result: ExecutionResult) -> ExecutionOutcome:
+        return cls(
+            status=result.status,
+            message=result.message,
+            output_shapes=result.output_shapes,
+            timing=result.timing,
+            output_pools=result.output_pools,
+            profile=[(p.operation, p.count, p.total_us) for p in result.profile],
+        )
+
+    @classmethod
+    def of_fenced(cls, info: FencedExecutionInfo) -> ExecutionOutcome:
+        return cls(
+            status=info.status,
+            message=info.message,
+            timing=info.timing_fenced,
+            output_pools=info.output_pools,
+            timing_launched=info.timing_launched,
+            signalled=info.signalled,
+        )
+
+
+ExecutionCallback = Callback[ExecutionOutcome]

@@ -1,0 +1,83 @@
+"""Values the session exchanges with proxies, and the protobuf helpers its calls share."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from nnhal.client.remote.transport import grpc_timeout, remaining_time
+from nnhal.core import wire
+from nnhal.core.enums import ErrorStatus, MeasureTiming
+from nnhal.core.errors import GeneralFailure, HalError
+from nnhal.core.types import Request
+from nnhal.proto import service_pb2 as spb
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionOptions:
+    """How to run one execution: timing, HAL deadline, loop timeout, per-operation profile."""
+
+    measure: bool = False
+    timeout: float | None = None
+    deadline_at: float | None = None
+    loop_timeout_ns: int = 0
+    profile: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRef:
+    """A prepared model the server made for this session, and its model cache (if asked)."""
+
+    handle: str
+    model_cache: bytes = b""
+
+
+class BurstStream:
+    """One ``configureExecutionBurst`` stream; opaque to proxies (pass it back to the session)."""
+
+    def __init__(self, requests: queue.Queue[spb.BurstRequest | None], responses: Iterator[Any]) -> None:
+        self.requests = requests
+        self.responses = responses
+        #: One execution at a time: responses come back in request order.
+        self.lock = threading.Lock()
+
+
+def notify_of(call: Iterable[Any], what: str) -> Any:
+    """The notify message of a launch / notify / end stream (DESIGN §2)."""
+    events = iter(call)
+    launch = next(events, None)
+    if launch is not None and launch.WhichOneof("event") != "launch":
+        raise GeneralFailure(f"{what}: protocol error: the first message was not the launch status")
+    event = next(events, None)
+    if event is None:
+        raise GeneralFailure(f"{what}: the stream ended without a notify")
+    drain(events)  # the server ends the stream after the notify
+    return event.notify
+
+
+def drain(events: Iterator[Any]) -> None:
+    for _ in events:
+        pass
+
+
+def raise_for_status(msg: Any, what: str = "") -> None:
+    status, message = wire.status_from(msg)
+    if status != ErrorStatus.NONE:
+        if what:
+            message = f"{what}: {message}" if message else what
+        raise HalError.of(status, message)
+
+
+def fill_execution(msg: Any, handle: str, request: Request, options: ExecutionOptions) -> float | None:
+    """Fill the fields ExecuteRequest and FencedExecuteRequest share; returns the gRPC timeout."""
+    msg.prepared_model = handle
+    wire.request_to(request, msg.request)
+    if options.measure:
+        msg.measure = int(MeasureTiming.YES)
+    msg.loop_timeout_ns = options.loop_timeout_ns
+    remaining = remaining_time(options.timeout, options.deadline_at)
+    wire.deadline_to(remaining, msg.deadline)
+    return grpc_timeout(remaining)
