@@ -8,20 +8,33 @@ uninitialized; initialized by a successful copyFrom or by being an output of a
 successful execution; uninitialized again after a failed copyFrom or a failed
 execution that wrote it. An uninitialized buffer may only be used as an output.
 Writers swap in a new bytes object, so concurrent readers keep a consistent view.
+
+Lock order: a buffer's own lock is a leaf; the registry's handle tables are leaves.
 """
 
 from __future__ import annotations
 
 import math
-import secrets
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from nnhal.core.enums import OperandType
-from nnhal.core.errors import GeneralFailure, InvalidArgument
+from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
 from nnhal.core.operand_types import INFO
-from nnhal.core.types import BufferDesc, BufferRole, Operand
+from nnhal.core.types import (
+    BufferDesc,
+    BufferRole,
+    BufferTokenPool,
+    DataLocation,
+    InlinePool,
+    MemoryPool,
+    Operand,
+    Request,
+    RequestArgument,
+)
+from nnhal.server.handles import HandleTable, new_handle, new_token
+from nnhal.server.memory import BoundPools, SharedMemoryPolicy, bind_pools, reject_token
 
 UNKNOWN = "unknown buffer handle or token for this session"
 
@@ -48,9 +61,6 @@ def fully_specified(dims: tuple[int, ...]) -> bool:
 
 @dataclass(eq=False)
 class DriverBuffer:
-    handle: str
-    token: int
-    session: str
     type: OperandType
     #: Dimensions known from the descriptor and the roles (0 = unknown).
     declared: tuple[int, ...]
@@ -61,6 +71,8 @@ class DriverBuffer:
     data: bytes | None = None
     dims: tuple[int, ...] = ()
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Set once when the registry files the buffer (its key in the token table).
+    token: int = 0
 
     @property
     def is_tensor(self) -> bool:
@@ -88,16 +100,14 @@ class DriverBuffer:
 
 
 class BufferRegistry:
-    """Every live buffer of the driver, by token and by handle. Thread-safe."""
+    """Every live buffer, by handle (IBuffer calls) and by token (Request pools). Thread-safe."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_token: dict[int, DriverBuffer] = {}
-        self._by_handle: dict[str, DriverBuffer] = {}
+        self._by_handle: HandleTable[str, DriverBuffer] = HandleTable(UNKNOWN, new_handle)
+        self._by_token: HandleTable[int, DriverBuffer] = HandleTable(UNKNOWN, new_token)
 
     def count(self) -> int:
-        with self._lock:
-            return len(self._by_handle)
+        return self._by_handle.count()
 
     def allocate(
         self,
@@ -106,84 +116,77 @@ class BufferRegistry:
         models: Sequence[tuple[str, Sequence[Operand], Sequence[Operand]]],
         input_roles: Sequence[BufferRole],
         output_roles: Sequence[BufferRole],
-    ) -> DriverBuffer:
-        """``models``: (handle, input operands, output operands) of each prepared model."""
-        if not models:
-            raise InvalidArgument("allocate needs at least one prepared model")
-        if not input_roles and not output_roles:
-            raise InvalidArgument("allocate needs at least one input or output role")
-        roles: set[tuple[str, str, int]] = set()
-        operands: list[Operand] = []
-        for kind, role_list in (("input", input_roles), ("output", output_roles)):
-            for k, role in enumerate(role_list):
-                where = f"{kind} role {k}"
-                if not 0 <= role.model_index < len(models):
-                    raise InvalidArgument(
-                        f"{where}: model index {role.model_index} out of range ({len(models)} models)"
-                    )
-                if not 0.0 < role.frequency <= 1.0:
-                    raise InvalidArgument(f"{where}: frequency must be in (0, 1], got {role.frequency}")
-                handle, ins, outs = models[role.model_index]
-                io = ins if kind == "input" else outs
-                if not 0 <= role.io_index < len(io):
-                    raise InvalidArgument(f"{where}: {kind} index {role.io_index} out of range ({len(io)} {kind}s)")
-                key = (handle, kind, role.io_index)
-                if key in roles:
-                    raise InvalidArgument(f"{where}: the same role is given twice")
-                roles.add(key)
-                operands.append(io[role.io_index])
-        first = operands[0]
-        dims = first.dimensions
-        for op in operands[1:]:
-            if (op.type, op.scale, op.zero_point, op.channel_quant) != (
-                first.type,
-                first.scale,
-                first.zero_point,
-                first.channel_quant,
-            ):
-                raise InvalidArgument("the roles' operands differ in type, scale, zero point or extra params")
-            dims = merge_dims(dims, op.dimensions, "role operands")
-        dims = merge_dims(dims, desc.dimensions, "buffer descriptor and roles")
-        if dims and not INFO[first.type].is_tensor:
-            raise InvalidArgument(f"the roles are {first.type.name} scalars; the descriptor must give no dimensions")
-        with self._lock:
-            token = secrets.randbelow(2**31 - 1) + 1
-            while token in self._by_token:
-                token = secrets.randbelow(2**31 - 1) + 1
-            buf = DriverBuffer(secrets.token_hex(16), token, session, first.type, dims, frozenset(roles))
-            self._by_token[token] = buf
-            self._by_handle[buf.handle] = buf
-        return buf
+        account: Callable[[int], None],
+    ) -> tuple[str, int]:
+        """A new buffer of ``session``; returns (handle, token). ``models``: (handle, input
+        operands, output operands) of each prepared model the roles refer to; ``account``
+        charges (positive) or gives back (negative) bytes of the owner's memory."""
+        type_, dims, roles = _check_roles(desc, models, input_roles, output_roles)
+        buf = DriverBuffer(type_, dims, roles, account)
+        buf.token = self._by_token.add(session, buf)
+        return self._by_handle.add(session, buf), buf.token
 
     def by_handle(self, session: str, handle: str) -> DriverBuffer:
-        with self._lock:
-            return _owned(self._by_handle.get(handle), session)
+        return self._by_handle.get(session, handle)
 
     def by_token(self, session: str, token: int) -> DriverBuffer:
-        with self._lock:
-            return _owned(self._by_token.get(token), session)
+        return self._by_token.get(session, token)
 
     def release(self, session: str, handle: str) -> None:
-        buf = self.by_handle(session, handle)
-        with self._lock:
-            self._forget(buf)
+        buf = self._by_handle.pop(session, handle)
+        self._by_token.pop(session, buf.token)
         buf.invalidate()  # gives its bytes back; executions still running keep their own reference
 
     def release_session(self, session: str) -> None:
-        with self._lock:
-            for buf in [b for b in self._by_handle.values() if b.session == session]:
-                self._forget(buf)
-
-    def _forget(self, buf: DriverBuffer) -> None:
-        self._by_handle.pop(buf.handle, None)
-        self._by_token.pop(buf.token, None)
+        """Forget every buffer of ``session`` (its memory account is closed as a whole)."""
+        self._by_handle.release_session(session)
+        self._by_token.release_session(session)
 
 
-def _owned(buf: DriverBuffer | None, session: str) -> DriverBuffer:
-    """Another session's buffer is answered exactly like one that does not exist."""
-    if buf is None or buf.session != session:
-        raise InvalidArgument(UNKNOWN)
-    return buf
+def _check_roles(
+    desc: BufferDesc,
+    models: Sequence[tuple[str, Sequence[Operand], Sequence[Operand]]],
+    input_roles: Sequence[BufferRole],
+    output_roles: Sequence[BufferRole],
+) -> tuple[OperandType, tuple[int, ...], frozenset[tuple[str, str, int]]]:
+    """IDevice::allocate's validation; the buffer's type, declared dimensions and roles."""
+    if not models:
+        raise InvalidArgument("allocate needs at least one prepared model")
+    if not input_roles and not output_roles:
+        raise InvalidArgument("allocate needs at least one input or output role")
+    roles: set[tuple[str, str, int]] = set()
+    operands: list[Operand] = []
+    for kind, role_list in (("input", input_roles), ("output", output_roles)):
+        for k, role in enumerate(role_list):
+            where = f"{kind} role {k}"
+            if not 0 <= role.model_index < len(models):
+                raise InvalidArgument(f"{where}: model index {role.model_index} out of range ({len(models)} models)")
+            if not 0.0 < role.frequency <= 1.0:
+                raise InvalidArgument(f"{where}: frequency must be in (0, 1], got {role.frequency}")
+            handle, ins, outs = models[role.model_index]
+            io = ins if kind == "input" else outs
+            if not 0 <= role.io_index < len(io):
+                raise InvalidArgument(f"{where}: {kind} index {role.io_index} out of range ({len(io)} {kind}s)")
+            key = (handle, kind, role.io_index)
+            if key in roles:
+                raise InvalidArgument(f"{where}: the same role is given twice")
+            roles.add(key)
+            operands.append(io[role.io_index])
+    first = operands[0]
+    dims = first.dimensions
+    for op in operands[1:]:
+        if (op.type, op.scale, op.zero_point, op.channel_quant) != (
+            first.type,
+            first.scale,
+            first.zero_point,
+            first.channel_quant,
+        ):
+            raise InvalidArgument("the roles' operands differ in type, scale, zero point or extra params")
+        dims = merge_dims(dims, op.dimensions, "role operands")
+    dims = merge_dims(dims, desc.dimensions, "buffer descriptor and roles")
+    if dims and not INFO[first.type].is_tensor:
+        raise InvalidArgument(f"the roles are {first.type.name} scalars; the descriptor must give no dimensions")
+    return first.type, dims, frozenset(roles)
 
 
 def copy_from(buf: DriverBuffer, data: bytes | memoryview, dims: tuple[int, ...]) -> None:
@@ -214,3 +217,98 @@ def input_view(buf: DriverBuffer, request_dims: tuple[int, ...], where: str) -> 
         raise GeneralFailure(f"{where}: the buffer is uninitialized and cannot be an input")
     merge_dims(dims, request_dims, f"{where}: request dimensions and the buffer's")
     return data, dims
+
+
+def _bind_one(pool: MemoryPool, policy: SharedMemoryPolicy | None, is_local: bool, where: str) -> BoundPools:
+    if isinstance(pool, BufferTokenPool):
+        raise InvalidArgument(f"{where}: IBuffer copies take inline or shared memory, not a buffer token")
+    return bind_pools((pool,), policy, {0}, reject_token, is_local)
+
+
+def copy_to(buf: DriverBuffer, dst: MemoryPool, policy: SharedMemoryPolicy | None, is_local: bool) -> bytes:
+    """IBuffer::copyTo. An inline destination gets the bytes back; a shared one is written
+    (b"" returned). GENERAL_FAILURE from an uninitialized buffer, INVALID_ARGUMENT for a
+    destination of another size or one the policy refuses."""
+    with buf.lock:
+        data = buf.data
+    if data is None:
+        raise GeneralFailure("copyTo from an uninitialized buffer")
+    if isinstance(dst, InlinePool):  # the bytes go back in the reply: nothing to allocate
+        if dst.size != len(data):
+            raise InvalidArgument(f"copyTo destination has {dst.size} bytes, the buffer holds {len(data)}")
+        return data
+    bound = _bind_one(dst, policy, is_local, "copyTo destination")
+    view = memoryview(bound.buffers[0])
+    try:
+        if len(view) != len(data):
+            raise InvalidArgument(f"copyTo destination has {len(view)} bytes, the buffer holds {len(data)}")
+        bound.check_shared()
+        view[:] = data
+        return b""
+    finally:
+        view.release()
+        bound.close()
+
+
+def copy_from_pool(
+    buf: DriverBuffer, src: MemoryPool, dims: tuple[int, ...], policy: SharedMemoryPolicy | None, is_local: bool
+) -> None:
+    """IBuffer::copyFrom out of a pool; any failure leaves the buffer uninitialized."""
+    try:
+        bound = _bind_one(src, policy, is_local, "copyFrom source")
+    except HalError:
+        buf.invalidate()
+        raise
+    view = memoryview(bound.buffers[0])
+    try:
+        bound.check_shared()
+        copy_from(buf, view, dims)
+    finally:
+        view.release()
+        bound.close()
+
+
+def resolve_tokens(
+    buffers: BufferRegistry, session: str, prepared: str, request: Request, bound: BoundPools
+) -> Request:
+    """Arguments in driver-managed buffers become ordinary locations over the buffer's
+    bytes (inputs) or placeholders whose results go to the buffer (outputs, recorded in
+    ``bound.token_outputs``). ``prepared``: the handle of the model the request runs on."""
+    tokens = {
+        i: buffers.by_token(session, p.token) for i, p in enumerate(request.pools) if isinstance(p, BufferTokenPool)
+    }
+    if not tokens:
+        return request
+    inputs = list(request.inputs)
+    outputs = list(request.outputs)
+    # As in the VTS: a buffer an execution writes may appear in that request once only
+    # (not as two outputs, not as an input too); a buffer it only reads, any number of times.
+    users: dict[int, int] = {}
+    for arg in (*inputs, *outputs):
+        if not arg.has_no_value:
+            users[arg.location.pool_index] = users.get(arg.location.pool_index, 0) + 1
+    for k, arg in enumerate(outputs):
+        if not arg.has_no_value and arg.location.pool_index in tokens and users[arg.location.pool_index] > 1:
+            raise InvalidArgument(
+                f"request output {k}: a buffer written by the execution cannot also be another argument"
+            )
+    for kind, args in (("input", inputs), ("output", outputs)):
+        for k, arg in enumerate(args):
+            i = arg.location.pool_index
+            if arg.has_no_value or i not in tokens:
+                continue
+            buf = tokens[i]
+            where = f"request {kind} {k}"
+            if arg.location.offset or arg.location.length:
+                raise InvalidArgument(f"{where}: a buffer token argument must have offset 0 and length 0")
+            if (prepared, kind, k) not in buf.roles:
+                raise InvalidArgument(f"{where}: the buffer was not allocated with this role of this prepared model")
+            if kind == "input":
+                data, dims = input_view(buf, arg.dimensions, where)
+                bound.buffers[i] = data
+                args[k] = RequestArgument(False, DataLocation(i, 0, len(data)), dims)
+            else:
+                dims = merge_dims(buf.declared, arg.dimensions, f"{where}: request dimensions and the buffer's")
+                bound.token_outputs[k] = buf
+                args[k] = RequestArgument(False, DataLocation(i, 0, 0), dims)
+    return Request(tuple(inputs), tuple(outputs), request.pools)

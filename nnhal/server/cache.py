@@ -26,12 +26,13 @@ from nnhal.core import wire
 from nnhal.core.enums import BYTE_SIZE_OF_CACHE_TOKEN, HalVersion, Priority
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import Model
-from nnhal.proto import types_pb2
 
 MAGIC = b"NNHALC2\0"
 _MAC = 32
 #: priority (u8), feature level (u8), version string length (u8), then the version string.
 _HEADER = struct.Struct("<BBB")
+#: getNumberOfCacheFilesNeeded: one model cache file (the sealed model), no data cache.
+FILES_NEEDED = (1, 0)
 DEFAULT_SECRET_FILE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nnhal" / "cache-secret"
 
 
@@ -54,20 +55,24 @@ def load_secret(path: Path | None) -> bytes:
     return secret
 
 
-def _check_token(token: bytes) -> None:
+def check_token(token: bytes) -> None:
+    """INVALID_ARGUMENT unless ``token`` is a cache token (BYTE_SIZE_OF_CACHE_TOKEN bytes)."""
     if len(token) != BYTE_SIZE_OF_CACHE_TOKEN:
         raise InvalidArgument(f"cache token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got {len(token)}")
 
 
 def seal(secret: bytes, token: bytes, model: Model, priority: Priority, level: HalVersion) -> bytes:
-    _check_token(token)
+    """The model cache of a validated ``model``. Precondition: ``check_token(token)`` passed
+    (at the launch of the preparation, so that a bad token is the launch status)."""
     version = __version__.encode()
-    body = _HEADER.pack(int(priority), int(level), len(version)) + version + wire.model_to(model).SerializeToString()
+    body = _HEADER.pack(int(priority), int(level), len(version)) + version + wire.model_to_bytes(model)
     return MAGIC + hmac.new(secret, token + body, hashlib.sha256).digest() + body
 
 
 def open_sealed(secret: bytes, token: bytes, blob: bytes, level: HalVersion) -> tuple[Model, Priority]:
-    _check_token(token)
+    """The model and priority in ``blob``, authenticated before anything in it is parsed.
+    INVALID_ARGUMENT for a bad token, a foreign, tampered, truncated or stale cache."""
+    check_token(token)
     if len(blob) < len(MAGIC) + _MAC + _HEADER.size or not blob.startswith(MAGIC):
         raise InvalidArgument("model cache is not an nnhal cache or is truncated")
     mac = blob[len(MAGIC) : len(MAGIC) + _MAC]
@@ -83,6 +88,4 @@ def open_sealed(secret: bytes, token: bytes, blob: bytes, level: HalVersion) -> 
             f"model cache was written by nnhal {version} for feature level {cached_level}; "
             f"this is nnhal {__version__} at level {int(level)}: prepare the model afresh"
         )
-    msg = types_pb2.Model()
-    msg.ParseFromString(body[_HEADER.size + n :])
-    return wire.model_from(msg), Priority(priority)
+    return wire.model_from_bytes(body[_HEADER.size + n :]), Priority(priority)

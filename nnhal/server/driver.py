@@ -1,8 +1,21 @@
-"""The driver: one device, its sessions and every object they own, in canonical types.
+"""The driver: IDevice (and the IPreparedModel / IBuffer / fence calls) in canonical types.
 
-The gRPC servicers are thin adapters over this class. Lock order: a session's
-lock may be taken while holding the driver lock, never the reverse; the
-scheduler's lock is a leaf.
+A thin facade. Each job has its own collaborator: sessions (``session.Session``),
+session-owned handle tables (``handles.HandleTable``: prepared models here;
+buffers and fences in ``buffers`` and ``fences``), the memory budget
+(``budget.MemoryBudget``), the scheduler, the compilation cache and the
+launched jobs (``jobs``). The facade does the launch checks of each HAL method
+(raising HalError, whose status is the method's return value) and wires the
+collaborators a job needs into it. The gRPC servicers adapt this class.
+
+Sessions: ``close_session`` releases every object of the session (prepared
+models, buffers, fences, mapped regions, its memory), whoever ends it: a clean
+close, a crash or a lost connection leak nothing.
+
+Lock order, outermost first: a session's lock, then a handle table's lock. The
+device's own lock guards only the session map (and opening a budget account);
+no other lock but the budget's is taken while holding it. The budget's, the
+scheduler's, a buffer's and a counter's locks are leaves.
 """
 
 from __future__ import annotations
@@ -11,12 +24,11 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from nnhal import __version__
 from nnhal.core.enums import (
-    BYTE_SIZE_OF_CACHE_TOKEN,
     LOOP_TIMEOUT_DEFAULT_NS,
     LOOP_TIMEOUT_MAXIMUM_NS,
     DeviceStatus,
@@ -26,43 +38,35 @@ from nnhal.core.enums import (
     OperandType,
     Priority,
 )
-from nnhal.core.errors import (
-    GeneralFailure,
-    HalError,
-    InvalidArgument,
-    MissedDeadlinePersistent,
-    MissedDeadlineTransient,
-    ResourceExhaustedPersistent,
-    ResourceExhaustedTransient,
-)
+from nnhal.core.errors import InvalidArgument, MissedDeadlinePersistent, ResourceExhaustedTransient
+from nnhal.core.operand_types import INFO
 from nnhal.core.types import (
     BufferDesc,
     BufferRole,
-    BufferTokenPool,
     Capabilities,
-    DataLocation,
     Extension,
-    InlinePool,
+    FencedExecutionInfo,
     MemoryPool,
     Model,
     OperandPerformance,
     PerformanceInfo,
     Request,
-    RequestArgument,
-    Timing,
 )
-from nnhal.core.validation import validate_request
+from nnhal.core.validation import merged_dimensions, validate_request
 from nnhal.server import cache
-from nnhal.server.buffers import BufferRegistry, copy_from, input_view, merge_dims
+from nnhal.server.budget import MemoryBudget
+from nnhal.server.buffers import BufferRegistry, copy_from_pool, copy_to, resolve_tokens
 from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
-from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
 from nnhal.server.executor.validate import supported_operations, validate_full
-from nnhal.server.memory import BoundPools, RegionCache, SharedMemoryPolicy, bind_pools
-from nnhal.server.prepared_model import ExecutionResult, PreparedModel
-from nnhal.server.scheduler import Scheduler, Ticket
+from nnhal.server.fences import FenceTable
+from nnhal.server.handles import HandleTable, new_handle
+from nnhal.server.jobs import Counter, ExecutionJob, PrepareJob, check_deadline
+from nnhal.server.memory import SharedMemoryPolicy, bind_model_pools, bind_pools, token_placeholder
+from nnhal.server.prepared_model import PreparedModel
+from nnhal.server.scheduler import Scheduler
+from nnhal.server.session import CLOSED, Faults, Session
 
 log = logging.getLogger(__name__)
-_NO_TIMING = Timing()
 
 
 @dataclass
@@ -96,24 +100,17 @@ class DeviceConfig:
         }
 
 
-@dataclass
-class Faults:
-    prepare_delay_ms: int = 0
-    execute_delay_ms: int = 0
-
-
-class Session:
-    def __init__(self, sid: str, client_name: str, peer: str) -> None:
-        self.id = sid
-        self.client_name = client_name
-        self.peer = peer
-        self.lock = threading.Lock()
-        self.prepared: dict[str, PreparedModel] = {}
-        self.bytes_in_use = 0
-        self.closed = False
-        self.faults = Faults()
-        #: Shared regions this session's requests named, kept mapped between executions.
-        self.regions = RegionCache()
+def _capabilities() -> Capabilities:
+    perf = PerformanceInfo(1.0, 1.0)
+    return Capabilities(
+        relaxed_float32_to_float16_performance_scalar=perf,
+        relaxed_float32_to_float16_performance_tensor=perf,
+        operand_performance=tuple(
+            OperandPerformance(t, perf) for t in OperandType if t not in (OperandType.OEM, OperandType.TENSOR_OEM_BYTE)
+        ),
+        if_performance=perf,
+        while_performance=perf,
+    )
 
 
 class Driver:
@@ -121,73 +118,58 @@ class Driver:
 
     def __init__(self, config: DeviceConfig | None = None) -> None:
         self.config = config or DeviceConfig()
+        self.capabilities = _capabilities()
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
-        self._bytes_total = 0
         self.scheduler = Scheduler(self.config.slots, self.config.queue_depth)
-        self.executions = 0
-        self.capabilities = self._capabilities()
+        self.budget = MemoryBudget(self.config.memory_per_client, self.config.memory_total)
+        self.prepared_models: HandleTable[str, PreparedModel] = HandleTable(
+            "unknown prepared model handle for this session", new_handle
+        )
         self.buffers = BufferRegistry()
-        #: Called with a session id after the session's own objects are released.
-        self.session_closed_hooks: list[Callable[[str], None]] = []
+        self.fences = FenceTable()
+        self.executions = Counter()
 
     # -- sessions ---------------------------------------------------------
     def open_session(self, client_name: str, peer: str = "") -> Session:
+        """A new session for the client at ``peer`` (a gRPC peer address).
+        RESOURCE_EXHAUSTED_TRANSIENT at the session limit."""
+        session = Session(secrets.token_hex(16), client_name, peer)
         with self._lock:
             if len(self._sessions) >= self.config.max_sessions:
                 raise ResourceExhaustedTransient(
                     f"the server already has {len(self._sessions)} sessions (limit {self.config.max_sessions})"
                 )
-            session = Session(secrets.token_hex(16), client_name, peer)
+            self.budget.open_session(session.id)
             self._sessions[session.id] = session
         log.info("session %s opened by %r from %s", session.id[:8], client_name, peer)
         return session
 
     def close_session(self, sid: str) -> int:
-        """Release every object of the session; returns how many were released."""
+        """Release every object of the session; returns how many prepared models were released."""
         with self._lock:
             session = self._sessions.pop(sid, None)
         if session is None:
             return 0
-        with session.lock:
-            session.closed = True
-            models = list(session.prepared.values())
-            session.prepared.clear()
-            freed = session.bytes_in_use
-            session.bytes_in_use = 0
+        session.close()  # from here on nothing is added to the session's tables
+        models = self.prepared_models.release_session(sid)
         for pm in models:
             pm.release()
-        session.regions.close()
         self.buffers.release_session(sid)
-        with self._lock:
-            self._bytes_total -= freed
-        for hook in self.session_closed_hooks:
-            hook(sid)
+        self.fences.release_session(sid)
+        self.budget.close_session(sid)
         log.info("session %s closed: released %d prepared models", sid[:8], len(models))
         return len(models)
 
     def session(self, sid: str) -> Session:
+        """The open session ``sid``; INVALID_ARGUMENT for an unknown or closed one."""
         with self._lock:
             session = self._sessions.get(sid)
         if session is None:
-            raise InvalidArgument("unknown or closed session; open a session first")
+            raise InvalidArgument(CLOSED)
         return session
 
     # -- static device facts -----------------------------------------------
-    def _capabilities(self) -> Capabilities:
-        perf = PerformanceInfo(1.0, 1.0)
-        return Capabilities(
-            relaxed_float32_to_float16_performance_scalar=perf,
-            relaxed_float32_to_float16_performance_tensor=perf,
-            operand_performance=tuple(
-                OperandPerformance(t, perf)
-                for t in OperandType
-                if t not in (OperandType.OEM, OperandType.TENSOR_OEM_BYTE)
-            ),
-            if_performance=perf,
-            while_performance=perf,
-        )
-
     def status(self) -> DeviceStatus:
         return DeviceStatus.BUSY if self.scheduler.in_flight >= self.scheduler.slots else DeviceStatus.AVAILABLE
 
@@ -195,33 +177,15 @@ class Driver:
         return ()
 
     def cache_files_needed(self) -> tuple[int, int]:
-        return (1, 0)
+        return cache.FILES_NEEDED
 
     # -- models -------------------------------------------------------------
-    def supported_operations(self, model: Model) -> tuple[list[bool], list[str]]:
-        bound = self._bind_model_pools(model)
+    def supported_operations(self, session: Session, model: Model) -> tuple[list[bool], list[str]]:
+        bound = bind_model_pools(model.pools, self.config.shared_memory, session.is_local)
         try:
             return supported_operations(model, bound.buffers, self.config.feature_level)
         finally:
             bound.close()
-
-    def _bind_model_pools(self, model: Model) -> BoundPools:
-        """Model pools as bytes. Shared regions are copied once here: constants are
-        read at every execution, and a client that shrinks its region later must not
-        be able to fault the server (SIGBUS) through them."""
-        bound = bind_pools(model.pools, self.config.shared_memory, set(), self._reject_token)
-        if bound.regions:
-            bound.buffers = [bytes(b) for b in bound.buffers]
-            bound.close()
-        return bound
-
-    @staticmethod
-    def _token_placeholder(pool: BufferTokenPool, where: str) -> memoryview:
-        return memoryview(b"")  # replaced by _resolve_tokens once the arguments are known
-
-    @staticmethod
-    def _reject_token(pool: BufferTokenPool, where: str) -> memoryview:
-        raise InvalidArgument(f"{where}: a model pool cannot be a driver-managed buffer token")
 
     def begin_prepare(
         self,
@@ -233,14 +197,13 @@ class Driver:
         cache_token: bytes = b"",
         trusted: bool = False,
     ) -> PrepareJob:
-        """Launch checks of prepareModel: arguments, pools, the whole model (unless
-        ``trusted``: read from a cache this server sealed). Raises HalError."""
-        if preference not in tuple(ExecutionPreference):
-            raise InvalidArgument(f"execution preference {preference} is invalid")
-        if cache_token and len(cache_token) != BYTE_SIZE_OF_CACHE_TOKEN:
-            raise InvalidArgument(f"cache token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got {len(cache_token)}")
-        self._check_deadline(deadline_ns, "preparation")
-        bound = self._bind_model_pools(model)
+        """Launch checks of prepareModel: the cache token, deadline, pools and the whole
+        model (unless ``trusted``: read from a cache this server sealed). Raises HalError.
+        ``preference`` is a hint this device does not use."""
+        if cache_token:
+            cache.check_token(cache_token)
+        check_deadline(deadline_ns, "preparation")
+        bound = bind_model_pools(model.pools, self.config.shared_memory, session.is_local)
         try:
             version = HalVersion.V1_0 if trusted else validate_full(model, bound.buffers)
             if version > self.config.feature_level:
@@ -250,73 +213,51 @@ class Driver:
         except BaseException:
             bound.close()
             raise
-        return PrepareJob(self, session, model, priority, deadline_ns, cache_token, bound)
+        secret, level = self.config.cache_secret, self.config.feature_level
 
-    def prepare(
-        self,
-        session: Session,
-        model: Model,
-        preference: ExecutionPreference,
-        priority: Priority,
-        deadline_ns: int | None,
-        cache_token: bytes = b"",
-    ) -> tuple[PreparedModel, bytes]:
-        """Validate and prepare ``model``; returns it and the model-cache bytes (b"" without a token)."""
-        return self.begin_prepare(session, model, preference, priority, deadline_ns, cache_token).run()
+        def seal(m: Model, p: Priority) -> bytes:
+            return cache.seal(secret, cache_token, m, p, level)
 
-    def _finish_prepare(self, job: PrepareJob) -> tuple[PreparedModel, bytes]:
-        session, model, bound = job.session, job.model, job.bound
-        try:
-            self._delay(session.faults.prepare_delay_ms, job.deadline_ns)
-            cost = len(model.operand_values) + sum(len(b) for b in bound.buffers)
-            self._charge(session, cost)
-            try:
-                graph = PreparedGraph(model, bound.buffers)
-                self._check_deadline(job.deadline_ns, "preparation", started=True)
-            except BaseException:
-                self._uncharge(session, cost)
-                raise
-        except BaseException:
-            bound.close()
-            raise
-        handle = secrets.token_hex(16)
-        pm = PreparedModel(handle, session.id, model, graph, job.priority, bound, cost)
-        with session.lock:
-            if session.closed:
-                pm.release()
-                raise InvalidArgument("the session closed during preparation")
-            session.prepared[handle] = pm
-        sealed = b""
-        if job.cache_token:
-            sealed = cache.seal(
-                self.config.cache_secret, job.cache_token, model, job.priority, self.config.feature_level
-            )
-        return pm, sealed
+        return PrepareJob(
+            session,
+            model,
+            priority,
+            deadline_ns,
+            bound,
+            budget=self.budget,
+            prepared=self.prepared_models,
+            seal=seal if cache_token else None,
+        )
 
     def prepare_from_cache(
-        self, session: Session, model_cache: bytes, token: bytes, deadline_ns: int | None
+        self,
+        session: Session,
+        model_cache: Sequence[bytes],
+        data_cache: Sequence[bytes],
+        token: bytes,
+        deadline_ns: int | None,
     ) -> PrepareJob:
-        """Launch checks of prepareModelFromCache: the cache must authenticate. The model
-        inside was validated when this server sealed it, so validation is skipped."""
-        self._check_deadline(deadline_ns, "preparation")
-        model, priority = cache.open_sealed(self.config.cache_secret, token, model_cache, self.config.feature_level)
+        """Launch checks of prepareModelFromCache: the file counts, the deadline, and the
+        cache must authenticate. The model inside was validated when this server sealed
+        it, so validation is skipped."""
+        n_model, n_data = cache.FILES_NEEDED
+        if len(model_cache) != n_model or len(data_cache) != n_data:
+            raise InvalidArgument(
+                f"expected {n_model} model cache and {n_data} data cache files, got "
+                f"{len(model_cache)} and {len(data_cache)}"
+            )
+        check_deadline(deadline_ns, "preparation")
+        model, priority = cache.open_sealed(self.config.cache_secret, token, model_cache[0], self.config.feature_level)
         return self.begin_prepare(
             session, model, ExecutionPreference.FAST_SINGLE_ANSWER, priority, deadline_ns, trusted=True
         )
 
     def prepared(self, session: Session, handle: str) -> PreparedModel:
-        with session.lock:
-            pm = session.prepared.get(handle)
-        if pm is None:
-            raise InvalidArgument("unknown prepared model handle for this session")
-        return pm
+        return self.prepared_models.get(session.id, handle)
 
     def release_prepared(self, session: Session, handle: str) -> None:
-        with session.lock:
-            pm = session.prepared.pop(handle, None)
-        if pm is None:
-            raise InvalidArgument("unknown prepared model handle for this session")
-        self._uncharge(session, pm.byte_cost)
+        pm = self.prepared_models.pop(session.id, handle)
+        self.budget.uncharge(session.id, pm.byte_cost)
         pm.release()
 
     # -- execution ----------------------------------------------------------
@@ -328,15 +269,15 @@ class Driver:
         measure: bool,
         deadline_ns: int | None,
         loop_timeout_ns: int = 0,
-        is_local_peer: bool = True,
+        profile: bool = False,
     ) -> ExecutionJob:
         """Launch checks (the HAL method's own return value): handle, deadline,
-        admission, pools and request validation. Raises HalError."""
+        admission, pools and request validation. Raises HalError. The caller closes the job."""
         pm = self.prepared(session, handle)
         if loop_timeout_ns == 0:
             loop_timeout_ns = LOOP_TIMEOUT_DEFAULT_NS
         loop_timeout_ns = min(loop_timeout_ns, LOOP_TIMEOUT_MAXIMUM_NS)
-        self._check_deadline(deadline_ns, "execution")
+        check_deadline(deadline_ns, "execution")
         if deadline_ns is not None and pm.fastest_ns is not None:
             remaining = deadline_ns - time.monotonic_ns()
             if remaining < pm.fastest_ns:
@@ -351,88 +292,56 @@ class Driver:
                 request.pools,
                 self.config.shared_memory,
                 pm.output_pool_indexes(request),
-                self._token_placeholder,
-                is_local_peer,
+                token_placeholder,
+                session.is_local,
                 session.regions,
             )
-            request = self._resolve_tokens(session, pm, request, bound)
+            request = resolve_tokens(self.buffers, session.id, handle, request, bound)
             validate_request(request, pm.model, bound.sizes)
         except BaseException:
             self.scheduler.release(ticket)
             if bound is not None:
                 bound.close()
             raise
-        return ExecutionJob(self, session, pm, request, bound, ticket, measure, deadline_ns, loop_timeout_ns)
+        return ExecutionJob(
+            session,
+            pm,
+            request,
+            bound,
+            ticket,
+            measure=measure,
+            deadline_ns=deadline_ns,
+            loop_timeout_ns=loop_timeout_ns,
+            profile=profile,
+            scheduler=self.scheduler,
+            budget=self.budget,
+            executions=self.executions,
+        )
 
-    def execute(
+    def execute_fenced(
         self,
         session: Session,
         handle: str,
         request: Request,
+        wait_for: list[str],
         measure: bool,
         deadline_ns: int | None,
-        loop_timeout_ns: int = 0,
-        is_local_peer: bool = True,
-    ) -> tuple[ExecutionResult, BoundPools | None]:
-        """Launch and run; every failure becomes the result's status."""
-        try:
-            job = self.begin_execute(session, handle, request, measure, deadline_ns, loop_timeout_ns, is_local_peer)
-        except HalError as err:
-            return ExecutionResult(err.error_status, err.message, (), _NO_TIMING), None
-        return job.run(), job.bound
+        loop_timeout_ns: int,
+    ) -> str:
+        """IPreparedModel::executeFenced: launch checks, then the execution runs once the
+        fences ``wait_for`` signalled; returns the handle of its sync fence and callback."""
+        pm = self.prepared(session, handle)
+        waits = self.fences.lookup(session.id, wait_for)
+        for k, (operand, arg) in enumerate(zip(pm.output_operands, request.outputs)):
+            dims = merged_dimensions(operand, arg)
+            if INFO[operand.type].is_tensor and (not dims or 0 in dims):
+                raise InvalidArgument(f"executeFenced needs fully specified outputs; output {k} has dims {list(dims)}")
+        job = self.begin_execute(session, handle, request, measure, deadline_ns, loop_timeout_ns)
+        return self.fences.start(session, job, waits)
 
-    @staticmethod
-    def _missed(delayed: bool) -> HalError:
-        if delayed:
-            return MissedDeadlineTransient("the deadline passed during execution (the device was busy)")
-        return MissedDeadlinePersistent("the deadline passed during execution on an idle device")
-
-    # -- helpers ---------------------------------------------------------
-    @staticmethod
-    def _check_deadline(deadline_ns: int | None, what: str, started: bool = False) -> None:
-        if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
-            if started:
-                raise MissedDeadlinePersistent(f"the deadline passed during {what}")
-            raise MissedDeadlinePersistent(f"the deadline had already passed when the {what} was requested")
-
-    def _delay(self, ms: int, deadline_ns: int | None) -> None:
-        if ms and self.config.fault_injection:
-            end = time.monotonic_ns() + ms * 1_000_000
-            while time.monotonic_ns() < end:
-                time.sleep(min(0.01, (end - time.monotonic_ns()) / 1e9 + 1e-4))
-                if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
-                    raise MissedDeadlineTransient("the deadline passed while the device was delayed")
-
-    def _charge(self, session: Session, nbytes: int, what: str = "model constants") -> None:
-        per_client = self.config.memory_per_client
-        total = self.config.memory_total
-        if (per_client and nbytes > per_client) or (total and nbytes > total):
-            raise ResourceExhaustedPersistent(
-                f"{what} need {nbytes} bytes, more than the server's limits "
-                f"(per client {per_client or 'unlimited'}, total {total or 'unlimited'})"
-            )
-        with self._lock, session.lock:
-            if session.closed:
-                raise InvalidArgument("unknown or closed session; open a session first")
-            if per_client and session.bytes_in_use + nbytes > per_client:
-                raise ResourceExhaustedTransient(
-                    f"{what} need {nbytes} bytes; this client already uses {session.bytes_in_use} "
-                    f"of its {per_client}; release prepared models or buffers and retry"
-                )
-            if total and self._bytes_total + nbytes > total:
-                raise ResourceExhaustedTransient(
-                    f"{what} need {nbytes} bytes; the server has {total - self._bytes_total} of {total} "
-                    "free; retry later"
-                )
-            session.bytes_in_use += nbytes
-            self._bytes_total += nbytes
-
-    def _uncharge(self, session: Session, nbytes: int) -> None:
-        with self._lock, session.lock:
-            if session.closed:
-                return  # close_session already gave back everything the session held
-            session.bytes_in_use -= nbytes
-            self._bytes_total -= nbytes
+    def fenced_info(self, session: Session, handle: str, wait: bool, timeout: float | None) -> FencedExecutionInfo:
+        """IFencedExecutionCallback::getExecutionInfo (``wait``: up to ``timeout`` s first)."""
+        return self.fences.info(session.id, handle, wait, timeout)
 
     # -- memory domains ------------------------------------------------------
     def allocate(
@@ -445,112 +354,29 @@ class Driver:
     ) -> tuple[str, int]:
         """IDevice::allocate: a driver-managed buffer for the given roles; (handle, token)."""
         pms = [self.prepared(session, handle) for handle in prepared_models]
-        models = [(pm.handle, pm.input_operands, pm.output_operands) for pm in pms]
-        buf = self.buffers.allocate(session.id, desc, models, input_roles, output_roles)
+        models = [(h, pm.input_operands, pm.output_operands) for h, pm in zip(prepared_models, pms)]
+        sid, budget = session.id, self.budget
 
         def account(delta: int) -> None:
-            if delta > 0:
-                self._charge(session, delta, "buffer contents")
-            elif delta < 0:
-                self._uncharge(session, -delta)
+            budget.account(sid, delta, "buffer contents")
 
-        buf.account = account
-        return buf.handle, buf.token
+        with session.adding():
+            return self.buffers.allocate(sid, desc, models, input_roles, output_roles, account)
 
-    def _region_bytes(self, pool: MemoryPool, is_local_peer: bool, where: str) -> tuple[BoundPools, memoryview]:
-        if isinstance(pool, BufferTokenPool):
-            raise InvalidArgument(f"{where}: IBuffer copies take inline or shared memory, not a buffer token")
-        bound = bind_pools((pool,), self.config.shared_memory, {0}, self._reject_token, is_local_peer)
-        return bound, memoryview(bound.buffers[0])
-
-    def buffer_copy_to(self, session: Session, handle: str, dst: MemoryPool, is_local_peer: bool) -> bytes:
+    def buffer_copy_to(self, session: Session, handle: str, dst: MemoryPool) -> bytes:
         """IBuffer::copyTo. Inline destinations get the bytes back; shared ones are written."""
         buf = self.buffers.by_handle(session.id, handle)
-        with buf.lock:
-            data = buf.data
-        if data is None:
-            raise GeneralFailure("copyTo from an uninitialized buffer")
-        if isinstance(dst, InlinePool):  # the bytes go back in the reply: nothing to allocate
-            if dst.size != len(data):
-                raise InvalidArgument(f"copyTo destination has {dst.size} bytes, the buffer holds {len(data)}")
-            return data
-        bound, view = self._region_bytes(dst, is_local_peer, "copyTo destination")
-        try:
-            if len(view) != len(data):
-                raise InvalidArgument(f"copyTo destination has {len(view)} bytes, the buffer holds {len(data)}")
-            bound.check_shared()
-            view[:] = data
-            return b""
-        finally:
-            view.release()
-            bound.close()
+        return copy_to(buf, dst, self.config.shared_memory, session.is_local)
 
-    def buffer_copy_from(
-        self, session: Session, handle: str, src: MemoryPool, dims: tuple[int, ...], is_local_peer: bool
-    ) -> None:
+    def buffer_copy_from(self, session: Session, handle: str, src: MemoryPool, dims: tuple[int, ...]) -> None:
         """IBuffer::copyFrom; a failure leaves the buffer uninitialized."""
         buf = self.buffers.by_handle(session.id, handle)
-        try:
-            bound, view = self._region_bytes(src, is_local_peer, "copyFrom source")
-        except HalError:
-            buf.invalidate()
-            raise
-        try:
-            bound.check_shared()
-            copy_from(buf, view, dims)
-        finally:
-            view.release()
-            bound.close()
+        copy_from_pool(buf, src, dims, self.config.shared_memory, session.is_local)
 
     def release_buffer(self, session: Session, handle: str) -> None:
         self.buffers.release(session.id, handle)
 
-    def _resolve_tokens(self, session: Session, pm: PreparedModel, request: Request, bound: BoundPools) -> Request:
-        """Arguments in driver-managed buffers become ordinary locations over the buffer's
-        bytes (inputs) or placeholders whose results go to the buffer (outputs)."""
-        tokens = {
-            i: self.buffers.by_token(session.id, p.token)
-            for i, p in enumerate(request.pools)
-            if isinstance(p, BufferTokenPool)
-        }
-        if not tokens:
-            return request
-        inputs = list(request.inputs)
-        outputs = list(request.outputs)
-        # As in the VTS: a buffer an execution writes may appear in that request once only
-        # (not as two outputs, not as an input too); a buffer it only reads, any number of times.
-        users: dict[int, int] = {}
-        for arg in (*inputs, *outputs):
-            if not arg.has_no_value:
-                users[arg.location.pool_index] = users.get(arg.location.pool_index, 0) + 1
-        for k, arg in enumerate(outputs):
-            if not arg.has_no_value and arg.location.pool_index in tokens and users[arg.location.pool_index] > 1:
-                raise InvalidArgument(
-                    f"request output {k}: a buffer written by the execution cannot also be another argument"
-                )
-        for kind, args in (("input", inputs), ("output", outputs)):
-            for k, arg in enumerate(args):
-                i = arg.location.pool_index
-                if arg.has_no_value or i not in tokens:
-                    continue
-                buf = tokens[i]
-                where = f"request {kind} {k}"
-                if arg.location.offset or arg.location.length:
-                    raise InvalidArgument(f"{where}: a buffer token argument must have offset 0 and length 0")
-                if (pm.handle, kind, k) not in buf.roles:
-                    raise InvalidArgument(
-                        f"{where}: the buffer was not allocated with this role of this prepared model"
-                    )
-                if kind == "input":
-                    data, dims = input_view(buf, arg.dimensions, where)
-                    bound.buffers[i] = data
-                    args[k] = RequestArgument(False, DataLocation(i, 0, len(data)), dims)
-                else:
-                    dims = merge_dims(buf.declared, arg.dimensions, f"{where}: request dimensions and the buffer's")
-                    bound.token_outputs[k] = buf
-                    args[k] = RequestArgument(False, DataLocation(i, 0, 0), dims)
-        return Request(tuple(inputs), tuple(outputs), request.pools)
-
+    # -- operation -----------------------------------------------------------
     def set_faults(self, session: Session, faults: Faults) -> None:
         if not self.config.fault_injection:
             raise InvalidArgument("fault injection is disabled on this server (start it with --enable-fault-injection)")
@@ -558,110 +384,13 @@ class Driver:
 
     def stats(self) -> dict[str, int]:
         with self._lock:
-            sessions = list(self._sessions.values())
-            total = self._bytes_total
+            sessions = len(self._sessions)
         return {
-            "sessions": len(sessions),
-            "prepared_models": sum(len(s.prepared) for s in sessions),
+            "sessions": sessions,
+            "prepared_models": self.prepared_models.count(),
             "buffers": self.buffers.count(),
-            "executions": self.executions,
-            "bytes_in_use": total,
+            "fences": self.fences.count(),
+            "executions": self.executions.value,
+            "bytes_in_use": self.budget.total,
             "queue_depth": self.scheduler.in_flight,
         }
-
-    def describe(self) -> dict[str, object]:
-        return {"name": self.config.name, "limits": self.config.limits()}
-
-
-class ExecutionJob:
-    """A launched execution: pools bound, admitted; ``run`` waits for a slot and executes."""
-
-    def __init__(
-        self,
-        driver: Driver,
-        session: Session,
-        pm: PreparedModel,
-        request: Request,
-        bound: BoundPools,
-        ticket: Ticket,
-        measure: bool,
-        deadline_ns: int | None,
-        loop_timeout_ns: int,
-    ) -> None:
-        self.driver = driver
-        self.session = session
-        self.pm = pm
-        self.request = request
-        self.bound = bound
-        self.ticket = ticket
-        self.measure = measure
-        self.deadline_ns = deadline_ns
-        self.loop_timeout_ns = loop_timeout_ns
-        #: nnhal extension: collect time per operation type (ExecuteRequest.profile).
-        self.profile = False
-
-    def run(self) -> ExecutionResult:
-        driver, ticket, deadline_ns = self.driver, self.ticket, self.deadline_ns
-        # Bytes read from driver-managed buffers are charged to the buffers already.
-        pools = self.request.pools
-        cost = sum(len(b) for i, b in enumerate(self.bound.buffers) if not isinstance(pools[i], BufferTokenPool))
-        try:
-            try:
-                driver._charge(self.session, cost, what="request data")
-            except HalError:
-                driver.scheduler.release(ticket)
-                raise
-            try:
-                driver.scheduler.acquire(ticket, deadline_ns)
-                driver._delay(self.session.faults.execute_delay_ms, deadline_ns)
-                control = ExecutionControl(
-                    deadline_ns=deadline_ns,
-                    loop_timeout_ns=self.loop_timeout_ns,
-                    checkpoint_hook=(lambda: self._checkpoint(ticket, deadline_ns)),
-                    on_deadline=lambda: driver._missed(ticket.delayed or ticket.preempted > 0),
-                    profile={} if self.profile else None,
-                )
-                result = self.pm.execute(self.request, self.bound, control, self.measure)
-                result.profile = control.profile
-            finally:
-                driver.scheduler.release(ticket)
-                driver._uncharge(self.session, cost)
-        except HalError as err:
-            return ExecutionResult(err.error_status, err.message, (), _NO_TIMING)
-        driver.executions += 1
-        return result
-
-    def _checkpoint(self, ticket: Ticket, deadline_ns: int | None) -> None:
-        if self.session.closed:
-            # The client is gone (crash, disconnect): stop spending the device on it.
-            raise GeneralFailure("the client's session ended during the execution")
-        self.driver.scheduler.checkpoint(ticket, deadline_ns)
-
-    def cancel(self) -> None:
-        self.driver.scheduler.release(self.ticket)
-        self.bound.close()
-
-
-class PrepareJob:
-    """A launched preparation: the model is valid; ``run`` builds the executable graph."""
-
-    def __init__(
-        self,
-        driver: Driver,
-        session: Session,
-        model: Model,
-        priority: Priority,
-        deadline_ns: int | None,
-        cache_token: bytes,
-        bound: BoundPools,
-    ) -> None:
-        self.driver = driver
-        self.session = session
-        self.model = model
-        self.priority = priority
-        self.deadline_ns = deadline_ns
-        self.cache_token = cache_token
-        self.bound = bound
-
-    def run(self) -> tuple[PreparedModel, bytes]:
-        return self.driver._finish_prepare(self)

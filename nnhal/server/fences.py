@@ -1,133 +1,105 @@
 """Fenced execution: sync fences and IFencedExecutionCallback, emulated by handles.
 
 A sync fence is a server object that becomes signalled when its execution
-ends. ``executeFenced`` waits (in a worker thread) for the fences it was given,
-then runs; ``getExecutionInfo`` reports the status and timings. Fences belong
-to the session that created them and are released with it.
+ends. ``start`` runs a launched execution in a worker thread once the fences it
+waits for are signalled; ``info`` answers getExecutionInfo with the canonical
+FencedExecutionInfo. A fence's handle names both the sync fence and its
+callback. Fences belong to the session that created them and are released with
+it. Thread-safe; the fence table's lock is a leaf, a fence's state is published
+by setting its event after the state is written.
 """
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 from dataclasses import dataclass, field
 
-from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.errors import HalError, InvalidArgument
-from nnhal.core.operand_types import INFO
-from nnhal.core.types import Request, Timing
-from nnhal.core.validation import merged_dimensions
-from nnhal.proto import service_pb2 as spb
-from nnhal.server.driver import Driver, Session
+from nnhal.core.errors import HalError
+from nnhal.core.types import FencedExecutionInfo, Timing
+from nnhal.server.handles import HandleTable, new_handle
+from nnhal.server.jobs import ExecutionJob
+from nnhal.server.session import Session
+
+UNKNOWN = "unknown sync fence or callback handle for this session"
+_RUNNING = FencedExecutionInfo(False, ErrorStatus.GENERAL_FAILURE, "the execution has not finished yet")
 
 
-@dataclass
+@dataclass(eq=False)
 class Fence:
-    session: str
     done: threading.Event = field(default_factory=threading.Event)
-    status: ErrorStatus = ErrorStatus.NONE
-    message: str = ""
-    timing_launched: Timing = field(default_factory=Timing)
-    timing_fenced: Timing = field(default_factory=Timing)
-    output_pools: dict[int, bytes] = field(default_factory=dict)
+    #: The execution's outcome; written once, before ``done`` is set.
+    outcome: FencedExecutionInfo = _RUNNING
+
+    def signal(self, outcome: FencedExecutionInfo) -> None:
+        self.outcome = outcome
+        self.done.set()
 
 
-class FenceRegistry:
+class FenceTable:
+    """The fences of every session."""
+
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._fences: dict[str, Fence] = {}
+        self._table: HandleTable[str, Fence] = HandleTable(UNKNOWN, new_handle)
 
     def count(self) -> int:
-        with self._lock:
-            return len(self._fences)
+        return self._table.count()
 
-    def release_session(self, sid: str) -> None:
-        with self._lock:
-            for handle in [h for h, f in self._fences.items() if f.session == sid]:
-                del self._fences[handle]
+    def release_session(self, session: str) -> None:
+        self._table.release_session(session)
 
-    def _get(self, session: Session, handle: str) -> Fence:
-        with self._lock:
-            fence = self._fences.get(handle)
-        if fence is None or fence.session != session.id:
-            raise InvalidArgument("unknown sync fence or callback handle for this session")
-        return fence
+    def lookup(self, session: str, handles: list[str]) -> list[Fence]:
+        """The fences ``handles`` name; INVALID_ARGUMENT for any that is not ``session``'s."""
+        return [self._table.get(session, h) for h in handles]
 
-    def execute_fenced(
-        self,
-        driver: Driver,
-        session: Session,
-        handle: str,
-        request: Request,
-        wait_for: list[str],
-        measure: bool,
-        deadline_ns: int | None,
-        loop_timeout_ns: int,
-        timeout_after_fence_ns: int,
-        is_local_peer: bool,
-    ) -> tuple[str, str]:
-        pm = driver.prepared(session, handle)
-        waits = [self._get(session, h) for h in wait_for]
-        for k, (operand, arg) in enumerate(zip(pm.output_operands, request.outputs)):
-            dims = merged_dimensions(operand, arg)
-            if INFO[operand.type].is_tensor and (not dims or 0 in dims):
-                raise InvalidArgument(f"executeFenced needs fully specified outputs; output {k} has dims {list(dims)}")
-        job = driver.begin_execute(session, handle, request, measure, deadline_ns, loop_timeout_ns, is_local_peer)
-        fence = Fence(session.id)
-        fence_handle = secrets.token_hex(16)
-        with self._lock:
-            self._fences[fence_handle] = fence
+    def start(self, session: Session, job: ExecutionJob, waits: list[Fence]) -> str:
+        """Run ``job`` in a worker once every fence in ``waits`` signalled success; returns
+        the new fence's handle. The job is closed by the worker whatever happens; the
+        fence always signals (INVALID_ARGUMENT, and the job closed, if the session closed)."""
+        fence = Fence()
+        try:
+            with session.adding():
+                handle = self._table.add(session.id, fence)
+        except HalError:
+            job.close()
+            raise
+        threading.Thread(target=_work, args=(fence, job, waits), name="nnhal-fenced", daemon=True).start()
+        return handle
 
-        def work() -> None:
-            t0 = time.perf_counter_ns()
-            try:
-                for w in waits:
-                    remaining = None if deadline_ns is None else max(0.0, (deadline_ns - time.monotonic_ns()) / 1e9)
-                    if not w.done.wait(remaining):
-                        raise HalError.of(
-                            ErrorStatus.MISSED_DEADLINE_TRANSIENT, "a fence to wait for was not signalled in time"
-                        )
-                    if w.status != ErrorStatus.NONE:
-                        raise HalError.of(w.status, "a fence to wait for signalled an error")
-                t1 = time.perf_counter_ns()
-                result = job.run()
-                fence.status, fence.message = result.status, result.message
-                if result.status == ErrorStatus.NONE:
-                    fence.output_pools = {i: bytes(b) for i, b in job.bound.inline_outputs.items()}
-                if measure:
-                    t2 = time.perf_counter_ns()
-                    fence.timing_launched = Timing(result.timing.time_on_device, (t2 - t0) // 1000)
-                    fence.timing_fenced = Timing(result.timing.time_on_device, (t2 - t1) // 1000)
-            except HalError as err:
-                job.cancel()
-                fence.status, fence.message = err.error_status, err.message
-            except Exception as err:  # never leave a fence unsignalled
-                job.cancel()
-                fence.status, fence.message = ErrorStatus.GENERAL_FAILURE, f"internal error: {err!r}"
-            finally:
-                job.bound.close()
-                fence.done.set()
-
-        threading.Thread(target=work, name="nnhal-fenced", daemon=True).start()
-        return fence_handle, fence_handle
-
-    def info(self, session: Session, handle: str, wait: bool, timeout: float | None) -> spb.FencedInfoResponse:
-        fence = self._get(session, handle)
+    def info(self, session: str, handle: str, wait: bool, timeout: float | None) -> FencedExecutionInfo:
+        """getExecutionInfo; with ``wait``, first waits up to ``timeout`` s for the fence."""
+        fence = self._table.get(session, handle)
         if wait:
             fence.done.wait(timeout)
-        msg = spb.FencedInfoResponse(signalled=fence.done.is_set())
-        if fence.done.is_set():
-            msg.status = int(fence.status)  # type: ignore[assignment]
-            msg.message = fence.message
-            wire.timing_to(fence.timing_launched, msg.timing_launched)
-            wire.timing_to(fence.timing_fenced, msg.timing_fenced)
-            for i, data in fence.output_pools.items():
-                msg.output_pools.add(pool_index=i, data=data)
-        else:
-            msg.status = int(ErrorStatus.GENERAL_FAILURE)  # type: ignore[assignment]
-            msg.message = "the execution has not finished yet"
-            wire.timing_to(Timing(), msg.timing_launched)
-            wire.timing_to(Timing(), msg.timing_fenced)
-        return msg
+        return fence.outcome if fence.done.is_set() else _RUNNING
+
+
+def _work(fence: Fence, job: ExecutionJob, waits: list[Fence]) -> None:
+    deadline_ns = job.deadline_ns
+    t0 = time.perf_counter_ns()
+    outcome = FencedExecutionInfo(True, ErrorStatus.GENERAL_FAILURE, "internal error: no outcome")
+    try:
+        for w in waits:
+            remaining = None if deadline_ns is None else max(0.0, (deadline_ns - time.monotonic_ns()) / 1e9)
+            if not w.done.wait(remaining):
+                raise HalError.of(
+                    ErrorStatus.MISSED_DEADLINE_TRANSIENT, "a fence to wait for was not signalled in time"
+                )
+            if w.outcome.status != ErrorStatus.NONE:
+                raise HalError.of(w.outcome.status, "a fence to wait for signalled an error")
+        t1 = time.perf_counter_ns()
+        result = job.run()
+        launched = fenced = Timing()
+        if job.measure:
+            t2 = time.perf_counter_ns()
+            launched = Timing(result.timing.time_on_device, (t2 - t0) // 1000)
+            fenced = Timing(result.timing.time_on_device, (t2 - t1) // 1000)
+        outcome = FencedExecutionInfo(True, result.status, result.message, launched, fenced, result.output_pools)
+    except HalError as err:
+        outcome = FencedExecutionInfo(True, err.error_status, err.message)
+    except Exception as err:  # never leave a fence unsignalled
+        outcome = FencedExecutionInfo(True, ErrorStatus.GENERAL_FAILURE, f"internal error: {err!r}")
+    finally:
+        job.close()
+        fence.signal(outcome)

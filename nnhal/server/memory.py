@@ -152,6 +152,11 @@ class BoundPools:
         #: Request output index -> driver-managed buffer receiving it.
         self.token_outputs: dict[int, DriverBuffer] = {}
 
+    def inline_results(self) -> dict[int, bytes]:
+        """The inline pools that received outputs, by pool index (copied out of the
+        writable staging buffers; a pool an output filled whole is already bytes)."""
+        return {i: bytes(b) for i, b in self.inline_outputs.items()}
+
     @property
     def sizes(self) -> list[int]:
         return [len(b) for b in self.buffers]
@@ -172,6 +177,16 @@ class BoundPools:
 
 
 TokenResolver = Callable[[BufferTokenPool, str], memoryview]
+
+
+def reject_token(pool: BufferTokenPool, where: str) -> memoryview:
+    """The TokenResolver of pools that cannot be driver-managed buffers."""
+    raise InvalidArgument(f"{where}: a model pool cannot be a driver-managed buffer token")
+
+
+def token_placeholder(pool: BufferTokenPool, where: str) -> memoryview:
+    """The TokenResolver of requests: buffers.resolve_tokens fills the slot once the arguments are known."""
+    return memoryview(b"")
 
 
 def bind_pools(
@@ -226,4 +241,17 @@ def bind_pools(
     except BaseException:
         bound.close()
         raise
+    return bound
+
+
+def bind_model_pools(
+    pools: tuple[MemoryPool, ...], policy: SharedMemoryPolicy | None, is_local_peer: bool
+) -> BoundPools:
+    """A model's pools as bytes. Shared regions are copied once here: constants are read
+    at every execution, and a client that shrinks its region later must not be able to
+    fault the server (SIGBUS) through them."""
+    bound = bind_pools(pools, policy, set(), reject_token, is_local_peer)
+    if bound.regions:
+        bound.buffers = [bytes(b) for b in bound.buffers]
+        bound.close()
     return bound

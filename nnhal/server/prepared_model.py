@@ -1,49 +1,58 @@
 """A prepared model: the executable graph plus request binding and result shaping.
 
-``execute`` takes a canonical Request, binds its pools, runs the graph and
-writes outputs in place. Thread-safe: concurrent executions share only the
-read-only graph.
+``execute`` takes a canonical Request, binds its pools, runs the graph, writes
+outputs in place and returns the canonical ExecutionResult (the one place where
+inline output pools and the profile are put into a result). Thread-safe:
+concurrent executions share only the read-only graph; the fastest-run estimate
+is updated under the model's own (leaf) lock.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from nnhal.core.enums import ErrorStatus, OperandType, Priority
 from nnhal.core.errors import HalError, InvalidArgument, OutputInsufficientSize
 from nnhal.core.operand_types import DTYPE, INFO
-from nnhal.core.types import NO_TIMING, Model, Operand, OutputShape, Request, Timing
+from nnhal.core.types import ExecutionResult, Model, Operand, OperationProfile, OutputShape, Request, Timing
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
 from nnhal.server.memory import BoundPools
 
+_NO_TIMING = Timing()
 
-@dataclass
-class ExecutionResult:
-    status: ErrorStatus
-    message: str
-    output_shapes: tuple[OutputShape, ...]
-    timing: Timing
-    #: Operation type name -> [count, total ns], when profiling was asked for.
-    profile: dict[str, list[int]] | None = None
+
+def execution_result(
+    status: ErrorStatus,
+    message: str,
+    shapes: tuple[OutputShape, ...] = (),
+    timing: Timing = _NO_TIMING,
+    control: ExecutionControl | None = None,
+    pools: BoundPools | None = None,
+) -> ExecutionResult:
+    """The canonical result: inline output pools only with success (by pool index, from
+    ``pools``), the profile (when ``control`` collected one) slowest operation type first."""
+    outputs = {} if pools is None or status != ErrorStatus.NONE else pools.inline_results()
+    profile: tuple[OperationProfile, ...] = ()
+    if control is not None and control.profile:
+        ranked = sorted(control.profile.items(), key=lambda kv: -kv[1][1])
+        profile = tuple(OperationProfile(name, count, total_ns // 1000) for name, (count, total_ns) in ranked)
+    return ExecutionResult(status, message, shapes, timing, outputs, profile)
 
 
 class PreparedModel:
     def __init__(
         self,
-        handle: str,
-        session: str,
         model: Model,
         graph: PreparedGraph,
         priority: Priority,
         bound: BoundPools,
         byte_cost: int,
     ) -> None:
-        self.handle = handle
-        self.session = session
         self.model = model
         self.graph = graph
         self.priority = priority
@@ -51,6 +60,7 @@ class PreparedModel:
         self.byte_cost = byte_cost
         #: Shortest complete run seen (ns): work that cannot fit a deadline is refused at launch.
         self.fastest_ns: int | None = None
+        self._fastest_lock = threading.Lock()
         main = model.main
         self._inputs = [main.operands[i] for i in main.input_indexes]
         self._outputs = [main.operands[i] for i in main.output_indexes]
@@ -80,7 +90,8 @@ class PreparedModel:
         control: ExecutionControl,
         measure: bool,
     ) -> ExecutionResult:
-        """Run ``request``; HalErrors become the result's status."""
+        """Run ``request``; HalErrors become the result's status. The profile ``control``
+        collects goes into the result whatever the status."""
         t0 = time.perf_counter_ns()
         try:
             pools.check_shared()
@@ -89,20 +100,26 @@ class PreparedModel:
             t1 = time.perf_counter_ns()
             outputs = self.graph.run(inputs, control, overrides)
             t2 = time.perf_counter_ns()
-            if control.graph is not None and (self.fastest_ns is None or t2 - t1 < self.fastest_ns):
-                self.fastest_ns = t2 - t1  # the launch-time estimate for deadlines
+            if control.graph is not None:
+                self._ran(t2 - t1)
             shapes = self._write_outputs(request, pools, outputs)
         except OutputInsufficientSize as err:
             self._invalidate(pools)
-            return ExecutionResult(err.error_status, err.message, getattr(err, "shapes", ()), Timing())
+            return execution_result(err.error_status, err.message, getattr(err, "shapes", ()), control=control)
         except HalError as err:
             self._invalidate(pools)
-            return ExecutionResult(err.error_status, err.message, (), Timing())
+            return execution_result(err.error_status, err.message, control=control)
         timing = Timing()
         if measure:
             t3 = time.perf_counter_ns()
             timing = Timing((t2 - t1) // 1000, (t3 - t0) // 1000)
-        return ExecutionResult(ErrorStatus.NONE, "", shapes, timing)
+        return execution_result(ErrorStatus.NONE, "", shapes, timing, control, pools)
+
+    def _ran(self, elapsed_ns: int) -> None:
+        """Keep the launch-time estimate for deadlines: the shortest complete run."""
+        with self._fastest_lock:
+            if self.fastest_ns is None or elapsed_ns < self.fastest_ns:
+                self.fastest_ns = elapsed_ns
 
     @staticmethod
     def _invalidate(pools: BoundPools) -> None:
@@ -198,6 +215,3 @@ class PreparedModel:
                 value = value.astype(np.uint8)
             dst[:] = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
         return tuple(shapes)
-
-
-NO_TIMING_VALUE = NO_TIMING

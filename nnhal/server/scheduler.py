@@ -63,11 +63,19 @@ class Scheduler:
     # -- introspection ----------------------------------------------------
     @property
     def in_flight(self) -> int:
+        """Tickets admitted and not yet released (launched, queued or running)."""
         with self._cond:
             return len(self._admitted)
 
+    @property
+    def queued(self) -> int:
+        """Tickets waiting for a slot (including pre-empted ones)."""
+        with self._cond:
+            return len(self._waiting)
+
     # -- lifecycle ----------------------------------------------------------
     def admit(self, client: str, priority: Priority) -> Ticket:
+        """A ticket for one execution; RESOURCE_EXHAUSTED_TRANSIENT beyond ``slots + queue_depth``."""
         with self._cond:
             if len(self._admitted) >= self.slots + self.queue_depth:
                 raise ResourceExhaustedTransient(
@@ -108,6 +116,7 @@ class Scheduler:
             self._served[ticket.client] = next(self._tick)
 
     def release(self, ticket: Ticket) -> None:
+        """End ``ticket`` wherever it is (launched, queued or running). Idempotent."""
         with self._cond:
             if ticket.running:
                 self._running.remove(ticket)

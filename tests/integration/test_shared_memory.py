@@ -130,14 +130,12 @@ def test_region_shrunk_while_mapped_is_refused(device: Device) -> None:
 def test_shared_pools_are_refused_from_remote_peers(tmp_path: Path) -> None:
     """Only same-host peers may name shared regions (unless --shm-allow-remote). No test
     may use a non-loopback address, so the peer check and the binding are tested directly."""
-    from types import SimpleNamespace
-
     from nnhal.core.errors import InvalidArgument
     from nnhal.server.memory import SharedMemoryPolicy, bind_pools
-    from nnhal.server.rpc.servicers import is_local_peer
+    from nnhal.server.session import is_local_address
 
     def peer(address: str) -> bool:
-        return is_local_peer(SimpleNamespace(peer=lambda: address))  # type: ignore[arg-type]
+        return is_local_address(address)
 
     assert peer("unix:/tmp/x.sock") and peer("ipv4:127.0.0.1:5000") and peer("ipv6:[::1]:5000")
     assert not peer("ipv4:10.1.2.3:5000") and not peer("ipv6:[fe80::1]:5000") and not peer("")

@@ -19,14 +19,9 @@ from nnhal.core.wire import MAX_MESSAGE_BYTES
 from nnhal.proto import service_pb2 as spb
 from nnhal.proto import service_pb2_grpc as sgrpc
 from nnhal.server.driver import DeviceConfig, Driver
-from nnhal.server.fences import FenceRegistry
-from nnhal.server.rpc.servicers import (
-    BufferServicer,
-    DeviceServicer,
-    EchoServicer,
-    FencedExecutionCallbackServicer,
-    PreparedModelServicer,
-)
+from nnhal.server.rpc.buffer_servicer import BufferServicer, EchoServicer
+from nnhal.server.rpc.device_servicer import DeviceServicer
+from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer, PreparedModelServicer
 
 log = logging.getLogger(__name__)
 
@@ -66,18 +61,14 @@ class Server:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.driver = Driver(options.device)
-        self.fences = FenceRegistry()
-        self.driver.session_closed_hooks.append(self.fences.release_session)
         self._stopping = threading.Event()
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=options.max_threads, thread_name_prefix="nnhal-rpc"),
             options=SERVER_OPTIONS,
         )
         sgrpc.add_DeviceServicer_to_server(DeviceServicer(self.driver, self._stopping), self._grpc)
-        sgrpc.add_PreparedModelServicer_to_server(PreparedModelServicer(self.driver, self.fences), self._grpc)
-        sgrpc.add_FencedExecutionCallbackServicer_to_server(
-            FencedExecutionCallbackServicer(self.driver, self.fences), self._grpc
-        )
+        sgrpc.add_PreparedModelServicer_to_server(PreparedModelServicer(self.driver), self._grpc)
+        sgrpc.add_FencedExecutionCallbackServicer_to_server(FencedExecutionCallbackServicer(self.driver), self._grpc)
         sgrpc.add_BufferServicer_to_server(BufferServicer(self.driver), self._grpc)
         sgrpc.add_EchoServicer_to_server(EchoServicer(), self._grpc)
         self.health = health.HealthServicer()

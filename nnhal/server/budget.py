@@ -1,0 +1,91 @@
+"""Memory accounting: bytes per client session and in total (DESIGN.md §5).
+
+Model constants, driver-managed buffer contents and in-flight request data are
+charged while they live. A charge that alone exceeds a limit can never succeed:
+RESOURCE_EXHAUSTED_PERSISTENT; one that would fit once other work gives memory
+back: RESOURCE_EXHAUSTED_TRANSIENT. A limit of 0 means unlimited.
+
+A session's account opens with the session and closes with it: closing gives
+back everything it held, later uncharges of that session are ignored (the
+objects they belonged to were released wholesale) and later charges are
+INVALID_ARGUMENT. Thread-safe; the budget's lock is a leaf.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from nnhal.core.errors import InvalidArgument, ResourceExhaustedPersistent, ResourceExhaustedTransient
+from nnhal.server.session import CLOSED
+
+
+class MemoryBudget:
+    def __init__(self, per_client: int = 0, total: int = 0) -> None:
+        self.per_client = per_client
+        self.limit_total = total
+        self._lock = threading.Lock()
+        self._used: dict[str, int] = {}
+        self._total = 0
+
+    @property
+    def total(self) -> int:
+        """Bytes charged across every open session."""
+        with self._lock:
+            return self._total
+
+    def used(self, session: str) -> int:
+        with self._lock:
+            return self._used.get(session, 0)
+
+    def open_session(self, session: str) -> None:
+        with self._lock:
+            self._used.setdefault(session, 0)
+
+    def close_session(self, session: str) -> int:
+        """Give back everything ``session`` held; returns how many bytes that was."""
+        with self._lock:
+            freed = self._used.pop(session, 0)
+            self._total -= freed
+        return freed
+
+    def charge(self, session: str, nbytes: int, what: str = "model constants") -> None:
+        """Reserve ``nbytes`` for ``session``. Raises RESOURCE_EXHAUSTED_PERSISTENT (over a
+        limit on its own), RESOURCE_EXHAUSTED_TRANSIENT (over what is free now) or
+        INVALID_ARGUMENT (the session is closed)."""
+        per_client, total = self.per_client, self.limit_total
+        if (per_client and nbytes > per_client) or (total and nbytes > total):
+            raise ResourceExhaustedPersistent(
+                f"{what} need {nbytes} bytes, more than the server's limits "
+                f"(per client {per_client or 'unlimited'}, total {total or 'unlimited'})"
+            )
+        with self._lock:
+            used = self._used.get(session)
+            if used is None:
+                raise InvalidArgument(CLOSED)
+            if per_client and used + nbytes > per_client:
+                raise ResourceExhaustedTransient(
+                    f"{what} need {nbytes} bytes; this client already uses {used} "
+                    f"of its {per_client}; release prepared models or buffers and retry"
+                )
+            if total and self._total + nbytes > total:
+                raise ResourceExhaustedTransient(
+                    f"{what} need {nbytes} bytes; the server has {total - self._total} of {total} free; retry later"
+                )
+            self._used[session] = used + nbytes
+            self._total += nbytes
+
+    def uncharge(self, session: str, nbytes: int) -> None:
+        """Give back ``nbytes`` of ``session``; nothing when the session is closed."""
+        with self._lock:
+            used = self._used.get(session)
+            if used is None:
+                return
+            self._used[session] = used - nbytes
+            self._total -= nbytes
+
+    def account(self, session: str, delta: int, what: str) -> None:
+        """Charge a positive ``delta``, give back a negative one (a buffer's contents changing size)."""
+        if delta > 0:
+            self.charge(session, delta, what)
+        elif delta < 0:
+            self.uncharge(session, -delta)

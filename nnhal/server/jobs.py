@@ -1,0 +1,214 @@
+"""Launched work: a preparation or an execution that passed its launch checks.
+
+The device's ``begin_prepare`` / ``begin_execute`` do every check whose failure
+is the HAL method's own return value and hand back a job; ``run`` then does the
+work whose outcome is the callback's (the notify message, the synchronous
+result, the fence's status). A job is built with exactly the collaborators it
+uses (memory budget, scheduler, handle table, counters), never the device.
+
+Ownership: an ExecutionJob holds a scheduler ticket and bound request pools
+from launch; ``run`` gives the ticket back, ``close`` (always called by the
+job's owner, also when ``run`` never ran, e.g. a cancelled stream) gives back
+whatever is still held. A PrepareJob holds the model's bound pools until
+``run`` files the prepared model, which then owns them.
+
+Lock order (the locks these jobs take, outermost first): session lock, then a
+handle table's lock; the budget's, the scheduler's and a counter's locks are
+leaves taken alone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from nnhal.core.enums import Priority
+from nnhal.core.errors import GeneralFailure, HalError, MissedDeadlinePersistent, MissedDeadlineTransient
+from nnhal.core.types import BufferTokenPool, ExecutionResult, Model, Request
+from nnhal.server.budget import MemoryBudget
+from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
+from nnhal.server.handles import HandleTable
+from nnhal.server.memory import BoundPools
+from nnhal.server.prepared_model import PreparedModel, execution_result
+from nnhal.server.scheduler import Scheduler, Ticket
+from nnhal.server.session import Session, delay
+
+
+def check_deadline(deadline_ns: int | None, what: str, started: bool = False) -> None:
+    """MISSED_DEADLINE_PERSISTENT once ``deadline_ns`` (monotonic ns) has passed."""
+    if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
+        if started:
+            raise MissedDeadlinePersistent(f"the deadline passed during {what}")
+        raise MissedDeadlinePersistent(f"the deadline had already passed when the {what} was requested")
+
+
+def missed(delayed: bool) -> HalError:
+    """The error of a deadline that passed during execution: TRANSIENT when the execution
+    waited behind other work or was pre-empted, PERSISTENT when it ran alone."""
+    if delayed:
+        return MissedDeadlineTransient("the deadline passed during execution (the device was busy)")
+    return MissedDeadlinePersistent("the deadline passed during execution on an idle device")
+
+
+class Counter:
+    """A thread-safe event count (statistics). Its lock is a leaf."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value = 0
+
+    def increment(self) -> None:
+        with self._lock:
+            self._value += 1
+
+    @property
+    def value(self) -> int:
+        with self._lock:
+            return self._value
+
+
+class PrepareJob:
+    """A launched preparation: the model is valid; ``run`` builds the executable graph."""
+
+    def __init__(
+        self,
+        session: Session,
+        model: Model,
+        priority: Priority,
+        deadline_ns: int | None,
+        bound: BoundPools,
+        *,
+        budget: MemoryBudget,
+        prepared: HandleTable[str, PreparedModel],
+        seal: Callable[[Model, Priority], bytes] | None,
+    ) -> None:
+        """``seal``: writes the model cache (None when no cache token was given)."""
+        self.session = session
+        self.model = model
+        self.priority = priority
+        self.deadline_ns = deadline_ns
+        self._bound: BoundPools | None = bound
+        self._budget = budget
+        self._prepared = prepared
+        self._seal = seal
+
+    def run(self) -> tuple[str, bytes]:
+        """Prepare; returns the prepared model's handle and the model cache (b"" without a
+        token). Raises HalError: MISSED_DEADLINE_*, RESOURCE_EXHAUSTED_*, INVALID_ARGUMENT
+        (the session closed meanwhile)."""
+        bound, self._bound = self._bound, None
+        assert bound is not None, "a PrepareJob runs once"
+        session, model = self.session, self.model
+        try:
+            delay(session.faults.prepare_delay_ms, self.deadline_ns)
+            cost = len(model.operand_values) + sum(len(b) for b in bound.buffers)
+            self._budget.charge(session.id, cost)
+            try:
+                graph = PreparedGraph(model, bound.buffers)
+                check_deadline(self.deadline_ns, "preparation", started=True)
+            except BaseException:
+                self._budget.uncharge(session.id, cost)
+                raise
+        except BaseException:
+            bound.close()
+            raise
+        pm = PreparedModel(model, graph, self.priority, bound, cost)
+        try:
+            with session.adding("the session closed during preparation"):
+                handle = self._prepared.add(session.id, pm)
+        except HalError:
+            pm.release()  # the session's close gave its memory back already
+            raise
+        sealed = b"" if self._seal is None else self._seal(model, self.priority)
+        return handle, sealed
+
+    def close(self) -> None:
+        """Give back the model's pools if ``run`` never took them. Idempotent."""
+        bound, self._bound = self._bound, None
+        if bound is not None:
+            bound.close()
+
+
+class ExecutionJob:
+    """A launched execution: pools bound, admitted; ``run`` waits for a slot and executes."""
+
+    def __init__(
+        self,
+        session: Session,
+        pm: PreparedModel,
+        request: Request,
+        bound: BoundPools,
+        ticket: Ticket,
+        *,
+        measure: bool,
+        deadline_ns: int | None,
+        loop_timeout_ns: int,
+        profile: bool,
+        scheduler: Scheduler,
+        budget: MemoryBudget,
+        executions: Counter,
+    ) -> None:
+        """``profile``: collect time per operation type (nnhal extension)."""
+        self.session = session
+        self.pm = pm
+        self.request = request
+        self.bound = bound
+        self.ticket = ticket
+        self.measure = measure
+        self.deadline_ns = deadline_ns
+        self.loop_timeout_ns = loop_timeout_ns
+        self.profile = profile
+        self._scheduler = scheduler
+        self._budget = budget
+        self._executions = executions
+        self._holds_ticket = True
+
+    def run(self) -> ExecutionResult:
+        """Execute; every HAL failure is the result's status. The ticket is given back
+        before this returns; the bound pools stay open until ``close``."""
+        session, ticket, deadline_ns = self.session, self.ticket, self.deadline_ns
+        # Bytes read from driver-managed buffers are charged to the buffers already.
+        pools = self.request.pools
+        cost = sum(len(b) for i, b in enumerate(self.bound.buffers) if not isinstance(pools[i], BufferTokenPool))
+        try:
+            try:
+                self._budget.charge(session.id, cost, what="request data")
+            except HalError:
+                self._release_ticket()
+                raise
+            try:
+                self._scheduler.acquire(ticket, deadline_ns)
+                delay(session.faults.execute_delay_ms, deadline_ns)
+                control = ExecutionControl(
+                    deadline_ns=deadline_ns,
+                    loop_timeout_ns=self.loop_timeout_ns,
+                    checkpoint_hook=self._checkpoint,
+                    on_deadline=lambda: missed(ticket.delayed or ticket.preempted > 0),
+                    profile={} if self.profile else None,
+                )
+                result = self.pm.execute(self.request, self.bound, control, self.measure)
+            finally:
+                self._release_ticket()
+                self._budget.uncharge(session.id, cost)
+        except HalError as err:
+            return execution_result(err.error_status, err.message)
+        self._executions.increment()
+        return result
+
+    def _checkpoint(self) -> None:
+        if self.session.closed:
+            # The client is gone (crash, disconnect): stop spending the device on it.
+            raise GeneralFailure("the client's session ended during the execution")
+        self._scheduler.checkpoint(self.ticket, self.deadline_ns)
+
+    def _release_ticket(self) -> None:
+        # A job is driven by one thread at a time (its stream, call or fence worker).
+        if self._holds_ticket:
+            self._holds_ticket = False
+            self._scheduler.release(self.ticket)
+
+    def close(self) -> None:
+        """Give back the ticket (if ``run`` never did) and the bound pools. Idempotent."""
+        self._release_ticket()
+        self.bound.close()

@@ -1,0 +1,48 @@
+"""What every servicer shares: HAL errors as in-band statuses, never transport errors.
+
+A servicer never lets an exception escape as a gRPC status: a HalError becomes
+the response's ``status`` + ``message`` (``wire.status_to``); anything else is a
+server bug, logged and reported as GENERAL_FAILURE so that the server and the
+caller survive it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from nnhal.core import wire
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import HalError
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M")
+
+
+def failure(err: Exception, where: str) -> tuple[ErrorStatus, str]:
+    """The in-band status of ``err``: a HalError's own; anything else is logged (call this
+    inside the ``except`` block) and becomes GENERAL_FAILURE."""
+    if isinstance(err, HalError):
+        return err.error_status, err.message
+    log.exception("unexpected error %s", where)
+    return ErrorStatus.GENERAL_FAILURE, f"internal error: {err!r}"
+
+
+def guarded(make: Callable[[], M]) -> Callable[[Callable[..., M]], Callable[..., M]]:
+    """Turn HalErrors (and bugs) of a unary handler into an in-band status of a fresh ``make()``."""
+
+    def wrap(fn: Callable[..., M]) -> Callable[..., M]:
+        def handler(self: Any, request: Any, context: grpc.ServicerContext) -> M:
+            try:
+                return fn(self, request, context)
+            except Exception as err:
+                return wire.status_to(make(), *failure(err, f"in {fn.__name__}"))  # type: ignore[no-any-return]
+
+        handler.__name__ = fn.__name__
+        return handler
+
+    return wrap

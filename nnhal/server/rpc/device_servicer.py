@@ -1,0 +1,196 @@
+"""The Device service: sessions, device facts, preparation and allocate.
+
+``prepareModel_1_3`` / ``prepareModelFromCache_1_3`` are server streams: the
+launch status (the HAL method's return value), then exactly one notify (the
+callback), whatever happens; a launch error is followed by a notify with the
+same status and no model.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import grpc
+
+from nnhal.core import wire
+from nnhal.core.enums import ErrorStatus, ExecutionPreference
+from nnhal.core.errors import HalError, InvalidArgument
+from nnhal.proto import service_pb2 as spb
+from nnhal.proto import service_pb2_grpc as sgrpc
+from nnhal.server.driver import Driver
+from nnhal.server.jobs import PrepareJob
+from nnhal.server.rpc.common import failure, guarded
+from nnhal.server.session import Faults, Session
+
+
+def _preference_from(value: int) -> ExecutionPreference:
+    try:
+        return ExecutionPreference(value)
+    except ValueError:
+        raise InvalidArgument(f"execution preference {value} is invalid") from None
+
+
+def prepare_stream(launch: Callable[[], PrepareJob], want_cache: bool) -> Iterator[spb.PrepareModelEvent]:
+    """Launch status, then exactly one notify. The job is closed on every path, also when
+    the client cancels the stream between the two messages."""
+    try:
+        job = launch()
+    except Exception as err:
+        status, message = failure(err, "launching a preparation")
+        yield spb.PrepareModelEvent(launch=wire.status_to(spb.StatusMessage(), status, message))
+        yield spb.PrepareModelEvent(notify=wire.status_to(spb.PrepareModelNotify(), status, message))
+        return
+    try:
+        yield spb.PrepareModelEvent(launch=wire.status_to(spb.StatusMessage(), ErrorStatus.NONE, ""))
+        notify = spb.PrepareModelNotify()
+        try:
+            handle, model_cache = job.run()
+            notify.prepared_model.handle = handle
+            if want_cache and model_cache:
+                notify.model_cache.add(data=model_cache)
+        except Exception as err:
+            wire.status_to(notify, *failure(err, "during preparation"))
+        # If the client vanished before reading this, its session's end releases the model.
+        yield spb.PrepareModelEvent(notify=notify)
+    finally:
+        job.close()
+
+
+class DeviceServicer(sgrpc.DeviceServicer):
+    def __init__(self, driver: Driver, stopping: threading.Event) -> None:
+        self.driver = driver
+        self._stopping = stopping
+
+    # -- session -----------------------------------------------------------
+    def openSession(self, request: spb.OpenSessionRequest, context: grpc.ServicerContext) -> Iterator[spb.SessionEvent]:
+        try:
+            session = self.driver.open_session(request.client_name, context.peer() or "")
+        except HalError as err:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, err.message)
+        ended = threading.Event()
+        context.add_callback(ended.set)
+        try:
+            shm = self.driver.config.shared_memory
+            yield spb.SessionEvent(
+                session=session.id,
+                device_name=self.driver.config.name,
+                feature_level=int(self.driver.config.feature_level),
+                shm_dir=str(shm.directory) if shm is not None and session.is_local else "",
+                shm_prefix=shm.prefix if shm is not None else "",
+            )
+            # The stream stays open as the client's liveness signal; its end
+            # (close, crash, keepalive expiry) releases the session's objects.
+            while not ended.wait(1.0):
+                if self._stopping.is_set():
+                    break
+        finally:
+            self.driver.close_session(session.id)
+
+    def _session(self, sid: str) -> Session:
+        return self.driver.session(sid)
+
+    # -- static facts ---------------------------------------------------------
+    @guarded(spb.CapabilitiesResponse)
+    def getCapabilities_1_3(
+        self, request: spb.DeviceRequest, context: grpc.ServicerContext
+    ) -> spb.CapabilitiesResponse:
+        self._session(request.session)
+        msg = spb.CapabilitiesResponse()
+        wire.capabilities_to(self.driver.capabilities, msg.capabilities)
+        return msg
+
+    @guarded(spb.VersionStringResponse)
+    def getVersionString(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.VersionStringResponse:
+        self._session(request.session)
+        return spb.VersionStringResponse(version=self.driver.config.version_string)
+
+    @guarded(spb.TypeResponse)
+    def getType(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.TypeResponse:
+        self._session(request.session)
+        return spb.TypeResponse(type=int(self.driver.config.device_type))  # type: ignore[arg-type]
+
+    @guarded(spb.ExtensionsResponse)
+    def getSupportedExtensions(
+        self, request: spb.DeviceRequest, context: grpc.ServicerContext
+    ) -> spb.ExtensionsResponse:
+        self._session(request.session)
+        msg = spb.ExtensionsResponse()
+        for e in self.driver.extensions():
+            wire.extension_to(e, msg.extensions.add())
+        return msg
+
+    @guarded(spb.CacheFilesResponse)
+    def getNumberOfCacheFilesNeeded(
+        self, request: spb.DeviceRequest, context: grpc.ServicerContext
+    ) -> spb.CacheFilesResponse:
+        self._session(request.session)
+        model, data = self.driver.cache_files_needed()
+        return spb.CacheFilesResponse(num_model_cache=model, num_data_cache=data)
+
+    def getStatus(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.StatusResponse:
+        return spb.StatusResponse(status=int(self.driver.status()))  # type: ignore[arg-type]
+
+    @guarded(spb.SupportedOperationsResponse)
+    def getSupportedOperations_1_3(
+        self, request: spb.SupportedOperationsRequest, context: grpc.ServicerContext
+    ) -> spb.SupportedOperationsResponse:
+        session = self._session(request.session)
+        supported, reasons = self.driver.supported_operations(session, wire.model_from(request.model))
+        return spb.SupportedOperationsResponse(supported=supported, reasons=reasons)
+
+    # -- preparation ------------------------------------------------------------
+    def prepareModel_1_3(
+        self, request: spb.PrepareModelRequest, context: grpc.ServicerContext
+    ) -> Iterator[spb.PrepareModelEvent]:
+        def launch() -> PrepareJob:
+            session = self._session(request.session)
+            model = wire.model_from(request.model)
+            priority = wire.priority_from_wire(request.priority)
+            return self.driver.begin_prepare(
+                session,
+                model,
+                _preference_from(request.preference),
+                priority,
+                wire.deadline_from(request.deadline),
+                bytes(request.token),
+            )
+
+        return prepare_stream(launch, request.want_cache)
+
+    def prepareModelFromCache_1_3(
+        self, request: spb.PrepareModelFromCacheRequest, context: grpc.ServicerContext
+    ) -> Iterator[spb.PrepareModelEvent]:
+        def launch() -> PrepareJob:
+            return self.driver.prepare_from_cache(
+                self._session(request.session),
+                [bytes(f.data) for f in request.model_cache],
+                [bytes(f.data) for f in request.data_cache],
+                bytes(request.token),
+                wire.deadline_from(request.deadline),
+            )
+
+        return prepare_stream(launch, False)
+
+    # -- memory domains -----------------------------------------------------------
+    @guarded(spb.AllocateResponse)
+    def allocate(self, request: spb.AllocateRequest, context: grpc.ServicerContext) -> spb.AllocateResponse:
+        session = self._session(request.session)
+        buffer, token = self.driver.allocate(
+            session,
+            wire.buffer_desc_from(request.desc),
+            [r.handle for r in request.prepared_models],
+            [wire.buffer_role_from(r) for r in request.input_roles],
+            [wire.buffer_role_from(r) for r in request.output_roles],
+        )
+        return spb.AllocateResponse(buffer=buffer, token=token)
+
+    # -- nnhal extensions -----------------------------------------------------------
+    def getStats(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.StatsResponse:
+        return spb.StatsResponse(**self.driver.stats(), limits=self.driver.config.limits())
+
+    @guarded(spb.StatusMessage)
+    def setFaults(self, request: spb.FaultRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
+        session = self._session(request.session)
+        self.driver.set_faults(session, Faults(request.prepare_delay_ms, request.execute_delay_ms))
+        return spb.StatusMessage()

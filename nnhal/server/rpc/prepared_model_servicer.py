@@ -1,0 +1,110 @@
+"""The PreparedModel and FencedExecutionCallback services: executions of every kind.
+
+``execute_1_3`` is a server stream: the launch status (the HAL method's return
+value), then exactly one notify carrying the ExecutionResult; a launch error is
+followed by a notify with the same status. The launched job is closed on every
+path (its scheduler ticket and bound pools given back), also when the client
+cancels the stream between the two messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+
+from nnhal.core import wire
+from nnhal.core.enums import ErrorStatus
+from nnhal.proto import service_pb2 as spb
+from nnhal.proto import service_pb2_grpc as sgrpc
+from nnhal.server.driver import Driver
+from nnhal.server.jobs import ExecutionJob
+from nnhal.server.rpc.common import failure, guarded
+
+#: getExecutionInfo answers this long before the caller's gRPC deadline expires.
+_INFO_MARGIN_S = 0.05
+
+
+class PreparedModelServicer(sgrpc.PreparedModelServicer):
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    def _launch(self, request: spb.ExecuteRequest) -> ExecutionJob:
+        return self.driver.begin_execute(
+            self.driver.session(request.session),
+            request.prepared_model,
+            wire.request_from(request.request),
+            request.measure == 1,
+            wire.deadline_from(request.deadline),
+            request.loop_timeout_ns,
+            request.profile,
+        )
+
+    def executeSynchronously_1_3(self, request: spb.ExecuteRequest, context: grpc.ServicerContext) -> spb.ExecuteResult:
+        try:
+            job = self._launch(request)
+        except Exception as err:
+            return wire.status_to(spb.ExecuteResult(), *failure(err, "launching executeSynchronously_1_3"))  # type: ignore[no-any-return]
+        try:
+            return wire.execution_result_to(job.run())
+        except Exception as err:
+            return wire.status_to(spb.ExecuteResult(), *failure(err, "in executeSynchronously_1_3"))  # type: ignore[no-any-return]
+        finally:
+            job.close()
+
+    def execute_1_3(self, request: spb.ExecuteRequest, context: grpc.ServicerContext) -> Iterator[spb.ExecuteEvent]:
+        try:
+            job = self._launch(request)
+        except Exception as err:
+            status, message = failure(err, "launching an execution")
+            yield spb.ExecuteEvent(launch=wire.status_to(spb.StatusMessage(), status, message))
+            yield spb.ExecuteEvent(notify=wire.status_to(spb.ExecuteResult(), status, message))
+            return
+        try:
+            yield spb.ExecuteEvent(launch=wire.status_to(spb.StatusMessage(), ErrorStatus.NONE, ""))
+            try:
+                notify = wire.execution_result_to(job.run())
+            except Exception as err:
+                notify = wire.status_to(spb.ExecuteResult(), *failure(err, "during execution"))
+            yield spb.ExecuteEvent(notify=notify)
+        finally:
+            job.close()
+
+    def configureExecutionBurst(
+        self, request_iterator: Iterator[spb.BurstRequest], context: grpc.ServicerContext
+    ) -> Iterator[spb.BurstResponse]:
+        """A burst: one stream, many executions, answered in order."""
+        for req in request_iterator:
+            yield spb.BurstResponse(result=self.executeSynchronously_1_3(req.execute, context))
+
+    @guarded(spb.FencedExecuteResponse)
+    def executeFenced(
+        self, request: spb.FencedExecuteRequest, context: grpc.ServicerContext
+    ) -> spb.FencedExecuteResponse:
+        fence = self.driver.execute_fenced(
+            self.driver.session(request.session),
+            request.prepared_model,
+            wire.request_from(request.request),
+            list(request.wait_for),
+            request.measure == 1,
+            wire.deadline_from(request.deadline),
+            request.loop_timeout_ns,
+        )
+        return spb.FencedExecuteResponse(sync_fence=fence, callback=fence)
+
+    @guarded(spb.StatusMessage)
+    def release(self, request: spb.ReleaseRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
+        self.driver.release_prepared(self.driver.session(request.session), request.handle)
+        return spb.StatusMessage()
+
+
+class FencedExecutionCallbackServicer(sgrpc.FencedExecutionCallbackServicer):
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    @guarded(spb.FencedInfoResponse)
+    def getExecutionInfo(self, request: spb.FencedInfoRequest, context: grpc.ServicerContext) -> spb.FencedInfoResponse:
+        session = self.driver.session(request.session)
+        remaining = context.time_remaining()
+        timeout = None if remaining is None else max(0.0, remaining - _INFO_MARGIN_S)
+        return wire.fenced_info_to(self.driver.fenced_info(session, request.callback, request.wait, timeout))

@@ -1,0 +1,80 @@
+"""A client session: the scope of every object a client creates (DESIGN.md §3).
+
+A session opens when a client's session stream starts and closes when it ends
+(clean close, crash, lost network, keepalive expiry); the device then releases
+everything the session owns. Whether the peer is on the server's host (which
+decides if it may name shared-memory regions) is decided once, here, from the
+address of the stream that opened the session.
+
+Lock order: a session's lock is taken before any handle table's lock (tables
+are leaves); the device's session-map lock is never held while taking it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from nnhal.core.errors import InvalidArgument, MissedDeadlineTransient
+from nnhal.server.memory import RegionCache
+
+CLOSED = "unknown or closed session; open a session first"
+_LOCAL_PREFIXES = ("unix:", "ipv4:127.", "ipv6:[::1]", "ipv6:%5B::1%5D")
+
+
+def is_local_address(peer: str) -> bool:
+    """True for a gRPC peer address on this host (unix socket or loopback)."""
+    return peer.startswith(_LOCAL_PREFIXES)
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Test-only delays (``--enable-fault-injection``); zero means none."""
+
+    prepare_delay_ms: int = 0
+    execute_delay_ms: int = 0
+
+
+def delay(ms: int, deadline_ns: int | None) -> None:
+    """Sleep ``ms`` (an injected fault), ending early with MISSED_DEADLINE_TRANSIENT
+    when the deadline passes meanwhile."""
+    if not ms:
+        return
+    end = time.monotonic_ns() + ms * 1_000_000
+    while time.monotonic_ns() < end:
+        time.sleep(min(0.01, (end - time.monotonic_ns()) / 1e9 + 1e-4))
+        if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
+            raise MissedDeadlineTransient("the deadline passed while the device was delayed")
+
+
+class Session:
+    """One client's session. ``closed`` only ever goes from False to True."""
+
+    def __init__(self, sid: str, client_name: str, peer: str) -> None:
+        self.id = sid
+        self.client_name = client_name
+        self.peer = peer
+        self.is_local = is_local_address(peer)
+        self.lock = threading.Lock()
+        self.closed = False
+        self.faults = Faults()
+        #: Shared regions this session's requests named, kept mapped between executions.
+        self.regions = RegionCache()
+
+    @contextmanager
+    def adding(self, closed_message: str = CLOSED) -> Iterator[None]:
+        """Hold while adding an object to a handle table: once ``close`` returned, nothing
+        more is added, so the device's release of the session's tables misses nothing.
+        INVALID_ARGUMENT ``closed_message`` when the session is already closed."""
+        with self.lock:
+            if self.closed:
+                raise InvalidArgument(closed_message)
+            yield
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+        self.regions.close()

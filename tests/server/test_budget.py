@@ -1,0 +1,102 @@
+"""Memory accounting per session and in total (nnhal.server.budget)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from nnhal.core.errors import InvalidArgument, ResourceExhaustedPersistent, ResourceExhaustedTransient
+from nnhal.server.budget import MemoryBudget
+
+
+def _budget(per_client: int = 0, total: int = 0, sessions: tuple[str, ...] = ("a", "b")) -> MemoryBudget:
+    budget = MemoryBudget(per_client, total)
+    for s in sessions:
+        budget.open_session(s)
+    return budget
+
+
+def test_unlimited_by_default() -> None:
+    budget = _budget()
+    budget.charge("a", 1 << 40)
+    assert budget.used("a") == 1 << 40 and budget.total == 1 << 40
+
+
+def test_per_client_limit_transient_then_persistent() -> None:
+    budget = _budget(per_client=100)
+    budget.charge("a", 60)
+    with pytest.raises(ResourceExhaustedTransient, match="already uses 60 of its 100"):
+        budget.charge("a", 50)
+    budget.charge("b", 50)  # another client has its own allowance
+    with pytest.raises(ResourceExhaustedPersistent, match="more than the server's limits"):
+        budget.charge("b", 101)
+    budget.uncharge("a", 60)
+    budget.charge("a", 100)  # fits once memory came back
+    assert budget.used("a") == 100 and budget.total == 150
+
+
+def test_total_limit_across_clients() -> None:
+    budget = _budget(total=100)
+    budget.charge("a", 70)
+    with pytest.raises(ResourceExhaustedTransient, match="30 of 100 free"):
+        budget.charge("b", 40)
+    with pytest.raises(ResourceExhaustedPersistent):
+        budget.charge("b", 101)
+    assert budget.used("b") == 0 and budget.total == 70
+
+
+def test_failed_charge_takes_nothing() -> None:
+    budget = _budget(per_client=10, total=15)
+    budget.charge("a", 10)
+    for nbytes in (1, 11):
+        with pytest.raises((ResourceExhaustedTransient, ResourceExhaustedPersistent)):
+            budget.charge("a", nbytes)
+    assert budget.used("a") == 10 and budget.total == 10
+
+
+def test_closing_a_session_gives_everything_back() -> None:
+    budget = _budget(per_client=100)
+    budget.charge("a", 40)
+    budget.charge("b", 5)
+    assert budget.close_session("a") == 40
+    assert budget.total == 5
+    budget.uncharge("a", 40)  # a late give-back of a closed session is ignored
+    assert budget.total == 5
+    with pytest.raises(InvalidArgument, match="closed session"):
+        budget.charge("a", 1)
+    with pytest.raises(InvalidArgument):
+        budget.charge("never-opened", 0)
+    assert budget.close_session("a") == 0
+
+
+def test_account_charges_growth_and_gives_back_shrinkage() -> None:
+    budget = _budget(per_client=100)
+    budget.account("a", 30, "buffer contents")
+    budget.account("a", 0, "buffer contents")
+    budget.account("a", -10, "buffer contents")
+    assert budget.used("a") == 20
+    with pytest.raises(ResourceExhaustedTransient, match="buffer contents need 81 bytes"):
+        budget.account("a", 81, "buffer contents")
+
+
+def test_concurrent_charges_never_exceed_the_total() -> None:
+    budget = _budget(total=1000, sessions=tuple(f"s{n}" for n in range(4)))
+    granted = [0] * 4
+
+    def work(n: int) -> None:
+        for _ in range(500):
+            try:
+                budget.charge(f"s{n}", 3)
+                granted[n] += 3
+            except ResourceExhaustedTransient:
+                pass
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+        assert not t.is_alive()
+    assert budget.total == sum(granted) <= 1000
+    assert [budget.used(f"s{n}") for n in range(4)] == granted

@@ -1,0 +1,221 @@
+"""Scheduler ordering and admission (nnhal.server.scheduler), in process.
+
+Waiting executions are threads blocked in ``acquire``; every wait is bounded and
+every thread is joined before the test ends. No assertion depends on how fast
+the machine is: a test waits (bounded) for a state, then checks an order.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from nnhal.core.enums import Priority
+from nnhal.core.errors import MissedDeadlineTransient, ResourceExhaustedTransient
+from nnhal.server.scheduler import Scheduler, Ticket
+
+WAIT_S = 10.0
+
+
+def _until(predicate: Callable[[], bool], what: str) -> None:
+    end = time.monotonic() + WAIT_S
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.001)
+
+
+class Waiters:
+    """Threads acquiring tickets; each records its ticket when it gets a slot, then
+    holds the slot until told to release it."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self.order: list[str] = []
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._release: dict[str, threading.Event] = {}
+        self.errors: list[BaseException] = []
+
+    def start(self, name: str, ticket: Ticket) -> None:
+        """Queue ``ticket`` (the test waits until it is queued, so arrival order is known)."""
+        before = self.sched.queued
+        go = self._release[name] = threading.Event()
+
+        def run() -> None:
+            try:
+                self.sched.acquire(ticket, None)
+                with self._lock:
+                    self.order.append(name)
+                go.wait(WAIT_S)
+            except BaseException as err:  # reported by close()
+                self.errors.append(err)
+            finally:
+                self.sched.release(ticket)
+
+        thread = threading.Thread(target=run, name=f"waiter-{name}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        _until(lambda: self.sched.queued > before or name in self.order, f"{name} to queue")
+
+    def done(self, name: str) -> None:
+        """Let ``name`` release its slot."""
+        self._release[name].set()
+
+    def running(self, n: int) -> list[str]:
+        _until(lambda: len(self.order) >= n, f"{n} waiters to run")
+        with self._lock:
+            return list(self.order)
+
+    def close(self) -> None:
+        for go in self._release.values():
+            go.set()
+        for thread in self._threads:
+            thread.join(WAIT_S)
+            assert not thread.is_alive(), f"{thread.name} still running"
+        assert not self.errors, self.errors
+
+
+@pytest.fixture
+def waiters() -> Iterator[Callable[[Scheduler], Waiters]]:
+    made: list[Waiters] = []
+
+    def make(sched: Scheduler) -> Waiters:
+        made.append(Waiters(sched))
+        return made[-1]
+
+    yield make
+    for w in made:
+        w.close()
+
+
+def _running(sched: Scheduler, client: str, priority: Priority = Priority.MEDIUM) -> Ticket:
+    ticket = sched.admit(client, priority)
+    sched.acquire(ticket, None)  # uncontended: returns at once
+    assert ticket.running
+    return ticket
+
+
+def test_least_recently_served_client_goes_first(waiters: Callable[[Scheduler], Waiters]) -> None:
+    sched = Scheduler(slots=1)
+    holder = _running(sched, "A")  # A was served last
+    w = waiters(sched)
+    w.start("A2", sched.admit("A", Priority.MEDIUM))
+    w.start("B1", sched.admit("B", Priority.MEDIUM))
+    sched.release(holder)
+    assert w.running(1) == ["B1"]  # B arrived later but was never served
+    w.done("B1")
+    assert w.running(2) == ["B1", "A2"]
+
+
+def test_client_holding_fewest_slots_goes_first(waiters: Callable[[Scheduler], Waiters]) -> None:
+    sched = Scheduler(slots=3)
+    _running(sched, "A")
+    a2 = _running(sched, "A")
+    b1 = _running(sched, "B")  # B served most recently, but holds one slot to A's two
+    w = waiters(sched)
+    w.start("A3", sched.admit("A", Priority.MEDIUM))
+    w.start("B2", sched.admit("B", Priority.MEDIUM))
+    sched.release(b1)
+    assert w.running(1) == ["B2"]
+    sched.release(a2)
+    assert w.running(2) == ["B2", "A3"]
+
+
+def test_priority_then_arrival_within_a_client(waiters: Callable[[Scheduler], Waiters]) -> None:
+    sched = Scheduler(slots=1)
+    sched.hold_off_ns = 0  # no pause after the HIGH work: the order alone is under test
+    holder = _running(sched, "Z")
+    w = waiters(sched)
+    w.start("low", sched.admit("A", Priority.LOW))
+    w.start("medium1", sched.admit("A", Priority.MEDIUM))
+    w.start("high", sched.admit("A", Priority.HIGH))
+    w.start("medium2", sched.admit("A", Priority.MEDIUM))
+    sched.release(holder)
+    for n, name in enumerate(["high", "medium1", "medium2", "low"], start=1):
+        assert w.running(n)[-1] == name
+        w.done(name)
+
+
+def test_lower_priority_waits_while_higher_of_same_client_is_in_flight(
+    waiters: Callable[[Scheduler], Waiters],
+) -> None:
+    sched = Scheduler(slots=2)
+    sched.hold_off_ns = 0
+    high = sched.admit("A", Priority.HIGH)  # launched, not yet running
+    other = _running(sched, "B", Priority.LOW)  # another client's priorities do not matter
+    w = waiters(sched)
+    w.start("low", sched.admit("A", Priority.LOW))
+    assert w.order == [] and sched.queued == 1  # a slot is free, yet LOW of A waits
+    sched.release(high)
+    assert w.running(1) == ["low"]
+    sched.release(other)
+
+
+def test_high_preempts_low_of_the_same_client_at_a_checkpoint() -> None:
+    sched = Scheduler(slots=2)
+    sched.hold_off_ns = 0
+    low = _running(sched, "A", Priority.LOW)
+    sched.checkpoint(low, None)  # nothing outranks it: returns at once
+    stranger = sched.admit("B", Priority.HIGH)
+    sched.checkpoint(low, None)  # another client's HIGH does not pre-empt A's LOW
+    assert low.running and low.preempted == 0
+    sched.release(stranger)
+
+    high = sched.admit("A", Priority.HIGH)
+    paused = threading.Thread(target=sched.checkpoint, args=(low, None), name="low-checkpoint", daemon=True)
+    paused.start()
+    try:
+        _until(lambda: low.preempted == 1 and not low.running, "LOW to pause")
+        sched.acquire(high, None)  # the paused LOW gave its slot up
+        assert high.running
+        assert paused.is_alive()  # still paused while HIGH runs
+        sched.release(high)
+        paused.join(WAIT_S)
+        assert not paused.is_alive()
+        assert low.running and low.delayed
+    finally:
+        sched.release(high)
+        sched.release(low)
+        paused.join(WAIT_S)
+    assert sched.in_flight == 0
+
+
+def test_admission_beyond_queue_depth_is_transient() -> None:
+    sched = Scheduler(slots=1, queue_depth=2)
+    tickets = [sched.admit(f"c{k}", Priority.MEDIUM) for k in range(3)]
+    with pytest.raises(ResourceExhaustedTransient, match="saturated"):
+        sched.admit("late", Priority.HIGH)
+    assert sched.in_flight == 3
+    sched.release(tickets[0])
+    sched.release(tickets[0])  # idempotent: frees one place only
+    tickets[0] = sched.admit("late", Priority.HIGH)
+    with pytest.raises(ResourceExhaustedTransient):
+        sched.admit("later", Priority.LOW)
+    for t in tickets:
+        sched.release(t)
+    assert sched.in_flight == 0
+
+
+def test_no_queue_admits_only_the_slots() -> None:
+    sched = Scheduler(slots=2, queue_depth=0)
+    first, second = sched.admit("a", Priority.LOW), sched.admit("b", Priority.LOW)
+    with pytest.raises(ResourceExhaustedTransient):
+        sched.admit("c", Priority.LOW)
+    sched.release(first)
+    sched.release(second)
+
+
+def test_deadline_passing_in_the_queue_is_transient_and_leaves_the_queue() -> None:
+    sched = Scheduler(slots=1)
+    holder = _running(sched, "A")
+    late = sched.admit("B", Priority.HIGH)
+    with pytest.raises(MissedDeadlineTransient, match="waited for the device"):
+        sched.acquire(late, time.monotonic_ns())
+    assert sched.queued == 0 and not late.running
+    sched.release(late)
+    sched.release(holder)
+    assert sched.in_flight == 0
