@@ -1,0 +1,193 @@
+"""The driver facade in process (nnhal.server.driver): sessions own every object,
+jobs give back what they hold, peer locality is the session's."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnhal.core import wire
+from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
+from nnhal.core.errors import InvalidArgument
+from nnhal.core.types import (
+    BufferDesc,
+    BufferRole,
+    DataLocation,
+    InlinePool,
+    Request,
+    RequestArgument,
+    SharedMemoryPool,
+)
+from nnhal.proto import service_pb2 as spb
+from nnhal.server.driver import DeviceConfig, Driver
+from nnhal.server.memory import SharedMemoryPolicy
+from nnhal.server.rpc.prepared_model_servicer import PreparedModelServicer
+from nnhal.server.session import Session
+from tests.conftest import add_model
+
+LOCAL = "unix:/tmp/nnhal-test.sock"
+
+
+def _request(value: float = 1.0) -> Request:
+    data = np.full(16, value, np.float32).tobytes()
+    return Request(
+        (RequestArgument(location=DataLocation(0, 0, 32)), RequestArgument(location=DataLocation(0, 32, 32))),
+        (RequestArgument(location=DataLocation(1, 0, 32)),),
+        (InlinePool(data, 64), InlinePool(b"", 32)),
+    )
+
+
+@pytest.fixture
+def driver() -> Iterator[Driver]:
+    drv = Driver(DeviceConfig(memory_per_client=1 << 20))
+    yield drv
+    assert drv.scheduler.in_flight == 0, "a test leaked a scheduler ticket"
+
+
+def _prepare(driver: Driver, session: Session, token: bytes = b"") -> tuple[str, bytes]:
+    job = driver.begin_prepare(
+        session, add_model(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None, token
+    )
+    try:
+        return job.run()
+    finally:
+        job.close()
+
+
+def test_execution_result_is_canonical(driver: Driver) -> None:
+    session = driver.open_session("t", LOCAL)
+    handle, _ = _prepare(driver, session)
+    job = driver.begin_execute(session, handle, _request(2.0), measure=True, deadline_ns=None, profile=True)
+    try:
+        result = job.run()
+    finally:
+        job.close()
+    assert result.status == ErrorStatus.NONE and set(result.output_pools) == {1}
+    np.testing.assert_array_equal(np.frombuffer(result.output_pools[1], np.float32), np.full(8, 4.0, np.float32))
+    assert [p.operation for p in result.profile] == ["ADD"] and result.profile[0].count == 1
+    assert driver.stats()["executions"] == 1
+
+
+def test_closing_a_session_releases_everything(driver: Driver) -> None:
+    session = driver.open_session("t", LOCAL)
+    other = driver.open_session("u", LOCAL)
+    handle, _ = _prepare(driver, session)
+    kept, _ = _prepare(driver, other)
+    buffer, _token = driver.allocate(session, BufferDesc(), [handle], [BufferRole(0, 0, 1.0)], [])
+    driver.buffer_copy_from(session, buffer, InlinePool(bytes(32), 32), ())
+    fence = driver.execute_fenced(session, handle, _request(), [], False, None, 0)
+    assert driver.fenced_info(session, fence, True, 30).status == ErrorStatus.NONE
+    stats = driver.stats()
+    assert (stats["prepared_models"], stats["buffers"], stats["fences"], stats["sessions"]) == (2, 1, 1, 2)
+    assert stats["bytes_in_use"] > 32
+
+    assert driver.close_session(session.id) == 1
+    stats = driver.stats()
+    assert (stats["prepared_models"], stats["buffers"], stats["fences"], stats["sessions"]) == (1, 0, 0, 1)
+    assert stats["bytes_in_use"] == driver.budget.used(other.id) > 0
+    with pytest.raises(InvalidArgument, match="closed session"):
+        driver.session(session.id)
+    assert driver.close_session(session.id) == 0
+    driver.release_prepared(other, kept)
+    assert driver.stats()["bytes_in_use"] == 0
+
+
+def test_a_closed_session_takes_no_new_objects(driver: Driver) -> None:
+    session = driver.open_session("t", LOCAL)
+    handle, _ = _prepare(driver, session)
+    job = driver.begin_prepare(session, add_model(), ExecutionPreference.LOW_POWER, Priority.LOW, None)
+    driver.close_session(session.id)
+    with pytest.raises(InvalidArgument):
+        job.run()
+    job.close()
+    with pytest.raises(InvalidArgument):
+        driver.allocate(session, BufferDesc(), [handle], [BufferRole(0, 0, 1.0)], [])
+    assert driver.stats()["prepared_models"] == 0 and driver.stats()["bytes_in_use"] == 0
+
+
+def test_another_sessions_handles_read_like_missing_ones(driver: Driver) -> None:
+    mine, theirs = driver.open_session("a", LOCAL), driver.open_session("b", LOCAL)
+    handle, _ = _prepare(driver, mine)
+    messages = set()
+    for session, name in ((theirs, handle), (mine, "0" * 32)):
+        with pytest.raises(InvalidArgument) as err:
+            driver.begin_execute(session, name, _request(), False, None)
+        messages.add(err.value.message)
+    assert messages == {"unknown prepared model handle for this session"}
+
+
+def test_closing_a_job_that_never_ran_gives_its_ticket_back(driver: Driver) -> None:
+    session = driver.open_session("t", LOCAL)
+    handle, _ = _prepare(driver, session)
+    job = driver.begin_execute(session, handle, _request(), False, None)
+    assert driver.scheduler.in_flight == 1
+    job.close()
+    job.close()
+    assert driver.scheduler.in_flight == 0 and driver.stats()["executions"] == 0
+
+
+def test_execute_stream_cancelled_after_launch_leaks_no_ticket(driver: Driver) -> None:
+    """Issue #11: the client cancels execute_1_3 between the launch and the notify."""
+    session = driver.open_session("t", LOCAL)
+    handle, _ = _prepare(driver, session)
+    msg = spb.ExecuteRequest(session=session.id, prepared_model=handle)
+    wire.request_to(_request(), msg.request)
+    stream = PreparedModelServicer(driver).execute_1_3(msg, None)  # type: ignore[arg-type]
+    assert isinstance(stream, Generator)
+    launch = next(stream)
+    assert launch.WhichOneof("event") == "launch" and wire.status_from(launch.launch)[0] == ErrorStatus.NONE
+    assert driver.scheduler.in_flight == 1
+    stream.close()  # what grpc does to the handler's generator on cancellation
+    assert driver.scheduler.in_flight == 0
+
+
+def test_execute_stream_sends_launch_then_one_notify(driver: Driver) -> None:
+    session = driver.open_session("t", LOCAL)
+    msg = spb.ExecuteRequest(session=session.id, prepared_model="missing")
+    wire.request_to(_request(), msg.request)
+    events = list(PreparedModelServicer(driver).execute_1_3(msg, None))  # type: ignore[arg-type]
+    assert [e.WhichOneof("event") for e in events] == ["launch", "notify"]
+    statuses = {wire.status_from(events[0].launch)[0], wire.status_from(events[1].notify)[0]}
+    assert statuses == {ErrorStatus.INVALID_ARGUMENT}
+
+
+def test_shared_pools_only_from_sessions_opened_on_this_host(tmp_path: Path) -> None:
+    (tmp_path / "nnhal-r").write_bytes(bytes(64))
+    driver = Driver(DeviceConfig(shared_memory=SharedMemoryPolicy(tmp_path)))
+    local, remote = driver.open_session("l", LOCAL), driver.open_session("r", "ipv4:10.1.2.3:5000")
+    assert local.is_local and not remote.is_local
+    shared = Request(
+        (RequestArgument(location=DataLocation(0, 0, 32)), RequestArgument(location=DataLocation(0, 32, 32))),
+        (RequestArgument(location=DataLocation(1, 0, 32)),),
+        (SharedMemoryPool("ashmem", "nnhal-r", 0, 64), InlinePool(b"", 32)),
+    )
+    handle, _ = _prepare(driver, remote)
+    with pytest.raises(InvalidArgument, match="only from clients on the server's host"):
+        driver.begin_execute(remote, handle, shared, False, None)
+    handle, _ = _prepare(driver, local)
+    driver.begin_execute(local, handle, shared, False, None).close()
+    for s in (local, remote):
+        driver.close_session(s.id)
+    assert driver.scheduler.in_flight == 0
+
+
+def test_model_cache_round_trip_and_token_checked_at_launch(driver: Driver) -> None:
+    session = driver.open_session("t", LOCAL)
+    with pytest.raises(InvalidArgument, match="cache token must be 32 bytes"):
+        _prepare(driver, session, b"short")
+    token = bytes(range(32))
+    _, sealed = _prepare(driver, session, token)
+    job = driver.prepare_from_cache(session, [sealed], [], token, None)
+    try:
+        handle, again = job.run()
+    finally:
+        job.close()
+    assert again == b"" and driver.prepared(session, handle).priority == Priority.MEDIUM
+    tampered = sealed[:-1] + bytes([sealed[-1] ^ 1])
+    with pytest.raises(InvalidArgument, match="failed authentication"):
+        driver.prepare_from_cache(session, [tampered], [], token, None)
+    with pytest.raises(InvalidArgument, match="expected 1 model cache"):
+        driver.prepare_from_cache(session, [], [], token, None)
