@@ -1,4 +1,5 @@
-"""``nnhal bench``: run benchmarks, print the table, write the JSON (DESIGN §11)."""
+"""``nnhal bench [NAME...] [--quick] [--json FILE]``: run benchmarks with a progress bar,
+print the table, write the JSON (DESIGN §11). Exit status 2 for an unknown name."""
 
 from __future__ import annotations
 
@@ -7,20 +8,22 @@ import json
 import sys
 from dataclasses import asdict
 
-from nnhal.bench.suite import REGISTRY, BenchResult
+from nnhal.bench.common import BenchResult
+from nnhal.bench.registry import benchmarks
 from nnhal.cli.table import Progress, print_table
 
 
-def run_cli(args: argparse.Namespace) -> int:
-    names = args.names or sorted(REGISTRY)
-    unknown = [n for n in names if n not in REGISTRY]
+def run(args: argparse.Namespace) -> int:
+    registry = benchmarks()
+    names = args.names or sorted(registry)
+    unknown = [n for n in names if n not in registry]
     if unknown:
-        print(f"nnhal bench: unknown benchmark(s) {unknown}; available: {', '.join(sorted(REGISTRY))}", file=sys.stderr)
+        print(f"nnhal bench: unknown benchmark(s) {unknown}; available: {', '.join(sorted(registry))}", file=sys.stderr)
         return 2
     results: dict[str, BenchResult] = {}
     progress = Progress(len(names), "bench")
     for name in names:
-        results.update(REGISTRY[name](args.quick))
+        results.update(registry[name](args.quick))
         progress.step()
     print_table(
         ["benchmark", "ours", "anchor", "ratio", "unit", "goal", "detail"],

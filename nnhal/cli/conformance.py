@@ -35,7 +35,7 @@ def _main_ops(case: TestCase) -> str:
     return ops[0] if len(ops) == 1 else "+".join(ops)
 
 
-def run_cli(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     files = discover(args.paths)
     pattern = args.pattern
     if pattern and not any(c in pattern for c in "*?["):

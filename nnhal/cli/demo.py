@@ -1,7 +1,9 @@
-"""The demo: a small CNN built with the model builder, prepared and executed through a server."""
+"""``nnhal run`` / ``nnhal demo``: a small CNN built with the model builder, prepared and
+executed through a server (``--start``: a local one), sync and async, results in tables."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import time
 from collections.abc import Iterator
@@ -80,3 +82,7 @@ def run_demo(address: str, start: bool = False) -> int:
             )
         print("demo finished: the model ran through the server")
         return 0 if same else 1
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_demo(args.address, start=args.start)

@@ -7,92 +7,31 @@ client in the same program; the library packages never import each other.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from nnhal.core.errors import HalError
 from nnhal.server.cache import DEFAULT_SECRET_FILE
 from nnhal.server.memory import DEFAULT_SHM_DIR
 
-
-def _serve(args: argparse.Namespace) -> int:
-    from nnhal.core.enums import HalVersion
-    from nnhal.server.cache import load_secret
-    from nnhal.server.driver import DeviceConfig
-    from nnhal.server.memory import SharedMemoryPolicy
-    from nnhal.server.rpc.serve import ServerOptions, run_forever
-
-    level = {"1.0": HalVersion.V1_0, "1.1": HalVersion.V1_1, "1.2": HalVersion.V1_2, "1.3": HalVersion.V1_3}
-    shm = None
-    if args.shm_dir != "none":
-        shm_dir = Path(args.shm_dir)
-        if not shm_dir.is_dir():
-            print(f"nnhal serve: shared-memory directory {shm_dir} does not exist (use --shm-dir none to disable)")
-            return 2
-        shm = SharedMemoryPolicy(shm_dir.resolve(), args.shm_prefix, args.shm_allow_remote)
-    device = DeviceConfig(
-        name=args.name,
-        feature_level=level[args.feature_level],
-        shared_memory=shm,
-        slots=args.slots,
-        queue_depth=args.queue_depth,
-        memory_per_client=args.memory_per_client,
-        memory_total=args.memory_total,
-        max_sessions=args.max_sessions,
-        fault_injection=args.enable_fault_injection,
-        cache_secret=load_secret(None if args.cache_secret_file == "none" else Path(args.cache_secret_file)),
-    )
-    options = ServerOptions(
-        listen=args.listen or ["127.0.0.1:50051"],
-        port_file=Path(args.port_file) if args.port_file else None,
-        max_threads=args.max_threads,
-        device=device,
-    )
-    run_forever(options)
-    return 0
+#: The module that runs each command (its ``run(args) -> int``), imported only when that
+#: command runs, so that no command starts by loading the others' dependencies.
+COMMANDS = {
+    "serve": "nnhal.cli.serve",
+    "info": "nnhal.cli.info",
+    "run": "nnhal.cli.demo",
+    "demo": "nnhal.cli.demo",
+    "conformance": "nnhal.cli.conformance",
+    "bench": "nnhal.cli.bench",
+}
 
 
-def _info(args: argparse.Namespace) -> int:
-    from nnhal.cli.table import print_table
-    from nnhal.client.device import Device
-
-    with Device.connect(args.address, client_name="nnhal-info") as dev:
-        caps = dev.capabilities()
-        n_model, n_data = dev.number_of_cache_files_needed()
-        rows = [
-            ["name", dev.name],
-            ["version", dev.version_string()],
-            ["type", dev.type().name],
-            ["feature level", f"NN HAL {dev.feature_level // 10}.{dev.feature_level % 10}"],
-            ["status", dev.status().name],
-            ["extensions", ", ".join(e.name for e in dev.supported_extensions()) or "none"],
-            ["cache files", f"{n_model} model, {n_data} data"],
-            ["operand types with performance", str(len(caps.operand_performance))],
-            ["relaxed fp32->fp16 perf", f"{caps.relaxed_float32_to_float16_performance_tensor.exec_time:g}"],
-        ]
-        for key, value in dev.limits().items():
-            rows.append([f"limit: {key}", "unlimited" if value == 0 else str(value)])
-        print_table(["property", "value"], rows)
-    return 0
-
-
-def _run(args: argparse.Namespace) -> int:
-    from nnhal.cli.demo import run_demo
-
-    return run_demo(args.address, start=args.start)
-
-
-def _conformance(args: argparse.Namespace) -> int:
-    from nnhal.cli.conformance import run_cli
-
-    return run_cli(args)
-
-
-def _bench(args: argparse.Namespace) -> int:
-    from nnhal.cli.bench import run_cli
-
-    return run_cli(args)
+def _run_command(args: argparse.Namespace) -> int:
+    run: Callable[[argparse.Namespace], int] = importlib.import_module(COMMANDS[args.command]).run
+    return int(run(args))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,20 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="key that seals compilation caches, created if missing ('none': a per-process key)",
     )
     s.add_argument("--enable-fault-injection", action="store_true", help="honour test-only setFaults (delays)")
-    s.set_defaults(func=_serve)
 
     i = sub.add_parser("info", help="show the device table of a server")
     i.add_argument("address", nargs="?", default="127.0.0.1:50051")
-    i.set_defaults(func=_info)
 
     r = sub.add_parser("run", help="run the demo model through a server")
     r.add_argument("address", nargs="?", default="127.0.0.1:50051")
     r.add_argument("--start", action="store_true", help="start a local server for the run")
-    r.set_defaults(func=_run)
     d = sub.add_parser("demo", help="alias of run")
     d.add_argument("address", nargs="?", default="127.0.0.1:50051")
     d.add_argument("--start", action="store_true", help="start a local server for the run")
-    d.set_defaults(func=_run)
 
     c = sub.add_parser("conformance", help="run NNAPI test vectors against a server")
     c.add_argument("paths", nargs="+", type=Path, help="vector files or folders")
@@ -150,13 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-k", dest="pattern", default=None, help="only cases whose name matches (glob or substring)")
     c.add_argument("--mode", action="append", help="limit to these modes (repeatable)")
     c.add_argument("--jobs", type=int, default=2, help="cases run concurrently")
-    c.set_defaults(func=_conformance)
 
     b = sub.add_parser("bench", help="benchmarks: our path against its anchor, in one run")
     b.add_argument("names", nargs="*", help="benchmark names (default: all)")
     b.add_argument("--quick", action="store_true", help="fewer iterations")
     b.add_argument("--json", type=Path, help="write results here")
-    b.set_defaults(func=_bench)
     return parser
 
 
@@ -167,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return int(args.func(args))
+        return _run_command(args)
     except HalError as err:
         print(f"nnhal: {err}", file=sys.stderr)
         return 2

@@ -1,0 +1,83 @@
+"""What every benchmark shares: the result record, interleaved timing, and a local server.
+
+A benchmark is a function ``(quick) -> {name: BenchResult}`` (one entry, or a
+TCP and a unix-socket entry). ``BenchResult`` is the JSON contract of DESIGN
+§11 (``value``, ``anchor``, ``ratio``, ``unit``, ``goal``) plus a ``detail``
+that says what exactly was measured. Latencies are medians of interleaved
+rounds (ours, anchor, ours, ...), so that machine noise hits both sides alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from nnhal.client.device import Device
+from nnhal.testing.local_server import LocalServer
+
+
+@dataclass
+class BenchResult:
+    value: float
+    anchor: float
+    ratio: float
+    unit: str
+    goal: str
+    detail: str = ""
+
+
+Bench = Callable[[bool], dict[str, BenchResult]]
+
+
+class BenchError(RuntimeError):
+    """A benchmark produced a wrong result: its timing would mean nothing."""
+
+
+def check(ok: bool, what: str) -> None:
+    if not ok:
+        raise BenchError(what)
+
+
+def transport(unix: bool) -> str:
+    return "unix socket" if unix else "TCP loopback"
+
+
+@contextmanager
+def local_device(unix: bool = False, *server_args: str) -> Iterator[Device]:
+    """A server in its own process on loopback (or a unix socket) and a device connected to it;
+    both are closed on exit."""
+    with LocalServer(*server_args, unix=unix) as srv, Device.connect(srv.address, client_name="nnhal-bench") as dev:
+        yield dev
+
+
+def interleaved(
+    ours: Callable[[], object], anchor: Callable[[], object], rounds: int, per_round: int
+) -> tuple[float, float]:
+    """Median seconds per call of each side, measured in alternating rounds."""
+    a_times: list[float] = []
+    b_times: list[float] = []
+    for _ in range(3):  # warm-up both paths
+        ours()
+        anchor()
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(per_round):
+            ours()
+        t1 = time.perf_counter()
+        for _ in range(per_round):
+            anchor()
+        t2 = time.perf_counter()
+        a_times.append((t1 - t0) / per_round)
+        b_times.append((t2 - t1) / per_round)
+    return statistics.median(a_times), statistics.median(b_times)
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    """(p50, p99) of ``samples``."""
+    arr = np.sort(np.asarray(samples))
+    return float(np.percentile(arr, 50)), float(np.percentile(arr, 99))

@@ -1,0 +1,121 @@
+"""The anchor side of the IPC benchmarks: the bare echo server in its own process,
+and a client that calls it on raw bytes with ``channel.unary_unary`` / ``stream_stream``.
+
+``EchoServer`` starts ``python -m nnhal.bench.echo_server`` on loopback (TCP
+127.0.0.1, port 0) or on a unix socket in a temporary directory, waits for its
+port file (bounded), and always stops it. ``EchoClient`` dials it with the same
+message-size ceiling our client uses; every call carries a deadline.
+"""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+
+from nnhal.bench.echo_server import CHANNEL_OPTIONS, PING_PONG, UNARY
+
+
+class EchoServer:
+    """``with EchoServer(unix=False) as srv: EchoClient(srv.address)``."""
+
+    def __init__(self, unix: bool = False, start_timeout: float = 30.0) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="nnhal-echo-")
+        tmp = Path(self._tmp.name)
+        port_file = tmp / "port"
+        listen = f"unix:{tmp / 'echo.sock'}" if unix else "127.0.0.1:0"
+        cmd = [sys.executable, "-m", "nnhal.bench.echo_server", "--listen", listen, "--port-file", str(port_file)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        try:
+            self.address = self._await_address(port_file, start_timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _await_address(self, port_file: Path, timeout: float) -> str:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the echo server exited with {self.proc.returncode}")
+            if port_file.exists():
+                return port_file.read_text().strip()
+            time.sleep(0.02)
+        raise RuntimeError(f"the echo server did not start within {timeout} s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Terminate (then kill) the process and remove its directory; idempotent."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout)
+        self._tmp.cleanup()
+
+    def __enter__(self) -> EchoServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class PingPong:
+    """One open bidirectional stream: ``ping(payload)`` sends and waits for its reply.
+
+    The request iterator is fed from a queue, as a burst's is, so both sides
+    pay for the same stream plumbing. One ping at a time."""
+
+    def __init__(self, channel: grpc.Channel, timeout: float) -> None:
+        self._requests: queue.Queue[bytes | None] = queue.Queue()
+        call = channel.stream_stream(PING_PONG)
+        self._responses: Iterator[bytes] = call(iter(self._requests.get, None), timeout=timeout)
+
+    def ping(self, payload: bytes) -> bytes:
+        self._requests.put(payload)
+        return next(self._responses)
+
+    def close(self) -> None:
+        self._requests.put(None)
+        for _ in self._responses:  # the server ends the stream once ours is closed
+            pass
+
+    def __enter__(self) -> PingPong:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EchoClient:
+    """A channel to an ``EchoServer``; ``unary`` and ``ping_pong`` move raw bytes."""
+
+    def __init__(self, address: str) -> None:
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._unary = self._channel.unary_unary(UNARY)
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        grpc.channel_ready_future(self._channel).result(timeout)
+
+    def unary(self, payload: bytes, timeout: float = 60.0) -> bytes:
+        reply: bytes = self._unary(payload, timeout=timeout)
+        return reply
+
+    def ping_pong(self, timeout: float = 600.0) -> PingPong:
+        """A stream kept open for at most ``timeout`` seconds (its deadline)."""
+        return PingPong(self._channel, timeout)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> EchoClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,58 @@
+"""Execution benchmarks: MobileNet-v1 through a server (``pm.execute`` on a numpy image)
+against onnxruntime in-process (CPU, one thread) running the same graph.
+
+Needs the ``bench`` extra (onnx, onnxruntime), imported only when these run.
+The detail reports top-1 agreement, the largest probability difference and the
+server's per-operation profile (where the time goes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.bench import zoo
+from nnhal.bench.common import Bench, BenchResult, interleaved, local_device
+
+
+def _mobilenet(quant8: bool, quick: bool) -> BenchResult:
+    from nnhal.bench import onnx_anchor  # onnx and onnxruntime only when this runs
+
+    weights = zoo.mobilenet_weights()
+    model = zoo.mobilenet_v1(weights, quant8)
+    image = zoo.mobilenet_input(quant8)
+    sess = onnx_anchor.session(onnx_anchor.mobilenet_onnx(weights, quant8))
+    feed = {"input": np.ascontiguousarray(image.transpose(0, 3, 1, 2))}
+    rounds = 3 if quick else 7
+    with local_device() as dev, dev.prepare_model_sync(model) as pm:
+        ours_out = pm.execute([image], timeout=120).outputs[0].reshape(-1)
+        anchor_out = np.asarray(sess.run(None, feed)[0]).reshape(-1)
+        t_ours, t_anchor = interleaved(
+            lambda: pm.execute([image], timeout=120), lambda: sess.run(None, feed), rounds, 1
+        )
+        prof = pm.execute([image], timeout=120, profile=True).profile
+    ours_probs = ours_out.astype(np.float32) / 256.0 if quant8 else ours_out
+    top_ours, top_anchor = int(np.argmax(ours_probs)), int(np.argmax(anchor_out))
+    total_us = sum(us for _, _, us in prof) or 1
+    profile = ", ".join(f"{name} {100 * us / total_us:.0f}% ({count}x)" for name, count, us in prof[:5])
+    return BenchResult(
+        t_ours * 1e3,
+        t_anchor * 1e3,
+        t_ours / t_anchor,
+        "ms per inference",
+        "ratio <= 2.0" if quant8 else "ratio <= 1.5",
+        f"top-1 ours {top_ours} / ort {top_anchor}, max |dp| {np.max(np.abs(ours_probs - anchor_out)):.4f}; "
+        f"profile: {profile}",
+    )
+
+
+def mobilenet_f32(quick: bool) -> dict[str, BenchResult]:
+    """MobileNet-v1 float32 through a server vs onnxruntime (CPU, 1 thread), same graph."""
+    return {"exec.mobilenet_f32": _mobilenet(False, quick)}
+
+
+def mobilenet_q8(quick: bool) -> dict[str, BenchResult]:
+    """MobileNet-v1 quant8 asymm through a server vs onnxruntime's QLinear graph (1 thread)."""
+    return {"exec.mobilenet_q8": _mobilenet(True, quick)}
+
+
+BENCHMARKS: dict[str, Bench] = {"exec.mobilenet_f32": mobilenet_f32, "exec.mobilenet_q8": mobilenet_q8}

@@ -1,0 +1,203 @@
+"""IPC benchmarks: the public client API a user calls, numpy in to numpy out, against a
+bare gRPC server in its own process on the same transport (DESIGN §11).
+
+Our side runs a real server (``LocalServer``) and times ``pm.execute`` /
+``Burst.execute`` / shared-memory executions including the numpy conversions
+at both ends. The anchor is ``echo_server`` (identity serializers, nothing of
+nnhal), called with ``channel.unary_unary`` / ``stream_stream`` on raw bytes of
+the same sizes, so the ratio is our overhead over gRPC's own.
+
+Message sizes: the anchor moves as many bytes each way as our call puts on the
+wire. Ours were measured once from the protobuf of the equivalent request
+(this module does not see the wire format): the tensor bytes plus an envelope
+(session id, model handle, argument locations and dimensions, the client's
+64-byte input alignment; on the way back output shapes and timing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+
+from nnhal.bench.common import Bench, BenchResult, check, interleaved, local_device, transport
+from nnhal.bench.echo_anchor import EchoClient, EchoServer
+from nnhal.bench.echo_server import frame
+from nnhal.client.builder import ModelBuilder
+from nnhal.client.memory import SharedMemory
+from nnhal.client.prepared_model import PreparedModel
+from nnhal.core.enums import OperandType as T
+from nnhal.core.enums import OperationType as O
+from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
+
+SMALL_SHAPE = (2, 4)
+SMALL_BYTES = 2 * 4 * 4
+#: Envelope bytes of ``pm.execute`` (ADD 2x4): request 211 B = 64 B inputs + 147 B, reply 70 B = 32 B + 38 B.
+SYNC_ENVELOPE = (147, 38)
+#: Envelope bytes of ``Burst.execute`` (one inline pool, no padding): 173 B = 64 + 109, reply 72 B = 32 + 40.
+BURST_ENVELOPE = (109, 40)
+BIG_SIDE = 4096
+BIG_BYTES = BIG_SIDE * BIG_SIDE * 4
+
+
+def _add_model() -> Model:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, list(SMALL_SHAPE))
+    y = b.input(T.TENSOR_FLOAT32, list(SMALL_SHAPE))
+    return b.outputs(b.op(O.ADD, [x, y, b.int32(0)], T.TENSOR_FLOAT32, list(SMALL_SHAPE))).finish()
+
+
+def _identity_model() -> Model:
+    """A 64 MiB float32 tensor through RESHAPE to its own shape: the bytes out are the bytes in."""
+    b = ModelBuilder()
+    shape = [BIG_SIDE, BIG_SIDE]
+    x = b.input(T.TENSOR_FLOAT32, shape)
+    return b.outputs(b.op(O.RESHAPE, [x, b.constant(np.array(shape, np.int32))], T.TENSOR_FLOAT32, shape)).finish()
+
+
+def _small_inputs() -> tuple[np.ndarray, np.ndarray]:
+    a = np.arange(8, dtype=np.float32).reshape(SMALL_SHAPE)
+    return a, a * 2
+
+
+def _small_payload(envelope: tuple[int, int]) -> bytes:
+    return frame(2 * SMALL_BYTES + envelope[0], SMALL_BYTES + envelope[1])
+
+
+def _per_call(t_ours: float, t_anchor: float, ours: str, envelope: tuple[int, int], unix: bool) -> BenchResult:
+    req, rep = 2 * SMALL_BYTES + envelope[0], SMALL_BYTES + envelope[1]
+    detail = (
+        f"ours: {ours}; anchor: raw {req} B in / {rep} B out as ours (64 B inputs + {envelope[0]} B envelope, "
+        f"32 B output + {envelope[1]} B), {transport(unix)}"
+    )
+    return BenchResult(t_ours * 1e6, t_anchor * 1e6, t_ours / t_anchor, "us per call", "ratio <= 1.3", detail)
+
+
+def _bandwidth(name: str, t_ours: float, t_anchor: float, goal: str, detail: str) -> dict[str, BenchResult]:
+    gib = BIG_BYTES / 2**30
+    return {name: BenchResult(gib / t_ours, gib / t_anchor, t_anchor / t_ours, "GiB/s", goal, detail)}
+
+
+@contextmanager
+def _served(model: Model, unix: bool = False) -> Iterator[tuple[PreparedModel, EchoClient]]:
+    """Our server and the echo anchor, each in its own process on the same transport."""
+    with (
+        local_device(unix) as dev,
+        dev.prepare_model_sync(model) as pm,
+        EchoServer(unix) as echo,
+        EchoClient(echo.address) as client,
+    ):
+        client.wait_ready()
+        yield pm, client
+
+
+def _sync_small(unix: bool, quick: bool) -> BenchResult:
+    a, b = _small_inputs()
+    payload = _small_payload(SYNC_ENVELOPE)
+    with _served(_add_model(), unix) as (pm, client):
+
+        def ours() -> np.ndarray:
+            out: np.ndarray = pm.execute([a, b]).outputs[0]
+            return out
+
+        check(np.array_equal(ours(), a + b), "ADD through the server is wrong")
+        rounds, per = (5, 100) if quick else (15, 300)
+        t_ours, t_echo = interleaved(ours, lambda: client.unary(payload, timeout=10), rounds, per)
+    return _per_call(t_ours, t_echo, "pm.execute([2x4, 2x4]) -> outputs[0], unary", SYNC_ENVELOPE, unix)
+
+
+def sync_small(quick: bool) -> dict[str, BenchResult]:
+    """pm.execute of ADD 2x4 float32 vs a raw gRPC unary call of the same byte sizes."""
+    return {"ipc.sync_small": _sync_small(False, quick), "ipc.sync_small.unix": _sync_small(True, quick)}
+
+
+def _small_request(a: np.ndarray, b: np.ndarray) -> Request:
+    """What a burst user builds: both inputs in one inline pool, the output in another."""
+    n = SMALL_BYTES
+    return Request(
+        (RequestArgument(location=DataLocation(0, 0, n)), RequestArgument(location=DataLocation(0, n, n))),
+        (RequestArgument(location=DataLocation(1, 0, n)),),
+        (InlinePool(a.tobytes() + b.tobytes(), 2 * n), InlinePool(b"", n)),
+    )
+
+
+def _burst_small(unix: bool, quick: bool) -> BenchResult:
+    a, b = _small_inputs()
+    payload = _small_payload(BURST_ENVELOPE)
+    with _served(_add_model(), unix) as (pm, client), pm.burst() as burst, client.ping_pong() as stream:
+
+        def ours() -> np.ndarray:
+            outcome = burst.execute(_small_request(a, b))
+            return np.frombuffer(outcome.output_pools[1], np.float32, 8).reshape(SMALL_SHAPE)
+
+        check(np.array_equal(ours(), a + b), "ADD through the burst is wrong")
+        rounds, per = (5, 100) if quick else (15, 300)
+        t_ours, t_echo = interleaved(ours, lambda: stream.ping(payload), rounds, per)
+    return _per_call(t_ours, t_echo, "Burst.execute(Request of 2x4, 2x4) -> numpy, bidi", BURST_ENVELOPE, unix)
+
+
+def burst_small(quick: bool) -> dict[str, BenchResult]:
+    """Burst.execute of ADD 2x4 float32 vs a raw gRPC bidi ping-pong of the same byte sizes."""
+    return {"ipc.burst_small": _burst_small(False, quick), "ipc.burst_small.unix": _burst_small(True, quick)}
+
+
+def _identity(pm: PreparedModel, x: np.ndarray) -> np.ndarray:
+    out: np.ndarray = pm.execute([x], timeout=60).outputs[0]
+    return out
+
+
+def inline_64m(quick: bool) -> dict[str, BenchResult]:
+    """64 MiB in and out inline through pm.execute vs a raw gRPC echo of 64 MiB."""
+    x = np.random.default_rng(0).random((BIG_SIDE, BIG_SIDE), dtype=np.float32)
+    # Request and reply the same size: the echo returns the bytes it received, no copy.
+    payload = frame(BIG_BYTES, BIG_BYTES)
+    rounds = 3 if quick else 7
+    with _served(_identity_model()) as (pm, client):
+        check(np.array_equal(_identity(pm, x), x), "the identity model changed the bytes")
+        t_ours, t_echo = interleaved(lambda: _identity(pm, x), lambda: client.unary(payload), rounds, 1)
+    detail = "ours: pm.execute([64 MiB array]) -> outputs[0]; anchor: raw unary echo of 64 MiB, TCP loopback"
+    return _bandwidth("ipc.inline_64m", t_ours, t_echo, "ratio >= 0.8", detail)
+
+
+def shm_64m(quick: bool) -> dict[str, BenchResult]:
+    """64 MiB in and out through shared memory vs a numpy memcpy of the same bytes."""
+    count = BIG_BYTES // 4
+    src = np.random.default_rng(0).random(count, dtype=np.float32)
+    dst = np.empty_like(src)
+    anchor_dst = np.empty_like(src)
+    rounds = 3 if quick else 7
+    with (
+        local_device() as dev,
+        dev.prepare_model_sync(_identity_model()) as pm,
+        SharedMemory.create(dev, BIG_BYTES) as inp,
+        SharedMemory.create(dev, BIG_BYTES) as out,
+    ):
+        in_view, out_view = inp.view(np.float32, (count,)), out.view(np.float32, (count,))
+        request = Request(
+            (RequestArgument(location=DataLocation(0, 0, BIG_BYTES)),),
+            (RequestArgument(location=DataLocation(1, 0, BIG_BYTES)),),
+            (inp.pool(), out.pool()),
+        )
+
+        def ours() -> None:
+            in_view[:] = src
+            pm.execute_request(request, timeout=60).raise_for_status()
+            np.copyto(dst, out_view)
+
+        ours()
+        check(np.array_equal(dst, src), "the identity model changed the bytes")
+        t_ours, t_copy = interleaved(ours, lambda: np.copyto(anchor_dst, src), rounds, 1)
+    detail = (
+        "ours: write the input view, pm.execute_request, copy the output view out "
+        "(3 copies of 64 MiB, one in the server); anchor: one np.copyto"
+    )
+    return _bandwidth("ipc.shm_64m", t_ours, t_copy, "ratio >= 0.5", detail)
+
+
+BENCHMARKS: dict[str, Bench] = {
+    "ipc.sync_small": sync_small,
+    "ipc.burst_small": burst_small,
+    "ipc.inline_64m": inline_64m,
+    "ipc.shm_64m": shm_64m,
+}

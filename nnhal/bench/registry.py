@@ -1,0 +1,15 @@
+"""Every benchmark by name, module by module (an explicit list: no import side effects).
+
+``benchmarks()`` maps a name to a function ``(quick) -> {name: BenchResult}``;
+``nnhal bench`` runs them. A function may report more than one entry (the
+IPC ones add a ``.unix`` twin).
+"""
+
+from __future__ import annotations
+
+from nnhal.bench import execution, ipc, qos
+from nnhal.bench.common import Bench
+
+
+def benchmarks() -> dict[str, Bench]:
+    return {**ipc.BENCHMARKS, **qos.BENCHMARKS, **execution.BENCHMARKS}

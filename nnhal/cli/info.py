@@ -1,0 +1,30 @@
+"""``nnhal info ADDR``: the device table of a server (name, version string, type, feature
+level, status, extensions, cache files, capabilities, limits)."""
+
+from __future__ import annotations
+
+import argparse
+
+from nnhal.cli.table import print_table
+from nnhal.client.device import Device
+
+
+def run(args: argparse.Namespace) -> int:
+    with Device.connect(args.address, client_name="nnhal-info") as dev:
+        caps = dev.capabilities()
+        n_model, n_data = dev.number_of_cache_files_needed()
+        rows = [
+            ["name", dev.name],
+            ["version", dev.version_string()],
+            ["type", dev.type().name],
+            ["feature level", f"NN HAL {dev.feature_level // 10}.{dev.feature_level % 10}"],
+            ["status", dev.status().name],
+            ["extensions", ", ".join(e.name for e in dev.supported_extensions()) or "none"],
+            ["cache files", f"{n_model} model, {n_data} data"],
+            ["operand types with performance", str(len(caps.operand_performance))],
+            ["relaxed fp32->fp16 perf", f"{caps.relaxed_float32_to_float16_performance_tensor.exec_time:g}"],
+        ]
+        for key, value in dev.limits().items():
+            rows.append([f"limit: {key}", "unlimited" if value == 0 else str(value)])
+        print_table(["property", "value"], rows)
+    return 0
