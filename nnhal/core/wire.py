@@ -14,6 +14,7 @@ is stateless (safe from any thread).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Sequence
 from enum import IntEnum
@@ -65,6 +66,7 @@ from nnhal.proto import types_pb2 as pb
 #: Messages up to 1 GiB each way: inline pools carry tensors (the 64 MiB benchmark and
 #: more). Inline pools of one request are held to it too: their contents travel in one.
 MAX_MESSAGE_BYTES = 1 << 30
+_UINT64_MAX = (1 << 64) - 1
 
 E = TypeVar("E", bound=IntEnum)
 
@@ -279,12 +281,13 @@ def timing_from(msg: pb.Timing) -> Timing:
 
 
 def error_status_from(value: int) -> ErrorStatus:
-    """An unknown status number reads as GENERAL_FAILURE (a newer peer's code)."""
+    """An unknown status number reads as GENERAL_FAILURE (a newer peer's code), and so does
+    DEAD_OBJECT: it is the client's own verdict on a vanished server, never a peer's answer."""
     try:
         status = ErrorStatus(value)
     except ValueError:
         return ErrorStatus.GENERAL_FAILURE
-    return status
+    return ErrorStatus.GENERAL_FAILURE if status == ErrorStatus.DEAD_OBJECT else status
 
 
 def error_status_to(status: ErrorStatus) -> int:
@@ -355,11 +358,19 @@ def fenced_info_from(msg: spb.FencedInfoResponse) -> FencedExecutionInfo:
 # -- deadlines -------------------------------------------------------------------
 def deadline_to(remaining_s: float | None, msg: pb.Deadline) -> None:
     """A deadline travels as the time remaining when the request is sent (no deadline:
-    the message stays unset); negative remainders travel as 0 (already passed)."""
+    the message stays unset). The remainder saturates to the field's range: negative ones
+    travel as 0 (already passed), ones beyond uint64 ns (~584 years, or infinite) as its maximum.
+    Raises InvalidArgument for NaN."""
     if remaining_s is None:
         return
+    if math.isnan(remaining_s):
+        raise InvalidArgument("the deadline is not a number (NaN)")
     msg.has_deadline = True
-    msg.remaining_ns = max(0, int(remaining_s * 1e9))
+    msg.remaining_ns = (
+        int(min(max(remaining_s * 1e9, 0.0), float(_UINT64_MAX)))
+        if math.isfinite(remaining_s)
+        else (_UINT64_MAX if remaining_s > 0 else 0)
+    )
 
 
 def deadline_from(msg: pb.Deadline) -> int | None:
