@@ -366,11 +366,8 @@ def deadline_to(remaining_s: float | None, msg: pb.Deadline) -> None:
     if math.isnan(remaining_s):
         raise InvalidArgument("the deadline is not a number (NaN)")
     msg.has_deadline = True
-    msg.remaining_ns = (
-        int(min(max(remaining_s * 1e9, 0.0), float(_UINT64_MAX)))
-        if math.isfinite(remaining_s)
-        else (_UINT64_MAX if remaining_s > 0 else 0)
-    )
+    ns = remaining_s * 1e9
+    msg.remaining_ns = 0 if ns <= 0 else _UINT64_MAX if ns >= _UINT64_MAX else int(ns)
 
 
 def deadline_from(msg: pb.Deadline) -> int | None:
