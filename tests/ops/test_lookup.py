@@ -9,7 +9,7 @@ from nnhal.core.enums import HalVersion, OperandLifeTime
 from nnhal.core.enums import OperationType as Op
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import Operand
-from nnhal.server.executor.ops.lookup import fingerprint64
+from nnhal.server.executor.ops._farmhash import fingerprint64
 from tests.ops.elementwise_runner import T, run, scalar, tensor, validate
 
 F32 = T.TENSOR_FLOAT32

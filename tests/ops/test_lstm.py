@@ -11,7 +11,7 @@ from nnhal.core.enums import HalVersion, OperandLifeTime
 from nnhal.core.enums import OperationType as Op
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import Operand
-from nnhal.server.executor.ops.lstm import fx_logistic, fx_tanh
+from nnhal.server.executor.ops._fixed_point_math import fx_logistic, fx_tanh
 from tests.ops.elementwise_runner import T, run, scalar, tensor, validate
 
 F32 = T.TENSOR_FLOAT32

@@ -1,6 +1,10 @@
 """The two views an operation has of its operands: one for validation, one for execution.
 
-Operations never see the model, the pools or gRPC; only these contexts.
+Operations never see the model, the pools or gRPC; only these contexts. Both
+report problems through ``fail`` / ``require`` (see executor.errors): the
+message is prefixed with the operation's name, and the status is the one of
+the stage (INVALID_ARGUMENT while validating; the family's declared status
+while executing).
 """
 
 from __future__ import annotations
@@ -11,9 +15,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 
 from nnhal.core.enums import OperandLifeTime, OperandType, OperationType
-from nnhal.core.errors import GeneralFailure, InvalidArgument
+from nnhal.core.errors import HalError
 from nnhal.core.operand_types import DTYPE, INFO
 from nnhal.core.types import Operand, Subgraph
+from nnhal.server.executor.errors import INVALID, OP_FAILED, fail
+from nnhal.server.executor.registry import lookup
 
 if TYPE_CHECKING:
     from nnhal.server.executor.graph import ExecutionControl
@@ -48,9 +54,10 @@ class ValidationContext:
 
     # -- reporting --------------------------------------------------------
     def fail(self, message: str) -> NoReturn:
-        raise InvalidArgument(f"{self.op_type.name}: {message}")
+        """INVALID_ARGUMENT naming the operation: the model breaks its rules."""
+        fail(f"{self.op_type.name}: {message}")
 
-    def require(self, condition: bool, message: str) -> None:
+    def require(self, condition: object, message: str) -> None:
         if not condition:
             self.fail(message)
 
@@ -171,11 +178,24 @@ class ExecutionContext:
         self.relaxed = relaxed
         self.control = control
 
+    # -- reporting ----------------------------------------------------------
+    def fail(self, message: str, status: type[HalError] | None = None) -> NoReturn:
+        """Raise ``status``, by default the one the operation's family registered, naming the operation."""
+        if status is None:
+            spec = lookup(self.op_type)
+            status = OP_FAILED if spec is None else spec.execution_failure
+        fail(f"{self.op_type.name}: {message}", status)
+
+    def require(self, condition: object, message: str, status: type[HalError] | None = None) -> None:
+        if not condition:
+            self.fail(message, status)
+
     # -- inputs -------------------------------------------------------------
     def tensor(self, i: int) -> np.ndarray:
         value = self.inputs[i]
         if value is None:
-            raise InvalidArgument(f"{self.op_type.name}: input {i} is required but has no value")
+            # A required operand the request left without a value, whatever the family.
+            self.fail(f"input {i} is required but has no value", INVALID)
         return value
 
     def optional(self, i: int) -> np.ndarray | None:
@@ -220,8 +240,5 @@ class ExecutionContext:
             and INFO[operand.type].is_tensor
             and (len(dims) != arr.ndim or any(d and d != a for d, a in zip(dims, arr.shape)))
         ):
-            raise GeneralFailure(
-                f"{self.op_type.name}: output {i} has shape {list(arr.shape)}, "
-                f"incompatible with the declared {list(dims)}"
-            )
+            self.fail(f"output {i} has shape {list(arr.shape)}, incompatible with the declared {list(dims)}", OP_FAILED)
         self.outputs[i] = arr

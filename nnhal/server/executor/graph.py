@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -19,10 +19,11 @@ from nnhal.core.enums import (
     OperandLifeTime,
     OperationType,
 )
-from nnhal.core.errors import GeneralFailure, InvalidArgument, MissedDeadlineTransient
+from nnhal.core.errors import MissedDeadlineTransient
 from nnhal.core.operand_types import DTYPE, INFO
 from nnhal.core.types import Model, Operand, Subgraph
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
+from nnhal.server.executor.errors import OP_FAILED, fail
 from nnhal.server.executor.registry import OperationSpec, lookup
 
 Buffer = bytes | bytearray | memoryview
@@ -69,6 +70,21 @@ def operand_value(operand: Operand, raw: Buffer) -> np.ndarray:
     return arr.reshape(())
 
 
+def constant_value(model: Model, pools: Sequence[Buffer], operand: Operand) -> np.ndarray | None:
+    """The value of a CONSTANT_COPY / CONSTANT_REFERENCE operand (a read-only view), else None."""
+    loc = operand.location
+    if operand.lifetime == OperandLifeTime.CONSTANT_COPY:
+        return operand_value(operand, memoryview(model.operand_values)[loc.offset : loc.offset + loc.length])
+    if operand.lifetime == OperandLifeTime.CONSTANT_REFERENCE:
+        return operand_value(operand, memoryview(pools[loc.pool_index])[loc.offset : loc.offset + loc.length])
+    return None
+
+
+def unsupported(operation_type: OperationType) -> NoReturn:
+    """INVALID_ARGUMENT for an operation no family registered."""
+    fail(f"operation {operation_type.name} is not supported by this driver")
+
+
 @dataclass(slots=True)
 class Step:
     spec: OperationSpec
@@ -106,16 +122,10 @@ class PreparedGraph:
 
     # -- preparation ------------------------------------------------------
     def _constant(self, operand: Operand) -> np.ndarray | None:
-        loc = operand.location
-        if operand.lifetime == OperandLifeTime.CONSTANT_COPY:
-            raw: Buffer = memoryview(self.model.operand_values)[loc.offset : loc.offset + loc.length]
-        elif operand.lifetime == OperandLifeTime.CONSTANT_REFERENCE:
-            raw = memoryview(self._pools[loc.pool_index])[loc.offset : loc.offset + loc.length]
-        elif operand.lifetime == OperandLifeTime.SUBGRAPH:
-            return np.array(loc.offset, dtype=np.uint32)
-        else:
-            return None
-        return operand_value(operand, raw)
+        if operand.lifetime == OperandLifeTime.SUBGRAPH:
+            # Control flow reads a subgraph reference as the referenced subgraph's index.
+            return np.array(operand.location.offset, dtype=np.uint32)
+        return constant_value(self.model, self._pools, operand)
 
     def _prepare(self, sg: Subgraph) -> PreparedSubgraph:
         constants = [self._constant(op) for op in sg.operands]
@@ -128,7 +138,7 @@ class PreparedGraph:
         for n, operation in enumerate(sg.operations):
             spec = lookup(operation.type)
             if spec is None:
-                raise InvalidArgument(f"operation {operation.type.name} is not supported by this driver")
+                unsupported(operation.type)
             in_ops = tuple(sg.operands[i] for i in operation.inputs)
             out_ops = tuple(sg.operands[i] for i in operation.outputs)
             state = None
@@ -170,7 +180,7 @@ class PreparedGraph:
 
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray], control: ExecutionControl) -> list[np.ndarray]:
         if not 0 <= index < len(self.referenced):
-            raise InvalidArgument(f"no referenced subgraph {index}")
+            fail(f"no referenced subgraph {index}")
         return self._run(self.referenced[index], inputs, control, None)
 
     def _run(
@@ -211,7 +221,7 @@ class PreparedGraph:
                 entry[1] += time.perf_counter_ns() - t0
             for i, out in zip(step.outputs, ctx.outputs):
                 if out is None:
-                    raise GeneralFailure(f"{step.operation_type.name} did not produce all its outputs")
+                    fail(f"{step.operation_type.name} did not produce all its outputs", OP_FAILED)
                 values[i] = out
             for i in step.release:
                 values[i] = None
@@ -220,6 +230,6 @@ class PreparedGraph:
         for i in sg.output_indexes:
             value = values[i]
             if value is None:
-                raise GeneralFailure(f"output operand {i} was never written")
+                fail(f"output operand {i} was never written", OP_FAILED)
             results.append(value)
         return results

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nnhal.core.enums import HalVersion, OperationType
+from nnhal.core.errors import HalError
+from nnhal.server.executor.errors import OP_FAILED
 
 if TYPE_CHECKING:
     from nnhal.server.executor.context import ExecutionContext, ValidationContext
@@ -24,6 +26,8 @@ Kernel = Callable[["ExecutionContext"], None]
 #: Optional, runs once at prepare with constant operands known; its result is
 #: handed to every execution as ``ctx.state`` (e.g. re-laid-out weights).
 Preparer = Callable[["ValidationContext"], Any]
+#: The HalError class an operation's execution-time checks raise.
+FailureStatus = type[HalError]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,8 @@ class OperationSpec:
     validate: Validator
     execute: Kernel
     prepare: Preparer | None = None
+    #: The status ``ExecutionContext.fail`` raises for this operation (see executor.errors).
+    execution_failure: FailureStatus = OP_FAILED
 
 
 _REGISTRY: dict[OperationType, OperationSpec] = {}
@@ -43,11 +49,16 @@ def register(
     validate: Validator,
     execute: Kernel,
     prepare: Preparer | None = None,
+    execution_failure: type[HalError] = OP_FAILED,
 ) -> None:
-    """Register ``op_type``; registering one type twice is a programming error."""
+    """Register ``op_type``; registering one type twice is a programming error.
+
+    ``execution_failure`` is the status of the operation's execution-time checks
+    (GENERAL_FAILURE unless the family says otherwise; see executor.errors).
+    """
     if op_type in _REGISTRY:
         raise RuntimeError(f"operation {op_type.name} registered twice")
-    _REGISTRY[op_type] = OperationSpec(op_type, validate, execute, prepare)
+    _REGISTRY[op_type] = OperationSpec(op_type, validate, execute, prepare, execution_failure)
 
 
 def lookup(op_type: OperationType) -> OperationSpec | None:

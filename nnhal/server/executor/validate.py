@@ -4,40 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from nnhal.core.enums import OPERATION_INTRODUCED, HalVersion, OperationType
-from nnhal.core.errors import HalError, InvalidArgument
+from nnhal.core.errors import HalError
 from nnhal.core.types import Model, Operation, Subgraph
 from nnhal.core.validation import OperationValidator, validate_model
 from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
 from nnhal.server.executor.context import ValidationContext
-from nnhal.server.executor.graph import Buffer, operand_value
+from nnhal.server.executor.graph import Buffer, constant_value, unsupported
 from nnhal.server.executor.registry import lookup
 
 
-def _constant_reader(model: Model, sg: Subgraph, pools: Sequence[Buffer]):  # type: ignore[no-untyped-def]
-    from nnhal.core.enums import OperandLifeTime as L
-
-    def read(index: int) -> np.ndarray | None:
-        operand = sg.operands[index]
-        loc = operand.location
-        if operand.lifetime == L.CONSTANT_COPY:
-            return operand_value(operand, memoryview(model.operand_values)[loc.offset : loc.offset + loc.length])
-        if operand.lifetime == L.CONSTANT_REFERENCE:
-            return operand_value(operand, memoryview(pools[loc.pool_index])[loc.offset : loc.offset + loc.length])
-        return None
-
-    return read
-
-
 def validation_context(model: Model, sg: Subgraph, operation: Operation, pools: Sequence[Buffer]) -> ValidationContext:
-    read = _constant_reader(model, sg, pools)
     return ValidationContext(
         operation.type,
         [sg.operands[i] for i in operation.inputs],
         [sg.operands[i] for i in operation.outputs],
-        lambda k: read(operation.inputs[k]),
+        lambda k: constant_value(model, pools, sg.operands[operation.inputs[k]]),
         model.relax_computation_float32_to_float16,
         model.referenced,
         operation.inputs,
@@ -48,7 +30,7 @@ def make_operation_validator(pools: Sequence[Buffer]) -> OperationValidator:
     def validate(model: Model, sg: Subgraph, operation: Operation) -> HalVersion:
         spec = lookup(operation.type)
         if spec is None:
-            raise InvalidArgument(f"operation {operation.type.name} is not supported by this driver")
+            unsupported(operation.type)
         return spec.validate(validation_context(model, sg, operation, pools))
 
     return validate

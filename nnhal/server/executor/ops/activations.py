@@ -17,18 +17,26 @@ from collections.abc import Callable
 import numpy as np
 
 from nnhal.core.enums import FusedActivationFunc, HalVersion, OperationType
-from nnhal.core.errors import GeneralFailure
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
-from nnhal.server.executor.ops.common import (
-    FLOAT_TYPES,
+from nnhal.server.executor.errors import OP_FAILED, fail
+from nnhal.server.executor.ops._activations import FUSED_BOUNDS, activation_range_quant, sigmoid
+from nnhal.server.executor.ops._fixed_point import (
     INT32_MAX,
-    QUANT8_TYPES,
-    T,
-    activation_range_quant,
     multiply_by_quantized_multiplier,
-    qrange,
     quantize_multiplier,
     rounding_divide_by_pot,
+    saturating_rounding_doubling_high_mul,
+    saturating_rounding_multiply_by_pot,
+    trunc_div_pot,
+)
+from nnhal.server.executor.ops._validation import same_quant
+from nnhal.server.executor.ops.common import (
+    FLOAT_TYPES,
+    QUANT8_TYPES,
+    T,
+    float_scalar_type,
+    qrange,
+    round_half_away,
     to_compute,
     version_for_types,
 )
@@ -42,11 +50,6 @@ _RELU_FUNC = {
     OperationType.RELU1: FusedActivationFunc.RELU1,
     OperationType.RELU6: FusedActivationFunc.RELU6,
 }
-_RELU_BOUNDS = {
-    FusedActivationFunc.RELU: (0.0, np.inf),
-    FusedActivationFunc.RELU1: (-1.0, 1.0),
-    FusedActivationFunc.RELU6: (0.0, 6.0),
-}
 
 
 def validate_relu(v: ValidationContext) -> HalVersion:
@@ -58,10 +61,8 @@ def validate_relu(v: ValidationContext) -> HalVersion:
     if rank is None or rank > 4:
         version = max(version, HalVersion.V1_2 if rank is None else HalVersion.V1_3)
     if t in QUANT8_TYPES:
-        out = v.outputs[OUTPUT]
-        inp = v.inputs[INPUT]
         v.require(
-            out.scale == inp.scale and out.zero_point == inp.zero_point,
+            same_quant(v.outputs[OUTPUT], v.inputs[INPUT]),
             "quantized output must have the input's scale and zero point",
         )
     return version
@@ -75,7 +76,7 @@ def execute_relu(ctx: ExecutionContext) -> None:
         lo, hi = activation_range_quant(func, ctx.scale(INPUT), ctx.zero_point(INPUT), t)
         ctx.set_output(OUTPUT, np.clip(x, lo, hi))
     else:
-        lo_f, hi_f = _RELU_BOUNDS[func]
+        lo_f, hi_f = FUSED_BOUNDS[func]
         ctx.set_output(OUTPUT, np.clip(x, lo_f, hi_f))
 
 
@@ -129,7 +130,7 @@ def _sigmoid_like_table(op: OperationType, scale: float, zero_point: int, t: T) 
     """
     real_multiplier = float(np.float32(scale)) * float(1 << (31 - _INPUT_INTEGER_BITS))
     if not real_multiplier > 1.0:
-        raise GeneralFailure(f"{op.name}: input scale {scale} is too small")
+        fail(f"{op.name}: input scale {scale} is too small", OP_FAILED)
     multiplier, left_shift = quantize_multiplier(real_multiplier)
     radius = math.floor(((1 << _INPUT_INTEGER_BITS) - 1) * (1 << (31 - _INPUT_INTEGER_BITS)) / (1 << left_shift))
     centered = _codes(t) - zero_point
@@ -140,20 +141,14 @@ def _sigmoid_like_table(op: OperationType, scale: float, zero_point: int, t: T) 
     if op == OperationType.LOGISTIC:
         levels = np.minimum(np.floor(256.0 / (1.0 + np.exp(-real)) + 0.5), 255)
     else:
-        y = np.tanh(real) * 128.0
-        levels = np.where(y >= 0, np.floor(y + 0.5), -np.floor(-y + 0.5))
+        levels = round_half_away(np.tanh(real) * 128.0)
     table = np.clip(levels + out_zp, lo, hi)
     table = np.where(centered <= -radius, lo, np.where(centered >= radius, hi, table))
     return table.astype(np.int64)
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return np.asarray(np.float32(1.0) / (np.float32(1.0) + np.exp(-x)))
-
-
 _FLOAT_FUNC: dict[OperationType, Callable[[np.ndarray], np.ndarray]] = {
-    OperationType.LOGISTIC: _sigmoid,
+    OperationType.LOGISTIC: sigmoid,
     OperationType.TANH: np.tanh,
 }
 
@@ -176,8 +171,7 @@ ALPHA = 1
 def validate_elu(v: ValidationContext) -> HalVersion:
     v.expect_counts(2, 1)
     t = v.expect_input_type_in(INPUT, FLOAT_TYPES)
-    alpha_type = T.FLOAT16 if t == T.TENSOR_FLOAT16 else T.FLOAT32
-    v.expect_types([t, alpha_type], [t])
+    v.expect_types([t, float_scalar_type(t)], [t])
     return HalVersion.V1_3
 
 
@@ -207,24 +201,9 @@ def _to_int16_multiplier(m32: int) -> int:
     return (m32 + (1 << 15)) >> 16
 
 
-def _trunc_div_pot(x: np.ndarray, exponent: int) -> np.ndarray:
-    """C integer division by 2^exponent (truncation toward zero)."""
-    return np.where(x >= 0, x >> exponent, -((-x) >> exponent))
-
-
-def _rounding_high_mul16(a: np.ndarray, b: int) -> np.ndarray:
-    ab = a * b
-    res = _trunc_div_pot(ab + np.where(ab >= 0, 1 << 14, 1 - (1 << 14)), 15)
-    return np.where((a == _INT16_MIN) & (b == _INT16_MIN), _INT16_MAX, res)
-
-
 def _truncating_high_mul16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    res = _trunc_div_pot(a * b, 15)
+    res = trunc_div_pot(a * b, 15)
     return np.where((a == _INT16_MIN) & (b == _INT16_MIN), _INT16_MAX, res)
-
-
-def _saturating_left_shift16(x: np.ndarray, amount: int) -> np.ndarray:
-    return np.asarray(np.clip(x * (1 << amount), _INT16_MIN, _INT16_MAX))
 
 
 def _hard_swish_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, t: T) -> np.ndarray:
@@ -238,18 +217,18 @@ def _hard_swish_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int
     hires_scale = np.float32(1.0 / 128.0) * np.float32(in_scale)
     out_m32, out_exp = quantize_multiplier(float(hires_scale / np.float32(out_scale)))
     if out_exp > 0:
-        raise GeneralFailure("HARD_SWISH: output scale is too small relative to the input scale")
+        fail("HARD_SWISH: output scale is too small relative to the input scale", OP_FAILED)
     relu_m32, relu_exp = quantize_multiplier(float(hires_scale / np.float32(3.0 / 32768.0)))
     out_m16, relu_m16 = _to_int16_multiplier(out_m32), _to_int16_multiplier(relu_m32)
 
     hires = (_codes(t) - in_zp) * (1 << 7)
-    preshift_out = _rounding_high_mul16(hires, out_m16)
+    preshift_out = saturating_rounding_doubling_high_mul(hires, out_m16, 16)
     reluish = hires
     if relu_exp > 0:
-        reluish = _saturating_left_shift16(reluish, relu_exp - 1)
-    reluish = _rounding_high_mul16(reluish, relu_m16)
+        reluish = saturating_rounding_multiply_by_pot(reluish, relu_exp - 1, 16)
+    reluish = saturating_rounding_doubling_high_mul(reluish, relu_m16, 16)
     if relu_exp > 0:
-        reluish = _saturating_left_shift16(reluish, 1)
+        reluish = saturating_rounding_multiply_by_pot(reluish, 1, 16)
     elif relu_exp < 0:
         reluish = rounding_divide_by_pot(reluish, -relu_exp)
     reluish = (reluish + (1 << 15)) >> 1

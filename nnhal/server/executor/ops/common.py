@@ -1,8 +1,10 @@
-"""Shared numpy bases for kernels: quantization arithmetic (as the reference computes
-it), fused activations, float16 handling and version helpers.
+"""Shared numpy bases for kernels: operand-type sets and version helpers,
+(de)quantization as the reference computes it, rounding, broadcasting and the
+NHWC / NCHW layout.
 
-Fixed-point helpers mirror gemmlowp / TFLite ``QuantUtils`` exactly (rounding
-half away from zero, saturation), vectorised over int64 arrays.
+Fixed-point arithmetic lives in ``_fixed_point`` (and ``_fixed_point_math``),
+fused activations in ``_activations``, window geometry in ``_padding`` and
+shared operand checks in ``_validation``.
 """
 
 from __future__ import annotations
@@ -12,15 +14,18 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from nnhal.core.enums import FusedActivationFunc, HalVersion, OperandType
+from nnhal.core.enums import HalVersion, OperandType, OperationType
 from nnhal.core.operand_types import DTYPE
+from nnhal.server.executor.errors import OP_FAILED, fail
 
 T = OperandType
-INT32_MIN = -(2**31)
-INT32_MAX = 2**31 - 1
 
 FLOAT_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 QUANT8_TYPES = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+#: float16/32 and both 8-bit asymmetric types: the common "data movement" set.
+MOVE_TYPES = (*FLOAT_TYPES, *QUANT8_TYPES)
+#: The same plus TENSOR_INT32 (ops introduced in 1.2 mostly take it).
+MOVE_TYPES_INT = (*FLOAT_TYPES, T.TENSOR_INT32, *QUANT8_TYPES)
 
 #: The HAL version each tensor operand type first appears in an operation signature.
 _TYPE_VERSION: dict[OperandType, HalVersion] = {
@@ -44,105 +49,31 @@ def version_for_types(types: Iterable[OperandType], base: HalVersion = HalVersio
     return v
 
 
+def float_scalar_type(t: OperandType) -> OperandType:
+    """The scalar type of a float tensor's float parameters (FLOAT16 for TENSOR_FLOAT16, else FLOAT32)."""
+    return T.FLOAT16 if t == T.TENSOR_FLOAT16 else T.FLOAT32
+
+
 def qrange(t: OperandType) -> tuple[int, int]:
     """The representable integer range of a quantized operand type."""
     info = np.iinfo(DTYPE[t])
     return int(info.min), int(info.max)
 
 
-# -- fixed-point arithmetic ----------------------------------------------------
-def quantize_multiplier(real: float) -> tuple[int, int]:
-    """(quantized multiplier in Q0.31, shift) with real = qm * 2^(shift - 31).
-
-    A positive shift means a left shift (TFLite ``QuantizeMultiplier``).
-    """
-    if real == 0.0:
-        return 0, 0
-    q, shift = math.frexp(real)
-    q_fixed = int(round_away(q * (1 << 31)))
-    if q_fixed == (1 << 31):
-        q_fixed //= 2
-        shift += 1
-    if shift < -31:
-        return 0, 0
-    return q_fixed, shift
+def to_compute(x: np.ndarray) -> np.ndarray:
+    """Float16 inputs are computed in float32 (results cast back by set_output)."""
+    return x.astype(np.float32) if x.dtype == np.float16 else x
 
 
+# -- rounding --------------------------------------------------------------------
 def round_away(x: float) -> float:
-    """std::round: half away from zero."""
+    """std::round of a scalar: half away from zero."""
     return math.floor(x + 0.5) if x >= 0 else -math.floor(-x + 0.5)
 
 
-def saturating_rounding_doubling_high_mul(a: np.ndarray, b: int) -> np.ndarray:
-    """gemmlowp SaturatingRoundingDoublingHighMul on int64 arrays of int32 values."""
-    a = np.asarray(a, dtype=np.int64)
-    ab = a * np.int64(b)
-    nudge = np.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
-    t = ab + nudge
-    # C++ integer division truncates toward zero.
-    res = np.where(t >= 0, t >> 31, -((-t) >> 31))
-    if b == INT32_MIN:
-        res = np.where(a == INT32_MIN, np.int64(INT32_MAX), res)
-    return res
-
-
-def rounding_divide_by_pot(x: np.ndarray, exponent: int) -> np.ndarray:
-    """gemmlowp RoundingDivideByPOT (round half away from zero)."""
-    x = np.asarray(x, dtype=np.int64)
-    if exponent == 0:
-        return x
-    mask = np.int64((1 << exponent) - 1)
-    remainder = x & mask
-    threshold = (mask >> 1) + (x < 0).astype(np.int64)
-    return (x >> exponent) + (remainder > threshold).astype(np.int64)
-
-
-def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
-    """TFLite MultiplyByQuantizedMultiplier: round(x * qm * 2^(shift-31))."""
-    left = shift if shift > 0 else 0
-    right = -shift if shift < 0 else 0
-    x = np.asarray(x, dtype=np.int64) * np.int64(1 << left)
-    return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x, multiplier), right)
-
-
-def requantize(acc: np.ndarray, real_multiplier: float, out_zero_point: int) -> np.ndarray:
-    """acc * real_multiplier + zp in the reference's fixed point (int64 result)."""
-    qm, shift = quantize_multiplier(real_multiplier)
-    return multiply_by_quantized_multiplier(acc, qm, shift) + out_zero_point
-
-
-# -- activations -------------------------------------------------------------
-_FLOAT_BOUNDS: dict[int, tuple[float, float]] = {
-    FusedActivationFunc.NONE: (-math.inf, math.inf),
-    FusedActivationFunc.RELU: (0.0, math.inf),
-    FusedActivationFunc.RELU1: (-1.0, 1.0),
-    FusedActivationFunc.RELU6: (0.0, 6.0),
-}
-
-
-def check_activation(act: int | None) -> bool:
-    return act is None or act in _FLOAT_BOUNDS
-
-
-def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
-    """Fused activation on a float array (in place when possible)."""
-    lo, hi = _FLOAT_BOUNDS[act]
-    if lo == -math.inf and hi == math.inf:
-        return x
-    return np.clip(x, lo, hi, out=x if x.flags.writeable else None)
-
-
-def activation_range_quant(act: int, scale: float, zero_point: int, t: OperandType) -> tuple[int, int]:
-    """Quantized clamp bounds for a fused activation (CalculateActivationRange)."""
-    qmin, qmax = qrange(t)
-    lo, hi = _FLOAT_BOUNDS[act]
-
-    def q(v: float) -> int:
-        return zero_point + int(round_away(v / scale))
-
-    a = qmin if lo == -math.inf else max(qmin, q(lo))
-    b = qmax if hi == math.inf else min(qmax, q(hi))
-    return a, b
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """std::round element-wise: half away from zero, in the input's float type."""
+    return np.asarray(np.where(x >= 0, np.floor(x + 0.5), -np.floor(-x + 0.5)))
 
 
 # -- (de)quantization -----------------------------------------------------------
@@ -153,17 +84,36 @@ def dequantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
 def quantize(x: np.ndarray, scale: float, zero_point: int, t: OperandType) -> np.ndarray:
     """Round half away from zero, add zp, saturate to the type's range."""
     lo, hi = qrange(t)
-    q = _round_away_arr(np.asarray(x, np.float32) / np.float32(scale))
+    q = round_half_away(np.asarray(x, np.float32) / np.float32(scale))
     return np.asarray(np.clip(q + zero_point, lo, hi).astype(DTYPE[t]))
 
 
-def _round_away_arr(x: np.ndarray) -> np.ndarray:
-    return np.asarray(np.where(x >= 0, np.floor(x + 0.5), -np.floor(-x + 0.5)))
+def requantize_to(x: np.ndarray, scale: float, zero_point: int, out_scale: float, out_zp: int, t: T) -> np.ndarray:
+    """Re-express quantized values on another scale (rounded half away, saturated).
+
+    The reference dequantizes in float (int * float) and divides in double.
+    """
+    real = ((x.astype(np.int32) - np.int32(zero_point)).astype(np.float32) * np.float32(scale)).astype(np.float64)
+    q = round_half_away(real / float(np.float32(out_scale)) + out_zp)
+    lo, hi = qrange(t)
+    return np.asarray(np.clip(q, lo, hi), dtype=np.int64)
 
 
-round_half_away = _round_away_arr
+# -- shapes and layout ------------------------------------------------------------
+def broadcast_shape(op_type: OperationType, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """The numpy broadcast result shape; GENERAL_FAILURE naming the shapes that do not broadcast."""
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+    except ValueError:
+        listed = " and ".join(str(list(s)) for s in shapes)
+        fail(f"{op_type.name}: shapes {listed} cannot be broadcast", OP_FAILED)
 
 
-def to_compute(x: np.ndarray) -> np.ndarray:
-    """Float16 inputs are computed in float32 (results cast back by set_output)."""
-    return x.astype(np.float32) if x.dtype == np.float16 else x
+def to_nhwc(x: np.ndarray, nchw: bool) -> np.ndarray:
+    """A view of a 4-D tensor in NHWC order (``nchw``: the tensor is stored NCHW)."""
+    return x.transpose(0, 2, 3, 1) if nchw else x
+
+
+def from_nhwc(x: np.ndarray, nchw: bool) -> np.ndarray:
+    """An NHWC result in the operation's layout (a C-ordered copy when transposed)."""
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x

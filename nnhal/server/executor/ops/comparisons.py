@@ -14,8 +14,14 @@ import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
-from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, dequantize, version_for_types
-from nnhal.server.executor.ops.elementwise import broadcast_shape
+from nnhal.server.executor.ops.common import (
+    FLOAT_TYPES,
+    QUANT8_TYPES,
+    T,
+    broadcast_shape,
+    dequantize,
+    version_for_types,
+)
 from nnhal.server.executor.registry import register
 
 Op = OperationType

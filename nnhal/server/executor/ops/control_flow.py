@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperandLifeTime, OperandType, OperationType
-from nnhal.core.errors import GeneralFailure, MissedDeadlinePersistent
+from nnhal.core.errors import MissedDeadlinePersistent
 from nnhal.core.types import Operand, Subgraph
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.registry import register
@@ -140,9 +140,7 @@ def execute_if(ctx: ExecutionContext) -> None:
 
 def _set_outputs(ctx: ExecutionContext, values: Sequence[np.ndarray]) -> None:
     if len(values) < len(ctx.out_operands):
-        raise GeneralFailure(
-            f"{ctx.op_type.name}: subgraph produced {len(values)} outputs, expected {len(ctx.out_operands)}"
-        )
+        ctx.fail(f"subgraph produced {len(values)} outputs, expected {len(ctx.out_operands)}")
     for k in range(len(ctx.out_operands)):
         ctx.set_output(k, values[k])
 
@@ -198,12 +196,13 @@ def execute_while(ctx: ExecutionContext) -> None:
             break
         elapsed = time.monotonic_ns() - start
         if elapsed > timeout_ns:
-            raise MissedDeadlinePersistent(
-                f"WHILE: loop ran {elapsed / 1e6:.3f} ms, over the loop timeout of {timeout_ns / 1e6:.3f} ms"
+            ctx.fail(
+                f"loop ran {elapsed / 1e6:.3f} ms, over the loop timeout of {timeout_ns / 1e6:.3f} ms",
+                MissedDeadlinePersistent,
             )
         carried = control.run_subgraph(body_index, values)
         if len(carried) > len(values):
-            raise GeneralFailure(f"WHILE: body produced {len(carried)} outputs for {len(values)} inputs")
+            ctx.fail(f"body produced {len(carried)} outputs for {len(values)} inputs")
         values = [*carried, *values[len(carried) :]]
     _set_outputs(ctx, values)
 

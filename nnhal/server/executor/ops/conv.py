@@ -15,23 +15,23 @@ from typing import Any
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperandType, OperationType
-from nnhal.core.errors import GeneralFailure
 from nnhal.core.operand_types import DTYPE
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
-from nnhal.server.executor.ops.common import (
-    FLOAT_TYPES,
-    QUANT8_TYPES,
-    T,
-    activation_range_quant,
-    apply_activation,
-    check_activation,
-    quantize_multiplier,
-    to_compute,
+from nnhal.server.executor.errors import OP_FAILED, fail
+from nnhal.server.executor.ops._activations import activation_range_quant, apply_activation, check_activation
+from nnhal.server.executor.ops._fixed_point import channel_multipliers, requantize
+from nnhal.server.executor.ops._padding import (
+    PADDING_CODES,
+    implicit_padding,
+    out_size,
+    pad_spatial,
+    transpose_padding,
+    window_taps,
 )
+from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, from_nhwc, to_compute, to_nhwc
 from nnhal.server.executor.registry import register
 
 INPUT, FILTER, BIAS = 0, 1, 2
-PADDING_SAME, PADDING_VALID = 1, 2
 Op = OperationType
 
 
@@ -49,21 +49,6 @@ class Geometry:
     activation: int
     nchw: bool
     extra: int = 0  # depth multiplier or number of groups
-
-
-def implicit_padding(size: int, stride: int, dilation: int, kernel: int, code: int) -> tuple[int, int]:
-    """calculateExplicitPadding of the reference (SAME puts the odd pixel at the end)."""
-    if code != PADDING_SAME:
-        return 0, 0
-    effective = (kernel - 1) * dilation + 1
-    out = (size + stride - 1) // stride
-    total = max((out - 1) * stride + effective - size, 0)
-    return total // 2, total - total // 2
-
-
-def out_size(size: int, kernel: int, stride: int, dilation: int, head: int, tail: int) -> int:
-    effective = (kernel - 1) * dilation + 1
-    return (size - effective + stride + head + tail) // stride
 
 
 def _geometry(
@@ -95,50 +80,24 @@ def _geometry(
     nchw = bool(ctx.scalar(i)) if i < n and ctx.has(i) else False
     i += 1
     dw, dh = (ctx.scalar(i), ctx.scalar(i + 1)) if i + 1 < n else (1, 1)
-    if min(sw, sh, dw, dh) < 1:
-        raise GeneralFailure(f"{ctx.op_type.name}: strides and dilations must be >= 1")
+    ctx.require(min(sw, sh, dw, dh) >= 1, "strides and dilations must be >= 1")
     if not check_activation(act):
-        raise GeneralFailure(f"{ctx.op_type.name}: invalid fused activation {act}")
+        ctx.fail(f"invalid fused activation {act}")
     if not explicit:
-        if code not in (PADDING_SAME, PADDING_VALID):
-            raise GeneralFailure(f"{ctx.op_type.name}: implicit padding code must be 1 (SAME) or 2 (VALID), got {code}")
+        if code not in PADDING_CODES:
+            ctx.fail(f"implicit padding code must be 1 (SAME) or 2 (VALID), got {code}")
         pt, pb = implicit_padding(in_hw_nhwc[0], sh, dh, kernel_hw[0], code)
         pl, pr = implicit_padding(in_hw_nhwc[1], sw, dw, kernel_hw[1], code)
-    if min(pl, pr, pt, pb) < 0:
-        raise GeneralFailure(f"{ctx.op_type.name}: padding must be >= 0")
+    ctx.require(min(pl, pr, pt, pb) >= 0, "padding must be >= 0")
     return Geometry(pt, pb, pl, pr, sh, sw, dh, dw, act, nchw, extra)
 
 
-def _nhwc(x: np.ndarray, nchw: bool) -> np.ndarray:
-    return x.transpose(0, 2, 3, 1) if nchw else x
-
-
-def _out_layout(x: np.ndarray, nchw: bool) -> np.ndarray:
-    return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x
-
-
 def _taps(x: np.ndarray, g: Geometry, kh: int, kw: int, oh: int, ow: int) -> list[np.ndarray]:
-    """Strided views of the padded input, one per filter tap (row-major over kh, kw)."""
-    views = []
-    for i in range(kh):
-        r0 = i * g.dilation_h
-        for j in range(kw):
-            c0 = j * g.dilation_w
-            views.append(
-                x[
-                    :,
-                    r0 : r0 + (oh - 1) * g.stride_h + 1 : g.stride_h,
-                    c0 : c0 + (ow - 1) * g.stride_w + 1 : g.stride_w,
-                    :,
-                ]
-            )
-    return views
+    return window_taps(x, (kh, kw), (oh, ow), (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w))
 
 
 def _pad(x: np.ndarray, g: Geometry) -> np.ndarray:
-    if g.pad_top or g.pad_bottom or g.pad_left or g.pad_right:
-        return np.pad(x, ((0, 0), (g.pad_top, g.pad_bottom), (g.pad_left, g.pad_right), (0, 0)))
-    return x
+    return pad_spatial(x, g.pad_top, g.pad_bottom, g.pad_left, g.pad_right)
 
 
 def im2col(x: np.ndarray, g: Geometry, kh: int, kw: int) -> tuple[np.ndarray, int, int]:
@@ -147,7 +106,7 @@ def im2col(x: np.ndarray, g: Geometry, kh: int, kw: int) -> tuple[np.ndarray, in
     oh = out_size(h, kh, g.stride_h, g.dilation_h, g.pad_top, g.pad_bottom)
     ow = out_size(w, kw, g.stride_w, g.dilation_w, g.pad_left, g.pad_right)
     if oh <= 0 or ow <= 0:
-        raise GeneralFailure(f"convolution output would be {oh}x{ow}")
+        fail(f"convolution output would be {oh}x{ow}", OP_FAILED)
     if kh == kw == 1 and g.stride_h == g.stride_w == 1 and not (g.pad_top or g.pad_bottom or g.pad_left or g.pad_right):
         return x.reshape(n * h * w, c), oh, ow
     xp = _pad(x, g)
@@ -155,56 +114,7 @@ def im2col(x: np.ndarray, g: Geometry, kh: int, kw: int) -> tuple[np.ndarray, in
     return cols.reshape(n * oh * ow, kh * kw * c), oh, ow
 
 
-# -- quantized requantization (per tensor or per channel) ---------------------------
-def requantize(
-    acc: np.ndarray,
-    multipliers: np.ndarray | np.integer,
-    shifts: np.ndarray | np.integer,
-    inplace: bool = False,
-    zero_point: int = 0,
-) -> np.ndarray:
-    """MultiplyByQuantizedMultiplier (SaturatingRoundingDoublingHighMul, then
-    RoundingDivideByPOT) plus ``zero_point``, per channel (last axis) or scalar.
-
-    Bit-exact with the reference in fewer passes, on floor (arithmetic) shifts: the
-    reference's nudge-and-truncate of x / 2^31 equals floor((x + 2^30) / 2^31) for
-    either sign, and rounding half away from zero of h / 2^r equals
-    floor((h + 2^(r-1) - [h < 0]) / 2^r); adding zero_point * 2^r before that shift
-    adds zero_point after it. Multipliers are positive, so the saturating case (both
-    INT32_MIN) cannot occur.
-    """
-    shifts = np.asarray(shifts, np.int64)
-    left = np.maximum(shifts, 0)
-    right = np.maximum(-shifts, 0)
-    a = acc if inplace and acc.dtype == np.int64 else acc.astype(np.int64, copy=True)
-    if np.any(left):
-        a <<= left
-    a *= multipliers
-    a += 1 << 30
-    a >>= 31
-    if not np.any(right):
-        if zero_point:
-            a += zero_point
-        return a
-    negative = a >> 63  # -1 where negative, else 0
-    if not np.all(right):
-        negative &= -(right > 0).astype(np.int64)  # channels without a right shift round nothing
-    a += negative
-    a += ((np.int64(1) << right) >> 1) + (np.int64(zero_point) << right)
-    a >>= right
-    return a
-
-
-def multipliers(in_scale: float, filter_scales: np.ndarray, out_scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """GetQuantizedConvolutionMultipler + QuantizeMultiplier per channel (float product, then double)."""
-    qm = np.empty(filter_scales.shape, np.int64)
-    sh = np.empty(filter_scales.shape, np.int64)
-    for k, fs in enumerate(filter_scales.astype(np.float32)):
-        real = float(np.float32(in_scale) * fs) / float(np.float32(out_scale))
-        qm[k], sh[k] = quantize_multiplier(real)
-    return qm, sh
-
-
+# -- quantized state -----------------------------------------------------------------
 def _filter_scales(ctx_operand: Any, out_channels: int) -> np.ndarray:
     cq = ctx_operand.channel_quant
     if cq is not None and ctx_operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
@@ -264,28 +174,31 @@ def _version(v: ValidationContext, t: OperandType, ft: OperandType, modern: bool
     return HalVersion.V1_0
 
 
-def validate_conv(v: ValidationContext) -> HalVersion:
-    v.expect_counts((7, 8, 10, 11, 13), 1)
-    t, ft = _check_conv_types(v, 0)
+def _validate_conv_like(v: ValidationContext, implicit_inputs: int, per_channel_dim: int) -> HalVersion:
+    """CONV_2D (7 inputs in the implicit-padding form) and DEPTHWISE_CONV_2D (8: plus the multiplier).
+
+    Explicit padding adds 3 inputs; then come the optional layout flag and the optional dilations.
+    """
+    n0 = implicit_inputs
+    v.expect_counts((n0, n0 + 1, n0 + 3, n0 + 4, n0 + 6), 1)
+    t, ft = _check_conv_types(v, per_channel_dim)
     n = v.num_inputs
-    explicit = n >= 10 and v.input_type(7) == T.INT32
+    explicit = n >= n0 + 3 and v.input_type(n0) == T.INT32
     offset = 3 if explicit else 0
-    layout = n >= 8 + offset
-    dilation = n == 10 + offset
-    _scalar_types(v, 3, 4 + offset, [7 + offset] if layout else [], [8 + offset, 9 + offset] if dilation else [])
+    layout = n >= n0 + 1 + offset
+    dilation = n == n0 + 3 + offset
+    bools = [n0 + offset] if layout else []
+    dilations = [n0 + 1 + offset, n0 + 2 + offset] if dilation else []
+    _scalar_types(v, 3, n0 - 3 + offset, bools, dilations)
     return _version(v, t, ft, layout or dilation)
+
+
+def validate_conv(v: ValidationContext) -> HalVersion:
+    return _validate_conv_like(v, 7, 0)
 
 
 def validate_depthwise(v: ValidationContext) -> HalVersion:
-    v.expect_counts((8, 9, 11, 12, 14), 1)
-    t, ft = _check_conv_types(v, 3)
-    n = v.num_inputs
-    explicit = n >= 11 and v.input_type(8) == T.INT32
-    offset = 3 if explicit else 0
-    layout = n >= 9 + offset
-    dilation = n == 11 + offset
-    _scalar_types(v, 3, 5 + offset, [8 + offset] if layout else [], [9 + offset, 10 + offset] if dilation else [])
-    return _version(v, t, ft, layout or dilation)
+    return _validate_conv_like(v, 8, 3)
 
 
 def validate_grouped(v: ValidationContext) -> HalVersion:
@@ -311,7 +224,7 @@ def validate_transpose(v: ValidationContext) -> HalVersion:
 def _quant_state(ctx_in: Any, ctx_filter: Any, ctx_out: Any, w: np.ndarray, matrix: np.ndarray) -> QuantState:
     out_channels = matrix.shape[0] if matrix.ndim == 2 else w.shape[-1]
     scales = _filter_scales(ctx_filter, out_channels)
-    qm, sh = multipliers(ctx_in.scale, scales, ctx_out.scale)
+    qm, sh = channel_multipliers(ctx_in.scale, scales, ctx_out.scale)
     if matrix.ndim == 2 and matrix.size:
         lo, hi = (0, 255) if ctx_in.type == T.TENSOR_QUANT8_ASYMM else (-128, 127)
         x_max = max(ctx_in.zero_point - lo, hi - ctx_in.zero_point)
@@ -379,7 +292,7 @@ def _conv_core(
     o, kh, kw, c = w.shape
     n = x.shape[0]
     if x.shape[3] != c:
-        raise GeneralFailure(f"{ctx.op_type.name}: input depth {x.shape[3]} != filter depth {c}")
+        ctx.fail(f"input depth {x.shape[3]} != filter depth {c}")
     if ctx.in_type(INPUT) in FLOAT_TYPES:
         matrix = state if isinstance(state, np.ndarray) else _gemm_filter(w, filter_op)
         cols, oh, ow = im2col(to_compute(x), g, kh, kw)
@@ -398,11 +311,11 @@ def execute_conv(ctx: ExecutionContext) -> None:
     n = len(ctx.inputs)
     explicit = n >= 10 and ctx.in_type(7) == T.INT32
     g0 = ctx.scalar(10 if explicit else 7) if n >= (11 if explicit else 8) else False
-    x = _nhwc(ctx.tensor(INPUT), bool(g0))
+    x = to_nhwc(ctx.tensor(INPUT), bool(g0))
     w = ctx.tensor(FILTER)
     g = _geometry(ctx, explicit, 3, (w.shape[1], w.shape[2]), (x.shape[1], x.shape[2]), False)
     out = _conv_core(ctx, x, w, ctx.tensor(BIAS), g, ctx.state, ctx.in_operands[FILTER])
-    ctx.set_output(0, _out_layout(out, g.nchw))
+    ctx.set_output(0, from_nhwc(out, g.nchw))
 
 
 def execute_depthwise(ctx: ExecutionContext) -> None:
@@ -410,17 +323,17 @@ def execute_depthwise(ctx: ExecutionContext) -> None:
     explicit = n >= 11 and ctx.in_type(8) == T.INT32
     layout_at = 11 if explicit else 8
     nchw = bool(ctx.scalar(layout_at)) if n > layout_at else False
-    x = _nhwc(ctx.tensor(INPUT), nchw)
+    x = to_nhwc(ctx.tensor(INPUT), nchw)
     w = ctx.tensor(FILTER)
     _, kh, kw, oc = w.shape
     g = _geometry(ctx, explicit, 3, (kh, kw), (x.shape[1], x.shape[2]), True)
     nb, h, wd, c = x.shape
     if g.extra < 1 or c * g.extra != oc:
-        raise GeneralFailure(f"DEPTHWISE_CONV_2D: input depth {c} x multiplier {g.extra} != filter depth {oc}")
+        ctx.fail(f"input depth {c} x multiplier {g.extra} != filter depth {oc}")
     oh = out_size(h, kh, g.stride_h, g.dilation_h, g.pad_top, g.pad_bottom)
     ow = out_size(wd, kw, g.stride_w, g.dilation_w, g.pad_left, g.pad_right)
     if oh <= 0 or ow <= 0:
-        raise GeneralFailure(f"DEPTHWISE_CONV_2D: output would be {oh}x{ow}")
+        ctx.fail(f"output would be {oh}x{ow}")
     quant = ctx.in_type(INPUT) in QUANT8_TYPES
     if quant:
         filter_op = ctx.in_operands[FILTER]
@@ -443,13 +356,15 @@ def execute_depthwise(ctx: ExecutionContext) -> None:
     if quant:
         state = ctx.state
         if not isinstance(state, QuantState):
-            qm, sh = multipliers(ctx.scale(INPUT), _filter_scales(ctx.in_operands[FILTER], oc), ctx.out_scale(0))
+            qm, sh = channel_multipliers(
+                ctx.scale(INPUT), _filter_scales(ctx.in_operands[FILTER], oc), ctx.out_scale(0)
+            )
             state = QuantState(wt.astype(np.float64), qm, sh)
         out = _finish_quant(ctx, acc, bias, state.multipliers, state.shifts, g.activation)
     else:
         acc += to_compute(bias)
         out = apply_activation(acc, g.activation)
-    ctx.set_output(0, _out_layout(out, g.nchw))
+    ctx.set_output(0, from_nhwc(out, g.nchw))
 
 
 def prepare_depthwise(v: ValidationContext) -> Any:
@@ -457,20 +372,20 @@ def prepare_depthwise(v: ValidationContext) -> Any:
     if w is None or v.inputs[INPUT].type not in QUANT8_TYPES:
         return None
     oc = w.shape[-1]
-    qm, sh = multipliers(v.inputs[INPUT].scale, _filter_scales(v.inputs[FILTER], oc), v.outputs[0].scale)
+    qm, sh = channel_multipliers(v.inputs[INPUT].scale, _filter_scales(v.inputs[FILTER], oc), v.outputs[0].scale)
     return QuantState(np.empty(0), qm, sh)
 
 
 def execute_grouped(ctx: ExecutionContext) -> None:
     explicit = len(ctx.inputs) == 12
     nchw = bool(ctx.scalar(11 if explicit else 8))
-    x = _nhwc(ctx.tensor(INPUT), nchw)
+    x = to_nhwc(ctx.tensor(INPUT), nchw)
     w = ctx.tensor(FILTER)
     g = _geometry(ctx, explicit, 3, (w.shape[1], w.shape[2]), (x.shape[1], x.shape[2]), True)
     groups = g.extra
     o, c = w.shape[0], x.shape[3]
     if groups < 1 or c % groups or o % groups or w.shape[3] * groups != c:
-        raise GeneralFailure(f"GROUPED_CONV_2D: {groups} groups do not divide input depth {c} / output depth {o}")
+        ctx.fail(f"{groups} groups do not divide input depth {c} / output depth {o}")
     cg, og = c // groups, o // groups
     bias = ctx.tensor(BIAS)
     filter_op = ctx.in_operands[FILTER]
@@ -491,34 +406,34 @@ def execute_grouped(ctx: ExecutionContext) -> None:
                 sub_filter,
             )
         )
-    ctx.set_output(0, _out_layout(np.concatenate(outs, axis=3), g.nchw))
+    ctx.set_output(0, from_nhwc(np.concatenate(outs, axis=3), g.nchw))
 
 
 def execute_transpose(ctx: ExecutionContext) -> None:
     implicit = len(ctx.inputs) == 9
     nchw = bool(ctx.scalar(8 if implicit else 10))
-    x = _nhwc(ctx.tensor(INPUT), nchw)
+    x = to_nhwc(ctx.tensor(INPUT), nchw)
     w = ctx.tensor(FILTER)
     o, kh, kw, c = w.shape
     nb, h, wd, cin = x.shape
     if cin != c:
-        raise GeneralFailure(f"TRANSPOSE_CONV_2D: input depth {cin} != filter depth {c}")
+        ctx.fail(f"input depth {cin} != filter depth {c}")
     if implicit:
         shape = ctx.tensor(3).reshape(-1)
-        if shape.size != 4:
-            raise GeneralFailure("TRANSPOSE_CONV_2D: output shape must have 4 elements")
+        ctx.require(shape.size == 4, "output shape must have 4 elements")
         out_h, out_w = (int(shape[2]), int(shape[3])) if nchw else (int(shape[1]), int(shape[2]))
         code, sw, sh, act = (ctx.scalar(i) for i in range(4, 8))
-        pt, pb = _transpose_padding(out_h, sh, kh, code)
-        pl, pr = _transpose_padding(out_w, sw, kw, code)
+        pt, pb = transpose_padding(out_h, sh, kh, code)
+        pl, pr = transpose_padding(out_w, sw, kw, code)
     else:
         pl, pr, pt, pb, sw, sh, act = (ctx.scalar(i) for i in range(3, 10))
-    if min(sw, sh) < 1 or pl < 0 or pt < 0 or not check_activation(act):
-        raise GeneralFailure("TRANSPOSE_CONV_2D: invalid stride, padding or activation")
+    ctx.require(
+        min(sw, sh) >= 1 and pl >= 0 and pt >= 0 and check_activation(act), "invalid stride, padding or activation"
+    )
     oh = h * sh + kh - sh - pt - pb
     ow = wd * sw + kw - sw - pl - pr
     if oh <= 0 or ow <= 0:
-        raise GeneralFailure(f"TRANSPOSE_CONV_2D: output would be {oh}x{ow}")
+        ctx.fail(f"output would be {oh}x{ow}")
     quant = ctx.in_type(INPUT) in QUANT8_TYPES
     filter_op = ctx.in_operands[FILTER]
     if quant:
@@ -539,21 +454,11 @@ def execute_transpose(ctx: ExecutionContext) -> None:
     out = full[:, pt : pt + oh, pl : pl + ow, :]
     bias = ctx.tensor(BIAS)
     if quant:
-        qm, shf = multipliers(ctx.scale(INPUT), _filter_scales(filter_op, o), ctx.out_scale(0))
+        qm, shf = channel_multipliers(ctx.scale(INPUT), _filter_scales(filter_op, o), ctx.out_scale(0))
         result = _finish_quant(ctx, np.ascontiguousarray(out), bias, qm, shf, act)
     else:
         result = apply_activation(out + to_compute(bias), act)
-    ctx.set_output(0, _out_layout(np.ascontiguousarray(result), nchw))
-
-
-def _transpose_padding(size: int, stride: int, kernel: int, code: int) -> tuple[int, int]:
-    """calculateExplicitPaddingTransposeConv: the tail may be negative."""
-    if code != PADDING_SAME:
-        return 0, 0
-    out = (size + stride - 1) // stride
-    total = (out - 1) * stride + kernel - size
-    head = max(total, 0) // 2 if total > 0 else 0
-    return head, total - head
+    ctx.set_output(0, from_nhwc(np.ascontiguousarray(result), nchw))
 
 
 register(Op.CONV_2D, validate=validate_conv, execute=execute_conv, prepare=prepare_conv)

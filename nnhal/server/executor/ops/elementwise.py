@@ -17,19 +17,21 @@ import math
 import numpy as np
 
 from nnhal.core.enums import FusedActivationFunc, HalVersion, OperationType
-from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
+from nnhal.server.executor.errors import INVALID
+from nnhal.server.executor.ops._activations import activation_range_quant, apply_activation, check_activation
+from nnhal.server.executor.ops._fixed_point import (
+    multiply_by_quantized_multiplier,
+    quantize_multiplier,
+    quantize_multiplier_below_one,
+)
 from nnhal.server.executor.ops.common import (
     FLOAT_TYPES,
     QUANT8_TYPES,
     T,
-    activation_range_quant,
-    apply_activation,
-    check_activation,
-    multiply_by_quantized_multiplier,
+    broadcast_shape,
     qrange,
-    quantize_multiplier,
-    round_half_away,
+    requantize_to,
     to_compute,
     version_for_types,
 )
@@ -44,37 +46,6 @@ OUTPUT = 0
 
 #: ADD/SUB bring both inputs onto a shared scale with this much headroom.
 _ADD_LEFT_SHIFT = 20
-
-
-# -- helpers shared by this family (candidates for common.py) ------------------
-def broadcast_shape(op_type: OperationType, *shapes: tuple[int, ...]) -> tuple[int, ...]:
-    """The broadcast result shape, or GeneralFailure naming the incompatible shapes."""
-    try:
-        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
-    except ValueError:
-        listed = " and ".join(str(list(s)) for s in shapes)
-        raise GeneralFailure(f"{op_type.name}: shapes {listed} cannot be broadcast") from None
-
-
-def quantize_multiplier_below_one(real: float, what: str) -> tuple[int, int]:
-    """QuantizeMultiplierSmallerThanOneExp: (multiplier, shift <= 0) for 0 < real < 1."""
-    if not 0.0 < real < 1.0:
-        raise GeneralFailure(f"{what}: multiplier {real!r} is outside (0, 1)")
-    qm, shift = quantize_multiplier(real)
-    if shift > 0:
-        raise GeneralFailure(f"{what}: multiplier {real!r} needs a left shift")
-    return qm, shift
-
-
-def requantize_to(x: np.ndarray, scale: float, zero_point: int, out_scale: float, out_zp: int, t: T) -> np.ndarray:
-    """Re-express quantized values on another scale (rounded half away, saturated).
-
-    The reference dequantizes in float (int * float) and divides in double.
-    """
-    real = ((x.astype(np.int32) - np.int32(zero_point)).astype(np.float32) * np.float32(scale)).astype(np.float64)
-    q = round_half_away(real / float(np.float32(out_scale)) + out_zp)
-    lo, hi = qrange(t)
-    return np.asarray(np.clip(q, lo, hi), dtype=np.int64)
 
 
 def _f32(v: float) -> np.float32:
@@ -92,8 +63,9 @@ def _activation_of(v: ValidationContext, index: int, tensor_type: T) -> None:
 
 def _runtime_activation(ctx: ExecutionContext, index: int) -> int:
     act = int(ctx.scalar(index))
+    # Unlike this family's other runtime checks (GENERAL_FAILURE), a bad activation code is invalid.
     if not check_activation(act):
-        raise InvalidArgument(f"{ctx.op_type.name}: unsupported fused activation {act}")
+        ctx.fail(f"unsupported fused activation {act}", INVALID)
     return act
 
 
@@ -183,8 +155,7 @@ def execute_arith(ctx: ExecutionContext) -> None:
         ctx.set_output(OUTPUT, np.zeros(shape, dtype=a.dtype))
         return
     if t == T.TENSOR_INT32:
-        if act != FusedActivationFunc.NONE:
-            raise InvalidArgument(f"{op.name}: TENSOR_INT32 requires fused activation NONE")
+        ctx.require(act == FusedActivationFunc.NONE, "TENSOR_INT32 requires fused activation NONE", INVALID)
         ctx.set_output(OUTPUT, _int32_arith(op, a, b))
     elif t in QUANT8_TYPES:
         acc = _quant_mul(ctx, a, b) if op == Op.MUL else _quant_add_sub(ctx, a, b, op == Op.SUB)
@@ -199,11 +170,16 @@ def execute_arith(ctx: ExecutionContext) -> None:
 _MINMAX_TYPES = (*FLOAT_TYPES, T.TENSOR_INT32, *QUANT8_TYPES)
 
 
-def validate_min_max(v: ValidationContext) -> HalVersion:
+def _validate_same_type_pair(v: ValidationContext, allowed: tuple[T, ...]) -> HalVersion:
+    """Two inputs and the output of one type among ``allowed`` (the 1.2 binary operations)."""
     v.expect_counts(2, 1)
-    t = v.expect_input_type_in(INPUT0, _MINMAX_TYPES)
+    t = v.expect_input_type_in(INPUT0, allowed)
     v.expect_types([t, t], [t])
     return version_for_types([t], HalVersion.V1_2)
+
+
+def validate_min_max(v: ValidationContext) -> HalVersion:
+    return _validate_same_type_pair(v, _MINMAX_TYPES)
 
 
 def execute_min_max(ctx: ExecutionContext) -> None:
@@ -224,10 +200,7 @@ def execute_min_max(ctx: ExecutionContext) -> None:
 
 # -- POW -----------------------------------------------------------------------
 def validate_pow(v: ValidationContext) -> HalVersion:
-    v.expect_counts(2, 1)
-    t = v.expect_input_type_in(INPUT0, FLOAT_TYPES)
-    v.expect_types([t, t], [t])
-    return version_for_types([t], HalVersion.V1_2)
+    return _validate_same_type_pair(v, FLOAT_TYPES)
 
 
 def execute_pow(ctx: ExecutionContext) -> None:
@@ -239,10 +212,7 @@ def execute_pow(ctx: ExecutionContext) -> None:
 
 # -- PRELU -----------------------------------------------------------------------
 def validate_prelu(v: ValidationContext) -> HalVersion:
-    v.expect_counts(2, 1)
-    t = v.expect_input_type_in(INPUT0, (*FLOAT_TYPES, *QUANT8_TYPES))
-    v.expect_types([t, t], [t])
-    return version_for_types([t], HalVersion.V1_2)
+    return _validate_same_type_pair(v, (*FLOAT_TYPES, *QUANT8_TYPES))
 
 
 def execute_prelu(ctx: ExecutionContext) -> None:

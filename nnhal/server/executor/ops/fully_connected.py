@@ -12,19 +12,10 @@ from typing import Any
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
-from nnhal.core.errors import GeneralFailure
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
-from nnhal.server.executor.ops.common import (
-    FLOAT_TYPES,
-    QUANT8_TYPES,
-    T,
-    activation_range_quant,
-    apply_activation,
-    check_activation,
-    quantize_multiplier,
-    to_compute,
-)
-from nnhal.server.executor.ops.conv import requantize
+from nnhal.server.executor.ops._activations import activation_range_quant, apply_activation, check_activation
+from nnhal.server.executor.ops._fixed_point import quantize_multiplier, requantize
+from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, to_compute
 from nnhal.server.executor.registry import register
 
 INPUT, WEIGHTS, BIAS, ACTIVATION = 0, 1, 2, 3
@@ -72,12 +63,12 @@ def execute_fully_connected(ctx: ExecutionContext) -> None:
     bias = ctx.tensor(BIAS)
     act = ctx.scalar(ACTIVATION)
     if not check_activation(act):
-        raise GeneralFailure(f"FULLY_CONNECTED: invalid fused activation {act}")
+        ctx.fail(f"invalid fused activation {act}")
     units, input_size = w.shape
     if input_size == 0 or x.size % input_size:
-        raise GeneralFailure(f"FULLY_CONNECTED: {x.size} input elements are not a multiple of input size {input_size}")
+        ctx.fail(f"{x.size} input elements are not a multiple of input size {input_size}")
     if bias.shape != (units,):
-        raise GeneralFailure(f"FULLY_CONNECTED: bias has shape {list(bias.shape)}, expected [{units}]")
+        ctx.fail(f"bias has shape {list(bias.shape)}, expected [{units}]")
     batch = x.size // input_size
     t = ctx.in_type(INPUT)
     matrix = ctx.state if isinstance(ctx.state, np.ndarray) else _weights_matrix(w, t, ctx.zero_point(WEIGHTS))

@@ -11,10 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
-from nnhal.core.errors import GeneralFailure
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
-from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, version_for_types
-from nnhal.server.executor.ops.elementwise import broadcast_shape, requantize_to
+from nnhal.server.executor.ops.common import (
+    FLOAT_TYPES,
+    QUANT8_TYPES,
+    T,
+    broadcast_shape,
+    requantize_to,
+    version_for_types,
+)
 from nnhal.server.executor.registry import register
 
 Op = OperationType
@@ -67,9 +72,7 @@ def validate_select(v: ValidationContext) -> HalVersion:
 def execute_select(ctx: ExecutionContext) -> None:
     cond, a, b = ctx.tensor(CONDITION), ctx.tensor(INPUT1), ctx.tensor(INPUT2)
     if cond.shape != a.shape or a.shape != b.shape:
-        raise GeneralFailure(
-            f"SELECT: condition {list(cond.shape)} and inputs {list(a.shape)}, {list(b.shape)} must have the same shape"
-        )
+        ctx.fail(f"condition {list(cond.shape)} and inputs {list(a.shape)}, {list(b.shape)} must have the same shape")
     t = ctx.in_type(INPUT1)
     if t in QUANT8_TYPES:
         so, zo = ctx.out_scale(OUTPUT), ctx.out_zero_point(OUTPUT)

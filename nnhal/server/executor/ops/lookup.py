@@ -2,9 +2,8 @@
 RANDOM_MULTINOMIAL.
 
 LSH_PROJECTION must reproduce the reference bit for bit, so it hashes with
-FarmHash Fingerprint64 (the "na" variant) over the bytes of (float32 seed,
-input row). Its cost is hash functions x bits x rows hashes of a few bytes, so
-the hash is written with Python integers rather than vectorised.
+FarmHash Fingerprint64 (``_farmhash``) over the bytes of (float32 seed, input
+row): hash functions x bits x rows hashes of a few bytes each.
 
 RANDOM_MULTINOMIAL draws from the softmax of each row with a generator seeded
 from the two seed values: deterministic for given seeds, but not the
@@ -13,13 +12,19 @@ reference's Philox stream (the HAL only specifies the distribution).
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
+from nnhal.server.executor.errors import INVALID
+from nnhal.server.executor.ops._farmhash import fingerprint64
+from nnhal.server.executor.ops._validation import expect_vector_input, require_same_quant
 from nnhal.server.executor.ops.common import FLOAT_TYPES, T, to_compute, version_for_types
-from nnhal.server.executor.ops.shape import OUTPUT, expect_vector_input, fail, require_same_quant
 from nnhal.server.executor.registry import register
+
+OUTPUT = 0
 
 # -- EMBEDDING_LOOKUP ------------------------------------------------------------------------
 LOOKUPS = 0
@@ -47,14 +52,14 @@ def validate_embedding_lookup(v: ValidationContext) -> HalVersion:
 
 def _rows(ctx: ExecutionContext, values: np.ndarray, index: np.ndarray) -> None:
     if index.size and (index.min() < 0 or index.max() >= values.shape[0]):
-        raise fail(ctx, f"lookup index out of range [0, {values.shape[0]})")
+        ctx.fail(f"lookup index out of range [0, {values.shape[0]})")
 
 
 def execute_embedding_lookup(ctx: ExecutionContext) -> None:
     lookups = ctx.tensor(LOOKUPS)
     values = ctx.tensor(EMB_VALUES)
     if lookups.ndim != 1 or values.ndim < 2:
-        raise fail(ctx, "lookups must be 1-D and values of rank >= 2")
+        ctx.fail("lookups must be 1-D and values of rank >= 2")
     _rows(ctx, values, lookups)
     ctx.set_output(OUTPUT, values[lookups.astype(np.intp)])
 
@@ -81,9 +86,9 @@ def execute_hashtable_lookup(ctx: ExecutionContext) -> None:
     keys = ctx.tensor(KEYS)
     values = ctx.tensor(HT_VALUES)
     if lookups.ndim != 1 or keys.ndim != 1 or values.ndim < 1:
-        raise fail(ctx, "lookups and keys must be 1-D, values of rank >= 1")
+        ctx.fail("lookups and keys must be 1-D, values of rank >= 1")
     if keys.shape[0] != values.shape[0]:
-        raise fail(ctx, f"{keys.shape[0]} keys for {values.shape[0]} value rows")
+        ctx.fail(f"{keys.shape[0]} keys for {values.shape[0]} value rows")
     # Keys are sorted ascending (a HAL requirement): binary search each lookup.
     pos = np.searchsorted(keys, lookups)
     safe = np.minimum(pos, max(keys.shape[0] - 1, 0))
@@ -101,138 +106,6 @@ WEIGHT = 2
 LSH_TYPE = 3
 SPARSE_DEPRECATED, DENSE, SPARSE = 1, 2, 3
 _LSH_INPUT_TYPES = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
-
-_M64 = (1 << 64) - 1
-_K0 = 0xC3A5C85C97CB3127
-_K1 = 0xB492B66FBE98F273
-_K2 = 0x9AE16A3B2F90404F
-
-
-def _fetch64(s: bytes, i: int) -> int:
-    return int.from_bytes(s[i : i + 8], "little")
-
-
-def _fetch32(s: bytes, i: int) -> int:
-    return int.from_bytes(s[i : i + 4], "little")
-
-
-def _rot(v: int, shift: int) -> int:
-    return v if shift == 0 else ((v >> shift) | (v << (64 - shift))) & _M64
-
-
-def _shift_mix(v: int) -> int:
-    return v ^ (v >> 47)
-
-
-def _len16(u: int, v: int, mul: int) -> int:
-    a = ((u ^ v) * mul) & _M64
-    a ^= a >> 47
-    b = ((v ^ a) * mul) & _M64
-    b ^= b >> 47
-    return (b * mul) & _M64
-
-
-def _len0to16(s: bytes) -> int:
-    n = len(s)
-    if n >= 8:
-        mul = _K2 + n * 2
-        a = (_fetch64(s, 0) + _K2) & _M64
-        b = _fetch64(s, n - 8)
-        c = (_rot(b, 37) * mul + a) & _M64
-        d = ((_rot(a, 25) + b) * mul) & _M64
-        return _len16(c, d, mul)
-    if n >= 4:
-        mul = _K2 + n * 2
-        return _len16((n + (_fetch32(s, 0) << 3)) & _M64, _fetch32(s, n - 4), mul)
-    if n > 0:
-        y = s[0] + (s[n >> 1] << 8)
-        z = n + (s[n - 1] << 2)
-        return (_shift_mix(((y * _K2) ^ (z * _K0)) & _M64) * _K2) & _M64
-    return _K2
-
-
-def _len17to32(s: bytes) -> int:
-    n = len(s)
-    mul = _K2 + n * 2
-    a = (_fetch64(s, 0) * _K1) & _M64
-    b = _fetch64(s, 8)
-    c = (_fetch64(s, n - 8) * mul) & _M64
-    d = (_fetch64(s, n - 16) * _K2) & _M64
-    return _len16((_rot((a + b) & _M64, 43) + _rot(c, 30) + d) & _M64, (a + _rot((b + _K2) & _M64, 18) + c) & _M64, mul)
-
-
-def _len33to64(s: bytes) -> int:
-    n = len(s)
-    mul = _K2 + n * 2
-    a = (_fetch64(s, 0) * _K2) & _M64
-    b = _fetch64(s, 8)
-    c = (_fetch64(s, n - 8) * mul) & _M64
-    d = (_fetch64(s, n - 16) * _K2) & _M64
-    y = (_rot((a + b) & _M64, 43) + _rot(c, 30) + d) & _M64
-    z = _len16(y, (a + _rot((b + _K2) & _M64, 18) + c) & _M64, mul)
-    e = (_fetch64(s, 16) * mul) & _M64
-    f = _fetch64(s, 24)
-    g = ((y + _fetch64(s, n - 32)) * mul) & _M64
-    h = ((z + _fetch64(s, n - 24)) * mul) & _M64
-    return _len16((_rot((e + f) & _M64, 43) + _rot(g, 30) + h) & _M64, (e + _rot((f + a) & _M64, 18) + g) & _M64, mul)
-
-
-def _weak32(s: bytes, i: int, a: int, b: int) -> tuple[int, int]:
-    w, x, y, z = (_fetch64(s, i + 8 * k) for k in range(4))
-    a = (a + w) & _M64
-    b = _rot((b + a + z) & _M64, 21)
-    c = a
-    a = (a + x + y) & _M64
-    b = (b + _rot(a, 44)) & _M64
-    return (a + z) & _M64, (b + c) & _M64
-
-
-def fingerprint64(s: bytes) -> int:
-    """FarmHash Fingerprint64 (farmhashna::Hash64) of ``s`` as an unsigned 64-bit value."""
-    n = len(s)
-    if n <= 16:
-        return _len0to16(s)
-    if n <= 32:
-        return _len17to32(s)
-    if n <= 64:
-        return _len33to64(s)
-    seed = 81
-    x = seed
-    y = (seed * _K1 + 113) & _M64
-    z = (_shift_mix((y * _K2 + 113) & _M64) * _K2) & _M64
-    v = (0, 0)
-    w = (0, 0)
-    x = (x * _K2 + _fetch64(s, 0)) & _M64
-    end = ((n - 1) // 64) * 64
-    last64 = n - 64
-    p = 0
-    while True:
-        x = (_rot((x + y + v[0] + _fetch64(s, p + 8)) & _M64, 37) * _K1) & _M64
-        y = (_rot((y + v[1] + _fetch64(s, p + 48)) & _M64, 42) * _K1) & _M64
-        x ^= w[1]
-        y = (y + v[0] + _fetch64(s, p + 40)) & _M64
-        z = (_rot((z + w[0]) & _M64, 33) * _K1) & _M64
-        v = _weak32(s, p, (v[1] * _K1) & _M64, (x + w[0]) & _M64)
-        w = _weak32(s, p + 32, (z + w[1]) & _M64, (y + _fetch64(s, p + 16)) & _M64)
-        z, x = x, z
-        p += 64
-        if p == end:
-            break
-    mul = _K1 + ((z & 0xFF) << 1)
-    p = last64
-    w0 = (w[0] + ((n - 1) & 63)) & _M64
-    v0 = (v[0] + w0) & _M64
-    w0 = (w0 + v0) & _M64
-    v, w = (v0, v[1]), (w0, w[1])
-    x = (_rot((x + y + v[0] + _fetch64(s, p + 8)) & _M64, 37) * mul) & _M64
-    y = (_rot((y + v[1] + _fetch64(s, p + 48)) & _M64, 42) * mul) & _M64
-    x ^= (w[1] * 9) & _M64
-    y = (y + v[0] * 9 + _fetch64(s, p + 40)) & _M64
-    z = (_rot((z + w[0]) & _M64, 33) * mul) & _M64
-    v = _weak32(s, p, (v[1] * mul) & _M64, (x + w[0]) & _M64)
-    w = _weak32(s, p + 32, (z + w[1]) & _M64, (y + _fetch64(s, p + 16)) & _M64)
-    z, x = x, z
-    return _len16((_len16(v[0], w[0], mul) + _shift_mix(y) * _K0 + z) & _M64, (_len16(v[1], w[1], mul) + x) & _M64, mul)
 
 
 def _signed64(u: int) -> int:
@@ -270,13 +143,13 @@ def execute_lsh_projection(ctx: ExecutionContext) -> None:
     weight = ctx.optional(WEIGHT)
     kind = ctx.scalar(LSH_TYPE)
     if seeds.ndim != 2 or seeds.shape[1] > 32 or x.ndim < 1:
-        raise fail(ctx, "hash must be [functions, bits <= 32] and input of rank >= 1")
+        ctx.fail("hash must be [functions, bits <= 32] and input of rank >= 1")
     if kind not in (SPARSE_DEPRECATED, DENSE, SPARSE):
-        raise fail(ctx, f"unknown projection type {kind}")
+        ctx.fail(f"unknown projection type {kind}")
     if weight is not None and weight.shape != (x.shape[0],):
-        raise fail(ctx, f"weight must have shape [{x.shape[0]}], got {list(weight.shape)}")
+        ctx.fail(f"weight must have shape [{x.shape[0]}], got {list(weight.shape)}")
     if kind == DENSE and weight is None:
-        raise fail(ctx, "dense projection needs a weight tensor")
+        ctx.fail("dense projection needs a weight tensor")
     rows = [row.tobytes() for row in np.ascontiguousarray(x).reshape(x.shape[0], -1)]
     weights = [1.0] * len(rows) if weight is None else [float(w) for w in weight.astype(np.float64)]
     n_hash, n_bits = seeds.shape
@@ -322,7 +195,7 @@ def execute_random_multinomial(ctx: ExecutionContext) -> None:
     samples = ctx.scalar(SAMPLES)
     seeds = ctx.tensor(SEEDS)
     if logits.ndim != 2 or samples < 0 or seeds.size < 2:
-        raise fail(ctx, "logits must be [batches, classes], samples >= 0 and two seeds given")
+        ctx.fail("logits must be [batches, classes], samples >= 0 and two seeds given")
     rng = np.random.default_rng([int(s) & 0xFFFFFFFF for s in seeds.reshape(-1)[:2]])
     finite = np.isfinite(logits)
     peak = np.max(np.where(finite, logits, -np.inf), axis=1, keepdims=True)
@@ -336,7 +209,9 @@ def execute_random_multinomial(ctx: ExecutionContext) -> None:
     ctx.set_output(OUTPUT, out)
 
 
-register(OperationType.EMBEDDING_LOOKUP, validate=validate_embedding_lookup, execute=execute_embedding_lookup)
-register(OperationType.HASHTABLE_LOOKUP, validate=validate_hashtable_lookup, execute=execute_hashtable_lookup)
-register(OperationType.LSH_PROJECTION, validate=validate_lsh_projection, execute=execute_lsh_projection)
-register(OperationType.RANDOM_MULTINOMIAL, validate=validate_random_multinomial, execute=execute_random_multinomial)
+# Runtime lookups and hash operands that do not fit are the request's error: INVALID_ARGUMENT.
+_register = partial(register, execution_failure=INVALID)
+_register(OperationType.EMBEDDING_LOOKUP, validate=validate_embedding_lookup, execute=execute_embedding_lookup)
+_register(OperationType.HASHTABLE_LOOKUP, validate=validate_hashtable_lookup, execute=execute_hashtable_lookup)
+_register(OperationType.LSH_PROJECTION, validate=validate_lsh_projection, execute=execute_lsh_projection)
+_register(OperationType.RANDOM_MULTINOMIAL, validate=validate_random_multinomial, execute=execute_random_multinomial)

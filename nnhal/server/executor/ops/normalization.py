@@ -12,14 +12,16 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
-from nnhal.core.errors import GeneralFailure
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.ops.common import (
     FLOAT_TYPES,
     QUANT8_TYPES,
     T,
     dequantize,
+    float_scalar_type,
+    qrange,
     quantize,
+    round_half_away,
     to_compute,
     version_for_types,
 )
@@ -32,7 +34,7 @@ Op = OperationType
 def _axis(ctx: ExecutionContext, index: int, rank: int, default: int = -1) -> int:
     axis = ctx.scalar(index) if index < len(ctx.inputs) and ctx.has(index) else default
     if not -rank <= axis < rank:
-        raise GeneralFailure(f"{ctx.op_type.name}: axis {axis} out of range for rank {rank}")
+        ctx.fail(f"axis {axis} out of range for rank {rank}")
     return int(axis % rank)
 
 
@@ -43,15 +45,11 @@ def _float_input(ctx: ExecutionContext) -> np.ndarray:
     return np.asarray(to_compute(x), np.float32)
 
 
-def _scalar_type_for(t: T) -> T:
-    return T.FLOAT16 if t == T.TENSOR_FLOAT16 else T.FLOAT32
-
-
 # -- SOFTMAX / LOG_SOFTMAX ----------------------------------------------------------
 def validate_softmax(v: ValidationContext) -> HalVersion:
     v.expect_counts((2, 3), 1)
     t = v.expect_input_type_in(INPUT, (*FLOAT_TYPES, *QUANT8_TYPES))
-    v.expect_types([t, _scalar_type_for(t), T.INT32], [t])
+    v.expect_types([t, float_scalar_type(t), T.INT32], [t])
     rank = v.input_rank(INPUT)
     v.require(rank is None or 1 <= rank <= 4, f"input must have rank 1 to 4, got {rank}")
     if t in QUANT8_TYPES:
@@ -87,7 +85,7 @@ def execute_softmax(ctx: ExecutionContext) -> None:
 def validate_log_softmax(v: ValidationContext) -> HalVersion:
     v.expect_counts(3, 1)
     t = v.expect_input_type_in(INPUT, FLOAT_TYPES)
-    v.expect_types([t, _scalar_type_for(t), T.INT32], [t])
+    v.expect_types([t, float_scalar_type(t), T.INT32], [t])
     return HalVersion.V1_2
 
 
@@ -129,9 +127,8 @@ def execute_l2_norm(ctx: ExecutionContext) -> None:
         with np.errstate(divide="ignore", invalid="ignore"):
             y = np.where(norm > 0, v * 128.0 / norm, 0.0)
         zo = ctx.out_zero_point(0)
-        lo, hi = (-128, 127) if t == T.TENSOR_QUANT8_ASYMM_SIGNED else (0, 255)
-        q = np.where(y >= 0, np.floor(y + 0.5), -np.floor(-y + 0.5)) + zo
-        ctx.set_output(0, np.clip(q, lo, hi))
+        lo, hi = qrange(t)
+        ctx.set_output(0, np.clip(round_half_away(y) + zo, lo, hi))
         return
     xf = np.asarray(to_compute(x), np.float32)
     norm = np.maximum(np.sqrt((xf * xf).sum(axis=axis, keepdims=True)), np.float32(1e-6))
@@ -142,7 +139,7 @@ def execute_l2_norm(ctx: ExecutionContext) -> None:
 def validate_lrn(v: ValidationContext) -> HalVersion:
     v.expect_counts((5, 6), 1)
     t = v.expect_input_type_in(INPUT, FLOAT_TYPES)
-    s = _scalar_type_for(t)
+    s = float_scalar_type(t)
     v.expect_types([t, T.INT32, s, s, s, T.INT32], [t])
     rank = v.input_rank(INPUT)
     v.require(rank is None or 1 <= rank <= 4, f"input must have rank 1 to 4, got {rank}")
@@ -157,8 +154,7 @@ def execute_lrn(ctx: ExecutionContext) -> None:
     radius = ctx.scalar(1)
     bias, alpha, beta = (np.float32(ctx.scalar(i)) for i in (2, 3, 4))
     axis = _axis(ctx, 5, x.ndim)
-    if radius < 0:
-        raise GeneralFailure("LOCAL_RESPONSE_NORMALIZATION: radius must be >= 0")
+    ctx.require(radius >= 0, "radius must be >= 0")
     moved = np.moveaxis(x, axis, -1)
     sq = moved * moved
     depth = moved.shape[-1]
@@ -175,7 +171,7 @@ def execute_lrn(ctx: ExecutionContext) -> None:
 def validate_instance_norm(v: ValidationContext) -> HalVersion:
     v.expect_counts(5, 1)
     t = v.expect_input_type_in(INPUT, FLOAT_TYPES)
-    s = _scalar_type_for(t)
+    s = float_scalar_type(t)
     v.expect_types([t, s, s, s, T.BOOL], [t])
     v.expect_rank(INPUT, 4)
     return HalVersion.V1_2

@@ -11,19 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
-from nnhal.core.errors import GeneralFailure
 from nnhal.core.operand_types import DTYPE
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
-from nnhal.server.executor.ops.common import (
-    FLOAT_TYPES,
-    QUANT8_TYPES,
-    T,
-    activation_range_quant,
-    apply_activation,
-    check_activation,
-    to_compute,
-)
-from nnhal.server.executor.ops.conv import PADDING_SAME, PADDING_VALID, implicit_padding, out_size
+from nnhal.server.executor.ops._activations import activation_range_quant, apply_activation, check_activation
+from nnhal.server.executor.ops._padding import PADDING_CODES, implicit_padding, out_size, pad_spatial, window_taps
+from nnhal.server.executor.ops._validation import same_quant
+from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, from_nhwc, to_compute, to_nhwc
 from nnhal.server.executor.registry import register
 
 INPUT = 0
@@ -41,10 +34,8 @@ def validate_pool(v: ValidationContext) -> HalVersion:
         v.require(v.input_type(n - 1) == T.BOOL, f"input {n - 1} (layout) must be BOOL")
     v.expect_rank(INPUT, 4)
     if t in QUANT8_TYPES:
-        out, inp = v.outputs[0], v.inputs[INPUT]
         v.require(
-            out.scale == inp.scale and out.zero_point == inp.zero_point,
-            "quantized output must have the input's scale and zero point",
+            same_quant(v.outputs[0], v.inputs[INPUT]), "quantized output must have the input's scale and zero point"
         )
     if t == T.TENSOR_QUANT8_ASYMM_SIGNED:
         return HalVersion.V1_3
@@ -57,27 +48,25 @@ def execute_pool(ctx: ExecutionContext) -> None:
     n = len(ctx.inputs)
     explicit = n >= 10
     nchw = bool(ctx.scalar(n - 1)) if n in (8, 11) else False
-    x = ctx.tensor(INPUT)
-    if nchw:
-        x = x.transpose(0, 2, 3, 1)
+    x = to_nhwc(ctx.tensor(INPUT), nchw)
     _, h, w, _ = x.shape
     if explicit:
         pl, pr, pt, pb, sw, sh, fw, fh, act = (ctx.scalar(i) for i in range(1, 10))
     else:
         code, sw, sh, fw, fh, act = (ctx.scalar(i) for i in range(1, 7))
-        if code not in (PADDING_SAME, PADDING_VALID):
-            raise GeneralFailure(f"{ctx.op_type.name}: padding code must be 1 (SAME) or 2 (VALID), got {code}")
-        if min(sw, sh, fw, fh) < 1:
-            raise GeneralFailure(f"{ctx.op_type.name}: strides and filter sizes must be >= 1")
+        if code not in PADDING_CODES:
+            ctx.fail(f"padding code must be 1 (SAME) or 2 (VALID), got {code}")
+        ctx.require(min(sw, sh, fw, fh) >= 1, "strides and filter sizes must be >= 1")
         pt, pb = implicit_padding(h, sh, 1, fh, code)
         pl, pr = implicit_padding(w, sw, 1, fw, code)
-    if min(sw, sh, fw, fh) < 1 or min(pl, pr, pt, pb) < 0 or not check_activation(act):
-        raise GeneralFailure(f"{ctx.op_type.name}: invalid stride, filter, padding or activation")
-    if not (fw > pl and fw > pr and fh > pt and fh > pb):
-        raise GeneralFailure(f"{ctx.op_type.name}: padding must be smaller than the filter")
+    ctx.require(
+        min(sw, sh, fw, fh) >= 1 and min(pl, pr, pt, pb) >= 0 and check_activation(act),
+        "invalid stride, filter, padding or activation",
+    )
+    ctx.require(fw > pl and fw > pr and fh > pt and fh > pb, "padding must be smaller than the filter")
     oh, ow = out_size(h, fh, sh, 1, pt, pb), out_size(w, fw, sw, 1, pl, pr)
     if oh <= 0 or ow <= 0:
-        raise GeneralFailure(f"{ctx.op_type.name}: output would be {oh}x{ow}")
+        ctx.fail(f"output would be {oh}x{ow}")
     t = ctx.in_type(INPUT)
     quant = t in QUANT8_TYPES
     op = ctx.op_type
@@ -89,12 +78,7 @@ def execute_pool(ctx: ExecutionContext) -> None:
         src = x.astype(np.int32) if quant else to_compute(x)
         if op == Op.L2_POOL_2D:
             src = src * src
-    padded = np.pad(src, ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=fill)
-    taps = [
-        padded[:, i : i + (oh - 1) * sh + 1 : sh, j : j + (ow - 1) * sw + 1 : sw, :]
-        for i in range(fh)
-        for j in range(fw)
-    ]
+    taps = window_taps(pad_spatial(src, pt, pb, pl, pr, fill), (fh, fw), (oh, ow), (sh, sw))
     if op == Op.MAX_POOL_2D:
         out = taps[0].copy()
         for tap in taps[1:]:
@@ -120,7 +104,7 @@ def execute_pool(ctx: ExecutionContext) -> None:
         result = np.clip(out, lo, hi).astype(DTYPE[t])
     else:
         result = apply_activation(np.ascontiguousarray(out), act)
-    ctx.set_output(0, np.ascontiguousarray(result.transpose(0, 3, 1, 2)) if nchw else result)
+    ctx.set_output(0, from_nhwc(result, nchw))
 
 
 for _op in (Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D):

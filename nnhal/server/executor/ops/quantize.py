@@ -15,13 +15,11 @@ import math
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
-from nnhal.core.errors import GeneralFailure
 from nnhal.core.operand_types import DTYPE
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
+from nnhal.server.executor.ops._fixed_point import INT32_MAX, INT32_MIN
 from nnhal.server.executor.ops.common import (
     FLOAT_TYPES,
-    INT32_MAX,
-    INT32_MIN,
     QUANT8_TYPES,
     T,
     qrange,
@@ -84,9 +82,7 @@ def execute_dequantize(ctx: ExecutionContext) -> None:
     if operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL and cq is not None:
         scales = np.asarray(cq.scales, dtype=np.float32)
         if x.ndim <= cq.channel_dim or x.shape[cq.channel_dim] != scales.size:
-            raise GeneralFailure(
-                f"DEQUANTIZE: {scales.size} channel scales for dimension {cq.channel_dim} of {list(x.shape)}"
-            )
+            ctx.fail(f"{scales.size} channel scales for dimension {cq.channel_dim} of {list(x.shape)}")
         shape = [1] * x.ndim
         shape[cq.channel_dim] = scales.size
         real = scales.reshape(shape) * centered

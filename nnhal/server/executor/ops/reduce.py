@@ -10,29 +10,36 @@ shape is [1], as the HAL specifies.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
 from nnhal.core.operand_types import DTYPE
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
-from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, to_compute
-from nnhal.server.executor.ops.shape import (
-    INPUT,
-    MOVE_TYPES,
-    MOVE_TYPES_INT,
-    OUTPUT,
+from nnhal.server.executor.errors import INVALID
+from nnhal.server.executor.ops._validation import (
     axis_at_execution,
     axis_at_validation,
-    base_version,
-    expect_rank_at_most_4,
     expect_vector_input,
-    fail,
+    input_axis,
     int_vector,
     require_same_quant,
     resolve_axis,
 )
+from nnhal.server.executor.ops.common import (
+    FLOAT_TYPES,
+    MOVE_TYPES,
+    MOVE_TYPES_INT,
+    QUANT8_TYPES,
+    T,
+    to_compute,
+    version_for_types,
+)
 from nnhal.server.executor.registry import register
 
+INPUT = 0
+OUTPUT = 0
 AXES = 1
 KEEP_DIMS = 2
 
@@ -61,10 +68,10 @@ def validate_mean(v: ValidationContext) -> HalVersion:
     v.expect_counts(3, 1)
     t = v.expect_input_type_in(INPUT, MOVE_TYPES)
     v.expect_types([t, T.TENSOR_INT32, T.INT32], [t])
-    expect_rank_at_most_4(v)
+    v.expect_rank(INPUT, 4, at_most=True)
     _validate_axes(v)
     require_same_quant(v)
-    return base_version(t, HalVersion.V1_1)
+    return version_for_types([t], HalVersion.V1_1)
 
 
 def execute_mean(ctx: ExecutionContext) -> None:
@@ -102,10 +109,10 @@ def validate_reduce(v: ValidationContext) -> HalVersion:
     v.expect_counts(3, 1)
     t = v.expect_input_type_in(INPUT, _REDUCE_TYPES[v.op_type])
     v.expect_types([t, T.TENSOR_INT32, T.BOOL], [t])
-    expect_rank_at_most_4(v)
+    v.expect_rank(INPUT, 4, at_most=True)
     _validate_axes(v)
     require_same_quant(v)
-    return base_version(t, HalVersion.V1_2)
+    return version_for_types([t], HalVersion.V1_2)
 
 
 def _extreme(t: T, largest: bool) -> float | int:
@@ -150,16 +157,14 @@ def validate_arg_min_max(v: ValidationContext) -> HalVersion:
     t = v.expect_input_type_in(INPUT, MOVE_TYPES_INT)
     v.expect_types([t, T.INT32], [T.TENSOR_INT32])
     axis_at_validation(v, 1, v.input_rank(INPUT))
-    return base_version(t, HalVersion.V1_2)
+    return version_for_types([t], HalVersion.V1_2)
 
 
 def execute_arg_min_max(ctx: ExecutionContext) -> None:
     x = ctx.tensor(INPUT)
-    if x.ndim == 0:
-        raise fail(ctx, "input must have rank >= 1")
-    axis = axis_at_execution(ctx, ctx.scalar(1), x.ndim)
+    axis = input_axis(ctx, x, 1)
     if x.shape[axis] == 0:
-        raise fail(ctx, f"cannot reduce the empty dimension {axis}")
+        ctx.fail(f"cannot reduce the empty dimension {axis}")
     # Ties resolve to the first index, as in the reference.
     pick = np.argmin if ctx.op_type == OperationType.ARGMIN else np.argmax
     out = pick(x, axis=axis).astype(np.int32)
@@ -177,14 +182,14 @@ def validate_topk(v: ValidationContext) -> HalVersion:
     if k is not None and dims and dims[-1]:
         v.require(k <= dims[-1], f"k {k} exceeds the last dimension {dims[-1]}")
     require_same_quant(v)
-    return base_version(t, HalVersion.V1_2)
+    return version_for_types([t], HalVersion.V1_2)
 
 
 def execute_topk(ctx: ExecutionContext) -> None:
     x = ctx.tensor(INPUT)
     k = ctx.scalar(1)
     if x.ndim == 0 or not 0 < k <= x.shape[-1]:
-        raise fail(ctx, f"k {k} must be in [1, last dimension] for input shape {list(x.shape)}")
+        ctx.fail(f"k {k} must be in [1, last dimension] for input shape {list(x.shape)}")
     keys = x.astype(np.float64)
     index = np.broadcast_to(np.arange(x.shape[-1]), x.shape)
     # Largest first; equal values list the larger index first, as the reference's sort does.
@@ -193,9 +198,11 @@ def execute_topk(ctx: ExecutionContext) -> None:
     ctx.set_output(1, order.astype(np.int32))
 
 
+# Runtime axes and k that do not fit the input are the request's error: INVALID_ARGUMENT.
+_register = partial(register, execution_failure=INVALID)
 for _op in _REDUCE_TYPES:
-    register(_op, validate=validate_reduce, execute=execute_reduce)
-register(OperationType.MEAN, validate=validate_mean, execute=execute_mean)
-register(OperationType.ARGMAX, validate=validate_arg_min_max, execute=execute_arg_min_max)
-register(OperationType.ARGMIN, validate=validate_arg_min_max, execute=execute_arg_min_max)
-register(OperationType.TOPK_V2, validate=validate_topk, execute=execute_topk)
+    _register(_op, validate=validate_reduce, execute=execute_reduce)
+_register(OperationType.MEAN, validate=validate_mean, execute=execute_mean)
+_register(OperationType.ARGMAX, validate=validate_arg_min_max, execute=execute_arg_min_max)
+_register(OperationType.ARGMIN, validate=validate_arg_min_max, execute=execute_arg_min_max)
+_register(OperationType.TOPK_V2, validate=validate_topk, execute=execute_topk)

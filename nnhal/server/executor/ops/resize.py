@@ -8,10 +8,18 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
-from nnhal.core.errors import GeneralFailure
-from nnhal.core.operand_types import DTYPE
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
-from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, to_compute, version_for_types
+from nnhal.server.executor.ops.common import (
+    FLOAT_TYPES,
+    QUANT8_TYPES,
+    T,
+    from_nhwc,
+    qrange,
+    round_half_away,
+    to_compute,
+    to_nhwc,
+    version_for_types,
+)
 from nnhal.server.executor.registry import register
 
 INPUT, WIDTH, HEIGHT, LAYOUT, ALIGN_CORNERS, HALF_PIXEL = range(6)
@@ -54,21 +62,17 @@ def execute_resize(ctx: ExecutionContext) -> None:
     nchw = _flag(ctx, LAYOUT)
     align = _flag(ctx, ALIGN_CORNERS)
     half = _flag(ctx, HALF_PIXEL)
-    if align and half:
-        raise GeneralFailure(f"{ctx.op_type.name}: align_corners and half_pixel_centers are exclusive")
-    x = ctx.tensor(INPUT)
-    if nchw:
-        x = x.transpose(0, 2, 3, 1)
+    ctx.require(not (align and half), "align_corners and half_pixel_centers are exclusive")
+    x = to_nhwc(ctx.tensor(INPUT), nchw)
     _, h, w, c = x.shape
-    if min(h, w, c) <= 0:
-        raise GeneralFailure(f"{ctx.op_type.name}: only the batch dimension may be zero")
+    ctx.require(min(h, w, c) > 0, "only the batch dimension may be zero")
     if ctx.in_type(WIDTH) == T.INT32:
         out_w, out_h = int(ctx.scalar(WIDTH)), int(ctx.scalar(HEIGHT))
     else:
         out_w = int(np.floor(np.float32(w) * np.float32(ctx.scalar(WIDTH))))
         out_h = int(np.floor(np.float32(h) * np.float32(ctx.scalar(HEIGHT))))
     if out_w <= 0 or out_h <= 0:
-        raise GeneralFailure(f"{ctx.op_type.name}: output size {out_h}x{out_w} must be positive")
+        ctx.fail(f"output size {out_h}x{out_w} must be positive")
     sy, sx = _scale(h, out_h, align), _scale(w, out_w, align)
     t = ctx.in_type(INPUT)
     if ctx.op_type == Op.RESIZE_NEAREST_NEIGHBOR:
@@ -93,11 +97,10 @@ def execute_resize(ctx: ExecutionContext) -> None:
             + bottom[:, :, x1] * dy * dx
         )
         if t in QUANT8_TYPES:
-            info = np.iinfo(DTYPE[t])
-            value = np.clip(np.floor(value + np.float32(0.5)), info.min, info.max)
+            lo, hi = qrange(t)
+            value = np.clip(np.floor(value + np.float32(0.5)), lo, hi)
         out = value
-    out = np.asarray(out)
-    ctx.set_output(0, np.ascontiguousarray(out.transpose(0, 3, 1, 2)) if nchw else out)
+    ctx.set_output(0, from_nhwc(np.asarray(out), nchw))
 
 
 def _nearest(out_size: int, scale: np.float32, in_size: int, align: bool, half: bool) -> np.ndarray:
@@ -106,11 +109,7 @@ def _nearest(out_size: int, scale: np.float32, in_size: int, align: bool, half: 
         if not half
         else (np.arange(out_size, dtype=np.float32) + np.float32(0.5)) * scale
     )
-    idx = (
-        np.where(src >= 0, np.floor(src + np.float32(0.5)), -np.floor(-src + np.float32(0.5)))
-        if align
-        else np.floor(src)
-    )
+    idx = round_half_away(src) if align else np.floor(src)
     idx = np.minimum(idx.astype(np.int64), in_size - 1)
     return np.maximum(idx, 0) if half else idx
 

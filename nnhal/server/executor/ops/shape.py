@@ -5,22 +5,30 @@ All of them move data without arithmetic except CONCATENATION of quantized
 inputs whose scale or zero point differ from the output's: those are
 requantized in float32 as the reference does (round half away from zero).
 
-The small helpers at the top (axis resolution, "same quantization as input"
-checks, the data-type tables) are shared by the slicing / reduce / lookup
-families of this executor.
+Runtime shape operands that do not fit the input (a new shape with another
+element count, an axis out of range) are the request's error: INVALID_ARGUMENT.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
-from nnhal.core.errors import InvalidArgument
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
+from nnhal.server.executor.errors import INVALID
+from nnhal.server.executor.ops._validation import (
+    axis_at_execution,
+    axis_at_validation,
+    expect_vector_input,
+    int_vector,
+    require_same_quant,
+)
 from nnhal.server.executor.ops.common import (
-    FLOAT_TYPES,
+    MOVE_TYPES,
+    MOVE_TYPES_INT,
     QUANT8_TYPES,
     T,
     round_half_away,
@@ -28,75 +36,8 @@ from nnhal.server.executor.ops.common import (
 )
 from nnhal.server.executor.registry import register
 
-#: float16/32 and both 8-bit asymmetric types: the common "data movement" set.
-MOVE_TYPES = (*FLOAT_TYPES, *QUANT8_TYPES)
-#: The same plus TENSOR_INT32 (ops introduced in 1.2 mostly take it).
-MOVE_TYPES_INT = (*FLOAT_TYPES, T.TENSOR_INT32, *QUANT8_TYPES)
-
 INPUT = 0
 OUTPUT = 0
-
-
-# -- helpers shared with slicing / reduce / lookup ----------------------------------
-def fail(ctx: ExecutionContext, message: str) -> InvalidArgument:
-    """An execution-time error naming the operation (raise the result)."""
-    return InvalidArgument(f"{ctx.op_type.name}: {message}")
-
-
-def require_same_quant(v: ValidationContext, out: int = OUTPUT, inp: int = INPUT) -> None:
-    """Quantized outputs of data-movement ops keep the input's scale and zero point."""
-    if v.output_type(out) not in QUANT8_TYPES:
-        return
-    i, o = v.inputs[inp], v.outputs[out]
-    v.require(
-        np.float32(i.scale) == np.float32(o.scale) and i.zero_point == o.zero_point,
-        f"output {out} must have the scale and zero point of input {inp}",
-    )
-
-
-def resolve_axis(axis: int, rank: int) -> int | None:
-    """axis in [-rank, rank) made non-negative, or None when out of range."""
-    if -rank <= axis < rank:
-        return axis + rank if axis < 0 else axis
-    return None
-
-
-def axis_at_validation(v: ValidationContext, axis_input: int, rank: int | None, extra: int = 0) -> None:
-    """Check a constant axis scalar against a known rank (``extra`` widens the range)."""
-    axis = v.constant_scalar(axis_input)
-    if axis is None or rank is None:
-        return
-    v.require(resolve_axis(axis, rank + extra) is not None, f"axis {axis} is out of range for rank {rank}")
-
-
-def axis_at_execution(ctx: ExecutionContext, axis: int, rank: int) -> int:
-    resolved = resolve_axis(axis, rank)
-    if resolved is None:
-        raise fail(ctx, f"axis {axis} is out of range for rank {rank}")
-    return resolved
-
-
-def int_vector(ctx: ExecutionContext, i: int, length: int | None = None, what: str = "") -> list[int]:
-    """A 1-D int32 input as a list, checking its length when given."""
-    arr = ctx.tensor(i)
-    name = what or f"input {i}"
-    if arr.ndim != 1:
-        raise fail(ctx, f"{name} must be 1-D, got shape {list(arr.shape)}")
-    if length is not None and arr.shape[0] != length:
-        raise fail(ctx, f"{name} must have {length} elements, got {arr.shape[0]}")
-    return [int(x) for x in arr]
-
-
-def expect_vector_input(v: ValidationContext, i: int) -> None:
-    v.require(v.input_rank(i) in (None, 1), f"input {i} must be a 1-D tensor")
-
-
-def expect_rank_at_most_4(v: ValidationContext, i: int = INPUT) -> None:
-    v.expect_rank(i, 4, at_most=True)
-
-
-def base_version(t: T, since: HalVersion) -> HalVersion:
-    return version_for_types([t], since)
 
 
 # -- RESHAPE ------------------------------------------------------------------------
@@ -104,25 +45,25 @@ def validate_reshape(v: ValidationContext) -> HalVersion:
     v.expect_counts(2, 1)
     t = v.expect_input_type_in(INPUT, MOVE_TYPES)
     v.expect_types([t, T.TENSOR_INT32], [t])
-    expect_rank_at_most_4(v)
+    v.expect_rank(INPUT, 4, at_most=True)
     expect_vector_input(v, 1)
     require_same_quant(v)
-    return base_version(t, HalVersion.V1_0)
+    return version_for_types([t], HalVersion.V1_0)
 
 
 def reshape_target(ctx: ExecutionContext, size: int, target: Sequence[int]) -> tuple[int, ...]:
     dims = list(target)
     if dims.count(-1) > 1:
-        raise fail(ctx, f"at most one dimension of the new shape may be -1, got {dims}")
+        ctx.fail(f"at most one dimension of the new shape may be -1, got {dims}")
     if any(d < -1 for d in dims):
-        raise fail(ctx, f"invalid new shape {dims}")
+        ctx.fail(f"invalid new shape {dims}")
     known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
     if -1 in dims:
         if known == 0 or size % known:
-            raise fail(ctx, f"cannot infer the -1 dimension of {dims} for {size} elements")
+            ctx.fail(f"cannot infer the -1 dimension of {dims} for {size} elements")
         dims[dims.index(-1)] = size // known
     elif known != size:
-        raise fail(ctx, f"new shape {dims} has {known} elements, the input has {size}")
+        ctx.fail(f"new shape {dims} has {known} elements, the input has {size}")
     return tuple(dims)
 
 
@@ -133,15 +74,16 @@ def execute_reshape(ctx: ExecutionContext) -> None:
 
 
 # -- SQUEEZE ------------------------------------------------------------------------
-def validate_squeeze(v: ValidationContext) -> HalVersion:
+def validate_with_optional_vector(v: ValidationContext) -> HalVersion:
+    """SQUEEZE and TRANSPOSE: a rank <= 4 tensor and an optional 1-D TENSOR_INT32 (axes, perm)."""
     v.expect_counts(2, 1)
     t = v.expect_input_type_in(INPUT, MOVE_TYPES)
     v.expect_types([t, T.TENSOR_INT32], [t])
-    expect_rank_at_most_4(v)
+    v.expect_rank(INPUT, 4, at_most=True)
     if not v.is_omitted(1):
         expect_vector_input(v, 1)
     require_same_quant(v)
-    return base_version(t, HalVersion.V1_1)
+    return version_for_types([t], HalVersion.V1_1)
 
 
 def execute_squeeze(ctx: ExecutionContext) -> None:
@@ -154,7 +96,7 @@ def execute_squeeze(ctx: ExecutionContext) -> None:
         for a in int_vector(ctx, 1, what="axes"):
             d = axis_at_execution(ctx, a, x.ndim)
             if x.shape[d] != 1:
-                raise fail(ctx, f"cannot squeeze dimension {d} of size {x.shape[d]}")
+                ctx.fail(f"cannot squeeze dimension {d} of size {x.shape[d]}")
             squeeze.add(d)
     dims = tuple(n for d, n in enumerate(x.shape) if d not in squeeze)
     # The HAL keeps a 1-element vector when every dimension is squeezed.
@@ -168,7 +110,7 @@ def validate_expand_dims(v: ValidationContext) -> HalVersion:
     v.expect_types([t, T.INT32], [t])
     axis_at_validation(v, 1, v.input_rank(INPUT), extra=1)
     require_same_quant(v)
-    return base_version(t, HalVersion.V1_2)
+    return version_for_types([t], HalVersion.V1_2)
 
 
 def execute_expand_dims(ctx: ExecutionContext) -> None:
@@ -178,17 +120,6 @@ def execute_expand_dims(ctx: ExecutionContext) -> None:
 
 
 # -- TRANSPOSE ------------------------------------------------------------------------
-def validate_transpose(v: ValidationContext) -> HalVersion:
-    v.expect_counts(2, 1)
-    t = v.expect_input_type_in(INPUT, MOVE_TYPES)
-    v.expect_types([t, T.TENSOR_INT32], [t])
-    expect_rank_at_most_4(v)
-    if not v.is_omitted(1):
-        expect_vector_input(v, 1)
-    require_same_quant(v)
-    return base_version(t, HalVersion.V1_1)
-
-
 def execute_transpose(ctx: ExecutionContext) -> None:
     x = ctx.tensor(INPUT)
     if ctx.optional(1) is None:
@@ -196,7 +127,7 @@ def execute_transpose(ctx: ExecutionContext) -> None:
     else:
         perm = int_vector(ctx, 1, x.ndim, "perm")
         if sorted(perm) != list(range(x.ndim)):
-            raise fail(ctx, f"perm {perm} is not a permutation of the {x.ndim} input dimensions")
+            ctx.fail(f"perm {perm} is not a permutation of the {x.ndim} input dimensions")
     ctx.set_output(OUTPUT, np.ascontiguousarray(np.transpose(x, perm)))
 
 
@@ -207,9 +138,9 @@ def validate_concatenation(v: ValidationContext) -> HalVersion:
     t = v.expect_input_type_in(INPUT, MOVE_TYPES)
     n = v.num_inputs - 1
     v.expect_types([t] * n + [T.INT32], [t])
-    version = base_version(t, HalVersion.V1_0)
+    version = version_for_types([t], HalVersion.V1_0)
     for i in range(n):
-        expect_rank_at_most_4(v, i)
+        v.expect_rank(i, 4, at_most=True)
     ranks = {r for r in (v.input_rank(i) for i in range(n)) if r is not None}
     v.require(len(ranks) <= 1, f"all inputs must have the same rank, got {sorted(ranks)}")
     if ranks:
@@ -245,10 +176,10 @@ def execute_concatenation(ctx: ExecutionContext) -> None:
     rank = parts[0].ndim
     axis = ctx.scalar(n)
     if not 0 <= axis < rank:
-        raise fail(ctx, f"axis {axis} is out of range for rank {rank}")
+        ctx.fail(f"axis {axis} is out of range for rank {rank}")
     for i, p in enumerate(parts):
         if p.ndim != rank or any(a != b for d, (a, b) in enumerate(zip(p.shape, parts[0].shape)) if d != axis):
-            raise fail(ctx, f"input {i} shape {list(p.shape)} does not match input 0 {list(parts[0].shape)}")
+            ctx.fail(f"input {i} shape {list(p.shape)} does not match input 0 {list(parts[0].shape)}")
     t = ctx.in_type(INPUT)
     if t in QUANT8_TYPES:
         s, z = ctx.out_scale(OUTPUT), ctx.out_zero_point(OUTPUT)
@@ -267,7 +198,7 @@ def validate_split(v: ValidationContext) -> HalVersion:
     v.require(count is None or count == v.num_outputs, f"num_splits {count} != {v.num_outputs} outputs")
     for k in range(v.num_outputs):
         require_same_quant(v, k)
-    return base_version(t, HalVersion.V1_2)
+    return version_for_types([t], HalVersion.V1_2)
 
 
 def execute_split(ctx: ExecutionContext) -> None:
@@ -275,9 +206,9 @@ def execute_split(ctx: ExecutionContext) -> None:
     axis = axis_at_execution(ctx, ctx.scalar(1), x.ndim)
     count = ctx.scalar(2)
     if count != len(ctx.out_operands) or count <= 0:
-        raise fail(ctx, f"num_splits {count} does not match the {len(ctx.out_operands)} outputs")
+        ctx.fail(f"num_splits {count} does not match the {len(ctx.out_operands)} outputs")
     if x.shape[axis] % count:
-        raise fail(ctx, f"dimension {axis} of size {x.shape[axis]} is not divisible by {count}")
+        ctx.fail(f"dimension {axis} of size {x.shape[axis]} is not divisible by {count}")
     for k, part in enumerate(np.split(x, count, axis=axis)):
         ctx.set_output(k, part)
 
@@ -325,7 +256,7 @@ def validate_fill(v: ValidationContext) -> HalVersion:
 def execute_fill(ctx: ExecutionContext) -> None:
     dims = int_vector(ctx, 0, what="dims")
     if any(d < 0 for d in dims):
-        raise fail(ctx, f"negative output dimension in {dims}")
+        ctx.fail(f"negative output dimension in {dims}")
     value = ctx.tensor(1)
     ctx.set_output(OUTPUT, np.full(dims, value, dtype=value.dtype))
 
@@ -340,14 +271,14 @@ def validate_tile(v: ValidationContext) -> HalVersion:
     if rank is not None and mult and mult[0]:
         v.require(mult[0] == rank, f"multiples must have {rank} elements, got {mult[0]}")
     require_same_quant(v)
-    return base_version(t, HalVersion.V1_2)
+    return version_for_types([t], HalVersion.V1_2)
 
 
 def execute_tile(ctx: ExecutionContext) -> None:
     x = ctx.tensor(INPUT)
     multiples = int_vector(ctx, 1, x.ndim, "multiples")
     if any(m < 0 for m in multiples):
-        raise fail(ctx, f"multiples must be non-negative, got {multiples}")
+        ctx.fail(f"multiples must be non-negative, got {multiples}")
     ctx.set_output(OUTPUT, np.tile(x, multiples))
 
 
@@ -356,13 +287,13 @@ def validate_channel_shuffle(v: ValidationContext) -> HalVersion:
     v.expect_counts(3, 1)
     t = v.expect_input_type_in(INPUT, MOVE_TYPES)
     v.expect_types([t, T.INT32, T.INT32], [t])
-    expect_rank_at_most_4(v)
+    v.expect_rank(INPUT, 4, at_most=True)
     rank = v.input_rank(INPUT)
     axis_at_validation(v, 2, rank)
     groups = v.constant_scalar(1)
     v.require(groups is None or groups > 0, f"num_groups must be positive, got {groups}")
     require_same_quant(v)
-    return base_version(t, HalVersion.V1_2)
+    return version_for_types([t], HalVersion.V1_2)
 
 
 def execute_channel_shuffle(ctx: ExecutionContext) -> None:
@@ -371,19 +302,21 @@ def execute_channel_shuffle(ctx: ExecutionContext) -> None:
     axis = axis_at_execution(ctx, ctx.scalar(2), x.ndim)
     channels = x.shape[axis]
     if groups <= 0 or channels % groups:
-        raise fail(ctx, f"{channels} channels cannot be split into {groups} groups")
+        ctx.fail(f"{channels} channels cannot be split into {groups} groups")
     # [.., groups, group_size, ..] -> [.., group_size, groups, ..]
     split = x.reshape((*x.shape[:axis], groups, channels // groups, *x.shape[axis + 1 :]))
     ctx.set_output(OUTPUT, np.swapaxes(split, axis, axis + 1).reshape(x.shape))
 
 
-register(OperationType.RESHAPE, validate=validate_reshape, execute=execute_reshape)
-register(OperationType.SQUEEZE, validate=validate_squeeze, execute=execute_squeeze)
-register(OperationType.EXPAND_DIMS, validate=validate_expand_dims, execute=execute_expand_dims)
-register(OperationType.TRANSPOSE, validate=validate_transpose, execute=execute_transpose)
-register(OperationType.CONCATENATION, validate=validate_concatenation, execute=execute_concatenation)
-register(OperationType.SPLIT, validate=validate_split, execute=execute_split)
-register(OperationType.RANK, validate=validate_rank, execute=execute_rank)
-register(OperationType.FILL, validate=validate_fill, execute=execute_fill)
-register(OperationType.TILE, validate=validate_tile, execute=execute_tile)
-register(OperationType.CHANNEL_SHUFFLE, validate=validate_channel_shuffle, execute=execute_channel_shuffle)
+# Runtime shapes and axes that do not fit the input are the request's error: INVALID_ARGUMENT.
+_register = partial(register, execution_failure=INVALID)
+_register(OperationType.RESHAPE, validate=validate_reshape, execute=execute_reshape)
+_register(OperationType.SQUEEZE, validate=validate_with_optional_vector, execute=execute_squeeze)
+_register(OperationType.EXPAND_DIMS, validate=validate_expand_dims, execute=execute_expand_dims)
+_register(OperationType.TRANSPOSE, validate=validate_with_optional_vector, execute=execute_transpose)
+_register(OperationType.CONCATENATION, validate=validate_concatenation, execute=execute_concatenation)
+_register(OperationType.SPLIT, validate=validate_split, execute=execute_split)
+_register(OperationType.RANK, validate=validate_rank, execute=execute_rank)
+_register(OperationType.FILL, validate=validate_fill, execute=execute_fill)
+_register(OperationType.TILE, validate=validate_tile, execute=execute_tile)
+_register(OperationType.CHANNEL_SHUFFLE, validate=validate_channel_shuffle, execute=execute_channel_shuffle)

@@ -9,29 +9,34 @@ as the HAL has required since 1.2.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
-from nnhal.server.executor.ops.common import QUANT8_TYPES, T, qrange
-from nnhal.server.executor.ops.shape import (
-    INPUT,
-    MOVE_TYPES,
-    MOVE_TYPES_INT,
-    OUTPUT,
-    axis_at_execution,
+from nnhal.server.executor.errors import INVALID
+from nnhal.server.executor.ops._validation import (
     axis_at_validation,
-    base_version,
-    expect_rank_at_most_4,
     expect_vector_input,
-    fail,
+    input_axis,
     int_vector,
     require_same_quant,
 )
+from nnhal.server.executor.ops.common import (
+    MOVE_TYPES,
+    MOVE_TYPES_INT,
+    QUANT8_TYPES,
+    T,
+    from_nhwc,
+    qrange,
+    to_nhwc,
+    version_for_types,
+)
 from nnhal.server.executor.registry import register
 
-_TO_NHWC = (0, 2, 3, 1)
-_TO_NCHW = (0, 3, 1, 2)
+INPUT = 0
+OUTPUT = 0
 
 
 # -- SLICE ------------------------------------------------------------------------------
@@ -42,13 +47,13 @@ def validate_slice(v: ValidationContext) -> HalVersion:
     expect_vector_input(v, 1)
     expect_vector_input(v, 2)
     require_same_quant(v)
-    return base_version(t, HalVersion.V1_2)
+    return version_for_types([t], HalVersion.V1_2)
 
 
 def execute_slice(ctx: ExecutionContext) -> None:
     x = ctx.tensor(INPUT)
     if x.ndim == 0:
-        raise fail(ctx, "input must have rank >= 1")
+        ctx.fail("input must have rank >= 1")
     begin = int_vector(ctx, 1, x.ndim, "begin")
     size = int_vector(ctx, 2, x.ndim, "size")
     index = []
@@ -56,7 +61,7 @@ def execute_slice(ctx: ExecutionContext) -> None:
         if s == -1:
             s = n - b
         if not (0 <= b <= n and s >= 0 and b + s <= n):
-            raise fail(ctx, f"slice begin {b} size {size[d]} is out of bounds for dimension {d} of size {n}")
+            ctx.fail(f"slice begin {b} size {size[d]} is out of bounds for dimension {d} of size {n}")
         index.append(slice(b, b + s))
     ctx.set_output(OUTPUT, x[tuple(index)])
 
@@ -66,13 +71,13 @@ def validate_strided_slice(v: ValidationContext) -> HalVersion:
     v.expect_counts(7, 1)
     t = v.expect_input_type_in(INPUT, MOVE_TYPES)
     v.expect_types([t, T.TENSOR_INT32, T.TENSOR_INT32, T.TENSOR_INT32, T.INT32, T.INT32, T.INT32], [t])
-    expect_rank_at_most_4(v)
+    v.expect_rank(INPUT, 4, at_most=True)
     for i in (1, 2, 3):
         expect_vector_input(v, i)
     strides = v.constant(3)
     v.require(strides is None or bool(np.all(strides != 0)), "strides must be non-zero")
     require_same_quant(v)
-    return base_version(t, HalVersion.V1_1)
+    return version_for_types([t], HalVersion.V1_1)
 
 
 def _clamped_index(index: int, dim: int, positive_stride: bool) -> int:
@@ -97,14 +102,14 @@ def execute_strided_slice(ctx: ExecutionContext) -> None:
     for d in range(n):
         dim, stride = x.shape[d], strides[d]
         if stride == 0:
-            raise fail(ctx, f"stride of dimension {d} is zero")
+            ctx.fail(f"stride of dimension {d} is zero")
         positive = stride > 0
         b = (0 if positive else dim - 1) if begin_mask >> d & 1 else _clamped_index(begin[d], dim, positive)
         e = (dim if positive else -1) if end_mask >> d & 1 else _clamped_index(end[d], dim, positive)
         length = max(0, -(-(e - b) // stride))
         if shrink_mask >> d & 1:
             if stride < 0 or length != 1:
-                raise fail(ctx, f"shrunk dimension {d} must select exactly one element with a positive stride")
+                ctx.fail(f"shrunk dimension {d} must select exactly one element with a positive stride")
             index.append(b)
         elif length == 0:
             index.append(slice(0, 0))
@@ -122,17 +127,15 @@ def validate_gather(v: ValidationContext) -> HalVersion:
     v.expect_types([t, T.INT32, T.TENSOR_INT32], [t])
     axis_at_validation(v, 1, v.input_rank(INPUT))
     require_same_quant(v)
-    return base_version(t, HalVersion.V1_2)
+    return version_for_types([t], HalVersion.V1_2)
 
 
 def execute_gather(ctx: ExecutionContext) -> None:
     x = ctx.tensor(INPUT)
-    if x.ndim == 0:
-        raise fail(ctx, "input must have rank >= 1")
-    axis = axis_at_execution(ctx, ctx.scalar(1), x.ndim)
+    axis = input_axis(ctx, x, 1)
     indices = ctx.tensor(2)
     if indices.size and (indices.min() < 0 or indices.max() >= x.shape[axis]):
-        raise fail(ctx, f"indices out of range [0, {x.shape[axis]}) for axis {axis}")
+        ctx.fail(f"indices out of range [0, {x.shape[axis]}) for axis {axis}")
     ctx.set_output(OUTPUT, np.take(x, indices.astype(np.intp), axis=axis))
 
 
@@ -153,10 +156,10 @@ def validate_pad(v: ValidationContext) -> HalVersion:
     v.expect_counts(2, 1)
     t = v.expect_input_type_in(INPUT, MOVE_TYPES)
     v.expect_types([t, T.TENSOR_INT32], [t])
-    expect_rank_at_most_4(v)
+    v.expect_rank(INPUT, 4, at_most=True)
     _validate_paddings(v)
     require_same_quant(v)
-    version = base_version(t, HalVersion.V1_1)
+    version = version_for_types([t], HalVersion.V1_1)
     if t == T.TENSOR_QUANT8_ASYMM and v.inputs[INPUT].zero_point != 0:
         # Padding with the zero point (rather than an undefined value) is 1.2 behaviour.
         version = max(version, HalVersion.V1_2)
@@ -167,22 +170,22 @@ def validate_pad_v2(v: ValidationContext) -> HalVersion:
     v.expect_counts(3, 1)
     t = v.expect_input_type_in(INPUT, MOVE_TYPES)
     v.expect_types([t, T.TENSOR_INT32, _PAD_V2_VALUE.get(t, T.INT32)], [t])
-    expect_rank_at_most_4(v)
+    v.expect_rank(INPUT, 4, at_most=True)
     _validate_paddings(v)
     require_same_quant(v)
     if t in QUANT8_TYPES:
         value = v.constant_scalar(2)
         lo, hi = qrange(t)
         v.require(value is None or lo <= value <= hi, f"pad value {value} is outside [{lo}, {hi}]")
-    return base_version(t, HalVersion.V1_2)
+    return version_for_types([t], HalVersion.V1_2)
 
 
 def _paddings(ctx: ExecutionContext, rank: int) -> list[tuple[int, int]]:
     pads = ctx.tensor(1)
     if pads.shape != (rank, 2):
-        raise fail(ctx, f"paddings must have shape [{rank}, 2], got {list(pads.shape)}")
+        ctx.fail(f"paddings must have shape [{rank}, 2], got {list(pads.shape)}")
     if pads.size and pads.min() < 0:
-        raise fail(ctx, "paddings must be non-negative")
+        ctx.fail("paddings must be non-negative")
     return [(int(a), int(b)) for a, b in pads]
 
 
@@ -195,7 +198,7 @@ def execute_pad(ctx: ExecutionContext) -> None:
         if t in QUANT8_TYPES:
             lo, hi = qrange(t)
             if not lo <= value <= hi:
-                raise fail(ctx, f"pad value {value} is outside [{lo}, {hi}]")
+                ctx.fail(f"pad value {value} is outside [{lo}, {hi}]")
     else:
         value = ctx.zero_point(INPUT) if t in QUANT8_TYPES else 0
     ctx.set_output(OUTPUT, np.pad(x, pads, mode="constant", constant_values=np.array(value, dtype=x.dtype)))
@@ -211,15 +214,15 @@ def _nchw(ctx: ExecutionContext, flag_input: int) -> bool:
     return len(ctx.inputs) > flag_input and ctx.has(flag_input) and bool(ctx.scalar(flag_input))
 
 
-def _to_nhwc(ctx: ExecutionContext, nchw: bool) -> np.ndarray:
+def _nhwc_input(ctx: ExecutionContext, nchw: bool) -> np.ndarray:
     x = ctx.tensor(INPUT)
     if x.ndim != 4:
-        raise fail(ctx, f"input must have rank 4, got {x.ndim}")
-    return np.transpose(x, _TO_NHWC) if nchw else x
+        ctx.fail(f"input must have rank 4, got {x.ndim}")
+    return to_nhwc(x, nchw)
 
 
 def _set_from_nhwc(ctx: ExecutionContext, y: np.ndarray, nchw: bool) -> None:
-    ctx.set_output(OUTPUT, np.ascontiguousarray(np.transpose(y, _TO_NCHW) if nchw else y))
+    ctx.set_output(OUTPUT, from_nhwc(y, nchw))
 
 
 def _validate_block_op(v: ValidationContext, since: HalVersion, extra_types: list[T]) -> HalVersion:
@@ -230,7 +233,7 @@ def _validate_block_op(v: ValidationContext, since: HalVersion, extra_types: lis
     v.expect_types([t, *extra_types, T.BOOL], [t])
     v.expect_rank(INPUT, 4)
     require_same_quant(v)
-    return max(base_version(t, since), _validate_layout(v, n))
+    return max(version_for_types([t], since), _validate_layout(v, n))
 
 
 # -- SPACE_TO_DEPTH / DEPTH_TO_SPACE -------------------------------------------------------
@@ -243,22 +246,22 @@ def validate_depth_space(v: ValidationContext) -> HalVersion:
 
 def execute_space_to_depth(ctx: ExecutionContext) -> None:
     nchw = _nchw(ctx, 2)
-    x = _to_nhwc(ctx, nchw)
+    x = _nhwc_input(ctx, nchw)
     bs = ctx.scalar(1)
     b, h, w, c = x.shape
     if bs < 1 or h % bs or w % bs:
-        raise fail(ctx, f"height {h} and width {w} must be multiples of block_size {bs}")
+        ctx.fail(f"height {h} and width {w} must be multiples of block_size {bs}")
     y = x.reshape(b, h // bs, bs, w // bs, bs, c).transpose(0, 1, 3, 2, 4, 5)
     _set_from_nhwc(ctx, y.reshape(b, h // bs, w // bs, bs * bs * c), nchw)
 
 
 def execute_depth_to_space(ctx: ExecutionContext) -> None:
     nchw = _nchw(ctx, 2)
-    x = _to_nhwc(ctx, nchw)
+    x = _nhwc_input(ctx, nchw)
     bs = ctx.scalar(1)
     b, h, w, c = x.shape
     if bs < 1 or c % (bs * bs):
-        raise fail(ctx, f"depth {c} must be a multiple of block_size^2 ({bs}^2)")
+        ctx.fail(f"depth {c} must be a multiple of block_size^2 ({bs}^2)")
     co = c // (bs * bs)
     y = x.reshape(b, h, w, bs, bs, co).transpose(0, 1, 3, 2, 4, 5)
     _set_from_nhwc(ctx, y.reshape(b, h * bs, w * bs, co), nchw)
@@ -295,17 +298,17 @@ def validate_space_to_batch(v: ValidationContext) -> HalVersion:
 def _block_shape(ctx: ExecutionContext) -> tuple[int, int]:
     bh, bw = int_vector(ctx, 1, 2, "block shape")
     if bh < 1 or bw < 1:
-        raise fail(ctx, f"block sizes must be >= 1, got {[bh, bw]}")
+        ctx.fail(f"block sizes must be >= 1, got {[bh, bw]}")
     return bh, bw
 
 
 def execute_batch_to_space(ctx: ExecutionContext) -> None:
     nchw = _nchw(ctx, 2)
-    x = _to_nhwc(ctx, nchw)
+    x = _nhwc_input(ctx, nchw)
     bh, bw = _block_shape(ctx)
     batch, h, w, c = x.shape
     if batch % (bh * bw):
-        raise fail(ctx, f"batch {batch} is not a multiple of the block size {bh}x{bw}")
+        ctx.fail(f"batch {batch} is not a multiple of the block size {bh}x{bw}")
     bo = batch // (bh * bw)
     # Input batch (i * bw + j) * bo + n holds the pixels at offset (i, j) of output batch n.
     y = x.reshape(bh, bw, bo, h, w, c).transpose(2, 3, 0, 4, 1, 5)
@@ -314,13 +317,13 @@ def execute_batch_to_space(ctx: ExecutionContext) -> None:
 
 def execute_space_to_batch(ctx: ExecutionContext) -> None:
     nchw = _nchw(ctx, 3)
-    x = _to_nhwc(ctx, nchw)
+    x = _nhwc_input(ctx, nchw)
     bh, bw = _block_shape(ctx)
     pads = ctx.tensor(2)
     if pads.shape != (2, 2):
-        raise fail(ctx, f"paddings must have shape [2, 2], got {list(pads.shape)}")
+        ctx.fail(f"paddings must have shape [2, 2], got {list(pads.shape)}")
     if pads.min() < 0:
-        raise fail(ctx, "paddings must be non-negative")
+        ctx.fail("paddings must be non-negative")
     (pt, pb), (pl, pr) = ((int(a), int(b)) for a, b in pads)
     value = ctx.zero_point(INPUT) if ctx.in_type(INPUT) in QUANT8_TYPES else 0
     padded = np.pad(
@@ -328,17 +331,19 @@ def execute_space_to_batch(ctx: ExecutionContext) -> None:
     )
     batch, h, w, c = padded.shape
     if h % bh or w % bw:
-        raise fail(ctx, f"padded size {h}x{w} is not a multiple of the block size {bh}x{bw}")
+        ctx.fail(f"padded size {h}x{w} is not a multiple of the block size {bh}x{bw}")
     y = padded.reshape(batch, h // bh, bh, w // bw, bw, c).transpose(2, 4, 0, 1, 3, 5)
     _set_from_nhwc(ctx, y.reshape(batch * bh * bw, h // bh, w // bw, c), nchw)
 
 
-register(OperationType.SLICE, validate=validate_slice, execute=execute_slice)
-register(OperationType.STRIDED_SLICE, validate=validate_strided_slice, execute=execute_strided_slice)
-register(OperationType.GATHER, validate=validate_gather, execute=execute_gather)
-register(OperationType.PAD, validate=validate_pad, execute=execute_pad)
-register(OperationType.PAD_V2, validate=validate_pad_v2, execute=execute_pad)
-register(OperationType.SPACE_TO_DEPTH, validate=validate_depth_space, execute=execute_space_to_depth)
-register(OperationType.DEPTH_TO_SPACE, validate=validate_depth_space, execute=execute_depth_to_space)
-register(OperationType.SPACE_TO_BATCH_ND, validate=validate_space_to_batch, execute=execute_space_to_batch)
-register(OperationType.BATCH_TO_SPACE_ND, validate=validate_batch_to_space, execute=execute_batch_to_space)
+# Runtime indexes, paddings and blocks that do not fit the input are the request's error: INVALID_ARGUMENT.
+_register = partial(register, execution_failure=INVALID)
+_register(OperationType.SLICE, validate=validate_slice, execute=execute_slice)
+_register(OperationType.STRIDED_SLICE, validate=validate_strided_slice, execute=execute_strided_slice)
+_register(OperationType.GATHER, validate=validate_gather, execute=execute_gather)
+_register(OperationType.PAD, validate=validate_pad, execute=execute_pad)
+_register(OperationType.PAD_V2, validate=validate_pad_v2, execute=execute_pad)
+_register(OperationType.SPACE_TO_DEPTH, validate=validate_depth_space, execute=execute_space_to_depth)
+_register(OperationType.DEPTH_TO_SPACE, validate=validate_depth_space, execute=execute_depth_to_space)
+_register(OperationType.SPACE_TO_BATCH_ND, validate=validate_space_to_batch, execute=execute_space_to_batch)
+_register(OperationType.BATCH_TO_SPACE_ND, validate=validate_batch_to_space, execute=execute_batch_to_space)

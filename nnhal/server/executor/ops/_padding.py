@@ -1,0 +1,67 @@
+"""Padding and sliding windows of the 2-D spatial operations (convolutions and pooling).
+
+Implicit padding codes resolve to explicit pads as the reference's
+``calculateExplicitPadding`` does (SAME puts the odd pixel at the end); a
+window's taps are strided views of the padded NHWC input, one per filter
+position, so kernels make a handful of whole-tensor passes and no per-pixel
+loops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PADDING_SAME, PADDING_VALID = 1, 2
+PADDING_CODES = (PADDING_SAME, PADDING_VALID)
+
+
+def implicit_padding(size: int, stride: int, dilation: int, kernel: int, code: int) -> tuple[int, int]:
+    """calculateExplicitPadding of the reference: (head, tail) pads of one axis."""
+    if code != PADDING_SAME:
+        return 0, 0
+    effective = (kernel - 1) * dilation + 1
+    out = (size + stride - 1) // stride
+    total = max((out - 1) * stride + effective - size, 0)
+    return total // 2, total - total // 2
+
+
+def transpose_padding(size: int, stride: int, kernel: int, code: int) -> tuple[int, int]:
+    """calculateExplicitPaddingTransposeConv: the tail may be negative."""
+    if code != PADDING_SAME:
+        return 0, 0
+    out = (size + stride - 1) // stride
+    total = (out - 1) * stride + kernel - size
+    head = max(total, 0) // 2 if total > 0 else 0
+    return head, total - head
+
+
+def out_size(size: int, kernel: int, stride: int, dilation: int, head: int, tail: int) -> int:
+    """Output length of one axis for a window of ``kernel`` taps (may be <= 0: no output)."""
+    effective = (kernel - 1) * dilation + 1
+    return (size - effective + stride + head + tail) // stride
+
+
+def pad_spatial(x: np.ndarray, top: int, bottom: int, left: int, right: int, value: object = 0) -> np.ndarray:
+    """NHWC ``x`` padded along H and W with ``value`` (``x`` itself when no pad)."""
+    if top or bottom or left or right:
+        pads = ((0, 0), (top, bottom), (left, right), (0, 0))
+        return np.asarray(np.pad(x, pads, constant_values=value))  # type: ignore[call-overload]
+    return x
+
+
+def window_taps(
+    x: np.ndarray,
+    kernel: tuple[int, int],
+    out: tuple[int, int],
+    stride: tuple[int, int],
+    dilation: tuple[int, int] = (1, 1),
+) -> list[np.ndarray]:
+    """Strided views of the padded NHWC input ``x``, one per filter tap (row-major over kernel H, W)."""
+    (kh, kw), (oh, ow), (sh, sw), (dh, dw) = kernel, out, stride, dilation
+    views = []
+    for i in range(kh):
+        r0 = i * dh
+        for j in range(kw):
+            c0 = j * dw
+            views.append(x[:, r0 : r0 + (oh - 1) * sh + 1 : sh, c0 : c0 + (ow - 1) * sw + 1 : sw, :])
+    return views
