@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator
 import grpc
 
 from nnhal.core import wire
-from nnhal.core.enums import ErrorStatus, ExecutionPreference
+from nnhal.core.enums import ExecutionPreference
 from nnhal.core.errors import HalError, InvalidArgument
 from nnhal.proto import service_pb2 as spb
 from nnhal.proto import service_pb2_grpc as sgrpc
 from nnhal.server.driver import Driver
 from nnhal.server.jobs import PrepareJob
-from nnhal.server.rpc.common import failure, guarded
+from nnhal.server.rpc.common import guarded, launch_then_notify
 from nnhal.server.session import Faults, Session
 
 
@@ -32,29 +32,18 @@ def _preference_from(value: int) -> ExecutionPreference:
 
 
 def prepare_stream(launch: Callable[[], PrepareJob], want_cache: bool) -> Iterator[spb.PrepareModelEvent]:
-    """Launch status, then exactly one notify. The job is closed on every path, also when
-    the client cancels the stream between the two messages."""
-    try:
-        job = launch()
-    except Exception as err:
-        status, message = failure(err, "launching a preparation")
-        yield spb.PrepareModelEvent(launch=wire.status_to(spb.StatusMessage(), status, message))
-        yield spb.PrepareModelEvent(notify=wire.status_to(spb.PrepareModelNotify(), status, message))
-        return
-    try:
-        yield spb.PrepareModelEvent(launch=wire.status_to(spb.StatusMessage(), ErrorStatus.NONE, ""))
+    """Launch status, then exactly one notify carrying the prepared model's handle."""
+
+    def finish(job: PrepareJob) -> spb.PrepareModelNotify:
+        handle, model_cache = job.run()
         notify = spb.PrepareModelNotify()
-        try:
-            handle, model_cache = job.run()
-            notify.prepared_model.handle = handle
-            if want_cache and model_cache:
-                notify.model_cache.add(data=model_cache)
-        except Exception as err:
-            wire.status_to(notify, *failure(err, "during preparation"))
+        notify.prepared_model.handle = handle
+        if want_cache and model_cache:
+            notify.model_cache.add(data=model_cache)
         # If the client vanished before reading this, its session's end releases the model.
-        yield spb.PrepareModelEvent(notify=notify)
-    finally:
-        job.close()
+        return notify
+
+    return launch_then_notify(spb.PrepareModelEvent, spb.PrepareModelNotify, launch, finish, "a preparation")
 
 
 class DeviceServicer(sgrpc.DeviceServicer):

@@ -14,12 +14,11 @@ from collections.abc import Iterator
 import grpc
 
 from nnhal.core import wire
-from nnhal.core.enums import ErrorStatus
 from nnhal.proto import service_pb2 as spb
 from nnhal.proto import service_pb2_grpc as sgrpc
 from nnhal.server.driver import Driver
 from nnhal.server.jobs import ExecutionJob
-from nnhal.server.rpc.common import failure, guarded
+from nnhal.server.rpc.common import failure, guarded, launch_then_notify
 
 #: getExecutionInfo answers this long before the caller's gRPC deadline expires.
 _INFO_MARGIN_S = 0.05
@@ -53,22 +52,13 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
             job.close()
 
     def execute_1_3(self, request: spb.ExecuteRequest, context: grpc.ServicerContext) -> Iterator[spb.ExecuteEvent]:
-        try:
-            job = self._launch(request)
-        except Exception as err:
-            status, message = failure(err, "launching an execution")
-            yield spb.ExecuteEvent(launch=wire.status_to(spb.StatusMessage(), status, message))
-            yield spb.ExecuteEvent(notify=wire.status_to(spb.ExecuteResult(), status, message))
-            return
-        try:
-            yield spb.ExecuteEvent(launch=wire.status_to(spb.StatusMessage(), ErrorStatus.NONE, ""))
-            try:
-                notify = wire.execution_result_to(job.run())
-            except Exception as err:
-                notify = wire.status_to(spb.ExecuteResult(), *failure(err, "during execution"))
-            yield spb.ExecuteEvent(notify=notify)
-        finally:
-            job.close()
+        return launch_then_notify(
+            spb.ExecuteEvent,
+            spb.ExecuteResult,
+            lambda: self._launch(request),
+            lambda job: wire.execution_result_to(job.run()),
+            "an execution",
+        )
 
     def configureExecutionBurst(
         self, request_iterator: Iterator[spb.BurstRequest], context: grpc.ServicerContext
