@@ -4,7 +4,9 @@ Inline pools are message bytes (outputs get a fresh zeroed bytearray). Shared
 pools are files inside the server's shared-memory directory, mapped with mmap:
 only plain names carrying the configured prefix, opened without following
 links, with offset + size checked against the file's real size. Token pools
-name driver-managed buffers (memory domains) and are resolved by the driver.
+name driver-managed buffers (memory domains): a request's get a placeholder here
+that ``buffers.resolve_tokens`` fills; a model's or an IBuffer copy's are refused.
+Whether the peer may name shared regions at all is the session's ``is_local``.
 """
 
 from __future__ import annotations
