@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,9 +43,66 @@ __all__ = ["Burst", "ExecutionCallback", "ExecutionOutcome", "FencedExecution", 
 
 #: Input and output offsets in the inline pools are aligned for the server's zero-copy views.
 _ALIGN = 64
+_ZEROS = bytes(_ALIGN)
 _NO_VALUE = RequestArgument(has_no_value=True)
+#: Plans kept per prepared model (one per combination of input shapes and output sizes).
+_MAX_PLANS = 16
 #: Where each output sits in the output pool: (offset, operand).
-Layout = list[tuple[int, Operand]]
+Layout = tuple[tuple[int, Operand], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The shape-dependent part of a numpy request, built once and reused while shapes repeat."""
+
+    #: Zero bytes before each given input in the input pool.
+    pads: tuple[int, ...]
+    inputs: tuple[RequestArgument, ...]
+    outputs: tuple[RequestArgument, ...]
+    output_pool: InlinePool
+    layout: Layout
+
+    @staticmethod
+    def of(
+        arrays: Sequence[np.ndarray | None],
+        in_ops: Sequence[Operand],
+        out_ops: Sequence[Operand],
+        output_sizes: Sequence[int] | None,
+    ) -> _Plan:
+        in_args: list[RequestArgument] = []
+        pads: list[int] = []
+        offset = 0
+        for k, (arr, op) in enumerate(zip(arrays, in_ops)):
+            if arr is None:
+                in_args.append(_NO_VALUE)
+                continue
+            dims: tuple[int, ...] = ()
+            if INFO[op.type].is_tensor:
+                if op.dimensions and len(op.dimensions) != arr.ndim:
+                    raise InvalidArgument(f"input {k} has rank {arr.ndim}, the model says {len(op.dimensions)}")
+                dims = arr.shape
+            pads.append((-offset) % _ALIGN)
+            offset += pads[-1]
+            in_args.append(RequestArgument(False, DataLocation(0, offset, arr.nbytes), dims))
+            offset += arr.nbytes
+        out_args: list[RequestArgument] = []
+        layout: list[tuple[int, Operand]] = []
+        out_offset = 0
+        for k, op in enumerate(out_ops):
+            if output_sizes is not None:
+                size = output_sizes[k]
+            elif not INFO[op.type].is_tensor:
+                size = INFO[op.type].byte_size
+            elif op.dimensions and 0 not in op.dimensions:
+                size = INFO[op.type].byte_size * int(np.prod(op.dimensions))
+            else:
+                size = 1 << 16  # unknown shape: a first guess, grown on OUTPUT_INSUFFICIENT_SIZE
+            out_offset += (-out_offset) % _ALIGN
+            out_args.append(RequestArgument(False, DataLocation(1, out_offset, size)))
+            layout.append((out_offset, op))
+            out_offset += size
+        output_pool = InlinePool(b"", max(out_offset, 1))
+        return _Plan(tuple(pads), tuple(in_args), tuple(out_args), output_pool, tuple(layout))
 
 
 class PreparedModel:
@@ -58,6 +116,7 @@ class PreparedModel:
         self.model_cache = model_cache
         self._released = False
         self._lock = threading.Lock()
+        self._plans: dict[tuple[Any, ...], _Plan] = {}
         self._finalizer = weakref.finalize(self, PreparedModel._release_remote, weakref.ref(remote), handle)
 
     # -- release ---------------------------------------------------------------
@@ -132,49 +191,29 @@ class PreparedModel:
         self, inputs: Sequence[np.ndarray | None], output_sizes: Sequence[int] | None
     ) -> tuple[Request, Layout]:
         """A Request with every input in one inline pool (pool 0) and room for every output
-        in another (pool 1); the input bytes are copied once, by the join."""
+        in another (pool 1). The input bytes are copied once, by the join; the arguments are
+        planned once per combination of shapes."""
         in_ops, out_ops = self._io_operands()
         if len(inputs) != len(in_ops):
             raise InvalidArgument(f"the model has {len(in_ops)} inputs, {len(inputs)} given")
-        in_args: list[RequestArgument] = []
+        arrays = [None if v is None else np.ascontiguousarray(v, dtype=DTYPE[op.type]) for v, op in zip(inputs, in_ops)]
+        key = (
+            tuple(None if a is None else a.shape for a in arrays),
+            None if output_sizes is None else tuple(output_sizes),
+        )
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = _Plan.of(arrays, in_ops, out_ops, output_sizes)
+            if len(self._plans) >= _MAX_PLANS:
+                self._plans.clear()
+            self._plans[key] = plan
         chunks: list[Any] = []
-        offset = 0
-        for k, (value, op) in enumerate(zip(inputs, in_ops)):
-            if value is None:
-                in_args.append(_NO_VALUE)
-                continue
-            arr = np.ascontiguousarray(value, dtype=DTYPE[op.type])
-            dims: tuple[int, ...] = ()
-            if INFO[op.type].is_tensor:
-                if op.dimensions and len(op.dimensions) != arr.ndim:
-                    raise InvalidArgument(f"input {k} has rank {arr.ndim}, the model says {len(op.dimensions)}")
-                dims = arr.shape
-            pad = (-offset) % _ALIGN
+        for arr, pad in zip([a for a in arrays if a is not None], plan.pads):
             if pad:
-                chunks.append(bytes(pad))
-                offset += pad
-            in_args.append(RequestArgument(False, DataLocation(0, offset, arr.nbytes), dims))
+                chunks.append(_ZEROS[:pad])
             chunks.append(arr)  # contiguous: joined through the buffer protocol, no tobytes() copy
-            offset += arr.nbytes
         data = b"".join(chunks)
-        out_args: list[RequestArgument] = []
-        layout: Layout = []
-        out_offset = 0
-        for k, op in enumerate(out_ops):
-            if output_sizes is not None:
-                size = output_sizes[k]
-            elif not INFO[op.type].is_tensor:
-                size = INFO[op.type].byte_size
-            elif op.dimensions and 0 not in op.dimensions:
-                size = INFO[op.type].byte_size * int(np.prod(op.dimensions))
-            else:
-                size = 1 << 16  # unknown shape: a first guess, grown on OUTPUT_INSUFFICIENT_SIZE
-            out_offset += (-out_offset) % _ALIGN
-            out_args.append(RequestArgument(False, DataLocation(1, out_offset, size)))
-            layout.append((out_offset, op))
-            out_offset += size
-        pools = (InlinePool(data, len(data)), InlinePool(b"", max(out_offset, 1)))
-        return Request(tuple(in_args), tuple(out_args), pools), layout
+        return Request(plan.inputs, plan.outputs, (InlinePool(data, len(data)), plan.output_pool)), plan.layout
 
     @staticmethod
     def _decode(outcome: ExecutionOutcome, layout: Layout) -> list[np.ndarray]:
