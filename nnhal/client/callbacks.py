@@ -21,6 +21,8 @@ W = TypeVar("W")
 
 
 class Callback(Generic[V]):
+    """The one-shot result of an asynchronous call: status, message and value. Thread-safe."""
+
     def __init__(self) -> None:
         self._event = threading.Event()
         self._lock = threading.Lock()

@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 
 
 class DeathMonitor:
+    """Watches one channel; ``declare_dead`` (or the channel leaving READY) fails every
+    registered waiter with DEAD_OBJECT once. Thread-safe: one lock guards the waiters,
+    the hooks and the state, and no callback runs under it."""
+
     def __init__(self, channel: grpc.Channel, what: str) -> None:
         self._what = what
         self._lock = threading.Lock()

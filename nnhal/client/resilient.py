@@ -23,6 +23,9 @@ thread, so a death during the call is recovered too. ``execute_fenced`` and
 prepared model that existed when it was made. Driver-managed buffers
 (``allocate``) are not re-created: their contents lived in the dead server,
 so a buffer from before a death answers DEAD_OBJECT and must be allocated again.
+
+Modules: this one (``ResilientDevice``), :mod:`nnhal.client.resilient_prepared_model`
+and :mod:`nnhal.client.recovery` (the recover-once state both share, with its lock order).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from nnhal.client.buffer import Buffer
 from nnhal.client.callbacks import Callback
 from nnhal.client.device import Device
 from nnhal.client.interfaces import IBuffer, IDevice, IPreparedModel
@@ -308,6 +312,10 @@ def _conforms_invalid_device(device: InvalidDevice) -> IDevice:
 
 def _conforms_prepared_model(pm: PreparedModel) -> IPreparedModel:
     return pm
+
+
+def _conforms_buffer(buffer: Buffer) -> IBuffer:
+    return buffer
 
 
 def _conforms_resilient_prepared_model(pm: ResilientPreparedModel) -> IPreparedModel:
