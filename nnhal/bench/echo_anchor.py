@@ -10,54 +10,24 @@ message-size ceiling our client uses; every call carries a deadline.
 from __future__ import annotations
 
 import queue
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 
 from nnhal.bench.echo_server import CHANNEL_OPTIONS, PING_PONG, UNARY
+from nnhal.testing.child import ChildServer
 
 
-class EchoServer:
+class EchoServer(ChildServer):
     """``with EchoServer(unix=False) as srv: EchoClient(srv.address)``."""
 
     def __init__(self, unix: bool = False, start_timeout: float = 30.0) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="nnhal-echo-")
-        tmp = Path(self._tmp.name)
-        port_file = tmp / "port"
-        listen = f"unix:{tmp / 'echo.sock'}" if unix else "127.0.0.1:0"
-        cmd = [sys.executable, "-m", "nnhal.bench.echo_server", "--listen", listen, "--port-file", str(port_file)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        try:
-            self.address = self._await_address(port_file, start_timeout)
-        except BaseException:
-            self.stop()
-            raise
+        def command(address: str, port_file: Path) -> list[str]:
+            return [sys.executable, "-m", "nnhal.bench.echo_server", "--listen", address, "--port-file", str(port_file)]
 
-    def _await_address(self, port_file: Path, timeout: float) -> str:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the echo server exited with {self.proc.returncode}")
-            if port_file.exists():
-                return port_file.read_text().strip()
-            time.sleep(0.02)
-        raise RuntimeError(f"the echo server did not start within {timeout} s")
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Terminate (then kill) the process and remove its directory; idempotent."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout)
-        self._tmp.cleanup()
+        super().__init__(command, unix=unix, start_timeout=start_timeout, prefix="nnhal-echo-")
 
     def __enter__(self) -> EchoServer:
         return self

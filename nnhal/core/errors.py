@@ -7,7 +7,7 @@ test ``err.transient`` without looking at numbers.
 
 from __future__ import annotations
 
-from typing import ClassVar, NoReturn
+from typing import ClassVar
 
 from nnhal.core.enums import ErrorStatus
 
@@ -98,14 +98,3 @@ _REGISTRY: dict[ErrorStatus, type[HalError]] = {
         DeadObject,
     )
 }
-
-
-def invalid(message: str) -> NoReturn:
-    """Raise INVALID_ARGUMENT with ``message``."""
-    raise InvalidArgument(message)
-
-
-def require(condition: bool, message: str) -> None:
-    """Raise INVALID_ARGUMENT with ``message`` unless ``condition`` holds."""
-    if not condition:
-        raise InvalidArgument(message)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.errors import HalError, InvalidArgument, invalid, require
+from nnhal.core.errors import HalError
 
 FAILURES = [s for s in ErrorStatus if s != ErrorStatus.NONE]
 TRANSIENT = {
@@ -30,11 +30,3 @@ def test_a_status_without_a_class_keeps_its_status() -> None:
     err = HalError.of(ErrorStatus.NONE, "odd")
     assert type(err) is HalError and err.error_status == ErrorStatus.NONE
     assert str(HalError.of(ErrorStatus.GENERAL_FAILURE)) == "GENERAL_FAILURE"
-
-
-def test_invalid_and_require_raise_invalid_argument() -> None:
-    with pytest.raises(InvalidArgument, match="bad"):
-        invalid("bad")
-    with pytest.raises(InvalidArgument, match="worse"):
-        require(False, "worse")
-    require(True, "never raised")
