@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 
 from nnhal.bench.echo_server import CHANNEL_OPTIONS, PING_PONG, UNARY
+from nnhal.client.death import close_channel
 from nnhal.testing.child import ChildServer
 
 
@@ -85,7 +86,7 @@ class EchoClient:
         return PingPong(self._channel, timeout)
 
     def close(self) -> None:
-        self._channel.close()
+        close_channel(self._channel)
 
     def __enter__(self) -> EchoClient:
         return self

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import grpc
@@ -127,3 +128,40 @@ class DeathMonitor:
             self._channel.unsubscribe(self._on_state)
         except Exception:  # unsubscribe races with channel close; nothing to undo
             pass
+
+    def stop_and_close(self) -> None:
+        """Stop watching, then close the channel (see :func:`close_channel`)."""
+        self.stop()
+        close_channel(self._channel)
+
+
+#: grpcio's poller wakes every 0.2 s; ten rounds is plenty even on a loaded machine.
+_POLLER_GRACE_S = 2.0
+
+
+def _poller_running(channel: grpc.Channel) -> bool:
+    # grpcio keeps the poller's state on the channel (``_connectivity_state.polling``,
+    # grpcio 1.85, pinned); a channel without it (a test double) has no poller.
+    state = getattr(channel, "_connectivity_state", None)
+    return bool(getattr(state, "polling", False))
+
+
+def close_channel(channel: grpc.Channel) -> None:
+    """Close ``channel`` once gRPC's connectivity poller has let go of it.
+
+    grpcio's poller thread makes one more ``watch_connectivity_state`` round (up to
+    0.2 s) after the last unsubscribe (ours, or ``channel_ready_future``'s); a channel
+    closed under it makes that thread raise ``ValueError: Cannot monitor channel state:
+    Channel closed!``. So the close waits for the poller (bounded), in a daemon thread
+    when it must wait, and closing stays immediate for the caller."""
+    if not _poller_running(channel):
+        channel.close()
+        return
+
+    def close_after_poller() -> None:
+        end = time.monotonic() + _POLLER_GRACE_S
+        while _poller_running(channel) and time.monotonic() < end:
+            time.sleep(0.01)
+        channel.close()
+
+    threading.Thread(target=close_after_poller, name="nnhal-channel-close", daemon=True).start()

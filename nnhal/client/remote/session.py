@@ -440,10 +440,10 @@ class RemoteSession:
         if self._closed:
             return
         self._closed = True
-        self._monitor.stop()
+        self._monitor.closing()  # before the cancel: the session stream's end is no death
         if self._session_call is not None:
             self._session_call.cancel()
-        self._channel.close()
+        self._monitor.stop_and_close()
 
     def __del__(self) -> None:
         try:
