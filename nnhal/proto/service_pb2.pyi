@@ -14,18 +14,20 @@ class OpenSessionRequest(_message.Message):
     def __init__(self, client_name: _Optional[str] = ...) -> None: ...
 
 class SessionEvent(_message.Message):
-    __slots__ = ("session", "device_name", "feature_level", "shm_dir", "shm_prefix")
+    __slots__ = ("session", "device_name", "feature_level", "shm_dir", "shm_prefix", "draining")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     DEVICE_NAME_FIELD_NUMBER: _ClassVar[int]
     FEATURE_LEVEL_FIELD_NUMBER: _ClassVar[int]
     SHM_DIR_FIELD_NUMBER: _ClassVar[int]
     SHM_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
     session: str
     device_name: str
     feature_level: int
     shm_dir: str
     shm_prefix: str
-    def __init__(self, session: _Optional[str] = ..., device_name: _Optional[str] = ..., feature_level: _Optional[int] = ..., shm_dir: _Optional[str] = ..., shm_prefix: _Optional[str] = ...) -> None: ...
+    draining: bool
+    def __init__(self, session: _Optional[str] = ..., device_name: _Optional[str] = ..., feature_level: _Optional[int] = ..., shm_dir: _Optional[str] = ..., shm_prefix: _Optional[str] = ..., draining: _Optional[bool] = ...) -> None: ...
 
 class DeviceRequest(_message.Message):
     __slots__ = ("session",)
