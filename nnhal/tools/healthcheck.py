@@ -1,26 +1,63 @@
-"""Exit 0 when the nnhal server at ADDR reports SERVING through grpc.health.v1 (Docker HEALTHCHECK)."""
+"""Exit 0 when the nnhal server reports SERVING through grpc.health.v1 (the Docker HEALTHCHECK).
+
+``python -m nnhal.tools.healthcheck [ADDR]`` asks ADDR's health service about
+``nnhal.v1.Device``. Without ADDR the address is ``$NNHAL_HEALTH_ADDRESS``, else
+``127.0.0.1:$NNHAL_PORT``, else ``127.0.0.1:50051``, so the image's HEALTHCHECK
+follows the port its CMD serves on (both read ``NNHAL_PORT``).
+
+Exit status follows Docker's HEALTHCHECK contract: 0 healthy, 1 unhealthy. A bad
+address or port is also 1, with one line on stderr, because Docker reserves 2.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+SERVICE = "nnhal.v1.Device"
+DEFAULT_PORT = 50051
+TIMEOUT_S = 3.0
+
+
+class AddressError(ValueError):
+    """The address to probe cannot be formed (a bad NNHAL_PORT, or too many arguments)."""
+
+
+def resolve_address(args: list[str], env: Mapping[str, str]) -> str:
+    """The address to probe: the argument, NNHAL_HEALTH_ADDRESS, 127.0.0.1:NNHAL_PORT or the default."""
+    if len(args) > 1:
+        raise AddressError(f"expected at most one address, got {len(args)} arguments")
+    if args:
+        return args[0]
+    address = env.get("NNHAL_HEALTH_ADDRESS", "").strip()
+    if address:
+        return address
+    port = env.get("NNHAL_PORT", "").strip() or str(DEFAULT_PORT)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise AddressError(f"NNHAL_PORT must be a port number from 1 to 65535, got {port!r}")
+    return f"127.0.0.1:{int(port)}"
+
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    address = args[0] if args else "127.0.0.1:50051"
+    try:
+        address = resolve_address(sys.argv[1:] if argv is None else argv, os.environ)
+    except AddressError as err:
+        print(f"nnhal-healthcheck: error: {err}", file=sys.stderr)
+        return 1
     try:
         with grpc.insecure_channel(address) as channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service="nnhal.v1.Device"), timeout=3.0
+                health_pb2.HealthCheckRequest(service=SERVICE), timeout=TIMEOUT_S
             )
     except grpc.RpcError as err:
-        print(f"unhealthy: {err.code().name}: {err.details()}", file=sys.stderr)
+        print(f"unhealthy: {address}: {err.code().name}: {err.details()}", file=sys.stderr)
         return 1
     serving = reply.status == health_pb2.HealthCheckResponse.SERVING
-    print("serving" if serving else f"not serving ({reply.status})")
+    print("serving" if serving else f"not serving ({health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)})")
     return 0 if serving else 1
 
 
