@@ -1,15 +1,22 @@
-"""Shared memory for same-host clients: regions the server maps instead of copying.
+"""Shared memory for same-host clients: regions the server reads and writes instead of
+sending bytes through gRPC.
 
 A region is a file in the server's shared-memory directory (``Device.shm_dir``,
 tmpfs at /dev/shm by default) whose name carries the server's prefix, the
 form of ``ashmem`` / ``mmap_fd`` (and ``hardware_buffer_blob``, emulated the
-same way). The client maps it too: inputs are written in place before an
-execution, outputs are read in place after it, and no tensor bytes travel
-through gRPC. Release explicitly (or with ``with``); the file is removed then.
+same way). The client maps it: inputs are written in place before an execution,
+outputs are read in place after it, and no tensor bytes travel through gRPC.
+Release explicitly (or with ``with``); the file is removed then.
+
+Every region holds a shared ``flock`` on its file while it lives (the kernel drops it
+when the process dies, however it dies). Files ``create`` makes are named
+``<prefix><random>.held``; when a session ends, the server removes the ``.held`` files
+no process holds any more, so a killed client leaves none behind.
 """
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import secrets
@@ -22,6 +29,9 @@ from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import SharedMemoryPool
 
 KINDS = ("ashmem", "mmap_fd", "hardware_buffer_blob")
+#: The suffix of files held by their creator (``nnhal.server.memory.HELD_SUFFIX``, equal).
+HELD_SUFFIX = ".held"
+_CREATE_ATTEMPTS = 8
 
 
 class SharedMemoryHost(Protocol):
@@ -35,21 +45,52 @@ class SharedMemoryHost(Protocol):
     def shm_prefix(self) -> str: ...
 
 
+def _create_held(directory: Path, prefix: str) -> tuple[Path, int]:
+    """A new empty file in ``directory``, open and held (shared flock).
+
+    The server's sweep removes a ``.held`` file once it gets an exclusive lock. It can
+    do so between our create and our lock; the lock then waits for the sweep, and the
+    name no longer names our file: try another."""
+    for _ in range(_CREATE_ATTEMPTS):
+        path = directory / f"{prefix}{secrets.token_hex(12)}{HELD_SUFFIX}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            st, now = os.fstat(fd), os.stat(path, follow_symlinks=False)
+            if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):
+                return path, fd
+        except FileNotFoundError:
+            pass  # swept before we looked
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise InvalidArgument(f"could not create a shared region in {directory} ({_CREATE_ATTEMPTS} attempts)")
+
+
 class SharedMemory:
     """A mapped region usable as a model pool (constants) or a request pool (inputs/outputs)."""
 
-    def __init__(self, path: Path, size: int, kind: str, owned: bool) -> None:
+    def __init__(self, path: Path, size: int, kind: str, owned: bool, fd: int | None = None) -> None:
+        """Map ``path`` (or the open ``fd``, which the region then owns) and hold it."""
         if kind not in KINDS:
+            if fd is not None:
+                os.close(fd)
             raise InvalidArgument(f"unknown shared memory kind {kind!r}; one of {KINDS}")
         self.path = path
         self.size = size
         self.kind = kind
         self._owned = owned
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        if fd is None:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
+            # Held while the region lives: the server never removes a file a live process holds.
+            fcntl.flock(fd, fcntl.LOCK_SH)
             self._map: mmap.mmap | None = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        self._fd = fd
 
     # -- constructors ---------------------------------------------------------------
     @classmethod
@@ -59,13 +100,16 @@ class SharedMemory:
             raise InvalidArgument("this server offers no shared memory (remote peer, or started with --shm-dir none)")
         if size <= 0:
             raise InvalidArgument(f"a shared region needs a positive size, got {size}")
-        path = Path(device.shm_dir) / f"{device.shm_prefix}{secrets.token_hex(12)}"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        if kind not in KINDS:
+            raise InvalidArgument(f"unknown shared memory kind {kind!r}; one of {KINDS}")
+        path, fd = _create_held(Path(device.shm_dir), device.shm_prefix)
         try:
             os.ftruncate(fd, size)
-        finally:
+        except BaseException:
+            path.unlink(missing_ok=True)
             os.close(fd)
-        return cls(path, size, kind, owned=True)
+            raise
+        return cls(path, size, kind, owned=True, fd=fd)
 
     @classmethod
     def from_array(cls, device: SharedMemoryHost, array: np.ndarray, kind: str = "ashmem") -> SharedMemory:
@@ -112,6 +156,9 @@ class SharedMemory:
         if self._owned:
             self.path.unlink(missing_ok=True)
             self._owned = False
+        if self._fd >= 0:
+            os.close(self._fd)  # drops the hold
+            self._fd = -1
 
     def __enter__(self) -> SharedMemory:
         return self

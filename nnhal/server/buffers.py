@@ -238,15 +238,12 @@ def copy_to(buf: DriverBuffer, dst: MemoryPool, policy: SharedMemoryPolicy | Non
             raise InvalidArgument(f"copyTo destination has {dst.size} bytes, the buffer holds {len(data)}")
         return data
     bound = _bind_one(dst, policy, is_local, "copyTo destination")
-    view = memoryview(bound.buffers[0])
     try:
-        if len(view) != len(data):
-            raise InvalidArgument(f"copyTo destination has {len(view)} bytes, the buffer holds {len(data)}")
-        bound.check_shared()
-        view[:] = data
+        if bound.sizes[0] != len(data):
+            raise InvalidArgument(f"copyTo destination has {bound.sizes[0]} bytes, the buffer holds {len(data)}")
+        bound.store(0, data)  # pwrite: a region shrunk meanwhile is INVALID_ARGUMENT, never a fault
         return b""
     finally:
-        view.release()
         bound.close()
 
 
@@ -259,12 +256,13 @@ def copy_from_pool(
     except HalError:
         buf.invalidate()
         raise
-    view = memoryview(bound.buffers[0])
     try:
-        bound.check_shared()
-        copy_from(buf, view, dims)
+        bound.check_shared()  # a private copy of the region (preadv): shrinking it cannot fault the server
+        copy_from(buf, memoryview(bound.buffers[0]), dims)
+    except HalError:
+        buf.invalidate()
+        raise
     finally:
-        view.release()
         bound.close()
 
 
@@ -273,7 +271,10 @@ def resolve_tokens(
 ) -> Request:
     """Arguments in driver-managed buffers become ordinary locations over the buffer's
     bytes (inputs) or placeholders whose results go to the buffer (outputs, recorded in
-    ``bound.token_outputs``). ``prepared``: the handle of the model the request runs on."""
+    ``bound.token_outputs``). ``prepared``: the handle of the model the request runs on.
+    Also tells ``bound`` which bytes of its shared pools the arguments occupy (the launch's
+    one place where the request meets its bound pools)."""
+    bound.plan(request.inputs, request.outputs)
     tokens = {
         i: buffers.by_token(session, p.token) for i, p in enumerate(request.pools) if isinstance(p, BufferTokenPool)
     }

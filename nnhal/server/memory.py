@@ -1,33 +1,46 @@
 """Resolving memory pools to bytes the executor can read and write.
 
 Inline pools are message bytes (outputs get a fresh zeroed bytearray). Shared
-pools are files inside the server's shared-memory directory, mapped with mmap:
-only plain names carrying the configured prefix, opened without following
-links, with offset + size checked against the file's real size. Token pools
-name driver-managed buffers (memory domains): a request's get a placeholder here
-that ``buffers.resolve_tokens`` fills; a model's or an IBuffer copy's are refused.
-Whether the peer may name shared regions at all is the session's ``is_local``.
+pools are files inside the server's shared-memory directory: only plain names
+carrying the configured prefix, opened without following links, with offset +
+size checked against the file's real size (``open_region``, every policy check
+in one place). They are never mapped: a client can shrink its file at any time,
+and a mapped page past the new end faults the whole server (SIGBUS). Their bytes
+cross with ``preadv``/``pwrite`` into and out of private buffers, and a region
+that shrank is INVALID_ARGUMENT, whenever it happens (``SharedRegion``). Token
+pools name driver-managed buffers (memory domains): a request's get a placeholder
+here that ``buffers.resolve_tokens`` fills; a model's or an IBuffer copy's are
+refused. Whether the peer may name shared regions at all is the session's
+``is_local``. Region files whose every holder died are removed when a session
+ends (``remove_orphans``).
 """
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import mmap
 import os
 import stat
 import tempfile
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nnhal.core.errors import InvalidArgument
-from nnhal.core.types import BufferTokenPool, InlinePool, MemoryPool, SharedMemoryPool
+from nnhal.core.types import BufferTokenPool, InlinePool, MemoryPool, RequestArgument, SharedMemoryPool
 from nnhal.core.wire import MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
     from nnhal.server.buffers import DriverBuffer
 
+log = logging.getLogger(__name__)
+
+#: The name suffix of region files a live process holds with a shared flock
+#: (``nnhal.client.memory`` creates them; the two constants must be equal).
+HELD_SUFFIX = ".held"
 SHARED_KINDS = frozenset({"ashmem", "mmap_fd", "hardware_buffer_blob"})
 #: tmpfs where the system has one (regions then live in memory, like ashmem).
 DEFAULT_SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
@@ -40,38 +53,64 @@ class SharedMemoryPolicy:
     allow_remote: bool = False
 
 
-class MappedFile:
-    """One shared-memory file mapped read-write (whole file)."""
+class SharedRegion:
+    """One shared-memory file, held open and never mapped.
 
-    def __init__(self, path: Path, fd: int, st: os.stat_result) -> None:
-        self.path = path
-        self.identity = (st.st_dev, st.st_ino)
-        self.map = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    A client may shrink its own file at any moment. Through a mapping, the next load or
+    store past the new end raises SIGBUS and kills the server; a read or write system
+    call returns short instead. So every byte crosses with ``preadv``/``pwrite``: inputs
+    into private buffers when the execution starts, outputs back after it succeeds (a
+    short read, or a file now smaller than the pool, is INVALID_ARGUMENT "shrank").
+    """
 
-    def still_valid(self) -> bool:
-        """True while the file is the one mapped and at least as large as when mapped.
+    def __init__(self, name: str, fd: int) -> None:
+        self.name = name
+        self._fd = fd
 
-        Touching pages of a file truncated by its owner raises SIGBUS; the driver
-        checks this immediately before reading or writing request pools (model
-        constants are copied at preparation instead).
-        """
+    def _shrank(self, end: int) -> InvalidArgument:
         try:
-            st = os.stat(self.path, follow_symlinks=False)
+            size = os.fstat(self._fd).st_size
         except OSError:
-            return False
-        return (st.st_dev, st.st_ino) == self.identity and st.st_size >= len(self.map)
+            size = 0
+        return InvalidArgument(
+            f"shared memory {self.name!r} shrank while in use: it has {size} bytes, the pool ends at byte {end}"
+        )
+
+    def read(self, offset: int, out: memoryview) -> None:
+        """Fill ``out`` (bytes) with the region's bytes from ``offset``."""
+        done, want = 0, len(out)
+        try:
+            while done < want:
+                n = os.preadv(self._fd, [out[done:]], offset + done)
+                if n == 0:
+                    raise self._shrank(offset + want)
+                done += n
+        except OSError as err:
+            raise InvalidArgument(f"cannot read shared memory {self.name!r}: {err.strerror}") from None
+
+    def write(self, offset: int, data: memoryview) -> None:
+        """Write ``data`` (bytes) at ``offset``. The size is checked first: a write past the
+        end would grow the file back (no fault, but the client shrank it for a reason)."""
+        end = offset + len(data)
+        try:
+            if os.fstat(self._fd).st_size < end:
+                raise self._shrank(end)
+            done = 0
+            while done < len(data):
+                done += os.pwrite(self._fd, data[done:], offset + done)
+        except OSError as err:
+            raise InvalidArgument(f"cannot write shared memory {self.name!r}: {err.strerror}") from None
 
     def close(self) -> None:
-        try:
-            self.map.close()
-        except (BufferError, ValueError):
-            pass  # views still exported: the mapping goes when they do
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def open_region(
     policy: SharedMemoryPolicy, pool: SharedMemoryPool, where: str, cache: RegionCache | None
-) -> MappedFile:
-    """Check the pool against the policy and the real file; map it (or reuse a cached map)."""
+) -> SharedRegion:
+    """Check the pool against the policy and the real file; the region, open (close it)."""
     if pool.kind not in SHARED_KINDS:
         raise InvalidArgument(
             f"{where}: unknown shared memory kind {pool.kind!r} (expected one of {sorted(SHARED_KINDS)})"
@@ -81,9 +120,11 @@ def open_region(
         raise InvalidArgument(f"{where}: shared memory name {name!r} must be a plain file name")
     if not name.startswith(policy.prefix):
         raise InvalidArgument(f"{where}: shared memory name {name!r} must start with {policy.prefix!r}")
-    path = policy.directory / name
+    if cache is not None:
+        cache.serves(policy)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO planted under a valid name must not block the open.
+        fd = os.open(policy.directory / name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as err:
         raise InvalidArgument(f"{where}: cannot open shared memory {name!r}: {err.strerror}") from None
     try:
@@ -94,69 +135,175 @@ def open_region(
             raise InvalidArgument(
                 f"{where}: region [{pool.offset}, {pool.offset + pool.size}) is outside {name!r} of {st.st_size} bytes"
             )
-        if cache is not None:
-            cached = cache.lookup(name, (st.st_dev, st.st_ino), st.st_size)
-            if cached is not None:
-                return cached
-        mapped = MappedFile(path, fd, st)
-    finally:
+    except BaseException:
         os.close(fd)
-    if cache is not None:
-        cache.store(name, mapped)
-    return mapped
+        raise
+    return SharedRegion(name, fd)
+
+
+def remove_orphans(policy: SharedMemoryPolicy) -> int:
+    """Unlink the region files in the policy's directory that no process holds any more;
+    returns how many.
+
+    ``SharedMemory.create`` names its files ``<prefix><random>.held`` and keeps a shared
+    ``flock`` on each for as long as the region lives; the kernel drops that lock when the
+    holder dies, however it dies. A file is removed only when an exclusive lock on it
+    succeeds (no process holds it) and the name still names that file; files without the
+    suffix (made by other means) and files some live process holds are never touched.
+    """
+    try:
+        names = os.listdir(policy.directory)
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        if not (name.startswith(policy.prefix) and name.endswith(HELD_SUFFIX)):
+            continue
+        path = policy.directory / name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            continue  # gone meanwhile, a link, or not ours to open
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live process holds it
+            now = os.stat(path, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                os.unlink(path)
+                removed += 1
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    if removed:
+        log.info("removed %d shared-memory region files their clients left behind", removed)
+    return removed
 
 
 class RegionCache:
-    """A session's mapped regions, reused across executions so that pages are not
-    faulted in again each time. Bounded; closed with the session."""
+    """A session's shared-memory state (the session owns one and closes it when it ends).
 
-    LIMIT = 32
+    Regions are not kept open between executions. The session keeps the private
+    staging buffers its executions copied regions through, for the next ones (fresh
+    pages cost more to fault in than the copy itself; bounded by ``LIMIT_BYTES``), and
+    the policy its regions were checked against, so that closing it removes the region
+    files of clients that died (``remove_orphans``). Thread-safe; its lock is a leaf.
+    """
 
-    def __init__(self) -> None:
+    LIMIT_BYTES = 160 << 20
+    LIMIT_BUFFERS = 4
+
+    def __init__(self, policy: SharedMemoryPolicy | None = None) -> None:
         self._lock = threading.Lock()
-        self._files: dict[str, MappedFile] = {}
+        self._policy = policy
+        self._free: list[mmap.mmap] = []
 
-    def lookup(self, name: str, identity: tuple[int, int], size: int) -> MappedFile | None:
+    def serves(self, policy: SharedMemoryPolicy) -> None:
+        """Record the policy the session's regions are checked against."""
         with self._lock:
-            f = self._files.get(name)
-            if f is not None and f.identity == identity and len(f.map) == size:
-                self._files[name] = self._files.pop(name)  # most recently used last
-                return f
-        return None
+            self._policy = policy
 
-    def store(self, name: str, mapped: MappedFile) -> None:
+    def staging(self, size: int) -> mmap.mmap:
+        """A private buffer of ``size`` bytes (anonymous memory: pages nobody touches cost nothing)."""
         with self._lock:
-            old = self._files.pop(name, None)
-            self._files[name] = mapped
-            evicted = [old] if old is not None else []
-            while len(self._files) > self.LIMIT:
-                evicted.append(self._files.pop(next(iter(self._files))))
-        for f in evicted:
-            f.close()
+            for k, buf in enumerate(self._free):
+                if len(buf) == size:
+                    return self._free.pop(k)
+        return mmap.mmap(-1, size)
+
+    def give_back(self, buf: mmap.mmap) -> None:
+        """Keep ``buf`` for a later execution, if it fits the bounds (else it is unmapped
+        when the last view of it goes)."""
+        with self._lock:
+            if len(self._free) < self.LIMIT_BUFFERS and sum(map(len, self._free)) + len(buf) <= self.LIMIT_BYTES:
+                self._free.append(buf)
 
     def close(self) -> None:
+        """The session ended: drop the staging buffers and remove the region files no live
+        process holds (its own client's among them when the client died; a client that
+        only disconnected still holds, and removes, its own)."""
         with self._lock:
-            files = list(self._files.values())
-            self._files.clear()
-        for f in files:
-            f.close()
+            policy, self._free = self._policy, []
+        if policy is not None:
+            remove_orphans(policy)
+
+
+@dataclass
+class _SharedPool:
+    index: int
+    region: SharedRegion
+    offset: int
+    staging: mmap.mmap
+    writable: bool
+    #: (start, end) in the pool read before the execution and written back after it;
+    #: the whole pool (and nothing written) until ``plan`` names the arguments.
+    reads: list[tuple[int, int]] = field(default_factory=list)
+    writes: list[tuple[int, int]] = field(default_factory=list)
 
 
 class BoundPools:
-    """The buffers of one request or model's pools, closed together."""
+    """The buffers of one request or model's pools, closed together. Used by one thread
+    at a time (the job's), closed after its last use.
 
-    def __init__(self) -> None:
+    A shared pool's buffer is a private staging buffer: ``check_shared`` fills the bytes
+    the request reads (when the execution starts, after any fence it waited for), and
+    ``inline_results`` writes the outputs back once the execution succeeded."""
+
+    def __init__(self, cache: RegionCache | None = None) -> None:
         self.buffers: list[memoryview | bytes | bytearray] = []
-        self.regions: list[MappedFile] = []
-        self._views: list[memoryview] = []
-        self._owned: list[MappedFile] = []
+        self._cache = cache
+        self._shared: list[_SharedPool] = []
+        self._loaded = False
+        self._stored = False
         self.inline_outputs: dict[int, bytearray | bytes] = {}
         #: Request output index -> driver-managed buffer receiving it.
         self.token_outputs: dict[int, DriverBuffer] = {}
 
+    @property
+    def has_shared(self) -> bool:
+        return bool(self._shared)
+
+    def plan(self, inputs: Sequence[RequestArgument], outputs: Sequence[RequestArgument]) -> None:
+        """Copy only the request's arguments, not whole pools: a pool may be a large region
+        whose other bytes the client keeps using during the execution. Output ranges are
+        read too, so that writing one back leaves the bytes an output shorter than its
+        range did not fill as they were."""
+        shared = {p.index: p for p in self._shared}
+        for p in shared.values():
+            p.reads, p.writes = [], []
+        for kind, args in (("input", inputs), ("output", outputs)):
+            for arg in args:
+                pool = shared.get(arg.location.pool_index)
+                if arg.has_no_value or pool is None or arg.location.length == 0:
+                    continue
+                span = (arg.location.offset, arg.location.offset + arg.location.length)
+                pool.reads.append(span)
+                if kind == "output":
+                    pool.writes.append(span)
+
     def inline_results(self) -> dict[int, bytes]:
-        """The inline pools that received outputs, by pool index (copied out of the
-        writable staging buffers; a pool an output filled whole is already bytes)."""
+        """The results of a successful execution: the outputs in shared pools are written
+        back to their files (INVALID_ARGUMENT if a region shrank meanwhile; the
+        driver-managed buffers the execution wrote are then uninitialized, as after any
+        failure), and the inline pools that received outputs are returned by pool index
+        (copied out of the writable staging buffers; a pool an output filled whole is
+        already bytes)."""
+        if not self._stored:
+            self._stored = True
+            try:
+                for p in self._shared:
+                    view = memoryview(p.staging)
+                    for start, end in p.writes:
+                        p.region.write(p.offset + start, view[start:end])
+            except InvalidArgument:
+                for buf in self.token_outputs.values():
+                    buf.invalidate()
+                raise
         return {i: bytes(b) for i, b in self.inline_outputs.items()}
 
     @property
@@ -164,18 +311,31 @@ class BoundPools:
         return [len(b) for b in self.buffers]
 
     def check_shared(self) -> None:
-        for r in self.regions:
-            if not r.still_valid():
-                raise InvalidArgument("a shared memory region was truncated or removed while in use")
+        """Read the shared pools' bytes into their staging buffers, once (INVALID_ARGUMENT
+        when a region shrank). Called when the execution starts, not at launch: a fenced
+        execution reads what the executions it waited for wrote."""
+        if self._loaded:
+            return
+        self._loaded = True
+        for p in self._shared:
+            view = memoryview(p.staging)
+            for start, end in p.reads or [(0, len(view))]:
+                p.region.read(p.offset + start, view[start:end])
+
+    def store(self, index: int, data: bytes | memoryview) -> None:
+        """Write ``data`` to the shared pool ``index`` at once (IBuffer::copyTo)."""
+        for p in self._shared:
+            if p.index == index:
+                p.region.write(p.offset, memoryview(data))
+                return
+        raise InvalidArgument(f"pool {index} is not shared memory")
 
     def close(self) -> None:
-        for v in self._views:
-            v.release()
-        self._views.clear()
-        for f in self._owned:
-            f.close()
-        self._owned.clear()
-        self.regions.clear()
+        for p in self._shared:
+            p.region.close()
+            if self._cache is not None:
+                self._cache.give_back(p.staging)
+        self._shared.clear()
 
 
 TokenResolver = Callable[[BufferTokenPool, str], memoryview]
@@ -208,7 +368,7 @@ def bind_pools(
             f"the inline pools declare {inline} bytes; at most {MAX_MESSAGE_BYTES} travel inline "
             "(use shared memory for more)"
         )
-    bound = BoundPools()
+    bound = BoundPools(cache)
     try:
         for i, pool in enumerate(pools):
             where = f"pool {i}"
@@ -229,13 +389,10 @@ def bind_pools(
                     raise InvalidArgument(
                         f"{where}: shared memory pools are accepted only from clients on the server's host"
                     )
-                mapped = open_region(policy, pool, where, cache)
-                view = memoryview(mapped.map)[pool.offset : pool.offset + pool.size]
-                bound.regions.append(mapped)
-                bound._views.append(view)
-                if cache is None:
-                    bound._owned.append(mapped)
-                bound.buffers.append(view)
+                region = open_region(policy, pool, where, cache)
+                staging = cache.staging(pool.size) if cache is not None else mmap.mmap(-1, pool.size)
+                bound._shared.append(_SharedPool(i, region, pool.offset, staging, i in writable))
+                bound.buffers.append(memoryview(staging))  # filled by check_shared
             else:
                 if resolve_token is None:
                     raise InvalidArgument(f"{where}: buffer tokens are not valid here")
@@ -253,7 +410,10 @@ def bind_model_pools(
     at every execution, and a client that shrinks its region later must not be able to
     fault the server (SIGBUS) through them."""
     bound = bind_pools(pools, policy, set(), reject_token, is_local_peer)
-    if bound.regions:
+    if bound.has_shared:
+        try:
+            bound.check_shared()
+        finally:
+            bound.close()
         bound.buffers = [bytes(b) for b in bound.buffers]
-        bound.close()
     return bound
