@@ -8,7 +8,9 @@ back: RESOURCE_EXHAUSTED_TRANSIENT. A limit of 0 means unlimited.
 A session's account opens with the session and closes with it: closing gives
 back everything it held, later uncharges of that session are ignored (the
 objects they belonged to were released wholesale) and later charges are
-INVALID_ARGUMENT. Thread-safe; the budget's lock is a leaf.
+INVALID_ARGUMENT. Bytes are also kept by kind (the ``what`` of a charge: "model
+constants", "buffer contents", "request data"; an uncharge names the same kind)
+for the metrics. Thread-safe; the budget's lock is a leaf.
 """
 
 from __future__ import annotations
@@ -26,12 +28,20 @@ class MemoryBudget:
         self._lock = threading.Lock()
         self._used: dict[str, int] = {}
         self._total = 0
+        #: Per session: bytes by kind (only kinds it ever charged); and the totals by kind.
+        self._kinds: dict[str, dict[str, int]] = {}
+        self._total_by_kind: dict[str, int] = {}
 
     @property
     def total(self) -> int:
         """Bytes charged across every open session."""
         with self._lock:
             return self._total
+
+    def by_kind(self) -> dict[str, int]:
+        """Bytes charged across every open session, by kind."""
+        with self._lock:
+            return dict(self._total_by_kind)
 
     def used(self, session: str) -> int:
         with self._lock:
@@ -40,12 +50,15 @@ class MemoryBudget:
     def open_session(self, session: str) -> None:
         with self._lock:
             self._used.setdefault(session, 0)
+            self._kinds.setdefault(session, {})
 
     def close_session(self, session: str) -> int:
         """Give back everything ``session`` held; returns how many bytes that was."""
         with self._lock:
             freed = self._used.pop(session, 0)
             self._total -= freed
+            for kind, nbytes in self._kinds.pop(session, {}).items():
+                self._total_by_kind[kind] -= nbytes
         return freed
 
     def charge(self, session: str, nbytes: int, what: str = "model constants") -> None:
@@ -73,19 +86,26 @@ class MemoryBudget:
                 )
             self._used[session] = used + nbytes
             self._total += nbytes
+            self._add_kind(session, what, nbytes)
 
-    def uncharge(self, session: str, nbytes: int) -> None:
-        """Give back ``nbytes`` of ``session``; nothing when the session is closed."""
+    def uncharge(self, session: str, nbytes: int, what: str = "model constants") -> None:
+        """Give back ``nbytes`` of kind ``what`` of ``session``; nothing when the session is closed."""
         with self._lock:
             used = self._used.get(session)
             if used is None:
                 return
             self._used[session] = used - nbytes
             self._total -= nbytes
+            self._add_kind(session, what, -nbytes)
+
+    def _add_kind(self, session: str, what: str, delta: int) -> None:
+        kinds = self._kinds.setdefault(session, {})
+        kinds[what] = kinds.get(what, 0) + delta
+        self._total_by_kind[what] = self._total_by_kind.get(what, 0) + delta
 
     def account(self, session: str, delta: int, what: str) -> None:
         """Charge a positive ``delta``, give back a negative one (a buffer's contents changing size)."""
         if delta > 0:
             self.charge(session, delta, what)
         elif delta < 0:
-            self.uncharge(session, -delta)
+            self.uncharge(session, -delta, what)

@@ -61,6 +61,7 @@ from nnhal.server.executor.validate import supported_operations, validate_full
 from nnhal.server.fences import FenceTable
 from nnhal.server.handles import HandleTable, new_handle
 from nnhal.server.jobs import Counter, ExecutionJob, PrepareJob, check_deadline
+from nnhal.server.lifecycle import DRAIN_EXPIRED, Lifecycle
 from nnhal.server.memory import SharedMemoryPolicy, bind_model_pools, bind_pools, token_placeholder
 from nnhal.server.prepared_model import PreparedModel
 from nnhal.server.scheduler import Scheduler
@@ -129,6 +130,8 @@ class Driver:
         self.buffers = BufferRegistry()
         self.fences = FenceTable()
         self.executions = Counter()
+        #: Serving / draining / stopping; the RPC layer admits and counts work with it.
+        self.lifecycle = Lifecycle()
 
     # -- sessions ---------------------------------------------------------
     def open_session(self, client_name: str, peer: str = "") -> Session:
@@ -227,6 +230,7 @@ class Driver:
             budget=self.budget,
             prepared=self.prepared_models,
             seal=seal if cache_token else None,
+            stop=self.lifecycle.check,
         )
 
     def prepare_from_cache(
@@ -316,6 +320,7 @@ class Driver:
             scheduler=self.scheduler,
             budget=self.budget,
             executions=self.executions,
+            stop=self.lifecycle.check,
         )
 
     def execute_fenced(
@@ -381,6 +386,20 @@ class Driver:
         if not self.config.fault_injection:
             raise InvalidArgument("fault injection is disabled on this server (start it with --enable-fault-injection)")
         session.faults = faults
+
+    # -- lifecycle (DESIGN.md §12) --------------------------------------------
+    @property
+    def idle(self) -> bool:
+        """No launched work left: none in the RPC layer and no execution ticket (fenced
+        executions hold one from launch to end). Read in that order: a fenced launch
+        takes its ticket before it stops counting as RPC work."""
+        return self.lifecycle.active == 0 and self.scheduler.in_flight == 0
+
+    def expire_drain(self) -> None:
+        """The drain time ran out: work still launched ends with DEVICE_UNAVAILABLE
+        (``lifecycle.DRAIN_EXPIRED``) at its next check; queued executions at once."""
+        self.lifecycle.expire()
+        self.scheduler.shut(DRAIN_EXPIRED)
 
     def stats(self) -> dict[str, int]:
         with self._lock:

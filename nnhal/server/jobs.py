@@ -12,6 +12,10 @@ job's owner, also when ``run`` never ran, e.g. a cancelled stream) gives back
 whatever is still held. A PrepareJob holds the model's bound pools until
 ``run`` files the prepared model, which then owns them.
 
+Both jobs take ``stop``: a check that raises once the server's drain time ran out
+(``Lifecycle.check``), consulted in injected delays and at every operation
+boundary, so an execution left at the end of a drain ends with its status.
+
 Lock order (the locks these jobs take, outermost first): session lock, then a
 handle table's lock; the budget's, the scheduler's and a counter's locks are
 leaves taken alone.
@@ -82,8 +86,10 @@ class PrepareJob:
         budget: MemoryBudget,
         prepared: HandleTable[str, PreparedModel],
         seal: Callable[[Model, Priority], bytes] | None,
+        stop: Callable[[], None] | None = None,
     ) -> None:
         """``seal``: writes the model cache (None when no cache token was given)."""
+        self._stop = stop
         self.session = session
         self.model = model
         self.priority = priority
@@ -101,7 +107,7 @@ class PrepareJob:
         assert bound is not None, "a PrepareJob runs once"
         session, model = self.session, self.model
         try:
-            delay(session.faults.prepare_delay_ms, self.deadline_ns)
+            delay(session.faults.prepare_delay_ms, self.deadline_ns, self._stop)
             cost = len(model.operand_values) + sum(len(b) for b in bound.buffers)
             self._budget.charge(session.id, cost)
             try:
@@ -148,8 +154,10 @@ class ExecutionJob:
         scheduler: Scheduler,
         budget: MemoryBudget,
         executions: Counter,
+        stop: Callable[[], None] | None = None,
     ) -> None:
         """``profile``: collect time per operation type (nnhal extension)."""
+        self._stop = stop
         self.session = session
         self.pm = pm
         self.request = request
@@ -179,7 +187,7 @@ class ExecutionJob:
                 raise
             try:
                 self._scheduler.acquire(ticket, deadline_ns)
-                delay(session.faults.execute_delay_ms, deadline_ns)
+                delay(session.faults.execute_delay_ms, deadline_ns, self._stop)
                 control = ExecutionControl(
                     deadline_ns=deadline_ns,
                     loop_timeout_ns=self.loop_timeout_ns,
@@ -190,7 +198,7 @@ class ExecutionJob:
                 result = self.pm.execute(self.request, self.bound, control, self.measure)
             finally:
                 self._release_ticket()
-                self._budget.uncharge(session.id, cost)
+                self._budget.uncharge(session.id, cost, "request data")
         except HalError as err:
             return execution_result(err.error_status, err.message)
         self._executions.increment()
@@ -200,6 +208,8 @@ class ExecutionJob:
         if self.session.closed:
             # The client is gone (crash, disconnect): stop spending the device on it.
             raise GeneralFailure("the client's session ended during the execution")
+        if self._stop is not None:
+            self._stop()
         self._scheduler.checkpoint(self.ticket, self.deadline_ns)
 
     def _release_ticket(self) -> None:

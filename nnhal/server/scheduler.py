@@ -11,7 +11,8 @@ it also gets the CPU and the GIL to itself. Executions are deterministic, so a
 paused one simply resumes.
 
 Admission: at most ``slots + queue_depth`` executions in flight; beyond that
-RESOURCE_EXHAUSTED_TRANSIENT. Lock order: the scheduler's condition is a leaf
+RESOURCE_EXHAUSTED_TRANSIENT. ``shut`` (the end of a server's drain) makes queued
+and later acquisitions fail with DEVICE_UNAVAILABLE. Lock order: the scheduler's condition is a leaf
 lock (nothing else is acquired while holding it).
 """
 
@@ -23,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from nnhal.core.enums import Priority
-from nnhal.core.errors import MissedDeadlineTransient, ResourceExhaustedTransient
+from nnhal.core.errors import DeviceUnavailable, MissedDeadlineTransient, ResourceExhaustedTransient
 
 
 @dataclass(eq=False)
@@ -59,6 +60,8 @@ class Scheduler:
         self._served: dict[str, int] = {}
         self._seq = itertools.count()
         self._tick = itertools.count()
+        #: Set by ``shut``: why no execution may start any more.
+        self._shut: str | None = None
 
     # -- introspection ----------------------------------------------------
     @property
@@ -73,7 +76,18 @@ class Scheduler:
         with self._cond:
             return len(self._waiting)
 
+    def counts(self) -> tuple[int, int, int]:
+        """(running, queued, pre-empted and not yet resumed) executions, read together (metrics)."""
+        with self._cond:
+            return len(self._running), len(self._waiting), sum(1 for t in self._waiting if t.preempted)
+
     # -- lifecycle ----------------------------------------------------------
+    def shut(self, reason: str) -> None:
+        """From now on queued and later acquisitions raise DEVICE_UNAVAILABLE ``reason``."""
+        with self._cond:
+            self._shut = reason
+            self._cond.notify_all()
+
     def admit(self, client: str, priority: Priority) -> Ticket:
         """A ticket for one execution; RESOURCE_EXHAUSTED_TRANSIENT beyond ``slots + queue_depth``."""
         with self._cond:
@@ -87,8 +101,11 @@ class Scheduler:
             return ticket
 
     def acquire(self, ticket: Ticket, deadline_ns: int | None) -> None:
-        """Wait for a slot; MISSED_DEADLINE_TRANSIENT if the deadline passes while queued."""
+        """Wait for a slot; MISSED_DEADLINE_TRANSIENT if the deadline passes while queued,
+        DEVICE_UNAVAILABLE once the scheduler is shut."""
         with self._cond:
+            if self._shut is not None:
+                raise DeviceUnavailable(self._shut)
             if len(self._running) < self.slots and not self._waiting and not self._outranked(ticket):
                 self._running.append(ticket)  # uncontended: no ordering to decide
                 ticket.running = True
@@ -97,6 +114,8 @@ class Scheduler:
             self._waiting.append(ticket)
             try:
                 while not (len(self._running) < self.slots and self._next() is ticket):
+                    if self._shut is not None:
+                        raise DeviceUnavailable(self._shut)
                     ticket.delayed = True
                     timeout = None
                     if deadline_ns is not None:

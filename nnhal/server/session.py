@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -38,14 +38,17 @@ class Faults:
     execute_delay_ms: int = 0
 
 
-def delay(ms: int, deadline_ns: int | None) -> None:
+def delay(ms: int, deadline_ns: int | None, check: Callable[[], None] | None = None) -> None:
     """Sleep ``ms`` (an injected fault), ending early with MISSED_DEADLINE_TRANSIENT
-    when the deadline passes meanwhile."""
+    when the deadline passes meanwhile, or with whatever ``check`` raises (it is
+    called every 10 ms: the end of a server's drain)."""
     if not ms:
         return
     end = time.monotonic_ns() + ms * 1_000_000
     while time.monotonic_ns() < end:
         time.sleep(min(0.01, (end - time.monotonic_ns()) / 1e9 + 1e-4))
+        if check is not None:
+            check()
         if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
             raise MissedDeadlineTransient("the deadline passed while the device was delayed")
 

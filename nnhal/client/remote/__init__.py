@@ -13,7 +13,7 @@ helpers), :mod:`.session` (``RemoteSession``).
 """
 
 from nnhal.client.remote.messages import BurstStream, ExecutionOptions, PreparedRef
-from nnhal.client.remote.session import RemoteSession
+from nnhal.client.remote.session import DRAINING, RemoteSession
 from nnhal.client.remote.transport import (
     DEADLINE_MARGIN,
     DEATH_DETECTION_BOUND_S,
@@ -33,6 +33,7 @@ __all__ = [
     "DEADLINE_MARGIN",
     "DEATH_DETECTION_BOUND_S",
     "DEFAULT_CALL_TIMEOUT",
+    "DRAINING",
     "KEEPALIVE_TIMEOUT_MS",
     "KEEPALIVE_TIME_MS",
     "BurstStream",

@@ -11,6 +11,13 @@ and ``execute_1_3``, the burst stream and the session stream — goes through
 :func:`~nnhal.client.remote.transport.map_rpc_error`, declares the session dead
 on DEAD_OBJECT (the monitor then releases every waiter, DESIGN §4) and raises
 the HAL error. Calls on a session known dead fail with DEAD_OBJECT at once.
+
+A drain is not a crash: a server that starts draining (SIGTERM) sends an event
+with ``draining`` set on the session stream, and the end of that server (its
+stream's end, its connection closing) is then reported as :data:`DRAINING` —
+in the DEAD_OBJECT messages and the death monitor's ``reason`` — instead of a
+death. Until the server is gone, launched work still completes and new work is
+refused by the server with DEVICE_UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -63,6 +70,28 @@ from nnhal.proto import service_pb2 as spb
 
 T = TypeVar("T")
 
+#: How the end of a server that announced its drain is reported.
+DRAINING = "the server is draining (shutting down)"
+
+
+class SessionMonitor(DeathMonitor):
+    """The session's death monitor: once the server announced a drain, its end is
+    reported as :data:`DRAINING` (with the signal that showed it) rather than a death."""
+
+    def __init__(self, channel: grpc.Channel, what: str) -> None:
+        self._draining = False  # before the base subscribes: a state change may arrive at once
+        super().__init__(channel, what)
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def mark_draining(self) -> None:
+        self._draining = True
+
+    def declare_dead(self, reason: str) -> None:
+        super().declare_dead(f"{DRAINING} ({reason})" if self._draining else reason)
+
 
 class RemoteSession:
     """One channel and session to an nnhal server. Thread-safe. ``close`` ends the session:
@@ -76,7 +105,7 @@ class RemoteSession:
         opts = channel_options() if keepalive_ms is None else channel_options(keepalive_ms, keepalive_ms)
         self._channel = grpc.insecure_channel(target_of(address), options=opts)
         self._stubs = Stubs(self._channel)
-        self._monitor = DeathMonitor(self._channel, f"nnhal server at {address}")
+        self._monitor = SessionMonitor(self._channel, f"nnhal server at {address}")
         self._closed = False
         self._session_id = ""
         self.device_name = ""
@@ -205,6 +234,8 @@ class RemoteSession:
                 self.shm_prefix = event.shm_prefix
                 self._session_id = event.session
                 self._ready.set()
+            if event.draining:
+                self._monitor.mark_draining()
 
     # -- IDevice ----------------------------------------------------------------------------
     def _device_query(self, rpc_name: str) -> Any:
@@ -429,6 +460,11 @@ class RemoteSession:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def draining(self) -> bool:
+        """True once the server announced it is draining (shutting down)."""
+        return self._monitor.draining
 
     @property
     def dead(self) -> bool:

@@ -8,12 +8,15 @@ from nnhal.core import wire
 from nnhal.proto import service_pb2 as spb
 from nnhal.proto import service_pb2_grpc as sgrpc
 from nnhal.server.driver import Driver
+from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.common import guarded
 
 
 class BufferServicer(sgrpc.BufferServicer):
-    def __init__(self, driver: Driver) -> None:
+    def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
+        """``metrics``: the server's (a fresh, unserved set when None)."""
         self.driver = driver
+        self.metrics = metrics or Metrics(driver)
 
     @guarded(spb.CopyToResponse)
     def copyTo(self, request: spb.CopyToRequest, context: grpc.ServicerContext) -> spb.CopyToResponse:

@@ -4,6 +4,14 @@
 launch status (the HAL method's return value), then exactly one notify (the
 callback), whatever happens; a launch error is followed by a notify with the
 same status and no model.
+
+The session stream: its first event names the session; while the server drains
+one more event with ``draining`` set tells the client that the stream's coming
+end is a drain, not a crash; the stream ends when the client ends it (a close,
+its death, a keepalive expiry: the server then releases the session's objects)
+or when the server stops. New sessions, preparations and allocations are
+refused while the server drains (DEVICE_UNAVAILABLE; a refused session is the
+gRPC status UNAVAILABLE, which the client reports as DEAD_OBJECT).
 """
 
 from __future__ import annotations
@@ -14,14 +22,20 @@ from collections.abc import Callable, Iterator
 import grpc
 
 from nnhal.core import wire
-from nnhal.core.enums import ExecutionPreference
+from nnhal.core.enums import ErrorStatus, ExecutionPreference
 from nnhal.core.errors import HalError, InvalidArgument
 from nnhal.proto import service_pb2 as spb
 from nnhal.proto import service_pb2_grpc as sgrpc
 from nnhal.server.driver import Driver
 from nnhal.server.jobs import PrepareJob
-from nnhal.server.rpc.common import guarded, launch_then_notify
+from nnhal.server.lifecycle import DRAINING, Lifecycle
+from nnhal.server.metrics import Metrics
+from nnhal.server.rpc.common import Record, guarded, launch_then_notify, recorder
 from nnhal.server.session import Faults, Session
+
+#: The session stream re-checks the server's state at least this often (its events
+#: wake it at once; this only bounds the wait).
+_SESSION_POLL_S = 5.0
 
 
 def _preference_from(value: int) -> ExecutionPreference:
@@ -31,7 +45,9 @@ def _preference_from(value: int) -> ExecutionPreference:
         raise InvalidArgument(f"execution preference {value} is invalid") from None
 
 
-def prepare_stream(launch: Callable[[], PrepareJob], want_cache: bool) -> Iterator[spb.PrepareModelEvent]:
+def prepare_stream(
+    launch: Callable[[], PrepareJob], want_cache: bool, lifecycle: Lifecycle, record: Record
+) -> Iterator[spb.PrepareModelEvent]:
     """Launch status, then exactly one notify carrying the prepared model's handle."""
 
     def finish(job: PrepareJob) -> spb.PrepareModelNotify:
@@ -43,22 +59,35 @@ def prepare_stream(launch: Callable[[], PrepareJob], want_cache: bool) -> Iterat
         # If the client vanished before reading this, its session's end releases the model.
         return notify
 
-    return launch_then_notify(spb.PrepareModelEvent, spb.PrepareModelNotify, launch, finish, "a preparation")
+    return launch_then_notify(
+        spb.PrepareModelEvent, spb.PrepareModelNotify, launch, finish, "a preparation", lifecycle, record
+    )
 
 
 class DeviceServicer(sgrpc.DeviceServicer):
-    def __init__(self, driver: Driver, stopping: threading.Event) -> None:
+    def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
+        """``metrics``: the server's (a fresh, unserved set when None)."""
         self.driver = driver
-        self._stopping = stopping
+        self.metrics = metrics = metrics or Metrics(driver)
+        self._lifecycle = driver.lifecycle
+        self._record_prepare = recorder(metrics, "prepareModel_1_3", metrics.prepare_seconds.observe)
+        self._record_cache = recorder(metrics, "prepareModelFromCache_1_3", metrics.prepare_seconds.observe)
 
     # -- session -----------------------------------------------------------
     def openSession(self, request: spb.OpenSessionRequest, context: grpc.ServicerContext) -> Iterator[spb.SessionEvent]:
+        if self._lifecycle.draining:
+            self.metrics.rpc("openSession", ErrorStatus.DEVICE_UNAVAILABLE)
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"openSession: {DRAINING}")
         try:
             session = self.driver.open_session(request.client_name, context.peer() or "")
         except HalError as err:
+            self.metrics.rpc("openSession", err.error_status)
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, err.message)
-        ended = threading.Event()
-        context.add_callback(ended.set)
+        self.metrics.rpc("openSession", ErrorStatus.NONE)
+        # Set when the client ends the stream and on every change of the server's state.
+        wake = threading.Event()
+        context.add_callback(wake.set)
+        self._lifecycle.watch(wake)
         try:
             shm = self.driver.config.shared_memory
             yield spb.SessionEvent(
@@ -70,10 +99,16 @@ class DeviceServicer(sgrpc.DeviceServicer):
             )
             # The stream stays open as the client's liveness signal; its end
             # (close, crash, keepalive expiry) releases the session's objects.
-            while not ended.wait(1.0):
-                if self._stopping.is_set():
-                    break
+            told_draining = False
+            while context.is_active() and not self._lifecycle.stopping:
+                if self._lifecycle.draining and not told_draining:
+                    told_draining = True
+                    yield spb.SessionEvent(session=session.id, draining=True)
+                wake.wait(_SESSION_POLL_S)
+                wake.clear()
         finally:
+            self._lifecycle.unwatch(wake)
+            self.metrics.session_ended("server" if self._lifecycle.stopping else "client")
             self.driver.close_session(session.id)
 
     def _session(self, sid: str) -> Session:
@@ -145,7 +180,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
                 bytes(request.token),
             )
 
-        return prepare_stream(launch, request.want_cache)
+        return prepare_stream(launch, request.want_cache, self._lifecycle, self._record_prepare)
 
     def prepareModelFromCache_1_3(
         self, request: spb.PrepareModelFromCacheRequest, context: grpc.ServicerContext
@@ -159,12 +194,13 @@ class DeviceServicer(sgrpc.DeviceServicer):
                 wire.deadline_from(request.deadline),
             )
 
-        return prepare_stream(launch, False)
+        return prepare_stream(launch, False, self._lifecycle, self._record_cache)
 
     # -- memory domains -----------------------------------------------------------
     @guarded(spb.AllocateResponse)
     def allocate(self, request: spb.AllocateRequest, context: grpc.ServicerContext) -> spb.AllocateResponse:
         session = self._session(request.session)
+        self._lifecycle.admit("allocate")
         buffer, token = self.driver.allocate(
             session,
             wire.buffer_desc_from(request.desc),

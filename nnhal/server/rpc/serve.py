@@ -1,4 +1,26 @@
-"""Starting the gRPC server: listeners, keepalive policy, health and reflection."""
+"""Starting and stopping the gRPC server: listeners, keepalive, health, reflection, metrics, drain.
+
+Lifecycle (DESIGN.md §12): SIGTERM or SIGINT starts a drain — health answers
+NOT_SERVING at once, every session stream gets an event with ``draining`` set,
+new work is refused with DEVICE_UNAVAILABLE (``nnhal.server.lifecycle``) and
+launched work has ``drain_seconds`` to finish. Work still running then is ended
+with DEVICE_UNAVAILABLE (``lifecycle.DRAIN_EXPIRED``) at its next operation
+boundary, so each callback still gets its one notify (a kernel that does not
+return within ``EXPIRE_GRACE_S`` more is cut off by the exit: the client's death
+monitor then notifies it, once, with DEAD_OBJECT). Then the session streams end,
+the sessions' objects are released and the process exits with status 0. A
+second signal during the drain ends the drain time at once.
+
+Keepalive: the server pings every client every 2 s (also with no data flowing:
+a session stream is silent after its first event) and drops a connection whose
+ping is not acknowledged within 2 s; the streams on it end, so a frozen or
+vanished client's sessions are released within ~4-6 s (documented bound: 10 s).
+
+Metrics (``metrics_listen``, off by default): ``nnhal.server.metrics`` on an
+HTTP listener of their own. With a ``port_file`` the bound metrics address is
+written to the file next to it named ``<port_file>.metrics`` (one line), so the
+port file itself keeps one gRPC address per line.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +29,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +42,7 @@ from nnhal.core.wire import MAX_MESSAGE_BYTES
 from nnhal.proto import service_pb2 as spb
 from nnhal.proto import service_pb2_grpc as sgrpc
 from nnhal.server.driver import DeviceConfig, Driver
+from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.buffer_servicer import BufferServicer, EchoServicer
 from nnhal.server.rpc.device_servicer import DeviceServicer
 from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer, PreparedModelServicer
@@ -26,6 +50,10 @@ from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServ
 log = logging.getLogger(__name__)
 
 SWITCH_INTERVAL_S = 0.0002
+#: After the drain time, how long work that was told to end may take to send its status.
+EXPIRE_GRACE_S = 2.0
+#: How often a drain looks whether launched work is done.
+_DRAIN_POLL_S = 0.02
 
 #: Clients ping every second to detect a frozen server; allow it, and pings on idle channels.
 SERVER_OPTIONS: list[tuple[str, int]] = [
@@ -38,6 +66,13 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
     # The server also pings clients, so a frozen or vanished client's session ends.
     ("grpc.keepalive_time_ms", 2000),
     ("grpc.keepalive_timeout_ms", 2000),
+    # By default gRPC stops pinging after 2 pings with no data sent; a session stream
+    # sends none after its first event, so a client that sends no pings of its own and
+    # freezes later would go unnoticed.
+    ("grpc.http2.max_pings_without_data", 0),
+    # A flow-control (BDP) ping outstanding when the client froze blocks the keepalive
+    # ping, and waits 60 s by default: the frozen client's session then stayed ~60 s.
+    ("grpc.http2.ping_timeout_ms", 2000),
     ("grpc.so_reuseport", 0),
 ]
 
@@ -53,23 +88,32 @@ class ServerOptions:
     port_file: Path | None = None
     max_threads: int = 256
     device: DeviceConfig = field(default_factory=DeviceConfig)
+    #: Seconds launched work may take to finish after SIGTERM / SIGINT.
+    drain_seconds: float = 10.0
+    #: host:port of the Prometheus metrics listener; None: no listener.
+    metrics_listen: str | None = None
 
 
 class Server:
-    """A running nnhal server; ``stop`` ends it (sessions are released)."""
+    """A running nnhal server; ``drain`` then ``stop`` end it (sessions are released)."""
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.driver = Driver(options.device)
-        self._stopping = threading.Event()
+        self.metrics = Metrics(self.driver)
+        #: The bound metrics address once ``start`` served it.
+        self.metrics_address: str | None = None
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=options.max_threads, thread_name_prefix="nnhal-rpc"),
             options=SERVER_OPTIONS,
         )
-        sgrpc.add_DeviceServicer_to_server(DeviceServicer(self.driver, self._stopping), self._grpc)
-        sgrpc.add_PreparedModelServicer_to_server(PreparedModelServicer(self.driver), self._grpc)
-        sgrpc.add_FencedExecutionCallbackServicer_to_server(FencedExecutionCallbackServicer(self.driver), self._grpc)
-        sgrpc.add_BufferServicer_to_server(BufferServicer(self.driver), self._grpc)
+        driver, metrics = self.driver, self.metrics
+        sgrpc.add_DeviceServicer_to_server(DeviceServicer(driver, metrics), self._grpc)
+        sgrpc.add_PreparedModelServicer_to_server(PreparedModelServicer(driver, metrics), self._grpc)
+        sgrpc.add_FencedExecutionCallbackServicer_to_server(
+            FencedExecutionCallbackServicer(driver, metrics), self._grpc
+        )
+        sgrpc.add_BufferServicer_to_server(BufferServicer(driver, metrics), self._grpc)
         sgrpc.add_EchoServicer_to_server(EchoServicer(), self._grpc)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
@@ -94,19 +138,51 @@ class Server:
         return f"{host}:{bound}"
 
     def start(self) -> None:
+        """Serve; with ``metrics_listen`` also the metrics (ValueError / OSError when that
+        address is malformed or cannot be bound)."""
+        if self.options.metrics_listen is not None:
+            self.metrics_address = self.metrics.serve(self.options.metrics_listen)
         self._grpc.start()
         for name in ("", *SERVICE_NAMES):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        if self.options.port_file is not None:
-            tmp = self.options.port_file.with_suffix(".tmp")
-            tmp.write_text("\n".join(self.addresses) + "\n")
-            tmp.replace(self.options.port_file)
+        port_file = self.options.port_file
+        if port_file is not None:
+            if self.metrics_address is not None:
+                _write_atomically(port_file.with_name(port_file.name + ".metrics"), self.metrics_address + "\n")
+            _write_atomically(port_file, "\n".join(self.addresses) + "\n")
         log.info("nnhal serving %s on %s", self.driver.config.name, ", ".join(self.addresses))
+        if self.metrics_address is not None:
+            log.info("metrics on http://%s/metrics", self.metrics_address)
+
+    def drain(self, seconds: float, hurry: threading.Event | None = None) -> bool:
+        """Drain (module docstring): refuse new work, wait up to ``seconds`` (less once
+        ``hurry`` is set) for launched work, then end what is left. True when all launched
+        work finished by itself."""
+        driver = self.driver
+        if not driver.lifecycle.begin_drain():
+            return driver.idle
+        self.health.enter_graceful_shutdown()
+        log.info("draining: new work is refused; launched work has %.1f s to finish", seconds)
+        hurry = hurry or threading.Event()
+        end = time.monotonic() + max(0.0, seconds)
+        while not driver.idle and time.monotonic() < end and not hurry.wait(_DRAIN_POLL_S):
+            pass
+        if driver.idle:
+            log.info("drained: all launched work finished")
+            return True
+        log.warning("the drain time ran out: ending the work left with DEVICE_UNAVAILABLE")
+        driver.expire_drain()
+        end = time.monotonic() + EXPIRE_GRACE_S
+        while not driver.idle and time.monotonic() < end:
+            time.sleep(_DRAIN_POLL_S)
+        return False
 
     def stop(self, grace: float = 1.0) -> None:
-        self._stopping.set()
+        """End the session streams (their objects are released) and the server."""
+        self.driver.lifecycle.stop()
         self.health.enter_graceful_shutdown()
         self._grpc.stop(grace).wait(grace + 1)
+        self.metrics.close()
 
     def wait(self) -> None:
         self._grpc.wait_for_termination()
@@ -118,18 +194,29 @@ def run_forever(options: ServerOptions) -> None:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     server = Server(options)
     server.start()
-    done = threading.Event()
+    done, hurry = threading.Event(), threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
-        log.info("signal %d: shutting down", signum)
+        if done.is_set():
+            log.info("signal %d again: ending the drain now", signum)
+            hurry.set()
+            return
+        log.info("signal %d: draining, then shutting down", signum)
         done.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     while not done.wait(0.5):
         pass
+    server.drain(options.drain_seconds, hurry)
     server.stop()
     logging.shutdown()
     # Worker threads may still sit inside a long kernel or an injected delay;
     # in-flight RPCs had their grace period, so end the process now.
     os._exit(0)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -1,0 +1,122 @@
+"""The server's lifecycle: serving, draining, stopping (DESIGN.md §12).
+
+``SERVING`` → ``begin_drain`` (SIGTERM / SIGINT) → ``DRAINING``: work that is
+already launched (preparations and executions, whatever their kind) goes on;
+new work — ``prepareModel*``, executions of every kind (also a burst's next
+execution), ``allocate`` and new sessions — is refused with DEVICE_UNAVAILABLE
+and :data:`DRAINING`. Queries, releases, buffer copies and
+``getExecutionInfo`` keep working, so launched work can be collected.
+
+When the drain time runs out, ``expire`` ends what is left: executions stop at
+their next operation boundary (or while queued, or in an injected delay) with
+DEVICE_UNAVAILABLE and :data:`DRAIN_EXPIRED`; each still gets its one notify.
+``stop`` then ends the session streams (the sessions' objects are released).
+
+Work is counted by the RPC layer with ``work`` from its launch to its notify;
+admission and the drain's start share one lock, so no work slips in after the
+drain started and goes uncounted. Session streams ``watch`` an event that is
+set on every change of state. Thread-safe; the lifecycle's lock is a leaf.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from nnhal.core.errors import DeviceUnavailable
+
+DRAINING = "the server is draining (shutting down); retry once it restarted, or on another server"
+DRAIN_EXPIRED = "the server is draining (shutting down) and its drain time ran out before this work finished"
+
+
+class Lifecycle:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._draining = False
+        self._stopping = False
+        #: Read on every operation boundary of every execution: a plain attribute, no lock.
+        self.expired = False
+        self._watchers: set[threading.Event] = set()
+
+    # -- state -----------------------------------------------------------------
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def active(self) -> int:
+        """Work (launch to notify) in progress in the RPC layer."""
+        with self._lock:
+            return self._active
+
+    def begin_drain(self) -> bool:
+        """Refuse new work from now on; True the first time."""
+        with self._lock:
+            first, self._draining = not self._draining, True
+        self._wake()
+        return first
+
+    def expire(self) -> None:
+        """The drain time ran out: launched work ends at its next check (``check``)."""
+        self.expired = True
+        self._wake()
+
+    def stop(self) -> None:
+        """End the session streams."""
+        with self._lock:
+            self._draining = self._stopping = True
+        self._wake()
+
+    # -- work ------------------------------------------------------------------
+    def admit(self, what: str) -> None:
+        """DEVICE_UNAVAILABLE (:data:`DRAINING`) while draining; for calls that are not counted."""
+        if self._draining:
+            raise DeviceUnavailable(f"{what}: {DRAINING}")
+
+    def enter(self, what: str) -> None:
+        """Count one piece of work until ``leave``; DEVICE_UNAVAILABLE (:data:`DRAINING`)
+        while draining, and then nothing is counted."""
+        with self._lock:
+            if self._draining:
+                raise DeviceUnavailable(f"{what}: {DRAINING}")
+            self._active += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._active -= 1
+
+    @contextmanager
+    def work(self, what: str) -> Iterator[None]:
+        """``enter`` / ``leave`` around a block."""
+        self.enter(what)
+        try:
+            yield
+        finally:
+            self.leave()
+
+    def check(self) -> None:
+        """DEVICE_UNAVAILABLE (:data:`DRAIN_EXPIRED`) once the drain time ran out."""
+        if self.expired:
+            raise DeviceUnavailable(DRAIN_EXPIRED)
+
+    # -- session streams ----------------------------------------------------------
+    def watch(self, event: threading.Event) -> None:
+        """Set ``event`` on every change of state (until ``unwatch``)."""
+        with self._lock:
+            self._watchers.add(event)
+
+    def unwatch(self, event: threading.Event) -> None:
+        with self._lock:
+            self._watchers.discard(event)
+
+    def _wake(self) -> None:
+        with self._lock:
+            watchers = list(self._watchers)
+        for event in watchers:
+            event.set()

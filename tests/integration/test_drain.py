@@ -1,0 +1,248 @@
+"""Graceful drain (DESIGN.md §12): SIGTERM / SIGINT → health NOT_SERVING, new work
+DEVICE_UNAVAILABLE, launched work finishes within ``--drain-seconds`` (or ends with
+DEVICE_UNAVAILABLE, its callback notified once), exit 0; the client reports a drain,
+not a crash, and a ResilientDevice moves to the restarted server. Plus the lifecycle's
+own rules without a server."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from nnhal.client.callbacks import Callback
+from nnhal.client.device import Device
+from nnhal.client.remote import DRAINING
+from nnhal.client.resilient import ResilientDevice
+from nnhal.core.enums import ErrorStatus, Priority
+from nnhal.core.errors import DeadObject, DeviceUnavailable
+from nnhal.server.lifecycle import DRAIN_EXPIRED, Lifecycle
+from nnhal.server.scheduler import Scheduler
+from nnhal.testing import LocalServer
+from tests.conftest import add_model, ones
+
+pytestmark = [pytest.mark.timeout(90)]
+
+#: Generous bounds: the machine may be loaded; nothing here asserts a tight time.
+EXIT_BOUND_S = 30.0
+WAIT_BOUND_S = 20.0
+
+
+def _health(address: str) -> str:
+    channel = grpc.insecure_channel(address)
+    try:
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    finally:
+        channel.close()
+
+
+def _counting(cb: Callback) -> list[int]:  # type: ignore[type-arg]
+    fired: list[int] = []
+    cb.add_done_callback(lambda _cb: fired.append(1))
+    return fired
+
+
+@pytest.fixture
+def draining_server(request: pytest.FixtureRequest) -> Iterator[LocalServer]:
+    srv = LocalServer("--enable-fault-injection", "--drain-seconds", str(request.param))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("draining_server", [5.0], indirect=True)
+def test_sigterm_lets_a_launched_execution_finish(draining_server: LocalServer) -> None:
+    srv = draining_server
+    dev = Device.connect(srv.address)
+    try:
+        pm = dev.prepare_model_sync(add_model())
+        dev.set_faults(execute_delay_ms=2000)
+        a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), 0.5, np.float32)
+        cb = pm.execute_async([a, b])
+        fired = _counting(cb)
+        time.sleep(0.3)
+        srv.signal(signal.SIGTERM)
+        # Health says NOT_SERVING at once (bounded poll: the signal is handled asynchronously).
+        end = time.monotonic() + WAIT_BOUND_S
+        while _health(srv.address) != "NOT_SERVING" and time.monotonic() < end:
+            time.sleep(0.05)
+        assert _health(srv.address) == "NOT_SERVING"
+        # New work of every kind is refused with DEVICE_UNAVAILABLE, saying why.
+        with pytest.raises(DeviceUnavailable, match="draining"):
+            pm.execute([a, b])
+        prepare = dev.prepare_model(add_model())
+        assert prepare.wait(WAIT_BOUND_S) and prepare.status == ErrorStatus.DEVICE_UNAVAILABLE
+        assert "draining" in prepare.message
+        with pytest.raises(DeadObject, match="draining"):
+            Device.connect(srv.address, timeout=5.0)
+        # The launched execution finishes with the right values, then the server exits 0.
+        outcome = cb.get(WAIT_BOUND_S)
+        assert outcome.status == ErrorStatus.NONE
+        np.testing.assert_array_equal(outcome.outputs[0], a + b)
+        assert srv.proc.wait(EXIT_BOUND_S) == 0
+        # The client reports a drain, not a crash.
+        end = time.monotonic() + WAIT_BOUND_S
+        while not dev.remote.dead and time.monotonic() < end:
+            time.sleep(0.05)
+        assert dev.remote.draining
+        with pytest.raises(DeadObject) as dead:
+            dev.capabilities()
+        assert DRAINING in dead.value.message
+        assert fired == [1]
+    finally:
+        dev.close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("draining_server", [0.5], indirect=True)
+def test_work_left_after_the_drain_time_ends_with_a_status(draining_server: LocalServer) -> None:
+    srv = draining_server
+    dev = Device.connect(srv.address)
+    try:
+        pm = dev.prepare_model_sync(add_model())
+        dev.set_faults(execute_delay_ms=30_000)
+        cb = pm.execute_async([ones(), ones()])
+        fired = _counting(cb)
+        time.sleep(0.3)
+        srv.signal(signal.SIGTERM)
+        assert cb.wait(WAIT_BOUND_S)
+        assert cb.status == ErrorStatus.DEVICE_UNAVAILABLE
+        assert cb.message == DRAIN_EXPIRED
+        assert srv.proc.wait(EXIT_BOUND_S) == 0
+        time.sleep(0.3)  # a second notify, if there were one, would have arrived by now
+        assert fired == [1]
+    finally:
+        dev.close()
+
+
+@pytest.mark.integration
+def test_sigint_drains_queued_work_too() -> None:
+    with LocalServer("--enable-fault-injection", "--drain-seconds", "0.5", "--slots", "1") as srv:
+        dev = Device.connect(srv.address)
+        try:
+            pm = dev.prepare_model_sync(add_model())
+            dev.set_faults(execute_delay_ms=30_000)
+            running = pm.execute_async([ones(), ones()])
+            time.sleep(0.3)
+            queued = pm.execute_async([ones(), ones()])  # waits for the one slot
+            time.sleep(0.3)
+            counts = [_counting(running), _counting(queued)]
+            srv.signal(signal.SIGINT)
+            for cb in (running, queued):
+                assert cb.wait(WAIT_BOUND_S)
+                assert cb.status == ErrorStatus.DEVICE_UNAVAILABLE, cb.message
+            assert srv.proc.wait(EXIT_BOUND_S) == 0
+            time.sleep(0.3)
+            assert counts == [[1], [1]]
+        finally:
+            dev.close()
+
+
+@pytest.fixture
+def unix_address() -> Iterator[str]:
+    tmp = tempfile.mkdtemp(prefix="nnd-")  # short: unix socket paths are limited to ~107 bytes
+    try:
+        yield f"unix:{Path(tmp) / 's.sock'}"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.integration
+def test_resilient_device_moves_to_the_restarted_server(unix_address: str) -> None:
+    srv = LocalServer("--enable-fault-injection", "--drain-seconds", "5", listen=unix_address)
+    try:
+        rd = ResilientDevice.connect(unix_address, recover_timeout=10.0)
+        model = add_model()
+        pm = rd.prepare_model_sync(model)
+        a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), 2.0, np.float32)
+        rd.protect(lambda d: d.set_faults(execute_delay_ms=1000))  # type: ignore[attr-defined]
+        in_flight = pm.execute_async([a, b])
+        time.sleep(0.3)
+        srv.signal(signal.SIGTERM)
+        # Launched during the drain's start: it still finishes with the right values.
+        np.testing.assert_array_equal(in_flight.get(WAIT_BOUND_S).outputs[0], a + b)
+        assert srv.proc.wait(EXIT_BOUND_S) == 0
+        srv.stop()
+        srv = LocalServer("--enable-fault-injection", listen=unix_address)
+        # The next call finds the old session drained, recovers on the new server, re-prepares.
+        np.testing.assert_array_equal(pm.execute([a, b]).outputs[0], a + b)
+        assert rd.recoveries == 1 and pm.recoveries == 1
+        rd.close()
+    finally:
+        srv.stop()
+
+
+# -- the lifecycle's rules, without a server -------------------------------------------
+
+
+def test_work_is_refused_once_draining_and_counted_until_it_ends() -> None:
+    life = Lifecycle()
+    life.enter("a preparation")
+    assert life.active == 1
+    assert life.begin_drain() and not life.begin_drain()
+    with pytest.raises(DeviceUnavailable, match="draining"):
+        life.enter("an execution")
+    with pytest.raises(DeviceUnavailable, match="draining"):
+        life.admit("allocate")
+    assert life.active == 1  # the refusal counted nothing
+    life.check()  # launched work goes on until the drain time ran out
+    life.leave()
+    assert life.active == 0
+    life.expire()
+    with pytest.raises(DeviceUnavailable) as err:
+        life.check()
+    assert err.value.message == DRAIN_EXPIRED
+
+
+def test_watchers_wake_on_every_change() -> None:
+    life = Lifecycle()
+    woke = threading.Event()
+    life.watch(woke)
+    life.begin_drain()
+    assert woke.is_set()
+    woke.clear()
+    life.stop()
+    assert woke.is_set() and life.stopping
+    life.unwatch(woke)
+    woke.clear()
+    life.expire()
+    assert not woke.is_set()
+
+
+def test_a_shut_scheduler_releases_queued_executions() -> None:
+    sched = Scheduler(slots=1)
+    first = sched.admit("a", Priority.MEDIUM)
+    sched.acquire(first, None)
+    queued = sched.admit("b", Priority.MEDIUM)
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            sched.acquire(queued, None)
+        except BaseException as err:
+            errors.append(err)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    end = time.monotonic() + WAIT_BOUND_S
+    while sched.counts()[1] == 0 and time.monotonic() < end:
+        time.sleep(0.01)
+    assert sched.counts() == (1, 1, 0)
+    sched.shut(DRAIN_EXPIRED)
+    waiter.join(WAIT_BOUND_S)
+    assert not waiter.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], DeviceUnavailable)
+    with pytest.raises(DeviceUnavailable):
+        sched.acquire(sched.admit("c", Priority.MEDIUM), None)
