@@ -20,6 +20,7 @@ import fcntl
 import mmap
 import os
 import secrets
+import time
 from pathlib import Path
 from typing import Protocol
 
@@ -32,6 +33,8 @@ KINDS = ("ashmem", "mmap_fd", "hardware_buffer_blob")
 #: The suffix of files held by their creator (``nnhal.server.memory.HELD_SUFFIX``, equal).
 HELD_SUFFIX = ".held"
 _CREATE_ATTEMPTS = 8
+#: The server's sweep holds an exclusive lock for microseconds; longer is another process.
+_HOLD_WAIT_S = 2.0
 
 
 class SharedMemoryHost(Protocol):
@@ -45,6 +48,29 @@ class SharedMemoryHost(Protocol):
     def shm_prefix(self) -> str: ...
 
 
+def _hold(fd: int, path: Path) -> None:
+    """Take the shared lock that marks the file as held, waiting (bounded) while another
+    process holds it exclusively."""
+    end = time.monotonic() + _HOLD_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= end:
+                raise InvalidArgument(f"{path.name} is locked exclusively by another process") from None
+            time.sleep(0.001)
+
+
+def _unlink_if_same(path: Path, fd: int) -> None:
+    try:
+        st, now = os.fstat(fd), os.stat(path, follow_symlinks=False)
+        if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):
+            path.unlink()
+    except OSError:
+        pass
+
+
 def _create_held(directory: Path, prefix: str) -> tuple[Path, int]:
     """A new empty file in ``directory``, open and held (shared flock).
 
@@ -55,13 +81,14 @@ def _create_held(directory: Path, prefix: str) -> tuple[Path, int]:
         path = directory / f"{prefix}{secrets.token_hex(12)}{HELD_SUFFIX}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            _hold(fd, path)
             st, now = os.fstat(fd), os.stat(path, follow_symlinks=False)
             if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):
                 return path, fd
         except FileNotFoundError:
             pass  # swept before we looked
         except BaseException:
+            _unlink_if_same(path, fd)
             os.close(fd)
             raise
         os.close(fd)
@@ -85,7 +112,7 @@ class SharedMemory:
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             # Held while the region lives: the server never removes a file a live process holds.
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            _hold(fd, path)
             self._map: mmap.mmap | None = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)

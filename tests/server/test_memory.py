@@ -1,0 +1,92 @@
+"""Shared pools in the server without a server process: only the bytes the arguments
+occupy cross (preadv in, pwrite out), a shrunk region is INVALID_ARGUMENT on either
+side, and region files are removed only when no process holds them."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+import pytest
+
+from nnhal.client.memory import HELD_SUFFIX
+from nnhal.core.errors import InvalidArgument
+from nnhal.core.types import DataLocation, RequestArgument, SharedMemoryPool
+from nnhal.server import memory
+from nnhal.server.memory import RegionCache, SharedMemoryPolicy, bind_pools, remove_orphans
+
+
+def _arg(offset: int, length: int) -> RequestArgument:
+    return RequestArgument(location=DataLocation(0, offset, length))
+
+
+def test_only_the_arguments_bytes_cross(tmp_path: Path) -> None:
+    region = tmp_path / "nnhal-r"
+    region.write_bytes(bytes(range(64)))
+    cache = RegionCache()
+    bound = bind_pools((SharedMemoryPool("ashmem", "nnhal-r", 0, 64),), SharedMemoryPolicy(tmp_path), {0}, cache=cache)
+    bound.plan([_arg(0, 8)], [_arg(16, 8)])
+    bound.check_shared()
+    staging = bound.buffers[0]
+    assert bytes(staging[0:8]) == bytes(range(8)) and bytes(staging[16:24]) == bytes(range(16, 24))
+    assert bytes(staging[40:48]) == bytes(8)  # never read: not an argument
+    staging[16:20] = b"OUT!"  # type: ignore[index]
+    with open(region, "r+b") as f:  # the client keeps using the rest of its region meanwhile
+        f.seek(40)
+        f.write(b"client!!")
+    assert bound.inline_results() == {}
+    bound.close()
+    data = region.read_bytes()
+    assert data[16:24] == b"OUT!" + bytes(range(20, 24))  # an output shorter than its range
+    assert data[40:48] == b"client!!" and data[:16] == bytes(range(16))
+
+
+@pytest.mark.parametrize("side", ["read", "write"])
+def test_a_region_shrunk_after_binding_is_invalid_argument(tmp_path: Path, side: str) -> None:
+    region = tmp_path / "nnhal-r"
+    region.write_bytes(bytes(64))
+    bound = bind_pools((SharedMemoryPool("ashmem", "nnhal-r", 0, 64),), SharedMemoryPolicy(tmp_path), {0})
+    bound.plan([_arg(0, 32)], [_arg(32, 32)])
+    try:
+        if side == "write":
+            bound.check_shared()
+        os.truncate(region, 16)
+        with pytest.raises(InvalidArgument, match="shrank while in use"):
+            bound.check_shared() if side == "read" else bound.inline_results()
+    finally:
+        bound.close()
+    assert region.stat().st_size == 16  # a write never grows it back
+
+
+def test_region_file_suffix_is_the_clients() -> None:
+    """Client and server cannot import each other; the two constants must agree."""
+    assert HELD_SUFFIX == memory.HELD_SUFFIX
+
+
+def test_orphans_are_removed_only_when_no_process_holds_them(tmp_path: Path) -> None:
+    policy = SharedMemoryPolicy(tmp_path)
+    held, orphan = tmp_path / f"nnhal-held{HELD_SUFFIX}", tmp_path / f"nnhal-orphan{HELD_SUFFIX}"
+    plain, foreign = tmp_path / "nnhal-plain", tmp_path / f"other-x{HELD_SUFFIX}"
+    link = tmp_path / f"nnhal-link{HELD_SUFFIX}"
+    for path in (held, orphan, plain, foreign):
+        path.write_bytes(b"x")
+    link.symlink_to(plain)
+    fd = os.open(held, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        assert remove_orphans(policy) == 1
+    finally:
+        os.close(fd)
+    assert not orphan.exists()
+    assert held.exists() and plain.exists() and foreign.exists() and link.is_symlink()
+    assert remove_orphans(policy) == 1  # released now
+    assert not held.exists()
+
+
+def test_closing_a_session_cache_sweeps_its_directory(tmp_path: Path) -> None:
+    (tmp_path / f"nnhal-gone{HELD_SUFFIX}").write_bytes(b"x")
+    RegionCache().close()  # knows no directory yet: nothing to do
+    assert (tmp_path / f"nnhal-gone{HELD_SUFFIX}").exists()
+    RegionCache(SharedMemoryPolicy(tmp_path)).close()
+    assert not (tmp_path / f"nnhal-gone{HELD_SUFFIX}").exists()
