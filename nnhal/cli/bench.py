@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import asdict
 
 from nnhal.bench.common import BenchResult
 from nnhal.bench.registry import benchmarks
 from nnhal.cli.table import Progress, print_table
+from nnhal.cli.usage import UsageError
 
 
 def run(args: argparse.Namespace) -> int:
@@ -18,8 +18,7 @@ def run(args: argparse.Namespace) -> int:
     names = args.names or sorted(registry)
     unknown = [n for n in names if n not in registry]
     if unknown:
-        print(f"nnhal bench: unknown benchmark(s) {unknown}; available: {', '.join(sorted(registry))}", file=sys.stderr)
-        return 2
+        raise UsageError(f"unknown benchmark(s) {', '.join(unknown)}; available: {', '.join(sorted(registry))}")
     results: dict[str, BenchResult] = {}
     progress = Progress(len(names), "bench")
     for name in names:

@@ -1,5 +1,9 @@
 """``nnhal conformance``: vector bundles against a server, a progress bar, per-operation
-and per-mode tables, and as the last line exactly ``N passed, M failed, K skipped``."""
+and per-mode tables, and as the last line exactly ``N passed, M failed, K skipped``.
+
+Refused before any server starts (UsageError, exit 2): an unknown ``--mode``, a path that
+is neither a vector file nor a folder holding some, a file that is not a vector bundle,
+and a ``-k`` pattern that matches no case (a run of nothing must not pass a CI job)."""
 
 from __future__ import annotations
 
@@ -7,14 +11,16 @@ import argparse
 import contextlib
 import fnmatch
 import json
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+from nnhal.cli.connect import connect
 from nnhal.cli.table import Progress, print_table
+from nnhal.cli.usage import UsageError
 from nnhal.client.device import Device
 from nnhal.conformance.runner import MODES, Result, run_case
 from nnhal.conformance.vectors import TestCase, discover, load_file
@@ -30,24 +36,54 @@ def _target(args: argparse.Namespace) -> Iterator[str]:
         yield args.target
 
 
+@contextlib.contextmanager
+def _device(args: argparse.Namespace) -> Iterator[Device]:
+    with _target(args) as address, connect(address, "nnhal-conformance", args.timeout) as dev:
+        yield dev
+
+
 def _main_ops(case: TestCase) -> str:
     ops = sorted({op.name for op in case.operation_types})
     return ops[0] if len(ops) == 1 else "+".join(ops)
 
 
+def _files(paths: list[Path]) -> list[Path]:
+    for p in paths:
+        if not p.exists():
+            raise UsageError(f"no vector file or folder at {p}; give .json.gz vector files or folders holding them")
+    files = discover(paths)
+    if not files:
+        raise UsageError(f"no vector files (*.json.gz) in {', '.join(map(str, paths))}")
+    return files
+
+
+def _load(path: Path) -> list[TestCase]:
+    try:
+        return list(load_file(path))
+    except (OSError, ValueError, EOFError, KeyError, TypeError) as err:
+        raise UsageError(f"{path}: not a readable vector bundle ({type(err).__name__}: {err})") from None
+
+
 def run(args: argparse.Namespace) -> int:
-    files = discover(args.paths)
+    modes = tuple(args.mode) if args.mode else MODES
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise UsageError(f"unknown --mode {', '.join(unknown)}; choose from {', '.join(MODES)}")
+    files = _files(args.paths)
     pattern = args.pattern
     if pattern and not any(c in pattern for c in "*?["):
         pattern = f"*{pattern}*"
-    modes = tuple(args.mode) if args.mode else MODES
-    unknown = set(modes) - set(MODES)
-    if unknown:
-        print(f"nnhal conformance: unknown mode(s) {sorted(unknown)}; choose from {', '.join(MODES)}", file=sys.stderr)
-        return 2
     cases: list[TestCase] = []
+    total = 0
     for f in files:
-        cases.extend(c for c in load_file(f) if not pattern or fnmatch.fnmatch(c.name, pattern))
+        loaded = _load(f)
+        total += len(loaded)
+        cases.extend(c for c in loaded if not pattern or fnmatch.fnmatch(c.name, pattern))
+    if not cases:
+        raise UsageError(
+            f"-k {args.pattern!r} matches none of the {total} cases in {len(files)} file(s); check the name "
+            "(a substring, or a glob with * ? [])"
+        )
     report: dict[str, dict[str, str]] = {}
     counts: Counter[str] = Counter()
     per_op: dict[str, Counter[str]] = defaultdict(Counter)
@@ -55,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     lock = threading.Lock()
     progress = Progress(len(cases), "conformance")
     start = time.monotonic()
-    with _target(args) as address, Device.connect(address, client_name="nnhal-conformance") as dev:
+    with _device(args) as dev:
 
         def one(case: TestCase) -> None:
             try:

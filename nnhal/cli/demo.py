@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from nnhal.cli.connect import DEFAULT_TIMEOUT, connect
 from nnhal.cli.table import print_table
 from nnhal.client.builder import ModelBuilder
-from nnhal.client.device import Device
 from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
 from nnhal.core.enums import Priority
@@ -48,8 +48,8 @@ def _server(address: str, start: bool) -> Iterator[str]:
         yield srv.address
 
 
-def run_demo(address: str, start: bool = False) -> int:
-    with _server(address, start) as addr, Device.connect(addr, client_name="nnhal-demo") as dev:
+def run_demo(address: str, start: bool = False, timeout: float = DEFAULT_TIMEOUT) -> int:
+    with _server(address, start) as addr, connect(addr, "nnhal-demo", timeout) as dev:
         print(f"connected to {dev.name} ({dev.version_string()})")
         model = small_cnn()
         support = dev.supported_operations_with_reasons(model)
@@ -85,4 +85,4 @@ def run_demo(address: str, start: bool = False) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_demo(args.address, start=args.start)
+    return run_demo(args.address, start=args.start, timeout=args.timeout)

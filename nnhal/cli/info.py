@@ -1,16 +1,17 @@
 """``nnhal info ADDR``: the device table of a server (name, version string, type, feature
-level, status, extensions, cache files, capabilities, limits)."""
+level, status, extensions, cache files, capabilities, limits). No server answering within
+``--timeout`` seconds is a UsageError."""
 
 from __future__ import annotations
 
 import argparse
 
+from nnhal.cli.connect import connect
 from nnhal.cli.table import print_table
-from nnhal.client.device import Device
 
 
 def run(args: argparse.Namespace) -> int:
-    with Device.connect(args.address, client_name="nnhal-info") as dev:
+    with connect(args.address, "nnhal-info", args.timeout) as dev:
         caps = dev.capabilities()
         n_model, n_data = dev.number_of_cache_files_needed()
         rows = [

@@ -1,44 +1,97 @@
-"""``nnhal serve``: run a driver hosting the CPU device until SIGTERM / SIGINT (DESIGN §11, §12)."""
+"""``nnhal serve``: run a driver hosting the CPU device until SIGTERM / SIGINT (DESIGN §11, §12).
+
+Settings are resolved (flags > ``NNHAL_*`` > ``--config`` > defaults, see ``cli.config``) and
+checked before anything starts; ``--print-config`` prints them and exits 0. A listen
+address that cannot be bound (a port in use) is a UsageError before the server is built.
+Options the server does not know yet (``drain_seconds``, ``metrics_listen``) are passed
+only when ``ServerOptions`` has the field, and otherwise logged as ignored.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from nnhal.cli import config
+from nnhal.cli.logs import configure
+from nnhal.cli.usage import UsageError, check_bindable
 from nnhal.core.enums import HalVersion
 from nnhal.server.cache import load_secret
 from nnhal.server.driver import DeviceConfig
 from nnhal.server.memory import SharedMemoryPolicy
 from nnhal.server.rpc.serve import ServerOptions, run_forever
 
+log = logging.getLogger(__name__)
+
 FEATURE_LEVELS = {"1.0": HalVersion.V1_0, "1.1": HalVersion.V1_1, "1.2": HalVersion.V1_2, "1.3": HalVersion.V1_3}
+
+#: Settings that map to a ServerOptions field of the same name, passed when the field exists
+#: (with the value the server expects: None for "off").
+OPTIONAL_FIELDS: dict[str, Callable[[Any], Any]] = {"drain_seconds": lambda v: v, "metrics_listen": lambda v: v or None}
+
+
+def _cache_secret(setting: str) -> bytes:
+    try:
+        return load_secret(None if setting == "none" else Path(setting))
+    except OSError as err:
+        raise UsageError(
+            f"--cache-secret-file {setting}: cannot read or create it ({err.strerror or err}); "
+            "choose a writable path or 'none' for a per-process key"
+        ) from None
+
+
+def server_options(r: config.Resolved) -> ServerOptions:
+    """The ServerOptions for resolved settings (the cache secret is read or created here)."""
+    shm = None
+    if r["shm_dir"] != "none":
+        shm = SharedMemoryPolicy(Path(r["shm_dir"]).resolve(), r["shm_prefix"], r["shm_allow_remote"])
+    device = DeviceConfig(
+        name=r["name"],
+        feature_level=FEATURE_LEVELS[r["feature_level"]],
+        shared_memory=shm,
+        slots=r["slots"],
+        queue_depth=r["queue_depth"],
+        memory_per_client=r["memory_per_client"],
+        memory_total=r["memory_total"],
+        max_sessions=r["max_sessions"],
+        fault_injection=r["enable_fault_injection"],
+        cache_secret=_cache_secret(r["cache_secret_file"]),
+    )
+    known = {f.name for f in dataclasses.fields(ServerOptions)}
+    extra: dict[str, Any] = {}
+    for key, convert in OPTIONAL_FIELDS.items():
+        if key in known:
+            extra[key] = convert(r[key])
+        elif r.sources[key] != "default":
+            log.warning("%s is not supported by this server yet; ignored", config.BY_KEY[key].flag)
+    return ServerOptions(
+        listen=list(r["listen"]),
+        port_file=Path(r["port_file"]) if r["port_file"] else None,
+        max_threads=r["max_threads"],
+        device=device,
+        **extra,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    shm = None
-    if args.shm_dir != "none":
-        shm_dir = Path(args.shm_dir)
-        if not shm_dir.is_dir():
-            print(f"nnhal serve: shared-memory directory {shm_dir} does not exist (use --shm-dir none to disable)")
-            return 2
-        shm = SharedMemoryPolicy(shm_dir.resolve(), args.shm_prefix, args.shm_allow_remote)
-    device = DeviceConfig(
-        name=args.name,
-        feature_level=FEATURE_LEVELS[args.feature_level],
-        shared_memory=shm,
-        slots=args.slots,
-        queue_depth=args.queue_depth,
-        memory_per_client=args.memory_per_client,
-        memory_total=args.memory_total,
-        max_sessions=args.max_sessions,
-        fault_injection=args.enable_fault_injection,
-        cache_secret=load_secret(None if args.cache_secret_file == "none" else Path(args.cache_secret_file)),
-    )
-    options = ServerOptions(
-        listen=args.listen or ["127.0.0.1:50051"],
-        port_file=Path(args.port_file) if args.port_file else None,
-        max_threads=args.max_threads,
-        device=device,
-    )
-    run_forever(options)
+    resolved = config.resolve(args)
+    if args.print_config:
+        print(config.render(resolved))
+        return 0
+    configure(logging.INFO, resolved["log_format"])
+    for addr in resolved["listen"]:
+        check_bindable(addr)
+    if resolved["metrics_listen"]:
+        check_bindable(resolved["metrics_listen"], "--metrics-listen")
+    options = server_options(resolved)
+    try:
+        run_forever(options)
+    except (RuntimeError, OSError) as err:
+        # Binding happens as the server is built (a port taken since check_bindable);
+        # gRPC says only "Failed to bind to address ...".
+        raise UsageError(f"cannot start serving: {err}") from None
     return 0

@@ -1,0 +1,299 @@
+"""The settings of ``nnhal serve`` and where each value comes from (DESIGN §12).
+
+One table (``SETTINGS``) names every serve option once; from it come the flags, the
+``NNHAL_*`` environment variables (``--queue-depth`` <-> ``NNHAL_QUEUE_DEPTH``; a list such
+as ``--listen`` is comma-separated there), the keys of the ``[serve]`` table of a
+``--config`` TOML file (``queue_depth`` or ``queue-depth``) and ``--print-config``.
+
+Precedence: flags > environment > file > defaults. Every value, whatever its source, goes
+through the same check; a bad one is a UsageError naming its source
+(``NNHAL_SLOTS=-1: must be a whole number >= 1, got '-1'``). An empty string is "off"
+for the options that can be off (``port_file``, ``metrics_listen``); TOML has no null.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nnhal.cli.usage import UsageError, for_argparse, positive_int, seconds, server_address, whole
+from nnhal.server.cache import DEFAULT_SECRET_FILE
+from nnhal.server.memory import DEFAULT_SHM_DIR
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+ENV_PREFIX = "NNHAL_"
+FEATURE_LEVELS = ("1.0", "1.1", "1.2", "1.3")
+LOG_FORMATS = ("text", "json")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One serve option. ``check`` turns text (a flag, a variable, a file value) into the
+    value or raises ValueError saying what is allowed."""
+
+    key: str
+    check: Callable[[str], Any]
+    default: Any
+    help: str
+    metavar: str = ""
+    repeatable: bool = False
+    switch: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.key.upper()
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def check(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}, got {text!r}")
+        return text
+
+    return check
+
+
+def _switch(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"must be true or false, got {text!r}")
+
+
+def _name(text: str) -> str:
+    if not text.strip():
+        raise ValueError("must not be empty")
+    return text
+
+
+def _text(text: str) -> str:
+    return text
+
+
+def _metrics_address(text: str) -> str:
+    """Off (""), or host:port / [IPv6]:port: the metrics are plain HTTP on TCP."""
+    if not text.strip():
+        return ""
+    if text.strip().startswith("unix:"):
+        raise ValueError(f"{text!r}: the metrics listener is HTTP on TCP; give host:port, e.g. 127.0.0.1:9464")
+    return server_address(text)
+
+
+def _port_file(text: str) -> str:
+    if text and not Path(text).parent.is_dir():
+        raise ValueError(f"the folder of {text!r} does not exist; create it or choose another path")
+    return text
+
+
+def _shm_dir(text: str) -> str:
+    if text != "none" and not Path(text).is_dir():
+        raise ValueError(f"{text!r} is not a folder; name an existing one (e.g. /dev/shm) or 'none' to disable")
+    return text
+
+
+def _cache_secret_file(text: str) -> str:
+    if text != "none" and Path(text).is_dir():
+        raise ValueError(f"{text!r} is a folder; name a file (created if missing) or 'none' for a per-process key")
+    return text
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("listen", server_address, ["127.0.0.1:50051"], "host:port, [IPv6]:port or unix:PATH", "ADDR", True),
+    Setting("port_file", _port_file, "", "write the bound address(es) here once listening", "FILE"),
+    Setting("name", _name, "nnhal-cpu", "device name", "NAME"),
+    Setting("feature_level", _choice(*FEATURE_LEVELS), "1.3", "NN HAL version served: 1.0, 1.1, 1.2 or 1.3", "V"),
+    Setting("slots", positive_int, 2, "executions running at once (>= 1)", "N"),
+    Setting("queue_depth", lambda t: whole(t, 0), 64, "executions that may wait beyond the slots (0: none wait)", "N"),
+    Setting("memory_per_client", lambda t: whole(t, 0, "unlimited"), 0, "bytes per client (0 = unlimited)", "BYTES"),
+    Setting("memory_total", lambda t: whole(t, 0, "unlimited"), 0, "bytes in total (0 = unlimited)", "BYTES"),
+    Setting("max_sessions", positive_int, 128, "sessions open at once (>= 1)", "N"),
+    Setting("max_threads", positive_int, 256, "gRPC worker threads; each session holds one", "N"),
+    Setting(
+        "shm_dir",
+        _shm_dir,
+        DEFAULT_SHM_DIR,
+        "folder of shared-memory regions clients may name ('none' disables)",
+        "DIR",
+    ),
+    Setting("shm_prefix", _name, "nnhal-", "required prefix of shared-memory region names", "PREFIX"),
+    Setting("shm_allow_remote", _switch, False, "accept shared pools from non-local peers", switch=True),
+    Setting(
+        "cache_secret_file",
+        _cache_secret_file,
+        str(DEFAULT_SECRET_FILE),
+        "key that seals compilation caches, created if missing ('none': a per-process key)",
+        "FILE",
+    ),
+    Setting("enable_fault_injection", _switch, False, "honour test-only setFaults", switch=True),
+    Setting("drain_seconds", seconds, 10.0, "on SIGTERM/SIGINT, time in-flight work gets to finish", "S"),
+    Setting("metrics_listen", _metrics_address, "", "serve Prometheus metrics here (default: off)", "ADDR"),
+    Setting("log_format", _choice(*LOG_FORMATS), "text", "text, or json: one JSON object per line", "FORMAT"),
+)
+BY_KEY = {s.key: s for s in SETTINGS}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The serve flags, ``--config`` and ``--print-config``. Flags default to None so that
+    ``resolve`` can tell a given flag from an absent one."""
+    for s in SETTINGS:
+        shown = "" if s.switch else f" (default: {_render(s.default)}; env {s.env})"
+        if s.switch:
+            parser.add_argument(
+                s.flag, action=argparse.BooleanOptionalAction, default=None, help=f"{s.help} (env {s.env})"
+            )
+        else:
+            parser.add_argument(
+                s.flag,
+                type=for_argparse(s.check),
+                default=None,
+                action="append" if s.repeatable else "store",
+                metavar=s.metavar or None,
+                help=s.help + shown,
+            )
+    parser.add_argument("--config", metavar="FILE", help=f"TOML file with a [serve] table (env {ENV_PREFIX}CONFIG)")
+    parser.add_argument("--print-config", action="store_true", help="print the effective settings and exit")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The effective value of every setting and where it came from."""
+
+    values: dict[str, Any]
+    sources: dict[str, str]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+
+def _checked(setting: Setting, text: str, source: str) -> Any:
+    try:
+        return setting.check(text)
+    except ValueError as err:
+        raise UsageError(f"{source}: {err}") from None
+
+
+def _from_env(setting: Setting, environ: Mapping[str, str]) -> Any:
+    raw = environ[setting.env]
+    source = f"{setting.env}={raw}"
+    if setting.repeatable:
+        items = [part.strip() for part in raw.split(",") if part.strip()]
+        if not items:
+            raise UsageError(f"{source}: give at least one value (comma-separated)")
+        return [_checked(setting, item, source) for item in items]
+    return _checked(setting, raw, source)
+
+
+def _file_text(value: object) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    return None
+
+
+def _from_file(setting: Setting, value: object, source: str) -> Any:
+    if setting.repeatable:
+        items = value if isinstance(value, list) else [value]
+        if not items or not all(isinstance(item, str) for item in items):
+            raise UsageError(f"{source}: give a string or a non-empty list of strings")
+        return [_checked(setting, str(item), source) for item in items]
+    if setting.switch and not isinstance(value, bool):
+        raise UsageError(f"{source}: must be true or false")
+    text = _file_text(value)
+    if text is None:
+        raise UsageError(f"{source}: must be a single value, not a {type(value).__name__}")
+    return _checked(setting, text, source)
+
+
+def load_file(path: Path) -> dict[str, tuple[object, str]]:
+    """The ``[serve]`` table of ``path``: key (underscored) -> (value, source for messages)."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"--config {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"--config {path}: cannot read it ({err})") from None
+    except tomllib.TOMLDecodeError as err:
+        raise UsageError(f"--config {path}: not valid TOML ({err})") from None
+    stray = [k for k, v in data.items() if not isinstance(v, dict)]
+    if stray:
+        raise UsageError(f"{path}: {stray[0]!r} is outside any table; put serve options under [serve]")
+    table = data.get("serve")
+    if table is None:
+        raise UsageError(f"{path}: no [serve] table; put serve options under [serve]")
+    found: dict[str, tuple[object, str]] = {}
+    for raw_key, value in table.items():
+        key = raw_key.replace("-", "_")
+        if key not in BY_KEY:
+            raise UsageError(f"{path}: [serve] has an unknown key {raw_key!r}; known keys: {', '.join(BY_KEY)}")
+        found[key] = (value, f"{path}: [serve] {raw_key} = {json.dumps(value, default=str)}")
+    return found
+
+
+def resolve(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Resolved:
+    """Every setting's value: flags > environment > file > defaults, each checked."""
+    config_path = args.config if args.config is not None else environ.get(ENV_PREFIX + "CONFIG") or None
+    in_file = load_file(Path(config_path)) if config_path else {}
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for s in SETTINGS:
+        given = getattr(args, s.key, None)
+        if given is not None:
+            values[s.key], sources[s.key] = given, f"flag {s.flag}"
+        elif s.env in environ:
+            values[s.key], sources[s.key] = _from_env(s, environ), f"env {s.env}"
+        elif s.key in in_file:
+            value, source = in_file[s.key]
+            values[s.key], sources[s.key] = _from_file(s, value, source), f"file {config_path}"
+        else:
+            values[s.key], sources[s.key] = s.default, "default"
+    resolved = Resolved(values, sources)
+    _check_together(resolved)
+    return resolved
+
+
+def _check_together(r: Resolved) -> None:
+    if r["max_threads"] <= r["max_sessions"]:
+        raise UsageError(
+            f"max_threads {r['max_threads']} ({r.sources['max_threads']}) must exceed max_sessions "
+            f"{r['max_sessions']} ({r.sources['max_sessions']}): each open session holds a gRPC thread; "
+            "raise --max-threads or lower --max-sessions"
+        )
+
+
+def _render(value: object) -> str:
+    """A TOML value: strings as basic strings (JSON escapes are valid TOML), lists inline."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_render(v) for v in value) + "]"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def render(resolved: Resolved) -> str:
+    """``--print-config``: a ``[serve]`` table, one ``key = value  # source`` per line;
+    usable as a ``--config`` file as it is."""
+    width = max(len(s.key) + 3 + len(_render(resolved[s.key])) for s in SETTINGS)
+    lines = ["[serve]"]
+    for s in SETTINGS:
+        line = f"{s.key} = {_render(resolved[s.key])}"
+        lines.append(f"{line.ljust(width)}  # {resolved.sources[s.key]}")
+    return "\n".join(lines)

@@ -1,0 +1,184 @@
+"""How the command line refuses bad input: one line ``nnhal: error: <what, and what to do>``
+on stderr and exit status 2, never a traceback.
+
+``UsageError`` is what a command raises for input it cannot act on; ``main`` prints it.
+``Parser`` gives argparse's own errors the same one-line form. The value checkers here
+raise ``ValueError`` with a message that reads after the name of the value's source
+(``--slots -1: must be ...``, ``NNHAL_SLOTS=-1: must be ...``); ``for_argparse`` adapts
+one into an argparse ``type=``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import ipaddress
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn, TypeVar
+
+T = TypeVar("T")
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Input the command cannot act on; the message says what is wrong and what to do."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (``nnhal: error: ...``), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} (see '{self.prog} --help')")
+
+
+def report(message: str) -> int:
+    """Print ``nnhal: error: <message>`` as one line on stderr; the exit status to return (2)."""
+    one_line = " ".join(message.split())
+    sys.stderr.write(f"nnhal: error: {one_line}\n")
+    sys.stderr.flush()
+    return EXIT_USAGE
+
+
+def fail(message: str) -> NoReturn:
+    """``report`` the message and exit with status 2."""
+    raise SystemExit(report(message))
+
+
+def for_argparse(check: Callable[[str], T]) -> Callable[[str], T]:
+    """``check`` as an argparse ``type=``: its ValueError message becomes the argparse error."""
+
+    def parse(text: str) -> T:
+        try:
+            return check(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    parse.__name__ = getattr(check, "__name__", "value")
+    return parse
+
+
+# -- numbers ---------------------------------------------------------------------------
+def whole(text: str, minimum: int, zero_means: str = "") -> int:
+    """An integer >= ``minimum``; ``zero_means`` (e.g. "unlimited") is said in the message."""
+    try:
+        value = int(text.strip().replace("_", ""), 10)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        why = f"must be a whole number >= {minimum}"
+        if zero_means:
+            why += f" (0 means {zero_means})"
+        raise ValueError(f"{why}, got {text!r}")
+    return value
+
+
+def seconds(text: str, minimum: float = 0.0) -> float:
+    """A finite number of seconds >= ``minimum``."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value >= minimum or value == float("inf"):
+        raise ValueError(f"must be a number of seconds >= {minimum:g}, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return whole(text, 1)
+
+
+# -- addresses ---------------------------------------------------------------------------
+def _port(text: str, addr: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise ValueError(f"{addr!r}: the port must be a number from 0 to 65535 (0 picks a free one)")
+    return int(text)
+
+
+def split_host_port(addr: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` as (host, port); ValueError saying the expected form."""
+    form = "expected host:port, [IPv6]:port or unix:PATH"
+    if addr.startswith("["):
+        host, sep, port = addr[1:].partition("]:")
+        if not sep or not host:
+            raise ValueError(f"{addr!r}: {form}")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{addr!r}: {host!r} is not an IPv6 address") from None
+        return host, _port(port, addr)
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port:
+        raise ValueError(f"{addr!r}: {form} (the port is missing)" if not sep or not port else f"{addr!r}: {form}")
+    if ":" in host:
+        raise ValueError(f"{addr!r}: write an IPv6 address in brackets, e.g. [::1]:50051")
+    if any(c.isspace() for c in host):
+        raise ValueError(f"{addr!r}: the host name contains a space")
+    return host, _port(port, addr)
+
+
+def unix_path(addr: str) -> Path:
+    """The socket path of ``unix:PATH`` (``unix:///abs`` too)."""
+    rest = addr[len("unix:") :]
+    if rest.startswith("//"):
+        rest = rest[2:]
+    return Path(rest)
+
+
+def server_address(addr: str) -> str:
+    """A listen address: host:port (0..65535), [v6]:port, or unix:PATH whose folder exists."""
+    addr = addr.strip()
+    if addr.startswith("unix:"):
+        path = unix_path(addr)
+        if not path.name:
+            raise ValueError(f"{addr!r}: name the socket file, e.g. unix:/tmp/nnhal.sock")
+        if not path.parent.is_dir():
+            raise ValueError(f"{addr!r}: the folder {path.parent} does not exist; create it or choose another path")
+        if path.exists() and not path.is_socket():
+            raise ValueError(f"{addr!r}: {path} exists and is not a socket; choose another path")
+        return addr
+    split_host_port(addr)
+    return addr
+
+
+def client_address(addr: str) -> str:
+    """A server's address as a client names it: host:port, [v6]:port or unix:PATH."""
+    addr = addr.strip()
+    if addr.startswith("unix:"):
+        if not unix_path(addr).name:
+            raise ValueError(f"{addr!r}: name the socket file, e.g. unix:/tmp/nnhal.sock")
+        return addr
+    split_host_port(addr)
+    return addr
+
+
+def check_bindable(addr: str, flag: str = "--listen") -> None:
+    """Raise UsageError if ``addr`` (host:port, already validated) cannot be bound now: the
+    port is in use, the host does not resolve or is not an address of this machine.
+
+    gRPC reports these only as "Failed to bind" after logging to stderr itself, so the
+    common cases are tried first with a plain socket (SO_REUSEADDR, as gRPC binds)."""
+    if addr.startswith("unix:"):
+        return
+    host, port = split_host_port(addr)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise UsageError(f"{flag} {addr}: the host {host!r} does not resolve ({err.strerror})") from None
+    for family, kind, proto, _name, sockaddr in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(sockaddr)
+            except OSError as err:
+                if err.errno == errno.EADDRINUSE:
+                    raise UsageError(
+                        f"{flag} {addr}: port {port} is already in use; stop what holds it or choose another port "
+                        "(port 0 picks a free one)"
+                    ) from None
+                if err.errno == errno.EAFNOSUPPORT:
+                    continue
+                raise UsageError(f"{flag} {addr}: cannot listen there ({err.strerror})") from None
