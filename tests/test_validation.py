@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from nnhal.core.enums import OperandLifeTime as L
+from nnhal.core.enums import OperandType as T
+from nnhal.core.enums import OperationType
 from nnhal.core.errors import InvalidArgument
-from nnhal.core.types import InlinePool
+from nnhal.core.types import DataLocation, InlinePool, Model, Operand, Operation, Subgraph
 from nnhal.core.validation import validate_request
 from nnhal.server.executor.validate import validate_full
 from tests.validation_cases import BASE, INVALID_MODELS, INVALID_REQUESTS, base_request
@@ -35,3 +40,58 @@ def test_invalid_request(name: str) -> None:
     with pytest.raises(InvalidArgument) as info:
         validate_request(request, BASE, sizes)
     assert words in info.value.message
+
+
+# -- issue #11: referenced subgraphs and quantization parameters ------------------------
+def _control_flow_model(op: OperationType, inner_inputs: tuple[int, ...], inner_outputs: tuple[int, ...]) -> Model:
+    """Main: one IF or WHILE over a referenced subgraph with the given (maybe broken) index lists."""
+    f32 = Operand(T.TENSOR_FLOAT32, (1,), lifetime=L.SUBGRAPH_INPUT)
+    inner = Subgraph(
+        (
+            f32,
+            Operand(T.TENSOR_FLOAT32, (1,), lifetime=L.SUBGRAPH_OUTPUT),
+        ),
+        (Operation(OperationType.RELU, (0,), (1,)),),
+        inner_inputs,
+        inner_outputs,
+    )
+    ref = Operand(T.SUBGRAPH, (), 1, lifetime=L.SUBGRAPH, location=DataLocation(0, 0, 0))
+    if op == OperationType.IF:
+        operands = (
+            Operand(T.TENSOR_BOOL8, (1,), 1, lifetime=L.SUBGRAPH_INPUT),
+            replace(ref, number_of_consumers=2),
+            replace(f32, number_of_consumers=1),
+            Operand(T.TENSOR_FLOAT32, (1,), lifetime=L.SUBGRAPH_OUTPUT),
+        )
+        operation = Operation(op, (0, 1, 1, 2), (3,))
+        main = Subgraph(operands, (operation,), (0, 2), (3,))
+    else:
+        operands = (
+            replace(ref, number_of_consumers=2),
+            replace(f32, number_of_consumers=1),
+            Operand(T.TENSOR_FLOAT32, (1,), lifetime=L.SUBGRAPH_OUTPUT),
+        )
+        main = Subgraph(operands, (Operation(op, (0, 0, 1), (2,)),), (1,), (2,))
+    return Model(main, (inner,))
+
+
+@pytest.mark.parametrize("op", [OperationType.IF, OperationType.WHILE])
+@pytest.mark.parametrize(
+    ("inner_inputs", "inner_outputs"), [((7,), (1,)), ((0,), (9,)), ((-1,), (1,))], ids=["input", "output", "negative"]
+)
+def test_control_flow_with_a_referenced_index_out_of_range_is_invalid(
+    op: OperationType, inner_inputs: tuple[int, ...], inner_outputs: tuple[int, ...]
+) -> None:
+    """Was IndexError (GENERAL_FAILURE "internal error"): the referenced subgraph's own index
+    lists are checked before any IF / WHILE validator reads them."""
+    with pytest.raises(InvalidArgument, match=r"referenced\[0\]"):
+        validate_full(_control_flow_model(op, inner_inputs, inner_outputs), [])
+
+
+@pytest.mark.parametrize("scale", [float("inf"), float("nan")])
+def test_quantized_operand_scales_must_be_finite(scale: float) -> None:
+    model, _ = INVALID_MODELS["quant_scale_zero"]
+    x = model.main.operands[0]
+    main = replace(model.main, operands=(replace(x, scale=scale), *model.main.operands[1:]))
+    with pytest.raises(InvalidArgument, match="finite"):
+        validate_full(replace(model, main=main), _pools(model))

@@ -8,6 +8,7 @@ that this module stays free of kernels.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from nnhal.core.enums import (
@@ -42,8 +43,8 @@ def validate_operand(operand: Operand, where: str) -> HalVersion:
     if not info.is_tensor and operand.dimensions:
         raise _fail(where, f"scalar {t.name} must have no dimensions, got {list(operand.dimensions)}")
     if info.is_quantized:
-        if not operand.scale > 0:
-            raise _fail(where, f"{t.name} requires scale > 0, got {operand.scale}")
+        if not (operand.scale > 0 and math.isfinite(operand.scale)):
+            raise _fail(where, f"{t.name} requires scale > 0 and finite, got {operand.scale}")
         lo, hi = info.zero_point_range
         if not lo <= operand.zero_point <= hi:
             raise _fail(where, f"{t.name} zero point must be in [{lo}, {hi}], got {operand.zero_point}")
@@ -51,8 +52,8 @@ def validate_operand(operand: Operand, where: str) -> HalVersion:
         # A bias may carry the product scale; the zero point is always 0.
         if operand.zero_point != 0:
             raise _fail(where, f"TENSOR_INT32 zero point must be 0, got {operand.zero_point}")
-        if operand.scale < 0:
-            raise _fail(where, f"TENSOR_INT32 scale must be >= 0, got {operand.scale}")
+        if not (operand.scale >= 0 and math.isfinite(operand.scale)):
+            raise _fail(where, f"TENSOR_INT32 scale must be >= 0 and finite, got {operand.scale}")
     else:
         if operand.scale != 0:
             raise _fail(where, f"{t.name} must have scale 0, got {operand.scale}")
@@ -71,8 +72,8 @@ def validate_operand(operand: Operand, where: str) -> HalVersion:
                 f"{len(cq.scales)} channel scales for dimension {cq.channel_dim} "
                 f"of size {operand.dimensions[cq.channel_dim]}",
             )
-        if not all(s > 0 for s in cq.scales):
-            raise _fail(where, "every per-channel scale must be > 0")
+        if not all(s > 0 and math.isfinite(s) for s in cq.scales):
+            raise _fail(where, "every per-channel scale must be > 0 and finite")
     elif operand.channel_quant is not None:
         raise _fail(where, f"{t.name} must not carry channel quantization params")
     if operand.extension_params is not None:
@@ -127,13 +128,9 @@ def _check_location(
             )
 
 
-def _validate_subgraph(
-    model: Model,
-    sg: Subgraph,
-    name: str,
-    pool_sizes: Sequence[int | None],
-    operation_validator: OperationValidator | None,
-) -> HalVersion:
+def _validate_structure(model: Model, sg: Subgraph, name: str, pool_sizes: Sequence[int | None]) -> HalVersion:
+    """Input/output index lists, operands and their locations: everything an operation
+    validator of another subgraph (IF / WHILE) may index before this subgraph's turn."""
     version = HalVersion.V1_0
     n = len(sg.operands)
     for kind, indexes, lifetime in (
@@ -162,7 +159,19 @@ def _validate_subgraph(
         where = f"{name} operand {i}"
         version = max(version, validate_operand(operand, where))
         _check_location(operand, where, len(model.operand_values), pool_sizes, len(model.referenced))
+    return version
 
+
+def _validate_operations(
+    model: Model,
+    sg: Subgraph,
+    name: str,
+    operation_validator: OperationValidator | None,
+) -> HalVersion:
+    """Operation operand indexes, execution order, writers and consumers, and the
+    per-operation checks (``operation_validator``); every subgraph's structure is valid."""
+    version = HalVersion.V1_0
+    n = len(sg.operands)
     consumers = [0] * n
     written = [False] * n
     for i, op in enumerate(sg.operands):
@@ -240,11 +249,16 @@ def validate_model(
     """
     if len(pool_sizes) != len(model.pools):
         raise InvalidArgument(f"{len(model.pools)} pools but {len(pool_sizes)} sizes")
-    version = _validate_subgraph(model, model.main, "main", pool_sizes, operation_validator)
-    for r, sg in enumerate(model.referenced):
-        version = max(version, _validate_subgraph(model, sg, f"referenced[{r}]", pool_sizes, operation_validator))
+    graphs = [("main", model.main), *((f"referenced[{r}]", sg) for r, sg in enumerate(model.referenced))]
+    # Every subgraph's structure first: IF / WHILE validators read the input and output
+    # operands of the subgraphs they reference, which must be in range by then.
+    version = HalVersion.V1_0
+    for name, sg in graphs:
+        version = max(version, _validate_structure(model, sg, name, pool_sizes))
     if model.referenced:
         _check_subgraph_references(model)
+    for name, sg in graphs:
+        version = max(version, _validate_operations(model, sg, name, operation_validator))
     if model.relax_computation_float32_to_float16:
         version = max(version, HalVersion.V1_1)
     return version

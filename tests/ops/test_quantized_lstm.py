@@ -7,7 +7,7 @@ import pytest
 
 from nnhal.core.enums import OperandLifeTime
 from nnhal.core.enums import OperationType as Op
-from nnhal.core.errors import InvalidArgument
+from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.core.types import Operand
 from tests.ops.elementwise_runner import T, run, scalar, tensor, validate
 
@@ -73,3 +73,38 @@ def test_quantized_lstm_step_tracks_the_float_cell() -> None:
     assert np.abs(cell * 2.0**-11 - c_new).max() < 2e-3
     assert np.abs(out.astype(np.int64) - np.round(h_new / s_h)).max() <= 1
     np.testing.assert_array_equal(out_state, out)
+
+
+def _case(inter_scale: float) -> tuple[list[Pair], list[Operand]]:
+    """A valid one-step QLSTM (no CIFG, peephole, layer norm or projection) with the given gate scales."""
+    n_batch, n_input, n_units = 1, 2, 2
+    q8s, q8, q16 = T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM
+    f32 = scalar(T.FLOAT32)
+    w = np.ones((n_units, n_input), np.int8)
+    wh = np.ones((n_units, n_units), np.int8)
+    ins: list[Pair] = [(tensor(q8s, [n_batch, n_input], 1 / 64, 0), np.ones((n_batch, n_input)))]
+    ins += [(tensor(q8, w.shape, 1 / 32, 0), w)] * 4 + [(tensor(q8, wh.shape, 1 / 32, 0), wh)] * 4
+    ins += [omitted(q16)] * 3
+    ins += [(tensor(T.TENSOR_INT32, [n_units], 1 / 2048, 0), np.zeros(n_units))] * 4
+    ins += [omitted(q8), omitted(T.TENSOR_INT32)]
+    ins += [(tensor(q8s, [n_batch, n_units], 1 / 128, 0), np.zeros((n_batch, n_units)))]
+    ins += [(tensor(q16, [n_batch, n_units], 2.0**-11, 0), np.zeros((n_batch, n_units)))]
+    ins += [omitted(q16)] * 4 + [(f32, 0.0), (f32, 0.0)] + [(f32, inter_scale)] * 4
+    ins += [(scalar(T.INT32), 0), (f32, 1 / 128)]
+    outs = [tensor(q8s, [n_batch, n_units], 1 / 128, 0), tensor(q16, [n_batch, n_units], 2.0**-11, 0)]
+    return ins, [*outs, tensor(q8s, [n_batch, n_units], 1 / 128, 0)]
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("inf"), float("nan")])
+def test_quantized_lstm_rejects_invalid_constant_scales_at_validation(scale: float) -> None:
+    ins, outs = _case(scale)
+    with pytest.raises(InvalidArgument, match="must be finite and > 0"):
+        validate(Op.QUANTIZED_LSTM, ins, outs)
+
+
+def test_quantized_lstm_with_an_extreme_scale_fails_with_a_status_not_an_overflow() -> None:
+    """Was OverflowError in multiply_by_quantized_multiplier ("internal error"): an effective
+    scale needing a left shift past 31 bits is the kernel's documented GENERAL_FAILURE."""
+    assert run(Op.QUANTIZED_LSTM, *_case(2.0**-12))  # the same case runs with a sane scale
+    with pytest.raises(GeneralFailure, match="too large"):
+        run(Op.QUANTIZED_LSTM, *_case(1e-30))

@@ -19,14 +19,19 @@ from nnhal.core.enums import (
     OperandLifeTime,
     OperationType,
 )
-from nnhal.core.errors import MissedDeadlineTransient
-from nnhal.core.operand_types import DTYPE, INFO
+from nnhal.core.errors import MissedDeadlinePersistent, MissedDeadlineTransient, ResourceExhaustedTransient
+from nnhal.core.operand_types import DTYPE, INFO, byte_size, has_unknown_dims
 from nnhal.core.types import Model, Operand, Subgraph
+from nnhal.server.executor import allocation
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import OP_FAILED, fail
 from nnhal.server.executor.registry import OperationSpec, lookup
 
 Buffer = bytes | bytearray | memoryview
+
+#: The budget is asked for at least this much at a time: small models take one
+#: reservation per execution, not one per operation.
+RESERVE_CHUNK = 1 << 20
 
 
 @dataclass
@@ -35,6 +40,13 @@ class ExecutionControl:
 
     ``deadline_ns`` is on ``time.monotonic_ns``; ``checkpoint`` (optional) is the
     scheduler's pre-emption hook. Raises the HalError that ends the execution.
+
+    ``max_execution_ns`` bounds an execution the client gave no deadline: past it
+    the next checkpoint raises MISSED_DEADLINE_PERSISTENT. ``reserve(n)`` is asked
+    for ``n`` more bytes before the executor allocates them (outputs, intermediates,
+    scratch; see executor.allocation) and raises RESOURCE_EXHAUSTED_* when they
+    cannot fit; ``release(n)`` gives back everything granted when ``run`` ends.
+    None means no limit (and no accounting cost).
     """
 
     deadline_ns: int | None = None
@@ -48,12 +60,44 @@ class ExecutionControl:
     graph: PreparedGraph | None = None
     #: When set, operation type name -> [count, total ns] is accumulated here.
     profile: dict[str, list[int]] | None = None
+    max_execution_ns: int | None = None
+    reserve: Callable[[int], None] | None = None
+    release: Callable[[int], None] | None = None
+    #: Bytes granted by ``reserve`` (the execution's high-water mark, in chunks) and held now.
+    reserved: int = 0
+    held: int = 0
+    #: The server's limit on time.monotonic_ns, set by ``start`` when there is no deadline.
+    limit_ns: int | None = None
+
+    def start(self) -> None:
+        if self.deadline_ns is None and self.max_execution_ns is not None and self.limit_ns is None:
+            self.limit_ns = time.monotonic_ns() + self.max_execution_ns
 
     def checkpoint(self) -> None:
         if self.deadline_ns is not None and time.monotonic_ns() >= self.deadline_ns:
             raise self.on_deadline()
+        if self.limit_ns is not None and time.monotonic_ns() >= self.limit_ns:
+            assert self.max_execution_ns is not None
+            raise MissedDeadlinePersistent(
+                f"the execution ran longer than the server's maximum of {self.max_execution_ns / 1e9:g} s"
+            )
         if self.checkpoint_hook is not None:
             self.checkpoint_hook()
+
+    def hold(self, nbytes: int) -> None:
+        """Count ``nbytes`` more held; reserve from the budget what passes the grant."""
+        held = self.held + nbytes
+        if held > self.reserved and self.reserve is not None:
+            grow = max(held - self.reserved, RESERVE_CHUNK)
+            self.reserve(grow)
+            self.reserved += grow
+        self.held = held
+
+    def release_all(self) -> None:
+        """Give back every byte ``reserve`` granted (the execution is over)."""
+        granted, self.reserved, self.held = self.reserved, 0, 0
+        if granted and self.release is not None:
+            self.release(granted)
 
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run referenced subgraph ``index`` (control flow) with the same control."""
@@ -96,6 +140,9 @@ class Step:
     state: Any
     #: Temporaries whose last consumer is this step: freed after it.
     release: tuple[int, ...]
+    #: Bytes of the outputs when the model fixes every output's shape, else 0 (the
+    #: kernel reserves what it allocates once it knows the shapes).
+    out_bytes: int
 
 
 class PreparedSubgraph:
@@ -160,8 +207,24 @@ class PreparedGraph:
                 and i not in keep
                 and sg.operands[i].lifetime == OperandLifeTime.TEMPORARY_VARIABLE
             )
+            out_bytes = sum(
+                0
+                if o.type.name in ("OEM", "TENSOR_OEM_BYTE") or has_unknown_dims(o.type, o.dimensions)
+                else byte_size(o.type, o.dimensions)
+                for o in out_ops
+            )
             steps.append(
-                Step(spec, operation.type, operation.inputs, operation.outputs, in_ops, out_ops, state, release)
+                Step(
+                    spec,
+                    operation.type,
+                    operation.inputs,
+                    operation.outputs,
+                    in_ops,
+                    out_ops,
+                    state,
+                    release,
+                    out_bytes,
+                )
             )
         return PreparedSubgraph(sg, constants, steps)
 
@@ -176,7 +239,17 @@ class PreparedGraph:
         output operands (a request may specify dims the model left unknown)."""
         control = control or ExecutionControl()
         control.graph = self
-        return self._run(self.main, inputs, control, output_operands)
+        control.start()
+        try:
+            if control.reserve is None:
+                return self._run(self.main, inputs, control, output_operands)
+            with allocation.current(control):
+                return self._run(self.main, inputs, control, output_operands)
+        except MemoryError:
+            # The last line of defence: an allocation no reservation foresaw failed.
+            raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
+        finally:
+            control.release_all()
 
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray], control: ExecutionControl) -> list[np.ndarray]:
         if not 0 <= index < len(self.referenced):
@@ -191,6 +264,8 @@ class PreparedGraph:
         output_operands: Sequence[Operand] | None,
     ) -> list[np.ndarray]:
         sg = prepared.subgraph
+        accounting = control.reserve is not None
+        run_base = control.held
         values: list[np.ndarray | None] = list(prepared.constants)
         for idx, value in zip(sg.input_indexes, inputs):
             values[idx] = value
@@ -211,6 +286,12 @@ class PreparedGraph:
                 self.relaxed,
                 control,
             )
+            if accounting:
+                step_base = control.held
+                # The outputs when their shapes are fixed, and the kernel's scratch (numpy
+                # temporaries are typically one copy or cast of the largest operand).
+                scratch = max((v.nbytes for v in ctx.inputs if v is not None), default=0)
+                control.hold(step.out_bytes + scratch)
             if control.profile is None:
                 step.spec.execute(ctx)
             else:
@@ -223,6 +304,14 @@ class PreparedGraph:
                 if out is None:
                     fail(f"{step.operation_type.name} did not produce all its outputs", OP_FAILED)
                 values[i] = out
+            if accounting:
+                # Scratch and the kernel's own reservations end with it; its outputs stay.
+                control.held = step_base
+                control.hold(sum(o.nbytes for o in ctx.outputs if o is not None))
+                for i in step.release:
+                    value = values[i]
+                    if value is not None:
+                        control.held -= value.nbytes
             for i in step.release:
                 values[i] = None
             control.operations_run += 1
@@ -232,4 +321,7 @@ class PreparedGraph:
             if value is None:
                 fail(f"output operand {i} was never written", OP_FAILED)
             results.append(value)
+        if accounting:
+            # What a subgraph returns is counted by the operation (or run) that receives it.
+            control.held = run_base
         return results

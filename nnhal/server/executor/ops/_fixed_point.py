@@ -97,7 +97,13 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     """
     if real == 0.0:
         return 0, 0
+    if not math.isfinite(real):
+        fail(f"effective scale {real!r} is not finite", OP_FAILED)
     q, shift = math.frexp(real)
+    if shift > 31:
+        # The kernels shift int64 values left by ``shift``: past 31 the product leaves
+        # int64 (the reference's int32 arithmetic cannot represent it either).
+        fail(f"effective scale {real!r} is too large (needs a left shift of {shift} > 31)", OP_FAILED)
     q_fixed = int(round_away(q * (1 << 31)))
     if q_fixed == (1 << 31):
         q_fixed //= 2

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.server.executor.allocation import reserve_shape
+
 PADDING_SAME, PADDING_VALID = 1, 2
 PADDING_CODES = (PADDING_SAME, PADDING_VALID)
 
@@ -45,6 +47,8 @@ def pad_spatial(x: np.ndarray, top: int, bottom: int, left: int, right: int, val
     """NHWC ``x`` padded along H and W with ``value`` (``x`` itself when no pad)."""
     if top or bottom or left or right:
         pads = ((0, 0), (top, bottom), (left, right), (0, 0))
+        n, h, w, c = x.shape
+        reserve_shape((n, h + top + bottom, w + left + right, c), x.itemsize)
         return np.asarray(np.pad(x, pads, constant_values=value))  # type: ignore[call-overload]
     return x
 
@@ -58,6 +62,9 @@ def window_taps(
 ) -> list[np.ndarray]:
     """Strided views of the padded NHWC input ``x``, one per filter tap (row-major over kernel H, W)."""
     (kh, kw), (oh, ow), (sh, sw), (dh, dw) = kernel, out, stride, dilation
+    # The views are free; their users stack or reduce them into copies of this size
+    # (im2col patches, pooled windows), computed in 8-byte elements.
+    reserve_shape((x.shape[0], oh, ow, x.shape[3], kh * kw), 8)
     views = []
     for i in range(kh):
         r0 = i * dh

@@ -16,6 +16,7 @@ import numpy as np
 
 from nnhal.core.enums import HalVersion, OperandType, OperationType
 from nnhal.core.operand_types import DTYPE
+from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.errors import OP_FAILED, fail
 
 T = OperandType
@@ -103,10 +104,13 @@ def requantize_to(x: np.ndarray, scale: float, zero_point: int, out_scale: float
 def broadcast_shape(op_type: OperationType, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     """The numpy broadcast result shape; GENERAL_FAILURE naming the shapes that do not broadcast."""
     try:
-        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+        shape = tuple(int(d) for d in np.broadcast_shapes(*shapes))
     except ValueError:
         listed = " and ".join(str(list(s)) for s in shapes)
         fail(f"{op_type.name}: shapes {listed} cannot be broadcast", OP_FAILED)
+    # Broadcasting is where small operands become a large result: computed in float64 or int64.
+    reserve_shape(shape, 8)
+    return shape
 
 
 def to_nhwc(x: np.ndarray, nchw: bool) -> np.ndarray:

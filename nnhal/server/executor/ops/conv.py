@@ -16,6 +16,7 @@ import numpy as np
 
 from nnhal.core.enums import HalVersion, OperandType, OperationType
 from nnhal.core.operand_types import DTYPE
+from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import OP_FAILED, fail
 from nnhal.server.executor.ops._activations import activation_range_quant, apply_activation, check_activation
@@ -334,6 +335,7 @@ def execute_depthwise(ctx: ExecutionContext) -> None:
     ow = out_size(wd, kw, g.stride_w, g.dilation_w, g.pad_left, g.pad_right)
     if oh <= 0 or ow <= 0:
         ctx.fail(f"output would be {oh}x{ow}")
+    reserve_shape((nb, oh, ow, oc), 8, copies=2)
     quant = ctx.in_type(INPUT) in QUANT8_TYPES
     if quant:
         filter_op = ctx.in_operands[FILTER]
@@ -434,6 +436,8 @@ def execute_transpose(ctx: ExecutionContext) -> None:
     ow = wd * sw + kw - sw - pl - pr
     if oh <= 0 or ow <= 0:
         ctx.fail(f"output would be {oh}x{ow}")
+    # The full (unpadded) scatter target and the result, in 8-byte elements.
+    reserve_shape((nb, oh + pt + pb, ow + pl + pr, o), 8, copies=2)
     quant = ctx.in_type(INPUT) in QUANT8_TYPES
     filter_op = ctx.in_operands[FILTER]
     if quant:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
+from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.ops._activations import activation_range_quant, apply_activation, check_activation
 from nnhal.server.executor.ops._fixed_point import quantize_multiplier, requantize
@@ -70,6 +71,7 @@ def execute_fully_connected(ctx: ExecutionContext) -> None:
     if bias.shape != (units,):
         ctx.fail(f"bias has shape {list(bias.shape)}, expected [{units}]")
     batch = x.size // input_size
+    reserve_shape((batch, units), 8, copies=2)
     t = ctx.in_type(INPUT)
     matrix = ctx.state if isinstance(ctx.state, np.ndarray) else _weights_matrix(w, t, ctx.zero_point(WEIGHTS))
     if t in FLOAT_TYPES:

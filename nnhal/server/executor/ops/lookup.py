@@ -17,6 +17,7 @@ from functools import partial
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
+from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import INVALID
 from nnhal.server.executor.ops._farmhash import fingerprint64
@@ -61,6 +62,7 @@ def execute_embedding_lookup(ctx: ExecutionContext) -> None:
     if lookups.ndim != 1 or values.ndim < 2:
         ctx.fail("lookups must be 1-D and values of rank >= 2")
     _rows(ctx, values, lookups)
+    reserve_shape((lookups.shape[0], *values.shape[1:]), values.itemsize)
     ctx.set_output(OUTPUT, values[lookups.astype(np.intp)])
 
 
@@ -196,6 +198,7 @@ def execute_random_multinomial(ctx: ExecutionContext) -> None:
     seeds = ctx.tensor(SEEDS)
     if logits.ndim != 2 or samples < 0 or seeds.size < 2:
         ctx.fail("logits must be [batches, classes], samples >= 0 and two seeds given")
+    reserve_shape((logits.shape[0], samples), 8, copies=2)
     rng = np.random.default_rng([int(s) & 0xFFFFFFFF for s in seeds.reshape(-1)[:2]])
     finite = np.isfinite(logits)
     peak = np.max(np.where(finite, logits, -np.inf), axis=1, keepdims=True)

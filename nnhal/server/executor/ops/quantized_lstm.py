@@ -102,6 +102,14 @@ def validate_qlstm(v: ValidationContext) -> HalVersion:
     has_xi, has_hi = presence(v, INPUT_TO_INPUT_WEIGHTS), presence(v, RECURRENT_TO_INPUT_WEIGHTS)
     if has_xi is not None and has_hi is not None and has_xi != has_hi:
         v.fail("input-to-input and recurrent-to-input weights must be all or none")
+    for i in (*INTERMEDIATE_SCALES, HIDDEN_STATE_SCALE):
+        value = v.constant_scalar(i)
+        if value is not None:
+            v.require(math.isfinite(value) and value > 0, f"input {i} (a scale) must be finite and > 0, got {value}")
+    for i in (CELL_CLIP, PROJECTION_CLIP):
+        value = v.constant_scalar(i)
+        if value is not None:
+            v.require(math.isfinite(value) and value >= 0, f"input {i} (a clip) must be finite and >= 0, got {value}")
     cell = v.inputs[CELL_STATE_IN]
     if cell.scale > 0:
         shift = checked_log2(cell.scale)

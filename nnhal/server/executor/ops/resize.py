@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
+from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.ops.common import (
     FLOAT_TYPES,
@@ -73,6 +74,8 @@ def execute_resize(ctx: ExecutionContext) -> None:
         out_h = int(np.floor(np.float32(h) * np.float32(ctx.scalar(HEIGHT))))
     if out_w <= 0 or out_h <= 0:
         ctx.fail(f"output size {out_h}x{out_w} must be positive")
+    # The result, and the float64 interpolation temporaries of its size.
+    reserve_shape((x.shape[0], out_h, out_w, c), 8, copies=3)
     sy, sx = _scale(h, out_h, align), _scale(w, out_w, align)
     t = ctx.in_type(INPUT)
     if ctx.op_type == Op.RESIZE_NEAREST_NEIGHBOR:

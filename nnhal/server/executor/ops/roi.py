@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperandType, OperationType
+from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.ops._detection import (
     BOX_SCALE,
@@ -152,6 +153,7 @@ def execute_roi_align(ctx: ExecutionContext) -> None:
     else:
         _check_roi_bounds(ctx, r, scaled, rois)
 
+    reserve_shape(r.output_shape(), 8)
     out = np.zeros(r.output_shape(), dtype=np.int64 if quant else np.float64)
     x = r.x.astype(np.int64) - ctx.zero_point(0) if quant else r.x.astype(np.float64)
     for k in range(len(rois)):
@@ -209,6 +211,7 @@ def execute_roi_pooling(ctx: ExecutionContext) -> None:
     _check_roi_bounds(ctx, r, scaled, rois)
     corners = round_half_away(scaled).astype(np.int64)
     empty_value = ctx.zero_point(0) if ctx.in_type(0) in QUANT8_TYPES else 0
+    reserve_shape(r.output_shape(), r.x.itemsize)
     out = np.empty(r.output_shape(), dtype=r.x.dtype)
     for k in range(len(rois)):
         w0, h0, w1, h1 = (int(c) for c in corners[k])

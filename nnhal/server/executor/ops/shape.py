@@ -17,6 +17,7 @@ from functools import partial
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
+from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import INVALID
 from nnhal.server.executor.ops._validation import (
@@ -258,6 +259,7 @@ def execute_fill(ctx: ExecutionContext) -> None:
     if any(d < 0 for d in dims):
         ctx.fail(f"negative output dimension in {dims}")
     value = ctx.tensor(1)
+    reserve_shape(dims, value.itemsize)
     ctx.set_output(OUTPUT, np.full(dims, value, dtype=value.dtype))
 
 
@@ -279,6 +281,7 @@ def execute_tile(ctx: ExecutionContext) -> None:
     multiples = int_vector(ctx, 1, x.ndim, "multiples")
     if any(m < 0 for m in multiples):
         ctx.fail(f"multiples must be non-negative, got {multiples}")
+    reserve_shape((d * m for d, m in zip(x.shape, multiples)), x.itemsize)
     ctx.set_output(OUTPUT, np.tile(x, multiples))
 
 

@@ -14,6 +14,7 @@ from functools import partial
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
+from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import INVALID
 from nnhal.server.executor.ops._validation import (
@@ -136,6 +137,7 @@ def execute_gather(ctx: ExecutionContext) -> None:
     indices = ctx.tensor(2)
     if indices.size and (indices.min() < 0 or indices.max() >= x.shape[axis]):
         ctx.fail(f"indices out of range [0, {x.shape[axis]}) for axis {axis}")
+    reserve_shape((*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :]), x.itemsize)
     ctx.set_output(OUTPUT, np.take(x, indices.astype(np.intp), axis=axis))
 
 
@@ -201,6 +203,7 @@ def execute_pad(ctx: ExecutionContext) -> None:
                 ctx.fail(f"pad value {value} is outside [{lo}, {hi}]")
     else:
         value = ctx.zero_point(INPUT) if t in QUANT8_TYPES else 0
+    reserve_shape((d + a + b for d, (a, b) in zip(x.shape, pads)), x.itemsize)
     ctx.set_output(OUTPUT, np.pad(x, pads, mode="constant", constant_values=np.array(value, dtype=x.dtype)))
 
 

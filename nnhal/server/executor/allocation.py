@@ -1,0 +1,58 @@
+"""Memory reservation before allocation: the executor's side of the memory limits.
+
+An execution's ``ExecutionControl`` is made current for the thread running it
+(``current``); the graph and every kernel or shared helper that is about to
+allocate a tensor whose size the request controls (an output, a padded copy,
+im2col patches, a broadcast) calls :func:`reserve` with its size first. The
+control counts the bytes the execution holds and asks the server's budget for
+more whenever that count passes what it was granted, so an execution that
+cannot fit fails with RESOURCE_EXHAUSTED_* before numpy allocates anything.
+Sizes are Python integers: a shape of 2^31-1 by 2^31-1 is refused, never
+overflowed. Without a current control (tests, a server without limits) a
+reservation is free.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
+
+class Holder(Protocol):
+    def hold(self, nbytes: int) -> None: ...
+
+
+class _Current(threading.local):
+    holder: Holder | None = None
+
+
+_CURRENT = _Current()
+
+
+@contextmanager
+def current(holder: Holder | None) -> Iterator[None]:
+    """Make ``holder`` the target of this thread's reservations (nesting restores the outer one)."""
+    outer = _CURRENT.holder
+    _CURRENT.holder = holder
+    try:
+        yield
+    finally:
+        _CURRENT.holder = outer
+
+
+def reserve(nbytes: int) -> None:
+    """Count ``nbytes`` about to be allocated until the current operation ends.
+
+    Raises the budget's RESOURCE_EXHAUSTED_* when the execution cannot hold them."""
+    holder = _CURRENT.holder
+    if holder is not None and nbytes > 0:
+        holder.hold(nbytes)
+
+
+def reserve_shape(shape: Iterable[int], itemsize: int, copies: int = 1) -> None:
+    """``reserve`` for ``copies`` arrays of ``shape`` with ``itemsize``-byte elements."""
+    if _CURRENT.holder is not None:
+        reserve(math.prod(max(int(d), 0) for d in shape) * itemsize * copies)

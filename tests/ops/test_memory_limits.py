@@ -1,0 +1,132 @@
+"""The executor reserves what it allocates before allocating it, and bounds time.
+
+In process: a PreparedGraph run with an ExecutionControl whose ``reserve`` hook
+enforces a small limit, as the server's memory budget does. The amplification
+model of issue #11 (a 4-byte input resized to 8192x8192, then MEAN) must be
+refused before numpy allocates the 256 MiB result (tracemalloc sees numpy's
+allocations), whether the model declares the large shape or leaves it unknown.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from nnhal.core.enums import OperandType as T
+from nnhal.core.enums import OperationType as Op
+from nnhal.core.errors import MissedDeadlinePersistent, ResourceExhaustedPersistent
+from nnhal.core.types import Model
+from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
+from nnhal.server.executor.validate import validate_full
+from tests.fuzz.builder import ModelBuilder
+
+LIMIT = 64 << 20
+
+
+class Budget:
+    """The budget's contract in miniature: a charge past the limit is RESOURCE_EXHAUSTED."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.peak = 0
+
+    def reserve(self, nbytes: int) -> None:
+        if self.used + nbytes > self.limit:
+            raise ResourceExhaustedPersistent(f"{nbytes} bytes more than the limit of {self.limit}")
+        self.used += nbytes
+        self.peak = max(self.peak, self.used)
+
+    def release(self, nbytes: int) -> None:
+        self.used -= nbytes
+
+    def control(self) -> ExecutionControl:
+        return ExecutionControl(reserve=self.reserve, release=self.release)
+
+
+def amplification(size: int, declared: Sequence[int]) -> Model:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [1, 1, 1, 1])
+    big = b.temp(T.TENSOR_FLOAT32, declared)
+    out = b.output(T.TENSOR_FLOAT32, [1, 1])
+    b.op(Op.RESIZE_BILINEAR, [x, b.const(T.INT32, size), b.const(T.INT32, size)], [big])
+    b.op(Op.MEAN, [big, b.const(T.TENSOR_INT32, [1, 2]), b.const(T.INT32, 0)], [out])
+    return b.build()
+
+
+def _peak_during(run: object) -> tuple[BaseException | None, int]:
+    tracemalloc.start()
+    try:
+        try:
+            run()  # type: ignore[operator]
+        except Exception as err:  # the error under test, checked by the caller
+            return err, tracemalloc.get_traced_memory()[1]
+        return None, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("declared", [(1, 8192, 8192, 1), (1, 0, 0, 1), ()], ids=["declared", "unknown", "no-rank"])
+def test_amplification_is_refused_before_allocating(declared: tuple[int, ...]) -> None:
+    model = amplification(8192, declared)
+    validate_full(model, [])
+    graph = PreparedGraph(model, [])
+    budget = Budget(LIMIT)
+    x = np.ones((1, 1, 1, 1), np.float32)
+    err, peak = _peak_during(lambda: graph.run([x], budget.control()))
+    assert isinstance(err, ResourceExhaustedPersistent), err
+    # The result alone would be 256 MiB; nothing near it was allocated.
+    assert peak < 16 << 20, peak
+    assert budget.used == 0  # every reservation given back
+
+
+def test_a_model_within_the_limit_runs_and_gives_every_byte_back() -> None:
+    model = amplification(64, (1, 0, 0, 1))
+    graph = PreparedGraph(model, [])
+    budget = Budget(LIMIT)
+    (out,) = graph.run([np.full((1, 1, 1, 1), 3.0, np.float32)], budget.control())
+    np.testing.assert_allclose(out, [[3.0]])
+    assert 0 < budget.peak <= LIMIT
+    assert budget.used == 0
+
+
+def test_without_a_reserve_hook_nothing_is_counted() -> None:
+    graph = PreparedGraph(amplification(8, (1, 8, 8, 1)), [])
+    control = ExecutionControl()
+    graph.run([np.ones((1, 1, 1, 1), np.float32)], control)
+    assert control.reserved == 0 and control.held == 0
+
+
+def _chain(ops: int) -> Model:
+    b = ModelBuilder()
+    prev = b.input(T.TENSOR_FLOAT32, [4])
+    for k in range(ops):
+        nxt = b.output(T.TENSOR_FLOAT32, [4]) if k == ops - 1 else b.temp(T.TENSOR_FLOAT32, [4])
+        b.op(Op.RELU, [prev], [nxt])
+        prev = nxt
+    return b.build()
+
+
+def test_server_maximum_execution_time_without_a_client_deadline() -> None:
+    graph = PreparedGraph(_chain(3), [])
+    control = ExecutionControl(max_execution_ns=0)
+    with pytest.raises(MissedDeadlinePersistent, match="server's maximum"):
+        graph.run([np.ones(4, np.float32)], control)
+
+
+def test_a_client_deadline_takes_precedence_over_the_server_maximum() -> None:
+    graph = PreparedGraph(_chain(3), [])
+    control = ExecutionControl(deadline_ns=2**62, max_execution_ns=0)
+    (out,) = graph.run([np.ones(4, np.float32)], control)
+    np.testing.assert_array_equal(out, np.ones(4))
+
+
+def test_long_chains_hold_only_live_tensors() -> None:
+    """Temporaries are given back as their last reader finishes: 1,000 steps stay in one chunk."""
+    graph = PreparedGraph(_chain(1000), [])
+    budget = Budget(LIMIT)
+    graph.run([np.ones(4, np.float32)], budget.control())
+    assert budget.peak <= 1 << 20
