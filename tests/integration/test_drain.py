@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -41,7 +42,7 @@ def _health(address: str) -> str:
     channel = grpc.insecure_channel(address)
     try:
         reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
-        return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
     finally:
         channel.close()
 
@@ -50,6 +51,14 @@ def _counting(cb: Callback) -> list[int]:  # type: ignore[type-arg]
     fired: list[int] = []
     cb.add_done_callback(lambda _cb: fired.append(1))
     return fired
+
+
+def _wait_in_flight(dev: Any, n: int = 1) -> None:
+    """Until the server holds ``n`` launched executions (bounded): the signal comes after their launch."""
+    end = time.monotonic() + WAIT_BOUND_S
+    while dev.stats()["queue_depth"] < n:
+        assert time.monotonic() < end, "the executions were not launched in time"
+        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -62,17 +71,18 @@ def draining_server(request: pytest.FixtureRequest) -> Iterator[LocalServer]:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("draining_server", [5.0], indirect=True)
+@pytest.mark.parametrize("draining_server", [30.0], indirect=True)
 def test_sigterm_lets_a_launched_execution_finish(draining_server: LocalServer) -> None:
     srv = draining_server
     dev = Device.connect(srv.address)
     try:
         pm = dev.prepare_model_sync(add_model())
-        dev.set_faults(execute_delay_ms=2000)
+        # Long enough for the checks below to run during the drain on a loaded machine.
+        dev.set_faults(execute_delay_ms=5000)
         a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), 0.5, np.float32)
         cb = pm.execute_async([a, b])
         fired = _counting(cb)
-        time.sleep(0.3)
+        _wait_in_flight(dev)
         srv.signal(signal.SIGTERM)
         # Health says NOT_SERVING at once (bounded poll: the signal is handled asynchronously).
         end = time.monotonic() + WAIT_BOUND_S
@@ -115,7 +125,7 @@ def test_work_left_after_the_drain_time_ends_with_a_status(draining_server: Loca
         dev.set_faults(execute_delay_ms=30_000)
         cb = pm.execute_async([ones(), ones()])
         fired = _counting(cb)
-        time.sleep(0.3)
+        _wait_in_flight(dev)
         srv.signal(signal.SIGTERM)
         assert cb.wait(WAIT_BOUND_S)
         assert cb.status == ErrorStatus.DEVICE_UNAVAILABLE
@@ -135,9 +145,9 @@ def test_sigint_drains_queued_work_too() -> None:
             pm = dev.prepare_model_sync(add_model())
             dev.set_faults(execute_delay_ms=30_000)
             running = pm.execute_async([ones(), ones()])
-            time.sleep(0.3)
+            _wait_in_flight(dev)
             queued = pm.execute_async([ones(), ones()])  # waits for the one slot
-            time.sleep(0.3)
+            _wait_in_flight(dev, 2)
             counts = [_counting(running), _counting(queued)]
             srv.signal(signal.SIGINT)
             for cb in (running, queued):
@@ -148,6 +158,27 @@ def test_sigint_drains_queued_work_too() -> None:
             assert counts == [[1], [1]]
         finally:
             dev.close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("draining_server", [120.0], indirect=True)
+def test_a_second_signal_ends_the_drain_time_at_once(draining_server: LocalServer) -> None:
+    srv = draining_server
+    dev = Device.connect(srv.address)
+    try:
+        pm = dev.prepare_model_sync(add_model())
+        dev.set_faults(execute_delay_ms=60_000)
+        cb = pm.execute_async([ones(), ones()])
+        _wait_in_flight(dev)
+        srv.signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert not cb.wait(0)  # still draining: the drain time is long
+        srv.signal(signal.SIGTERM)
+        assert cb.wait(WAIT_BOUND_S)  # far less than the 120 s drain and 60 s delay
+        assert cb.status == ErrorStatus.DEVICE_UNAVAILABLE
+        assert srv.proc.wait(EXIT_BOUND_S) == 0
+    finally:
+        dev.close()
 
 
 @pytest.fixture
@@ -167,9 +198,9 @@ def test_resilient_device_moves_to_the_restarted_server(unix_address: str) -> No
         model = add_model()
         pm = rd.prepare_model_sync(model)
         a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), 2.0, np.float32)
-        rd.protect(lambda d: d.set_faults(execute_delay_ms=1000))  # type: ignore[attr-defined]
+        rd.protect(lambda d: d.set_faults(execute_delay_ms=3000))  # type: ignore[attr-defined]
         in_flight = pm.execute_async([a, b])
-        time.sleep(0.3)
+        rd.protect(_wait_in_flight)
         srv.signal(signal.SIGTERM)
         # Launched during the drain's start: it still finishes with the right values.
         np.testing.assert_array_equal(in_flight.get(WAIT_BOUND_S).outputs[0], a + b)
