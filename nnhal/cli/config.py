@@ -114,7 +114,9 @@ def _cache_secret_file(text: str) -> str:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("listen", server_address, ["127.0.0.1:50051"], "host:port, [IPv6]:port or unix:PATH", "ADDR", True),
+    Setting(
+        "listen", server_address, ["127.0.0.1:50051"], "host:port, [IPv6]:port or unix:PATH; repeatable", "ADDR", True
+    ),
     Setting("port_file", _port_file, "", "write the bound address(es) here once listening", "FILE"),
     Setting("name", _name, "nnhal-cpu", "device name", "NAME"),
     Setting("feature_level", _choice(*FEATURE_LEVELS), "1.3", "NN HAL version served: 1.0, 1.1, 1.2 or 1.3", "V"),

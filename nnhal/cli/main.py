@@ -23,7 +23,16 @@ from nnhal import __version__
 from nnhal.cli import config
 from nnhal.cli.connect import DEFAULT_TIMEOUT
 from nnhal.cli.logs import configure
-from nnhal.cli.usage import Parser, UsageError, client_address, for_argparse, positive_int, report, seconds
+from nnhal.cli.usage import (
+    Parser,
+    UsageError,
+    client_address,
+    for_argparse,
+    output_file,
+    positive_int,
+    report,
+    seconds,
+)
 from nnhal.core.errors import HalError
 
 #: The module that runs each command (its ``run(args) -> int``), imported only when that
@@ -87,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--target", metavar="ADDR", type=for_argparse(client_address), help="a running server")
     target.add_argument("--start", action="store_true", help="start a local server for the run")
     _client_arguments(c, address=False)
-    c.add_argument("--report", type=Path, help="write a JSON report here")
+    c.add_argument("--report", type=for_argparse(output_file), help="write a JSON report here")
     c.add_argument("-k", dest="pattern", default=None, help="only cases whose name matches (glob or substring)")
     c.add_argument("--mode", action="append", help="limit to these modes (repeatable)")
     c.add_argument("--jobs", type=for_argparse(positive_int), default=2, help="cases run concurrently")
@@ -95,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmarks: our path against its anchor, in one run")
     b.add_argument("names", nargs="*", help="benchmark names (default: all)")
     b.add_argument("--quick", action="store_true", help="fewer iterations")
-    b.add_argument("--json", type=Path, help="write results here")
+    b.add_argument("--json", type=for_argparse(output_file), help="write results here")
     return parser
 
 

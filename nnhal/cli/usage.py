@@ -91,6 +91,16 @@ def positive_int(text: str) -> int:
     return whole(text, 1)
 
 
+def output_file(text: str) -> Path:
+    """A file to write at the end of a run; its folder must exist now, not after the run."""
+    path = Path(text)
+    if path.is_dir():
+        raise ValueError(f"{text!r} is a folder; name a file")
+    if not path.parent.is_dir():
+        raise ValueError(f"the folder of {text!r} does not exist; create it or choose another path")
+    return path
+
+
 # -- addresses ---------------------------------------------------------------------------
 def _port(text: str, addr: str) -> int:
     if not text.isdigit() or int(text) > 65535:

@@ -90,7 +90,9 @@ CASES: list[tuple[tuple[str, ...], dict[str, str], tuple[str, ...]]] = [
     (("conformance", str(VECTORS), "--start", "--mode", "bogus"), {}, ("unknown --mode bogus", "sync")),
     (("conformance", str(VECTORS), "--start", "--jobs", "0"), {}, ("--jobs",)),
     (("conformance", str(VECTORS)), {}, ("--target", "--start")),
+    (("conformance", str(VECTORS), "--start", "--report", "/nonexistent-nnhal-dir/r.json"), {}, ("--report",)),
     (("bench", "no.such"), {}, ("unknown benchmark", "no.such")),
+    (("bench", "--json", "/nonexistent-nnhal-dir/b.json"), {}, ("--json", "does not exist")),
     (("frobnicate",), {}, ("invalid choice",)),
     ((), {}, ("required",)),
 ]
