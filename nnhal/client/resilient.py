@@ -24,6 +24,12 @@ prepared model that existed when it was made. Driver-managed buffers
 (``allocate``) are not re-created: their contents lived in the dead server,
 so a buffer from before a death answers DEAD_OBJECT and must be allocated again.
 
+A draining server (SIGTERM, DESIGN §12) is no death until it is gone: work it
+launched still finishes, new work gets DEVICE_UNAVAILABLE (passed through: a
+retry on the same address would reach the same draining server). Once it is
+gone, calls fail with DEAD_OBJECT saying "the server is draining (shutting
+down)", and the next call recovers on the restarted server as after a crash.
+
 Modules: this one (``ResilientDevice``), :mod:`nnhal.client.resilient_prepared_model`
 and :mod:`nnhal.client.recovery` (the recover-once state both share, with its lock order).
 """

@@ -26,6 +26,7 @@ from nnhal.client.remote import DRAINING
 from nnhal.client.resilient import ResilientDevice
 from nnhal.core.enums import ErrorStatus, Priority
 from nnhal.core.errors import DeadObject, DeviceUnavailable
+from nnhal.core.types import BufferDesc, BufferRole, DataLocation, InlinePool, Request, RequestArgument
 from nnhal.server.lifecycle import DRAIN_EXPIRED, Lifecycle
 from nnhal.server.scheduler import Scheduler
 from nnhal.testing import LocalServer
@@ -176,6 +177,48 @@ def test_a_second_signal_ends_the_drain_time_at_once(draining_server: LocalServe
         srv.signal(signal.SIGTERM)
         assert cb.wait(WAIT_BOUND_S)  # far less than the 120 s drain and 60 s delay
         assert cb.status == ErrorStatus.DEVICE_UNAVAILABLE
+        assert srv.proc.wait(EXIT_BOUND_S) == 0
+    finally:
+        dev.close()
+
+
+def _add_request(value: float) -> Request:
+    """a + b on 2x4 inline pools, every element of a and b being ``value``."""
+    data = np.full(16, value, np.float32).tobytes()
+    return Request(
+        (RequestArgument(location=DataLocation(0, 0, 32)), RequestArgument(location=DataLocation(0, 32, 32))),
+        (RequestArgument(location=DataLocation(1, 0, 32)),),
+        (InlinePool(data, 64), InlinePool(b"", 32)),
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("draining_server", [30.0], indirect=True)
+def test_fenced_work_finishes_and_bursts_allocations_and_fences_are_refused(draining_server: LocalServer) -> None:
+    srv = draining_server
+    dev = Device.connect(srv.address)
+    try:
+        pm = dev.prepare_model_sync(add_model())
+        burst = pm.burst()
+        assert burst.execute(_add_request(1.0)).status == ErrorStatus.NONE
+        dev.set_faults(execute_delay_ms=5000)
+        fenced = pm.execute_fenced(_add_request(3.0))
+        _wait_in_flight(dev)
+        srv.signal(signal.SIGTERM)
+        end = time.monotonic() + WAIT_BOUND_S
+        while _health(srv.address) != "NOT_SERVING" and time.monotonic() < end:
+            time.sleep(0.05)
+        refused = burst.execute(_add_request(1.0))
+        assert refused.status == ErrorStatus.DEVICE_UNAVAILABLE and "draining" in refused.message
+        with pytest.raises(DeviceUnavailable, match="draining"):
+            pm.execute_fenced(_add_request(1.0))
+        with pytest.raises(DeviceUnavailable, match="draining"):
+            dev.allocate(BufferDesc(), [pm], [BufferRole(0, 0, 1.0)], [])
+        # The fenced execution launched before the signal finishes; its outcome can be collected.
+        outcome = fenced.get_execution_info(wait=True, timeout=WAIT_BOUND_S)
+        assert outcome.status == ErrorStatus.NONE
+        np.testing.assert_array_equal(np.frombuffer(outcome.output_pools[1], np.float32), np.full(8, 6.0, np.float32))
+        burst.close()
         assert srv.proc.wait(EXIT_BOUND_S) == 0
     finally:
         dev.close()
