@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nnhal.core.errors import InvalidArgument
+from nnhal.core.errors import InvalidArgument, ResourceExhaustedPersistent
 from nnhal.core.types import BufferTokenPool, InlinePool, MemoryPool, RequestArgument, SharedMemoryPool
 from nnhal.core.wire import MAX_MESSAGE_BYTES
 
@@ -359,7 +359,9 @@ def bind_pools(
     is_local_peer: bool = True,
     cache: RegionCache | None = None,
 ) -> BoundPools:
-    """Map every pool; ``writable`` names the pools that receive outputs."""
+    """Bind every pool; ``writable`` names the pools that receive outputs. A shared pool
+    gets a private staging buffer of its size (pages only its arguments' bytes touch);
+    RESOURCE_EXHAUSTED_PERSISTENT when even the address space for it is refused."""
     inline = sum(p.size for p in pools if isinstance(p, InlinePool))
     if inline > MAX_MESSAGE_BYTES:
         # Checked before anything is allocated: a declared size is only a number, and the
@@ -390,7 +392,13 @@ def bind_pools(
                         f"{where}: shared memory pools are accepted only from clients on the server's host"
                     )
                 region = open_region(policy, pool, where, cache)
-                staging = cache.staging(pool.size) if cache is not None else mmap.mmap(-1, pool.size)
+                try:
+                    staging = cache.staging(pool.size) if cache is not None else mmap.mmap(-1, pool.size)
+                except OSError as err:
+                    region.close()
+                    raise ResourceExhaustedPersistent(
+                        f"{where}: no private memory for a pool of {pool.size} bytes ({err.strerror})"
+                    ) from None
                 bound._shared.append(_SharedPool(i, region, pool.offset, staging, i in writable))
                 bound.buffers.append(memoryview(staging))  # filled by check_shared
             else:
