@@ -14,7 +14,8 @@ whatever is still held. A PrepareJob holds the model's bound pools until
 
 Both jobs take ``stop``: a check that raises once the server's drain time ran out
 (``Lifecycle.check``), consulted in injected delays and at every operation
-boundary, so an execution left at the end of a drain ends with its status.
+boundary, so an execution left at the end of a drain ends with its status. The
+same places end the work of a session that closed (its client is gone).
 
 Lock order (the locks these jobs take, outermost first): session lock, then a
 handle table's lock; the budget's, the scheduler's and a counter's locks are
@@ -28,7 +29,13 @@ import time
 from collections.abc import Callable
 
 from nnhal.core.enums import Priority
-from nnhal.core.errors import GeneralFailure, HalError, MissedDeadlinePersistent, MissedDeadlineTransient
+from nnhal.core.errors import (
+    GeneralFailure,
+    HalError,
+    InvalidArgument,
+    MissedDeadlinePersistent,
+    MissedDeadlineTransient,
+)
 from nnhal.core.types import BufferTokenPool, ExecutionResult, Model, Request
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
@@ -107,7 +114,7 @@ class PrepareJob:
         assert bound is not None, "a PrepareJob runs once"
         session, model = self.session, self.model
         try:
-            delay(session.faults.prepare_delay_ms, self.deadline_ns, self._stop)
+            delay(session.faults.prepare_delay_ms, self.deadline_ns, self._interrupt)
             cost = len(model.operand_values) + sum(len(b) for b in bound.buffers)
             self._budget.charge(session.id, cost)
             try:
@@ -128,6 +135,13 @@ class PrepareJob:
             raise
         sealed = b"" if self._seal is None else self._seal(model, self.priority)
         return handle, sealed
+
+    def _interrupt(self) -> None:
+        # A gone client's (or a drained server's) preparation is not worth finishing.
+        if self.session.closed:
+            raise InvalidArgument("the session closed during preparation")
+        if self._stop is not None:
+            self._stop()
 
     def close(self) -> None:
         """Give back the model's pools if ``run`` never took them. Idempotent."""
@@ -187,7 +201,7 @@ class ExecutionJob:
                 raise
             try:
                 self._scheduler.acquire(ticket, deadline_ns)
-                delay(session.faults.execute_delay_ms, deadline_ns, self._stop)
+                delay(session.faults.execute_delay_ms, deadline_ns, self._interrupt)
                 control = ExecutionControl(
                     deadline_ns=deadline_ns,
                     loop_timeout_ns=self.loop_timeout_ns,
@@ -204,12 +218,15 @@ class ExecutionJob:
         self._executions.increment()
         return result
 
-    def _checkpoint(self) -> None:
+    def _interrupt(self) -> None:
         if self.session.closed:
             # The client is gone (crash, disconnect): stop spending the device on it.
             raise GeneralFailure("the client's session ended during the execution")
         if self._stop is not None:
             self._stop()
+
+    def _checkpoint(self) -> None:
+        self._interrupt()
         self._scheduler.checkpoint(self.ticket, self.deadline_ns)
 
     def _release_ticket(self) -> None:
