@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nnhal.cli.usage import UsageError, for_argparse, positive_int, seconds, server_address, whole
+from nnhal.cli.usage import UsageError, for_argparse, positive_int, seconds, server_address, split_host_port, whole
 from nnhal.server.cache import DEFAULT_SECRET_FILE
 from nnhal.server.memory import DEFAULT_SHM_DIR
 
@@ -92,7 +92,8 @@ def _metrics_address(text: str) -> str:
         return ""
     if text.strip().startswith("unix:"):
         raise ValueError(f"{text!r}: the metrics listener is HTTP on TCP; give host:port, e.g. 127.0.0.1:9464")
-    return server_address(text)
+    split_host_port(text.strip(), unix=False)
+    return text.strip()
 
 
 def _port_file(text: str) -> str:

@@ -108,9 +108,10 @@ def _port(text: str, addr: str) -> int:
     return int(text)
 
 
-def split_host_port(addr: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` as (host, port); ValueError saying the expected form."""
-    form = "expected host:port, [IPv6]:port or unix:PATH"
+def split_host_port(addr: str, unix: bool = True) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` as (host, port); ValueError saying the expected form
+    (``unix``: unix:PATH is one of the forms the caller accepts)."""
+    form = "expected host:port, [IPv6]:port or unix:PATH" if unix else "expected host:port or [IPv6]:port"
     if addr.startswith("["):
         host, sep, port = addr[1:].partition("]:")
         if not sep or not host:

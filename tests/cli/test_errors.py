@@ -69,7 +69,7 @@ CASES: list[tuple[tuple[str, ...], dict[str, str], tuple[str, ...]]] = [
     ((*SERVE, "--memory-per-client", "-1"), {}, ("--memory-per-client", "0 means unlimited")),
     ((*SERVE, "--drain-seconds", "-1"), {}, ("--drain-seconds", ">= 0")),
     ((*SERVE, "--drain-seconds", "nan"), {}, ("--drain-seconds",)),
-    ((*SERVE, "--metrics-listen", "127.0.0.1"), {}, ("--metrics-listen", "port is missing")),
+    ((*SERVE, "--metrics-listen", "127.0.0.1"), {}, ("--metrics-listen", "host:port or [IPv6]:port (the port")),
     ((*SERVE, "--metrics-listen", "unix:/tmp/m.sock"), {}, ("--metrics-listen", "HTTP on TCP")),
     ((*SERVE, "--log-format", "xml"), {}, ("text, json",)),
     ((*SERVE, "--feature-level", "2.0"), {}, ("1.0, 1.1, 1.2, 1.3",)),
