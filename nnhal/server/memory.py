@@ -24,6 +24,7 @@ import os
 import stat
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,9 +49,26 @@ DEFAULT_SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempd
 
 @dataclass(frozen=True)
 class SharedMemoryPolicy:
+    """Where shared regions may live and who may name them. Every policy alive in the
+    process is one whose directory a session's end sweeps (``RegionCache.close``)."""
+
     directory: Path
     prefix: str = "nnhal-"
     allow_remote: bool = False
+
+    def __post_init__(self) -> None:
+        with _SERVED_LOCK:
+            _SERVED.add(self)
+
+
+#: The policies alive in this process (a server has one; in-process tests a few).
+_SERVED: weakref.WeakSet[SharedMemoryPolicy] = weakref.WeakSet()
+_SERVED_LOCK = threading.Lock()  # a leaf
+
+
+def _served() -> list[SharedMemoryPolicy]:
+    with _SERVED_LOCK:
+        return list(_SERVED)
 
 
 class SharedRegion:
@@ -120,8 +138,6 @@ def open_region(
         raise InvalidArgument(f"{where}: shared memory name {name!r} must be a plain file name")
     if not name.startswith(policy.prefix):
         raise InvalidArgument(f"{where}: shared memory name {name!r} must start with {policy.prefix!r}")
-    if cache is not None:
-        cache.serves(policy)
     try:
         # O_NONBLOCK: a FIFO planted under a valid name must not block the open.
         fd = os.open(policy.directory / name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -190,23 +206,19 @@ class RegionCache:
 
     Regions are not kept open between executions. The session keeps the private
     staging buffers its executions copied regions through, for the next ones (fresh
-    pages cost more to fault in than the copy itself; bounded by ``LIMIT_BYTES``), and
-    the policy its regions were checked against, so that closing it removes the region
-    files of clients that died (``remove_orphans``). Thread-safe; its lock is a leaf.
+    pages cost more to fault in than the copy itself; bounded by ``LIMIT_BYTES``).
+    Closing it removes the region files of clients that died (``remove_orphans``) from
+    the directory of every policy this process serves: the session's end is the moment
+    a killed client's files become orphans, whether or not it ever named one in a
+    request. Thread-safe; its lock is a leaf.
     """
 
     LIMIT_BYTES = 160 << 20
     LIMIT_BUFFERS = 4
 
-    def __init__(self, policy: SharedMemoryPolicy | None = None) -> None:
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._policy = policy
         self._free: list[mmap.mmap] = []
-
-    def serves(self, policy: SharedMemoryPolicy) -> None:
-        """Record the policy the session's regions are checked against."""
-        with self._lock:
-            self._policy = policy
 
     def staging(self, size: int) -> mmap.mmap:
         """A private buffer of ``size`` bytes (anonymous memory: pages nobody touches cost nothing)."""
@@ -228,8 +240,8 @@ class RegionCache:
         process holds (its own client's among them when the client died; a client that
         only disconnected still holds, and removes, its own)."""
         with self._lock:
-            policy, self._free = self._policy, []
-        if policy is not None:
+            self._free = []
+        for policy in _served():
             remove_orphans(policy)
 
 

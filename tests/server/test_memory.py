@@ -5,6 +5,7 @@ side, and region files are removed only when no process holds them."""
 from __future__ import annotations
 
 import fcntl
+import gc
 import os
 from pathlib import Path
 
@@ -84,9 +85,14 @@ def test_orphans_are_removed_only_when_no_process_holds_them(tmp_path: Path) -> 
     assert not held.exists()
 
 
-def test_closing_a_session_cache_sweeps_its_directory(tmp_path: Path) -> None:
-    (tmp_path / f"nnhal-gone{HELD_SUFFIX}").write_bytes(b"x")
-    RegionCache().close()  # knows no directory yet: nothing to do
-    assert (tmp_path / f"nnhal-gone{HELD_SUFFIX}").exists()
-    RegionCache(SharedMemoryPolicy(tmp_path)).close()
-    assert not (tmp_path / f"nnhal-gone{HELD_SUFFIX}").exists()
+def test_a_session_end_sweeps_the_directory_of_every_live_policy(tmp_path: Path) -> None:
+    gone = tmp_path / f"nnhal-gone{HELD_SUFFIX}"
+    gone.write_bytes(b"x")
+    policy = SharedMemoryPolicy(tmp_path)
+    RegionCache().close()
+    assert not gone.exists()
+    del policy
+    gc.collect()
+    gone.write_bytes(b"x")
+    RegionCache().close()  # no live policy names the directory any more
+    assert gone.exists()
