@@ -39,6 +39,8 @@ class Lifecycle:
         #: Read on every operation boundary of every execution: a plain attribute, no lock.
         self.expired = False
         self._watchers: set[threading.Event] = set()
+        #: Watchers (session streams) that have not yet told their client about the drain.
+        self._untold: set[threading.Event] = set()
 
     # -- state -----------------------------------------------------------------
     @property
@@ -59,6 +61,8 @@ class Lifecycle:
         """Refuse new work from now on; True the first time."""
         with self._lock:
             first, self._draining = not self._draining, True
+            if first:
+                self._untold = set(self._watchers)
         self._wake()
         return first
 
@@ -114,6 +118,18 @@ class Lifecycle:
     def unwatch(self, event: threading.Event) -> None:
         with self._lock:
             self._watchers.discard(event)
+            self._untold.discard(event)
+
+    def told(self, event: threading.Event) -> None:
+        """The session stream watching with ``event`` has sent its client the drain event."""
+        with self._lock:
+            self._untold.discard(event)
+
+    @property
+    def all_told(self) -> bool:
+        """Every session stream that was open when the drain began has told its client (or ended)."""
+        with self._lock:
+            return not self._untold
 
     def _wake(self) -> None:
         with self._lock:

@@ -117,6 +117,24 @@ def test_sigterm_lets_a_launched_execution_finish(draining_server: LocalServer) 
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("draining_server", [5.0], indirect=True)
+def test_an_idle_servers_end_is_reported_as_a_drain(draining_server: LocalServer) -> None:
+    dev = Device.connect(draining_server.address)
+    try:
+        dev.capabilities()
+        draining_server.signal(signal.SIGTERM)
+        assert draining_server.proc.wait(EXIT_BOUND_S) == 0
+        end = time.monotonic() + WAIT_BOUND_S
+        while not dev.remote.dead and time.monotonic() < end:
+            time.sleep(0.05)
+        with pytest.raises(DeadObject) as dead:
+            dev.capabilities()
+        assert DRAINING in dead.value.message
+    finally:
+        dev.close()
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("draining_server", [0.5], indirect=True)
 def test_work_left_after_the_drain_time_ends_with_a_status(draining_server: LocalServer) -> None:
     srv = draining_server
@@ -278,6 +296,21 @@ def test_work_is_refused_once_draining_and_counted_until_it_ends() -> None:
     with pytest.raises(DeviceUnavailable) as err:
         life.check()
     assert err.value.message == DRAIN_EXPIRED
+
+
+def test_the_drain_waits_for_every_session_to_be_told() -> None:
+    life = Lifecycle()
+    a, b, late = threading.Event(), threading.Event(), threading.Event()
+    life.watch(a)
+    life.watch(b)
+    assert life.all_told  # nothing to tell before a drain
+    life.begin_drain()
+    assert not life.all_told
+    life.told(a)
+    life.watch(late)  # a session opened after the drain began is never refused late: not waited for
+    assert not life.all_told
+    life.unwatch(b)  # a stream that ended needs no telling
+    assert life.all_told
 
 
 def test_watchers_wake_on_every_change() -> None:

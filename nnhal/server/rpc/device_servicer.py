@@ -104,6 +104,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
                 if self._lifecycle.draining and not told_draining:
                     told_draining = True
                     yield spb.SessionEvent(session=session.id, draining=True)
+                    self._lifecycle.told(wake)  # gRPC asks for the next event once this one is sent
                 wake.wait(_SESSION_POLL_S)
                 wake.clear()
         finally:

@@ -54,6 +54,9 @@ SWITCH_INTERVAL_S = 0.0002
 EXPIRE_GRACE_S = 2.0
 #: How often a drain looks whether launched work is done.
 _DRAIN_POLL_S = 0.02
+#: After every session was told of the drain, the least time before the server stops:
+#: the client reads the event on one thread and sees the connection close on another.
+_NOTICE_S = 0.25
 
 #: Clients ping every second to detect a frozen server; allow it, and pings on idle channels.
 SERVER_OPTIONS: list[tuple[str, int]] = [
@@ -164,8 +167,15 @@ class Server:
         self.health.enter_graceful_shutdown()
         log.info("draining: new work is refused; launched work has %.1f s to finish", seconds)
         hurry = hurry or threading.Event()
-        end = time.monotonic() + max(0.0, seconds)
-        while not driver.idle and time.monotonic() < end and not hurry.wait(_DRAIN_POLL_S):
+        start = time.monotonic()
+        end = start + max(0.0, seconds)
+
+        def done() -> bool:
+            if not (driver.idle and driver.lifecycle.all_told):
+                return False
+            return time.monotonic() >= min(end, start + _NOTICE_S)
+
+        while not done() and time.monotonic() < end and not hurry.wait(_DRAIN_POLL_S):
             pass
         if driver.idle:
             log.info("drained: all launched work finished")
