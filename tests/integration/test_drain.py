@@ -254,16 +254,17 @@ def unix_address() -> Iterator[str]:
 @pytest.mark.integration
 def test_resilient_device_moves_to_the_restarted_server(unix_address: str) -> None:
     srv = LocalServer("--enable-fault-injection", "--drain-seconds", "5", listen=unix_address)
+    rd: ResilientDevice | None = None
     try:
         rd = ResilientDevice.connect(unix_address, recover_timeout=10.0)
-        model = add_model()
-        pm = rd.prepare_model_sync(model)
+        old = rd.device
+        pm = rd.prepare_model_sync(add_model())
         a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), 2.0, np.float32)
         rd.protect(lambda d: d.set_faults(execute_delay_ms=3000))  # type: ignore[attr-defined]
         in_flight = pm.execute_async([a, b])
         rd.protect(_wait_in_flight)
         srv.signal(signal.SIGTERM)
-        # Launched during the drain's start: it still finishes with the right values.
+        # Launched before the signal: it still finishes, with the right values.
         np.testing.assert_array_equal(in_flight.get(WAIT_BOUND_S).outputs[0], a + b)
         assert srv.proc.wait(EXIT_BOUND_S) == 0
         srv.stop()
@@ -271,8 +272,10 @@ def test_resilient_device_moves_to_the_restarted_server(unix_address: str) -> No
         # The next call finds the old session drained, recovers on the new server, re-prepares.
         np.testing.assert_array_equal(pm.execute([a, b]).outputs[0], a + b)
         assert rd.recoveries == 1 and pm.recoveries == 1
-        rd.close()
+        assert isinstance(old, Device) and old.remote.draining  # the old server's end was a drain
     finally:
+        if rd is not None:
+            rd.close()
         srv.stop()
 
 
