@@ -116,7 +116,8 @@ class DeathMonitor:
             waiters = list(self._waiters)
             self._waiters.clear()
             hooks = list(self._hooks)
-        log.warning("%s died: %s; releasing %d waiters", self._what, reason, len(waiters))
+        # "gone", not "died": a draining server (a planned shutdown) ends up here too.
+        log.warning("%s is gone: %s; releasing %d waiters", self._what, reason, len(waiters))
         for cb in waiters:
             cb.notify(ErrorStatus.DEAD_OBJECT, None, f"{self._what}: {reason}")
         for hook in hooks:
