@@ -1,0 +1,46 @@
+"""The pytest plugin, used as a user would: a separate pytest run of a user's test file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+USER_TESTS = """
+import numpy as np
+
+from nnhal.client.builder import ModelBuilder
+from nnhal.core.enums import OperandType as T, OperationType as O
+
+
+def test_runs_a_model(nnhal_device):
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [2])
+    model = b.outputs(b.op(O.ADD, [x, x, b.int32(0)], T.TENSOR_FLOAT32, [2])).finish()
+    with nnhal_device.prepare_model_sync(model) as pm:
+        out = pm.execute([np.array([1, 2], np.float32)]).outputs[0]
+    assert out.tolist() == [2.0, 4.0]
+
+
+def test_faults_are_enabled(nnhal_device):
+    nnhal_device.set_faults(execute_delay_ms=1)
+
+
+def test_factory_starts_its_own(nnhal_server_factory):
+    srv = nnhal_server_factory("--slots", "1", unix=True)
+    assert srv.address.startswith("unix:")
+"""
+
+
+def test_a_users_suite_gets_a_server_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "test_user.py").write_text(textwrap.dedent(USER_TESTS))
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "3 passed" in run.stdout
