@@ -8,7 +8,11 @@ as ``--listen`` is comma-separated there), the keys of the ``[serve]`` table of 
 Precedence: flags > environment > file > defaults. Every value, whatever its source, goes
 through the same check; a bad one is a UsageError naming its source
 (``NNHAL_SLOTS=-1: must be a whole number >= 1, got '-1'``). An empty string is "off"
-for the options that can be off (``port_file``, ``metrics_listen``); TOML has no null.
+for the options that can be off (``port_file``, ``metrics_listen``, ``tls_*``); TOML has no null.
+
+The TLS settings' variables are ``NNHAL_SERVE_TLS_CERT``, ``NNHAL_SERVE_TLS_KEY`` and
+``NNHAL_SERVE_TLS_CLIENT_CA``, not ``NNHAL_TLS_*``: those name the *client's* CA,
+certificate and key (``nnhal.client.remote.transport.TlsConfig``), and a host may run both.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class Setting:
     metavar: str = ""
     repeatable: bool = False
     switch: bool = False
+    #: The environment variable when it is not NNHAL_<KEY> (a name the client uses too).
+    env_name: str = ""
 
     @property
     def flag(self) -> str:
@@ -55,7 +61,7 @@ class Setting:
 
     @property
     def env(self) -> str:
-        return ENV_PREFIX + self.key.upper()
+        return self.env_name or ENV_PREFIX + self.key.upper()
 
 
 def _choice(*allowed: str) -> Callable[[str], str]:
@@ -114,6 +120,13 @@ def _cache_secret_file(text: str) -> str:
     return text
 
 
+def _tls_file(text: str) -> str:
+    """Off (""), or a path; its contents are checked when the server's TLS is loaded."""
+    if text.strip() and Path(text).is_dir():
+        raise ValueError(f"{text!r} is a folder; name a PEM file")
+    return text.strip()
+
+
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "listen", server_address, ["127.0.0.1:50051"], "host:port, [IPv6]:port or unix:PATH; repeatable", "ADDR", True
@@ -147,6 +160,23 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("drain_seconds", seconds, 10.0, "on SIGTERM/SIGINT, time in-flight work gets to finish", "S"),
     Setting("metrics_listen", _metrics_address, "", "serve Prometheus metrics here (default: off)", "ADDR"),
     Setting("log_format", _choice(*LOG_FORMATS), "text", "text, or json: one JSON object per line", "FORMAT"),
+    Setting(
+        "tls_cert",
+        _tls_file,
+        "",
+        "PEM certificate chain: every TCP listener serves TLS (unix sockets stay plaintext)",
+        "FILE",
+        env_name=ENV_PREFIX + "SERVE_TLS_CERT",
+    ),
+    Setting("tls_key", _tls_file, "", "PEM private key of --tls-cert", "FILE", env_name=ENV_PREFIX + "SERVE_TLS_KEY"),
+    Setting(
+        "tls_client_ca",
+        _tls_file,
+        "",
+        "PEM CA: require client certificates it signed (mTLS); the certificate's CN/SAN is the client",
+        "FILE",
+        env_name=ENV_PREFIX + "SERVE_TLS_CLIENT_CA",
+    ),
 )
 BY_KEY = {s.key: s for s in SETTINGS}
 
@@ -272,6 +302,17 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -
 
 
 def _check_together(r: Resolved) -> None:
+    if bool(r["tls_cert"]) != bool(r["tls_key"]):
+        given, missing = ("tls_cert", "tls_key") if r["tls_cert"] else ("tls_key", "tls_cert")
+        raise UsageError(
+            f"{BY_KEY[given].flag} ({r.sources[given]}) needs {BY_KEY[missing].flag} too: TLS takes a certificate "
+            "and its key"
+        )
+    if r["tls_client_ca"] and not r["tls_cert"]:
+        raise UsageError(
+            f"--tls-client-ca ({r.sources['tls_client_ca']}) needs --tls-cert and --tls-key: client certificates "
+            "are verified only over TLS"
+        )
     if r["max_threads"] <= r["max_sessions"]:
         raise UsageError(
             f"max_threads {r['max_threads']} ({r.sources['max_threads']}) must exceed max_sessions "

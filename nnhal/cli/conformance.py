@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from nnhal.cli.connect import connect
+from nnhal.cli.connect import connect, tls_of
 from nnhal.cli.table import Progress, print_table
 from nnhal.cli.usage import UsageError
 from nnhal.client.device import Device
@@ -38,7 +38,7 @@ def _target(args: argparse.Namespace) -> Iterator[str]:
 
 @contextlib.contextmanager
 def _device(args: argparse.Namespace) -> Iterator[Device]:
-    with _target(args) as address, connect(address, "nnhal-conformance", args.timeout) as dev:
+    with _target(args) as address, connect(address, "nnhal-conformance", args.timeout, tls_of(args)) as dev:
         yield dev
 
 

@@ -7,12 +7,14 @@ import argparse
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import Literal
 
 import numpy as np
 
-from nnhal.cli.connect import DEFAULT_TIMEOUT, connect
+from nnhal.cli.connect import DEFAULT_TIMEOUT, connect, tls_of
 from nnhal.cli.table import print_table
 from nnhal.client.builder import ModelBuilder
+from nnhal.client.device import TlsConfig
 from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
 from nnhal.core.enums import Priority
@@ -48,8 +50,11 @@ def _server(address: str, start: bool) -> Iterator[str]:
         yield srv.address
 
 
-def run_demo(address: str, start: bool = False, timeout: float = DEFAULT_TIMEOUT) -> int:
-    with _server(address, start) as addr, connect(addr, "nnhal-demo", timeout) as dev:
+def run_demo(
+    address: str, start: bool = False, timeout: float = DEFAULT_TIMEOUT, tls: TlsConfig | Literal[False] | None = None
+) -> int:
+    # A server started here is plaintext on loopback.
+    with _server(address, start) as addr, connect(addr, "nnhal-demo", timeout, False if start else tls) as dev:
         print(f"connected to {dev.name} ({dev.version_string()})")
         model = small_cnn()
         support = dev.supported_operations_with_reasons(model)
@@ -85,4 +90,4 @@ def run_demo(address: str, start: bool = False, timeout: float = DEFAULT_TIMEOUT
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_demo(args.address, start=args.start, timeout=args.timeout)
+    return run_demo(args.address, start=args.start, timeout=args.timeout, tls=tls_of(args))

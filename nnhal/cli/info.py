@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import argparse
 
-from nnhal.cli.connect import connect
+from nnhal.cli.connect import connect, tls_of
 from nnhal.cli.table import print_table
 
 
 def run(args: argparse.Namespace) -> int:
-    with connect(args.address, "nnhal-info", args.timeout) as dev:
+    with connect(args.address, "nnhal-info", args.timeout, tls_of(args)) as dev:
         caps = dev.capabilities()
         n_model, n_data = dev.number_of_cache_files_needed()
         rows = [

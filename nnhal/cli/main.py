@@ -21,7 +21,7 @@ from pathlib import Path
 
 from nnhal import __version__
 from nnhal.cli import config
-from nnhal.cli.connect import DEFAULT_TIMEOUT
+from nnhal.cli.connect import DEFAULT_TIMEOUT, add_tls_arguments
 from nnhal.cli.logs import configure
 from nnhal.cli.usage import (
     Parser,
@@ -67,6 +67,7 @@ def _client_arguments(parser: argparse.ArgumentParser, address: bool = True) -> 
         metavar="S",
         help=f"seconds to wait for the server to answer (default {DEFAULT_TIMEOUT:g})",
     )
+    add_tls_arguments(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

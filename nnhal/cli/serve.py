@@ -23,6 +23,7 @@ from nnhal.core.enums import HalVersion
 from nnhal.server.cache import load_secret
 from nnhal.server.driver import DeviceConfig
 from nnhal.server.memory import SharedMemoryPolicy
+from nnhal.server.rpc.identity import ServerTls, load_server_tls
 from nnhal.server.rpc.serve import ServerOptions, run_forever
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,18 @@ def _cache_secret(setting: str) -> bytes:
             f"--cache-secret-file {setting}: cannot read or create it ({err.strerror or err}); "
             "choose a writable path or 'none' for a per-process key"
         ) from None
+
+
+def _tls(r: config.Resolved) -> ServerTls | None:
+    """The server's TLS material, read and checked (UsageError naming the bad file)."""
+    if not r["tls_cert"]:
+        return None
+    try:
+        return load_server_tls(
+            Path(r["tls_cert"]), Path(r["tls_key"]), Path(r["tls_client_ca"]) if r["tls_client_ca"] else None
+        )
+    except ValueError as err:
+        raise UsageError(f"{err}; give PEM files (--tls-cert, --tls-key, --tls-client-ca)") from None
 
 
 def server_options(r: config.Resolved) -> ServerOptions:
@@ -73,6 +86,7 @@ def server_options(r: config.Resolved) -> ServerOptions:
         port_file=Path(r["port_file"]) if r["port_file"] else None,
         max_threads=r["max_threads"],
         device=device,
+        tls=_tls(r),
         **extra,
     )
 

@@ -5,30 +5,46 @@
 belongs to that session and is released by the server when the session ends.
 Methods raise HalError subclasses; a dead server surfaces as DeadObject,
 immediately for every later call.
+
+TLS: ``Device.connect(addr, tls=TlsConfig(ca=..., cert=..., key=...))``; without
+``tls`` the ``NNHAL_TLS_*`` environment variables apply when set
+(``TlsConfig.from_env``), and ``tls=False`` forces plaintext. A server with mTLS
+refuses a client without a certificate its CA signed: DeadObject when the connect
+timeout ends, as for no server at all (the handshake failure is not an answer).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from nnhal.client.buffer import Buffer
 from nnhal.client.callbacks import Callback
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.remote import DEFAULT_CALL_TIMEOUT, PreparedRef, RemoteSession
+from nnhal.client.remote.transport import TlsConfig
 from nnhal.core.enums import DeviceStatus, DeviceType, ExecutionPreference, Priority
 from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model
 
 PrepareCallback = Callback[PreparedModel]
 
+__all__ = ["Device", "PrepareCallback", "TlsConfig"]
+
 
 class Device:
     """A remote NN HAL device. Thread-safe. Use as a context manager or call ``close``."""
 
-    def __init__(self, address: str, client_name: str, connect_timeout: float, keepalive_ms: int | None) -> None:
+    def __init__(
+        self,
+        address: str,
+        client_name: str,
+        connect_timeout: float,
+        keepalive_ms: int | None,
+        tls: TlsConfig | None = None,
+    ) -> None:
         self.address = address
-        self._remote = RemoteSession(address, client_name, connect_timeout, keepalive_ms)
+        self._remote = RemoteSession(address, client_name, connect_timeout, keepalive_ms, tls)
 
     @classmethod
     def connect(
@@ -38,11 +54,16 @@ class Device:
         client_name: str = "",
         timeout: float = 10.0,
         keepalive_ms: int | None = None,
+        tls: TlsConfig | Literal[False] | None = None,
     ) -> Device:
         """Connect to the server at ``address`` (``host:port`` or ``unix:PATH``) and open a session.
 
-        Raises DeadObject if no server answers within ``timeout`` seconds."""
-        return cls(address, client_name or f"pid-{os.getpid()}", timeout, keepalive_ms)
+        ``tls``: None uses ``NNHAL_TLS_*`` when set, else plaintext; False is plaintext.
+        With mTLS the server names the client after its certificate, not ``client_name``.
+        Raises DeadObject if no server answers within ``timeout`` seconds, InvalidArgument
+        for TLS files that cannot be read."""
+        config = TlsConfig.from_env() if tls is None else (tls or None)
+        return cls(address, client_name or f"pid-{os.getpid()}", timeout, keepalive_ms, config)
 
     # -- the session ------------------------------------------------------------
     @property

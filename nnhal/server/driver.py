@@ -16,6 +16,10 @@ Lock order, outermost first: a session's lock, then a handle table's lock. The
 device's own lock guards only the session map (and opening a budget account);
 no other lock but the budget's is taken while holding it. The budget's, the
 scheduler's, a buffer's and a counter's locks are leaves.
+
+Clients (DESIGN.md §12): a session opened with a verified mTLS identity belongs to
+that client (``Session.client_key``): the scheduler's fairness and priorities and the
+per-client memory quota (``ClientQuotas``) cover all of its sessions together.
 """
 
 from __future__ import annotations
@@ -65,9 +69,70 @@ from nnhal.server.lifecycle import DRAIN_EXPIRED, Lifecycle
 from nnhal.server.memory import SharedMemoryPolicy, bind_model_pools, bind_pools, token_placeholder
 from nnhal.server.prepared_model import PreparedModel
 from nnhal.server.scheduler import Scheduler
-from nnhal.server.session import CLOSED, Faults, Session
+from nnhal.server.session import CLOSED, VERIFIED_CLIENT, Faults, Session
 
 log = logging.getLogger(__name__)
+
+
+class ClientQuotas(MemoryBudget):
+    """A MemoryBudget whose per-client limit covers every session of one verified identity
+    together (sessions opened with ``client`` None keep the per-session check). Only
+    kept with a per-client limit; sessions without a client pay no extra lock.
+    Lock order: this class's lock, then the base budget's (a leaf)."""
+
+    def __init__(self, per_client: int = 0, total: int = 0) -> None:
+        super().__init__(per_client, total)
+        self._clients_lock = threading.Lock()
+        self._client_of: dict[str, str] = {}  # session -> client, sessions with a client only
+        self._client_used: dict[str, int] = {}
+        self._client_sessions: dict[str, int] = {}
+
+    def open_client_session(self, session: str, client: str | None) -> None:
+        self.open_session(session)
+        if client is None or not self.per_client:
+            return
+        with self._clients_lock:
+            self._client_of[session] = client
+            self._client_used.setdefault(client, 0)
+            self._client_sessions[client] = self._client_sessions.get(client, 0) + 1
+
+    def close_session(self, session: str) -> int:
+        if session not in self._client_of:
+            return super().close_session(session)
+        with self._clients_lock:
+            client = self._client_of.pop(session, None)
+            freed = super().close_session(session)
+            if client is not None:
+                left = self._client_sessions.pop(client) - 1
+                used = self._client_used.pop(client) - freed
+                if left:
+                    self._client_sessions[client], self._client_used[client] = left, used
+        return freed
+
+    def charge(self, session: str, nbytes: int, what: str = "model constants") -> None:
+        if session not in self._client_of:
+            return super().charge(session, nbytes, what)
+        with self._clients_lock:
+            client = self._client_of.get(session)
+            if client is None:  # closed meanwhile: the base says so
+                return super().charge(session, nbytes, what)
+            used = self._client_used[client]
+            if nbytes <= self.per_client and used + nbytes > self.per_client:
+                raise ResourceExhaustedTransient(
+                    f"{what} need {nbytes} bytes; client {client.removeprefix('x509:')!r} already uses {used} "
+                    f"of its {self.per_client} across its sessions; release prepared models or buffers and retry"
+                )
+            super().charge(session, nbytes, what)
+            self._client_used[client] = used + nbytes
+
+    def uncharge(self, session: str, nbytes: int, what: str = "model constants") -> None:
+        if session not in self._client_of:
+            return super().uncharge(session, nbytes, what)
+        with self._clients_lock:
+            client = self._client_of.get(session)
+            super().uncharge(session, nbytes, what)
+            if client is not None:
+                self._client_used[client] -= nbytes
 
 
 @dataclass
@@ -123,7 +188,7 @@ class Driver:
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
         self.scheduler = Scheduler(self.config.slots, self.config.queue_depth)
-        self.budget = MemoryBudget(self.config.memory_per_client, self.config.memory_total)
+        self.budget = ClientQuotas(self.config.memory_per_client, self.config.memory_total)
         self.prepared_models: HandleTable[str, PreparedModel] = HandleTable(
             "unknown prepared model handle for this session", new_handle
         )
@@ -135,17 +200,25 @@ class Driver:
 
     # -- sessions ---------------------------------------------------------
     def open_session(self, client_name: str, peer: str = "") -> Session:
-        """A new session for the client at ``peer`` (a gRPC peer address).
+        """A new session for the client at ``peer`` (a gRPC peer address), belonging to the
+        verified identity in ``VERIFIED_CLIENT`` if the RPC layer set one (mTLS).
         RESOURCE_EXHAUSTED_TRANSIENT at the session limit."""
-        session = Session(secrets.token_hex(16), client_name, peer)
+        identity = VERIFIED_CLIENT.get()
+        session = Session(secrets.token_hex(16), client_name, peer, identity)
         with self._lock:
             if len(self._sessions) >= self.config.max_sessions:
                 raise ResourceExhaustedTransient(
                     f"the server already has {len(self._sessions)} sessions (limit {self.config.max_sessions})"
                 )
-            self.budget.open_session(session.id)
+            self.budget.open_client_session(session.id, None if identity is None else session.client_key)
             self._sessions[session.id] = session
-        log.info("session %s opened by %r from %s", session.id[:8], client_name, peer)
+        log.info(
+            "session %s opened by %r from %s%s",
+            session.id[:8],
+            session.client_name,
+            peer,
+            " (verified certificate)" if identity is not None else "",
+        )
         return session
 
     def close_session(self, sid: str) -> int:
@@ -289,7 +362,7 @@ class Driver:
                     f"refused at launch: this model has never run faster than {pm.fastest_ns / 1e6:.2f} ms, "
                     f"the deadline is {remaining / 1e6:.2f} ms away"
                 )
-        ticket = self.scheduler.admit(session.id, pm.priority)
+        ticket = self.scheduler.admit(session.client_key, pm.priority)
         bound = None
         try:
             bound = bind_pools(

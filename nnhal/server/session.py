@@ -6,6 +6,11 @@ everything the session owns. Whether the peer is on the server's host (which
 decides if it may name shared-memory regions) is decided once, here, from the
 address of the stream that opened the session.
 
+Identity (DESIGN.md §12): with mTLS the RPC layer publishes the verified certificate
+identity in ``VERIFIED_CLIENT`` while a session opens; such a session's ``client_key``
+(the scope of priorities and of the per-client memory quota) is that identity, shared by
+every session of the same certificate. Without one a session is its own client.
+
 Lock order: a session's lock is taken before any handle table's lock (tables
 are leaves); the device's session-map lock is never held while taking it.
 """
@@ -16,12 +21,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from nnhal.core.errors import InvalidArgument, MissedDeadlineTransient
 from nnhal.server.memory import RegionCache
 
 CLOSED = "unknown or closed session; open a session first"
+#: The verified (mTLS) identity of the client whose session opens on this thread, if any.
+VERIFIED_CLIENT: ContextVar[str | None] = ContextVar("nnhal_verified_client", default=None)
 _LOCAL_PREFIXES = ("unix:", "ipv4:127.", "ipv6:[::1]", "ipv6:%5B::1%5D")
 
 
@@ -56,9 +64,13 @@ def delay(ms: int, deadline_ns: int | None, check: Callable[[], None] | None = N
 class Session:
     """One client's session. ``closed`` only ever goes from False to True."""
 
-    def __init__(self, sid: str, client_name: str, peer: str) -> None:
+    def __init__(self, sid: str, client_name: str, peer: str, identity: str | None = None) -> None:
         self.id = sid
-        self.client_name = client_name
+        #: The verified certificate identity (mTLS), which is then also the client name.
+        self.identity = identity
+        self.client_name = identity if identity is not None else client_name
+        #: Who priorities and the per-client quota are scoped to: the identity, else this session.
+        self.client_key = f"x509:{identity}" if identity is not None else sid
         self.peer = peer
         self.is_local = is_local_address(peer)
         self.lock = threading.Lock()

@@ -5,6 +5,11 @@
 ``127.0.0.1:$NNHAL_PORT``, else ``127.0.0.1:50051``, so the image's HEALTHCHECK
 follows the port its CMD serves on (both read ``NNHAL_PORT``).
 
+TLS: when ``NNHAL_TLS_CA`` / ``NNHAL_TLS_CERT`` / ``NNHAL_TLS_KEY`` are set (the client
+variables, see ``nnhal.client.remote.transport.TlsConfig``; ``NNHAL_TLS_SERVER_NAME``
+names the certificate's host when the probe dials 127.0.0.1) the probe speaks TLS, with
+the client certificate if the server requires one; unix sockets stay plaintext.
+
 Exit status follows Docker's HEALTHCHECK contract: 0 healthy, 1 unhealthy. A bad
 address or port is also 1, with one line on stderr, because Docker reserves 2.
 """
@@ -17,6 +22,9 @@ from collections.abc import Mapping
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from nnhal.client.remote.transport import TlsConfig, open_channel
+from nnhal.core.errors import HalError
 
 SERVICE = "nnhal.v1.Device"
 DEFAULT_PORT = 50051
@@ -49,7 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nnhal-healthcheck: error: {err}", file=sys.stderr)
         return 1
     try:
-        with grpc.insecure_channel(address) as channel:
+        channel = open_channel(address, [], TlsConfig.from_env(os.environ))
+    except HalError as err:  # a TLS file that cannot be read
+        print(f"nnhal-healthcheck: error: {err.message}", file=sys.stderr)
+        return 1
+    try:
+        with channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=SERVICE), timeout=TIMEOUT_S
             )

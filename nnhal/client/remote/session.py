@@ -46,11 +46,12 @@ from nnhal.client.remote.transport import (
     GC_RELEASE_TIMEOUT,
     SESSION_STREAM_TIMEOUT,
     Stubs,
+    TlsConfig,
     channel_options,
     grpc_timeout,
     map_rpc_error,
+    open_channel,
     remaining_time,
-    target_of,
 )
 from nnhal.core import wire
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Priority
@@ -100,10 +101,17 @@ class RemoteSession:
     Raises DeadObject if no server answers within ``connect_timeout`` seconds, or the
     HAL error the server refused the session with (e.g. RESOURCE_EXHAUSTED_TRANSIENT)."""
 
-    def __init__(self, address: str, client_name: str, connect_timeout: float, keepalive_ms: int | None) -> None:
+    def __init__(
+        self,
+        address: str,
+        client_name: str,
+        connect_timeout: float,
+        keepalive_ms: int | None,
+        tls: TlsConfig | None = None,
+    ) -> None:
         self.address = address
         opts = channel_options() if keepalive_ms is None else channel_options(keepalive_ms, keepalive_ms)
-        self._channel = grpc.insecure_channel(target_of(address), options=opts)
+        self._channel = open_channel(address, opts, tls)
         self._stubs = Stubs(self._channel)
         self._monitor = SessionMonitor(self._channel, f"nnhal server at {address}")
         self._closed = False

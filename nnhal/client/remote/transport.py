@@ -20,11 +20,22 @@ Deadlines (DESIGN §2): :func:`remaining_time` turns a relative ``timeout`` and 
 absolute ``deadline_at`` (``time.monotonic()``) into the HAL deadline that
 travels; :func:`grpc_timeout` adds :data:`DEADLINE_MARGIN` for the transport, so
 the server's own MISSED_DEADLINE_* answer arrives first and no call waits forever.
+
+TLS (DESIGN §12): :class:`TlsConfig` names the CA that verifies the server and, for
+mTLS, the client's certificate and key (PEM files, read when a channel opens; a file
+that cannot be read is INVALID_ARGUMENT). :meth:`TlsConfig.from_env` reads
+``NNHAL_TLS_CA``, ``NNHAL_TLS_CERT``, ``NNHAL_TLS_KEY`` and ``NNHAL_TLS_SERVER_NAME``.
+The server's name is checked against the host of the address unless ``server_name``
+overrides it. Unix-socket addresses are always plaintext, as the server serves them.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
@@ -32,6 +43,7 @@ from nnhal.core.errors import (
     DeadObject,
     GeneralFailure,
     HalError,
+    InvalidArgument,
     MissedDeadlineTransient,
     ResourceExhaustedPersistent,
     ResourceExhaustedTransient,
@@ -77,6 +89,61 @@ def channel_options(
         # never look like a death of this one.
         ("grpc.use_local_subchannel_pool", 1),
     ]
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """TLS for a client channel: ``ca`` verifies the server (None: the system's roots);
+    ``cert`` and ``key`` (both or neither) are the client's certificate for mTLS;
+    ``server_name`` replaces the address's host in the server's certificate check."""
+
+    ca: str | Path | None = None
+    cert: str | Path | None = None
+    key: str | Path | None = None
+    server_name: str | None = None
+
+    ENV = ("NNHAL_TLS_CA", "NNHAL_TLS_CERT", "NNHAL_TLS_KEY", "NNHAL_TLS_SERVER_NAME")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TlsConfig | None:
+        """The configuration the NNHAL_TLS_* variables give; None when none is set."""
+        env = os.environ if environ is None else environ
+        ca, cert, key, name = (env.get(var, "").strip() or None for var in cls.ENV)
+        if ca is None and cert is None and key is None:
+            return None
+        return cls(ca, cert, key, name)
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """The channel credentials (INVALID_ARGUMENT for a file that cannot be read)."""
+        if (self.cert is None) != (self.key is None):
+            raise InvalidArgument("TLS: a client certificate needs its key and a key its certificate")
+        return grpc.ssl_channel_credentials(
+            root_certificates=_pem(self.ca, "CA") if self.ca is not None else None,
+            private_key=_pem(self.key, "key") if self.key is not None else None,
+            certificate_chain=_pem(self.cert, "certificate") if self.cert is not None else None,
+        )
+
+    def options(self) -> list[tuple[str, str]]:
+        return [] if self.server_name is None else [("grpc.ssl_target_name_override", self.server_name)]
+
+
+def _pem(path: str | Path, what: str) -> bytes:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise InvalidArgument(f"TLS {what} file {path}: cannot read it ({err.strerror or err})") from None
+    if b"-----BEGIN " not in data:
+        raise InvalidArgument(f"TLS {what} file {path}: not a PEM file")
+    return data
+
+
+def open_channel(address: str, options: list[tuple[str, int]], tls: TlsConfig | None) -> grpc.Channel:
+    """A channel to ``address``: TLS with ``tls`` on TCP, plaintext otherwise (and on unix sockets)."""
+    target = target_of(address)
+    if tls is None or target.startswith("unix:"):
+        return grpc.insecure_channel(target, options=options)
+    all_options: list[tuple[str, int | str]] = [*options, *tls.options()]
+    return grpc.secure_channel(target, tls.credentials(), options=all_options)
 
 
 def target_of(address: str) -> str:

@@ -17,6 +17,13 @@ drops a connection whose ping, or any other ping, is not acknowledged within
 2 s; the streams on it end, so a frozen or vanished client's sessions and
 objects are released within ~2-4 s (measured 2.1-3.2 s; documented bound 10 s).
 
+TLS (``tls``, ``nnhal.server.rpc.identity``): with a certificate and key every TCP
+listener serves TLS, loopback included (one rule, and a client configured for TLS
+works on any of them); unix sockets stay plaintext, guarded by the socket file's
+permissions. With a client CA clients must present a certificate it signed (mTLS)
+and that certificate's identity is the HAL client of the sessions they open.
+Serving plaintext on a TCP address that is not loopback logs a warning.
+
 Metrics (``metrics_listen``, off by default): ``nnhal.server.metrics`` on an
 HTTP listener of their own. With a ``port_file`` the bound metrics address is
 written to the file next to it named ``<port_file>.metrics`` (one line), so the
@@ -46,6 +53,7 @@ from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.buffer_servicer import BufferServicer, EchoServicer
 from nnhal.server.rpc.device_servicer import DeviceServicer
+from nnhal.server.rpc.identity import IdentityInterceptor, ServerTls
 from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer, PreparedModelServicer
 
 log = logging.getLogger(__name__)
@@ -96,6 +104,14 @@ class ServerOptions:
     drain_seconds: float = 10.0
     #: host:port of the Prometheus metrics listener; None: no listener.
     metrics_listen: str | None = None
+    #: Certificate, key and optional client CA (mTLS) for the TCP listeners; None: plaintext.
+    tls: ServerTls | None = None
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for a listen host only this machine can reach."""
+    host = host.strip("[]").lower()
+    return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
 class Server:
@@ -110,7 +126,10 @@ class Server:
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=options.max_threads, thread_name_prefix="nnhal-rpc"),
             options=SERVER_OPTIONS,
+            # Only with mTLS: the interceptor wraps openSession, every other RPC is passed through.
+            interceptors=[IdentityInterceptor()] if options.tls is not None and options.tls.client_ca else [],
         )
+        self._credentials = options.tls.credentials() if options.tls is not None else None
         driver, metrics = self.driver, self.metrics
         sgrpc.add_DeviceServicer_to_server(DeviceServicer(driver, metrics), self._grpc)
         sgrpc.add_PreparedModelServicer_to_server(PreparedModelServicer(driver, metrics), self._grpc)
@@ -136,7 +155,16 @@ class Server:
         host, _, port = addr.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"listen address {addr!r} must be host:port or unix:PATH")
-        bound = self._grpc.add_insecure_port(addr)
+        if self._credentials is not None:
+            bound = self._grpc.add_secure_port(addr, self._credentials)
+        else:
+            if not is_loopback_host(host):
+                log.warning(
+                    "serving PLAINTEXT on %s, reachable from other hosts: anyone who reaches it can use the "
+                    "device; give --tls-cert and --tls-key (and --tls-client-ca to require client certificates)",
+                    addr,
+                )
+            bound = self._grpc.add_insecure_port(addr)
         if bound == 0:
             raise OSError(f"could not listen on {addr}")
         return f"{host}:{bound}"
@@ -154,7 +182,9 @@ class Server:
             if self.metrics_address is not None:
                 _write_atomically(port_file.with_name(port_file.name + ".metrics"), self.metrics_address + "\n")
             _write_atomically(port_file, "\n".join(self.addresses) + "\n")
-        log.info("nnhal serving %s on %s", self.driver.config.name, ", ".join(self.addresses))
+        tls = self.options.tls
+        mode = "plaintext" if tls is None else ("mTLS" if tls.client_ca else "TLS")
+        log.info("nnhal serving %s on %s (%s)", self.driver.config.name, ", ".join(self.addresses), mode)
         if self.metrics_address is not None:
             log.info("metrics on http://%s/metrics", self.metrics_address)
 
