@@ -11,7 +11,10 @@ it also gets the CPU and the GIL to itself. Executions are deterministic, so a
 paused one simply resumes.
 
 Admission: at most ``slots + queue_depth`` executions in flight; beyond that
-RESOURCE_EXHAUSTED_TRANSIENT. ``shut`` (the end of a server's drain) makes queued
+RESOURCE_EXHAUSTED_TRANSIENT. ``Per-client state (when a client was last served) is dropped by ``forget`` when the
+client's session ends, and bounded anyway: past :data:`SERVED_BOUND` entries those of
+clients with nothing admitted are dropped (they then rank as never served, which the
+least recently served of them were in effect). ``shut`` (the end of a server's drain) makes queued
 and later acquisitions fail with DEVICE_UNAVAILABLE. Lock order: the scheduler's condition is a leaf
 lock (nothing else is acquired while holding it).
 """
@@ -43,6 +46,8 @@ class Ticket:
 #: paused this long: a client issuing HIGH requests back to back keeps the device
 #: (and the CPU) between them instead of competing with its own LOW work.
 HOLD_OFF_NS = 3_000_000
+#: Entries of ``Scheduler._served`` kept before those of idle clients are dropped.
+SERVED_BOUND = 1024
 
 
 class Scheduler:
@@ -81,7 +86,26 @@ class Scheduler:
         with self._cond:
             return len(self._running), len(self._waiting), sum(1 for t in self._waiting if t.preempted)
 
+    def clients_tracked(self) -> int:
+        """Clients with a fairness record (bounded: ``forget``, :data:`SERVED_BOUND`)."""
+        with self._cond:
+            return len(self._served)
+
     # -- lifecycle ----------------------------------------------------------
+    def forget(self, client: str) -> None:
+        """``client``'s session ended: drop its fairness record, unless work of the client is
+        still admitted (another session of the same client, or fenced work still ending)."""
+        with self._cond:
+            if not any(t.client == client for t in self._admitted):
+                self._served.pop(client, None)
+
+    def _mark_served(self, ticket: Ticket) -> None:
+        self._served[ticket.client] = next(self._tick)
+        if len(self._served) > SERVED_BOUND:
+            busy = {t.client for t in self._admitted}
+            for client in [c for c in self._served if c not in busy]:
+                del self._served[client]
+
     def shut(self, reason: str) -> None:
         """From now on queued and later acquisitions raise DEVICE_UNAVAILABLE ``reason``."""
         with self._cond:
@@ -109,7 +133,7 @@ class Scheduler:
             if len(self._running) < self.slots and not self._waiting and not self._outranked(ticket):
                 self._running.append(ticket)  # uncontended: no ordering to decide
                 ticket.running = True
-                self._served[ticket.client] = next(self._tick)
+                self._mark_served(ticket)
                 return
             self._waiting.append(ticket)
             try:
@@ -132,7 +156,7 @@ class Scheduler:
             self._waiting.remove(ticket)
             self._running.append(ticket)
             ticket.running = True
-            self._served[ticket.client] = next(self._tick)
+            self._mark_served(ticket)
 
     def release(self, ticket: Ticket) -> None:
         """End ``ticket`` wherever it is (launched, queued or running). Idempotent."""

@@ -219,3 +219,44 @@ def test_deadline_passing_in_the_queue_is_transient_and_leaves_the_queue() -> No
     sched.release(late)
     sched.release(holder)
     assert sched.in_flight == 0
+
+
+# -- per-client state is bounded (issue #11, item 5) -------------------------------------
+def test_forget_drops_a_clients_fairness_record() -> None:
+    s = Scheduler(slots=1, queue_depth=4)
+    for client in ("a", "b"):
+        t = s.admit(client, Priority.MEDIUM)
+        s.acquire(t, None)
+        s.release(t)
+    assert s.clients_tracked() == 2
+    s.forget("a")
+    s.forget("never-seen")
+    assert s.clients_tracked() == 1
+
+
+def test_fairness_records_stay_bounded_over_many_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nnhal.server import scheduler
+
+    monkeypatch.setattr(scheduler, "SERVED_BOUND", 16)
+    s = Scheduler(slots=1, queue_depth=4)
+    held = s.admit("busy", Priority.MEDIUM)
+    s.acquire(held, None)
+    for k in range(200):  # sessions that come and go without a forget
+        t = s.admit(f"client-{k}", Priority.MEDIUM)
+        s.release(held)
+        s.acquire(t, None)
+        held = t
+        assert s.clients_tracked() <= 17
+    s.release(held)
+    assert s.in_flight == 0
+
+
+def test_forget_keeps_the_record_of_a_client_with_work_admitted() -> None:
+    s = Scheduler(slots=1, queue_depth=4)
+    t = s.admit("a", Priority.MEDIUM)
+    s.acquire(t, None)
+    s.forget("a")  # another session of the same client still has work
+    assert s.clients_tracked() == 1
+    s.release(t)
+    s.forget("a")
+    assert s.clients_tracked() == 0

@@ -5,6 +5,13 @@ the response's ``status`` + ``message`` (``wire.status_to``); anything else is a
 server bug, logged and reported as GENERAL_FAILURE so that the server and the
 caller survive it.
 
+Long-lived calls — an open ``configureExecutionBurst`` stream, a
+``getExecutionInfo(wait=True)`` waiting for its fence — each hold a gRPC worker
+thread for as long as the client likes, so they are capped (``LongCalls``): per
+client and in total, leaving threads for health checks, stats, executions and
+new sessions whatever one client does. Past a cap the call is refused at once
+with RESOURCE_EXHAUSTED_TRANSIENT naming the cap.
+
 Every answer with an in-band status is counted in the server's metrics
 (``Metrics.rpc``, by method and status) here: ``guarded`` counts unary answers,
 ``launch_then_notify`` the notify of a stream (and times launched work). Work
@@ -15,16 +22,20 @@ to notify, and refused with DEVICE_UNAVAILABLE while the server drains.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
 import grpc
 
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.errors import HalError
+from nnhal.core.errors import HalError, ResourceExhaustedTransient
 from nnhal.proto import service_pb2 as spb
+from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.lifecycle import Lifecycle
 from nnhal.server.metrics import Metrics
 
@@ -32,6 +43,46 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M")
 E = TypeVar("E")
+
+
+#: Room a response keeps beside its output pools (status, message, shapes, timing, profile):
+#: pools that leave less than this of the gRPC message limit are refused in-band instead.
+ENVELOPE_BYTES = 1 << 20
+
+
+def within_message_limit(msg: M, make: Callable[[], M]) -> M:
+    """``msg``, or — when it would not fit one gRPC message with room for the envelope
+    (:data:`ENVELOPE_BYTES`), so the client would get a transport error instead of an
+    answer — a fresh ``make()`` with INVALID_ARGUMENT saying why. ``ByteSize`` walks the
+    fields without copying the bytes."""
+    size: int = msg.ByteSize()  # type: ignore[attr-defined]
+    limit = wire.MAX_MESSAGE_BYTES - ENVELOPE_BYTES
+    if size <= limit:
+        return msg
+    refusal: M = wire.status_to(
+        make(),
+        ErrorStatus.INVALID_ARGUMENT,
+        f"the answer would carry {size} bytes of output; at most {limit} travel inline in one message "
+        "(use shared memory for larger outputs)",
+    )
+    return refusal
+
+
+def once(fn: Callable[[], None]) -> Callable[[], None]:
+    """``fn`` run at most once, by whichever thread calls first (a stream's end is seen both
+    by its generator's ``finally`` and by gRPC's termination callback)."""
+    lock = threading.Lock()
+    done = False
+
+    def run() -> None:
+        nonlocal done
+        with lock:
+            if done:
+                return
+            done = True
+        fn()
+
+    return run
 
 
 class Job(Protocol):
@@ -95,15 +146,20 @@ def launch_then_notify(
     what: str,
     lifecycle: Lifecycle,
     record: Record,
+    context: grpc.ServicerContext | None = None,
 ) -> Iterator[E]:
     """An asynchronous HAL call as a server stream (DESIGN.md §2): ``event(launch=…)`` with
     the launch status, then exactly one ``event(notify=…)``, whatever happens. A launch
     error is followed by a ``notify()`` message with the same status; otherwise the notify
-    is ``run(job)``, or its failure as a status. The job is closed on every path, also
-    when the client cancels the stream between the two messages (the generator is closed
-    at its first ``yield``). ``lifecycle`` counts the work from launch to notify and
-    refuses it while draining (DEVICE_UNAVAILABLE, as a launch error); ``record``
-    gets the notify's status, and the time since launch when the launch succeeded."""
+    is ``run(job)``, or its failure as a status. ``lifecycle`` counts the work from launch
+    to notify and refuses it while draining (DEVICE_UNAVAILABLE, as a launch error);
+    ``record`` gets the notify's status, and the time since launch when the launch succeeded.
+
+    The job is closed (and the work uncounted) exactly once on every path. When the
+    stream ends between the two messages (cancel, deadline, the client's death, the
+    server's stop) gRPC never resumes the generator: ``context``'s termination callback
+    then closes the job at once, and the generator's ``finally`` (run when it is
+    collected) finds nothing left to do; without a ``context`` that ``finally`` alone does it."""
     t0 = time.perf_counter()
     counted = False
     try:
@@ -118,8 +174,34 @@ def launch_then_notify(
         yield event(launch=wire.status_to(spb.StatusMessage(), status, message))
         yield event(notify=wire.status_to(notify(), status, message))
         return
+
+    def finish() -> None:
+        try:
+            job.close()
+        finally:
+            lifecycle.leave()
+
+    end = once(finish)
+    # "parked": suspended at the launch message, the job held by no thread; "running": the
+    # generator resumed; "abandoned": the stream ended while parked and the job was closed.
+    state = ["parked"]
+    lock = threading.Lock()
+
+    def on_termination() -> None:
+        with lock:
+            if state[0] != "parked":
+                return
+            state[0] = "abandoned"
+        end()
+
     try:
+        if context is not None:
+            context.add_callback(on_termination)
         yield event(launch=wire.status_to(spb.StatusMessage(), ErrorStatus.NONE, ""))
+        with lock:
+            if state[0] == "abandoned":
+                return
+            state[0] = "running"
         try:
             result = run(job)
         except Exception as err:
@@ -127,5 +209,109 @@ def launch_then_notify(
         record(result.status, time.perf_counter() - t0)
         yield event(notify=result)
     finally:
-        job.close()
-        lifecycle.leave()
+        end()
+
+
+# -- long-lived calls ---------------------------------------------------------------
+#: Defaults of the caps (``DeviceConfig`` fields of the same names override them).
+MAX_BURSTS_PER_CLIENT = 16
+MAX_FENCE_WAITS_PER_CLIENT = 16
+#: Worker threads kept free of long-lived calls and queued executions: health, stats,
+#: releases, new connections always find one.
+RESERVED_THREADS = 16
+#: The total cap is never below this, however the thread budget is configured.
+_MIN_TOTAL = 8
+#: The server's ``max_threads`` when the config does not say (serve.ServerOptions' default).
+_DEFAULT_MAX_THREADS = 256
+
+
+def default_long_call_total(config: DeviceConfig) -> int:
+    """The total cap on long-lived calls when none is configured: the worker threads
+    (``max_threads``) minus those sessions may hold (one each), minus those admitted
+    executions may hold while queued or running (``slots + queue_depth``), minus
+    :data:`RESERVED_THREADS`; at least 8."""
+    threads = int(getattr(config, "max_threads", _DEFAULT_MAX_THREADS))
+    busy = config.max_sessions + config.slots + config.queue_depth + RESERVED_THREADS
+    return max(_MIN_TOTAL, threads - busy)
+
+
+class LongCalls:
+    """Counts of long-lived calls by kind and client, capped. Thread-safe; its lock is a leaf.
+
+    ``per_client``: kind -> cap for one client (a session, or for a burst stream the
+    connection that opened it: its session is only named by its first request, which an
+    idle stream never sends). ``total``: cap over every kind and client."""
+
+    def __init__(self, per_client: dict[str, int], total: int) -> None:
+        self.per_client = dict(per_client)
+        self.total = max(1, total)
+        self._lock = threading.Lock()
+        self._held: dict[tuple[str, str], int] = {}
+        self._all = 0
+
+    @classmethod
+    def of(cls, config: DeviceConfig) -> LongCalls:
+        per_client = {
+            "burst": int(getattr(config, "max_bursts_per_session", MAX_BURSTS_PER_CLIENT)),
+            "fence wait": int(getattr(config, "max_fence_waits_per_session", MAX_FENCE_WAITS_PER_CLIENT)),
+        }
+        total = int(getattr(config, "max_long_calls", 0)) or default_long_call_total(config)
+        return cls(per_client, total)
+
+    @property
+    def in_progress(self) -> int:
+        with self._lock:
+            return self._all
+
+    def held(self, kind: str, client: str) -> int:
+        with self._lock:
+            return self._held.get((kind, client), 0)
+
+    def enter(self, kind: str, client: str) -> None:
+        """Count one call; RESOURCE_EXHAUSTED_TRANSIENT (naming the cap) past a cap."""
+        cap = self.per_client[kind]
+        with self._lock:
+            mine = self._held.get((kind, client), 0)
+            if mine >= cap:
+                raise ResourceExhaustedTransient(
+                    f"this client already has {mine} {kind}s in progress (the cap per client is {cap}); "
+                    "end one first, or retry later"
+                )
+            if self._all >= self.total:
+                raise ResourceExhaustedTransient(
+                    f"the server already has {self._all} bursts and fence waits in progress (the cap is "
+                    f"{self.total}, so that other calls always find a thread); retry later"
+                )
+            self._held[(kind, client)] = mine + 1
+            self._all += 1
+
+    def leave(self, kind: str, client: str) -> None:
+        with self._lock:
+            left = self._held.get((kind, client), 0) - 1
+            if left > 0:
+                self._held[(kind, client)] = left
+            else:
+                self._held.pop((kind, client), None)  # nothing is kept for a client holding none
+            self._all -= 1
+
+    @contextmanager
+    def holding(self, kind: str, client: str) -> Iterator[None]:
+        """``enter`` / ``leave`` around a block."""
+        self.enter(kind, client)
+        try:
+            yield
+        finally:
+            self.leave(kind, client)
+
+
+_LONG_CALLS: weakref.WeakKeyDictionary[Driver, LongCalls] = weakref.WeakKeyDictionary()
+_LONG_CALLS_LOCK = threading.Lock()
+
+
+def long_calls(driver: Driver) -> LongCalls:
+    """The one ``LongCalls`` of ``driver``, shared by its servicers (the total cap spans them)."""
+    with _LONG_CALLS_LOCK:
+        calls = _LONG_CALLS.get(driver)
+        if calls is None:
+            calls = _LONG_CALLS[driver] = LongCalls.of(driver.config)
+        return calls

@@ -46,7 +46,11 @@ def _preference_from(value: int) -> ExecutionPreference:
 
 
 def prepare_stream(
-    launch: Callable[[], PrepareJob], want_cache: bool, lifecycle: Lifecycle, record: Record
+    launch: Callable[[], PrepareJob],
+    want_cache: bool,
+    lifecycle: Lifecycle,
+    record: Record,
+    context: grpc.ServicerContext | None = None,
 ) -> Iterator[spb.PrepareModelEvent]:
     """Launch status, then exactly one notify carrying the prepared model's handle."""
 
@@ -60,7 +64,7 @@ def prepare_stream(
         return notify
 
     return launch_then_notify(
-        spb.PrepareModelEvent, spb.PrepareModelNotify, launch, finish, "a preparation", lifecycle, record
+        spb.PrepareModelEvent, spb.PrepareModelNotify, launch, finish, "a preparation", lifecycle, record, context
     )
 
 
@@ -111,6 +115,8 @@ class DeviceServicer(sgrpc.DeviceServicer):
             self._lifecycle.unwatch(wake)
             self.metrics.session_ended("server" if self._lifecycle.stopping else "client")
             self.driver.close_session(session.id)
+            # The fairness record the scheduler keeps per client (dropped unless it has work left).
+            self.driver.scheduler.forget(session.client_key)
 
     def _session(self, sid: str) -> Session:
         return self.driver.session(sid)
@@ -181,7 +187,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
                 bytes(request.token),
             )
 
-        return prepare_stream(launch, request.want_cache, self._lifecycle, self._record_prepare)
+        return prepare_stream(launch, request.want_cache, self._lifecycle, self._record_prepare, context)
 
     def prepareModelFromCache_1_3(
         self, request: spb.PrepareModelFromCacheRequest, context: grpc.ServicerContext
@@ -195,7 +201,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
                 wire.deadline_from(request.deadline),
             )
 
-        return prepare_stream(launch, False, self._lifecycle, self._record_cache)
+        return prepare_stream(launch, False, self._lifecycle, self._record_cache, context)
 
     # -- memory domains -----------------------------------------------------------
     @guarded(spb.AllocateResponse)

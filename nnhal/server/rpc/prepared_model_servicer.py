@@ -6,6 +6,15 @@ followed by a notify with the same status. The launched job is closed on every
 path (its scheduler ticket and bound pools given back), also when the client
 cancels the stream between the two messages.
 
+Long-lived calls are capped (``common.LongCalls``): an open burst stream per
+connection (its session is only named by its first request, which an idle stream
+never sends) and a ``getExecutionInfo(wait=True)`` still waiting per client (its session,
+or every session of one verified mTLS identity), and
+both together over the server. A burst stream past a cap gets one response with
+RESOURCE_EXHAUSTED_TRANSIENT (naming the cap) and ends; a fence wait past a cap gets
+that status at once (signalled false) — unless its fence has signalled already.
+A response that would not fit one gRPC message is INVALID_ARGUMENT instead.
+
 While the server drains, new executions of every kind (also a burst's next
 execution) are refused with DEVICE_UNAVAILABLE; launched ones are counted from
 launch to result (``Lifecycle``), fenced ones by their scheduler ticket.
@@ -19,15 +28,30 @@ from collections.abc import Iterator
 import grpc
 
 from nnhal.core import wire
+from nnhal.core.errors import HalError
+from nnhal.core.types import FencedExecutionInfo
 from nnhal.proto import service_pb2 as spb
 from nnhal.proto import service_pb2_grpc as sgrpc
 from nnhal.server.driver import Driver
 from nnhal.server.jobs import ExecutionJob
 from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import Record, failure, guarded, launch_then_notify, recorder
+from nnhal.server.rpc.common import (
+    Record,
+    failure,
+    guarded,
+    launch_then_notify,
+    long_calls,
+    once,
+    recorder,
+    within_message_limit,
+)
+from nnhal.server.session import Session
 
 #: getExecutionInfo answers this long before the caller's gRPC deadline expires.
 _INFO_MARGIN_S = 0.05
+#: A fence wait looks this often whether its caller is still there (a cancelled call's
+#: thread and cap slot are given back within this).
+_INFO_SLICE_S = 0.5
 
 
 class PreparedModelServicer(sgrpc.PreparedModelServicer):
@@ -40,6 +64,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         self._record_sync = recorder(metrics, "executeSynchronously_1_3", observe)
         self._record_async = recorder(metrics, "execute_1_3", observe)
         self._record_burst = recorder(metrics, "configureExecutionBurst", observe)
+        self._long_calls = long_calls(driver)
 
     def _launch(self, request: spb.ExecuteRequest) -> ExecutionJob:
         return self.driver.begin_execute(
@@ -71,7 +96,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
                 record(msg.status, None)
                 return msg
             try:
-                msg = wire.execution_result_to(job.run())
+                msg = within_message_limit(wire.execution_result_to(job.run()), spb.ExecuteResult)
             except Exception as err:
                 msg = wire.status_to(spb.ExecuteResult(), *failure(err, f"in {what}"))
             finally:
@@ -86,18 +111,33 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
             spb.ExecuteEvent,
             spb.ExecuteResult,
             lambda: self._launch(request),
-            lambda job: wire.execution_result_to(job.run()),
+            lambda job: within_message_limit(wire.execution_result_to(job.run()), spb.ExecuteResult),
             "an execution",
             self._lifecycle,
             self._record_async,
+            context,
         )
 
     def configureExecutionBurst(
         self, request_iterator: Iterator[spb.BurstRequest], context: grpc.ServicerContext
     ) -> Iterator[spb.BurstResponse]:
-        """A burst: one stream, many executions, answered in order."""
-        for req in request_iterator:
-            yield spb.BurstResponse(result=self._execute_sync(req.execute, "a burst execution", self._record_burst))
+        """A burst: one stream, many executions, answered in order. Counted against the
+        caps from its start (an idle stream holds a thread too), keyed by its connection."""
+        peer = context.peer() or ""
+        try:
+            self._long_calls.enter("burst", peer)
+        except HalError as err:
+            self.metrics.rpc("configureExecutionBurst", err.error_status)
+            yield spb.BurstResponse(result=wire.status_to(spb.ExecuteResult(), err.error_status, err.message))
+            return
+        # Given back when the stream ends, also when gRPC never resumes this generator.
+        leave = once(lambda: self._long_calls.leave("burst", peer))
+        context.add_callback(leave)
+        try:
+            for req in request_iterator:
+                yield spb.BurstResponse(result=self._execute_sync(req.execute, "a burst execution", self._record_burst))
+        finally:
+            leave()
 
     @guarded(spb.FencedExecuteResponse)
     def executeFenced(
@@ -127,10 +167,22 @@ class FencedExecutionCallbackServicer(sgrpc.FencedExecutionCallbackServicer):
         """``metrics``: the server's (a fresh, unserved set when None)."""
         self.driver = driver
         self.metrics = metrics or Metrics(driver)
+        self._long_calls = long_calls(driver)
 
     @guarded(spb.FencedInfoResponse)
     def getExecutionInfo(self, request: spb.FencedInfoRequest, context: grpc.ServicerContext) -> spb.FencedInfoResponse:
         session = self.driver.session(request.session)
-        remaining = context.time_remaining()
-        timeout = None if remaining is None else max(0.0, remaining - _INFO_MARGIN_S)
-        return wire.fenced_info_to(self.driver.fenced_info(session, request.callback, request.wait, timeout))
+        info = self.driver.fenced_info(session, request.callback, False, None)
+        if request.wait and not info.signalled:
+            with self._long_calls.holding("fence wait", session.client_key):
+                info = self._wait(session, request.callback, context)
+        return within_message_limit(wire.fenced_info_to(info), spb.FencedInfoResponse)
+
+    def _wait(self, session: Session, callback: str, context: grpc.ServicerContext) -> FencedExecutionInfo:
+        """Wait for the fence until it signals, the caller's deadline is near or the caller is gone."""
+        while True:
+            remaining = context.time_remaining()
+            timeout = _INFO_SLICE_S if remaining is None else max(0.0, min(_INFO_SLICE_S, remaining - _INFO_MARGIN_S))
+            info = self.driver.fenced_info(session, callback, True, timeout)
+            if info.signalled or timeout < _INFO_SLICE_S or not context.is_active():
+                return info
