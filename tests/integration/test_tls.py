@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import logging
 import os
 import subprocess
 import sys
@@ -32,6 +33,8 @@ from nnhal.core.enums import OperationType as O
 from nnhal.core.errors import DeadObject, ResourceExhaustedTransient
 from nnhal.core.types import Model
 from nnhal.proto import service_pb2 as spb
+from nnhal.server.rpc import serve
+from nnhal.server.rpc.identity import load_server_tls
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model
 
@@ -276,3 +279,22 @@ def test_serve_tls_settings_from_the_environment_and_print_config(pki: Pki) -> N
     assert done.returncode == 0, done.stderr
     assert f'tls_cert = "{pki.server[0]}"' in done.stdout
     assert "env NNHAL_SERVE_TLS_CERT" in done.stdout
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_plaintext_on_a_reachable_address_warns(
+    pki: Pki, tls: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Only loopback is ever bound in tests: the address is made to look reachable instead.
+    monkeypatch.setattr(serve, "is_loopback_host", lambda host: False)
+    server_tls = load_server_tls(*pki.server) if tls else None
+    with caplog.at_level(logging.WARNING, logger=serve.__name__):
+        server = serve.Server(serve.ServerOptions(listen=["127.0.0.1:0"], tls=server_tls))
+        server.stop(0)
+    warned = [r.getMessage() for r in caplog.records if "PLAINTEXT" in r.getMessage()]
+    assert bool(warned) != tls, warned
+
+
+def test_loopback_hosts() -> None:
+    assert all(serve.is_loopback_host(h) for h in ("127.0.0.1", "127.1.2.3", "localhost", "[::1]", "::1"))
+    assert not any(serve.is_loopback_host(h) for h in ("0.0.0.0", "[::]", "10.0.0.1", "example.com"))
