@@ -33,6 +33,7 @@ from nnhal.core.enums import OperationType as O
 from nnhal.core.errors import DeadObject, ResourceExhaustedTransient
 from nnhal.core.types import Model
 from nnhal.proto import service_pb2 as spb
+from nnhal.server.driver import ClientQuotas
 from nnhal.server.rpc import serve
 from nnhal.server.rpc.identity import load_server_tls
 from nnhal.testing.local_server import LocalServer
@@ -298,3 +299,23 @@ def test_plaintext_on_a_reachable_address_warns(
 def test_loopback_hosts() -> None:
     assert all(serve.is_loopback_host(h) for h in ("127.0.0.1", "127.1.2.3", "localhost", "[::1]", "::1"))
     assert not any(serve.is_loopback_host(h) for h in ("0.0.0.0", "[::]", "10.0.0.1", "example.com"))
+
+
+def test_client_quotas_share_the_limit_and_give_back_per_session() -> None:
+    q = ClientQuotas(per_client=100)
+    q.open_client_session("s1", "x509:a")
+    q.open_client_session("s2", "x509:a")
+    q.open_client_session("s3", None)  # no identity: its own quota
+    q.charge("s1", 60)
+    with pytest.raises(ResourceExhaustedTransient):
+        q.charge("s2", 60)
+    q.charge("s3", 60)
+    assert q.close_session("s1") == 60  # only s1's bytes go back
+    q.charge("s2", 60)
+    with pytest.raises(ResourceExhaustedTransient):
+        q.charge("s2", 60)
+    q.uncharge("s2", 60)
+    q.charge("s2", 100)
+    assert q.close_session("s2") == 100 and q.close_session("s3") == 60 and q.total == 0
+    q.open_client_session("s4", "x509:a")  # the identity's account starts afresh
+    q.charge("s4", 100)
