@@ -29,7 +29,10 @@ def test_every_setting_has_a_flag_and_an_env_name() -> None:
     args = build_parser().parse_args(["serve"])
     for s in config.SETTINGS:
         assert hasattr(args, s.key) and getattr(args, s.key) is None, s.key
-        assert s.env == "NNHAL_" + s.flag[2:].replace("-", "_").upper()
+        # Serve-side TLS files are NNHAL_SERVE_TLS_*: NNHAL_TLS_* belong to the client (a test
+        # or tool that starts a server and connects to it reads both from one environment).
+        serve_only = "SERVE_" if s.key.startswith("tls_") else ""
+        assert s.env == "NNHAL_" + serve_only + s.flag[2:].replace("-", "_").upper()
 
 
 def test_defaults_when_nothing_is_given() -> None:
