@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from nnhal.client.buffer import Buffer
 from nnhal.client.callbacks import Callback
@@ -48,6 +48,7 @@ from nnhal.client.invalid_device import InvalidDevice
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.recovery import Recoverer, dead_after_failed_recovery, in_background
 from nnhal.client.remote import wait_bound
+from nnhal.client.remote.transport import TlsConfig
 from nnhal.client.resilient_prepared_model import ResilientPreparedModel
 from nnhal.core.enums import DeviceStatus, DeviceType, ExecutionPreference, Priority
 from nnhal.core.errors import DeadObject, HalError
@@ -90,13 +91,15 @@ class ResilientDevice:
         timeout: float = 10.0,
         recover_timeout: float = 5.0,
         keepalive_ms: int | None = None,
+        tls: TlsConfig | Literal[False] | None = None,
     ) -> ResilientDevice:
         """Connect to ``address``; reconnect there (within ``recover_timeout`` s) after a death.
+        ``tls`` as for ``Device.connect`` (every reconnection uses it too).
 
         Raises DeadObject if no server answers within ``timeout`` seconds."""
 
         def make(t: float) -> Device:
-            return Device.connect(address, client_name=client_name, timeout=t, keepalive_ms=keepalive_ms)
+            return Device.connect(address, client_name=client_name, timeout=t, keepalive_ms=keepalive_ms, tls=tls)
 
         return cls(lambda: make(recover_timeout), make(timeout))
 
