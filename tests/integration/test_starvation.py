@@ -26,7 +26,14 @@ from nnhal.client.device import Device
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import ResourceExhaustedTransient
-from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
+from nnhal.core.types import (
+    DataLocation,
+    ExecutionResult,
+    FencedExecutionInfo,
+    InlinePool,
+    Request,
+    RequestArgument,
+)
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.driver import DeviceConfig
 from nnhal.server.rpc.common import (
@@ -37,6 +44,7 @@ from nnhal.server.rpc.common import (
     default_long_call_total,
     within_message_limit,
 )
+from nnhal.server.rpc.prepared_model_servicer import refused_info, refused_result
 from nnhal.testing import LocalServer
 from tests.conftest import add_model
 
@@ -167,6 +175,51 @@ def test_one_sessions_long_calls_do_not_starve_another_client(starve_server: Loc
         _until(lambda: dev.stats()["sessions"] == 1, "the attacker's session to end")
 
 
+@pytest.mark.integration
+def test_many_sessions_together_stop_at_the_total_cap(starve_server: LocalServer) -> None:
+    """4 sessions x 16 idle bursts exceed the total (46 by default): the rest is refused
+    naming the total cap, and health, stats and new connections still answer."""
+    srv = starve_server
+    total = default_long_call_total(DeviceConfig())
+    stop = threading.Event()
+
+    def idle() -> Iterator[spb.BurstRequest]:
+        stop.wait(SETTLE_BOUND_S * 2)
+        return
+        yield
+
+    devices = [Device.connect(srv.address, client_name=f"greedy-{k}") for k in range(4)]
+    calls: list[Any] = []
+    readers = ThreadPoolExecutor(total + 8)
+    try:
+        for dev in devices:
+            for _ in range(MAX_BURSTS_PER_CLIENT):
+                calls.append(
+                    dev.remote.stubs.prepared_model.configureExecutionBurst(idle(), timeout=SETTLE_BOUND_S * 2)
+                )
+        firsts = [readers.submit(next, call) for call in calls]
+        refused_count = len(calls) - total
+        _until(lambda: sum(f.done() for f in firsts) >= refused_count, "bursts refused at the total cap")
+        refused = [f.result() for f in firsts if f.done()]
+        assert len(refused) == refused_count
+        for first in refused:
+            assert first.result.status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
+            assert f"the cap is {total}" in first.result.message
+        t0 = time.monotonic()
+        with Device.connect(srv.address, client_name="newcomer") as other:
+            assert other.stats()["sessions"] == 5
+        took = time.monotonic() - t0
+        print(f"\n{refused_count} of {len(calls)} refused at the total cap {total}; connect+stats {took * 1000:.0f} ms")
+        assert took < ANSWER_BOUND_S
+    finally:
+        stop.set()
+        for call in calls:
+            call.cancel()
+        readers.shutdown(wait=True)
+        for dev in devices:
+            dev.close()
+
+
 # -- in process: the caps' arithmetic --------------------------------------------------
 def test_caps_per_client_and_in_total() -> None:
     calls = LongCalls({"burst": 2, "fence wait": 1}, total=3)
@@ -199,15 +252,13 @@ def test_an_answer_over_the_message_limit_becomes_an_in_band_status(monkeypatch:
 
     limit = ENVELOPE_BYTES + 4096
     monkeypatch.setattr(wire_module, "MAX_MESSAGE_BYTES", limit)
-    small = spb.ExecuteResult()
-    small.output_pools.add(pool_index=1, data=b"x" * 100)
-    assert within_message_limit(small, spb.ExecuteResult) is small
-    big = spb.ExecuteResult()
-    big.output_pools.add(pool_index=1, data=b"x" * 4097)  # within the limit, not with the envelope
-    answer = within_message_limit(big, spb.ExecuteResult)
-    assert answer.status == int(ErrorStatus.INVALID_ARGUMENT) and not answer.output_pools
+    small = ExecutionResult(output_pools={1: b"x" * 100})
+    assert within_message_limit(small, refused_result) is small
+    big = ExecutionResult(output_pools={1: b"x" * 4000, 2: b"x" * 97})  # fits the limit, not the envelope
+    answer = within_message_limit(big, refused_result)
+    assert answer.status == ErrorStatus.INVALID_ARGUMENT and not answer.output_pools
     assert "shared memory" in answer.message
-    fenced = spb.FencedInfoResponse(signalled=True)
-    fenced.output_pools.add(pool_index=0, data=b"y" * 8192)
-    assert within_message_limit(fenced, spb.FencedInfoResponse).status == int(ErrorStatus.INVALID_ARGUMENT)
+    fenced = FencedExecutionInfo(True, ErrorStatus.NONE, output_pools={0: b"y" * 8192})
+    refused = within_message_limit(fenced, refused_info)
+    assert refused.signalled and refused.status == ErrorStatus.INVALID_ARGUMENT
     assert limit == wire.MAX_MESSAGE_BYTES

@@ -50,22 +50,29 @@ E = TypeVar("E")
 ENVELOPE_BYTES = 1 << 20
 
 
-def within_message_limit(msg: M, make: Callable[[], M]) -> M:
-    """``msg``, or — when it would not fit one gRPC message with room for the envelope
-    (:data:`ENVELOPE_BYTES`), so the client would get a transport error instead of an
-    answer — a fresh ``make()`` with INVALID_ARGUMENT saying why. ``ByteSize`` walks the
-    fields without copying the bytes."""
-    size: int = msg.ByteSize()  # type: ignore[attr-defined]
+class HasOutputPools(Protocol):
+    @property
+    def output_pools(self) -> dict[int, bytes]: ...
+
+
+R = TypeVar("R", bound=HasOutputPools)
+
+
+def within_message_limit(result: R, refuse: Callable[[ErrorStatus, str], R]) -> R:
+    """``result`` (an ExecutionResult or FencedExecutionInfo), or — when its output pools
+    would not fit one gRPC message with room for the envelope (:data:`ENVELOPE_BYTES`), so
+    the client would get a transport error instead of an answer — ``refuse(INVALID_ARGUMENT,
+    why)``. Measured on the canonical result (lengths of bytes, free), not the message
+    (``ByteSize`` serializes it: 135 ms for 64 MiB)."""
+    size = sum(len(data) for data in result.output_pools.values())
     limit = wire.MAX_MESSAGE_BYTES - ENVELOPE_BYTES
     if size <= limit:
-        return msg
-    refusal: M = wire.status_to(
-        make(),
+        return result
+    return refuse(
         ErrorStatus.INVALID_ARGUMENT,
-        f"the answer would carry {size} bytes of output; at most {limit} travel inline in one message "
-        "(use shared memory for larger outputs)",
+        f"the answer would carry {size} bytes of output pools; at most {limit} travel inline in one "
+        "message (use shared memory for larger outputs)",
     )
-    return refusal
 
 
 def once(fn: Callable[[], None]) -> Callable[[], None]:

@@ -28,8 +28,9 @@ from collections.abc import Iterator
 import grpc
 
 from nnhal.core import wire
+from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
-from nnhal.core.types import FencedExecutionInfo
+from nnhal.core.types import ExecutionResult, FencedExecutionInfo
 from nnhal.proto import service_pb2 as spb
 from nnhal.proto import service_pb2_grpc as sgrpc
 from nnhal.server.driver import Driver
@@ -46,6 +47,15 @@ from nnhal.server.rpc.common import (
     within_message_limit,
 )
 from nnhal.server.session import Session
+
+
+def refused_result(status: ErrorStatus, message: str) -> ExecutionResult:
+    return ExecutionResult(status, message)
+
+
+def refused_info(status: ErrorStatus, message: str) -> FencedExecutionInfo:
+    return FencedExecutionInfo(True, status, message)
+
 
 #: getExecutionInfo answers this long before the caller's gRPC deadline expires.
 _INFO_MARGIN_S = 0.05
@@ -96,7 +106,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
                 record(msg.status, None)
                 return msg
             try:
-                msg = within_message_limit(wire.execution_result_to(job.run()), spb.ExecuteResult)
+                msg = wire.execution_result_to(within_message_limit(job.run(), refused_result))
             except Exception as err:
                 msg = wire.status_to(spb.ExecuteResult(), *failure(err, f"in {what}"))
             finally:
@@ -111,7 +121,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
             spb.ExecuteEvent,
             spb.ExecuteResult,
             lambda: self._launch(request),
-            lambda job: within_message_limit(wire.execution_result_to(job.run()), spb.ExecuteResult),
+            lambda job: wire.execution_result_to(within_message_limit(job.run(), refused_result)),
             "an execution",
             self._lifecycle,
             self._record_async,
@@ -176,7 +186,7 @@ class FencedExecutionCallbackServicer(sgrpc.FencedExecutionCallbackServicer):
         if request.wait and not info.signalled:
             with self._long_calls.holding("fence wait", session.client_key):
                 info = self._wait(session, request.callback, context)
-        return within_message_limit(wire.fenced_info_to(info), spb.FencedInfoResponse)
+        return wire.fenced_info_to(within_message_limit(info, refused_info))
 
     def _wait(self, session: Session, callback: str, context: grpc.ServicerContext) -> FencedExecutionInfo:
         """Wait for the fence until it signals, the caller's deadline is near or the caller is gone."""
