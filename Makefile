@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard protos/nnhal/proto/*.proto)
 ADDR   ?= 127.0.0.1:50051
 
-.PHONY: setup run test test-fast proto proto-check lint format bench conformance clean
+.PHONY: setup run test test-fast proto proto-check lint format bench conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -49,6 +49,10 @@ bench: setup
 
 conformance: setup
 	$(PY) -m nnhal conformance conformance/vectors --start
+
+# The long fuzz campaign (the suite runs a bounded one): NNHAL_FUZZ_SECONDS (600) or NNHAL_FUZZ_EXAMPLES (100000).
+fuzz: setup
+	$(PY) -m tests.fuzz.campaign
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

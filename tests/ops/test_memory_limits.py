@@ -130,3 +130,17 @@ def test_long_chains_hold_only_live_tensors() -> None:
     budget = Budget(LIMIT)
     graph.run([np.ones(4, np.float32)], budget.control())
     assert budget.peak <= 1 << 20
+
+
+def test_space_to_batch_paddings_are_reserved_before_padding() -> None:
+    """Found by the fuzz campaign: paddings of 2^20 on a 4-element input asked for 23 GiB."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [1, 2, 2, 1])
+    out = b.output(T.TENSOR_FLOAT32, [0, 0, 0, 0])
+    pads = b.const(T.TENSOR_INT32, [[0, 1 << 20], [0, 1 << 20]])
+    b.op(Op.SPACE_TO_BATCH_ND, [x, b.const(T.TENSOR_INT32, [2, 2]), pads], [out])
+    graph = PreparedGraph(b.build(), [])
+    budget = Budget(LIMIT)
+    err, peak = _peak_during(lambda: graph.run([np.ones((1, 2, 2, 1), np.float32)], budget.control()))
+    assert isinstance(err, ResourceExhaustedPersistent), err
+    assert peak < 16 << 20, peak

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.ops._activations import RECURRENT_ACTIVATIONS, cell_activation, sigmoid
 from nnhal.server.executor.ops._validation import check_known_rank, known_dims, presence
@@ -208,6 +209,7 @@ def run_cell(
     n_time, n_batch = x.shape[0], x.shape[1]
     nc = cell.n_cell
     # Input-side products of every step at once (they do not depend on the recurrence).
+    reserve_shape((n_time, n_batch, cell.w_x.shape[0] + cell.n_output), 8, copies=2)
     pre = (x.reshape(n_time * n_batch, -1) @ cell.w_x.T).reshape(n_time, n_batch, -1)
     if aux is not None and cell.w_aux is not None:
         pre += (aux.reshape(n_time * n_batch, -1) @ cell.w_aux.T).reshape(n_time, n_batch, -1)

@@ -294,6 +294,10 @@ def _conv_core(
     n = x.shape[0]
     if x.shape[3] != c:
         ctx.fail(f"input depth {x.shape[3]} != filter depth {c}")
+    # The result (the patches are reserved by window_taps): input positions times filters.
+    oh = out_size(x.shape[1], kh, g.stride_h, g.dilation_h, g.pad_top, g.pad_bottom)
+    ow = out_size(x.shape[2], kw, g.stride_w, g.dilation_w, g.pad_left, g.pad_right)
+    reserve_shape((n, max(oh, 0), max(ow, 0), o), 8, copies=2)
     if ctx.in_type(INPUT) in FLOAT_TYPES:
         matrix = state if isinstance(state, np.ndarray) else _gemm_filter(w, filter_op)
         cols, oh, ow = im2col(to_compute(x), g, kh, kw)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
+from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.ops._detection import (
     F32,
@@ -93,6 +94,7 @@ def execute_detection_postprocessing(ctx: ExecutionContext) -> None:
     if (regular and max_per_class <= 0) or (not regular and max_classes <= 0):
         ctx.fail("the per-class / per-detection limit must be positive")
     num_out = max_detections if regular else max_detections * max_classes
+    reserve_shape((batches, num_out, 7), 4)
 
     out_scores = np.zeros((batches, num_out), F32)
     out_boxes = np.zeros((batches, num_out, 4), F32)

@@ -95,6 +95,7 @@ def execute_hashtable_lookup(ctx: ExecutionContext) -> None:
     pos = np.searchsorted(keys, lookups)
     safe = np.minimum(pos, max(keys.shape[0] - 1, 0))
     hit = (pos < keys.shape[0]) & (keys[safe] == lookups) if keys.size else np.zeros(lookups.shape, bool)
+    reserve_shape((lookups.shape[0], *values.shape[1:]), values.itemsize)
     out = np.zeros((lookups.shape[0], *values.shape[1:]), dtype=values.dtype)
     out[hit] = values[safe[hit]]
     ctx.set_output(OUTPUT, out)

@@ -124,6 +124,7 @@ def _sample_axis(start: F32, step: F32, out: int, ratio: int, size: int) -> tupl
     One entry per (output cell, sample) pair, in that order; positions past the
     last pixel clamp to it as the reference does.
     """
+    reserve_shape((out, ratio), 8, copies=4)
     bin_size = F32(step / F32(ratio))
     cells = (step * np.arange(out, dtype=F32) + start).astype(F32)
     pos = (cells[:, None] + bin_size / F32(2)) + bin_size * np.arange(ratio, dtype=F32)[None, :]

@@ -329,6 +329,8 @@ def execute_space_to_batch(ctx: ExecutionContext) -> None:
         ctx.fail("paddings must be non-negative")
     (pt, pb), (pl, pr) = ((int(a), int(b)) for a, b in pads)
     value = ctx.zero_point(INPUT) if ctx.in_type(INPUT) in QUANT8_TYPES else 0
+    # The padded copy and the rearranged result.
+    reserve_shape((x.shape[0], x.shape[1] + pt + pb, x.shape[2] + pl + pr, x.shape[3]), x.itemsize, copies=2)
     padded = np.pad(
         x, [(0, 0), (pt, pb), (pl, pr), (0, 0)], mode="constant", constant_values=np.array(value, dtype=x.dtype)
     )
