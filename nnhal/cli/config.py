@@ -140,6 +140,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("memory_total", lambda t: whole(t, 0, "unlimited"), 0, "bytes in total (0 = unlimited)", "BYTES"),
     Setting("max_sessions", positive_int, 128, "sessions open at once (>= 1)", "N"),
     Setting("max_threads", positive_int, 256, "gRPC worker threads; each session holds one", "N"),
+    Setting("max_bursts_per_session", positive_int, 16, "open execution bursts per client (>= 1)", "N"),
+    Setting("max_fence_waits_per_session", positive_int, 16, "waiting getExecutionInfo calls per client", "N"),
+    Setting(
+        "max_long_calls",
+        lambda t: whole(t, 0, "derived"),
+        0,
+        "bursts and fence waits of all clients together (0: derived from the threads)",
+        "N",
+    ),
     Setting(
         "shm_dir",
         _shm_dir,

@@ -71,6 +71,9 @@ def server_options(r: config.Resolved) -> ServerOptions:
         memory_per_client=r["memory_per_client"],
         memory_total=r["memory_total"],
         max_sessions=r["max_sessions"],
+        max_bursts_per_session=r["max_bursts_per_session"],
+        max_fence_waits_per_session=r["max_fence_waits_per_session"],
+        max_long_calls=r["max_long_calls"],
         fault_injection=r["enable_fault_injection"],
         cache_secret=_cache_secret(r["cache_secret_file"]),
     )

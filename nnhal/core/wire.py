@@ -66,6 +66,16 @@ from nnhal.proto import types_pb2 as pb
 #: Messages up to 1 GiB each way: inline pools carry tensors (the 64 MiB benchmark and
 #: more). Inline pools of one request are held to it too: their contents travel in one.
 MAX_MESSAGE_BYTES = 1 << 30
+#: Room a response keeps beside inline pool contents (status, message, shapes, timing, profile).
+ENVELOPE_BYTES = 1 << 20
+
+
+def max_inline_bytes() -> int:
+    """Bytes of inline pool contents that fit one message with its envelope, either way
+    (read at call time, so a test may lower MAX_MESSAGE_BYTES)."""
+    return MAX_MESSAGE_BYTES - ENVELOPE_BYTES
+
+
 _UINT64_MAX = (1 << 64) - 1
 
 E = TypeVar("E", bound=IntEnum)

@@ -148,6 +148,13 @@ class DeviceConfig:
     memory_per_client: int = 0
     memory_total: int = 0
     max_sessions: int = 128
+    #: Long-lived calls (open bursts, getExecutionInfo waits) per client, and in total (0: derived
+    #: from the worker threads, so that some always stay free for health, stats and new clients).
+    max_bursts_per_session: int = 16
+    max_fence_waits_per_session: int = 16
+    max_long_calls: int = 0
+    #: The server's gRPC worker threads (ServerOptions.max_threads), for the derived total.
+    max_threads: int = 256
     fault_injection: bool = False
     #: Seals compilation caches; persist it (cache.load_secret) so caches survive restarts.
     cache_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nnhal.core import wire
 from nnhal.core.errors import InvalidArgument, ResourceExhaustedPersistent
 from nnhal.core.types import BufferTokenPool, InlinePool, MemoryPool, RequestArgument, SharedMemoryPool
-from nnhal.core.wire import MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
     from nnhal.server.buffers import DriverBuffer
@@ -375,12 +375,12 @@ def bind_pools(
     gets a private staging buffer of its size (pages only its arguments' bytes touch);
     RESOURCE_EXHAUSTED_PERSISTENT when even the address space for it is refused."""
     inline = sum(p.size for p in pools if isinstance(p, InlinePool))
-    if inline > MAX_MESSAGE_BYTES:
+    limit = wire.max_inline_bytes()
+    if inline > limit:
         # Checked before anything is allocated: a declared size is only a number, and the
-        # contents of inline pools have to fit one message in either direction.
+        # contents of inline pools have to fit one message, with its envelope, either way.
         raise InvalidArgument(
-            f"the inline pools declare {inline} bytes; at most {MAX_MESSAGE_BYTES} travel inline "
-            "(use shared memory for more)"
+            f"the inline pools declare {inline} bytes; at most {limit} travel inline (use shared memory for more)"
         )
     bound = BoundPools(cache)
     try:

@@ -283,3 +283,23 @@ def test_execution_messages_carry_the_deadline_and_options() -> None:
     assert 0.9e9 < msg.deadline.remaining_ns <= 1e9 and timeout == pytest.approx(1.0 + DEADLINE_MARGIN, abs=0.1)
     assert not plain.deadline.has_deadline and plain_timeout == DEFAULT_CALL_TIMEOUT
     assert isinstance(plain.deadline, pb.Deadline)
+
+
+def test_a_burst_the_server_ended_answers_with_a_status() -> None:
+    """A server refusing a burst past its cap (or draining) ends the stream; the next
+    execution on it is a status saying to open a new burst, not a StopIteration."""
+
+    def ended(requests: Iterator[Any], timeout: float) -> Iterator[Any]:
+        return iter(())
+
+    pm = SimpleNamespace(configureExecutionBurst=ended)
+    session = _offline_session(SimpleNamespace(device=SimpleNamespace(), prepared_model=pm))
+    try:
+        stream = session.open_burst()
+        result = session.burst_execute(stream, "pm", EMPTY, NO_DEADLINE)
+        assert result.status == ErrorStatus.GENERAL_FAILURE
+        assert "open a new burst" in result.message
+        assert not session.dead
+        session.close_burst(stream)
+    finally:
+        _close(session)

@@ -434,9 +434,14 @@ class RemoteSession:
             self._monitor.check()
             stream.requests.put(spb.BurstRequest(execute=msg))
             try:
-                response = self._invoke(lambda: next(stream.responses), "burst", had_deadline=False)
+                response = self._invoke(lambda: next(stream.responses, None), "burst", had_deadline=False)
             except HalError as err:
                 return ExecutionResult(err.error_status, err.message)
+        if response is None:  # the server ended the stream: a refusal past its cap, or a drain
+            return ExecutionResult(
+                ErrorStatus.GENERAL_FAILURE,
+                "the burst stream ended (refused or closed by the server); open a new burst",
+            )
         return wire.execution_result_from(response.result)
 
     def close_burst(self, stream: BurstStream) -> None:

@@ -45,9 +45,7 @@ M = TypeVar("M")
 E = TypeVar("E")
 
 
-#: Room a response keeps beside its output pools (status, message, shapes, timing, profile):
-#: pools that leave less than this of the gRPC message limit are refused in-band instead.
-ENVELOPE_BYTES = 1 << 20
+ENVELOPE_BYTES = wire.ENVELOPE_BYTES
 
 
 class HasOutputPools(Protocol):
@@ -65,7 +63,7 @@ def within_message_limit(result: R, refuse: Callable[[ErrorStatus, str], R]) -> 
     why)``. Measured on the canonical result (lengths of bytes, free), not the message
     (``ByteSize`` serializes it: 135 ms for 64 MiB)."""
     size = sum(len(data) for data in result.output_pools.values())
-    limit = wire.MAX_MESSAGE_BYTES - ENVELOPE_BYTES
+    limit = wire.max_inline_bytes()
     if size <= limit:
         return result
     return refuse(

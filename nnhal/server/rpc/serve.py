@@ -32,6 +32,7 @@ port file itself keeps one gRPC address per line.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -119,7 +120,7 @@ class Server:
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
-        self.driver = Driver(options.device)
+        self.driver = Driver(dataclasses.replace(options.device, max_threads=options.max_threads))
         self.metrics = Metrics(self.driver)
         #: The bound metrics address once ``start`` served it.
         self.metrics_address: str | None = None
