@@ -109,3 +109,13 @@ def test_runtime_parameters_that_cannot_resize_fail_the_execution() -> None:
         run(Op.RESIZE_BILINEAR, both, [tensor(F)])
     with pytest.raises(GeneralFailure, match="RESIZE_NEAREST_NEIGHBOR: output size 4x0 must be positive"):
         run(Op.RESIZE_NEAREST_NEIGHBOR, [(tensor(F, x.shape), x), (I32, 0), (I32, 4), (BOOL, False)], [tensor(F)])
+
+
+@pytest.mark.parametrize("op", [Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, 3e38])
+def test_non_finite_or_unrepresentable_scales_fail_the_execution(op: Op, bad: float) -> None:
+    """Found by the fuzz campaign: a NaN scale raised ValueError converting to int ("internal error")."""
+    x = np.ones((1, 1, 2, 2), np.float32)
+    ins = [(tensor(F, [1, 1, 2, 2]), x), (scalar(T.FLOAT32), bad), (scalar(T.FLOAT32), 2.0), (scalar(T.BOOL), True)]
+    with pytest.raises((GeneralFailure, InvalidArgument), match=r"finite|too large"):
+        run(op, ins, [tensor(F, [1, 1, 4, 4])])

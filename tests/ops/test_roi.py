@@ -106,3 +106,11 @@ def test_roi_pooling_quant_output_must_keep_input_quantization() -> None:
     with pytest.raises(InvalidArgument):
         validate(Op.ROI_POOLING, ins, [tensor(T.TENSOR_QUANT8_ASYMM, [1, 1, 1, 1], 0.5, 0)])
     assert validate(Op.ROI_POOLING, ins, [tensor(T.TENSOR_QUANT8_ASYMM, [1, 1, 1, 1], 0.5, 3)]) == HalVersion.V1_2
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_roi_align_rejects_non_finite_rois(bad: float) -> None:
+    """Found by the fuzz campaign: a NaN box became index -2^63 (IndexError, "internal error")."""
+    ins = _roi_align_inputs((tensor(F, [1, 2, 2, 1]), [1, 2, 3, 4]), (tensor(F, [1, 4]), [0, 0, bad, 2]))
+    with pytest.raises(GeneralFailure, match="malformed"):
+        run(Op.ROI_ALIGN, ins, [tensor(F, [1, 1, 1, 1])])

@@ -70,8 +70,14 @@ def execute_resize(ctx: ExecutionContext) -> None:
     if ctx.in_type(WIDTH) == T.INT32:
         out_w, out_h = int(ctx.scalar(WIDTH)), int(ctx.scalar(HEIGHT))
     else:
-        out_w = int(np.floor(np.float32(w) * np.float32(ctx.scalar(WIDTH))))
-        out_h = int(np.floor(np.float32(h) * np.float32(ctx.scalar(HEIGHT))))
+        scale_w, scale_h = np.float32(ctx.scalar(WIDTH)), np.float32(ctx.scalar(HEIGHT))
+        if not (np.isfinite(scale_w) and np.isfinite(scale_h)):
+            ctx.fail(f"scales {float(scale_h)} x {float(scale_w)} must be finite")
+        with np.errstate(over="ignore"):  # a product past float32 is inf: refused just below
+            out_w_f, out_h_f = np.floor(np.float32(w) * scale_w), np.floor(np.float32(h) * scale_h)
+        if not (np.isfinite(out_w_f) and np.isfinite(out_h_f)):
+            ctx.fail(f"scales {float(scale_h)} x {float(scale_w)} give an output too large to represent")
+        out_w, out_h = int(out_w_f), int(out_h_f)
     if out_w <= 0 or out_h <= 0:
         ctx.fail(f"output size {out_h}x{out_w} must be positive")
     # The result, and the float64 interpolation temporaries of its size.

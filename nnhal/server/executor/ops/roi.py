@@ -106,7 +106,9 @@ class _RoiInput:
 def _check_roi_bounds(ctx: ExecutionContext, r: _RoiInput, scaled: np.ndarray, rois: np.ndarray) -> None:
     """Reference's malformed-ROI checks: inside the feature map and x1 <= x2, y1 <= y2."""
     bad = (
-        np.any(rois < 0, axis=1)
+        ~np.all(np.isfinite(scaled), axis=1)
+        | ~np.all(np.isfinite(rois), axis=1)
+        | np.any(rois < 0, axis=1)
         | (scaled[:, 0] > r.width)
         | (scaled[:, 2] > r.width)
         | (scaled[:, 1] > r.height)
