@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from nnhal.core.enums import HalVersion, OperationType
-from nnhal.core.errors import InvalidArgument
+from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.core.types import SymmPerChannelQuantParams
 from tests.ops.elementwise_runner import T, run, scalar, tensor, validate
 
@@ -143,3 +143,18 @@ def test_float_bias_type_mismatch_is_invalid() -> None:
     ins += [(I32, 1)] * 4
     with pytest.raises(InvalidArgument, match="bias"):
         validate(Op.CONV_2D, ins, [tensor(T.TENSOR_FLOAT32)])
+
+
+@pytest.mark.parametrize("op", [Op.CONV_2D, Op.DEPTHWISE_CONV_2D])
+def test_a_bias_of_the_wrong_length_at_run_time_fails_with_a_status(op: Op) -> None:
+    """Found by make fuzz: a bias whose dims the model left unknown was broadcast (ValueError)."""
+    x = np.ones((1, 2, 2, 1), np.float32)
+    w = np.ones((1, 1, 1, 2), np.float32) if op == Op.DEPTHWISE_CONV_2D else np.ones((2, 1, 1, 1), np.float32)
+    ins = [
+        (tensor(T.TENSOR_FLOAT32, x.shape), x),
+        (tensor(T.TENSOR_FLOAT32, w.shape), w),
+        (tensor(T.TENSOR_FLOAT32, (3,)), np.zeros(3)),
+    ]
+    ins += [(I32, v) for v in ((2, 1, 1, 2, 0) if op == Op.DEPTHWISE_CONV_2D else (2, 1, 1, 0))]
+    with pytest.raises(GeneralFailure, match="bias has shape"):
+        run(op, ins, [tensor(T.TENSOR_FLOAT32)])

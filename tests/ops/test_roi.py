@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from nnhal.core.enums import HalVersion
@@ -114,3 +115,22 @@ def test_roi_align_rejects_non_finite_rois(bad: float) -> None:
     ins = _roi_align_inputs((tensor(F, [1, 2, 2, 1]), [1, 2, 3, 4]), (tensor(F, [1, 4]), [0, 0, bad, 2]))
     with pytest.raises(GeneralFailure, match="malformed"):
         run(Op.ROI_ALIGN, ins, [tensor(F, [1, 1, 1, 1])])
+
+
+def test_roi_pooling_loops_observe_the_execution_time_limit() -> None:
+    """Found by make fuzz: a 1-box pooling to a huge output size ran 52 s in a Python loop;
+    the loop now checkpoints, so the server's maximum execution time ends it."""
+    from nnhal.core.errors import MissedDeadlinePersistent
+    from nnhal.server.executor.context import ExecutionContext
+    from nnhal.server.executor.graph import ExecutionControl
+    from nnhal.server.executor.registry import lookup
+
+    ins = _roi_pool_inputs((tensor(F, [1, 2, 2, 1]), [1, 2, 3, 4]), (tensor(F, [1, 4]), [0, 0, 1, 1]), 64)
+    values = [np.asarray(v, np.float32).reshape(o.dimensions) if o.dimensions else np.asarray(v) for o, v in ins]
+    control = ExecutionControl(max_execution_ns=0)
+    control.start()
+    ctx = ExecutionContext(Op.ROI_POOLING, values, [o for o, _ in ins], [tensor(F)], None, False, control)
+    spec = lookup(Op.ROI_POOLING)
+    assert spec is not None
+    with pytest.raises(MissedDeadlinePersistent):
+        spec.execute(ctx)

@@ -24,6 +24,8 @@ from typing import Protocol
 class Holder(Protocol):
     def hold(self, nbytes: int) -> None: ...
 
+    def drop(self, nbytes: int) -> None: ...
+
 
 class _Current(threading.local):
     holder: Holder | None = None
@@ -52,7 +54,18 @@ def reserve(nbytes: int) -> None:
         holder.hold(nbytes)
 
 
+def release(nbytes: int) -> None:
+    """Scratch of ``nbytes`` reserved earlier in this operation was freed (a loop's previous pass)."""
+    holder = _CURRENT.holder
+    if holder is not None and nbytes > 0:
+        holder.drop(nbytes)
+
+
+def shape_bytes(shape: Iterable[int], itemsize: int, copies: int = 1) -> int:
+    return math.prod(max(int(d), 0) for d in shape) * itemsize * copies
+
+
 def reserve_shape(shape: Iterable[int], itemsize: int, copies: int = 1) -> None:
     """``reserve`` for ``copies`` arrays of ``shape`` with ``itemsize``-byte elements."""
     if _CURRENT.holder is not None:
-        reserve(math.prod(max(int(d), 0) for d in shape) * itemsize * copies)
+        reserve(shape_bytes(shape, itemsize, copies))

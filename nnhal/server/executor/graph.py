@@ -93,6 +93,10 @@ class ExecutionControl:
             self.reserved += grow
         self.held = held
 
+    def drop(self, nbytes: int) -> None:
+        """``nbytes`` held are free again (the grant stays: it is the high-water mark)."""
+        self.held -= nbytes
+
     def release_all(self) -> None:
         """Give back every byte ``reserve`` granted (the execution is over)."""
         granted, self.reserved, self.held = self.reserved, 0, 0

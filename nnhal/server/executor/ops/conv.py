@@ -286,6 +286,14 @@ def _finish_quant(
     return out.reshape(acc.shape)
 
 
+def _bias(ctx: ExecutionContext, channels: int) -> np.ndarray:
+    """The bias, one value per output channel (its dims may be left to the request)."""
+    bias = ctx.tensor(BIAS)
+    if bias.shape != (channels,):
+        ctx.fail(f"bias has shape {list(bias.shape)}, expected [{channels}]")
+    return bias
+
+
 def _conv_core(
     ctx: ExecutionContext, x: np.ndarray, w: np.ndarray, bias: np.ndarray, g: Geometry, state: Any, filter_op: Any
 ) -> np.ndarray:
@@ -319,7 +327,7 @@ def execute_conv(ctx: ExecutionContext) -> None:
     x = to_nhwc(ctx.tensor(INPUT), bool(g0))
     w = ctx.tensor(FILTER)
     g = _geometry(ctx, explicit, 3, (w.shape[1], w.shape[2]), (x.shape[1], x.shape[2]), False)
-    out = _conv_core(ctx, x, w, ctx.tensor(BIAS), g, ctx.state, ctx.in_operands[FILTER])
+    out = _conv_core(ctx, x, w, _bias(ctx, w.shape[0]), g, ctx.state, ctx.in_operands[FILTER])
     ctx.set_output(0, from_nhwc(out, g.nchw))
 
 
@@ -358,7 +366,7 @@ def execute_depthwise(ctx: ExecutionContext) -> None:
     for k, view in enumerate(_taps(xp, g, kh, kw, oh, ow)):
         np.multiply(view, wt[k // kw, k % kw], out=tmp)
         acc += tmp
-    bias = ctx.tensor(BIAS)
+    bias = _bias(ctx, oc)
     if quant:
         state = ctx.state
         if not isinstance(state, QuantState):
@@ -393,7 +401,7 @@ def execute_grouped(ctx: ExecutionContext) -> None:
     if groups < 1 or c % groups or o % groups or w.shape[3] * groups != c:
         ctx.fail(f"{groups} groups do not divide input depth {c} / output depth {o}")
     cg, og = c // groups, o // groups
-    bias = ctx.tensor(BIAS)
+    bias = _bias(ctx, o)
     filter_op = ctx.in_operands[FILTER]
     outs = []
     for k in range(groups):
@@ -460,7 +468,7 @@ def execute_transpose(ctx: ExecutionContext) -> None:
             contrib = (flat @ wm[:, i, j, :].T).reshape(nb, h, wd, o)
             full[:, i : i + (h - 1) * sh + 1 : sh, j : j + (wd - 1) * sw + 1 : sw, :] += contrib
     out = full[:, pt : pt + oh, pl : pl + ow, :]
-    bias = ctx.tensor(BIAS)
+    bias = _bias(ctx, o)
     if quant:
         qm, shf = channel_multipliers(ctx.scale(INPUT), _filter_scales(filter_op, o), ctx.out_scale(0))
         result = _finish_quant(ctx, np.ascontiguousarray(out), bias, qm, shf, act)

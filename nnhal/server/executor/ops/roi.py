@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperandType, OperationType
+from nnhal.server.executor import allocation
 from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.ops._detection import (
@@ -159,7 +160,9 @@ def execute_roi_align(ctx: ExecutionContext) -> None:
     reserve_shape(r.output_shape(), 8)
     out = np.zeros(r.output_shape(), dtype=np.int64 if quant else np.float64)
     x = r.x.astype(np.int64) - ctx.zero_point(0) if quant else r.x.astype(np.float64)
+    scratch = 0
     for k in range(len(rois)):
+        ctx.control.checkpoint()  # one vectorized pass per box: the execution's limits apply between them
         w0, h0, w1, h1 = (F32(c) for c in scaled[k])
         roi_w = F32(max(F32(w1 - w0), F32(1)))
         roi_h = F32(max(F32(h1 - h0), F32(1)))
@@ -169,6 +172,10 @@ def execute_roi_align(ctx: ExecutionContext) -> None:
         ys = _sample_axis(h0, h_step, r.out_h, h_ratio, r.height)
         xs = _sample_axis(w0, w_step, r.out_w, w_ratio, r.width)
         image = x[r.batches[k]]
+        # The accumulator and one weighted gather of its size, per box: the previous box's are free.
+        allocation.release(scratch)
+        scratch = allocation.shape_bytes((len(ys[0]), len(xs[0]), r.depth), 8, copies=2)
+        allocation.reserve(scratch)
         acc = np.zeros((len(ys[0]), len(xs[0]), r.depth), dtype=out.dtype)
         for row, wy in ((ys[0], ys[2]), (ys[1], ys[3])):
             for col, wx in ((xs[0], xs[2]), (xs[1], xs[3])):
@@ -224,6 +231,8 @@ def execute_roi_pooling(ctx: ExecutionContext) -> None:
         w_lo, w_hi = _pool_bounds(w_step, w0, r.out_w, r.width)
         image = r.x[r.batches[k]]
         for i in range(r.out_h):
+            # A Python loop over an output the request sizes: the execution's limits apply within it.
+            ctx.control.checkpoint()
             if h_hi[i] <= h_lo[i]:
                 out[k, i] = empty_value
                 continue
