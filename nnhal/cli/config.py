@@ -166,6 +166,13 @@ SETTINGS: tuple[Setting, ...] = (
         "FILE",
     ),
     Setting("enable_fault_injection", _switch, False, "honour test-only setFaults", switch=True),
+    Setting(
+        "max_execution_seconds",
+        seconds,
+        0.0,
+        "executions without a client deadline end after this (MISSED_DEADLINE_PERSISTENT; 0 = never)",
+        "S",
+    ),
     Setting("drain_seconds", seconds, 10.0, "on SIGTERM/SIGINT, time in-flight work gets to finish", "S"),
     Setting("metrics_listen", _metrics_address, "", "serve Prometheus metrics here (default: off)", "ADDR"),
     Setting("log_format", _choice(*LOG_FORMATS), "text", "text, or json: one JSON object per line", "FORMAT"),

@@ -61,6 +61,11 @@ class MemoryBudget:
                 self._total_by_kind[kind] -= nbytes
         return freed
 
+    @property
+    def limited(self) -> bool:
+        """True when a per-client or total limit is set (otherwise charging only counts)."""
+        return bool(self.per_client or self.limit_total)
+
     def charge(self, session: str, nbytes: int, what: str = "model constants") -> None:
         """Reserve ``nbytes`` for ``session``. Raises RESOURCE_EXHAUSTED_PERSISTENT (over a
         limit on its own), RESOURCE_EXHAUSTED_TRANSIENT (over what is free now) or

@@ -155,6 +155,8 @@ class DeviceConfig:
     max_long_calls: int = 0
     #: The server's gRPC worker threads (ServerOptions.max_threads), for the derived total.
     max_threads: int = 256
+    #: Executions the client gave no deadline end (MISSED_DEADLINE_PERSISTENT) after this; 0 = never.
+    max_execution_seconds: float = 0.0
     fault_injection: bool = False
     #: Seals compilation caches; persist it (cache.load_secret) so caches survive restarts.
     cache_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
@@ -401,6 +403,7 @@ class Driver:
             budget=self.budget,
             executions=self.executions,
             stop=self.lifecycle.check,
+            max_execution_ns=int(self.config.max_execution_seconds * 1e9) or None,
         )
 
     def execute_fenced(

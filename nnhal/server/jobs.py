@@ -150,6 +150,10 @@ class PrepareJob:
             bound.close()
 
 
+#: The budget's kind for what an execution allocates (intermediates, outputs, scratch).
+EXECUTION_TENSORS = "execution tensors"
+
+
 class ExecutionJob:
     """A launched execution: pools bound, admitted; ``run`` waits for a slot and executes."""
 
@@ -169,9 +173,12 @@ class ExecutionJob:
         budget: MemoryBudget,
         executions: Counter,
         stop: Callable[[], None] | None = None,
+        max_execution_ns: int | None = None,
     ) -> None:
-        """``profile``: collect time per operation type (nnhal extension)."""
+        """``profile``: collect time per operation type (nnhal extension). ``max_execution_ns``
+        bounds a run the client gave no deadline (MISSED_DEADLINE_PERSISTENT past it)."""
         self._stop = stop
+        self._max_execution_ns = max_execution_ns
         self.session = session
         self.pm = pm
         self.request = request
@@ -185,6 +192,12 @@ class ExecutionJob:
         self._budget = budget
         self._executions = executions
         self._holds_ticket = True
+
+    def _reserve(self, nbytes: int) -> None:
+        self._budget.charge(self.session.id, nbytes, EXECUTION_TENSORS)
+
+    def _release(self, nbytes: int) -> None:
+        self._budget.uncharge(self.session.id, nbytes, EXECUTION_TENSORS)
 
     def run(self) -> ExecutionResult:
         """Execute; every HAL failure is the result's status. The ticket is given back
@@ -208,6 +221,11 @@ class ExecutionJob:
                     checkpoint_hook=self._checkpoint,
                     on_deadline=lambda: missed(ticket.delayed or ticket.preempted > 0),
                     profile={} if self.profile else None,
+                    max_execution_ns=self._max_execution_ns,
+                    # Every tensor the executor allocates is charged before it exists; without
+                    # limits nothing is counted (no cost on the hot path).
+                    reserve=self._reserve if self._budget.limited else None,
+                    release=self._release if self._budget.limited else None,
                 )
                 result = self.pm.execute(self.request, self.bound, control, self.measure)
             finally:
