@@ -61,10 +61,29 @@ class MemoryBudget:
                 self._total_by_kind[kind] -= nbytes
         return freed
 
-    @property
-    def limited(self) -> bool:
-        """True when a per-client or total limit is set (otherwise charging only counts)."""
-        return bool(self.per_client or self.limit_total)
+    def charge_working(self, nbytes: int, what: str) -> None:
+        """Reserve ``nbytes`` of an execution's working memory (its tensors while it runs)
+        against the total limit only: the per-client quota is what a client holds between
+        calls (models, buffers, request data), the total is what protects the host.
+        Raises RESOURCE_EXHAUSTED_PERSISTENT (over the limit on its own) or _TRANSIENT."""
+        total = self.limit_total
+        if total and nbytes > total:
+            raise ResourceExhaustedPersistent(
+                f"{what} need {nbytes} bytes, more than the server's total limit of {total}"
+            )
+        with self._lock:
+            if total and self._total + nbytes > total:
+                raise ResourceExhaustedTransient(
+                    f"{what} need {nbytes} bytes; the server has {total - self._total} of {total} free; retry later"
+                )
+            self._total += nbytes
+            self._total_by_kind[what] = self._total_by_kind.get(what, 0) + nbytes
+
+    def uncharge_working(self, nbytes: int, what: str) -> None:
+        """Give back what ``charge_working`` reserved."""
+        with self._lock:
+            self._total -= nbytes
+            self._total_by_kind[what] = self._total_by_kind.get(what, 0) - nbytes
 
     def charge(self, session: str, nbytes: int, what: str = "model constants") -> None:
         """Reserve ``nbytes`` for ``session``. Raises RESOURCE_EXHAUSTED_PERSISTENT (over a

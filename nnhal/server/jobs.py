@@ -194,10 +194,10 @@ class ExecutionJob:
         self._holds_ticket = True
 
     def _reserve(self, nbytes: int) -> None:
-        self._budget.charge(self.session.id, nbytes, EXECUTION_TENSORS)
+        self._budget.charge_working(nbytes, EXECUTION_TENSORS)
 
     def _release(self, nbytes: int) -> None:
-        self._budget.uncharge(self.session.id, nbytes, EXECUTION_TENSORS)
+        self._budget.uncharge_working(nbytes, EXECUTION_TENSORS)
 
     def run(self) -> ExecutionResult:
         """Execute; every HAL failure is the result's status. The ticket is given back
@@ -222,10 +222,10 @@ class ExecutionJob:
                     on_deadline=lambda: missed(ticket.delayed or ticket.preempted > 0),
                     profile={} if self.profile else None,
                     max_execution_ns=self._max_execution_ns,
-                    # Every tensor the executor allocates is charged before it exists; without
-                    # limits nothing is counted (no cost on the hot path).
-                    reserve=self._reserve if self._budget.limited else None,
-                    release=self._release if self._budget.limited else None,
+                    # Every tensor the executor allocates is charged to the server's total before
+                    # it exists; without a total limit nothing is counted (no hot-path cost).
+                    reserve=self._reserve if self._budget.limit_total else None,
+                    release=self._release if self._budget.limit_total else None,
                 )
                 result = self.pm.execute(self.request, self.bound, control, self.measure)
             finally:

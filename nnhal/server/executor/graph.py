@@ -19,7 +19,7 @@ from nnhal.core.enums import (
     OperandLifeTime,
     OperationType,
 )
-from nnhal.core.errors import MissedDeadlinePersistent, MissedDeadlineTransient, ResourceExhaustedTransient
+from nnhal.core.errors import HalError, MissedDeadlinePersistent, MissedDeadlineTransient, ResourceExhaustedTransient
 from nnhal.core.operand_types import DTYPE, INFO, byte_size, has_unknown_dims
 from nnhal.core.types import Model, Operand, Subgraph
 from nnhal.server.executor import allocation
@@ -88,8 +88,17 @@ class ExecutionControl:
         """Count ``nbytes`` more held; reserve from the budget what passes the grant."""
         held = self.held + nbytes
         if held > self.reserved and self.reserve is not None:
-            grow = max(held - self.reserved, RESERVE_CHUNK)
-            self.reserve(grow)
+            need = held - self.reserved
+            grow = max(need, RESERVE_CHUNK)
+            try:
+                self.reserve(grow)
+            except HalError:
+                if grow == need:
+                    raise
+                # The chunk only saves trips to the budget: a client whose limit or free
+                # share is below it gets exactly what it needs (or the budget's verdict on that).
+                grow = need
+                self.reserve(grow)
             self.reserved += grow
         self.held = held
 
