@@ -72,11 +72,7 @@ class MemoryBudget:
                 f"{what} need {nbytes} bytes, more than the server's total limit of {total}"
             )
         with self._lock:
-            if total and self._total + nbytes > total:
-                raise ResourceExhaustedTransient(
-                    f"{what} need {nbytes} bytes; the server has {total - self._total} of {total} free; retry later"
-                )
-            self._total += nbytes
+            self._take_total(nbytes, what)
             self._total_by_kind[what] = self._total_by_kind.get(what, 0) + nbytes
 
     def uncharge_working(self, nbytes: int, what: str) -> None:
@@ -104,13 +100,18 @@ class MemoryBudget:
                     f"{what} need {nbytes} bytes; this client already uses {used} "
                     f"of its {per_client}; release prepared models or buffers and retry"
                 )
-            if total and self._total + nbytes > total:
-                raise ResourceExhaustedTransient(
-                    f"{what} need {nbytes} bytes; the server has {total - self._total} of {total} free; retry later"
-                )
+            self._take_total(nbytes, what)
             self._used[session] = used + nbytes
-            self._total += nbytes
             self._add_kind(session, what, nbytes)
+
+    def _take_total(self, nbytes: int, what: str) -> None:
+        """Count ``nbytes`` against the total, or RESOURCE_EXHAUSTED_TRANSIENT. Holds ``_lock``."""
+        total = self.limit_total
+        if total and self._total + nbytes > total:
+            raise ResourceExhaustedTransient(
+                f"{what} need {nbytes} bytes; the server has {total - self._total} of {total} free; retry later"
+            )
+        self._total += nbytes
 
     def uncharge(self, session: str, nbytes: int, what: str = "model constants") -> None:
         """Give back ``nbytes`` of kind ``what`` of ``session``; nothing when the session is closed."""
