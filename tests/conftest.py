@@ -11,7 +11,7 @@ from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
 from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
-from nnhal.core.types import Model
+from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer
 
 
@@ -58,3 +58,13 @@ def relu_chain(length: int, shape: tuple[int, ...] = (1, 64)) -> Model:
 
 def ones(shape: tuple[int, ...] = (2, 4)) -> np.ndarray:
     return np.ones(shape, np.float32)
+
+
+def one_io_request(x: np.ndarray) -> Request:
+    """A canonical Request for a one-input, one-output model of ``x``'s size (inline pools)."""
+    n = x.nbytes
+    return Request(
+        (RequestArgument(location=DataLocation(0, 0, n)),),
+        (RequestArgument(location=DataLocation(1, 0, n)),),
+        (InlinePool(x.tobytes(), n), InlinePool(b"", n)),
+    )

@@ -15,9 +15,9 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
 from nnhal.core.errors import MissedDeadlinePersistent, ResourceExhaustedPersistent, ResourceExhaustedTransient
-from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
+from nnhal.core.types import Model
 from nnhal.testing import LocalServer
-from tests.conftest import relu_chain
+from tests.conftest import one_io_request, relu_chain
 
 pytestmark = pytest.mark.integration
 
@@ -66,14 +66,5 @@ def test_an_execution_without_deadline_ends_at_the_server_maximum() -> None:
             with pytest.raises(MissedDeadlinePersistent, match="maximum"):
                 pm.execute([x])
             # A client deadline is the client's to choose: the server maximum does not apply.
-            outcome = pm.execute_request_async(_request(x), timeout=60)
+            outcome = pm.execute_request_async(one_io_request(x), timeout=60)
             assert outcome.wait(60) and outcome.status == ErrorStatus.NONE
-
-
-def _request(x: np.ndarray) -> Request:
-    n = x.nbytes
-    return Request(
-        (RequestArgument(location=DataLocation(0, 0, n)),),
-        (RequestArgument(location=DataLocation(1, 0, n)),),
-        (InlinePool(x.tobytes(), n), InlinePool(b"", n)),
-    )

@@ -22,7 +22,7 @@ from nnhal.core.enums import OperationType as O
 from nnhal.core.errors import ResourceExhaustedPersistent, ResourceExhaustedTransient
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer
-from tests.conftest import add_model, ones, relu_chain
+from tests.conftest import add_model, one_io_request, ones, relu_chain
 
 pytestmark = pytest.mark.integration
 VECTORS = Path(__file__).resolve().parents[2] / "conformance" / "vectors"
@@ -91,7 +91,7 @@ def test_deadline_shorter_than_any_run_is_refused_at_launch(device: Device) -> N
     x = np.ones((64, 4096), np.float32)
     with device.prepare_model_sync(model) as pm:
         full = pm.execute([x], measure=True).timing.time_on_device / 1e6
-        outcome = pm.execute_request(_chain_request(x), timeout=full / 10)
+        outcome = pm.execute_request(one_io_request(x), timeout=full / 10)
         assert outcome.status == ErrorStatus.MISSED_DEADLINE_PERSISTENT
         assert "refused at launch" in outcome.message
 
@@ -125,7 +125,7 @@ def test_deadline_expiring_mid_execution_is_reported_promptly(device: Device) ->
     # the deadline must stop the execution at an operation boundary.
     with device.prepare_model_sync(model) as pm:
         t0 = time.monotonic()
-        outcome = pm.execute_request_async(_chain_request(x), timeout=budget)
+        outcome = pm.execute_request_async(one_io_request(x), timeout=budget)
         assert outcome.wait(30)
         late = time.monotonic() - (t0 + budget)
         assert outcome.status in MISSED
@@ -138,15 +138,6 @@ def test_deadline_expiring_mid_execution_is_reported_promptly(device: Device) ->
         assert late <= bound, (
             f"reported {late * 1e3:.1f} ms after the deadline (op {per_op * 1e3:.2f} ms, bound {bound * 1e3:.0f} ms)"
         )
-
-
-def _chain_request(x: np.ndarray) -> Request:
-    n = x.nbytes
-    return Request(
-        (RequestArgument(location=DataLocation(0, 0, n)),),
-        (RequestArgument(location=DataLocation(1, 0, n)),),
-        (InlinePool(x.tobytes(), n), InlinePool(b"", n)),
-    )
 
 
 def test_high_priority_preempts_low_of_the_same_client(device: Device) -> None:
