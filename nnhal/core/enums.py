@@ -10,15 +10,30 @@ import enum
 
 
 class HalVersion(enum.IntEnum):
-    """A HAL feature level; ordering is meaningful (V1_0 < V1_3)."""
+    """A HAL feature level; ordering is meaningful (V1_0 < V1_3 < AIDL_V1 < AIDL_V4).
+
+    The HIDL versions are numbered major*10+minor; the AIDL versions by their NNAPI
+    feature level (AIDL V1 is feature level 5, … V4 is 8) times 10, so one integer
+    orders every level a device can serve and travels in ``SessionEvent.feature_level``.
+    """
 
     V1_0 = 10
     V1_1 = 11
     V1_2 = 12
     V1_3 = 13
+    AIDL_V1 = 50
+    AIDL_V2 = 60
+    AIDL_V3 = 70
+    AIDL_V4 = 80
+
+    @property
+    def is_aidl(self) -> bool:
+        return self.value >= HalVersion.AIDL_V1.value
 
     @property
     def label(self) -> str:
+        if self.is_aidl:
+            return f"AIDL V{self.value // 10 - 4} (feature level {self.value // 10})"
         return f"{self.value // 10}.{self.value % 10}"
 
 
