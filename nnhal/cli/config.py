@@ -8,7 +8,8 @@ as ``--listen`` is comma-separated there), the keys of the ``[serve]`` table of 
 Precedence: flags > environment > file > defaults. Every value, whatever its source, goes
 through the same check; a bad one is a UsageError naming its source
 (``NNHAL_SLOTS=-1: must be a whole number >= 1, got '-1'``). An empty string is "off"
-for the options that can be off (``port_file``, ``metrics_listen``, ``tls_*``); TOML has no null.
+for the options that can be off (``port_file``, ``metrics_listen``, ``health_listen``, ``tls_*``); TOML has
+no null.
 
 The TLS settings' variables are ``NNHAL_SERVE_TLS_CERT``, ``NNHAL_SERVE_TLS_KEY`` and
 ``NNHAL_SERVE_TLS_CLIENT_CA``, not ``NNHAL_TLS_*``: those name the *client's* CA,
@@ -102,6 +103,13 @@ def _metrics_address(text: str) -> str:
     return text.strip()
 
 
+def _health_address(text: str) -> str:
+    """Off (""), or host:port / unix:PATH of the plaintext health-only listener."""
+    if not text.strip():
+        return ""
+    return server_address(text.strip())
+
+
 def _port_file(text: str) -> str:
     if text and not Path(text).parent.is_dir():
         raise ValueError(f"the folder of {text!r} does not exist; create it or choose another path")
@@ -175,6 +183,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("drain_seconds", seconds, 10.0, "on SIGTERM/SIGINT, time in-flight work gets to finish", "S"),
     Setting("metrics_listen", _metrics_address, "", "serve Prometheus metrics here (default: off)", "ADDR"),
+    Setting(
+        "health_listen",
+        _health_address,
+        "",
+        "also serve grpc.health.v1 only, in plaintext, here (probes that cannot speak TLS; default: off)",
+        "ADDR",
+    ),
     Setting("log_format", _choice(*LOG_FORMATS), "text", "text, or json: one JSON object per line", "FORMAT"),
     Setting(
         "tls_cert",

@@ -24,6 +24,7 @@ from nnhal.server.cache import load_secret
 from nnhal.server.driver import DeviceConfig
 from nnhal.server.memory import SharedMemoryPolicy
 from nnhal.server.rpc.identity import ServerTls, load_server_tls
+from nnhal.server.rpc.request_id import install_log_filter
 from nnhal.server.rpc.serve import ServerOptions, run_forever
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,11 @@ FEATURE_LEVELS = {"1.0": HalVersion.V1_0, "1.1": HalVersion.V1_1, "1.2": HalVers
 
 #: Settings that map to a ServerOptions field of the same name, passed when the field exists
 #: (with the value the server expects: None for "off").
-OPTIONAL_FIELDS: dict[str, Callable[[Any], Any]] = {"drain_seconds": lambda v: v, "metrics_listen": lambda v: v or None}
+OPTIONAL_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "drain_seconds": lambda v: v,
+    "metrics_listen": lambda v: v or None,
+    "health_listen": lambda v: v or None,
+}
 
 
 def _cache_secret(setting: str) -> bytes:
@@ -101,10 +106,13 @@ def run(args: argparse.Namespace) -> int:
         print(config.render(resolved))
         return 0
     configure(logging.INFO, resolved["log_format"])
+    install_log_filter()  # the request id on every log line of a call
     for addr in resolved["listen"]:
         check_bindable(addr)
     if resolved["metrics_listen"]:
         check_bindable(resolved["metrics_listen"], "--metrics-listen")
+    if resolved["health_listen"]:
+        check_bindable(resolved["health_listen"], "--health-listen")
     options = server_options(resolved)
     try:
         run_forever(options)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from nnhal.client.buffer import Buffer
 from nnhal.client.callbacks import Callback
+from nnhal.client.faults import Fault
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.remote import DEFAULT_CALL_TIMEOUT, PreparedRef, RemoteSession
 from nnhal.client.remote.transport import TlsConfig
@@ -126,6 +127,16 @@ class Device:
     def set_faults(self, prepare_delay_ms: int = 0, execute_delay_ms: int = 0) -> None:
         """Test-only: ask a server started with --enable-fault-injection to slow this session."""
         self._remote.set_faults(prepare_delay_ms, execute_delay_ms)
+
+    def inject_faults(self, *faults: Fault, clear: bool = False) -> None:
+        """Test-only: have a server started with --enable-fault-injection inject ``faults``
+        (``nnhal.client.faults.Fault``) into the next calls of any client; ``clear`` first
+        removes every fault set before. INVALID_ARGUMENT when the server refuses."""
+        self._remote.inject_faults(faults, clear)
+
+    def clear_faults(self) -> None:
+        """Test-only: remove every injected fault of the server and this session's delays."""
+        self._remote.inject_faults((), clear=True)
 
     # -- preparation --------------------------------------------------------------
     def prepare_model(

@@ -1,5 +1,6 @@
 from nnhal.proto import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -218,7 +219,7 @@ class AllocateResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_types_pb2.ErrorStatus, str]] = ..., message: _Optional[str] = ..., buffer: _Optional[str] = ..., token: _Optional[int] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("sessions", "prepared_models", "buffers", "executions", "bytes_in_use", "queue_depth", "fences", "limits")
+    __slots__ = ("sessions", "prepared_models", "buffers", "executions", "bytes_in_use", "queue_depth", "fences", "limits", "long_calls", "identity")
     class LimitsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +235,8 @@ class StatsResponse(_message.Message):
     QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
     FENCES_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    LONG_CALLS_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
     sessions: int
     prepared_models: int
     buffers: int
@@ -242,17 +245,69 @@ class StatsResponse(_message.Message):
     queue_depth: int
     fences: int
     limits: _containers.ScalarMap[str, int]
-    def __init__(self, sessions: _Optional[int] = ..., prepared_models: _Optional[int] = ..., buffers: _Optional[int] = ..., executions: _Optional[int] = ..., bytes_in_use: _Optional[int] = ..., queue_depth: _Optional[int] = ..., fences: _Optional[int] = ..., limits: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    long_calls: int
+    identity: str
+    def __init__(self, sessions: _Optional[int] = ..., prepared_models: _Optional[int] = ..., buffers: _Optional[int] = ..., executions: _Optional[int] = ..., bytes_in_use: _Optional[int] = ..., queue_depth: _Optional[int] = ..., fences: _Optional[int] = ..., limits: _Optional[_Mapping[str, int]] = ..., long_calls: _Optional[int] = ..., identity: _Optional[str] = ...) -> None: ...
 
 class FaultRequest(_message.Message):
-    __slots__ = ("session", "prepare_delay_ms", "execute_delay_ms")
+    __slots__ = ("session", "prepare_delay_ms", "execute_delay_ms", "faults", "clear")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     PREPARE_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     EXECUTE_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    FAULTS_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
     session: str
     prepare_delay_ms: int
     execute_delay_ms: int
-    def __init__(self, session: _Optional[str] = ..., prepare_delay_ms: _Optional[int] = ..., execute_delay_ms: _Optional[int] = ...) -> None: ...
+    faults: _containers.RepeatedCompositeFieldContainer[InjectedFault]
+    clear: bool
+    def __init__(self, session: _Optional[str] = ..., prepare_delay_ms: _Optional[int] = ..., execute_delay_ms: _Optional[int] = ..., faults: _Optional[_Iterable[_Union[InjectedFault, _Mapping]]] = ..., clear: _Optional[bool] = ...) -> None: ...
+
+class InjectedFault(_message.Message):
+    __slots__ = ("method", "kind", "count", "status", "message", "grpc_code", "after_messages", "stall_ms", "point", "exit_code")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        KIND_UNSPECIFIED: _ClassVar[InjectedFault.Kind]
+        ERROR: _ClassVar[InjectedFault.Kind]
+        ABORT: _ClassVar[InjectedFault.Kind]
+        STALL: _ClassVar[InjectedFault.Kind]
+        EXIT: _ClassVar[InjectedFault.Kind]
+    KIND_UNSPECIFIED: InjectedFault.Kind
+    ERROR: InjectedFault.Kind
+    ABORT: InjectedFault.Kind
+    STALL: InjectedFault.Kind
+    EXIT: InjectedFault.Kind
+    class Point(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        POINT_UNSPECIFIED: _ClassVar[InjectedFault.Point]
+        START: _ClassVar[InjectedFault.Point]
+        AFTER_LAUNCH: _ClassVar[InjectedFault.Point]
+        BEFORE_REPLY: _ClassVar[InjectedFault.Point]
+    POINT_UNSPECIFIED: InjectedFault.Point
+    START: InjectedFault.Point
+    AFTER_LAUNCH: InjectedFault.Point
+    BEFORE_REPLY: InjectedFault.Point
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    GRPC_CODE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    STALL_MS_FIELD_NUMBER: _ClassVar[int]
+    POINT_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    method: str
+    kind: InjectedFault.Kind
+    count: int
+    status: _types_pb2.ErrorStatus
+    message: str
+    grpc_code: int
+    after_messages: int
+    stall_ms: int
+    point: InjectedFault.Point
+    exit_code: int
+    def __init__(self, method: _Optional[str] = ..., kind: _Optional[_Union[InjectedFault.Kind, str]] = ..., count: _Optional[int] = ..., status: _Optional[_Union[_types_pb2.ErrorStatus, str]] = ..., message: _Optional[str] = ..., grpc_code: _Optional[int] = ..., after_messages: _Optional[int] = ..., stall_ms: _Optional[int] = ..., point: _Optional[_Union[InjectedFault.Point, str]] = ..., exit_code: _Optional[int] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
     __slots__ = ("session", "prepared_model", "request", "measure", "deadline", "loop_timeout_ns", "profile")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from nnhal.core.enums import OperandType
@@ -106,8 +106,8 @@ class BufferRegistry:
         self._by_handle: HandleTable[str, DriverBuffer] = HandleTable(UNKNOWN, new_handle)
         self._by_token: HandleTable[int, DriverBuffer] = HandleTable(UNKNOWN, new_token)
 
-    def count(self) -> int:
-        return self._by_handle.count()
+    def count(self, sessions: Collection[str] | None = None) -> int:
+        return self._by_handle.count(sessions)
 
     def allocate(
         self,

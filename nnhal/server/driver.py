@@ -496,3 +496,18 @@ class Driver:
             "bytes_in_use": self.budget.total,
             "queue_depth": self.scheduler.in_flight,
         }
+
+    def client_stats(self, client_key: str) -> dict[str, int]:
+        """``stats`` of one client's sessions (``Session.client_key``): the counts of its own
+        objects and bytes; executions and queue depth are not kept per client (0)."""
+        with self._lock:
+            sids = [s.id for s in self._sessions.values() if s.client_key == client_key]
+        return {
+            "sessions": len(sids),
+            "prepared_models": self.prepared_models.count(sids),
+            "buffers": self.buffers.count(sids),
+            "fences": self.fences.count(sids),
+            "executions": 0,
+            "bytes_in_use": sum(self.budget.used(sid) for sid in sids),
+            "queue_depth": 0,
+        }

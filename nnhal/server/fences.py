@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from nnhal.core.enums import ErrorStatus
@@ -43,8 +44,8 @@ class FenceTable:
     def __init__(self) -> None:
         self._table: HandleTable[str, Fence] = HandleTable(UNKNOWN, new_handle)
 
-    def count(self) -> int:
-        return self._table.count()
+    def count(self, sessions: Collection[str] | None = None) -> int:
+        return self._table.count(sessions)
 
     def release_session(self, session: str) -> None:
         self._table.release_session(session)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Collection, Hashable
 from typing import Generic, TypeVar
 
 from nnhal.core.errors import InvalidArgument
@@ -80,9 +80,12 @@ class HandleTable(Generic[K, V]):
             keys = self._by_owner.pop(owner, set())
             return [self._entries.pop(key)[1] for key in keys]
 
-    def count(self) -> int:
+    def count(self, owners: Collection[str] | None = None) -> int:
+        """How many entries there are (only those of ``owners`` when given)."""
         with self._lock:
-            return len(self._entries)
+            if owners is None:
+                return len(self._entries)
+            return sum(len(self._by_owner.get(owner, ())) for owner in owners)
 
     def _forget_owner_key(self, owner: str, key: K) -> None:
         keys = self._by_owner[owner]

@@ -61,6 +61,11 @@ def delay(ms: int, deadline_ns: int | None, check: Callable[[], None] | None = N
             raise MissedDeadlineTransient("the deadline passed while the device was delayed")
 
 
+def client_key_of(identity: str) -> str:
+    """The ``client_key`` of the sessions of a verified identity."""
+    return f"x509:{identity}"
+
+
 class Session:
     """One client's session. ``closed`` only ever goes from False to True."""
 
@@ -70,7 +75,7 @@ class Session:
         self.identity = identity
         self.client_name = identity if identity is not None else client_name
         #: Who priorities and the per-client quota are scoped to: the identity, else this session.
-        self.client_key = f"x509:{identity}" if identity is not None else sid
+        self.client_key = client_key_of(identity) if identity is not None else sid
         self.peer = peer
         self.is_local = is_local_address(peer)
         self.lock = threading.Lock()

@@ -25,6 +25,7 @@ from nnhal.client.remote.transport import (
     grpc_timeout,
     map_rpc_error,
     remaining_time,
+    request_id_of,
     target_of,
     wait_bound,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "grpc_timeout",
     "map_rpc_error",
     "remaining_time",
+    "request_id_of",
     "target_of",
     "wait_bound",
 ]

@@ -38,9 +38,13 @@ class PreparedRef:
 class BurstStream:
     """One ``configureExecutionBurst`` stream; opaque to proxies (pass it back to the session)."""
 
-    def __init__(self, requests: queue.Queue[spb.BurstRequest | None], responses: Iterator[Any]) -> None:
+    def __init__(
+        self, requests: queue.Queue[spb.BurstRequest | None], responses: Iterator[Any], request_id: str = ""
+    ) -> None:
         self.requests = requests
         self.responses = responses
+        #: The request id of the stream (every execution on it shares it).
+        self.request_id = request_id
         #: One execution at a time: responses come back in request order.
         self.lock = threading.Lock()
 

@@ -12,6 +12,12 @@ and ``execute_1_3``, the burst stream and the session stream — goes through
 on DEAD_OBJECT (the monitor then releases every waiter, DESIGN §4) and raises
 the HAL error. Calls on a session known dead fail with DEAD_OBJECT at once.
 
+Request ids (DESIGN §12): every RPC carries a fresh ``x-request-id`` (metadata), which
+the server puts on its log lines for the call and sends back. A HalError a call raises
+carries it (``request_id_of(err)``), and ``last_request_id`` is the id of the last call
+the current thread made (a burst's executions share their stream's), so a failure can be
+matched with the server's log.
+
 A drain is not a crash: a server that starts draining (SIGTERM) sends an event
 with ``draining`` set on the session stream, and the end of that server (its
 stream's end, its connection closing) is then reported as :data:`DRAINING` —
@@ -31,6 +37,7 @@ import grpc
 
 from nnhal.client.callbacks import Callback
 from nnhal.client.death import DeathMonitor
+from nnhal.client.faults import GRPC_CODES, Fault
 from nnhal.client.remote.messages import (
     BurstStream,
     ExecutionOptions,
@@ -44,14 +51,17 @@ from nnhal.client.remote.transport import (
     BURST_STREAM_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
     GC_RELEASE_TIMEOUT,
+    REQUEST_ID_KEY,
     SESSION_STREAM_TIMEOUT,
     Stubs,
     TlsConfig,
     channel_options,
     grpc_timeout,
     map_rpc_error,
+    new_request_id,
     open_channel,
     remaining_time,
+    tag_request_id,
 )
 from nnhal.core import wire
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Priority
@@ -73,6 +83,19 @@ T = TypeVar("T")
 
 #: How the end of a server that announced its drain is reported.
 DRAINING = "the server is draining (shutting down)"
+#: StatsResponse fields that are not counts.
+_NOT_COUNTS = ("limits", "identity")
+_FAULT_KINDS = {
+    "error": spb.InjectedFault.ERROR,
+    "abort": spb.InjectedFault.ABORT,
+    "stall": spb.InjectedFault.STALL,
+    "exit": spb.InjectedFault.EXIT,
+}
+_FAULT_POINTS = {
+    "start": spb.InjectedFault.START,
+    "after_launch": spb.InjectedFault.AFTER_LAUNCH,
+    "before_reply": spb.InjectedFault.BEFORE_REPLY,
+}
 
 
 class SessionMonitor(DeathMonitor):
@@ -125,6 +148,7 @@ class RemoteSession:
         self._gave_up = False
         self._session_error: HalError | None = None
         self._session_call: Any = None
+        self._ids = threading.local()
         self._thread = threading.Thread(
             target=self._session_loop, args=(client_name, connect_timeout), name="nnhal-session", daemon=True
         )
@@ -152,15 +176,29 @@ class RemoteSession:
         through the error mapping, in-band status checked (raises its HalError)."""
         return self._checked(getattr(self._stubs.buffer, method), request, method)
 
+    @property
+    def last_request_id(self) -> str:
+        """The request id of the last call this thread made ("" before any)."""
+        return str(getattr(self._ids, "last", ""))
+
+    def _metadata(self, request_id: str | None = None) -> tuple[tuple[str, str], ...]:
+        """The metadata of a new call: a fresh request id (or ``request_id``), now this thread's last."""
+        rid = request_id or new_request_id()
+        self._ids.last = rid
+        return ((REQUEST_ID_KEY, rid),)
+
     # -- the one call path --------------------------------------------------------------
-    def _invoke(self, fn: Callable[[], T], what: str, had_deadline: bool) -> T:
+    def _invoke(self, fn: Callable[[], T], what: str, had_deadline: bool, request_id: str = "") -> T:
         try:
             return fn()
         except grpc.RpcError as err:
             mapped = map_rpc_error(err, had_deadline=had_deadline, what=what)
             if isinstance(mapped, DeadObject):
                 self._monitor.declare_dead(mapped.message)
-            raise mapped from err
+            raise tag_request_id(mapped, request_id) from err
+        except HalError as err:
+            tag_request_id(err, request_id)
+            raise
 
     def check(self, what: str = "call") -> None:
         """Raise DEAD_OBJECT if the server is known dead, GENERAL_FAILURE once closed."""
@@ -170,11 +208,17 @@ class RemoteSession:
 
     def _unary(self, rpc: Any, request: Any, what: str, timeout: float | None = None) -> Any:
         self.check(what)
-        return self._invoke(lambda: rpc(request, timeout=timeout or DEFAULT_CALL_TIMEOUT), what, timeout is not None)
+        md = self._metadata()
+        limit = timeout or DEFAULT_CALL_TIMEOUT
+        return self._invoke(lambda: rpc(request, timeout=limit, metadata=md), what, timeout is not None, md[0][1])
 
     def _checked(self, rpc: Any, request: Any, what: str, timeout: float | None = None, prefix: bool = True) -> Any:
         msg = self._unary(rpc, request, what, timeout)
-        raise_for_status(msg, what if prefix else "")
+        try:
+            raise_for_status(msg, what if prefix else "")
+        except HalError as err:
+            tag_request_id(err, self.last_request_id)
+            raise
         return msg
 
     def _stream(
@@ -192,11 +236,15 @@ class RemoteSession:
         cb: Callback[T] = Callback()
         self.check(what)
         self._monitor.register(cb)
-        call = self._invoke(lambda: rpc(request, timeout=timeout or DEFAULT_CALL_TIMEOUT), what, timeout is not None)
+        md = self._metadata()
+        rid = md[0][1]
+        call = self._invoke(
+            lambda: rpc(request, timeout=timeout or DEFAULT_CALL_TIMEOUT, metadata=md), what, timeout is not None, rid
+        )
 
         def consume() -> None:
             try:
-                notify = self._invoke(lambda: notify_of(call, what), what, timeout is not None)
+                notify = self._invoke(lambda: notify_of(call, what), what, timeout is not None, rid)
                 deliver(notify, cb)
             except HalError as err:
                 cb.notify(err.error_status, failure(err), err.message)
@@ -207,7 +255,10 @@ class RemoteSession:
     # -- session stream -------------------------------------------------------------------
     def _session_loop(self, client_name: str, connect_timeout: float) -> None:
         call = self._stubs.device.openSession(
-            spb.OpenSessionRequest(client_name=client_name), wait_for_ready=True, timeout=SESSION_STREAM_TIMEOUT
+            spb.OpenSessionRequest(client_name=client_name),
+            wait_for_ready=True,
+            timeout=SESSION_STREAM_TIMEOUT,
+            metadata=self._metadata(),
         )
         self._session_call = call
         timer = threading.Timer(connect_timeout, self._give_up, args=(call,))
@@ -279,13 +330,32 @@ class RemoteSession:
     def stats(self) -> tuple[dict[str, int], dict[str, int]]:
         """Server-wide object counts (sessions, prepared_models, ...) and configured limits."""
         msg = self._unary(self._stubs.device.getStats, spb.DeviceRequest(session=self._session_id), "getStats")
-        counts = {f.name: int(getattr(msg, f.name)) for f in msg.DESCRIPTOR.fields if f.name != "limits"}
+        counts = {f.name: int(getattr(msg, f.name)) for f in msg.DESCRIPTOR.fields if f.name not in _NOT_COUNTS}
         return counts, {k: int(v) for k, v in msg.limits.items()}
 
     def set_faults(self, prepare_delay_ms: int, execute_delay_ms: int) -> None:
         req = spb.FaultRequest(
             session=self._session_id, prepare_delay_ms=prepare_delay_ms, execute_delay_ms=execute_delay_ms
         )
+        self._checked(self._stubs.device.setFaults, req, "setFaults")
+
+    def inject_faults(self, faults: Sequence[Fault], clear: bool = False) -> None:
+        """Add server-wide faults (``nnhal.client.faults``); ``clear`` removes every fault and this
+        session's delays first. INVALID_ARGUMENT when the server refuses them."""
+        req = spb.FaultRequest(session=self._session_id, clear=clear)
+        for f in faults:
+            req.faults.add(
+                method=f.method,
+                kind=_FAULT_KINDS[f.kind],
+                count=f.count,
+                status=int(f.status),  # type: ignore[arg-type]
+                message=f.message,
+                grpc_code=GRPC_CODES[f.grpc_code],
+                after_messages=f.after,
+                stall_ms=f.stall_ms,
+                point=_FAULT_POINTS[f.point] if f.kind == "exit" else spb.InjectedFault.POINT_UNSPECIFIED,
+                exit_code=f.exit_code,
+            )
         self._checked(self._stubs.device.setFaults, req, "setFaults")
 
     def prepare_model(
@@ -420,16 +490,18 @@ class RemoteSession:
         """configureExecutionBurst: a stream for ``burst_execute`` until ``close_burst``."""
         self.check("configureExecutionBurst")
         requests: queue.Queue[spb.BurstRequest | None] = queue.Queue()
+        md = self._metadata()
         responses = self._stubs.prepared_model.configureExecutionBurst(
-            iter(requests.get, None), timeout=BURST_STREAM_TIMEOUT
+            iter(requests.get, None), timeout=BURST_STREAM_TIMEOUT, metadata=md
         )
-        return BurstStream(requests, responses)
+        return BurstStream(requests, responses, md[0][1])
 
     def burst_execute(
         self, stream: BurstStream, handle: str, request: Request, options: ExecutionOptions
     ) -> ExecutionResult:
         """One execution on the burst stream; transport failures come back in the result."""
         msg, _ = self._execute_message(handle, request, options)
+        self._ids.last = stream.request_id
         with stream.lock:
             self._monitor.check()
             stream.requests.put(spb.BurstRequest(execute=msg))

@@ -31,7 +31,9 @@ overrides it. Unix-socket addresses are always plaintext, as the server serves t
 
 from __future__ import annotations
 
+import itertools
 import os
+import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -168,6 +170,31 @@ def map_rpc_error(err: grpc.RpcError, *, had_deadline: bool = False, what: str =
             return ResourceExhaustedPersistent(f"{what}: message over the size limit ({details})")
         return ResourceExhaustedTransient(f"{what}: {details}")
     return GeneralFailure(f"{what}: transport error {code.name if code else '?'}: {details}")
+
+
+# -- request ids -------------------------------------------------------------------
+#: The metadata key of a call's request id, which the server logs and sends back (trailing metadata).
+REQUEST_ID_KEY = "x-request-id"
+_ID_PREFIX = secrets.token_hex(4)
+_ID_COUNTER = itertools.count(1)
+
+
+def new_request_id() -> str:
+    """A fresh request id: this process's random prefix and a counter (unique, cheap)."""
+    return f"{_ID_PREFIX}-{next(_ID_COUNTER):x}"
+
+
+def request_id_of(err: BaseException) -> str | None:
+    """The request id of the call a HalError came from (None when it came from no call)."""
+    rid = getattr(err, "request_id", None)
+    return rid if isinstance(rid, str) else None
+
+
+def tag_request_id(err: HalError, request_id: str) -> HalError:
+    """``err`` carrying ``request_id`` (kept when it already has one)."""
+    if request_id and request_id_of(err) is None:
+        err.request_id = request_id  # type: ignore[attr-defined]
+    return err
 
 
 # -- deadlines ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ from nnhal.proto import service_pb2_grpc as sgrpc
 from nnhal.server.driver import Driver
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.common import guarded
+from nnhal.server.rpc.faults import fault_plan
 
 
 class BufferServicer(sgrpc.BufferServicer):
@@ -17,6 +18,7 @@ class BufferServicer(sgrpc.BufferServicer):
         """``metrics``: the server's (a fresh, unserved set when None)."""
         self.driver = driver
         self.metrics = metrics or Metrics(driver)
+        self.faults = fault_plan(driver)
 
     @guarded(spb.CopyToResponse)
     def copyTo(self, request: spb.CopyToRequest, context: grpc.ServicerContext) -> spb.CopyToResponse:

@@ -38,6 +38,8 @@ from nnhal.proto import service_pb2 as spb
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.lifecycle import Lifecycle
 from nnhal.server.metrics import Metrics
+from nnhal.server.rpc import faults as injected
+from nnhal.server.rpc.faults import FAULTABLE, FaultPlan
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,7 @@ class Job(Protocol):
 
 class Servicer(Protocol):
     metrics: Metrics
+    faults: FaultPlan
 
 
 #: Counts a launched call's answer: its HAL status and (when launched) its duration in s.
@@ -129,12 +132,20 @@ def guarded(make: Callable[[], M]) -> Callable[[Callable[..., M]], Callable[...,
     """Turn HalErrors (and bugs) of a unary handler into an in-band status of a fresh ``make()``."""
 
     def wrap(fn: Callable[..., M]) -> Callable[..., M]:
+        name = fn.__name__
+        faultable = name in FAULTABLE
+
         def handler(self: Servicer, request: Any, context: grpc.ServicerContext) -> M:
+            fault = self.faults.take(name) if faultable and self.faults.armed else None
+            error = injected.at_start(fault, context)  # an abort raises, outside the try below
             try:
+                if error is not None:
+                    raise error
                 msg = fn(self, request, context)
             except Exception as err:
-                msg = wire.status_to(make(), *failure(err, f"in {fn.__name__}"))
-            self.metrics.rpc(fn.__name__, getattr(msg, "status", 0))
+                msg = wire.status_to(make(), *failure(err, f"in {name}"))
+            injected.before_reply(fault, context)
+            self.metrics.rpc(name, getattr(msg, "status", 0))
             return msg
 
         handler.__name__ = fn.__name__
@@ -152,6 +163,7 @@ def launch_then_notify(
     lifecycle: Lifecycle,
     record: Record,
     context: grpc.ServicerContext | None = None,
+    fault: injected.Fault | None = None,
 ) -> Iterator[E]:
     """An asynchronous HAL call as a server stream (DESIGN.md §2): ``event(launch=…)`` with
     the launch status, then exactly one ``event(notify=…)``, whatever happens. A launch
@@ -164,10 +176,17 @@ def launch_then_notify(
     stream ends between the two messages (cancel, deadline, the client's death, the
     server's stop) gRPC never resumes the generator: ``context``'s termination callback
     then closes the job at once, and the generator's ``finally`` (run when it is
-    collected) finds nothing left to do; without a ``context`` that ``finally`` alone does it."""
+    collected) finds nothing left to do; without a ``context`` that ``finally`` alone does it.
+
+    ``fault`` (``nnhal.server.rpc.faults``), taken by the caller for this call, is applied
+    at its points: an injected error as the launch error, an abort before or after the
+    launch message, an exit after it or before the notify, a stall before the notify."""
     t0 = time.perf_counter()
     counted = False
+    error = injected.at_start(fault, context)  # an abort raises: nothing was launched
     try:
+        if error is not None:
+            raise error
         lifecycle.enter(what)
         counted = True
         job = launch()
@@ -207,10 +226,12 @@ def launch_then_notify(
             if state[0] == "abandoned":
                 return
             state[0] = "running"
+        injected.after_message(fault, 1, context)  # an abort raises: the finally ends the job
         try:
             result = run(job)
         except Exception as err:
             result = wire.status_to(notify(), *failure(err, f"during {what}"))
+        injected.before_reply(fault, context)
         record(result.status, time.perf_counter() - t0)
         yield event(notify=result)
     finally:

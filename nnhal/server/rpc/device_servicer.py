@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 
@@ -30,9 +31,12 @@ from nnhal.server.driver import Driver
 from nnhal.server.jobs import PrepareJob
 from nnhal.server.lifecycle import DRAINING, Lifecycle
 from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import Record, guarded, launch_then_notify, recorder
-from nnhal.server.session import Faults, Session
+from nnhal.server.rpc.common import Record, guarded, launch_then_notify, long_calls, recorder
+from nnhal.server.rpc.faults import Fault, fault_from, fault_plan
+from nnhal.server.rpc.identity import peer_identity
+from nnhal.server.session import Faults, Session, client_key_of
 
+FAULTS_DISABLED = "fault injection is disabled on this server (start it with --enable-fault-injection)"
 #: The session stream re-checks the server's state at least this often (its events
 #: wake it at once; this only bounds the wait).
 _SESSION_POLL_S = 5.0
@@ -51,6 +55,7 @@ def prepare_stream(
     lifecycle: Lifecycle,
     record: Record,
     context: grpc.ServicerContext | None = None,
+    fault: Fault | None = None,
 ) -> Iterator[spb.PrepareModelEvent]:
     """Launch status, then exactly one notify carrying the prepared model's handle."""
 
@@ -64,7 +69,15 @@ def prepare_stream(
         return notify
 
     return launch_then_notify(
-        spb.PrepareModelEvent, spb.PrepareModelNotify, launch, finish, "a preparation", lifecycle, record, context
+        spb.PrepareModelEvent,
+        spb.PrepareModelNotify,
+        launch,
+        finish,
+        "a preparation",
+        lifecycle,
+        record,
+        context,
+        fault,
     )
 
 
@@ -74,6 +87,8 @@ class DeviceServicer(sgrpc.DeviceServicer):
         self.driver = driver
         self.metrics = metrics = metrics or Metrics(driver)
         self._lifecycle = driver.lifecycle
+        self.faults = fault_plan(driver)
+        self._long_calls = long_calls(driver)
         self._record_prepare = recorder(metrics, "prepareModel_1_3", metrics.prepare_seconds.observe)
         self._record_cache = recorder(metrics, "prepareModelFromCache_1_3", metrics.prepare_seconds.observe)
 
@@ -187,7 +202,8 @@ class DeviceServicer(sgrpc.DeviceServicer):
                 bytes(request.token),
             )
 
-        return prepare_stream(launch, request.want_cache, self._lifecycle, self._record_prepare, context)
+        fault = self.faults.take("prepareModel_1_3") if self.faults.armed else None
+        return prepare_stream(launch, request.want_cache, self._lifecycle, self._record_prepare, context, fault)
 
     def prepareModelFromCache_1_3(
         self, request: spb.PrepareModelFromCacheRequest, context: grpc.ServicerContext
@@ -201,7 +217,8 @@ class DeviceServicer(sgrpc.DeviceServicer):
                 wire.deadline_from(request.deadline),
             )
 
-        return prepare_stream(launch, False, self._lifecycle, self._record_cache, context)
+        fault = self.faults.take("prepareModelFromCache_1_3") if self.faults.armed else None
+        return prepare_stream(launch, False, self._lifecycle, self._record_cache, context, fault)
 
     # -- memory domains -----------------------------------------------------------
     @guarded(spb.AllocateResponse)
@@ -219,10 +236,32 @@ class DeviceServicer(sgrpc.DeviceServicer):
 
     # -- nnhal extensions -----------------------------------------------------------
     def getStats(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.StatsResponse:
-        return spb.StatsResponse(**self.driver.stats(), limits=self.driver.config.limits())
+        """Server-wide counts; to a client with a verified certificate (mTLS) only those of its
+        own identity (``identity`` says which): operators read server-wide ones from /metrics."""
+        identity = peer_identity(context)
+        limits = self.driver.config.limits()
+        if identity is None:
+            counts: dict[str, Any] = {**self.driver.stats(), "long_calls": self._long_calls.in_progress}
+            return spb.StatsResponse(**counts, limits=limits)
+        key = client_key_of(identity)
+        counts = {**self.driver.client_stats(key), "long_calls": self._long_calls.held("fence wait", key)}
+        return spb.StatsResponse(**counts, identity=identity, limits=limits)
 
     @guarded(spb.StatusMessage)
     def setFaults(self, request: spb.FaultRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
+        """This session's delays (a request without ``faults`` sets them, as it always did) and
+        the server-wide faults (``nnhal.server.rpc.faults``); ``clear`` removes both first.
+        INVALID_ARGUMENT when the server runs without --enable-fault-injection, or for a
+        fault it cannot inject (nothing is changed then)."""
         session = self._session(request.session)
-        self.driver.set_faults(session, Faults(request.prepare_delay_ms, request.execute_delay_ms))
+        if not self.driver.config.fault_injection:
+            raise InvalidArgument(FAULTS_DISABLED)
+        faults = [fault_from(f) for f in request.faults]
+        delays = Faults(request.prepare_delay_ms, request.execute_delay_ms)
+        if request.clear:
+            self.driver.set_faults(session, Faults())
+            self.faults.clear()
+        if not faults or delays != Faults():
+            self.driver.set_faults(session, delays)
+        self.faults.add(faults)
         return spb.StatusMessage()

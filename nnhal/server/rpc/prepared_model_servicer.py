@@ -46,6 +46,7 @@ from nnhal.server.rpc.common import (
     recorder,
     within_message_limit,
 )
+from nnhal.server.rpc.faults import BURST, Fault, after_message, at_start, before_reply, fault_plan
 from nnhal.server.session import Session
 
 
@@ -75,6 +76,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         self._record_async = recorder(metrics, "execute_1_3", observe)
         self._record_burst = recorder(metrics, "configureExecutionBurst", observe)
         self._long_calls = long_calls(driver)
+        self.faults = fault_plan(driver)
 
     def _launch(self, request: spb.ExecuteRequest) -> ExecutionJob:
         return self.driver.begin_execute(
@@ -88,11 +90,22 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         )
 
     def executeSynchronously_1_3(self, request: spb.ExecuteRequest, context: grpc.ServicerContext) -> spb.ExecuteResult:
-        return self._execute_sync(request, "executeSynchronously_1_3", self._record_sync)
+        fault = self.faults.take("executeSynchronously_1_3") if self.faults.armed else None
+        return self._execute_sync(request, "executeSynchronously_1_3", self._record_sync, context, fault)
 
-    def _execute_sync(self, request: spb.ExecuteRequest, what: str, record: Record) -> spb.ExecuteResult:
+    def _execute_sync(
+        self,
+        request: spb.ExecuteRequest,
+        what: str,
+        record: Record,
+        context: grpc.ServicerContext | None = None,
+        fault: Fault | None = None,
+    ) -> spb.ExecuteResult:
         t0 = time.perf_counter()
+        error = at_start(fault, context)  # an abort raises
         try:
+            if error is not None:
+                raise error
             self._lifecycle.enter(what)
         except Exception as err:
             msg: spb.ExecuteResult = wire.status_to(spb.ExecuteResult(), *failure(err, f"launching {what}"))
@@ -111,6 +124,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
                 msg = wire.status_to(spb.ExecuteResult(), *failure(err, f"in {what}"))
             finally:
                 job.close()
+            before_reply(fault, context)
             record(msg.status, time.perf_counter() - t0)
             return msg
         finally:
@@ -126,6 +140,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
             self._lifecycle,
             self._record_async,
             context,
+            self.faults.take("execute_1_3") if self.faults.armed else None,
         )
 
     def configureExecutionBurst(
@@ -144,8 +159,14 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         leave = once(lambda: self._long_calls.leave("burst", peer))
         context.add_callback(leave)
         try:
-            for req in request_iterator:
-                yield spb.BurstResponse(result=self._execute_sync(req.execute, "a burst execution", self._record_burst))
+            # An injected abort is taken when the stream opens; the other faults per execution.
+            abort = self.faults.take(BURST, ("abort",)) if self.faults.armed else None
+            at_start(abort, context)
+            for sent, req in enumerate(request_iterator, 1):
+                fault = self.faults.take(BURST, ("error", "stall", "exit")) if self.faults.armed else None
+                result = self._execute_sync(req.execute, "a burst execution", self._record_burst, context, fault)
+                yield spb.BurstResponse(result=result)
+                after_message(abort, sent, context)
         finally:
             leave()
 
@@ -178,6 +199,7 @@ class FencedExecutionCallbackServicer(sgrpc.FencedExecutionCallbackServicer):
         self.driver = driver
         self.metrics = metrics or Metrics(driver)
         self._long_calls = long_calls(driver)
+        self.faults = fault_plan(driver)
 
     @guarded(spb.FencedInfoResponse)
     def getExecutionInfo(self, request: spb.FencedInfoRequest, context: grpc.ServicerContext) -> spb.FencedInfoResponse:

@@ -28,6 +28,15 @@ Metrics (``metrics_listen``, off by default): ``nnhal.server.metrics`` on an
 HTTP listener of their own. With a ``port_file`` the bound metrics address is
 written to the file next to it named ``<port_file>.metrics`` (one line), so the
 port file itself keeps one gRPC address per line.
+
+Health-only listener (``health_listen``, off by default): a plaintext gRPC listener
+serving ``grpc.health.v1`` and nothing else (any HAL RPC there is UNIMPLEMENTED), for
+probes that cannot speak TLS (the kubelet's native gRPC probes). It shares the main
+listeners' health state, so it answers NOT_SERVING from the start of a drain, and it
+stops last. Its bound address goes to ``<port_file>.health``.
+
+Request ids (``nnhal.server.rpc.request_id``): every call gets one, logged with the
+call's log lines and sent back in its trailing metadata.
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ from nnhal.server.rpc.buffer_servicer import BufferServicer, EchoServicer
 from nnhal.server.rpc.device_servicer import DeviceServicer
 from nnhal.server.rpc.identity import IdentityInterceptor, ServerTls
 from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer, PreparedModelServicer
+from nnhal.server.rpc.request_id import RequestIdInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +77,9 @@ _DRAIN_POLL_S = 0.02
 #: After every session was told of the drain, the least time before the server stops:
 #: the client reads the event on one thread and sees the connection close on another.
 _NOTICE_S = 0.25
+
+#: Worker threads of the health-only listener (probes make short unary calls).
+HEALTH_THREADS = 8
 
 #: Clients ping every second to detect a frozen server; allow it, and pings on idle channels.
 SERVER_OPTIONS: list[tuple[str, int]] = [
@@ -107,6 +120,8 @@ class ServerOptions:
     metrics_listen: str | None = None
     #: Certificate, key and optional client CA (mTLS) for the TCP listeners; None: plaintext.
     tls: ServerTls | None = None
+    #: host:port of a plaintext listener serving only grpc.health.v1; None: no such listener.
+    health_listen: str | None = None
 
 
 def is_loopback_host(host: str) -> bool:
@@ -124,11 +139,15 @@ class Server:
         self.metrics = Metrics(self.driver)
         #: The bound metrics address once ``start`` served it.
         self.metrics_address: str | None = None
+        #: The bound health-only address once built (``health_listen``).
+        self.health_address: str | None = None
+        # Only with mTLS: the identity interceptor wraps openSession, every other RPC is passed through.
+        mtls = options.tls is not None and options.tls.client_ca is not None
+        interceptors: list[grpc.ServerInterceptor] = [IdentityInterceptor()] if mtls else []
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=options.max_threads, thread_name_prefix="nnhal-rpc"),
             options=SERVER_OPTIONS,
-            # Only with mTLS: the interceptor wraps openSession, every other RPC is passed through.
-            interceptors=[IdentityInterceptor()] if options.tls is not None and options.tls.client_ca else [],
+            interceptors=[*interceptors, RequestIdInterceptor()],
         )
         self._credentials = options.tls.credentials() if options.tls is not None else None
         driver, metrics = self.driver, self.metrics
@@ -145,27 +164,30 @@ class Server:
         self.addresses: list[str] = []
         for addr in options.listen:
             self.addresses.append(self._bind(addr))
+        self._health_grpc: grpc.Server | None = None
+        if options.health_listen is not None:
+            self._health_grpc = grpc.server(
+                futures.ThreadPoolExecutor(max_workers=HEALTH_THREADS, thread_name_prefix="nnhal-health"),
+                options=[("grpc.so_reuseport", 0)],
+            )
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_grpc)
+            self.health_address = _bind_plaintext(self._health_grpc, options.health_listen)
 
     def _bind(self, addr: str) -> str:
         if addr.startswith("unix:"):
-            path = Path(addr[len("unix:") :])
-            if path.exists() and path.is_socket():
-                path.unlink()
-            self._grpc.add_insecure_port(addr)
-            return addr
+            return _bind_plaintext(self._grpc, addr)
         host, _, port = addr.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"listen address {addr!r} must be host:port or unix:PATH")
-        if self._credentials is not None:
-            bound = self._grpc.add_secure_port(addr, self._credentials)
-        else:
+        if self._credentials is None:
             if not is_loopback_host(host):
                 log.warning(
                     "serving PLAINTEXT on %s, reachable from other hosts: anyone who reaches it can use the "
                     "device; give --tls-cert and --tls-key (and --tls-client-ca to require client certificates)",
                     addr,
                 )
-            bound = self._grpc.add_insecure_port(addr)
+            return _bind_plaintext(self._grpc, addr)
+        bound = self._grpc.add_secure_port(addr, self._credentials)
         if bound == 0:
             raise OSError(f"could not listen on {addr}")
         return f"{host}:{bound}"
@@ -175,6 +197,8 @@ class Server:
         address is malformed or cannot be bound)."""
         if self.options.metrics_listen is not None:
             self.metrics_address = self.metrics.serve(self.options.metrics_listen)
+        if self._health_grpc is not None:
+            self._health_grpc.start()
         self._grpc.start()
         for name in ("", *SERVICE_NAMES):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -182,12 +206,16 @@ class Server:
         if port_file is not None:
             if self.metrics_address is not None:
                 _write_atomically(port_file.with_name(port_file.name + ".metrics"), self.metrics_address + "\n")
+            if self.health_address is not None:
+                _write_atomically(port_file.with_name(port_file.name + ".health"), self.health_address + "\n")
             _write_atomically(port_file, "\n".join(self.addresses) + "\n")
         tls = self.options.tls
         mode = "plaintext" if tls is None else ("mTLS" if tls.client_ca else "TLS")
         log.info("nnhal serving %s on %s (%s)", self.driver.config.name, ", ".join(self.addresses), mode)
         if self.metrics_address is not None:
             log.info("metrics on http://%s/metrics", self.metrics_address)
+        if self.health_address is not None:
+            log.info("health only (grpc.health.v1, plaintext) on %s", self.health_address)
 
     def drain(self, seconds: float, hurry: threading.Event | None = None) -> bool:
         """Drain (module docstring): refuse new work, wait up to ``seconds`` (less once
@@ -224,6 +252,8 @@ class Server:
         self.driver.lifecycle.stop()
         self.health.enter_graceful_shutdown()
         self._grpc.stop(grace).wait(grace + 1)
+        if self._health_grpc is not None:
+            self._health_grpc.stop(0).wait(1)
         self.metrics.close()
 
     def wait(self) -> None:
@@ -256,6 +286,23 @@ def run_forever(options: ServerOptions) -> None:
     # Worker threads may still sit inside a long kernel or an injected delay;
     # in-flight RPCs had their grace period, so end the process now.
     os._exit(0)
+
+
+def _bind_plaintext(server: grpc.Server, addr: str) -> str:
+    """Bind ``addr`` (host:port or unix:PATH) without TLS; the bound address."""
+    if addr.startswith("unix:"):
+        path = Path(addr[len("unix:") :])
+        if path.exists() and path.is_socket():
+            path.unlink()
+        server.add_insecure_port(addr)
+        return addr
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"listen address {addr!r} must be host:port or unix:PATH")
+    bound = server.add_insecure_port(addr)
+    if bound == 0:
+        raise OSError(f"could not listen on {addr}")
+    return f"{host}:{bound}"
 
 
 def _write_atomically(path: Path, text: str) -> None:
