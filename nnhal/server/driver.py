@@ -499,7 +499,7 @@ class Driver:
 
     def client_stats(self, client_key: str) -> dict[str, int]:
         """``stats`` of one client's sessions (``Session.client_key``): the counts of its own
-        objects and bytes; executions and queue depth are not kept per client (0)."""
+        sessions, objects and bytes; executions and queue depth stay the device's (its load)."""
         with self._lock:
             sids = [s.id for s in self._sessions.values() if s.client_key == client_key]
         return {
@@ -507,7 +507,7 @@ class Driver:
             "prepared_models": self.prepared_models.count(sids),
             "buffers": self.buffers.count(sids),
             "fences": self.fences.count(sids),
-            "executions": 0,
+            "executions": self.executions.value,
             "bytes_in_use": sum(self.budget.used(sid) for sid in sids),
-            "queue_depth": 0,
+            "queue_depth": self.scheduler.in_flight,
         }
