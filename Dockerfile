@@ -28,6 +28,9 @@ ENV NNHAL_PORT=50051
 EXPOSE 50051
 
 USER 10001:10001
+# With TLS (NNHAL_SERVE_TLS_CERT/_KEY/_CLIENT_CA), also set NNHAL_HEALTH_LISTEN=127.0.0.1:8081:
+# the server then serves grpc.health.v1 alone, in plaintext, on loopback, and the probe
+# below uses it (no client certificate needed inside the container).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
   CMD ["python", "-m", "nnhal.tools.healthcheck"]
 # sh expands $NNHAL_PORT, then `exec` replaces sh with nnhal, which becomes PID 1 and

@@ -6,6 +6,10 @@ Installing nnhal registers it; a test then asks for a fixture::
         with nnhal_device.prepare_model_sync(model) as pm:
             ...
 
+    def test_my_retry(nnhal_device, nnhal_faults):
+        nnhal_faults.error("execute_1_3", ErrorStatus.GENERAL_FAILURE)    # the next execute_1_3 fails
+        ...
+
     def test_against_faults(nnhal_server_factory):
         srv = nnhal_server_factory("--slots", "1", unix=True)   # your own server, stopped at the end
 
@@ -13,7 +17,12 @@ Fixtures:
 - ``nnhal_server`` (session scope): one server process on 127.0.0.1 port 0, started with the
   ``nnhal_server_args`` ini option (or ``--nnhal-server-args``) plus ``--enable-fault-injection``,
   so ``device.set_faults(...)`` works; stopped when the session ends.
-- ``nnhal_device``: a ``Device`` connected to ``nnhal_server`` (a new session per test, closed after).
+- ``nnhal_device``: a ``Device`` connected to ``nnhal_server`` (a new session per test, closed after;
+  faults set through it are cleared after the test, as faults are the server's).
+- ``nnhal_faults``: a ``nnhal.testing.faults.FaultSetter`` on ``nnhal_device``'s server: ``error``,
+  ``abort``, ``stall``, ``exit`` in one line each (``nnhal.client.faults`` says what they do). An
+  ``exit`` ends the shared server for the rest of the session: give such a test its own server,
+  ``nnhal_server_factory("--enable-fault-injection")``, and a ``FaultSetter`` on a device connected to it.
 - ``nnhal_server_factory``: starts more servers (extra ``nnhal serve`` arguments, ``unix=True`` for a
   unix socket); every one is stopped at the end of the test session.
 Servers listen on loopback only; every start is bounded in time (``DeadObject`` if it fails).
@@ -27,6 +36,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from nnhal.client.device import Device
+from nnhal.testing.faults import FaultSetter
 from nnhal.testing.local_server import LocalServer
 
 ServerFactory = Callable[..., LocalServer]
@@ -67,3 +77,11 @@ def nnhal_server(pytestconfig: pytest.Config, nnhal_server_factory: ServerFactor
 def nnhal_device(nnhal_server: LocalServer) -> Iterator[Device]:
     with Device.connect(nnhal_server.address, client_name="pytest") as device:
         yield device
+        FaultSetter(device).clear()
+
+
+@pytest.fixture
+def nnhal_faults(nnhal_device: Device) -> Iterator[FaultSetter]:
+    setter = FaultSetter(nnhal_device)
+    yield setter
+    setter.clear()

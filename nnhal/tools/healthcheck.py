@@ -1,9 +1,11 @@
 """Exit 0 when the nnhal server reports SERVING through grpc.health.v1 (the Docker HEALTHCHECK).
 
 ``python -m nnhal.tools.healthcheck [ADDR]`` asks ADDR's health service about
-``nnhal.v1.Device``. Without ADDR the address is ``$NNHAL_HEALTH_ADDRESS``, else
-``127.0.0.1:$NNHAL_PORT``, else ``127.0.0.1:50051``, so the image's HEALTHCHECK
-follows the port its CMD serves on (both read ``NNHAL_PORT``).
+``nnhal.v1.Device``. Without ADDR the address is ``$NNHAL_HEALTH_ADDRESS``, else the
+server's plaintext health-only listener ``$NNHAL_HEALTH_LISTEN`` (the ``nnhal serve``
+setting, its wildcard host dialled as 127.0.0.1; probed in plaintext, whatever TLS the
+main listener speaks), else ``127.0.0.1:$NNHAL_PORT``, else ``127.0.0.1:50051``, so the
+image's HEALTHCHECK follows the port its CMD serves on (both read ``NNHAL_PORT``).
 
 TLS: when ``NNHAL_TLS_CA`` / ``NNHAL_TLS_CERT`` / ``NNHAL_TLS_KEY`` are set (the client
 variables, see ``nnhal.client.remote.transport.TlsConfig``; ``NNHAL_TLS_SERVER_NAME``
@@ -36,14 +38,29 @@ class AddressError(ValueError):
 
 
 def resolve_address(args: list[str], env: Mapping[str, str]) -> str:
-    """The address to probe: the argument, NNHAL_HEALTH_ADDRESS, 127.0.0.1:NNHAL_PORT or the default."""
+    """The address to probe (module docstring)."""
+    return resolve_target(args, env)[0]
+
+
+def resolve_target(args: list[str], env: Mapping[str, str]) -> tuple[str, bool]:
+    """The address to probe and whether it is the plaintext health-only listener: the argument,
+    NNHAL_HEALTH_ADDRESS, NNHAL_HEALTH_LISTEN, 127.0.0.1:NNHAL_PORT or the default."""
     if len(args) > 1:
         raise AddressError(f"expected at most one address, got {len(args)} arguments")
     if args:
-        return args[0]
+        return args[0], False
     address = env.get("NNHAL_HEALTH_ADDRESS", "").strip()
     if address:
-        return address
+        return address, False
+    listen = env.get("NNHAL_HEALTH_LISTEN", "").strip()
+    if listen:
+        host, sep, port = listen.rpartition(":")
+        wildcard = sep and host.strip("[]") in ("0.0.0.0", "::", "")
+        return (f"127.0.0.1:{port}" if wildcard and not listen.startswith("unix:") else listen), True
+    return _port_address(env), False
+
+
+def _port_address(env: Mapping[str, str]) -> str:
     port = env.get("NNHAL_PORT", "").strip() or str(DEFAULT_PORT)
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise AddressError(f"NNHAL_PORT must be a port number from 1 to 65535, got {port!r}")
@@ -52,12 +69,12 @@ def resolve_address(args: list[str], env: Mapping[str, str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        address = resolve_address(sys.argv[1:] if argv is None else argv, os.environ)
+        address, health_only = resolve_target(sys.argv[1:] if argv is None else argv, os.environ)
     except AddressError as err:
         print(f"nnhal-healthcheck: error: {err}", file=sys.stderr)
         return 1
     try:
-        channel = open_channel(address, [], TlsConfig.from_env(os.environ))
+        channel = open_channel(address, [], None if health_only else TlsConfig.from_env(os.environ))
     except HalError as err:  # a TLS file that cannot be read
         print(f"nnhal-healthcheck: error: {err.message}", file=sys.stderr)
         return 1
