@@ -1,4 +1,6 @@
-"""Canonical NN HAL enumerations, numbered exactly as in ``types.hal`` (1.0-1.3).
+"""Canonical NN HAL enumerations, numbered exactly as in ``types.hal`` (1.0-1.3) and
+the AIDL ``android.hardware.neuralnetworks`` V1-V4 (feature levels 5-8), which only
+added values.
 
 These are the values every layer speaks; the wire module maps them to the
 protobuf enums (same numbers) and the versioned module to V1_0..V1_3.
@@ -161,24 +163,35 @@ class OperationType(enum.IntEnum):
     HARD_SWISH = 99
     FILL = 100
     RANK = 101
+    # AIDL android.hardware.neuralnetworks V2 (NNAPI feature level 6).
+    BATCH_MATMUL = 102
+    PACK = 103
+    # AIDL V3 (feature level 7).
+    MIRROR_PAD = 104
+    REVERSE = 105
     OEM_OPERATION = 10000
 
 
-#: The HAL version that introduced each operation type (types.hal sections).
+#: The last operation type of each level, in order (types.hal sections, AIDL OperationType.aidl).
+_LAST_OPERATION_OF: tuple[tuple[int, HalVersion], ...] = (
+    (28, HalVersion.V1_0),
+    (37, HalVersion.V1_1),
+    (94, HalVersion.V1_2),
+    (101, HalVersion.V1_3),
+    (103, HalVersion.AIDL_V2),
+    (105, HalVersion.AIDL_V3),
+)
+
+#: The HAL version (feature level) that introduced each operation type. AIDL V1 and
+#: V4 added none: V1 re-expressed 1.3 in AIDL, V4 added only methods and fields.
 OPERATION_INTRODUCED: dict[OperationType, HalVersion] = {
-    op: (
-        HalVersion.V1_0
-        if op.value <= 28 or op is OperationType.OEM_OPERATION
-        else HalVersion.V1_1
-        if op.value <= 37
-        else HalVersion.V1_2
-        if op.value <= 94
-        else HalVersion.V1_3
-    )
+    op: HalVersion.V1_0
+    if op is OperationType.OEM_OPERATION
+    else next(level for last, level in _LAST_OPERATION_OF if op.value <= last)
     for op in OperationType
 }
 
-#: The HAL version that introduced each operand type.
+#: The HAL version that introduced each operand type (no AIDL level added one).
 OPERAND_TYPE_INTRODUCED: dict[OperandType, HalVersion] = {
     t: (HalVersion.V1_0 if t.value <= 5 or t.value >= 10000 else HalVersion.V1_2 if t.value <= 13 else HalVersion.V1_3)
     for t in OperandType

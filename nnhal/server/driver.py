@@ -138,7 +138,7 @@ class ClientQuotas(MemoryBudget):
 @dataclass
 class DeviceConfig:
     name: str = "nnhal-cpu"
-    feature_level: HalVersion = HalVersion.V1_3
+    feature_level: HalVersion = HalVersion.AIDL_V4
     device_type: DeviceType = DeviceType.CPU
     shared_memory: SharedMemoryPolicy | None = None
     #: Concurrent executions and how many more may queue (RESOURCE_EXHAUSTED_TRANSIENT beyond).
