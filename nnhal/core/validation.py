@@ -261,6 +261,8 @@ def validate_model(
         version = max(version, _validate_operations(model, sg, name, operation_validator))
     if model.relax_computation_float32_to_float16:
         version = max(version, HalVersion.V1_1)
+    if model.extension_name_to_prefix:
+        version = max(version, HalVersion.V1_2)
     return version
 
 
