@@ -197,6 +197,7 @@ SETTINGS: tuple[Setting, ...] = (
         "FILE",
     ),
     Setting("enable_fault_injection", _switch, False, "honour test-only setFaults", switch=True),
+    Setting("example_extension", _switch, False, "offer the example vendor extension com.example.nnhal", switch=True),
     Setting(
         "max_execution_seconds",
         seconds,

@@ -22,6 +22,7 @@ from nnhal.cli.usage import UsageError, check_bindable
 from nnhal.core.enums import HalVersion
 from nnhal.server.cache import load_secret
 from nnhal.server.driver import DeviceConfig
+from nnhal.server.executor import example_extension
 from nnhal.server.memory import SharedMemoryPolicy
 from nnhal.server.rpc.identity import ServerTls, load_server_tls
 from nnhal.server.rpc.serve import ServerOptions, run_forever
@@ -77,6 +78,7 @@ def server_options(r: config.Resolved) -> ServerOptions:
         max_long_calls=r["max_long_calls"],
         max_execution_seconds=r["max_execution_seconds"],
         fault_injection=r["enable_fault_injection"],
+        extensions=(example_extension.NAME,) if r["example_extension"] else (),
         cache_secret=_cache_secret(r["cache_secret_file"]),
     )
     known = {f.name for f in dataclasses.fields(ServerOptions)}

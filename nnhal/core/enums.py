@@ -9,6 +9,40 @@ protobuf enums (same numbers) and the versioned module to V1_0..V1_3.
 from __future__ import annotations
 
 import enum
+from typing import Any
+
+#: Extension type encoding: high 16 bits are the prefix, low 16 bits the type.
+EXTENSION_TYPE_LOW_BITS = 16
+_MAX_EXTENSION_TYPE = (1 << 2 * EXTENSION_TYPE_LOW_BITS) - 1
+
+
+def _extension_member(cls: type[enum.IntEnum], value: Any) -> Any:
+    """A pseudo-member for an extension type (prefix << 16 | type, prefix >= 1): the HAL's
+    OperandType / OperationType fields carry them, so the canonical enums do too. They are
+    not listed when iterating the enum and equal (and hash as) their number."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if not (1 << EXTENSION_TYPE_LOW_BITS) <= value <= _MAX_EXTENSION_TYPE:
+        return None
+    member = int.__new__(cls, value)
+    prefix, low = value >> EXTENSION_TYPE_LOW_BITS, value & ((1 << EXTENSION_TYPE_LOW_BITS) - 1)
+    member._name_ = f"EXTENSION_{prefix}_{low}"
+    member._value_ = value
+    return member
+
+
+def is_extension_type(value: int) -> bool:
+    """Whether an OperandType / OperationType number is an extension's (a non-zero prefix)."""
+    return value >> EXTENSION_TYPE_LOW_BITS != 0
+
+
+def extension_prefix(value: int) -> int:
+    return value >> EXTENSION_TYPE_LOW_BITS
+
+
+def extension_type(prefix: int, low: int) -> int:
+    """The encoded type: ``prefix << 16 | low`` (the HAL's extension type numbering)."""
+    return prefix << EXTENSION_TYPE_LOW_BITS | low
 
 
 class HalVersion(enum.IntEnum):
@@ -58,6 +92,10 @@ class OperandType(enum.IntEnum):
     SUBGRAPH = 15
     OEM = 10000
     TENSOR_OEM_BYTE = 10001
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        return _extension_member(cls, value)
 
 
 class OperationType(enum.IntEnum):
@@ -171,6 +209,10 @@ class OperationType(enum.IntEnum):
     REVERSE = 105
     OEM_OPERATION = 10000
 
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        return _extension_member(cls, value)
+
 
 #: The last operation type of each level, in order (types.hal sections, AIDL OperationType.aidl).
 _LAST_OPERATION_OF: tuple[tuple[int, HalVersion], ...] = (
@@ -267,5 +309,3 @@ LOOP_TIMEOUT_MAXIMUM_NS = 15_000_000_000
 #: Constant::BYTE_SIZE_OF_CACHE_TOKEN / MAX_NUMBER_OF_CACHE_FILES of types.hal 1.2.
 BYTE_SIZE_OF_CACHE_TOKEN = 32
 MAX_NUMBER_OF_CACHE_FILES = 32
-#: Extension type encoding: high 16 bits are the prefix, low 16 bits the type.
-EXTENSION_TYPE_LOW_BITS = 16
