@@ -33,6 +33,7 @@ from nnhal.client.device import Device
 from nnhal.client.memory import SharedMemory
 from nnhal.client.prepared_model import ExecutionOutcome, PreparedModel
 from nnhal.conformance.compare import compare_case
+from nnhal.conformance.validation import run_validation
 from nnhal.conformance.variants import (
     build_request,
     coupling_applies,
@@ -47,6 +48,10 @@ from nnhal.core.types import BufferDesc, BufferRole, DataLocation, InlinePool, M
 from nnhal.server.executor.validate import validate_full
 
 MODES = ("sync", "async", "dynamic", "quant_signed", "shared", "domain")
+#: Modes run only when asked for (``--mode``): ``validation``, the VTS mutation suite
+#: (nnhal.conformance.validation), is long.
+EXTRA_MODES = ("validation",)
+ALL_MODES = MODES + EXTRA_MODES
 #: The mode a case newer than the device's level runs in: it must be refused.
 LEVEL_MODE = "level"
 #: Modes exercising what a level introduced: dynamic output shapes (1.2), the signed
@@ -342,6 +347,9 @@ def _run_modes(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str,
             with pm:
                 for m in wants_exec:
                     results[m] = _attempt(_RUNNERS[m], dev, pm, case)
+    if "validation" in modes:
+        passed, detail = run_validation(dev, case)
+        results["validation"] = Result("passed" if passed else "failed", detail)
     # Like the harness, the dynamic variant exists only for cases without RANK/IF/WHILE.
     if "dynamic" in modes and not case.has_control_flow_or_rank:
         results["dynamic"] = _attempt(_run_dynamic, dev, case)
