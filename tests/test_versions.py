@@ -384,3 +384,21 @@ def test_capabilities_keep_what_each_version_has() -> None:
     assert [int(x.type) for x in convert(caps, to=V1_2).operand_performance] == [3, 5]  # signed dropped
     assert [int(x.type) for x in convert(caps, to=V1_3).operand_performance] == [3, 5, 14]
     assert unvalidated_convert(caps, V1_3).while_performance == V1_0.PerformanceInfo(6, 6)
+
+
+def test_aidl_levels_take_canonical_values_whose_content_fits() -> None:
+    """AIDL V1..V4 (feature levels 5..8): the canonical types are the AIDL types; an
+    operation of a newer level is refused (BATCH_MATMUL is feature level 6)."""
+    model = add_model()
+    assert convert(model, to=HalVersion.AIDL_V1) is model
+    hard_swish = _with_op(model, c.OperationType.HARD_SWISH)
+    assert convert(hard_swish, to=HalVersion.AIDL_V4) is hard_swish
+    matmul = _with_op(model, c.OperationType.BATCH_MATMUL)  # structure only: no operation validator
+    with pytest.raises(ConversionError, match="feature level 6"):
+        convert(matmul, to=HalVersion.AIDL_V1)
+    assert min_version(matmul) == HalVersion.AIDL_V2
+    assert HalVersion.AIDL_V4.label == "AIDL V4 (feature level 8)"
+    assert c.OPERATION_INTRODUCED[c.OperationType.BATCH_MATMUL] == HalVersion.AIDL_V2
+    assert c.OPERATION_INTRODUCED[c.OperationType.REVERSE] == HalVersion.AIDL_V3
+    assert min_version(model) == HalVersion.V1_0
+    assert not hasattr(V1_3.OperationType, "BATCH_MATMUL")

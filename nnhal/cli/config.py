@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nnhal.cli.usage import UsageError, for_argparse, positive_int, seconds, server_address, split_host_port, whole
+from nnhal.core.enums import HalVersion
 from nnhal.server.cache import DEFAULT_SECRET_FILE
 from nnhal.server.memory import DEFAULT_SHM_DIR
 
@@ -37,7 +38,21 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 ENV_PREFIX = "NNHAL_"
-FEATURE_LEVELS = ("1.0", "1.1", "1.2", "1.3")
+#: ``--feature-level`` values: the HIDL versions, then the AIDL versions by NNAPI feature level
+#: (AIDL V1..V4 = 5..8). The default is the highest.
+FEATURE_LEVELS: dict[str, HalVersion] = {
+    "1.0": HalVersion.V1_0,
+    "1.1": HalVersion.V1_1,
+    "1.2": HalVersion.V1_2,
+    "1.3": HalVersion.V1_3,
+    "5": HalVersion.AIDL_V1,
+    "6": HalVersion.AIDL_V2,
+    "7": HalVersion.AIDL_V3,
+    "8": HalVersion.AIDL_V4,
+}
+#: Other spellings of the AIDL levels, normalised to the level number.
+_FEATURE_LEVEL_ALIASES = {f"aidl-v{n - 4}": str(n) for n in range(5, 9)}
+DEFAULT_FEATURE_LEVEL = "8"
 LOG_FORMATS = ("text", "json")
 
 
@@ -72,6 +87,16 @@ def _choice(*allowed: str) -> Callable[[str], str]:
         return text
 
     return check
+
+
+def _feature_level(text: str) -> str:
+    level = _FEATURE_LEVEL_ALIASES.get(text.strip().lower(), text.strip())
+    if level not in FEATURE_LEVELS:
+        raise ValueError(
+            f"must be one of {', '.join(FEATURE_LEVELS)} (HIDL 1.x, or the AIDL feature levels; "
+            f"also aidl-v1..aidl-v4), got {text!r}"
+        )
+    return level
 
 
 def _switch(text: str) -> bool:
@@ -141,7 +166,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("port_file", _port_file, "", "write the bound address(es) here once listening", "FILE"),
     Setting("name", _name, "nnhal-cpu", "device name", "NAME"),
-    Setting("feature_level", _choice(*FEATURE_LEVELS), "1.3", "NN HAL version served: 1.0, 1.1, 1.2 or 1.3", "V"),
+    Setting(
+        "feature_level",
+        _feature_level,
+        DEFAULT_FEATURE_LEVEL,
+        "NN HAL served: HIDL 1.0, 1.1, 1.2, 1.3, or AIDL V1-V4 as feature level 5, 6, 7, 8 (aidl-v1..aidl-v4)",
+        "V",
+    ),
     Setting("slots", positive_int, 2, "executions running at once (>= 1)", "N"),
     Setting("queue_depth", lambda t: whole(t, 0), 64, "executions that may wait beyond the slots (0: none wait)", "N"),
     Setting("memory_per_client", lambda t: whole(t, 0, "unlimited"), 0, "bytes per client (0 = unlimited)", "BYTES"),
@@ -174,6 +205,7 @@ SETTINGS: tuple[Setting, ...] = (
         "FILE",
     ),
     Setting("enable_fault_injection", _switch, False, "honour test-only setFaults", switch=True),
+    Setting("example_extension", _switch, False, "offer the example vendor extension com.example.nnhal", switch=True),
     Setting(
         "max_execution_seconds",
         seconds,

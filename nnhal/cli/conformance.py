@@ -22,7 +22,8 @@ from nnhal.cli.connect import connect, tls_of
 from nnhal.cli.table import Progress, print_table
 from nnhal.cli.usage import UsageError
 from nnhal.client.device import Device
-from nnhal.conformance.runner import MODES, Result, run_case
+from nnhal.conformance import validation
+from nnhal.conformance.runner import ALL_MODES, MODES, Result, run_case
 from nnhal.conformance.vectors import TestCase, discover, load_file
 from nnhal.testing.local_server import LocalServer
 
@@ -66,9 +67,9 @@ def _load(path: Path) -> list[TestCase]:
 
 def run(args: argparse.Namespace) -> int:
     modes = tuple(args.mode) if args.mode else MODES
-    unknown = [m for m in modes if m not in MODES]
+    unknown = [m for m in modes if m not in ALL_MODES]
     if unknown:
-        raise UsageError(f"unknown --mode {', '.join(unknown)}; choose from {', '.join(MODES)}")
+        raise UsageError(f"unknown --mode {', '.join(unknown)}; choose from {', '.join(ALL_MODES)}")
     files = _files(args.paths)
     pattern = args.pattern
     if pattern and not any(c in pattern for c in "*?["):
@@ -121,6 +122,11 @@ def run(args: argparse.Namespace) -> int:
         ["mode", "passed", "failed", "skipped"],
         [[m, c["passed"], c["failed"], c["skipped"]] for m, c in sorted(per_mode.items())],
     )
+    mutations = validation.COUNTS.snapshot()
+    if mutations:
+        print()
+        rows = [[family, n] for family, n in sorted(mutations.items())]
+        print_table(["validation family", "mutations"], [*rows, ["total", sum(mutations.values())]])
     failures = [(k, v["detail"]) for k, v in sorted(report.items()) if v["status"] == "failed"]
     if failures:
         print(f"\nfirst failures (of {len(failures)}):")

@@ -8,6 +8,15 @@ import argparse
 
 from nnhal.cli.connect import connect, tls_of
 from nnhal.cli.table import print_table
+from nnhal.core.enums import HalVersion
+
+
+def _level(value: int) -> str:
+    """``NN HAL 1.3`` / ``NN HAL AIDL V4 (feature level 8)``; a number nnhal does not know is shown as is."""
+    try:
+        return f"NN HAL {HalVersion(value).label}"
+    except ValueError:
+        return f"unknown ({value})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -18,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
             ["name", dev.name],
             ["version", dev.version_string()],
             ["type", dev.type().name],
-            ["feature level", f"NN HAL {dev.feature_level // 10}.{dev.feature_level % 10}"],
+            ["feature level", _level(dev.feature_level)],
             ["status", dev.status().name],
             ["extensions", ", ".join(e.name for e in dev.supported_extensions()) or "none"],
             ["cache files", f"{n_model} model, {n_data} data"],

@@ -22,6 +22,7 @@ from nnhal.cli.usage import UsageError, check_bindable
 from nnhal.core.enums import HalVersion
 from nnhal.server.cache import load_secret
 from nnhal.server.driver import DeviceConfig
+from nnhal.server.executor import example_extension
 from nnhal.server.memory import SharedMemoryPolicy
 from nnhal.server.rpc.identity import ServerTls, load_server_tls
 from nnhal.server.rpc.request_id import install_log_filter
@@ -29,7 +30,8 @@ from nnhal.server.rpc.serve import ServerOptions, run_forever
 
 log = logging.getLogger(__name__)
 
-FEATURE_LEVELS = {"1.0": HalVersion.V1_0, "1.1": HalVersion.V1_1, "1.2": HalVersion.V1_2, "1.3": HalVersion.V1_3}
+#: ``--feature-level`` text -> the level served (the table lives with the setting).
+FEATURE_LEVELS: dict[str, HalVersion] = config.FEATURE_LEVELS
 
 #: Settings that map to a ServerOptions field of the same name, passed when the field exists
 #: (with the value the server expects: None for "off").
@@ -81,6 +83,7 @@ def server_options(r: config.Resolved) -> ServerOptions:
         max_long_calls=r["max_long_calls"],
         max_execution_seconds=r["max_execution_seconds"],
         fault_injection=r["enable_fault_injection"],
+        extensions=(example_extension.NAME,) if r["example_extension"] else (),
         cache_secret=_cache_secret(r["cache_secret_file"]),
     )
     known = {f.name for f in dataclasses.fields(ServerOptions)}

@@ -9,6 +9,11 @@ and lifetimes are derived at ``finish``.
     w = b.constant(weights)                     # type inferred from the dtype
     y = b.op(O.CONV_2D, [x, w, bias, *b.ints(1, 1, 1, 1, 1, 1, 0)], T.TENSOR_FLOAT32, [1, 28, 28, 8])
     model = b.outputs(y).finish()
+
+Vendor extensions: ``prefix = b.extension("com.example.nnhal")`` lists the extension in
+the model's extensionNameToPrefix; its types are ``extension_type(prefix, number)`` (from
+``nnhal.core.enums``), usable wherever a built-in OperandType / OperationType is. A constant
+of an extension operand type this process has no table for is stored as the array's bytes.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnhal.core.enums import OperandLifeTime, OperandType, OperationType
+from nnhal.core.enums import OperandLifeTime, OperandType, OperationType, is_extension_type
 from nnhal.core.errors import InvalidArgument
-from nnhal.core.operand_types import DTYPE, INFO
+from nnhal.core.operand_types import INFO, extension_info
 from nnhal.core.types import (
     DataLocation,
+    ExtensionNameAndPrefix,
     InlinePool,
     Model,
     Operand,
@@ -65,6 +71,7 @@ class ModelBuilder:
         self._outputs: list[int] = []
         self._relaxed = False
         self._referenced: list[ModelBuilder] = []
+        self._extensions: dict[str, int] = {}
 
     # -- NDK-shaped primitives ------------------------------------------------
     def add_operand(
@@ -86,8 +93,12 @@ class ModelBuilder:
         if value is None:
             op.lifetime = L.NO_VALUE
             return
-        arr = np.asarray(value, dtype=DTYPE[op.type])
-        if INFO[op.type].is_tensor and tuple(arr.shape) != op.dims:
+        # An extension type this process has no table for: the extension defines the layout,
+        # so the caller's array is taken as it is.
+        info = None if is_extension_type(op.type) and extension_info(op.type) is None else INFO[op.type]
+        arr = np.asarray(value) if info is None else np.asarray(value, dtype=info.dtype)
+        is_tensor = arr.ndim > 0 if info is None else info.is_tensor
+        if is_tensor and tuple(arr.shape) != op.dims:
             raise InvalidArgument(f"operand {index}: value shape {list(arr.shape)} != declared {list(op.dims)}")
         op.value = np.ascontiguousarray(arr).tobytes()
         op.lifetime = L.CONSTANT_COPY if len(op.value) <= MAX_COPIED_BYTES else L.CONSTANT_REFERENCE
@@ -111,6 +122,19 @@ class ModelBuilder:
 
     def relax_computation_float32_to_float16(self, relax: bool = True) -> None:
         self._relaxed = relax
+
+    def extension(self, name: str, prefix: int | None = None) -> int:
+        """The model's prefix for vendor extension ``name``, listed in extensionNameToPrefix:
+        ``prefix`` when given (any unused number in [1, 65535]: the model chooses), else the
+        next from 1 in the order extensions are first named."""
+        if name not in self._extensions:
+            taken = set(self._extensions.values())
+            if prefix is None:
+                prefix = next(p for p in range(1, 1 << 16) if p not in taken)
+            elif prefix in taken or not 1 <= prefix <= 0xFFFF:
+                raise InvalidArgument(f"extension prefix {prefix} is taken or outside [1, 65535]")
+            self._extensions[name] = prefix
+        return self._extensions[name]
 
     # -- conveniences -----------------------------------------------------------
     def input(self, type: OperandType, dims: Sequence[int] = (), scale: float = 0.0, zero_point: int = 0) -> int:
@@ -183,7 +207,8 @@ class ModelBuilder:
             sg, values, pool = self._build(sub, 0, values, pool)
             referenced.append(sg)
         pools = (InlinePool(bytes(pool), len(pool)),) if pool else ()
-        return Model(main, tuple(referenced), bytes(values), pools, self._relaxed)
+        names = tuple(ExtensionNameAndPrefix(name, prefix) for name, prefix in self._extensions.items())
+        return Model(main, tuple(referenced), bytes(values), pools, self._relaxed, names)
 
     @staticmethod
     def _build(

@@ -14,6 +14,12 @@ Modes per case (conformance/README.md):
 - ``expect_failure`` cases run once (``sync``) and pass when anything fails;
   the infinite-loop case must end in MISSED_DEADLINE_* under a 1 ms loop timeout.
 A case using an operation the device does not support is skipped with the reason.
+
+Feature levels: a case needing a newer level than the device serves (its operations,
+operand types and uses, measured by the reference validator) must be refused, with
+INVALID_ARGUMENT from getSupportedOperations and from prepareModel; it runs once, as
+mode ``level``, which passes on exactly that (an expected rejection, not a failure).
+Modes whose machinery the device's level lacks are skipped saying so (``MODE_SINCE``).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from nnhal.client.device import Device
 from nnhal.client.memory import SharedMemory
 from nnhal.client.prepared_model import ExecutionOutcome, PreparedModel
 from nnhal.conformance.compare import compare_case
+from nnhal.conformance.validation import run_validation
 from nnhal.conformance.variants import (
     build_request,
     coupling_applies,
@@ -35,11 +42,25 @@ from nnhal.conformance.variants import (
     signed_twin,
 )
 from nnhal.conformance.vectors import TestCase, with_unspecified_outputs
-from nnhal.core.enums import ErrorStatus
+from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import HalError
 from nnhal.core.types import BufferDesc, BufferRole, DataLocation, InlinePool, MemoryPool, Request, RequestArgument
+from nnhal.server.executor.validate import validate_full
 
 MODES = ("sync", "async", "dynamic", "quant_signed", "shared", "domain")
+#: Modes run only when asked for (``--mode``): ``validation``, the VTS mutation suite
+#: (nnhal.conformance.validation), is long.
+EXTRA_MODES = ("validation",)
+ALL_MODES = MODES + EXTRA_MODES
+#: The mode a case newer than the device's level runs in: it must be refused.
+LEVEL_MODE = "level"
+#: Modes exercising what a level introduced: dynamic output shapes (1.2), the signed
+#: quantized twin and driver-managed buffers (1.3).
+MODE_SINCE: dict[str, HalVersion] = {
+    "dynamic": HalVersion.V1_2,
+    "quant_signed": HalVersion.V1_3,
+    "domain": HalVersion.V1_3,
+}
 _LOOP_TIMEOUT_NS = 1_000_000
 _WAIT = 120.0
 
@@ -224,8 +245,82 @@ def _attempt(fn: object, *args: object) -> Result:
 _RUNNERS = {"sync": _run_sync, "async": _run_async, "domain": _run_domain}
 
 
+def device_level(dev: Device) -> HalVersion:
+    """The level ``dev`` serves (the newest nnhal knows when it reports one it does not)."""
+    try:
+        return HalVersion(dev.feature_level)
+    except ValueError:
+        return max(HalVersion)
+
+
+def _expect_level_rejection(dev: Device, case: TestCase, needed: HalVersion, level: HalVersion) -> Result:
+    """A case newer than the device: INVALID_ARGUMENT from getSupportedOperations and prepareModel."""
+    why = f"needs NN HAL {needed.label}, the device serves {level.label}"
+    steps: list[str] = []
+    try:
+        dev.supported_operations_with_reasons(case.model)
+    except HalError as err:
+        if err.error_status != ErrorStatus.INVALID_ARGUMENT:
+            return Result("failed", f"{why}: getSupportedOperations returned {err.error_status.name}: {err.message}")
+        steps.append("getSupportedOperations INVALID_ARGUMENT")
+    else:
+        return Result("failed", f"{why}: getSupportedOperations accepted the model")
+    status: ErrorStatus
+    try:
+        cb = dev.prepare_model(case.model)
+    except HalError as err:
+        status = err.error_status
+    else:
+        if not cb.wait(_WAIT):
+            return Result("failed", f"{why}: prepareModel did not call back")
+        status = cb.status
+        if status == ErrorStatus.NONE:
+            cb.get(0).release()
+    if status != ErrorStatus.INVALID_ARGUMENT:
+        return Result("failed", f"{why}: prepareModel returned {status.name}, expected INVALID_ARGUMENT")
+    steps.append("prepareModel INVALID_ARGUMENT")
+    return Result("passed", f"expected rejection ({why}): {', '.join(steps)}")
+
+
+def case_level(case: TestCase) -> HalVersion | None:
+    """The level ``case`` needs, by the reference validator (None for an invalid model)."""
+    if case.expect_failure:
+        return None
+    pools = [p.data for p in case.model.pools if isinstance(p, InlinePool)]
+    try:
+        return validate_full(case.model, pools)
+    except HalError:
+        return None
+
+
+def _applies(case: TestCase, mode: str) -> bool:
+    """Whether ``mode`` runs for ``case`` at all (as the harness builds its variants)."""
+    if mode == "dynamic":
+        return not case.has_control_flow_or_rank
+    if mode == "quant_signed":
+        return coupling_applies(case)
+    return True
+
+
 def run_case(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str, Result]:
-    """Every applicable mode of ``case``."""
+    """Every applicable mode of ``case``, or the ``level`` check when the case is newer than the device."""
+    level = device_level(dev)
+    needed = case_level(case)
+    if needed is not None and needed > level:
+        return {LEVEL_MODE: _expect_level_rejection(dev, case, needed, level)}
+    lacking = {m: since for m, since in MODE_SINCE.items() if m in modes and since > level}
+    skipped = {
+        m: Result("skipped", f"{m} needs NN HAL {since.label}; the device serves {level.label}")
+        for m, since in lacking.items()
+        if not case.expect_failure and _applies(case, m)
+    }
+    results = _run_modes(dev, case, tuple(m for m in modes if m not in lacking))
+    if any(r.status == "skipped" for r in results.values()):
+        return results  # the device does not support the case: every mode says why
+    return {**results, **skipped}
+
+
+def _run_modes(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str, Result]:
     try:
         support = dev.supported_operations_with_reasons(case.model)
     except HalError as err:
@@ -252,6 +347,9 @@ def run_case(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str, R
             with pm:
                 for m in wants_exec:
                     results[m] = _attempt(_RUNNERS[m], dev, pm, case)
+    if "validation" in modes:
+        passed, detail = run_validation(dev, case)
+        results["validation"] = Result("passed" if passed else "failed", detail)
     # Like the harness, the dynamic variant exists only for cases without RANK/IF/WHILE.
     if "dynamic" in modes and not case.has_control_flow_or_rank:
         results["dynamic"] = _attempt(_run_dynamic, dev, case)

@@ -1,4 +1,6 @@
-"""Canonical NN HAL enumerations, numbered exactly as in ``types.hal`` (1.0-1.3).
+"""Canonical NN HAL enumerations, numbered exactly as in ``types.hal`` (1.0-1.3) and
+the AIDL ``android.hardware.neuralnetworks`` V1-V4 (feature levels 5-8), which only
+added values.
 
 These are the values every layer speaks; the wire module maps them to the
 protobuf enums (same numbers) and the versioned module to V1_0..V1_3.
@@ -7,6 +9,40 @@ protobuf enums (same numbers) and the versioned module to V1_0..V1_3.
 from __future__ import annotations
 
 import enum
+from typing import Any
+
+#: Extension type encoding: high 16 bits are the prefix, low 16 bits the type.
+EXTENSION_TYPE_LOW_BITS = 16
+_MAX_EXTENSION_TYPE = (1 << 2 * EXTENSION_TYPE_LOW_BITS) - 1
+
+
+def _extension_member(cls: type[enum.IntEnum], value: Any) -> Any:
+    """A pseudo-member for an extension type (prefix << 16 | type, prefix >= 1): the HAL's
+    OperandType / OperationType fields carry them, so the canonical enums do too. They are
+    not listed when iterating the enum and equal (and hash as) their number."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if not (1 << EXTENSION_TYPE_LOW_BITS) <= value <= _MAX_EXTENSION_TYPE:
+        return None
+    member = int.__new__(cls, value)
+    prefix, low = value >> EXTENSION_TYPE_LOW_BITS, value & ((1 << EXTENSION_TYPE_LOW_BITS) - 1)
+    member._name_ = f"EXTENSION_{prefix}_{low}"
+    member._value_ = value
+    return member
+
+
+def is_extension_type(value: int) -> bool:
+    """Whether an OperandType / OperationType number is an extension's (a non-zero prefix)."""
+    return value >> EXTENSION_TYPE_LOW_BITS != 0
+
+
+def extension_prefix(value: int) -> int:
+    return value >> EXTENSION_TYPE_LOW_BITS
+
+
+def extension_type(prefix: int, low: int) -> int:
+    """The encoded type: ``prefix << 16 | low`` (the HAL's extension type numbering)."""
+    return prefix << EXTENSION_TYPE_LOW_BITS | low
 
 
 class HalVersion(enum.IntEnum):
@@ -56,6 +92,10 @@ class OperandType(enum.IntEnum):
     SUBGRAPH = 15
     OEM = 10000
     TENSOR_OEM_BYTE = 10001
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        return _extension_member(cls, value)
 
 
 class OperationType(enum.IntEnum):
@@ -161,24 +201,39 @@ class OperationType(enum.IntEnum):
     HARD_SWISH = 99
     FILL = 100
     RANK = 101
+    # AIDL android.hardware.neuralnetworks V2 (NNAPI feature level 6).
+    BATCH_MATMUL = 102
+    PACK = 103
+    # AIDL V3 (feature level 7).
+    MIRROR_PAD = 104
+    REVERSE = 105
     OEM_OPERATION = 10000
 
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        return _extension_member(cls, value)
 
-#: The HAL version that introduced each operation type (types.hal sections).
+
+#: The last operation type of each level, in order (types.hal sections, AIDL OperationType.aidl).
+_LAST_OPERATION_OF: tuple[tuple[int, HalVersion], ...] = (
+    (28, HalVersion.V1_0),
+    (37, HalVersion.V1_1),
+    (94, HalVersion.V1_2),
+    (101, HalVersion.V1_3),
+    (103, HalVersion.AIDL_V2),
+    (105, HalVersion.AIDL_V3),
+)
+
+#: The HAL version (feature level) that introduced each operation type. AIDL V1 and
+#: V4 added none: V1 re-expressed 1.3 in AIDL, V4 added only methods and fields.
 OPERATION_INTRODUCED: dict[OperationType, HalVersion] = {
-    op: (
-        HalVersion.V1_0
-        if op.value <= 28 or op is OperationType.OEM_OPERATION
-        else HalVersion.V1_1
-        if op.value <= 37
-        else HalVersion.V1_2
-        if op.value <= 94
-        else HalVersion.V1_3
-    )
+    op: HalVersion.V1_0
+    if op is OperationType.OEM_OPERATION
+    else next(level for last, level in _LAST_OPERATION_OF if op.value <= last)
     for op in OperationType
 }
 
-#: The HAL version that introduced each operand type.
+#: The HAL version that introduced each operand type (no AIDL level added one).
 OPERAND_TYPE_INTRODUCED: dict[OperandType, HalVersion] = {
     t: (HalVersion.V1_0 if t.value <= 5 or t.value >= 10000 else HalVersion.V1_2 if t.value <= 13 else HalVersion.V1_3)
     for t in OperandType
@@ -254,5 +309,3 @@ LOOP_TIMEOUT_MAXIMUM_NS = 15_000_000_000
 #: Constant::BYTE_SIZE_OF_CACHE_TOKEN / MAX_NUMBER_OF_CACHE_FILES of types.hal 1.2.
 BYTE_SIZE_OF_CACHE_TOKEN = 32
 MAX_NUMBER_OF_CACHE_FILES = 32
-#: Extension type encoding: high 16 bits are the prefix, low 16 bits the type.
-EXTENSION_TYPE_LOW_BITS = 16

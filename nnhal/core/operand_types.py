@@ -1,6 +1,10 @@
 """Tables describing each OperandType: element size, numpy dtype, scalar or tensor.
 
-Mappings are tables (with a round-trip test), never if/elif chains.
+Mappings are tables (with a round-trip test), never if/elif chains. Extension operand
+types (prefix << 16 | type) a process registers (``register_extension_operand_type``,
+done by the server's extension registry with the server's own prefixes) are looked up
+in the same tables; an extension type nobody registered is a KeyError there, and
+``extension_info`` answers None for it.
 """
 
 from __future__ import annotations
@@ -31,29 +35,57 @@ def _info(dtype: str, tensor: bool, quant: bool = False, zp: tuple[int, int] = (
     return OperandTypeInfo(np.dtype(dtype), tensor, quant, zp)
 
 
-INFO: dict[T, OperandTypeInfo] = {
-    T.FLOAT32: _info("<f4", False),
-    T.INT32: _info("<i4", False),
-    T.UINT32: _info("<u4", False),
-    T.TENSOR_FLOAT32: _info("<f4", True),
-    T.TENSOR_INT32: _info("<i4", True),
-    T.TENSOR_QUANT8_ASYMM: _info("u1", True, True, (0, 255)),
-    T.BOOL: _info("?", False),
-    T.TENSOR_QUANT16_SYMM: _info("<i2", True, True),
-    T.TENSOR_FLOAT16: _info("<f2", True),
-    T.TENSOR_BOOL8: _info("?", True),
-    T.FLOAT16: _info("<f2", False),
-    T.TENSOR_QUANT8_SYMM_PER_CHANNEL: _info("i1", True),
-    T.TENSOR_QUANT16_ASYMM: _info("<u2", True, True, (0, 65535)),
-    T.TENSOR_QUANT8_SYMM: _info("i1", True, True),
-    T.TENSOR_QUANT8_ASYMM_SIGNED: _info("i1", True, True, (-128, 127)),
-    T.SUBGRAPH: _info("<u4", False),
-    T.OEM: _info("u1", False),
-    T.TENSOR_OEM_BYTE: _info("u1", True),
-}
+class _TypeTable(dict[T, "OperandTypeInfo"]):
+    """The built-in types, then the registered extension operand types."""
+
+    def __missing__(self, key: T) -> OperandTypeInfo:
+        return _EXTENSIONS[key]
+
+
+_EXTENSIONS: dict[int, OperandTypeInfo] = {}
+
+
+def register_extension_operand_type(value: int, dtype: np.dtype, is_tensor: bool) -> None:
+    """Make extension operand type ``value`` (the registering process's own prefix) known."""
+    _EXTENSIONS[value] = OperandTypeInfo(np.dtype(dtype), is_tensor, False, (0, 0))
+
+
+def extension_info(t: int) -> OperandTypeInfo | None:
+    """The registered extension operand type ``t``, or None."""
+    return _EXTENSIONS.get(t)
+
+
+INFO: dict[T, OperandTypeInfo] = _TypeTable(
+    {
+        T.FLOAT32: _info("<f4", False),
+        T.INT32: _info("<i4", False),
+        T.UINT32: _info("<u4", False),
+        T.TENSOR_FLOAT32: _info("<f4", True),
+        T.TENSOR_INT32: _info("<i4", True),
+        T.TENSOR_QUANT8_ASYMM: _info("u1", True, True, (0, 255)),
+        T.BOOL: _info("?", False),
+        T.TENSOR_QUANT16_SYMM: _info("<i2", True, True),
+        T.TENSOR_FLOAT16: _info("<f2", True),
+        T.TENSOR_BOOL8: _info("?", True),
+        T.FLOAT16: _info("<f2", False),
+        T.TENSOR_QUANT8_SYMM_PER_CHANNEL: _info("i1", True),
+        T.TENSOR_QUANT16_ASYMM: _info("<u2", True, True, (0, 65535)),
+        T.TENSOR_QUANT8_SYMM: _info("i1", True, True),
+        T.TENSOR_QUANT8_ASYMM_SIGNED: _info("i1", True, True, (-128, 127)),
+        T.SUBGRAPH: _info("<u4", False),
+        T.OEM: _info("u1", False),
+        T.TENSOR_OEM_BYTE: _info("u1", True),
+    }
+)
+
+
+class _DtypeTable(dict[T, np.dtype]):
+    def __missing__(self, key: T) -> np.dtype:
+        return _EXTENSIONS[key].dtype
+
 
 #: numpy dtype of each operand type (for building arrays).
-DTYPE: dict[T, np.dtype] = {t: i.dtype for t, i in INFO.items()}
+DTYPE: dict[T, np.dtype] = _DtypeTable({t: i.dtype for t, i in INFO.items()})
 
 FLOAT_TENSORS = frozenset({T.TENSOR_FLOAT32, T.TENSOR_FLOAT16})
 QUANT8_ASYMM_TENSORS = frozenset({T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED})

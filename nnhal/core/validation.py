@@ -17,9 +17,11 @@ from nnhal.core.enums import (
     HalVersion,
     OperandLifeTime,
     OperandType,
+    extension_prefix,
+    is_extension_type,
 )
 from nnhal.core.errors import InvalidArgument
-from nnhal.core.operand_types import INFO, byte_size
+from nnhal.core.operand_types import INFO, byte_size, extension_info
 from nnhal.core.types import DataLocation, Model, Operand, Operation, Request, RequestArgument, Subgraph
 
 L = OperandLifeTime
@@ -33,9 +35,22 @@ def _fail(where: str, message: str) -> InvalidArgument:
     return InvalidArgument(f"{where}: {message}")
 
 
+def _validate_extension_operand(operand: Operand, where: str) -> HalVersion:
+    """An extension's operand: only what its registered description says can be checked
+    (the extension defines the rest, as the HAL leaves it to the extension)."""
+    info = extension_info(operand.type)
+    if info is not None and not info.is_tensor and operand.dimensions:
+        raise _fail(where, f"scalar {operand.type.name} must have no dimensions, got {list(operand.dimensions)}")
+    if operand.channel_quant is not None:
+        raise _fail(where, f"{operand.type.name} must not carry channel quantization params")
+    return HalVersion.V1_2
+
+
 def validate_operand(operand: Operand, where: str) -> HalVersion:
     """Type, dims, scale, zero point and extra params of one operand."""
     t = operand.type
+    if is_extension_type(t):
+        return _validate_extension_operand(operand, where)
     info = INFO[t]
     version = OPERAND_TYPE_INTRODUCED[t]
     if t in (T.OEM, T.TENSOR_OEM_BYTE):
@@ -102,9 +117,10 @@ def _check_location(
         return
     if operand.type == T.SUBGRAPH:
         raise _fail(where, f"type SUBGRAPH requires lifetime SUBGRAPH, got {lt.name}")
-    if INFO[operand.type].is_tensor and (not operand.dimensions or 0 in operand.dimensions):
+    known = not is_extension_type(operand.type) or extension_info(operand.type) is not None
+    if known and INFO[operand.type].is_tensor and (not operand.dimensions or 0 in operand.dimensions):
         raise _fail(where, f"constant operand must have fully specified dimensions, got {list(operand.dimensions)}")
-    expected = byte_size(operand.type, operand.dimensions)
+    expected = byte_size(operand.type, operand.dimensions) if known else loc.length
     if loc.length != expected:
         raise _fail(where, f"constant has length {loc.length}, its type and shape need {expected} bytes")
     if lt == L.CONSTANT_COPY:
@@ -200,7 +216,8 @@ def _validate_operations(
             if written[i]:
                 raise _fail(where, f"output operand {i} is written by more than one operation")
             written[i] = True
-        version = max(version, OPERATION_INTRODUCED[operation.type])
+        # An extension operation: extensions exist since 1.2.
+        version = max(version, OPERATION_INTRODUCED.get(operation.type, HalVersion.V1_2))
         if operation_validator is not None:
             version = max(version, operation_validator(model, sg, operation))
     for i, operand in enumerate(sg.operands):
@@ -238,6 +255,34 @@ def _check_subgraph_references(model: Model) -> None:
     visit(0)
 
 
+def check_extension_prefixes(model: Model) -> None:
+    """extensionNameToPrefix names and prefixes are unique, prefixes in [1, 0xFFFF], and every
+    extension operand or operation type uses a prefix the model maps (Model.hal 1.2)."""
+    names: set[str] = set()
+    prefixes: set[int] = set()
+    for k, e in enumerate(model.extension_name_to_prefix):
+        where = f"extensionNameToPrefix[{k}]"
+        if not e.name:
+            raise _fail(where, "the extension name is empty")
+        if e.name in names or e.prefix in prefixes:
+            raise _fail(where, f"extension {e.name!r} or prefix {e.prefix} is listed twice")
+        if not 1 <= e.prefix <= 0xFFFF:
+            raise _fail(where, f"prefix {e.prefix} is outside [1, 65535]")
+        names.add(e.name)
+        prefixes.add(e.prefix)
+    graphs = [("main", model.main), *((f"referenced[{r}]", sg) for r, sg in enumerate(model.referenced))]
+    for name, sg in graphs:
+        used: list[tuple[str, int]] = [(f"operand {i}", op.type) for i, op in enumerate(sg.operands)]
+        used += [(f"operation {i}", op.type) for i, op in enumerate(sg.operations)]
+        for what, t in used:
+            if is_extension_type(t) and extension_prefix(t) not in prefixes:
+                raise _fail(
+                    f"{name} {what}",
+                    f"extension type {int(t):#x} uses prefix {extension_prefix(t)}, which extensionNameToPrefix "
+                    "does not map to an extension name",
+                )
+
+
 def validate_model(
     model: Model,
     pool_sizes: Sequence[int | None],
@@ -249,6 +294,7 @@ def validate_model(
     """
     if len(pool_sizes) != len(model.pools):
         raise InvalidArgument(f"{len(model.pools)} pools but {len(pool_sizes)} sizes")
+    check_extension_prefixes(model)
     graphs = [("main", model.main), *((f"referenced[{r}]", sg) for r, sg in enumerate(model.referenced))]
     # Every subgraph's structure first: IF / WHILE validators read the input and output
     # operands of the subgraphs they reference, which must be in range by then.
@@ -261,6 +307,8 @@ def validate_model(
         version = max(version, _validate_operations(model, sg, name, operation_validator))
     if model.relax_computation_float32_to_float16:
         version = max(version, HalVersion.V1_1)
+    if model.extension_name_to_prefix:
+        version = max(version, HalVersion.V1_2)
     return version
 
 

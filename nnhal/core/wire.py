@@ -89,12 +89,15 @@ def _enum(table: dict[int, E], value: int, what: str) -> E:
     try:
         return table[value]
     except KeyError:
-        if value >> EXTENSION_TYPE_LOW_BITS:
-            raise InvalidArgument(
-                f"{what}: extension type {value:#x} (prefix {value >> EXTENSION_TYPE_LOW_BITS}) "
-                "is not supported: this driver registers no extensions"
-            ) from None
         raise InvalidArgument(f"{what}: unknown value {value}") from None
+
+
+def _type(cls: type[E], table: dict[int, E], value: int, what: str) -> E:
+    """An OperandType / OperationType number: a HAL value, or an extension's (prefix << 16 |
+    type, whose meaning the model's extensionNameToPrefix gives; validation checks it)."""
+    if value >> EXTENSION_TYPE_LOW_BITS:
+        return cls(value)
+    return _enum(table, value, what)
 
 
 def priority_from_wire(value: int) -> Priority:
@@ -170,7 +173,7 @@ def _loc_from(msg: pb.DataLocation) -> DataLocation:
 
 
 def operand_from(msg: pb.Operand, where: str) -> Operand:
-    t = _enum(_OPERAND_TYPES, msg.type, f"{where} type")
+    t = _type(OperandType, _OPERAND_TYPES, msg.type, f"{where} type")
     lifetime = _enum(_LIFETIMES, msg.lifetime, f"{where} lifetime")
     channel_quant = None
     extension = None
@@ -197,7 +200,7 @@ def subgraph_from(msg: pb.Subgraph, name: str) -> Subgraph:
     operands = tuple(operand_from(o, f"{name} operand {i}") for i, o in enumerate(msg.operands))
     operations = tuple(
         Operation(
-            _enum(_OPERATION_TYPES, o.type, f"{name} operation {i} type"),
+            _type(OperationType, _OPERATION_TYPES, o.type, f"{name} operation {i} type"),
             tuple(o.inputs),
             tuple(o.outputs),
         )

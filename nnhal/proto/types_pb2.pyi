@@ -132,6 +132,10 @@ class OperationType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     HARD_SWISH: _ClassVar[OperationType]
     FILL: _ClassVar[OperationType]
     RANK: _ClassVar[OperationType]
+    BATCH_MATMUL: _ClassVar[OperationType]
+    PACK: _ClassVar[OperationType]
+    MIRROR_PAD: _ClassVar[OperationType]
+    REVERSE: _ClassVar[OperationType]
     OEM_OPERATION: _ClassVar[OperationType]
 
 class OperandLifeTime(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -307,6 +311,10 @@ ELU: OperationType
 HARD_SWISH: OperationType
 FILL: OperationType
 RANK: OperationType
+BATCH_MATMUL: OperationType
+PACK: OperationType
+MIRROR_PAD: OperationType
+REVERSE: OperationType
 OEM_OPERATION: OperationType
 LIFETIME_TEMPORARY_VARIABLE: OperandLifeTime
 LIFETIME_SUBGRAPH_INPUT: OperandLifeTime

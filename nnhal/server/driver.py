@@ -60,6 +60,7 @@ from nnhal.core.validation import merged_dimensions, validate_request
 from nnhal.server import cache
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.buffers import BufferRegistry, copy_from_pool, copy_to, resolve_tokens
+from nnhal.server.executor import example_extension, extensions
 from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
 from nnhal.server.executor.validate import supported_operations, validate_full
 from nnhal.server.fences import FenceTable
@@ -135,10 +136,14 @@ class ClientQuotas(MemoryBudget):
                 self._client_used[client] -= nbytes
 
 
+#: The vendor extensions a device can offer (``DeviceConfig.extensions``), by name.
+AVAILABLE_EXTENSIONS = {example_extension.NAME: example_extension.DEFINITION}
+
+
 @dataclass
 class DeviceConfig:
     name: str = "nnhal-cpu"
-    feature_level: HalVersion = HalVersion.V1_3
+    feature_level: HalVersion = HalVersion.AIDL_V4
     device_type: DeviceType = DeviceType.CPU
     shared_memory: SharedMemoryPolicy | None = None
     #: Concurrent executions and how many more may queue (RESOURCE_EXHAUSTED_TRANSIENT beyond).
@@ -158,6 +163,8 @@ class DeviceConfig:
     #: Executions the client gave no deadline end (MISSED_DEADLINE_PERSISTENT) after this; 0 = never.
     max_execution_seconds: float = 0.0
     fault_injection: bool = False
+    #: Vendor extensions this device offers, by name (each in AVAILABLE_EXTENSIONS).
+    extensions: tuple[str, ...] = ()
     #: Seals compilation caches; persist it (cache.load_secret) so caches survive restarts.
     cache_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
 
@@ -193,6 +200,8 @@ class Driver:
 
     def __init__(self, config: DeviceConfig | None = None) -> None:
         self.config = config or DeviceConfig()
+        for name in self.config.extensions:
+            extensions.install(AVAILABLE_EXTENSIONS[name])
         self.capabilities = _capabilities()
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
@@ -259,13 +268,14 @@ class Driver:
         return DeviceStatus.BUSY if self.scheduler.in_flight >= self.scheduler.slots else DeviceStatus.AVAILABLE
 
     def extensions(self) -> tuple[Extension, ...]:
-        return ()
+        return extensions.describe(self.config.extensions)
 
     def cache_files_needed(self) -> tuple[int, int]:
         return cache.FILES_NEEDED
 
     # -- models -------------------------------------------------------------
     def supported_operations(self, session: Session, model: Model) -> tuple[list[bool], list[str]]:
+        model = extensions.localize(model, self.config.extensions)
         bound = bind_model_pools(model.pools, self.config.shared_memory, session.is_local)
         try:
             return supported_operations(model, bound.buffers, self.config.feature_level)
@@ -288,6 +298,8 @@ class Driver:
         if cache_token:
             cache.check_token(cache_token)
         check_deadline(deadline_ns, "preparation")
+        if not trusted:
+            model = extensions.localize(model, self.config.extensions)
         bound = bind_model_pools(model.pools, self.config.shared_memory, session.is_local)
         try:
             version = HalVersion.V1_0 if trusted else validate_full(model, bound.buffers)

@@ -253,7 +253,7 @@ def test_recovered_device_that_differs_becomes_invalid(restartable: Restartable)
     with pytest.raises(GeneralFailure, match="InvalidDevice"):
         rd.supported_operations(model)
     assert not rd.is_valid and isinstance(rd.device, InvalidDevice)
-    assert rd.version_string() == original_version and rd.feature_level == 13
+    assert rd.version_string() == original_version and rd.feature_level == 80
     with pytest.raises(GeneralFailure, match="InvalidDevice"):
         rd.prepare_model_sync(model)
     # The prepared model cannot be re-created on an invalid device: DEAD_OBJECT, with the reason.

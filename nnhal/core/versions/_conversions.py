@@ -80,7 +80,8 @@ def unvalidated_convert(value: Any, to: HalVersion | ModuleType) -> Any:
 
 
 def convert(value: Any, to: HalVersion | ModuleType, *, operation_validator: OperationValidator | None = None) -> Any:
-    """Canonical ``value`` -> the same value in version ``to`` (``V1_0`` .. ``V1_3``).
+    """Canonical ``value`` -> the same value in version ``to`` (``V1_0`` .. ``V1_3``; an AIDL
+    level returns the canonical value itself once its content fits the level).
 
     Validates first (models: structure, plus ``operation_validator`` when given, whose
     minimum versions must not exceed ``to``). Raises ConversionError (GENERAL_FAILURE)
@@ -88,6 +89,12 @@ def convert(value: Any, to: HalVersion | ModuleType, *, operation_validator: Ope
     lossily (codes a version lacks become GENERAL_FAILURE)."""
     version = version_of(to)
     needed = validate(value, operation_validator)
+    if version.is_aidl:
+        # The canonical types are the AIDL types (every AIDL level has every canonical
+        # field): only the content's level can be too new.
+        if needed > version:
+            raise ConversionError(f"the value needs NN HAL {needed.label}; cannot convert to NN HAL {version.label}")
+        return value
     result = unvalidated_convert(value, version)  # names the field without a representation, if any
     if needed > version:
         raise ConversionError(f"the value needs NN HAL {needed.label}; cannot convert to NN HAL {version.label}")
@@ -118,6 +125,8 @@ def min_version(value: Any, operation_validator: OperationValidator | None = Non
     for version in V:
         if version < needed:
             continue
+        if version.is_aidl:
+            return version  # the canonical types are the AIDL types (see ``convert``)
         try:
             unvalidated_convert(value, version)
         except ConversionError as err:

@@ -20,6 +20,7 @@ from nnhal.server.executor.ops import (  # noqa: F401
     logical,
     lookup,
     lstm,
+    matmul,
     nms,
     normalization,
     pooling,

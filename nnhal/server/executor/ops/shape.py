@@ -1,5 +1,6 @@
 """Shape operations: RESHAPE, SQUEEZE, EXPAND_DIMS, TRANSPOSE, CONCATENATION, SPLIT,
-RANK, FILL, TILE, CHANNEL_SHUFFLE.
+RANK, FILL, TILE, CHANNEL_SHUFFLE, and the AIDL ones: PACK (feature level 6) and
+REVERSE (feature level 7). RESHAPE takes TENSOR_INT32 since feature level 6.
 
 All of them move data without arithmetic except CONCATENATION of quantized
 inputs whose scale or zero point differ from the output's: those are
@@ -44,11 +45,13 @@ OUTPUT = 0
 # -- RESHAPE ------------------------------------------------------------------------
 def validate_reshape(v: ValidationContext) -> HalVersion:
     v.expect_counts(2, 1)
-    t = v.expect_input_type_in(INPUT, MOVE_TYPES)
+    t = v.expect_input_type_in(INPUT, MOVE_TYPES_INT)
     v.expect_types([t, T.TENSOR_INT32], [t])
     v.expect_rank(INPUT, 4, at_most=True)
     expect_vector_input(v, 1)
     require_same_quant(v)
+    if t == T.TENSOR_INT32:
+        return HalVersion.AIDL_V2
     return version_for_types([t], HalVersion.V1_0)
 
 
@@ -311,6 +314,70 @@ def execute_channel_shuffle(ctx: ExecutionContext) -> None:
     ctx.set_output(OUTPUT, np.swapaxes(split, axis, axis + 1).reshape(x.shape))
 
 
+# -- PACK ------------------------------------------------------------------------------
+def validate_pack(v: ValidationContext) -> HalVersion:
+    """Input 0 the INT32 axis, inputs 1..N (N >= 1) tensors of one type, rank and quantization."""
+    v.require(v.num_inputs >= 2, f"expected an axis and at least 1 tensor, got {v.num_inputs} inputs")
+    v.require(v.num_outputs == 1, f"expected 1 output, got {v.num_outputs}")
+    t = v.output_type(OUTPUT)
+    v.require(t in MOVE_TYPES_INT, f"unsupported output type {t.name}")
+    v.expect_types([T.INT32] + [t] * (v.num_inputs - 1), [t])
+    out_rank = len(v.outputs[OUTPUT].dimensions) or None
+    ranks = {r for r in (v.input_rank(i) for i in range(1, v.num_inputs)) if r is not None}
+    if out_rank is not None:
+        ranks.add(out_rank - 1)
+    v.require(len(ranks) <= 1, f"the inputs must have one rank, one less than the output's, got {sorted(ranks)}")
+    if ranks:
+        rank = next(iter(ranks))
+        v.require(rank >= 1, "the inputs must have rank >= 1")
+        axis = v.constant_scalar(0)
+        v.require(axis is None or 0 <= axis <= rank, f"axis {axis} is out of range [0, {rank}]")
+    for i in range(1, v.num_inputs):
+        require_same_quant(v, OUTPUT, i)
+    return HalVersion.AIDL_V2
+
+
+def execute_pack(ctx: ExecutionContext) -> None:
+    parts = [ctx.tensor(i) for i in range(1, len(ctx.inputs))]
+    first = parts[0]
+    if first.ndim == 0:
+        ctx.fail("the inputs must have rank >= 1")
+    for i, p in enumerate(parts[1:], start=2):
+        if p.shape != first.shape:
+            ctx.fail(f"input {i} shape {list(p.shape)} differs from input 1 {list(first.shape)}")
+    axis = ctx.scalar(0)
+    if not 0 <= axis <= first.ndim:
+        ctx.fail(f"axis {axis} is out of range [0, {first.ndim}]")
+    reserve_shape((len(parts), *first.shape), first.itemsize)
+    ctx.set_output(OUTPUT, np.stack(parts, axis=axis))
+
+
+# -- REVERSE ---------------------------------------------------------------------------
+def validate_reverse(v: ValidationContext) -> HalVersion:
+    v.expect_counts(2, 1)
+    t = v.expect_input_type_in(INPUT, MOVE_TYPES_INT)
+    v.expect_types([t, T.TENSOR_INT32], [t])
+    v.expect_rank(INPUT, 8, at_most=True)
+    axis_dims = v.input_dims(1)
+    v.require(len(axis_dims) <= 1 and (not axis_dims or axis_dims[0] in (0, 1)), "the axis must have shape [1]")
+    rank, out_dims = v.input_rank(INPUT), v.outputs[OUTPUT].dimensions
+    v.require(not rank or not out_dims or len(out_dims) == rank, "the output must have the input's rank")
+    axis = v.constant(1)
+    if axis is not None and rank is not None and axis.size == 1:
+        a = int(axis.reshape(-1)[0])
+        v.require(0 <= a < rank, f"axis {a} is out of range [0, {rank})")
+    require_same_quant(v)
+    return HalVersion.AIDL_V3
+
+
+def execute_reverse(ctx: ExecutionContext) -> None:
+    x = ctx.tensor(INPUT)
+    (axis,) = int_vector(ctx, 1, 1, "axis")
+    if not 0 <= axis < x.ndim:
+        ctx.fail(f"axis {axis} is out of range [0, {x.ndim})")
+    ctx.set_output(OUTPUT, np.flip(x, axis))
+
+
 # Runtime shapes and axes that do not fit the input are the request's error: INVALID_ARGUMENT.
 _register = partial(register, execution_failure=INVALID)
 _register(OperationType.RESHAPE, validate=validate_reshape, execute=execute_reshape)
@@ -323,3 +390,5 @@ _register(OperationType.RANK, validate=validate_rank, execute=execute_rank)
 _register(OperationType.FILL, validate=validate_fill, execute=execute_fill)
 _register(OperationType.TILE, validate=validate_tile, execute=execute_tile)
 _register(OperationType.CHANNEL_SHUFFLE, validate=validate_channel_shuffle, execute=execute_channel_shuffle)
+_register(OperationType.PACK, validate=validate_pack, execute=execute_pack)
+_register(OperationType.REVERSE, validate=validate_reverse, execute=execute_reverse)

@@ -1,5 +1,6 @@
 """Slicing and spatial re-arrangement: SLICE, STRIDED_SLICE, GATHER, PAD, PAD_V2,
-SPACE_TO_DEPTH, DEPTH_TO_SPACE, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND.
+MIRROR_PAD (AIDL V3, feature level 7), SPACE_TO_DEPTH, DEPTH_TO_SPACE,
+SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND.
 
 Pure data movement (quantized outputs keep the input's scale and zero point).
 The block operations work on NHWC; an NCHW layout flag (HAL 1.2) transposes in
@@ -207,6 +208,41 @@ def execute_pad(ctx: ExecutionContext) -> None:
     ctx.set_output(OUTPUT, np.pad(x, pads, mode="constant", constant_values=np.array(value, dtype=x.dtype)))
 
 
+# -- MIRROR_PAD ---------------------------------------------------------------------------
+#: Mode scalar -> numpy's name: REFLECT leaves the border element out of the mirror, SYMMETRIC repeats it.
+_MIRROR_MODES = {0: "reflect", 1: "symmetric"}
+
+
+def validate_mirror_pad(v: ValidationContext) -> HalVersion:
+    v.expect_counts(3, 1)
+    t = v.expect_input_type_in(INPUT, MOVE_TYPES_INT)
+    v.expect_types([t, T.TENSOR_INT32, T.INT32], [t])
+    _validate_paddings(v)
+    rank, out_dims = v.input_rank(INPUT), v.outputs[OUTPUT].dimensions
+    v.require(not rank or not out_dims or len(out_dims) == rank, "the output must have the input's rank")
+    mode = v.constant_scalar(2)
+    v.require(mode is None or mode in _MIRROR_MODES, f"mode must be 0 (REFLECT) or 1 (SYMMETRIC), got {mode}")
+    require_same_quant(v)
+    return HalVersion.AIDL_V3
+
+
+def execute_mirror_pad(ctx: ExecutionContext) -> None:
+    x = ctx.tensor(INPUT)
+    if x.ndim == 0:
+        ctx.fail("the input must have rank >= 1")
+    mode = ctx.scalar(2)
+    if mode not in _MIRROR_MODES:
+        ctx.fail(f"mode must be 0 (REFLECT) or 1 (SYMMETRIC), got {mode}")
+    pads = _paddings(ctx, x.ndim)
+    # REFLECT mirrors at most size - 1 elements, SYMMETRIC at most size (a single mirror, as the HAL says).
+    most = [max(d - (1 if mode == 0 else 0), 0) for d in x.shape]
+    for d, ((a, b), limit) in enumerate(zip(pads, most)):
+        if a > limit or b > limit:
+            ctx.fail(f"padding {[a, b]} of dimension {d} (size {x.shape[d]}) exceeds {limit} for this mode")
+    reserve_shape((d + a + b for d, (a, b) in zip(x.shape, pads)), x.itemsize)
+    ctx.set_output(OUTPUT, np.pad(x, pads, mode=_MIRROR_MODES[mode]))  # type: ignore[call-overload]
+
+
 # -- layout helpers ----------------------------------------------------------------------
 def _validate_layout(v: ValidationContext, flag_input: int) -> HalVersion:
     """A layout flag input (even a false one) needs HAL 1.2, as the reference validates it."""
@@ -348,6 +384,7 @@ _register(OperationType.STRIDED_SLICE, validate=validate_strided_slice, execute=
 _register(OperationType.GATHER, validate=validate_gather, execute=execute_gather)
 _register(OperationType.PAD, validate=validate_pad, execute=execute_pad)
 _register(OperationType.PAD_V2, validate=validate_pad_v2, execute=execute_pad)
+_register(OperationType.MIRROR_PAD, validate=validate_mirror_pad, execute=execute_mirror_pad)
 _register(OperationType.SPACE_TO_DEPTH, validate=validate_depth_space, execute=execute_space_to_depth)
 _register(OperationType.DEPTH_TO_SPACE, validate=validate_depth_space, execute=execute_depth_to_space)
 _register(OperationType.SPACE_TO_BATCH_ND, validate=validate_space_to_batch, execute=execute_space_to_batch)
