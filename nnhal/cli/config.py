@@ -36,7 +36,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 ENV_PREFIX = "NNHAL_"
-FEATURE_LEVELS = ("1.0", "1.1", "1.2", "1.3")
+FEATURE_LEVELS = ("1.0", "1.1", "1.2", "1.3", "5", "6", "7", "8")
 LOG_FORMATS = ("text", "json")
 
 
@@ -133,7 +133,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("port_file", _port_file, "", "write the bound address(es) here once listening", "FILE"),
     Setting("name", _name, "nnhal-cpu", "device name", "NAME"),
-    Setting("feature_level", _choice(*FEATURE_LEVELS), "1.3", "NN HAL version served: 1.0, 1.1, 1.2 or 1.3", "V"),
+    Setting(
+        "feature_level",
+        _choice(*FEATURE_LEVELS),
+        "1.3",
+        "NN HAL version served: 1.0, 1.1, 1.2, 1.3 or AIDL feature level 5-8",
+        "V",
+    ),
     Setting("slots", positive_int, 2, "executions running at once (>= 1)", "N"),
     Setting("queue_depth", lambda t: whole(t, 0), 64, "executions that may wait beyond the slots (0: none wait)", "N"),
     Setting("memory_per_client", lambda t: whole(t, 0, "unlimited"), 0, "bytes per client (0 = unlimited)", "BYTES"),

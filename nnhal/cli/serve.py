@@ -28,7 +28,13 @@ from nnhal.server.rpc.serve import ServerOptions, run_forever
 
 log = logging.getLogger(__name__)
 
-FEATURE_LEVELS = {"1.0": HalVersion.V1_0, "1.1": HalVersion.V1_1, "1.2": HalVersion.V1_2, "1.3": HalVersion.V1_3}
+FEATURE_LEVELS = {
+    "1.0": HalVersion.V1_0,
+    "1.1": HalVersion.V1_1,
+    "1.2": HalVersion.V1_2,
+    "1.3": HalVersion.V1_3,
+    **{str(level.value // 10): level for level in HalVersion if level.is_aidl},
+}
 
 #: Settings that map to a ServerOptions field of the same name, passed when the field exists
 #: (with the value the server expects: None for "off").

@@ -31,6 +31,7 @@ from nnhal.server.jobs import PrepareJob
 from nnhal.server.lifecycle import DRAINING, Lifecycle
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.common import Record, guarded, launch_then_notify, recorder
+from nnhal.server.rpc.levels import require
 from nnhal.server.session import Faults, Session
 
 #: The session stream re-checks the server's state at least this often (its events
@@ -126,6 +127,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
     def getCapabilities_1_3(
         self, request: spb.DeviceRequest, context: grpc.ServicerContext
     ) -> spb.CapabilitiesResponse:
+        require(self.driver, "getCapabilities_1_3")
         self._session(request.session)
         msg = spb.CapabilitiesResponse()
         wire.capabilities_to(self.driver.capabilities, msg.capabilities)
@@ -133,11 +135,13 @@ class DeviceServicer(sgrpc.DeviceServicer):
 
     @guarded(spb.VersionStringResponse)
     def getVersionString(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.VersionStringResponse:
+        require(self.driver, "getVersionString")
         self._session(request.session)
         return spb.VersionStringResponse(version=self.driver.config.version_string)
 
     @guarded(spb.TypeResponse)
     def getType(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.TypeResponse:
+        require(self.driver, "getType")
         self._session(request.session)
         return spb.TypeResponse(type=int(self.driver.config.device_type))  # type: ignore[arg-type]
 
@@ -145,6 +149,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
     def getSupportedExtensions(
         self, request: spb.DeviceRequest, context: grpc.ServicerContext
     ) -> spb.ExtensionsResponse:
+        require(self.driver, "getSupportedExtensions")
         self._session(request.session)
         msg = spb.ExtensionsResponse()
         for e in self.driver.extensions():
@@ -155,6 +160,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
     def getNumberOfCacheFilesNeeded(
         self, request: spb.DeviceRequest, context: grpc.ServicerContext
     ) -> spb.CacheFilesResponse:
+        require(self.driver, "getNumberOfCacheFilesNeeded")
         self._session(request.session)
         model, data = self.driver.cache_files_needed()
         return spb.CacheFilesResponse(num_model_cache=model, num_data_cache=data)
@@ -166,6 +172,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
     def getSupportedOperations_1_3(
         self, request: spb.SupportedOperationsRequest, context: grpc.ServicerContext
     ) -> spb.SupportedOperationsResponse:
+        require(self.driver, "getSupportedOperations_1_3")
         session = self._session(request.session)
         supported, reasons = self.driver.supported_operations(session, wire.model_from(request.model))
         return spb.SupportedOperationsResponse(supported=supported, reasons=reasons)
@@ -175,6 +182,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
         self, request: spb.PrepareModelRequest, context: grpc.ServicerContext
     ) -> Iterator[spb.PrepareModelEvent]:
         def launch() -> PrepareJob:
+            require(self.driver, "prepareModel_1_3")
             session = self._session(request.session)
             model = wire.model_from(request.model)
             priority = wire.priority_from_wire(request.priority)
@@ -193,6 +201,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
         self, request: spb.PrepareModelFromCacheRequest, context: grpc.ServicerContext
     ) -> Iterator[spb.PrepareModelEvent]:
         def launch() -> PrepareJob:
+            require(self.driver, "prepareModelFromCache_1_3")
             return self.driver.prepare_from_cache(
                 self._session(request.session),
                 [bytes(f.data) for f in request.model_cache],
@@ -206,6 +215,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
     # -- memory domains -----------------------------------------------------------
     @guarded(spb.AllocateResponse)
     def allocate(self, request: spb.AllocateRequest, context: grpc.ServicerContext) -> spb.AllocateResponse:
+        require(self.driver, "allocate")
         session = self._session(request.session)
         self._lifecycle.admit("allocate")
         buffer, token = self.driver.allocate(

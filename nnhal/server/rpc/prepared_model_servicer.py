@@ -46,6 +46,7 @@ from nnhal.server.rpc.common import (
     recorder,
     within_message_limit,
 )
+from nnhal.server.rpc.levels import burst_refusal, refusal, require
 from nnhal.server.session import Session
 
 
@@ -88,6 +89,10 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         )
 
     def executeSynchronously_1_3(self, request: spb.ExecuteRequest, context: grpc.ServicerContext) -> spb.ExecuteResult:
+        refused = refusal(self.driver, "executeSynchronously_1_3")
+        if refused is not None:
+            self._record_sync(refused.error_status, None)
+            return wire.status_to(spb.ExecuteResult(), refused.error_status, refused.message)  # type: ignore[no-any-return]
         return self._execute_sync(request, "executeSynchronously_1_3", self._record_sync)
 
     def _execute_sync(self, request: spb.ExecuteRequest, what: str, record: Record) -> spb.ExecuteResult:
@@ -117,10 +122,14 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
             self._lifecycle.leave()
 
     def execute_1_3(self, request: spb.ExecuteRequest, context: grpc.ServicerContext) -> Iterator[spb.ExecuteEvent]:
+        def launch() -> ExecutionJob:
+            require(self.driver, "execute_1_3")
+            return self._launch(request)
+
         return launch_then_notify(
             spb.ExecuteEvent,
             spb.ExecuteResult,
-            lambda: self._launch(request),
+            launch,
             lambda job: wire.execution_result_to(within_message_limit(job.run(), refused_result)),
             "an execution",
             self._lifecycle,
@@ -135,6 +144,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         caps from its start (an idle stream holds a thread too), keyed by its connection."""
         peer = context.peer() or ""
         try:
+            require(self.driver, "configureExecutionBurst")
             self._long_calls.enter("burst", peer)
         except HalError as err:
             self.metrics.rpc("configureExecutionBurst", err.error_status)
@@ -145,7 +155,10 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         context.add_callback(leave)
         try:
             for req in request_iterator:
-                yield spb.BurstResponse(result=self._execute_sync(req.execute, "a burst execution", self._record_burst))
+                # A 1.2 device's burst has no deadline, loop timeout or tokens (INVALID_ARGUMENT).
+                refused = burst_refusal(self.driver, req.execute)
+                result = refused or self._execute_sync(req.execute, "a burst execution", self._record_burst)
+                yield spb.BurstResponse(result=result)
         finally:
             leave()
 
@@ -153,6 +166,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
     def executeFenced(
         self, request: spb.FencedExecuteRequest, context: grpc.ServicerContext
     ) -> spb.FencedExecuteResponse:
+        require(self.driver, "executeFenced")
         # Counted until the launch took its scheduler ticket, which then counts it.
         with self._lifecycle.work("executeFenced"):
             fence = self.driver.execute_fenced(
