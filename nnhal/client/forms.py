@@ -29,7 +29,9 @@ UNKNOWN_VERSION = "UNKNOWN"
 
 
 def level_of(remote: RemoteSession) -> int:
-    return remote.feature_level
+    """The device's level; a session that names none (an older server, a test double)
+    speaks the 1.3 forms, as every client did before levels had forms of their own."""
+    return int(getattr(remote, "feature_level", 0)) or int(V.V1_3)
 
 
 def modern(remote: RemoteSession) -> bool:
