@@ -19,7 +19,7 @@ from google.protobuf import message_factory
 
 from nnhal.client.device import Device
 from nnhal.client.remote.hidl import HidlCalls
-from nnhal.core.enums import ErrorStatus, HalVersion
+from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion
 from nnhal.core.methods import METHOD_LEVEL
 from nnhal.core.types import NO_TIMING
 from nnhal.proto import aidl_pb2, hidl_pb2, service_pb2
@@ -159,3 +159,15 @@ def test_a_1_2_device_speaks_its_own_forms() -> None:
             assert late.status == ErrorStatus.INVALID_ARGUMENT and "a deadline needs NN HAL 1.3" in late.message
         refused = dev.remote.stubs.device.allocate(service_pb2.AllocateRequest(session=dev.remote.session_id))
         assert refused.status == ErrorStatus.GENERAL_FAILURE and "allocate needs NN HAL 1.3" in refused.message
+
+
+def test_an_older_form_holds_its_model_to_its_version(device: Device) -> None:
+    """On the shared 1.3 server: RELU of rank 5 needs 1.3, so a 1.0 model may not hold it."""
+    hidl, rank5 = HidlCalls(device.remote), relu_chain(1, (1, 2, 2, 2, 2))
+    cb = hidl.prepare_model(rank5, HalVersion.V1_0, ExecutionPreference.FAST_SINGLE_ANSWER, None)
+    assert cb.wait(30) and cb.status == ErrorStatus.INVALID_ARGUMENT and "needs NN HAL 1.3" in cb.message
+    ((ok, why),) = hidl.supported_operations(rank5, HalVersion.V1_0)
+    assert not ok and "1.3" in why
+    assert device.supported_operations(rank5) == [True]  # the 1.3 form carries it
+    ref = hidl.prepare_model(add_model(), HalVersion.V1_2, ExecutionPreference.LOW_POWER, None).get(30)
+    device.remote.release_prepared_model(ref.handle)

@@ -6,8 +6,11 @@ same driver as the 1.3 forms. Answers travel in the version's types too; statuse
 are converted as the version has them (MISSED_DEADLINE_*, RESOURCE_EXHAUSTED_*
 -> GENERAL_FAILURE). Asynchronous forms (``prepareModel*``, ``execute``,
 ``execute_1_2``) are launch / notify / end streams like the 1.3 ones. A form newer
-than the device's level is refused (``levels.require``). Models are validated at the
-device's level, as the 1.3 forms validate them.
+than the device's level is refused (``levels.require``). A model is held to the
+older of the form's version and the device's level, as the AOSP adapters hold a
+1.0 model to 1.0: a use of an operation that needs a newer version (RELU of rank 5
+in a 1.0 model) is INVALID_ARGUMENT from ``prepareModel``, and unsupported (with
+the reason) from ``getSupportedOperations``.
 """
 
 from __future__ import annotations
@@ -19,16 +22,20 @@ import grpc
 
 from nnhal.core import versions, wire, wire_hidl
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion, Priority
+from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import ExecutionResult, Model, Request
 from nnhal.proto import hidl_pb2 as hpb
 from nnhal.proto import hidl_pb2_grpc as hgrpc
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.driver import Driver
+from nnhal.server.executor.validate import supported_operations, validate_full
 from nnhal.server.jobs import ExecutionJob, PrepareJob
+from nnhal.server.memory import bind_model_pools
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.common import launch_then_notify, recorder, within_message_limit
 from nnhal.server.rpc.device_servicer import _preference_from, prepare_stream
 from nnhal.server.rpc.levels import answer, require, run_sync
+from nnhal.server.session import Session
 
 V = HalVersion
 _Caps = TypeVar("_Caps", hpb.CapabilitiesV1_0Response, hpb.CapabilitiesV1_1Response, hpb.CapabilitiesV1_2Response)
@@ -82,26 +89,49 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
     def getCapabilities_1_2(self, request: spb.DeviceRequest) -> hpb.CapabilitiesV1_2Response:
         return self._capabilities(V.V1_2, hpb.CapabilitiesV1_2Response(), request)
 
-    def _supported(self, request: Any) -> spb.SupportedOperationsResponse:
+    def _supported(self, request: Any, version: HalVersion) -> spb.SupportedOperationsResponse:
         session = self.driver.session(request.session)
-        supported, reasons = self.driver.supported_operations(session, _model(request.model))
+        model = _model(request.model)
+        if version >= self.driver.config.feature_level:
+            supported, reasons = self.driver.supported_operations(session, model)
+        else:  # held to the form's version (module docstring)
+            bound = bind_model_pools(model.pools, self.driver.config.shared_memory, session.is_local)
+            try:
+                supported, reasons = supported_operations(model, bound.buffers, version)
+            finally:
+                bound.close()
         return spb.SupportedOperationsResponse(supported=supported, reasons=reasons)
+
+    def _held(self, session: Session, msg: Any, version: HalVersion) -> Model:
+        """The canonical model of ``msg``; INVALID_ARGUMENT when it needs more than ``version``
+        and the device is newer (the device checks its own level itself)."""
+        model = _model(msg)
+        if version >= self.driver.config.feature_level:
+            return model
+        bound = bind_model_pools(model.pools, self.driver.config.shared_memory, session.is_local)
+        try:
+            needed = validate_full(model, bound.buffers)
+        finally:
+            bound.close()
+        if needed > version:
+            raise InvalidArgument(f"the model needs NN HAL {needed.label}; this method carries {version.label} models")
+        return model
 
     @answer("getSupportedOperations", spb.SupportedOperationsResponse, V.V1_0)
     def getSupportedOperations(self, request: hpb.SupportedOperationsV1_0Request) -> spb.SupportedOperationsResponse:
-        return self._supported(request)
+        return self._supported(request, V.V1_0)
 
     @answer("getSupportedOperations_1_1", spb.SupportedOperationsResponse, V.V1_1)
     def getSupportedOperations_1_1(
         self, request: hpb.SupportedOperationsV1_1Request
     ) -> spb.SupportedOperationsResponse:
-        return self._supported(request)
+        return self._supported(request, V.V1_1)
 
     @answer("getSupportedOperations_1_2", spb.SupportedOperationsResponse, V.V1_2)
     def getSupportedOperations_1_2(
         self, request: hpb.SupportedOperationsV1_2Request
     ) -> spb.SupportedOperationsResponse:
-        return self._supported(request)
+        return self._supported(request, V.V1_2)
 
     def _prepare(
         self,
@@ -124,7 +154,7 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
         def launch() -> PrepareJob:
             session = self.driver.session(request.session)
             # 1.0 has no preference: the runtime's default, FAST_SINGLE_ANSWER.
-            model = _model(request.model)
+            model = self._held(session, request.model, V.V1_0)
             return self.driver.begin_prepare(
                 session, model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None
             )
@@ -136,7 +166,7 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
     ) -> Iterator[spb.PrepareModelEvent]:
         def launch() -> PrepareJob:
             session = self.driver.session(request.session)
-            model = _model(request.model)
+            model = self._held(session, request.model, V.V1_1)
             return self.driver.begin_prepare(
                 session, model, _preference_from(request.preference), Priority.MEDIUM, None
             )
@@ -148,7 +178,7 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
     ) -> Iterator[spb.PrepareModelEvent]:
         def launch() -> PrepareJob:
             session = self.driver.session(request.session)
-            model = _model(request.model)
+            model = self._held(session, request.model, V.V1_2)
             preference = _preference_from(request.preference)
             return self.driver.begin_prepare(session, model, preference, Priority.MEDIUM, None, bytes(request.token))
 
