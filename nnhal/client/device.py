@@ -19,12 +19,15 @@ import os
 from collections.abc import Callable
 from typing import Any, Literal
 
+from nnhal.client import forms
 from nnhal.client.buffer import Buffer
 from nnhal.client.callbacks import Callback
 from nnhal.client.faults import Fault
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.remote import DEFAULT_CALL_TIMEOUT, PreparedRef, RemoteSession
+from nnhal.client.remote.aidl import AidlCalls
 from nnhal.client.remote.transport import TlsConfig
+from nnhal.core.aidl_types import DEFAULT_PREPARE_CONFIG, PrepareModelConfig
 from nnhal.core.enums import DeviceStatus, DeviceType, ExecutionPreference, Priority
 from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model
 
@@ -92,29 +95,30 @@ class Device:
         return self._remote.shm_prefix
 
     # -- IDevice ---------------------------------------------------------------
+    # Each call takes the newest method form the device's level serves (``forms``).
     def capabilities(self) -> Capabilities:
-        return self._remote.capabilities()
+        return forms.capabilities(self._remote)
 
     def version_string(self) -> str:
-        return self._remote.version_string()
+        return forms.version_string(self._remote)
 
     def type(self) -> DeviceType:
-        return self._remote.device_type()
+        return forms.device_type(self._remote)
 
     def supported_extensions(self) -> tuple[Extension, ...]:
-        return self._remote.supported_extensions()
+        return forms.supported_extensions(self._remote)
 
     def number_of_cache_files_needed(self) -> tuple[int, int]:
-        return self._remote.number_of_cache_files_needed()
+        return forms.number_of_cache_files_needed(self._remote)
 
     def status(self) -> DeviceStatus:
         return self._remote.status()
 
     def supported_operations(self, model: Model) -> list[bool]:
-        return [ok for ok, _ in self._remote.supported_operations(model)]
+        return [ok for ok, _ in forms.supported_operations(self._remote, model)]
 
     def supported_operations_with_reasons(self, model: Model) -> list[tuple[bool, str]]:
-        return self._remote.supported_operations(model)
+        return forms.supported_operations(self._remote, model)
 
     def stats(self) -> dict[str, int]:
         """Server-wide object counts (nnhal extension): sessions, prepared_models, ..."""
@@ -153,7 +157,20 @@ class Device:
         the error) exactly once, DEAD_OBJECT included if the server dies meanwhile.
 
         Raises at launch only for a dead server; launch errors arrive in the callback."""
-        cb = self._remote.prepare_model(model, preference, priority, timeout, deadline_at, cache_token)
+        cb = forms.prepare_model(self._remote, model, preference, priority, timeout, deadline_at, cache_token)
+        return cb.then(self._adopt(model))
+
+    def prepare_model_with_config(
+        self,
+        model: Model,
+        config: PrepareModelConfig = DEFAULT_PREPARE_CONFIG,
+        *,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+    ) -> PrepareCallback:
+        """AIDL V4 prepareModelWithConfig: preference, priority, cache token and compilation
+        hints in one PrepareModelConfig (hints validated by the device, unsupported ones ignored)."""
+        cb = AidlCalls(self._remote).prepare_with_config(model, config, timeout, deadline_at)
         return cb.then(self._adopt(model))
 
     def prepare_model_from_cache(
@@ -168,7 +185,7 @@ class Device:
         """prepareModelFromCache_1_3 with the model cache a previous prepare returned.
 
         ``model`` (optional) lets the proxy size outputs without asking the server."""
-        cb = self._remote.prepare_model_from_cache(model_cache, token, timeout, deadline_at)
+        cb = forms.prepare_model_from_cache(self._remote, model_cache, token, timeout, deadline_at)
         return cb.then(self._adopt(model))
 
     def _adopt(self, model: Model | None) -> Callable[[PreparedRef], PreparedModel]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nnhal.client.callbacks import Callback
+from nnhal.core.aidl_types import TimingNs
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, FencedExecutionInfo, OutputShape, Timing
@@ -35,6 +36,8 @@ class ExecutionOutcome:
     timing_launched: Timing = field(default_factory=Timing)
     #: Fenced executions only: whether the fence has signalled.
     signalled: bool = False
+    #: AIDL forms only: the Timing as the device sent it (nanoseconds, -1 when not available).
+    timing_ns: TimingNs | None = None
 
     def raise_for_status(self) -> None:
         if self.status != ErrorStatus.NONE:
@@ -43,8 +46,9 @@ class ExecutionOutcome:
             raise err
 
     @classmethod
-    def of(cls, result: ExecutionResult) -> ExecutionOutcome:
+    def of(cls, result: ExecutionResult, timing_ns: TimingNs | None = None) -> ExecutionOutcome:
         return cls(
+            timing_ns=timing_ns,
             status=result.status,
             message=result.message,
             output_shapes=result.output_shapes,

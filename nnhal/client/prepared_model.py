@@ -21,10 +21,15 @@ from typing import Any
 
 import numpy as np
 
+from nnhal.client import forms
+from nnhal.client.aidl_burst import AidlBurst
 from nnhal.client.burst import Burst
 from nnhal.client.fenced import FencedExecution
 from nnhal.client.outcome import ExecutionCallback, ExecutionOutcome
 from nnhal.client.remote import ExecutionOptions, RemoteSession
+from nnhal.client.remote.aidl import AidlCalls
+from nnhal.client.reusable_execution import ReusableExecution
+from nnhal.core.aidl_types import DEFAULT_EXECUTION_CONFIG, ExecutionConfig
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, HalError, InvalidArgument
 from nnhal.core.operand_types import DTYPE, INFO
@@ -160,7 +165,7 @@ class PreparedModel:
         included) is in the outcome."""
         options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns)
         try:
-            result = self._remote.execute(self.handle, request, options)
+            result = forms.execute(self._remote, self.handle, request, options)
         except HalError as err:
             return ExecutionOutcome(err.error_status, err.message)
         return ExecutionOutcome.of(result)
@@ -178,7 +183,7 @@ class PreparedModel:
         DEAD_OBJECT included if the server dies meanwhile. Raises DEAD_OBJECT at launch
         for a server known dead."""
         options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns)
-        return self._remote.execute_async(self.handle, request, options).then(ExecutionOutcome.of)
+        return forms.execute_async(self._remote, self.handle, request, options).then(ExecutionOutcome.of)
 
     # -- numpy convenience ----------------------------------------------------
     def _io_operands(self) -> tuple[list[Operand], list[Operand]]:
@@ -256,7 +261,7 @@ class PreparedModel:
         sizes: list[int] | None = None
         for _attempt in range(2):
             request, layout = self._numpy_request(inputs, sizes)
-            outcome = ExecutionOutcome.of(self._remote.execute(self.handle, request, options))
+            outcome = ExecutionOutcome.of(forms.execute(self._remote, self.handle, request, options))
             if outcome.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and outcome.output_shapes and sizes is None:
                 sizes = [
                     max(1, INFO[op.type].byte_size * int(np.prod(s.dimensions)))
@@ -281,7 +286,7 @@ class PreparedModel:
         """execute_1_3 on numpy arrays: the callback's value has ``outputs``."""
         request, layout = self._numpy_request(inputs, None)
         options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns)
-        return self._remote.execute_async(self.handle, request, options).then(self._decoder(layout))
+        return forms.execute_async(self._remote, self.handle, request, options).then(self._decoder(layout))
 
     # -- fenced execution and bursts ---------------------------------------------
     def execute_fenced(
@@ -308,3 +313,28 @@ class PreparedModel:
     def burst(self) -> Burst:
         """configureExecutionBurst: one stream carrying many executions."""
         return Burst(self._remote, self.handle)
+
+    # -- AIDL forms ----------------------------------------------------------------
+    def execute_with_config(
+        self, request: Request, config: ExecutionConfig = DEFAULT_EXECUTION_CONFIG, *, timeout: float | None = None
+    ) -> ExecutionOutcome:
+        """AIDL V4 executeSynchronouslyWithConfig; the outcome has ``timing_ns`` (AIDL Timing)."""
+        try:
+            result, timing = AidlCalls(self._remote).execute_with_config(self.handle, request, config, timeout, None)
+        except HalError as err:
+            return ExecutionOutcome(err.error_status, err.message)
+        return ExecutionOutcome.of(result, timing)
+
+    def create_reusable_execution(
+        self, request: Request | Sequence[np.ndarray | None], config: ExecutionConfig = DEFAULT_EXECUTION_CONFIG
+    ) -> ReusableExecution:
+        """AIDL V4 createReusableExecution: one request (a canonical Request, or numpy inputs
+        whose outputs each run decodes) validated once, run many times. Raises its HalError."""
+        if isinstance(request, Request):
+            return ReusableExecution.create(self._remote, self.handle, request, config, None)
+        canonical, layout = self._numpy_request(request, None)
+        return ReusableExecution.create(self._remote, self.handle, canonical, config, self._decoder(layout))
+
+    def aidl_burst(self) -> AidlBurst:
+        """AIDL configureExecutionBurst: an IBurst caching memories by identifier token."""
+        return AidlBurst.configure(self._remote, self.handle)

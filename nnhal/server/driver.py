@@ -2,7 +2,7 @@
 
 A thin facade. Each job has its own collaborator: sessions (``session.Session``),
 session-owned handle tables (``handles.HandleTable``: prepared models here;
-buffers and fences in ``buffers`` and ``fences``), the memory budget
+buffers, fences, AIDL executions and bursts in ``buffers``, ``fences``, ``aidl_objects``), the memory budget
 (``budget.MemoryBudget``), the scheduler, the compilation cache and the
 launched jobs (``jobs``). The facade does the launch checks of each HAL method
 (raising HalError, whose status is the method's return value) and wires the
@@ -58,6 +58,7 @@ from nnhal.core.types import (
 )
 from nnhal.core.validation import merged_dimensions, validate_request
 from nnhal.server import cache
+from nnhal.server.aidl_objects import AidlObjects
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.buffers import BufferRegistry, copy_from_pool, copy_to, resolve_tokens
 from nnhal.server.executor import example_extension, extensions
@@ -210,8 +211,7 @@ class Driver:
         self.prepared_models: HandleTable[str, PreparedModel] = HandleTable(
             "unknown prepared model handle for this session", new_handle
         )
-        self.buffers = BufferRegistry()
-        self.fences = FenceTable()
+        self.buffers, self.fences, self.aidl = BufferRegistry(), FenceTable(), AidlObjects()
         self.executions = Counter()
         #: Serving / draining / stopping; the RPC layer admits and counts work with it.
         self.lifecycle = Lifecycle()
@@ -251,6 +251,7 @@ class Driver:
             pm.release()
         self.buffers.release_session(sid)
         self.fences.release_session(sid)
+        self.aidl.release_session(sid)
         self.budget.close_session(sid)
         log.info("session %s closed: released %d prepared models", sid[:8], len(models))
         return len(models)

@@ -51,6 +51,8 @@ from nnhal.core.errors import (
     ResourceExhaustedTransient,
 )
 from nnhal.core.wire import MAX_MESSAGE_BYTES
+from nnhal.proto import aidl_pb2_grpc as agrpc
+from nnhal.proto import hidl_pb2_grpc as hgrpc
 from nnhal.proto import service_pb2_grpc as sgrpc
 
 #: Seconds for calls with no HAL deadline: generous, but never unbounded.
@@ -228,3 +230,11 @@ class Stubs:
         self.fenced = sgrpc.FencedExecutionCallbackStub(channel)
         self.buffer = sgrpc.BufferStub(channel)
         self.echo = sgrpc.EchoStub(channel)
+        # The HIDL 1.0-1.2 and AIDL method forms (hidl.proto, aidl.proto).
+        self.hidl_device = hgrpc.HidlDeviceStub(channel)
+        self.hidl_prepared_model = hgrpc.HidlPreparedModelStub(channel)
+        self.aidl_device = agrpc.AidlDeviceStub(channel)
+        self.aidl_prepared_model = agrpc.AidlPreparedModelStub(channel)
+        self.aidl_fenced = agrpc.AidlFencedExecutionCallbackStub(channel)
+        self.execution = agrpc.ExecutionStub(channel)
+        self.burst = agrpc.BurstStub(channel)

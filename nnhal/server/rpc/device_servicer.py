@@ -34,6 +34,7 @@ from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.common import Record, guarded, launch_then_notify, long_calls, recorder
 from nnhal.server.rpc.faults import Fault, fault_from, fault_plan
 from nnhal.server.rpc.identity import peer_identity
+from nnhal.server.rpc.levels import require
 from nnhal.server.session import Faults, Session, client_key_of
 
 FAULTS_DISABLED = "fault injection is disabled on this server (start it with --enable-fault-injection)"
@@ -141,6 +142,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
     def getCapabilities_1_3(
         self, request: spb.DeviceRequest, context: grpc.ServicerContext
     ) -> spb.CapabilitiesResponse:
+        require(self.driver, "getCapabilities_1_3")
         self._session(request.session)
         msg = spb.CapabilitiesResponse()
         wire.capabilities_to(self.driver.capabilities, msg.capabilities)
@@ -148,11 +150,13 @@ class DeviceServicer(sgrpc.DeviceServicer):
 
     @guarded(spb.VersionStringResponse)
     def getVersionString(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.VersionStringResponse:
+        require(self.driver, "getVersionString")
         self._session(request.session)
         return spb.VersionStringResponse(version=self.driver.config.version_string)
 
     @guarded(spb.TypeResponse)
     def getType(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.TypeResponse:
+        require(self.driver, "getType")
         self._session(request.session)
         return spb.TypeResponse(type=int(self.driver.config.device_type))  # type: ignore[arg-type]
 
@@ -160,6 +164,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
     def getSupportedExtensions(
         self, request: spb.DeviceRequest, context: grpc.ServicerContext
     ) -> spb.ExtensionsResponse:
+        require(self.driver, "getSupportedExtensions")
         self._session(request.session)
         msg = spb.ExtensionsResponse()
         for e in self.driver.extensions():
@@ -170,6 +175,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
     def getNumberOfCacheFilesNeeded(
         self, request: spb.DeviceRequest, context: grpc.ServicerContext
     ) -> spb.CacheFilesResponse:
+        require(self.driver, "getNumberOfCacheFilesNeeded")
         self._session(request.session)
         model, data = self.driver.cache_files_needed()
         return spb.CacheFilesResponse(num_model_cache=model, num_data_cache=data)
@@ -181,6 +187,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
     def getSupportedOperations_1_3(
         self, request: spb.SupportedOperationsRequest, context: grpc.ServicerContext
     ) -> spb.SupportedOperationsResponse:
+        require(self.driver, "getSupportedOperations_1_3")
         session = self._session(request.session)
         supported, reasons = self.driver.supported_operations(session, wire.model_from(request.model))
         return spb.SupportedOperationsResponse(supported=supported, reasons=reasons)
@@ -190,6 +197,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
         self, request: spb.PrepareModelRequest, context: grpc.ServicerContext
     ) -> Iterator[spb.PrepareModelEvent]:
         def launch() -> PrepareJob:
+            require(self.driver, "prepareModel_1_3")
             session = self._session(request.session)
             model = wire.model_from(request.model)
             priority = wire.priority_from_wire(request.priority)
@@ -209,6 +217,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
         self, request: spb.PrepareModelFromCacheRequest, context: grpc.ServicerContext
     ) -> Iterator[spb.PrepareModelEvent]:
         def launch() -> PrepareJob:
+            require(self.driver, "prepareModelFromCache_1_3")
             return self.driver.prepare_from_cache(
                 self._session(request.session),
                 [bytes(f.data) for f in request.model_cache],
@@ -223,6 +232,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
     # -- memory domains -----------------------------------------------------------
     @guarded(spb.AllocateResponse)
     def allocate(self, request: spb.AllocateRequest, context: grpc.ServicerContext) -> spb.AllocateResponse:
+        require(self.driver, "allocate")
         session = self._session(request.session)
         self._lifecycle.admit("allocate")
         buffer, token = self.driver.allocate(

@@ -47,6 +47,7 @@ from nnhal.server.rpc.common import (
     within_message_limit,
 )
 from nnhal.server.rpc.faults import BURST, Fault, after_message, at_start, before_reply, fault_plan
+from nnhal.server.rpc.levels import burst_refusal, refusal, require
 from nnhal.server.session import Session
 
 
@@ -90,6 +91,10 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         )
 
     def executeSynchronously_1_3(self, request: spb.ExecuteRequest, context: grpc.ServicerContext) -> spb.ExecuteResult:
+        refused = refusal(self.driver, "executeSynchronously_1_3")
+        if refused is not None:
+            self._record_sync(refused.error_status, None)
+            return wire.status_to(spb.ExecuteResult(), refused.error_status, refused.message)  # type: ignore[no-any-return]
         fault = self.faults.take("executeSynchronously_1_3") if self.faults.armed else None
         return self._execute_sync(request, "executeSynchronously_1_3", self._record_sync, context, fault)
 
@@ -131,10 +136,14 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
             self._lifecycle.leave()
 
     def execute_1_3(self, request: spb.ExecuteRequest, context: grpc.ServicerContext) -> Iterator[spb.ExecuteEvent]:
+        def launch() -> ExecutionJob:
+            require(self.driver, "execute_1_3")
+            return self._launch(request)
+
         return launch_then_notify(
             spb.ExecuteEvent,
             spb.ExecuteResult,
-            lambda: self._launch(request),
+            launch,
             lambda job: wire.execution_result_to(within_message_limit(job.run(), refused_result)),
             "an execution",
             self._lifecycle,
@@ -150,6 +159,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         caps from its start (an idle stream holds a thread too), keyed by its connection."""
         peer = context.peer() or ""
         try:
+            require(self.driver, "configureExecutionBurst")
             self._long_calls.enter("burst", peer)
         except HalError as err:
             self.metrics.rpc("configureExecutionBurst", err.error_status)
@@ -163,8 +173,13 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
             abort = self.faults.take(BURST, ("abort",)) if self.faults.armed else None
             at_start(abort, context)
             for sent, req in enumerate(request_iterator, 1):
-                fault = self.faults.take(BURST, ("error", "stall", "exit")) if self.faults.armed else None
-                result = self._execute_sync(req.execute, "a burst execution", self._record_burst, context, fault)
+                # A 1.2 device's burst has no deadline, loop timeout or tokens (INVALID_ARGUMENT).
+                refused = burst_refusal(self.driver, req.execute)
+                if refused is not None:
+                    result = refused
+                else:
+                    fault = self.faults.take(BURST, ("error", "stall", "exit")) if self.faults.armed else None
+                    result = self._execute_sync(req.execute, "a burst execution", self._record_burst, context, fault)
                 yield spb.BurstResponse(result=result)
                 after_message(abort, sent, context)
         finally:
@@ -174,6 +189,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
     def executeFenced(
         self, request: spb.FencedExecuteRequest, context: grpc.ServicerContext
     ) -> spb.FencedExecuteResponse:
+        require(self.driver, "executeFenced")
         # Counted until the launch took its scheduler ticket, which then counts it.
         with self._lifecycle.work("executeFenced"):
             fence = self.driver.execute_fenced(

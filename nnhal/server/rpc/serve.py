@@ -63,6 +63,7 @@ from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.buffer_servicer import BufferServicer, EchoServicer
 from nnhal.server.rpc.device_servicer import DeviceServicer
+from nnhal.server.rpc.forms import add_method_forms
 from nnhal.server.rpc.identity import IdentityInterceptor, ServerTls
 from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer, PreparedModelServicer
 from nnhal.server.rpc.request_id import RequestIdInterceptor
@@ -158,9 +159,11 @@ class Server:
         )
         sgrpc.add_BufferServicer_to_server(BufferServicer(driver, metrics), self._grpc)
         sgrpc.add_EchoServicer_to_server(EchoServicer(), self._grpc)
+        forms = add_method_forms(self._grpc, driver, metrics)  # the HIDL 1.0-1.2 and AIDL method forms
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
-        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self._grpc)
+        names = (*SERVICE_NAMES, *forms, health.SERVICE_NAME, reflection.SERVICE_NAME)
+        reflection.enable_server_reflection(names, self._grpc)
         self.addresses: list[str] = []
         for addr in options.listen:
             self.addresses.append(self._bind(addr))

@@ -1,0 +1,209 @@
+"""The AIDL method forms of IDevice, IPreparedModel and IFencedExecutionCallback (``aidl.proto``).
+
+Requests carry the canonical (1.3 = AIDL) Model and Request; what differs is
+converted here: AIDL Timing (ns, -1) in results, optional durations (-1 or unset:
+omitted; other negative values INVALID_ARGUMENT), the V4 configuration parcelables
+and their hints (``aidl_types.accepted_hints``: INVALID_ARGUMENT for a negative or
+repeated token or a bad extension mapping; hints of extensions the device lacks are
+ignored — this device uses none of the rest either), and ``BufferRole.probability``.
+``configureExecutionBurst`` and ``createReusableExecution`` return handles of
+session-owned objects served by ``aidl_objects_servicer``. Every method checks the
+device's level first (``levels.require``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+from nnhal.core import wire, wire_aidl
+from nnhal.core.aidl_types import ExecutionConfig, accepted_hints, loop_timeout_for_driver, optional_duration
+from nnhal.core.types import Request
+from nnhal.proto import aidl_pb2 as apb
+from nnhal.proto import aidl_pb2_grpc as agrpc
+from nnhal.proto import service_pb2 as spb
+from nnhal.server.aidl_objects import BURST_CACHE, BurstObject, ReusableExecution
+from nnhal.server.driver import Driver
+from nnhal.server.jobs import ExecutionJob, PrepareJob
+from nnhal.server.metrics import Metrics
+from nnhal.server.rpc.common import failure, recorder
+from nnhal.server.rpc.device_servicer import prepare_stream
+from nnhal.server.rpc.levels import answer, require, run_sync
+from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer
+from nnhal.server.session import Session
+
+
+def checked_config(driver: Driver, msg: apb.ExecutionConfig, where: str) -> tuple[ExecutionConfig, int]:
+    """The execution config, its hints validated; and its loop timeout in the driver's form."""
+    config = wire_aidl.execution_config_from(msg)
+    names = [e.name for e in driver.extensions()]
+    accepted_hints(config.execution_hints, config.extension_name_to_prefix, names, f"{where} executionHints")
+    return config, loop_timeout_for_driver(config.loop_timeout_duration_ns)
+
+
+class AidlDeviceServicer(agrpc.AidlDeviceServicer):
+    """AIDL IDevice: ``allocate`` with BufferRole.probability, ``prepareModelWithConfig`` (V4)."""
+
+    def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
+        self.driver = driver
+        self.metrics = metrics = metrics or Metrics(driver)
+        self._record = recorder(metrics, "prepareModelWithConfig", metrics.prepare_seconds.observe)
+
+    @answer("AIDL IDevice.allocate", spb.AllocateResponse)
+    def allocate(self, request: apb.AidlAllocateRequest) -> spb.AllocateResponse:
+        session = self.driver.session(request.session)
+        self.driver.lifecycle.admit("allocate")
+        buffer, token = self.driver.allocate(
+            session,
+            wire.buffer_desc_from(request.desc),
+            [r.handle for r in request.prepared_models],
+            [wire_aidl.buffer_role_from(r) for r in request.input_roles],
+            [wire_aidl.buffer_role_from(r) for r in request.output_roles],
+        )
+        return spb.AllocateResponse(buffer=buffer, token=token)
+
+    def prepareModelWithConfig(
+        self, request: apb.PrepareModelWithConfigRequest, context: grpc.ServicerContext
+    ) -> Iterator[spb.PrepareModelEvent]:
+        msg = request.config
+
+        def launch() -> PrepareJob:
+            require(self.driver, "prepareModelWithConfig")
+            session = self.driver.session(request.session)
+            config = wire_aidl.prepare_config_from(msg)
+            names = [e.name for e in self.driver.extensions()]
+            accepted_hints(config.compilation_hints, config.extension_name_to_prefix, names, "compilationHints")
+            return self.driver.begin_prepare(
+                session,
+                wire.model_from(request.model),
+                config.preference,
+                config.priority,
+                wire.deadline_from(msg.deadline),
+                # The AIDL ignores the token when no cache is asked for.
+                config.cache_token if msg.want_cache else b"",
+            )
+
+        return prepare_stream(launch, msg.want_cache, self.driver.lifecycle, self._record, context)
+
+
+class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
+    """AIDL IPreparedModel: synchronous and fenced executions (plain and ``WithConfig``),
+    bursts and reusable executions."""
+
+    def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
+        self.driver = driver
+        self.metrics = metrics = metrics or Metrics(driver)
+        observe = metrics.execute_seconds.observe
+        self._record = recorder(metrics, "AIDL IPreparedModel.executeSynchronously", observe)
+        self._record_config = recorder(metrics, "executeSynchronouslyWithConfig", observe)
+
+    def _sync(self, method: str, request: Any, measure: Any, loop: Any, record: Any) -> apb.AidlExecutionResult:
+        def launch() -> ExecutionJob:
+            require(self.driver, method)
+            session = self.driver.session(request.session)
+            measure_timing, loop_ns = measure(), loop()
+            return self.driver.begin_execute(
+                session,
+                request.prepared_model,
+                wire.request_from(request.request),
+                measure_timing,
+                wire.deadline_from(request.deadline),
+                loop_ns,
+            )
+
+        return wire_aidl.execution_result_to(run_sync(self.driver, method, launch, record))
+
+    def executeSynchronously(
+        self, request: apb.AidlExecuteRequest, context: grpc.ServicerContext
+    ) -> apb.AidlExecutionResult:
+        def loop() -> int:
+            return loop_timeout_for_driver(wire_aidl.optional_from(request, "loop_timeout_duration_ns"))
+
+        method = "AIDL IPreparedModel.executeSynchronously"
+        return self._sync(method, request, lambda: request.measure_timing, loop, self._record)
+
+    def executeSynchronouslyWithConfig(
+        self, request: apb.ExecuteWithConfigRequest, context: grpc.ServicerContext
+    ) -> apb.AidlExecutionResult:
+        config: list[tuple[ExecutionConfig, int]] = []
+
+        def measure() -> bool:
+            config.append(checked_config(self.driver, request.config, "executeSynchronouslyWithConfig"))
+            return config[0][0].measure_timing
+
+        method = "executeSynchronouslyWithConfig"
+        return self._sync(method, request, measure, lambda: config[0][1], self._record_config)
+
+    def _fenced(self, session: Session, request: Any, measure: bool, loop_ns: int) -> spb.FencedExecuteResponse:
+        optional_duration(wire_aidl.optional_from(request, "duration_ns"), "durationNs")
+        with self.driver.lifecycle.work("executeFenced"):
+            fence = self.driver.execute_fenced(
+                session,
+                request.prepared_model,
+                wire.request_from(request.request),
+                list(request.wait_for),
+                measure,
+                wire.deadline_from(request.deadline),
+                loop_ns,
+            )
+        return spb.FencedExecuteResponse(sync_fence=fence, callback=fence)
+
+    @answer("AIDL IPreparedModel.executeFenced", spb.FencedExecuteResponse)
+    def executeFenced(self, request: apb.AidlFencedExecuteRequest) -> spb.FencedExecuteResponse:
+        session = self.driver.session(request.session)
+        loop_ns = loop_timeout_for_driver(wire_aidl.optional_from(request, "loop_timeout_duration_ns"))
+        return self._fenced(session, request, request.measure_timing, loop_ns)
+
+    @answer("executeFencedWithConfig", spb.FencedExecuteResponse)
+    def executeFencedWithConfig(self, request: apb.FencedExecuteWithConfigRequest) -> spb.FencedExecuteResponse:
+        session = self.driver.session(request.session)
+        config, loop_ns = checked_config(self.driver, request.config, "executeFencedWithConfig")
+        return self._fenced(session, request, config.measure_timing, loop_ns)
+
+    @answer("AIDL IPreparedModel.configureExecutionBurst", apb.ObjectResponse)
+    def configureExecutionBurst(self, request: apb.ConfigureBurstRequest) -> apb.ObjectResponse:
+        session = self.driver.session(request.session)
+        self.driver.prepared(session, request.prepared_model)  # INVALID_ARGUMENT when not this session's
+        sid, budget = session.id, self.driver.budget
+
+        def charge(delta: int) -> None:
+            budget.account(sid, delta, BURST_CACHE)
+
+        handle = self.driver.aidl.add_burst(session, BurstObject(request.prepared_model, charge))
+        return apb.ObjectResponse(handle=handle)
+
+    @answer("createReusableExecution", apb.ObjectResponse)
+    def createReusableExecution(self, request: apb.CreateReusableExecutionRequest) -> apb.ObjectResponse:
+        session = self.driver.session(request.session)
+        config, loop_ns = checked_config(self.driver, request.config, "createReusableExecution")
+        canonical: Request = wire.request_from(request.request)
+        # Validated once now (INVALID_ARGUMENT here, as the AIDL asks); each run binds afresh.
+        self.driver.begin_execute(
+            session, request.prepared_model, canonical, config.measure_timing, None, loop_ns
+        ).close()
+        execution = ReusableExecution(request.prepared_model, canonical, config.measure_timing, loop_ns)
+        return apb.ObjectResponse(handle=self.driver.aidl.add_execution(session, execution))
+
+
+class AidlFencedExecutionCallbackServicer(agrpc.AidlFencedExecutionCallbackServicer):
+    """AIDL IFencedExecutionCallback::getExecutionInfo: the 1.3 answer with AIDL Timing."""
+
+    def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
+        self.driver = driver
+        self.metrics = metrics or Metrics(driver)
+        self._inner = FencedExecutionCallbackServicer(driver, self.metrics)
+
+    def getExecutionInfo(
+        self, request: spb.FencedInfoRequest, context: grpc.ServicerContext
+    ) -> apb.AidlFencedInfoResponse:
+        try:
+            require(self.driver, "AIDL IFencedExecutionCallback.getExecutionInfo")
+        except Exception as err:
+            refused: apb.AidlFencedInfoResponse = wire.status_to(
+                apb.AidlFencedInfoResponse(), *failure(err, "in getExecutionInfo")
+            )
+            return refused
+        info = wire.fenced_info_from(self._inner.getExecutionInfo(request, context))
+        return wire_aidl.fenced_info_to(info, apb.AidlFencedInfoResponse())
