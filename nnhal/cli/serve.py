@@ -32,7 +32,11 @@ FEATURE_LEVELS = {"1.0": HalVersion.V1_0, "1.1": HalVersion.V1_1, "1.2": HalVers
 
 #: Settings that map to a ServerOptions field of the same name, passed when the field exists
 #: (with the value the server expects: None for "off").
-OPTIONAL_FIELDS: dict[str, Callable[[Any], Any]] = {"drain_seconds": lambda v: v, "metrics_listen": lambda v: v or None}
+OPTIONAL_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "drain_seconds": lambda v: v,
+    "metrics_listen": lambda v: v or None,
+    "fast_path": lambda v: v,
+}
 
 
 def _cache_secret(setting: str) -> bytes:

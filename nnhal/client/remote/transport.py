@@ -49,6 +49,7 @@ from nnhal.core.errors import (
     ResourceExhaustedTransient,
 )
 from nnhal.core.wire import MAX_MESSAGE_BYTES
+from nnhal.proto import fastpath_pb2_grpc as fpgrpc
 from nnhal.proto import service_pb2_grpc as sgrpc
 
 #: Seconds for calls with no HAL deadline: generous, but never unbounded.
@@ -201,3 +202,4 @@ class Stubs:
         self.fenced = sgrpc.FencedExecutionCallbackStub(channel)
         self.buffer = sgrpc.BufferStub(channel)
         self.echo = sgrpc.EchoStub(channel)
+        self.fast_path = fpgrpc.FastPathStub(channel)
