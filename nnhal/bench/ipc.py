@@ -125,7 +125,7 @@ def _small_request(a: np.ndarray, b: np.ndarray) -> Request:
 def _burst_small(unix: bool, quick: bool) -> BenchResult:
     a, b = _small_inputs()
     payload = _small_payload(BURST_ENVELOPE)
-    with _served(_add_model(), unix) as (pm, client), pm.burst() as burst, client.ping_pong() as stream:
+    with _served(_add_model(), unix) as (pm, client), pm.burst(fast=False) as burst, client.ping_pong() as stream:
 
         def ours() -> np.ndarray:
             outcome = burst.execute(_small_request(a, b))
@@ -140,6 +140,38 @@ def _burst_small(unix: bool, quick: bool) -> BenchResult:
 def burst_small(quick: bool) -> dict[str, BenchResult]:
     """Burst.execute of ADD 2x4 float32 vs a raw gRPC bidi ping-pong of the same byte sizes."""
     return {"ipc.burst_small": _burst_small(False, quick), "ipc.burst_small.unix": _burst_small(True, quick)}
+
+
+def _fast_burst_small(unix: bool, quick: bool) -> BenchResult:
+    a, b = _small_inputs()
+    payload = _small_payload(BURST_ENVELOPE)
+    with _served(_add_model(), unix) as (pm, client), pm.burst(fast=True) as burst:
+
+        def ours() -> np.ndarray:
+            outcome = burst.execute(_small_request(a, b))
+            return np.frombuffer(outcome.output_pools[1], np.float32, 8).reshape(SMALL_SHAPE)
+
+        check(np.array_equal(ours(), a + b), "ADD through the fast burst is wrong")
+        rounds, per = (5, 100) if quick else (15, 300)
+        t_ours, t_echo = interleaved(ours, lambda: client.unary(payload, timeout=10), rounds, per)
+    result = _per_call(
+        t_ours,
+        t_echo,
+        "Burst.execute(Request of 2x4, 2x4) -> numpy, same-host fast path; anchor unary",
+        BURST_ENVELOPE,
+        unix,
+    )
+    result.goal = "ratio <= 0.25"
+    return result
+
+
+def fast_burst_small(quick: bool) -> dict[str, BenchResult]:
+    """Burst.execute of ADD 2x4 float32 over the same-host fast path (shared-memory rings and
+    a doorbell) vs a raw gRPC unary round trip of the same byte sizes."""
+    return {
+        "ipc.fast_burst_small": _fast_burst_small(False, quick),
+        "ipc.fast_burst_small.unix": _fast_burst_small(True, quick),
+    }
 
 
 def _identity(pm: PreparedModel, x: np.ndarray) -> np.ndarray:
@@ -198,6 +230,7 @@ def shm_64m(quick: bool) -> dict[str, BenchResult]:
 BENCHMARKS: dict[str, Bench] = {
     "ipc.sync_small": sync_small,
     "ipc.burst_small": burst_small,
+    "ipc.fast_burst_small": fast_burst_small,
     "ipc.inline_64m": inline_64m,
     "ipc.shm_64m": shm_64m,
 }

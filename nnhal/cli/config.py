@@ -197,6 +197,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("shm_prefix", _name, "nnhal-", "required prefix of shared-memory region names", "PREFIX"),
     Setting("shm_allow_remote", _switch, False, "accept shared pools from non-local peers", switch=True),
+    Setting("fast_path", _switch, True, "offer same-host clients bursts over shared memory", switch=True),
     Setting(
         "cache_secret_file",
         _cache_secret_file,

@@ -39,6 +39,7 @@ OPTIONAL_FIELDS: dict[str, Callable[[Any], Any]] = {
     "drain_seconds": lambda v: v,
     "metrics_listen": lambda v: v or None,
     "health_listen": lambda v: v or None,
+    "fast_path": lambda v: v,
 }
 
 

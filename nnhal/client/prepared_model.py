@@ -310,9 +310,11 @@ class PreparedModel:
         )
         return FencedExecution(self._remote, sync_fence, callback)
 
-    def burst(self) -> Burst:
-        """configureExecutionBurst: one stream carrying many executions."""
-        return Burst(self._remote, self.handle)
+    def burst(self, *, fast: bool | None = None, ring_bytes: int = 0) -> Burst:
+        """configureExecutionBurst: many executions on one channel — the same-host fast path
+        when the server offers it (``fast``: None), required (True) or not (False), else a
+        gRPC stream (see :class:`Burst`)."""
+        return Burst(self._remote, self.handle, fast=fast, ring_bytes=ring_bytes)
 
     # -- AIDL forms ----------------------------------------------------------------
     def execute_with_config(

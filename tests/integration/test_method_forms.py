@@ -20,6 +20,7 @@ from google.protobuf import message_factory
 from nnhal.client.device import Device
 from nnhal.client.remote.hidl import HidlCalls
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion
+from nnhal.core.errors import InvalidArgument
 from nnhal.core.methods import METHOD_LEVEL
 from nnhal.core.types import NO_TIMING
 from nnhal.proto import aidl_pb2, hidl_pb2, service_pb2
@@ -166,8 +167,9 @@ def test_an_older_form_holds_its_model_to_its_version(device: Device) -> None:
     hidl, rank5 = HidlCalls(device.remote), relu_chain(1, (1, 2, 2, 2, 2))
     cb = hidl.prepare_model(rank5, HalVersion.V1_0, ExecutionPreference.FAST_SINGLE_ANSWER, None)
     assert cb.wait(30) and cb.status == ErrorStatus.INVALID_ARGUMENT and "needs NN HAL 1.3" in cb.message
-    ((ok, why),) = hidl.supported_operations(rank5, HalVersion.V1_0)
-    assert not ok and "1.3" in why
+    # An invalid model for the form's version: INVALID_ARGUMENT from getSupportedOperations too (VTS).
+    with pytest.raises(InvalidArgument, match=r"needs NN HAL 1\.3"):
+        hidl.supported_operations(rank5, HalVersion.V1_0)
     assert device.supported_operations(rank5) == [True]  # the 1.3 form carries it
     ref = hidl.prepare_model(add_model(), HalVersion.V1_2, ExecutionPreference.LOW_POWER, None).get(30)
     device.remote.release_prepared_model(ref.handle)

@@ -9,9 +9,10 @@ and return canonical types.
 
 Modules: :mod:`.transport` (channel options, ``map_rpc_error``, deadline
 arithmetic, stubs), :mod:`.messages` (values exchanged with proxies, protobuf
-helpers), :mod:`.session` (``RemoteSession``).
+helpers), :mod:`.session` (``RemoteSession``), :mod:`.fastpath` (the same-host fast burst).
 """
 
+from nnhal.client.remote.fastpath import FastBurstLink
 from nnhal.client.remote.messages import BurstStream, ExecutionOptions, PreparedRef
 from nnhal.client.remote.session import DRAINING, RemoteSession
 from nnhal.client.remote.transport import (
@@ -39,6 +40,7 @@ __all__ = [
     "KEEPALIVE_TIME_MS",
     "BurstStream",
     "ExecutionOptions",
+    "FastBurstLink",
     "PreparedRef",
     "RemoteSession",
     "Stubs",

@@ -7,7 +7,7 @@ canonical types (:mod:`nnhal.core.types`), converted with :mod:`nnhal.core.wire`
 
 Every RPC — unary calls, the launch / notify / end streams of ``prepareModel*``
 and ``execute_1_3``, the burst stream and the session stream — goes through
-``_invoke``: it catches ``grpc.RpcError``, maps it with
+``invoke``: it catches ``grpc.RpcError``, maps it with
 :func:`~nnhal.client.remote.transport.map_rpc_error`, declares the session dead
 on DEAD_OBJECT (the monitor then releases every waiter, DESIGN §4) and raises
 the HAL error. Calls on a session known dead fail with DEAD_OBJECT at once.
@@ -188,7 +188,8 @@ class RemoteSession:
         return ((REQUEST_ID_KEY, rid),)
 
     # -- the one call path --------------------------------------------------------------
-    def _invoke(self, fn: Callable[[], T], what: str, had_deadline: bool, request_id: str = "") -> T:
+    def invoke(self, fn: Callable[[], T], what: str, had_deadline: bool = False, request_id: str = "") -> T:
+        """``fn()``, its transport failure raised as the HAL error (a death declared)."""
         try:
             return fn()
         except grpc.RpcError as err:
@@ -210,7 +211,7 @@ class RemoteSession:
         self.check(what)
         md = self._metadata()
         limit = timeout or DEFAULT_CALL_TIMEOUT
-        return self._invoke(lambda: rpc(request, timeout=limit, metadata=md), what, timeout is not None, md[0][1])
+        return self.invoke(lambda: rpc(request, timeout=limit, metadata=md), what, timeout is not None, md[0][1])
 
     def _checked(self, rpc: Any, request: Any, what: str, timeout: float | None = None, prefix: bool = True) -> Any:
         msg = self._unary(rpc, request, what, timeout)
@@ -238,13 +239,13 @@ class RemoteSession:
         self._monitor.register(cb)
         md = self._metadata()
         rid = md[0][1]
-        call = self._invoke(
+        call = self.invoke(
             lambda: rpc(request, timeout=timeout or DEFAULT_CALL_TIMEOUT, metadata=md), what, timeout is not None, rid
         )
 
         def consume() -> None:
             try:
-                notify = self._invoke(lambda: notify_of(call, what), what, timeout is not None, rid)
+                notify = self.invoke(lambda: notify_of(call, what), what, timeout is not None, rid)
                 deliver(notify, cb)
             except HalError as err:
                 cb.notify(err.error_status, failure(err), err.message)
@@ -265,7 +266,7 @@ class RemoteSession:
         timer.daemon = True
         timer.start()
         try:
-            self._invoke(lambda: self._read_session(call), "openSession", had_deadline=False)
+            self.invoke(lambda: self._read_session(call), "openSession", had_deadline=False)
             reason = "the server ended the session"
         except HalError as err:
             if not self._ready.is_set():
@@ -506,7 +507,7 @@ class RemoteSession:
             self._monitor.check()
             stream.requests.put(spb.BurstRequest(execute=msg))
             try:
-                response = self._invoke(lambda: next(stream.responses, None), "burst", had_deadline=False)
+                response = self.invoke(lambda: next(stream.responses, None), "burst", had_deadline=False)
             except HalError as err:
                 return ExecutionResult(err.error_status, err.message)
         if response is None:  # the server ended the stream: a refusal past its cap, or a drain
@@ -519,7 +520,7 @@ class RemoteSession:
     def close_burst(self, stream: BurstStream) -> None:
         stream.requests.put(None)
         try:
-            self._invoke(lambda: drain(stream.responses), "burst", had_deadline=False)
+            self.invoke(lambda: drain(stream.responses), "burst", had_deadline=False)
         except HalError:
             pass  # a stream that broke holds nothing to release
 

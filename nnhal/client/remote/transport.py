@@ -52,6 +52,7 @@ from nnhal.core.errors import (
 )
 from nnhal.core.wire import MAX_MESSAGE_BYTES
 from nnhal.proto import aidl_pb2_grpc as agrpc
+from nnhal.proto import fastpath_pb2_grpc as fpgrpc
 from nnhal.proto import hidl_pb2_grpc as hgrpc
 from nnhal.proto import service_pb2_grpc as sgrpc
 
@@ -238,3 +239,4 @@ class Stubs:
         self.aidl_fenced = agrpc.AidlFencedExecutionCallbackStub(channel)
         self.execution = agrpc.ExecutionStub(channel)
         self.burst = agrpc.BurstStub(channel)
+        self.fast_path = fpgrpc.FastPathStub(channel)

@@ -96,9 +96,9 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
             self._record_sync(refused.error_status, None)
             return wire.status_to(spb.ExecuteResult(), refused.error_status, refused.message)  # type: ignore[no-any-return]
         fault = self.faults.take("executeSynchronously_1_3") if self.faults.armed else None
-        return self._execute_sync(request, "executeSynchronously_1_3", self._record_sync, context, fault)
+        return self.execute_sync(request, "executeSynchronously_1_3", self._record_sync, context, fault)
 
-    def _execute_sync(
+    def execute_sync(
         self,
         request: spb.ExecuteRequest,
         what: str,
@@ -106,6 +106,8 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         context: grpc.ServicerContext | None = None,
         fault: Fault | None = None,
     ) -> spb.ExecuteResult:
+        """One synchronous execution (also a burst's, a fast burst's): the result, never raises
+        (but an injected abort, which aborts the RPC)."""
         t0 = time.perf_counter()
         error = at_start(fault, context)  # an abort raises
         try:
@@ -179,7 +181,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
                     result = refused
                 else:
                     fault = self.faults.take(BURST, ("error", "stall", "exit")) if self.faults.armed else None
-                    result = self._execute_sync(req.execute, "a burst execution", self._record_burst, context, fault)
+                    result = self.execute_sync(req.execute, "a burst execution", self._record_burst, context, fault)
                 yield spb.BurstResponse(result=result)
                 after_message(abort, sent, context)
         finally:

@@ -57,12 +57,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from nnhal.core.wire import MAX_MESSAGE_BYTES
+from nnhal.proto import fastpath_pb2 as fpb
+from nnhal.proto import fastpath_pb2_grpc as fpgrpc
 from nnhal.proto import service_pb2 as spb
 from nnhal.proto import service_pb2_grpc as sgrpc
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.buffer_servicer import BufferServicer, EchoServicer
 from nnhal.server.rpc.device_servicer import DeviceServicer
+from nnhal.server.rpc.fastpath_servicer import FastPathServicer
 from nnhal.server.rpc.forms import add_method_forms
 from nnhal.server.rpc.identity import IdentityInterceptor, ServerTls
 from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer, PreparedModelServicer
@@ -103,9 +106,12 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
     ("grpc.so_reuseport", 0),
 ]
 
-SERVICE_NAMES = tuple(
-    spb.DESCRIPTOR.services_by_name[name].full_name
-    for name in ("Device", "PreparedModel", "FencedExecutionCallback", "Buffer", "Echo")
+SERVICE_NAMES = (
+    *(
+        spb.DESCRIPTOR.services_by_name[name].full_name
+        for name in ("Device", "PreparedModel", "FencedExecutionCallback", "Buffer", "Echo")
+    ),
+    fpb.DESCRIPTOR.services_by_name["FastPath"].full_name,
 )
 
 
@@ -123,6 +129,8 @@ class ServerOptions:
     tls: ServerTls | None = None
     #: host:port of a plaintext listener serving only grpc.health.v1; None: no such listener.
     health_listen: str | None = None
+    #: Offer same-host clients bursts over shared memory (``openFastBurst``).
+    fast_path: bool = True
 
 
 def is_loopback_host(host: str) -> bool:
@@ -153,7 +161,10 @@ class Server:
         self._credentials = options.tls.credentials() if options.tls is not None else None
         driver, metrics = self.driver, self.metrics
         sgrpc.add_DeviceServicer_to_server(DeviceServicer(driver, metrics), self._grpc)
-        sgrpc.add_PreparedModelServicer_to_server(PreparedModelServicer(driver, metrics), self._grpc)
+        executions = PreparedModelServicer(driver, metrics)
+        sgrpc.add_PreparedModelServicer_to_server(executions, self._grpc)
+        fast = FastPathServicer(driver, executions, metrics, options.fast_path)
+        fpgrpc.add_FastPathServicer_to_server(fast, self._grpc)
         sgrpc.add_FencedExecutionCallbackServicer_to_server(
             FencedExecutionCallbackServicer(driver, metrics), self._grpc
         )

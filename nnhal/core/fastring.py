@@ -1,0 +1,206 @@
+"""The rings of the same-host fast path (DESIGN §2): region layout, packets and their checks.
+
+A fast burst's queue is one shared region (a sealed memfd the server makes, so
+that neither side can shrink it under the other's mapping) holding two
+single-producer single-consumer byte rings: requests (client to server) and
+results (server to client). Layout, little-endian:
+
+=======  ===========================================================
+offset   contents
+=======  ===========================================================
+0        magic ``b"NNFQ"``, version u32, ring bytes u32
+64       request ring: head u64 (bytes ever written, by its producer)
+128      request ring: tail u64 (bytes ever consumed, by its consumer)
+192      result ring: head u64
+256      result ring: tail u64
+4096     request ring data (ring bytes), then result ring data
+=======  ===========================================================
+
+A packet is a 16-byte header — payload length u32, sequence u32 (the producer's
+count from 0, wrapping), CRC-32 of the payload u32, kind u32 — then the payload,
+padded to a multiple of 16 so that a header never straddles the ring's end (a
+payload may: it goes on at the ring's start). A packet of up to
+``ring_bytes - 16`` payload bytes fits an empty ring.
+
+Trust: each side keeps its own index privately and only reads the peer's from
+shared memory, so a peer can lie only about its own index and the bytes it
+wrote. The consumer copies a packet out before checking it (the peer could
+change it meanwhile) and refuses with :class:`RingError` a head behind its tail
+or more than the ring ahead of it, a length past the limit or past what was
+written, an unexpected sequence number or kind, a wrong checksum. The producer
+refuses a tail outside ``[head - ring_bytes, head]``. After a RingError the ring
+is usable again: ``resync`` drops whatever is pending and follows the producer.
+Neither side blocks here: waking the peer is the doorbell's job
+(:mod:`nnhal.core.doorbell`).
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import zlib
+from collections.abc import Collection
+
+MAGIC = b"NNFQ"
+VERSION = 1
+#: Where the rings' data starts; everything before it is the region's header.
+DATA_OFFSET = 4096
+#: Ring sizes: a multiple of the page size, within these bounds.
+MIN_RING_BYTES = 4096
+MAX_RING_BYTES = 16 << 20
+DEFAULT_RING_BYTES = 1 << 20
+#: The secret a client presents to collect its queue (DESIGN §2: authorised through gRPC).
+TOKEN_BYTES = 32
+#: What the server's handover sends with the descriptors: the magic and the ring size.
+HANDOVER = struct.Struct("<4sI")
+#: Descriptors handed over, in this order: the region's memfd, the request doorbell's write
+#: end, the result doorbell's read end and its write end (the client's self-wake).
+HANDOVER_FDS = 4
+
+#: Packet kinds.
+REQUEST = 1
+RESULT = 2
+
+_REGION_HEADER = struct.Struct("<4sII")
+_INDEX = struct.Struct("<Q")
+_PACKET = struct.Struct("<IIII")
+HEADER_BYTES = _PACKET.size
+_REQUEST_HEAD, _REQUEST_TAIL, _RESULT_HEAD, _RESULT_TAIL = 64, 128, 192, 256
+
+
+class RingError(Exception):
+    """The peer broke the ring protocol (a corrupt index or packet): nothing of it is used."""
+
+
+def region_bytes(ring_bytes: int) -> int:
+    """The size of a region with two rings of ``ring_bytes``."""
+    return DATA_OFFSET + 2 * ring_bytes
+
+
+def grant_ring_bytes(asked: int) -> int:
+    """The ring size a server grants for ``asked`` (0: the default): clamped, page-rounded."""
+    size = asked or DEFAULT_RING_BYTES
+    size = min(max(size, MIN_RING_BYTES), MAX_RING_BYTES)
+    return -(-size // MIN_RING_BYTES) * MIN_RING_BYTES
+
+
+def write_region_header(mm: mmap.mmap, ring_bytes: int) -> None:
+    _REGION_HEADER.pack_into(mm, 0, MAGIC, VERSION, ring_bytes)
+
+
+def check_region(mm: mmap.mmap, ring_bytes: int) -> None:
+    """RingError unless ``mm`` is a region of this version with rings of ``ring_bytes``."""
+    if len(mm) != region_bytes(ring_bytes):
+        raise RingError(f"the queue region has {len(mm)} bytes, expected {region_bytes(ring_bytes)}")
+    magic, version, size = _REGION_HEADER.unpack_from(mm, 0)
+    if magic != MAGIC or version != VERSION or size != ring_bytes:
+        raise RingError(f"not a version {VERSION} queue region of {ring_bytes}-byte rings")
+
+
+def _padded(length: int) -> int:
+    return HEADER_BYTES + (-(-length // HEADER_BYTES)) * HEADER_BYTES
+
+
+class _Ring:
+    """One ring of a region, seen from one side."""
+
+    def __init__(self, mm: mmap.mmap, ring_bytes: int, first: bool) -> None:
+        if ring_bytes % HEADER_BYTES or ring_bytes < MIN_RING_BYTES:
+            raise ValueError(f"ring_bytes must be a multiple of {HEADER_BYTES} and at least {MIN_RING_BYTES}")
+        self._mm = mm
+        self.ring_bytes = ring_bytes
+        #: The largest payload one packet may carry.
+        self.max_payload = ring_bytes - HEADER_BYTES
+        self._data = DATA_OFFSET if first else DATA_OFFSET + ring_bytes
+        self._head_at = _REQUEST_HEAD if first else _RESULT_HEAD
+        self._tail_at = _REQUEST_TAIL if first else _RESULT_TAIL
+
+    def _index(self, at: int) -> int:
+        value: int = _INDEX.unpack_from(self._mm, at)[0]
+        return value
+
+
+class Producer(_Ring):
+    """The writing side of one ring: ``request=True`` for the request ring (the client's)."""
+
+    def __init__(self, mm: mmap.mmap, ring_bytes: int, request: bool) -> None:
+        super().__init__(mm, ring_bytes, request)
+        self._head = self._index(self._head_at)
+        self._seq = 0
+
+    def fits(self, length: int) -> bool:
+        """Whether a payload of ``length`` bytes can ever travel in one packet."""
+        return length <= self.max_payload
+
+    def write(self, kind: int, payload: bytes | bytearray | memoryview, *, crc: int | None = None) -> None:
+        """Append one packet; RingError when it does not fit (the consumer is behind, or it is
+        larger than ``max_payload``) or the consumer's index is corrupt. ``crc`` overrides
+        the checksum (tests of the consumer's checks)."""
+        size, mm, data = self.ring_bytes, self._mm, self._data
+        length = len(payload)
+        if length > self.max_payload:
+            raise RingError(f"a packet of {length} bytes exceeds the ring's limit of {self.max_payload}")
+        used = self._head - self._index(self._tail_at)
+        if not 0 <= used <= size:
+            raise RingError("the consumer's ring index is corrupt")
+        need = _padded(length)
+        if size - used < need:
+            raise RingError(f"the ring is full ({used} of {size} bytes unread)")
+        pos = self._head % size
+        checksum = zlib.crc32(payload) if crc is None else crc
+        _PACKET.pack_into(mm, data + pos, length, self._seq & 0xFFFFFFFF, checksum, kind)
+        start = (pos + HEADER_BYTES) % size
+        first = min(length, size - start)
+        view = memoryview(payload).cast("B")
+        mm[data + start : data + start + first] = view[:first]
+        if first < length:
+            mm[data : data + length - first] = view[first:]
+        self._head += need
+        self._seq += 1
+        _INDEX.pack_into(mm, self._head_at, self._head)
+
+
+class Consumer(_Ring):
+    """The reading side of one ring: ``request=True`` for the request ring (the server's)."""
+
+    def __init__(self, mm: mmap.mmap, ring_bytes: int, request: bool, kinds: Collection[int]) -> None:
+        super().__init__(mm, ring_bytes, request)
+        self._kinds = frozenset(kinds)
+        self._tail = self._index(self._tail_at)
+        self._seq: int | None = 0
+
+    def read(self) -> tuple[int, bytes] | None:
+        """The next packet's kind and payload (a private copy), None when the ring is empty;
+        RingError for anything the producer got wrong (module docstring)."""
+        size, mm, data = self.ring_bytes, self._mm, self._data
+        avail = self._index(self._head_at) - self._tail
+        if avail == 0:
+            return None
+        if not HEADER_BYTES <= avail <= size:
+            raise RingError(f"the producer's ring index is corrupt ({avail} bytes pending in a {size}-byte ring)")
+        pos = self._tail % size
+        length, seq, crc, kind = _PACKET.unpack_from(mm, data + pos)
+        if length > self.max_payload or _padded(length) > avail:
+            raise RingError(f"a packet claims {length} bytes; {avail - HEADER_BYTES} were written")
+        if self._seq is not None and seq != self._seq & 0xFFFFFFFF:
+            raise RingError(f"packet {seq} arrived where packet {self._seq & 0xFFFFFFFF} was due")
+        if kind not in self._kinds:
+            raise RingError(f"unexpected packet kind {kind}")
+        start = (pos + HEADER_BYTES) % size
+        first = min(length, size - start)
+        payload = mm[data + start : data + start + first]
+        if first < length:
+            payload += mm[data : data + length - first]
+        if zlib.crc32(payload) != crc:
+            raise RingError("a packet's checksum does not match its bytes")
+        self._tail += _padded(length)
+        self._seq = seq + 1
+        _INDEX.pack_into(mm, self._tail_at, self._tail)
+        return kind, payload
+
+    def resync(self) -> None:
+        """Drop everything pending and follow the producer from its current head (the next
+        packet's sequence number is taken as it comes)."""
+        self._tail = self._index(self._head_at)
+        self._seq = None
+        _INDEX.pack_into(self._mm, self._tail_at, self._tail)

@@ -1,0 +1,205 @@
+"""The server's end of a same-host fast burst: the queue, its handover and its serving loop.
+
+``FastQueue.create`` makes the queue of one burst: a memfd holding the two
+rings (:mod:`nnhal.core.fastring`), sealed against shrinking and growing before
+anyone else sees it — a client could otherwise cut pages from under the
+server's mapping and fault it (the reason ``memory.py`` never maps client
+files) — and the doorbell pipes (:mod:`nnhal.core.doorbell`). It listens on a
+unix socket in the server's shared-memory directory (mode 0600, so only the
+server's user may connect; the token is what authorises).
+
+``hand_over`` accepts one connection within its timeout, reads the token the
+client got through gRPC (compared in constant time), sends the memfd and the
+client's pipe ends with SCM_RIGHTS and removes the socket file: from then on
+nothing of the queue lives in the file system, and it vanishes with the last of
+its descriptors, whichever side dies.
+
+``serve`` answers request packets until ``stop`` (any thread: the burst's gRPC
+stream ended, the server stops) or a STOP from the client. Every packet is
+untrusted input: a RingError gets a refusal (``refuse``: the status packet of
+the caller's protocol) and the ring is resynchronised; an answer that does not
+fit the result ring is replaced by a refusal. One thread serves one queue.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hmac
+import logging
+import mmap
+import os
+import secrets
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from nnhal.core import fastring
+from nnhal.core.doorbell import Doorbell, nonblocking_pipe
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import GeneralFailure, InvalidArgument
+
+log = logging.getLogger(__name__)
+
+#: Turns a refusal (status, message) into the answer packet's payload.
+Refuse = Callable[[ErrorStatus, str], bytes]
+
+
+def available() -> bool:
+    """Whether this system has what the fast path needs (Linux memfd seals, fd passing)."""
+    return hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS") and hasattr(socket, "send_fds")
+
+
+class FastQueue:
+    """One fast burst's queue (server side). ``close`` always; ``stop`` from any thread."""
+
+    def __init__(self, ring_bytes: int, socket_path: Path) -> None:
+        self.ring_bytes = ring_bytes
+        self.socket_path = socket_path
+        self.token = secrets.token_bytes(fastring.TOKEN_BYTES)
+        #: Why ``serve`` ended the burst on its own ("" when it did not): the client broke the protocol.
+        self.violation = ""
+        self._fds: list[int] = []  # handed over, then closed here
+        self._listener: socket.socket | None = None
+        self._mm: mmap.mmap | None = None
+        self._doorbell: Doorbell | None = None
+        try:
+            memfd = os.memfd_create("nnhal-fast-burst", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            self._fds.append(memfd)
+            os.ftruncate(memfd, fastring.region_bytes(ring_bytes))
+            fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            self._mm = mmap.mmap(memfd, fastring.region_bytes(ring_bytes))
+            fastring.write_region_header(self._mm, ring_bytes)
+            req_r, req_w = nonblocking_pipe()
+            res_r, res_w = nonblocking_pipe()
+            self._doorbell = Doorbell(req_r, req_w, res_w)
+            self._fds += [os.dup(req_w), res_r, os.dup(res_w)]
+            self._listener = self._listen(socket_path)
+        except BaseException:
+            self.close()
+            raise
+        self._requests = fastring.Consumer(self._mm, ring_bytes, True, (fastring.REQUEST,))
+        self._results = fastring.Producer(self._mm, ring_bytes, False)
+
+    @staticmethod
+    def create(directory: Path, prefix: str, ring_bytes: int) -> FastQueue:
+        """A queue whose handover socket lives in ``directory``. GENERAL_FAILURE when the
+        system cannot make one (no memfd seals, the directory is not writable)."""
+        path = directory / f"{prefix}fast-{secrets.token_hex(12)}.sock"
+        try:
+            return FastQueue(ring_bytes, path)
+        except OSError as err:
+            raise GeneralFailure(f"cannot set up a fast burst queue: {err.strerror or err}") from err
+
+    @staticmethod
+    def _listen(path: Path) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        bound = False
+        try:
+            sock.bind(str(path))
+            bound = True
+            # Not through the umask (process-wide, other threads create files): a peer
+            # connecting before this line still needs the token.
+            os.chmod(path, 0o600)
+            sock.listen(1)
+        except BaseException:
+            sock.close()
+            if bound:
+                path.unlink(missing_ok=True)
+            raise
+        return sock
+
+    def hand_over(self, timeout: float) -> None:
+        """Give the queue to the client that presents the token within ``timeout`` seconds.
+        INVALID_ARGUMENT for a wrong token, GENERAL_FAILURE when nobody came in time."""
+        listener = self._listener
+        assert listener is not None, "a queue is handed over once"
+        listener.settimeout(timeout)
+        try:
+            conn, _ = listener.accept()
+        except OSError as err:  # socket.timeout is an OSError
+            raise GeneralFailure(f"the client did not collect its fast burst queue within {timeout} s") from err
+        finally:
+            self._unlisten()
+        with conn:
+            conn.settimeout(timeout)
+            try:
+                token = b""
+                while len(token) < fastring.TOKEN_BYTES:
+                    chunk = conn.recv(fastring.TOKEN_BYTES - len(token))
+                    if not chunk:
+                        break
+                    token += chunk
+                if not hmac.compare_digest(token, self.token):
+                    raise InvalidArgument("wrong fast burst token")
+                socket.send_fds(conn, [fastring.HANDOVER.pack(fastring.MAGIC, self.ring_bytes)], self._fds)
+            except OSError as err:
+                raise GeneralFailure(f"handing the fast burst queue over failed: {err}") from err
+        self._close_handed()
+
+    def serve(self, handle: Callable[[bytes], bytes], refuse: Refuse) -> None:
+        """Answer request packets until ``stop`` or the client's STOP. ``handle`` turns a
+        request payload into the answer's; it must not raise."""
+        doorbell = self._doorbell
+        assert doorbell is not None
+        while doorbell.wait():
+            while True:
+                try:
+                    packet = self._requests.read()
+                except fastring.RingError as err:
+                    log.warning("fast burst: refused a request packet: %s", err)
+                    self._requests.resync()
+                    self._answer(refuse(ErrorStatus.INVALID_ARGUMENT, f"malformed fast burst packet: {err}"), refuse)
+                    continue
+                if packet is None:
+                    break
+                self._answer(handle(packet[1]), refuse)
+
+    def _answer(self, payload: bytes, refuse: Refuse) -> None:
+        assert self._doorbell is not None
+        if not self._results.fits(len(payload)):
+            payload = refuse(
+                ErrorStatus.INVALID_ARGUMENT,
+                f"the answer ({len(payload)} bytes) does not fit the fast burst's {self.ring_bytes}-byte ring; "
+                "open the burst with larger rings or use the gRPC burst",
+            )
+        try:
+            self._results.write(fastring.RESULT, payload)
+        except fastring.RingError as err:
+            # The client does not read its answers (or broke its index): it gets nothing more.
+            log.warning("fast burst: cannot answer (%s); ending the burst", err)
+            self.violation = f"the fast burst's result ring cannot take the answer ({err}); the burst ended"
+            self._doorbell.stop()
+            return
+        try:
+            self._doorbell.ring()
+        except OSError:
+            self._doorbell.stop()
+
+    def stop(self) -> None:
+        """End ``serve`` (any thread, idempotent)."""
+        if self._doorbell is not None:
+            self._doorbell.stop()
+
+    def _unlisten(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+            try:
+                self.socket_path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def _close_handed(self) -> None:
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Give back everything (idempotent): the socket file, descriptors, the mapping."""
+        self._unlisten()
+        self._close_handed()
+        if self._doorbell is not None:
+            self._doorbell.close()
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None

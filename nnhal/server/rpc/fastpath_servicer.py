@@ -1,0 +1,165 @@
+"""The FastPath service: same-host fast bursts, set up, authorised and kept alive over gRPC.
+
+``openFastBurst`` is granted only when every one of these holds, else its one
+event carries the refusal (GENERAL_FAILURE when the fast path is not offered,
+INVALID_ARGUMENT for a bad session or model, RESOURCE_EXHAUSTED_* past a cap or
+the memory budget) and the stream ends:
+
+- the server has the fast path on (``ServerOptions.fast_path``) and the system
+  has memfd seals and descriptor passing (Linux);
+- the caller is on the server's host: its session's peer and this call's are a
+  unix socket or loopback, and the server has a shared-memory directory (where
+  the handover socket lives) — DESIGN §6's same-host rule;
+- the session is open and owns the prepared model;
+- the long-call caps admit one more burst (a fast burst holds a worker thread
+  for its life, as a gRPC burst does) and the budget admits its two rings
+  (charged to the session as "fast burst rings").
+
+Then the first event names the handover socket and token
+(:mod:`nnhal.server.fastpath`), the client collects its queue, and this call's
+thread serves the queue: every request packet is parsed as an ExecuteRequest
+(a packet that is not one, or names another session or model, is refused with
+INVALID_ARGUMENT) and runs exactly as a gRPC burst execution does — same
+launch checks, statuses, drain refusal and metrics — and its ExecuteResult goes
+back through the result ring. The stream stays open as the burst's liveness
+channel: when the client's connection dies or the client cancels it, gRPC ends
+the call and the queue is stopped; when the server stops, likewise. A burst the
+server ends on its own (the client broke the queue protocol) gets a last event
+with the status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from nnhal.core import fastring, wire
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
+from nnhal.proto import fastpath_pb2 as fpb
+from nnhal.proto import fastpath_pb2_grpc as fpgrpc
+from nnhal.proto import service_pb2 as spb
+from nnhal.server import fastpath
+from nnhal.server.driver import Driver
+from nnhal.server.fastpath import FastQueue
+from nnhal.server.metrics import Metrics
+from nnhal.server.rpc.common import long_calls, once, recorder
+from nnhal.server.rpc.faults import BURST
+from nnhal.server.rpc.levels import burst_refusal, require
+from nnhal.server.rpc.prepared_model_servicer import PreparedModelServicer
+from nnhal.server.session import Session, is_local_address
+
+#: The client collects its queue right after the first event; this is generous.
+HANDOVER_TIMEOUT_S = 10.0
+RINGS = "fast burst rings"
+_METHOD = "openFastBurst"
+
+
+def _refusal(status: ErrorStatus, message: str) -> bytes:
+    """An ExecuteResult packet carrying a refusal."""
+    data: bytes = wire.status_to(spb.ExecuteResult(), status, message).SerializeToString()
+    return data
+
+
+class FastPathServicer(fpgrpc.FastPathServicer):
+    """``executions``: the server's PreparedModel servicer, whose burst execution runs each packet."""
+
+    def __init__(
+        self, driver: Driver, executions: PreparedModelServicer, metrics: Metrics, enabled: bool = True
+    ) -> None:
+        self.driver = driver
+        self.metrics = metrics
+        self._executions = executions
+        self._record = recorder(metrics, _METHOD, metrics.execute_seconds.observe)
+        self._long_calls = long_calls(driver)
+        self._enabled = enabled and fastpath.available()
+
+    def _authorise(self, request: fpb.FastBurstRequest, peer: str) -> Session:
+        policy = self.driver.config.shared_memory
+        if not self._enabled:
+            raise GeneralFailure("this server does not offer the fast path; use the gRPC burst")
+        require(self.driver, "configureExecutionBurst")  # a fast burst is a burst: HAL 1.2 on
+        faults = self._executions.faults
+        if faults.armed and any(f.method == BURST and f.kind == "abort" for f in faults.pending()):
+            # An injected abort is a transport event of the gRPC stream: the client falls back to it.
+            raise GeneralFailure("the fast path steps aside while a burst abort is injected; use the gRPC burst")
+        if policy is None:
+            raise GeneralFailure("this server has no shared-memory directory, which the fast path needs")
+        session = self.driver.session(request.session)
+        if not (session.is_local and is_local_address(peer)):
+            raise GeneralFailure("the fast path is for clients on the server's host (unix socket or loopback)")
+        self.driver.prepared(session, request.prepared_model)  # INVALID_ARGUMENT unless the session owns it
+        return session
+
+    def openFastBurst(
+        self, request: fpb.FastBurstRequest, context: grpc.ServicerContext
+    ) -> Iterator[fpb.FastBurstEvent]:
+        peer = context.peer() or ""
+        try:
+            session = self._authorise(request, peer)
+            self._long_calls.enter("burst", peer)
+        except HalError as err:
+            self.metrics.rpc(_METHOD, err.error_status)
+            yield self._event(err.error_status, err.message)
+            return
+        leave = once(lambda: self._long_calls.leave("burst", peer))
+        context.add_callback(leave)
+        ring_bytes = fastring.grant_ring_bytes(request.ring_bytes)
+        charged = 0
+        queue: FastQueue | None = None
+        try:
+            budget = self.driver.budget
+            budget.charge(session.id, 2 * ring_bytes, RINGS)
+            charged = 2 * ring_bytes
+            policy = self.driver.config.shared_memory
+            assert policy is not None  # checked by _authorise
+            queue = FastQueue.create(policy.directory, policy.prefix, ring_bytes)
+            if not context.add_callback(queue.stop):
+                return  # the call ended already
+            yield fpb.FastBurstEvent(socket_path=str(queue.socket_path), token=queue.token, ring_bytes=ring_bytes)
+            queue.hand_over(HANDOVER_TIMEOUT_S)
+            queue.serve(self._handler(session, request.prepared_model), _refusal)
+            if queue.violation:
+                self.metrics.rpc(_METHOD, ErrorStatus.INVALID_ARGUMENT)
+                yield self._event(ErrorStatus.INVALID_ARGUMENT, queue.violation)
+        except HalError as err:
+            self.metrics.rpc(_METHOD, err.error_status)
+            yield self._event(err.error_status, err.message)
+        finally:
+            if queue is not None:
+                queue.close()
+            if charged:
+                self.driver.budget.uncharge(session.id, charged, RINGS)
+            leave()
+
+    @staticmethod
+    def _event(status: ErrorStatus, message: str) -> fpb.FastBurstEvent:
+        event: fpb.FastBurstEvent = wire.status_to(fpb.FastBurstEvent(), status, message)
+        return event
+
+    def _handler(self, session: Session, handle: str) -> Callable[[bytes], bytes]:
+        execute = self._executions.execute_sync
+        faults = self._executions.faults
+        record = self._record
+
+        def handle_packet(payload: bytes) -> bytes:
+            try:
+                msg = spb.ExecuteRequest.FromString(payload)
+            except DecodeError:
+                return _refusal(ErrorStatus.INVALID_ARGUMENT, "a fast burst packet that is not an ExecuteRequest")
+            if msg.session not in ("", session.id) or msg.prepared_model not in ("", handle):
+                err = InvalidArgument("a fast burst executes only the prepared model of the session it was opened for")
+                return _refusal(err.error_status, err.message)
+            msg.session = session.id
+            msg.prepared_model = handle
+            # What the device's level lacks is refused as on the gRPC burst.
+            refused = burst_refusal(self.driver, msg)
+            if refused is not None:
+                return refused.SerializeToString()
+            # The faults a gRPC burst execution takes (an injected status, a stall, an exit).
+            fault = faults.take(BURST, ("error", "stall", "exit")) if faults.armed else None
+            return execute(msg, "a fast burst execution", record, None, fault).SerializeToString()
+
+        return handle_packet

@@ -1,0 +1,116 @@
+"""The fast path's rings: packets round-trip (also across the ring's end), and every
+broken promise of the peer is a RingError that leaves the ring usable."""
+
+from __future__ import annotations
+
+import mmap
+import struct
+
+import pytest
+
+from nnhal.core import fastring
+from nnhal.core.fastring import REQUEST, RESULT, Consumer, Producer, RingError
+
+RING = fastring.MIN_RING_BYTES
+
+
+@pytest.fixture
+def region() -> mmap.mmap:
+    mm = mmap.mmap(-1, fastring.region_bytes(RING))
+    fastring.write_region_header(mm, RING)
+    return mm
+
+
+def _pair(mm: mmap.mmap) -> tuple[Producer, Consumer]:
+    return Producer(mm, RING, True), Consumer(mm, RING, True, (REQUEST,))
+
+
+def test_packets_round_trip_across_the_end_of_the_ring(region: mmap.mmap) -> None:
+    prod, cons = _pair(region)
+    assert cons.read() is None
+    for i in range(40):  # 40 x ~1 KiB through a 4 KiB ring: wraps many times, mid-payload too
+        payload = bytes([i]) * (1000 + i)
+        prod.write(REQUEST, payload)
+        assert cons.read() == (REQUEST, payload)
+    assert cons.read() is None
+
+
+def test_the_largest_packet_fills_an_empty_ring(region: mmap.mmap) -> None:
+    prod, cons = _pair(region)
+    prod.write(REQUEST, b"x" * 100)
+    cons.read()
+    big = bytes(range(256)) * ((RING - fastring.HEADER_BYTES) // 256)
+    prod.write(REQUEST, big)
+    assert cons.read() == (REQUEST, big)
+    with pytest.raises(RingError, match="exceeds"):
+        prod.write(REQUEST, bytes(RING))
+
+
+def test_a_full_ring_refuses_the_producer(region: mmap.mmap) -> None:
+    prod, _ = _pair(region)
+    prod.write(REQUEST, bytes(3000))
+    with pytest.raises(RingError, match="full"):
+        prod.write(REQUEST, bytes(3000))
+
+
+def test_a_wrong_checksum_is_refused_and_the_ring_resyncs(region: mmap.mmap) -> None:
+    prod, cons = _pair(region)
+    prod.write(REQUEST, b"payload", crc=123)
+    with pytest.raises(RingError, match="checksum"):
+        cons.read()
+    cons.resync()
+    prod.write(REQUEST, b"next")
+    assert cons.read() == (REQUEST, b"next")
+
+
+def test_a_length_past_what_was_written_is_refused(region: mmap.mmap) -> None:
+    prod, cons = _pair(region)
+    prod.write(REQUEST, b"short")
+    struct.pack_into("<I", region, fastring.DATA_OFFSET, RING * 8)  # the header now claims 32 KiB
+    with pytest.raises(RingError, match="claims"):
+        cons.read()
+
+
+def test_a_corrupt_producer_index_is_refused(region: mmap.mmap) -> None:
+    _, cons = _pair(region)
+    struct.pack_into("<Q", region, 64, 1 << 40)  # the request ring's head
+    with pytest.raises(RingError, match="index is corrupt"):
+        cons.read()
+
+
+def test_a_corrupt_consumer_index_is_refused(region: mmap.mmap) -> None:
+    prod, _ = _pair(region)
+    struct.pack_into("<Q", region, 128, 1 << 40)  # the request ring's tail
+    with pytest.raises(RingError, match="index is corrupt"):
+        prod.write(REQUEST, b"x")
+
+
+def test_unexpected_kind_and_sequence_are_refused(region: mmap.mmap) -> None:
+    prod, cons = _pair(region)
+    prod.write(REQUEST, b"a")
+    struct.pack_into("<I", region, fastring.DATA_OFFSET + 4, 7)  # the first packet claims number 7
+    with pytest.raises(RingError, match="arrived where packet 0 was due"):
+        cons.read()
+    cons.resync()
+    prod.write(RESULT, b"x")
+    with pytest.raises(RingError, match="kind"):
+        cons.read()
+    cons.resync()
+    prod.write(REQUEST, b"b")
+    assert cons.read() == (REQUEST, b"b")
+
+
+def test_region_checks(region: mmap.mmap) -> None:
+    fastring.check_region(region, RING)
+    with pytest.raises(RingError):
+        fastring.check_region(region, RING * 2)
+    region[0:4] = b"XXXX"
+    with pytest.raises(RingError):
+        fastring.check_region(region, RING)
+
+
+def test_granted_sizes() -> None:
+    assert fastring.grant_ring_bytes(0) == fastring.DEFAULT_RING_BYTES
+    assert fastring.grant_ring_bytes(1) == fastring.MIN_RING_BYTES
+    assert fastring.grant_ring_bytes(5000) == 8192
+    assert fastring.grant_ring_bytes(1 << 40) == fastring.MAX_RING_BYTES

@@ -1,0 +1,218 @@
+"""The same-host fast path across processes: bursts over shared-memory rings with a doorbell.
+
+Results equal the gRPC burst's; packets the server cannot trust are refused with
+a status and the server lives on; a SIGKILLed server releases a waiting fast
+execution with DEAD_OBJECT within the gRPC path's bound, a SIGKILLed client's
+burst is given back; a server that does not offer the fast path is used through
+gRPC transparently.
+"""
+
+from __future__ import annotations
+
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from nnhal.client.device import Device
+from nnhal.client.outcome import ExecutionOutcome
+from nnhal.client.remote import FastBurstLink
+from nnhal.client.remote.messages import ExecutionOptions
+from nnhal.core import fastring
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import DeadObject, GeneralFailure
+from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
+from nnhal.testing.local_server import LocalServer
+from tests.conftest import add_model
+
+pytestmark = pytest.mark.integration
+
+
+def _add_request(a: np.ndarray, b: np.ndarray) -> Request:
+    n = a.nbytes
+    return Request(
+        (RequestArgument(location=DataLocation(0, 0, n)), RequestArgument(location=DataLocation(0, n, n))),
+        (RequestArgument(location=DataLocation(1, 0, n)),),
+        (InlinePool(a.tobytes() + b.tobytes(), 2 * n), InlinePool(b"", n)),
+    )
+
+
+def _same(fast: ExecutionOutcome, grpc: ExecutionOutcome) -> None:
+    assert (fast.status, fast.output_shapes, fast.output_pools) == (grpc.status, grpc.output_shapes, grpc.output_pools)
+
+
+@pytest.fixture(scope="module")
+def unix_server() -> Iterator[LocalServer]:
+    with LocalServer(unix=True) as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("transport", ["tcp", "unix"])
+def test_results_equal_the_grpc_burst(transport: str, server: LocalServer, unix_server: LocalServer) -> None:
+    address = server.address if transport == "tcp" else unix_server.address
+    rng = np.random.default_rng(0)
+    with (
+        Device.connect(address) as dev,
+        dev.prepare_model_sync(add_model()) as pm,
+        pm.burst(fast=True) as fast,
+        pm.burst(fast=False) as grpc,
+    ):
+        assert fast.fast and not grpc.fast
+        for _ in range(5):
+            a, b = (rng.random((2, 4), dtype=np.float32) for _ in range(2))
+            f, g = fast.execute(_add_request(a, b)), grpc.execute(_add_request(a, b))
+            assert f.status == ErrorStatus.NONE
+            _same(f, g)
+            assert np.array_equal(np.frombuffer(f.output_pools[1], np.float32).reshape(2, 4), a + b)
+        measured = fast.execute(_add_request(a, b), measure=True)
+        assert measured.timing.time_in_driver > 0
+        small = _add_request(a, b)
+        bad = Request(small.inputs, (RequestArgument(location=DataLocation(1, 0, 8)),), small.pools)
+        _same(fast.execute(bad), grpc.execute(bad))  # an error status too (OUTPUT_INSUFFICIENT_SIZE)
+
+
+def test_a_request_too_large_for_the_rings_takes_the_grpc_stream(device: Device) -> None:
+    shape = (64, 64)  # 16 KiB per input: more than a 4 KiB ring
+    a = np.full(shape, 2.0, np.float32)
+    with device.prepare_model_sync(add_model(shape)) as pm, pm.burst(ring_bytes=fastring.MIN_RING_BYTES) as burst:
+        assert burst.fast
+        out = burst.execute(_add_request(a, a))
+        assert out.status == ErrorStatus.NONE
+        assert np.array_equal(np.frombuffer(out.output_pools[1], np.float32).reshape(shape), a + a)
+
+
+def _packet_header(length: int) -> bytes:
+    return struct.pack("<IIII", length, 0, 0, fastring.REQUEST)
+
+
+def test_corrupted_packets_are_refused_and_the_server_survives(device: Device) -> None:
+    a = np.ones((2, 4), np.float32)
+    with device.prepare_model_sync(add_model()) as pm, device.prepare_model_sync(add_model()) as other:
+        link = FastBurstLink.open(device.remote, pm.handle)
+        try:
+            good = _add_request(a, a)
+            execute = ExecutionOptions()
+
+            def bad_checksum(ring: fastring.Producer) -> None:
+                ring.write(fastring.REQUEST, b"\x0a\x00", crc=12345)
+
+            def not_a_request(ring: fastring.Producer) -> None:
+                ring.write(fastring.REQUEST, b"\xff" * 64)
+
+            def other_model(ring: fastring.Producer) -> None:
+                from nnhal.proto import service_pb2 as spb
+
+                ring.write(fastring.REQUEST, spb.ExecuteRequest(prepared_model=other.handle).SerializeToString())
+
+            for write, why in [
+                (bad_checksum, "checksum"),
+                (not_a_request, "not an ExecuteRequest"),
+                (other_model, "only the prepared model"),
+            ]:
+                refused = link.send_raw(write)
+                assert refused.status == ErrorStatus.INVALID_ARGUMENT, refused.message
+                assert why in refused.message
+                ok = link.execute(good, execute)
+                assert ok is not None and ok.status == ErrorStatus.NONE, "the burst did not recover"
+
+            # A header claiming more than the ring holds, and a producer index far ahead.
+            def oversized(ring: fastring.Producer) -> None:
+                ring.write(fastring.REQUEST, b"x" * 16)
+                mm = ring._mm  # breaking the protocol on purpose
+                struct.pack_into("<I", mm, fastring.DATA_OFFSET + (ring._head - 32) % ring.ring_bytes, 1 << 30)
+
+            refused = link.send_raw(oversized)
+            assert refused.status == ErrorStatus.INVALID_ARGUMENT and "claims" in refused.message
+            ok = link.execute(good, execute)
+            assert ok is not None and ok.status == ErrorStatus.NONE
+        finally:
+            link.close()
+        assert device.capabilities() is not None  # the server is alive and serving
+        with pm.burst() as burst:
+            assert burst.execute(good).status == ErrorStatus.NONE
+
+
+def test_sigkill_during_a_fast_burst_is_dead_object(own_server: LocalServer) -> None:
+    dev = Device.connect(own_server.address)
+    try:
+        pm = dev.prepare_model_sync(add_model())
+        burst = pm.burst(fast=True)
+        a = np.ones((2, 4), np.float32)
+        assert burst.execute(_add_request(a, a)).status == ErrorStatus.NONE
+        dev.set_faults(execute_delay_ms=10_000)
+        outcome: list[ExecutionOutcome] = []
+        waiter = threading.Thread(target=lambda: outcome.append(burst.execute(_add_request(a, a))))
+        waiter.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        own_server.signal(signal.SIGKILL)
+        waiter.join(5.0)
+        assert not waiter.is_alive(), "the fast burst's waiter was not released"
+        assert time.monotonic() - t0 < 1.0, "released later than the gRPC path's bound for a killed server"
+        assert outcome[0].status == ErrorStatus.DEAD_OBJECT
+        t1 = time.monotonic()
+        assert burst.execute(_add_request(a, a)).status == ErrorStatus.DEAD_OBJECT
+        with pytest.raises(DeadObject):
+            pm.execute([a, a])
+        assert time.monotonic() - t1 < 0.2, "calls on a dead server must fail at once"
+        burst.close()
+    finally:
+        dev.close()
+
+
+_FAST_CLIENT = textwrap.dedent(
+    """
+    import sys, time
+    from nnhal.client.device import Device
+    from tests.conftest import add_model
+    dev = Device.connect(sys.argv[1], client_name="doomed-fast")
+    pm = dev.prepare_model_sync(add_model())
+    burst = pm.burst(fast=True)
+    print("ready", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_a_killed_clients_fast_burst_is_given_back(server: LocalServer, device: Device) -> None:
+    before = device.stats()["bytes_in_use"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _FAST_CLIENT, server.address], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"ready"
+        assert device.stats()["bytes_in_use"] >= before + 2 * fastring.DEFAULT_RING_BYTES  # its rings
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(5)
+        end = time.monotonic() + 8.0
+        while device.stats()["bytes_in_use"] != before and time.monotonic() < end:
+            time.sleep(0.05)
+        assert device.stats()["bytes_in_use"] == before, "the killed client's fast burst was not given back"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_a_server_without_the_fast_path_serves_bursts_over_grpc() -> None:
+    a = np.ones((2, 4), np.float32)
+    with (
+        LocalServer("--no-fast-path") as srv,
+        Device.connect(srv.address) as dev,
+        dev.prepare_model_sync(add_model()) as pm,
+    ):
+        with pytest.raises(GeneralFailure, match="does not offer the fast path"):
+            pm.burst(fast=True)
+        with pm.burst() as burst:
+            assert not burst.fast
+            assert burst.execute(_add_request(a, a)).status == ErrorStatus.NONE
