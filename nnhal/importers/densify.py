@@ -19,6 +19,11 @@ import tflite
 from nnhal.importers.errors import TfliteImportError
 
 _DENSE = 0
+_INDEX_DTYPE: dict[int, np.dtype[Any]] = {
+    tflite.SparseIndexVector.Int32Vector: np.dtype("<i4"),
+    tflite.SparseIndexVector.Uint16Vector: np.dtype("<u2"),
+    tflite.SparseIndexVector.Uint8Vector: np.dtype("u1"),
+}
 
 
 def _typed(meta: Any, which: str) -> np.ndarray:
@@ -26,11 +31,7 @@ def _typed(meta: Any, which: str) -> np.ndarray:
     table = getattr(meta, f"Array{which}")()
     if kind == 0 or table is None:
         return np.zeros(0, np.int64)
-    dtype: np.dtype[Any] = {
-        tflite.SparseIndexVector.Int32Vector: np.dtype("<i4"),
-        tflite.SparseIndexVector.Uint16Vector: np.dtype("<u2"),
-        tflite.SparseIndexVector.Uint8Vector: np.dtype("u1"),
-    }[kind]
+    dtype = _INDEX_DTYPE[kind]
     o = table.Offset(4)
     if o == 0:
         return np.zeros(0, np.int64)

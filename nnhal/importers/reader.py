@@ -107,7 +107,7 @@ def read_tflite(data: bytes, source: str = "model") -> TfGraph:
         return _read(data, source)
     except TfliteImportError:
         raise
-    except (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError) as err:
+    except (struct.error, IndexError, KeyError, ValueError, TypeError, OverflowError, UnicodeDecodeError) as err:
         raise TfliteImportError(
             f"{source}: truncated or corrupt flatbuffer ({len(data)} bytes; reading it failed: {err})"
         ) from None
