@@ -8,14 +8,21 @@ naming the problem (every unmapped operator with its reason) and exit status 2.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
-from nnhal.cli.table import print_table
+from nnhal.cli.table import print_table as _print_table
 from nnhal.cli.usage import UsageError
 from nnhal.importers.errors import TfliteImportError
 from nnhal.importers.saved import save
 from nnhal.importers.tflite_model import ImportedModel, import_tflite
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """A table on the current ``sys.stdout`` (the one ``print`` uses, also when redirected)."""
+    _print_table(headers, rows, sys.stdout)
 
 
 def load_tflite(path: Path) -> ImportedModel:

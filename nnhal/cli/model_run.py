@@ -29,8 +29,7 @@ import numpy as np
 
 from nnhal.cli import demo
 from nnhal.cli.connect import connect, tls_of
-from nnhal.cli.model_import import load_tflite, print_summary
-from nnhal.cli.table import print_table
+from nnhal.cli.model_import import load_tflite, print_summary, print_table
 from nnhal.cli.usage import UsageError, client_address
 from nnhal.importers.compare import ABS_TOL, REL_TOL, diff
 from nnhal.importers.errors import TfliteImportError

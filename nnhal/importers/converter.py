@@ -33,13 +33,14 @@ from nnhal.importers.reader import TfGraph, TfOperator, TfTensor
 
 TT = tflite.TensorType
 
-#: TFLite ActivationFunctionType -> NNAPI FuseCode (TANH is applied as its own operation).
+#: TFLite ActivationFunctionType -> NNAPI FuseCode.
 FUSE_CODE = {
     tflite.ActivationFunctionType.NONE: 0,
     tflite.ActivationFunctionType.RELU: 1,
     tflite.ActivationFunctionType.RELU_N1_TO_1: 2,
     tflite.ActivationFunctionType.RELU6: 3,
 }
+_ACTIVATION_NAME = {v: k for k, v in vars(tflite.ActivationFunctionType).items() if not k.startswith("_")}
 #: TFLite Padding (SAME 0, VALID 1) -> NNAPI implicit PaddingCode (SAME 1, VALID 2).
 PADDING_CODE = {tflite.Padding.SAME: 1, tflite.Padding.VALID: 2}
 
@@ -185,26 +186,25 @@ class Converter:
     def emit(self, kind: O, inputs: Sequence[int], outputs: Sequence[int]) -> None:
         self.b.add_operation(kind, list(inputs), list(outputs))
 
+    def fuse_code(self, activation: int) -> int:
+        """NNAPI's FuseCode for a TFLite fused activation. TANH and SIGN_BIT have none, and TFLite's
+        own kernels clamp only for the RELU family (they ignore a fused TANH), so mapping either
+        way would disagree with TFLite or with the file: unmappable."""
+        if activation not in FUSE_CODE:
+            raise Unmappable(
+                f"fused activation {_ACTIVATION_NAME.get(activation, activation)}: NNAPI has no fuse code for it "
+                "and TFLite's kernels do not apply it"
+            )
+        return FUSE_CODE[activation]
+
     def emit_fused(self, kind: O, inputs: Sequence[int], activation: int, out: int, tail: Sequence[int] = ()) -> None:
-        """``kind`` with its fused activation after ``inputs`` (then ``tail``: layout, dilation);
-        TANH (no NNAPI fuse code) as an operation of its own on an intermediate operand."""
-        if activation in FUSE_CODE:
-            self.emit(kind, [*inputs, self.i32(FUSE_CODE[activation]), *tail], [self.output(out)])
-            return
-        if activation != tflite.ActivationFunctionType.TANH:
-            raise Unmappable(f"fused activation {activation} (SIGN_BIT) has no NNAPI equivalent")
-        if self.graph.tensors[out].type != TT.FLOAT32:
-            raise Unmappable("a fused TANH on a quantized output has no NNAPI equivalent")
-        mid = self.temporary(out)
-        self.emit(kind, [*inputs, self.i32(0), *tail], [mid])
-        self.emit(O.TANH, [mid], [self.output(out)])
+        """``kind`` with its fused activation after ``inputs`` (then ``tail``: layout, dilation)."""
+        self.emit(kind, [*inputs, self.i32(self.fuse_code(activation)), *tail], [self.output(out)])
 
     def activation_after(self, activation: int, source: int, out: int) -> None:
         """Apply ``activation`` to operand ``source`` into tensor ``out`` as a separate operation
         (for operators whose NNAPI form has no fused activation input)."""
-        unary = {1: O.RELU, 2: O.RELU1, 3: O.RELU6, 4: O.TANH}.get(activation)
-        if unary is None:
-            raise Unmappable(f"fused activation {activation} (SIGN_BIT) has no NNAPI equivalent")
+        unary = {1: O.RELU, 2: O.RELU1, 3: O.RELU6}[self.fuse_code(activation)]
         self.emit(unary, [source], [self.output(out)])
 
     def maybe_fused_after(self, kind: O, inputs: Sequence[int], activation: int, out: int) -> None:

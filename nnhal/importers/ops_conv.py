@@ -20,7 +20,7 @@ import tflite
 
 from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
-from nnhal.importers.converter import FUSE_CODE, PADDING_CODE, Converter, option
+from nnhal.importers.converter import PADDING_CODE, Converter, option
 from nnhal.importers.errors import Unmappable
 from nnhal.importers.reader import TfOperator
 
@@ -108,10 +108,8 @@ def fully_connected(c: Converter, op: TfOperator) -> None:
         c.emit_fused(O.FULLY_CONNECTED, ins, activation, out)
         return
     # keep_num_dims: NNAPI's output is [batch, units]; a RESHAPE restores TFLite's shape.
-    if activation not in FUSE_CODE:
-        raise Unmappable(f"fused activation {activation} on a keep_num_dims FULLY_CONNECTED has no NNAPI form")
     inner = c.temporary(out, [int(np.prod(out_shape[:-1])), units])
-    c.emit(O.FULLY_CONNECTED, [*ins, c.i32(FUSE_CODE[activation])], [inner])
+    c.emit(O.FULLY_CONNECTED, [*ins, c.i32(c.fuse_code(activation))], [inner])
     c.emit(O.RESHAPE, [inner, c.b.constant(np.asarray(out_shape, np.int32))], [c.output(out)])
 
 

@@ -59,8 +59,10 @@ def _specs(items: Any) -> tuple[TensorSpec, ...]:
 
 
 def loads(data: bytes, source: str = "model") -> ImportedModel:
-    if len(data) < _HEAD.size or data[:8] != MAGIC:
+    if data[:8] != MAGIC:
         raise TfliteImportError(f"{source}: not a saved nnhal model (no {MAGIC!r} header)")
+    if len(data) < _HEAD.size:
+        raise TfliteImportError(f"{source}: truncated saved model ({len(data)} bytes)")
     _, version, size = _HEAD.unpack_from(data)
     if version != FORMAT_VERSION:
         raise TfliteImportError(f"{source}: saved-model format version {version}; this nnhal reads {FORMAT_VERSION}")

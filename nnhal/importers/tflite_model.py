@@ -67,6 +67,15 @@ def _spec(c: Converter, t: int) -> TensorSpec:
     return TensorSpec(info.name, c.shape(t), np.dtype(DTYPE[kind]).name, scale, zp)
 
 
+def _stand_in(c: Converter, outputs: tuple[int, ...]) -> None:
+    for t in outputs:
+        if t >= 0 and t not in c.operand:
+            try:
+                c.output(t)
+            except Unmappable:
+                pass  # its type has no operand either; a consumer will say so
+
+
 def build(graph: TfGraph) -> ImportedModel:
     """The NNAPI model of ``graph``; UnsupportedOperators lists every operator that cannot map."""
     c = Converter(graph)
@@ -78,16 +87,19 @@ def build(graph: TfGraph) -> ImportedModel:
         except Unmappable as err:
             raise TfliteImportError(f"{graph.source}: input '{graph.tensors[t].name}': {err}") from None
     for op in graph.operators:
+        before = len(unmapped)
         mapper = MAPPERS.get(op.name)
-        if mapper is None:
-            unmapped.append(Unmapped(op.index, op.name, reason_for(op.name)))
-            continue
         try:
-            mapper(c, op)
+            if mapper is None:
+                unmapped.append(Unmapped(op.index, op.name, reason_for(op.name)))
+            else:
+                mapper(c, op)
         except Unmappable as err:
             unmapped.append(Unmapped(op.index, op.name, str(err)))
         except (IndexError, ValueError, KeyError) as err:
             unmapped.append(Unmapped(op.index, op.name, f"malformed operator ({type(err).__name__}: {err})"))
+        if len(unmapped) > before:
+            _stand_in(c, op.outputs)  # so that its consumers are judged on their own
     if unmapped:
         raise UnsupportedOperators(graph.source, unmapped)
     outputs = []
