@@ -120,7 +120,8 @@ def transpose_conv(c: Converter, op: TfOperator) -> None:
         c.per_channel_forced.add(w)  # the delegate's NN_TENSOR_FLAG_FORCE_PER_CHANNEL
     ins = [c.input(x), _weights(c, w, x), _bias(c, op, 3, x, w, output_shape[-1])]
     ins += [c.b.constant(np.asarray(output_shape, np.int32)), *_implicit(c, op)]
-    activation = option(op, "FusedActivationFunction", 0) if hasattr(op.options, "FusedActivationFunction") else 0
+    # TRANSPOSE_CONV gained a fused activation in operator version 4; older files have none.
+    activation = option(op, "FusedActivationFunction", 0)
     c.emit_fused(O.TRANSPOSE_CONV_2D, ins, activation, op.outputs[0], [c.boolean(False)])
 
 

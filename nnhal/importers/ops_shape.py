@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
 from nnhal.importers.converter import Converter, option
 from nnhal.importers.errors import Unmappable
@@ -82,8 +83,16 @@ def pad(c: Converter, op: TfOperator) -> None:
     if value < 0:
         c.emit(O.PAD, [c.input(x), paddings], [c.output(out)])
         return
-    (v,) = np.asarray(c.const(value, "the pad value")).reshape(-1)[:1].tolist() or [0]
-    scalar = c.f32(float(v)) if c.operand_type(x)[0].name.endswith("FLOAT32") else c.i32(int(v))
+    v = np.asarray(c.const(value, "the pad value")).reshape(-1)
+    if v.size != 1:
+        raise Unmappable("the pad value must be one value")
+    kind = c.operand_type(x)[0]
+    if kind == T.TENSOR_FLOAT16:
+        scalar = c.b.scalar(float(v[0]), T.FLOAT16)
+    elif kind == T.TENSOR_FLOAT32:
+        scalar = c.f32(float(v[0]))
+    else:  # quantized tensors take the quantized value as INT32
+        scalar = c.i32(int(v[0]))
     c.emit(O.PAD_V2, [c.input(x), paddings, scalar], [c.output(out)])
 
 
