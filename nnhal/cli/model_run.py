@@ -137,8 +137,6 @@ def _save(imported: ImportedModel, outputs: list[np.ndarray], directory: Path) -
 def _compare(
     imported: ImportedModel, model: Path, inputs: list[np.ndarray], ours: list[np.ndarray], t_ours: float, repeat: int
 ) -> bool:
-    if is_saved(model):
-        raise UsageError(f"--compare needs the .tflite file (LiteRT runs it); {model} is a saved nnhal model")
     try:
         lite = LiteRtRunner(model, threads=1)
     except LiteRtMissing as err:
@@ -161,6 +159,8 @@ def _compare(
 
 
 def run_model(args: argparse.Namespace, address: str, model: Path) -> int:
+    if args.compare and is_saved(model):
+        raise UsageError(f"--compare needs the .tflite file (LiteRT runs it); {model} is a saved nnhal model")
     imported = _load(model)
     print_summary(imported)
     inputs = _inputs(imported, args.input or [], args.seed)
