@@ -101,6 +101,9 @@ def fully_connected(c: Converter, op: TfOperator) -> None:
     if option(op, "WeightsFormat", 0) != tflite.FullyConnectedOptionsWeightsFormat.DEFAULT:
         raise Unmappable("shuffled (SHUFFLED4x16INT8) weights have no NNAPI layout")
     units = c.shape(w)[0]
+    q = c.tensor_info(w).quant
+    if q is not None and q.per_channel and c.tensor_info(x).type != TT.FLOAT32:
+        raise Unmappable("per-channel quantized weights: NNAPI's FULLY_CONNECTED takes one weight scale")
     ins = [c.input(x), _weights(c, w, x), _bias(c, op, 2, x, w, units)]
     activation = option(op, "FusedActivationFunction", 0)
     out_shape = c.shape(out)
