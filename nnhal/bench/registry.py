@@ -7,9 +7,15 @@ IPC ones add a ``.unix`` twin).
 
 from __future__ import annotations
 
-from nnhal.bench import concurrency, execution, ipc, qos
+from nnhal.bench import concurrency, execution, ipc, qos, tflite_face
 from nnhal.bench.common import Bench
 
 
 def benchmarks() -> dict[str, Bench]:
-    return {**ipc.BENCHMARKS, **qos.BENCHMARKS, **execution.BENCHMARKS, **concurrency.BENCHMARKS}
+    return {
+        **ipc.BENCHMARKS,
+        **qos.BENCHMARKS,
+        **execution.BENCHMARKS,
+        **concurrency.BENCHMARKS,
+        **tflite_face.BENCHMARKS,
+    }

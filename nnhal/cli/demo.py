@@ -41,7 +41,8 @@ def small_cnn(seed: int = 0) -> Model:
 
 
 @contextlib.contextmanager
-def _server(address: str, start: bool) -> Iterator[str]:
+def local_or(address: str, start: bool) -> Iterator[str]:
+    """``address``, or with ``start`` the address of a local server started for the block."""
     if not start:
         yield address
         return
@@ -54,7 +55,7 @@ def run_demo(
     address: str, start: bool = False, timeout: float = DEFAULT_TIMEOUT, tls: TlsConfig | Literal[False] | None = None
 ) -> int:
     # A server started here is plaintext on loopback.
-    with _server(address, start) as addr, connect(addr, "nnhal-demo", timeout, False if start else tls) as dev:
+    with local_or(address, start) as addr, connect(addr, "nnhal-demo", timeout, False if start else tls) as dev:
         print(f"connected to {dev.name} ({dev.version_string()})")
         model = small_cnn()
         support = dev.supported_operations_with_reasons(model)

@@ -1,4 +1,4 @@
-"""The ``nnhal`` command line (DESIGN §11): serve, info, run, conformance, bench.
+"""The ``nnhal`` command line (DESIGN §11): serve, info, run, import, conformance, bench.
 
 The CLI is the one place that may start the server (``serve``) and use the
 client in the same program; the library packages never import each other.
@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from nnhal import __version__
 from nnhal.cli import config
@@ -40,7 +41,8 @@ from nnhal.core.errors import HalError
 COMMANDS = {
     "serve": "nnhal.cli.serve",
     "info": "nnhal.cli.info",
-    "run": "nnhal.cli.demo",
+    "run": "nnhal.cli.model_run",
+    "import": "nnhal.cli.model_import",
     "demo": "nnhal.cli.demo",
     "conformance": "nnhal.cli.conformance",
     "bench": "nnhal.cli.bench",
@@ -70,6 +72,24 @@ def _client_arguments(parser: argparse.ArgumentParser, address: bool = True) -> 
     add_tls_arguments(parser)
 
 
+def _run_arguments(sub: Any) -> None:
+    r = sub.add_parser(
+        "run",
+        help="run a model (.tflite or .nnhal) through a server; without MODEL, the demo",
+        description="ADDR and MODEL are both optional: a lone word naming a model file is the model.",
+    )
+    r.add_argument("address", nargs="?", default=DEFAULT_ADDRESS, metavar="ADDR", help=f"default {DEFAULT_ADDRESS}")
+    r.add_argument("model", nargs="?", metavar="MODEL", help="a .tflite file or a saved .nnhal model")
+    r.set_defaults(default_address=DEFAULT_ADDRESS)
+    _client_arguments(r, address=False)
+    r.add_argument("--start", action="store_true", help="start a local server for the run")
+    r.add_argument("--input", type=Path, nargs="+", action="extend", metavar="FILE.npy", help="inputs in model order")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    r.add_argument("--save-outputs", type=Path, metavar="DIR", help="write DIR/<output name>.npy")
+    r.add_argument("--compare", action="store_true", help="also run LiteRT on the same inputs and compare")
+    r.add_argument("--repeat", type=for_argparse(positive_int), default=5, help="timed runs for --compare (median)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="nnhal", description="The Android NN HAL as a gRPC service.")
     parser.add_argument("--version", action="version", version=f"nnhal {__version__}")
@@ -86,10 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="show the device table of a server")
     _client_arguments(i)
 
-    for name, what in (("run", "run the demo model through a server"), ("demo", "alias of run")):
-        r = sub.add_parser(name, help=what)
-        _client_arguments(r)
-        r.add_argument("--start", action="store_true", help="start a local server for the run")
+    _run_arguments(sub)
+    d = sub.add_parser("demo", help="run the demo model through a server")
+    _client_arguments(d)
+    d.add_argument("--start", action="store_true", help="start a local server for the run")
+
+    m = sub.add_parser("import", help="import a .tflite model and save the NNAPI model (.nnhal)")
+    m.add_argument("model", type=Path, help="the .tflite file")
+    m.add_argument("-o", "--output", type=for_argparse(output_file), required=True, help="the .nnhal file to write")
 
     c = sub.add_parser("conformance", help="run NNAPI test vectors against a server")
     c.add_argument("paths", nargs="+", type=Path, help="vector files or folders")

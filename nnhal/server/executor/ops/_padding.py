@@ -9,6 +9,8 @@ loops.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from nnhal.server.executor.allocation import reserve_shape
@@ -49,8 +51,37 @@ def pad_spatial(x: np.ndarray, top: int, bottom: int, left: int, right: int, val
         pads = ((0, 0), (top, bottom), (left, right), (0, 0))
         n, h, w, c = x.shape
         reserve_shape((n, h + top + bottom, w + left + right, c), x.itemsize)
-        return np.asarray(np.pad(x, pads, constant_values=value))  # type: ignore[call-overload]
+        return constant_pad(x, pads, value)
     return x
+
+
+def constant_pad(x: np.ndarray, pads: Sequence[tuple[int, int]], value: object = 0) -> np.ndarray:
+    """``x`` padded with ``value`` (``np.pad(mode="constant")``): one fill and one copy, which is
+    several times faster than ``np.pad`` on the small tensors of real models."""
+    shape = tuple(d + a + b for d, (a, b) in zip(x.shape, pads))
+    out = np.full(shape, value, dtype=x.dtype)
+    out[tuple(slice(a, a + d) for d, (a, _) in zip(x.shape, pads))] = x
+    return out
+
+
+def window_patches(
+    x: np.ndarray,
+    kernel: tuple[int, int],
+    out: tuple[int, int],
+    stride: tuple[int, int],
+    dilation: tuple[int, int] = (1, 1),
+) -> np.ndarray:
+    """A read-only view ``[N, OH, OW, KH, KW, C]`` of the padded NHWC input ``x``: every window
+    without copying (one ``reshape`` then gathers the im2col matrix in a single pass)."""
+    (kh, kw), (oh, ow), (sh, sw), (dh, dw) = kernel, out, stride, dilation
+    reserve_shape((x.shape[0], oh, ow, x.shape[3], kh * kw), 8)
+    s_n, s_h, s_w, s_c = x.strides
+    return np.lib.stride_tricks.as_strided(
+        x,
+        (x.shape[0], oh, ow, kh, kw, x.shape[3]),
+        (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c),
+        writeable=False,
+    )
 
 
 def window_taps(

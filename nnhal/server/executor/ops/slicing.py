@@ -18,6 +18,7 @@ from nnhal.core.enums import HalVersion, OperationType
 from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import INVALID
+from nnhal.server.executor.ops._padding import constant_pad
 from nnhal.server.executor.ops._validation import (
     axis_at_validation,
     expect_vector_input,
@@ -205,7 +206,7 @@ def execute_pad(ctx: ExecutionContext) -> None:
     else:
         value = ctx.zero_point(INPUT) if t in QUANT8_TYPES else 0
     reserve_shape((d + a + b for d, (a, b) in zip(x.shape, pads)), x.itemsize)
-    ctx.set_output(OUTPUT, np.pad(x, pads, mode="constant", constant_values=np.array(value, dtype=x.dtype)))
+    ctx.set_output(OUTPUT, constant_pad(x, pads, np.array(value, dtype=x.dtype)))
 
 
 # -- MIRROR_PAD ---------------------------------------------------------------------------

@@ -1,0 +1,99 @@
+"""``nnhal import`` and ``nnhal run MODEL``: saving, running through a server with inputs from
+files, saving outputs, comparing with LiteRT; bad files and bad arguments are one line each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnhal.cli.main import build_parser, main
+from nnhal.cli.model_run import output_file_name, split_targets
+from nnhal.cli.usage import UsageError
+from nnhal.importers import litert
+from nnhal.testing.local_server import LocalServer
+
+MODELS = Path(__file__).resolve().parents[2] / "models" / "tflite"
+SHORT_RANGE = MODELS / "face_detection_short_range.tflite"
+
+
+def _one_error_line(capfd: pytest.CaptureFixture[str], argv: list[str], expect: str) -> None:
+    assert main(argv) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("nnhal: error: ") and expect in err[0], err
+
+
+def test_output_file_names_are_sanitised() -> None:
+    assert output_file_name("model_1/conv 2:0") == "model_1_conv_2_0.npy"
+    assert output_file_name("Identity.1-a") == "Identity.1-a.npy"
+
+
+def test_positional_words() -> None:
+    default = "127.0.0.1:50051"
+    assert split_targets(default, None, default) == (default, None)
+    assert split_targets(str(SHORT_RANGE), None, default) == (default, SHORT_RANGE)
+    assert split_targets("unix:/tmp/s", "m.tflite", default) == ("unix:/tmp/s", Path("m.tflite"))
+    with pytest.raises(UsageError, match="two models"):
+        split_targets("a.tflite", "b.tflite", default)
+    args = build_parser().parse_args(["run", "--start", "m.tflite", "--input", "a.npy", "b.npy", "--seed", "3"])
+    assert (args.address, args.model, args.input, args.seed) == ("m.tflite", None, [Path("a.npy"), Path("b.npy")], 3)
+
+
+def test_import_saves_a_model_that_runs(server: LocalServer, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    saved = tmp_path / "m.nnhal"
+    assert main(["import", str(SHORT_RANGE), "-o", str(saved)]) == 0
+    out = capfd.readouterr().out
+    assert "164 TFLite operators -> 90 NNAPI operations" in out and f"saved {saved}" in out
+    image = np.random.default_rng(1).random((1, 128, 128, 3), dtype=np.float32)
+    np.save(tmp_path / "x.npy", image)
+    outs = tmp_path / "outs"
+    argv = ["run", server.address, str(saved), "--input", str(tmp_path / "x.npy"), "--save-outputs", str(outs)]
+    assert main(argv) == 0
+    out = capfd.readouterr().out
+    assert "regressors" in out and "CONV_2D" in out and "DEPTHWISE_CONV_2D" in out  # outputs and profile
+    assert np.load(outs / "regressors.npy").shape == (1, 896, 16)
+    assert np.load(outs / "classificators.npy").shape == (1, 896, 1)
+
+
+@pytest.mark.skipif(not litert.available(), reason="LiteRT (ai-edge-litert, the 'tflite' extra) is not installed")
+def test_run_compare(server: LocalServer, capfd: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", server.address, str(SHORT_RANGE), "--compare", "--repeat", "1", "--seed", "2"]) == 0
+    out = capfd.readouterr().out
+    assert "max abs diff" in out and "LiteRT (XNNPACK, 1 thread)" in out and "ratio" in out
+    assert out.count(" yes") >= 2
+
+
+@pytest.mark.parametrize(
+    ("content", "expect"),
+    [
+        (b"", "too short to be a TFLite flatbuffer"),
+        (b"hello world, not a model", "not a TFLite model"),
+        (None, "truncated or corrupt flatbuffer"),
+    ],
+    ids=["empty", "text", "truncated"],
+)
+def test_bad_files_are_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], content: bytes | None, expect: str
+) -> None:
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(SHORT_RANGE.read_bytes()[:50_000] if content is None else content)
+    _one_error_line(capfd, ["import", str(bad), "-o", str(tmp_path / "x.nnhal")], expect)
+    _one_error_line(capfd, ["run", "127.0.0.1:1", str(bad)], expect)  # fails before connecting
+
+
+def test_bad_arguments_are_one_line(server: LocalServer, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    _one_error_line(capfd, ["import", str(tmp_path / "none.tflite"), "-o", str(tmp_path / "x")], "no such model file")
+    _one_error_line(capfd, ["run", server.address, "--compare"], "--compare need a MODEL")
+    np.save(tmp_path / "small.npy", np.zeros((1, 4), np.float32))
+    argv = ["run", server.address, str(SHORT_RANGE), "--input", str(tmp_path / "small.npy")]
+    _one_error_line(capfd, argv, "shape [1, 4], input 'input' needs [1, 128, 128, 3]")
+    argv = [
+        "run",
+        server.address,
+        str(SHORT_RANGE),
+        "--input",
+        str(tmp_path / "small.npy"),
+        str(tmp_path / "small.npy"),
+    ]
+    _one_error_line(capfd, argv, "the model has 1 input(s) (input); 2 --input file(s) given")
