@@ -174,6 +174,13 @@ SETTINGS: tuple[Setting, ...] = (
         "V",
     ),
     Setting("slots", positive_int, 2, "executions running at once (>= 1)", "N"),
+    Setting(
+        "compute_threads",
+        positive_int,
+        1,
+        "threads one numpy kernel may use (BLAS); the slots already run executions side by side",
+        "N",
+    ),
     Setting("queue_depth", lambda t: whole(t, 0), 64, "executions that may wait beyond the slots (0: none wait)", "N"),
     Setting("memory_per_client", lambda t: whole(t, 0, "unlimited"), 0, "bytes per client (0 = unlimited)", "BYTES"),
     Setting("memory_total", lambda t: whole(t, 0, "unlimited"), 0, "bytes in total (0 = unlimited)", "BYTES"),
