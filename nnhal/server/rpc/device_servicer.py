@@ -31,7 +31,7 @@ from nnhal.server.driver import Driver
 from nnhal.server.jobs import PrepareJob
 from nnhal.server.lifecycle import DRAINING, Lifecycle
 from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import Record, guarded, launch_then_notify, long_calls, recorder
+from nnhal.server.rpc.common import Held, Record, guarded, held, launch_then_notify, long_calls, recorder
 from nnhal.server.rpc.faults import Fault, fault_from, fault_plan
 from nnhal.server.rpc.identity import peer_identity
 from nnhal.server.session import Faults, Session, client_key_of
@@ -50,7 +50,7 @@ def _preference_from(value: int) -> ExecutionPreference:
 
 
 def prepare_stream(
-    launch: Callable[[], PrepareJob],
+    launch: Callable[[], Held[PrepareJob]],
     want_cache: bool,
     lifecycle: Lifecycle,
     record: Record,
@@ -59,8 +59,8 @@ def prepare_stream(
 ) -> Iterator[spb.PrepareModelEvent]:
     """Launch status, then exactly one notify carrying the prepared model's handle."""
 
-    def finish(job: PrepareJob) -> spb.PrepareModelNotify:
-        handle, model_cache = job.run()
+    def finish(job: Held[PrepareJob]) -> spb.PrepareModelNotify:
+        handle, model_cache = job.job.run()
         notify = spb.PrepareModelNotify()
         notify.prepared_model.handle = handle
         if want_cache and model_cache:
@@ -189,17 +189,22 @@ class DeviceServicer(sgrpc.DeviceServicer):
     def prepareModel_1_3(
         self, request: spb.PrepareModelRequest, context: grpc.ServicerContext
     ) -> Iterator[spb.PrepareModelEvent]:
-        def launch() -> PrepareJob:
+        def launch() -> Held[PrepareJob]:
             session = self._session(request.session)
             model = wire.model_from(request.model)
             priority = wire.priority_from_wire(request.priority)
-            return self.driver.begin_prepare(
-                session,
-                model,
-                _preference_from(request.preference),
-                priority,
-                wire.deadline_from(request.deadline),
-                bytes(request.token),
+            return held(
+                self._long_calls,
+                "preparation",
+                session.client_key,
+                lambda: self.driver.begin_prepare(
+                    session,
+                    model,
+                    _preference_from(request.preference),
+                    priority,
+                    wire.deadline_from(request.deadline),
+                    bytes(request.token),
+                ),
             )
 
         fault = self.faults.take("prepareModel_1_3") if self.faults.armed else None
@@ -208,13 +213,19 @@ class DeviceServicer(sgrpc.DeviceServicer):
     def prepareModelFromCache_1_3(
         self, request: spb.PrepareModelFromCacheRequest, context: grpc.ServicerContext
     ) -> Iterator[spb.PrepareModelEvent]:
-        def launch() -> PrepareJob:
-            return self.driver.prepare_from_cache(
-                self._session(request.session),
-                [bytes(f.data) for f in request.model_cache],
-                [bytes(f.data) for f in request.data_cache],
-                bytes(request.token),
-                wire.deadline_from(request.deadline),
+        def launch() -> Held[PrepareJob]:
+            session = self._session(request.session)
+            return held(
+                self._long_calls,
+                "preparation",
+                session.client_key,
+                lambda: self.driver.prepare_from_cache(
+                    session,
+                    [bytes(f.data) for f in request.model_cache],
+                    [bytes(f.data) for f in request.data_cache],
+                    bytes(request.token),
+                    wire.deadline_from(request.deadline),
+                ),
             )
 
         fault = self.faults.take("prepareModelFromCache_1_3") if self.faults.armed else None
@@ -244,7 +255,8 @@ class DeviceServicer(sgrpc.DeviceServicer):
             counts: dict[str, Any] = {**self.driver.stats(), "long_calls": self._long_calls.in_progress}
             return spb.StatsResponse(**counts, limits=limits)
         key = client_key_of(identity)
-        counts = {**self.driver.client_stats(key), "long_calls": self._long_calls.held("fence wait", key)}
+        mine = self._long_calls.held("fence wait", key) + self._long_calls.held("preparation", key)
+        counts = {**self.driver.client_stats(key), "long_calls": mine}
         return spb.StatsResponse(**counts, identity=identity, limits=limits)
 
     @guarded(spb.StatusMessage)
