@@ -12,6 +12,11 @@ its death, a keepalive expiry: the server then releases the session's objects)
 or when the server stops. New sessions, preparations and allocations are
 refused while the server drains (DEVICE_UNAVAILABLE; a refused session is the
 gRPC status UNAVAILABLE, which the client reports as DEAD_OBJECT).
+
+A preparation holds a place among the long-lived calls (``common.LongCalls``, kind
+"preparation") from its launch to the end of its stream. ``getStats`` answers a client
+with a verified certificate (mTLS) with its own identity's counts; ``setFaults`` sets
+this session's delays and the server's injected faults (``nnhal.server.rpc.faults``).
 """
 
 from __future__ import annotations
