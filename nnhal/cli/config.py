@@ -188,6 +188,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_threads", positive_int, 256, "gRPC worker threads; each session holds one", "N"),
     Setting("max_bursts_per_session", positive_int, 16, "open execution bursts per client (>= 1)", "N"),
     Setting("max_fence_waits_per_session", positive_int, 16, "waiting getExecutionInfo calls per client", "N"),
+    Setting("max_preparations_per_session", positive_int, 16, "preparations in progress per client (>= 1)", "N"),
     Setting(
         "max_long_calls",
         lambda t: whole(t, 0, "derived"),

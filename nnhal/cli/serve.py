@@ -83,6 +83,7 @@ def server_options(r: config.Resolved) -> ServerOptions:
         max_sessions=r["max_sessions"],
         max_bursts_per_session=r["max_bursts_per_session"],
         max_fence_waits_per_session=r["max_fence_waits_per_session"],
+        max_preparations_per_session=r["max_preparations_per_session"],
         max_long_calls=r["max_long_calls"],
         max_execution_seconds=r["max_execution_seconds"],
         fault_injection=r["enable_fault_injection"],

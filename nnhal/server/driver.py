@@ -158,6 +158,8 @@ class DeviceConfig:
     #: from the worker threads, so that some always stay free for health, stats and new clients).
     max_bursts_per_session: int = 16
     max_fence_waits_per_session: int = 16
+    #: Preparations between launch and notify per client (each holds a worker thread meanwhile).
+    max_preparations_per_session: int = 16
     max_long_calls: int = 0
     #: The server's gRPC worker threads (ServerOptions.max_threads), for the derived total.
     max_threads: int = 256

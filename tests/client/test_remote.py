@@ -150,17 +150,19 @@ def _offline_session(stubs: Any) -> RemoteSession:
     session._closed = False
     session._session_id = "s"
     session._session_call = None
+    session._ids = threading.local()
     return session
 
 
 def _stubs(err: grpc.RpcError) -> Any:
-    def unary(request: Any, timeout: float) -> Any:
+    # ``metadata``: the request id every call carries.
+    def unary(request: Any, timeout: float, metadata: Any = ()) -> Any:
         raise err
 
-    def stream(request: Any, timeout: float) -> Iterator[Any]:
+    def stream(request: Any, timeout: float, metadata: Any = ()) -> Iterator[Any]:
         return _failing_stream(err, [_launch()])
 
-    def burst(requests: Iterator[Any], timeout: float) -> Iterator[Any]:
+    def burst(requests: Iterator[Any], timeout: float, metadata: Any = ()) -> Iterator[Any]:
         return _failing_stream(err)
 
     pm = SimpleNamespace(executeSynchronously_1_3=unary, execute_1_3=stream, configureExecutionBurst=burst)
@@ -238,7 +240,7 @@ def test_a_hal_deadline_turns_a_transport_timeout_into_missed_deadline() -> None
 def test_death_releases_a_pending_stream_waiter_once() -> None:
     release: queue.Queue[None] = queue.Queue()
 
-    def stuck(request: Any, timeout: float) -> Iterator[Any]:
+    def stuck(request: Any, timeout: float, metadata: Any = ()) -> Iterator[Any]:
         yield _launch()
         release.get(timeout=5.0)  # the server never answers until the test lets go
         raise FakeRpcError(SC.UNAVAILABLE)
@@ -267,7 +269,7 @@ def test_a_closed_session_refuses_calls() -> None:
 def test_execution_messages_carry_the_deadline_and_options() -> None:
     seen: list[tuple[spb.ExecuteRequest, float]] = []
 
-    def unary(request: spb.ExecuteRequest, timeout: float) -> spb.ExecuteResult:
+    def unary(request: spb.ExecuteRequest, timeout: float, metadata: Any = ()) -> spb.ExecuteResult:
         seen.append((request, timeout))
         return spb.ExecuteResult()
 
@@ -289,7 +291,7 @@ def test_a_burst_the_server_ended_answers_with_a_status() -> None:
     """A server refusing a burst past its cap (or draining) ends the stream; the next
     execution on it is a status saying to open a new burst, not a StopIteration."""
 
-    def ended(requests: Iterator[Any], timeout: float) -> Iterator[Any]:
+    def ended(requests: Iterator[Any], timeout: float, metadata: Any = ()) -> Iterator[Any]:
         return iter(())
 
     pm = SimpleNamespace(configureExecutionBurst=ended)

@@ -179,3 +179,26 @@ def test_bad_faults_are_invalid_argument(dev: Device) -> None:
         dev.inject_faults(Fault.abort("execute_1_3", after=2))
     with pytest.raises(InvalidArgument, match="stall takes"):
         dev.inject_faults(Fault.stall("execute_1_3", ms=0))
+
+
+def test_preparations_are_capped_per_client_and_counted_as_long_calls() -> None:
+    with (
+        LocalServer("--enable-fault-injection", "--max-preparations-per-session", "2") as srv,
+        Device.connect(srv.address) as dev,
+        Device.connect(srv.address) as other,
+    ):
+        dev.set_faults(prepare_delay_ms=3000)
+        held = [dev.prepare_model(add_model()) for _ in range(2)]
+        end = time.monotonic() + WAIT_S
+        while dev.stats()["long_calls"] < 2 and time.monotonic() < end:
+            time.sleep(0.02)
+        assert dev.stats()["long_calls"] == 2
+        third = dev.prepare_model(add_model())
+        assert third.wait(WAIT_S) and third.status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
+        assert "preparations" in third.message and "cap per client is 2" in third.message
+        with other.prepare_model_sync(add_model()):  # another client is not held up
+            pass
+        dev.set_faults()
+        for cb in held:
+            assert cb.wait(WAIT_S) and cb.status == ErrorStatus.NONE
+            cb.get().release()

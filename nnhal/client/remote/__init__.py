@@ -14,7 +14,8 @@ helpers), :mod:`.session` (``RemoteSession``), :mod:`.fastpath` (the same-host f
 
 from nnhal.client.remote.fastpath import FastBurstLink
 from nnhal.client.remote.messages import BurstStream, ExecutionOptions, PreparedRef
-from nnhal.client.remote.session import DRAINING, RemoteSession
+from nnhal.client.remote.monitor import DRAINING
+from nnhal.client.remote.session import RemoteSession
 from nnhal.client.remote.transport import (
     DEADLINE_MARGIN,
     DEATH_DETECTION_BOUND_S,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nnhal.client.faults import GRPC_CODES, Fault
 from nnhal.client.remote.transport import grpc_timeout, remaining_time
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, MeasureTiming
@@ -85,3 +86,36 @@ def fill_execution(msg: Any, handle: str, request: Request, options: ExecutionOp
     remaining = remaining_time(options.timeout, options.deadline_at)
     wire.deadline_to(remaining, msg.deadline)
     return grpc_timeout(remaining)
+
+
+_FAULT_KINDS = {
+    "error": spb.InjectedFault.ERROR,
+    "abort": spb.InjectedFault.ABORT,
+    "stall": spb.InjectedFault.STALL,
+    "exit": spb.InjectedFault.EXIT,
+}
+_FAULT_POINTS = {
+    "start": spb.InjectedFault.START,
+    "after_launch": spb.InjectedFault.AFTER_LAUNCH,
+    "before_reply": spb.InjectedFault.BEFORE_REPLY,
+}
+
+
+def fault_request(session: str, faults: Sequence[Fault], clear: bool) -> spb.FaultRequest:
+    """The setFaults request adding ``faults`` (``nnhal.client.faults``), after removing every
+    fault first when ``clear``."""
+    req = spb.FaultRequest(session=session, clear=clear)
+    for f in faults:
+        req.faults.add(
+            method=f.method,
+            kind=_FAULT_KINDS[f.kind],
+            count=f.count,
+            status=int(f.status),  # type: ignore[arg-type]
+            message=f.message,
+            grpc_code=GRPC_CODES[f.grpc_code],
+            after_messages=f.after,
+            stall_ms=f.stall_ms,
+            point=_FAULT_POINTS[f.point] if f.kind == "exit" else spb.InjectedFault.POINT_UNSPECIFIED,
+            exit_code=f.exit_code,
+        )
+    return req

@@ -36,17 +36,18 @@ from typing import Any, TypeVar
 import grpc
 
 from nnhal.client.callbacks import Callback
-from nnhal.client.death import DeathMonitor
-from nnhal.client.faults import GRPC_CODES, Fault
+from nnhal.client.faults import Fault
 from nnhal.client.remote.messages import (
     BurstStream,
     ExecutionOptions,
     PreparedRef,
     drain,
+    fault_request,
     fill_execution,
     notify_of,
     raise_for_status,
 )
+from nnhal.client.remote.monitor import SessionMonitor
 from nnhal.client.remote.transport import (
     BURST_STREAM_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
@@ -81,40 +82,8 @@ from nnhal.proto import service_pb2 as spb
 
 T = TypeVar("T")
 
-#: How the end of a server that announced its drain is reported.
-DRAINING = "the server is draining (shutting down)"
 #: StatsResponse fields that are not counts.
 _NOT_COUNTS = ("limits", "identity")
-_FAULT_KINDS = {
-    "error": spb.InjectedFault.ERROR,
-    "abort": spb.InjectedFault.ABORT,
-    "stall": spb.InjectedFault.STALL,
-    "exit": spb.InjectedFault.EXIT,
-}
-_FAULT_POINTS = {
-    "start": spb.InjectedFault.START,
-    "after_launch": spb.InjectedFault.AFTER_LAUNCH,
-    "before_reply": spb.InjectedFault.BEFORE_REPLY,
-}
-
-
-class SessionMonitor(DeathMonitor):
-    """The session's death monitor: once the server announced a drain, its end is
-    reported as :data:`DRAINING` (with the signal that showed it) rather than a death."""
-
-    def __init__(self, channel: grpc.Channel, what: str) -> None:
-        self._draining = False  # before the base subscribes: a state change may arrive at once
-        super().__init__(channel, what)
-
-    @property
-    def draining(self) -> bool:
-        return self._draining
-
-    def mark_draining(self) -> None:
-        self._draining = True
-
-    def declare_dead(self, reason: str) -> None:
-        super().declare_dead(f"{DRAINING} ({reason})" if self._draining else reason)
 
 
 class RemoteSession:
@@ -343,20 +312,7 @@ class RemoteSession:
     def inject_faults(self, faults: Sequence[Fault], clear: bool = False) -> None:
         """Add server-wide faults (``nnhal.client.faults``); ``clear`` removes every fault and this
         session's delays first. INVALID_ARGUMENT when the server refuses them."""
-        req = spb.FaultRequest(session=self._session_id, clear=clear)
-        for f in faults:
-            req.faults.add(
-                method=f.method,
-                kind=_FAULT_KINDS[f.kind],
-                count=f.count,
-                status=int(f.status),  # type: ignore[arg-type]
-                message=f.message,
-                grpc_code=GRPC_CODES[f.grpc_code],
-                after_messages=f.after,
-                stall_ms=f.stall_ms,
-                point=_FAULT_POINTS[f.point] if f.kind == "exit" else spb.InjectedFault.POINT_UNSPECIFIED,
-                exit_code=f.exit_code,
-            )
+        req = fault_request(self._session_id, faults, clear)
         self._checked(self._stubs.device.setFaults, req, "setFaults")
 
     def prepare_model(

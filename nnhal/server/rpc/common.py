@@ -6,8 +6,9 @@ server bug, logged and reported as GENERAL_FAILURE so that the server and the
 caller survive it.
 
 Long-lived calls — an open ``configureExecutionBurst`` stream, a
-``getExecutionInfo(wait=True)`` waiting for its fence — each hold a gRPC worker
-thread for as long as the client likes, so they are capped (``LongCalls``): per
+``getExecutionInfo(wait=True)`` waiting for its fence, a preparation stream from its
+launch to its notify — each hold a gRPC worker thread for as long as the client likes
+(or its model takes), so they are capped (``LongCalls``): per
 client and in total, leaving threads for health checks, stats, executions and
 new sessions whatever one client does. Past a cap the call is refused at once
 with RESOURCE_EXHAUSTED_TRANSIENT naming the cap.
@@ -27,7 +28,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 
@@ -242,6 +243,7 @@ def launch_then_notify(
 #: Defaults of the caps (``DeviceConfig`` fields of the same names override them).
 MAX_BURSTS_PER_CLIENT = 16
 MAX_FENCE_WAITS_PER_CLIENT = 16
+MAX_PREPARATIONS_PER_CLIENT = 16
 #: Worker threads kept free of long-lived calls and queued executions: health, stats,
 #: releases, new connections always find one.
 RESERVED_THREADS = 16
@@ -280,6 +282,7 @@ class LongCalls:
         per_client = {
             "burst": int(getattr(config, "max_bursts_per_session", MAX_BURSTS_PER_CLIENT)),
             "fence wait": int(getattr(config, "max_fence_waits_per_session", MAX_FENCE_WAITS_PER_CLIENT)),
+            "preparation": int(getattr(config, "max_preparations_per_session", MAX_PREPARATIONS_PER_CLIENT)),
         }
         total = int(getattr(config, "max_long_calls", 0)) or default_long_call_total(config)
         return cls(per_client, total)
@@ -305,8 +308,8 @@ class LongCalls:
                 )
             if self._all >= self.total:
                 raise ResourceExhaustedTransient(
-                    f"the server already has {self._all} bursts and fence waits in progress (the cap is "
-                    f"{self.total}, so that other calls always find a thread); retry later"
+                    f"the server already has {self._all} bursts, fence waits and preparations in progress (the "
+                    f"cap is {self.total}, so that other calls always find a thread); retry later"
                 )
             self._held[(kind, client)] = mine + 1
             self._all += 1
@@ -328,6 +331,32 @@ class LongCalls:
             yield
         finally:
             self.leave(kind, client)
+
+
+class Held(Generic[J]):
+    """A launched job holding a place among the long-lived calls until it is closed."""
+
+    def __init__(self, job: J, release: Callable[[], None]) -> None:
+        self.job = job
+        self._release = once(release)
+
+    def close(self) -> None:
+        try:
+            self.job.close()
+        finally:
+            self._release()
+
+
+def held(calls: LongCalls, kind: str, client: str, launch: Callable[[], J]) -> Held[J]:
+    """``launch()`` counted as a long-lived call of ``kind`` until the result is closed
+    (RESOURCE_EXHAUSTED_TRANSIENT past a cap, before launching anything)."""
+    calls.enter(kind, client)
+    try:
+        job = launch()
+    except BaseException:
+        calls.leave(kind, client)
+        raise
+    return Held(job, lambda: calls.leave(kind, client))
 
 
 _LONG_CALLS: weakref.WeakKeyDictionary[Driver, LongCalls] = weakref.WeakKeyDictionary()

@@ -12,6 +12,11 @@ its death, a keepalive expiry: the server then releases the session's objects)
 or when the server stops. New sessions, preparations and allocations are
 refused while the server drains (DEVICE_UNAVAILABLE; a refused session is the
 gRPC status UNAVAILABLE, which the client reports as DEAD_OBJECT).
+
+A preparation holds a place among the long-lived calls (``common.LongCalls``, kind
+"preparation") from its launch to the end of its stream. ``getStats`` answers a client
+with a verified certificate (mTLS) with its own identity's counts; ``setFaults`` sets
+this session's delays and the server's injected faults (``nnhal.server.rpc.faults``).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from nnhal.server.driver import Driver
 from nnhal.server.jobs import PrepareJob
 from nnhal.server.lifecycle import DRAINING, Lifecycle
 from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import Record, guarded, launch_then_notify, long_calls, recorder
+from nnhal.server.rpc.common import Held, Record, guarded, held, launch_then_notify, long_calls, recorder
 from nnhal.server.rpc.faults import Fault, fault_from, fault_plan
 from nnhal.server.rpc.identity import peer_identity
 from nnhal.server.rpc.levels import require
@@ -51,7 +56,7 @@ def _preference_from(value: int) -> ExecutionPreference:
 
 
 def prepare_stream(
-    launch: Callable[[], PrepareJob],
+    launch: Callable[[], Held[PrepareJob]],
     want_cache: bool,
     lifecycle: Lifecycle,
     record: Record,
@@ -60,8 +65,8 @@ def prepare_stream(
 ) -> Iterator[spb.PrepareModelEvent]:
     """Launch status, then exactly one notify carrying the prepared model's handle."""
 
-    def finish(job: PrepareJob) -> spb.PrepareModelNotify:
-        handle, model_cache = job.run()
+    def finish(job: Held[PrepareJob]) -> spb.PrepareModelNotify:
+        handle, model_cache = job.job.run()
         notify = spb.PrepareModelNotify()
         notify.prepared_model.handle = handle
         if want_cache and model_cache:
@@ -196,18 +201,23 @@ class DeviceServicer(sgrpc.DeviceServicer):
     def prepareModel_1_3(
         self, request: spb.PrepareModelRequest, context: grpc.ServicerContext
     ) -> Iterator[spb.PrepareModelEvent]:
-        def launch() -> PrepareJob:
+        def launch() -> Held[PrepareJob]:
             require(self.driver, "prepareModel_1_3")
             session = self._session(request.session)
             model = wire.model_from(request.model)
             priority = wire.priority_from_wire(request.priority)
-            return self.driver.begin_prepare(
-                session,
-                model,
-                _preference_from(request.preference),
-                priority,
-                wire.deadline_from(request.deadline),
-                bytes(request.token),
+            return held(
+                self._long_calls,
+                "preparation",
+                session.client_key,
+                lambda: self.driver.begin_prepare(
+                    session,
+                    model,
+                    _preference_from(request.preference),
+                    priority,
+                    wire.deadline_from(request.deadline),
+                    bytes(request.token),
+                ),
             )
 
         fault = self.faults.take("prepareModel_1_3") if self.faults.armed else None
@@ -216,14 +226,20 @@ class DeviceServicer(sgrpc.DeviceServicer):
     def prepareModelFromCache_1_3(
         self, request: spb.PrepareModelFromCacheRequest, context: grpc.ServicerContext
     ) -> Iterator[spb.PrepareModelEvent]:
-        def launch() -> PrepareJob:
+        def launch() -> Held[PrepareJob]:
             require(self.driver, "prepareModelFromCache_1_3")
-            return self.driver.prepare_from_cache(
-                self._session(request.session),
-                [bytes(f.data) for f in request.model_cache],
-                [bytes(f.data) for f in request.data_cache],
-                bytes(request.token),
-                wire.deadline_from(request.deadline),
+            session = self._session(request.session)
+            return held(
+                self._long_calls,
+                "preparation",
+                session.client_key,
+                lambda: self.driver.prepare_from_cache(
+                    session,
+                    [bytes(f.data) for f in request.model_cache],
+                    [bytes(f.data) for f in request.data_cache],
+                    bytes(request.token),
+                    wire.deadline_from(request.deadline),
+                ),
             )
 
         fault = self.faults.take("prepareModelFromCache_1_3") if self.faults.armed else None
@@ -254,7 +270,8 @@ class DeviceServicer(sgrpc.DeviceServicer):
             counts: dict[str, Any] = {**self.driver.stats(), "long_calls": self._long_calls.in_progress}
             return spb.StatsResponse(**counts, limits=limits)
         key = client_key_of(identity)
-        counts = {**self.driver.client_stats(key), "long_calls": self._long_calls.held("fence wait", key)}
+        mine = self._long_calls.held("fence wait", key) + self._long_calls.held("preparation", key)
+        counts = {**self.driver.client_stats(key), "long_calls": mine}
         return spb.StatsResponse(**counts, identity=identity, limits=limits)
 
     @guarded(spb.StatusMessage)

@@ -18,6 +18,10 @@ A response that would not fit one gRPC message is INVALID_ARGUMENT instead.
 While the server drains, new executions of every kind (also a burst's next
 execution) are refused with DEVICE_UNAVAILABLE; launched ones are counted from
 launch to result (``Lifecycle``), fenced ones by their scheduler ticket.
+
+Injected faults (``nnhal.server.rpc.faults``, ``--enable-fault-injection``) are taken
+when a call arrives; a burst takes an abort when it opens and the other kinds per
+execution.
 """
 
 from __future__ import annotations
