@@ -95,3 +95,34 @@ def test_quantized_operand_scales_must_be_finite(scale: float) -> None:
     main = replace(model.main, operands=(replace(x, scale=scale), *model.main.operands[1:]))
     with pytest.raises(InvalidArgument, match="finite"):
         validate_full(replace(model, main=main), _pools(model))
+
+
+# -- issue #13: VTS-strict getSupportedOperations -----------------------------------------------
+def _relu(n_inputs: int = 1, rank: int = 2, op: OperationType = OperationType.RELU) -> Model:
+    from nnhal.client.builder import ModelBuilder
+
+    b = ModelBuilder()
+    shape = (1,) * (rank - 1) + (4,)
+    ins = [b.input(T.TENSOR_FLOAT32, shape) for _ in range(n_inputs)]
+    return b.outputs(b.op(op, ins, T.TENSOR_FLOAT32, shape)).finish()
+
+
+@pytest.mark.parametrize(
+    ("model", "words"),
+    [
+        (_relu(2), "expected 1 inputs"),
+        (_relu(rank=5, op=OperationType.FLOOR), "rank <= 4"),  # FLOOR forbids rank 5 at every level
+        (_relu(rank=5), "needs NN HAL 1.3"),  # RELU allows rank 5 since 1.3 only
+    ],
+    ids=["RELU with 2 inputs", "FLOOR of rank 5", "RELU of rank 5 at 1.2"],
+)
+def test_invalid_operations_are_invalid_argument_from_get_supported_operations(model: Model, words: str) -> None:
+    """VTS ValidateModel: INVALID_ARGUMENT from getSupportedOperations as from prepare, not "unsupported"."""
+    from nnhal.core.enums import HalVersion
+    from nnhal.server.executor.validate import supported_operations
+
+    with pytest.raises(InvalidArgument, match=words):
+        supported_operations(model, [], HalVersion.V1_2)
+    with pytest.raises(InvalidArgument, match=words):
+        validate_full(model, [], HalVersion.V1_2)
+    assert supported_operations(_relu(), [], HalVersion.V1_0) == ([True], [""])

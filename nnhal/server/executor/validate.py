@@ -86,7 +86,7 @@ def supported_operations(
 def _unsupported_reason(model: Model, sg: Subgraph, operation: Operation) -> str:
     """Why this device cannot run a valid ``operation`` ("" when it can)."""
     if lookup(operation.type) is None:
-        return f"{_name(operation.type)} is not implemented by this driver"
+        return f"{operation.type.name} is not implemented by this driver"
     if operation.type in (OperationType.IF, OperationType.WHILE):
         for k in operation.inputs:
             ref = sg.operands[k]
@@ -97,7 +97,3 @@ def _unsupported_reason(model: Model, sg: Subgraph, operation: Operation) -> str
                     if why:
                         return f"referenced subgraph {ref.location.offset}: {why}"
     return ""
-
-
-def _name(operation_type: OperationType | int) -> str:
-    return operation_type.name if isinstance(operation_type, OperationType) else f"operation type {operation_type:#x}"

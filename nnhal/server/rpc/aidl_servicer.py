@@ -28,7 +28,7 @@ from nnhal.server.aidl_objects import BURST_CACHE, BurstObject, ReusableExecutio
 from nnhal.server.driver import Driver
 from nnhal.server.jobs import ExecutionJob, PrepareJob
 from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import failure, recorder
+from nnhal.server.rpc.common import Held, failure, held, long_calls, recorder
 from nnhal.server.rpc.device_servicer import prepare_stream
 from nnhal.server.rpc.levels import answer, require, run_sync
 from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer
@@ -69,20 +69,25 @@ class AidlDeviceServicer(agrpc.AidlDeviceServicer):
     ) -> Iterator[spb.PrepareModelEvent]:
         msg = request.config
 
-        def launch() -> PrepareJob:
+        def launch() -> Held[PrepareJob]:
             require(self.driver, "prepareModelWithConfig")
             session = self.driver.session(request.session)
             config = wire_aidl.prepare_config_from(msg)
             names = [e.name for e in self.driver.extensions()]
             accepted_hints(config.compilation_hints, config.extension_name_to_prefix, names, "compilationHints")
-            return self.driver.begin_prepare(
-                session,
-                wire.model_from(request.model),
-                config.preference,
-                config.priority,
-                wire.deadline_from(msg.deadline),
-                # The AIDL ignores the token when no cache is asked for.
-                config.cache_token if msg.want_cache else b"",
+            return held(
+                long_calls(self.driver),
+                "preparation",
+                session.client_key,
+                lambda: self.driver.begin_prepare(
+                    session,
+                    wire.model_from(request.model),
+                    config.preference,
+                    config.priority,
+                    wire.deadline_from(msg.deadline),
+                    # The AIDL ignores the token when no cache is asked for.
+                    config.cache_token if msg.want_cache else b"",
+                ),
             )
 
         return prepare_stream(launch, msg.want_cache, self.driver.lifecycle, self._record, context)

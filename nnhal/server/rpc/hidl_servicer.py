@@ -32,7 +32,7 @@ from nnhal.server.executor.validate import supported_operations, validate_full
 from nnhal.server.jobs import ExecutionJob, PrepareJob
 from nnhal.server.memory import bind_model_pools
 from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import launch_then_notify, recorder, within_message_limit
+from nnhal.server.rpc.common import Held, held, launch_then_notify, long_calls, recorder, within_message_limit
 from nnhal.server.rpc.device_servicer import _preference_from, prepare_stream
 from nnhal.server.rpc.levels import answer, require, run_sync
 from nnhal.server.session import Session
@@ -136,14 +136,17 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
     def _prepare(
         self,
         method: str,
+        session_id: str,
         version: HalVersion,
         launch: Callable[[], PrepareJob],
         want_cache: bool,
         context: grpc.ServicerContext,
     ) -> Iterator[spb.PrepareModelEvent]:
-        def checked() -> PrepareJob:
+        def checked() -> Held[PrepareJob]:
             require(self.driver, method)
-            return launch()
+            # A preparation is a long-lived call, capped per client as the 1.3 form's are.
+            client = self.driver.session(session_id).client_key
+            return held(long_calls(self.driver), "preparation", client, launch)
 
         events = prepare_stream(checked, want_cache, self._lifecycle, self._record[method], context)
         return _versioned_stream(events, version)
@@ -159,7 +162,7 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
                 session, model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None
             )
 
-        return self._prepare("prepareModel", V.V1_0, launch, False, context)
+        return self._prepare("prepareModel", request.session, V.V1_0, launch, False, context)
 
     def prepareModel_1_1(
         self, request: hpb.PrepareModelV1_1Request, context: grpc.ServicerContext
@@ -171,7 +174,7 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
                 session, model, _preference_from(request.preference), Priority.MEDIUM, None
             )
 
-        return self._prepare("prepareModel_1_1", V.V1_1, launch, False, context)
+        return self._prepare("prepareModel_1_1", request.session, V.V1_1, launch, False, context)
 
     def prepareModel_1_2(
         self, request: hpb.PrepareModelV1_2Request, context: grpc.ServicerContext
@@ -182,7 +185,7 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
             preference = _preference_from(request.preference)
             return self.driver.begin_prepare(session, model, preference, Priority.MEDIUM, None, bytes(request.token))
 
-        return self._prepare("prepareModel_1_2", V.V1_2, launch, request.want_cache, context)
+        return self._prepare("prepareModel_1_2", request.session, V.V1_2, launch, request.want_cache, context)
 
     def prepareModelFromCache(
         self, request: hpb.PrepareModelFromCacheV1_2Request, context: grpc.ServicerContext
@@ -196,7 +199,7 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
                 None,
             )
 
-        return self._prepare("prepareModelFromCache", V.V1_2, launch, False, context)
+        return self._prepare("prepareModelFromCache", request.session, V.V1_2, launch, False, context)
 
 
 def _result_v1_0(result: ExecutionResult) -> hpb.ExecuteResultV1_0:
