@@ -5,8 +5,12 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard protos/nnhal/proto/*.proto)
 ADDR   ?= 127.0.0.1:50051
+# pytest-xdist workers for the suite (the tests use port 0 and private temporary folders);
+# WORKERS=0 runs it in one process.
+WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist worksteal
 
-.PHONY: setup run test test-fast proto proto-check lint format bench conformance fuzz clean
+.PHONY: setup run test test-fast soak proto proto-check lint format bench conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -22,10 +26,15 @@ run: setup
 
 # Everything CI runs: generated code is fresh, lint + types clean, the whole suite.
 test: setup proto-check lint
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
+
+# The suite with the stress loops at their full counts (the figures issue notes quote) and the
+# whole public conformance set end to end (NNHAL_SOAK=1; `make test` runs smaller counts).
+soak: setup
+	NNHAL_SOAK=1 $(PYTEST)
 
 proto: setup
 	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)

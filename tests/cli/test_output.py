@@ -38,24 +38,22 @@ def test_print_config_into_a_closed_pipe_is_quiet() -> None:
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
-def test_info_into_a_closed_pipe_is_quiet() -> None:
-    with LocalServer("--cache-secret-file", "none") as srv:
-        done = _into_closed_pipe("info", srv.address)
+def test_info_into_a_closed_pipe_is_quiet(server: LocalServer) -> None:
+    done = _into_closed_pipe("info", server.address)
     assert (done.returncode, done.stderr) == (141, "")
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
-def test_info_piped_to_head() -> None:
-    with LocalServer("--cache-secret-file", "none") as srv:
-        done = subprocess.run(
-            f"{sys.executable} -m nnhal info {srv.address} | head -1",
-            shell=True,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=ROOT,
-        )
+def test_info_piped_to_head(server: LocalServer) -> None:
+    done = subprocess.run(
+        f"{sys.executable} -m nnhal info {server.address} | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert done.returncode == 0 and done.stderr == "" and done.stdout.startswith("property")
 
 

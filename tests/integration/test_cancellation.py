@@ -31,17 +31,22 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.proto import service_pb2 as spb
 from nnhal.testing import LocalServer
-from tests.conftest import add_model
+from tests.conftest import add_model, soak
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-STREAMS = 1000
+#: 1,000 streams under NNHAL_SOAK (the issue #11 figure); 200 already leave a leaked ticket visible.
+STREAMS = soak(200, 1000)
+#: Killed clients, one after another (30 launched streams each).
+KILLED_CLIENTS = soak(1, 3)
 WORKERS = 8
 #: Bounds of the polls below; generous because the machine may be loaded.
 SETTLE_BOUND_S = 30.0
 
 
-@pytest.fixture(params=[[], ["--queue-depth", "8"]], ids=["default-queue", "queue-depth-8"])
+#: Shared by the module's tests of one queue setting: each ends with nothing in flight and
+#: checks it, so the next starts from (and re-checks) a server with no leaked ticket.
+@pytest.fixture(scope="module", params=[[], ["--queue-depth", "8"]], ids=["default-queue", "queue-depth-8"])
 def cancel_server(request: pytest.FixtureRequest) -> Iterator[LocalServer]:
     srv = LocalServer("--enable-fault-injection", *request.param)
     try:
@@ -151,7 +156,7 @@ _CLIENT = textwrap.dedent(
 
 def test_a_killed_clients_streams_leave_no_ticket(cancel_server: LocalServer) -> None:
     root = Path(__file__).resolve().parents[2]
-    for round_ in range(3):
+    for round_ in range(KILLED_CLIENTS):
         proc = subprocess.Popen(
             [sys.executable, "-c", _CLIENT, cancel_server.address, "30"],
             stdout=subprocess.PIPE,

@@ -63,6 +63,6 @@ def test_metrics_after_a_short_workload() -> None:
         assert m['nnhal_sessions_ended_total{reason="client"}'] == 1
 
 
-def test_no_metrics_listener_by_default() -> None:
-    with LocalServer() as srv:
-        assert not srv.port_file.with_name(srv.port_file.name + ".metrics").exists()
+def test_no_metrics_listener_by_default(server: LocalServer) -> None:
+    # The shared server is started without --metrics-listen.
+    assert not server.port_file.with_name(server.port_file.name + ".metrics").exists()

@@ -26,21 +26,25 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 from nnhal.core.types import BufferDesc, BufferRole, DataLocation, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer
-from tests.conftest import add_model
+from tests.conftest import add_model, soak
 
 pytestmark = pytest.mark.integration
 
-TRIALS = 50
+#: Shrink races per test; 50 under NNHAL_SOAK (the issue #11 figure).
+TRIALS = soak(12, 50)
+#: Killed client processes holding regions; 20 under NNHAL_SOAK.
+VICTIMS = soak(4, 20)
 ERRORS = (ErrorStatus.INVALID_ARGUMENT, ErrorStatus.GENERAL_FAILURE)
 N = 1024  # float32 elements per tensor
 BYTES = 4 * N
 
 
-@pytest.fixture
-def shm_server(tmp_path: Path) -> Iterator[tuple[LocalServer, Path]]:
-    """A server with its own shared-memory directory (nothing else lives there)."""
-    shm = tmp_path / "shm"
-    shm.mkdir()
+@pytest.fixture(scope="module")
+def shm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalServer, Path]]:
+    """A server with its own shared-memory directory (nothing else lives there), shared by
+    this module's tests: each uses its own session and regions, and each leaves the server
+    alive and executing, which the next one relies on and checks again."""
+    shm = tmp_path_factory.mktemp("shm")
     with LocalServer("--enable-fault-injection", "--shm-dir", str(shm)) as srv:
         yield srv, shm
 
@@ -63,12 +67,14 @@ def _alive(srv: LocalServer, pm: PreparedModel) -> None:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("which", ["input", "output"])
 def test_shrinking_a_region_during_an_execution(shm_server: tuple[LocalServer, Path], which: str) -> None:
-    """50 executions each held 60 ms by the fault injection; the client shrinks one of
-    its regions 0-40 ms after the launch: each gets an error status, the server lives."""
+    """TRIALS executions each held 250 ms by the fault injection; the client shrinks one of
+    its regions 0-40 ms after the launch: each gets an error status, the server lives.
+    (The hold is far longer than the shrink's delay so that a client thread a loaded machine
+    keeps waiting still shrinks while the execution is held.)"""
     srv, _ = shm_server
     rng = random.Random(11)
     with Device.connect(srv.address, client_name="shrinker") as dev, dev.prepare_model_sync(add_model((1, N))) as pm:
-        dev.set_faults(execute_delay_ms=60)
+        dev.set_faults(execute_delay_ms=250)
         for trial in range(TRIALS):
             with SharedMemory.create(dev, 2 * BYTES) as inp, SharedMemory.create(dev, BYTES) as out:
                 inp.view(np.float32, (2 * N,))[:] = 1.0
@@ -86,7 +92,7 @@ def test_shrinking_a_region_during_an_execution(shm_server: tuple[LocalServer, P
 @pytest.mark.timeout(300)
 def test_shrinking_a_region_while_the_server_copies_it(shm_server: tuple[LocalServer, Path]) -> None:
     """No injected delay: a thread shrinks 8 MiB regions at random moments while real
-    executions read and write them (50 trials, input and output in turn). Whatever the
+    executions read and write them (TRIALS trials, input and output in turn). Whatever the
     moment, an answer comes (success if the copy won, an error status if the shrink
     did) and the server lives."""
     srv, _ = shm_server
@@ -181,7 +187,7 @@ time.sleep(300)
 
 @pytest.mark.timeout(300)
 def test_killed_clients_leave_no_region_files(shm_server: tuple[LocalServer, Path]) -> None:
-    """SIGKILL 20 client processes holding 3 regions each (half executed with them):
+    """SIGKILL VICTIMS client processes holding 3 regions each (half executed with them):
     within 10 s none of their files is left; a live client's regions and a file made
     by other means stay."""
     srv, shm = shm_server
@@ -195,7 +201,7 @@ def test_killed_clients_leave_no_region_files(shm_server: tuple[LocalServer, Pat
                 stderr=subprocess.PIPE,
                 text=True,
             )
-            for k in range(20)
+            for k in range(VICTIMS)
         ]
         try:
             names: list[str] = []
@@ -204,7 +210,7 @@ def test_killed_clients_leave_no_region_files(shm_server: tuple[LocalServer, Pat
                 line = p.stdout.readline()  # bounded by the test's timeout
                 assert line, f"a victim failed: {p.stderr.read() if p.stderr else ''}"
                 names += line.split()
-            assert len(names) == 60 and all((shm / name).exists() for name in names)
+            assert len(names) == 3 * VICTIMS and all((shm / name).exists() for name in names)
         finally:
             for p in procs:
                 p.send_signal(signal.SIGKILL)

@@ -4,7 +4,7 @@ Long-lived calls — idle ``configureExecutionBurst`` streams and
 ``getExecutionInfo(wait=True)`` calls on a fence that has not signalled — each hold a
 server worker thread. They are capped per client and in total (``rpc.common.LongCalls``);
 past a cap the call is refused at once with RESOURCE_EXHAUSTED_TRANSIENT naming the cap.
-Across processes: while one session holds 1,000 of each (most refused), another
+Across processes: while one session holds 200 of each (1,000 in ``make soak``; most refused), another
 client's health check, execution, new connection and stats all answer promptly. The
 bound asserted is generous (5 s on a loaded machine); the figures are printed.
 """
@@ -46,11 +46,12 @@ from nnhal.server.rpc.common import (
 )
 from nnhal.server.rpc.prepared_model_servicer import refused_info, refused_result
 from nnhal.testing import LocalServer
-from tests.conftest import add_model
+from tests.conftest import add_model, soak
 
 pytestmark = [pytest.mark.timeout(240)]
 
-CALLS = 1000
+#: Of each kind; 1,000 under NNHAL_SOAK (the issue #11 figure). Either count is far past the caps.
+CALLS = soak(200, 1000)
 #: Generous: measured figures are printed; a loaded 2-core machine must not fail this.
 ANSWER_BOUND_S = 5.0
 SETTLE_BOUND_S = 60.0
