@@ -24,13 +24,16 @@ from nnhal.cli.usage import UsageError
 from nnhal.client.device import Device
 from nnhal.conformance.runner import MODES, Result, run_case
 from nnhal.conformance.vectors import TestCase, discover, load_file
+from nnhal.server.devices import KINDS
 from nnhal.testing.local_server import LocalServer
 
 
 @contextlib.contextmanager
 def _target(args: argparse.Namespace) -> Iterator[str]:
     if args.start:
-        with LocalServer() as srv:
+        if args.device and args.device not in KINDS:
+            raise UsageError(f"--start --device {args.device}: give a device kind ({', '.join(KINDS)})")
+        with LocalServer(*(("--device", args.device) if args.device else ())) as srv:
             yield srv.address
     else:
         yield args.target
@@ -38,7 +41,10 @@ def _target(args: argparse.Namespace) -> Iterator[str]:
 
 @contextlib.contextmanager
 def _device(args: argparse.Namespace) -> Iterator[Device]:
-    with _target(args) as address, connect(address, "nnhal-conformance", args.timeout, tls_of(args)) as dev:
+    with (
+        _target(args) as address,
+        connect(address, "nnhal-conformance", args.timeout, tls_of(args), args.device) as dev,
+    ):
         yield dev
 
 
