@@ -54,7 +54,8 @@ from nnhal.core.types import (
 )
 from nnhal.core.validation import merged_dimensions, validate_request
 from nnhal.server import cache
-from nnhal.server.backend import Backend, ReferenceBackend, builder, open_cache, sealer
+from nnhal.server.artifacts import builder, open_cache, sealer
+from nnhal.server.backend import Backend, ReferenceBackend
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.buffers import BufferRegistry, copy_from_pool, copy_to, resolve_tokens
 from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
