@@ -84,8 +84,7 @@ def compile_model(model: Model, pools: Sequence[Buffer]) -> bytes:
     if reason:
         raise GeneralFailure(reason)
     b = GraphBuilder(model, pools)
-    for k, index in enumerate(model.main.input_indexes):
-        b.names[index] = f"in{k}"
+    b.bind_inputs()
     for k in range(len(model.main.operations)):
         reason = _convert(b, k)
         if reason:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -36,9 +36,25 @@ ONNX_ELEM: dict[OperandType, int] = {
     T.TENSOR_FLOAT32: 1,
     T.TENSOR_QUANT8_ASYMM: 2,
     T.TENSOR_QUANT8_ASYMM_SIGNED: 3,
+    T.TENSOR_QUANT8_SYMM_PER_CHANNEL: 3,
+    T.TENSOR_QUANT8_SYMM: 3,
     T.TENSOR_INT32: 6,
     T.TENSOR_BOOL8: 9,
+    T.TENSOR_FLOAT16: 10,
 }
+#: float16 operands are computed in float32 (cast once at the graph's edges): more precise
+#: than float16 arithmetic, well inside float16's tolerance.
+_COMPUTED = {T.TENSOR_FLOAT16: T.TENSOR_FLOAT32, T.FLOAT16: T.FLOAT32}
+
+
+def computed(operand: Operand) -> Operand:
+    """``operand`` with the type it is computed in (float16 as float32)."""
+    t = _COMPUTED.get(operand.type)
+    return operand if t is None else replace(operand, type=t)
+
+
+def _computed_value(value: np.ndarray) -> np.ndarray:
+    return value.astype(np.float32) if value.dtype == np.float16 else np.array(value)
 QUANT8 = frozenset({T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED})
 FLOAT32 = T.TENSOR_FLOAT32
 NHWC_TO_NCHW = (0, 3, 1, 2)
@@ -96,9 +112,17 @@ class GraphBuilder:
         value = constant_value(self.model, self.pools, operand)
         if value is None:
             raise Unsupported(f"operand {index} is not produced before it is used")
-        name = self.const(np.array(value))
+        name = self.const(_computed_value(value))
         self.names[index] = name
         return name
+
+    def bind_inputs(self) -> None:
+        """Name the model's inputs ``in{k}`` (float16 ones cast to float32 once)."""
+        for k, index in enumerate(self.main.input_indexes):
+            name = f"in{k}"
+            if self.main.operands[index].type == T.TENSOR_FLOAT16:
+                name = self.one("Cast", [name], to=1)
+            self.names[index] = name
 
     def finish(self, graph_name: str = "nnhal") -> bytes:
         """The serialized ONNX model: main subgraph inputs and outputs by position."""
@@ -111,7 +135,11 @@ class GraphBuilder:
         nodes = list(self.nodes)
         for k, index in enumerate(self.main.output_indexes):
             op = self.main.operands[index]
-            nodes.append(helper.make_node("Identity", [self.operand_name(index)], [f"out{k}"]))
+            value = self.operand_name(index)
+            if op.type == T.TENSOR_FLOAT16:
+                value = self.fresh("cast")
+                nodes.append(helper.make_node("Cast", [self.operand_name(index)], [value], to=10))
+            nodes.append(helper.make_node("Identity", [value], [f"out{k}"]))
             outputs.append(helper.make_tensor_value_info(f"out{k}", ONNX_ELEM[op.type], list(op.dimensions)))
         inits = [numpy_helper.from_array(v, n) for n, v in self.initializers.items()]
         graph = helper.make_graph(nodes, graph_name, inputs, outputs, inits)
@@ -129,10 +157,13 @@ class OpView:
     operation: Operation
 
     def operand(self, k: int) -> Operand:
-        return self.b.main.operands[self.operation.inputs[k]]
+        return computed(self.b.main.operands[self.operation.inputs[k]])
 
     def out(self, k: int = 0) -> Operand:
-        return self.b.main.operands[self.operation.outputs[k]]
+        return computed(self.b.main.operands[self.operation.outputs[k]])
+
+    def is_const(self, k: int) -> bool:
+        return self.operand(k).lifetime in (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
 
     @property
     def n_inputs(self) -> int:
@@ -143,10 +174,10 @@ class OpView:
 
     def const(self, k: int) -> np.ndarray:
         """The constant value of input ``k``; Unsupported when it is computed or an input."""
-        value = constant_value(self.b.model, self.b.pools, self.operand(k))
+        value = constant_value(self.b.model, self.b.pools, self.b.main.operands[self.operation.inputs[k]])
         if value is None:
             raise Unsupported(f"input {k} must be a constant for this device (it builds a static graph)")
-        return np.array(value)
+        return _computed_value(value)
 
     def scalar(self, k: int, default: Any = None) -> Any:
         if self.is_omitted(k):
