@@ -55,6 +55,8 @@ def computed(operand: Operand) -> Operand:
 
 def _computed_value(value: np.ndarray) -> np.ndarray:
     return value.astype(np.float32) if value.dtype == np.float16 else np.array(value)
+
+
 QUANT8 = frozenset({T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED})
 FLOAT32 = T.TENSOR_FLOAT32
 NHWC_TO_NCHW = (0, 3, 1, 2)
