@@ -7,9 +7,9 @@ IPC ones add a ``.unix`` twin).
 
 from __future__ import annotations
 
-from nnhal.bench import execution, ipc, qos
+from nnhal.bench import execution, ipc, ort_device, qos
 from nnhal.bench.common import Bench
 
 
 def benchmarks() -> dict[str, Bench]:
-    return {**ipc.BENCHMARKS, **qos.BENCHMARKS, **execution.BENCHMARKS}
+    return {**ipc.BENCHMARKS, **qos.BENCHMARKS, **execution.BENCHMARKS, **ort_device.BENCHMARKS}
