@@ -106,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="run on this device of the server (with --start: a server hosting only this kind, cpu or ort)",
     )
+    c.add_argument(
+        "--partition",
+        metavar="NAMES",
+        help="sync mode through the client's partitioner over these devices, e.g. ort,cpu (cpu is the fallback; "
+        "with --start: a server hosting these kinds)",
+    )
 
     b = sub.add_parser("bench", help="benchmarks: our path against its anchor, in one run")
     b.add_argument("names", nargs="*", help="benchmark names (default: all)")

@@ -42,17 +42,20 @@ class PartitionedModel:
     def steps(self) -> int:
         return len(self.plan.steps)
 
-    def execute(self, inputs: Sequence[np.ndarray], *, timeout: float | None = None) -> list[np.ndarray]:
+    def execute(self, inputs: Sequence[np.ndarray | None], *, timeout: float | None = None) -> list[np.ndarray]:
         """Run every step in order; the model's outputs. Raises the first step's HalError
         (DEAD_OBJECT when a step's server is gone)."""
         main = self.plan.model.main
         if len(inputs) != len(main.input_indexes):
             raise InvalidArgument(f"the model has {len(main.input_indexes)} inputs, {len(inputs)} given")
-        values: dict[int, np.ndarray] = dict(zip(main.input_indexes, inputs))
+        values: dict[int, np.ndarray | None] = dict(zip(main.input_indexes, inputs))
         for step, pm in zip(self.plan.steps, self._prepared):
             outcome = pm.execute([values[i] for i in step.inputs], timeout=timeout)
             values.update(zip(step.outputs, outcome.outputs))
-        return [values[i] for i in main.output_indexes]
+        outputs = [values[i] for i in main.output_indexes]
+        if any(o is None for o in outputs):
+            raise InvalidArgument("a model output is an omitted model input")
+        return [o for o in outputs if o is not None]
 
     def execute_async(
         self, inputs: Sequence[np.ndarray], *, timeout: float | None = None
