@@ -8,6 +8,8 @@ step runs releases the waiter with DEAD_OBJECT at once.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -20,6 +22,7 @@ from nnhal.client.partition import Partitioner
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
+from nnhal.core.errors import HalError
 from nnhal.core.types import Model
 from nnhal.testing.local_server import LocalServer
 
@@ -61,6 +64,19 @@ def test_the_server_lists_both_devices(two_devices: LocalServer) -> None:
     assert [(d.name, d.kind) for d in devices] == [("cpu", "cpu"), ("ort", "ort")]
     with Device.connect(two_devices.address, device="ort") as ort:
         assert ort.name == "ort" and "ONNX Runtime" in ort.version_string()
+
+
+def test_info_lists_every_device(two_devices: LocalServer) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "nnhal", "info", two_devices.address], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "cpu (default)" in done.stdout and "device ort" in done.stdout and "ONNX Runtime" in done.stdout
+
+
+def test_an_unknown_device_is_refused_naming_the_devices(two_devices: LocalServer) -> None:
+    with pytest.raises(HalError, match="no device named 'gpu'; its devices: cpu, ort"):
+        Device.connect(two_devices.address, device="gpu")
 
 
 def test_a_middle_operation_the_ort_device_lacks_runs_as_three_steps(two_devices: LocalServer) -> None:
