@@ -18,7 +18,7 @@ from nnhal.core.operand_types import INFO
 from nnhal.core.types import Model
 from nnhal.server.executor.graph import Buffer
 from nnhal.server.executor.validate import supported_operations as reference_support
-from nnhal.server.ort import dense, elementwise, shape, spatial
+from nnhal.server.ort import dense, elementwise, misc, shape, spatial
 from nnhal.server.ort.emit import ONNX_ELEM, Converter, GraphBuilder, OpView, Unsupported
 
 CONVERTERS: dict[OperationType, Converter] = {
@@ -26,6 +26,7 @@ CONVERTERS: dict[OperationType, Converter] = {
     **dense.CONVERTERS,
     **elementwise.CONVERTERS,
     **shape.CONVERTERS,
+    **misc.CONVERTERS,
 }
 
 _PRODUCED = (OperandLifeTime.TEMPORARY_VARIABLE, OperandLifeTime.SUBGRAPH_INPUT, OperandLifeTime.SUBGRAPH_OUTPUT)

@@ -105,7 +105,8 @@ def mean(v: OpView) -> None:
     keep = int(v.scalar(2))
     x = v.dequant(v.value(0), v.operand(0))
     y = v.b.one("ReduceMean", [x], axes=axes, keepdims=1 if keep else 0)  # opset 17: axes are an attribute
-    v.produce(v.quant(y, v.out()))
+    y = v.quant(y, v.out())
+    v.produce(v.b.one("Reshape", [y, v.b.const(np.array(v.out().dimensions, np.int64))]))  # [1], not a scalar
 
 
 def resize_bilinear(v: OpView) -> None:
