@@ -199,7 +199,10 @@ def step_model(model: Model, operations: Sequence[int], inputs: Sequence[int], o
         Operation(op.type, tuple(used[i] for i in op.inputs), tuple(used[i] for i in op.outputs)) for op in ops
     )
     main = Subgraph(tuple(operands), new_ops, tuple(used[i] for i in inputs), tuple(used[i] for i in outputs))
-    return replace(model, main=main)
+    # Referenced subgraphs go only with a step that has control flow (a device without IF /
+    # WHILE may refuse a model holding them).
+    flow = any(o.lifetime == L.SUBGRAPH for o in operands)
+    return replace(model, main=main, referenced=model.referenced if flow else ())
 
 
 def plan_model(

@@ -6,6 +6,8 @@ device's converter run on a scratch graph, whose :class:`Unsupported` message is
 the reason. ``compile_model`` converts a whole model whose every operation is
 supported, in the model's (topological) order; an unsupported operation there is
 GENERAL_FAILURE naming it (the runtime only sends a device what it said it supports).
+Control flow (IF, WHILE) has no conversion, so a model's referenced subgraphs are never
+compiled: a model holding them runs here when its main graph does not use them.
 """
 
 from __future__ import annotations
@@ -84,8 +86,7 @@ def supported_operations(model: Model, pools: Sequence[Buffer], level: HalVersio
 def compile_model(model: Model, pools: Sequence[Buffer]) -> bytes:
     """The serialized ONNX model computing ``model`` (validated by the caller). Raises
     GeneralFailure when an operation cannot be converted."""
-    if model.referenced:
-        raise GeneralFailure("this device does not run models with referenced subgraphs (control flow)")
+    # Referenced subgraphs are only reachable through IF / WHILE, which have no conversion.
     reason = _check_io(model)
     if reason:
         raise GeneralFailure(reason)
