@@ -7,7 +7,7 @@ IPC ones add a ``.unix`` twin).
 
 from __future__ import annotations
 
-from nnhal.bench import concurrency, execution, ipc, qos, tflite_face
+from nnhal.bench import concurrency, execution, ipc, ort_device, qos, tflite_face
 from nnhal.bench.common import Bench
 
 
@@ -18,4 +18,5 @@ def benchmarks() -> dict[str, Bench]:
         **execution.BENCHMARKS,
         **concurrency.BENCHMARKS,
         **tflite_face.BENCHMARKS,
+        **ort_device.BENCHMARKS,
     }

@@ -30,6 +30,7 @@ from typing import Any
 from nnhal.cli.usage import UsageError, for_argparse, positive_int, seconds, server_address, split_host_port, whole
 from nnhal.core.enums import HalVersion
 from nnhal.server.cache import DEFAULT_SECRET_FILE
+from nnhal.server.devices import DeviceSpec, parse_device
 from nnhal.server.memory import DEFAULT_SHM_DIR
 
 if sys.version_info >= (3, 11):
@@ -153,6 +154,22 @@ def _cache_secret_file(text: str) -> str:
     return text
 
 
+def _device(text: str) -> str:
+    parse_device(text)  # ValueError saying what is allowed
+    return text.strip()
+
+
+def device_specs(r: Resolved) -> list[DeviceSpec]:
+    """The ``--device`` specs, names unique (UsageError naming the source otherwise)."""
+    specs = [parse_device(text) for text in r["device"]]
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise UsageError(f"--device ({r.sources['device']}): the name {spec.name!r} is given twice; use NAME=KIND")
+        seen.add(spec.name)
+    return specs
+
+
 def _tls_file(text: str) -> str:
     """Off (""), or a path; its contents are checked when the server's TLS is loaded."""
     if text.strip() and Path(text).is_dir():
@@ -165,7 +182,17 @@ SETTINGS: tuple[Setting, ...] = (
         "listen", server_address, ["127.0.0.1:50051"], "host:port, [IPv6]:port or unix:PATH; repeatable", "ADDR", True
     ),
     Setting("port_file", _port_file, "", "write the bound address(es) here once listening", "FILE"),
-    Setting("name", _name, "nnhal-cpu", "device name", "NAME"),
+    Setting("name", _name, "nnhal-cpu", "device name (of the one CPU device when no --device is given)", "NAME"),
+    Setting(
+        "device",
+        _device,
+        [],
+        "a hosted device: KIND or NAME=KIND, KIND cpu or ort; repeatable, the first is the default "
+        "(default: one cpu device named --name)",
+        "[NAME=]KIND",
+        True,
+    ),
+    Setting("ort_threads", positive_int, 1, "intra-op threads of each ort device (>= 1)", "N"),
     Setting(
         "feature_level",
         _feature_level,
@@ -304,6 +331,10 @@ def _from_env(setting: Setting, environ: Mapping[str, str]) -> Any:
     return _checked(setting, raw, source)
 
 
+def _needs_items(setting: Setting) -> bool:
+    return bool(setting.default)
+
+
 def _file_text(value: object) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -315,7 +346,8 @@ def _file_text(value: object) -> str | None:
 def _from_file(setting: Setting, value: object, source: str) -> Any:
     if setting.repeatable:
         items = value if isinstance(value, list) else [value]
-        if not items or not all(isinstance(item, str) for item in items):
+        # An empty list is the default of lists that may be empty (--device: one CPU device).
+        if (not items and _needs_items(setting)) or not all(isinstance(item, str) for item in items):
             raise UsageError(f"{source}: give a string or a non-empty list of strings")
         return [_checked(setting, str(item), source) for item in items]
     if setting.switch and not isinstance(value, bool):
@@ -374,6 +406,7 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -
 
 
 def _check_together(r: Resolved) -> None:
+    device_specs(r)
     if bool(r["tls_cert"]) != bool(r["tls_key"]):
         given, missing = ("tls_cert", "tls_key") if r["tls_cert"] else ("tls_key", "tls_cert")
         raise UsageError(

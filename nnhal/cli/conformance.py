@@ -22,24 +22,50 @@ from nnhal.cli.connect import connect, tls_of
 from nnhal.cli.table import Progress, print_table
 from nnhal.cli.usage import UsageError
 from nnhal.client.device import Device
+from nnhal.client.partition import Partitioner
 from nnhal.conformance import validation
+from nnhal.conformance.partitioned import run_case_partitioned
 from nnhal.conformance.runner import ALL_MODES, MODES, Result, run_case
 from nnhal.conformance.vectors import TestCase, discover, load_file
+from nnhal.server.devices import KINDS
 from nnhal.testing.local_server import LocalServer
 
 
 @contextlib.contextmanager
 def _target(args: argparse.Namespace) -> Iterator[str]:
     if args.start:
-        with LocalServer() as srv:
+        kinds = _partition_names(args) or ([args.device] if args.device else [])
+        unknown = [k for k in kinds if k not in KINDS]
+        if unknown:
+            raise UsageError(f"--start with {', '.join(unknown)}: give device kinds ({', '.join(KINDS)})")
+        with LocalServer(*(arg for kind in kinds for arg in ("--device", kind))) as srv:
             yield srv.address
     else:
         yield args.target
 
 
+def _partition_names(args: argparse.Namespace) -> list[str]:
+    return [n.strip() for n in (args.partition or "").split(",") if n.strip()]
+
+
+@contextlib.contextmanager
+def _partitioner(args: argparse.Namespace, address: str) -> Iterator[Partitioner]:
+    """The partitioner over the ``--partition`` devices; the one named ``cpu`` is the fallback."""
+    with contextlib.ExitStack() as stack:
+        devices = [
+            stack.enter_context(connect(address, "nnhal-conformance", args.timeout, tls_of(args), name))
+            for name in _partition_names(args)
+        ]
+        fallback = next((d for d in devices if d.name == "cpu"), None)
+        yield Partitioner(devices, fallback=fallback)
+
+
 @contextlib.contextmanager
 def _device(args: argparse.Namespace) -> Iterator[Device]:
-    with _target(args) as address, connect(address, "nnhal-conformance", args.timeout, tls_of(args)) as dev:
+    with (
+        _target(args) as address,
+        connect(address, "nnhal-conformance", args.timeout, tls_of(args), args.device) as dev,
+    ):
         yield dev
 
 
@@ -92,11 +118,16 @@ def run(args: argparse.Namespace) -> int:
     lock = threading.Lock()
     progress = Progress(len(cases), "conformance")
     start = time.monotonic()
-    with _device(args) as dev:
+    ran_on: Counter[str] = Counter()
+    partitioned = bool(_partition_names(args))
+    with _device(args) as dev, _partitioner(args, dev.address) if partitioned else contextlib.nullcontext() as part:
 
         def one(case: TestCase) -> None:
             try:
-                results = run_case(dev, case, modes)
+                if part is not None:
+                    results = {"sync": run_case_partitioned(part, case, ran_on)}
+                else:
+                    results = run_case(dev, case, modes)
             except Exception as err:  # a runner bug must not hide the other cases
                 results = {"sync": Result("failed", f"runner error: {err!r}")}
             with lock:
@@ -132,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nfirst failures (of {len(failures)}):")
         for name, detail in failures[:20]:
             print(f"  {name}: {detail}")
+    if partitioned:
+        print("\noperations run per device (passed cases): " + ", ".join(f"{k} {v}" for k, v in sorted(ran_on.items())))
     print(f"\n{len(cases)} cases from {len(files)} files in {elapsed:.1f} s")
     if args.report:
         args.report.write_text(json.dumps(report, indent=1, sort_keys=True))

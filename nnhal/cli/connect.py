@@ -22,7 +22,7 @@ from typing import Literal
 
 from nnhal.cli.usage import UsageError
 from nnhal.client.device import Device, TlsConfig
-from nnhal.core.errors import DeadObject
+from nnhal.core.errors import DeadObject, GeneralFailure, InvalidArgument
 
 DEFAULT_TIMEOUT = 3.0
 _DEATH_LOGGER = "nnhal.client.death"
@@ -65,13 +65,19 @@ def connect(
     client_name: str,
     timeout: float = DEFAULT_TIMEOUT,
     tls: TlsConfig | Literal[False] | None = None,
+    device: str | None = None,
 ) -> Iterator[Device]:
-    """A Device connected to ``address``, closed on exit; UsageError if no server answers."""
+    """A Device connected to ``address`` (its device ``device``; None: the default one),
+    closed on exit; UsageError if no server answers or it hosts no such device."""
     logger = logging.getLogger(_DEATH_LOGGER)
     quiet = _NeverConnected()
     logger.addFilter(quiet)
     try:
-        device = Device.connect(address, client_name=client_name, timeout=timeout, tls=tls)
+        dev = Device.connect(address, client_name=client_name, timeout=timeout, tls=tls, device=device)
+    except (InvalidArgument, GeneralFailure) as err:
+        if device is None:
+            raise
+        raise UsageError(f"--device {device}: {err.message}; `nnhal info {address}` lists the devices") from None
     except DeadObject:
         uses_tls = tls if tls is not None else TlsConfig.from_env()
         hint = (
@@ -86,5 +92,5 @@ def connect(
         ) from None
     finally:
         logger.removeFilter(quiet)
-    with device:
-        yield device
+    with dev:
+        yield dev

@@ -1,6 +1,10 @@
 """``nnhal info ADDR``: the device table of a server (name, version string, type, feature
-level, status, extensions, cache files, capabilities, limits). No server answering within
-``--timeout`` seconds is a UsageError."""
+level, status, extensions, cache files, capabilities, limits), one per device it hosts.
+
+A server hosting several devices first gets a summary (name, kind, type, level, status,
+float32 and quant8 execution time relative to the CPU reference), then each device's
+table. No server answering within ``--timeout`` seconds is a UsageError.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,10 @@ import argparse
 
 from nnhal.cli.connect import connect, tls_of
 from nnhal.cli.table import print_table
-from nnhal.core.enums import HalVersion
+from nnhal.client.device import Device, DeviceInfo, TlsConfig, list_devices
+from nnhal.core.enums import HalVersion, OperandType
+from nnhal.core.errors import HalError
+from nnhal.core.types import Capabilities
 
 
 def _level(value: int) -> str:
@@ -19,22 +26,61 @@ def _level(value: int) -> str:
         return f"unknown ({value})"
 
 
-def run(args: argparse.Namespace) -> int:
-    with connect(args.address, "nnhal-info", args.timeout, tls_of(args)) as dev:
-        caps = dev.capabilities()
-        n_model, n_data = dev.number_of_cache_files_needed()
-        rows = [
-            ["name", dev.name],
-            ["version", dev.version_string()],
-            ["type", dev.type().name],
-            ["feature level", _level(dev.feature_level)],
-            ["status", dev.status().name],
-            ["extensions", ", ".join(e.name for e in dev.supported_extensions()) or "none"],
-            ["cache files", f"{n_model} model, {n_data} data"],
-            ["operand types with performance", str(len(caps.operand_performance))],
-            ["relaxed fp32->fp16 perf", f"{caps.relaxed_float32_to_float16_performance_tensor.exec_time:g}"],
+def _perf(caps: Capabilities, t: OperandType) -> str:
+    for entry in caps.operand_performance:
+        if entry.type == t:
+            return f"{entry.info.exec_time:g}"
+    return "-"
+
+
+def _table(dev: Device) -> None:
+    caps = dev.capabilities()
+    n_model, n_data = dev.number_of_cache_files_needed()
+    rows = [
+        ["name", dev.name],
+        ["version", dev.version_string()],
+        ["type", dev.type().name],
+        ["feature level", _level(dev.feature_level)],
+        ["status", dev.status().name],
+        ["extensions", ", ".join(e.name for e in dev.supported_extensions()) or "none"],
+        ["cache files", f"{n_model} model, {n_data} data"],
+        ["operand types with performance", str(len(caps.operand_performance))],
+        ["relaxed fp32->fp16 perf", f"{caps.relaxed_float32_to_float16_performance_tensor.exec_time:g}"],
+    ]
+    for key, value in dev.limits().items():
+        rows.append([f"limit: {key}", "unlimited" if value == 0 else str(value)])
+    print_table(["property", "value"], rows)
+
+
+def _summary(devices: list[DeviceInfo]) -> None:
+    rows = [
+        [
+            d.name + (" (default)" if k == 0 else ""),
+            d.kind,
+            d.type.name,
+            _level(d.feature_level).removeprefix("NN HAL "),
+            d.status.name,
+            _perf(d.capabilities, OperandType.TENSOR_FLOAT32),
+            _perf(d.capabilities, OperandType.TENSOR_QUANT8_ASYMM),
         ]
-        for key, value in dev.limits().items():
-            rows.append([f"limit: {key}", "unlimited" if value == 0 else str(value)])
-        print_table(["property", "value"], rows)
+        for k, d in enumerate(devices)
+    ]
+    print_table(["device", "kind", "type", "level", "status", "f32 time", "q8 time"], rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    tls = tls_of(args)
+    with connect(args.address, "nnhal-info", args.timeout, tls) as dev:
+        try:
+            devices = list_devices(args.address, tls=TlsConfig.from_env() if tls is None else (tls or None))
+        except HalError:  # a server without the device list hosts one device
+            devices = []
+        if len(devices) <= 1:
+            _table(dev)
+            return 0
+    _summary(devices)
+    for info in devices:
+        print(f"\ndevice {info.name}")
+        with connect(args.address, "nnhal-info", args.timeout, tls, info.name) as one:
+            _table(one)
     return 0

@@ -98,12 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser(
         "serve",
-        help="run a driver hosting the CPU device",
+        help="run a driver hosting its devices (one CPU device by default)",
         description="Settings come from flags, then NNHAL_* environment variables, then --config, then defaults.",
     )
     config.add_arguments(s)
 
-    i = sub.add_parser("info", help="show the device table of a server")
+    i = sub.add_parser("info", help="show the device table of a server (every device it hosts)")
     _client_arguments(i)
 
     _run_arguments(sub)
@@ -125,6 +125,17 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-k", dest="pattern", default=None, help="only cases whose name matches (glob or substring)")
     c.add_argument("--mode", action="append", help="limit to these modes (repeatable)")
     c.add_argument("--jobs", type=for_argparse(positive_int), default=2, help="cases run concurrently")
+    c.add_argument(
+        "--device",
+        metavar="NAME",
+        help="run on this device of the server (with --start: a server hosting only this kind, cpu or ort)",
+    )
+    c.add_argument(
+        "--partition",
+        metavar="NAMES",
+        help="sync mode through the client's partitioner over these devices, e.g. ort,cpu (cpu is the fallback; "
+        "with --start: a server hosting these kinds)",
+    )
 
     b = sub.add_parser("bench", help="benchmarks: our path against its anchor, in one run")
     b.add_argument("names", nargs="*", help="benchmark names (default: all)")

@@ -1,4 +1,4 @@
-"""``nnhal serve``: run a driver hosting the CPU device until SIGTERM / SIGINT (DESIGN §11, §12).
+"""``nnhal serve``: run a driver hosting its devices (one CPU device by default) until SIGTERM / SIGINT.
 
 Settings are resolved (flags > ``NNHAL_*`` > ``--config`` > defaults, see ``cli.config``) and
 checked before anything starts; ``--print-config`` prints them and exits 0. A listen
@@ -103,6 +103,8 @@ def server_options(r: config.Resolved) -> ServerOptions:
         max_threads=r["max_threads"],
         device=device,
         tls=_tls(r),
+        devices=config.device_specs(r),
+        ort_threads=r["ort_threads"],
         **extra,
     )
 

@@ -6,6 +6,9 @@ belongs to that session and is released by the server when the session ends.
 Methods raise HalError subclasses; a dead server surfaces as DeadObject,
 immediately for every later call.
 
+Several devices: ``list_devices(addr)`` names a server's devices (the default first),
+``Device.connect(addr, device="ort")`` opens a session on one of them.
+
 TLS: ``Device.connect(addr, tls=TlsConfig(ca=..., cert=..., key=...))``; without
 ``tls`` the ``NNHAL_TLS_*`` environment variables apply when set
 (``TlsConfig.from_env``), and ``tls=False`` forces plaintext. A server with mTLS
@@ -26,6 +29,7 @@ from nnhal.client.faults import Fault
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.remote import DEFAULT_CALL_TIMEOUT, PreparedRef, RemoteSession
 from nnhal.client.remote.aidl import AidlCalls
+from nnhal.client.remote.devices import DeviceInfo, list_devices
 from nnhal.client.remote.transport import TlsConfig
 from nnhal.core.aidl_types import DEFAULT_PREPARE_CONFIG, PrepareModelConfig
 from nnhal.core.enums import DeviceStatus, DeviceType, ExecutionPreference, Priority
@@ -33,7 +37,7 @@ from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Mo
 
 PrepareCallback = Callback[PreparedModel]
 
-__all__ = ["Device", "PrepareCallback", "TlsConfig"]
+__all__ = ["Device", "DeviceInfo", "PrepareCallback", "TlsConfig", "list_devices"]
 
 
 class Device:
@@ -46,9 +50,10 @@ class Device:
         connect_timeout: float,
         keepalive_ms: int | None,
         tls: TlsConfig | None = None,
+        device: str | None = None,
     ) -> None:
         self.address = address
-        self._remote = RemoteSession(address, client_name, connect_timeout, keepalive_ms, tls)
+        self._remote = RemoteSession(address, client_name, connect_timeout, keepalive_ms, tls, device)
 
     @classmethod
     def connect(
@@ -59,15 +64,18 @@ class Device:
         timeout: float = 10.0,
         keepalive_ms: int | None = None,
         tls: TlsConfig | Literal[False] | None = None,
+        device: str | None = None,
     ) -> Device:
         """Connect to the server at ``address`` (``host:port`` or ``unix:PATH``) and open a session.
 
         ``tls``: None uses ``NNHAL_TLS_*`` when set, else plaintext; False is plaintext.
         With mTLS the server names the client after its certificate, not ``client_name``.
+        ``device``: which of the server's devices (``list_devices``; None: its default one);
+        every object prepared through this proxy belongs to that device.
         Raises DeadObject if no server answers within ``timeout`` seconds, InvalidArgument
-        for TLS files that cannot be read."""
+        for TLS files that cannot be read or a device the server does not host."""
         config = TlsConfig.from_env() if tls is None else (tls or None)
-        return cls(address, client_name or f"pid-{os.getpid()}", timeout, keepalive_ms, config)
+        return cls(address, client_name or f"pid-{os.getpid()}", timeout, keepalive_ms, config, device)
 
     # -- the session ------------------------------------------------------------
     @property

@@ -75,6 +75,23 @@ class CaseFailure(Exception):
     pass
 
 
+class CaseSkipped(Exception):
+    """A variant (dynamic shapes, the signed twin) has an operation the device does not support."""
+
+
+def _prepare_variant(dev: Device, model_case: TestCase) -> PreparedModel:
+    """``_prepare`` of a variant model; when it fails and the device does not support the
+    variant (a device that builds static graphs and unknown output shapes), CaseSkipped
+    with the device's reason, as for a base case (asked only then: no cost otherwise)."""
+    try:
+        return _prepare(dev, model_case)
+    except CaseFailure:
+        reasons = sorted({why for ok, why in dev.supported_operations_with_reasons(model_case.model) if not ok})
+        if reasons:
+            raise CaseSkipped("; ".join(reasons)) from None
+        raise
+
+
 def _check_outcome(case: TestCase, outcome: ExecutionOutcome, request_pool: int, dynamic: bool) -> None:
     if outcome.status != ErrorStatus.NONE:
         raise CaseFailure(f"execution returned {outcome.status.name}: {outcome.message}")
@@ -126,7 +143,7 @@ def _run_async(dev: Device, pm: PreparedModel, case: TestCase) -> None:
 
 def _run_dynamic(dev: Device, case: TestCase) -> None:
     dyn = with_unspecified_outputs(case)
-    with _prepare(dev, dyn) as pm:
+    with _prepare_variant(dev, dyn) as pm:
         request = build_request(dyn)
         outcome = pm.execute_request(request)
         _check_outcome(dyn, outcome, 1, True)
@@ -237,6 +254,8 @@ def _attempt(fn: object, *args: object) -> Result:
         fn(*args)  # type: ignore[operator]
     except CaseFailure as err:
         return Result("failed", str(err))
+    except CaseSkipped as err:
+        return Result("skipped", str(err))
     except HalError as err:
         return Result("failed", str(err))
     return Result("passed")
@@ -359,7 +378,7 @@ def _run_modes(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str,
         twin = signed_twin(case)
 
         def twin_run() -> None:
-            with _prepare(dev, twin) as pm:
+            with _prepare_variant(dev, twin) as pm:
                 _run_sync(dev, pm, twin)
 
         results["quant_signed"] = _attempt(twin_run)

@@ -73,6 +73,8 @@ def open_sealed(secret: bytes, token: bytes, blob: bytes, level: HalVersion) -> 
     """The model and priority in ``blob``, authenticated before anything in it is parsed.
     INVALID_ARGUMENT for a bad token, a foreign, tampered, truncated or stale cache."""
     check_token(token)
+    if blob.startswith(MAGIC_COMPILED):
+        raise InvalidArgument("model cache was written by another kind of device (a compiling one)")
     if len(blob) < len(MAGIC) + _MAC + _HEADER.size or not blob.startswith(MAGIC):
         raise InvalidArgument("model cache is not an nnhal cache or is truncated")
     mac = blob[len(MAGIC) : len(MAGIC) + _MAC]
@@ -89,3 +91,68 @@ def open_sealed(secret: bytes, token: bytes, blob: bytes, level: HalVersion) -> 
             f"this is nnhal {__version__} at level {int(level)}: prepare the model afresh"
         )
     return wire.model_from_bytes(body[_HEADER.size + n :]), Priority(priority)
+
+
+# -- caches of a compiling device (nnhal.server.backend) ------------------------------------
+#: A compiling device's cache: the same MAC, and a body that also names the device kind and
+#: carries the compiled artifact after the model (``_LENGTHS``: kind and model lengths).
+MAGIC_COMPILED = b"NNHALC3\0"
+_LENGTHS = struct.Struct("<BQ")
+
+
+def seal_compiled(
+    secret: bytes, token: bytes, model: Model, priority: Priority, level: HalVersion, kind: str, artifact: bytes
+) -> bytes:
+    """The model cache of a device of ``kind`` that compiled ``model`` into ``artifact``."""
+    version, name, model_bytes = __version__.encode(), kind.encode(), wire.model_to_bytes(model)
+    body = b"".join(
+        (
+            _HEADER.pack(int(priority), int(level), len(version)),
+            version,
+            _LENGTHS.pack(len(name), len(model_bytes)),
+            name,
+            model_bytes,
+            artifact,
+        )
+    )
+    return MAGIC_COMPILED + _mac(secret, token, body) + body
+
+
+def _mac(secret: bytes, token: bytes, body: bytes | memoryview) -> bytes:
+    """HMAC-SHA256 of ``token | body`` without copying the (large) body."""
+    mac = hmac.new(secret, token, hashlib.sha256)
+    mac.update(body)
+    return mac.digest()
+
+
+def open_compiled(
+    secret: bytes, token: bytes, blob: bytes, level: HalVersion, kind: str
+) -> tuple[Model, Priority, bytes]:
+    """Model, priority and artifact of a cache sealed by ``seal_compiled`` for ``kind``,
+    authenticated before anything is parsed; INVALID_ARGUMENT as ``open_sealed``, and for
+    a cache of another kind of device."""
+    check_token(token)
+    if blob.startswith(MAGIC):
+        raise InvalidArgument(f"model cache was written by another kind of device, not this {kind} device")
+    if len(blob) < len(MAGIC_COMPILED) + _MAC + _HEADER.size + _LENGTHS.size or not blob.startswith(MAGIC_COMPILED):
+        raise InvalidArgument("model cache is not an nnhal cache or is truncated")
+    mac = blob[len(MAGIC_COMPILED) : len(MAGIC_COMPILED) + _MAC]
+    body = memoryview(blob)[len(MAGIC_COMPILED) + _MAC :]
+    if not hmac.compare_digest(mac, _mac(secret, token, body)):
+        raise InvalidArgument(
+            "model cache failed authentication (tampered, truncated, another token or another server)"
+        )
+    priority, cached_level, n = _HEADER.unpack_from(body)
+    at = _HEADER.size + n
+    version = bytes(body[_HEADER.size : at]).decode(errors="replace")
+    n_kind, n_model = _LENGTHS.unpack_from(body, at)
+    at += _LENGTHS.size
+    cached_kind = bytes(body[at : at + n_kind]).decode(errors="replace")
+    at += n_kind
+    if version != __version__ or cached_level != int(level) or cached_kind != kind:
+        raise InvalidArgument(
+            f"model cache was written by nnhal {version} for a {cached_kind} device at feature level {cached_level}; "
+            f"this is nnhal {__version__}, a {kind} device at level {int(level)}: prepare the model afresh"
+        )
+    model = wire.model_from_bytes(bytes(body[at : at + n_model]))
+    return model, Priority(priority), bytes(body[at + n_model :])

@@ -39,7 +39,6 @@ from nnhal.core.enums import (
     DeviceType,
     ExecutionPreference,
     HalVersion,
-    OperandType,
     Priority,
 )
 from nnhal.core.errors import InvalidArgument, MissedDeadlinePersistent, ResourceExhaustedTransient
@@ -47,23 +46,22 @@ from nnhal.core.operand_types import INFO
 from nnhal.core.types import (
     BufferDesc,
     BufferRole,
-    Capabilities,
     Extension,
     FencedExecutionInfo,
     MemoryPool,
     Model,
-    OperandPerformance,
-    PerformanceInfo,
     Request,
 )
 from nnhal.core.validation import merged_dimensions, validate_request
 from nnhal.server import cache
 from nnhal.server.aidl_objects import AidlObjects
+from nnhal.server.artifacts import builder, open_cache, sealer
+from nnhal.server.backend import Backend, ReferenceBackend
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.buffers import BufferRegistry, copy_from_pool, copy_to, resolve_tokens
 from nnhal.server.executor import example_extension, extensions
 from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
-from nnhal.server.executor.validate import supported_operations, validate_full
+from nnhal.server.executor.validate import validate_full
 from nnhal.server.fences import FenceTable
 from nnhal.server.handles import HandleTable, new_handle
 from nnhal.server.jobs import Counter, ExecutionJob, PrepareJob, check_deadline
@@ -170,10 +168,12 @@ class DeviceConfig:
     extensions: tuple[str, ...] = ()
     #: Seals compilation caches; persist it (cache.load_secret) so caches survive restarts.
     cache_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    #: What computes (the backend's description), for the version string.
+    executor: str = "numpy CPU executor"
 
     @property
     def version_string(self) -> str:
-        return f"nnhal {__version__} (NN HAL {self.feature_level.label}, numpy CPU executor)"
+        return f"nnhal {__version__} (NN HAL {self.feature_level.label}, {self.executor})"
 
     def limits(self) -> dict[str, int]:
         return {
@@ -185,27 +185,16 @@ class DeviceConfig:
         }
 
 
-def _capabilities() -> Capabilities:
-    perf = PerformanceInfo(1.0, 1.0)
-    return Capabilities(
-        relaxed_float32_to_float16_performance_scalar=perf,
-        relaxed_float32_to_float16_performance_tensor=perf,
-        operand_performance=tuple(
-            OperandPerformance(t, perf) for t in OperandType if t not in (OperandType.OEM, OperandType.TENSOR_OEM_BYTE)
-        ),
-        if_performance=perf,
-        while_performance=perf,
-    )
-
-
 class Driver:
-    """IDevice in canonical types. Thread-safe."""
+    """IDevice in canonical types. Thread-safe. ``backend`` computes (default: the
+    reference numpy executor); everything around the computation is the driver's."""
 
-    def __init__(self, config: DeviceConfig | None = None) -> None:
+    def __init__(self, config: DeviceConfig | None = None, backend: Backend | None = None) -> None:
         self.config = config or DeviceConfig()
         for name in self.config.extensions:
             extensions.install(AVAILABLE_EXTENSIONS[name])
-        self.capabilities = _capabilities()
+        self.backend: Backend = backend or ReferenceBackend()
+        self.capabilities = self.backend.capabilities()
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
         self.scheduler = Scheduler(self.config.slots, self.config.queue_depth)
@@ -281,7 +270,7 @@ class Driver:
         model = extensions.localize(model, self.config.extensions)
         bound = bind_model_pools(model.pools, self.config.shared_memory, session.is_local)
         try:
-            return supported_operations(model, bound.buffers, self.config.feature_level)
+            return self.backend.supported_operations(model, bound.buffers, self.config.feature_level)
         finally:
             bound.close()
 
@@ -294,10 +283,12 @@ class Driver:
         deadline_ns: int | None,
         cache_token: bytes = b"",
         trusted: bool = False,
+        artifact: bytes | None = None,
     ) -> PrepareJob:
         """Launch checks of prepareModel: the cache token, deadline, pools and the whole
         model (unless ``trusted``: read from a cache this server sealed). Raises HalError.
-        ``preference`` is a hint this device does not use."""
+        ``preference`` is a hint this device does not use. ``artifact``: the backend's
+        compiled form from a cache (the backend loads it instead of compiling)."""
         if cache_token:
             cache.check_token(cache_token)
         check_deadline(deadline_ns, "preparation")
@@ -313,11 +304,6 @@ class Driver:
         except BaseException:
             bound.close()
             raise
-        secret, level = self.config.cache_secret, self.config.feature_level
-
-        def seal(m: Model, p: Priority) -> bytes:
-            return cache.seal(secret, cache_token, m, p, level)
-
         return PrepareJob(
             session,
             model,
@@ -326,8 +312,11 @@ class Driver:
             bound,
             budget=self.budget,
             prepared=self.prepared_models,
-            seal=seal if cache_token else None,
+            seal=sealer(self.backend, self.config.cache_secret, cache_token, self.config.feature_level)
+            if cache_token
+            else None,
             stop=self.lifecycle.check,
+            build=builder(self.backend, artifact),
         )
 
     def prepare_from_cache(
@@ -348,9 +337,16 @@ class Driver:
                 f"{len(model_cache)} and {len(data_cache)}"
             )
         check_deadline(deadline_ns, "preparation")
-        model, priority = cache.open_sealed(self.config.cache_secret, token, model_cache[0], self.config.feature_level)
+        secret, level = self.config.cache_secret, self.config.feature_level
+        model, priority, artifact = open_cache(self.backend, secret, token, model_cache[0], level)
         return self.begin_prepare(
-            session, model, ExecutionPreference.FAST_SINGLE_ANSWER, priority, deadline_ns, trusted=True
+            session,
+            model,
+            ExecutionPreference.FAST_SINGLE_ANSWER,
+            priority,
+            deadline_ns,
+            trusted=True,
+            artifact=artifact,
         )
 
     def prepared(self, session: Session, handle: str) -> PreparedModel:

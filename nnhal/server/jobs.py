@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from nnhal.core.enums import Priority
 from nnhal.core.errors import (
@@ -37,8 +37,9 @@ from nnhal.core.errors import (
     MissedDeadlineTransient,
 )
 from nnhal.core.types import BufferTokenPool, ExecutionResult, Model, Request
+from nnhal.server.backend import ExecutableGraph
 from nnhal.server.budget import MemoryBudget
-from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
+from nnhal.server.executor.graph import Buffer, ExecutionControl, PreparedGraph
 from nnhal.server.handles import HandleTable
 from nnhal.server.memory import BoundPools
 from nnhal.server.prepared_model import PreparedModel, execution_result
@@ -92,11 +93,15 @@ class PrepareJob:
         *,
         budget: MemoryBudget,
         prepared: HandleTable[str, PreparedModel],
-        seal: Callable[[Model, Priority], bytes] | None,
+        seal: Callable[[Model, Priority, bytes], bytes] | None,
         stop: Callable[[], None] | None = None,
+        build: Callable[[Model, Sequence[Buffer]], tuple[ExecutableGraph, bytes]] | None = None,
     ) -> None:
-        """``seal``: writes the model cache (None when no cache token was given)."""
+        """``seal``: writes the model cache with the compiled artifact (None when no cache
+        token was given). ``build``: the device backend's compile or load (default: the
+        reference executor's graph, no artifact)."""
         self._stop = stop
+        self._build = build
         self.session = session
         self.model = model
         self.priority = priority
@@ -118,7 +123,7 @@ class PrepareJob:
             cost = len(model.operand_values) + sum(len(b) for b in bound.buffers)
             self._budget.charge(session.id, cost)
             try:
-                graph = PreparedGraph(model, bound.buffers)
+                graph, artifact = self._compile(model, bound.buffers)
                 check_deadline(self.deadline_ns, "preparation", started=True)
             except BaseException:
                 self._budget.uncharge(session.id, cost)
@@ -133,8 +138,13 @@ class PrepareJob:
         except HalError:
             pm.release()  # the session's close gave its memory back already
             raise
-        sealed = b"" if self._seal is None else self._seal(model, self.priority)
+        sealed = b"" if self._seal is None else self._seal(model, self.priority, artifact)
         return handle, sealed
+
+    def _compile(self, model: Model, buffers: Sequence[Buffer]) -> tuple[ExecutableGraph, bytes]:
+        if self._build is None:
+            return PreparedGraph(model, buffers), b""
+        return self._build(model, buffers)
 
     def _interrupt(self) -> None:
         # A gone client's (or a drained server's) preparation is not worth finishing.

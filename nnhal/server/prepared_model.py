@@ -20,7 +20,8 @@ from nnhal.core.enums import ErrorStatus, OperandType, Priority
 from nnhal.core.errors import HalError, InvalidArgument, OutputInsufficientSize
 from nnhal.core.operand_types import DTYPE, INFO
 from nnhal.core.types import ExecutionResult, Model, Operand, OperationProfile, OutputShape, Request, Timing
-from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
+from nnhal.server.backend import ExecutableGraph
+from nnhal.server.executor.graph import ExecutionControl
 from nnhal.server.memory import BoundPools
 
 _NO_TIMING = Timing()
@@ -48,7 +49,7 @@ class PreparedModel:
     def __init__(
         self,
         model: Model,
-        graph: PreparedGraph,
+        graph: ExecutableGraph,
         priority: Priority,
         bound: BoundPools,
         byte_cost: int,
@@ -100,7 +101,7 @@ class PreparedModel:
             t1 = time.perf_counter_ns()
             outputs = self.graph.run(inputs, control, overrides)
             t2 = time.perf_counter_ns()
-            if control.graph is not None:
+            if control.graph is not None or control.operations_run:
                 self._ran(t2 - t1)
             shapes = self._write_outputs(request, pools, outputs)
         except OutputInsufficientSize as err:

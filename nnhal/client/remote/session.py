@@ -37,6 +37,7 @@ import grpc
 
 from nnhal.client.callbacks import Callback
 from nnhal.client.faults import Fault
+from nnhal.client.remote.devices import for_device
 from nnhal.client.remote.messages import (
     BurstStream,
     ExecutionOptions,
@@ -66,7 +67,7 @@ from nnhal.client.remote.transport import (
 )
 from nnhal.core import wire
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Priority
-from nnhal.core.errors import DeadObject, GeneralFailure, HalError
+from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import (
     BufferDesc,
     BufferRole,
@@ -100,11 +101,13 @@ class RemoteSession:
         connect_timeout: float,
         keepalive_ms: int | None,
         tls: TlsConfig | None = None,
+        device: str | None = None,
     ) -> None:
         self.address = address
         opts = channel_options() if keepalive_ms is None else channel_options(keepalive_ms, keepalive_ms)
         self._channel = open_channel(address, opts, tls)
-        self._stubs = Stubs(self._channel)
+        # Every call names the device when one was asked for (a server hosting several).
+        self._stubs = Stubs(for_device(self._channel, device))
         self._monitor = SessionMonitor(self._channel, f"nnhal server at {address}")
         self._closed = False
         self._session_id = ""
@@ -128,6 +131,9 @@ class RemoteSession:
         if self._session_error is not None:
             self.close()
             raise self._session_error
+        if device and self.device_name != device:  # a one-device server routes every call to it
+            self.close()
+            raise InvalidArgument(f"the server at {address} has no device named {device!r} (only {self.device_name!r})")
 
     # -- raw access (tests that send hand-built or invalid messages) ---------------------
     @property

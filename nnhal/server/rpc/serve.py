@@ -57,19 +57,18 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from nnhal.core.wire import MAX_MESSAGE_BYTES
+from nnhal.proto import devices_pb2 as dpb
 from nnhal.proto import fastpath_pb2 as fpb
-from nnhal.proto import fastpath_pb2_grpc as fpgrpc
 from nnhal.proto import service_pb2 as spb
 from nnhal.proto import service_pb2_grpc as sgrpc
+from nnhal.server.devices import DeviceSpec, make_backend
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.buffer_servicer import BufferServicer, EchoServicer
-from nnhal.server.rpc.device_servicer import DeviceServicer
-from nnhal.server.rpc.fastpath_servicer import FastPathServicer
-from nnhal.server.rpc.forms import add_method_forms
+from nnhal.server.rpc.buffer_servicer import EchoServicer
+from nnhal.server.rpc.forms import SERVICE_NAMES as FORM_SERVICE_NAMES
 from nnhal.server.rpc.identity import IdentityInterceptor, ServerTls
-from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer, PreparedModelServicer
 from nnhal.server.rpc.request_id import RequestIdInterceptor
+from nnhal.server.rpc.routing import add_device_services
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +111,7 @@ SERVICE_NAMES = (
         for name in ("Device", "PreparedModel", "FencedExecutionCallback", "Buffer", "Echo")
     ),
     fpb.DESCRIPTOR.services_by_name["FastPath"].full_name,
+    dpb.DESCRIPTOR.services_by_name["DeviceManager"].full_name,
 )
 
 
@@ -131,6 +131,11 @@ class ServerOptions:
     health_listen: str | None = None
     #: Offer same-host clients bursts over shared memory (``openFastBurst``).
     fast_path: bool = True
+    #: The devices hosted (``nnhal.server.devices``), the first the default; empty: one CPU
+    #: device named ``device.name``. Each gets ``device``'s settings under its own name.
+    devices: list[DeviceSpec] = field(default_factory=list)
+    #: Intra-op threads of each ort device's sessions.
+    ort_threads: int = 1
 
 
 def is_loopback_host(host: str) -> bool:
@@ -144,7 +149,14 @@ class Server:
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
-        self.driver = Driver(dataclasses.replace(options.device, max_threads=options.max_threads))
+        base = dataclasses.replace(options.device, max_threads=options.max_threads)
+        #: Every device by name, the default first; ``driver`` is the default device's.
+        self.drivers: dict[str, Driver] = {}
+        for spec in options.devices or [DeviceSpec(base.name, "cpu")]:
+            backend = make_backend(spec.kind, options.ort_threads)
+            config = dataclasses.replace(base, name=spec.name, executor=backend.description)
+            self.drivers[spec.name] = Driver(config, backend)
+        self.driver = next(iter(self.drivers.values()))
         self.metrics = Metrics(self.driver)
         #: The bound metrics address once ``start`` served it.
         self.metrics_address: str | None = None
@@ -159,21 +171,12 @@ class Server:
             interceptors=[*interceptors, RequestIdInterceptor()],
         )
         self._credentials = options.tls.credentials() if options.tls is not None else None
-        driver, metrics = self.driver, self.metrics
-        sgrpc.add_DeviceServicer_to_server(DeviceServicer(driver, metrics), self._grpc)
-        executions = PreparedModelServicer(driver, metrics)
-        sgrpc.add_PreparedModelServicer_to_server(executions, self._grpc)
-        fast = FastPathServicer(driver, executions, metrics, options.fast_path)
-        fpgrpc.add_FastPathServicer_to_server(fast, self._grpc)
-        sgrpc.add_FencedExecutionCallbackServicer_to_server(
-            FencedExecutionCallbackServicer(driver, metrics), self._grpc
-        )
-        sgrpc.add_BufferServicer_to_server(BufferServicer(driver, metrics), self._grpc)
+        # Every device's HAL services: 1.3, the fast path, the HIDL 1.0-1.2 and AIDL forms.
+        add_device_services(self._grpc, self.drivers, self.metrics, options.fast_path)
         sgrpc.add_EchoServicer_to_server(EchoServicer(), self._grpc)
-        forms = add_method_forms(self._grpc, driver, metrics)  # the HIDL 1.0-1.2 and AIDL method forms
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
-        names = (*SERVICE_NAMES, *forms, health.SERVICE_NAME, reflection.SERVICE_NAME)
+        names = (*SERVICE_NAMES, *FORM_SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME)
         reflection.enable_server_reflection(names, self._grpc)
         self.addresses: list[str] = []
         for addr in options.listen:
@@ -225,7 +228,7 @@ class Server:
             _write_atomically(port_file, "\n".join(self.addresses) + "\n")
         tls = self.options.tls
         mode = "plaintext" if tls is None else ("mTLS" if tls.client_ca else "TLS")
-        log.info("nnhal serving %s on %s (%s)", self.driver.config.name, ", ".join(self.addresses), mode)
+        log.info("nnhal serving %s on %s (%s)", ", ".join(self.drivers), ", ".join(self.addresses), mode)
         if self.metrics_address is not None:
             log.info("metrics on http://%s/metrics", self.metrics_address)
         if self.health_address is not None:
@@ -235,35 +238,40 @@ class Server:
         """Drain (module docstring): refuse new work, wait up to ``seconds`` (less once
         ``hurry`` is set) for launched work, then end what is left. True when all launched
         work finished by itself."""
-        driver = self.driver
-        if not driver.lifecycle.begin_drain():
-            return driver.idle
+        drivers = list(self.drivers.values())
+        if not any([d.lifecycle.begin_drain() for d in drivers]):  # a list: every device begins
+            return all(d.idle for d in drivers)
         self.health.enter_graceful_shutdown()
         log.info("draining: new work is refused; launched work has %.1f s to finish", seconds)
         hurry = hurry or threading.Event()
         start = time.monotonic()
         end = start + max(0.0, seconds)
 
+        def idle() -> bool:
+            return all(d.idle for d in drivers)
+
         def done() -> bool:
-            if not (driver.idle and driver.lifecycle.all_told):
+            if not (idle() and all(d.lifecycle.all_told for d in drivers)):
                 return False
             return time.monotonic() >= min(end, start + _NOTICE_S)
 
         while not done() and time.monotonic() < end and not hurry.wait(_DRAIN_POLL_S):
             pass
-        if driver.idle:
+        if idle():
             log.info("drained: all launched work finished")
             return True
         log.warning("the drain time ran out: ending the work left with DEVICE_UNAVAILABLE")
-        driver.expire_drain()
+        for d in drivers:
+            d.expire_drain()
         end = time.monotonic() + EXPIRE_GRACE_S
-        while not driver.idle and time.monotonic() < end:
+        while not idle() and time.monotonic() < end:
             time.sleep(_DRAIN_POLL_S)
         return False
 
     def stop(self, grace: float = 1.0) -> None:
         """End the session streams (their objects are released) and the server."""
-        self.driver.lifecycle.stop()
+        for driver in self.drivers.values():
+            driver.lifecycle.stop()
         self.health.enter_graceful_shutdown()
         self._grpc.stop(grace).wait(grace + 1)
         if self._health_grpc is not None:

@@ -1,0 +1,235 @@
+"""Partitioning a model across devices, as the NNAPI runtime's ExecutionPlan does: the plan.
+
+``plan_model`` asks every device which operations it supports (with the reason when
+not), picks a device per operation, cuts the graph into steps and builds each step's
+sub-model:
+
+- **Choice.** Among the devices supporting an operation, the one whose capabilities
+  give the lowest execution time (``LOW_POWER``: power usage) for the operation's
+  first input type (the relaxed figures for a relaxed float32 model); ties keep the
+  earlier device. No device supporting it: the ``fallback`` device (the CPU reference),
+  else INVALID_ARGUMENT naming the operation and every device's reason.
+- **Steps.** Kahn's topological order, taking ready operations of the current device
+  for as long as there are any (as the runtime's per-device queues do), so a step is
+  as long as the graph allows; then the device of the next ready operation.
+- **Sub-models.** A step's inputs are the model inputs and other steps' results it
+  reads; its outputs are the model outputs and the results later steps read. Constants
+  stay constants (pools are shared by reference), control-flow subgraphs come along.
+
+The plan is data: ``PartitionPlan.rows()`` says which operation runs where and why,
+``str(plan)`` prints it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from nnhal.core.enums import ExecutionPreference, OperandLifeTime, OperandType
+from nnhal.core.errors import InvalidArgument
+from nnhal.core.types import Capabilities, Model, Operand, Operation, PerformanceInfo, Subgraph
+
+L = OperandLifeTime
+_CONSTANT = (L.CONSTANT_COPY, L.CONSTANT_REFERENCE, L.NO_VALUE, L.SUBGRAPH)
+
+
+class PlanDevice(Protocol):
+    """What planning needs of a device (``nnhal.client.device.Device`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def capabilities(self) -> Capabilities: ...
+
+    def supported_operations_with_reasons(self, model: Model) -> list[tuple[bool, str]]: ...
+
+
+@dataclass(frozen=True)
+class Choice:
+    operation: int
+    device: int  # index into the plan's devices
+    why: str
+
+
+@dataclass(frozen=True)
+class Step:
+    device: int
+    operations: tuple[int, ...]  # indexes into the model's main operations
+    inputs: tuple[int, ...]  # model operands the step reads from outside
+    outputs: tuple[int, ...]  # model operands the step writes for others
+    model: Model
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    model: Model
+    device_names: tuple[str, ...]
+    choices: tuple[Choice, ...]
+    steps: tuple[Step, ...]
+
+    def rows(self) -> list[tuple[int, str, str, int, str]]:
+        """(operation, its type, device, step, why) per operation."""
+        step_of = {op: k for k, s in enumerate(self.steps) for op in s.operations}
+        ops = self.model.main.operations
+        return [
+            (c.operation, ops[c.operation].type.name, self.device_names[c.device], step_of[c.operation], c.why)
+            for c in self.choices
+        ]
+
+    def operations_per_device(self) -> dict[str, int]:
+        counts = dict.fromkeys(self.device_names, 0)
+        for c in self.choices:
+            counts[self.device_names[c.device]] += 1
+        return counts
+
+    def __str__(self) -> str:
+        lines = [f"{len(self.steps)} step(s) on {', '.join(self.device_names)}"]
+        for op, kind, device, step, why in self.rows():
+            lines.append(f"  op {op:3d} {kind:<28} step {step} on {device}: {why}")
+        return "\n".join(lines)
+
+
+def _perf(caps: Capabilities, t: OperandType, relaxed: bool, preference: ExecutionPreference) -> float:
+    info: PerformanceInfo | None = caps.relaxed_float32_to_float16_performance_tensor
+    if not (relaxed and t == OperandType.TENSOR_FLOAT32):
+        info = next((p.info for p in caps.operand_performance if p.type == t), None)
+    if info is None:
+        return float("inf")
+    return info.power_usage if preference == ExecutionPreference.LOW_POWER else info.exec_time
+
+
+def choose(
+    model: Model,
+    devices: Sequence[PlanDevice],
+    preference: ExecutionPreference,
+    fallback: int | None,
+) -> tuple[Choice, ...]:
+    support = [d.supported_operations_with_reasons(model) for d in devices]
+    caps = [d.capabilities() for d in devices]
+    names = [d.name for d in devices]
+    main = model.main
+    relaxed = model.relax_computation_float32_to_float16
+    measure = "power" if preference == ExecutionPreference.LOW_POWER else "time"
+    choices = []
+    for k, op in enumerate(main.operations):
+        t = main.operands[op.inputs[0]].type if op.inputs else OperandType.TENSOR_FLOAT32
+        able = [i for i in range(len(devices)) if support[i][k][0]]
+        if not able:
+            reasons = "; ".join(f"{names[i]}: {support[i][k][1] or 'unsupported'}" for i in range(len(devices)))
+            if fallback is None:
+                raise InvalidArgument(f"no device supports operation {k} ({op.type.name}): {reasons}")
+            choices.append(Choice(k, fallback, f"fallback: no device supports it ({reasons})"))
+            continue
+        scores = {i: _perf(caps[i], t, relaxed, preference) for i in able}
+        best = min(able, key=lambda i: (scores[i], able.index(i)))
+        others = ", ".join(f"{names[i]} {scores[i]:g}" for i in able)
+        why = f"lowest relative {measure} for {t.name} ({others})" if len(able) > 1 else "the only device supporting it"
+        missing = [f"{names[i]}: {support[i][k][1]}" for i in range(len(devices)) if i not in able]
+        if missing:
+            why += "; not supported by " + "; ".join(missing)
+        choices.append(Choice(k, best, why))
+    return tuple(choices)
+
+
+def _readers(sg: Subgraph) -> dict[int, list[int]]:
+    readers: dict[int, list[int]] = {}
+    for k, op in enumerate(sg.operations):
+        for i in op.inputs:
+            readers.setdefault(i, []).append(k)
+    return readers
+
+
+def cut(model: Model, choices: Sequence[Choice]) -> list[tuple[int, list[int]]]:
+    """(device, operations) per step, in an order that respects every dependency."""
+    sg = model.main
+    writer = {o: k for k, op in enumerate(sg.operations) for o in op.outputs}
+    deps = [{writer[i] for i in op.inputs if i in writer} for op in sg.operations]
+    readers = _readers(sg)
+    waiting = [len(d) for d in deps]
+    ready = [k for k, n in enumerate(waiting) if n == 0]
+    steps: list[tuple[int, list[int]]] = []
+    while ready:
+        device = choices[min(ready)].device
+        ops: list[int] = []
+        while True:
+            mine = sorted(k for k in ready if choices[k].device == device)
+            if not mine:
+                break
+            for k in mine:
+                ready.remove(k)
+                ops.append(k)
+                for o in sg.operations[k].outputs:
+                    for r in readers.get(o, ()):
+                        waiting[r] -= 1
+                        if waiting[r] == 0:
+                            ready.append(r)
+        steps.append((device, sorted(ops)))
+    if sum(len(ops) for _, ops in steps) != len(sg.operations):
+        raise InvalidArgument("the model's operations form a cycle")
+    return steps
+
+
+def step_model(model: Model, operations: Sequence[int], inputs: Sequence[int], outputs: Sequence[int]) -> Model:
+    """The sub-model of ``operations``, reading ``inputs`` and writing ``outputs`` (model
+    operand indexes), its operands renumbered in first-use order."""
+    sg = model.main
+    ops = [sg.operations[k] for k in operations]
+    used: dict[int, int] = {}
+    for i in (*inputs, *(x for op in ops for x in (*op.inputs, *op.outputs)), *outputs):
+        used.setdefault(i, len(used))
+    consumers = dict.fromkeys(used, 0)
+    for op in ops:
+        for i in op.inputs:
+            consumers[i] += 1
+    ins, outs = set(inputs), set(outputs)
+    operands: list[Operand] = []
+    for i in used:
+        operand = sg.operands[i]
+        if i in ins:
+            lifetime = L.SUBGRAPH_INPUT
+        elif i in outs:
+            lifetime = L.SUBGRAPH_OUTPUT
+        elif operand.lifetime in _CONSTANT:
+            lifetime = operand.lifetime
+        else:
+            lifetime = L.TEMPORARY_VARIABLE
+        operands.append(replace(operand, lifetime=lifetime, number_of_consumers=consumers[i]))
+    new_ops = tuple(
+        Operation(op.type, tuple(used[i] for i in op.inputs), tuple(used[i] for i in op.outputs)) for op in ops
+    )
+    main = Subgraph(tuple(operands), new_ops, tuple(used[i] for i in inputs), tuple(used[i] for i in outputs))
+    # Referenced subgraphs go only with a step that has control flow (a device without IF /
+    # WHILE may refuse a model holding them).
+    flow = any(o.lifetime == L.SUBGRAPH for o in operands)
+    return replace(model, main=main, referenced=model.referenced if flow else ())
+
+
+def plan_model(
+    model: Model,
+    devices: Sequence[PlanDevice],
+    preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+    fallback: int | None = None,
+) -> PartitionPlan:
+    """The plan of ``model`` on ``devices``; ``fallback``: index of the device that runs
+    what none supports (None: such a model is INVALID_ARGUMENT)."""
+    if not devices:
+        raise InvalidArgument("partitioning needs at least one device")
+    choices = choose(model, devices, preference, fallback)
+    sg = model.main
+    cuts = cut(model, choices)
+    produced_in = {}
+    for k, (_, ops) in enumerate(cuts):
+        for op in ops:
+            for o in sg.operations[op].outputs:
+                produced_in[o] = k
+    model_outputs = set(sg.output_indexes)
+    steps = []
+    for k, (device, ops) in enumerate(cuts):
+        inside = {o for op in ops for o in sg.operations[op].outputs}
+        reads = {i for op in ops for i in sg.operations[op].inputs}
+        inputs = sorted(i for i in reads if i not in inside and sg.operands[i].lifetime not in _CONSTANT)
+        later = {i for _, later_ops in cuts[k + 1 :] for op in later_ops for i in sg.operations[op].inputs}
+        outputs = sorted(o for o in inside if o in model_outputs or o in later)
+        steps.append(Step(device, tuple(ops), tuple(inputs), tuple(outputs), step_model(model, ops, inputs, outputs)))
+    return PartitionPlan(model, tuple(d.name for d in devices), choices, tuple(steps))

@@ -1,0 +1,87 @@
+"""What a device computes with: the backend behind a Driver.
+
+The driver does everything a HAL device does around the computation (sessions,
+validation, scheduling, memory, caching); a backend answers which operations it
+supports and turns a validated model into something that runs. The reference
+backend is the numpy executor (every operation); others (``nnhal.server.ort``)
+compile to an accelerator library and say per operation why they cannot run it.
+
+``compile`` returns the executable graph and an artifact (the compiled form, b""
+for none) that the compilation cache seals next to the model; ``load`` rebuilds
+the graph from that artifact without converting or optimizing again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from nnhal.core.enums import HalVersion, OperandType
+from nnhal.core.types import Capabilities, Model, Operand, OperandPerformance, PerformanceInfo
+from nnhal.server.executor.graph import Buffer, ExecutionControl, PreparedGraph
+from nnhal.server.executor.validate import supported_operations
+
+
+class ExecutableGraph(Protocol):
+    def run(
+        self,
+        inputs: Sequence[np.ndarray | None],
+        control: ExecutionControl | None = None,
+        output_operands: Sequence[Operand] | None = None,
+    ) -> list[np.ndarray]: ...
+
+
+class Backend(Protocol):
+    #: The device kind ("cpu", "ort"): names the backend in caches and device lists.
+    kind: str
+    #: For the version string ("numpy CPU executor").
+    description: str
+
+    def supported_operations(
+        self, model: Model, pools: Sequence[Buffer], level: HalVersion
+    ) -> tuple[list[bool], list[str]]: ...
+
+    def compile(self, model: Model, pools: Sequence[Buffer]) -> tuple[ExecutableGraph, bytes]: ...
+
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes) -> ExecutableGraph: ...
+
+    def capabilities(self) -> Capabilities:
+        """Performance relative to the reference CPU device (1.0: the same)."""
+        ...
+
+
+class ReferenceBackend:
+    """The numpy executor: every operation of the HAL, exact; nothing to cache but the model."""
+
+    kind = "cpu"
+    description = "numpy CPU executor"
+
+    def supported_operations(
+        self, model: Model, pools: Sequence[Buffer], level: HalVersion
+    ) -> tuple[list[bool], list[str]]:
+        return supported_operations(model, pools, level)
+
+    def compile(self, model: Model, pools: Sequence[Buffer]) -> tuple[ExecutableGraph, bytes]:
+        return PreparedGraph(model, pools), b""
+
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes) -> ExecutableGraph:
+        return PreparedGraph(model, pools)
+
+    def capabilities(self) -> Capabilities:
+        return reference_capabilities()
+
+
+def reference_capabilities() -> Capabilities:
+    """1.0 for every operand type: the reference is the unit."""
+    perf = PerformanceInfo(1.0, 1.0)
+    return Capabilities(
+        relaxed_float32_to_float16_performance_scalar=perf,
+        relaxed_float32_to_float16_performance_tensor=perf,
+        operand_performance=tuple(
+            OperandPerformance(t, perf) for t in OperandType if t not in (OperandType.OEM, OperandType.TENSOR_OEM_BYTE)
+        ),
+        if_performance=perf,
+        while_performance=perf,
+    )

@@ -1,0 +1,132 @@
+"""The ONNX Runtime backend: sessions on the CPU execution provider.
+
+``OrtBackend.compile`` converts the model (``compiler``), lets onnxruntime optimize
+it (every graph optimization, transposes cancelled, layouts chosen) and keeps the
+optimized model's bytes as the cache artifact; ``load`` builds a session from such
+bytes with optimizations off, so a preparation from cache neither converts nor
+optimizes. The bytes are only ever produced by this server and are sealed by the
+compilation cache before a client holds them.
+
+Sessions run with ``threads`` intra-op threads (default 1) and one inter-op thread;
+``InferenceSession.run`` is thread-safe, so concurrent executions share one session.
+An execution is one step for the scheduler: deadlines and pre-emption are checked
+before and after the graph, not inside it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from nnhal.core.enums import HalVersion
+from nnhal.core.errors import GeneralFailure
+from nnhal.core.types import Capabilities, Model, Operand
+from nnhal.server.backend import ExecutableGraph, reference_capabilities
+from nnhal.server.executor.graph import Buffer, ExecutionControl
+from nnhal.server.ort import compiler
+
+
+def _ort() -> Any:
+    try:
+        import onnxruntime
+    except ImportError:  # pragma: no cover - the extra is not installed
+        raise GeneralFailure("the ort device needs onnxruntime (pip install 'nnhal[ort]')") from None
+    return onnxruntime
+
+
+def session_options(threads: int, optimize: bool) -> Any:
+    ort = _ort()
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.log_severity_level = 3
+    opts.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
+    if threads == 1:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return opts
+
+
+class OrtGraph:
+    """One onnxruntime session computing a model's main subgraph."""
+
+    def __init__(self, session: Any, n_inputs: int) -> None:
+        self._session = session
+        self._inputs = [f"in{k}" for k in range(n_inputs)]
+        self._outputs = [o.name for o in session.get_outputs()]
+
+    def run(
+        self,
+        inputs: Sequence[np.ndarray | None],
+        control: ExecutionControl | None = None,
+        output_operands: Sequence[Operand] | None = None,
+    ) -> list[np.ndarray]:
+        """The outputs in model order. The graph's shapes are static: ``output_operands``
+        (a request's dims) were checked against them by request validation."""
+        if control is not None:
+            control.start()
+            control.checkpoint()
+        feed = {}
+        for name, value in zip(self._inputs, inputs):
+            if value is None:
+                raise GeneralFailure(f"{name}: this device needs a value for every input")
+            feed[name] = value
+        try:
+            outputs = self._session.run(self._outputs, feed)
+        except Exception as err:  # onnxruntime raises its own exception types
+            raise GeneralFailure(f"onnxruntime failed: {err}") from None
+        if control is not None:
+            control.checkpoint()
+            control.operations_run += 1
+        return [np.asarray(o) for o in outputs]
+
+
+class OrtBackend:
+    """The ``ort`` device's backend (``nnhal.server.backend.Backend``)."""
+
+    kind = "ort"
+
+    def __init__(self, threads: int = 1, measure_capabilities: bool = True) -> None:
+        self.threads = threads
+        self._measure = measure_capabilities
+        self.description = f"ONNX Runtime {_ort().__version__} CPU EP, {threads} thread(s)"
+
+    def supported_operations(
+        self, model: Model, pools: Sequence[Buffer], level: HalVersion
+    ) -> tuple[list[bool], list[str]]:
+        return compiler.supported_operations(model, pools, level)
+
+    def compile(self, model: Model, pools: Sequence[Buffer]) -> tuple[ExecutableGraph, bytes]:
+        onnx_bytes = compiler.compile_model(model, pools)
+        opts = session_options(self.threads, optimize=True)
+        with tempfile.TemporaryDirectory(prefix="nnhal-ort-") as tmp:
+            path = os.path.join(tmp, "optimized.onnx")
+            opts.optimized_model_filepath = path
+            session = self._session(onnx_bytes, opts)
+            with open(path, "rb") as f:
+                artifact = f.read()
+        return OrtGraph(session, len(model.main.input_indexes)), artifact
+
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes) -> ExecutableGraph:
+        session = self._session(artifact, session_options(self.threads, optimize=False))
+        return OrtGraph(session, len(model.main.input_indexes))
+
+    def _session(self, model_bytes: bytes, opts: Any) -> Any:
+        ort = _ort()
+        try:
+            return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+        except Exception as err:
+            raise GeneralFailure(f"onnxruntime could not build a session for the model: {err}") from None
+
+    def capabilities(self) -> Capabilities:
+        if not self._measure:
+            return reference_capabilities()
+        from nnhal.server.ort.capabilities import measured_capabilities
+
+        return measured_capabilities(self)

@@ -1,0 +1,134 @@
+"""Several devices behind one server: the device list and the routing of every call.
+
+Each device is a Driver with its own servicers. With one device they are added to
+the gRPC server as they always were. With several, one generic handler routes each
+call to the servicers of the device its ``nnhal-device`` metadata names (absent: the
+first device), so a session is opened on one device and every later call of that
+session reaches the same Driver: objects belong to the device and session that made
+them, and another device's handle is INVALID_ARGUMENT like any unknown handle. A name
+no device has is the gRPC status NOT_FOUND naming the devices there are.
+
+``DeviceManager.listDevices`` (``devices.proto``) lists every device: name, kind,
+type, feature level, version string, capabilities and status, the default first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import grpc
+
+from nnhal.core import wire
+from nnhal.proto import devices_pb2 as dpb
+from nnhal.proto import devices_pb2_grpc as dgrpc
+from nnhal.proto import fastpath_pb2_grpc as fpgrpc
+from nnhal.proto import service_pb2_grpc as sgrpc
+from nnhal.server.driver import Driver
+from nnhal.server.metrics import Metrics
+from nnhal.server.rpc.buffer_servicer import BufferServicer
+from nnhal.server.rpc.device_servicer import DeviceServicer
+from nnhal.server.rpc.fastpath_servicer import FastPathServicer
+from nnhal.server.rpc.forms import add_method_forms
+from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer, PreparedModelServicer
+
+#: The call metadata naming the device (the client's ``Device.connect(..., device=NAME)``).
+DEVICE_METADATA = "nnhal-device"
+
+_Table = dict[str, grpc.RpcMethodHandler]
+
+
+class _Collector:
+    """Stands in for a grpc.Server to collect a servicer's method handlers by full method name."""
+
+    def __init__(self) -> None:
+        self.table: _Table = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # the same handlers arrive through add_registered_method_handlers
+
+    def add_registered_method_handlers(self, service: str, handlers: Mapping[str, grpc.RpcMethodHandler]) -> None:
+        for method, handler in handlers.items():
+            self.table[f"/{service}/{method}"] = handler
+
+
+def _add_servicers(server: Any, driver: Driver, metrics: Metrics, fast_path: bool) -> None:
+    sgrpc.add_DeviceServicer_to_server(DeviceServicer(driver, metrics), server)
+    executions = PreparedModelServicer(driver, metrics)
+    sgrpc.add_PreparedModelServicer_to_server(executions, server)
+    fpgrpc.add_FastPathServicer_to_server(FastPathServicer(driver, executions, metrics, fast_path), server)
+    sgrpc.add_FencedExecutionCallbackServicer_to_server(FencedExecutionCallbackServicer(driver, metrics), server)
+    sgrpc.add_BufferServicer_to_server(BufferServicer(driver, metrics), server)
+    add_method_forms(server, driver, metrics)  # the HIDL 1.0-1.2 and AIDL method forms
+
+
+def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
+    """A handler of ``handler``'s shape that ends the call with NOT_FOUND."""
+
+    def abort(_request: Any, context: grpc.ServicerContext) -> Any:
+        context.abort(grpc.StatusCode.NOT_FOUND, message)
+
+    makers: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }
+    return makers[(handler.request_streaming, handler.response_streaming)](abort)
+
+
+class DeviceRouter(grpc.GenericRpcHandler):
+    """Routes a call to the handlers of the device its metadata names."""
+
+    def __init__(self, tables: dict[str, _Table], default: str) -> None:
+        self._tables = tables
+        self._default = default
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        name = self._default
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == DEVICE_METADATA:
+                name = value if isinstance(value, str) else value.decode(errors="replace")
+        method = handler_call_details.method
+        table = self._tables.get(name)
+        if table is not None:
+            return table.get(method)
+        handler = self._tables[self._default].get(method)
+        if handler is None:
+            return None
+        return _refusal(handler, f"this server has no device named {name!r}; its devices: {', '.join(self._tables)}")
+
+
+class DeviceManagerServicer(dgrpc.DeviceManagerServicer):
+    def __init__(self, drivers: Mapping[str, Driver]) -> None:
+        self._drivers = drivers
+
+    def listDevices(self, request: dpb.ListDevicesRequest, context: grpc.ServicerContext) -> dpb.ListDevicesResponse:
+        reply = dpb.ListDevicesResponse()
+        for name, driver in self._drivers.items():
+            entry = reply.devices.add(
+                name=name,
+                kind=driver.backend.kind,
+                type=int(driver.config.device_type),
+                feature_level=int(driver.config.feature_level),
+                version_string=driver.config.version_string,
+                status=int(driver.status()),
+            )
+            wire.capabilities_to(driver.capabilities, entry.capabilities)
+        return reply
+
+
+def add_device_services(
+    server: grpc.Server, drivers: Mapping[str, Driver], metrics: Metrics, fast_path: bool = True
+) -> None:
+    """The HAL services of ``drivers`` (the first is the default device) and DeviceManager."""
+    if len(drivers) == 1:
+        _add_servicers(server, next(iter(drivers.values())), metrics, fast_path)
+    else:
+        tables: dict[str, _Table] = {}
+        for name, driver in drivers.items():
+            collector = _Collector()
+            _add_servicers(collector, driver, metrics, fast_path)
+            tables[name] = collector.table
+        server.add_generic_rpc_handlers((DeviceRouter(tables, next(iter(drivers))),))
+    dgrpc.add_DeviceManagerServicer_to_server(DeviceManagerServicer(drivers), server)

@@ -1,0 +1,117 @@
+"""Partitioning across devices and servers (nnhal.client.partition), across processes.
+
+One server hosting {cpu, ort}: a model whose middle operation the ort device does not
+support runs as three steps (ort, cpu, ort) and matches the CPU device alone. Two
+servers with one device each: the partitioner uses both, and killing one while its
+step runs releases the waiter with DEAD_OBJECT at once.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from nnhal.client.builder import ModelBuilder
+from nnhal.client.device import Device, list_devices
+from nnhal.client.partition import Partitioner
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.enums import OperandType as T
+from nnhal.core.enums import OperationType as O
+from nnhal.core.errors import HalError
+from nnhal.core.types import Model
+from nnhal.testing.local_server import LocalServer
+
+pytestmark = pytest.mark.integration
+SHAPE = (1, 6, 6, 3)
+
+
+def sandwich() -> Model:
+    """CONV_2D → L2_NORMALIZATION (no ort conversion) → CONV_2D, float32 NHWC."""
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, SHAPE)
+    w1 = b.constant(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    c1 = b.op(
+        O.CONV_2D, [x, w1, b.constant(np.zeros(4, np.float32)), *b.ints(1, 1, 1, 1)], T.TENSOR_FLOAT32, [1, 6, 6, 4]
+    )
+    n = b.op(O.L2_NORMALIZATION, [c1], T.TENSOR_FLOAT32, [1, 6, 6, 4])
+    w2 = b.constant(rng.standard_normal((2, 1, 1, 4)).astype(np.float32))
+    c2 = b.op(
+        O.CONV_2D, [n, w2, b.constant(np.ones(2, np.float32)), *b.ints(1, 1, 1, 0)], T.TENSOR_FLOAT32, [1, 6, 6, 2]
+    )
+    return b.outputs(c2).finish()
+
+
+@pytest.fixture(scope="module")
+def two_devices() -> Iterator[LocalServer]:
+    with LocalServer("--device", "cpu", "--device", "ort", "--cache-secret-file", "none") as srv:
+        yield srv
+
+
+def _reference(address: str, model: Model, x: np.ndarray) -> np.ndarray:
+    """The output on the server's default device (the CPU reference)."""
+    with Device.connect(address) as cpu, cpu.prepare_model_sync(model) as pm:
+        return pm.execute([x]).outputs[0]
+
+
+def test_the_server_lists_both_devices(two_devices: LocalServer) -> None:
+    devices = list_devices(two_devices.address)
+    assert [(d.name, d.kind) for d in devices] == [("cpu", "cpu"), ("ort", "ort")]
+    with Device.connect(two_devices.address, device="ort") as ort:
+        assert ort.name == "ort" and "ONNX Runtime" in ort.version_string()
+
+
+def test_info_lists_every_device(two_devices: LocalServer) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "nnhal", "info", two_devices.address], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "cpu (default)" in done.stdout and "device ort" in done.stdout and "ONNX Runtime" in done.stdout
+
+
+def test_an_unknown_device_is_refused_naming_the_devices(two_devices: LocalServer) -> None:
+    with pytest.raises(HalError, match="no device named 'gpu'; its devices: cpu, ort"):
+        Device.connect(two_devices.address, device="gpu")
+
+
+def test_a_middle_operation_the_ort_device_lacks_runs_as_three_steps(two_devices: LocalServer) -> None:
+    model, x = sandwich(), np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)
+    with Device.connect(two_devices.address, device="ort") as ort, Device.connect(two_devices.address) as cpu:
+        support = ort.supported_operations_with_reasons(model)
+        assert [ok for ok, _ in support] == [True, False, True]
+        assert "L2_NORMALIZATION" in support[1][1]
+        with Partitioner([ort, cpu], fallback=cpu).prepare(model) as pm:
+            rows = pm.plan.rows()
+            assert [(device, step) for _, _, device, step, _ in rows] == [("ort", 0), ("cpu", 1), ("ort", 2)]
+            assert pm.plan.operations_per_device() == {"ort": 2, "cpu": 1}
+            assert "not supported by ort" in rows[1][4]
+            out = pm.execute([x])[0]
+    np.testing.assert_allclose(out, _reference(two_devices.address, model, x), rtol=1e-5, atol=1e-5)
+
+
+def test_two_servers_are_both_used_and_a_killed_one_is_dead_object_at_once() -> None:
+    model, x = sandwich(), np.random.default_rng(2).standard_normal(SHAPE).astype(np.float32)
+    with (
+        LocalServer("--device", "ort", "--cache-secret-file", "none") as a,
+        LocalServer("--enable-fault-injection", "--cache-secret-file", "none") as b,
+        Device.connect(a.address) as ort,
+        Device.connect(b.address) as cpu,
+    ):
+        pm = Partitioner([ort, cpu], fallback=cpu).prepare(model)
+        assert [s.device for s in pm.plan.steps] == [0, 1, 0]
+        np.testing.assert_allclose(pm.execute([x])[0], _reference(b.address, model, x), rtol=1e-5, atol=1e-5)
+        cpu.set_faults(execute_delay_ms=60_000)
+        cb = pm.execute_async([x])
+        end = time.monotonic() + 30
+        while cpu.stats()["queue_depth"] == 0 and time.monotonic() < end:  # the cpu step is running
+            time.sleep(0.02)
+        assert cpu.stats()["queue_depth"] == 1
+        b.kill()
+        # Well before the injected 60 s delay could end: the death, not the step, ends the wait.
+        assert cb.wait(30)
+        assert cb.status == ErrorStatus.DEAD_OBJECT, cb.message

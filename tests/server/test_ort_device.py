@@ -1,0 +1,163 @@
+"""The ort device's backend in-process: conversions against the reference executor, support
+reasons, and its compilation cache (nnhal.server.ort, nnhal.server.artifacts)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from nnhal.client.builder import ModelBuilder
+from nnhal.core.enums import HalVersion, Priority
+from nnhal.core.enums import OperandType as T
+from nnhal.core.enums import OperationType as O
+from nnhal.core.errors import GeneralFailure, InvalidArgument
+from nnhal.core.types import InlinePool, Model, SymmPerChannelQuantParams
+from nnhal.server.artifacts import open_cache, sealer
+from nnhal.server.backend import ReferenceBackend
+
+pytest.importorskip("onnxruntime")
+from nnhal.server.ort.runtime import OrtBackend
+
+F32, Q8, S8 = T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL
+RNG = np.random.default_rng(0)
+ORT = OrtBackend(1, measure_capabilities=False)
+TOKEN, SECRET = bytes(32), b"s" * 32
+
+
+def _pools(model: Model) -> list[bytes]:
+    return [p.data for p in model.pools if isinstance(p, InlinePool)]
+
+
+def conv_f32_explicit_nchw() -> Model:
+    b = ModelBuilder()
+    x = b.input(F32, (1, 3, 7, 6))
+    w = b.constant(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    bias = b.constant(RNG.standard_normal(4).astype(np.float32))
+    args = [x, w, bias, *b.ints(1, 0, 2, 1, 2, 1, 3), b.boolean(True)]  # pads l r t b, stride w h, RELU6, NCHW
+    return b.outputs(b.op(O.CONV_2D, args, F32, (1, 4, 8, 3))).finish()
+
+
+def depthwise_q8_per_channel() -> Model:
+    b = ModelBuilder()
+    x = b.input(Q8, (1, 5, 5, 2), 0.5, 120)
+    scales = (0.1, 0.25, 0.05, 0.2)
+    w = b.constant(
+        RNG.integers(-100, 100, (1, 3, 3, 4), dtype=np.int8), S8, channel_quant=SymmPerChannelQuantParams(scales, 3)
+    )
+    bias = b.constant(RNG.integers(-50, 50, 4, dtype=np.int32), T.TENSOR_INT32)
+    out = b.op(O.DEPTHWISE_CONV_2D, [x, w, bias, *b.ints(1, 2, 2, 2, 1)], Q8, (1, 3, 3, 4), 1.5, 100)
+    return b.outputs(out).finish()
+
+
+def pools_and_dense_q8() -> Model:
+    """AVERAGE_POOL_2D → MAX_POOL_2D (RELU) → RESHAPE → FULLY_CONNECTED → SOFTMAX, quant8."""
+    b = ModelBuilder()
+    x = b.input(Q8, (2, 6, 6, 3), 0.1, 128)
+    a = b.op(O.AVERAGE_POOL_2D, [x, *b.ints(1, 2, 2, 3, 3, 0)], Q8, (2, 3, 3, 3), 0.1, 128)
+    m = b.op(O.MAX_POOL_2D, [a, *b.ints(2, 1, 1, 2, 2, 1)], Q8, (2, 2, 2, 3), 0.1, 128)
+    flat = b.op(O.RESHAPE, [m, b.constant(np.array([2, 12], np.int32))], Q8, (2, 12), 0.1, 128)
+    w = b.constant(RNG.integers(0, 255, (5, 12), dtype=np.uint8), Q8, 0.02, 128)
+    bias = b.constant(RNG.integers(-100, 100, 5, dtype=np.int32), T.TENSOR_INT32, 0.002)
+    fc = b.op(O.FULLY_CONNECTED, [flat, w, bias, b.int32(0)], Q8, (2, 5), 0.05, 120)
+    return b.outputs(b.op(O.SOFTMAX, [fc, b.float32(1.0)], Q8, (2, 5), 1.0 / 256, 0)).finish()
+
+
+def elementwise_mixed() -> Model:
+    """ADD (broadcast, RELU) and CONCATENATION of differently quantized inputs, quant8."""
+    b = ModelBuilder()
+    x = b.input(Q8, (2, 3), 0.2, 100)
+    y = b.input(Q8, (3,), 0.1, 50)
+    s = b.op(O.ADD, [x, y, b.int32(1)], Q8, (2, 3), 0.3, 10)
+    return b.outputs(b.op(O.CONCATENATION, [s, x, b.int32(0)], Q8, (4, 3), 0.25, 90)).finish()
+
+
+def transpose_conv_f16() -> Model:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT16, (1, 2, 2, 1))
+    w = b.constant(RNG.standard_normal((2, 3, 3, 1)).astype(np.float16))
+    bias = b.constant(np.zeros(2, np.float16))
+    shape = b.constant(np.array([1, 3, 4, 2], np.int32))
+    out = b.op(
+        O.TRANSPOSE_CONV_2D, [x, w, bias, shape, *b.ints(1, 2, 2, 0), b.boolean(False)], T.TENSOR_FLOAT16, (1, 3, 4, 2)
+    )
+    return b.outputs(out).finish()
+
+
+CASES: list[Callable[[], Model]] = [
+    conv_f32_explicit_nchw,
+    depthwise_q8_per_channel,
+    pools_and_dense_q8,
+    elementwise_mixed,
+    transpose_conv_f16,
+]
+
+
+def _inputs(model: Model) -> list[np.ndarray]:
+    arrays = []
+    for i in model.main.input_indexes:
+        op = model.main.operands[i]
+        if op.type == Q8:
+            arrays.append(RNG.integers(0, 255, op.dimensions, dtype=np.uint8))
+        else:
+            arrays.append(
+                RNG.standard_normal(op.dimensions).astype(np.float16 if op.type == T.TENSOR_FLOAT16 else np.float32)
+            )
+    return arrays
+
+
+@pytest.mark.parametrize("make", CASES, ids=lambda f: f.__name__)
+def test_conversion_matches_the_reference_within_conformance_tolerance(make: Callable[[], Model]) -> None:
+    model = make()
+    pools = _pools(model)
+    supported, reasons = ORT.supported_operations(model, pools, HalVersion.V1_3)
+    assert all(supported), reasons
+    inputs = _inputs(model)
+    expected = ReferenceBackend().compile(model, pools)[0].run(inputs)
+    graph, artifact = ORT.compile(model, pools)
+    assert artifact
+    for got in (graph.run(inputs), ORT.load(model, pools, artifact).run(inputs)):
+        for g, e in zip(got, expected):
+            assert g.shape == e.shape and g.dtype == e.dtype
+            if e.dtype == np.uint8:
+                assert np.abs(g.astype(int) - e.astype(int)).max() <= 1
+            else:
+                np.testing.assert_allclose(g, e, rtol=5e-3 if e.dtype == np.float16 else 1e-5, atol=1e-5)
+
+
+def test_unsupported_operations_say_why() -> None:
+    b = ModelBuilder()
+    x = b.input(F32, (1, 4))
+    n = b.op(O.L2_NORMALIZATION, [x], F32, (1, 4))
+    model = b.outputs(b.op(O.RELU, [n], F32, (1, 4))).finish()
+    supported, reasons = ORT.supported_operations(model, [], HalVersion.V1_3)
+    assert supported == [False, True]
+    assert "L2_NORMALIZATION has no ONNX Runtime conversion" in reasons[0]
+    with pytest.raises(GeneralFailure, match="operation 0 is not supported"):
+        ORT.compile(model, [])
+
+
+def test_unknown_output_dimensions_are_unsupported_with_the_reason() -> None:
+    b = ModelBuilder()
+    x = b.input(F32, (2, 3))
+    model = b.outputs(b.op(O.RELU, [x], F32, (0, 0))).finish()
+    supported, reasons = ORT.supported_operations(model, [], HalVersion.V1_3)
+    assert supported == [False] and "static graph" in reasons[0]
+
+
+def test_the_cache_carries_the_compiled_artifact_and_the_device_kind() -> None:
+    model = depthwise_q8_per_channel()
+    _, artifact = ORT.compile(model, _pools(model))
+    blob = sealer(ORT, SECRET, TOKEN, HalVersion.V1_3)(model, Priority.HIGH, artifact)
+    skeleton, priority, opened = open_cache(ORT, SECRET, TOKEN, blob, HalVersion.V1_3)
+    assert opened == artifact and priority == Priority.HIGH and skeleton.operand_values == b""
+    assert skeleton.main.operations == model.main.operations
+    cpu_blob = sealer(ReferenceBackend(), SECRET, TOKEN, HalVersion.V1_3)(model, Priority.LOW, b"")
+    with pytest.raises(InvalidArgument, match="another kind of device"):
+        open_cache(ORT, SECRET, TOKEN, cpu_blob, HalVersion.V1_3)
+    with pytest.raises(InvalidArgument, match="another kind of device"):
+        open_cache(ReferenceBackend(), SECRET, TOKEN, blob, HalVersion.V1_3)
+    tampered = blob[:-1] + bytes([blob[-1] ^ 1])
+    with pytest.raises(InvalidArgument, match="authentication"):
+        open_cache(ORT, SECRET, TOKEN, tampered, HalVersion.V1_3)
