@@ -3,7 +3,8 @@
 A JSON line always has ``ts`` (UTC, ISO 8601 with milliseconds), ``level``, ``logger`` and
 ``message``; ``exception`` when the record carries one; and every field a caller attached
 with ``extra=`` (e.g. ``request_id``), so the server can add fields without a change here.
-Values JSON cannot hold are written as their ``str``.
+Values JSON cannot hold are written as their ``str``. A text line of a record carrying a
+``request_id`` (a server call's, see ``nnhal.server.rpc.request_id``) ends with ``[request ID]``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 #: Attributes every LogRecord has; anything else on a record came from ``extra=``.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+
+
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT``, and the record's request id when it has one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        rid = getattr(record, "request_id", None)
+        return f"{text} [request {rid}]" if rid else text
 
 
 class JsonFormatter(logging.Formatter):
@@ -42,5 +52,5 @@ def configure(level: int, log_format: str = "text") -> None:
     """Send the root logger's records to stderr at ``level`` in ``log_format`` (text | json),
     replacing any handler configured before."""
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter(TEXT_FORMAT))
     logging.basicConfig(level=level, handlers=[handler], force=True)

@@ -16,6 +16,8 @@ from nnhal.client.remote import request_id_of
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import BufferDesc, BufferRole, DataLocation, InlinePool, Request, RequestArgument
+from nnhal.proto import service_pb2 as spb
+from nnhal.server.rpc.faults import FaultPlan, fault_from
 from nnhal.testing import LocalServer
 from tests.conftest import add_model, ones
 
@@ -202,3 +204,16 @@ def test_preparations_are_capped_per_client_and_counted_as_long_calls() -> None:
         for cb in held:
             assert cb.wait(WAIT_S) and cb.status == ErrorStatus.NONE
             cb.get().release()
+
+
+# -- in process: the plan's order and counts --------------------------------------------
+def test_the_plan_applies_faults_of_a_method_in_order_and_counts_them() -> None:
+    plan = FaultPlan()
+    assert plan.take("execute_1_3") is None and not plan.armed
+    first = fault_from(spb.InjectedFault(method="execute_1_3", kind=spb.InjectedFault.ERROR, count=2, status=1))
+    forever = fault_from(spb.InjectedFault(method="execute_1_3", kind=spb.InjectedFault.STALL, stall_ms=5))
+    plan.add([first, forever])
+    assert [plan.take("execute_1_3") for _ in range(4)] == [first, first, forever, forever]
+    assert plan.take("prepareModel_1_3") is None and plan.take("execute_1_3", ("abort",)) is None
+    plan.clear()
+    assert plan.take("execute_1_3") is None and not plan.armed
