@@ -11,9 +11,11 @@ at once, on the same server, give ours; the ratio is the scaling (goal ≥ 1.6 o
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -37,8 +39,18 @@ def _small_model() -> Model:
     return b.outputs(b.op(O.ADD, [x, y, b.int32(0)], T.TENSOR_FLOAT32, [2, 4])).finish()
 
 
-def _executions_per_second(address: str, clients: int, seconds: float) -> float:
-    """Start ``clients`` processes, release them at once, and sum their executions."""
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds process ``pid`` used so far (None where /proc is missing)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _executions_per_second(address: str, server_pid: int, clients: int, seconds: float) -> tuple[float, float | None]:
+    """Start ``clients`` processes, release them at once, and sum their executions; also the
+    server's CPU use meanwhile, in cores (None where it cannot be read)."""
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "nnhal.bench.concurrency", address, str(seconds)],
@@ -53,15 +65,20 @@ def _executions_per_second(address: str, clients: int, seconds: float) -> float:
             assert p.stdout is not None
             line = p.stdout.readline().strip()  # bounded: each client gives up after its own timeout
             check(line == "ready", f"a client process did not start ({line!r})")
+        cpu0, t0 = _cpu_seconds(server_pid), time.monotonic()
         for p in procs:
             assert p.stdin is not None
             p.stdin.write("go\n")
             p.stdin.flush()
         counts = []
         for p in procs:
-            out, _ = p.communicate(timeout=seconds + _READY_TIMEOUT_S)
-            counts.append(int(out.strip()))
-        return sum(counts) / seconds
+            assert p.stdout is not None
+            counts.append(int(p.stdout.readline().strip()))
+        cpu1, t1 = _cpu_seconds(server_pid), time.monotonic()
+        for p in procs:
+            p.wait(_READY_TIMEOUT_S)
+        cores = None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / (t1 - t0)
+        return sum(counts) / seconds, cores
     except (subprocess.TimeoutExpired, ValueError) as err:
         raise BenchError(f"a client process failed: {err}") from err
     finally:
@@ -75,11 +92,12 @@ def clients8(quick: bool) -> dict[str, BenchResult]:
     """Executions per second of 8 client processes vs 1 (pm.execute of ADD 2x4)."""
     seconds = 2.0 if quick else 5.0
     with LocalServer() as srv:
-        one = _executions_per_second(srv.address, 1, seconds)
-        eight = _executions_per_second(srv.address, CLIENTS, seconds)
+        one, cores1 = _executions_per_second(srv.address, srv.pid, 1, seconds)
+        eight, cores8 = _executions_per_second(srv.address, srv.pid, CLIENTS, seconds)
+    busy = "" if cores1 is None or cores8 is None else f"; server CPU {cores1:.2f} / {cores8:.2f} cores (1 / 8 clients)"
     detail = (
         f"ours: {CLIENTS} client processes, anchor: 1, each running pm.execute(ADD 2x4) for {seconds:g} s "
-        "against one server (2 execution slots), TCP loopback"
+        f"against one server (2 execution slots), TCP loopback{busy}"
     )
     return {"conc.clients8": BenchResult(eight, one, eight / one, "executions/s", "ratio >= 1.6", detail)}
 

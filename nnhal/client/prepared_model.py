@@ -13,6 +13,7 @@ the server releases it anyway when the session ends.
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -110,6 +111,15 @@ class _Plan:
         return _Plan(tuple(pads), tuple(in_args), tuple(out_args), output_pool, tuple(layout))
 
 
+def _as_input(value: np.ndarray | None, dtype: np.dtype[Any]) -> np.ndarray | None:
+    """``value`` as a C-contiguous array of ``dtype`` (itself when it is one already)."""
+    if value is None:
+        return None
+    if type(value) is np.ndarray and value.dtype == dtype and value.flags.c_contiguous:
+        return value
+    return np.ascontiguousarray(value, dtype=dtype)
+
+
 class PreparedModel:
     """A remote IPreparedModel. Thread-safe. Release explicitly, with ``with``, or on GC."""
 
@@ -122,6 +132,12 @@ class PreparedModel:
         self._released = False
         self._lock = threading.Lock()
         self._plans: dict[tuple[Any, ...], _Plan] = {}
+        self._io: tuple[list[Operand], list[Operand]] | None = None
+        if model is not None:
+            main = model.main
+            self._io = [main.operands[i] for i in main.input_indexes], [main.operands[i] for i in main.output_indexes]
+            #: Per input: the dtype its array must have (converted only when it differs).
+            self._in_dtypes = [DTYPE[op.type] for op in self._io[0]]
         self._finalizer = weakref.finalize(self, PreparedModel._release_remote, weakref.ref(remote), handle)
 
     # -- release ---------------------------------------------------------------
@@ -187,10 +203,9 @@ class PreparedModel:
 
     # -- numpy convenience ----------------------------------------------------
     def _io_operands(self) -> tuple[list[Operand], list[Operand]]:
-        if self.model is None:
+        if self._io is None:
             raise InvalidArgument("this prepared model was made from a cache without its Model; use execute_request")
-        main = self.model.main
-        return [main.operands[i] for i in main.input_indexes], [main.operands[i] for i in main.output_indexes]
+        return self._io
 
     def _numpy_request(
         self, inputs: Sequence[np.ndarray | None], output_sizes: Sequence[int] | None
@@ -201,7 +216,7 @@ class PreparedModel:
         in_ops, out_ops = self._io_operands()
         if len(inputs) != len(in_ops):
             raise InvalidArgument(f"the model has {len(in_ops)} inputs, {len(inputs)} given")
-        arrays = [None if v is None else np.ascontiguousarray(v, dtype=DTYPE[op.type]) for v, op in zip(inputs, in_ops)]
+        arrays = [_as_input(v, dtype) for v, dtype in zip(inputs, self._in_dtypes)]
         key = (
             tuple(None if a is None else a.shape for a in arrays),
             None if output_sizes is None else tuple(output_sizes),
@@ -228,7 +243,7 @@ class PreparedModel:
             layout, outcome.output_shapes or [OutputShape(op.dimensions, True) for _, op in layout]
         ):
             dims = tuple(shape.dimensions)
-            count = int(np.prod(dims)) if INFO[op.type].is_tensor else 1
+            count = math.prod(dims) if INFO[op.type].is_tensor else 1
             arr = np.frombuffer(data, dtype=DTYPE[op.type], count=count, offset=offset)
             outs.append(arr.reshape(dims) if INFO[op.type].is_tensor else arr.reshape(()))
         return outs

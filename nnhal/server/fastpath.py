@@ -30,6 +30,7 @@ import mmap
 import os
 import secrets
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,6 +40,9 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, InvalidArgument
 
 log = logging.getLogger(__name__)
+
+#: How often a handover waiting for its client looks whether it should stop.
+_ACCEPT_SLICE_S = 0.25
 
 #: Turns a refusal (status, message) into the answer packet's payload.
 Refuse = Callable[[ErrorStatus, str], bytes]
@@ -56,6 +60,7 @@ class FastQueue:
         self.ring_bytes = ring_bytes
         self.socket_path = socket_path
         self.token = secrets.token_bytes(fastring.TOKEN_BYTES)
+        self._stopping = False
         #: Why ``serve`` ended the burst on its own ("" when it did not): the client broke the protocol.
         self.violation = ""
         self._fds: list[int] = []  # handed over, then closed here
@@ -113,11 +118,21 @@ class FastQueue:
         INVALID_ARGUMENT for a wrong token, GENERAL_FAILURE when nobody came in time."""
         listener = self._listener
         assert listener is not None, "a queue is handed over once"
-        listener.settimeout(timeout)
+        # In slices, so that ``stop`` (the client gave up, the server stops) ends the wait soon.
+        listener.settimeout(_ACCEPT_SLICE_S)
+        end = time.monotonic() + timeout
         try:
-            conn, _ = listener.accept()
-        except OSError as err:  # socket.timeout is an OSError
-            raise GeneralFailure(f"the client did not collect its fast burst queue within {timeout} s") from err
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                    break
+                except TimeoutError:
+                    if self._stopping or time.monotonic() >= end:
+                        raise GeneralFailure(
+                            f"the client did not collect its fast burst queue within {timeout} s"
+                        ) from None
+        except OSError as err:
+            raise GeneralFailure(f"the fast burst handover failed: {err}") from err
         finally:
             self._unlisten()
         with conn:
@@ -176,7 +191,8 @@ class FastQueue:
             self._doorbell.stop()
 
     def stop(self) -> None:
-        """End ``serve`` (any thread, idempotent)."""
+        """End ``serve``, or a ``hand_over`` still waiting for its client (any thread, idempotent)."""
+        self._stopping = True
         if self._doorbell is not None:
             self._doorbell.stop()
 

@@ -23,7 +23,7 @@ import pytest
 
 from nnhal.client.device import Device
 from nnhal.client.outcome import ExecutionOutcome
-from nnhal.client.remote import FastBurstLink
+from nnhal.client.remote import DEATH_DETECTION_BOUND_S, FastBurstLink
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.core import fastring
 from nnhal.core.enums import ErrorStatus
@@ -162,6 +162,31 @@ def test_sigkill_during_a_fast_burst_is_dead_object(own_server: LocalServer) -> 
         with pytest.raises(DeadObject):
             pm.execute([a, a])
         assert time.monotonic() - t1 < 0.2, "calls on a dead server must fail at once"
+        burst.close()
+    finally:
+        dev.close()
+
+
+def test_a_frozen_server_is_dead_object_within_the_keepalive_bound(own_server: LocalServer) -> None:
+    dev = Device.connect(own_server.address)
+    try:
+        pm = dev.prepare_model_sync(add_model())
+        burst = pm.burst(fast=True)
+        a = np.ones((2, 4), np.float32)
+        dev.set_faults(execute_delay_ms=30_000)
+        outcome: list[ExecutionOutcome] = []
+        waiter = threading.Thread(target=lambda: outcome.append(burst.execute(_add_request(a, a))))
+        waiter.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        own_server.signal(signal.SIGSTOP)
+        try:
+            waiter.join(DEATH_DETECTION_BOUND_S + 5.0)
+            assert not waiter.is_alive(), "the fast burst's waiter was not released"
+            assert time.monotonic() - t0 <= DEATH_DETECTION_BOUND_S, "later than the documented bound"
+            assert outcome[0].status == ErrorStatus.DEAD_OBJECT
+        finally:
+            own_server.signal(signal.SIGCONT)
         burst.close()
     finally:
         dev.close()

@@ -1,0 +1,57 @@
+"""The fast path's doorbell: rings are counted, ``stop`` wakes a waiter for good (from any
+thread, also after ``close``), and a full pipe never blocks the one who rings."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from nnhal.core.doorbell import Doorbell, nonblocking_pipe
+
+
+def _pair() -> tuple[Doorbell, Doorbell]:
+    a_r, a_w = nonblocking_pipe()
+    b_r, b_w = nonblocking_pipe()
+    return Doorbell(a_r, a_w, os.dup(b_w)), Doorbell(b_r, b_w, os.dup(a_w))
+
+
+def test_rings_are_counted() -> None:
+    a, b = _pair()
+    try:
+        a.ring()
+        a.ring()
+        assert b.wait(5.0) == 2
+        assert b.wait(0.01) == 0 and not b.stopped  # a timeout is no stop
+    finally:
+        a.close()
+        b.close()
+
+
+def test_stop_wakes_a_waiter_for_good() -> None:
+    a, b = _pair()
+    try:
+        woke: list[int] = []
+        waiter = threading.Thread(target=lambda: woke.append(b.wait()))
+        waiter.start()
+        b.stop()
+        waiter.join(5.0)
+        assert not waiter.is_alive() and woke == [0] and b.stopped
+        a.ring()
+        assert b.wait() == 0  # stopped: at once, whatever arrives
+    finally:
+        a.close()
+        b.close()
+    b.stop()  # after close: harmless
+
+
+def test_a_full_pipe_does_not_block_the_ringer() -> None:
+    a, b = _pair()
+    try:
+        for _ in range(70_000):  # more than a pipe holds
+            a.ring()
+        b.stop()  # its byte may not fit either: the flag still stops the waiter
+        assert b.wait(5.0) > 0
+        assert b.stopped
+    finally:
+        a.close()
+        b.close()
