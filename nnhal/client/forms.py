@@ -41,7 +41,7 @@ def modern(remote: RemoteSession) -> bool:
 
 def _need(remote: RemoteSession, needed: HalVersion, what: str, method: str, used: bool) -> None:
     if used:
-        require_field(HalVersion(form_version(level_of(remote))), needed, what, method)
+        require_field(form_version(level_of(remote)), needed, what, method)
 
 
 # -- IDevice ----------------------------------------------------------------------------------

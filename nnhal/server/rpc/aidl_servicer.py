@@ -13,7 +13,7 @@ device's level first (``levels.require``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -28,7 +28,7 @@ from nnhal.server.aidl_objects import BURST_CACHE, BurstObject, ReusableExecutio
 from nnhal.server.driver import Driver
 from nnhal.server.jobs import ExecutionJob, PrepareJob
 from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import Held, failure, held, long_calls, recorder
+from nnhal.server.rpc.common import Held, Record, failure, held, long_calls, recorder
 from nnhal.server.rpc.device_servicer import prepare_stream
 from nnhal.server.rpc.levels import answer, require, run_sync
 from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer
@@ -104,42 +104,39 @@ class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
         self._record = recorder(metrics, "AIDL IPreparedModel.executeSynchronously", observe)
         self._record_config = recorder(metrics, "executeSynchronouslyWithConfig", observe)
 
-    def _sync(self, method: str, request: Any, measure: Any, loop: Any, record: Any) -> apb.AidlExecutionResult:
+    def _sync(
+        self, method: str, request: Any, options: Callable[[], tuple[bool, int]], record: Record
+    ) -> apb.AidlExecutionResult:
+        """One synchronous execution; ``options`` (measure, loop timeout in the driver's form)
+        is read at launch, so that a bad configuration is the result's status."""
+
         def launch() -> ExecutionJob:
             require(self.driver, method)
             session = self.driver.session(request.session)
-            measure_timing, loop_ns = measure(), loop()
-            return self.driver.begin_execute(
-                session,
-                request.prepared_model,
-                wire.request_from(request.request),
-                measure_timing,
-                wire.deadline_from(request.deadline),
-                loop_ns,
-            )
+            measure, loop_ns = options()
+            canonical = wire.request_from(request.request)
+            deadline = wire.deadline_from(request.deadline)
+            return self.driver.begin_execute(session, request.prepared_model, canonical, measure, deadline, loop_ns)
 
         return wire_aidl.execution_result_to(run_sync(self.driver, method, launch, record))
 
     def executeSynchronously(
         self, request: apb.AidlExecuteRequest, context: grpc.ServicerContext
     ) -> apb.AidlExecutionResult:
-        def loop() -> int:
-            return loop_timeout_for_driver(wire_aidl.optional_from(request, "loop_timeout_duration_ns"))
+        def options() -> tuple[bool, int]:
+            loop = wire_aidl.optional_from(request, "loop_timeout_duration_ns")
+            return request.measure_timing, loop_timeout_for_driver(loop)
 
-        method = "AIDL IPreparedModel.executeSynchronously"
-        return self._sync(method, request, lambda: request.measure_timing, loop, self._record)
+        return self._sync("AIDL IPreparedModel.executeSynchronously", request, options, self._record)
 
     def executeSynchronouslyWithConfig(
         self, request: apb.ExecuteWithConfigRequest, context: grpc.ServicerContext
     ) -> apb.AidlExecutionResult:
-        config: list[tuple[ExecutionConfig, int]] = []
+        def options() -> tuple[bool, int]:
+            config, loop_ns = checked_config(self.driver, request.config, "executeSynchronouslyWithConfig")
+            return config.measure_timing, loop_ns
 
-        def measure() -> bool:
-            config.append(checked_config(self.driver, request.config, "executeSynchronouslyWithConfig"))
-            return config[0][0].measure_timing
-
-        method = "executeSynchronouslyWithConfig"
-        return self._sync(method, request, measure, lambda: config[0][1], self._record_config)
+        return self._sync("executeSynchronouslyWithConfig", request, options, self._record_config)
 
     def _fenced(self, session: Session, request: Any, measure: bool, loop_ns: int) -> spb.FencedExecuteResponse:
         optional_duration(wire_aidl.optional_from(request, "duration_ns"), "durationNs")

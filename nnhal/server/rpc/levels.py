@@ -48,21 +48,17 @@ def burst_refusal(driver: Driver, request: spb.ExecuteRequest) -> spb.ExecuteRes
     level = driver.config.feature_level
     if level >= HalVersion.V1_3:
         return None
-    what = (
-        "a deadline"
-        if request.deadline.has_deadline
-        else "a loop timeout"
-        if request.loop_timeout_ns
-        else "a driver-managed buffer (token) pool"
-        if any(p.WhichOneof("pool") == "token" for p in request.request.pools)
-        else None
-    )
-    if what is None:
-        return None
-    try:
-        require_field(level, HalVersion.V1_3, what, "configureExecutionBurst")
-    except HalError as err:
-        return spb.ExecuteResult(status=int(err.error_status), message=err.message)  # type: ignore[arg-type]
+    carried = {
+        "a deadline": request.deadline.has_deadline,
+        "a loop timeout": bool(request.loop_timeout_ns),
+        "a driver-managed buffer (token) pool": any(p.WhichOneof("pool") == "token" for p in request.request.pools),
+    }
+    for what, used in carried.items():
+        if used:
+            try:
+                require_field(level, HalVersion.V1_3, what, "configureExecutionBurst")
+            except HalError as err:
+                return spb.ExecuteResult(status=int(err.error_status), message=err.message)  # type: ignore[arg-type]
     return None
 
 
