@@ -3,7 +3,8 @@ server, from each valid case (``mutations``).
 
 Every model mutation must get INVALID_ARGUMENT from getSupportedOperations and from
 prepareModel (its launch status or its callback); every request mutation, on the prepared
-valid model, INVALID_ARGUMENT from the synchronous and the asynchronous execution. A case
+valid model, INVALID_ARGUMENT from execute, executeSynchronously, a burst and executeFenced
+(timing requested for half of them, by the VTS's parity of the mutation's name). A case
 passes when all its mutations do; a failure names the family, the mutation, the step and
 the status. ``MutationCounts`` totals the mutations per family over a run (thread-safe).
 """
@@ -14,14 +15,15 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 
+from nnhal.client.burst import Burst
 from nnhal.client.device import Device
-from nnhal.client.prepared_model import ExecutionOutcome
+from nnhal.client.prepared_model import ExecutionOutcome, PreparedModel
 from nnhal.conformance.mutations import model_mutations, request_mutations
 from nnhal.conformance.variants import build_request
 from nnhal.conformance.vectors import TestCase
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
-from nnhal.core.types import Model
+from nnhal.core.types import Model, Request
 
 _WAIT = 120.0
 #: Failures named in a case's detail (the count says how many there were).
@@ -79,6 +81,36 @@ def _model_failures(dev: Device, model: Model) -> list[str]:
     return failures
 
 
+def _measure(message: str) -> bool:
+    """The VTS requests timing for half the mutations: by the parity of the message's bytes."""
+    parity = 0
+    for c in message.encode():
+        parity ^= c
+    return bool(parity & 1)
+
+
+def _request_failures(prepared: PreparedModel, burst: Burst, request: Request, message: str) -> list[str]:
+    """ValidateRequest's four paths: execute, executeSynchronously, the burst, executeFenced."""
+    measure = _measure(message)
+    statuses: dict[str, ErrorStatus | None] = {}
+    acb = prepared.execute_request_async(request, measure=measure)
+    outcome = (acb.value or ExecutionOutcome(acb.status, acb.message)) if acb.wait(_WAIT) else None
+    statuses["execute"] = None if outcome is None else outcome.status
+    statuses["executeSynchronously"] = prepared.execute_request(request, measure=measure).status
+    statuses["burst"] = burst.execute(request, measure=measure).status
+    try:
+        prepared.execute_fenced(request)
+    except HalError as err:
+        statuses["executeFenced"] = err.error_status
+    else:
+        statuses["executeFenced"] = ErrorStatus.NONE
+    return [
+        f"{step} returned {'no callback' if status is None else status.name}"
+        for step, status in statuses.items()
+        if status != ErrorStatus.INVALID_ARGUMENT
+    ]
+
+
 def run_validation(dev: Device, case: TestCase) -> tuple[bool, str]:
     """(passed, detail) of every mutation of ``case``; counts go to ``COUNTS``."""
     counts: Counter[str] = Counter()
@@ -92,17 +124,12 @@ def run_validation(dev: Device, case: TestCase) -> tuple[bool, str]:
     except HalError:
         prepared = None  # the device cannot run the case: no request to mutate, as in the VTS
     if prepared is not None:
-        with prepared:
+        with prepared, prepared.burst() as burst:
             for family, message, request in request_mutations(build_request(case)):
                 counts[family] += 1
-                sync = prepared.execute_request(request).status
-                acb = prepared.execute_request_async(request)
-                done = acb.wait(_WAIT)
-                outcome = acb.value or ExecutionOutcome(acb.status, acb.message)
-                for step, status in (("executeSynchronously", sync), ("execute", outcome.status if done else None)):
-                    if status != ErrorStatus.INVALID_ARGUMENT:
-                        name = "no callback" if status is None else status.name
-                        failures.append(f"{family}: {message}: {step} returned {name}")
+                failures += [
+                    f"{family}: {message}: {why}" for why in _request_failures(prepared, burst, request, message)
+                ]
     COUNTS.add(counts)
     total = sum(counts.values())
     if failures:
