@@ -27,11 +27,16 @@ from nnhal.conformance.runner import ALL_MODES, MODES, Result, run_case
 from nnhal.conformance.vectors import TestCase, discover, load_file
 from nnhal.testing.local_server import LocalServer
 
+#: Keepalive of the run's connection: thousands of cases on a busy machine must not read a
+#: 1 s scheduling stall as a frozen server (a server that exits is still seen at once).
+_KEEPALIVE_MS = 20_000
+
 
 @contextlib.contextmanager
 def _target(args: argparse.Namespace) -> Iterator[str]:
     if args.start:
-        with LocalServer() as srv:
+        level = getattr(args, "feature_level", None)
+        with LocalServer(*(("--feature-level", level) if level else ())) as srv:
             yield srv.address
     else:
         yield args.target
@@ -39,7 +44,10 @@ def _target(args: argparse.Namespace) -> Iterator[str]:
 
 @contextlib.contextmanager
 def _device(args: argparse.Namespace) -> Iterator[Device]:
-    with _target(args) as address, connect(address, "nnhal-conformance", args.timeout, tls_of(args)) as dev:
+    with (
+        _target(args) as address,
+        connect(address, "nnhal-conformance", args.timeout, tls_of(args), _KEEPALIVE_MS) as dev,
+    ):
         yield dev
 
 
@@ -70,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     unknown = [m for m in modes if m not in ALL_MODES]
     if unknown:
         raise UsageError(f"unknown --mode {', '.join(unknown)}; choose from {', '.join(ALL_MODES)}")
+    if getattr(args, "feature_level", None) and not args.start:
+        raise UsageError("--feature-level sets the level of the server --start starts; a --target serves its own")
     files = _files(args.paths)
     pattern = args.pattern
     if pattern and not any(c in pattern for c in "*?["):

@@ -65,13 +65,15 @@ def connect(
     client_name: str,
     timeout: float = DEFAULT_TIMEOUT,
     tls: TlsConfig | Literal[False] | None = None,
+    keepalive_ms: int | None = None,
 ) -> Iterator[Device]:
-    """A Device connected to ``address``, closed on exit; UsageError if no server answers."""
+    """A Device connected to ``address``, closed on exit; UsageError if no server answers.
+    ``keepalive_ms``: the keepalive interval and ping timeout (None: the client's default)."""
     logger = logging.getLogger(_DEATH_LOGGER)
     quiet = _NeverConnected()
     logger.addFilter(quiet)
     try:
-        device = Device.connect(address, client_name=client_name, timeout=timeout, tls=tls)
+        device = Device.connect(address, client_name=client_name, timeout=timeout, keepalive_ms=keepalive_ms, tls=tls)
     except DeadObject:
         uses_tls = tls if tls is not None else TlsConfig.from_env()
         hint = (

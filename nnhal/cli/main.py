@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-k", dest="pattern", default=None, help="only cases whose name matches (glob or substring)")
     c.add_argument("--mode", action="append", help="limit to these modes (repeatable)")
     c.add_argument("--jobs", type=for_argparse(positive_int), default=2, help="cases run concurrently")
+    c.add_argument(
+        "--feature-level",
+        type=for_argparse(config.feature_level),
+        metavar="LEVEL",
+        help="with --start: the level the started server serves (1.0 .. 1.3, 5 .. 8; default 8)",
+    )
 
     b = sub.add_parser("bench", help="benchmarks: our path against its anchor, in one run")
     b.add_argument("names", nargs="*", help="benchmark names (default: all)")

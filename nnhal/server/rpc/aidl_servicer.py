@@ -137,7 +137,7 @@ class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
         return self._sync(method, request, measure, lambda: config[0][1], self._record_config)
 
     def _fenced(self, session: Session, request: Any, measure: bool, loop_ns: int) -> spb.FencedExecuteResponse:
-        optional_duration(wire_aidl.optional_from(request, "duration_ns"), "durationNs")
+        duration = optional_duration(wire_aidl.optional_from(request, "duration_ns"), "durationNs")
         with self.driver.lifecycle.work("executeFenced"):
             fence = self.driver.execute_fenced(
                 session,
@@ -147,6 +147,7 @@ class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
                 measure,
                 wire.deadline_from(request.deadline),
                 loop_ns,
+                duration,
             )
         return spb.FencedExecuteResponse(sync_fence=fence, callback=fence)
 
