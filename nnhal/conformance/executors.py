@@ -84,7 +84,7 @@ def _aidl_burst_runs(case: TestCase, pm: PreparedModel, request: Request, config
     with pm.aidl_burst() as burst:
         for run in (1, 2):
             step = f"IBurst execution {run}"
-            outcome = burst.execute(request, _TOKENS, config=config, timeout=WAIT)
+            outcome = burst.execute(request, _TOKENS, config=config)
             check_result(case, outcome, request, step)
             check_timing_ns(outcome.timing_ns, config.measure_timing, step)
         for token in _TOKENS:
@@ -94,7 +94,7 @@ def _aidl_burst_runs(case: TestCase, pm: PreparedModel, request: Request, config
 def run_burst(dev: Device, pm: PreparedModel, case: TestCase) -> str:
     request = build_request(case)
     with pm.burst(fast=False) as burst:
-        outcome = burst.execute(request, measure=True, timeout=WAIT)
+        outcome = burst.execute(request, measure=True)
     check_result(case, outcome, request, "burst (gRPC stream)")
     check_timing(outcome.timing, True, "burst (gRPC stream)")
     if not device_level(dev).is_aidl:
@@ -113,7 +113,7 @@ def run_burst_fast(dev: Device, pm: PreparedModel, case: TestCase) -> str:
         why = f"{err.error_status.name}: {err.message}"
         raise CaseFailure(f"configureExecutionBurst (fast path) refused: {why}") from None
     with burst:
-        outcome = burst.execute(request, measure=True, timeout=WAIT)
+        outcome = burst.execute(request, measure=True)
     check_result(case, outcome, request, "burst (fast path)")
     check_timing(outcome.timing, True, "burst (fast path)")
     return "1.2 burst on the same-host fast path"

@@ -433,8 +433,8 @@ class Driver:
     ) -> str:
         """IPreparedModel::executeFenced: launch checks, then the execution runs once the
         fences ``wait_for`` signalled, within ``duration_ns`` of that (``fences``); returns
-        the handle of its sync fence and callback. ``on_signal`` is called just before the
-        fence signals — never when this raises."""
+        the handle of its sync fence and callback. ``on_signal`` is called once the fence
+        signalled — never when this raises."""
         pm = self.prepared(session, handle)
         waits = self.fences.lookup(session.id, wait_for)
         for k, (operand, arg) in enumerate(zip(pm.output_operands, request.outputs)):

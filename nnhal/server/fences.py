@@ -11,7 +11,7 @@ its deadline becomes the earlier of the request's deadline and that instant, so 
 ends as any execution past its deadline does — MISSED_DEADLINE_TRANSIENT when it
 waited behind other work or was delayed, MISSED_DEADLINE_PERSISTENT when it ran
 alone — and its fence signals that error at once. ``on_signal`` (an IExecution's
-"run in flight" flag) is called when the fence is about to signal, whatever happens.
+"run in flight" lock) is called once the fence has signalled, whatever happened.
 
 A fence's handle names both the sync fence and its callback. Fences belong to the
 session that created them and are released with it. Thread-safe; the fence table's
@@ -74,8 +74,8 @@ class FenceTable:
     ) -> str:
         """Run ``job`` in a worker once every fence in ``waits`` signalled success, within
         ``duration_ns`` of that (None: no limit); returns the new fence's handle. The job
-        is closed by the worker whatever happens; the fence always signals, after
-        ``on_signal``. Raises INVALID_ARGUMENT, the job closed and ``on_signal`` not
+        is closed by the worker whatever happens; the fence always signals, then
+        ``on_signal`` is called. Raises INVALID_ARGUMENT, the job closed and ``on_signal`` not
         called, if the session closed."""
         fence = Fence()
         try:
@@ -133,7 +133,7 @@ def _work(
     finally:
         job.close()
         try:
+            fence.signal(outcome)
+        finally:
             if on_signal is not None:
                 on_signal()
-        finally:
-            fence.signal(outcome)
