@@ -1,5 +1,7 @@
 """``nnhal conformance``: vector bundles against a server, a progress bar, per-operation
-and per-mode tables, and as the last line exactly ``N passed, M failed, K skipped``.
+and per-mode tables, why results were skipped (a mode the device's level lacks, an
+operation it does not support), and as the last line exactly ``N passed, M failed, K skipped``.
+``--feature-level`` sets the level of the server ``--start`` starts.
 
 Refused before any server starts (UsageError, exit 2): an unknown ``--mode``, a path that
 is neither a vector file nor a folder holding some, a file that is not a vector bundle,
@@ -30,6 +32,8 @@ from nnhal.testing.local_server import LocalServer
 #: Keepalive of the run's connection: thousands of cases on a busy machine must not read a
 #: 1 s scheduling stall as a frozen server (a server that exits is still seen at once).
 _KEEPALIVE_MS = 20_000
+#: Skip reasons listed in the summary (the most frequent first).
+_REASONS_SHOWN = 12
 
 
 @contextlib.contextmanager
@@ -132,6 +136,12 @@ def run(args: argparse.Namespace) -> int:
         ["mode", "passed", "failed", "skipped"],
         [[m, c["passed"], c["failed"], c["skipped"]] for m, c in sorted(per_mode.items())],
     )
+    reasons = Counter(v["detail"] for v in report.values() if v["status"] == "skipped")
+    if reasons:
+        print()
+        top = reasons.most_common(_REASONS_SHOWN)
+        rest = sum(reasons.values()) - sum(n for _, n in top)
+        print_table(["skipped because", "results"], [*top, *([["(other reasons)", rest]] if rest else [])])
     mutations = validation.COUNTS.snapshot()
     if mutations:
         print()
