@@ -111,6 +111,6 @@ def test_a_reusable_executions_fenced_run_holds_it_until_its_fence_signals(devic
         assert fence.get_execution_info(wait=True, timeout=60).status == ErrorStatus.NONE
 
 
-def test_info_names_aidl_levels(server: LocalServer, capsys: pytest.CaptureFixture[str]) -> None:
+def test_info_names_aidl_levels(server: LocalServer, capfd: pytest.CaptureFixture[str]) -> None:
     assert main(["info", server.address]) == 0
-    assert "NN HAL AIDL V4 (feature level 8)" in capsys.readouterr().out
+    assert "NN HAL AIDL V4 (feature level 8)" in capfd.readouterr().out
