@@ -90,6 +90,11 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return check
 
 
+def feature_level(text: str) -> str:
+    """A ``--feature-level`` value, normalised (``aidl-v4`` -> ``8``); ValueError naming the choices."""
+    return _feature_level(text)
+
+
 def _feature_level(text: str) -> str:
     level = _FEATURE_LEVEL_ALIASES.get(text.strip().lower(), text.strip())
     if level not in FEATURE_LEVELS:

@@ -1,5 +1,7 @@
 """``nnhal conformance``: vector bundles against a server, a progress bar, per-operation
-and per-mode tables, and as the last line exactly ``N passed, M failed, K skipped``.
+and per-mode tables, why results were skipped (a mode the device's level lacks, an
+operation it does not support), and as the last line exactly ``N passed, M failed, K skipped``.
+``--feature-level`` sets the level of the server ``--start`` starts.
 
 Refused before any server starts (UsageError, exit 2): an unknown ``--mode``, a path that
 is neither a vector file nor a folder holding some, a file that is not a vector bundle,
@@ -30,6 +32,12 @@ from nnhal.conformance.vectors import TestCase, discover, load_file
 from nnhal.server.devices import KINDS
 from nnhal.testing.local_server import LocalServer
 
+#: Keepalive of the run's connection: thousands of cases on a busy machine must not read a
+#: 1 s scheduling stall as a frozen server (a server that exits is still seen at once).
+_KEEPALIVE_MS = 20_000
+#: Skip reasons listed in the summary (the most frequent first).
+_REASONS_SHOWN = 12
+
 
 @contextlib.contextmanager
 def _target(args: argparse.Namespace) -> Iterator[str]:
@@ -38,7 +46,9 @@ def _target(args: argparse.Namespace) -> Iterator[str]:
         unknown = [k for k in kinds if k not in KINDS]
         if unknown:
             raise UsageError(f"--start with {', '.join(unknown)}: give device kinds ({', '.join(KINDS)})")
-        with LocalServer(*(arg for kind in kinds for arg in ("--device", kind))) as srv:
+        level = getattr(args, "feature_level", None)
+        flags = [arg for kind in kinds for arg in ("--device", kind)]
+        with LocalServer(*flags, *(("--feature-level", level) if level else ())) as srv:
             yield srv.address
     else:
         yield args.target
@@ -64,7 +74,7 @@ def _partitioner(args: argparse.Namespace, address: str) -> Iterator[Partitioner
 def _device(args: argparse.Namespace) -> Iterator[Device]:
     with (
         _target(args) as address,
-        connect(address, "nnhal-conformance", args.timeout, tls_of(args), args.device) as dev,
+        connect(address, "nnhal-conformance", args.timeout, tls_of(args), args.device, _KEEPALIVE_MS) as dev,
     ):
         yield dev
 
@@ -96,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     unknown = [m for m in modes if m not in ALL_MODES]
     if unknown:
         raise UsageError(f"unknown --mode {', '.join(unknown)}; choose from {', '.join(ALL_MODES)}")
+    if getattr(args, "feature_level", None) and not args.start:
+        raise UsageError("--feature-level sets the level of the server --start starts; a --target serves its own")
     files = _files(args.paths)
     pattern = args.pattern
     if pattern and not any(c in pattern for c in "*?["):
@@ -153,6 +165,12 @@ def run(args: argparse.Namespace) -> int:
         ["mode", "passed", "failed", "skipped"],
         [[m, c["passed"], c["failed"], c["skipped"]] for m, c in sorted(per_mode.items())],
     )
+    reasons = Counter(v["detail"] for v in report.values() if v["status"] == "skipped")
+    if reasons:
+        print()
+        top = reasons.most_common(_REASONS_SHOWN)
+        rest = sum(reasons.values()) - sum(n for _, n in top)
+        print_table(["skipped because", "results"], [*top, *([["(other reasons)", rest]] if rest else [])])
     mutations = validation.COUNTS.snapshot()
     if mutations:
         print()

@@ -66,14 +66,18 @@ def connect(
     timeout: float = DEFAULT_TIMEOUT,
     tls: TlsConfig | Literal[False] | None = None,
     device: str | None = None,
+    keepalive_ms: int | None = None,
 ) -> Iterator[Device]:
     """A Device connected to ``address`` (its device ``device``; None: the default one),
-    closed on exit; UsageError if no server answers or it hosts no such device."""
+    closed on exit; UsageError if no server answers or it hosts no such device.
+    ``keepalive_ms``: the keepalive interval and ping timeout (None: the client's default)."""
     logger = logging.getLogger(_DEATH_LOGGER)
     quiet = _NeverConnected()
     logger.addFilter(quiet)
     try:
-        dev = Device.connect(address, client_name=client_name, timeout=timeout, tls=tls, device=device)
+        dev = Device.connect(
+            address, client_name=client_name, timeout=timeout, keepalive_ms=keepalive_ms, tls=tls, device=device
+        )
     except (InvalidArgument, GeneralFailure) as err:
         if device is None:
             raise

@@ -136,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="sync mode through the client's partitioner over these devices, e.g. ort,cpu (cpu is the fallback; "
         "with --start: a server hosting these kinds)",
     )
+    c.add_argument(
+        "--feature-level",
+        type=for_argparse(config.feature_level),
+        metavar="LEVEL",
+        help="with --start: the level the started server serves (1.0 .. 1.3, 5 .. 8; default 8)",
+    )
 
     b = sub.add_parser("bench", help="benchmarks: our path against its anchor, in one run")
     b.add_argument("names", nargs="*", help="benchmark names (default: all)")

@@ -36,8 +36,11 @@ class ExecutionOutcome:
     timing_launched: Timing = field(default_factory=Timing)
     #: Fenced executions only: whether the fence has signalled.
     signalled: bool = False
-    #: AIDL forms only: the Timing as the device sent it (nanoseconds, -1 when not available).
+    #: AIDL forms only: the Timing as the device sent it (nanoseconds, -1 when not available);
+    #: for a fenced execution the timing up to the fence's signal.
     timing_ns: TimingNs | None = None
+    #: AIDL fenced executions only: the timing up to launch, as the device sent it.
+    timing_launched_ns: TimingNs | None = None
 
     def raise_for_status(self) -> None:
         if self.status != ErrorStatus.NONE:
@@ -58,7 +61,10 @@ class ExecutionOutcome:
         )
 
     @classmethod
-    def of_fenced(cls, info: FencedExecutionInfo) -> ExecutionOutcome:
+    def of_fenced(
+        cls, info: FencedExecutionInfo, launched_ns: TimingNs | None = None, fenced_ns: TimingNs | None = None
+    ) -> ExecutionOutcome:
+        """``launched_ns`` / ``fenced_ns``: the AIDL timings, when asked through the AIDL form."""
         return cls(
             status=info.status,
             message=info.message,
@@ -66,6 +72,8 @@ class ExecutionOutcome:
             output_pools=info.output_pools,
             timing_launched=info.timing_launched,
             signalled=info.signalled,
+            timing_ns=fenced_ns,
+            timing_launched_ns=launched_ns,
         )
 
 

@@ -342,6 +342,61 @@ class PreparedModel:
             return ExecutionOutcome(err.error_status, err.message)
         return ExecutionOutcome.of(result, timing)
 
+    def execute_request_aidl(
+        self,
+        request: Request,
+        *,
+        measure: bool = False,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        loop_timeout_ns: int | None = None,
+    ) -> ExecutionOutcome:
+        """AIDL IPreparedModel::executeSynchronously (AIDL V1+); the outcome has ``timing_ns``.
+        ``loop_timeout_ns`` None: the default."""
+        try:
+            calls = AidlCalls(self._remote)
+            result, timing = calls.execute(self.handle, request, measure, timeout, deadline_at, loop_timeout_ns)
+        except HalError as err:
+            return ExecutionOutcome(err.error_status, err.message)
+        return ExecutionOutcome.of(result, timing)
+
+    def execute_fenced_aidl(
+        self,
+        request: Request,
+        *,
+        wait_for: Sequence[FencedExecution] = (),
+        measure: bool = False,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        loop_timeout_ns: int | None = None,
+        duration_ns: int | None = None,
+    ) -> FencedExecution:
+        """AIDL IPreparedModel::executeFenced (AIDL V1+): starts once the ``wait_for`` executions
+        signalled and has ``duration_ns`` from then (MISSED_DEADLINE_* past it; None: no limit).
+        Its ``get_execution_info`` answers with AIDL timings. Raises the launch error."""
+        fences = [f.sync_fence for f in wait_for]
+        sync_fence, callback = AidlCalls(self._remote).execute_fenced(
+            self.handle, request, fences, measure, timeout, deadline_at, loop_timeout_ns, duration_ns
+        )
+        return FencedExecution(self._remote, sync_fence, callback, aidl=True)
+
+    def execute_fenced_with_config(
+        self,
+        request: Request,
+        config: ExecutionConfig = DEFAULT_EXECUTION_CONFIG,
+        *,
+        wait_for: Sequence[FencedExecution] = (),
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        duration_ns: int | None = None,
+    ) -> FencedExecution:
+        """AIDL V4 executeFencedWithConfig (as ``execute_fenced_aidl``, with an ExecutionConfig)."""
+        fences = [f.sync_fence for f in wait_for]
+        sync_fence, callback = AidlCalls(self._remote).execute_fenced_with_config(
+            self.handle, request, fences, config, timeout, deadline_at, duration_ns
+        )
+        return FencedExecution(self._remote, sync_fence, callback, aidl=True)
+
     def create_reusable_execution(
         self, request: Request | Sequence[np.ndarray | None], config: ExecutionConfig = DEFAULT_EXECUTION_CONFIG
     ) -> ReusableExecution:

@@ -2,7 +2,8 @@
 
 Made by ``PreparedModel.create_reusable_execution``: the device validates the request
 once; ``compute`` runs it (``executeSynchronously``) and ``execute_fenced`` launches it
-behind sync fences. One run at a time on the device (callers wait their turn). Runs
+behind sync fences. One run at a time on the device (callers wait their turn; a fenced
+run holds the object until its fence signals). Runs
 of a request built from numpy inputs decode their outputs (``outcome.outputs``).
 Released explicitly (``release``, ``with``), on garbage collection, or with the session.
 """
@@ -62,11 +63,14 @@ class ReusableExecution:
         wait_for: Sequence[FencedExecution] = (),
         timeout: float | None = None,
         deadline_at: float | None = None,
+        duration_ns: int | None = None,
     ) -> FencedExecution:
-        """IExecution::executeFenced: runs once the ``wait_for`` fences signalled; raises the launch error."""
+        """IExecution::executeFenced: runs once the ``wait_for`` fences signalled, within
+        ``duration_ns`` of that (MISSED_DEADLINE_* past it); raises the launch error. The
+        object is busy until the fence signals (another run waits for it)."""
         fences = [f.sync_fence for f in wait_for]
-        sync_fence, callback = self._calls.execution_fenced(self.handle, fences, timeout, deadline_at)
-        return FencedExecution(self._remote, sync_fence, callback)
+        sync_fence, callback = self._calls.execution_fenced(self.handle, fences, timeout, deadline_at, duration_ns)
+        return FencedExecution(self._remote, sync_fence, callback, aidl=True)
 
     def release(self) -> None:
         """Release the server's object now (idempotent). Later runs: INVALID_ARGUMENT."""

@@ -11,8 +11,11 @@ Modes per case (conformance/README.md):
 - ``domain``: the VTS memory-domain variant: every input and output in its own
   driver-managed buffer (IDevice::allocate with that one role), inputs filled by
   IBuffer::copyFrom, results read back by IBuffer::copyTo;
-- ``expect_failure`` cases run once (``sync``) and pass when anything fails;
-  the infinite-loop case must end in MISSED_DEADLINE_* under a 1 ms loop timeout.
+- ``burst``, ``burst_fast``, ``fenced``, ``timing``, ``reusable``, ``config``: the rest of
+  the VTS harness's executors (``nnhal.conformance.executors``);
+- ``expect_failure`` cases run once (``sync``) and pass when anything fails, the detail
+  naming the step and the status that rejected the case; the infinite-loop case must
+  end in MISSED_DEADLINE_* under a 1 ms loop timeout.
 A case using an operation the device does not support is skipped with the reason.
 
 Feature levels: a case needing a newer level than the device serves (its operations,
@@ -32,13 +35,21 @@ from nnhal.client.buffer import Buffer
 from nnhal.client.device import Device
 from nnhal.client.memory import SharedMemory
 from nnhal.client.prepared_model import ExecutionOutcome, PreparedModel
-from nnhal.conformance.compare import compare_case
+from nnhal.conformance import executors
+from nnhal.conformance.checks import (
+    WAIT,
+    CaseFailure,
+    CaseSkipped,
+    check_outcome,
+    check_values,
+    device_level,
+    prepare,
+)
 from nnhal.conformance.validation import run_validation
 from nnhal.conformance.variants import (
     build_request,
     coupling_applies,
     is_loop_timeout_case,
-    output_bytes,
     signed_twin,
 )
 from nnhal.conformance.vectors import TestCase, with_unspecified_outputs
@@ -47,7 +58,7 @@ from nnhal.core.errors import HalError
 from nnhal.core.types import BufferDesc, BufferRole, DataLocation, InlinePool, MemoryPool, Request, RequestArgument
 from nnhal.server.executor.validate import validate_full
 
-MODES = ("sync", "async", "dynamic", "quant_signed", "shared", "domain")
+MODES = ("sync", "async", "dynamic", "quant_signed", "shared", "domain", *executors.MODES)
 #: Modes run only when asked for (``--mode``): ``validation``, the VTS mutation suite
 #: (nnhal.conformance.validation), is long.
 EXTRA_MODES = ("validation",)
@@ -60,9 +71,9 @@ MODE_SINCE: dict[str, HalVersion] = {
     "dynamic": HalVersion.V1_2,
     "quant_signed": HalVersion.V1_3,
     "domain": HalVersion.V1_3,
+    **executors.MODE_SINCE,
 }
 _LOOP_TIMEOUT_NS = 1_000_000
-_WAIT = 120.0
 
 
 @dataclass
@@ -71,20 +82,12 @@ class Result:
     detail: str = ""
 
 
-class CaseFailure(Exception):
-    pass
-
-
-class CaseSkipped(Exception):
-    """A variant (dynamic shapes, the signed twin) has an operation the device does not support."""
-
-
 def _prepare_variant(dev: Device, model_case: TestCase) -> PreparedModel:
-    """``_prepare`` of a variant model; when it fails and the device does not support the
+    """``prepare`` of a variant model; when it fails and the device does not support the
     variant (a device that builds static graphs and unknown output shapes), CaseSkipped
     with the device's reason, as for a base case (asked only then: no cost otherwise)."""
     try:
-        return _prepare(dev, model_case)
+        return prepare(dev, model_case)
     except CaseFailure:
         reasons = sorted({why for ok, why in dev.supported_operations_with_reasons(model_case.model) if not ok})
         if reasons:
@@ -92,53 +95,21 @@ def _prepare_variant(dev: Device, model_case: TestCase) -> PreparedModel:
         raise
 
 
-def _check_outcome(case: TestCase, outcome: ExecutionOutcome, request_pool: int, dynamic: bool) -> None:
-    if outcome.status != ErrorStatus.NONE:
-        raise CaseFailure(f"execution returned {outcome.status.name}: {outcome.message}")
-    shapes = outcome.output_shapes
-    if dynamic or shapes:
-        if len(shapes) != len(case.outputs):
-            raise CaseFailure(f"{len(shapes)} output shapes reported, expected {len(case.outputs)}")
-        for k, (shape, exp) in enumerate(zip(shapes, case.outputs)):
-            if not shape.is_sufficient or tuple(shape.dimensions) != exp.dimensions:
-                raise CaseFailure(
-                    f"output {k} shape {list(shape.dimensions)} (sufficient={shape.is_sufficient}), "
-                    f"expected {list(exp.dimensions)}"
-                )
-
-
-def _values(case: TestCase, outcome: ExecutionOutcome, request: object) -> None:
-    pool = outcome.output_pools.get(1, b"")
-    actual = [output_bytes(request, pool, k) for k in range(len(case.outputs))]  # type: ignore[arg-type]
-    mismatch = compare_case(case, list(case.inputs), actual)
-    if mismatch:
-        raise CaseFailure(mismatch)
-
-
-def _prepare(dev: Device, case: TestCase) -> PreparedModel:
-    cb = dev.prepare_model(case.model)
-    if not cb.wait(_WAIT):
-        raise CaseFailure("prepareModel did not call back")
-    if cb.status != ErrorStatus.NONE:
-        raise CaseFailure(f"prepareModel failed: {cb.status.name}: {cb.message}")
-    return cb.get(0)
-
-
 def _run_sync(dev: Device, pm: PreparedModel, case: TestCase) -> None:
     request = build_request(case)
     outcome = pm.execute_request(request, timeout=None)
-    _check_outcome(case, outcome, 1, False)
-    _values(case, outcome, request)
+    check_outcome(case, outcome)
+    check_values(case, outcome, request)
 
 
 def _run_async(dev: Device, pm: PreparedModel, case: TestCase) -> None:
     request = build_request(case)
     cb = pm.execute_request_async(request)
-    if not cb.wait(_WAIT):
+    if not cb.wait(WAIT):
         raise CaseFailure("execute_1_3 did not call back")
     outcome = cb.value or ExecutionOutcome(cb.status, cb.message)
-    _check_outcome(case, outcome, 1, False)
-    _values(case, outcome, request)
+    check_outcome(case, outcome)
+    check_values(case, outcome, request)
 
 
 def _run_dynamic(dev: Device, case: TestCase) -> None:
@@ -146,8 +117,8 @@ def _run_dynamic(dev: Device, case: TestCase) -> None:
     with _prepare_variant(dev, dyn) as pm:
         request = build_request(dyn)
         outcome = pm.execute_request(request)
-        _check_outcome(dyn, outcome, 1, True)
-        _values(dyn, outcome, request)
+        check_outcome(dyn, outcome, True)
+        check_values(dyn, outcome, request)
         sizes = dyn.output_sizes()
         if len(dyn.outputs[0].data) > 1:
             sizes[0] = len(dyn.outputs[0].data) - 1
@@ -178,11 +149,11 @@ def _run_shared(dev: Device, case: TestCase) -> None:
         out = SharedMemory.create(dev, out_pool.size)
         regions += [inp, out]
         request = replace(inline, pools=(inp.pool(), out.pool()))
-        with _prepare(dev, replace(case, model=model)) as pm:
+        with prepare(dev, replace(case, model=model)) as pm:
             outcome = pm.execute_request(request)
-        _check_outcome(case, outcome, 1, False)
+        check_outcome(case, outcome)
         outcome.output_pools = {1: out.view(np.uint8, (out.size,)).tobytes()}
-        _values(case, outcome, inline)
+        check_values(case, outcome, inline)
     finally:
         for r in regions:
             r.release()
@@ -213,7 +184,7 @@ def _run_domain(dev: Device, pm: PreparedModel, case: TestCase) -> None:
             outputs.append(RequestArgument(location=DataLocation(len(pools), 0, 0)))
             pools.append(buf.pool())
         outcome = pm.execute_request(Request(tuple(inputs), tuple(outputs), tuple(pools)))
-        _check_outcome(case, outcome, 1, False)
+        check_outcome(case, outcome)
         out_pool = inline.pools[1]
         assert isinstance(out_pool, InlinePool)
         results = bytearray(out_pool.size)
@@ -222,54 +193,51 @@ def _run_domain(dev: Device, pm: PreparedModel, case: TestCase) -> None:
             data = out_buffers[k].copy_to_array(np.uint8, (len(expected.data),))
             results[loc.offset : loc.offset + len(data)] = data.tobytes()
         outcome.output_pools = {1: bytes(results)}
-        _values(case, outcome, inline)
+        check_values(case, outcome, inline)
     finally:
         for buf in buffers:
             buf.release()
+
+
+def _rejected(step: str, status: ErrorStatus, message: str) -> Result:
+    """An expected failure, naming the step and the status that rejected the case."""
+    return Result("passed", f"expected failure: {step} returned {status.name}: {message}")
 
 
 def _expect_failure(dev: Device, case: TestCase) -> Result:
     try:
         cb = dev.prepare_model(case.model)
     except HalError as err:
-        return Result("passed", f"rejected: {err}")
-    if not cb.wait(_WAIT):
+        return _rejected("prepareModel (launch)", err.error_status, err.message)
+    if not cb.wait(WAIT):
         return Result("failed", "prepareModel did not call back")
     if cb.status != ErrorStatus.NONE:
-        return Result("passed", f"preparation failed as expected: {cb.status.name}")
+        return _rejected("prepareModel (callback)", cb.status, cb.message)
     with cb.get(0) as pm:
         loop = is_loop_timeout_case(case)
         outcome = pm.execute_request(build_request(case), loop_timeout_ns=_LOOP_TIMEOUT_NS if loop else 0)
     if loop:
         if outcome.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
-            return Result("passed", f"loop timeout: {outcome.status.name}")
+            return _rejected("executeSynchronously (1 ms loop timeout)", outcome.status, outcome.message)
         return Result("failed", f"loop timeout case returned {outcome.status.name}, expected MISSED_DEADLINE_*")
     if outcome.status != ErrorStatus.NONE:
-        return Result("passed", f"execution failed as expected: {outcome.status.name}")
+        return _rejected("executeSynchronously", outcome.status, outcome.message)
     return Result("failed", "expected a failure; preparation and execution succeeded")
 
 
 def _attempt(fn: object, *args: object) -> Result:
     try:
-        fn(*args)  # type: ignore[operator]
+        detail = fn(*args)  # type: ignore[operator]
     except CaseFailure as err:
         return Result("failed", str(err))
     except CaseSkipped as err:
         return Result("skipped", str(err))
     except HalError as err:
         return Result("failed", str(err))
-    return Result("passed")
+    return Result("passed", detail if isinstance(detail, str) else "")
 
 
-_RUNNERS = {"sync": _run_sync, "async": _run_async, "domain": _run_domain}
-
-
-def device_level(dev: Device) -> HalVersion:
-    """The level ``dev`` serves (the newest nnhal knows when it reports one it does not)."""
-    try:
-        return HalVersion(dev.feature_level)
-    except ValueError:
-        return max(HalVersion)
+_RUNNERS = {"sync": _run_sync, "async": _run_async, "domain": _run_domain, **executors.PREPARED_RUNNERS}
 
 
 def _expect_level_rejection(dev: Device, case: TestCase, needed: HalVersion, level: HalVersion) -> Result:
@@ -290,7 +258,7 @@ def _expect_level_rejection(dev: Device, case: TestCase, needed: HalVersion, lev
     except HalError as err:
         status = err.error_status
     else:
-        if not cb.wait(_WAIT):
+        if not cb.wait(WAIT):
             return Result("failed", f"{why}: prepareModel did not call back")
         status = cb.status
         if status == ErrorStatus.NONE:
@@ -334,7 +302,7 @@ def run_case(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str, R
         if not case.expect_failure and _applies(case, m)
     }
     results = _run_modes(dev, case, tuple(m for m in modes if m not in lacking))
-    if any(r.status == "skipped" for r in results.values()):
+    if results and all(r.status == "skipped" for r in results.values()):
         return results  # the device does not support the case: every mode says why
     return {**results, **skipped}
 
@@ -344,7 +312,7 @@ def _run_modes(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str,
         support = dev.supported_operations_with_reasons(case.model)
     except HalError as err:
         if case.expect_failure:
-            return {"sync": Result("passed", f"model rejected: {err}")}
+            return {"sync": _rejected("getSupportedOperations", err.error_status, err.message)}
         return {m: Result("failed", f"getSupportedOperations: {err}") for m in modes}
     reasons = sorted({why for ok, why in support if not ok})
     if reasons and case.expect_failure:
@@ -358,7 +326,7 @@ def _run_modes(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str,
     wants_exec = [m for m in modes if m in _RUNNERS]
     if wants_exec:
         try:
-            pm = _prepare(dev, case)
+            pm = prepare(dev, case)
         except (CaseFailure, HalError) as err:
             for m in wants_exec:
                 results[m] = Result("failed", str(err))
@@ -372,6 +340,9 @@ def _run_modes(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str,
     # Like the harness, the dynamic variant exists only for cases without RANK/IF/WHILE.
     if "dynamic" in modes and not case.has_control_flow_or_rank:
         results["dynamic"] = _attempt(_run_dynamic, dev, case)
+    for mode, runner in executors.OWN_RUNNERS.items():
+        if mode in modes:
+            results[mode] = _attempt(runner, dev, case)
     if "shared" in modes and dev.shm_dir:
         results["shared"] = _attempt(_run_shared, dev, case)
     if "quant_signed" in modes and coupling_applies(case):

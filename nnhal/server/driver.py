@@ -28,7 +28,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from nnhal import __version__
@@ -426,9 +426,13 @@ class Driver:
         measure: bool,
         deadline_ns: int | None,
         loop_timeout_ns: int,
+        duration_ns: int | None = None,
+        on_signal: Callable[[], None] | None = None,
     ) -> str:
         """IPreparedModel::executeFenced: launch checks, then the execution runs once the
-        fences ``wait_for`` signalled; returns the handle of its sync fence and callback."""
+        fences ``wait_for`` signalled, within ``duration_ns`` of that (``fences``); returns
+        the handle of its sync fence and callback. ``on_signal`` is called once the fence
+        signalled — never when this raises."""
         pm = self.prepared(session, handle)
         waits = self.fences.lookup(session.id, wait_for)
         for k, (operand, arg) in enumerate(zip(pm.output_operands, request.outputs)):
@@ -436,7 +440,7 @@ class Driver:
             if INFO[operand.type].is_tensor and (not dims or 0 in dims):
                 raise InvalidArgument(f"executeFenced needs fully specified outputs; output {k} has dims {list(dims)}")
         job = self.begin_execute(session, handle, request, measure, deadline_ns, loop_timeout_ns)
-        return self.fences.start(session, job, waits)
+        return self.fences.start(session, job, waits, duration_ns, on_signal)
 
     def fenced_info(self, session: Session, handle: str, wait: bool, timeout: float | None) -> FencedExecutionInfo:
         """IFencedExecutionCallback::getExecutionInfo (``wait``: up to ``timeout`` s first)."""

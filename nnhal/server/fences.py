@@ -3,17 +3,27 @@
 A sync fence is a server object that becomes signalled when its execution
 ends. ``start`` runs a launched execution in a worker thread once the fences it
 waits for are signalled; ``info`` answers getExecutionInfo with the canonical
-FencedExecutionInfo. A fence's handle names both the sync fence and its
-callback. Fences belong to the session that created them and are released with
-it. Thread-safe; the fence table's lock is a leaf, a fence's state is published
-by setting its event after the state is written.
+FencedExecutionInfo.
+
+The duration after the fences (HAL 1.3 ``timeoutDurationAfterFence``, AIDL
+``durationNs``): once every awaited fence signalled, the execution has that long;
+its deadline becomes the earlier of the request's deadline and that instant, so it
+ends as any execution past its deadline does — MISSED_DEADLINE_TRANSIENT when it
+waited behind other work or was delayed, MISSED_DEADLINE_PERSISTENT when it ran
+alone — and its fence signals that error at once. ``on_signal`` (an IExecution's
+"run in flight" lock) is called once the fence has signalled, whatever happened.
+
+A fence's handle names both the sync fence and its callback. Fences belong to the
+session that created them and are released with it. Thread-safe; the fence table's
+lock is a leaf, a fence's state is published by setting its event after the state is
+written.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from nnhal.core.enums import ErrorStatus
@@ -54,10 +64,19 @@ class FenceTable:
         """The fences ``handles`` name; INVALID_ARGUMENT for any that is not ``session``'s."""
         return [self._table.get(session, h) for h in handles]
 
-    def start(self, session: Session, job: ExecutionJob, waits: list[Fence]) -> str:
-        """Run ``job`` in a worker once every fence in ``waits`` signalled success; returns
-        the new fence's handle. The job is closed by the worker whatever happens; the
-        fence always signals (INVALID_ARGUMENT, and the job closed, if the session closed)."""
+    def start(
+        self,
+        session: Session,
+        job: ExecutionJob,
+        waits: list[Fence],
+        duration_ns: int | None = None,
+        on_signal: Callable[[], None] | None = None,
+    ) -> str:
+        """Run ``job`` in a worker once every fence in ``waits`` signalled success, within
+        ``duration_ns`` of that (None: no limit); returns the new fence's handle. The job
+        is closed by the worker whatever happens; the fence always signals, then
+        ``on_signal`` is called. Raises INVALID_ARGUMENT, the job closed and ``on_signal`` not
+        called, if the session closed."""
         fence = Fence()
         try:
             with session.adding():
@@ -65,7 +84,8 @@ class FenceTable:
         except HalError:
             job.close()
             raise
-        threading.Thread(target=_work, args=(fence, job, waits), name="nnhal-fenced", daemon=True).start()
+        args = (fence, job, waits, duration_ns, on_signal)
+        threading.Thread(target=_work, args=args, name="nnhal-fenced", daemon=True).start()
         return handle
 
     def info(self, session: str, handle: str, wait: bool, timeout: float | None) -> FencedExecutionInfo:
@@ -76,7 +96,13 @@ class FenceTable:
         return fence.outcome if fence.done.is_set() else _RUNNING
 
 
-def _work(fence: Fence, job: ExecutionJob, waits: list[Fence]) -> None:
+def _work(
+    fence: Fence,
+    job: ExecutionJob,
+    waits: list[Fence],
+    duration_ns: int | None,
+    on_signal: Callable[[], None] | None,
+) -> None:
     deadline_ns = job.deadline_ns
     t0 = time.perf_counter_ns()
     outcome = FencedExecutionInfo(True, ErrorStatus.GENERAL_FAILURE, "internal error: no outcome")
@@ -89,6 +115,9 @@ def _work(fence: Fence, job: ExecutionJob, waits: list[Fence]) -> None:
                 )
             if w.outcome.status != ErrorStatus.NONE:
                 raise HalError.of(w.outcome.status, "a fence to wait for signalled an error")
+        if duration_ns is not None:
+            after_fences = time.monotonic_ns() + duration_ns
+            job.deadline_ns = after_fences if deadline_ns is None else min(deadline_ns, after_fences)
         t1 = time.perf_counter_ns()
         result = job.run()
         launched = fenced = Timing()
@@ -103,4 +132,8 @@ def _work(fence: Fence, job: ExecutionJob, waits: list[Fence]) -> None:
         outcome = FencedExecutionInfo(True, ErrorStatus.GENERAL_FAILURE, f"internal error: {err!r}")
     finally:
         job.close()
-        fence.signal(outcome)
+        try:
+            fence.signal(outcome)
+        finally:
+            if on_signal is not None:
+                on_signal()

@@ -104,6 +104,31 @@ class AidlCalls:
         rpc = self._r.stubs.aidl_prepared_model.executeSynchronouslyWithConfig
         return self._result(rpc, msg, "executeSynchronouslyWithConfig", limit)
 
+    def execute_fenced(
+        self,
+        handle: str,
+        request: Request,
+        wait_for: Sequence[str],
+        measure: bool,
+        timeout: float | None,
+        deadline_at: float | None,
+        loop_timeout_ns: int | None,
+        duration_ns: int | None,
+    ) -> tuple[str, str]:
+        """AIDL IPreparedModel::executeFenced: the sync fence and callback handles (raises the
+        launch error). ``duration_ns``: the time the execution has once the fences signalled."""
+        msg = apb.AidlFencedExecuteRequest(session=self._sid, prepared_model=handle, measure_timing=measure)
+        wire.request_to(request, msg.request)
+        msg.wait_for.extend(wait_for)
+        if loop_timeout_ns is not None:
+            msg.loop_timeout_duration_ns = loop_timeout_ns
+        if duration_ns is not None:
+            msg.duration_ns = duration_ns
+        limit = _deadline(msg, timeout, deadline_at)
+        rpc = self._r.stubs.aidl_prepared_model.executeFenced
+        answer = self._r._checked(rpc, msg, "AIDL IPreparedModel.executeFenced", limit)
+        return str(answer.sync_fence), str(answer.callback)
+
     def execute_fenced_with_config(
         self,
         handle: str,
@@ -112,12 +137,15 @@ class AidlCalls:
         config: ExecutionConfig,
         timeout: float | None,
         deadline_at: float | None,
+        duration_ns: int | None = None,
     ) -> tuple[str, str]:
         """executeFencedWithConfig: the sync fence and callback handles (raises the launch error)."""
         msg = apb.FencedExecuteWithConfigRequest(session=self._sid, prepared_model=handle)
         wire.request_to(request, msg.request)
         msg.wait_for.extend(wait_for)
         wire_aidl.execution_config_to(config, msg.config)
+        if duration_ns is not None:
+            msg.duration_ns = duration_ns
         limit = _deadline(msg, timeout, deadline_at)
         rpc = self._r.stubs.aidl_prepared_model.executeFencedWithConfig
         answer = self._r._checked(rpc, msg, "executeFencedWithConfig", limit)
@@ -144,10 +172,17 @@ class AidlCalls:
         return self._result(self._r.stubs.execution.executeSynchronously, msg, "IExecution.executeSynchronously", limit)
 
     def execution_fenced(
-        self, execution: str, wait_for: Sequence[str], timeout: float | None, deadline_at: float | None
+        self,
+        execution: str,
+        wait_for: Sequence[str],
+        timeout: float | None,
+        deadline_at: float | None,
+        duration_ns: int | None = None,
     ) -> tuple[str, str]:
         msg = apb.ExecutionFencedRequest(session=self._sid, execution=execution)
         msg.wait_for.extend(wait_for)
+        if duration_ns is not None:
+            msg.duration_ns = duration_ns
         limit = _deadline(msg, timeout, deadline_at)
         answer = self._r._checked(self._r.stubs.execution.executeFenced, msg, "IExecution.executeFenced", limit)
         return str(answer.sync_fence), str(answer.callback)

@@ -139,7 +139,7 @@ class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
         return self._sync("executeSynchronouslyWithConfig", request, options, self._record_config)
 
     def _fenced(self, session: Session, request: Any, measure: bool, loop_ns: int) -> spb.FencedExecuteResponse:
-        optional_duration(wire_aidl.optional_from(request, "duration_ns"), "durationNs")
+        duration = optional_duration(wire_aidl.optional_from(request, "duration_ns"), "durationNs")
         with self.driver.lifecycle.work("executeFenced"):
             fence = self.driver.execute_fenced(
                 session,
@@ -149,6 +149,7 @@ class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
                 measure,
                 wire.deadline_from(request.deadline),
                 loop_ns,
+                duration,
             )
         return spb.FencedExecuteResponse(sync_fence=fence, callback=fence)
 

@@ -206,6 +206,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
                 request.measure == 1,
                 wire.deadline_from(request.deadline),
                 request.loop_timeout_ns,
+                request.timeout_after_fence_ns or None,
             )
         return spb.FencedExecuteResponse(sync_fence=fence, callback=fence)
 
