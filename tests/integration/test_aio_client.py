@@ -23,6 +23,7 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, HalError, InvalidArgument
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, ones, relu_chain
+from tests.integration.test_tls import Pki, mtls_server, pki  # noqa: F401  (fixtures)
 from tests.validation_cases import INVALID_MODELS
 
 pytestmark = pytest.mark.integration
@@ -104,23 +105,25 @@ def test_invalid_model_is_invalid_argument_once(server: LocalServer) -> None:
     _run(main)
 
 
-def test_many_concurrent_executions_from_one_loop(server: LocalServer) -> None:
-    async def main() -> None:
-        async with aio.Device.connect(server.address) as dev:
+def test_many_concurrent_executions_from_one_loop() -> None:
+    """200 executions in flight at once (100 execute_1_3, 100 executeSynchronously_1_3) from one
+    loop, all correct. The server's admission bound (slots + queue depth, 66 by default) would
+    refuse some with RESOURCE_EXHAUSTED_TRANSIENT, as it would the sync client's 200 threads."""
+
+    async def main(address: str) -> None:
+        async with aio.Device.connect(address) as dev:
             pm = await dev.prepare_model(add_model())
             base = ones()
             tasks = [pm.execute_async([k * base, base]) for k in range(100)]
-            direct = [pm.execute([k * base, 2 * base]) for k in range(100)]
+            tasks += [asyncio.ensure_future(pm.execute([k * base, 2 * base])) for k in range(100)]
             outcomes = await asyncio.gather(*tasks)
-            results = await asyncio.gather(*direct)
             for k, outcome in enumerate(outcomes):
                 assert outcome.status == ErrorStatus.NONE, outcome.message
-                np.testing.assert_array_equal(outcome.outputs[0], (k + 1) * base)
-            for k, result in enumerate(results):
-                np.testing.assert_array_equal(result.outputs[0], (k + 2) * base)
+                np.testing.assert_array_equal(outcome.outputs[0], (k % 100 + 1 + k // 100) * base)
             await pm.release()
 
-    _run(main)
+    with LocalServer("--queue-depth", "256", "--max-threads", "512") as srv:
+        asyncio.run(asyncio.wait_for(main(srv.address), 60))
 
 
 async def _dead_at_once(dev: aio.Device, pm: aio.PreparedModel | None) -> None:
@@ -217,5 +220,24 @@ def test_no_server_is_dead_object(tmp_path: Any) -> None:
         with pytest.raises(DeadObject):
             await aio.Device.connect(f"unix:{tmp_path}/none.sock", timeout=0.5)
         assert time.monotonic() - t0 < 5.0
+
+    _run(main)
+
+
+def test_several_devices_and_mtls(pki: Pki, mtls_server: LocalServer) -> None:  # noqa: F811  (fixtures)
+    """``device=`` routes every call to that device (``nnhal-device``); mTLS connects with ``tls=``."""
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+
+    async def main() -> None:
+        async with aio.Device.connect(mtls_server.address, tls=pki.client(pki.a)) as dev:
+            pm = await dev.prepare_model(add_model())
+            np.testing.assert_array_equal((await pm.execute([a, a])).outputs[0], a + a)
+        with LocalServer("--device", "cpu", "--device", "ort", "--cache-secret-file", "none") as two:
+            async with aio.Device.connect(two.address, device="ort") as ort:
+                assert ort.name == "ort"
+                pm = await ort.prepare_model(add_model())
+                np.testing.assert_array_equal((await pm.execute([a, a])).outputs[0], a + a)
+            with pytest.raises(HalError, match="no device named 'gpu'"):
+                await aio.Device.connect(two.address, device="gpu")
 
     _run(main)
