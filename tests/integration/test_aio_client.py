@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from nnhal.client import aio
-from nnhal.client.remote import DEATH_DETECTION_BOUND_S
+from nnhal.client.remote import DEATH_DETECTION_BOUND_S, request_id_of
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, HalError, InvalidArgument
 from nnhal.testing.local_server import LocalServer
@@ -89,6 +89,24 @@ def test_unknown_output_shape_and_deadline(server: LocalServer) -> None:
     _run(main)
 
 
+def test_close_releases_waiters_with_general_failure(server: LocalServer) -> None:
+    async def main() -> None:
+        dev = await aio.Device.connect(server.address)
+        pm = await dev.prepare_model(add_model())
+        await dev.set_faults(execute_delay_ms=10_000)
+        task = pm.execute_async([ones(), ones()])
+        fired = _fired(task)
+        await asyncio.sleep(0.2)
+        await dev.close()
+        outcome = await asyncio.wait_for(task, 5)
+        assert outcome.status == ErrorStatus.GENERAL_FAILURE and "closed" in outcome.message
+        with pytest.raises(HalError, match="closed"):
+            await dev.capabilities()
+        assert fired[0] == 1 and not dev.dead
+
+    _run(main)
+
+
 def test_invalid_model_is_invalid_argument_once(server: LocalServer) -> None:
     model, words = INVALID_MODELS[sorted(INVALID_MODELS)[0]]
 
@@ -99,6 +117,7 @@ def test_invalid_model_is_invalid_argument_once(server: LocalServer) -> None:
             with pytest.raises(InvalidArgument) as info:
                 await task
             assert words in info.value.message
+            assert request_id_of(info.value) == dev.last_request_id  # to match the server's log
             await asyncio.sleep(0.1)
             assert fired[0] == 1
 
