@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from nnhal.client import aio
-from nnhal.client.remote import DEATH_DETECTION_BOUND_S, request_id_of
+from nnhal.client.remote import DEATH_DETECTION_BOUND_S, DRAINING, request_id_of
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, HalError, InvalidArgument
 from nnhal.testing.local_server import LocalServer
@@ -260,3 +260,34 @@ def test_several_devices_and_mtls(pki: Pki, mtls_server: LocalServer) -> None:  
                 await aio.Device.connect(two.address, device="gpu")
 
     _run(main)
+
+
+def test_a_drain_lets_launched_work_finish_and_is_reported_as_such() -> None:
+    srv = LocalServer("--enable-fault-injection", "--drain-seconds", "10")
+
+    async def main() -> None:
+        async with aio.Device.connect(srv.address) as dev:
+            pm = await dev.prepare_model(add_model())
+            await dev.set_faults(execute_delay_ms=1000)
+            a = np.arange(8, dtype=np.float32).reshape(2, 4)
+            task = pm.execute_async([a, a])
+            fired = _fired(task)
+            await asyncio.sleep(0.3)
+            srv.signal(signal.SIGTERM)
+            outcome = await asyncio.wait_for(task, 30)
+            assert outcome.status == ErrorStatus.NONE, outcome.message
+            np.testing.assert_array_equal(outcome.outputs[0], a + a)
+            end = time.monotonic() + 30
+            while not dev.dead and time.monotonic() < end:
+                await asyncio.sleep(0.05)
+            assert dev.draining
+            with pytest.raises(DeadObject) as dead:
+                await dev.capabilities()
+            assert DRAINING in dead.value.message
+            assert fired[0] == 1
+
+    try:
+        _run(main)
+        assert srv.proc.wait(30) == 0
+    finally:
+        srv.stop()

@@ -72,6 +72,11 @@ class Device:
         return self._session.dead
 
     @property
+    def draining(self) -> bool:
+        """True once the server announced it is draining (its end is then reported as DRAINING)."""
+        return self._session.draining
+
+    @property
     def last_request_id(self) -> str:
         """The request id of the last call this proxy started."""
         return self._session.last_request_id
