@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from nnhal.client.aio.prepared_model import PreparedModel
 from nnhal.client.aio.session import AioSession
-from nnhal.client.remote.messages import prepare_request, prepared_of, raise_for_status
-from nnhal.client.remote.transport import TlsConfig, grpc_timeout, remaining_time
+from nnhal.client.remote.messages import prepare_request, prepared_of
+from nnhal.client.remote.transport import TlsConfig, grpc_timeout, remaining_time, tag_request_id
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
 from nnhal.core.errors import HalError
@@ -92,25 +92,16 @@ class Device:
         await self.close()
 
     # -- IDevice ----------------------------------------------------------------------------------
-    async def _checked(self, rpc: Any, request: Any, what: str) -> Any:
-        msg = await self._session.unary(rpc, request, what)
-        try:
-            raise_for_status(msg, what)
-        except HalError as err:
-            err.request_id = self._session.last_request_id  # type: ignore[attr-defined]
-            raise
-        return msg
-
     async def capabilities(self) -> Capabilities:
         req = spb.DeviceRequest(session=self._session.session_id)
-        msg = await self._checked(self._session.stubs.device.getCapabilities_1_3, req, "getCapabilities_1_3")
+        msg = await self._session.checked(self._session.stubs.device.getCapabilities_1_3, req, "getCapabilities_1_3")
         return wire.capabilities_from(msg.capabilities)
 
     async def supported_operations(self, model: Model) -> list[bool]:
         """getSupportedOperations_1_3: per operation of the main subgraph, whether it is supported."""
         req = spb.SupportedOperationsRequest(session=self._session.session_id)
         wire.model_to(model, req.model)
-        msg = await self._checked(
+        msg = await self._session.checked(
             self._session.stubs.device.getSupportedOperations_1_3, req, "getSupportedOperations_1_3"
         )
         return [bool(s) for s in msg.supported]
@@ -120,7 +111,7 @@ class Device:
         req = spb.FaultRequest(
             session=self._session.session_id, prepare_delay_ms=prepare_delay_ms, execute_delay_ms=execute_delay_ms
         )
-        await self._checked(self._session.stubs.device.setFaults, req, "setFaults")
+        await self._session.checked(self._session.stubs.device.setFaults, req, "setFaults")
 
     async def prepare_model(
         self,
@@ -141,9 +132,7 @@ class Device:
         notify = await self._session.notify(rpc, req, "prepareModel_1_3", grpc_timeout(remaining))
         status, message, ref = prepared_of(notify)
         if status != ErrorStatus.NONE or ref is None:
-            err = HalError.of(status, message)
-            err.request_id = self._session.last_request_id  # type: ignore[attr-defined]
-            raise err
+            raise tag_request_id(HalError.of(status, message), self._session.last_request_id)
         return PreparedModel(self._session, ref.handle, model, ref.model_cache)
 
 

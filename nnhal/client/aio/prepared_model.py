@@ -29,7 +29,7 @@ import numpy as np
 from nnhal.client.aio.session import AioSession
 from nnhal.client.numpy_io import NumpyIO, decode_outputs, decoder, retry_sizes
 from nnhal.client.outcome import ExecutionOutcome
-from nnhal.client.remote.messages import ExecutionOptions, execute_request, raise_for_status
+from nnhal.client.remote.messages import ExecutionOptions, execute_request
 from nnhal.core import wire
 from nnhal.core.errors import DeadObject, HalError, InvalidArgument
 from nnhal.core.types import ExecutionResult, Model, Request
@@ -57,8 +57,7 @@ class PreparedModel:
             return
         self._released = True
         req = spb.ReleaseRequest(session=self._session.session_id, handle=self.handle)
-        msg = await self._session.unary(self._session.stubs.prepared_model.release, req, "release")
-        raise_for_status(msg)
+        await self._session.checked(self._session.stubs.prepared_model.release, req, "release", prefix=False)
 
     async def __aenter__(self) -> PreparedModel:
         return self

@@ -32,7 +32,7 @@ import grpc.aio
 
 from nnhal.client.remote import DRAINING
 from nnhal.client.remote.devices import DEVICE_METADATA
-from nnhal.client.remote.messages import check_launch
+from nnhal.client.remote.messages import check_launch, raise_for_status
 from nnhal.client.remote.transport import (
     DEFAULT_CALL_TIMEOUT,
     REQUEST_ID_KEY,
@@ -221,6 +221,15 @@ class AioSession:
         """One unary RPC through :meth:`call` (``timeout`` None: the default call bound)."""
         limit = DEFAULT_CALL_TIMEOUT if timeout is None else timeout
         return await self.call(what, timeout is not None, lambda md: rpc(request, timeout=limit, metadata=md))
+
+    async def checked(self, rpc: Any, request: Any, what: str, prefix: bool = True) -> Any:
+        """:meth:`unary`, then its in-band status raised as the HalError (tagged with the request id)."""
+        msg = await self.unary(rpc, request, what)
+        try:
+            raise_for_status(msg, what if prefix else "")
+        except HalError as err:
+            raise tag_request_id(err, self.last_request_id) from None
+        return msg
 
     async def notify(self, rpc: Any, request: Any, what: str, timeout: float | None) -> Any:
         """A launch / notify / end RPC (DESIGN §2) through :meth:`call`: its notify message."""
