@@ -44,14 +44,14 @@ class Device:
         keepalive_ms: int | None = None,
         tls: TlsConfig | Literal[False] | None = None,
         device: str | None = None,
-    ) -> _Connecting:
+    ) -> Connecting:
         """Connect to ``address`` (``host:port`` or ``unix:PATH``) and open a session: await the
         result or use it with ``async with``. Raises DeadObject if no server answers within
         ``timeout`` seconds, InvalidArgument for TLS files that cannot be read or a device the
         server does not host."""
         config = TlsConfig.from_env() if tls is None else (tls or None)
         name = client_name or f"pid-{os.getpid()}"
-        return _Connecting(cls, address, name, timeout, keepalive_ms, config, device)
+        return Connecting(cls, address, name, timeout, keepalive_ms, config, device)
 
     # -- the session ---------------------------------------------------------------------------
     @property
@@ -136,7 +136,7 @@ class Device:
         return PreparedModel(self._session, ref.handle, model, ref.model_cache)
 
 
-class _Connecting:
+class Connecting:
     """What :meth:`Device.connect` returns: awaitable (the Device) and an async context manager
     (the Device, closed at the end of the block)."""
 
