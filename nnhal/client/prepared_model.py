@@ -13,12 +13,9 @@ the server releases it anyway when the session ends.
 
 from __future__ import annotations
 
-import math
 import threading
 import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -26,98 +23,16 @@ from nnhal.client import forms
 from nnhal.client.aidl_burst import AidlBurst
 from nnhal.client.burst import Burst
 from nnhal.client.fenced import FencedExecution
+from nnhal.client.numpy_io import Layout, NumpyIO, decode_outputs, decoder, retry_sizes
 from nnhal.client.outcome import ExecutionCallback, ExecutionOutcome
 from nnhal.client.remote import ExecutionOptions, RemoteSession
 from nnhal.client.remote.aidl import AidlCalls
 from nnhal.client.reusable_execution import ReusableExecution
 from nnhal.core.aidl_types import DEFAULT_EXECUTION_CONFIG, ExecutionConfig
-from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, HalError, InvalidArgument
-from nnhal.core.operand_types import DTYPE, INFO
-from nnhal.core.types import (
-    DataLocation,
-    ExecutionResult,
-    InlinePool,
-    Model,
-    Operand,
-    OutputShape,
-    Request,
-    RequestArgument,
-)
+from nnhal.core.types import Model, Request
 
 __all__ = ["Burst", "ExecutionCallback", "ExecutionOutcome", "FencedExecution", "PreparedModel"]
-
-#: Input and output offsets in the inline pools are aligned for the server's zero-copy views.
-_ALIGN = 64
-_ZEROS = bytes(_ALIGN)
-_NO_VALUE = RequestArgument(has_no_value=True)
-#: Plans kept per prepared model (one per combination of input shapes and output sizes).
-_MAX_PLANS = 16
-#: Where each output sits in the output pool: (offset, operand).
-Layout = tuple[tuple[int, Operand], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """The shape-dependent part of a numpy request, built once and reused while shapes repeat."""
-
-    #: Zero bytes before each given input in the input pool.
-    pads: tuple[int, ...]
-    inputs: tuple[RequestArgument, ...]
-    outputs: tuple[RequestArgument, ...]
-    output_pool: InlinePool
-    layout: Layout
-
-    @staticmethod
-    def of(
-        arrays: Sequence[np.ndarray | None],
-        in_ops: Sequence[Operand],
-        out_ops: Sequence[Operand],
-        output_sizes: Sequence[int] | None,
-    ) -> _Plan:
-        in_args: list[RequestArgument] = []
-        pads: list[int] = []
-        offset = 0
-        for k, (arr, op) in enumerate(zip(arrays, in_ops)):
-            if arr is None:
-                in_args.append(_NO_VALUE)
-                continue
-            dims: tuple[int, ...] = ()
-            if INFO[op.type].is_tensor:
-                if op.dimensions and len(op.dimensions) != arr.ndim:
-                    raise InvalidArgument(f"input {k} has rank {arr.ndim}, the model says {len(op.dimensions)}")
-                dims = arr.shape
-            pads.append((-offset) % _ALIGN)
-            offset += pads[-1]
-            in_args.append(RequestArgument(False, DataLocation(0, offset, arr.nbytes), dims))
-            offset += arr.nbytes
-        out_args: list[RequestArgument] = []
-        layout: list[tuple[int, Operand]] = []
-        out_offset = 0
-        for k, op in enumerate(out_ops):
-            if output_sizes is not None:
-                size = output_sizes[k]
-            elif not INFO[op.type].is_tensor:
-                size = INFO[op.type].byte_size
-            elif op.dimensions and 0 not in op.dimensions:
-                size = INFO[op.type].byte_size * int(np.prod(op.dimensions))
-            else:
-                size = 1 << 16  # unknown shape: a first guess, grown on OUTPUT_INSUFFICIENT_SIZE
-            out_offset += (-out_offset) % _ALIGN
-            out_args.append(RequestArgument(False, DataLocation(1, out_offset, size)))
-            layout.append((out_offset, op))
-            out_offset += size
-        output_pool = InlinePool(b"", max(out_offset, 1))
-        return _Plan(tuple(pads), tuple(in_args), tuple(out_args), output_pool, tuple(layout))
-
-
-def _as_input(value: np.ndarray | None, dtype: np.dtype[Any]) -> np.ndarray | None:
-    """``value`` as a C-contiguous array of ``dtype`` (itself when it is one already)."""
-    if value is None:
-        return None
-    if type(value) is np.ndarray and value.dtype == dtype and value.flags.c_contiguous:
-        return value
-    return np.ascontiguousarray(value, dtype=dtype)
 
 
 class PreparedModel:
@@ -131,13 +46,7 @@ class PreparedModel:
         self.model_cache = model_cache
         self._released = False
         self._lock = threading.Lock()
-        self._plans: dict[tuple[Any, ...], _Plan] = {}
-        self._io: tuple[list[Operand], list[Operand]] | None = None
-        if model is not None:
-            main = model.main
-            self._io = [main.operands[i] for i in main.input_indexes], [main.operands[i] for i in main.output_indexes]
-            #: Per input: the dtype its array must have (converted only when it differs).
-            self._in_dtypes = [DTYPE[op.type] for op in self._io[0]]
+        self._numpy = NumpyIO(model) if model is not None else None
         self._finalizer = weakref.finalize(self, PreparedModel._release_remote, weakref.ref(remote), handle)
 
     # -- release ---------------------------------------------------------------
@@ -201,62 +110,21 @@ class PreparedModel:
         options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns)
         return forms.execute_async(self._remote, self.handle, request, options).then(ExecutionOutcome.of)
 
-    # -- numpy convenience ----------------------------------------------------
-    def _io_operands(self) -> tuple[list[Operand], list[Operand]]:
-        if self._io is None:
+    # -- numpy convenience (planning and decoding: nnhal.client.numpy_io) --------
+    def _numpy_io(self) -> NumpyIO:
+        if self._numpy is None:
             raise InvalidArgument("this prepared model was made from a cache without its Model; use execute_request")
-        return self._io
+        return self._numpy
 
     def _numpy_request(
         self, inputs: Sequence[np.ndarray | None], output_sizes: Sequence[int] | None
     ) -> tuple[Request, Layout]:
-        """A Request with every input in one inline pool (pool 0) and room for every output
-        in another (pool 1). The input bytes are copied once, by the join; the arguments are
-        planned once per combination of shapes."""
-        in_ops, out_ops = self._io_operands()
-        if len(inputs) != len(in_ops):
-            raise InvalidArgument(f"the model has {len(in_ops)} inputs, {len(inputs)} given")
-        arrays = [_as_input(v, dtype) for v, dtype in zip(inputs, self._in_dtypes)]
-        key = (
-            tuple(None if a is None else a.shape for a in arrays),
-            None if output_sizes is None else tuple(output_sizes),
-        )
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = _Plan.of(arrays, in_ops, out_ops, output_sizes)
-            if len(self._plans) >= _MAX_PLANS:
-                self._plans.clear()
-            self._plans[key] = plan
-        chunks: list[Any] = []
-        for arr, pad in zip([a for a in arrays if a is not None], plan.pads):
-            if pad:
-                chunks.append(_ZEROS[:pad])
-            chunks.append(arr)  # contiguous: joined through the buffer protocol, no tobytes() copy
-        data = b"".join(chunks)
-        return Request(plan.inputs, plan.outputs, (InlinePool(data, len(data)), plan.output_pool)), plan.layout
+        """A Request with every input in one inline pool and room for every output in another
+        (:meth:`NumpyIO.request`)."""
+        return self._numpy_io().request(inputs, output_sizes)
 
-    @staticmethod
-    def _decode(outcome: ExecutionOutcome, layout: Layout) -> list[np.ndarray]:
-        data = outcome.output_pools.get(1, b"")
-        outs: list[np.ndarray] = []
-        for (offset, op), shape in zip(
-            layout, outcome.output_shapes or [OutputShape(op.dimensions, True) for _, op in layout]
-        ):
-            dims = tuple(shape.dimensions)
-            count = math.prod(dims) if INFO[op.type].is_tensor else 1
-            arr = np.frombuffer(data, dtype=DTYPE[op.type], count=count, offset=offset)
-            outs.append(arr.reshape(dims) if INFO[op.type].is_tensor else arr.reshape(()))
-        return outs
-
-    @staticmethod
-    def _decoder(layout: Layout) -> Callable[[ExecutionResult], ExecutionOutcome]:
-        def decode(result: ExecutionResult) -> ExecutionOutcome:
-            outcome = ExecutionOutcome.of(result)
-            if outcome.status == ErrorStatus.NONE:
-                outcome.outputs = PreparedModel._decode(outcome, layout)
-            return outcome
-
-        return decode
+    _decode = staticmethod(decode_outputs)
+    _decoder = staticmethod(decoder)
 
     def execute(
         self,
@@ -277,11 +145,9 @@ class PreparedModel:
         for _attempt in range(2):
             request, layout = self._numpy_request(inputs, sizes)
             outcome = ExecutionOutcome.of(forms.execute(self._remote, self.handle, request, options))
-            if outcome.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and outcome.output_shapes and sizes is None:
-                sizes = [
-                    max(1, INFO[op.type].byte_size * int(np.prod(s.dimensions)))
-                    for (_, op), s in zip(layout, outcome.output_shapes)
-                ]
+            retry = retry_sizes(outcome, layout) if sizes is None else None
+            if retry is not None:
+                sizes = retry
                 continue
             outcome.raise_for_status()
             outcome.outputs = self._decode(outcome, layout)

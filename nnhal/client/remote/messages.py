@@ -1,4 +1,8 @@
-"""Values the session exchanges with proxies, and the protobuf helpers its calls share."""
+"""Values the session exchanges with proxies, and the protobuf helpers its calls share.
+
+Pure (no I/O): the sync session and the asyncio client (:mod:`nnhal.client.aio`) build
+their requests and read their notifies with the same functions.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,9 @@ from typing import Any
 from nnhal.client.faults import GRPC_CODES, Fault
 from nnhal.client.remote.transport import grpc_timeout, remaining_time
 from nnhal.core import wire
-from nnhal.core.enums import ErrorStatus, MeasureTiming
+from nnhal.core.enums import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from nnhal.core.errors import GeneralFailure, HalError
-from nnhal.core.types import Request
+from nnhal.core.types import Model, Request
 from nnhal.proto import service_pb2 as spb
 
 
@@ -53,14 +57,18 @@ class BurstStream:
 def notify_of(call: Iterable[Any], what: str) -> Any:
     """The notify message of a launch / notify / end stream (DESIGN §2)."""
     events = iter(call)
-    launch = next(events, None)
-    if launch is not None and launch.WhichOneof("event") != "launch":
-        raise GeneralFailure(f"{what}: protocol error: the first message was not the launch status")
+    check_launch(next(events, None), what)
     event = next(events, None)
     if event is None:
         raise GeneralFailure(f"{what}: the stream ended without a notify")
     drain(events)  # the server ends the stream after the notify
     return event.notify
+
+
+def check_launch(launch: Any, what: str) -> None:
+    """The first message of a launch / notify / end stream must be the launch status."""
+    if launch is not None and launch.WhichOneof("event") != "launch":
+        raise GeneralFailure(f"{what}: protocol error: the first message was not the launch status")
 
 
 def drain(events: Iterator[Any]) -> None:
@@ -86,6 +94,41 @@ def fill_execution(msg: Any, handle: str, request: Request, options: ExecutionOp
     remaining = remaining_time(options.timeout, options.deadline_at)
     wire.deadline_to(remaining, msg.deadline)
     return grpc_timeout(remaining)
+
+
+def execute_request(
+    session: str, handle: str, request: Request, options: ExecutionOptions
+) -> tuple[spb.ExecuteRequest, float | None]:
+    """The ExecuteRequest of executeSynchronously_1_3 / execute_1_3 and its gRPC timeout."""
+    msg = spb.ExecuteRequest(session=session, profile=options.profile)
+    return msg, fill_execution(msg, handle, request, options)
+
+
+def prepare_request(
+    session: str,
+    model: Model,
+    preference: ExecutionPreference,
+    priority: Priority | int,
+    cache_token: bytes | None,
+    remaining: float | None,
+) -> spb.PrepareModelRequest:
+    """The prepareModel_1_3 request; ``remaining`` is the HAL deadline in seconds (None: none)."""
+    req = spb.PrepareModelRequest(session=session, preference=int(preference), priority=int(priority))  # type: ignore[arg-type]
+    wire.model_to(model, req.model)
+    if cache_token is not None:
+        req.token = cache_token
+        req.want_cache = True
+    wire.deadline_to(remaining, req.deadline)
+    return req
+
+
+def prepared_of(notify: Any) -> tuple[ErrorStatus, str, PreparedRef | None]:
+    """A prepare notify's status, message and (when it succeeded) the prepared model's reference."""
+    status, message = wire.status_from(notify)
+    if status != ErrorStatus.NONE:
+        return status, message, None
+    cache = bytes(notify.model_cache[0].data) if notify.model_cache else b""
+    return status, message, PreparedRef(notify.prepared_model.handle, cache)
 
 
 _FAULT_KINDS = {

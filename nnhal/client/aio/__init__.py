@@ -1,0 +1,18 @@
+"""The asyncio client: :class:`Device` and :class:`PreparedModel` on ``grpc.aio`` channels.
+
+Same semantics as the sync client (:mod:`nnhal.client.device`): one session per device
+proxy (``openSession``), request ids, several devices (``device=``), TLS, HAL deadlines
+on the wire, and death handling — a killed or frozen server resolves every awaiting call
+with DEAD_OBJECT exactly once, within the sync client's bounds, and fails later calls at
+once. Many executions may be in flight at once from one event loop.
+
+Modules: :mod:`.session` (the channel, session stream, death and the one call path),
+:mod:`.device` (``Device``), :mod:`.prepared_model` (``PreparedModel``).
+"""
+
+from nnhal.client.aio.device import Device
+from nnhal.client.aio.prepared_model import PreparedModel
+from nnhal.client.outcome import ExecutionOutcome
+from nnhal.client.remote.transport import TlsConfig
+
+__all__ = ["Device", "ExecutionOutcome", "PreparedModel", "TlsConfig"]

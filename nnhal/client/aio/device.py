@@ -1,0 +1,160 @@
+"""The asyncio device proxy: an IDevice on the other side of a ``grpc.aio`` channel.
+
+``async with await aio.Device.connect(address) as dev:`` (or ``async with
+aio.Device.connect(address) as dev:``) opens a session; every object prepared through
+it belongs to that session and is released by the server when the session ends.
+Coroutines raise HalError subclasses; a dead server surfaces as DeadObject, at once
+for every later call (see :mod:`nnhal.client.aio.session`).
+
+``device="ort"`` names one of a server's devices; ``tls`` is as for the sync
+:meth:`nnhal.client.device.Device.connect` (None: ``NNHAL_TLS_*`` when set; False: plaintext).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+from typing import Any, Literal
+
+from nnhal.client.aio.prepared_model import PreparedModel
+from nnhal.client.aio.session import AioSession
+from nnhal.client.remote.messages import prepare_request, prepared_of
+from nnhal.client.remote.transport import TlsConfig, grpc_timeout, remaining_time, tag_request_id
+from nnhal.core import wire
+from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
+from nnhal.core.errors import HalError
+from nnhal.core.types import Capabilities, Model
+from nnhal.proto import service_pb2 as spb
+
+
+class Device:
+    """A remote NN HAL device for asyncio code. Use as an async context manager or ``await close()``."""
+
+    def __init__(self, session: AioSession) -> None:
+        self._session = session
+        self.address = session.address
+
+    @classmethod
+    def connect(
+        cls,
+        address: str,
+        *,
+        client_name: str = "",
+        timeout: float = 10.0,
+        keepalive_ms: int | None = None,
+        tls: TlsConfig | Literal[False] | None = None,
+        device: str | None = None,
+    ) -> Connecting:
+        """Connect to ``address`` (``host:port`` or ``unix:PATH``) and open a session: await the
+        result or use it with ``async with``. Raises DeadObject if no server answers within
+        ``timeout`` seconds, InvalidArgument for TLS files that cannot be read or a device the
+        server does not host."""
+        config = TlsConfig.from_env() if tls is None else (tls or None)
+        name = client_name or f"pid-{os.getpid()}"
+        return Connecting(cls, address, name, timeout, keepalive_ms, config, device)
+
+    # -- the session ---------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._session.device_name
+
+    @property
+    def feature_level(self) -> int:
+        return self._session.feature_level
+
+    @property
+    def session_id(self) -> str:
+        return self._session.session_id
+
+    @property
+    def dead(self) -> bool:
+        """True once the server is known dead (every later call: DEAD_OBJECT at once)."""
+        return self._session.dead
+
+    @property
+    def draining(self) -> bool:
+        """True once the server announced it is draining (its end is then reported as DRAINING)."""
+        return self._session.draining
+
+    @property
+    def last_request_id(self) -> str:
+        """The request id of the last call this proxy started."""
+        return self._session.last_request_id
+
+    async def close(self) -> None:
+        """End the session (idempotent): the server releases every object it created."""
+        await self._session.close()
+
+    async def __aenter__(self) -> Device:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- IDevice ----------------------------------------------------------------------------------
+    async def capabilities(self) -> Capabilities:
+        req = spb.DeviceRequest(session=self._session.session_id)
+        msg = await self._session.checked(self._session.stubs.device.getCapabilities_1_3, req, "getCapabilities_1_3")
+        return wire.capabilities_from(msg.capabilities)
+
+    async def supported_operations(self, model: Model) -> list[bool]:
+        """getSupportedOperations_1_3: per operation of the main subgraph, whether it is supported."""
+        req = spb.SupportedOperationsRequest(session=self._session.session_id)
+        wire.model_to(model, req.model)
+        msg = await self._session.checked(
+            self._session.stubs.device.getSupportedOperations_1_3, req, "getSupportedOperations_1_3"
+        )
+        return [bool(s) for s in msg.supported]
+
+    async def set_faults(self, prepare_delay_ms: int = 0, execute_delay_ms: int = 0) -> None:
+        """Delay this session's preparations / executions (servers with fault injection only)."""
+        req = spb.FaultRequest(
+            session=self._session.session_id, prepare_delay_ms=prepare_delay_ms, execute_delay_ms=execute_delay_ms
+        )
+        await self._session.checked(self._session.stubs.device.setFaults, req, "setFaults")
+
+    async def prepare_model(
+        self,
+        model: Model,
+        *,
+        preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+        priority: Priority | int = Priority.MEDIUM,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        cache_token: bytes | None = None,
+    ) -> PreparedModel:
+        """prepareModel_1_3 (a launch, then exactly one notify): the prepared model, or the
+        HalError the preparation ended with (DEAD_OBJECT if the server dies meanwhile).
+        ``timeout`` / ``deadline_at`` (``time.monotonic()``) set the HAL deadline."""
+        remaining = remaining_time(timeout, deadline_at)
+        req = prepare_request(self._session.session_id, model, preference, priority, cache_token, remaining)
+        rpc = self._session.stubs.device.prepareModel_1_3
+        notify = await self._session.notify(rpc, req, "prepareModel_1_3", grpc_timeout(remaining))
+        status, message, ref = prepared_of(notify)
+        if status != ErrorStatus.NONE or ref is None:
+            raise tag_request_id(HalError.of(status, message), self._session.last_request_id)
+        return PreparedModel(self._session, ref.handle, model, ref.model_cache)
+
+
+class Connecting:
+    """What :meth:`Device.connect` returns: awaitable (the Device) and an async context manager
+    (the Device, closed at the end of the block)."""
+
+    def __init__(self, cls: type[Device], *args: Any) -> None:
+        self._cls = cls
+        self._args = args
+        self._device: Device | None = None
+
+    async def _open(self) -> Device:
+        return self._cls(await AioSession.open(*self._args))
+
+    def __await__(self) -> Generator[Any, None, Device]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> Device:
+        self._device = await self._open()
+        return self._device
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._device is not None:
+            await self._device.close()

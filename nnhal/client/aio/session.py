@@ -1,0 +1,267 @@
+"""AioSession: one ``grpc.aio`` channel and session to an nnhal server, and the one call path.
+
+The asyncio twin of :class:`nnhal.client.remote.RemoteSession`, with the same contracts:
+
+- The session stream (``openSession``) is opened with ``wait_for_ready``; its first event
+  names the session, the device and its feature level. No answer within the connect
+  timeout is DEAD_OBJECT; a refusal is the HAL error the server sent.
+- Every RPC carries a fresh ``x-request-id`` (and ``nnhal-device`` when a device was
+  named) and goes through :meth:`AioSession.call`, which maps a transport failure with
+  :func:`~nnhal.client.remote.transport.map_rpc_error` and declares the session dead on
+  DEAD_OBJECT.
+- Death (DESIGN §4): the session stream ending or breaking, or the channel leaving READY
+  (a killed server within milliseconds, a frozen one through keepalive within
+  ``DEATH_DETECTION_BOUND_S``) ends the session once; every call awaiting an answer then
+  resolves with DEAD_OBJECT at once (each call races its RPC against the session's end),
+  and later calls fail with DEAD_OBJECT without touching the network. A server that
+  announced a drain is reported as :data:`~nnhal.client.remote.DRAINING`.
+- ``close`` ends the session (the server releases what it created); calls still awaiting
+  an answer resolve with GENERAL_FAILURE, later ones too.
+
+Every coroutine here runs on the event loop that opened the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from nnhal.client.remote import DRAINING
+from nnhal.client.remote.devices import DEVICE_METADATA
+from nnhal.client.remote.messages import check_launch, raise_for_status
+from nnhal.client.remote.transport import (
+    DEFAULT_CALL_TIMEOUT,
+    REQUEST_ID_KEY,
+    SESSION_STREAM_TIMEOUT,
+    Stubs,
+    TlsConfig,
+    channel_options,
+    map_rpc_error,
+    new_request_id,
+    tag_request_id,
+    target_of,
+)
+from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
+from nnhal.proto import service_pb2 as spb
+
+T = TypeVar("T")
+Metadata = tuple[tuple[str, str], ...]
+
+
+def open_aio_channel(address: str, options: list[tuple[str, int]], tls: TlsConfig | None) -> grpc.aio.Channel:
+    """An asyncio channel to ``address``: TLS with ``tls`` on TCP, plaintext otherwise (and on
+    unix sockets) — the choices of :func:`nnhal.client.remote.transport.open_channel`."""
+    target = target_of(address)
+    if tls is None or target.startswith("unix:"):
+        return grpc.aio.insecure_channel(target, options=options)
+    all_options: list[tuple[str, int | str]] = [*options, *tls.options()]
+    return grpc.aio.secure_channel(target, tls.credentials(), options=all_options)
+
+
+class AioSession:
+    """One asyncio channel and session. Open with :meth:`open`, end with :meth:`close`."""
+
+    def __init__(self, address: str, channel: grpc.aio.Channel, device: str | None) -> None:
+        self.address = address
+        self._channel = channel
+        self.stubs = Stubs(channel)  # type: ignore[arg-type]  # the generated stubs accept either channel
+        self._device_md: Metadata = ((DEVICE_METADATA, device),) if device else ()
+        self.session_id = ""
+        self.device_name = ""
+        self.feature_level = 0
+        self.last_request_id = ""
+        self._draining = False
+        self._closed = False
+        #: Set (once) when the session ends: ``_end_error`` is what awaiting calls raise.
+        self._ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._end_error: HalError | None = None
+        self._session_call: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    async def open(
+        cls,
+        address: str,
+        client_name: str,
+        connect_timeout: float,
+        keepalive_ms: int | None,
+        tls: TlsConfig | None,
+        device: str | None,
+    ) -> AioSession:
+        opts = channel_options() if keepalive_ms is None else channel_options(keepalive_ms, keepalive_ms)
+        self = cls(address, open_aio_channel(address, opts, tls), device)
+        try:
+            await self._start(client_name, connect_timeout)
+        except BaseException:
+            await self._shutdown()
+            raise
+        if device and self.device_name != device:  # a one-device server routes every call to it
+            await self.close()
+            raise InvalidArgument(f"the server at {address} has no device named {device!r} (only {self.device_name!r})")
+        return self
+
+    async def _start(self, client_name: str, connect_timeout: float) -> None:
+        call = self.stubs.device.openSession(
+            spb.OpenSessionRequest(client_name=client_name),
+            wait_for_ready=True,
+            timeout=SESSION_STREAM_TIMEOUT,
+            metadata=self.metadata(),
+        )
+        self._session_call = call
+        try:
+            first = await asyncio.wait_for(call.read(), connect_timeout)
+        except asyncio.TimeoutError:
+            raise DeadObject(f"no nnhal server answered at {self.address} within {connect_timeout} s") from None
+        except grpc.RpcError as err:
+            raise map_rpc_error(err, what="openSession") from err
+        if first is grpc.aio.EOF:
+            raise DeadObject(f"the nnhal server at {self.address} ended the session at once")
+        self.session_id = first.session
+        self.device_name = first.device_name
+        self.feature_level = int(first.feature_level)
+        self._draining = bool(first.draining)
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._read_session(call)), loop.create_task(self._watch_channel())]
+
+    # -- death -------------------------------------------------------------------------------
+    async def _read_session(self, call: Any) -> None:
+        try:
+            while (event := await call.read()) is not grpc.aio.EOF:
+                if event.draining:
+                    self._draining = True
+            reason = "the server ended the session"
+        except grpc.RpcError as err:
+            reason = f"the session stream broke ({map_rpc_error(err, what='openSession').message})"
+        except asyncio.CancelledError:
+            return
+        self.declare_dead(reason)
+
+    async def _watch_channel(self) -> None:
+        """A killed server shows as the channel leaving READY within milliseconds; a frozen one
+        when keepalive gives up."""
+        state = self._channel.get_state()
+        try:
+            while True:
+                if state != grpc.ChannelConnectivity.READY:
+                    self.declare_dead(f"the connection to the server was lost ({state.name})")
+                    return
+                await self._channel.wait_for_state_change(state)
+                state = self._channel.get_state()
+        except asyncio.CancelledError:
+            return
+
+    def declare_dead(self, reason: str) -> None:
+        """End the session with DEAD_OBJECT (once; nothing after ``close``)."""
+        if self._ended.done():
+            return
+        if self._draining:
+            reason = f"{DRAINING} ({reason})"
+        self._end(DeadObject(f"nnhal server at {self.address}: {reason}"))
+
+    def _end(self, error: HalError) -> None:
+        self._end_error = error
+        self._ended.set_result(None)
+
+    @property
+    def dead(self) -> bool:
+        return isinstance(self._end_error, DeadObject)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def check(self, what: str = "call") -> None:
+        """Raise DEAD_OBJECT if the server is known dead, GENERAL_FAILURE once closed."""
+        if self._end_error is not None:
+            raise type(self._end_error)(f"{what}: {self._end_error.message}")
+
+    # -- the one call path ---------------------------------------------------------------------
+    def metadata(self) -> Metadata:
+        """The metadata of a new call: a fresh request id, and the device's name if one was asked for."""
+        self.last_request_id = new_request_id()
+        return ((REQUEST_ID_KEY, self.last_request_id), *self._device_md)
+
+    async def call(self, what: str, had_deadline: bool, fn: Callable[[Metadata], Awaitable[T]]) -> T:
+        """``await fn(metadata)``, raced against the session's end; its transport failure raised
+        as the HAL error (a death declared), tagged with the call's request id."""
+        self.check(what)
+        md = self.metadata()
+        rid = md[0][1]
+        task: asyncio.Future[T] = asyncio.ensure_future(fn(md))
+        try:
+            await asyncio.wait((task, self._ended), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not task.done():  # the session ended first: release this waiter now
+            task.cancel()
+            assert self._end_error is not None
+            raise tag_request_id(type(self._end_error)(f"{what}: {self._end_error.message}"), rid)
+        try:
+            return task.result()
+        except grpc.RpcError as err:
+            mapped = map_rpc_error(err, had_deadline=had_deadline, what=what)
+            if isinstance(mapped, DeadObject):
+                self.declare_dead(mapped.message)
+            raise tag_request_id(mapped, rid) from err
+        except HalError as err:
+            raise tag_request_id(err, rid) from None
+        except asyncio.CancelledError:  # grpc cancelled the call under us (channel closed)
+            raise tag_request_id(GeneralFailure(f"{what}: the call was cancelled"), rid) from None
+
+    async def unary(self, rpc: Any, request: Any, what: str, timeout: float | None = None) -> Any:
+        """One unary RPC through :meth:`call` (``timeout`` None: the default call bound)."""
+        limit = DEFAULT_CALL_TIMEOUT if timeout is None else timeout
+        return await self.call(what, timeout is not None, lambda md: rpc(request, timeout=limit, metadata=md))
+
+    async def checked(self, rpc: Any, request: Any, what: str, prefix: bool = True) -> Any:
+        """:meth:`unary`, then its in-band status raised as the HalError (tagged with the request id)."""
+        msg = await self.unary(rpc, request, what)
+        try:
+            raise_for_status(msg, what if prefix else "")
+        except HalError as err:
+            raise tag_request_id(err, self.last_request_id) from None
+        return msg
+
+    async def notify(self, rpc: Any, request: Any, what: str, timeout: float | None) -> Any:
+        """A launch / notify / end RPC (DESIGN §2) through :meth:`call`: its notify message."""
+        limit = DEFAULT_CALL_TIMEOUT if timeout is None else timeout
+
+        async def run(md: Metadata) -> Any:
+            stream = rpc(request, timeout=limit, metadata=md)
+            launch = await stream.read()
+            if launch is grpc.aio.EOF:
+                raise GeneralFailure(f"{what}: the stream ended without a launch status")
+            check_launch(launch, what)
+            event = await stream.read()
+            if event is grpc.aio.EOF:
+                raise GeneralFailure(f"{what}: the stream ended without a notify")
+            return event.notify  # the server ends the stream after it; the call needs no more reading
+
+        return await self.call(what, timeout is not None, run)
+
+    # -- lifetime -------------------------------------------------------------------------------
+    async def close(self) -> None:
+        """End the session: the server releases every object it created. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._ended.done():
+            self._end(GeneralFailure("the device proxy is closed"))
+        await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._session_call is not None:
+            self._session_call.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._channel.close()

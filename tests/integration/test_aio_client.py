@@ -1,0 +1,293 @@
+"""The asyncio client (nnhal.client.aio) against real server processes.
+
+The sync client's cross-process death and exactly-once tests (test_death.py,
+test_device.py), on ``grpc.aio``: every awaiting call resolves with DEAD_OBJECT exactly
+once within the same bounds, later calls fail at once; plus many concurrent executions
+from one event loop. Each test runs its own event loop (``asyncio.run``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nnhal.client import aio
+from nnhal.client.remote import DEATH_DETECTION_BOUND_S, DRAINING, request_id_of
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import DeadObject, HalError, InvalidArgument
+from nnhal.testing.local_server import LocalServer
+from tests.conftest import add_model, ones, relu_chain
+from tests.integration.test_tls import Pki, mtls_server, pki  # noqa: F401  (fixtures)
+from tests.validation_cases import INVALID_MODELS
+
+pytestmark = pytest.mark.integration
+
+
+def _run(main: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def _fired(task: asyncio.Future[Any]) -> list[int]:
+    """Count user-visible deliveries of ``task``."""
+    count = [0]
+
+    def on_done(_task: object) -> None:
+        count[0] += 1
+
+    task.add_done_callback(on_done)
+    return count
+
+
+def test_prepare_and_execute_sync_and_async(server: LocalServer) -> None:
+    async def main() -> None:
+        async with aio.Device.connect(server.address, client_name="aio") as dev:
+            assert (await dev.capabilities()).relaxed_float32_to_float16_performance_scalar is not None
+            assert await dev.supported_operations(add_model()) == [True]
+            a = np.arange(8, dtype=np.float32).reshape(2, 4)
+            async with await dev.prepare_model(add_model()) as pm:
+                out = await pm.execute([a, a], measure=True)
+                np.testing.assert_array_equal(out.outputs[0], a + a)
+                task = pm.execute_async([a, 3 * a])
+                fired = _fired(task)
+                outcome = await task
+                assert outcome.status == ErrorStatus.NONE
+                np.testing.assert_array_equal(outcome.outputs[0], 4 * a)
+                await asyncio.sleep(0.1)
+                assert fired[0] == 1
+                assert dev.last_request_id
+            with pytest.raises(InvalidArgument):  # released: the server no longer knows it
+                await pm.execute([a, a])
+
+    _run(main)
+
+
+def test_unknown_output_shape_and_deadline(server: LocalServer) -> None:
+    async def main() -> None:
+        async with aio.Device.connect(server.address) as dev:
+            pm = await dev.prepare_model(add_model((0, 4)))  # output shape known only at execution
+            a = np.ones((3, 4), np.float32)
+            np.testing.assert_array_equal((await pm.execute([a, a])).outputs[0], 2 * a)
+            slow = await dev.prepare_model(relu_chain(4))
+            await dev.set_faults(execute_delay_ms=300)
+            try:
+                task = slow.execute_async([np.ones((1, 64), np.float32)], timeout=0.1)
+                fired = _fired(task)
+                outcome = await task
+                missed = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
+                assert outcome.status in missed, outcome.message
+                await asyncio.sleep(0.1)
+                assert fired[0] == 1
+            finally:
+                await dev.set_faults()
+
+    _run(main)
+
+
+def test_close_releases_waiters_with_general_failure(server: LocalServer) -> None:
+    async def main() -> None:
+        dev = await aio.Device.connect(server.address)
+        pm = await dev.prepare_model(add_model())
+        await dev.set_faults(execute_delay_ms=10_000)
+        task = pm.execute_async([ones(), ones()])
+        fired = _fired(task)
+        await asyncio.sleep(0.2)
+        await dev.close()
+        outcome = await asyncio.wait_for(task, 5)
+        assert outcome.status == ErrorStatus.GENERAL_FAILURE and "closed" in outcome.message
+        with pytest.raises(HalError, match="closed"):
+            await dev.capabilities()
+        assert fired[0] == 1 and not dev.dead
+
+    _run(main)
+
+
+def test_invalid_model_is_invalid_argument_once(server: LocalServer) -> None:
+    model, words = INVALID_MODELS[sorted(INVALID_MODELS)[0]]
+
+    async def main() -> None:
+        async with aio.Device.connect(server.address) as dev:
+            task = asyncio.ensure_future(dev.prepare_model(model))
+            fired = _fired(task)
+            with pytest.raises(InvalidArgument) as info:
+                await task
+            assert words in info.value.message
+            assert request_id_of(info.value) == dev.last_request_id  # to match the server's log
+            await asyncio.sleep(0.1)
+            assert fired[0] == 1
+
+    _run(main)
+
+
+def test_many_concurrent_executions_from_one_loop() -> None:
+    """200 executions in flight at once (100 execute_1_3, 100 executeSynchronously_1_3) from one
+    loop, all correct. The server's admission bound (slots + queue depth, 66 by default) would
+    refuse some with RESOURCE_EXHAUSTED_TRANSIENT, as it would the sync client's 200 threads."""
+
+    async def main(address: str) -> None:
+        async with aio.Device.connect(address) as dev:
+            pm = await dev.prepare_model(add_model())
+            base = ones()
+            tasks = [pm.execute_async([k * base, base]) for k in range(100)]
+            tasks += [asyncio.ensure_future(pm.execute([k * base, 2 * base])) for k in range(100)]
+            outcomes = await asyncio.gather(*tasks)
+            for k, outcome in enumerate(outcomes):
+                assert outcome.status == ErrorStatus.NONE, outcome.message
+                np.testing.assert_array_equal(outcome.outputs[0], (k % 100 + 1 + k // 100) * base)
+            await pm.release()
+
+    with LocalServer("--queue-depth", "256", "--max-threads", "512") as srv:
+        asyncio.run(asyncio.wait_for(main(srv.address), 60))
+
+
+async def _dead_at_once(dev: aio.Device, pm: aio.PreparedModel | None) -> None:
+    """Calls on a dead server fail with DEAD_OBJECT without waiting."""
+    t1 = time.monotonic()
+    with pytest.raises(DeadObject):
+        await dev.capabilities()
+    with pytest.raises(DeadObject):
+        await dev.prepare_model(add_model())
+    if pm is not None:
+        with pytest.raises(DeadObject):
+            await pm.execute([ones(), ones()])
+        with pytest.raises(DeadObject):
+            pm.execute_async([ones(), ones()])
+    assert time.monotonic() - t1 < 0.2, "calls on a dead server must fail at once"
+    assert dev.dead
+
+
+def test_sigkill_during_prepare_releases_waiter(own_server: LocalServer) -> None:
+    async def main() -> None:
+        async with aio.Device.connect(own_server.address) as dev:
+            await dev.set_faults(prepare_delay_ms=10_000)
+            task = asyncio.ensure_future(dev.prepare_model(add_model()))
+            fired = _fired(task)
+            await asyncio.sleep(0.3)
+            t0 = time.monotonic()
+            own_server.signal(signal.SIGKILL)
+            done, _ = await asyncio.wait({task}, timeout=1.0)
+            assert task in done, "prepare waiter not released within 1 s"
+            assert time.monotonic() - t0 < 1.0
+            assert isinstance(task.exception(), DeadObject)
+            await _dead_at_once(dev, None)
+            await asyncio.sleep(0.2)
+            assert fired[0] == 1
+
+    _run(main)
+
+
+def test_sigkill_during_async_execution(own_server: LocalServer) -> None:
+    async def main() -> None:
+        async with aio.Device.connect(own_server.address) as dev:
+            pm = await dev.prepare_model(add_model())
+            await dev.set_faults(execute_delay_ms=10_000, prepare_delay_ms=10_000)
+            task = pm.execute_async([ones(), ones()])
+            fired = _fired(task)
+            others = [pm.execute_async([ones(), ones()]) for _ in range(4)]
+            others += [asyncio.ensure_future(pm.execute([ones(), ones()])) for _ in range(2)]
+            others += [asyncio.ensure_future(dev.prepare_model(add_model())) for _ in range(2)]
+            await asyncio.sleep(0.3)
+            t0 = time.monotonic()
+            own_server.signal(signal.SIGKILL)
+            done, _ = await asyncio.wait({task, *others}, timeout=1.0)
+            assert len(done) == 1 + len(others), "execution waiters not released within 1 s"
+            assert time.monotonic() - t0 < 1.0
+            assert task.result().status == ErrorStatus.DEAD_OBJECT
+            for other in others:
+                err = other.exception()
+                status = err.error_status if isinstance(err, HalError) else other.result().status
+                assert status == ErrorStatus.DEAD_OBJECT
+            await _dead_at_once(dev, pm)
+            await asyncio.sleep(0.2)
+            assert fired[0] == 1
+
+    _run(main)
+
+
+def test_sigstop_detected_within_keepalive_bound(own_server: LocalServer) -> None:
+    async def main() -> None:
+        async with aio.Device.connect(own_server.address) as dev:
+            pm = await dev.prepare_model(add_model())
+            await dev.set_faults(execute_delay_ms=30_000)
+            task = pm.execute_async([ones(), ones()])
+            fired = _fired(task)
+            await asyncio.sleep(0.3)
+            t0 = time.monotonic()
+            own_server.signal(signal.SIGSTOP)
+            try:
+                done, _ = await asyncio.wait({task}, timeout=DEATH_DETECTION_BOUND_S)
+                assert task in done, f"frozen server not detected within {DEATH_DETECTION_BOUND_S} s"
+                assert time.monotonic() - t0 <= DEATH_DETECTION_BOUND_S
+                assert task.result().status == ErrorStatus.DEAD_OBJECT
+                with pytest.raises(DeadObject):
+                    await dev.capabilities()
+                assert fired[0] == 1
+            finally:
+                own_server.signal(signal.SIGCONT)
+
+    _run(main)
+
+
+def test_no_server_is_dead_object(tmp_path: Any) -> None:
+    async def main() -> None:
+        t0 = time.monotonic()
+        with pytest.raises(DeadObject):
+            await aio.Device.connect(f"unix:{tmp_path}/none.sock", timeout=0.5)
+        assert time.monotonic() - t0 < 5.0
+
+    _run(main)
+
+
+def test_several_devices_and_mtls(pki: Pki, mtls_server: LocalServer) -> None:  # noqa: F811  (fixtures)
+    """``device=`` routes every call to that device (``nnhal-device``); mTLS connects with ``tls=``."""
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+
+    async def main() -> None:
+        async with aio.Device.connect(mtls_server.address, tls=pki.client(pki.a)) as dev:
+            pm = await dev.prepare_model(add_model())
+            np.testing.assert_array_equal((await pm.execute([a, a])).outputs[0], a + a)
+        with LocalServer("--device", "cpu", "--device", "ort", "--cache-secret-file", "none") as two:
+            async with aio.Device.connect(two.address, device="ort") as ort:
+                assert ort.name == "ort"
+                pm = await ort.prepare_model(add_model())
+                np.testing.assert_array_equal((await pm.execute([a, a])).outputs[0], a + a)
+            with pytest.raises(HalError, match="no device named 'gpu'"):
+                await aio.Device.connect(two.address, device="gpu")
+
+    _run(main)
+
+
+def test_a_drain_lets_launched_work_finish_and_is_reported_as_such() -> None:
+    srv = LocalServer("--enable-fault-injection", "--drain-seconds", "10")
+
+    async def main() -> None:
+        async with aio.Device.connect(srv.address) as dev:
+            pm = await dev.prepare_model(add_model())
+            await dev.set_faults(execute_delay_ms=1000)
+            a = np.arange(8, dtype=np.float32).reshape(2, 4)
+            task = pm.execute_async([a, a])
+            fired = _fired(task)
+            await asyncio.sleep(0.3)
+            srv.signal(signal.SIGTERM)
+            outcome = await asyncio.wait_for(task, 30)
+            assert outcome.status == ErrorStatus.NONE, outcome.message
+            np.testing.assert_array_equal(outcome.outputs[0], a + a)
+            end = time.monotonic() + 30
+            while not dev.dead and time.monotonic() < end:
+                await asyncio.sleep(0.05)
+            assert dev.draining
+            with pytest.raises(DeadObject) as dead:
+                await dev.capabilities()
+            assert DRAINING in dead.value.message
+            assert fired[0] == 1
+
+    try:
+        _run(main)
+        assert srv.proc.wait(30) == 0
+    finally:
+        srv.stop()
