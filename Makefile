@@ -6,9 +6,9 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard protos/nnhal/proto/*.proto)
 ADDR   ?= 127.0.0.1:50051
 # pytest-xdist workers for the suite (the tests use port 0 and private temporary folders);
-# WORKERS=0 runs it in one process.
+# WORKERS=0 runs it in one process. The 20 slowest tests are listed after each run (keep it quick).
 WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist worksteal
+PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist worksteal --durations=20
 
 .PHONY: setup run test test-fast soak proto proto-check lint format bench conformance fuzz clean
 
