@@ -17,7 +17,8 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	# --no-compile: most installed modules are never imported; those that are compile on first use.
+	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
 	touch $(STAMP)
 
 # A server with the default CPU device, and the demo client through it.
