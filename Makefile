@@ -14,10 +14,10 @@ PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist worksteal --durations=20
 
 setup: $(STAMP)
 
+# --no-compile: most installed modules are never imported; those that are compile on first use.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# --no-compile: most installed modules are never imported; those that are compile on first use.
 	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
 	touch $(STAMP)
 
