@@ -6,18 +6,19 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard protos/nnhal/proto/*.proto)
 ADDR   ?= 127.0.0.1:50051
 # pytest-xdist workers for the suite (the tests use port 0 and private temporary folders);
-# WORKERS=0 runs it in one process.
+# WORKERS=0 runs it in one process. The 20 slowest tests are listed after each run (keep it quick).
 WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist worksteal
+PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist worksteal --durations=20
 
 .PHONY: setup run test test-fast soak proto proto-check lint format bench conformance fuzz clean
 
 setup: $(STAMP)
 
+# --no-compile: most installed modules are never imported; those that are compile on first use.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
 	touch $(STAMP)
 
 # A server with the default CPU device, and the demo client through it.
