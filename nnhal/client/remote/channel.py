@@ -23,7 +23,13 @@ with ``draining`` set on the session stream, and the end of that server (its
 stream's end, its connection closing) is then reported as :data:`DRAINING` —
 in the DEAD_OBJECT messages and the death monitor's ``reason`` — instead of a
 death. Until the server is gone, launched work still completes and new work is
-refused by the server with DEVICE_UNAVAILABLE.
+refused by the server with DEVICE_UNAVAILABLE. A waiter then gets the status its own
+stream delivers (the server sends one before it goes), even when the session stream's
+end is read first: after a drain the monitor releases waiters only after a grace
+(:data:`~nnhal.client.remote.monitor.DRAIN_NOTIFY_GRACE_S`).
+
+A session collected at interpreter shutdown closes its channel without starting a
+thread (:func:`~nnhal.client.death.close_channel`): exiting never hangs.
 """
 
 from __future__ import annotations
