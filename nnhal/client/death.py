@@ -15,6 +15,7 @@ without touching the network.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -107,7 +108,10 @@ class DeathMonitor:
         if was_ready:
             self.declare_dead(f"the connection left READY ({state.name})")
 
-    def declare_dead(self, reason: str) -> None:
+    def declare_dead(self, reason: str, grace: float = 0.0) -> None:
+        """Mark the server dead (later calls fail at once) and release every waiter with
+        DEAD_OBJECT — after up to ``grace`` seconds, on a daemon thread, when ``grace`` > 0:
+        waiters whose own stream delivers their end meanwhile keep that end (a drain)."""
         with self._lock:
             if self._dead.is_set() or self._closing:
                 return
@@ -118,8 +122,13 @@ class DeathMonitor:
             hooks = list(self._hooks)
         # "gone", not "died": a draining server (a planned shutdown) ends up here too.
         log.warning("%s is gone: %s; releasing %d waiters", self._what, reason, len(waiters))
-        for cb in waiters:
-            cb.notify(ErrorStatus.DEAD_OBJECT, None, f"{self._what}: {reason}")
+        message = f"{self._what}: {reason}"
+        if grace > 0 and waiters and not sys.is_finalizing():
+            threading.Thread(
+                target=_release_after, args=(waiters, message, grace), name="nnhal-drain-release", daemon=True
+            ).start()
+        else:
+            _release_after(waiters, message, 0.0)
         for hook in hooks:
             hook(reason)
 
@@ -134,6 +143,15 @@ class DeathMonitor:
         """Stop watching, then close the channel (see :func:`close_channel`)."""
         self.stop()
         close_channel(self._channel)
+
+
+def _release_after(waiters: list[Callback], message: str, grace: float) -> None:  # type: ignore[type-arg]
+    """Notify ``waiters`` with DEAD_OBJECT once each is done or ``grace`` seconds passed
+    (a waiter already notified keeps its result: a Callback delivers once)."""
+    end = time.monotonic() + grace
+    for cb in waiters:
+        cb.wait(max(0.0, end - time.monotonic()))
+        cb.notify(ErrorStatus.DEAD_OBJECT, None, message)
 
 
 #: grpcio's poller wakes every 0.2 s; ten rounds is plenty even on a loaded machine.
@@ -154,8 +172,13 @@ def close_channel(channel: grpc.Channel) -> None:
     0.2 s) after the last unsubscribe (ours, or ``channel_ready_future``'s); a channel
     closed under it makes that thread raise ``ValueError: Cannot monitor channel state:
     Channel closed!``. So the close waits for the poller (bounded), in a daemon thread
-    when it must wait, and closing stays immediate for the caller."""
-    if not _poller_running(channel):
+    when it must wait, and closing stays immediate for the caller.
+
+    At interpreter shutdown (a session collected then, e.g. after a failed connect) no
+    thread is started: a new thread never runs once the interpreter finalizes, and
+    ``Thread.start`` would wait for it forever. The channel is closed at once instead;
+    the poller, a daemon thread, is frozen by then."""
+    if not _poller_running(channel) or sys.is_finalizing():
         channel.close()
         return
 
@@ -165,4 +188,7 @@ def close_channel(channel: grpc.Channel) -> None:
             time.sleep(0.01)
         channel.close()
 
-    threading.Thread(target=close_after_poller, name="nnhal-channel-close", daemon=True).start()
+    try:
+        threading.Thread(target=close_after_poller, name="nnhal-channel-close", daemon=True).start()
+    except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        channel.close()

@@ -24,8 +24,6 @@ from google.protobuf.message import DecodeError
 
 from nnhal.core.enums import (
     EXTENSION_TYPE_LOW_BITS,
-    DeviceStatus,
-    DeviceType,
     ErrorStatus,
     OperandLifeTime,
     OperandType,
@@ -34,31 +32,56 @@ from nnhal.core.enums import (
 )
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import (
-    BufferDesc,
-    BufferRole,
     BufferTokenPool,
-    Capabilities,
     DataLocation,
     ExecutionResult,
-    Extension,
     ExtensionNameAndPrefix,
-    ExtensionOperandTypeInformation,
     FencedExecutionInfo,
     InlinePool,
     MemoryPool,
     Model,
     Operand,
-    OperandPerformance,
     Operation,
     OperationProfile,
     OutputShape,
-    PerformanceInfo,
     Request,
     RequestArgument,
     SharedMemoryPool,
     Subgraph,
     SymmPerChannelQuantParams,
     Timing,
+)
+
+# The device facts' conversions (re-exported: every caller reaches them as wire.*).
+from nnhal.core.wire_device import (
+    buffer_desc_from as buffer_desc_from,
+)
+from nnhal.core.wire_device import (
+    buffer_desc_to as buffer_desc_to,
+)
+from nnhal.core.wire_device import (
+    buffer_role_from as buffer_role_from,
+)
+from nnhal.core.wire_device import (
+    buffer_role_to as buffer_role_to,
+)
+from nnhal.core.wire_device import (
+    capabilities_from as capabilities_from,
+)
+from nnhal.core.wire_device import (
+    capabilities_to as capabilities_to,
+)
+from nnhal.core.wire_device import (
+    device_status_from as device_status_from,
+)
+from nnhal.core.wire_device import (
+    device_type_from as device_type_from,
+)
+from nnhal.core.wire_device import (
+    extension_from as extension_from,
+)
+from nnhal.core.wire_device import (
+    extension_to as extension_to,
 )
 from nnhal.proto import service_pb2 as spb
 from nnhal.proto import types_pb2 as pb
@@ -428,82 +451,3 @@ def model_from_bytes(data: bytes) -> Model:
     except DecodeError as err:
         raise InvalidArgument(f"not a serialized model: {err}") from err
     return model_from(msg)
-
-
-# -- device ----------------------------------------------------------------------
-def _perf_to(p: PerformanceInfo, msg: pb.PerformanceInfo) -> None:
-    msg.exec_time = p.exec_time
-    msg.power_usage = p.power_usage
-
-
-def _perf_from(msg: pb.PerformanceInfo) -> PerformanceInfo:
-    return PerformanceInfo(msg.exec_time, msg.power_usage)
-
-
-def capabilities_to(c: Capabilities, msg: pb.Capabilities) -> None:
-    _perf_to(c.relaxed_float32_to_float16_performance_scalar, msg.relaxed_float32_to_float16_performance_scalar)
-    _perf_to(c.relaxed_float32_to_float16_performance_tensor, msg.relaxed_float32_to_float16_performance_tensor)
-    for op in c.operand_performance:
-        m = msg.operand_performance.add()
-        m.type = int(op.type)
-        _perf_to(op.info, m.info)
-    _perf_to(c.if_performance, msg.if_performance)
-    _perf_to(c.while_performance, msg.while_performance)
-
-
-def capabilities_from(msg: pb.Capabilities) -> Capabilities:
-    return Capabilities(
-        _perf_from(msg.relaxed_float32_to_float16_performance_scalar),
-        _perf_from(msg.relaxed_float32_to_float16_performance_tensor),
-        tuple(
-            OperandPerformance(_enum(_OPERAND_TYPES, m.type, "operand performance type"), _perf_from(m.info))
-            for m in msg.operand_performance
-        ),
-        _perf_from(msg.if_performance),
-        _perf_from(msg.while_performance),
-    )
-
-
-def extension_to(e: Extension, msg: pb.Extension) -> None:
-    msg.name = e.name
-    for t in e.operand_types:
-        msg.operand_types.add(type=t.type, is_tensor=t.is_tensor, byte_size=t.byte_size)
-
-
-def extension_from(msg: pb.Extension) -> Extension:
-    return Extension(
-        msg.name,
-        tuple(ExtensionOperandTypeInformation(t.type, t.is_tensor, t.byte_size) for t in msg.operand_types),
-    )
-
-
-def device_type_from(value: int) -> DeviceType:
-    try:
-        return DeviceType(value)
-    except ValueError:
-        return DeviceType.OTHER
-
-
-def device_status_from(value: int) -> DeviceStatus:
-    try:
-        return DeviceStatus(value)
-    except ValueError:
-        return DeviceStatus.UNKNOWN
-
-
-def buffer_desc_from(msg: pb.BufferDesc) -> BufferDesc:
-    return BufferDesc(tuple(msg.dimensions))
-
-
-def buffer_role_from(msg: pb.BufferRole) -> BufferRole:
-    return BufferRole(msg.model_index, msg.io_index, msg.frequency)
-
-
-def buffer_role_to(role: BufferRole, msg: pb.BufferRole) -> None:
-    msg.model_index = role.model_index
-    msg.io_index = role.io_index
-    msg.frequency = role.frequency
-
-
-def buffer_desc_to(desc: BufferDesc, msg: pb.BufferDesc) -> None:
-    msg.dimensions.extend(desc.dimensions)

@@ -29,14 +29,11 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
-from nnhal import __version__
 from nnhal.core.enums import (
     LOOP_TIMEOUT_DEFAULT_NS,
     LOOP_TIMEOUT_MAXIMUM_NS,
     DeviceStatus,
-    DeviceType,
     ExecutionPreference,
     HalVersion,
     Priority,
@@ -57,16 +54,17 @@ from nnhal.server import cache
 from nnhal.server.aidl_objects import AidlObjects
 from nnhal.server.artifacts import builder, open_cache, sealer
 from nnhal.server.backend import Backend, ReferenceBackend
-from nnhal.server.budget import MemoryBudget
 from nnhal.server.buffers import BufferRegistry, copy_from_pool, copy_to, resolve_tokens
-from nnhal.server.executor import example_extension, extensions
+from nnhal.server.client_quotas import ClientQuotas
+from nnhal.server.device_config import AVAILABLE_EXTENSIONS, DeviceConfig
+from nnhal.server.executor import extensions
 from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
 from nnhal.server.executor.validate import validate_full
 from nnhal.server.fences import FenceTable
 from nnhal.server.handles import HandleTable, new_handle
 from nnhal.server.jobs import Counter, ExecutionJob, PrepareJob, check_deadline
 from nnhal.server.lifecycle import DRAIN_EXPIRED, Lifecycle
-from nnhal.server.memory import SharedMemoryPolicy, bind_model_pools, bind_pools, token_placeholder
+from nnhal.server.memory import bind_model_pools, bind_pools, token_placeholder
 from nnhal.server.prepared_model import PreparedModel
 from nnhal.server.scheduler import Scheduler
 from nnhal.server.session import CLOSED, VERIFIED_CLIENT, Faults, Session
@@ -74,115 +72,7 @@ from nnhal.server.session import CLOSED, VERIFIED_CLIENT, Faults, Session
 log = logging.getLogger(__name__)
 
 
-class ClientQuotas(MemoryBudget):
-    """A MemoryBudget whose per-client limit covers every session of one verified identity
-    together (sessions opened with ``client`` None keep the per-session check). Only
-    kept with a per-client limit; sessions without a client pay no extra lock.
-    Lock order: this class's lock, then the base budget's (a leaf)."""
-
-    def __init__(self, per_client: int = 0, total: int = 0) -> None:
-        super().__init__(per_client, total)
-        self._clients_lock = threading.Lock()
-        self._client_of: dict[str, str] = {}  # session -> client, sessions with a client only
-        self._client_used: dict[str, int] = {}
-        self._client_sessions: dict[str, int] = {}
-
-    def open_client_session(self, session: str, client: str | None) -> None:
-        self.open_session(session)
-        if client is None or not self.per_client:
-            return
-        with self._clients_lock:
-            self._client_of[session] = client
-            self._client_used.setdefault(client, 0)
-            self._client_sessions[client] = self._client_sessions.get(client, 0) + 1
-
-    def close_session(self, session: str) -> int:
-        if session not in self._client_of:
-            return super().close_session(session)
-        with self._clients_lock:
-            client = self._client_of.pop(session, None)
-            freed = super().close_session(session)
-            if client is not None:
-                left = self._client_sessions.pop(client) - 1
-                used = self._client_used.pop(client) - freed
-                if left:
-                    self._client_sessions[client], self._client_used[client] = left, used
-        return freed
-
-    def charge(self, session: str, nbytes: int, what: str = "model constants") -> None:
-        if session not in self._client_of:
-            return super().charge(session, nbytes, what)
-        with self._clients_lock:
-            client = self._client_of.get(session)
-            if client is None:  # closed meanwhile: the base says so
-                return super().charge(session, nbytes, what)
-            used = self._client_used[client]
-            if nbytes <= self.per_client and used + nbytes > self.per_client:
-                raise ResourceExhaustedTransient(
-                    f"{what} need {nbytes} bytes; client {client.removeprefix('x509:')!r} already uses {used} "
-                    f"of its {self.per_client} across its sessions; release prepared models or buffers and retry"
-                )
-            super().charge(session, nbytes, what)
-            self._client_used[client] = used + nbytes
-
-    def uncharge(self, session: str, nbytes: int, what: str = "model constants") -> None:
-        if session not in self._client_of:
-            return super().uncharge(session, nbytes, what)
-        with self._clients_lock:
-            client = self._client_of.get(session)
-            super().uncharge(session, nbytes, what)
-            if client is not None:
-                self._client_used[client] -= nbytes
-
-
-#: The vendor extensions a device can offer (``DeviceConfig.extensions``), by name.
-AVAILABLE_EXTENSIONS = {example_extension.NAME: example_extension.DEFINITION}
-
-
-@dataclass
-class DeviceConfig:
-    name: str = "nnhal-cpu"
-    feature_level: HalVersion = HalVersion.AIDL_V4
-    device_type: DeviceType = DeviceType.CPU
-    shared_memory: SharedMemoryPolicy | None = None
-    #: Concurrent executions and how many more may queue (RESOURCE_EXHAUSTED_TRANSIENT beyond).
-    slots: int = 2
-    queue_depth: int = 64
-    #: Bytes (model constants, buffers, in-flight request data) per client and in total; 0 = no limit.
-    memory_per_client: int = 0
-    memory_total: int = 0
-    max_sessions: int = 128
-    #: Long-lived calls (open bursts, getExecutionInfo waits) per client, and in total (0: derived
-    #: from the worker threads, so that some always stay free for health, stats and new clients).
-    max_bursts_per_session: int = 16
-    max_fence_waits_per_session: int = 16
-    #: Preparations between launch and notify per client (each holds a worker thread meanwhile).
-    max_preparations_per_session: int = 16
-    max_long_calls: int = 0
-    #: The server's gRPC worker threads (ServerOptions.max_threads), for the derived total.
-    max_threads: int = 256
-    #: Executions the client gave no deadline end (MISSED_DEADLINE_PERSISTENT) after this; 0 = never.
-    max_execution_seconds: float = 0.0
-    fault_injection: bool = False
-    #: Vendor extensions this device offers, by name (each in AVAILABLE_EXTENSIONS).
-    extensions: tuple[str, ...] = ()
-    #: Seals compilation caches; persist it (cache.load_secret) so caches survive restarts.
-    cache_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
-    #: What computes (the backend's description), for the version string.
-    executor: str = "numpy CPU executor"
-
-    @property
-    def version_string(self) -> str:
-        return f"nnhal {__version__} (NN HAL {self.feature_level.label}, {self.executor})"
-
-    def limits(self) -> dict[str, int]:
-        return {
-            "slots": self.slots,
-            "queue_depth": self.queue_depth,
-            "memory_per_client": self.memory_per_client,
-            "memory_total": self.memory_total,
-            "max_sessions": self.max_sessions,
-        }
+__all__ = ["AVAILABLE_EXTENSIONS", "ClientQuotas", "DeviceConfig", "Driver"]
 
 
 class Driver:

@@ -11,6 +11,8 @@ import pytest
 
 from nnhal.client.callbacks import Callback
 from nnhal.client.death import DeathMonitor
+from nnhal.client.remote import monitor as monitor_module
+from nnhal.client.remote.monitor import DRAIN_NOTIFY_GRACE_S, DRAINING, SessionMonitor
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, InvalidArgument
 
@@ -235,3 +237,47 @@ def test_wait_dead_is_bounded() -> None:
     threading.Timer(0.05, monitor.declare_dead, args=("later",)).start()
     assert monitor.wait_dead(5.0)
     monitor.stop()
+
+
+def test_a_draining_servers_end_leaves_its_waiters_the_status_their_stream_delivers() -> None:
+    # The flake seen under load: the session stream's end was read before a notify the
+    # draining server had already sent, and the waiter got DEAD_OBJECT instead of it.
+    channel = FakeChannel()
+    monitor = SessionMonitor(channel, "nnhal server at test")  # type: ignore[arg-type]
+    monitor.mark_draining()
+    told, broken = Callback[int](), Callback[int]()
+    for cb in (told, broken):
+        assert monitor.register(cb)
+    monitor.declare_dead("the server ended the session")
+    assert monitor.dead and monitor.reason.startswith(DRAINING)
+    with pytest.raises(DeadObject, match="draining"):
+        monitor.check()  # later calls fail at once
+    assert not told.done() and not broken.done()  # their own streams may still deliver
+    told.notify(ErrorStatus.DEVICE_UNAVAILABLE, None, "the drain time ran out")  # its notify, read late
+    broken.notify(ErrorStatus.DEAD_OBJECT, None, "stream broke")  # its stream broke: DEAD_OBJECT
+    for cb in (told, broken):
+        assert cb.wait(DRAIN_NOTIFY_GRACE_S + 5.0) and cb.notifications == 1
+    assert told.status == ErrorStatus.DEVICE_UNAVAILABLE and broken.status == ErrorStatus.DEAD_OBJECT
+    _wait_for_no_release_thread()
+    monitor.stop()
+
+
+def test_a_draining_servers_end_releases_a_silent_waiter_after_the_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(monitor_module, "DRAIN_NOTIFY_GRACE_S", 0.05)
+    channel = FakeChannel()
+    monitor = SessionMonitor(channel, "nnhal server at test")  # type: ignore[arg-type]
+    monitor.mark_draining()
+    silent = Callback[int]()
+    monitor.register(silent)
+    monitor.declare_dead("the server ended the session")
+    assert silent.wait(10.0) and silent.status == ErrorStatus.DEAD_OBJECT and silent.notifications == 1
+    assert DRAINING in silent.message
+    _wait_for_no_release_thread()
+    monitor.stop()
+
+
+def _wait_for_no_release_thread() -> None:
+    end = time.monotonic() + 10.0
+    while time.monotonic() < end and any(t.name == "nnhal-drain-release" for t in threading.enumerate()):
+        time.sleep(0.01)
+    assert not [t for t in threading.enumerate() if t.name == "nnhal-drain-release"]

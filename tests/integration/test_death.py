@@ -166,6 +166,43 @@ def test_connect_to_nothing_is_dead_object() -> None:
     assert time.monotonic() - t0 < 5.0
 
 
+# A client whose connect fails; the error (and so, through its traceback, the half-made
+# session) lives until the interpreter exits: the session is collected at shutdown.
+_FAILED_CONNECT_CLIENT = textwrap.dedent(
+    """
+    import socket, sys
+    from nnhal.client.device import Device
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # a free loopback port: nothing listens there
+    if sys.argv[1] == "uncaught":
+        Device.connect(f"127.0.0.1:{port}", timeout=1.0)
+    try:
+        Device.connect(f"127.0.0.1:{port}", timeout=1.0)
+    except Exception as err:
+        kept = err
+        print(f"error: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["caught", "uncaught"])
+def test_a_client_whose_connect_failed_exits_promptly(how: str) -> None:
+    # Seen hanging at exit: the session's __del__ closed its channel at interpreter shutdown
+    # by starting a thread, and Thread.start then waited forever for it to run.
+    proc = subprocess.run(
+        [sys.executable, "-c", _FAILED_CONNECT_CLIENT, how],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=20,
+    )
+    assert proc.returncode == (2 if how == "caught" else 1), proc.stderr
+    assert "DeadObject" in proc.stderr and "no nnhal server answered" in proc.stderr, proc.stderr
+
+
 _BUSY_CLIENT = textwrap.dedent(
     """
     import sys, numpy as np

@@ -23,6 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from nnhal.client.callbacks import Callback
 from nnhal.client.device import Device
 from nnhal.client.remote import DRAINING
+from nnhal.client.remote import channel as channel_module
 from nnhal.client.resilient import ResilientDevice
 from nnhal.core.enums import ErrorStatus, Priority
 from nnhal.core.errors import DeadObject, DeviceUnavailable
@@ -151,6 +152,41 @@ def test_work_left_after_the_drain_time_ends_with_a_status(draining_server: Loca
         assert cb.message == DRAIN_EXPIRED
         assert srv.proc.wait(EXIT_BOUND_S) == 0
         time.sleep(0.3)  # a second notify, if there were one, would have arrived by now
+        assert fired == [1]
+    finally:
+        dev.close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("draining_server", [0.5], indirect=True)
+def test_a_drain_status_read_after_the_servers_end_still_reaches_its_waiter(
+    draining_server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race behind a flake under load: the client read the session stream's end (and
+    # released every waiter with DEAD_OBJECT) before the notify the server had sent on the
+    # execution's own stream. Here the notify is read only once the end was seen.
+    srv = draining_server
+    dev = Device.connect(srv.address)
+    real_notify_of = channel_module.notify_of
+
+    def read_late(call: Any, what: str) -> Any:
+        end = time.monotonic() + WAIT_BOUND_S
+        while not dev.remote.dead and time.monotonic() < end:
+            time.sleep(0.01)
+        return real_notify_of(call, what)
+
+    monkeypatch.setattr(channel_module, "notify_of", read_late)
+    try:
+        pm = dev.prepare_model_sync(add_model())
+        dev.set_faults(execute_delay_ms=30_000)
+        cb = pm.execute_async([ones(), ones()])
+        fired = _counting(cb)
+        _wait_in_flight(dev)
+        srv.signal(signal.SIGTERM)
+        assert srv.proc.wait(EXIT_BOUND_S) == 0
+        assert cb.wait(WAIT_BOUND_S)
+        assert dev.remote.dead and dev.remote.draining
+        assert (cb.status, cb.message) == (ErrorStatus.DEVICE_UNAVAILABLE, DRAIN_EXPIRED)
         assert fired == [1]
     finally:
         dev.close()

@@ -1,0 +1,65 @@
+"""DeviceConfig: what a device offers and the limits it keeps (the driver reads it at start).
+
+Also the vendor extensions a device can offer, by name (``AVAILABLE_EXTENSIONS``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+
+from nnhal import __version__
+from nnhal.core.enums import DeviceType, HalVersion
+from nnhal.server.executor import example_extension
+from nnhal.server.memory import SharedMemoryPolicy
+
+#: The vendor extensions a device can offer (``DeviceConfig.extensions``), by name.
+AVAILABLE_EXTENSIONS = {example_extension.NAME: example_extension.DEFINITION}
+
+
+@dataclass
+class DeviceConfig:
+    """A device's identity (name, feature level, type), its limits and its options."""
+
+    name: str = "nnhal-cpu"
+    feature_level: HalVersion = HalVersion.AIDL_V4
+    device_type: DeviceType = DeviceType.CPU
+    shared_memory: SharedMemoryPolicy | None = None
+    #: Concurrent executions and how many more may queue (RESOURCE_EXHAUSTED_TRANSIENT beyond).
+    slots: int = 2
+    queue_depth: int = 64
+    #: Bytes (model constants, buffers, in-flight request data) per client and in total; 0 = no limit.
+    memory_per_client: int = 0
+    memory_total: int = 0
+    max_sessions: int = 128
+    #: Long-lived calls (open bursts, getExecutionInfo waits) per client, and in total (0: derived
+    #: from the worker threads, so that some always stay free for health, stats and new clients).
+    max_bursts_per_session: int = 16
+    max_fence_waits_per_session: int = 16
+    #: Preparations between launch and notify per client (each holds a worker thread meanwhile).
+    max_preparations_per_session: int = 16
+    max_long_calls: int = 0
+    #: The server's gRPC worker threads (ServerOptions.max_threads), for the derived total.
+    max_threads: int = 256
+    #: Executions the client gave no deadline end (MISSED_DEADLINE_PERSISTENT) after this; 0 = never.
+    max_execution_seconds: float = 0.0
+    fault_injection: bool = False
+    #: Vendor extensions this device offers, by name (each in AVAILABLE_EXTENSIONS).
+    extensions: tuple[str, ...] = ()
+    #: Seals compilation caches; persist it (cache.load_secret) so caches survive restarts.
+    cache_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    #: What computes (the backend's description), for the version string.
+    executor: str = "numpy CPU executor"
+
+    @property
+    def version_string(self) -> str:
+        return f"nnhal {__version__} (NN HAL {self.feature_level.label}, {self.executor})"
+
+    def limits(self) -> dict[str, int]:
+        return {
+            "slots": self.slots,
+            "queue_depth": self.queue_depth,
+            "memory_per_client": self.memory_per_client,
+            "memory_total": self.memory_total,
+            "max_sessions": self.max_sessions,
+        }
