@@ -24,7 +24,7 @@ from nnhal.client.partition import Partitioner
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
-from nnhal.core.errors import HalError
+from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import Model
 from nnhal.testing.local_server import LocalServer
 
@@ -133,6 +133,24 @@ def test_a_temporary_between_steps_on_one_device_stays_in_a_driver_buffer(two_de
             np.testing.assert_allclose(pm.execute([x])[0], expected, rtol=1e-5, atol=1e-5)
         pm.release()
         assert ort.stats()["buffers"] == before
+
+
+def test_an_allocation_the_device_refuses_leaves_the_temporary_inline(
+    two_devices: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, x = shared_temporary(), np.random.default_rng(5).standard_normal(SHAPE).astype(np.float32)
+    with Device.connect(two_devices.address, device="ort") as ort, Device.connect(two_devices.address) as cpu:
+
+        def refuse(*args: object) -> None:
+            raise GeneralFailure("no memory for a buffer")
+
+        monkeypatch.setattr(ort, "allocate", refuse)
+        with Partitioner([ort, cpu], fallback=cpu).prepare(model) as pm:
+            assert pm.plan.driver_buffers() == ()
+            refused = [t.why for t in pm.plan.temporaries if "allocate refused" in t.why]
+            assert refused == ["allocate refused (GENERAL_FAILURE: no memory for a buffer)"]
+            out = pm.execute([x])[0]
+    np.testing.assert_allclose(out, _reference(two_devices.address, model, x), rtol=1e-5, atol=1e-5)
 
 
 def test_two_servers_are_both_used_and_a_killed_one_is_dead_object_at_once() -> None:
