@@ -263,7 +263,7 @@ def temporaries(
             if o in model_outputs:
                 buffer, why = False, "a model output: it goes back to the client anyway"
             elif others:
-                buffer, why = False, f"also read on {', '.join(others)}: it leaves {names[device]} anyway"
+                buffer, why = False, f"read on {', '.join(others)}: it leaves {names[device]} anyway"
             elif not memory_domains[device]:
                 buffer, why = False, f"{names[device]} has no memory domains (IDevice::allocate needs HAL 1.3)"
             elif not _known_shape(main.operands[o]):
