@@ -3,40 +3,58 @@
 ``Partitioner(devices, fallback=cpu)`` plans a model (``partition_plan``: a device per
 operation by support, capabilities and preference, the graph cut into steps) and
 prepares each step on its device; ``PartitionedModel.execute`` runs the steps in order,
-passing the temporaries between them inline (numpy arrays through the client), and
-returns the model's outputs. ``execute_async`` runs the same on a worker thread and
-delivers the outcome through a Callback exactly once: a step's server dying releases
-the waiter with DEAD_OBJECT at once (the step's call fails as a death is detected).
+passing the temporaries between them, and returns the model's outputs. A temporary the
+plan marks as a driver buffer (every step using it on one device) is allocated once at
+prepare (IDevice::allocate with the producing step's output role and the consuming
+steps' input roles) and named by its token in the steps' requests, so its bytes stay in
+the server; the others travel inline (numpy arrays through the client). An allocation
+the device refuses turns that temporary inline, and ``plan`` says so and why.
+``execute_async`` runs the same on a worker thread and delivers the outcome through a
+Callback exactly once: a step's server dying releases the waiter with DEAD_OBJECT at
+once (the step's call fails as a death is detected).
 
-``plan`` is inspectable: ``print(pm.plan)`` lists which operation runs where and why.
-Thread-safe as the prepared models are; release with ``release`` or ``with``.
+``plan`` is inspectable: ``print(pm.plan)`` lists which operation runs where and why, and
+how each temporary travels. Thread-safe: executions of a model holding driver buffers run
+one at a time (the buffers are shared), others as concurrently as the prepared models
+allow. ``release`` (or ``with``) frees the steps and the buffers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
+from nnhal.client import forms
+from nnhal.client.buffer import Buffer
 from nnhal.client.callbacks import Callback
 from nnhal.client.device import Device
-from nnhal.client.partition_plan import PartitionPlan, plan_model
+from nnhal.client.partition_plan import PartitionPlan, Temporary, plan_model
+from nnhal.client.partition_request import run_step
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.remote import DEFAULT_CALL_TIMEOUT
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
-from nnhal.core.errors import HalError, InvalidArgument
-from nnhal.core.types import Model
+from nnhal.core.errors import DeadObject, HalError, InvalidArgument
+from nnhal.core.types import BufferDesc, BufferRole, Model
 
-__all__ = ["PartitionPlan", "PartitionedModel", "Partitioner"]
+__all__ = ["PartitionPlan", "PartitionedModel", "Partitioner", "Temporary"]
 
 
 class PartitionedModel:
-    """A model prepared as steps on several devices."""
+    """A model prepared as steps on several devices, with the driver buffers of its temporaries."""
 
-    def __init__(self, plan: PartitionPlan, prepared: list[PreparedModel]) -> None:
+    def __init__(
+        self, plan: PartitionPlan, prepared: list[PreparedModel], buffers: dict[int, Buffer] | None = None
+    ) -> None:
         self.plan = plan
         self._prepared = prepared
+        #: Model operand -> its driver-managed buffer.
+        self._buffers = buffers or {}
+        # Shared buffers: one execution at a time may write and read them.
+        self._serial = threading.Lock() if self._buffers else contextlib.nullcontext()
 
     @property
     def steps(self) -> int:
@@ -49,9 +67,13 @@ class PartitionedModel:
         if len(inputs) != len(main.input_indexes):
             raise InvalidArgument(f"the model has {len(main.input_indexes)} inputs, {len(inputs)} given")
         values: dict[int, np.ndarray | None] = dict(zip(main.input_indexes, inputs))
-        for step, pm in zip(self.plan.steps, self._prepared):
-            outcome = pm.execute([values[i] for i in step.inputs], timeout=timeout)
-            values.update(zip(step.outputs, outcome.outputs))
+        with self._serial:
+            for step, pm in zip(self.plan.steps, self._prepared):
+                if any(o in self._buffers for o in (*step.inputs, *step.outputs)):
+                    values.update(run_step(pm, step, main.operands, values, self._buffers, timeout))
+                else:
+                    outcome = pm.execute([values[i] for i in step.inputs], timeout=timeout)
+                    values.update(zip(step.outputs, outcome.outputs))
         outputs = [values[i] for i in main.output_indexes]
         if any(o is None for o in outputs):
             raise InvalidArgument("a model output is an omitted model input")
@@ -75,8 +97,17 @@ class PartitionedModel:
         return cb
 
     def release(self) -> None:
-        for pm in self._prepared:
-            pm.release()
+        """Free the buffers, then the steps (idempotent); raises the first HalError (DEAD_OBJECT
+        for a dead server, whose session freed its objects anyway) once every one was tried."""
+        error: HalError | None = None
+        objects: list[Buffer | PreparedModel] = [*self._buffers.values(), *self._prepared]
+        for obj in objects:
+            try:
+                obj.release()
+            except HalError as err:
+                error = error or err
+        if error is not None:
+            raise error
 
     def __enter__(self) -> PartitionedModel:
         return self
@@ -100,7 +131,9 @@ class Partitioner:
     def plan(
         self, model: Model, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER
     ) -> PartitionPlan:
-        return plan_model(model, self.devices, preference, self._fallback)
+        # IDevice::allocate exists from HAL 1.3 on (every AIDL level keeps it).
+        domains = [forms.modern(d.remote) for d in self.devices]
+        return plan_model(model, self.devices, preference, self._fallback, domains)
 
     def prepare(
         self,
@@ -128,4 +161,41 @@ class Partitioner:
             for pm in prepared:
                 pm.release()
             raise error
-        return PartitionedModel(plan, prepared)
+        try:
+            plan, buffers = _allocate(plan, self.devices, prepared)
+        except HalError:
+            for pm in prepared:
+                with contextlib.suppress(HalError):
+                    pm.release()
+            raise
+        return PartitionedModel(plan, prepared, buffers)
+
+
+def _allocate(
+    plan: PartitionPlan, devices: Sequence[Device], prepared: Sequence[PreparedModel]
+) -> tuple[PartitionPlan, dict[int, Buffer]]:
+    """A driver-managed buffer per temporary the plan marks so, with the producing step's
+    output role and each consuming step's input role. A device refusing one (other than by
+    dying) leaves that temporary inline, the plan saying why; DEAD_OBJECT is raised (after
+    the buffers made so far are freed)."""
+    buffers: dict[int, Buffer] = {}
+    temporaries: list[Temporary] = []
+    for t in plan.temporaries:
+        if not t.driver_buffer:
+            temporaries.append(t)
+            continue
+        producer = plan.steps[t.producer]
+        models = [prepared[t.producer], *(prepared[c] for c in t.consumers)]
+        out_role = BufferRole(0, producer.outputs.index(t.operand), 1.0)
+        in_roles = [BufferRole(k + 1, plan.steps[c].inputs.index(t.operand), 1.0) for k, c in enumerate(t.consumers)]
+        try:
+            buffers[t.operand] = devices[producer.device].allocate(BufferDesc(), models, in_roles, [out_role])
+        except DeadObject:
+            for b in buffers.values():
+                with contextlib.suppress(HalError):
+                    b.release()
+            raise
+        except HalError as err:
+            t = replace(t, driver_buffer=False, why=f"allocate refused ({err.error_status.name}: {err.message})")
+        temporaries.append(t)
+    return replace(plan, temporaries=tuple(temporaries)), buffers

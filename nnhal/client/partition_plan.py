@@ -15,9 +15,16 @@ sub-model:
 - **Sub-models.** A step's inputs are the model inputs and other steps' results it
   reads; its outputs are the model outputs and the results later steps read. Constants
   stay constants (pools are shared by reference), control-flow subgraphs come along.
+- **Temporaries.** A result one step writes and later steps read is a driver-managed
+  buffer (IDevice::allocate on the steps' device, so its bytes never leave the server)
+  when every step touching it runs on one device that has memory domains (HAL 1.3 and
+  later) and its shape is fully known at plan time; otherwise it travels inline through
+  the client: a model output or a result read on another device must reach the client
+  anyway (one round trip, not a buffer plus a copy), and a buffer needs its size up
+  front. As the runtime does, the decision covers every role of the temporary at once.
 
 The plan is data: ``PartitionPlan.rows()`` says which operation runs where and why,
-``str(plan)`` prints it.
+``PartitionPlan.temporaries`` how each temporary travels and why, ``str(plan)`` prints both.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Protocol
 
 from nnhal.core.enums import ExecutionPreference, OperandLifeTime, OperandType
 from nnhal.core.errors import InvalidArgument
+from nnhal.core.operand_types import INFO
 from nnhal.core.types import Capabilities, Model, Operand, Operation, PerformanceInfo, Subgraph
 
 L = OperandLifeTime
@@ -62,11 +70,37 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Temporary:
+    """A result one step writes and later steps read."""
+
+    operand: int  # index into the model's main operands
+    producer: int  # the step writing it
+    consumers: tuple[int, ...]  # the later steps reading it
+    driver_buffer: bool  # True: a driver-managed buffer on the producer's device; False: inline
+    why: str
+
+    @property
+    def kind(self) -> str:
+        return "driver buffer" if self.driver_buffer else "inline"
+
+
+@dataclass(frozen=True)
 class PartitionPlan:
     model: Model
     device_names: tuple[str, ...]
     choices: tuple[Choice, ...]
     steps: tuple[Step, ...]
+    temporaries: tuple[Temporary, ...] = ()
+
+    def temporary(self, operand: int) -> Temporary:
+        """The temporary of model operand ``operand`` (KeyError when none is)."""
+        for t in self.temporaries:
+            if t.operand == operand:
+                return t
+        raise KeyError(operand)
+
+    def driver_buffers(self) -> tuple[Temporary, ...]:
+        return tuple(t for t in self.temporaries if t.driver_buffer)
 
     def rows(self) -> list[tuple[int, str, str, int, str]]:
         """(operation, its type, device, step, why) per operation."""
@@ -87,6 +121,9 @@ class PartitionPlan:
         lines = [f"{len(self.steps)} step(s) on {', '.join(self.device_names)}"]
         for op, kind, device, step, why in self.rows():
             lines.append(f"  op {op:3d} {kind:<28} step {step} on {device}: {why}")
+        for t in self.temporaries:
+            to = ", ".join(str(c) for c in t.consumers)
+            lines.append(f"  operand {t.operand:3d} step {t.producer} -> step {to}: {t.kind} ({t.why})")
         return "\n".join(lines)
 
 
@@ -205,14 +242,48 @@ def step_model(model: Model, operations: Sequence[int], inputs: Sequence[int], o
     return replace(model, main=main, referenced=model.referenced if flow else ())
 
 
+def _known_shape(operand: Operand) -> bool:
+    return not INFO[operand.type].is_tensor or (bool(operand.dimensions) and 0 not in operand.dimensions)
+
+
+def temporaries(
+    model: Model, steps: Sequence[Step], names: Sequence[str], memory_domains: Sequence[bool]
+) -> tuple[Temporary, ...]:
+    """How each result crossing steps travels (see the module docstring), in operand order."""
+    main = model.main
+    model_outputs = set(main.output_indexes)
+    out: list[Temporary] = []
+    for k, step in enumerate(steps):
+        for o in step.outputs:
+            consumers = tuple(j for j in range(k + 1, len(steps)) if o in steps[j].inputs)
+            if not consumers:
+                continue
+            device = step.device
+            others = sorted({names[steps[j].device] for j in consumers if steps[j].device != device})
+            if o in model_outputs:
+                buffer, why = False, "a model output: it goes back to the client anyway"
+            elif others:
+                buffer, why = False, f"read on {', '.join(others)}: it leaves {names[device]} anyway"
+            elif not memory_domains[device]:
+                buffer, why = False, f"{names[device]} has no memory domains (IDevice::allocate needs HAL 1.3)"
+            elif not _known_shape(main.operands[o]):
+                buffer, why = False, "its shape is unknown at plan time"
+            else:
+                buffer, why = True, f"every step using it runs on {names[device]}: it stays in the server"
+            out.append(Temporary(o, k, consumers, buffer, why))
+    return tuple(sorted(out, key=lambda t: t.operand))
+
+
 def plan_model(
     model: Model,
     devices: Sequence[PlanDevice],
     preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
     fallback: int | None = None,
+    memory_domains: Sequence[bool] | None = None,
 ) -> PartitionPlan:
     """The plan of ``model`` on ``devices``; ``fallback``: index of the device that runs
-    what none supports (None: such a model is INVALID_ARGUMENT)."""
+    what none supports (None: such a model is INVALID_ARGUMENT); ``memory_domains``: per
+    device, whether it can allocate driver-managed buffers (None: every device can)."""
     if not devices:
         raise InvalidArgument("partitioning needs at least one device")
     choices = choose(model, devices, preference, fallback)
@@ -232,4 +303,8 @@ def plan_model(
         later = {i for _, later_ops in cuts[k + 1 :] for op in later_ops for i in sg.operations[op].inputs}
         outputs = sorted(o for o in inside if o in model_outputs or o in later)
         steps.append(Step(device, tuple(ops), tuple(inputs), tuple(outputs), step_model(model, ops, inputs, outputs)))
-    return PartitionPlan(model, tuple(d.name for d in devices), choices, tuple(steps))
+    names = tuple(d.name for d in devices)
+    domains = [True] * len(devices) if memory_domains is None else list(memory_domains)
+    if len(domains) != len(devices):
+        raise InvalidArgument(f"memory_domains has {len(domains)} entries for {len(devices)} devices")
+    return PartitionPlan(model, names, choices, tuple(steps), temporaries(model, steps, names, domains))

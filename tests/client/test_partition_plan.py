@@ -81,3 +81,64 @@ def test_no_supporting_device_is_the_fallback_or_invalid_argument() -> None:
         plan_model(diamond(), [nobody])
     plan = plan_model(diamond(), [nobody, FakeDevice("cpu", 1.0, 1.0, frozenset({O.LOGISTIC}))], fallback=1)
     assert plan.choices[1].device == 1 and plan.choices[1].why.startswith("fallback")
+
+
+def diamond_with(relu_dims: tuple[int, ...]) -> Model:
+    """``diamond`` with RELU's result declared as ``relu_dims`` (0: unknown)."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, (2,))
+    a = b.op(O.RELU, [x], T.TENSOR_FLOAT32, relu_dims)
+    s = b.op(O.LOGISTIC, [x], T.TENSOR_FLOAT32, (2,))
+    y = b.op(O.ADD, [a, s, b.int32(0)], T.TENSOR_FLOAT32, (2,))
+    return b.outputs(b.op(O.TANH, [y], T.TENSOR_FLOAT32, (2,))).finish()
+
+
+def test_a_temporary_between_steps_on_one_device_is_a_driver_buffer_the_others_inline() -> None:
+    model = diamond()
+    plan = plan_model(model, [FAST, CPU])
+    relu, logistic = (model.main.operations[k].outputs[0] for k in (0, 1))
+    # RELU's result goes from step 0 to step 2, both on fast; LOGISTIC's from cpu to fast.
+    assert [(t.operand, t.producer, t.consumers, t.kind) for t in plan.temporaries] == [
+        (relu, 0, (2,), "driver buffer"),
+        (logistic, 1, (2,), "inline"),
+    ]
+    assert plan.driver_buffers() == (plan.temporary(relu),)
+    assert "every step using it runs on fast" in plan.temporary(relu).why
+    assert f"operand {relu:3d} step 0 -> step 2: driver buffer" in str(plan)
+    assert plan_model(model, [CPU]).temporaries == ()  # one step: nothing crosses
+
+
+@pytest.mark.parametrize(
+    ("model", "domains", "why"),
+    [
+        (diamond_with((0,)), None, "its shape is unknown at plan time"),
+        (diamond(), [False, True], "fast has no memory domains"),
+    ],
+)
+def test_a_temporary_stays_inline_without_a_known_shape_or_memory_domains(
+    model: Model, domains: list[bool] | None, why: str
+) -> None:
+    plan = plan_model(model, [FAST, CPU], memory_domains=domains)
+    relu = model.main.operations[0].outputs[0]
+    assert plan.temporary(relu).kind == "inline" and why in plan.temporary(relu).why
+    assert plan.driver_buffers() == ()
+
+
+def test_a_result_read_on_another_device_or_returned_stays_inline() -> None:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, (2,))
+    a = b.op(O.RELU, [x], T.TENSOR_FLOAT32, (2,))  # fast; read by cpu (LOGISTIC) and fast (TANH)
+    s = b.op(O.LOGISTIC, [a], T.TENSOR_FLOAT32, (2,))
+    t = b.op(O.TANH, [s], T.TENSOR_FLOAT32, (2,))
+    y = b.op(O.ADD, [a, t, b.int32(0)], T.TENSOR_FLOAT32, (2,))
+    model = b.outputs(y, s).finish()  # s: a model output the third step reads too
+    plan = plan_model(model, [FAST, CPU])
+    assert [step.device for step in plan.steps] == [0, 1, 0]
+    assert "read on cpu: it leaves fast anyway" in plan.temporary(a).why
+    assert "a model output" in plan.temporary(s).why
+    assert plan.driver_buffers() == ()
+
+
+def test_memory_domains_must_name_every_device() -> None:
+    with pytest.raises(InvalidArgument, match="memory_domains has 1 entries for 2 devices"):
+        plan_model(diamond(), [FAST, CPU], memory_domains=[True])

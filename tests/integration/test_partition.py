@@ -1,7 +1,9 @@
 """Partitioning across devices and servers (nnhal.client.partition), across processes.
 
 One server hosting {cpu, ort}: a model whose middle operation the ort device does not
-support runs as three steps (ort, cpu, ort) and matches the CPU device alone. Two
+support runs as three steps (ort, cpu, ort) and matches the CPU device alone; a result
+the first step writes for the third stays in the server in a driver-managed buffer,
+freed with the model. Two
 servers with one device each: the partitioner uses both, and killing one while its
 step runs releases the waiter with DEAD_OBJECT at once.
 """
@@ -22,7 +24,7 @@ from nnhal.client.partition import Partitioner
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
-from nnhal.core.errors import HalError
+from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import Model
 from nnhal.testing.local_server import LocalServer
 
@@ -45,6 +47,27 @@ def sandwich() -> Model:
         O.CONV_2D, [n, w2, b.constant(np.ones(2, np.float32)), *b.ints(1, 1, 1, 0)], T.TENSOR_FLOAT32, [1, 6, 6, 2]
     )
     return b.outputs(c2).finish()
+
+
+def shared_temporary() -> Model:
+    """c = CONV_2D(x); n = L2_NORMALIZATION(c) (no ort conversion); r = RELU(c);
+    out = CONV_2D(n + r): steps ort [CONV_2D, RELU], cpu [L2_NORMALIZATION], ort [ADD,
+    CONV_2D], and r goes from the first step to the third on the ort device."""
+    rng = np.random.default_rng(3)
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, SHAPE)
+    w1 = b.constant(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    c = b.op(
+        O.CONV_2D, [x, w1, b.constant(np.zeros(4, np.float32)), *b.ints(1, 1, 1, 0)], T.TENSOR_FLOAT32, [1, 6, 6, 4]
+    )
+    n = b.op(O.L2_NORMALIZATION, [c], T.TENSOR_FLOAT32, [1, 6, 6, 4])
+    r = b.op(O.RELU, [c], T.TENSOR_FLOAT32, [1, 6, 6, 4])
+    s = b.op(O.ADD, [n, r, b.int32(0)], T.TENSOR_FLOAT32, [1, 6, 6, 4])
+    w2 = b.constant(rng.standard_normal((2, 1, 1, 4)).astype(np.float32))
+    out = b.op(
+        O.CONV_2D, [s, w2, b.constant(np.ones(2, np.float32)), *b.ints(1, 1, 1, 0)], T.TENSOR_FLOAT32, [1, 6, 6, 2]
+    )
+    return b.outputs(out).finish()
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +113,42 @@ def test_a_middle_operation_the_ort_device_lacks_runs_as_three_steps(two_devices
             assert [(device, step) for _, _, device, step, _ in rows] == [("ort", 0), ("cpu", 1), ("ort", 2)]
             assert pm.plan.operations_per_device() == {"ort": 2, "cpu": 1}
             assert "not supported by ort" in rows[1][4]
+            out = pm.execute([x])[0]
+    np.testing.assert_allclose(out, _reference(two_devices.address, model, x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_temporary_between_steps_on_one_device_stays_in_a_driver_buffer(two_devices: LocalServer) -> None:
+    model, x = shared_temporary(), np.random.default_rng(4).standard_normal(SHAPE).astype(np.float32)
+    with Device.connect(two_devices.address, device="ort") as ort, Device.connect(two_devices.address) as cpu:
+        before = ort.stats()["buffers"]
+        pm = Partitioner([ort, cpu], fallback=cpu).prepare(model)
+        assert [(s.device, len(s.operations)) for s in pm.plan.steps] == [(0, 2), (1, 1), (0, 2)]
+        kinds = {(t.producer, t.consumers): t.kind for t in pm.plan.temporaries}
+        # c: ort -> cpu, n: cpu -> ort (inline); r: ort step 0 -> ort step 2 (a driver buffer).
+        assert kinds == {(0, (1,)): "inline", (1, (2,)): "inline", (0, (2,)): "driver buffer"}
+        assert "driver buffer" in str(pm.plan)
+        assert ort.stats()["buffers"] == before + 1
+        expected = _reference(two_devices.address, model, x)
+        for _ in range(2):  # the buffer is written and read again by the next execution
+            np.testing.assert_allclose(pm.execute([x])[0], expected, rtol=1e-5, atol=1e-5)
+        pm.release()
+        assert ort.stats()["buffers"] == before
+
+
+def test_an_allocation_the_device_refuses_leaves_the_temporary_inline(
+    two_devices: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, x = shared_temporary(), np.random.default_rng(5).standard_normal(SHAPE).astype(np.float32)
+    with Device.connect(two_devices.address, device="ort") as ort, Device.connect(two_devices.address) as cpu:
+
+        def refuse(*args: object) -> None:
+            raise GeneralFailure("no memory for a buffer")
+
+        monkeypatch.setattr(ort, "allocate", refuse)
+        with Partitioner([ort, cpu], fallback=cpu).prepare(model) as pm:
+            assert pm.plan.driver_buffers() == ()
+            refused = [t.why for t in pm.plan.temporaries if "allocate refused" in t.why]
+            assert refused == ["allocate refused (GENERAL_FAILURE: no memory for a buffer)"]
             out = pm.execute([x])[0]
     np.testing.assert_allclose(out, _reference(two_devices.address, model, x), rtol=1e-5, atol=1e-5)
 
