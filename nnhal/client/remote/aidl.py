@@ -14,7 +14,7 @@ from typing import Any
 
 from nnhal.client.callbacks import Callback
 from nnhal.client.remote.hidl import prepare_stream
-from nnhal.client.remote.messages import PreparedRef, raise_for_status
+from nnhal.client.remote.messages import PreparedRef, fill_allocate, raise_for_status
 from nnhal.client.remote.session import RemoteSession
 from nnhal.client.remote.transport import GC_RELEASE_TIMEOUT, grpc_timeout, remaining_time
 from nnhal.core import wire, wire_aidl
@@ -67,13 +67,7 @@ class AidlCalls:
     ) -> tuple[str, int]:
         """AIDL IDevice::allocate (roles carry ``probability``): the buffer's handle and token."""
         req = apb.AidlAllocateRequest(session=self._sid)
-        req.desc.dimensions.extend(desc.dimensions)
-        for handle in prepared_models:
-            req.prepared_models.add(handle=handle)
-        for r in input_roles:
-            wire_aidl.buffer_role_to(r, req.input_roles.add())
-        for r in output_roles:
-            wire_aidl.buffer_role_to(r, req.output_roles.add())
+        fill_allocate(req, desc, prepared_models, input_roles, output_roles, wire_aidl.buffer_role_to)
         msg = self._r._checked(self._r.stubs.aidl_device.allocate, req, "allocate")
         return str(msg.buffer), int(msg.token)
 

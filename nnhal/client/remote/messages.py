@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,7 @@ from nnhal.client.remote.transport import grpc_timeout, remaining_time
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from nnhal.core.errors import GeneralFailure, HalError
-from nnhal.core.types import Model, Request
+from nnhal.core.types import BufferDesc, BufferRole, Model, Request
 from nnhal.proto import service_pb2 as spb
 
 
@@ -142,6 +142,26 @@ _FAULT_POINTS = {
     "after_launch": spb.InjectedFault.AFTER_LAUNCH,
     "before_reply": spb.InjectedFault.BEFORE_REPLY,
 }
+
+
+def fill_allocate(
+    req: Any,
+    desc: BufferDesc,
+    prepared_models: Sequence[str],
+    input_roles: Sequence[BufferRole],
+    output_roles: Sequence[BufferRole],
+    role_to: Callable[[BufferRole, Any], None],
+) -> Any:
+    """An allocate request (the 1.3 or the AIDL message: ``role_to`` writes a role the way
+    that message carries it) filled with the buffer's description, models and roles."""
+    req.desc.dimensions.extend(desc.dimensions)
+    for handle in prepared_models:
+        req.prepared_models.add(handle=handle)
+    for r in input_roles:
+        role_to(r, req.input_roles.add())
+    for r in output_roles:
+        role_to(r, req.output_roles.add())
+    return req
 
 
 def fault_request(session: str, faults: Sequence[Fault], clear: bool) -> spb.FaultRequest:

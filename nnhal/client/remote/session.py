@@ -22,6 +22,7 @@ from nnhal.client.remote.messages import (
     PreparedRef,
     drain,
     fault_request,
+    fill_allocate,
     fill_execution,
     raise_for_status,
 )
@@ -160,13 +161,7 @@ class RemoteSession(SessionChannel):
     ) -> tuple[str, int]:
         """IDevice::allocate: the new buffer's handle and token."""
         req = spb.AllocateRequest(session=self._session_id)
-        req.desc.dimensions.extend(desc.dimensions)
-        for handle in prepared_models:
-            req.prepared_models.add(handle=handle)
-        for r in input_roles:
-            wire.buffer_role_to(r, req.input_roles.add())
-        for r in output_roles:
-            wire.buffer_role_to(r, req.output_roles.add())
+        fill_allocate(req, desc, prepared_models, input_roles, output_roles, wire.buffer_role_to)
         msg = self._checked(self._stubs.device.allocate, req, "allocate")
         return str(msg.buffer), int(msg.token)
 
