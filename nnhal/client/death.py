@@ -174,11 +174,13 @@ def close_channel(channel: grpc.Channel) -> None:
     Channel closed!``. So the close waits for the poller (bounded), in a daemon thread
     when it must wait, and closing stays immediate for the caller.
 
-    At interpreter shutdown (a session collected then, e.g. after a failed connect) no
-    thread is started: a new thread never runs once the interpreter finalizes, and
-    ``Thread.start`` would wait for it forever. The channel is closed at once instead;
-    the poller, a daemon thread, is frozen by then."""
-    if not _poller_running(channel) or sys.is_finalizing():
+    At interpreter shutdown (a session collected then) nothing is done: the process's
+    end closes its sockets, and both ways of closing would hang — a new thread never runs
+    once the interpreter finalizes (``Thread.start`` waits for it forever), and
+    ``channel.close`` waits for gRPC's own threads, frozen by then."""
+    if sys.is_finalizing():
+        return
+    if not _poller_running(channel):
         channel.close()
         return
 
@@ -190,5 +192,5 @@ def close_channel(channel: grpc.Channel) -> None:
 
     try:
         threading.Thread(target=close_after_poller, name="nnhal-channel-close", daemon=True).start()
-    except RuntimeError:  # "can't create new thread at interpreter shutdown"
-        channel.close()
+    except RuntimeError:  # "can't create new thread at interpreter shutdown": as above
+        pass

@@ -203,6 +203,45 @@ def test_a_client_whose_connect_failed_exits_promptly(how: str) -> None:
     assert "DeadObject" in proc.stderr and "no nnhal server answered" in proc.stderr, proc.stderr
 
 
+# A client whose server died; it exits without closing its session, which is then
+# collected while the interpreter finalizes.
+_UNCLOSED_CLIENT = textwrap.dedent(
+    """
+    import sys, time
+    from nnhal.client.device import Device
+    dev = Device.connect(sys.argv[1], timeout=10.0)
+    print("connected", flush=True)
+    sys.stdin.readline()  # the server is killed meanwhile
+    end = time.monotonic() + 20.0
+    while not dev.remote.dead and time.monotonic() < end:
+        time.sleep(0.02)
+    print("dead" if dev.remote.dead else "alive", flush=True)
+    """
+)
+
+
+def test_a_client_exits_promptly_with_an_unclosed_session_to_a_dead_server(own_server: LocalServer) -> None:
+    # Seen hanging at exit: the session's __del__ at interpreter shutdown closed its channel,
+    # which waits for gRPC's threads (frozen by then) or starts a thread that never runs.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _UNCLOSED_CLIENT, own_server.address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "connected"
+        own_server.proc.kill()
+        own_server.proc.wait(10)
+        out, err = proc.communicate("\n", timeout=20)
+        assert proc.returncode == 0 and out.strip() == "dead", err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 _BUSY_CLIENT = textwrap.dedent(
     """
     import sys, numpy as np

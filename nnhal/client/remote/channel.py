@@ -28,12 +28,13 @@ stream delivers (the server sends one before it goes), even when the session str
 end is read first: after a drain the monitor releases waiters only after a grace
 (:data:`~nnhal.client.remote.monitor.DRAIN_NOTIFY_GRACE_S`).
 
-A session collected at interpreter shutdown closes its channel without starting a
-thread (:func:`~nnhal.client.death.close_channel`): exiting never hangs.
+A session collected at interpreter shutdown leaves its channel to the process's end
+(:func:`~nnhal.client.death.close_channel`): closing then would hang the exit.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -276,6 +277,8 @@ class SessionChannel:
         self._monitor.stop_and_close()
 
     def __del__(self) -> None:
+        if sys.is_finalizing():  # the process is going (see close_channel): closing now would hang
+            return
         try:
             self.close()
         except Exception:  # interpreter shutdown: nothing left to release
