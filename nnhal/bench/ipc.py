@@ -69,13 +69,15 @@ def _small_payload(envelope: tuple[int, int]) -> bytes:
     return frame(2 * SMALL_BYTES + envelope[0], SMALL_BYTES + envelope[1])
 
 
-def _per_call(t_ours: float, t_anchor: float, ours: str, envelope: tuple[int, int], unix: bool) -> BenchResult:
+def _per_call(
+    t_ours: float, t_anchor: float, ours: str, envelope: tuple[int, int], unix: bool, goal: str = "ratio <= 1.3"
+) -> BenchResult:
     req, rep = 2 * SMALL_BYTES + envelope[0], SMALL_BYTES + envelope[1]
     detail = (
         f"ours: {ours}; anchor: raw {req} B in / {rep} B out as ours (64 B inputs + {envelope[0]} B envelope, "
         f"32 B output + {envelope[1]} B), {transport(unix)}"
     )
-    return BenchResult(t_ours * 1e6, t_anchor * 1e6, t_ours / t_anchor, "us per call", "ratio <= 1.3", detail)
+    return BenchResult(t_ours * 1e6, t_anchor * 1e6, t_ours / t_anchor, "us per call", goal, detail)
 
 
 def _bandwidth(name: str, t_ours: float, t_anchor: float, goal: str, detail: str) -> dict[str, BenchResult]:
@@ -138,7 +140,9 @@ def _burst_small(unix: bool, quick: bool) -> BenchResult:
         check(np.array_equal(ours(), a + b), "ADD through the burst is wrong")
         rounds, per = (30, 20) if quick else (60, 50)
         t_ours, t_echo = interleaved(ours, lambda: stream.ping(payload), rounds, per)
-    return _per_call(t_ours, t_echo, "Burst.execute(Request of 2x4, 2x4) -> numpy, bidi", BURST_ENVELOPE, unix)
+    # Issue #16's goal for a burst is tighter than for a unary call: no per-call stream set-up.
+    what = "Burst.execute(Request of 2x4, 2x4) -> numpy, bidi"
+    return _per_call(t_ours, t_echo, what, BURST_ENVELOPE, unix, "ratio <= 1.2")
 
 
 def burst_small(quick: bool) -> dict[str, BenchResult]:
