@@ -25,27 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import grpc
+
 from nnhal.core.enums import ErrorStatus
 
-#: gRPC status codes an ``abort`` may end a call with, by name.
-GRPC_CODES = {
-    "CANCELLED": 1,
-    "UNKNOWN": 2,
-    "INVALID_ARGUMENT": 3,
-    "DEADLINE_EXCEEDED": 4,
-    "NOT_FOUND": 5,
-    "ALREADY_EXISTS": 6,
-    "PERMISSION_DENIED": 7,
-    "RESOURCE_EXHAUSTED": 8,
-    "FAILED_PRECONDITION": 9,
-    "ABORTED": 10,
-    "OUT_OF_RANGE": 11,
-    "UNIMPLEMENTED": 12,
-    "INTERNAL": 13,
-    "UNAVAILABLE": 14,
-    "DATA_LOSS": 15,
-    "UNAUTHENTICATED": 16,
-}
+#: gRPC status codes an ``abort`` may end a call with, by name (every one but OK).
+GRPC_CODES = {code.name: code.value[0] for code in grpc.StatusCode if code is not grpc.StatusCode.OK}
 
 
 @dataclass(frozen=True)
