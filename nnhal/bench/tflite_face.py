@@ -3,7 +3,7 @@ as the NNAPI delegate would, through a server — the user's full path, numpy in
 the public client — against LiteRT in-process (XNNPACK, one thread) on the same inputs, in the
 same run, interleaved.
 
-The server runs its BLAS on one thread, as LiteRT does (``blas_threads_for_children``). The
+The server runs its BLAS on one thread, as LiteRT does (``nnhal serve --compute-threads``, default 1). The
 detail reports the agreement with LiteRT (largest absolute difference) and the server's
 per-operation profile. Needs the model file from a source checkout (``models/tflite``) and LiteRT
 (the ``tflite`` extra, included in ``dev``).
@@ -23,7 +23,7 @@ MODEL = Path(nnhal.__file__).resolve().parents[1] / "models" / "tflite" / "face_
 
 def tflite_face(quick: bool) -> dict[str, BenchResult]:
     """face_detection_short_range through a server vs LiteRT (XNNPACK, 1 thread), same inputs."""
-    from nnhal.importers.litert import LiteRtMissing, LiteRtRunner, blas_threads_for_children
+    from nnhal.importers.litert import LiteRtMissing, LiteRtRunner
 
     if not MODEL.is_file():
         raise BenchError(f"{MODEL} is missing: exec.tflite_face runs from a source checkout")
@@ -34,7 +34,7 @@ def tflite_face(quick: bool) -> dict[str, BenchResult]:
     imported = import_tflite(MODEL)
     inputs = imported.random_inputs(0)
     rounds, per_round = (3, 3) if quick else (7, 5)
-    with blas_threads_for_children(1), local_device() as dev, dev.prepare_model_sync(imported.model) as pm:
+    with local_device() as dev, dev.prepare_model_sync(imported.model) as pm:
         ours = pm.execute(inputs, timeout=120).outputs
         reference = lite.run(inputs)
         diffs = [diff(a, b) for a, b in zip(ours, reference)]

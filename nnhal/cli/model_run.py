@@ -33,7 +33,7 @@ from nnhal.cli.model_import import load_tflite, print_summary, print_table
 from nnhal.cli.usage import UsageError, client_address
 from nnhal.importers.compare import ABS_TOL, REL_TOL, diff
 from nnhal.importers.errors import TfliteImportError
-from nnhal.importers.litert import LiteRtMissing, LiteRtRunner, blas_threads_for_children
+from nnhal.importers.litert import LiteRtMissing, LiteRtRunner
 from nnhal.importers.saved import is_saved, load
 from nnhal.importers.tflite_model import ImportedModel
 
@@ -165,7 +165,6 @@ def run_model(args: argparse.Namespace, address: str, model: Path) -> int:
     print_summary(imported)
     inputs = _inputs(imported, args.input or [], args.seed)
     with (
-        blas_threads_for_children(1),
         demo.local_or(address, args.start) as addr,
         connect(addr, "nnhal-run", args.timeout, tls_of(args)) as dev,
     ):
