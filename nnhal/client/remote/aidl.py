@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from nnhal.client.callbacks import Callback
-from nnhal.client.remote.hidl import prepare_stream
 from nnhal.client.remote.messages import PreparedRef, fill_allocate, raise_for_status
 from nnhal.client.remote.session import RemoteSession
 from nnhal.client.remote.transport import GC_RELEASE_TIMEOUT, grpc_timeout, remaining_time
@@ -56,7 +55,7 @@ class AidlCalls:
         wire_aidl.prepare_config_to(config, req.config)
         limit = _deadline(req.config, timeout, deadline_at)
         rpc = self._r.stubs.aidl_device.prepareModelWithConfig
-        return prepare_stream(self._r, rpc, req, "prepareModelWithConfig", limit)
+        return self._r.prepare_stream(rpc, req, "prepareModelWithConfig", limit)
 
     def allocate(
         self,

@@ -53,24 +53,6 @@ def failed(status: ErrorStatus, message: str) -> Callback[Any]:
     return cb
 
 
-def prepare_stream(
-    remote: RemoteSession, rpc: Any, req: Any, what: str, timeout: float | None
-) -> Callback[PreparedRef]:
-    """A launch / notify prepare stream whose notify names the prepared model (any form)."""
-
-    def deliver(notify: Any, cb: Callback[PreparedRef]) -> None:
-        status, message = wire.status_from(notify)
-        if status != ErrorStatus.NONE:
-            cb.notify(status, None, message)
-            return
-        cache = bytes(notify.model_cache[0].data) if notify.model_cache else b""
-        ref = PreparedRef(notify.prepared_model.handle, cache)
-        if not cb.notify(status, ref):  # the waiter was released (death): nobody owns it
-            remote.discard_prepared_model(ref.handle)
-
-    return remote._stream(rpc, req, what, timeout, deliver, lambda _err: None, "nnhal-prepare")
-
-
 class HidlCalls:
     """The 1.0-1.2 forms of IDevice and IPreparedModel for one session."""
 
@@ -127,7 +109,7 @@ class HidlCalls:
         return self._prepare(self._r.stubs.hidl_device.prepareModelFromCache, req, "prepareModelFromCache")
 
     def _prepare(self, rpc: Any, req: Any, what: str) -> Callback[PreparedRef]:
-        return prepare_stream(self._r, rpc, req, what, None)
+        return self._r.prepare_stream(rpc, req, what, None)
 
     # -- IPreparedModel ---------------------------------------------------------------------
     def _request(self, request: Request, what: str) -> hpb.RequestV1_0:

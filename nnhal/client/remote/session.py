@@ -24,6 +24,7 @@ from nnhal.client.remote.messages import (
     fault_request,
     fill_allocate,
     fill_execution,
+    prepared_of,
     raise_for_status,
 )
 from nnhal.client.remote.transport import (
@@ -140,17 +141,19 @@ class RemoteSession(SessionChannel):
         remaining = remaining_time(timeout, deadline_at)
         wire.deadline_to(remaining, req.deadline)
 
+        return self.prepare_stream(rpc, req, what, grpc_timeout(remaining))
+
+    def prepare_stream(self, rpc: Any, req: Any, what: str, timeout: float | None) -> Callback[PreparedRef]:
+        """A launch / notify prepare stream (any method form) whose notify names the prepared model."""
+
         def deliver(notify: Any, cb: Callback[PreparedRef]) -> None:
-            status, message = wire.status_from(notify)
-            if status != ErrorStatus.NONE:
+            status, message, ref = prepared_of(notify)
+            if ref is None:
                 cb.notify(status, None, message)
-                return
-            cache = bytes(notify.model_cache[0].data) if notify.model_cache else b""
-            ref = PreparedRef(notify.prepared_model.handle, cache)
-            if not cb.notify(status, ref):  # the waiter was already released (death): nobody owns it
+            elif not cb.notify(status, ref):  # the waiter was already released (death): nobody owns it
                 self.discard_prepared_model(ref.handle)
 
-        return self._stream(rpc, req, what, grpc_timeout(remaining), deliver, lambda _err: None, "nnhal-prepare")
+        return self._stream(rpc, req, what, timeout, deliver, lambda _err: None, "nnhal-prepare")
 
     def allocate(
         self,
