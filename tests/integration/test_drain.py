@@ -392,3 +392,42 @@ def test_a_shut_scheduler_releases_queued_executions() -> None:
     assert len(errors) == 1 and isinstance(errors[0], DeviceUnavailable)
     with pytest.raises(DeviceUnavailable):
         sched.acquire(sched.admit("c", Priority.MEDIUM), None)
+
+
+def test_a_call_after_the_sessions_closed_at_stop_is_dead_object() -> None:
+    """At the end of a drain the server closes its sessions; a call sent before its client
+    read the session stream's end used to find its session gone (in-band INVALID_ARGUMENT
+    "unknown session"). The server refuses new calls before it closes the sessions, so such
+    a call gets what a gone server gives (UNAVAILABLE: DEAD_OBJECT to the client). The window
+    is opened deterministically: the call is sent on the raw stub once the sessions closed."""
+    from nnhal.proto import service_pb2 as spb
+    from nnhal.server.rpc.serve import Server, ServerOptions
+
+    server = Server(ServerOptions(listen=["127.0.0.1:0"]))
+    server.start()
+    driver = server.driver
+    codes: list[object] = []
+    try:
+        with Device.connect(server.addresses[0]) as dev:
+            pm = dev.prepare_model_sync(add_model())
+            stubs, request = dev.remote.stubs, spb.ReleaseRequest(session=dev.remote.session_id, handle=pm.handle)
+            stop_sessions = driver.lifecycle.stop
+
+            def stop_then_call() -> None:
+                driver.lifecycle.stop = stop_sessions  # type: ignore[method-assign]  (once)
+                stop_sessions()
+                end = time.monotonic() + WAIT_BOUND_S
+                while driver.stats()["sessions"] and time.monotonic() < end:
+                    time.sleep(0.01)
+                try:
+                    reply = stubs.prepared_model.release(request, timeout=WAIT_BOUND_S)
+                    codes.append(ErrorStatus(reply.status))
+                except grpc.RpcError as err:
+                    codes.append(err.code())
+
+            driver.lifecycle.stop = stop_then_call  # type: ignore[method-assign]
+            assert server.drain(0.0)
+            server.stop(grace=0.5)
+    finally:
+        server.stop(grace=0)
+    assert codes == [grpc.StatusCode.UNAVAILABLE]

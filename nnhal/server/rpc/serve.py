@@ -270,10 +270,14 @@ class Server:
 
     def stop(self, grace: float = 1.0) -> None:
         """End the session streams (their objects are released) and the server."""
+        self.health.enter_graceful_shutdown()
+        # Refuse new calls (gRPC answers UNAVAILABLE: DEAD_OBJECT to the client) before the
+        # sessions close: a call that arrived between the two found its session gone and was
+        # answered INVALID_ARGUMENT "unknown session", though its server was what went away.
+        stopped = self._grpc.stop(grace)
         for driver in self.drivers.values():
             driver.lifecycle.stop()
-        self.health.enter_graceful_shutdown()
-        self._grpc.stop(grace).wait(grace + 1)
+        stopped.wait(grace + 1)
         if self._health_grpc is not None:
             self._health_grpc.stop(0).wait(1)
         self.metrics.close()
