@@ -29,9 +29,8 @@ from typing import Any
 
 from nnhal.cli.usage import UsageError, for_argparse, positive_int, seconds, server_address, split_host_port, whole
 from nnhal.core.enums import HalVersion
-from nnhal.server.cache import DEFAULT_SECRET_FILE
+from nnhal.server.defaults import DEFAULT_SECRET_FILE, DEFAULT_SHM_DIR
 from nnhal.server.devices import DeviceSpec, parse_device
-from nnhal.server.memory import DEFAULT_SHM_DIR
 
 if sys.version_info >= (3, 11):
     import tomllib

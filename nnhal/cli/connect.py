@@ -18,11 +18,13 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator, Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from nnhal.cli.usage import UsageError
-from nnhal.client.device import Device, TlsConfig
 from nnhal.core.errors import DeadObject, GeneralFailure, InvalidArgument
+
+if TYPE_CHECKING:  # the client (grpc, numpy) loads only when a command connects
+    from nnhal.client.device import Device, TlsConfig
 
 DEFAULT_TIMEOUT = 3.0
 _DEATH_LOGGER = "nnhal.client.death"
@@ -54,6 +56,8 @@ def tls_of(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) ->
     flags = [getattr(args, key, None) for key in ("tls_ca", "tls_cert", "tls_key", "tls_server_name")]
     if all(flag is None for flag in flags):
         return None
+    from nnhal.client.remote.transport import TlsConfig
+
     env = TlsConfig.from_env(environ) or TlsConfig()
     ca, cert, key, name = flags
     return TlsConfig(ca or env.ca, cert or env.cert, key or env.key, name or env.server_name)
@@ -71,6 +75,8 @@ def connect(
     """A Device connected to ``address`` (its device ``device``; None: the default one),
     closed on exit; UsageError if no server answers or it hosts no such device.
     ``keepalive_ms``: the keepalive interval and ping timeout (None: the client's default)."""
+    from nnhal.client.device import Device, TlsConfig
+
     logger = logging.getLogger(_DEATH_LOGGER)
     quiet = _NeverConnected()
     logger.addFilter(quiet)

@@ -33,7 +33,6 @@ _MAC = 32
 _HEADER = struct.Struct("<BBB")
 #: getNumberOfCacheFilesNeeded: one model cache file (the sealed model), no data cache.
 FILES_NEEDED = (1, 0)
-DEFAULT_SECRET_FILE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nnhal" / "cache-secret"
 
 
 def load_secret(path: Path | None) -> bytes:

@@ -12,15 +12,23 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from nnhal.server.backend import Backend, ReferenceBackend
+if TYPE_CHECKING:  # the backends import the executor: only a server that builds them loads it
+    from nnhal.server.backend import Backend
 
 #: Device kinds and what builds their backend (``threads``: the ort device's intra-op threads).
 KINDS: dict[str, Callable[[int], Backend]] = {
-    "cpu": lambda _threads: ReferenceBackend(),
+    "cpu": lambda _threads: _reference_backend(),
     "ort": lambda threads: _ort_backend(threads),
 }
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def _reference_backend() -> Backend:
+    from nnhal.server.backend import ReferenceBackend
+
+    return ReferenceBackend()
 
 
 def _ort_backend(threads: int) -> Backend:

@@ -22,7 +22,6 @@ import logging
 import mmap
 import os
 import stat
-import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -43,8 +42,6 @@ log = logging.getLogger(__name__)
 #: (``nnhal.client.memory`` creates them; the two constants must be equal).
 HELD_SUFFIX = ".held"
 SHARED_KINDS = frozenset({"ashmem", "mmap_fd", "hardware_buffer_blob"})
-#: tmpfs where the system has one (regions then live in memory, like ashmem).
-DEFAULT_SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
 @dataclass(frozen=True)
