@@ -44,6 +44,7 @@ from nnhal.core.types import (
     Operation,
     OperationProfile,
     OutputShape,
+    PoolData,
     Request,
     RequestArgument,
     SharedMemoryPool,
@@ -166,7 +167,7 @@ def subgraph_to(sg: Subgraph, msg: pb.Subgraph) -> None:
 
 def pool_to(pool: MemoryPool, msg: pb.MemoryPool) -> None:
     if isinstance(pool, InlinePool):
-        msg.inline.data = pool.data
+        msg.inline.data = pool.data if isinstance(pool.data, bytes) else bytes(pool.data)
         msg.inline.size = pool.size
     elif isinstance(pool, SharedMemoryPool):
         msg.shared.kind = pool.kind
@@ -367,7 +368,7 @@ def status_from(msg: Any) -> tuple[ErrorStatus, str]:
     return error_status_from(msg.status), str(msg.message)
 
 
-def _output_pools_to(pools: dict[int, bytes], out: Any) -> None:
+def _output_pools_to(pools: dict[int, PoolData], out: Any) -> None:
     for index, data in sorted(pools.items()):
         out.add(pool_index=index, data=bytes(data))
 
