@@ -287,11 +287,15 @@ class RemoteSession(SessionChannel):
         self, stream: BurstStream, handle: str, request: Request, options: ExecutionOptions
     ) -> ExecutionResult:
         """One execution on the burst stream; transport failures come back in the result."""
-        msg, _ = self._execute_message(handle, request, options)
+        burst_request = spb.BurstRequest()
+        msg = burst_request.execute  # filled in place: BurstRequest(execute=msg) would copy it
+        msg.session = self._session_id
+        msg.profile = options.profile
+        fill_execution(msg, handle, request, options)
         self._ids.last = stream.request_id
         with stream.lock:
             self._monitor.check()
-            stream.requests.put(spb.BurstRequest(execute=msg))
+            stream.requests.put(burst_request)
             try:
                 response = self.invoke(lambda: next(stream.responses, None), "burst", had_deadline=False)
             except HalError as err:
