@@ -201,7 +201,7 @@ def _inline_64m(unix: bool, quick: bool) -> BenchResult:
         check(np.array_equal(_identity(pm, x), x), "the identity model changed the bytes")
         t_ours, t_echo = interleaved(lambda: _identity(pm, x), lambda: client.unary(payload), rounds, 1)
     detail = (
-        "ours: pm.execute([64 MiB array]) -> outputs[0] (the client streams pools of 4 MiB or more in 1 MiB "
+        "ours: pm.execute([64 MiB array]) -> outputs[0] (the client streams pools of 2 MiB or more in 1 MiB "
         f"chunks); anchor: raw unary echo of 64 MiB in one message, {transport(unix)}"
     )
     gib = BIG_BYTES / 2**30
