@@ -4,6 +4,9 @@ and leaves the server serving, and a server without the service gets one message
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,13 +17,16 @@ import pytest
 from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
 from nnhal.client.remote import RemoteSession
+from nnhal.client.remote.transport import DEATH_DETECTION_BOUND_S
 from nnhal.core import wire_stream
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
+from nnhal.core.errors import DeadObject, HalError
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
 from nnhal.proto import service_pb2 as spb
 from nnhal.proto import streamed_pb2 as stpb
+from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, one_io_request
 
 pytestmark = pytest.mark.integration
@@ -123,3 +129,30 @@ def test_a_server_without_the_service_gets_one_message(device: Device, streamed:
         np.testing.assert_array_equal(pm.execute([x], timeout=60).outputs[0], x)
     assert streamed == [1] and not remote._streams  # asked once, then one message every time
     assert wire_stream.worth_streaming(pm._numpy_request([x], None)[0])
+
+
+def test_sigkill_during_a_streamed_execution_is_dead_object(own_server: LocalServer) -> None:
+    dev = Device.connect(own_server.address)
+    try:
+        pm = dev.prepare_model_sync(_identity(SHAPE))
+        dev.set_faults(execute_delay_ms=10_000)
+        x = np.ones(SHAPE, np.float32)
+        errors: list[HalError] = []
+
+        def run() -> None:
+            try:
+                pm.execute([x], timeout=60)
+            except HalError as err:
+                errors.append(err)
+
+        caller = threading.Thread(target=run)
+        caller.start()
+        time.sleep(0.5)  # the chunks are sent; the execution waits out its injected delay
+        own_server.signal(signal.SIGKILL)
+        caller.join(DEATH_DETECTION_BOUND_S)
+        assert not caller.is_alive(), f"the streamed execution was not released within {DEATH_DETECTION_BOUND_S} s"
+        assert len(errors) == 1 and isinstance(errors[0], DeadObject)
+        with pytest.raises(DeadObject):
+            pm.execute([x], timeout=60)
+    finally:
+        dev.close()
