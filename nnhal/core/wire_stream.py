@@ -80,13 +80,18 @@ def split_result(result: ExecutionResult) -> tuple[ExecutionResult, dict[int, Po
     return (replace(result, output_pools=kept) if chunked else result), chunked
 
 
-def chunks(make: Callable[..., M], pools: Mapping[int, PoolData]) -> Iterator[M]:
-    """``make(chunk=PoolChunk)`` messages carrying ``pools`` (each slice copied once, into the message)."""
+def chunks(make: Callable[[], M], pools: Mapping[int, PoolData]) -> Iterator[M]:
+    """``make()`` messages whose ``chunk`` carries ``pools``, filled in place (a message built
+    with ``chunk=PoolChunk(...)`` would copy the chunk once more)."""
     for index, data in pools.items():
         view = memoryview(data).cast("B")
         for offset in range(0, len(view), CHUNK_BYTES):
-            piece = view[offset : offset + CHUNK_BYTES].tobytes()
-            yield make(chunk=stpb.PoolChunk(pool_index=index, offset=offset, data=piece))
+            msg = make()
+            chunk = msg.chunk  # type: ignore[attr-defined]
+            chunk.pool_index = index
+            chunk.offset = offset
+            chunk.data = view[offset : offset + CHUNK_BYTES].tobytes()
+            yield msg
 
 
 class Assembler:
