@@ -28,6 +28,7 @@ from nnhal.core.types import (
     Model,
     Operand,
     OutputShape,
+    PoolData,
     Request,
     RequestArgument,
 )
@@ -121,8 +122,9 @@ class NumpyIO:
         self, inputs: Sequence[np.ndarray | None], output_sizes: Sequence[int] | None
     ) -> tuple[Request, Layout]:
         """A Request with every input in one inline pool (pool 0) and room for every output
-        in another (pool 1). The input bytes are copied once, by the join; the arguments are
-        planned once per combination of shapes."""
+        in another (pool 1). Several inputs are copied once, by the join; a single one is
+        the pool (a view of its array: keep it unchanged until the call returns). The
+        arguments are planned once per combination of shapes."""
         if len(inputs) != len(self.in_ops):
             raise InvalidArgument(f"the model has {len(self.in_ops)} inputs, {len(inputs)} given")
         arrays = [_as_input(v, dtype) for v, dtype in zip(inputs, self.in_dtypes)]
@@ -136,12 +138,19 @@ class NumpyIO:
             if len(self._plans) >= _MAX_PLANS:
                 self._plans.clear()
             self._plans[key] = plan
-        chunks: list[Any] = []
-        for arr, pad in zip([a for a in arrays if a is not None], plan.pads):
-            if pad:
-                chunks.append(_ZEROS[:pad])
-            chunks.append(arr)  # contiguous: joined through the buffer protocol, no tobytes() copy
-        data = b"".join(chunks)
+        given = [a for a in arrays if a is not None]
+        data: PoolData
+        if len(given) == 1:
+            # One input is the pool itself, uncopied: the one copy is where it is sent from
+            # (into the message, or its chunks).
+            data = given[0].data.cast("B") if given[0].nbytes else b""
+        else:
+            chunks: list[Any] = []
+            for arr, pad in zip(given, plan.pads):
+                if pad:
+                    chunks.append(_ZEROS[:pad])
+                chunks.append(arr)  # contiguous: joined through the buffer protocol, no tobytes() copy
+            data = b"".join(chunks)
         return Request(plan.inputs, plan.outputs, (InlinePool(data, len(data)), plan.output_pool)), plan.layout
 
 

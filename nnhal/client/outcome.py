@@ -17,7 +17,7 @@ from nnhal.client.callbacks import Callback
 from nnhal.core.aidl_types import TimingNs
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
-from nnhal.core.types import ExecutionResult, FencedExecutionInfo, OutputShape, Timing
+from nnhal.core.types import ExecutionResult, FencedExecutionInfo, OutputShape, PoolData, Timing
 
 
 @dataclass
@@ -27,7 +27,7 @@ class ExecutionOutcome:
     output_shapes: tuple[OutputShape, ...] = ()
     timing: Timing = field(default_factory=Timing)
     #: Returned contents of inline pools that hold outputs, by pool index.
-    output_pools: dict[int, bytes] = field(default_factory=dict)
+    output_pools: dict[int, PoolData] = field(default_factory=dict)
     #: Decoded outputs (``execute`` / ``execute_async`` only).
     outputs: list[np.ndarray] = field(default_factory=list)
     #: (operation type, count, total microseconds), slowest first, when profiled.

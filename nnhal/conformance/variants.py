@@ -9,7 +9,7 @@ import numpy as np
 
 from nnhal.conformance.vectors import TestCase, VectorOperand
 from nnhal.core.enums import OperandLifeTime, OperandType, OperationType
-from nnhal.core.types import DataLocation, InlinePool, Model, Operand, Request, RequestArgument, Subgraph
+from nnhal.core.types import DataLocation, InlinePool, Model, Operand, PoolData, Request, RequestArgument, Subgraph
 
 T = OperandType
 L = OperandLifeTime
@@ -48,9 +48,9 @@ def build_request(case: TestCase, output_sizes: list[int] | None = None) -> Requ
     return Request(tuple(inputs), tuple(outputs), pools)
 
 
-def output_bytes(request: Request, output_pool: bytes, k: int) -> bytes:
+def output_bytes(request: Request, output_pool: PoolData, k: int) -> bytes:
     loc = request.outputs[k].location
-    return output_pool[loc.offset : loc.offset + loc.length]
+    return bytes(output_pool[loc.offset : loc.offset + loc.length])
 
 
 def coupling_applies(case: TestCase) -> bool:

@@ -62,12 +62,17 @@ class Subgraph:
     output_indexes: tuple[int, ...]
 
 
+#: The contents of an inline pool: bytes, or a read-only memoryview where a copy was
+#: spared (a pool that arrived in chunks, an output pool handed over as written).
+PoolData = bytes | memoryview
+
+
 @dataclass(frozen=True, slots=True)
 class InlinePool:
     """Bytes carried inside the message; ``size`` may exceed ``len(data)`` for
     output-only pools, whose missing tail the receiver allocates zeroed."""
 
-    data: bytes
+    data: PoolData
     size: int
 
 
@@ -155,7 +160,7 @@ class ExecutionResult:
     message: str = ""
     output_shapes: tuple[OutputShape, ...] = ()
     timing: Timing = Timing()
-    output_pools: dict[int, bytes] = field(default_factory=dict)
+    output_pools: dict[int, PoolData] = field(default_factory=dict)
     profile: tuple[OperationProfile, ...] = ()
 
 
@@ -169,7 +174,7 @@ class FencedExecutionInfo:
     message: str = ""
     timing_launched: Timing = Timing()
     timing_fenced: Timing = Timing()
-    output_pools: dict[int, bytes] = field(default_factory=dict)
+    output_pools: dict[int, PoolData] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ def _member(version: HalVersion, canonical: type[enum.IntEnum], value: int, what
 # -- memory ---------------------------------------------------------------------------
 def memory_to(pool: Any, msg: hpb.HidlMemory) -> None:
     if isinstance(pool, InlinePool):
-        msg.inline.data = pool.data
+        msg.inline.data = bytes(pool.data)
         msg.inline.size = pool.size
     elif isinstance(pool, SharedMemoryPool):
         msg.shared.kind = pool.kind

@@ -1,6 +1,9 @@
 """Resolving memory pools to bytes the executor can read and write.
 
-Inline pools are message bytes (outputs get a fresh zeroed bytearray). Shared
+Inline pools are message bytes (outputs get a fresh zeroed buffer: a bytearray when
+small, a numpy allocation when large — its zero pages are mapped lazily, as huge pages
+where the system allows, instead of faulted in 4 KiB at a time by a memset — handed
+back uncopied as a read-only memoryview). Shared
 pools are files inside the server's shared-memory directory: only plain names
 carrying the configured prefix, opened without following links, with offset +
 size checked against the file's real size (``open_region``, every policy check
@@ -29,9 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from nnhal.core import wire
 from nnhal.core.errors import InvalidArgument, ResourceExhaustedPersistent
-from nnhal.core.types import BufferTokenPool, InlinePool, MemoryPool, RequestArgument, SharedMemoryPool
+from nnhal.core.types import BufferTokenPool, InlinePool, MemoryPool, PoolData, RequestArgument, SharedMemoryPool
 
 if TYPE_CHECKING:
     from nnhal.server.buffers import DriverBuffer
@@ -42,6 +47,8 @@ log = logging.getLogger(__name__)
 #: (``nnhal.client.memory`` creates them; the two constants must be equal).
 HELD_SUFFIX = ".held"
 SHARED_KINDS = frozenset({"ashmem", "mmap_fd", "hardware_buffer_blob"})
+#: Inline output pools from this size on are numpy allocations handed back as views (see above).
+LARGE_POOL_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -269,7 +276,7 @@ class BoundPools:
         self._shared: list[_SharedPool] = []
         self._loaded = False
         self._stored = False
-        self.inline_outputs: dict[int, bytearray | bytes] = {}
+        self.inline_outputs: dict[int, bytearray | bytes | memoryview] = {}
         #: Request output index -> driver-managed buffer receiving it.
         self.token_outputs: dict[int, DriverBuffer] = {}
 
@@ -295,13 +302,13 @@ class BoundPools:
                 if kind == "output":
                     pool.writes.append(span)
 
-    def inline_results(self) -> dict[int, bytes]:
+    def inline_results(self) -> dict[int, PoolData]:
         """The results of a successful execution: the outputs in shared pools are written
         back to their files (INVALID_ARGUMENT if a region shrank meanwhile; the
         driver-managed buffers the execution wrote are then uninitialized, as after any
         failure), and the inline pools that received outputs are returned by pool index
-        (copied out of the writable staging buffers; a pool an output filled whole is
-        already bytes)."""
+        (a small one copied out of its bytearray; a large one as a read-only view of its
+        buffer, which nothing else writes; a pool an output filled whole is already bytes)."""
         if not self._stored:
             self._stored = True
             try:
@@ -313,7 +320,7 @@ class BoundPools:
                 for buf in self.token_outputs.values():
                     buf.invalidate()
                 raise
-        return {i: bytes(b) for i, b in self.inline_outputs.items()}
+        return {i: b.toreadonly() if isinstance(b, memoryview) else bytes(b) for i, b in self.inline_outputs.items()}
 
     @property
     def sizes(self) -> list[int]:
@@ -385,12 +392,11 @@ def bind_pools(
             where = f"pool {i}"
             if isinstance(pool, InlinePool):
                 if i in writable:
-                    buf = bytearray(pool.size)
-                    buf[: len(pool.data)] = pool.data
+                    buf = _output_buffer(pool)
                     bound.inline_outputs[i] = buf
                     bound.buffers.append(buf)
                 elif len(pool.data) < pool.size:
-                    bound.buffers.append(pool.data + bytes(pool.size - len(pool.data)))
+                    bound.buffers.append(bytes(pool.data) + bytes(pool.size - len(pool.data)))
                 else:
                     bound.buffers.append(pool.data)
             elif isinstance(pool, SharedMemoryPool):
@@ -418,6 +424,18 @@ def bind_pools(
         bound.close()
         raise
     return bound
+
+
+def _output_buffer(pool: InlinePool) -> bytearray | memoryview:
+    """A zeroed, writable buffer of the pool's size starting with its data."""
+    if pool.size < LARGE_POOL_BYTES:
+        small = bytearray(pool.size)
+        small[: len(pool.data)] = pool.data
+        return small
+    large = np.zeros(pool.size, np.uint8)  # calloc: pages appear when written, not here
+    if len(pool.data):
+        large[: len(pool.data)] = np.frombuffer(pool.data, np.uint8)
+    return large.data
 
 
 def bind_model_pools(

@@ -156,7 +156,9 @@ class PreparedModel:
 
     @staticmethod
     def _whole_pool_outputs(request: Request, pools: BoundPools, outputs: list[np.ndarray]) -> set[int]:
-        """Outputs that alone fill an inline output pool no input or other output uses."""
+        """Outputs that alone fill a small inline output pool no input or other output uses (their
+        bytes become the pool; a large pool's lazily zeroed buffer is written once instead, as its
+        own bytes would be a fresh allocation faulted in page by page)."""
         users: dict[int, int] = {}
         for a in (*request.inputs, *request.outputs):
             if not a.has_no_value:
@@ -166,7 +168,7 @@ class PreparedModel:
             i = arg.location.pool_index
             if (
                 not arg.has_no_value
-                and i in pools.inline_outputs
+                and isinstance(pools.inline_outputs.get(i), bytearray)  # a large pool is written in place
                 and users.get(i) == 1
                 and arg.location.offset == 0
                 and value.nbytes == len(pools.inline_outputs[i])

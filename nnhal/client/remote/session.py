@@ -13,6 +13,8 @@ import queue
 from collections.abc import Sequence
 from typing import Any
 
+import grpc
+
 from nnhal.client.callbacks import Callback
 from nnhal.client.faults import Fault
 from nnhal.client.remote.channel import SessionChannel
@@ -29,13 +31,14 @@ from nnhal.client.remote.messages import (
 )
 from nnhal.client.remote.transport import (
     BURST_STREAM_TIMEOUT,
+    DEFAULT_CALL_TIMEOUT,
     GC_RELEASE_TIMEOUT,
     grpc_timeout,
     remaining_time,
 )
-from nnhal.core import wire
+from nnhal.core import wire, wire_stream
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Priority
-from nnhal.core.errors import HalError
+from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import (
     BufferDesc,
     BufferRole,
@@ -176,10 +179,47 @@ class RemoteSession(SessionChannel):
         return msg, fill_execution(msg, handle, request, options)
 
     def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult:
-        """executeSynchronously_1_3. Transport failures raise; HAL errors are in the result."""
+        """executeSynchronously_1_3. Transport failures raise; HAL errors are in the result.
+
+        A request with a large inline pool (``wire_stream.worth_streaming``) travels as an
+        ``executeStreamed`` instead, its pools in chunks (``streamed.proto``), unless the
+        server has no such service (then, from the first refusal on, in one message); its
+        large output pools come back as read-only memoryviews."""
+        if self._streams and wire_stream.worth_streaming(request):
+            result = self._execute_streamed(handle, request, options)
+            if result is not None:
+                return result
         msg, timeout = self._execute_message(handle, request, options)
         rpc = self._stubs.prepared_model.executeSynchronously_1_3
         return wire.execution_result_from(self._unary(rpc, msg, "executeSynchronously_1_3", timeout))
+
+    #: False once the server answered that it has no StreamedExecution service (an older server).
+    _streams = True
+
+    def _execute_streamed(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
+        """executeStreamed; None when the server does not offer it."""
+        what = "executeStreamed"
+        head_request, chunked = wire_stream.split_request(request)
+        head, timeout = self._execute_message(handle, head_request, options)
+        self.check(what)
+        md = self._metadata()
+        rpc = self._stubs.streamed.executeStreamed
+
+        def call() -> ExecutionResult | None:
+            messages = wire_stream.request_messages(head, chunked)
+            try:
+                return wire_stream.read_result(
+                    rpc(messages, timeout=timeout or DEFAULT_CALL_TIMEOUT, metadata=md), request
+                )
+            except grpc.RpcError as err:
+                if err.code() == grpc.StatusCode.UNIMPLEMENTED:  # type: ignore[attr-defined]
+                    self._streams = False
+                    return None
+                raise
+            except InvalidArgument as err:  # the server's answer broke the stream's rules
+                raise GeneralFailure(f"{what}: protocol error: {err.message}") from err
+
+        return self.invoke(call, what, timeout is not None, md[0][1])
 
     def execute_async(self, handle: str, request: Request, options: ExecutionOptions) -> Callback[ExecutionResult]:
         """execute_1_3: the callback delivers the result exactly once (a transport failure
@@ -247,11 +287,15 @@ class RemoteSession(SessionChannel):
         self, stream: BurstStream, handle: str, request: Request, options: ExecutionOptions
     ) -> ExecutionResult:
         """One execution on the burst stream; transport failures come back in the result."""
-        msg, _ = self._execute_message(handle, request, options)
+        burst_request = spb.BurstRequest()
+        msg = burst_request.execute  # filled in place: BurstRequest(execute=msg) would copy it
+        msg.session = self._session_id
+        msg.profile = options.profile
+        fill_execution(msg, handle, request, options)
         self._ids.last = stream.request_id
         with stream.lock:
             self._monitor.check()
-            stream.requests.put(spb.BurstRequest(execute=msg))
+            stream.requests.put(burst_request)
             try:
                 response = self.invoke(lambda: next(stream.responses, None), "burst", had_deadline=False)
             except HalError as err:

@@ -55,6 +55,7 @@ from nnhal.proto import aidl_pb2_grpc as agrpc
 from nnhal.proto import fastpath_pb2_grpc as fpgrpc
 from nnhal.proto import hidl_pb2_grpc as hgrpc
 from nnhal.proto import service_pb2_grpc as sgrpc
+from nnhal.proto import streamed_pb2_grpc as stgrpc
 
 #: Seconds for calls with no HAL deadline: generous, but never unbounded.
 DEFAULT_CALL_TIMEOUT = 600.0
@@ -240,3 +241,4 @@ class Stubs:
         self.execution = agrpc.ExecutionStub(channel)
         self.burst = agrpc.BurstStub(channel)
         self.fast_path = fpgrpc.FastPathStub(channel)
+        self.streamed = stgrpc.StreamedExecutionStub(channel)

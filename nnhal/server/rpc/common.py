@@ -35,6 +35,7 @@ import grpc
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError, ResourceExhaustedTransient
+from nnhal.core.types import PoolData
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.lifecycle import Lifecycle
@@ -53,7 +54,7 @@ ENVELOPE_BYTES = wire.ENVELOPE_BYTES
 
 class HasOutputPools(Protocol):
     @property
-    def output_pools(self) -> dict[int, bytes]: ...
+    def output_pools(self) -> dict[int, PoolData]: ...
 
 
 R = TypeVar("R", bound=HasOutputPools)
@@ -281,6 +282,8 @@ class LongCalls:
     def of(cls, config: DeviceConfig) -> LongCalls:
         per_client = {
             "burst": int(getattr(config, "max_bursts_per_session", MAX_BURSTS_PER_CLIENT)),
+            # An open executeStreamed holds a thread as a burst does, and is capped alike.
+            "streamed execution": int(getattr(config, "max_bursts_per_session", MAX_BURSTS_PER_CLIENT)),
             "fence wait": int(getattr(config, "max_fence_waits_per_session", MAX_FENCE_WAITS_PER_CLIENT)),
             "preparation": int(getattr(config, "max_preparations_per_session", MAX_PREPARATIONS_PER_CLIENT)),
         }

@@ -27,14 +27,14 @@ execution.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
-from nnhal.core.types import ExecutionResult, FencedExecutionInfo
+from nnhal.core.types import ExecutionResult, FencedExecutionInfo, Request
 from nnhal.proto import service_pb2 as spb
 from nnhal.proto import service_pb2_grpc as sgrpc
 from nnhal.server.driver import Driver
@@ -83,11 +83,11 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         self._long_calls = long_calls(driver)
         self.faults = fault_plan(driver)
 
-    def _launch(self, request: spb.ExecuteRequest) -> ExecutionJob:
+    def _launch(self, request: spb.ExecuteRequest, canonical: Request | None = None) -> ExecutionJob:
         return self.driver.begin_execute(
             self.driver.session(request.session),
             request.prepared_model,
-            wire.request_from(request.request),
+            wire.request_from(request.request) if canonical is None else canonical,
             request.measure == 1,
             wire.deadline_from(request.deadline),
             request.loop_timeout_ns,
@@ -109,9 +109,13 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         record: Record,
         context: grpc.ServicerContext | None = None,
         fault: Fault | None = None,
+        canonical: Request | None = None,
+        reply: Callable[[ExecutionResult], spb.ExecuteResult] = wire.execution_result_to,
     ) -> spb.ExecuteResult:
-        """One synchronous execution (also a burst's, a fast burst's): the result, never raises
-        (but an injected abort, which aborts the RPC)."""
+        """One synchronous execution (also a burst's, a fast burst's, a streamed one's): the
+        result, never raises (but an injected abort, which aborts the RPC). ``canonical``: the
+        request already converted (a streamed execution's, its pools reassembled); ``reply``
+        makes the answer of a result (a streamed execution's leaves its large pools out)."""
         t0 = time.perf_counter()
         error = at_start(fault, context)  # an abort raises
         try:
@@ -124,13 +128,13 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
             return msg
         try:
             try:
-                job = self._launch(request)
+                job = self._launch(request, canonical)
             except Exception as err:
                 msg = wire.status_to(spb.ExecuteResult(), *failure(err, f"launching {what}"))
                 record(msg.status, None)
                 return msg
             try:
-                msg = wire.execution_result_to(within_message_limit(job.run(), refused_result))
+                msg = reply(within_message_limit(job.run(), refused_result))
             except Exception as err:
                 msg = wire.status_to(spb.ExecuteResult(), *failure(err, f"in {what}"))
             finally:

@@ -24,6 +24,7 @@ from nnhal.proto import devices_pb2 as dpb
 from nnhal.proto import devices_pb2_grpc as dgrpc
 from nnhal.proto import fastpath_pb2_grpc as fpgrpc
 from nnhal.proto import service_pb2_grpc as sgrpc
+from nnhal.proto import streamed_pb2_grpc as stgrpc
 from nnhal.server.driver import Driver
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.buffer_servicer import BufferServicer
@@ -31,6 +32,7 @@ from nnhal.server.rpc.device_servicer import DeviceServicer
 from nnhal.server.rpc.fastpath_servicer import FastPathServicer
 from nnhal.server.rpc.forms import add_method_forms
 from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer, PreparedModelServicer
+from nnhal.server.rpc.streamed_servicer import StreamedExecutionServicer
 
 #: The call metadata naming the device (the client's ``Device.connect(..., device=NAME)``).
 DEVICE_METADATA = "nnhal-device"
@@ -57,6 +59,7 @@ def _add_servicers(server: Any, driver: Driver, metrics: Metrics, fast_path: boo
     executions = PreparedModelServicer(driver, metrics)
     sgrpc.add_PreparedModelServicer_to_server(executions, server)
     fpgrpc.add_FastPathServicer_to_server(FastPathServicer(driver, executions, metrics, fast_path), server)
+    stgrpc.add_StreamedExecutionServicer_to_server(StreamedExecutionServicer(driver, executions, metrics), server)
     sgrpc.add_FencedExecutionCallbackServicer_to_server(FencedExecutionCallbackServicer(driver, metrics), server)
     sgrpc.add_BufferServicer_to_server(BufferServicer(driver, metrics), server)
     add_method_forms(server, driver, metrics)  # the HIDL 1.0-1.2 and AIDL method forms
