@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer
+from tests import aio_bridge
 
 #: ``NNHAL_SOAK=1`` (``make soak``): the stress loops run their full counts and the whole
 #: conformance set runs end to end; ``make test`` runs smaller counts that still show a leak.
@@ -46,6 +48,23 @@ def own_server() -> Iterator[LocalServer]:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(params=["sync", "aio"])
+def connect(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
+    """``Device.connect`` of the sync client, or of the asyncio client behind the sync
+    interface (:mod:`tests.aio_bridge`): a test taking it runs once per client. Devices
+    the test leaves open are closed at its end."""
+    opened: list[Any] = []
+
+    def open_device(address: str, **kwargs: Any) -> Any:
+        dev = (Device.connect if request.param == "sync" else aio_bridge.connect)(address, **kwargs)
+        opened.append(dev)
+        return dev
+
+    yield open_device
+    for dev in opened:
+        dev.close()
 
 
 def add_model(shape: tuple[int, ...] = (2, 4)) -> Model:

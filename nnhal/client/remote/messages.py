@@ -122,6 +122,26 @@ def prepare_request(
     return req
 
 
+def prepare_from_cache_request(
+    session: str, model_cache: bytes, token: bytes, remaining: float | None
+) -> spb.PrepareModelFromCacheRequest:
+    """The prepareModelFromCache_1_3 request; ``remaining`` is the HAL deadline in seconds."""
+    req = spb.PrepareModelFromCacheRequest(session=session, token=token)
+    req.model_cache.add(data=model_cache)
+    wire.deadline_to(remaining, req.deadline)
+    return req
+
+
+#: StatsResponse fields that are not counts.
+_NOT_COUNTS = ("limits", "identity")
+
+
+def stats_of(msg: Any) -> tuple[dict[str, int], dict[str, int]]:
+    """A getStats answer: the server-wide object counts and the configured limits."""
+    counts = {f.name: int(getattr(msg, f.name)) for f in msg.DESCRIPTOR.fields if f.name not in _NOT_COUNTS}
+    return counts, {k: int(v) for k, v in msg.limits.items()}
+
+
 def prepared_of(notify: Any) -> tuple[ErrorStatus, str, PreparedRef | None]:
     """A prepare notify's status, message and (when it succeeded) the prepared model's reference."""
     status, message = wire.status_from(notify)
