@@ -23,6 +23,7 @@ import numpy as np
 
 from nnhal.client import aio
 from nnhal.client.callbacks import Callback
+from nnhal.client.faults import Fault
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
@@ -177,9 +178,25 @@ class BridgedDevice:
     def set_faults(self, prepare_delay_ms: int = 0, execute_delay_ms: int = 0) -> None:
         self._run(lambda: self.aio.set_faults(prepare_delay_ms, execute_delay_ms))
 
+    def inject_faults(self, *faults: Fault, clear: bool = False) -> None:
+        self._run(lambda: self.aio.inject_faults(*faults, clear=clear))
+
+    def clear_faults(self) -> None:
+        self._run(self.aio.clear_faults)
+
+    def prepare_model_from_cache(
+        self, model_cache: bytes, token: bytes, model: Model | None = None, **kwargs: Any
+    ) -> Callback[BridgedPreparedModel]:
+        async def prepare() -> aio.PreparedModel:
+            return await self.aio.prepare_model_from_cache(model_cache, token, model, **kwargs)
+
+        return _callback(self._loop.call(lambda: asyncio.ensure_future(prepare())), self._adopt)
+
+    def _adopt(self, pm: aio.PreparedModel) -> tuple[ErrorStatus, Any, str]:
+        return ErrorStatus.NONE, BridgedPreparedModel(self._loop, pm), ""
+
     def prepare_model(self, model: Model, **kwargs: Any) -> Callback[BridgedPreparedModel]:
-        task = self._loop.call(lambda: self.aio.prepare_model_async(model, **kwargs))
-        return _callback(task, lambda pm: (ErrorStatus.NONE, BridgedPreparedModel(self._loop, pm), ""))
+        return _callback(self._loop.call(lambda: self.aio.prepare_model_async(model, **kwargs)), self._adopt)
 
     def prepare_model_sync(self, model: Model, **kwargs: Any) -> BridgedPreparedModel:
         return BridgedPreparedModel(self._loop, self._run(lambda: self.aio.prepare_model(model, **kwargs)))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -50,20 +50,27 @@ def own_server() -> Iterator[LocalServer]:
         srv.stop()
 
 
-@pytest.fixture(params=["sync", "aio"])
-def connect(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
-    """``Device.connect`` of the sync client, or of the asyncio client behind the sync
-    interface (:mod:`tests.aio_bridge`): a test taking it runs once per client. Devices
-    the test leaves open are closed at its end."""
-    opened: list[Any] = []
+class Connector:
+    """``Device.connect`` of one client: the sync one, or the asyncio one behind the sync
+    interface (:mod:`tests.aio_bridge`). Remembers what it opened, to close it at the end."""
 
-    def open_device(address: str, **kwargs: Any) -> Any:
-        dev = (Device.connect if request.param == "sync" else aio_bridge.connect)(address, **kwargs)
-        opened.append(dev)
+    def __init__(self, client: str) -> None:
+        self.client = client
+        self.opened: list[Any] = []
+
+    def __call__(self, address: str, **kwargs: Any) -> Any:
+        dev = (Device.connect if self.client == "sync" else aio_bridge.connect)(address, **kwargs)
+        self.opened.append(dev)
         return dev
 
-    yield open_device
-    for dev in opened:
+
+@pytest.fixture(params=["sync", "aio"])
+def connect(request: pytest.FixtureRequest) -> Iterator[Connector]:
+    """A test taking this runs once per client (``connect.client``); devices it leaves open
+    are closed at its end."""
+    connector = Connector(request.param)
+    yield connector
+    for dev in connector.opened:
         dev.close()
 
 

@@ -15,8 +15,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -26,7 +24,7 @@ from nnhal.client.remote import DEATH_DETECTION_BOUND_S
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject
 from nnhal.testing.local_server import LocalServer
-from tests.conftest import add_model, ones
+from tests.conftest import Connector, add_model, ones
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +42,7 @@ def _fired(cb: Callback) -> list[int]:  # type: ignore[type-arg]
     return count
 
 
-def test_sigkill_during_prepare_releases_waiter(own_server: LocalServer, connect: Callable[..., Any]) -> None:
+def test_sigkill_during_prepare_releases_waiter(own_server: LocalServer, connect: Connector) -> None:
     dev = connect(own_server.address)
     dev.set_faults(prepare_delay_ms=10_000)
     cb = dev.prepare_model(add_model())
@@ -66,7 +64,7 @@ def test_sigkill_during_prepare_releases_waiter(own_server: LocalServer, connect
     dev.close()
 
 
-def test_sigkill_during_async_execution(own_server: LocalServer, connect: Callable[..., Any]) -> None:
+def test_sigkill_during_async_execution(own_server: LocalServer, connect: Connector) -> None:
     dev = connect(own_server.address)
     pm = dev.prepare_model_sync(add_model())
     dev.set_faults(execute_delay_ms=10_000)
@@ -89,7 +87,7 @@ def test_sigkill_during_async_execution(own_server: LocalServer, connect: Callab
     dev.close()
 
 
-def test_sigkill_with_many_waiters(own_server: LocalServer, connect: Callable[..., Any]) -> None:
+def test_sigkill_with_many_waiters(own_server: LocalServer, connect: Connector) -> None:
     dev = connect(own_server.address)
     pm = dev.prepare_model_sync(add_model())
     dev.set_faults(execute_delay_ms=10_000, prepare_delay_ms=10_000)
@@ -107,7 +105,7 @@ def test_sigkill_with_many_waiters(own_server: LocalServer, connect: Callable[..
     dev.close()
 
 
-def test_sigstop_detected_within_keepalive_bound(own_server: LocalServer, connect: Callable[..., Any]) -> None:
+def test_sigstop_detected_within_keepalive_bound(own_server: LocalServer, connect: Connector) -> None:
     dev = connect(own_server.address)
     pm = dev.prepare_model_sync(add_model())
     dev.set_faults(execute_delay_ms=30_000)
@@ -186,7 +184,7 @@ def test_killed_client_leaks_nothing(server: LocalServer, device: Device, client
             proc.stdout.close()
 
 
-def test_connect_to_nothing_is_dead_object(connect: Callable[..., Any]) -> None:
+def test_connect_to_nothing_is_dead_object(connect: Connector) -> None:
     t0 = time.monotonic()
     with pytest.raises(DeadObject):
         connect("127.0.0.1:1", timeout=1.0)
