@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+import textwrap
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,6 +74,42 @@ def connect(request: pytest.FixtureRequest) -> Iterator[Connector]:
     yield connector
     for dev in connector.opened:
         dev.close()
+
+
+#: A client process that prepares ``sys.argv[3]`` models on the server at ``sys.argv[1]`` as
+#: client ``sys.argv[2]``, prints "ready", then sleeps ``sys.argv[4]`` seconds (to be killed or
+#: frozen), per client: the sync one, or the asyncio one as its user writes it (one ``asyncio.run``).
+HOLDING_CLIENT = {
+    "sync": textwrap.dedent(
+        """
+        import sys, time
+        from nnhal.client.device import Device
+        from tests.conftest import add_model
+        dev = Device.connect(sys.argv[1], client_name=sys.argv[2])
+        models = [dev.prepare_model_sync(add_model()) for _ in range(int(sys.argv[3]))]
+        print("ready", flush=True)
+        time.sleep(float(sys.argv[4]))
+        """
+    ),
+    "aio": textwrap.dedent(
+        """
+        import asyncio, sys
+        from nnhal.client import aio
+        from tests.conftest import add_model
+        async def main():
+            dev = await aio.Device.connect(sys.argv[1], client_name=sys.argv[2])
+            models = [await dev.prepare_model(add_model()) for _ in range(int(sys.argv[3]))]
+            print("ready", flush=True)
+            await asyncio.sleep(float(sys.argv[4]))
+        asyncio.run(main())
+        """
+    ),
+}
+
+
+def holding_client(kind: str, address: str, name: str, models: int, seconds: float) -> list[str]:
+    """The command line of a :data:`HOLDING_CLIENT` process."""
+    return [sys.executable, "-c", HOLDING_CLIENT[kind], address, name, str(models), str(seconds)]
 
 
 def add_model(shape: tuple[int, ...] = (2, 4)) -> Model:

@@ -7,46 +7,18 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
 
 from nnhal.client.device import Device
 from nnhal.testing import LocalServer
+from tests.conftest import holding_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 #: The documented bound for a frozen client's session to end.
 FROZEN_CLIENT_BOUND_S = 10.0
-
-_CLIENT = {
-    "sync": textwrap.dedent(
-        """
-        import sys, time
-        from nnhal.client.device import Device
-        from tests.conftest import add_model
-        dev = Device.connect(sys.argv[1], client_name="frozen")
-        models = [dev.prepare_model_sync(add_model()) for _ in range(2)]
-        print("ready", flush=True)
-        time.sleep(120)
-        """
-    ),
-    "aio": textwrap.dedent(
-        """
-        import asyncio, sys
-        from nnhal.client import aio
-        from tests.conftest import add_model
-        async def main():
-            dev = await aio.Device.connect(sys.argv[1], client_name="frozen")
-            models = [await dev.prepare_model(add_model()) for _ in range(2)]
-            print("ready", flush=True)
-            await asyncio.sleep(120)
-        asyncio.run(main())
-        """
-    ),
-}
 
 
 @pytest.mark.parametrize("kind", ["sync", "aio"])
@@ -54,7 +26,7 @@ _CLIENT = {
 def test_a_frozen_clients_session_ends_within_the_bound(idle_s: float, kind: str) -> None:
     with LocalServer() as srv, Device.connect(srv.address, client_name="observer") as observer:
         client = subprocess.Popen(
-            [sys.executable, "-c", _CLIENT[kind], srv.address],
+            holding_client(kind, srv.address, "frozen", 2, 120),
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,

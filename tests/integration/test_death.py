@@ -24,7 +24,7 @@ from nnhal.client.remote import DEATH_DETECTION_BOUND_S
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject
 from nnhal.testing.local_server import LocalServer
-from tests.conftest import Connector, add_model, ones
+from tests.conftest import Connector, add_model, holding_client, ones
 
 pytestmark = pytest.mark.integration
 
@@ -127,34 +127,8 @@ def test_sigstop_detected_within_keepalive_bound(own_server: LocalServer, connec
         dev.close()
 
 
-#: The scripts of the client processes below, per client (the asyncio one is what a user
-#: of ``nnhal.client.aio`` writes: one ``asyncio.run``).
-_CLIENT = {
-    "sync": textwrap.dedent(
-        """
-        import sys, time
-        from nnhal.client.device import Device
-        from tests.conftest import add_model
-        dev = Device.connect(sys.argv[1], client_name="doomed")
-        models = [dev.prepare_model_sync(add_model()) for _ in range(3)]
-        print("ready", flush=True)
-        time.sleep(60)
-        """
-    ),
-    "aio": textwrap.dedent(
-        """
-        import asyncio, sys
-        from nnhal.client import aio
-        from tests.conftest import add_model
-        async def main():
-            dev = await aio.Device.connect(sys.argv[1], client_name="doomed")
-            models = [await dev.prepare_model(add_model()) for _ in range(3)]
-            print("ready", flush=True)
-            await asyncio.sleep(60)
-        asyncio.run(main())
-        """
-    ),
-}
+#: The tests below start client processes of each client (the scripts: one per client,
+#: the asyncio one as a user of ``nnhal.client.aio`` writes it, one ``asyncio.run``).
 CLIENTS = pytest.mark.parametrize("client", ["sync", "aio"])
 
 
@@ -162,7 +136,7 @@ CLIENTS = pytest.mark.parametrize("client", ["sync", "aio"])
 def test_killed_client_leaks_nothing(server: LocalServer, device: Device, client: str) -> None:
     before = device.stats()["prepared_models"]
     proc = subprocess.Popen(
-        [sys.executable, "-c", _CLIENT[client], server.address], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+        holding_client(client, server.address, "doomed", 3, 60), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
     try:
         assert proc.stdout is not None
