@@ -24,6 +24,7 @@ from nnhal.client import aio
 from nnhal.client.remote import request_id_of
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus
 from nnhal.core.errors import DeadObject, HalError, InvalidArgument
+from nnhal.core.types import BufferDesc, BufferRole, DataLocation, InlinePool, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, ones, relu_chain
 from tests.integration.test_faults import add_request
@@ -275,5 +276,37 @@ def test_several_devices_and_mtls(pki: Pki, mtls_server: LocalServer) -> None:  
                 np.testing.assert_array_equal((await pm.execute([a, a])).outputs[0], a + a)
             with pytest.raises(HalError, match="no device named 'gpu'"):
                 await aio.Device.connect(two.address, device="gpu")
+
+    _run(main)
+
+
+def _at(pool: int, offset: int = 0, length: int = 32) -> RequestArgument:
+    """A 2x4 float32 argument in pool ``pool`` (length 0: a driver-managed buffer)."""
+    return RequestArgument(location=DataLocation(pool, offset, length))
+
+
+def test_driver_managed_buffers(server: LocalServer) -> None:
+    """allocate, an execution writing its output into a buffer and the next reading it from
+    there (no round trip), copyFrom / copyTo; roles that do not fit are INVALID_ARGUMENT."""
+    a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), 0.5, np.float32)
+
+    async def main() -> None:
+        async with aio.Device.connect(server.address) as dev, await dev.prepare_model(add_model()) as pm:
+            role = BufferRole(model_index=0, io_index=0, frequency=1.0)
+            async with await dev.allocate(BufferDesc(), [pm], [role], [role]) as buf:
+                pools = (InlinePool(a.tobytes() + b.tobytes(), 64), buf.pool())
+                into = Request((_at(0), _at(0, 32)), (_at(1, length=0),), pools)
+                assert (await pm.execute_request(into)).status == ErrorStatus.NONE
+                np.testing.assert_array_equal(await buf.copy_to_array(np.float32, (2, 4)), a + b)
+                pools = (buf.pool(), InlinePool(b.tobytes(), 32), InlinePool(b"", 32))
+                out_of = Request((_at(0, length=0), _at(1)), (_at(2),), pools)
+                result = await pm.execute_request(out_of)
+                np.testing.assert_array_equal(
+                    np.frombuffer(result.output_pools[2], np.float32).reshape(2, 4), a + 2 * b
+                )
+                await buf.copy_from(3 * a)
+                np.testing.assert_array_equal(await buf.copy_to_array(np.float32, (2, 4)), 3 * a)
+            with pytest.raises(InvalidArgument):
+                await dev.allocate(BufferDesc(), [pm], [BufferRole(0, 5, 1.0)], [])
 
     _run(main)

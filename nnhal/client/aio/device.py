@@ -12,7 +12,8 @@ for every later call (see :mod:`nnhal.client.aio.session`).
 Preparations: ``await prepare_model(model)`` (the PreparedModel, or the HalError raised),
 ``prepare_model_async(model)`` (an ``asyncio.Task`` started at once, as ``execute_async``),
 ``await prepare_model_from_cache(model_cache, token)`` (prepareModelFromCache_1_3 with the
-cache a preparation with ``cache_token`` returned). The HAL 1.3 forms only: a device at a
+cache a preparation with ``cache_token`` returned). ``await allocate(...)``: a driver-managed
+buffer (:mod:`nnhal.client.aio.buffer`). The HAL 1.3 forms only: a device at a
 lower ``--feature-level`` refuses them saying so (the sync client speaks the older forms).
 """
 
@@ -23,11 +24,13 @@ import os
 from collections.abc import Generator
 from typing import Any, Literal
 
+from nnhal.client.aio.buffer import Buffer
 from nnhal.client.aio.prepared_model import PreparedModel
 from nnhal.client.aio.session import AioSession
 from nnhal.client.faults import Fault
 from nnhal.client.remote.messages import (
     fault_request,
+    fill_allocate,
     prepare_from_cache_request,
     prepare_request,
     prepared_of,
@@ -37,7 +40,7 @@ from nnhal.client.remote.transport import TlsConfig, grpc_timeout, remaining_tim
 from nnhal.core import wire
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Priority
 from nnhal.core.errors import HalError
-from nnhal.core.types import Capabilities, Extension, Model
+from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model
 from nnhal.proto import service_pb2 as spb
 
 
@@ -229,6 +232,21 @@ class Device:
         if status != ErrorStatus.NONE or ref is None:
             raise tag_request_id(HalError.of(status, message), self._session.last_request_id)
         return PreparedModel(self._session, ref.handle, model, ref.model_cache)
+
+    # -- memory domains ----------------------------------------------------------------------------
+    async def allocate(
+        self,
+        desc: BufferDesc,
+        prepared_models: list[PreparedModel],
+        input_roles: list[BufferRole],
+        output_roles: list[BufferRole],
+    ) -> Buffer:
+        """IDevice::allocate: a driver-managed buffer usable in the given roles (its HalError
+        raised: INVALID_ARGUMENT for roles that do not fit the models)."""
+        req = spb.AllocateRequest(session=self._session.session_id)
+        fill_allocate(req, desc, [pm.handle for pm in prepared_models], input_roles, output_roles, wire.buffer_role_to)
+        msg = await self._session.checked(self._session.stubs.device.allocate, req, "allocate")
+        return Buffer(self._session, str(msg.buffer), int(msg.token))
 
 
 class Connecting:

@@ -17,7 +17,7 @@ from nnhal.client.remote.transport import grpc_timeout, remaining_time
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from nnhal.core.errors import GeneralFailure, HalError
-from nnhal.core.types import BufferDesc, BufferRole, Model, Request
+from nnhal.core.types import BufferDesc, BufferRole, MemoryPool, Model, Request
 from nnhal.proto import service_pb2 as spb
 
 
@@ -129,6 +129,21 @@ def prepare_from_cache_request(
     req = spb.PrepareModelFromCacheRequest(session=session, token=token)
     req.model_cache.add(data=model_cache)
     wire.deadline_to(remaining, req.deadline)
+    return req
+
+
+def copy_from_request(session: str, handle: str, src: MemoryPool, dimensions: Sequence[int]) -> spb.CopyFromRequest:
+    """IBuffer::copyFrom's request: ``src`` into buffer ``handle``, with its dimensions."""
+    req = spb.CopyFromRequest(session=session, buffer=handle)
+    wire.pool_to(src, req.src)
+    req.dimensions.extend(dimensions)
+    return req
+
+
+def copy_to_request(session: str, handle: str, dst: MemoryPool) -> spb.CopyToRequest:
+    """IBuffer::copyTo's request (an inline ``dst`` comes back in the answer's ``data``)."""
+    req = spb.CopyToRequest(session=session, buffer=handle)
+    wire.pool_to(dst, req.dst)
     return req
 
 

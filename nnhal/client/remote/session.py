@@ -20,6 +20,8 @@ from nnhal.client.remote.messages import (
     BurstStream,
     ExecutionOptions,
     PreparedRef,
+    copy_from_request,
+    copy_to_request,
     drain,
     fault_request,
     fill_allocate,
@@ -271,16 +273,11 @@ class RemoteSession(SessionChannel):
 
     # -- IBuffer ----------------------------------------------------------------------------------
     def buffer_copy_from(self, handle: str, src: MemoryPool, dimensions: Sequence[int]) -> None:
-        req = spb.CopyFromRequest(session=self._session_id, buffer=handle)
-        wire.pool_to(src, req.src)
-        req.dimensions.extend(dimensions)
-        self.buffer_call("copyFrom", req)
+        self.buffer_call("copyFrom", copy_from_request(self._session_id, handle, src, dimensions))
 
     def buffer_copy_to(self, handle: str, dst: MemoryPool) -> bytes:
         """IBuffer::copyTo; an inline ``dst`` comes back as the returned bytes."""
-        req = spb.CopyToRequest(session=self._session_id, buffer=handle)
-        wire.pool_to(dst, req.dst)
-        return bytes(self.buffer_call("copyTo", req).data)
+        return bytes(self.buffer_call("copyTo", copy_to_request(self._session_id, handle, dst)).data)
 
     def release_buffer(self, handle: str) -> None:
         if self._closed or self._monitor.dead:
