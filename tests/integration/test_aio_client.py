@@ -245,6 +245,27 @@ def test_a_burst_answers_as_executions_do_and_a_cancelled_one_ends_only_itself(s
     _run(main)
 
 
+def test_a_cancelled_preparation_leaves_no_model_behind(server: LocalServer) -> None:
+    async def main() -> None:
+        async with aio.Device.connect(server.address) as dev:
+            before = (await dev.stats())["prepared_models"]
+            await dev.set_faults(prepare_delay_ms=300)
+            try:
+                task = dev.prepare_model_async(add_model())
+                await asyncio.sleep(0.1)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                end = time.monotonic() + 30
+                while (await dev.stats())["prepared_models"] != before and time.monotonic() < end:
+                    await asyncio.sleep(0.05)  # the preparation ends, then its model is released
+                assert (await dev.stats())["prepared_models"] == before
+            finally:
+                await dev.set_faults()
+
+    _run(main)
+
+
 def test_prepare_from_cache(server: LocalServer) -> None:
     token = bytes(range(32))
 

@@ -227,11 +227,26 @@ class Device:
     async def _prepare(
         self, rpc: Any, req: Any, what: str, remaining: float | None, model: Model | None
     ) -> PreparedModel:
-        notify = await self._session.notify(rpc, req, what, grpc_timeout(remaining))
+        """The prepare RPC runs to its notify even when the caller is cancelled (a HAL
+        preparation cannot be cancelled): the model it then makes, which nobody owns, is
+        released — the sync client's discard of a prepared model whose waiter was released."""
+        rpc_task = asyncio.ensure_future(self._session.notify(rpc, req, what, grpc_timeout(remaining)))
+        try:
+            notify = await asyncio.shield(rpc_task)
+        except asyncio.CancelledError:
+            rpc_task.add_done_callback(self._discard)
+            raise
         status, message, ref = prepared_of(notify)
         if status != ErrorStatus.NONE or ref is None:
             raise tag_request_id(HalError.of(status, message), self._session.last_request_id)
         return PreparedModel(self._session, ref.handle, model, ref.model_cache)
+
+    def _discard(self, rpc_task: asyncio.Future[Any]) -> None:
+        if rpc_task.cancelled() or rpc_task.exception() is not None:
+            return  # no model was made, or the session ended (and released it)
+        _, _, ref = prepared_of(rpc_task.result())
+        if ref is not None:
+            self._session.spawn(PreparedModel(self._session, ref.handle, None).release())
 
     # -- memory domains ----------------------------------------------------------------------------
     async def allocate(

@@ -20,7 +20,9 @@ The asyncio twin of :class:`nnhal.client.remote.RemoteSession`, with the same co
   DEVICE_UNAVAILABLE, or the result) before it resolves with DEAD_OBJECT — the sync
   client's rule (:mod:`nnhal.client.remote.monitor`).
 - Cancelling a task that awaits a call cancels its RPC: the server ends the job and gives
-  back what it held (``grpc.aio`` cancels a call whose read is cancelled).
+  back what it held (``grpc.aio`` cancels a call whose read is cancelled). A preparation is
+  the exception (the HAL cannot cancel one): it runs to its end and the model it makes is
+  released (:meth:`spawn`).
 - ``close`` ends the session (the server releases what it created); calls still awaiting
   an answer resolve with GENERAL_FAILURE, later ones too.
 
@@ -30,7 +32,7 @@ Every coroutine here runs on the event loop that opened the session.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import grpc
@@ -101,6 +103,8 @@ class AioSession:
         self._end_error: HalError | None = None
         self._session_call: Any = None
         self._tasks: list[asyncio.Task[None]] = []
+        #: Best-effort clean-ups started by :meth:`spawn`, held until they end.
+        self._spawned: set[asyncio.Task[Any]] = set()
 
     @classmethod
     async def open(
@@ -267,6 +271,20 @@ class AioSession:
 
         return await self.call(what, timeout is not None, run)
 
+    def spawn(self, cleanup: Coroutine[Any, Any, Any]) -> None:
+        """Run ``cleanup`` (a release nobody awaits) in the background; its HalError is dropped
+        (the session's end releases everything anyway); ``close`` cancels what is left."""
+
+        async def quietly() -> None:
+            try:
+                await cleanup
+            except HalError:
+                pass
+
+        task = asyncio.get_running_loop().create_task(quietly(), name="nnhal-cleanup")
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
+
     # -- lifetime -------------------------------------------------------------------------------
     async def close(self) -> None:
         """End the session: the server releases every object it created. Idempotent."""
@@ -278,9 +296,10 @@ class AioSession:
         await self._shutdown()
 
     async def _shutdown(self) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._spawned]
+        for task in tasks:
             task.cancel()
         if self._session_call is not None:
             self._session_call.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self._channel.close()
