@@ -27,7 +27,7 @@ from nnhal.client.faults import Fault
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
-from nnhal.core.types import Model, Request
+from nnhal.core.types import BufferDesc, BufferRole, Model, Request
 
 T = TypeVar("T")
 #: Bound of one blocking call (the tests' own bounds are tighter).
@@ -200,6 +200,17 @@ class BridgedDevice:
 
     def prepare_model_sync(self, model: Model, **kwargs: Any) -> BridgedPreparedModel:
         return BridgedPreparedModel(self._loop, self._run(lambda: self.aio.prepare_model(model, **kwargs)))
+
+    def allocate(
+        self,
+        desc: BufferDesc,
+        prepared_models: list[BridgedPreparedModel],
+        input_roles: list[BufferRole],
+        output_roles: list[BufferRole],
+    ) -> aio.Buffer:
+        """The asyncio client's Buffer itself (its coroutines run on this device's loop)."""
+        models = [pm.aio for pm in prepared_models]
+        return self._run(lambda: self.aio.allocate(desc, models, input_roles, output_roles))
 
     def close(self) -> None:
         if self._closed:

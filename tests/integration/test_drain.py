@@ -82,6 +82,8 @@ def test_sigterm_lets_a_launched_execution_finish(draining_server: LocalServer, 
     dev = connect(srv.address)
     try:
         pm = dev.prepare_model_sync(add_model())
+        burst = pm.burst()
+        assert burst.execute(_add_request(1.0)).status == ErrorStatus.NONE
         # Long enough for the checks below to run during the drain on a loaded machine.
         dev.set_faults(execute_delay_ms=5000)
         a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), 0.5, np.float32)
@@ -100,6 +102,11 @@ def test_sigterm_lets_a_launched_execution_finish(draining_server: LocalServer, 
         prepare = dev.prepare_model(add_model())
         assert prepare.wait(WAIT_BOUND_S) and prepare.status == ErrorStatus.DEVICE_UNAVAILABLE
         assert "draining" in prepare.message
+        refused = burst.execute(_add_request(1.0))
+        assert refused.status == ErrorStatus.DEVICE_UNAVAILABLE and "draining" in refused.message
+        burst.close()
+        with pytest.raises(DeviceUnavailable, match="draining"):
+            dev.allocate(BufferDesc(), [pm], [BufferRole(0, 0, 1.0)], [])
         with pytest.raises(DeadObject, match="draining"):
             connect(srv.address, timeout=5.0)
         # The launched execution finishes with the right values, then the server exits 0.
