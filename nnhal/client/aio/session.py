@@ -302,4 +302,10 @@ class AioSession:
         if self._session_call is not None:
             self._session_call.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        # Done tasks keep their coroutines, whose frames hold this session: drop them so the
+        # channel goes with its last reference. grpc.aio stops its poller, which is bound to
+        # this event loop, only when its last channel is collected; one left for the garbage
+        # collector would disturb the next loop of the process.
+        self._tasks, self._session_call = [], None
+        self._spawned.clear()
         await self._channel.close()
