@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
+import textwrap
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ from nnhal.core.enums import OperandType as T
 from nnhal.core.enums import OperationType as O
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer
+from tests import aio_bridge
 
 #: ``NNHAL_SOAK=1`` (``make soak``): the stress loops run their full counts and the whole
 #: conformance set runs end to end; ``make test`` runs smaller counts that still show a leak.
@@ -46,6 +50,66 @@ def own_server() -> Iterator[LocalServer]:
         yield srv
     finally:
         srv.stop()
+
+
+class Connector:
+    """``Device.connect`` of one client: the sync one, or the asyncio one behind the sync
+    interface (:mod:`tests.aio_bridge`). Remembers what it opened, to close it at the end."""
+
+    def __init__(self, client: str) -> None:
+        self.client = client
+        self.opened: list[Any] = []
+
+    def __call__(self, address: str, **kwargs: Any) -> Any:
+        dev = (Device.connect if self.client == "sync" else aio_bridge.connect)(address, **kwargs)
+        self.opened.append(dev)
+        return dev
+
+
+@pytest.fixture(params=["sync", "aio"])
+def connect(request: pytest.FixtureRequest) -> Iterator[Connector]:
+    """A test taking this runs once per client (``connect.client``); devices it leaves open
+    are closed at its end."""
+    connector = Connector(request.param)
+    yield connector
+    for dev in connector.opened:
+        dev.close()
+
+
+#: A client process that prepares ``sys.argv[3]`` models on the server at ``sys.argv[1]`` as
+#: client ``sys.argv[2]``, prints "ready", then sleeps ``sys.argv[4]`` seconds (to be killed or
+#: frozen), per client: the sync one, or the asyncio one as its user writes it (one ``asyncio.run``).
+HOLDING_CLIENT = {
+    "sync": textwrap.dedent(
+        """
+        import sys, time
+        from nnhal.client.device import Device
+        from tests.conftest import add_model
+        dev = Device.connect(sys.argv[1], client_name=sys.argv[2])
+        models = [dev.prepare_model_sync(add_model()) for _ in range(int(sys.argv[3]))]
+        print("ready", flush=True)
+        time.sleep(float(sys.argv[4]))
+        """
+    ),
+    "aio": textwrap.dedent(
+        """
+        import asyncio, sys
+        from nnhal.client import aio
+        from tests.conftest import add_model
+        async def main():
+            dev = await aio.Device.connect(sys.argv[1], client_name=sys.argv[2])
+            models = [await dev.prepare_model(add_model()) for _ in range(int(sys.argv[3]))]
+            print("ready", flush=True)
+            await asyncio.sleep(float(sys.argv[4]))
+        asyncio.run(main())
+        """
+    ),
+}
+
+
+def holding_client(kind: str, address: str, name: str, models: int, seconds: float) -> list[str]:
+    """The command line of a :data:`HOLDING_CLIENT` process."""
+    return [sys.executable, "-c", HOLDING_CLIENT[kind], address, name, str(models), str(seconds)]
 
 
 def add_model(shape: tuple[int, ...] = (2, 4)) -> Model:

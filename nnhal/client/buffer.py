@@ -17,7 +17,30 @@ import numpy as np
 from nnhal.client.memory import SharedMemory
 from nnhal.client.remote import RemoteSession
 from nnhal.core.errors import HalError
-from nnhal.core.types import BufferTokenPool, InlinePool
+from nnhal.core.types import BufferTokenPool, InlinePool, SharedMemoryPool
+
+
+def copy_source(
+    src: np.ndarray | SharedMemory, dimensions: tuple[int, ...] | None
+) -> tuple[InlinePool | SharedMemoryPool, tuple[int, ...]]:
+    """What copyFrom sends for ``src``: its pool and dimensions (an array's shape by default;
+    ``()`` means the buffer's own). Shared by the sync and asyncio buffers."""
+    if isinstance(src, SharedMemory):
+        return src.pool(), dimensions or ()
+    if dimensions is None:  # before ascontiguousarray, which turns a 0-d array into 1-d
+        dimensions = tuple(int(d) for d in np.shape(src))
+    data = np.ascontiguousarray(src)
+    return InlinePool(data.tobytes(), data.nbytes), dimensions
+
+
+def array_room(dtype: np.dtype | type, shape: tuple[int, ...]) -> InlinePool:
+    """The inline destination of a copyTo into an array of ``dtype`` and ``shape``."""
+    return InlinePool(b"", int(np.dtype(dtype).itemsize * np.prod(shape, dtype=np.int64)))
+
+
+def array_of(data: bytes, dtype: np.dtype | type, shape: tuple[int, ...]) -> np.ndarray:
+    """The array a copyTo's bytes hold (a copy: the caller owns it)."""
+    return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
 
 class Buffer:
@@ -48,13 +71,7 @@ class Buffer:
     def copy_from(self, src: np.ndarray | SharedMemory, dimensions: tuple[int, ...] | None = None) -> None:
         """IBuffer::copyFrom. ``dimensions`` default to an array's shape (``()`` means the
         buffer's own); the server checks them against the buffer's and the byte count."""
-        if isinstance(src, SharedMemory):
-            self._remote.buffer_copy_from(self.handle, src.pool(), dimensions or ())
-            return
-        if dimensions is None:  # before ascontiguousarray, which turns a 0-d array into 1-d
-            dimensions = tuple(int(d) for d in np.shape(src))
-        data = np.ascontiguousarray(src)
-        self._remote.buffer_copy_from(self.handle, InlinePool(data.tobytes(), data.nbytes), dimensions)
+        self._remote.buffer_copy_from(self.handle, *copy_source(src, dimensions))
 
     def copy_to(self, dst: SharedMemory) -> None:
         """IBuffer::copyTo into a shared region (its size must equal the buffer's)."""
@@ -62,9 +79,7 @@ class Buffer:
 
     def copy_to_array(self, dtype: np.dtype | type, shape: tuple[int, ...]) -> np.ndarray:
         """IBuffer::copyTo into a new array of ``shape`` (which must match the buffer's size)."""
-        size = int(np.dtype(dtype).itemsize * np.prod(shape, dtype=np.int64))
-        data = self._remote.buffer_copy_to(self.handle, InlinePool(b"", size))
-        return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+        return array_of(self._remote.buffer_copy_to(self.handle, array_room(dtype, shape)), dtype, shape)
 
     def release(self) -> None:
         """Free the buffer in the server (idempotent)."""

@@ -1,9 +1,12 @@
-"""The asyncio client (nnhal.client.aio) against real server processes.
+"""The asyncio client (nnhal.client.aio) against real server processes, in its own idiom.
 
-The sync client's cross-process death and exactly-once tests (test_death.py,
-test_device.py), on ``grpc.aio``: every awaiting call resolves with DEAD_OBJECT exactly
-once within the same bounds, later calls fail at once; plus many concurrent executions
-from one event loop. Each test runs its own event loop (``asyncio.run``).
+The sync client's cross-process death, drain and exactly-once tests run for this client
+too, from their own modules (the ``connect`` fixture and :mod:`tests.aio_bridge`:
+test_death, test_drain, test_faults, test_cache; test_cancellation,
+test_client_keepalive and test_channel_close have asyncio counterparts beside theirs).
+Here: what only asyncio code does — many calls in flight from one loop, a SIGKILL
+releasing waiters of every kind at once, bursts, deadlines, close, TLS and devices.
+Each test runs its own event loop (``asyncio.run``).
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ import numpy as np
 import pytest
 
 from nnhal.client import aio
-from nnhal.client.remote import DEATH_DETECTION_BOUND_S, DRAINING, request_id_of
-from nnhal.core.enums import ErrorStatus
+from nnhal.client.remote import request_id_of
+from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus
 from nnhal.core.errors import DeadObject, HalError, InvalidArgument
+from nnhal.core.types import BufferDesc, BufferRole, DataLocation, InlinePool, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, ones, relu_chain
+from tests.integration.test_faults import add_request
 from tests.integration.test_tls import Pki, mtls_server, pki  # noqa: F401  (fixtures)
 from tests.validation_cases import INVALID_MODELS
 
@@ -49,6 +54,10 @@ def test_prepare_and_execute_sync_and_async(server: LocalServer) -> None:
         async with aio.Device.connect(server.address, client_name="aio") as dev:
             assert (await dev.capabilities()).relaxed_float32_to_float16_performance_scalar is not None
             assert await dev.supported_operations(add_model()) == [True]
+            assert await dev.version_string() and await dev.type() == DeviceType.CPU
+            assert await dev.status() == DeviceStatus.AVAILABLE and await dev.supported_extensions() == ()
+            assert await dev.number_of_cache_files_needed() == (1, 0)
+            assert (await dev.stats())["sessions"] >= 1
             a = np.arange(8, dtype=np.float32).reshape(2, 4)
             async with await dev.prepare_model(add_model()) as pm:
                 out = await pm.execute([a, a], measure=True)
@@ -161,36 +170,19 @@ async def _dead_at_once(dev: aio.Device, pm: aio.PreparedModel | None) -> None:
     assert dev.dead
 
 
-def test_sigkill_during_prepare_releases_waiter(own_server: LocalServer) -> None:
-    async def main() -> None:
-        async with aio.Device.connect(own_server.address) as dev:
-            await dev.set_faults(prepare_delay_ms=10_000)
-            task = asyncio.ensure_future(dev.prepare_model(add_model()))
-            fired = _fired(task)
-            await asyncio.sleep(0.3)
-            t0 = time.monotonic()
-            own_server.signal(signal.SIGKILL)
-            done, _ = await asyncio.wait({task}, timeout=1.0)
-            assert task in done, "prepare waiter not released within 1 s"
-            assert time.monotonic() - t0 < 1.0
-            assert isinstance(task.exception(), DeadObject)
-            await _dead_at_once(dev, None)
-            await asyncio.sleep(0.2)
-            assert fired[0] == 1
-
-    _run(main)
-
-
 def test_sigkill_during_async_execution(own_server: LocalServer) -> None:
     async def main() -> None:
         async with aio.Device.connect(own_server.address) as dev:
             pm = await dev.prepare_model(add_model())
+            burst = pm.burst()
+            assert (await burst.execute(add_request(ones()))).status == ErrorStatus.NONE
             await dev.set_faults(execute_delay_ms=10_000, prepare_delay_ms=10_000)
             task = pm.execute_async([ones(), ones()])
             fired = _fired(task)
             others = [pm.execute_async([ones(), ones()]) for _ in range(4)]
             others += [asyncio.ensure_future(pm.execute([ones(), ones()])) for _ in range(2)]
             others += [asyncio.ensure_future(dev.prepare_model(add_model())) for _ in range(2)]
+            others += [asyncio.ensure_future(burst.execute(add_request(ones())))]
             await asyncio.sleep(0.3)
             t0 = time.monotonic()
             own_server.signal(signal.SIGKILL)
@@ -203,42 +195,89 @@ def test_sigkill_during_async_execution(own_server: LocalServer) -> None:
                 status = err.error_status if isinstance(err, HalError) else other.result().status
                 assert status == ErrorStatus.DEAD_OBJECT
             await _dead_at_once(dev, pm)
+            t1 = time.monotonic()
+            assert (await burst.execute(add_request(ones()))).status == ErrorStatus.DEAD_OBJECT
+            with pytest.raises(DeadObject):
+                pm.burst()
+            assert time.monotonic() - t1 < 0.2
+            await burst.close()
             await asyncio.sleep(0.2)
             assert fired[0] == 1
 
     _run(main)
 
 
-def test_sigstop_detected_within_keepalive_bound(own_server: LocalServer) -> None:
+def test_a_burst_answers_as_executions_do_and_a_cancelled_one_ends_only_itself(server: LocalServer) -> None:
+    """Burst results equal execute_request's; cancelling an awaiting burst execution cancels
+    the server's execution and ends that burst (GENERAL_FAILURE after), not the session."""
+
     async def main() -> None:
-        async with aio.Device.connect(own_server.address) as dev:
-            pm = await dev.prepare_model(add_model())
-            await dev.set_faults(execute_delay_ms=30_000)
-            task = pm.execute_async([ones(), ones()])
-            fired = _fired(task)
-            await asyncio.sleep(0.3)
-            t0 = time.monotonic()
-            own_server.signal(signal.SIGSTOP)
+        async with aio.Device.connect(server.address) as dev, await dev.prepare_model(add_model()) as pm:
+            rng = np.random.default_rng(0)
+            async with pm.burst() as burst:
+                assert not burst.fast
+                for _ in range(3):
+                    x = rng.random((2, 4), dtype=np.float32)
+                    got, want = await burst.execute(add_request(x)), await pm.execute_request(add_request(x))
+                    assert got.status == ErrorStatus.NONE
+                    assert (got.output_shapes, got.output_pools) == (want.output_shapes, want.output_pools)
+            await dev.set_faults(execute_delay_ms=5_000)
             try:
-                done, _ = await asyncio.wait({task}, timeout=DEATH_DETECTION_BOUND_S)
-                assert task in done, f"frozen server not detected within {DEATH_DETECTION_BOUND_S} s"
-                assert time.monotonic() - t0 <= DEATH_DETECTION_BOUND_S
-                assert task.result().status == ErrorStatus.DEAD_OBJECT
-                with pytest.raises(DeadObject):
-                    await dev.capabilities()
-                assert fired[0] == 1
+                cut = pm.burst()
+                task = asyncio.ensure_future(cut.execute(add_request(ones())))
+                await asyncio.sleep(0.3)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                after = await cut.execute(add_request(ones()))
+                assert after.status == ErrorStatus.GENERAL_FAILURE and "cancelled" in after.message
+                await cut.close()
+                end = time.monotonic() + 30
+                while (await dev.stats())["queue_depth"] and time.monotonic() < end:
+                    await asyncio.sleep(0.05)
+                assert (await dev.stats())["queue_depth"] == 0, "the cancelled execution still runs"
             finally:
-                own_server.signal(signal.SIGCONT)
+                await dev.set_faults()
+            assert not dev.dead
+            async with pm.burst() as burst:
+                assert (await burst.execute(add_request(ones()))).status == ErrorStatus.NONE
 
     _run(main)
 
 
-def test_no_server_is_dead_object(tmp_path: Any) -> None:
+def test_a_cancelled_preparation_leaves_no_model_behind(server: LocalServer) -> None:
     async def main() -> None:
-        t0 = time.monotonic()
-        with pytest.raises(DeadObject):
-            await aio.Device.connect(f"unix:{tmp_path}/none.sock", timeout=0.5)
-        assert time.monotonic() - t0 < 5.0
+        async with aio.Device.connect(server.address) as dev:
+            before = (await dev.stats())["prepared_models"]
+            await dev.set_faults(prepare_delay_ms=300)
+            try:
+                task = dev.prepare_model_async(add_model())
+                await asyncio.sleep(0.1)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                end = time.monotonic() + 30
+                while (await dev.stats())["prepared_models"] != before and time.monotonic() < end:
+                    await asyncio.sleep(0.05)  # the preparation ends, then its model is released
+                assert (await dev.stats())["prepared_models"] == before
+            finally:
+                await dev.set_faults()
+
+    _run(main)
+
+
+def test_prepare_from_cache(server: LocalServer) -> None:
+    token = bytes(range(32))
+
+    async def main() -> None:
+        async with aio.Device.connect(server.address) as dev:
+            blob = (await dev.prepare_model(add_model(), cache_token=token)).model_cache
+            async with await dev.prepare_model_from_cache(blob, token, add_model()) as pm:
+                np.testing.assert_array_equal((await pm.execute([ones(), ones()])).outputs[0], 2 * ones())
+            with pytest.raises(InvalidArgument):
+                await dev.prepare_model_from_cache(blob[:-1] + bytes([blob[-1] ^ 1]), token)
+            task = dev.prepare_model_async(add_model())
+            assert isinstance(await task, aio.PreparedModel)
 
     _run(main)
 
@@ -262,32 +301,33 @@ def test_several_devices_and_mtls(pki: Pki, mtls_server: LocalServer) -> None:  
     _run(main)
 
 
-def test_a_drain_lets_launched_work_finish_and_is_reported_as_such() -> None:
-    srv = LocalServer("--enable-fault-injection", "--drain-seconds", "10")
+def _at(pool: int, offset: int = 0, length: int = 32) -> RequestArgument:
+    """A 2x4 float32 argument in pool ``pool`` (length 0: a driver-managed buffer)."""
+    return RequestArgument(location=DataLocation(pool, offset, length))
+
+
+def test_driver_managed_buffers(server: LocalServer) -> None:
+    """allocate, an execution writing its output into a buffer and the next reading it from
+    there (no round trip), copyFrom / copyTo; roles that do not fit are INVALID_ARGUMENT."""
+    a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), 0.5, np.float32)
 
     async def main() -> None:
-        async with aio.Device.connect(srv.address) as dev:
-            pm = await dev.prepare_model(add_model())
-            await dev.set_faults(execute_delay_ms=1000)
-            a = np.arange(8, dtype=np.float32).reshape(2, 4)
-            task = pm.execute_async([a, a])
-            fired = _fired(task)
-            await asyncio.sleep(0.3)
-            srv.signal(signal.SIGTERM)
-            outcome = await asyncio.wait_for(task, 30)
-            assert outcome.status == ErrorStatus.NONE, outcome.message
-            np.testing.assert_array_equal(outcome.outputs[0], a + a)
-            end = time.monotonic() + 30
-            while not dev.dead and time.monotonic() < end:
-                await asyncio.sleep(0.05)
-            assert dev.draining
-            with pytest.raises(DeadObject) as dead:
-                await dev.capabilities()
-            assert DRAINING in dead.value.message
-            assert fired[0] == 1
+        async with aio.Device.connect(server.address) as dev, await dev.prepare_model(add_model()) as pm:
+            role = BufferRole(model_index=0, io_index=0, frequency=1.0)
+            async with await dev.allocate(BufferDesc(), [pm], [role], [role]) as buf:
+                pools = (InlinePool(a.tobytes() + b.tobytes(), 64), buf.pool())
+                into = Request((_at(0), _at(0, 32)), (_at(1, length=0),), pools)
+                assert (await pm.execute_request(into)).status == ErrorStatus.NONE
+                np.testing.assert_array_equal(await buf.copy_to_array(np.float32, (2, 4)), a + b)
+                pools = (buf.pool(), InlinePool(b.tobytes(), 32), InlinePool(b"", 32))
+                out_of = Request((_at(0, length=0), _at(1)), (_at(2),), pools)
+                result = await pm.execute_request(out_of)
+                np.testing.assert_array_equal(
+                    np.frombuffer(result.output_pools[2], np.float32).reshape(2, 4), a + 2 * b
+                )
+                await buf.copy_from(3 * a)
+                np.testing.assert_array_equal(await buf.copy_to_array(np.float32, (2, 4)), 3 * a)
+            with pytest.raises(InvalidArgument):
+                await dev.allocate(BufferDesc(), [pm], [BufferRole(0, 5, 1.0)], [])
 
-    try:
-        _run(main)
-        assert srv.proc.wait(30) == 0
-    finally:
-        srv.stop()
+    _run(main)

@@ -10,7 +10,7 @@ import pytest
 from nnhal.client.device import Device
 from nnhal.core.enums import ErrorStatus, Priority
 from nnhal.testing.local_server import LocalServer
-from tests.conftest import add_model, ones
+from tests.conftest import Connector, add_model, ones
 
 pytestmark = pytest.mark.integration
 TOKEN = bytes(range(32))
@@ -43,7 +43,8 @@ def test_cache_from_another_feature_level_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("cut", [0, 8, 40, -1])
-def test_truncated_or_bad_tokens(device: Device, cut: int) -> None:
+def test_truncated_or_bad_tokens(server: LocalServer, connect: Connector, cut: int) -> None:
+    device = connect(server.address)  # the sync client, then the asyncio one (tests.aio_bridge)
     blob = device.prepare_model_sync(add_model(), cache_token=TOKEN).model_cache
     cb = device.prepare_model_from_cache(blob[:cut], TOKEN)
     assert cb.wait(10) and cb.status == ErrorStatus.INVALID_ARGUMENT

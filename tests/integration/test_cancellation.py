@@ -6,10 +6,15 @@ and a stream whose gRPC deadline expires, must leave nothing admitted: afterward
 normal executions are all accepted and ``getStats`` shows 0 in flight. Run against
 the default queue and against ``--queue-depth 8`` (where a handful of leaked tickets
 made the device refuse all work, permanently).
+
+The asyncio client's counterparts: a task awaiting ``execute`` / ``execute_async`` cancelled
+at any moment (``task.cancel()`` cancels its RPC) leaves no ticket and no task unresolved;
+its killed client process leaves no ticket; its cancelled tasks do not hold a drain.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import signal
 import subprocess
@@ -20,11 +25,13 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
 import pytest
 
+from nnhal.client import aio
 from nnhal.client.device import Device
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus
@@ -40,6 +47,8 @@ STREAMS = soak(200, 1000)
 #: Killed clients, one after another (30 launched streams each).
 KILLED_CLIENTS = soak(1, 3)
 WORKERS = 8
+#: Tasks of the asyncio client, all in flight at once, each cancelled at a random moment.
+AIO_TASKS = soak(100, 1000)
 #: Bounds of the polls below; generous because the machine may be loaded.
 SETTLE_BOUND_S = 30.0
 
@@ -134,31 +143,105 @@ def test_cancelled_streams_leave_no_ticket(cancel_server: LocalServer) -> None:
         pm.release()
 
 
+async def _settled_aio(dev: aio.Device) -> dict[str, int]:
+    """:func:`_settled` for the asyncio client."""
+    end = time.monotonic() + SETTLE_BOUND_S
+    stats = await dev.stats()
+    while stats["queue_depth"] and time.monotonic() < end:
+        await asyncio.sleep(0.05)
+        stats = await dev.stats()
+    return stats
+
+
+def test_cancelled_tasks_leave_no_ticket(cancel_server: LocalServer) -> None:
+    """Tasks awaiting execute_async (execute_1_3) or execute (executeSynchronously_1_3),
+    cancelled at random moments (before the call started, before or after its launch, while
+    queued or running): every task ends exactly once and the server holds nothing after."""
+    a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), 0.5, np.float32)
+
+    async def main() -> None:
+        async with aio.Device.connect(cancel_server.address, client_name="aio-canceller") as dev:
+            pm = await dev.prepare_model(add_model())
+            await dev.set_faults(execute_delay_ms=3)
+            loop = asyncio.get_running_loop()
+            rng = random.Random(12)
+            tasks: list[asyncio.Future[Any]] = []
+            ends: list[int] = []
+            for k in range(AIO_TASKS):
+                task = pm.execute_async([a, b]) if k % 2 else asyncio.ensure_future(pm.execute([a, b]))
+                task.add_done_callback(lambda _t: ends.append(1))
+                loop.call_later(rng.random() * 0.25, task.cancel)  # the run takes ~0.1-0.5 s
+                tasks.append(task)
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            seen: dict[str, int] = {}
+            for result in results:
+                name = type(result).__name__ if isinstance(result, BaseException) else result.status.name
+                seen[name] = seen.get(name, 0) + 1
+            await asyncio.sleep(0.2)
+            assert len(ends) == AIO_TASKS, "every task ends exactly once"
+            await dev.set_faults(execute_delay_ms=0)
+            stats = await _settled_aio(dev)
+            print(f"\n{AIO_TASKS} tasks: {dict(sorted(seen.items()))}; stats after: {stats}")
+            assert stats["queue_depth"] == 0, stats
+            assert seen.get("CancelledError", 0) > 0
+            for _ in range(10):
+                outcome = await pm.execute_async([a, b])
+                assert outcome.status == ErrorStatus.NONE, outcome.message
+                np.testing.assert_array_equal(outcome.outputs[0], a + b)
+            await pm.release()
+
+    asyncio.run(asyncio.wait_for(main(), SETTLE_BOUND_S * 3))
+
+
 #: A client that launches execute_1_3 streams, reads their launch messages, says so, and
-#: waits to be killed while they are queued or running (each takes 200 ms).
-_CLIENT = textwrap.dedent(
-    """
-    import sys, time
-    from nnhal.client.device import Device
-    from tests.conftest import add_model
-    from tests.integration.test_cancellation import _add_request
-    dev = Device.connect(sys.argv[1], client_name="doomed")
-    pm = dev.prepare_model_sync(add_model())
-    dev.set_faults(execute_delay_ms=200)
-    stub, sid = dev.remote.stubs.prepared_model, dev.remote.session_id
-    calls = [stub.execute_1_3(_add_request(sid, pm.handle), timeout=60) for _ in range(int(sys.argv[2]))]
-    launched = sum(next(call).launch.status == 0 for call in calls)
-    print("launched", launched, flush=True)
-    time.sleep(60)
-    """
-)
+#: waits to be killed while they are queued or running (each takes 200 ms). The asyncio
+#: client's starts execute_async tasks and says so once the server holds some of them.
+_CLIENT = {
+    "sync": textwrap.dedent(
+        """
+        import sys, time
+        from nnhal.client.device import Device
+        from tests.conftest import add_model
+        from tests.integration.test_cancellation import _add_request
+        dev = Device.connect(sys.argv[1], client_name="doomed")
+        pm = dev.prepare_model_sync(add_model())
+        dev.set_faults(execute_delay_ms=200)
+        stub, sid = dev.remote.stubs.prepared_model, dev.remote.session_id
+        calls = [stub.execute_1_3(_add_request(sid, pm.handle), timeout=60) for _ in range(int(sys.argv[2]))]
+        launched = sum(next(call).launch.status == 0 for call in calls)
+        print("launched", launched, flush=True)
+        time.sleep(60)
+        """
+    ),
+    "aio": textwrap.dedent(
+        """
+        import asyncio, sys, time
+        import numpy as np
+        from nnhal.client import aio
+        from tests.conftest import add_model
+        async def main():
+            dev = await aio.Device.connect(sys.argv[1], client_name="doomed")
+            pm = await dev.prepare_model(add_model())
+            await dev.set_faults(execute_delay_ms=200)
+            x = np.ones((2, 4), np.float32)
+            tasks = [pm.execute_async([x, x]) for _ in range(int(sys.argv[2]))]
+            end = time.monotonic() + 10
+            while not (depth := (await dev.stats())["queue_depth"]) and time.monotonic() < end:
+                await asyncio.sleep(0.01)
+            print("launched", depth, flush=True)
+            await asyncio.sleep(60)
+        asyncio.run(main())
+        """
+    ),
+}
 
 
-def test_a_killed_clients_streams_leave_no_ticket(cancel_server: LocalServer) -> None:
+@pytest.mark.parametrize("client", ["sync", "aio"])
+def test_a_killed_clients_streams_leave_no_ticket(cancel_server: LocalServer, client: str) -> None:
     root = Path(__file__).resolve().parents[2]
     for round_ in range(KILLED_CLIENTS):
         proc = subprocess.Popen(
-            [sys.executable, "-c", _CLIENT, cancel_server.address, "30"],
+            [sys.executable, "-c", _CLIENT[client], cancel_server.address, "30"],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             cwd=root,
@@ -184,6 +267,14 @@ def test_a_killed_clients_streams_leave_no_ticket(cancel_server: LocalServer) ->
                 assert pm.execute([a, a]).status == ErrorStatus.NONE
 
 
+def _exits_well_before_the_drain_time(srv: LocalServer, t0: float) -> None:
+    """The server (20 s drain time, signalled at ``t0``) exits 0 long before it: nothing held the drain."""
+    assert srv.proc.wait(SETTLE_BOUND_S) == 0
+    took = time.monotonic() - t0
+    print(f"\ndrained and exited in {took:.2f} s")
+    assert took < 15.0  # well before the 20 s drain time: nothing leaked held it
+
+
 def test_streams_parked_at_a_drain_leave_no_ticket() -> None:
     """SIGTERM while launched streams are parked after their launch message (their client
     reads no further): the drain ends them and the server exits 0, not at the drain timeout."""
@@ -205,9 +296,35 @@ def test_streams_parked_at_a_drain_leave_no_ticket() -> None:
                         pass
                 except grpc.RpcError:
                     pass
-            assert srv.proc.wait(SETTLE_BOUND_S) == 0
-            took = time.monotonic() - t0
-            print(f"\ndrained and exited in {took:.2f} s")
-            assert took < 15.0  # well before the 20 s drain time: nothing leaked held it
+            _exits_well_before_the_drain_time(srv, t0)
+    finally:
+        srv.stop()
+
+
+def test_cancelled_tasks_do_not_hold_a_drain() -> None:
+    """The asyncio client's form of the test above: half the tasks awaiting launched
+    executions are cancelled, then SIGTERM; the rest finish and the server exits 0 long
+    before the drain time (a ticket a cancelled task left would hold it to the end)."""
+    srv = LocalServer("--enable-fault-injection", "--drain-seconds", "20")
+    a = np.ones((2, 4), np.float32)
+
+    async def main() -> float:
+        async with aio.Device.connect(srv.address, client_name="aio-parker") as dev:
+            pm = await dev.prepare_model(add_model())
+            await dev.set_faults(execute_delay_ms=300)
+            tasks = [pm.execute_async([a, a]) for _ in range(12)]
+            end = time.monotonic() + SETTLE_BOUND_S
+            while (await dev.stats())["queue_depth"] < 12 and time.monotonic() < end:
+                await asyncio.sleep(0.02)
+            for task in tasks[::2]:
+                task.cancel()
+            t0 = time.monotonic()
+            srv.signal(signal.SIGTERM)
+            for outcome in await asyncio.gather(*tasks[1::2]):
+                assert outcome.status in (ErrorStatus.NONE, ErrorStatus.DEVICE_UNAVAILABLE), outcome.message
+            return t0
+
+    try:
+        _exits_well_before_the_drain_time(srv, asyncio.run(asyncio.wait_for(main(), SETTLE_BOUND_S * 2)))
     finally:
         srv.stop()

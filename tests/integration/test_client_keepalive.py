@@ -1,43 +1,35 @@
 """Server keepalive (DESIGN.md §12): the session of a frozen (SIGSTOP) client ends, and its
 objects are released, within 10 s — the server pings every client every 2 s and drops a
-connection whose ping goes unanswered for 2 s."""
+connection whose ping goes unanswered for 2 s. The frozen client is a sync or an asyncio
+(``nnhal.client.aio``) one."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
 
 from nnhal.client.device import Device
 from nnhal.testing import LocalServer
+from tests.conftest import holding_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 #: The documented bound for a frozen client's session to end.
 FROZEN_CLIENT_BOUND_S = 10.0
 
-_CLIENT = textwrap.dedent(
-    """
-    import sys, time
-    from nnhal.client.device import Device
-    from tests.conftest import add_model
-    dev = Device.connect(sys.argv[1], client_name="frozen")
-    models = [dev.prepare_model_sync(add_model()) for _ in range(2)]
-    print("ready", flush=True)
-    time.sleep(120)
-    """
-)
 
-
+@pytest.mark.parametrize("kind", ["sync", "aio"])
 @pytest.mark.parametrize("idle_s", [0.0, 5.0], ids=["frozen-at-once", "frozen-after-idling"])
-def test_a_frozen_clients_session_ends_within_the_bound(idle_s: float) -> None:
+def test_a_frozen_clients_session_ends_within_the_bound(idle_s: float, kind: str) -> None:
     with LocalServer() as srv, Device.connect(srv.address, client_name="observer") as observer:
         client = subprocess.Popen(
-            [sys.executable, "-c", _CLIENT, srv.address], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+            holding_client(kind, srv.address, "frozen", 2, 120),
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
         )
         try:
             assert client.stdout is not None

@@ -2,6 +2,9 @@
 
 Every waiter must be released with DEAD_OBJECT within the bound, later calls
 must fail with DEAD_OBJECT at once, and a killed client must leak nothing.
+Each test runs for the sync client and for the asyncio one (``nnhal.client.aio``):
+in-process through the ``connect`` fixture (:mod:`tests.aio_bridge`), and as the
+client process's own script (``client``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from nnhal.client.remote import DEATH_DETECTION_BOUND_S
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject
 from nnhal.testing.local_server import LocalServer
-from tests.conftest import add_model, ones
+from tests.conftest import Connector, add_model, holding_client, ones
 
 pytestmark = pytest.mark.integration
 
@@ -39,8 +42,8 @@ def _fired(cb: Callback) -> list[int]:  # type: ignore[type-arg]
     return count
 
 
-def test_sigkill_during_prepare_releases_waiter(own_server: LocalServer) -> None:
-    dev = Device.connect(own_server.address)
+def test_sigkill_during_prepare_releases_waiter(own_server: LocalServer, connect: Connector) -> None:
+    dev = connect(own_server.address)
     dev.set_faults(prepare_delay_ms=10_000)
     cb = dev.prepare_model(add_model())
     fired = _fired(cb)
@@ -61,8 +64,8 @@ def test_sigkill_during_prepare_releases_waiter(own_server: LocalServer) -> None
     dev.close()
 
 
-def test_sigkill_during_async_execution(own_server: LocalServer) -> None:
-    dev = Device.connect(own_server.address)
+def test_sigkill_during_async_execution(own_server: LocalServer, connect: Connector) -> None:
+    dev = connect(own_server.address)
     pm = dev.prepare_model_sync(add_model())
     dev.set_faults(execute_delay_ms=10_000)
     cb = pm.execute_async([ones(), ones()])
@@ -84,23 +87,26 @@ def test_sigkill_during_async_execution(own_server: LocalServer) -> None:
     dev.close()
 
 
-def test_sigkill_with_many_waiters(own_server: LocalServer) -> None:
-    dev = Device.connect(own_server.address)
+def test_sigkill_with_many_waiters(own_server: LocalServer, connect: Connector) -> None:
+    dev = connect(own_server.address)
     pm = dev.prepare_model_sync(add_model())
     dev.set_faults(execute_delay_ms=10_000, prepare_delay_ms=10_000)
     waiters = [pm.execute_async([ones(), ones()]) for _ in range(5)]
     waiters += [dev.prepare_model(add_model()) for _ in range(3)]
+    fired = [_fired(cb) for cb in waiters]
     time.sleep(0.3)
     own_server.signal(signal.SIGKILL)
     deadline = time.monotonic() + 1.0
     for cb in waiters:
         assert cb.wait(max(0.0, deadline - time.monotonic()))
         assert cb.status == ErrorStatus.DEAD_OBJECT
+    time.sleep(0.2)
+    assert [f[0] for f in fired] == [1] * len(waiters), "every waiter is released exactly once"
     dev.close()
 
 
-def test_sigstop_detected_within_keepalive_bound(own_server: LocalServer) -> None:
-    dev = Device.connect(own_server.address)
+def test_sigstop_detected_within_keepalive_bound(own_server: LocalServer, connect: Connector) -> None:
+    dev = connect(own_server.address)
     pm = dev.prepare_model_sync(add_model())
     dev.set_faults(execute_delay_ms=30_000)
     cb = pm.execute_async([ones(), ones()])
@@ -121,23 +127,16 @@ def test_sigstop_detected_within_keepalive_bound(own_server: LocalServer) -> Non
         dev.close()
 
 
-_CLIENT = textwrap.dedent(
-    """
-    import sys, time
-    from nnhal.client.device import Device
-    from tests.conftest import add_model
-    dev = Device.connect(sys.argv[1], client_name="doomed")
-    models = [dev.prepare_model_sync(add_model()) for _ in range(3)]
-    print("ready", flush=True)
-    time.sleep(60)
-    """
-)
+#: The tests below start client processes of each client (the scripts: one per client,
+#: the asyncio one as a user of ``nnhal.client.aio`` writes it, one ``asyncio.run``).
+CLIENTS = pytest.mark.parametrize("client", ["sync", "aio"])
 
 
-def test_killed_client_leaks_nothing(server: LocalServer, device: Device) -> None:
+@CLIENTS
+def test_killed_client_leaks_nothing(server: LocalServer, device: Device, client: str) -> None:
     before = device.stats()["prepared_models"]
     proc = subprocess.Popen(
-        [sys.executable, "-c", _CLIENT, server.address], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+        holding_client(client, server.address, "doomed", 3, 60), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
     try:
         assert proc.stdout is not None
@@ -159,41 +158,64 @@ def test_killed_client_leaks_nothing(server: LocalServer, device: Device) -> Non
             proc.stdout.close()
 
 
-def test_connect_to_nothing_is_dead_object() -> None:
+def test_connect_to_nothing_is_dead_object(connect: Connector) -> None:
     t0 = time.monotonic()
     with pytest.raises(DeadObject):
-        Device.connect("127.0.0.1:1", timeout=1.0)
+        connect("127.0.0.1:1", timeout=1.0)
     assert time.monotonic() - t0 < 5.0
 
 
 # A client whose connect fails; the error (and so, through its traceback, the half-made
 # session) lives until the interpreter exits: the session is collected at shutdown.
-_FAILED_CONNECT_CLIENT = textwrap.dedent(
-    """
-    import socket, sys
-    from nnhal.client.device import Device
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # a free loopback port: nothing listens there
-    if sys.argv[1] == "uncaught":
-        Device.connect(f"127.0.0.1:{port}", timeout=1.0)
-    try:
-        Device.connect(f"127.0.0.1:{port}", timeout=1.0)
-    except Exception as err:
-        kept = err
-        print(f"error: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+_FREE_PORT = """
+import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+port = s.getsockname()[1]
+s.close()  # a free loopback port: nothing listens there
+"""
+_FAILED_CONNECT_CLIENT = {
+    "sync": _FREE_PORT
+    + textwrap.dedent(
+        """
+        from nnhal.client.device import Device
+        if sys.argv[1] == "uncaught":
+            Device.connect(f"127.0.0.1:{port}", timeout=1.0)
+        try:
+            Device.connect(f"127.0.0.1:{port}", timeout=1.0)
+        except Exception as err:
+            kept = err
+            print(f"error: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        """
+    ),
+    "aio": _FREE_PORT
+    + textwrap.dedent(
+        """
+        import asyncio
+        from nnhal.client import aio
+        async def main():
+            if sys.argv[1] == "uncaught":
+                await aio.Device.connect(f"127.0.0.1:{port}", timeout=1.0)
+            try:
+                await aio.Device.connect(f"127.0.0.1:{port}", timeout=1.0)
+            except Exception as err:
+                return err
+        kept = asyncio.run(main())  # the error outlives the loop
+        print(f"error: {type(kept).__name__}: {kept}", file=sys.stderr, flush=True)
         sys.exit(2)
-    """
-)
+        """
+    ),
+}
 
 
+@CLIENTS
 @pytest.mark.parametrize("how", ["caught", "uncaught"])
-def test_a_client_whose_connect_failed_exits_promptly(how: str) -> None:
+def test_a_client_whose_connect_failed_exits_promptly(how: str, client: str) -> None:
     # Seen hanging at exit: the session's __del__ closed its channel at interpreter shutdown
     # by starting a thread, and Thread.start then waited forever for it to run.
     proc = subprocess.run(
-        [sys.executable, "-c", _FAILED_CONNECT_CLIENT, how],
+        [sys.executable, "-c", _FAILED_CONNECT_CLIENT[client], how],
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
@@ -205,26 +227,47 @@ def test_a_client_whose_connect_failed_exits_promptly(how: str) -> None:
 
 # A client whose server died; it exits without closing its session, which is then
 # collected while the interpreter finalizes.
-_UNCLOSED_CLIENT = textwrap.dedent(
-    """
-    import sys, time
-    from nnhal.client.device import Device
-    dev = Device.connect(sys.argv[1], timeout=10.0)
-    print("connected", flush=True)
-    sys.stdin.readline()  # the server is killed meanwhile
-    end = time.monotonic() + 20.0
-    while not dev.remote.dead and time.monotonic() < end:
-        time.sleep(0.02)
-    print("dead" if dev.remote.dead else "alive", flush=True)
-    """
-)
+_UNCLOSED_CLIENT = {
+    "sync": textwrap.dedent(
+        """
+        import sys, time
+        from nnhal.client.device import Device
+        dev = Device.connect(sys.argv[1], timeout=10.0)
+        print("connected", flush=True)
+        sys.stdin.readline()  # the server is killed meanwhile
+        end = time.monotonic() + 20.0
+        while not dev.remote.dead and time.monotonic() < end:
+            time.sleep(0.02)
+        print("dead" if dev.remote.dead else "alive", flush=True)
+        """
+    ),
+    "aio": textwrap.dedent(
+        """
+        import asyncio, sys, time
+        from nnhal.client import aio
+        async def main():
+            dev = await aio.Device.connect(sys.argv[1], timeout=10.0)
+            print("connected", flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # the server is killed
+            end = time.monotonic() + 20.0
+            while not dev.dead and time.monotonic() < end:
+                await asyncio.sleep(0.02)
+            print("dead" if dev.dead else "alive", flush=True)
+            return dev
+        held = asyncio.run(main())  # never closed: the session outlives its loop
+        """
+    ),
+}
 
 
-def test_a_client_exits_promptly_with_an_unclosed_session_to_a_dead_server(own_server: LocalServer) -> None:
+@CLIENTS
+def test_a_client_exits_promptly_with_an_unclosed_session_to_a_dead_server(
+    own_server: LocalServer, client: str
+) -> None:
     # Seen hanging at exit: the session's __del__ at interpreter shutdown closed its channel,
     # which waits for gRPC's threads (frozen by then) or starts a thread that never runs.
     proc = subprocess.Popen(
-        [sys.executable, "-c", _UNCLOSED_CLIENT, own_server.address],
+        [sys.executable, "-c", _UNCLOSED_CLIENT[client], own_server.address],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -242,25 +285,43 @@ def test_a_client_exits_promptly_with_an_unclosed_session_to_a_dead_server(own_s
             proc.communicate()
 
 
-_BUSY_CLIENT = textwrap.dedent(
-    """
-    import sys, numpy as np
-    from nnhal.client.device import Device
-    from tests.conftest import add_model
-    dev = Device.connect(sys.argv[1], client_name="busy")
-    pm = dev.prepare_model_sync(add_model())
-    dev.set_faults(execute_delay_ms=3000)
-    cb = pm.execute_async([np.ones((2, 4), np.float32)] * 2)
-    print("executing", flush=True)
-    cb.wait(60)
-    """
-)
+_BUSY_CLIENT = {
+    "sync": textwrap.dedent(
+        """
+        import sys, numpy as np
+        from nnhal.client.device import Device
+        from tests.conftest import add_model
+        dev = Device.connect(sys.argv[1], client_name="busy")
+        pm = dev.prepare_model_sync(add_model())
+        dev.set_faults(execute_delay_ms=3000)
+        cb = pm.execute_async([np.ones((2, 4), np.float32)] * 2)
+        print("executing", flush=True)
+        cb.wait(60)
+        """
+    ),
+    "aio": textwrap.dedent(
+        """
+        import asyncio, sys, numpy as np
+        from nnhal.client import aio
+        from tests.conftest import add_model
+        async def main():
+            dev = await aio.Device.connect(sys.argv[1], client_name="busy")
+            pm = await dev.prepare_model(add_model())
+            await dev.set_faults(execute_delay_ms=3000)
+            task = pm.execute_async([np.ones((2, 4), np.float32)] * 2)
+            print("executing", flush=True)
+            await asyncio.wait_for(task, 60)
+        asyncio.run(main())
+        """
+    ),
+}
 
 
-def test_client_killed_mid_execution(server: LocalServer, device: Device) -> None:
+@CLIENTS
+def test_client_killed_mid_execution(server: LocalServer, device: Device, client: str) -> None:
     before = device.stats()
     proc = subprocess.Popen(
-        [sys.executable, "-c", _BUSY_CLIENT, server.address], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+        [sys.executable, "-c", _BUSY_CLIENT[client], server.address], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
     try:
         assert proc.stdout is not None

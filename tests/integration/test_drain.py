@@ -2,10 +2,12 @@
 DEVICE_UNAVAILABLE, launched work finishes within ``--drain-seconds`` (or ends with
 DEVICE_UNAVAILABLE, its callback notified once), exit 0; the client reports a drain,
 not a crash, and a ResilientDevice moves to the restarted server. Plus the lifecycle's
-own rules without a server."""
+own rules without a server. The tests taking ``connect`` run for the sync client and
+for the asyncio one (:mod:`tests.aio_bridge`)."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import signal
 import tempfile
@@ -20,6 +22,7 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from nnhal.client.aio import session as aio_session_module
 from nnhal.client.callbacks import Callback
 from nnhal.client.device import Device
 from nnhal.client.remote import DRAINING
@@ -31,7 +34,7 @@ from nnhal.core.types import BufferDesc, BufferRole, DataLocation, InlinePool, R
 from nnhal.server.lifecycle import DRAIN_EXPIRED, Lifecycle
 from nnhal.server.scheduler import Scheduler
 from nnhal.testing import LocalServer
-from tests.conftest import add_model, ones
+from tests.conftest import Connector, add_model, ones
 
 pytestmark = [pytest.mark.timeout(90)]
 
@@ -74,11 +77,13 @@ def draining_server(request: pytest.FixtureRequest) -> Iterator[LocalServer]:
 
 @pytest.mark.integration
 @pytest.mark.parametrize("draining_server", [30.0], indirect=True)
-def test_sigterm_lets_a_launched_execution_finish(draining_server: LocalServer) -> None:
+def test_sigterm_lets_a_launched_execution_finish(draining_server: LocalServer, connect: Connector) -> None:
     srv = draining_server
-    dev = Device.connect(srv.address)
+    dev = connect(srv.address)
     try:
         pm = dev.prepare_model_sync(add_model())
+        burst = pm.burst()
+        assert burst.execute(_add_request(1.0)).status == ErrorStatus.NONE
         # Long enough for the checks below to run during the drain on a loaded machine.
         dev.set_faults(execute_delay_ms=5000)
         a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), 0.5, np.float32)
@@ -97,8 +102,13 @@ def test_sigterm_lets_a_launched_execution_finish(draining_server: LocalServer) 
         prepare = dev.prepare_model(add_model())
         assert prepare.wait(WAIT_BOUND_S) and prepare.status == ErrorStatus.DEVICE_UNAVAILABLE
         assert "draining" in prepare.message
+        refused = burst.execute(_add_request(1.0))
+        assert refused.status == ErrorStatus.DEVICE_UNAVAILABLE and "draining" in refused.message
+        burst.close()
+        with pytest.raises(DeviceUnavailable, match="draining"):
+            dev.allocate(BufferDesc(), [pm], [BufferRole(0, 0, 1.0)], [])
         with pytest.raises(DeadObject, match="draining"):
-            Device.connect(srv.address, timeout=5.0)
+            connect(srv.address, timeout=5.0)
         # The launched execution finishes with the right values, then the server exits 0.
         outcome = cb.get(WAIT_BOUND_S)
         assert outcome.status == ErrorStatus.NONE
@@ -119,8 +129,8 @@ def test_sigterm_lets_a_launched_execution_finish(draining_server: LocalServer) 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("draining_server", [5.0], indirect=True)
-def test_an_idle_servers_end_is_reported_as_a_drain(draining_server: LocalServer) -> None:
-    dev = Device.connect(draining_server.address)
+def test_an_idle_servers_end_is_reported_as_a_drain(draining_server: LocalServer, connect: Connector) -> None:
+    dev = connect(draining_server.address)
     try:
         dev.capabilities()
         draining_server.signal(signal.SIGTERM)
@@ -137,9 +147,9 @@ def test_an_idle_servers_end_is_reported_as_a_drain(draining_server: LocalServer
 
 @pytest.mark.integration
 @pytest.mark.parametrize("draining_server", [0.5], indirect=True)
-def test_work_left_after_the_drain_time_ends_with_a_status(draining_server: LocalServer) -> None:
+def test_work_left_after_the_drain_time_ends_with_a_status(draining_server: LocalServer, connect: Connector) -> None:
     srv = draining_server
-    dev = Device.connect(srv.address)
+    dev = connect(srv.address)
     try:
         pm = dev.prepare_model_sync(add_model())
         dev.set_faults(execute_delay_ms=30_000)
@@ -160,14 +170,15 @@ def test_work_left_after_the_drain_time_ends_with_a_status(draining_server: Loca
 @pytest.mark.integration
 @pytest.mark.parametrize("draining_server", [0.5], indirect=True)
 def test_a_drain_status_read_after_the_servers_end_still_reaches_its_waiter(
-    draining_server: LocalServer, monkeypatch: pytest.MonkeyPatch
+    draining_server: LocalServer, monkeypatch: pytest.MonkeyPatch, connect: Connector
 ) -> None:
     # The race behind a flake under load: the client read the session stream's end (and
     # released every waiter with DEAD_OBJECT) before the notify the server had sent on the
     # execution's own stream. Here the notify is read only once the end was seen.
     srv = draining_server
-    dev = Device.connect(srv.address)
+    dev = connect(srv.address)
     real_notify_of = channel_module.notify_of
+    real_read_notify = aio_session_module.read_notify
 
     def read_late(call: Any, what: str) -> Any:
         end = time.monotonic() + WAIT_BOUND_S
@@ -175,10 +186,20 @@ def test_a_drain_status_read_after_the_servers_end_still_reaches_its_waiter(
             time.sleep(0.01)
         return real_notify_of(call, what)
 
-    monkeypatch.setattr(channel_module, "notify_of", read_late)
+    async def read_late_aio(stream: Any, what: str) -> Any:
+        end = time.monotonic() + WAIT_BOUND_S
+        while not dev.remote.dead and time.monotonic() < end:
+            await asyncio.sleep(0.01)
+        return await real_read_notify(stream, what)
+
     try:
         pm = dev.prepare_model_sync(add_model())
         dev.set_faults(execute_delay_ms=30_000)
+        # Patched after the preparation, whose own notify would wait for the end too.
+        if connect.client == "sync":
+            monkeypatch.setattr(channel_module, "notify_of", read_late)
+        else:
+            monkeypatch.setattr(aio_session_module, "read_notify", read_late_aio)
         cb = pm.execute_async([ones(), ones()])
         fired = _counting(cb)
         _wait_in_flight(dev)
@@ -193,9 +214,9 @@ def test_a_drain_status_read_after_the_servers_end_still_reaches_its_waiter(
 
 
 @pytest.mark.integration
-def test_sigint_drains_queued_work_too() -> None:
+def test_sigint_drains_queued_work_too(connect: Connector) -> None:
     with LocalServer("--enable-fault-injection", "--drain-seconds", "0.5", "--slots", "1") as srv:
-        dev = Device.connect(srv.address)
+        dev = connect(srv.address)
         try:
             pm = dev.prepare_model_sync(add_model())
             dev.set_faults(execute_delay_ms=30_000)
@@ -217,9 +238,9 @@ def test_sigint_drains_queued_work_too() -> None:
 
 @pytest.mark.integration
 @pytest.mark.parametrize("draining_server", [120.0], indirect=True)
-def test_a_second_signal_ends_the_drain_time_at_once(draining_server: LocalServer) -> None:
+def test_a_second_signal_ends_the_drain_time_at_once(draining_server: LocalServer, connect: Connector) -> None:
     srv = draining_server
-    dev = Device.connect(srv.address)
+    dev = connect(srv.address)
     try:
         pm = dev.prepare_model_sync(add_model())
         dev.set_faults(execute_delay_ms=60_000)

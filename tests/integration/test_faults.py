@@ -1,5 +1,6 @@
 """Injected faults across processes (``--enable-fault-injection``): errors, aborted streams,
-stalled callbacks and exits, as a user testing their own client sees them."""
+stalled callbacks and exits, as a user testing their own client sees them. The tests taking
+``connect`` run for the sync client and for the asyncio one (:mod:`tests.aio_bridge`)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from nnhal.core.types import BufferDesc, BufferRole, DataLocation, InlinePool, R
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.rpc.faults import FaultPlan, fault_from
 from nnhal.testing import LocalServer
-from tests.conftest import add_model, ones
+from tests.conftest import Connector, add_model, ones
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.integration]
 
@@ -84,9 +85,9 @@ def test_the_next_n_calls_get_the_injected_status(dev: Device) -> None:
             assert burst.execute(add_request(x)).status == ErrorStatus.NONE
 
 
-def test_an_aborted_stream_gives_its_waiter_exactly_one_callback(fault_server: LocalServer) -> None:
+def test_an_aborted_stream_gives_its_waiter_exactly_one_callback(fault_server: LocalServer, connect: Connector) -> None:
     x = ones()
-    with Device.connect(fault_server.address) as dev:
+    with connect(fault_server.address) as dev:
         pm = dev.prepare_model_sync(add_model())
         dev.inject_faults(Fault.abort("execute_1_3", after=1))
         cb = pm.execute_async([x, x])
@@ -98,7 +99,7 @@ def test_an_aborted_stream_gives_its_waiter_exactly_one_callback(fault_server: L
         # UNAVAILABLE is a transport failure: this client now treats the server as gone.
         with pytest.raises(DeadObject):
             pm.execute([x, x])
-    with Device.connect(fault_server.address) as dev:  # the server itself is fine
+    with connect(fault_server.address) as dev:  # the server itself is fine
         dev.inject_faults(Fault.abort("prepareModel_1_3", after=1, code="INTERNAL"))
         prep = dev.prepare_model(add_model())
         fired = _fires(prep)
@@ -111,9 +112,9 @@ def test_an_aborted_stream_gives_its_waiter_exactly_one_callback(fault_server: L
         dev.clear_faults()
 
 
-def test_a_burst_is_aborted_after_k_responses(fault_server: LocalServer) -> None:
+def test_a_burst_is_aborted_after_k_responses(fault_server: LocalServer, connect: Connector) -> None:
     x = ones()
-    with Device.connect(fault_server.address) as dev, dev.prepare_model_sync(add_model()) as pm:
+    with connect(fault_server.address) as dev, dev.prepare_model_sync(add_model()) as pm:
         dev.inject_faults(Fault.abort("configureExecutionBurst", after=2, code="INTERNAL"))
         statuses = []
         with pm.burst() as burst:
@@ -148,9 +149,11 @@ def test_a_stalled_callback_arrives_late(dev: Device) -> None:
     ("method", "point"),
     [("prepareModel_1_3", "after_launch"), ("execute_1_3", "after_launch"), ("execute_1_3", "before_reply")],
 )
-def test_an_exit_point_kills_the_server_and_the_waiter_gets_dead_object(method: str, point: str) -> None:
+def test_an_exit_point_kills_the_server_and_the_waiter_gets_dead_object(
+    method: str, point: str, connect: Connector
+) -> None:
     x = ones()
-    with LocalServer("--enable-fault-injection") as srv, Device.connect(srv.address) as dev:
+    with LocalServer("--enable-fault-injection") as srv, connect(srv.address) as dev:
         pm = dev.prepare_model_sync(add_model())
         dev.inject_faults(Fault.exit(method, point=point, code=7))
         cb = dev.prepare_model(add_model()) if method == "prepareModel_1_3" else pm.execute_async([x, x])

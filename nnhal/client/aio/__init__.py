@@ -7,12 +7,15 @@ with DEAD_OBJECT exactly once, within the sync client's bounds, and fails later 
 once. Many executions may be in flight at once from one event loop.
 
 Modules: :mod:`.session` (the channel, session stream, death and the one call path),
-:mod:`.device` (``Device``), :mod:`.prepared_model` (``PreparedModel``).
+:mod:`.device` (``Device``), :mod:`.prepared_model` (``PreparedModel``), :mod:`.burst`
+(``Burst``), :mod:`.buffer` (``Buffer``).
 """
 
+from nnhal.client.aio.buffer import Buffer
+from nnhal.client.aio.burst import Burst
 from nnhal.client.aio.device import Device
 from nnhal.client.aio.prepared_model import PreparedModel
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.remote.transport import TlsConfig
 
-__all__ = ["Device", "ExecutionOutcome", "PreparedModel", "TlsConfig"]
+__all__ = ["Buffer", "Burst", "Device", "ExecutionOutcome", "PreparedModel", "TlsConfig"]

@@ -8,7 +8,9 @@
   failure (DEAD_OBJECT when the server dies meanwhile, a missed deadline, a transport
   error) is in the outcome's status, never raised. DEAD_OBJECT is raised at the call
   itself for a server known dead.
-- ``execute_request`` — the same on a canonical Request (any pools): the raw outcome.
+- ``execute_request`` / ``execute_request_async`` — the same on a canonical Request (any
+  pools): the raw outcome.
+- ``burst()`` — an execution burst on one gRPC stream (:mod:`nnhal.client.aio.burst`).
 
 The numpy planning and decoding are :mod:`nnhal.client.numpy_io`'s, the request building
 :mod:`nnhal.client.remote.messages`', shared with the sync client. Deadlines: ``timeout``
@@ -26,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from nnhal.client.aio.burst import Burst
 from nnhal.client.aio.session import AioSession
 from nnhal.client.numpy_io import NumpyIO, decode_outputs, decoder, retry_sizes
 from nnhal.client.outcome import ExecutionOutcome
@@ -103,6 +106,29 @@ class PreparedModel:
         except HalError as err:
             return ExecutionOutcome(err.error_status, err.message)
         return ExecutionOutcome.of(result)
+
+    def execute_request_async(
+        self,
+        request: Request,
+        *,
+        measure: bool = False,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        loop_timeout_ns: int = 0,
+    ) -> asyncio.Task[ExecutionOutcome]:
+        """execute_1_3 of a canonical Request, started at once: the task's result is the outcome
+        (every status in it). Raises DEAD_OBJECT at once for a server known dead."""
+        self._session.check("execute_1_3")
+        options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns)
+
+        async def run() -> ExecutionOutcome:
+            return ExecutionOutcome.of(await self._execute_stream(request, options))
+
+        return asyncio.get_running_loop().create_task(run(), name="nnhal-execute")
+
+    def burst(self) -> Burst:
+        """configureExecutionBurst: many executions on one gRPC stream (``async with``)."""
+        return Burst.open(self._session, self.handle)
 
     # -- numpy ---------------------------------------------------------------------------------------
     def _io(self) -> NumpyIO:

@@ -14,7 +14,15 @@ The asyncio twin of :class:`nnhal.client.remote.RemoteSession`, with the same co
   ``DEATH_DETECTION_BOUND_S``) ends the session once; every call awaiting an answer then
   resolves with DEAD_OBJECT at once (each call races its RPC against the session's end),
   and later calls fail with DEAD_OBJECT without touching the network. A server that
-  announced a drain is reported as :data:`~nnhal.client.remote.DRAINING`.
+  announced a drain is reported as :data:`~nnhal.client.remote.DRAINING`, and its end
+  leaves each awaiting call up to :data:`~nnhal.client.remote.monitor.DRAIN_NOTIFY_GRACE_S`
+  to read the status its own stream delivers (the server sends one before it goes:
+  DEVICE_UNAVAILABLE, or the result) before it resolves with DEAD_OBJECT — the sync
+  client's rule (:mod:`nnhal.client.remote.monitor`).
+- Cancelling a task that awaits a call cancels its RPC: the server ends the job and gives
+  back what it held (``grpc.aio`` cancels a call whose read is cancelled). A preparation is
+  the exception (the HAL cannot cancel one): it runs to its end and the model it makes is
+  released (:meth:`spawn`).
 - ``close`` ends the session (the server releases what it created); calls still awaiting
   an answer resolve with GENERAL_FAILURE, later ones too.
 
@@ -24,13 +32,14 @@ Every coroutine here runs on the event loop that opened the session.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 
 from nnhal.client.remote import DRAINING
+from nnhal.client.remote import monitor as drain_rules
 from nnhal.client.remote.devices import DEVICE_METADATA
 from nnhal.client.remote.messages import check_launch, raise_for_status
 from nnhal.client.remote.transport import (
@@ -62,6 +71,19 @@ def open_aio_channel(address: str, options: list[tuple[str, int]], tls: TlsConfi
     return grpc.aio.secure_channel(target, tls.credentials(), options=all_options)
 
 
+async def read_notify(stream: Any, what: str) -> Any:
+    """The notify message of a launch / notify / end stream (DESIGN §2); the asyncio form of
+    :func:`nnhal.client.remote.messages.notify_of`."""
+    launch = await stream.read()
+    if launch is grpc.aio.EOF:
+        raise GeneralFailure(f"{what}: the stream ended without a launch status")
+    check_launch(launch, what)
+    event = await stream.read()
+    if event is grpc.aio.EOF:
+        raise GeneralFailure(f"{what}: the stream ended without a notify")
+    return event.notify  # the server ends the stream after it; the call needs no more reading
+
+
 class AioSession:
     """One asyncio channel and session. Open with :meth:`open`, end with :meth:`close`."""
 
@@ -81,6 +103,8 @@ class AioSession:
         self._end_error: HalError | None = None
         self._session_call: Any = None
         self._tasks: list[asyncio.Task[None]] = []
+        #: Best-effort clean-ups started by :meth:`spawn`, held until they end.
+        self._spawned: set[asyncio.Task[Any]] = set()
 
     @classmethod
     async def open(
@@ -189,15 +213,22 @@ class AioSession:
         self.last_request_id = new_request_id()
         return ((REQUEST_ID_KEY, self.last_request_id), *self._device_md)
 
-    async def call(self, what: str, had_deadline: bool, fn: Callable[[Metadata], Awaitable[T]]) -> T:
+    async def call(
+        self, what: str, had_deadline: bool, fn: Callable[[Metadata], Awaitable[T]], md: Metadata | None = None
+    ) -> T:
         """``await fn(metadata)``, raced against the session's end; its transport failure raised
-        as the HAL error (a death declared), tagged with the call's request id."""
+        as the HAL error (a death declared), tagged with the call's request id. ``md``: the
+        metadata of a stream the call continues (a burst), else a new call's."""
         self.check(what)
-        md = self.metadata()
+        md = md or self.metadata()
         rid = md[0][1]
         task: asyncio.Future[T] = asyncio.ensure_future(fn(md))
         try:
             await asyncio.wait((task, self._ended), return_when=asyncio.FIRST_COMPLETED)
+            if not task.done() and self._draining and self.dead:
+                # A draining server notified its launched jobs before it went; the session
+                # stream's end may just have been read first (module docstring).
+                await asyncio.wait((task,), timeout=drain_rules.DRAIN_NOTIFY_GRACE_S)
         except asyncio.CancelledError:
             task.cancel()
             raise
@@ -236,17 +267,23 @@ class AioSession:
         limit = DEFAULT_CALL_TIMEOUT if timeout is None else timeout
 
         async def run(md: Metadata) -> Any:
-            stream = rpc(request, timeout=limit, metadata=md)
-            launch = await stream.read()
-            if launch is grpc.aio.EOF:
-                raise GeneralFailure(f"{what}: the stream ended without a launch status")
-            check_launch(launch, what)
-            event = await stream.read()
-            if event is grpc.aio.EOF:
-                raise GeneralFailure(f"{what}: the stream ended without a notify")
-            return event.notify  # the server ends the stream after it; the call needs no more reading
+            return await read_notify(rpc(request, timeout=limit, metadata=md), what)
 
         return await self.call(what, timeout is not None, run)
+
+    def spawn(self, cleanup: Coroutine[Any, Any, Any]) -> None:
+        """Run ``cleanup`` (a release nobody awaits) in the background; its HalError is dropped
+        (the session's end releases everything anyway); ``close`` cancels what is left."""
+
+        async def quietly() -> None:
+            try:
+                await cleanup
+            except HalError:
+                pass
+
+        task = asyncio.get_running_loop().create_task(quietly(), name="nnhal-cleanup")
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
 
     # -- lifetime -------------------------------------------------------------------------------
     async def close(self) -> None:
@@ -259,9 +296,16 @@ class AioSession:
         await self._shutdown()
 
     async def _shutdown(self) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._spawned]
+        for task in tasks:
             task.cancel()
         if self._session_call is not None:
             self._session_call.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        # Done tasks keep their coroutines, whose frames hold this session: drop them so the
+        # channel goes with its last reference. grpc.aio stops its poller, which is bound to
+        # this event loop, only when its last channel is collected; one left for the garbage
+        # collector would disturb the next loop of the process.
+        self._tasks, self._session_call = [], None
+        self._spawned.clear()
         await self._channel.close()

@@ -17,7 +17,7 @@ from nnhal.client.remote.transport import grpc_timeout, remaining_time
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from nnhal.core.errors import GeneralFailure, HalError
-from nnhal.core.types import BufferDesc, BufferRole, Model, Request
+from nnhal.core.types import BufferDesc, BufferRole, MemoryPool, Model, Request
 from nnhal.proto import service_pb2 as spb
 
 
@@ -120,6 +120,41 @@ def prepare_request(
         req.want_cache = True
     wire.deadline_to(remaining, req.deadline)
     return req
+
+
+def prepare_from_cache_request(
+    session: str, model_cache: bytes, token: bytes, remaining: float | None
+) -> spb.PrepareModelFromCacheRequest:
+    """The prepareModelFromCache_1_3 request; ``remaining`` is the HAL deadline in seconds."""
+    req = spb.PrepareModelFromCacheRequest(session=session, token=token)
+    req.model_cache.add(data=model_cache)
+    wire.deadline_to(remaining, req.deadline)
+    return req
+
+
+def copy_from_request(session: str, handle: str, src: MemoryPool, dimensions: Sequence[int]) -> spb.CopyFromRequest:
+    """IBuffer::copyFrom's request: ``src`` into buffer ``handle``, with its dimensions."""
+    req = spb.CopyFromRequest(session=session, buffer=handle)
+    wire.pool_to(src, req.src)
+    req.dimensions.extend(dimensions)
+    return req
+
+
+def copy_to_request(session: str, handle: str, dst: MemoryPool) -> spb.CopyToRequest:
+    """IBuffer::copyTo's request (an inline ``dst`` comes back in the answer's ``data``)."""
+    req = spb.CopyToRequest(session=session, buffer=handle)
+    wire.pool_to(dst, req.dst)
+    return req
+
+
+#: StatsResponse fields that are not counts.
+_NOT_COUNTS = ("limits", "identity")
+
+
+def stats_of(msg: Any) -> tuple[dict[str, int], dict[str, int]]:
+    """A getStats answer: the server-wide object counts and the configured limits."""
+    counts = {f.name: int(getattr(msg, f.name)) for f in msg.DESCRIPTOR.fields if f.name not in _NOT_COUNTS}
+    return counts, {k: int(v) for k, v in msg.limits.items()}
 
 
 def prepared_of(notify: Any) -> tuple[ErrorStatus, str, PreparedRef | None]:

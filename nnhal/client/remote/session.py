@@ -22,12 +22,16 @@ from nnhal.client.remote.messages import (
     BurstStream,
     ExecutionOptions,
     PreparedRef,
+    copy_from_request,
+    copy_to_request,
     drain,
     fault_request,
     fill_allocate,
     fill_execution,
+    prepare_from_cache_request,
     prepared_of,
     raise_for_status,
+    stats_of,
 )
 from nnhal.client.remote.transport import (
     BURST_STREAM_TIMEOUT,
@@ -51,9 +55,6 @@ from nnhal.core.types import (
     Request,
 )
 from nnhal.proto import service_pb2 as spb
-
-#: StatsResponse fields that are not counts.
-_NOT_COUNTS = ("limits", "identity")
 
 
 class RemoteSession(SessionChannel):
@@ -96,9 +97,9 @@ class RemoteSession(SessionChannel):
 
     def stats(self) -> tuple[dict[str, int], dict[str, int]]:
         """Server-wide object counts (sessions, prepared_models, ...) and configured limits."""
-        msg = self._unary(self._stubs.device.getStats, spb.DeviceRequest(session=self._session_id), "getStats")
-        counts = {f.name: int(getattr(msg, f.name)) for f in msg.DESCRIPTOR.fields if f.name not in _NOT_COUNTS}
-        return counts, {k: int(v) for k, v in msg.limits.items()}
+        return stats_of(
+            self._unary(self._stubs.device.getStats, spb.DeviceRequest(session=self._session_id), "getStats")
+        )
 
     def set_faults(self, prepare_delay_ms: int, execute_delay_ms: int) -> None:
         req = spb.FaultRequest(
@@ -133,10 +134,10 @@ class RemoteSession(SessionChannel):
         self, model_cache: bytes, token: bytes, timeout: float | None, deadline_at: float | None
     ) -> Callback[PreparedRef]:
         """prepareModelFromCache_1_3 with the model cache a previous preparation returned."""
-        req = spb.PrepareModelFromCacheRequest(session=self._session_id, token=token)
-        req.model_cache.add(data=model_cache)
+        remaining = remaining_time(timeout, deadline_at)
+        req = prepare_from_cache_request(self._session_id, model_cache, token, remaining)
         rpc = self._stubs.device.prepareModelFromCache_1_3
-        return self._prepare(rpc, req, timeout, deadline_at, "prepareModelFromCache_1_3")
+        return self.prepare_stream(rpc, req, "prepareModelFromCache_1_3", grpc_timeout(remaining))
 
     def _prepare(
         self, rpc: Any, req: Any, timeout: float | None, deadline_at: float | None, what: str
@@ -316,16 +317,11 @@ class RemoteSession(SessionChannel):
 
     # -- IBuffer ----------------------------------------------------------------------------------
     def buffer_copy_from(self, handle: str, src: MemoryPool, dimensions: Sequence[int]) -> None:
-        req = spb.CopyFromRequest(session=self._session_id, buffer=handle)
-        wire.pool_to(src, req.src)
-        req.dimensions.extend(dimensions)
-        self.buffer_call("copyFrom", req)
+        self.buffer_call("copyFrom", copy_from_request(self._session_id, handle, src, dimensions))
 
     def buffer_copy_to(self, handle: str, dst: MemoryPool) -> bytes:
         """IBuffer::copyTo; an inline ``dst`` comes back as the returned bytes."""
-        req = spb.CopyToRequest(session=self._session_id, buffer=handle)
-        wire.pool_to(dst, req.dst)
-        return bytes(self.buffer_call("copyTo", req).data)
+        return bytes(self.buffer_call("copyTo", copy_to_request(self._session_id, handle, dst)).data)
 
     def release_buffer(self, handle: str) -> None:
         if self._closed or self._monitor.dead:
