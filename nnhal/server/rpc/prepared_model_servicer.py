@@ -26,10 +26,13 @@ execution.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import grpc
+from grpc import aio
 
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus
@@ -50,8 +53,9 @@ from nnhal.server.rpc.common import (
     recorder,
     within_message_limit,
 )
-from nnhal.server.rpc.faults import BURST, Fault, after_message, at_start, before_reply, fault_plan
+from nnhal.server.rpc.faults import BURST, Fault, abort_status, at_start, before_reply, fault_plan
 from nnhal.server.rpc.levels import burst_refusal, refusal, require
+from nnhal.server.rpc.sync_handlers import SyncContext, in_thread
 from nnhal.server.session import Session
 
 
@@ -158,11 +162,12 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
             self.faults.take("execute_1_3") if self.faults.armed else None,
         )
 
-    def configureExecutionBurst(
-        self, request_iterator: Iterator[spb.BurstRequest], context: grpc.ServicerContext
-    ) -> Iterator[spb.BurstResponse]:
-        """A burst: one stream, many executions, answered in order. Counted against the
-        caps from its start (an idle stream holds a thread too), keyed by its connection."""
+    async def configureExecutionBurst(
+        self, request_iterator: AsyncIterator[spb.BurstRequest], context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[spb.BurstResponse]:
+        """A burst: one stream, many executions, answered in order. A coroutine on the
+        server's loop: an idle burst holds no thread, each execution runs on a worker thread.
+        Counted against the caps from its start, keyed by its connection."""
         peer = context.peer() or ""
         try:
             require(self.driver, "configureExecutionBurst")
@@ -173,21 +178,26 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
             return
         # Given back when the stream ends, also when gRPC never resumes this generator.
         leave = once(lambda: self._long_calls.leave("burst", peer))
-        context.add_callback(leave)
+        context.add_done_callback(lambda _context: leave())
+        sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the executions' context
         try:
             # An injected abort is taken when the stream opens; the other faults per execution.
             abort = self.faults.take(BURST, ("abort",)) if self.faults.armed else None
-            at_start(abort, context)
-            for sent, req in enumerate(request_iterator, 1):
+            if abort is not None and abort.after == 0:
+                await context.abort(*abort_status(abort))
+            sent = 0
+            async for req in request_iterator:
                 # A 1.2 device's burst has no deadline, loop timeout or tokens (INVALID_ARGUMENT).
-                refused = burst_refusal(self.driver, req.execute)
-                if refused is not None:
-                    result = refused
-                else:
+                result = burst_refusal(self.driver, req.execute)
+                if result is None:
                     fault = self.faults.take(BURST, ("error", "stall", "exit")) if self.faults.armed else None
-                    result = self.execute_sync(req.execute, "a burst execution", self._record_burst, context, fault)
+                    result = await in_thread(
+                        self.execute_sync, req.execute, "a burst execution", self._record_burst, sync, fault
+                    )
                 yield spb.BurstResponse(result=result)
-                after_message(abort, sent, context)
+                sent += 1
+                if abort is not None and abort.after == sent:
+                    await context.abort(*abort_status(abort))
         finally:
             leave()
 
