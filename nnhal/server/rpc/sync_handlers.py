@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
 import logging
 import threading
@@ -168,13 +169,19 @@ async def _abort(context: aio.ServicerContext[Any, Any], aborted: Aborted) -> No
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
 
+async def run_sync(context: aio.ServicerContext[Any, Any], fn: Callable[[SyncContext], T]) -> T:
+    """``fn(sync_context)`` on a worker thread (:func:`in_thread`), given the call's
+    :class:`SyncContext`; an abort there aborts the call."""
+    sync = SyncContext(context, asyncio.get_running_loop()).watch()
+    try:
+        return await in_thread(fn, sync)
+    except Aborted as aborted:
+        await _abort(context, aborted)
+
+
 def _unary(fn: Callable[[Any, grpc.ServicerContext], Any]) -> Callable[..., Any]:
     async def unary(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
-        sync = SyncContext(context, asyncio.get_running_loop()).watch()
-        try:
-            return await in_thread(fn, request, sync)
-        except Aborted as aborted:
-            await _abort(context, aborted)
+        return await run_sync(context, functools.partial(fn, request))
 
     unary.__name__ = getattr(fn, "__name__", "unary")
     return unary
