@@ -109,15 +109,15 @@ def add_device_services(
 ) -> None:
     """The HAL services of ``drivers`` (the first is the default device) and DeviceManager,
     every handler made async (``sync_handlers.asyncify``)."""
-    tables: dict[str, Table] = {}
+    collectors: dict[str, Collector] = {}
     for name, driver in drivers.items():
-        collector = Collector()
-        _add_servicers(collector, driver, metrics, fast_path)
-        tables[name] = collector.table
-        if len(drivers) == 1:
-            collector.register(server)
-    if len(drivers) > 1:
+        collectors[name] = Collector()
+        _add_servicers(collectors[name], driver, metrics, fast_path)
+    if len(drivers) == 1:
+        server.add_generic_rpc_handlers(tuple(collectors.values()))
+    else:
+        tables = {name: c.table for name, c in collectors.items()}
         server.add_generic_rpc_handlers((DeviceRouter(tables, next(iter(drivers))),))
     manager = Collector()
     dgrpc.add_DeviceManagerServicer_to_server(DeviceManagerServicer(drivers), manager)
-    manager.register(server)
+    server.add_generic_rpc_handlers((manager,))

@@ -57,7 +57,7 @@ from typing import Any, TypeVar
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from nnhal.core.wire import MAX_MESSAGE_BYTES
 from nnhal.proto import devices_pb2 as dpb
@@ -208,19 +208,22 @@ class Server:
         interceptors: list[aio.ServerInterceptor] = [IdentityInterceptor()] if mtls else []
         server = aio.server(options=SERVER_OPTIONS, interceptors=[*interceptors, RequestIdInterceptor()])
         # Every device's HAL services: 1.3, the fast path, the HIDL 1.0-1.2 and AIDL forms.
+        # Every handler is served through generic handlers (``sync_handlers.Collector`` says why).
         add_device_services(server, self.drivers, self.metrics, options.fast_path)
-        echo = Collector()
-        sgrpc.add_EchoServicer_to_server(EchoServicer(), echo)
-        echo.register(server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        others = Collector()
+        sgrpc.add_EchoServicer_to_server(EchoServicer(), others)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, others)
         names = (*SERVICE_NAMES, *FORM_SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME)
-        reflection.enable_server_reflection(names, server)
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(reflection.aio.ReflectionServicer(names), others)
+        server.add_generic_rpc_handlers((others,))
         for addr in options.listen:
             self.addresses.append(self._bind(server, addr))
         if options.health_listen is not None:
             # Health checks are coroutines on the loop: the probes never wait for a worker thread.
             self._health_grpc = aio.server(options=[("grpc.so_reuseport", 0)])
-            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_grpc)
+            probes = Collector()
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, probes)
+            self._health_grpc.add_generic_rpc_handlers((probes,))
             self.health_address = _bind_plaintext(self._health_grpc, options.health_listen)
         return server
 
