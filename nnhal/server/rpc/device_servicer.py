@@ -5,7 +5,9 @@ launch status (the HAL method's return value), then exactly one notify (the
 callback), whatever happens; a launch error is followed by a notify with the
 same status and no model.
 
-The session stream: its first event names the session; while the server drains
+The session stream (a coroutine on the server's event loop: an open session holds no
+thread; lifecycle changes wake it through a ``LoopWaker``): its first event names the
+session; while the server drains
 one more event with ``draining`` set tells the client that the stream's coming
 end is a drain, not a crash; the stream ends when the client ends it (a close,
 its death, a keepalive expiry: the server then releases the session's objects)

@@ -6,6 +6,10 @@ followed by a notify with the same status. The launched job is closed on every
 path (its scheduler ticket and bound pools given back), also when the client
 cancels the stream between the two messages.
 
+``executeSynchronously_1_3`` and the burst stream are coroutines on the server's event
+loop: an idle burst holds no thread, and a short execution runs on the loop's thread
+(``PreparedModelServicer.runs_inline``), any other on a worker thread.
+
 Long-lived calls are capped (``common.LongCalls``): an open burst stream per
 connection (its session is only named by its first request, which an idle stream
 never sends) and a ``getExecutionInfo(wait=True)`` still waiting per client (its session,
