@@ -36,8 +36,9 @@ from nnhal.client.device import Device
 from nnhal.core.errors import HalError
 from nnhal.testing.local_server import LocalServer
 
-#: Sessions a client process opens (and prepares and executes on) at once.
-_CONCURRENCY = 32
+#: Calls all client processes have in flight at once: within the server's default admission
+#: (2 slots + a queue of 64), so no execution is refused RESOURCE_EXHAUSTED_TRANSIENT.
+_IN_FLIGHT = 64
 #: Seconds a client waits for its server to accept one session.
 _CONNECT_TIMEOUT_S = 60.0
 
@@ -80,11 +81,11 @@ def _sync_client(address: str, sessions: int) -> int:
     return 0
 
 
-async def _aio_client(address: str, sessions: int) -> int:
-    """The asyncio client: the same as :func:`_sync_client`, ``_CONCURRENCY`` sessions at a time."""
+async def _aio_client(address: str, sessions: int, concurrency: int) -> int:
+    """The asyncio client: the same as :func:`_sync_client`, ``concurrency`` sessions at a time."""
     a = _inputs()
     model = _small_model()
-    limit = asyncio.Semaphore(_CONCURRENCY)
+    limit = asyncio.Semaphore(concurrency)
     failures: list[HalError] = []
 
     async def open_one() -> aio.Device | None:
@@ -135,6 +136,7 @@ def measure(sessions: int, processes: int, client: str = "aio", timeout: float =
     """Open ``sessions`` sessions from ``processes`` client processes on one fresh server and
     measure it (module docstring). OSError when a client process fails."""
     per = sessions // processes
+    conc = str(max(1, _IN_FLIGHT // processes))
     with LocalServer("--max-sessions", str(sessions + 8)) as srv:
         with Device.connect(srv.address) as probe:
             probe.capabilities()
@@ -142,7 +144,7 @@ def measure(sessions: int, processes: int, client: str = "aio", timeout: float =
         t0 = time.monotonic()
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "nnhal.bench.scale", "--client-process", client, srv.address, str(per)],
+                [sys.executable, "-m", "nnhal.bench.scale", "--client-process", client, srv.address, str(per), conc],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -203,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--client-process":
-        kind, address, count = sys.argv[2], sys.argv[3], int(sys.argv[4])
-        raise SystemExit(_sync_client(address, count) if kind == "sync" else asyncio.run(_aio_client(address, count)))
+    if len(sys.argv) == 6 and sys.argv[1] == "--client-process":
+        kind, address, count, conc = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        raise SystemExit(
+            _sync_client(address, count) if kind == "sync" else asyncio.run(_aio_client(address, count, conc))
+        )
     raise SystemExit(main())
