@@ -83,6 +83,8 @@ SWITCH_INTERVAL_S = 0.0002
 EXPIRE_GRACE_S = 2.0
 #: How often a drain looks whether launched work is done.
 _DRAIN_POLL_S = 0.02
+#: How much longer than its grace the gRPC server may take to stop.
+_STOP_SLACK_S = 2.0
 #: After every session was told of the drain, the least time before the server stops:
 #: the client reads the event on one thread and sees the connection close on another.
 _NOTICE_S = 0.25
@@ -317,7 +319,9 @@ class Server:
         for driver in self.drivers.values():
             driver.lifecycle.stop()
         try:
-            self._on_loop(self._stop(grace), grace + 2)
+            self._on_loop(self._stop(grace), grace + _STOP_SLACK_S)
+        except futures.TimeoutError:  # gRPC cancels what is left after ``grace``; this bounds the wait
+            log.warning("the gRPC server did not stop within %.1f s; ending anyway", grace + _STOP_SLACK_S)
         finally:
             self.metrics.close()
             self._end_loop()
