@@ -9,8 +9,8 @@ runs in a copy of on whichever worker thread (``sync_handlers``), so
 :class:`RequestIdFilter` adds it as the ``request_id`` field to every log record of the
 call (``--log-format json`` writes it).
 
-Cost per call: one metadata scan, one context-variable set and clear; wrapped handlers
-are made once per method and cached.
+Cost per call: one metadata scan and one context-variable set (in the call's own task:
+nothing to clear); wrapped handlers are made once per method and cached.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import grpc
 from grpc import aio
 
 KEY = "x-request-id"
-#: The id of the call whose handler runs on this thread, if any.
+#: The id of the call whose handler runs in this context (its task, or a worker's copy), if any.
 REQUEST_ID: ContextVar[str | None] = ContextVar("nnhal_request_id", default=None)
 _SANE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+=-]{0,127}")
 _PREFIX = "s" + secrets.token_hex(4)
