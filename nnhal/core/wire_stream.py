@@ -134,28 +134,41 @@ def read_request(messages: Iterator[Any]) -> tuple[spb.ExecuteRequest, Request]:
     """The head and the canonical request with its pools reassembled (INVALID_ARGUMENT for a
     stream that breaks the rules). The declared sizes are held to the inline limit before
     anything is allocated, as for a request in one message."""
-    first = next(messages, None)
-    if first is None or first.WhichOneof("part") != "head":
-        raise InvalidArgument("a streamed execution must start with its head (the ExecuteRequest)")
-    head: spb.ExecuteRequest = first.head
-    request = wire.request_from(head.request)
-    inline = {i: p for i, p in enumerate(request.pools) if isinstance(p, InlinePool)}
-    declared, limit = sum(p.size for p in inline.values()), wire.max_inline_bytes()
-    if declared > limit:
-        raise InvalidArgument(f"the inline pools declare {declared} bytes; at most {limit} travel inline")
-    assembler = Assembler({i: p.size for i, p in inline.items()}, {i: p.data for i, p in inline.items()})
+    reader = RequestReader(next(messages, None))
     for msg in messages:
+        reader.add(msg)
+    return reader.finish()
+
+
+class RequestReader:
+    """``read_request`` one message at a time, for a reader that is handed them (an asyncio
+    server's stream): made with the first message, ``add`` each later one, then ``finish``."""
+
+    def __init__(self, first: Any) -> None:
+        if first is None or first.WhichOneof("part") != "head":
+            raise InvalidArgument("a streamed execution must start with its head (the ExecuteRequest)")
+        self.head: spb.ExecuteRequest = first.head
+        self._request = wire.request_from(self.head.request)
+        inline = {i: p for i, p in enumerate(self._request.pools) if isinstance(p, InlinePool)}
+        declared, limit = sum(p.size for p in inline.values()), wire.max_inline_bytes()
+        if declared > limit:
+            raise InvalidArgument(f"the inline pools declare {declared} bytes; at most {limit} travel inline")
+        self._assembler = Assembler({i: p.size for i, p in inline.items()}, {i: p.data for i, p in inline.items()})
+
+    def add(self, msg: Any) -> None:
         if msg.WhichOneof("part") != "chunk":
             raise InvalidArgument("a streamed execution has one head, then only chunks")
-        assembler.add(msg.chunk)
-    filled = assembler.pools()
-    if filled:
-        pools = tuple(
-            InlinePool(filled[i], p.size) if i in filled and isinstance(p, InlinePool) else p
-            for i, p in enumerate(request.pools)
-        )
-        request = replace(request, pools=pools)
-    return head, request
+        self._assembler.add(msg.chunk)
+
+    def finish(self) -> tuple[spb.ExecuteRequest, Request]:
+        request, filled = self._request, self._assembler.pools()
+        if filled:
+            pools = tuple(
+                InlinePool(filled[i], p.size) if i in filled and isinstance(p, InlinePool) else p
+                for i, p in enumerate(request.pools)
+            )
+            request = replace(request, pools=pools)
+        return self.head, request
 
 
 # -- the client's side ---------------------------------------------------------------

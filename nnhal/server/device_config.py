@@ -31,15 +31,17 @@ class DeviceConfig:
     #: Bytes (model constants, buffers, in-flight request data) per client and in total; 0 = no limit.
     memory_per_client: int = 0
     memory_total: int = 0
-    max_sessions: int = 128
+    #: Sessions open at once. A session holds no thread (its stream is a coroutine), only
+    #: memory: ~45 KiB of server RSS each, its connection included (``nnhal.bench.scale``).
+    max_sessions: int = 1024
     #: Long-lived calls (open bursts, getExecutionInfo waits) per client, and in total (0: derived
-    #: from the worker threads, so that some always stay free for health, stats and new clients).
+    #: from the worker threads, so that some always stay free for executions, stats and releases).
     max_bursts_per_session: int = 16
     max_fence_waits_per_session: int = 16
-    #: Preparations between launch and notify per client (each holds a worker thread meanwhile).
+    #: Preparations between launch and notify per client (each holds a worker thread while it works).
     max_preparations_per_session: int = 16
     max_long_calls: int = 0
-    #: The server's gRPC worker threads (ServerOptions.max_threads), for the derived total.
+    #: The server's worker threads (ServerOptions.max_threads), for the derived total.
     max_threads: int = 256
     #: Executions the client gave no deadline end (MISSED_DEADLINE_PERSISTENT) after this; 0 = never.
     max_execution_seconds: float = 0.0

@@ -14,8 +14,8 @@ DEVICE_UNAVAILABLE and :data:`DRAIN_EXPIRED`; each still gets its one notify.
 
 Work is counted by the RPC layer with ``work`` from its launch to its notify;
 admission and the drain's start share one lock, so no work slips in after the
-drain started and goes uncounted. Session streams ``watch`` an event that is
-set on every change of state. Thread-safe; the lifecycle's lock is a leaf.
+drain started and goes uncounted. Session streams ``watch`` with a :class:`Waker`
+that is set on every change of state. Thread-safe; the lifecycle's lock is a leaf.
 """
 
 from __future__ import annotations
@@ -23,11 +23,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 from nnhal.core.errors import DeviceUnavailable
 
 DRAINING = "the server is draining (shutting down); retry once it restarted, or on another server"
 DRAIN_EXPIRED = "the server is draining (shutting down) and its drain time ran out before this work finished"
+
+
+class Waker(Protocol):
+    """What a session stream watches with: ``set`` wakes it, from any thread (a
+    ``threading.Event``, or one that wakes a coroutine on an event loop)."""
+
+    def set(self) -> None: ...
 
 
 class Lifecycle:
@@ -38,9 +46,9 @@ class Lifecycle:
         self._stopping = False
         #: Read on every operation boundary of every execution: a plain attribute, no lock.
         self.expired = False
-        self._watchers: set[threading.Event] = set()
+        self._watchers: set[Waker] = set()
         #: Watchers (session streams) that have not yet told their client about the drain.
-        self._untold: set[threading.Event] = set()
+        self._untold: set[Waker] = set()
 
     # -- state -----------------------------------------------------------------
     @property
@@ -110,17 +118,17 @@ class Lifecycle:
             raise DeviceUnavailable(DRAIN_EXPIRED)
 
     # -- session streams ----------------------------------------------------------
-    def watch(self, event: threading.Event) -> None:
+    def watch(self, event: Waker) -> None:
         """Set ``event`` on every change of state (until ``unwatch``)."""
         with self._lock:
             self._watchers.add(event)
 
-    def unwatch(self, event: threading.Event) -> None:
+    def unwatch(self, event: Waker) -> None:
         with self._lock:
             self._watchers.discard(event)
             self._untold.discard(event)
 
-    def told(self, event: threading.Event) -> None:
+    def told(self, event: Waker) -> None:
         """The session stream watching with ``event`` has sent its client the drain event."""
         with self._lock:
             self._untold.discard(event)

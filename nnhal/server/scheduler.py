@@ -91,6 +91,15 @@ class Scheduler:
         with self._cond:
             return len(self._served)
 
+    def starts_at_once(self, client: str, priority: Priority) -> bool:
+        """Whether an execution of ``client`` at ``priority`` admitted now would get a slot
+        without waiting. A racy answer (others may come first), for a caller choosing where
+        to run a short execution (the RPC layer's event loop must not wait)."""
+        with self._cond:
+            if self._shut is not None or self._waiting or len(self._running) >= self.slots:
+                return False
+            return not self._outranked(Ticket(client, priority, -1))
+
     # -- lifecycle ----------------------------------------------------------
     def forget(self, client: str) -> None:
         """``client``'s session ended: drop its fairness record, unless work of the client is

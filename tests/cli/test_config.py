@@ -56,7 +56,7 @@ def test_precedence_flags_over_env_over_file_over_defaults(tmp_path: Path) -> No
     assert r["listen"] == ["127.0.0.1:7002", "127.0.0.1:7003"] and r.sources["listen"] == "env NNHAL_LISTEN"
     fault = (r["enable_fault_injection"], r.sources["enable_fault_injection"])
     assert fault == (False, "flag --enable-fault-injection")
-    assert (r["max_sessions"], r.sources["max_sessions"]) == (128, "default")
+    assert (r["max_sessions"], r.sources["max_sessions"]) == (1024, "default")
     assert resolve(["--listen", "127.0.0.1:1"], env)["listen"] == ["127.0.0.1:1"]
 
 
@@ -71,7 +71,7 @@ def test_config_file_from_the_environment(tmp_path: Path) -> None:
     [
         ([], {"NNHAL_SLOTS": "-1"}, "NNHAL_SLOTS=-1: must be a whole number >= 1"),
         ([], {"NNHAL_LISTEN": " , "}, "NNHAL_LISTEN= , : give at least one value"),
-        ([], {"NNHAL_MAX_THREADS": "10", "NNHAL_MAX_SESSIONS": "10"}, "(env NNHAL_MAX_THREADS) must exceed"),
+        ([], {"NNHAL_SERVE_TLS_CERT": "server.crt"}, "(env NNHAL_SERVE_TLS_CERT) needs --tls-key"),
         (["--slots", "1"], {"NNHAL_DRAIN_SECONDS": "soon"}, "NNHAL_DRAIN_SECONDS=soon"),
     ],
 )

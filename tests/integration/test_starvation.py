@@ -1,8 +1,9 @@
 """One client must not starve the others (issue #11, item 3), and answers fit one message (item 5).
 
 Long-lived calls — idle ``configureExecutionBurst`` streams and
-``getExecutionInfo(wait=True)`` calls on a fence that has not signalled — each hold a
-server worker thread. They are capped per client and in total (``rpc.common.LongCalls``);
+``getExecutionInfo(wait=True)`` calls on a fence that has not signalled — last as long as
+the client likes (a fence wait holds a server worker thread, an idle burst memory and a
+place). They are capped per client and in total (``rpc.common.LongCalls``);
 past a cap the call is refused at once with RESOURCE_EXHAUSTED_TRANSIENT naming the cap.
 Across processes: while one session holds 200 of each (1,000 in ``make soak``; most refused), another
 client's health check, execution, new connection and stats all answer promptly. The
@@ -80,9 +81,13 @@ def _timed(fn: Any) -> float:
     return time.monotonic() - t0
 
 
+#: The starving server's worker threads: its derived total cap is then 46, reached by 4 clients.
+STARVE_THREADS = 128
+
+
 @pytest.fixture
 def starve_server() -> Iterator[LocalServer]:
-    srv = LocalServer("--enable-fault-injection")
+    srv = LocalServer("--enable-fault-injection", "--max-threads", str(STARVE_THREADS))
     try:
         yield srv
     finally:
@@ -178,10 +183,10 @@ def test_one_sessions_long_calls_do_not_starve_another_client(starve_server: Loc
 
 @pytest.mark.integration
 def test_many_sessions_together_stop_at_the_total_cap(starve_server: LocalServer) -> None:
-    """4 sessions x 16 idle bursts exceed the total (46 by default): the rest is refused
+    """4 sessions x 16 idle bursts exceed the total (46 with 128 threads): the rest is refused
     naming the total cap, and health, stats and new connections still answer."""
     srv = starve_server
-    total = default_long_call_total(DeviceConfig())
+    total = default_long_call_total(DeviceConfig(max_threads=STARVE_THREADS))
     stop = threading.Event()
 
     def idle() -> Iterator[spb.BurstRequest]:
@@ -242,8 +247,8 @@ def test_caps_per_client_and_in_total() -> None:
 def test_default_total_leaves_threads_for_everything_else() -> None:
     config = DeviceConfig()
     total = default_long_call_total(config)
-    # 256 threads: 128 sessions, 66 admitted executions, 16 spare -> 46 long-lived calls.
-    assert total == 256 - 128 - 66 - 16
+    # 256 threads: 66 admitted executions, 16 spare -> 174 long-lived calls (sessions hold no thread).
+    assert total == 256 - 66 - 16
     assert LongCalls.of(config).total == total
     assert default_long_call_total(DeviceConfig(queue_depth=10_000)) == 8  # never below 8
 

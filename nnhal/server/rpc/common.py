@@ -7,11 +7,13 @@ caller survive it.
 
 Long-lived calls — an open ``configureExecutionBurst`` stream, a
 ``getExecutionInfo(wait=True)`` waiting for its fence, a preparation stream from its
-launch to its notify — each hold a gRPC worker thread for as long as the client likes
-(or its model takes), so they are capped (``LongCalls``): per
-client and in total, leaving threads for health checks, stats, executions and
-new sessions whatever one client does. Past a cap the call is refused at once
-with RESOURCE_EXHAUSTED_TRANSIENT naming the cap.
+launch to its notify — last as long as the client likes (or its model takes). A fence
+wait (and a same-host fast burst) holds a worker thread all that time, a preparation
+while it works; an idle burst stream or a parked preparation holds none (they wait on
+the server's event loop, ``sync_handlers``) but still holds memory and a scheduler
+record. So they are capped (``LongCalls``): per client and in total, leaving worker
+threads for executions, stats and releases whatever one client does. Past a cap the
+call is refused at once with RESOURCE_EXHAUSTED_TRANSIENT naming the cap.
 
 Every answer with an in-band status is counted in the server's metrics
 (``Metrics.rpc``, by method and status) here: ``guarded`` counts unary answers,
@@ -245,8 +247,9 @@ def launch_then_notify(
 MAX_BURSTS_PER_CLIENT = 16
 MAX_FENCE_WAITS_PER_CLIENT = 16
 MAX_PREPARATIONS_PER_CLIENT = 16
-#: Worker threads kept free of long-lived calls and queued executions: health, stats,
-#: releases, new connections always find one.
+#: Worker threads kept free of long-lived calls and queued executions: stats, releases
+#: and buffer copies always find one (health checks and sessions need none: they are
+#: coroutines on the server's loop).
 RESERVED_THREADS = 16
 #: The total cap is never below this, however the thread budget is configured.
 _MIN_TOTAL = 8
@@ -256,11 +259,11 @@ _DEFAULT_MAX_THREADS = 256
 
 def default_long_call_total(config: DeviceConfig) -> int:
     """The total cap on long-lived calls when none is configured: the worker threads
-    (``max_threads``) minus those sessions may hold (one each), minus those admitted
-    executions may hold while queued or running (``slots + queue_depth``), minus
-    :data:`RESERVED_THREADS`; at least 8."""
+    (``max_threads``) minus those admitted executions may hold while queued or running
+    (``slots + queue_depth``), minus :data:`RESERVED_THREADS`; at least 8. Sessions are
+    not counted: a session stream holds no worker thread."""
     threads = int(getattr(config, "max_threads", _DEFAULT_MAX_THREADS))
-    busy = config.max_sessions + config.slots + config.queue_depth + RESERVED_THREADS
+    busy = config.slots + config.queue_depth + RESERVED_THREADS
     return max(_MIN_TOTAL, threads - busy)
 
 

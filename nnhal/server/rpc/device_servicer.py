@@ -5,7 +5,9 @@ launch status (the HAL method's return value), then exactly one notify (the
 callback), whatever happens; a launch error is followed by a notify with the
 same status and no model.
 
-The session stream: its first event names the session; while the server drains
+The session stream (a coroutine on the server's event loop: an open session holds no
+thread; lifecycle changes wake it through a ``LoopWaker``): its first event names the
+session; while the server drains
 one more event with ``draining`` set tells the client that the stream's coming
 end is a drain, not a crash; the stream ends when the client ends it (a close,
 its death, a keepalive expiry: the server then releases the session's objects)
@@ -21,11 +23,12 @@ this session's delays and the server's injected faults (``nnhal.server.rpc.fault
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import grpc
+from grpc import aio
 
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference
@@ -43,9 +46,6 @@ from nnhal.server.rpc.levels import require
 from nnhal.server.session import Faults, Session, client_key_of
 
 FAULTS_DISABLED = "fault injection is disabled on this server (start it with --enable-fault-injection)"
-#: The session stream re-checks the server's state at least this often (its events
-#: wake it at once; this only bounds the wait).
-_SESSION_POLL_S = 5.0
 
 
 def _preference_from(value: int) -> ExecutionPreference:
@@ -87,6 +87,26 @@ def prepare_stream(
     )
 
 
+class LoopWaker:
+    """Wakes a coroutine on ``loop`` from any thread: the ``Waker`` a session stream
+    watches the lifecycle with."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._event.set)
+        except RuntimeError:  # the loop is closed: so is every stream on it
+            pass
+
+    async def wait(self) -> None:
+        """Until set (since the last wait)."""
+        await self._event.wait()
+        self._event.clear()
+
+
 class DeviceServicer(sgrpc.DeviceServicer):
     def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
         """``metrics``: the server's (a fresh, unserved set when None)."""
@@ -99,19 +119,22 @@ class DeviceServicer(sgrpc.DeviceServicer):
         self._record_cache = recorder(metrics, "prepareModelFromCache_1_3", metrics.prepare_seconds.observe)
 
     # -- session -----------------------------------------------------------
-    def openSession(self, request: spb.OpenSessionRequest, context: grpc.ServicerContext) -> Iterator[spb.SessionEvent]:
+    async def openSession(
+        self, request: spb.OpenSessionRequest, context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[spb.SessionEvent]:
+        """A coroutine on the server's loop (no thread held while the stream is open)."""
         if self._lifecycle.draining:
             self.metrics.rpc("openSession", ErrorStatus.DEVICE_UNAVAILABLE)
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"openSession: {DRAINING}")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"openSession: {DRAINING}")
         try:
             session = self.driver.open_session(request.client_name, context.peer() or "")
         except HalError as err:
             self.metrics.rpc("openSession", err.error_status)
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, err.message)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, err.message)
         self.metrics.rpc("openSession", ErrorStatus.NONE)
-        # Set when the client ends the stream and on every change of the server's state.
-        wake = threading.Event()
-        context.add_callback(wake.set)
+        # Set when the call ends and on every change of the server's state (from any thread).
+        wake = LoopWaker(asyncio.get_running_loop())
+        context.add_done_callback(lambda _context: wake.set())
         self._lifecycle.watch(wake)
         try:
             shm = self.driver.config.shared_memory
@@ -122,16 +145,15 @@ class DeviceServicer(sgrpc.DeviceServicer):
                 shm_dir=str(shm.directory) if shm is not None and session.is_local else "",
                 shm_prefix=shm.prefix if shm is not None else "",
             )
-            # The stream stays open as the client's liveness signal; its end
-            # (close, crash, keepalive expiry) releases the session's objects.
+            # The stream stays open as the client's liveness signal; its end (close, crash,
+            # keepalive expiry: gRPC cancels this coroutine) releases the session's objects.
             told_draining = False
-            while context.is_active() and not self._lifecycle.stopping:
+            while not context.done() and not self._lifecycle.stopping:
                 if self._lifecycle.draining and not told_draining:
                     told_draining = True
                     yield spb.SessionEvent(session=session.id, draining=True)
                     self._lifecycle.told(wake)  # gRPC asks for the next event once this one is sent
-                wake.wait(_SESSION_POLL_S)
-                wake.clear()
+                await wake.wait()
         finally:
             self._lifecycle.unwatch(wake)
             self.metrics.session_ended("server" if self._lifecycle.stopping else "client")

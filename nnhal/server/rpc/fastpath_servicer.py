@@ -12,7 +12,8 @@ the memory budget) and the stream ends:
   the handover socket lives) — DESIGN §6's same-host rule;
 - the session is open and owns the prepared model;
 - the long-call caps admit one more burst (a fast burst holds a worker thread
-  for its life, as a gRPC burst does) and the budget admits its two rings
+  for its life, serving its queue; an idle gRPC burst holds none) and the budget
+  admits its two rings
   (charged to the session as "fast burst rings").
 
 Then the first event names the handover socket and token

@@ -262,8 +262,14 @@ def abort(fault: Fault, context: grpc.ServicerContext | None) -> None:
     """End the RPC with the fault's gRPC status (raises; gRPC sends the status)."""
     if context is None:
         raise RuntimeError("an abort fault needs the call's context")
+    context.abort(*abort_status(fault))
+
+
+def abort_status(fault: Fault) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status an ``abort`` fault ends its RPC with (a coroutine awaits
+    ``context.abort(*abort_status(fault))``)."""
     text = f"injected fault: {fault.method} aborted ({fault.grpc_code.name})"
-    context.abort(fault.grpc_code, f"{text}: {fault.message}" if fault.message else text)
+    return fault.grpc_code, f"{text}: {fault.message}" if fault.message else text
 
 
 _PLANS: weakref.WeakKeyDictionary[Driver, FaultPlan] = weakref.WeakKeyDictionary()

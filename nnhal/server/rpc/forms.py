@@ -7,7 +7,7 @@ reflection and health).
 
 from __future__ import annotations
 
-import grpc
+from typing import Any
 
 from nnhal.proto import aidl_pb2 as apb
 from nnhal.proto import aidl_pb2_grpc as agrpc
@@ -32,8 +32,9 @@ SERVICE_NAMES = (
 )
 
 
-def add_method_forms(server: grpc.Server, driver: Driver, metrics: Metrics) -> tuple[str, ...]:
-    """Serve the HIDL 1.0-1.2 and AIDL forms of ``driver`` on ``server``; their service names."""
+def add_method_forms(server: Any, driver: Driver, metrics: Metrics) -> tuple[str, ...]:
+    """Serve the HIDL 1.0-1.2 and AIDL forms of ``driver`` on ``server`` (a server, or what
+    stands in for one: ``sync_handlers.Collector``); their service names."""
     hgrpc.add_HidlDeviceServicer_to_server(HidlDeviceServicer(driver, metrics), server)
     hgrpc.add_HidlPreparedModelServicer_to_server(HidlPreparedModelServicer(driver, metrics), server)
     agrpc.add_AidlDeviceServicer_to_server(AidlDeviceServicer(driver, metrics), server)

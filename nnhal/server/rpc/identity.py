@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
+from grpc import aio
 
 from nnhal.server.session import VERIFIED_CLIENT
 
@@ -82,7 +83,7 @@ def load_server_tls(cert: Path, key: Path, client_ca: Path | None = None) -> Ser
     return ServerTls(tls.cert, tls.key, ca)
 
 
-def peer_identity(context: grpc.ServicerContext) -> str | None:
+def peer_identity(context: grpc.ServicerContext | aio.ServicerContext[Any, Any]) -> str | None:
     """The verified client certificate's subject CN, else its first SAN; None on a
     connection without a client certificate (plaintext, unix socket, server-only TLS)."""
     auth = context.auth_context()
@@ -93,21 +94,21 @@ def peer_identity(context: grpc.ServicerContext) -> str | None:
     return None
 
 
-class IdentityInterceptor(grpc.ServerInterceptor):
+class IdentityInterceptor(aio.ServerInterceptor):
     """Installed only with mTLS: wraps openSession so that the session it opens belongs to
     the certificate's identity. Every other RPC passes through untouched (one string compare)."""
 
-    def intercept_service(
+    async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
         if handler is None or handler_call_details.method != OPEN_SESSION or handler.unary_stream is None:
             return handler
-        inner = handler.unary_stream
+        inner = handler.unary_stream  # an async generator function: the session stream
 
-        def open_session(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        async def open_session(request: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             identity = peer_identity(context)
             if identity is not None:
                 if request.client_name and request.client_name != identity:
@@ -116,16 +117,21 @@ class IdentityInterceptor(grpc.ServerInterceptor):
                     )
                 request.client_name = identity
             events = inner(request, context)
-            # The session opens while the first event is made; the identity is visible only then.
-            token = VERIFIED_CLIENT.set(identity)
             try:
-                first = next(events, None)
+                # The session opens while the first event is made (in this call's task, whose
+                # context the identity is set in); it is visible only then.
+                token = VERIFIED_CLIENT.set(identity)
+                try:
+                    first = await anext(events, None)
+                finally:
+                    VERIFIED_CLIENT.reset(token)
+                if first is None:
+                    return
+                yield first
+                async for event in events:
+                    yield event
             finally:
-                VERIFIED_CLIENT.reset(token)
-            if first is None:
-                return
-            yield first
-            yield from events
+                await events.aclose()
 
         return grpc.unary_stream_rpc_method_handler(
             open_session,

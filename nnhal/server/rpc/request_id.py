@@ -4,35 +4,38 @@
 metadata when present and sane (1-128 characters of letters, digits and ``._:/+=-``,
 starting with a letter or digit), else a generated one. The id is sent back in the
 call's trailing metadata (also when the call is aborted) and published in
-:data:`REQUEST_ID` while the call's handler runs (a streaming handler runs on one worker
-thread from its first to its last message), so :class:`RequestIdFilter` adds it as the
-``request_id`` field to every log record of the call (``--log-format json`` writes it).
+:data:`REQUEST_ID` in the call's asyncio task, whose context variables a sync handler
+runs in a copy of on whichever worker thread (``sync_handlers``), so
+:class:`RequestIdFilter` adds it as the ``request_id`` field to every log record of the
+call (``--log-format json`` writes it).
 
-Cost per call: one metadata scan, one context-variable set and clear; wrapped handlers
-are made once per method and cached.
+Cost per call: one metadata scan and one context-variable set (in the call's own task:
+nothing to clear); wrapped handlers are made once per method and cached.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import re
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
 
 import grpc
+from grpc import aio
 
 KEY = "x-request-id"
-#: The id of the call whose handler runs on this thread, if any.
+#: The id of the call whose handler runs in this context (its task, or a worker's copy), if any.
 REQUEST_ID: ContextVar[str | None] = ContextVar("nnhal_request_id", default=None)
 _SANE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+=-]{0,127}")
 _PREFIX = "s" + secrets.token_hex(4)
 _COUNTER = itertools.count(1)
 
 
-def request_id(context: grpc.ServicerContext) -> str:
+def request_id(context: aio.ServicerContext[Any, Any]) -> str:
     """The call's id: the client's when sane, else a fresh one."""
     for key, value in context.invocation_metadata():
         if key == KEY:
@@ -42,32 +45,29 @@ def request_id(context: grpc.ServicerContext) -> str:
     return f"{_PREFIX}-{next(_COUNTER):x}"
 
 
-def _begin(context: grpc.ServicerContext) -> None:
+def _begin(context: aio.ServicerContext[Any, Any]) -> None:
     rid = request_id(context)
     REQUEST_ID.set(rid)
     context.set_trailing_metadata(((KEY, rid),))
 
 
-def _unary_response(inner: Callable[[Any, grpc.ServicerContext], Any]) -> Callable[[Any, grpc.ServicerContext], Any]:
-    def call(request: Any, context: grpc.ServicerContext) -> Any:
+def _coroutine(inner: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def call(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
         _begin(context)
-        try:
-            return inner(request, context)
-        finally:
-            REQUEST_ID.set(None)
+        return await inner(request, context)
 
     return call
 
 
-def _stream_response(
-    inner: Callable[[Any, grpc.ServicerContext], Iterator[Any]],
-) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
-    def call(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+def _async_generator(inner: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    async def call(request: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         _begin(context)
+        events = inner(request, context)
         try:
-            yield from inner(request, context)
+            async for event in events:
+                yield event
         finally:
-            REQUEST_ID.set(None)
+            await events.aclose()  # type: ignore[attr-defined]  # an async generator (asyncify)
 
     return call
 
@@ -77,28 +77,33 @@ def _wrap(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         "request_deserializer": handler.request_deserializer,
         "response_serializer": handler.response_serializer,
     }
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(_unary_response(handler.unary_unary), **kw)
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(_stream_response(handler.unary_stream), **kw)
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(_unary_response(handler.stream_unary), **kw)
-    return grpc.stream_stream_rpc_method_handler(_stream_response(handler.stream_stream), **kw)
+    make = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }[(handler.request_streaming, handler.response_streaming)]
+    fn = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
+    # A stream is answered by an async generator, or by a coroutine writing to the context.
+    wrapped = _async_generator(fn) if inspect.isasyncgenfunction(fn) else _coroutine(fn)
+    return make(wrapped, **kw)
 
 
-class RequestIdInterceptor(grpc.ServerInterceptor):
-    """Gives every call its request id (module docstring). Thread-safe: the cache only
-    grows, one entry per method, and a racing duplicate wrap is harmless."""
+class RequestIdInterceptor(aio.ServerInterceptor):
+    """Gives every call its request id (module docstring). The handlers it sees are async
+    (``sync_handlers.asyncify``): the id is set in the call's task, whose context variables
+    a sync handler's worker thread gets a copy of. The cache only grows, one entry per
+    method; it is used on the loop's thread only."""
 
     def __init__(self) -> None:
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
-    def intercept_service(
+    async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
         if handler is None:
             return None
         method = handler_call_details.method

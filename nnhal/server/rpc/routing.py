@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc
+from grpc import aio
 
 from nnhal.core import wire
 from nnhal.proto import devices_pb2 as dpb
@@ -33,25 +34,10 @@ from nnhal.server.rpc.fastpath_servicer import FastPathServicer
 from nnhal.server.rpc.forms import add_method_forms
 from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer, PreparedModelServicer
 from nnhal.server.rpc.streamed_servicer import StreamedExecutionServicer
+from nnhal.server.rpc.sync_handlers import Collector, Table
 
 #: The call metadata naming the device (the client's ``Device.connect(..., device=NAME)``).
 DEVICE_METADATA = "nnhal-device"
-
-_Table = dict[str, grpc.RpcMethodHandler]
-
-
-class _Collector:
-    """Stands in for a grpc.Server to collect a servicer's method handlers by full method name."""
-
-    def __init__(self) -> None:
-        self.table: _Table = {}
-
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        pass  # the same handlers arrive through add_registered_method_handlers
-
-    def add_registered_method_handlers(self, service: str, handlers: Mapping[str, grpc.RpcMethodHandler]) -> None:
-        for method, handler in handlers.items():
-            self.table[f"/{service}/{method}"] = handler
 
 
 def _add_servicers(server: Any, driver: Driver, metrics: Metrics, fast_path: bool) -> None:
@@ -68,8 +54,8 @@ def _add_servicers(server: Any, driver: Driver, metrics: Metrics, fast_path: boo
 def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
     """A handler of ``handler``'s shape that ends the call with NOT_FOUND."""
 
-    def abort(_request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.NOT_FOUND, message)
+    async def abort(_request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+        await context.abort(grpc.StatusCode.NOT_FOUND, message)
 
     makers: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
         (False, False): grpc.unary_unary_rpc_method_handler,
@@ -83,7 +69,7 @@ def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHand
 class DeviceRouter(grpc.GenericRpcHandler):
     """Routes a call to the handlers of the device its metadata names."""
 
-    def __init__(self, tables: dict[str, _Table], default: str) -> None:
+    def __init__(self, tables: dict[str, Table], default: str) -> None:
         self._tables = tables
         self._default = default
 
@@ -122,16 +108,19 @@ class DeviceManagerServicer(dgrpc.DeviceManagerServicer):
 
 
 def add_device_services(
-    server: grpc.Server, drivers: Mapping[str, Driver], metrics: Metrics, fast_path: bool = True
+    server: aio.Server, drivers: Mapping[str, Driver], metrics: Metrics, fast_path: bool = True
 ) -> None:
-    """The HAL services of ``drivers`` (the first is the default device) and DeviceManager."""
+    """The HAL services of ``drivers`` (the first is the default device) and DeviceManager,
+    every handler made async (``sync_handlers.asyncify``)."""
+    collectors: dict[str, Collector] = {}
+    for name, driver in drivers.items():
+        collectors[name] = Collector()
+        _add_servicers(collectors[name], driver, metrics, fast_path)
     if len(drivers) == 1:
-        _add_servicers(server, next(iter(drivers.values())), metrics, fast_path)
+        server.add_generic_rpc_handlers(tuple(collectors.values()))
     else:
-        tables: dict[str, _Table] = {}
-        for name, driver in drivers.items():
-            collector = _Collector()
-            _add_servicers(collector, driver, metrics, fast_path)
-            tables[name] = collector.table
+        tables = {name: c.table for name, c in collectors.items()}
         server.add_generic_rpc_handlers((DeviceRouter(tables, next(iter(drivers))),))
-    dgrpc.add_DeviceManagerServicer_to_server(DeviceManagerServicer(drivers), server)
+    manager = Collector()
+    dgrpc.add_DeviceManagerServicer_to_server(DeviceManagerServicer(drivers), manager)
+    server.add_generic_rpc_handlers((manager,))

@@ -41,6 +41,7 @@ call's log lines and sent back in its trailing metadata.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -48,13 +49,15 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Coroutine
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
-import grpc
+from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from nnhal.core.wire import MAX_MESSAGE_BYTES
 from nnhal.proto import devices_pb2 as dpb
@@ -69,20 +72,22 @@ from nnhal.server.rpc.forms import SERVICE_NAMES as FORM_SERVICE_NAMES
 from nnhal.server.rpc.identity import IdentityInterceptor, ServerTls
 from nnhal.server.rpc.request_id import RequestIdInterceptor
 from nnhal.server.rpc.routing import add_device_services
+from nnhal.server.rpc.sync_handlers import Collector, use_pool
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 SWITCH_INTERVAL_S = 0.0002
 #: After the drain time, how long work that was told to end may take to send its status.
 EXPIRE_GRACE_S = 2.0
 #: How often a drain looks whether launched work is done.
 _DRAIN_POLL_S = 0.02
+#: How much longer than its grace the gRPC server may take to stop.
+_STOP_SLACK_S = 2.0
 #: After every session was told of the drain, the least time before the server stops:
 #: the client reads the event on one thread and sees the connection close on another.
 _NOTICE_S = 0.25
-
-#: Worker threads of the health-only listener (probes make short unary calls).
-HEALTH_THREADS = 8
 
 #: Clients ping every second to detect a frozen server; allow it, and pings on idle channels.
 SERVER_OPTIONS: list[tuple[str, int]] = [
@@ -145,7 +150,14 @@ def is_loopback_host(host: str) -> bool:
 
 
 class Server:
-    """A running nnhal server; ``drain`` then ``stop`` end it (sessions are released)."""
+    """A running nnhal server; ``drain`` then ``stop`` end it (sessions are released).
+
+    The gRPC servers are ``grpc.aio`` servers on an event loop running on a thread of its
+    own (``nnhal-aio``), so that the methods here stay plain blocking calls for the main
+    thread, which keeps the signals (``run_forever``). Handlers that do work run on the
+    worker pool (``max_threads``; ``nnhal.server.rpc.sync_handlers``); waits that hold no
+    work (session streams, idle bursts, a parked preparation or execution stream) hold no
+    thread. The loop and its thread end with ``stop``."""
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
@@ -162,37 +174,64 @@ class Server:
         self.metrics_address: str | None = None
         #: The bound health-only address once built (``health_listen``).
         self.health_address: str | None = None
+        self._credentials = options.tls.credentials() if options.tls is not None else None
+        self.health = health.aio.HealthServicer()
+        self.addresses: list[str] = []
+        self._health_grpc: aio.Server | None = None
+        self._pool = futures.ThreadPoolExecutor(max_workers=options.max_threads, thread_name_prefix="nnhal-rpc")
+        self._loop = asyncio.new_event_loop()
+        use_pool(self._loop, self._pool)
+        self._thread = threading.Thread(target=self._serve_loop, name="nnhal-aio", daemon=True)
+        self._thread.start()
+        self._stopped = False
+        try:
+            self._grpc = self._on_loop(self._build())
+        except BaseException:
+            self._end_loop()
+            raise
+
+    def _serve_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_forever()
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        finally:
+            self._loop.close()  # also shuts the worker pool down (not waiting for busy threads)
+
+    def _on_loop(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``work`` on the server's loop; its result (or exception)."""
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout)
+
+    async def _build(self) -> aio.Server:
+        """The servers (made on the loop: grpc.aio binds a server to the loop it is made on)."""
+        options = self.options
         # Only with mTLS: the identity interceptor wraps openSession, every other RPC is passed through.
         mtls = options.tls is not None and options.tls.client_ca is not None
-        interceptors: list[grpc.ServerInterceptor] = [IdentityInterceptor()] if mtls else []
-        self._grpc = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=options.max_threads, thread_name_prefix="nnhal-rpc"),
-            options=SERVER_OPTIONS,
-            interceptors=[*interceptors, RequestIdInterceptor()],
-        )
-        self._credentials = options.tls.credentials() if options.tls is not None else None
+        interceptors: list[aio.ServerInterceptor] = [IdentityInterceptor()] if mtls else []
+        server = aio.server(options=SERVER_OPTIONS, interceptors=[*interceptors, RequestIdInterceptor()])
         # Every device's HAL services: 1.3, the fast path, the HIDL 1.0-1.2 and AIDL forms.
-        add_device_services(self._grpc, self.drivers, self.metrics, options.fast_path)
-        sgrpc.add_EchoServicer_to_server(EchoServicer(), self._grpc)
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
+        # Every handler is served through generic handlers (``sync_handlers.Collector`` says why).
+        add_device_services(server, self.drivers, self.metrics, options.fast_path)
+        others = Collector()
+        sgrpc.add_EchoServicer_to_server(EchoServicer(), others)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, others)
         names = (*SERVICE_NAMES, *FORM_SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME)
-        reflection.enable_server_reflection(names, self._grpc)
-        self.addresses: list[str] = []
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(reflection.aio.ReflectionServicer(names), others)
+        server.add_generic_rpc_handlers((others,))
         for addr in options.listen:
-            self.addresses.append(self._bind(addr))
-        self._health_grpc: grpc.Server | None = None
+            self.addresses.append(self._bind(server, addr))
         if options.health_listen is not None:
-            self._health_grpc = grpc.server(
-                futures.ThreadPoolExecutor(max_workers=HEALTH_THREADS, thread_name_prefix="nnhal-health"),
-                options=[("grpc.so_reuseport", 0)],
-            )
-            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_grpc)
+            # Health checks are coroutines on the loop: the probes never wait for a worker thread.
+            self._health_grpc = aio.server(options=[("grpc.so_reuseport", 0)])
+            probes = Collector()
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, probes)
+            self._health_grpc.add_generic_rpc_handlers((probes,))
             self.health_address = _bind_plaintext(self._health_grpc, options.health_listen)
+        return server
 
-    def _bind(self, addr: str) -> str:
+    def _bind(self, server: aio.Server, addr: str) -> str:
         if addr.startswith("unix:"):
-            return _bind_plaintext(self._grpc, addr)
+            return _bind_plaintext(server, addr)
         host, _, port = addr.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"listen address {addr!r} must be host:port or unix:PATH")
@@ -203,8 +242,8 @@ class Server:
                     "device; give --tls-cert and --tls-key (and --tls-client-ca to require client certificates)",
                     addr,
                 )
-            return _bind_plaintext(self._grpc, addr)
-        bound = self._grpc.add_secure_port(addr, self._credentials)
+            return _bind_plaintext(server, addr)
+        bound = server.add_secure_port(addr, self._credentials)
         if bound == 0:
             raise OSError(f"could not listen on {addr}")
         return f"{host}:{bound}"
@@ -214,11 +253,7 @@ class Server:
         address is malformed or cannot be bound)."""
         if self.options.metrics_listen is not None:
             self.metrics_address = self.metrics.serve(self.options.metrics_listen)
-        if self._health_grpc is not None:
-            self._health_grpc.start()
-        self._grpc.start()
-        for name in ("", *SERVICE_NAMES):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._on_loop(self._start())
         port_file = self.options.port_file
         if port_file is not None:
             if self.metrics_address is not None:
@@ -234,6 +269,13 @@ class Server:
         if self.health_address is not None:
             log.info("health only (grpc.health.v1, plaintext) on %s", self.health_address)
 
+    async def _start(self) -> None:
+        if self._health_grpc is not None:
+            await self._health_grpc.start()
+        await self._grpc.start()
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
     def drain(self, seconds: float, hurry: threading.Event | None = None) -> bool:
         """Drain (module docstring): refuse new work, wait up to ``seconds`` (less once
         ``hurry`` is set) for launched work, then end what is left. True when all launched
@@ -241,7 +283,7 @@ class Server:
         drivers = list(self.drivers.values())
         if not any([d.lifecycle.begin_drain() for d in drivers]):  # a list: every device begins
             return all(d.idle for d in drivers)
-        self.health.enter_graceful_shutdown()
+        self._on_loop(self.health.enter_graceful_shutdown())
         log.info("draining: new work is refused; launched work has %.1f s to finish", seconds)
         hurry = hurry or threading.Event()
         start = time.monotonic()
@@ -269,21 +311,43 @@ class Server:
         return False
 
     def stop(self, grace: float = 1.0) -> None:
-        """End the session streams (their objects are released) and the server."""
-        self.health.enter_graceful_shutdown()
+        """End the session streams (their objects are released), the servers and their loop.
+        Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
         # Refuse new calls (gRPC answers UNAVAILABLE: DEAD_OBJECT to the client) before the
         # sessions close: a call that arrived between the two found its session gone and was
         # answered INVALID_ARGUMENT "unknown session", though its server was what went away.
-        stopped = self._grpc.stop(grace)
+        refusing = threading.Event()
+        stopping = asyncio.run_coroutine_threadsafe(self._stop(grace, refusing), self._loop)
+        refusing.wait(_STOP_SLACK_S)
         for driver in self.drivers.values():
             driver.lifecycle.stop()
-        stopped.wait(grace + 1)
+        try:
+            stopping.result(grace + _STOP_SLACK_S)
+        except futures.TimeoutError:  # gRPC cancels what is left after ``grace``; this bounds the wait
+            log.warning("the gRPC server did not stop within %.1f s; ending anyway", grace + _STOP_SLACK_S)
+        finally:
+            self.metrics.close()
+            self._end_loop()
+
+    async def _stop(self, grace: float, refusing: threading.Event) -> None:
+        await self.health.enter_graceful_shutdown()
+        stopping = asyncio.ensure_future(self._grpc.stop(grace))
+        await asyncio.sleep(0)  # the stop's first step shuts the listeners and refuses new calls
+        refusing.set()
+        await stopping
         if self._health_grpc is not None:
-            self._health_grpc.stop(0).wait(1)
-        self.metrics.close()
+            await self._health_grpc.stop(0)
+
+    def _end_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5.0)
 
     def wait(self) -> None:
-        self._grpc.wait_for_termination()
+        """Until the server stopped."""
+        self._thread.join()
 
 
 def run_forever(options: ServerOptions) -> None:
@@ -314,7 +378,7 @@ def run_forever(options: ServerOptions) -> None:
     os._exit(0)
 
 
-def _bind_plaintext(server: grpc.Server, addr: str) -> str:
+def _bind_plaintext(server: aio.Server, addr: str) -> str:
     """Bind ``addr`` (host:port or unix:PATH) without TLS; the bound address."""
     if addr.startswith("unix:"):
         path = Path(addr[len("unix:") :])

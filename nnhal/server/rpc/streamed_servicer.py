@@ -6,17 +6,21 @@ reassembled into the pools, every rule checked), then the execution runs exactly
 synchronous one (``PreparedModelServicer.execute_sync``: level and drain refusals, launch
 checks, injected faults of ``executeSynchronously_1_3``, metrics), and the answer goes
 back as its head, then the chunks of its large output pools. A stream breaking the rules
-is answered with INVALID_ARGUMENT in the head. An open stream holds a thread, so it counts
-among the long-lived calls of its connection (``common.LongCalls``, kind
-``streamed execution``): past the cap the head says RESOURCE_EXHAUSTED_TRANSIENT.
+is answered with INVALID_ARGUMENT in the head. The handler is a coroutine on the server's
+loop: the chunks are taken in as they arrive (no thread waits on a slow sender), the
+execution runs on a worker thread. An open stream counts among the long-lived calls of its
+connection (``common.LongCalls``, kind ``streamed execution``): past the cap the head says
+RESOURCE_EXHAUSTED_TRANSIENT.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from typing import Any
 
-import grpc
+from grpc import aio
 
 from nnhal.core import wire, wire_stream
 from nnhal.core.errors import HalError
@@ -29,6 +33,7 @@ from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.common import Record, long_calls, once, recorder
 from nnhal.server.rpc.levels import require
 from nnhal.server.rpc.prepared_model_servicer import PreparedModelServicer
+from nnhal.server.rpc.sync_handlers import SyncContext, in_thread
 
 METHOD = "executeStreamed"
 #: The method whose level rule and injected faults a streamed execution shares.
@@ -48,9 +53,9 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
         self._record = recorder(metrics, METHOD, metrics.execute_seconds.observe)
         self._long_calls = long_calls(driver)
 
-    def executeStreamed(
-        self, request_iterator: Iterator[stpb.StreamedExecuteRequest], context: grpc.ServicerContext
-    ) -> Iterator[stpb.StreamedExecuteResult]:
+    async def executeStreamed(
+        self, request_iterator: AsyncIterator[stpb.StreamedExecuteRequest], context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[stpb.StreamedExecuteResult]:
         peer = context.peer() or ""
         t0 = time.perf_counter()
         try:
@@ -62,10 +67,17 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
             return
         # Given back when the stream ends, also when gRPC never resumes this generator.
         leave = once(lambda: self._long_calls.leave("streamed execution", peer))
-        context.add_callback(leave)
+        context.add_done_callback(lambda _context: leave())
+        sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the execution's context
         try:
             try:
-                head, request = wire_stream.read_request(request_iterator)
+                reader: wire_stream.RequestReader | None = None
+                async for part in request_iterator:
+                    if reader is None:
+                        reader = wire_stream.RequestReader(part)
+                    else:
+                        reader.add(part)
+                head, request = wire_stream.RequestReader(None).finish() if reader is None else reader.finish()
             except HalError as err:
                 self._record(err.error_status, None)
                 yield _refused(err)
@@ -79,9 +91,12 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
 
             faults = self._executions.faults
             fault = faults.take(SYNC_METHOD) if faults.armed else None
-            msg = self._executions.execute_sync(head, METHOD, self._record_since(t0), context, fault, request, reply)
+            record = self._record_since(t0)
+            execute = self._executions.execute_sync
+            msg = await in_thread(execute, head, METHOD, record, sync, fault, request, reply)
             yield stpb.StreamedExecuteResult(head=msg)
-            yield from wire_stream.chunks(stpb.StreamedExecuteResult, chunked)
+            for chunk in wire_stream.chunks(stpb.StreamedExecuteResult, chunked):
+                yield chunk
         finally:
             leave()
 

@@ -1,0 +1,107 @@
+"""When an execution may run on the server's event loop, in process.
+
+The RPC layer runs a short execution on the loop's thread (``runs_inline``) only when
+its model has run before, fast, with little inline data, no fault or delay set, and it
+would get a slot without waiting (``Scheduler.starts_at_once``): a free slot, nobody
+queued, and no higher-priority work of the same client in flight (which would pause it).
+One thread, no waits, no timing asserted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.core import wire
+from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
+from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
+from nnhal.proto import service_pb2 as spb
+from nnhal.server.driver import DeviceConfig, Driver
+from nnhal.server.rpc import prepared_model_servicer
+from nnhal.server.rpc.prepared_model_servicer import PreparedModelServicer
+from nnhal.server.scheduler import Scheduler
+from nnhal.server.session import Faults
+from tests.conftest import add_model
+
+
+def test_an_idle_device_starts_at_once_and_a_full_one_does_not() -> None:
+    sched = Scheduler(slots=2, queue_depth=4)
+    assert sched.starts_at_once("a", Priority.MEDIUM)
+    first = sched.admit("a", Priority.MEDIUM)
+    sched.acquire(first, None)
+    assert sched.starts_at_once("b", Priority.MEDIUM)  # one slot left
+    second = sched.admit("b", Priority.MEDIUM)
+    sched.acquire(second, None)
+    assert not sched.starts_at_once("c", Priority.MEDIUM)  # both slots taken
+    sched.release(first)
+    assert sched.starts_at_once("c", Priority.MEDIUM)
+    sched.release(second)
+
+
+def test_the_same_clients_higher_priority_work_holds_it_off() -> None:
+    sched = Scheduler(slots=2, queue_depth=4)
+    high = sched.admit("a", Priority.HIGH)
+    assert not sched.starts_at_once("a", Priority.LOW)  # it would be outranked
+    assert sched.starts_at_once("a", Priority.HIGH)
+    assert sched.starts_at_once("b", Priority.LOW)  # priorities are per client
+    sched.release(high)
+
+
+def test_a_shut_scheduler_starts_nothing() -> None:
+    sched = Scheduler(slots=1, queue_depth=0)
+    sched.shut("draining")
+    assert not sched.starts_at_once("a", Priority.MEDIUM)
+
+
+def _add_request(session: str, handle: str, floats: int = 8) -> spb.ExecuteRequest:
+    data = np.ones(2 * floats, np.float32).tobytes()
+    n = 4 * floats
+    request = Request(
+        (RequestArgument(location=DataLocation(0, 0, n)), RequestArgument(location=DataLocation(0, n, n))),
+        (RequestArgument(location=DataLocation(1, 0, n)),),
+        (InlinePool(data, 2 * n), InlinePool(b"", n)),
+    )
+    msg = spb.ExecuteRequest(session=session, prepared_model=handle)
+    wire.request_to(request, msg.request)
+    return msg
+
+
+def test_a_short_execution_runs_inline_once_its_model_has_run() -> None:
+    driver = Driver(DeviceConfig(fault_injection=True))
+    servicer = PreparedModelServicer(driver)
+    session = driver.open_session("t", "unix:/tmp/nnhal-test.sock")
+    job = driver.begin_prepare(session, add_model(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None, b"")
+    try:
+        handle, _ = job.run()
+    finally:
+        job.close()
+    msg = _add_request(session.id, handle)
+    assert not servicer.runs_inline(msg)  # never run: its duration is unknown
+    result = servicer.execute_sync(msg, "test", lambda status, seconds: None)
+    assert result.status == ErrorStatus.NONE
+    assert servicer.runs_inline(msg)  # ADD of 2x4 floats: far under a millisecond
+    assert not servicer.runs_inline(_add_request(session.id, "missing"))  # the worker reports it
+    driver.set_faults(session, Faults(execute_delay_ms=5))
+    assert not servicer.runs_inline(msg)  # an injected delay would hold the loop
+    driver.set_faults(session, Faults())
+    ticket = driver.scheduler.admit("someone", Priority.MEDIUM)
+    other = driver.scheduler.admit("else", Priority.MEDIUM)
+    driver.scheduler.acquire(ticket, None)
+    driver.scheduler.acquire(other, None)
+    assert not servicer.runs_inline(msg)  # both slots busy: it would wait
+    driver.scheduler.release(ticket)
+    driver.scheduler.release(other)
+    assert servicer.runs_inline(msg)
+
+
+def test_a_large_request_goes_to_a_worker() -> None:
+    driver = Driver(DeviceConfig())
+    servicer = PreparedModelServicer(driver)
+    session = driver.open_session("t", "unix:/tmp/nnhal-test.sock")
+    job = driver.begin_prepare(session, add_model(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None, b"")
+    try:
+        handle, _ = job.run()
+    finally:
+        job.close()
+    servicer.execute_sync(_add_request(session.id, handle), "test", lambda status, seconds: None)
+    big = prepared_model_servicer.INLINE_MAX_BYTES // 8 + 1  # floats per input: both exceed the limit
+    assert not servicer.runs_inline(_add_request(session.id, handle, big))
