@@ -140,8 +140,7 @@ class Driver:
 
     def session(self, sid: str) -> Session:
         """The open session ``sid``; INVALID_ARGUMENT for an unknown or closed one."""
-        with self._lock:
-            session = self._sessions.get(sid)
+        session = self._sessions.get(sid)  # one dict read, atomic by itself: no lock on this hot path
         if session is None:
             raise InvalidArgument(CLOSED)
         return session

@@ -161,6 +161,8 @@ class PrepareJob:
             bound.close()
 
 
+#: How an execution whose client went away (its session closed) ends.
+SESSION_ENDED = "the client's session ended during the execution"
 #: The budget's kind for what an execution allocates (intermediates, outputs, scratch).
 EXECUTION_TENSORS = "execution tensors"
 
@@ -250,12 +252,16 @@ class ExecutionJob:
     def _interrupt(self) -> None:
         if self.session.closed:
             # The client is gone (crash, disconnect): stop spending the device on it.
-            raise GeneralFailure("the client's session ended during the execution")
+            raise GeneralFailure(SESSION_ENDED)
         if self._stop is not None:
             self._stop()
 
     def _checkpoint(self) -> None:
-        self._interrupt()
+        # ``_interrupt`` inlined: this runs at every operation boundary.
+        if self.session.closed:
+            raise GeneralFailure(SESSION_ENDED)
+        if self._stop is not None:
+            self._stop()
         self._scheduler.checkpoint(self.ticket, self.deadline_ns)
 
     def _release_ticket(self) -> None:
