@@ -136,7 +136,8 @@ class RequestPlan:
                 continue
             if out.pool < 0 or value.nbytes == 0:
                 continue
-            if out.alone and out.pool in inline and value.nbytes == len(inline[out.pool]) and value.dtype != np.bool_:
+            pool = inline.get(out.pool)
+            if out.alone and isinstance(pool, bytearray) and value.nbytes == len(pool) and value.dtype != np.bool_:
                 # The output fills an inline pool of its own: its bytes become the pool,
                 # with no staging copy (the pool's zeroed pages were never touched).
                 inline[out.pool] = value.tobytes()
