@@ -65,6 +65,7 @@ _REGION_HEADER = struct.Struct("<4sII")
 _INDEX = struct.Struct("<Q")
 _PACKET = struct.Struct("<IIII")
 HEADER_BYTES = _PACKET.size
+_ALIGN = HEADER_BYTES - 1
 _REQUEST_HEAD, _REQUEST_TAIL, _RESULT_HEAD, _RESULT_TAIL = 64, 128, 192, 256
 
 
@@ -136,28 +137,32 @@ class Producer(_Ring):
         """Append one packet; RingError when it does not fit (the consumer is behind, or it is
         larger than ``max_payload``) or the consumer's index is corrupt. ``crc`` overrides
         the checksum (tests of the consumer's checks)."""
-        size, mm, data = self.ring_bytes, self._mm, self._data
+        size, mm, data, head = self.ring_bytes, self._mm, self._data, self._head
+        if isinstance(payload, memoryview):
+            payload = payload.cast("B")
         length = len(payload)
         if length > self.max_payload:
             raise RingError(f"a packet of {length} bytes exceeds the ring's limit of {self.max_payload}")
-        used = self._head - self._index(self._tail_at)
+        used = head - _INDEX.unpack_from(mm, self._tail_at)[0]
         if not 0 <= used <= size:
             raise RingError("the consumer's ring index is corrupt")
-        need = _padded(length)
+        need = HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN)  # _padded(length), inlined: a hot path
         if size - used < need:
             raise RingError(f"the ring is full ({used} of {size} bytes unread)")
-        pos = self._head % size
-        checksum = zlib.crc32(payload) if crc is None else crc
-        _PACKET.pack_into(mm, data + pos, length, self._seq & 0xFFFFFFFF, checksum, kind)
+        pos = head % size
+        _PACKET.pack_into(
+            mm, data + pos, length, self._seq & 0xFFFFFFFF, zlib.crc32(payload) if crc is None else crc, kind
+        )
         start = (pos + HEADER_BYTES) % size
-        first = min(length, size - start)
-        view = memoryview(payload).cast("B")
-        mm[data + start : data + start + first] = view[:first]
-        if first < length:
-            mm[data : data + length - first] = view[first:]
-        self._head += need
+        first = size - start
+        if length <= first:
+            mm[data + start : data + start + length] = payload
+        else:
+            mm[data + start : data + size] = payload[:first]
+            mm[data : data + length - first] = payload[first:]
+        self._head = head = head + need
         self._seq += 1
-        _INDEX.pack_into(mm, self._head_at, self._head)
+        _INDEX.pack_into(mm, self._head_at, head)
 
 
 class Consumer(_Ring):
@@ -172,30 +177,32 @@ class Consumer(_Ring):
     def read(self) -> tuple[int, bytes] | None:
         """The next packet's kind and payload (a private copy), None when the ring is empty;
         RingError for anything the producer got wrong (module docstring)."""
-        size, mm, data = self.ring_bytes, self._mm, self._data
-        avail = self._index(self._head_at) - self._tail
+        size, mm, data, tail = self.ring_bytes, self._mm, self._data, self._tail
+        avail = _INDEX.unpack_from(mm, self._head_at)[0] - tail
         if avail == 0:
             return None
         if not HEADER_BYTES <= avail <= size:
             raise RingError(f"the producer's ring index is corrupt ({avail} bytes pending in a {size}-byte ring)")
-        pos = self._tail % size
+        pos = tail % size
         length, seq, crc, kind = _PACKET.unpack_from(mm, data + pos)
-        if length > self.max_payload or _padded(length) > avail:
+        need = HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN)  # _padded(length), inlined: a hot path
+        if length > self.max_payload or need > avail:
             raise RingError(f"a packet claims {length} bytes; {avail - HEADER_BYTES} were written")
         if self._seq is not None and seq != self._seq & 0xFFFFFFFF:
             raise RingError(f"packet {seq} arrived where packet {self._seq & 0xFFFFFFFF} was due")
         if kind not in self._kinds:
             raise RingError(f"unexpected packet kind {kind}")
         start = (pos + HEADER_BYTES) % size
-        first = min(length, size - start)
-        payload = mm[data + start : data + start + first]
-        if first < length:
-            payload += mm[data : data + length - first]
+        first = size - start
+        if length <= first:
+            payload = mm[data + start : data + start + length]
+        else:
+            payload = mm[data + start : data + size] + mm[data : data + length - first]
         if zlib.crc32(payload) != crc:
             raise RingError("a packet's checksum does not match its bytes")
-        self._tail += _padded(length)
+        self._tail = tail = tail + need
         self._seq = seq + 1
-        _INDEX.pack_into(mm, self._tail_at, self._tail)
+        _INDEX.pack_into(mm, self._tail_at, tail)
         return kind, payload
 
     def resync(self) -> None:

@@ -66,6 +66,7 @@ from nnhal.server.jobs import Counter, ExecutionJob, PrepareJob, check_deadline
 from nnhal.server.lifecycle import DRAIN_EXPIRED, Lifecycle
 from nnhal.server.memory import bind_model_pools, bind_pools, token_placeholder
 from nnhal.server.prepared_model import PreparedModel
+from nnhal.server.request_plan import output_pools
 from nnhal.server.scheduler import Scheduler
 from nnhal.server.session import CLOSED, VERIFIED_CLIENT, Faults, Session
 
@@ -139,8 +140,7 @@ class Driver:
 
     def session(self, sid: str) -> Session:
         """The open session ``sid``; INVALID_ARGUMENT for an unknown or closed one."""
-        with self._lock:
-            session = self._sessions.get(sid)
+        session = self._sessions.get(sid)  # one dict read, atomic by itself: no lock on this hot path
         if session is None:
             raise InvalidArgument(CLOSED)
         return session
@@ -259,7 +259,10 @@ class Driver:
         profile: bool = False,
     ) -> ExecutionJob:
         """Launch checks (the HAL method's own return value): handle, deadline,
-        admission, pools and request validation. Raises HalError. The caller closes the job."""
+        admission, pools and request validation. Raises HalError. The caller closes the job.
+
+        A request whose layout the model executed before with pools of the same sizes is
+        not validated again: its plan (``request_plan``) records that it passed."""
         pm = self.prepared(session, handle)
         if loop_timeout_ns == 0:
             loop_timeout_ns = LOOP_TIMEOUT_DEFAULT_NS
@@ -275,16 +278,19 @@ class Driver:
         ticket = self.scheduler.admit(session.client_key, pm.priority)
         bound = None
         try:
+            plan = pm.plans.get(request)
             bound = bind_pools(
                 request.pools,
                 self.config.shared_memory,
-                pm.output_pool_indexes(request),
+                output_pools(request) if plan is None else plan.writable,
                 token_placeholder,
                 session.is_local,
                 session.regions,
             )
             request = resolve_tokens(self.buffers, session.id, handle, request, bound)
-            validate_request(request, pm.model, bound.sizes)
+            if plan is None or not plan.fits(bound):
+                validate_request(request, pm.model, bound.sizes)
+                plan = pm.plans.learn(request, bound)
         except BaseException:
             self.scheduler.release(ticket)
             if bound is not None:
@@ -293,7 +299,7 @@ class Driver:
         return ExecutionJob(
             session,
             pm,
-            request,
+            plan,
             bound,
             ticket,
             measure=measure,

@@ -6,7 +6,8 @@ it. A lookup of another session's entry fails exactly like a lookup of one that
 never existed or was released: INVALID_ARGUMENT with the table's one message, so
 a handle never reveals whether an object exists.
 
-Thread-safe. The table's lock is a leaf: nothing else is acquired while holding
+Thread-safe (a lookup is a single dict read and takes no lock; changes take the
+table's lock). The table's lock is a leaf: nothing else is acquired while holding
 it, so callers may hold a session's lock while adding (the session checks that
 it is still open, then adds, so ``release_session`` after closing misses nothing).
 """
@@ -58,8 +59,8 @@ class HandleTable(Generic[K, V]):
 
     def get(self, owner: str, key: K) -> V:
         """The value of ``owner``'s ``key``; INVALID_ARGUMENT when there is none."""
-        with self._lock:
-            entry = self._entries.get(key)
+        # One dict read, atomic by itself (every execution looks its model up): no lock.
+        entry = self._entries.get(key)
         if entry is None or entry[0] != owner:
             raise InvalidArgument(self._unknown)
         return entry[1]

@@ -36,13 +36,14 @@ from nnhal.core.errors import (
     MissedDeadlinePersistent,
     MissedDeadlineTransient,
 )
-from nnhal.core.types import BufferTokenPool, ExecutionResult, Model, Request
+from nnhal.core.types import ExecutionResult, Model
 from nnhal.server.backend import ExecutableGraph
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.executor.graph import Buffer, ExecutionControl, PreparedGraph
 from nnhal.server.handles import HandleTable
 from nnhal.server.memory import BoundPools
 from nnhal.server.prepared_model import PreparedModel, execution_result
+from nnhal.server.request_plan import RequestPlan
 from nnhal.server.scheduler import Scheduler, Ticket
 from nnhal.server.session import Session, delay
 
@@ -160,6 +161,8 @@ class PrepareJob:
             bound.close()
 
 
+#: How an execution whose client went away (its session closed) ends.
+SESSION_ENDED = "the client's session ended during the execution"
 #: The budget's kind for what an execution allocates (intermediates, outputs, scratch).
 EXECUTION_TENSORS = "execution tensors"
 
@@ -171,7 +174,7 @@ class ExecutionJob:
         self,
         session: Session,
         pm: PreparedModel,
-        request: Request,
+        plan: RequestPlan,
         bound: BoundPools,
         ticket: Ticket,
         *,
@@ -191,7 +194,8 @@ class ExecutionJob:
         self._max_execution_ns = max_execution_ns
         self.session = session
         self.pm = pm
-        self.request = request
+        #: The launched request's plan (``request_plan``): validated, how it binds and writes.
+        self.plan = plan
         self.bound = bound
         self.ticket = ticket
         self.measure = measure
@@ -214,8 +218,7 @@ class ExecutionJob:
         before this returns; the bound pools stay open until ``close``."""
         session, ticket, deadline_ns = self.session, self.ticket, self.deadline_ns
         # Bytes read from driver-managed buffers are charged to the buffers already.
-        pools = self.request.pools
-        cost = sum(len(b) for i, b in enumerate(self.bound.buffers) if not isinstance(pools[i], BufferTokenPool))
+        cost = self.bound.data_bytes
         try:
             try:
                 self._budget.charge(session.id, cost, what="request data")
@@ -237,7 +240,7 @@ class ExecutionJob:
                     reserve=self._reserve if self._budget.limit_total else None,
                     release=self._release if self._budget.limit_total else None,
                 )
-                result = self.pm.execute(self.request, self.bound, control, self.measure)
+                result = self.pm.execute(self.plan, self.bound, control, self.measure)
             finally:
                 self._release_ticket()
                 self._budget.uncharge(session.id, cost, "request data")
@@ -249,12 +252,16 @@ class ExecutionJob:
     def _interrupt(self) -> None:
         if self.session.closed:
             # The client is gone (crash, disconnect): stop spending the device on it.
-            raise GeneralFailure("the client's session ended during the execution")
+            raise GeneralFailure(SESSION_ENDED)
         if self._stop is not None:
             self._stop()
 
     def _checkpoint(self) -> None:
-        self._interrupt()
+        # ``_interrupt`` inlined: this runs at every operation boundary.
+        if self.session.closed:
+            raise GeneralFailure(SESSION_ENDED)
+        if self._stop is not None:
+            self._stop()
         self._scheduler.checkpoint(self.ticket, self.deadline_ns)
 
     def _release_ticket(self) -> None:

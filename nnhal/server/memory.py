@@ -28,6 +28,7 @@ import stat
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -279,6 +280,10 @@ class BoundPools:
         self.inline_outputs: dict[int, bytearray | bytes | memoryview] = {}
         #: Request output index -> driver-managed buffer receiving it.
         self.token_outputs: dict[int, DriverBuffer] = {}
+        #: Whether a pool names a driver-managed buffer (a token).
+        self.has_tokens = False
+        #: Bytes of the inline and shared pools (what the request itself brings).
+        self.data_bytes = 0
 
     @property
     def has_shared(self) -> bool:
@@ -289,6 +294,8 @@ class BoundPools:
         whose other bytes the client keeps using during the execution. Output ranges are
         read too, so that writing one back leaves the bytes an output shorter than its
         range did not fill as they were."""
+        if not self._shared:
+            return
         shared = {p.index: p for p in self._shared}
         for p in shared.values():
             p.reads, p.writes = [], []
@@ -323,8 +330,8 @@ class BoundPools:
         return {i: b.toreadonly() if isinstance(b, memoryview) else bytes(b) for i, b in self.inline_outputs.items()}
 
     @property
-    def sizes(self) -> list[int]:
-        return [len(b) for b in self.buffers]
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(map(len, self.buffers))
 
     def check_shared(self) -> None:
         """Read the shared pools' bytes into their staging buffers, once (INVALID_ARGUMENT
@@ -370,7 +377,7 @@ def token_placeholder(pool: BufferTokenPool, where: str) -> memoryview:
 def bind_pools(
     pools: tuple[MemoryPool, ...],
     policy: SharedMemoryPolicy | None,
-    writable: set[int],
+    writable: AbstractSet[int],
     resolve_token: TokenResolver | None = None,
     is_local_peer: bool = True,
     cache: RegionCache | None = None,
@@ -378,7 +385,7 @@ def bind_pools(
     """Bind every pool; ``writable`` names the pools that receive outputs. A shared pool
     gets a private staging buffer of its size (pages only its arguments' bytes touch);
     RESOURCE_EXHAUSTED_PERSISTENT when even the address space for it is refused."""
-    inline = sum(p.size for p in pools if isinstance(p, InlinePool))
+    inline = sum([p.size for p in pools if isinstance(p, InlinePool)])
     limit = wire.max_inline_bytes()
     if inline > limit:
         # Checked before anything is allocated: a declared size is only a number, and the
@@ -387,19 +394,23 @@ def bind_pools(
             f"the inline pools declare {inline} bytes; at most {limit} travel inline (use shared memory for more)"
         )
     bound = BoundPools(cache)
+    buffers = bound.buffers
     try:
         for i, pool in enumerate(pools):
-            where = f"pool {i}"
-            if isinstance(pool, InlinePool):
+            if isinstance(pool, InlinePool):  # the common case first
+                data = pool.data
                 if i in writable:
                     buf = _output_buffer(pool)
                     bound.inline_outputs[i] = buf
-                    bound.buffers.append(buf)
-                elif len(pool.data) < pool.size:
-                    bound.buffers.append(bytes(pool.data) + bytes(pool.size - len(pool.data)))
+                    buffers.append(buf)
+                elif len(data) < pool.size:
+                    buffers.append(bytes(data) + bytes(pool.size - len(data)))
                 else:
-                    bound.buffers.append(pool.data)
-            elif isinstance(pool, SharedMemoryPool):
+                    buffers.append(data)
+                bound.data_bytes += len(buffers[-1])
+                continue
+            where = f"pool {i}"
+            if isinstance(pool, SharedMemoryPool):
                 if policy is None:
                     raise InvalidArgument(f"{where}: this server accepts no shared memory pools")
                 if not is_local_peer and not policy.allow_remote:
@@ -415,11 +426,13 @@ def bind_pools(
                         f"{where}: no private memory for a pool of {pool.size} bytes ({err.strerror})"
                     ) from None
                 bound._shared.append(_SharedPool(i, region, pool.offset, staging, i in writable))
-                bound.buffers.append(memoryview(staging))  # filled by check_shared
+                buffers.append(memoryview(staging))  # filled by check_shared
+                bound.data_bytes += pool.size
             else:
                 if resolve_token is None:
                     raise InvalidArgument(f"{where}: buffer tokens are not valid here")
-                bound.buffers.append(resolve_token(pool, where))
+                buffers.append(resolve_token(pool, where))
+                bound.has_tokens = True
     except BaseException:
         bound.close()
         raise

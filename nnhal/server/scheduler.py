@@ -15,8 +15,12 @@ RESOURCE_EXHAUSTED_TRANSIENT. ``Per-client state (when a client was last served)
 client's session ends, and bounded anyway: past :data:`SERVED_BOUND` entries those of
 clients with nothing admitted are dropped (they then rank as never served, which the
 least recently served of them were in effect). ``shut`` (the end of a server's drain) makes queued
-and later acquisitions fail with DEVICE_UNAVAILABLE. Lock order: the scheduler's condition is a leaf
-lock (nothing else is acquired while holding it).
+and later acquisitions fail with DEVICE_UNAVAILABLE. Lock order: the scheduler's lock (and the
+condition on it) is a leaf lock (nothing else is acquired while holding it).
+
+Cost: an uncontended execution (one client, nothing waiting) takes the plain lock three times
+(admit, acquire, release) and decides nothing; the condition is notified only when someone
+waits on it, and a checkpoint with nothing that could outrank its execution takes no lock.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from nnhal.core.enums import Priority
 from nnhal.core.errors import DeviceUnavailable, MissedDeadlineTransient, ResourceExhaustedTransient
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Ticket:
     client: str
     priority: Priority
@@ -54,7 +58,10 @@ class Scheduler:
     def __init__(self, slots: int = 2, queue_depth: int = 64) -> None:
         self.slots = max(1, slots)
         self.queue_depth = max(0, queue_depth)
-        self._cond = threading.Condition()
+        # A plain lock (nothing here re-enters it), taken directly on the hot paths; the
+        # condition on it is only for waiting.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._waiting: list[Ticket] = []
         self._running: list[Ticket] = []
         #: Every ticket from admission to release (launched, queued or running).
@@ -67,28 +74,30 @@ class Scheduler:
         self._tick = itertools.count()
         #: Set by ``shut``: why no execution may start any more.
         self._shut: str | None = None
+        #: When ``release`` next drops expired hold-offs (monotonic ns).
+        self._next_sweep_ns = 0
 
     # -- introspection ----------------------------------------------------
     @property
     def in_flight(self) -> int:
         """Tickets admitted and not yet released (launched, queued or running)."""
-        with self._cond:
+        with self._lock:
             return len(self._admitted)
 
     @property
     def queued(self) -> int:
         """Tickets waiting for a slot (including pre-empted ones)."""
-        with self._cond:
+        with self._lock:
             return len(self._waiting)
 
     def counts(self) -> tuple[int, int, int]:
         """(running, queued, pre-empted and not yet resumed) executions, read together (metrics)."""
-        with self._cond:
+        with self._lock:
             return len(self._running), len(self._waiting), sum(1 for t in self._waiting if t.preempted)
 
     def clients_tracked(self) -> int:
         """Clients with a fairness record (bounded: ``forget``, :data:`SERVED_BOUND`)."""
-        with self._cond:
+        with self._lock:
             return len(self._served)
 
     def starts_at_once(self, client: str, priority: Priority) -> bool:
@@ -98,13 +107,13 @@ class Scheduler:
         with self._cond:
             if self._shut is not None or self._waiting or len(self._running) >= self.slots:
                 return False
-            return not self._outranked(Ticket(client, priority, -1))
+            return not self._outranked(Ticket(client, priority, -1), admitted=False)
 
     # -- lifecycle ----------------------------------------------------------
     def forget(self, client: str) -> None:
         """``client``'s session ended: drop its fairness record, unless work of the client is
         still admitted (another session of the same client, or fenced work still ending)."""
-        with self._cond:
+        with self._lock:
             if not any(t.client == client for t in self._admitted):
                 self._served.pop(client, None)
 
@@ -117,13 +126,13 @@ class Scheduler:
 
     def shut(self, reason: str) -> None:
         """From now on queued and later acquisitions raise DEVICE_UNAVAILABLE ``reason``."""
-        with self._cond:
+        with self._lock:
             self._shut = reason
             self._cond.notify_all()
 
     def admit(self, client: str, priority: Priority) -> Ticket:
         """A ticket for one execution; RESOURCE_EXHAUSTED_TRANSIENT beyond ``slots + queue_depth``."""
-        with self._cond:
+        with self._lock:
             if len(self._admitted) >= self.slots + self.queue_depth:
                 raise ResourceExhaustedTransient(
                     f"the device is saturated ({self.slots} running, {len(self._waiting)} queued, "
@@ -136,7 +145,7 @@ class Scheduler:
     def acquire(self, ticket: Ticket, deadline_ns: int | None) -> None:
         """Wait for a slot; MISSED_DEADLINE_TRANSIENT if the deadline passes while queued,
         DEVICE_UNAVAILABLE once the scheduler is shut."""
-        with self._cond:
+        with self._lock:
             if self._shut is not None:
                 raise DeviceUnavailable(self._shut)
             if len(self._running) < self.slots and not self._waiting and not self._outranked(ticket):
@@ -169,7 +178,7 @@ class Scheduler:
 
     def release(self, ticket: Ticket) -> None:
         """End ``ticket`` wherever it is (launched, queued or running). Idempotent."""
-        with self._cond:
+        with self._lock:
             if ticket.running:
                 self._running.remove(ticket)
                 ticket.running = False
@@ -180,15 +189,20 @@ class Scheduler:
                 now = time.monotonic_ns()
                 if ticket.priority > Priority.LOW:
                     self._recent[(ticket.client, int(ticket.priority))] = now
-                for key in [k for k, ended in self._recent.items() if ended + self.hold_off_ns <= now]:
-                    del self._recent[key]
-            self._cond.notify_all()
+                if now >= self._next_sweep_ns:
+                    # Expired hold-offs are also dropped where they are read; this bounds the rest.
+                    self._next_sweep_ns = now + self.hold_off_ns
+                    for key in [k for k, ended in self._recent.items() if ended + self.hold_off_ns <= now]:
+                        del self._recent[key]
+            if self._waiting:  # every waiter on the condition is in ``_waiting``
+                self._cond.notify_all()
 
     def checkpoint(self, ticket: Ticket, deadline_ns: int | None) -> None:
         """At an operation boundary: pause while higher-priority work of the same client is in flight."""
-        if len(self._admitted) <= 1 and not self._recent:  # racy read: a miss delays pre-emption by one op
+        # Racy reads, without the lock: a miss delays pre-emption by one operation.
+        if len(self._admitted) <= 1 and not self._recently_above(ticket):
             return
-        with self._cond:
+        with self._lock:
             if not self._outranked(ticket):
                 return
             self._running.remove(ticket)
@@ -197,9 +211,24 @@ class Scheduler:
             self._cond.notify_all()
         self.acquire(ticket, deadline_ns)
 
-    def _outranked(self, ticket: Ticket) -> bool:
-        """Higher-priority work of the same client is in flight, or ended within the hold-off."""
-        if any(u is not ticket and u.client == ticket.client and u.priority > ticket.priority for u in self._admitted):
+    def _recently_above(self, ticket: Ticket) -> bool:
+        """Whether the same client has higher-priority work that ended within the hold-off
+        (read-only: safe without the lock, for a pre-check)."""
+        now = time.monotonic_ns()
+        for p in range(int(ticket.priority) + 1, int(Priority.HIGH) + 1):
+            ended = self._recent.get((ticket.client, p))
+            if ended is not None and ended + self.hold_off_ns > now:
+                return True
+        return False
+
+    def _outranked(self, ticket: Ticket, admitted: bool = True) -> bool:
+        """Higher-priority work of the same client is in flight, or ended within the hold-off.
+        ``admitted``: ``ticket`` is among the admitted (then it alone cannot outrank itself)."""
+        if ticket.priority >= Priority.HIGH:
+            return False
+        if len(self._admitted) > int(admitted) and any(
+            u is not ticket and u.client == ticket.client and u.priority > ticket.priority for u in self._admitted
+        ):
             return True
         return self._hold_off_left(ticket) < 1.0
 

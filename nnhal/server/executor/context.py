@@ -233,11 +233,16 @@ class ExecutionContext:
     def set_output(self, i: int, value: np.ndarray) -> None:
         """Store output ``i``; casts to the operand dtype, checks declared dims."""
         operand = self.out_operands[i]
-        with np.errstate(over="ignore", invalid="ignore"):  # float16 narrowing saturates to inf
-            arr = np.asarray(value, dtype=DTYPE[operand.type])
+        dtype = DTYPE[operand.type]
+        if type(value) is np.ndarray and value.dtype == dtype:
+            arr = value  # what np.asarray would return, without the error-state switch
+        else:
+            with np.errstate(over="ignore", invalid="ignore"):  # float16 narrowing saturates to inf
+                arr = np.asarray(value, dtype=dtype)
         dims = operand.dimensions
         if (
             dims
+            and arr.shape != dims
             and INFO[operand.type].is_tensor
             and (len(dims) != arr.ndim or any(d and d != a for d, a in zip(dims, arr.shape)))
         ):

@@ -118,8 +118,8 @@ _FLOAT_ARITH = {Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV
 
 
 def _float_arith(op: OperationType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        return np.asarray(_FLOAT_ARITH[op](to_compute(a), to_compute(b)))
+    """The result in a fresh array (the caller ignores floating-point errors: inf and NaN are results)."""
+    return np.asarray(_FLOAT_ARITH[op](to_compute(a), to_compute(b)))
 
 
 def _quant_add_sub(ctx: ExecutionContext, a: np.ndarray, b: np.ndarray, subtract: bool) -> np.ndarray:
@@ -162,7 +162,7 @@ def execute_arith(ctx: ExecutionContext) -> None:
         lo, hi = activation_range_quant(act, ctx.out_scale(OUTPUT), ctx.out_zero_point(OUTPUT), t)
         ctx.set_output(OUTPUT, np.clip(acc, lo, hi))
     else:
-        with np.errstate(all="ignore"):  # float16 outputs may overflow to inf
+        with np.errstate(all="ignore"):  # inf and NaN are results; float16 outputs may overflow to inf
             ctx.set_output(OUTPUT, apply_activation(_float_arith(op, a, b), act))
 
 

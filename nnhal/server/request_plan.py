@@ -1,0 +1,202 @@
+"""What an execution works out from a request's layout, once per layout (the repeat-request hot path).
+
+A request's *layout* — its input and output arguments (omissions, locations,
+dimensions) and the real sizes of its pools — decides everything about an
+execution that does not depend on the bytes: whether the request is valid for
+the model (``validate_request`` is a function of the layout and the model
+alone), which pools receive outputs, how each input is viewed as an array,
+which outputs override the model's operand shapes, and where each output is
+written. A ``RequestPlan`` holds those answers; ``PlanCache`` (one per prepared
+model) keeps the plans of the layouts seen last, so that a burst or a loop of
+executions of one shape validates and plans once and then only moves bytes.
+
+Correctness: a plan is looked up by the arguments (equal arguments, equal
+plan) and used only when the bound pools have exactly the sizes it was
+validated with; anything else (a new layout, other pool sizes, a request with
+driver-managed buffers, whose arguments are rewritten per execution from the
+buffers' current shapes) is validated in full and planned afresh. Dynamic
+shapes keep their per-execution checks: output sizes are compared with what
+the execution produced every time (OUTPUT_INSUFFICIENT_SIZE).
+
+Thread-safety: plans are immutable; the cache is a small dict whose reads need
+no lock (one assignment publishes a plan) and whose writes take a leaf lock.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from nnhal.core.enums import OperandType
+from nnhal.core.errors import InvalidArgument, OutputInsufficientSize
+from nnhal.core.operand_types import DTYPE, INFO
+from nnhal.core.types import Operand, OutputShape, Request, RequestArgument
+from nnhal.server.memory import BoundPools
+
+#: How many layouts one prepared model remembers (a client typically sends one or two).
+CACHED_LAYOUTS = 8
+
+_BOOL_TYPES = (OperandType.TENSOR_BOOL8, OperandType.BOOL)
+
+
+@dataclass(frozen=True, slots=True)
+class _Input:
+    """How one input is viewed: ``count`` elements of ``dtype`` at ``offset`` of pool ``pool``."""
+
+    pool: int
+    offset: int
+    dtype: np.dtype
+    count: int
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Output:
+    """Where one output goes (``pool`` -1: it has no value) and what decides how."""
+
+    pool: int
+    offset: int
+    length: int
+    is_tensor: bool
+    as_uint8: bool
+    #: The only argument in its pool, at offset 0: it may become the pool's bytes whole.
+    alone: bool
+
+
+class RequestPlan:
+    """The layout-dependent half of executing one request (module docstring). Immutable."""
+
+    __slots__ = ("_inputs", "_outputs", "overrides", "sizes", "writable")
+
+    def __init__(
+        self, request: Request, sizes: Sequence[int], inputs: Sequence[Operand], outputs: Sequence[Operand]
+    ) -> None:
+        """``request`` was validated against the model with pools of ``sizes``; ``inputs`` and
+        ``outputs`` are the model's main input and output operands."""
+        self.sizes = tuple(sizes)
+        self.writable = output_pools(request)
+        self._inputs = tuple(_plan_input(op, arg) for op, arg in zip(inputs, request.inputs))
+        users: dict[int, int] = {}
+        for a in (*request.inputs, *request.outputs):
+            if not a.has_no_value:
+                users[a.location.pool_index] = users.get(a.location.pool_index, 0) + 1
+        self._outputs = tuple(_plan_output(op, arg, users) for op, arg in zip(outputs, request.outputs))
+        #: The output operands with the request's dims where it gives them (None: the model's own).
+        self.overrides: list[Operand] | None = None
+        if any(a.dimensions for a in request.outputs):
+            self.overrides = [
+                replace(op, dimensions=arg.dimensions) if arg.dimensions else op
+                for op, arg in zip(outputs, request.outputs)
+            ]
+
+    def fits(self, bound: BoundPools) -> bool:
+        """Whether this plan holds for a request of its layout bound to ``bound``."""
+        return not bound.has_tokens and bound.sizes == self.sizes
+
+    def bind_inputs(self, buffers: Sequence[bytes | bytearray | memoryview]) -> list[np.ndarray | None]:
+        """The input arrays: read-only views of the pools' bytes (None for an omitted input)."""
+        return [
+            None
+            if i is None
+            else np.frombuffer(buffers[i.pool], dtype=i.dtype, count=i.count, offset=i.offset).reshape(i.shape)
+            for i in self._inputs
+        ]
+
+    def write_outputs(self, pools: BoundPools, values: Sequence[np.ndarray]) -> tuple[OutputShape, ...]:
+        """Check every output fits its location (OUTPUT_INSUFFICIENT_SIZE with the shapes
+        otherwise), then write them: into driver-managed buffers, as the whole bytes of an
+        inline pool an output fills alone, or into the pool's bytes."""
+        shapes: list[OutputShape] = []
+        insufficient = False
+        tokens = pools.token_outputs
+        for k, (out, value) in enumerate(zip(self._outputs, values)):
+            ok = out.pool < 0 or value.nbytes <= out.length or k in tokens
+            insufficient |= not ok
+            shapes.append(OutputShape(value.shape if out.is_tensor else (), ok))
+        if insufficient:
+            err = OutputInsufficientSize(
+                "output buffer too small: "
+                + ", ".join(
+                    f"output {k} needs {v.nbytes} bytes, has {o.length}"
+                    for k, (o, v, s) in enumerate(zip(self._outputs, values, shapes))
+                    if not s.is_sufficient
+                )
+            )
+            err.shapes = tuple(shapes)  # type: ignore[attr-defined]
+            raise err
+        pools.check_shared()
+        inline = pools.inline_outputs
+        for k, (out, value) in enumerate(zip(self._outputs, values)):
+            if k in tokens:  # zero-sized results too: they initialize the buffer
+                tokens[k].store(value.tobytes(), value.shape)  # C order
+                continue
+            if out.pool < 0 or value.nbytes == 0:
+                continue
+            pool = inline.get(out.pool)
+            if out.alone and isinstance(pool, bytearray) and value.nbytes == len(pool) and value.dtype != np.bool_:
+                # The output fills an inline pool of its own: its bytes become the pool,
+                # with no staging copy (the pool's zeroed pages were never touched).
+                inline[out.pool] = value.tobytes()
+                continue
+            dst = np.frombuffer(pools.buffers[out.pool], dtype=np.uint8, count=value.nbytes, offset=out.offset)
+            if not dst.flags.writeable:
+                raise InvalidArgument(f"output pool {out.pool} is not writable")
+            if out.as_uint8:
+                value = value.astype(np.uint8)
+            dst[:] = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+        return tuple(shapes)
+
+
+def output_pools(request: Request) -> frozenset[int]:
+    """The pools that receive the request's outputs."""
+    return frozenset(a.location.pool_index for a in request.outputs if not a.has_no_value)
+
+
+def _plan_input(operand: Operand, arg: RequestArgument) -> _Input | None:
+    if arg.has_no_value:
+        return None
+    dims = (arg.dimensions or operand.dimensions) if INFO[operand.type].is_tensor else ()
+    return _Input(arg.location.pool_index, arg.location.offset, DTYPE[operand.type], math.prod(dims), dims)
+
+
+def _plan_output(operand: Operand, arg: RequestArgument, users: dict[int, int]) -> _Output:
+    if arg.has_no_value:
+        return _Output(-1, 0, 0, INFO[operand.type].is_tensor, False, False)
+    loc = arg.location
+    return _Output(
+        loc.pool_index,
+        loc.offset,
+        loc.length,
+        INFO[operand.type].is_tensor,
+        operand.type in _BOOL_TYPES,
+        users.get(loc.pool_index) == 1 and loc.offset == 0,
+    )
+
+
+class PlanCache:
+    """The plans of the layouts one prepared model saw last (at most :data:`CACHED_LAYOUTS`)."""
+
+    def __init__(self, inputs: Sequence[Operand], outputs: Sequence[Operand]) -> None:
+        self._inputs = tuple(inputs)
+        self._outputs = tuple(outputs)
+        self._plans: dict[tuple[tuple[RequestArgument, ...], tuple[RequestArgument, ...]], RequestPlan] = {}
+        self._lock = threading.Lock()  # a leaf: guards replacing the dict's contents
+
+    def get(self, request: Request) -> RequestPlan | None:
+        """The plan remembered for ``request``'s arguments (check ``fits`` before using it)."""
+        return self._plans.get((request.inputs, request.outputs))
+
+    def learn(self, request: Request, bound: BoundPools) -> RequestPlan:
+        """The plan of ``request``, validated against the model with ``bound``'s pools;
+        remembered unless the request uses driver-managed buffers."""
+        plan = RequestPlan(request, bound.sizes, self._inputs, self._outputs)
+        if not bound.has_tokens:
+            with self._lock:
+                if len(self._plans) >= CACHED_LAYOUTS:
+                    self._plans.pop(next(iter(self._plans)))  # the oldest
+                self._plans[(request.inputs, request.outputs)] = plan
+        return plan

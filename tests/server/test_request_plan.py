@@ -1,0 +1,119 @@
+"""Request plans (nnhal.server.request_plan) through the driver, in process: a layout is
+validated once and its plan reused; other pool sizes, new layouts and driver-managed
+buffers are validated in full; output sizes are checked at every execution."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
+from nnhal.core.errors import InvalidArgument
+from nnhal.core.types import (
+    BufferDesc,
+    BufferRole,
+    BufferTokenPool,
+    DataLocation,
+    ExecutionResult,
+    InlinePool,
+    Request,
+    RequestArgument,
+)
+from nnhal.server.driver import Driver
+from nnhal.server.request_plan import CACHED_LAYOUTS
+from nnhal.server.session import Session
+from tests.conftest import add_model
+
+LOCAL = "unix:/tmp/nnhal-test.sock"
+N = 32  # bytes of one 2x4 float32 tensor
+
+
+def _request(value: float = 1.0, in_size: int = 2 * N, out_offset: int = 0, out_length: int = N) -> Request:
+    data = np.full(16, value, np.float32).tobytes()[:in_size]
+    return Request(
+        (RequestArgument(location=DataLocation(0, 0, N)), RequestArgument(location=DataLocation(0, N, N))),
+        (RequestArgument(location=DataLocation(1, out_offset, out_length)),),
+        (InlinePool(data, in_size), InlinePool(b"", out_offset + out_length)),
+    )
+
+
+@pytest.fixture
+def prepared() -> Iterator[tuple[Driver, Session, str]]:
+    driver = Driver()
+    session = driver.open_session("t", LOCAL)
+    job = driver.begin_prepare(session, add_model(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None)
+    try:
+        handle, _ = job.run()
+    finally:
+        job.close()
+    yield driver, session, handle
+    driver.close_session(session.id)
+    assert driver.scheduler.in_flight == 0
+
+
+def _execute(driver: Driver, session: Session, handle: str, request: Request) -> ExecutionResult:
+    job = driver.begin_execute(session, handle, request, measure=False, deadline_ns=None)
+    try:
+        return job.run()
+    finally:
+        job.close()
+
+
+def test_a_layout_is_planned_once_and_reused(prepared: tuple[Driver, Session, str]) -> None:
+    driver, session, handle = prepared
+    pm = driver.prepared(session, handle)
+    assert pm.plans.get(_request()) is None
+    first = _execute(driver, session, handle, _request(1.0))
+    plan = pm.plans.get(_request())
+    assert plan is not None
+    second = _execute(driver, session, handle, _request(3.0))
+    assert pm.plans.get(_request()) is plan  # the same plan, not a new one
+    for result, value in ((first, 2.0), (second, 6.0)):
+        assert result.status == ErrorStatus.NONE
+        np.testing.assert_array_equal(np.frombuffer(result.output_pools[1], np.float32), np.full(8, value))
+
+
+def test_other_pool_sizes_are_validated_again(prepared: tuple[Driver, Session, str]) -> None:
+    driver, session, handle = prepared
+    assert _execute(driver, session, handle, _request()).status == ErrorStatus.NONE
+    # The same arguments over a pool too short for the second input: the plan does not hold.
+    with pytest.raises(InvalidArgument, match="outside pool 0"):
+        _execute(driver, session, handle, _request(in_size=N + 8))
+
+
+def test_output_sizes_are_checked_at_every_execution(prepared: tuple[Driver, Session, str]) -> None:
+    driver, session, handle = prepared
+    for _ in range(2):  # planned at the first, reused at the second
+        result = _execute(driver, session, handle, _request(out_length=N - 4))
+        assert result.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
+        assert [(s.dimensions, s.is_sufficient) for s in result.output_shapes] == [((2, 4), False)]
+
+
+def test_the_cache_is_bounded(prepared: tuple[Driver, Session, str]) -> None:
+    driver, session, handle = prepared
+    pm = driver.prepared(session, handle)
+    layouts = [_request(out_offset=16 * k) for k in range(CACHED_LAYOUTS + 2)]
+    for request in layouts:
+        assert _execute(driver, session, handle, request).status == ErrorStatus.NONE
+    assert pm.plans.get(layouts[0]) is None  # the oldest went
+    assert all(pm.plans.get(r) is not None for r in layouts[-CACHED_LAYOUTS:])
+
+
+def test_requests_naming_driver_buffers_are_not_remembered(prepared: tuple[Driver, Session, str]) -> None:
+    driver, session, handle = prepared
+    pm = driver.prepared(session, handle)
+    buffer, token = driver.allocate(session, BufferDesc(), [handle], [BufferRole(0, 0, 1.0)], [])
+    driver.buffer_copy_from(session, buffer, InlinePool(np.full(8, 5.0, np.float32).tobytes(), N), ())
+    request = Request(
+        (RequestArgument(location=DataLocation(2, 0, 0)), RequestArgument(location=DataLocation(0, N, N))),
+        (RequestArgument(location=DataLocation(1, 0, N)),),
+        (InlinePool(np.full(16, 1.0, np.float32).tobytes(), 2 * N), InlinePool(b"", N), BufferTokenPool(token)),
+    )
+    for _ in range(2):
+        result = _execute(driver, session, handle, request)
+        assert result.status == ErrorStatus.NONE
+        np.testing.assert_array_equal(np.frombuffer(result.output_pools[1], np.float32), np.full(8, 6.0))
+        # Rewritten per execution from the buffer's current shape: planned, never remembered.
+        assert pm.plans.get(request) is None
