@@ -19,7 +19,7 @@ from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.rpc import prepared_model_servicer
 from nnhal.server.rpc.prepared_model_servicer import PreparedModelServicer
 from nnhal.server.scheduler import Scheduler
-from nnhal.server.session import Faults
+from nnhal.server.session import Faults, Session
 from tests.conftest import add_model
 
 
@@ -65,15 +65,21 @@ def _add_request(session: str, handle: str, floats: int = 8) -> spb.ExecuteReque
     return msg
 
 
-def test_a_short_execution_runs_inline_once_its_model_has_run() -> None:
-    driver = Driver(DeviceConfig(fault_injection=True))
-    servicer = PreparedModelServicer(driver)
+def _prepared(driver: Driver) -> tuple[Session, str]:
+    """A session of ``driver`` and the handle of an ADD model prepared in it."""
     session = driver.open_session("t", "unix:/tmp/nnhal-test.sock")
     job = driver.begin_prepare(session, add_model(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None, b"")
     try:
         handle, _ = job.run()
     finally:
         job.close()
+    return session, handle
+
+
+def test_a_short_execution_runs_inline_once_its_model_has_run() -> None:
+    driver = Driver(DeviceConfig(fault_injection=True))
+    servicer = PreparedModelServicer(driver)
+    session, handle = _prepared(driver)
     msg = _add_request(session.id, handle)
     assert not servicer.runs_inline(msg)  # never run: its duration is unknown
     result = servicer.execute_sync(msg, "test", lambda status, seconds: None)
@@ -96,12 +102,7 @@ def test_a_short_execution_runs_inline_once_its_model_has_run() -> None:
 def test_a_large_request_goes_to_a_worker() -> None:
     driver = Driver(DeviceConfig())
     servicer = PreparedModelServicer(driver)
-    session = driver.open_session("t", "unix:/tmp/nnhal-test.sock")
-    job = driver.begin_prepare(session, add_model(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None, b"")
-    try:
-        handle, _ = job.run()
-    finally:
-        job.close()
+    session, handle = _prepared(driver)
     servicer.execute_sync(_add_request(session.id, handle), "test", lambda status, seconds: None)
     big = prepared_model_servicer.INLINE_MAX_BYTES // 8 + 1  # floats per input: both exceed the limit
     assert not servicer.runs_inline(_add_request(session.id, handle, big))
