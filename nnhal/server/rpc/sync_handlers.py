@@ -24,8 +24,8 @@ ends, ``is_active`` turns false when it ends; metadata, peer, auth context and t
 remaining are the call's.
 
 Sync handlers taking a request stream are refused when registered: their request
-iterator would hold a worker thread while the client sends nothing (the one such RPC,
-``configureExecutionBurst``, is a coroutine).
+iterator would hold a worker thread while the client sends nothing (such RPCs, the burst
+stream and the streamed execution, are coroutines).
 """
 
 from __future__ import annotations
