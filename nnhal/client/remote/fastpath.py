@@ -115,6 +115,11 @@ class FastBurstLink:
         # The stream's end is the peer's death or the burst's end: wake whoever waits.
         call.add_done_callback(lambda _call: self.doorbell.stop())
 
+    @property
+    def compact_layouts(self) -> int:
+        """How many request layouts travel as compact calls (the server granted their ids)."""
+        return len(self._layouts)
+
     @staticmethod
     def open(remote: RemoteSession, handle: str, ring_bytes: int = 0) -> FastBurstLink:
         """Open a fast burst of prepared model ``handle``; raises the refusal's HalError."""
