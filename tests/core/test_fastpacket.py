@@ -9,6 +9,7 @@ import pytest
 from nnhal.core import fastpacket
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import InvalidArgument
+from nnhal.core.fastpacket import PacketError
 from nnhal.core.types import (
     NO_TIMING,
     DataLocation,
@@ -19,7 +20,6 @@ from nnhal.core.types import (
     SharedMemoryPool,
     Timing,
 )
-from nnhal.core.fastpacket import PacketError
 
 _ARGS = (RequestArgument(location=DataLocation(0, 0, 8)),)
 _OUTS = (RequestArgument(location=DataLocation(1, 0, 4), dimensions=(1,)),)
