@@ -31,11 +31,18 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import InvalidArgument
-from nnhal.core.types import ExecutionResult, InlinePool, MemoryPool, OutputShape, PoolData, RequestArgument, Timing
+from nnhal.core.types import (
+    NO_TIMING,
+    ExecutionResult,
+    InlinePool,
+    MemoryPool,
+    OutputShape,
+    PoolData,
+    RequestArgument,
+    Timing,
+)
 
 #: Packet kinds beside ``fastring.REQUEST`` / ``fastring.RESULT``.
 LEARN = 3
@@ -57,6 +64,8 @@ HAS_DEADLINE = 2
 _FLAGS = MEASURE | HAS_DEADLINE
 #: The statuses an ANSWER carries (the others travel as an ExecuteResult, with their message).
 ANSWERED = frozenset((ErrorStatus.NONE, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE))
+_ANSWERED_BY_NUMBER = {int(s): s for s in ANSWERED}
+_UNMEASURED = Timing()
 
 LayoutKey = tuple[tuple[RequestArgument, ...], tuple[RequestArgument, ...], tuple[tuple[int, int], ...]]
 
@@ -161,7 +170,7 @@ def encode_answer(result: ExecutionResult) -> bytes:
     ]
     for shape in result.output_shapes:
         parts.append(_PAIR.pack(len(shape.dimensions), int(shape.is_sufficient)))
-        parts.append(np.asarray(shape.dimensions, dtype="<u4").tobytes())
+        parts.append(struct.pack(f"<{len(shape.dimensions)}I", *shape.dimensions))
     for index, data in result.output_pools.items():
         parts.append(_PAIR.pack(index, _nbytes(data)))
         parts.append(data)
@@ -174,7 +183,8 @@ def decode_answer(payload: bytes) -> ExecutionResult:
     if end < ANSWER_HEADER.size:
         raise PacketError(f"an answer of {end} bytes is shorter than its header")
     status, mlen, on_device, in_driver, nshapes, npools = ANSWER_HEADER.unpack_from(payload)
-    if status not in ANSWERED:
+    answered = _ANSWERED_BY_NUMBER.get(status)
+    if answered is None:
         raise PacketError(f"an answer carries status {status}")
     at = ANSWER_HEADER.size
     if at + mlen + 8 * (nshapes + npools) > end:
@@ -192,9 +202,9 @@ def decode_answer(payload: bytes) -> ExecutionResult:
         at += 8
         if at + 4 * rank > end or sufficient > 1:
             raise PacketError("an answer's output shape does not hold together")
-        dims = np.frombuffer(payload, dtype="<u4", count=rank, offset=at).tolist()
+        dims = struct.unpack_from(f"<{rank}I", payload, at)  # a handful of dims: struct beats numpy
         at += 4 * rank
-        shapes.append(OutputShape(tuple(dims), bool(sufficient)))
+        shapes.append(OutputShape(dims, bool(sufficient)))
     pools: dict[int, PoolData] = {}
     for _ in range(npools):
         if at + 8 > end:
@@ -207,4 +217,5 @@ def decode_answer(payload: bytes) -> ExecutionResult:
         at += length
     if at != end:
         raise PacketError(f"an answer has {end - at} bytes beyond what it declares")
-    return ExecutionResult(ErrorStatus(status), message, tuple(shapes), Timing(on_device, in_driver), pools)
+    timing = _UNMEASURED if on_device == in_driver == NO_TIMING else Timing(on_device, in_driver)
+    return ExecutionResult(answered, message, tuple(shapes), timing, pools)

@@ -14,7 +14,8 @@ client's pipe ends with SCM_RIGHTS and removes the socket file: from then on
 nothing of the queue lives in the file system, and it vanishes with the last of
 its descriptors, whichever side dies.
 
-``serve`` answers request packets until ``stop`` (any thread: the burst's gRPC
+``serve`` answers request packets (a full request, one asking for a layout
+id, a compact call: :mod:`nnhal.core.fastpacket`) until ``stop`` (any thread: the burst's gRPC
 stream ended, the server stops) or a STOP from the client. Every packet is
 untrusted input: a RingError gets a refusal (``refuse``: the status packet of
 the caller's protocol) and the ring is resynchronised; an answer that does not

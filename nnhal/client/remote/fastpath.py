@@ -10,7 +10,9 @@ doorbell pipes.
 
 ``execute`` serializes the ExecuteRequest into the request ring, rings, and
 sleeps on its doorbell until the result packet arrives; the packet is checked
-as untrusted input (:mod:`nnhal.core.fastring`). It returns None, before
+as untrusted input (:mod:`nnhal.core.fastring`). A request whose layout the
+server granted an id (asked for at its first execution) travels as a compact
+call and comes back as a compact answer (:mod:`nnhal.core.fastpacket`). It returns None, before
 sending anything, when the request or its largest possible answer would not
 fit a ring: that execution takes the gRPC burst instead.
 

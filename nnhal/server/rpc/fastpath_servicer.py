@@ -18,11 +18,16 @@ the memory budget) and the stream ends:
 
 Then the first event names the handover socket and token
 (:mod:`nnhal.server.fastpath`), the client collects its queue, and this call's
-thread serves the queue: every request packet is parsed as an ExecuteRequest
-(a packet that is not one, or names another session or model, is refused with
-INVALID_ARGUMENT) and runs exactly as a gRPC burst execution does — same
-launch checks, statuses, drain refusal and metrics — and its ExecuteResult goes
-back through the result ring. The stream stays open as the burst's liveness
+thread serves the queue: every full request packet is parsed as an
+ExecuteRequest (a packet that is not one, or names another session or model, is
+refused with INVALID_ARGUMENT) and runs exactly as a gRPC burst execution does —
+same launch checks, statuses, drain refusal and metrics — and its ExecuteResult
+goes back through the result ring. A full request asking for a layout id (kind
+``fastpacket.LEARN``) is granted one when it passed validation and all its pools
+are inline; a compact call of a granted layout (``fastpacket.CALL``: the id, the
+per-call scalars, the raw pool bytes) is rebuilt from the validated layout and
+runs through the same ``execute_sync``; an unknown id or a body not of the
+layout's length is INVALID_ARGUMENT and the burst serves on. The stream stays open as the burst's liveness
 channel: when the client's connection dies or the client cancels it, gRPC ends
 the call and the queue is stopped; when the server stops, likewise. A burst the
 server ends on its own (the client broke the queue protocol) gets a last event
