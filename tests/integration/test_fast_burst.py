@@ -327,3 +327,22 @@ def test_malformed_and_unknown_compact_calls_are_refused(device: Device) -> None
         finally:
             link.close()
         assert device.capabilities() is not None  # the server is alive and serving
+
+
+def test_layouts_past_the_cap_take_the_full_request(device: Device) -> None:
+    from nnhal.core import fastpacket
+
+    a = np.ones((2, 4), np.float32)
+    base = _add_request(a, a)
+    with device.prepare_model_sync(add_model()) as pm:
+        link = FastBurstLink.open(device.remote, pm.handle)
+        try:
+            for extra in range(fastpacket.MAX_LAYOUTS + 2):  # each output pool size is another layout
+                request = Request(base.inputs, base.outputs, (base.pools[0], InlinePool(b"", 32 + 4 * extra)))
+                for _ in range(2):
+                    got = link.execute(request, ExecutionOptions())
+                    assert got is not None and got.status == ErrorStatus.NONE, got.message
+                    assert np.array_equal(np.frombuffer(got.output_pools[1], np.float32, 8), (a + a).reshape(-1))
+            assert link.compact_layouts == fastpacket.MAX_LAYOUTS
+        finally:
+            link.close()
