@@ -14,7 +14,8 @@ client's pipe ends with SCM_RIGHTS and removes the socket file: from then on
 nothing of the queue lives in the file system, and it vanishes with the last of
 its descriptors, whichever side dies.
 
-``serve`` answers request packets until ``stop`` (any thread: the burst's gRPC
+``serve`` answers request packets (a full request, one asking for a layout
+id, a compact call: :mod:`nnhal.core.fastpacket`) until ``stop`` (any thread: the burst's gRPC
 stream ended, the server stops) or a STOP from the client. Every packet is
 untrusted input: a RingError gets a refusal (``refuse``: the status packet of
 the caller's protocol) and the ring is resynchronised; an answer that does not
@@ -34,7 +35,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from nnhal.core import fastring
+from nnhal.core import fastpacket, fastring
 from nnhal.core.doorbell import Doorbell, nonblocking_pipe
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, InvalidArgument
@@ -44,8 +45,12 @@ log = logging.getLogger(__name__)
 #: How often a handover waiting for its client looks whether it should stop.
 _ACCEPT_SLICE_S = 0.25
 
-#: Turns a refusal (status, message) into the answer packet's payload.
+#: Turns a refusal (status, message) into the answer packet's payload (kind ``fastring.RESULT``).
 Refuse = Callable[[ErrorStatus, str], bytes]
+#: Turns a request packet (kind, payload) into the answer packet (kind, payload); never raises.
+Handle = Callable[[int, bytes], tuple[int, bytes]]
+#: The request kinds a queue takes: a full request, one asking for a layout id, a compact call.
+REQUEST_KINDS = (fastring.REQUEST, fastpacket.LEARN, fastpacket.CALL)
 
 
 def available() -> bool:
@@ -82,7 +87,7 @@ class FastQueue:
         except BaseException:
             self.close()
             raise
-        self._requests = fastring.Consumer(self._mm, ring_bytes, True, (fastring.REQUEST,))
+        self._requests = fastring.Consumer(self._mm, ring_bytes, True, REQUEST_KINDS)
         self._results = fastring.Producer(self._mm, ring_bytes, False)
 
     @staticmethod
@@ -151,9 +156,9 @@ class FastQueue:
                 raise GeneralFailure(f"handing the fast burst queue over failed: {err}") from err
         self._close_handed()
 
-    def serve(self, handle: Callable[[bytes], bytes], refuse: Refuse) -> None:
+    def serve(self, handle: Handle, refuse: Refuse) -> None:
         """Answer request packets until ``stop`` or the client's STOP. ``handle`` turns a
-        request payload into the answer's; it must not raise."""
+        request packet into the answer; it must not raise."""
         doorbell = self._doorbell
         assert doorbell is not None
         while doorbell.wait():
@@ -163,22 +168,24 @@ class FastQueue:
                 except fastring.RingError as err:
                     log.warning("fast burst: refused a request packet: %s", err)
                     self._requests.resync()
-                    self._answer(refuse(ErrorStatus.INVALID_ARGUMENT, f"malformed fast burst packet: {err}"), refuse)
+                    refusal = refuse(ErrorStatus.INVALID_ARGUMENT, f"malformed fast burst packet: {err}")
+                    self._answer(fastring.RESULT, refusal, refuse)
                     continue
                 if packet is None:
                     break
-                self._answer(handle(packet[1]), refuse)
+                self._answer(*handle(*packet), refuse)
 
-    def _answer(self, payload: bytes, refuse: Refuse) -> None:
+    def _answer(self, kind: int, payload: bytes, refuse: Refuse) -> None:
         assert self._doorbell is not None
         if not self._results.fits(len(payload)):
+            kind = fastring.RESULT
             payload = refuse(
                 ErrorStatus.INVALID_ARGUMENT,
                 f"the answer ({len(payload)} bytes) does not fit the fast burst's {self.ring_bytes}-byte ring; "
                 "open the burst with larger rings or use the gRPC burst",
             )
         try:
-            self._results.write(fastring.RESULT, payload)
+            self._results.write(kind, payload)
         except fastring.RingError as err:
             # The client does not read its answers (or broke its index): it gets nothing more.
             log.warning("fast burst: cannot answer (%s); ending the burst", err)

@@ -241,3 +241,108 @@ def test_a_server_without_the_fast_path_serves_bursts_over_grpc() -> None:
         with pm.burst() as burst:
             assert not burst.fast
             assert burst.execute(_add_request(a, a)).status == ErrorStatus.NONE
+
+
+def test_a_repeated_layout_travels_compact(device: Device) -> None:
+    """The first execution of a layout is a full request; the server grants it an id and
+    later ones are compact calls with equal results. Another layout falls back, then is learned."""
+    rng = np.random.default_rng(1)
+    with device.prepare_model_sync(add_model()) as pm, pm.burst(fast=False) as grpc:
+        link = FastBurstLink.open(device.remote, pm.handle)
+        try:
+            for k in range(3):
+                a, b = (rng.random((2, 4), dtype=np.float32) for _ in range(2))
+                got = link.execute(_add_request(a, b), ExecutionOptions(measure=k == 2, timeout=30))
+                assert got is not None and link.compact_layouts == 1
+                _same(ExecutionOutcome.of(got), grpc.execute(_add_request(a, b)))
+            assert got.timing.time_in_driver > 0  # measure travels in the compact call
+            # Another layout (a larger output pool): a full request first, then its own id.
+            wider = _add_request(a, b)
+            wider = Request(wider.inputs, wider.outputs, (wider.pools[0], InlinePool(b"", 64)))
+            for count in (2, 2):
+                got = link.execute(wider, ExecutionOptions())
+                assert got is not None and got.status == ErrorStatus.NONE and link.compact_layouts == count
+                assert np.array_equal(np.frombuffer(got.output_pools[1], np.float32, 8).reshape(2, 4), a + b)
+            # A passed deadline in a compact call is the deadline's status, as on the gRPC burst.
+            late = link.execute(_add_request(a, b), ExecutionOptions(timeout=-1.0))
+            assert late is not None
+            assert late.status == grpc.execute(_add_request(a, b), timeout=-1.0).status != ErrorStatus.NONE
+        finally:
+            link.close()
+
+
+def test_dynamic_output_shapes_travel_compact(device: Device) -> None:
+    """OUTPUT_INSUFFICIENT_SIZE with the shapes, again and again through compact calls."""
+    a = np.ones((2, 4), np.float32)
+    n = a.nbytes
+    dims = (2, 4)
+    request = Request(
+        (
+            RequestArgument(location=DataLocation(0, 0, n), dimensions=dims),
+            RequestArgument(location=DataLocation(0, n, n), dimensions=dims),
+        ),
+        (RequestArgument(location=DataLocation(1, 0, 8)),),
+        (InlinePool(a.tobytes() * 2, 2 * n), InlinePool(b"", 8)),
+    )
+    with device.prepare_model_sync(add_model((2, 0))) as pm, pm.burst(fast=False) as grpc:
+        link = FastBurstLink.open(device.remote, pm.handle)
+        try:
+            want = grpc.execute(request)
+            assert want.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
+            assert [s.dimensions for s in want.output_shapes] == [dims]
+            for _ in range(3):
+                got = link.execute(request, ExecutionOptions())
+                assert got is not None
+                _same(ExecutionOutcome.of(got), want)
+            assert link.compact_layouts == 1
+        finally:
+            link.close()
+
+
+def test_malformed_and_unknown_compact_calls_are_refused(device: Device) -> None:
+    from nnhal.core import fastpacket
+
+    a = np.ones((2, 4), np.float32)
+    with device.prepare_model_sync(add_model()) as pm:
+        link = FastBurstLink.open(device.remote, pm.handle)
+        try:
+            good = _add_request(a, a)
+            for _ in range(2):
+                ok = link.execute(good, ExecutionOptions())
+                assert ok is not None and ok.status == ErrorStatus.NONE
+            assert link.compact_layouts == 1
+            body = [p.data for p in good.pools]  # type: ignore[union-attr]
+            for payload, why in [
+                (fastpacket.encode_call(99, False, None, 0, body), "unknown layout id 99"),
+                (fastpacket.encode_call(0, False, None, 0, body), "unknown layout id 0"),
+                (fastpacket.encode_call(1, False, None, 0, [b"short"]), "layout has"),
+                (b"\x01\x00\x00", "shorter than its header"),
+                (fastpacket.CALL_HEADER.pack(1, 0xF0, 0, 0) + b"".join(body), "flags"),
+            ]:
+                refused = link.send_raw(lambda ring, p=payload: ring.write(fastpacket.CALL, p))  # type: ignore[misc]
+                assert refused.status == ErrorStatus.INVALID_ARGUMENT, refused.message
+                assert why in refused.message
+                ok = link.execute(good, ExecutionOptions())
+                assert ok is not None and ok.status == ErrorStatus.NONE, "the burst did not recover"
+        finally:
+            link.close()
+        assert device.capabilities() is not None  # the server is alive and serving
+
+
+def test_layouts_past_the_cap_take_the_full_request(device: Device) -> None:
+    from nnhal.core import fastpacket
+
+    a = np.ones((2, 4), np.float32)
+    base = _add_request(a, a)
+    with device.prepare_model_sync(add_model()) as pm:
+        link = FastBurstLink.open(device.remote, pm.handle)
+        try:
+            for extra in range(fastpacket.MAX_LAYOUTS + 2):  # each output pool size is another layout
+                request = Request(base.inputs, base.outputs, (base.pools[0], InlinePool(b"", 32 + 4 * extra)))
+                for _ in range(2):
+                    got = link.execute(request, ExecutionOptions())
+                    assert got is not None and got.status == ErrorStatus.NONE, got.message
+                    assert np.array_equal(np.frombuffer(got.output_pools[1], np.float32, 8), (a + a).reshape(-1))
+            assert link.compact_layouts == fastpacket.MAX_LAYOUTS
+        finally:
+            link.close()

@@ -10,7 +10,9 @@ doorbell pipes.
 
 ``execute`` serializes the ExecuteRequest into the request ring, rings, and
 sleeps on its doorbell until the result packet arrives; the packet is checked
-as untrusted input (:mod:`nnhal.core.fastring`). It returns None, before
+as untrusted input (:mod:`nnhal.core.fastring`). A request whose layout the
+server granted an id (asked for at its first execution) travels as a compact
+call and comes back as a compact answer (:mod:`nnhal.core.fastpacket`). It returns None, before
 sending anything, when the request or its largest possible answer would not
 fit a ring: that execution takes the gRPC burst instead.
 
@@ -38,8 +40,8 @@ from google.protobuf.message import DecodeError
 
 from nnhal.client.remote.messages import ExecutionOptions, fill_execution
 from nnhal.client.remote.session import RemoteSession
-from nnhal.client.remote.transport import BURST_STREAM_TIMEOUT
-from nnhal.core import fastring, wire
+from nnhal.client.remote.transport import BURST_STREAM_TIMEOUT, remaining_time
+from nnhal.core import fastpacket, fastring, wire
 from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 HANDOVER_TIMEOUT_S = 10.0
 #: Room kept in the result ring for what an answer carries besides its inline output pools.
 RESULT_ENVELOPE_BYTES = 16 << 10
+_RESULT_KINDS = (fastring.RESULT, fastpacket.LEARNED, fastpacket.ANSWER)
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW if hasattr(fcntl, "F_SEAL_SHRINK") else 0
 
 
@@ -106,11 +109,18 @@ class FastBurstLink:
         self._mm, self.doorbell = _collect(first.socket_path, first.token, self.ring_bytes)
         #: The two rings (public for tests that break the protocol on purpose).
         self.requests = fastring.Producer(self._mm, self.ring_bytes, True)
-        self.results = fastring.Consumer(self._mm, self.ring_bytes, False, (fastring.RESULT,))
+        self.results = fastring.Consumer(self._mm, self.ring_bytes, False, _RESULT_KINDS)
+        #: The layouts the server granted ids for (:mod:`nnhal.core.fastpacket`).
+        self._layouts: dict[fastpacket.LayoutKey, int] = {}
         self._lock = threading.Lock()
         self._closed = False
         # The stream's end is the peer's death or the burst's end: wake whoever waits.
         call.add_done_callback(lambda _call: self.doorbell.stop())
+
+    @property
+    def compact_layouts(self) -> int:
+        """How many request layouts travel as compact calls (the server granted their ids)."""
+        return len(self._layouts)
 
     @staticmethod
     def open(remote: RemoteSession, handle: str, ring_bytes: int = 0) -> FastBurstLink:
@@ -141,9 +151,24 @@ class FastBurstLink:
         failures and the burst's end come back in the result (module docstring)."""
         if not self._answer_fits(request):
             return None
-        msg = spb.ExecuteRequest(profile=options.profile)
-        fill_execution(msg, "", request, options)  # the server fills in the session and model
-        payload = msg.SerializeToString()
+        key = None if options.profile else fastpacket.layout_key(request.inputs, request.outputs, request.pools)
+        layout = self._layouts.get(key) if key is not None else None
+        if layout is not None:
+            # A layout the server knows: only the per-call scalars and the pools' bytes travel.
+            kind = fastpacket.CALL
+            remaining = fastpacket.remaining_ns(remaining_time(options.timeout, options.deadline_at))
+            payload = fastpacket.encode_call(
+                layout,
+                options.measure,
+                remaining,
+                options.loop_timeout_ns,
+                [p.data for p in request.pools],  # type: ignore[union-attr]  # all inline: layout_key
+            )
+        else:
+            kind = fastring.REQUEST if key is None or len(self._layouts) >= fastpacket.MAX_LAYOUTS else fastpacket.LEARN
+            msg = spb.ExecuteRequest(profile=options.profile)
+            fill_execution(msg, "", request, options)  # the server fills in the session and model
+            payload = msg.SerializeToString()
         if not self.requests.fits(len(payload)):
             return None
         with self._lock:
@@ -154,14 +179,14 @@ class FastBurstLink:
             if self._closed or self.doorbell.stopped:
                 return self._ended()
             try:
-                self.requests.write(fastring.REQUEST, payload)
+                self.requests.write(kind, payload)
             except fastring.RingError as err:
                 return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: {err}")
             try:
                 self.doorbell.ring()
             except OSError:  # the server closed its end: its stream is ending too
                 return self._ended()
-            return self._await_result()
+            return self._await_result(key)
 
     def send_raw(self, write: Callable[[fastring.Producer], None]) -> ExecutionResult:
         """Tests of the server's checks: ``write`` puts whatever it likes into the request
@@ -169,10 +194,11 @@ class FastBurstLink:
         with self._lock:
             write(self.requests)
             self.doorbell.ring()
-            return self._await_result()
+            return self._await_result(None)
 
-    def _await_result(self) -> ExecutionResult:
-        """Sleep until the result packet (or the burst's end). Holds ``_lock``."""
+    def _await_result(self, key: fastpacket.LayoutKey | None) -> ExecutionResult:
+        """Sleep until the result packet (or the burst's end); a layout id it grants is
+        remembered for ``key``. Holds ``_lock``."""
         while True:
             try:
                 packet = self.results.read()
@@ -183,8 +209,21 @@ class FastBurstLink:
                 break
             if not self.doorbell.wait():
                 return self._ended()
+        kind, payload = packet
+        if kind == fastpacket.ANSWER:
+            try:
+                return fastpacket.decode_answer(payload)
+            except fastpacket.PacketError as err:
+                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
+        if kind == fastpacket.LEARNED:
+            if len(payload) < fastpacket.LEARNED_HEADER.size:
+                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "fast burst: a malformed LEARNED packet")
+            (layout,) = fastpacket.LEARNED_HEADER.unpack_from(payload)
+            if layout and key is not None and len(self._layouts) < fastpacket.MAX_LAYOUTS:
+                self._layouts[key] = layout
+            payload = payload[fastpacket.LEARNED_HEADER.size :]
         try:
-            result = spb.ExecuteResult.FromString(packet[1])
+            result = spb.ExecuteResult.FromString(payload)
         except DecodeError:
             return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "fast burst: the result packet is not an ExecuteResult")
         return wire.execution_result_from(result)

@@ -18,11 +18,16 @@ the memory budget) and the stream ends:
 
 Then the first event names the handover socket and token
 (:mod:`nnhal.server.fastpath`), the client collects its queue, and this call's
-thread serves the queue: every request packet is parsed as an ExecuteRequest
-(a packet that is not one, or names another session or model, is refused with
-INVALID_ARGUMENT) and runs exactly as a gRPC burst execution does — same
-launch checks, statuses, drain refusal and metrics — and its ExecuteResult goes
-back through the result ring. The stream stays open as the burst's liveness
+thread serves the queue: every full request packet is parsed as an
+ExecuteRequest (a packet that is not one, or names another session or model, is
+refused with INVALID_ARGUMENT) and runs exactly as a gRPC burst execution does —
+same launch checks, statuses, drain refusal and metrics — and its ExecuteResult
+goes back through the result ring. A full request asking for a layout id (kind
+``fastpacket.LEARN``) is granted one when it passed validation and all its pools
+are inline; a compact call of a granted layout (``fastpacket.CALL``: the id, the
+per-call scalars, the raw pool bytes) is rebuilt from the validated layout and
+runs through the same ``execute_sync``; an unknown id or a body not of the
+layout's length is INVALID_ARGUMENT and the burst serves on. The stream stays open as the burst's liveness
 channel: when the client's connection dies or the client cancels it, gRPC ends
 the call and the queue is stopped; when the server stops, likewise. A burst the
 server ends on its own (the client broke the queue protocol) gets a last event
@@ -31,14 +36,15 @@ with the status.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import grpc
 from google.protobuf.message import DecodeError
 
-from nnhal.core import fastring, wire
+from nnhal.core import fastpacket, fastring, wire
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
+from nnhal.core.types import ExecutionResult, Request
 from nnhal.proto import fastpath_pb2 as fpb
 from nnhal.proto import fastpath_pb2_grpc as fpgrpc
 from nnhal.proto import service_pb2 as spb
@@ -140,27 +146,87 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         event: fpb.FastBurstEvent = wire.status_to(fpb.FastBurstEvent(), status, message)
         return event
 
-    def _handler(self, session: Session, handle: str) -> Callable[[bytes], bytes]:
+    def _handler(self, session: Session, handle: str) -> fastpath.Handle:
+        """The packet handler of one fast burst: full requests, requests asking for a layout
+        id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`)."""
         execute = self._executions.execute_sync
         faults = self._executions.faults
         record = self._record
+        driver = self.driver
+        layouts: dict[int, fastpacket.Layout] = {}  # this burst's granted layouts, by id (from 1)
+        what = "a fast burst execution"
 
-        def handle_packet(payload: bytes) -> bytes:
+        def refuse(status: ErrorStatus, message: str) -> tuple[int, bytes]:
+            return fastring.RESULT, _refusal(status, message)
+
+        def run_full(kind: int, payload: bytes) -> tuple[int, bytes]:
             try:
                 msg = spb.ExecuteRequest.FromString(payload)
             except DecodeError:
-                return _refusal(ErrorStatus.INVALID_ARGUMENT, "a fast burst packet that is not an ExecuteRequest")
+                return refuse(ErrorStatus.INVALID_ARGUMENT, "a fast burst packet that is not an ExecuteRequest")
             if msg.session not in ("", session.id) or msg.prepared_model not in ("", handle):
                 err = InvalidArgument("a fast burst executes only the prepared model of the session it was opened for")
-                return _refusal(err.error_status, err.message)
+                return refuse(err.error_status, err.message)
             msg.session = session.id
             msg.prepared_model = handle
             # What the device's level lacks is refused as on the gRPC burst.
-            refused = burst_refusal(self.driver, msg)
+            refused = burst_refusal(driver, msg)
             if refused is not None:
-                return refused.SerializeToString()
+                return fastring.RESULT, refused.SerializeToString()
             # The faults a gRPC burst execution takes (an injected status, a stall, an exit).
             fault = faults.take(BURST, ("error", "stall", "exit")) if faults.armed else None
-            return execute(msg, "a fast burst execution", record, None, fault).SerializeToString()
+            if kind != fastpacket.LEARN:
+                return fastring.RESULT, execute(msg, what, record, None, fault).SerializeToString()
+            try:
+                canonical = wire.request_from(msg.request)
+            except HalError as err:
+                return refuse(err.error_status, err.message)
+            answer = execute(msg, what, record, None, fault, canonical)
+            key = fastpacket.layout_key(canonical.inputs, canonical.outputs, canonical.pools)
+            granted = 0
+            # Granted once the layout passed validation (its plan is learned), within the cap.
+            room = len(layouts) < fastpacket.MAX_LAYOUTS
+            if room and key is not None and ErrorStatus(answer.status) in fastpacket.ANSWERED and not msg.profile:
+                granted = len(layouts) + 1
+                layouts[granted] = fastpacket.Layout(key)
+            return fastpacket.LEARNED, fastpacket.LEARNED_HEADER.pack(granted) + answer.SerializeToString()
+
+        def run_call(payload: bytes) -> tuple[int, bytes]:
+            try:
+                call = fastpacket.decode_call(payload)
+                layout = layouts.get(call.layout)
+                if layout is None:
+                    return refuse(ErrorStatus.INVALID_ARGUMENT, f"fast burst: unknown layout id {call.layout}")
+                pools = layout.pools(call.body)
+            except fastpacket.PacketError as err:
+                return refuse(ErrorStatus.INVALID_ARGUMENT, f"malformed fast burst call: {err}")
+            msg = spb.ExecuteRequest(session=session.id, prepared_model=handle, measure=int(call.measure))  # type: ignore[arg-type]
+            msg.loop_timeout_ns = call.loop_timeout_ns
+            if call.deadline_ns is not None:
+                msg.deadline.has_deadline = True
+                msg.deadline.remaining_ns = call.deadline_ns
+            refused = burst_refusal(driver, msg)
+            if refused is not None:
+                return fastring.RESULT, refused.SerializeToString()
+            fault = faults.take(BURST, ("error", "stall", "exit")) if faults.armed else None
+            results: list[ExecutionResult] = []
+
+            def reply(result: ExecutionResult) -> spb.ExecuteResult:
+                # Only the status goes into a message (execute_sync records it); the answer is packed below.
+                results.append(result)
+                return spb.ExecuteResult(status=int(result.status))  # type: ignore[arg-type]
+
+            answer = execute(msg, what, record, None, fault, Request(layout.inputs, layout.outputs, pools), reply)
+            if not results:  # refused at launch or failed: the message says why
+                return fastring.RESULT, answer.SerializeToString()
+            result = results[0]
+            if result.status in fastpacket.ANSWERED:
+                return fastpacket.ANSWER, fastpacket.encode_answer(result)
+            return fastring.RESULT, wire.execution_result_to(result).SerializeToString()
+
+        def handle_packet(kind: int, payload: bytes) -> tuple[int, bytes]:
+            if kind == fastpacket.CALL:
+                return run_call(payload)
+            return run_full(kind, payload)
 
         return handle_packet

@@ -1,0 +1,221 @@
+"""The fast burst's compact packets: a repeated request layout travels as an id and raw bytes.
+
+The first execution of a request layout on a fast burst travels as a full
+ExecuteRequest in a :data:`LEARN` packet (the HAL burst's memory cache idea,
+applied to the whole layout). When the server validated it (the request plan
+of the layout is learned: ``nnhal.server.request_plan``) and every pool is
+inline, it answers :data:`LEARNED`: a layout id (u32, 0: not granted) then the
+ExecuteResult. Later executions of the same layout — the same arguments and
+the same inline pool lengths and sizes — send :data:`CALL`: the
+:data:`CALL_HEADER` (layout id, flags, deadline remaining ns, loop timeout ns)
+then the pools' bytes back to back, in pool order. The server answers a
+:data:`CALL` whose execution completed or found an output too small (the
+statuses with output shapes) with :data:`ANSWER`, otherwise with the usual
+ExecuteResult (kind ``fastring.RESULT``). An ANSWER, little-endian:
+
+- :data:`ANSWER_HEADER`: status u32, message bytes u32, time on device u64,
+  time in driver u64, output shapes u32, output pools u32;
+- the message (UTF-8);
+- per output shape: rank u32, sufficient u32, then rank u32 dimensions;
+- per output pool: pool index u32, length u32, then the bytes.
+
+Every field is untrusted: the decoders raise :class:`PacketError` for a packet
+too short or too long for what it declares, unknown flags, a length that does
+not match its layout. The codec knows only canonical types (no protobuf).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import InvalidArgument
+from nnhal.core.types import (
+    NO_TIMING,
+    ExecutionResult,
+    InlinePool,
+    MemoryPool,
+    OutputShape,
+    PoolData,
+    RequestArgument,
+    Timing,
+)
+
+#: Packet kinds beside ``fastring.REQUEST`` / ``fastring.RESULT``.
+LEARN = 3
+LEARNED = 4
+CALL = 5
+ANSWER = 6
+
+#: How many layouts one fast burst remembers (a client typically uses one or two).
+MAX_LAYOUTS = 16
+
+CALL_HEADER = struct.Struct("<IIQQ")
+LEARNED_HEADER = struct.Struct("<I")
+ANSWER_HEADER = struct.Struct("<IIQQII")
+_PAIR = struct.Struct("<II")
+_UINT64_MAX = (1 << 64) - 1
+#: CALL flags.
+MEASURE = 1
+HAS_DEADLINE = 2
+_FLAGS = MEASURE | HAS_DEADLINE
+#: The statuses an ANSWER carries (the others travel as an ExecuteResult, with their message).
+ANSWERED = frozenset((ErrorStatus.NONE, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE))
+_ANSWERED_BY_NUMBER = {int(s): s for s in ANSWERED}
+_UNMEASURED = Timing()
+
+LayoutKey = tuple[tuple[RequestArgument, ...], tuple[RequestArgument, ...], tuple[tuple[int, int], ...]]
+
+
+class PacketError(ValueError):
+    """A compact packet that does not hold together: nothing of it is used."""
+
+
+def _nbytes(data: PoolData) -> int:
+    return data.nbytes if isinstance(data, memoryview) else len(data)
+
+
+def layout_key(
+    inputs: tuple[RequestArgument, ...], outputs: tuple[RequestArgument, ...], pools: Sequence[MemoryPool]
+) -> LayoutKey | None:
+    """What identifies a request's layout; None unless every pool is inline (the only
+    layouts a compact packet carries)."""
+    sizes = []
+    for p in pools:
+        if not isinstance(p, InlinePool):
+            return None
+        n = _nbytes(p.data)
+        sizes.append((n, max(p.size, n)))
+    return inputs, outputs, tuple(sizes)
+
+
+def remaining_ns(remaining_s: float | None) -> int | None:
+    """A deadline's remainder as it travels (``wire.deadline_to``'s saturation); None for none.
+    InvalidArgument for NaN."""
+    if remaining_s is None:
+        return None
+    if math.isnan(remaining_s):
+        raise InvalidArgument("the deadline is not a number (NaN)")
+    ns = remaining_s * 1e9
+    return 0 if ns <= 0 else _UINT64_MAX if ns >= _UINT64_MAX else int(ns)
+
+
+def encode_call(
+    layout: int, measure: bool, deadline_ns: int | None, loop_timeout_ns: int, datas: Sequence[PoolData]
+) -> bytes:
+    """A CALL packet's payload: the header and the pools' bytes."""
+    flags = (MEASURE if measure else 0) | (0 if deadline_ns is None else HAS_DEADLINE)
+    header = CALL_HEADER.pack(layout, flags, deadline_ns or 0, loop_timeout_ns)
+    return header + b"".join(datas)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A decoded CALL: ``body`` is every pool's bytes back to back."""
+
+    layout: int
+    measure: bool
+    deadline_ns: int | None
+    loop_timeout_ns: int
+    body: memoryview
+
+
+def decode_call(payload: bytes) -> Call:
+    if len(payload) < CALL_HEADER.size:
+        raise PacketError(f"a compact call of {len(payload)} bytes is shorter than its header")
+    layout, flags, deadline, loop = CALL_HEADER.unpack_from(payload)
+    if flags & ~_FLAGS:
+        raise PacketError(f"unknown compact call flags {flags:#x}")
+    body = memoryview(payload)[CALL_HEADER.size :]
+    return Call(layout, bool(flags & MEASURE), deadline if flags & HAS_DEADLINE else None, loop, body)
+
+
+class Layout:
+    """A layout the server validated: the request's arguments and its pools' lengths and sizes."""
+
+    __slots__ = ("_sizes", "_total", "inputs", "outputs")
+
+    def __init__(self, key: LayoutKey) -> None:
+        self.inputs, self.outputs, self._sizes = key
+        self._total = sum(n for n, _ in self._sizes)
+
+    def pools(self, body: memoryview) -> tuple[InlinePool, ...]:
+        """The request's pools cut from a CALL's body; PacketError unless its length is the layout's."""
+        if len(body) != self._total:
+            raise PacketError(f"a compact call carries {len(body)} bytes of pools; its layout has {self._total}")
+        pools = []
+        at = 0
+        for n, size in self._sizes:
+            pools.append(InlinePool(bytes(body[at : at + n]), size))
+            at += n
+        return tuple(pools)
+
+
+def encode_answer(result: ExecutionResult) -> bytes:
+    """An ANSWER's payload (``result.status`` in :data:`ANSWERED`, no profile)."""
+    message = result.message.encode()
+    parts: list[bytes | memoryview] = [
+        ANSWER_HEADER.pack(
+            int(result.status),
+            len(message),
+            result.timing.time_on_device,
+            result.timing.time_in_driver,
+            len(result.output_shapes),
+            len(result.output_pools),
+        ),
+        message,
+    ]
+    for shape in result.output_shapes:
+        parts.append(_PAIR.pack(len(shape.dimensions), int(shape.is_sufficient)))
+        parts.append(struct.pack(f"<{len(shape.dimensions)}I", *shape.dimensions))
+    for index, data in result.output_pools.items():
+        parts.append(_PAIR.pack(index, _nbytes(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def decode_answer(payload: bytes) -> ExecutionResult:
+    """The result an ANSWER carries; PacketError for anything that does not hold together."""
+    end = len(payload)
+    if end < ANSWER_HEADER.size:
+        raise PacketError(f"an answer of {end} bytes is shorter than its header")
+    status, mlen, on_device, in_driver, nshapes, npools = ANSWER_HEADER.unpack_from(payload)
+    answered = _ANSWERED_BY_NUMBER.get(status)
+    if answered is None:
+        raise PacketError(f"an answer carries status {status}")
+    at = ANSWER_HEADER.size
+    if at + mlen + 8 * (nshapes + npools) > end:
+        raise PacketError("an answer declares more than it carries")
+    try:
+        message = payload[at : at + mlen].decode()
+    except UnicodeDecodeError:
+        raise PacketError("an answer's message is not UTF-8") from None
+    at += mlen
+    shapes = []
+    for _ in range(nshapes):
+        if at + 8 > end:
+            raise PacketError("an answer's output shapes run past its end")
+        rank, sufficient = _PAIR.unpack_from(payload, at)
+        at += 8
+        if at + 4 * rank > end or sufficient > 1:
+            raise PacketError("an answer's output shape does not hold together")
+        dims = struct.unpack_from(f"<{rank}I", payload, at)  # a handful of dims: struct beats numpy
+        at += 4 * rank
+        shapes.append(OutputShape(dims, bool(sufficient)))
+    pools: dict[int, PoolData] = {}
+    for _ in range(npools):
+        if at + 8 > end:
+            raise PacketError("an answer's output pools run past its end")
+        index, length = _PAIR.unpack_from(payload, at)
+        at += 8
+        if at + length > end or index in pools:
+            raise PacketError("an answer's output pool does not hold together")
+        pools[index] = payload[at : at + length]
+        at += length
+    if at != end:
+        raise PacketError(f"an answer has {end - at} bytes beyond what it declares")
+    timing = _UNMEASURED if on_device == in_driver == NO_TIMING else Timing(on_device, in_driver)
+    return ExecutionResult(answered, message, tuple(shapes), timing, pools)

@@ -1,0 +1,115 @@
+"""The fast burst's compact packets: round trips, and every malformed packet refused."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from nnhal.core import fastpacket
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import InvalidArgument
+from nnhal.core.fastpacket import PacketError
+from nnhal.core.types import (
+    NO_TIMING,
+    DataLocation,
+    ExecutionResult,
+    InlinePool,
+    OutputShape,
+    RequestArgument,
+    SharedMemoryPool,
+    Timing,
+)
+
+_ARGS = (RequestArgument(location=DataLocation(0, 0, 8)),)
+_OUTS = (RequestArgument(location=DataLocation(1, 0, 4), dimensions=(1,)),)
+
+
+def test_a_call_round_trips() -> None:
+    payload = fastpacket.encode_call(7, True, 123, 456, [b"abcdefgh", memoryview(b"")])
+    call = fastpacket.decode_call(payload)
+    assert (call.layout, call.measure, call.deadline_ns, call.loop_timeout_ns) == (7, True, 123, 456)
+    assert bytes(call.body) == b"abcdefgh"
+    plain = fastpacket.decode_call(fastpacket.encode_call(1, False, None, 0, [b"x"]))
+    assert (plain.measure, plain.deadline_ns) == (False, None)
+
+
+def test_a_layout_cuts_its_pools_and_refuses_other_lengths() -> None:
+    key = fastpacket.layout_key(_ARGS, _OUTS, (InlinePool(b"12345678", 8), InlinePool(b"", 4)))
+    assert key is not None
+    layout = fastpacket.Layout(key)
+    pools = layout.pools(memoryview(b"12345678"))
+    assert pools == (InlinePool(b"12345678", 8), InlinePool(b"", 4))
+    assert (layout.inputs, layout.outputs) == (_ARGS, _OUTS)
+    for body in (b"", b"1234567", b"123456789"):
+        with pytest.raises(PacketError, match="layout has 8"):
+            layout.pools(memoryview(body))
+
+
+def test_only_all_inline_layouts_have_a_key() -> None:
+    assert fastpacket.layout_key(_ARGS, _OUTS, (SharedMemoryPool("ashmem", "x", 0, 8),)) is None
+    # Lengths and sizes are part of the layout: a longer pool is another layout.
+    k1 = fastpacket.layout_key(_ARGS, _OUTS, (InlinePool(b"1234", 8),))
+    k2 = fastpacket.layout_key(_ARGS, _OUTS, (InlinePool(b"12345678", 8),))
+    assert k1 != k2
+
+
+@pytest.mark.parametrize(
+    "payload, why",
+    [
+        (b"\x01\x00", "shorter than its header"),
+        (fastpacket.CALL_HEADER.pack(1, 0x80, 0, 0), "unknown compact call flags"),
+    ],
+)
+def test_malformed_calls_are_refused(payload: bytes, why: str) -> None:
+    with pytest.raises(PacketError, match=why):
+        fastpacket.decode_call(payload)
+
+
+def test_remaining_ns_saturates_like_the_wire() -> None:
+    assert fastpacket.remaining_ns(None) is None
+    assert fastpacket.remaining_ns(-1.0) == 0
+    assert fastpacket.remaining_ns(1.5) == 1_500_000_000
+    assert fastpacket.remaining_ns(math.inf) == (1 << 64) - 1
+    with pytest.raises(InvalidArgument):
+        fastpacket.remaining_ns(math.nan)
+
+
+def _result() -> ExecutionResult:
+    return ExecutionResult(
+        ErrorStatus.OUTPUT_INSUFFICIENT_SIZE,
+        "output 0 needs 32 bytes, has 8",
+        (OutputShape((2, 4), False), OutputShape((), True)),
+        Timing(5, NO_TIMING),
+        {1: b"\x00" * 8, 3: memoryview(b"xyz")},
+    )
+
+
+def test_an_answer_round_trips() -> None:
+    back = fastpacket.decode_answer(fastpacket.encode_answer(_result()))
+    want = _result()
+    assert (back.status, back.message, back.output_shapes, back.timing) == (
+        want.status,
+        want.message,
+        want.output_shapes,
+        want.timing,
+    )
+    assert {k: bytes(v) for k, v in back.output_pools.items()} == {1: b"\x00" * 8, 3: b"xyz"}
+    empty = fastpacket.decode_answer(fastpacket.encode_answer(ExecutionResult()))
+    assert empty == ExecutionResult()
+
+
+def test_malformed_answers_are_refused() -> None:
+    good = fastpacket.encode_answer(_result())
+    for cut in range(len(good)):  # every truncation: a few hundred tiny decodes
+        with pytest.raises(PacketError):
+            fastpacket.decode_answer(good[:cut])
+    with pytest.raises(PacketError, match="beyond"):
+        fastpacket.decode_answer(good + b"\x00")
+    with pytest.raises(PacketError, match="status"):
+        fastpacket.decode_answer(fastpacket.ANSWER_HEADER.pack(int(ErrorStatus.GENERAL_FAILURE), 0, 0, 0, 0, 0))
+    with pytest.raises(PacketError, match="UTF-8"):
+        fastpacket.decode_answer(fastpacket.ANSWER_HEADER.pack(0, 1, 0, 0, 0, 0) + b"\xff")
+    twice = fastpacket.ANSWER_HEADER.pack(0, 0, 0, 0, 0, 2) + (b"\x01\x00\x00\x00\x00\x00\x00\x00" * 2)
+    with pytest.raises(PacketError, match="output pool"):
+        fastpacket.decode_answer(twice)
