@@ -214,19 +214,27 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
 
     async def configureExecutionBurst(
         self, request_iterator: AsyncIterator[spb.BurstRequest], context: aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[spb.BurstResponse]:
+    ) -> None:
         """A burst: one stream, many executions, answered in order. A coroutine on the
-        server's loop: an idle burst holds no thread, each execution runs on a worker thread.
-        Counted against the caps from its start, keyed by its connection."""
+        server's loop: an idle burst holds no thread; a short execution runs inline
+        (``runs_inline``), any other on a worker thread. Counted against the caps from its
+        start, keyed by its connection.
+
+        It reads and writes the call itself (``context.read`` / ``context.write``) instead of
+        iterating ``request_iterator`` and yielding answers: each of those is an async
+        generator (grpc.aio's request iterator, this handler, the request-id wrapper) whose
+        steps cost more per execution than a small model's whole run."""
         peer = context.peer() or ""
         try:
             require(self.driver, "configureExecutionBurst")
             self._long_calls.enter("burst", peer)
         except HalError as err:
             self.metrics.rpc("configureExecutionBurst", err.error_status)
-            yield spb.BurstResponse(result=wire.status_to(spb.ExecuteResult(), err.error_status, err.message))
+            await context.write(
+                spb.BurstResponse(result=wire.status_to(spb.ExecuteResult(), err.error_status, err.message))
+            )
             return
-        # Given back when the stream ends, also when gRPC never resumes this generator.
+        # Given back when the stream ends, also when the call is cancelled mid-wait.
         leave = once(lambda: self._long_calls.leave("burst", peer))
         context.add_done_callback(lambda _context: leave())
         sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the executions' context
@@ -236,7 +244,10 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
             if abort is not None and abort.after == 0:
                 await context.abort(*abort_status(abort))
             sent = 0
-            async for req in request_iterator:
+            while True:
+                req = await context.read()
+                if req is aio.EOF:
+                    return
                 # A 1.2 device's burst has no deadline, loop timeout or tokens (INVALID_ARGUMENT).
                 result = burst_refusal(self.driver, req.execute)
                 if result is None:
@@ -247,7 +258,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
                         result = await in_thread(
                             self.execute_sync, req.execute, "a burst execution", self._record_burst, sync, fault
                         )
-                yield spb.BurstResponse(result=result)
+                await context.write(spb.BurstResponse(result=result))
                 sent += 1
                 if abort is not None and abort.after == sent:
                     await context.abort(*abort_status(abort))

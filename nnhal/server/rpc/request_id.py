@@ -1,6 +1,7 @@
 """Request ids: one per RPC, on the server's log lines for the call and sent back to the client.
 
-:class:`RequestIdInterceptor` gives every call an id: the client's ``x-request-id``
+:func:`with_request_id` wraps a handler so that every call it serves gets an id (the
+server wraps each handler once, when ``sync_handlers.Collector`` registers it): the client's ``x-request-id``
 metadata when present and sane (1-128 characters of letters, digits and ``._:/+=-``,
 starting with a letter or digit), else a generated one. The id is sent back in the
 call's trailing metadata (also when the call is aborted) and published in
@@ -10,7 +11,10 @@ runs in a copy of on whichever worker thread (``sync_handlers``), so
 call (``--log-format json`` writes it).
 
 Cost per call: one metadata scan and one context-variable set (in the call's own task:
-nothing to clear); wrapped handlers are made once per method and cached.
+nothing to clear). Not an aio interceptor: grpc.aio runs interceptors as a chain of
+coroutines at every call, before the handler lookup; wrapping the handlers once, when they
+are registered, costs nothing per call beyond the id itself. (:class:`RequestIdInterceptor`
+gives the same to handlers served some other way; with both, the first to run sets the id.)
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ def request_id(context: aio.ServicerContext[Any, Any]) -> str:
 
 
 def _begin(context: aio.ServicerContext[Any, Any]) -> None:
+    if REQUEST_ID.get() is not None:
+        return  # wrapped twice (an interceptor and the registration): the outer one set it
     rid = request_id(context)
     REQUEST_ID.set(rid)
     context.set_trailing_metadata(((KEY, rid),))
@@ -72,7 +78,9 @@ def _async_generator(inner: Callable[..., AsyncIterator[Any]]) -> Callable[..., 
     return call
 
 
-def _wrap(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+def with_request_id(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """``handler`` (an async one: ``sync_handlers.asyncify``) giving each call its request id
+    (module docstring)."""
     kw: dict[str, Any] = {
         "request_deserializer": handler.request_deserializer,
         "response_serializer": handler.response_serializer,
@@ -110,7 +118,7 @@ class RequestIdInterceptor(aio.ServerInterceptor):
         cached = self._wrapped.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        wrapped = _wrap(handler)
+        wrapped = with_request_id(handler)
         self._wrapped[method] = (handler, wrapped)
         return wrapped
 

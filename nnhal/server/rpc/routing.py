@@ -33,6 +33,7 @@ from nnhal.server.rpc.device_servicer import DeviceServicer
 from nnhal.server.rpc.fastpath_servicer import FastPathServicer
 from nnhal.server.rpc.forms import add_method_forms
 from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer, PreparedModelServicer
+from nnhal.server.rpc.request_id import with_request_id
 from nnhal.server.rpc.streamed_servicer import StreamedExecutionServicer
 from nnhal.server.rpc.sync_handlers import Collector, Table
 
@@ -63,7 +64,7 @@ def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHand
         (True, False): grpc.stream_unary_rpc_method_handler,
         (True, True): grpc.stream_stream_rpc_method_handler,
     }
-    return makers[(handler.request_streaming, handler.response_streaming)](abort)
+    return with_request_id(makers[(handler.request_streaming, handler.response_streaming)](abort))
 
 
 class DeviceRouter(grpc.GenericRpcHandler):

@@ -36,7 +36,8 @@ listeners' health state, so it answers NOT_SERVING from the start of a drain, an
 stops last. Its bound address goes to ``<port_file>.health``.
 
 Request ids (``nnhal.server.rpc.request_id``): every call gets one, logged with the
-call's log lines and sent back in its trailing metadata.
+call's log lines and sent back in its trailing metadata (the handlers are wrapped when
+registered, ``sync_handlers.Collector``: no interceptor runs per call without mTLS).
 """
 
 from __future__ import annotations
@@ -70,7 +71,6 @@ from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.buffer_servicer import EchoServicer
 from nnhal.server.rpc.forms import SERVICE_NAMES as FORM_SERVICE_NAMES
 from nnhal.server.rpc.identity import IdentityInterceptor, ServerTls
-from nnhal.server.rpc.request_id import RequestIdInterceptor
 from nnhal.server.rpc.routing import add_device_services
 from nnhal.server.rpc.sync_handlers import Collector, use_pool
 
@@ -208,7 +208,7 @@ class Server:
         # Only with mTLS: the identity interceptor wraps openSession, every other RPC is passed through.
         mtls = options.tls is not None and options.tls.client_ca is not None
         interceptors: list[aio.ServerInterceptor] = [IdentityInterceptor()] if mtls else []
-        server = aio.server(options=SERVER_OPTIONS, interceptors=[*interceptors, RequestIdInterceptor()])
+        server = aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
         # Every device's HAL services: 1.3, the fast path, the HIDL 1.0-1.2 and AIDL forms.
         # Every handler is served through generic handlers (``sync_handlers.Collector`` says why).
         add_device_services(server, self.drivers, self.metrics, options.fast_path)

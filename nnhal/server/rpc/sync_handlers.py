@@ -44,6 +44,8 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 from grpc import aio
 
+from nnhal.server.rpc.request_id import with_request_id
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -257,8 +259,9 @@ def asyncify(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 
 class Collector(grpc.GenericRpcHandler):
     """Stands in for a server to the generated ``add_*Servicer_to_server`` functions: collects
-    their method handlers by full method name, made async (:func:`asyncify`), and serves them
-    as one generic handler (a dict lookup; add it with ``server.add_generic_rpc_handlers``).
+    their method handlers by full method name, made async (:func:`asyncify`) and giving each
+    call its request id (``request_id.with_request_id``), and serves them as one generic handler
+    (a dict lookup; add it with ``server.add_generic_rpc_handlers``).
 
     Not the server's registered methods: grpc.aio waits for a call on each registered method
     with a task of its own and, at every call, ``asyncio.wait``s on all of them — with our
@@ -272,7 +275,7 @@ class Collector(grpc.GenericRpcHandler):
 
     def add_registered_method_handlers(self, service: str, handlers: Mapping[str, grpc.RpcMethodHandler]) -> None:
         for method, handler in handlers.items():
-            self.table[f"/{service}/{method}"] = asyncify(handler)
+            self.table[f"/{service}/{method}"] = with_request_id(asyncify(handler))
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         return self.table.get(handler_call_details.method)
