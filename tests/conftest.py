@@ -13,8 +13,7 @@ import pytest
 
 from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer
 from tests import aio_bridge

@@ -13,8 +13,7 @@ import pytest
 
 from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
-from nnhal.core.enums import ErrorStatus, HalVersion, OperationType, extension_type
-from nnhal.core.enums import OperandType as T
+from nnhal.core.enums import ErrorStatus, HalVersion, OperandType as T, OperationType, extension_type
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import ExtensionNameAndPrefix, InlinePool, Model
 from nnhal.server.executor import example_extension, extensions

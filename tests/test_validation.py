@@ -6,9 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from nnhal.core.enums import OperandLifeTime as L
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType
+from nnhal.core.enums import OperandLifeTime as L, OperandType as T, OperationType
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import DataLocation, InlinePool, Model, Operand, Operation, Subgraph
 from nnhal.core.validation import validate_request

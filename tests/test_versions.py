@@ -7,11 +7,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from nnhal.core import enums as c
-from nnhal.core import types as ct
+from nnhal.core import enums as c, types as ct
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.versions import (

@@ -8,9 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from nnhal.client.builder import ModelBuilder
-from nnhal.core.enums import OperandLifeTime as L
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import OperandLifeTime as L, OperandType as T, OperationType as O
 from nnhal.core.types import DataLocation, InlinePool, Model, Operand, Operation, Request, RequestArgument, Subgraph
 
 # Base: out = relu(in0 + const) with a CONSTANT_COPY activation and a CONSTANT_REFERENCE tensor.

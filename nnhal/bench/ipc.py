@@ -31,8 +31,7 @@ from nnhal.bench.echo_server import frame
 from nnhal.client.builder import ModelBuilder
 from nnhal.client.memory import SharedMemory
 from nnhal.client.prepared_model import PreparedModel
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
 
 SMALL_SHAPE = (2, 4)

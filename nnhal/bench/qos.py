@@ -16,9 +16,7 @@ import numpy as np
 from nnhal.bench.common import Bench, BenchResult, local_device, percentiles
 from nnhal.client.builder import ModelBuilder
 from nnhal.client.prepared_model import PreparedModel
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
-from nnhal.core.enums import Priority
+from nnhal.core.enums import OperandType as T, OperationType as O, Priority
 from nnhal.core.types import Model
 
 LOW_SHAPE = [16, 4096]

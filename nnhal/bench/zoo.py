@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nnhal.client.builder import ModelBuilder
-from nnhal.core.enums import FusedActivationFunc
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import FusedActivationFunc, OperandType as T, OperationType as O
 from nnhal.core.types import Model
 
 #: (kind, stride, output channels) after the first 3x3/2 convolution to 32 channels.

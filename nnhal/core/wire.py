@@ -57,36 +57,17 @@ from nnhal.core.types import (
 # The device facts' conversions (re-exported: every caller reaches them as wire.*).
 from nnhal.core.wire_device import (
     buffer_desc_from as buffer_desc_from,
-)
-from nnhal.core.wire_device import (
     buffer_desc_to as buffer_desc_to,
-)
-from nnhal.core.wire_device import (
     buffer_role_from as buffer_role_from,
-)
-from nnhal.core.wire_device import (
     buffer_role_to as buffer_role_to,
-)
-from nnhal.core.wire_device import (
     capabilities_from as capabilities_from,
-)
-from nnhal.core.wire_device import (
     capabilities_to as capabilities_to,
-)
-from nnhal.core.wire_device import (
     device_status_from as device_status_from,
-)
-from nnhal.core.wire_device import (
     device_type_from as device_type_from,
-)
-from nnhal.core.wire_device import (
     extension_from as extension_from,
-)
-from nnhal.core.wire_device import (
     extension_to as extension_to,
 )
-from nnhal.proto import service_pb2 as spb
-from nnhal.proto import types_pb2 as pb
+from nnhal.proto import service_pb2 as spb, types_pb2 as pb
 
 #: Messages up to 1 GiB each way: inline pools carry tensors (the 64 MiB benchmark and
 #: more). Inline pools of one request are held to it too: their contents travel in one.

@@ -22,8 +22,7 @@ from nnhal.core.types import (
     MemoryPool,
     Request,
 )
-from nnhal.proto import aidl_pb2 as apb
-from nnhal.proto import types_pb2 as pb
+from nnhal.proto import aidl_pb2 as apb, types_pb2 as pb
 
 
 def _hints_to(hints: tuple[TokenValuePair, ...], out: Any) -> None:

@@ -20,8 +20,7 @@ from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import ExtensionNameAndPrefix, InlinePool, SharedMemoryPool
 from nnhal.core.versions import ENUMS, V1_0, V1_1, V1_2, unvalidated_convert
-from nnhal.proto import hidl_pb2 as hpb
-from nnhal.proto import types_pb2 as pb
+from nnhal.proto import hidl_pb2 as hpb, types_pb2 as pb
 
 V = HalVersion
 HidlModel = hpb.ModelV1_0 | hpb.ModelV1_1 | hpb.ModelV1_2

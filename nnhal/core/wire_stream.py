@@ -27,8 +27,7 @@ import numpy as np
 from nnhal.core import wire
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import ExecutionResult, InlinePool, PoolData, Request
-from nnhal.proto import service_pb2 as spb
-from nnhal.proto import streamed_pb2 as stpb
+from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb
 
 #: Bytes of pool contents per chunk message: large enough that per-message costs vanish,
 #: small enough that every buffer on the way is reused memory (measured: 1-4 MiB chunks

@@ -25,8 +25,7 @@ import numpy as np
 import tflite
 
 from nnhal.client.builder import ModelBuilder
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.types import SymmPerChannelQuantParams
 from nnhal.importers.errors import Unmappable
 from nnhal.importers.reader import TfGraph, TfOperator, TfTensor

@@ -18,8 +18,7 @@ from collections.abc import Callable
 import numpy as np
 import tflite
 
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.importers.converter import PADDING_CODE, Converter, option
 from nnhal.importers.errors import Unmappable
 from nnhal.importers.reader import TfOperator

@@ -16,8 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import tflite
 
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.importers.converter import Converter, option
 from nnhal.importers.errors import Unmappable
 from nnhal.importers.ops_conv import dequantized

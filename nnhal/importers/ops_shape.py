@@ -18,8 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.importers.converter import Converter, option
 from nnhal.importers.errors import Unmappable
 from nnhal.importers.reader import TfOperator

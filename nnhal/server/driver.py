@@ -57,8 +57,10 @@ from nnhal.server.backend import Backend, ReferenceBackend
 from nnhal.server.buffers import BufferRegistry, copy_from_pool, copy_to, resolve_tokens
 from nnhal.server.client_quotas import ClientQuotas
 from nnhal.server.device_config import AVAILABLE_EXTENSIONS, DeviceConfig
-from nnhal.server.executor import extensions
-from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
+from nnhal.server.executor import (
+    extensions,
+    ops as _ops,  # noqa: F401  (registers every operation)
+)
 from nnhal.server.executor.validate import validate_full
 from nnhal.server.fences import FenceTable
 from nnhal.server.handles import HandleTable, new_handle

@@ -8,9 +8,7 @@ import pytest
 
 from nnhal.client.builder import ModelBuilder
 from nnhal.client.partition_plan import plan_model
-from nnhal.core.enums import ExecutionPreference, OperandLifeTime
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import ExecutionPreference, OperandLifeTime, OperandType as T, OperationType as O
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import Capabilities, Model, OperandPerformance, PerformanceInfo
 

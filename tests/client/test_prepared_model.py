@@ -11,8 +11,7 @@ import pytest
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.remote import ExecutionOptions
 from nnhal.core import wire
-from nnhal.core.enums import ErrorStatus
-from nnhal.core.enums import OperandType as T
+from nnhal.core.enums import ErrorStatus, OperandType as T
 from nnhal.core.errors import InvalidArgument, OutputInsufficientSize
 from nnhal.core.types import ExecutionResult, InlinePool, OutputShape, Request
 from tests.conftest import add_model

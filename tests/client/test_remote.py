@@ -37,8 +37,7 @@ from nnhal.core.errors import (
     ResourceExhaustedTransient,
 )
 from nnhal.core.types import Request
-from nnhal.proto import service_pb2 as spb
-from nnhal.proto import types_pb2 as pb
+from nnhal.proto import service_pb2 as spb, types_pb2 as pb
 from tests.client.test_callbacks import FakeChannel
 
 SC = grpc.StatusCode

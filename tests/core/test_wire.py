@@ -15,8 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 from google.protobuf.message import Message
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from nnhal.core import wire
 from nnhal.core.enums import (
@@ -52,8 +51,7 @@ from nnhal.core.types import (
     Subgraph,
     Timing,
 )
-from nnhal.proto import service_pb2 as spb
-from nnhal.proto import types_pb2 as pb
+from nnhal.proto import service_pb2 as spb, types_pb2 as pb
 from tests.core import wire_strategies as ws
 
 M = TypeVar("M", bound=Message)

@@ -19,8 +19,7 @@ from nnhal.core.types import (
     RequestArgument,
     SharedMemoryPool,
 )
-from nnhal.proto import service_pb2 as spb
-from nnhal.proto import streamed_pb2 as stpb
+from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb
 
 CHUNK = wire_stream.CHUNK_BYTES
 BIG = 2 * CHUNK + 123  # three chunks, the last one short

@@ -11,9 +11,7 @@ import pytest
 
 from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
-from nnhal.core.enums import ErrorStatus
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.errors import MissedDeadlinePersistent, ResourceExhaustedPersistent, ResourceExhaustedTransient
 from nnhal.core.types import Model
 from nnhal.testing import LocalServer

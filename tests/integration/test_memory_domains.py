@@ -18,9 +18,7 @@ from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
 from nnhal.client.memory import SharedMemory
 from nnhal.client.prepared_model import PreparedModel
-from nnhal.core.enums import ErrorStatus
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.errors import HalError
 from nnhal.core.types import (
     BufferDesc,

@@ -21,9 +21,7 @@ import pytest
 from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device, list_devices
 from nnhal.client.partition import Partitioner
-from nnhal.core.enums import ErrorStatus
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import Model
 from nnhal.testing.local_server import LocalServer

@@ -16,9 +16,7 @@ from nnhal.client.device import Device
 from nnhal.conformance.compare import compare_case
 from nnhal.conformance.variants import build_request, output_bytes
 from nnhal.conformance.vectors import TestCase, load_file
-from nnhal.core.enums import ErrorStatus, Priority
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O, Priority
 from nnhal.core.errors import ResourceExhaustedPersistent, ResourceExhaustedTransient
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer

@@ -15,8 +15,7 @@ from nnhal.client.faults import Fault
 from nnhal.client.remote import request_id_of
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
-from nnhal.proto import service_pb2 as spb
-from nnhal.proto import service_pb2_grpc as sgrpc
+from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.testing import LocalServer
 from tests.conftest import add_model, ones
 

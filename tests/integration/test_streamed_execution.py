@@ -19,13 +19,10 @@ from nnhal.client.device import Device
 from nnhal.client.remote import RemoteSession
 from nnhal.client.remote.transport import DEATH_DETECTION_BOUND_S
 from nnhal.core import wire_stream
-from nnhal.core.enums import ErrorStatus
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.errors import DeadObject, HalError
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
-from nnhal.proto import service_pb2 as spb
-from nnhal.proto import streamed_pb2 as stpb
+from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, one_io_request
 

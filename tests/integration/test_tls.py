@@ -27,9 +27,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device, TlsConfig
-from nnhal.core.enums import ErrorStatus
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.errors import DeadObject, ResourceExhaustedTransient
 from nnhal.core.types import Model
 from nnhal.proto import service_pb2 as spb

@@ -15,8 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from nnhal.client.device import Device
 from nnhal.core.enums import ErrorStatus
-from nnhal.proto import service_pb2 as spb
-from nnhal.proto import service_pb2_grpc as sgrpc
+from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, ones
 from tests.integration.test_tls import Pki, pki  # noqa: F401  (the module-scoped PKI fixture)

@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from nnhal.core.enums import HalVersion
-from nnhal.core.enums import OperationType as Op
+from nnhal.core.enums import HalVersion, OperationType as Op
 from nnhal.core.errors import InvalidArgument
 from tests.ops.elementwise_runner import T, run, scalar, tensor, validate
 

@@ -8,8 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from nnhal.core.enums import HalVersion, OperandLifeTime
-from nnhal.core.enums import OperationType as Op
+from nnhal.core.enums import HalVersion, OperandLifeTime, OperationType as Op
 from nnhal.core.errors import HalError, InvalidArgument
 from tests.ops.elementwise_runner import T, run, scalar, tensor, validate
 

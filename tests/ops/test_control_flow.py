@@ -9,8 +9,7 @@ import pytest
 
 import nnhal.server.executor.ops  # noqa: F401  (registers every operation)
 from nnhal.client.builder import ModelBuilder
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.errors import InvalidArgument, MissedDeadlinePersistent
 from nnhal.core.types import InlinePool, Model
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph

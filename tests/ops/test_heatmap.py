@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnhal.core.enums import HalVersion
-from nnhal.core.enums import OperationType as Op
+from nnhal.core.enums import HalVersion, OperationType as Op
 from nnhal.core.errors import InvalidArgument
 from tests.ops.elementwise_runner import T, run, scalar, tensor, validate
 

@@ -15,8 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as Op
+from nnhal.core.enums import OperandType as T, OperationType as Op
 from nnhal.core.errors import MissedDeadlinePersistent, ResourceExhaustedPersistent
 from nnhal.core.types import Model
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph

@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnhal.core.enums import HalVersion, OperandLifeTime
-from nnhal.core.enums import OperationType as Op
+from nnhal.core.enums import HalVersion, OperandLifeTime, OperationType as Op
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import Operand
 from tests.ops.elementwise_runner import T, run, scalar, tensor, validate

@@ -9,9 +9,7 @@ import numpy as np
 import pytest
 
 from nnhal.client.builder import ModelBuilder
-from nnhal.core.enums import HalVersion, Priority
-from nnhal.core.enums import OperandType as T
-from nnhal.core.enums import OperationType as O
+from nnhal.core.enums import HalVersion, OperandType as T, OperationType as O, Priority
 from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.core.types import InlinePool, Model, SymmPerChannelQuantParams
 from nnhal.server.artifacts import open_cache, sealer

@@ -38,8 +38,7 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
-from nnhal.client.remote import DRAINING
-from nnhal.client.remote import monitor as drain_rules
+from nnhal.client.remote import DRAINING, monitor as drain_rules
 from nnhal.client.remote.devices import DEVICE_METADATA
 from nnhal.client.remote.messages import check_launch, raise_for_status
 from nnhal.client.remote.transport import (

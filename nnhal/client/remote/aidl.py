@@ -20,8 +20,7 @@ from nnhal.core import wire, wire_aidl
 from nnhal.core.aidl_types import ExecutionConfig, PrepareModelConfig, TimingNs
 from nnhal.core.errors import HalError
 from nnhal.core.types import BufferDesc, BufferRole, ExecutionResult, FencedExecutionInfo, Model, Request
-from nnhal.proto import aidl_pb2 as apb
-from nnhal.proto import service_pb2 as spb
+from nnhal.proto import aidl_pb2 as apb, service_pb2 as spb
 
 Result = tuple[ExecutionResult, TimingNs]
 

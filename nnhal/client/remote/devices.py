@@ -18,8 +18,7 @@ from nnhal.client.remote.transport import TlsConfig, channel_options, map_rpc_er
 from nnhal.core import wire
 from nnhal.core.enums import DeviceStatus, DeviceType
 from nnhal.core.types import Capabilities
-from nnhal.proto import devices_pb2 as dpb
-from nnhal.proto import devices_pb2_grpc as dgrpc
+from nnhal.proto import devices_pb2 as dpb, devices_pb2_grpc as dgrpc
 
 #: The metadata key naming the device a call is for (the server's ``routing.DEVICE_METADATA``).
 DEVICE_METADATA = "nnhal-device"

@@ -46,8 +46,7 @@ from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import ExecutionResult, InlinePool, Request
-from nnhal.proto import fastpath_pb2 as fpb
-from nnhal.proto import service_pb2 as spb
+from nnhal.proto import fastpath_pb2 as fpb, service_pb2 as spb
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,7 @@ from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion, Measu
 from nnhal.core.errors import HalError, InvalidArgument
 from nnhal.core.types import Capabilities, ExecutionResult, Model, Request
 from nnhal.core.versions import ConversionError
-from nnhal.proto import hidl_pb2 as hpb
-from nnhal.proto import service_pb2 as spb
+from nnhal.proto import hidl_pb2 as hpb, service_pb2 as spb
 
 V = HalVersion
 _SUFFIX = {V.V1_0: "", V.V1_1: "_1_1", V.V1_2: "_1_2"}

@@ -51,11 +51,13 @@ from nnhal.core.errors import (
     ResourceExhaustedTransient,
 )
 from nnhal.core.wire import MAX_MESSAGE_BYTES
-from nnhal.proto import aidl_pb2_grpc as agrpc
-from nnhal.proto import fastpath_pb2_grpc as fpgrpc
-from nnhal.proto import hidl_pb2_grpc as hgrpc
-from nnhal.proto import service_pb2_grpc as sgrpc
-from nnhal.proto import streamed_pb2_grpc as stgrpc
+from nnhal.proto import (
+    aidl_pb2_grpc as agrpc,
+    fastpath_pb2_grpc as fpgrpc,
+    hidl_pb2_grpc as hgrpc,
+    service_pb2_grpc as sgrpc,
+    streamed_pb2_grpc as stgrpc,
+)
 
 #: Seconds for calls with no HAL deadline: generous, but never unbounded.
 DEFAULT_CALL_TIMEOUT = 600.0

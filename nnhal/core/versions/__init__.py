@@ -22,10 +22,7 @@ Semantics (``shared/seeds/002``, the AOSP NN HAL utils' conversions):
 
 from __future__ import annotations
 
-from nnhal.core.versions import v1_0 as V1_0
-from nnhal.core.versions import v1_1 as V1_1
-from nnhal.core.versions import v1_2 as V1_2
-from nnhal.core.versions import v1_3 as V1_3
+from nnhal.core.versions import v1_0 as V1_0, v1_1 as V1_1, v1_2 as V1_2, v1_3 as V1_3
 from nnhal.core.versions._conversions import (
     CANONICAL_ENUM,
     ENUMS,

@@ -23,13 +23,15 @@ from nnhal.core.validation import OperationValidator, validate_model
 
 # The tables were defined here before they moved to _tables: their names stay importable
 # from this module (the ``X as X`` form marks them as re-exported).
-from nnhal.core.versions._tables import CANONICAL_ENUM as CANONICAL_ENUM
-from nnhal.core.versions._tables import ENUMS as ENUMS
-from nnhal.core.versions._tables import LOSSY_FALLBACK as LOSSY_FALLBACK
-from nnhal.core.versions._tables import MODULES as MODULES
-from nnhal.core.versions._tables import NO_PERFORMANCE as NO_PERFORMANCE
-from nnhal.core.versions._tables import ConversionError as ConversionError
-from nnhal.core.versions._tables import V
+from nnhal.core.versions._tables import (
+    CANONICAL_ENUM as CANONICAL_ENUM,
+    ENUMS as ENUMS,
+    LOSSY_FALLBACK as LOSSY_FALLBACK,
+    MODULES as MODULES,
+    NO_PERFORMANCE as NO_PERFORMANCE,
+    ConversionError as ConversionError,
+    V,
+)
 from nnhal.core.versions._to_canonical import TO_CANONICAL, enum_from
 from nnhal.core.versions._to_versioned import TO_VERSIONED, enum_to
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import enum
 from types import ModuleType
 
-from nnhal.core import enums as c
-from nnhal.core import types as ct
+from nnhal.core import enums as c, types as ct
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.versions import v1_0, v1_1, v1_2, v1_3

@@ -8,8 +8,7 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nnhal.core import enums as c
-from nnhal.core import types as ct
+from nnhal.core import enums as c, types as ct
 from nnhal.core.enums import HalVersion
 from nnhal.core.versions import v1_0, v1_1, v1_2, v1_3
 from nnhal.core.versions._tables import CANONICAL_ENUM, ENUMS, NO_PERFORMANCE, ConversionError, V

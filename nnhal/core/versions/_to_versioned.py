@@ -9,8 +9,7 @@ import enum
 from collections.abc import Callable
 from typing import Any
 
-from nnhal.core import enums as c
-from nnhal.core import types as ct
+from nnhal.core import enums as c, types as ct
 from nnhal.core.enums import HalVersion
 from nnhal.core.versions import v1_0, v1_2
 from nnhal.core.versions._tables import ENUMS, LOSSY_FALLBACK, MODULES, NO_PERFORMANCE, ConversionError, V, need

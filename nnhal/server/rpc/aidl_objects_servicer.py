@@ -23,9 +23,7 @@ from nnhal.core import wire, wire_aidl
 from nnhal.core.aidl_types import loop_timeout_for_driver, optional_duration
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import ExecutionResult, Request
-from nnhal.proto import aidl_pb2 as apb
-from nnhal.proto import aidl_pb2_grpc as agrpc
-from nnhal.proto import service_pb2 as spb
+from nnhal.proto import aidl_pb2 as apb, aidl_pb2_grpc as agrpc, service_pb2 as spb
 from nnhal.server.aidl_objects import ReusableExecution
 from nnhal.server.driver import Driver
 from nnhal.server.jobs import ExecutionJob

@@ -21,9 +21,7 @@ import grpc
 from nnhal.core import wire, wire_aidl
 from nnhal.core.aidl_types import ExecutionConfig, accepted_hints, loop_timeout_for_driver, optional_duration
 from nnhal.core.types import Request
-from nnhal.proto import aidl_pb2 as apb
-from nnhal.proto import aidl_pb2_grpc as agrpc
-from nnhal.proto import service_pb2 as spb
+from nnhal.proto import aidl_pb2 as apb, aidl_pb2_grpc as agrpc, service_pb2 as spb
 from nnhal.server.aidl_objects import BURST_CACHE, BurstObject, ReusableExecution
 from nnhal.server.driver import Driver
 from nnhal.server.jobs import ExecutionJob, PrepareJob

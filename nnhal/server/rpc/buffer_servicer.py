@@ -5,8 +5,7 @@ from __future__ import annotations
 import grpc
 
 from nnhal.core import wire
-from nnhal.proto import service_pb2 as spb
-from nnhal.proto import service_pb2_grpc as sgrpc
+from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server.driver import Driver
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.common import guarded

@@ -33,8 +33,7 @@ from grpc import aio
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference
 from nnhal.core.errors import HalError, InvalidArgument
-from nnhal.proto import service_pb2 as spb
-from nnhal.proto import service_pb2_grpc as sgrpc
+from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server.driver import Driver
 from nnhal.server.jobs import PrepareJob
 from nnhal.server.lifecycle import DRAINING, Lifecycle

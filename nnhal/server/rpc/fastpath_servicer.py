@@ -45,9 +45,7 @@ from nnhal.core import fastpacket, fastring, wire
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import ExecutionResult, Request
-from nnhal.proto import fastpath_pb2 as fpb
-from nnhal.proto import fastpath_pb2_grpc as fpgrpc
-from nnhal.proto import service_pb2 as spb
+from nnhal.proto import fastpath_pb2 as fpb, fastpath_pb2_grpc as fpgrpc, service_pb2 as spb
 from nnhal.server import fastpath
 from nnhal.server.driver import Driver
 from nnhal.server.fastpath import FastQueue

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nnhal.proto import aidl_pb2 as apb
-from nnhal.proto import aidl_pb2_grpc as agrpc
-from nnhal.proto import hidl_pb2 as hpb
-from nnhal.proto import hidl_pb2_grpc as hgrpc
+from nnhal.proto import aidl_pb2 as apb, aidl_pb2_grpc as agrpc, hidl_pb2 as hpb, hidl_pb2_grpc as hgrpc
 from nnhal.server.driver import Driver
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.aidl_objects_servicer import BurstServicer, ExecutionServicer

@@ -24,9 +24,7 @@ from nnhal.core import versions, wire, wire_hidl
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion, Priority
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import ExecutionResult, Model, Request
-from nnhal.proto import hidl_pb2 as hpb
-from nnhal.proto import hidl_pb2_grpc as hgrpc
-from nnhal.proto import service_pb2 as spb
+from nnhal.proto import hidl_pb2 as hpb, hidl_pb2_grpc as hgrpc, service_pb2 as spb
 from nnhal.server.driver import Driver
 from nnhal.server.executor.validate import supported_operations, validate_full
 from nnhal.server.jobs import ExecutionJob, PrepareJob

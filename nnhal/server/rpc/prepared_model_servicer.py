@@ -42,8 +42,7 @@ from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, FencedExecutionInfo, Request
-from nnhal.proto import service_pb2 as spb
-from nnhal.proto import service_pb2_grpc as sgrpc
+from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server.driver import Driver
 from nnhal.server.jobs import ExecutionJob
 from nnhal.server.metrics import Metrics

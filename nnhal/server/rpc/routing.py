@@ -21,11 +21,13 @@ import grpc
 from grpc import aio
 
 from nnhal.core import wire
-from nnhal.proto import devices_pb2 as dpb
-from nnhal.proto import devices_pb2_grpc as dgrpc
-from nnhal.proto import fastpath_pb2_grpc as fpgrpc
-from nnhal.proto import service_pb2_grpc as sgrpc
-from nnhal.proto import streamed_pb2_grpc as stgrpc
+from nnhal.proto import (
+    devices_pb2 as dpb,
+    devices_pb2_grpc as dgrpc,
+    fastpath_pb2_grpc as fpgrpc,
+    service_pb2_grpc as sgrpc,
+    streamed_pb2_grpc as stgrpc,
+)
 from nnhal.server.driver import Driver
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.buffer_servicer import BufferServicer

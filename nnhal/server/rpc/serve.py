@@ -61,10 +61,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from nnhal.core.wire import MAX_MESSAGE_BYTES
-from nnhal.proto import devices_pb2 as dpb
-from nnhal.proto import fastpath_pb2 as fpb
-from nnhal.proto import service_pb2 as spb
-from nnhal.proto import service_pb2_grpc as sgrpc
+from nnhal.proto import devices_pb2 as dpb, fastpath_pb2 as fpb, service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server.devices import DeviceSpec, make_backend
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.metrics import Metrics

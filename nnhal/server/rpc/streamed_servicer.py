@@ -25,9 +25,7 @@ from grpc import aio
 from nnhal.core import wire, wire_stream
 from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, PoolData
-from nnhal.proto import service_pb2 as spb
-from nnhal.proto import streamed_pb2 as stpb
-from nnhal.proto import streamed_pb2_grpc as stgrpc
+from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb, streamed_pb2_grpc as stgrpc
 from nnhal.server.driver import Driver
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.common import Record, long_calls, once, recorder

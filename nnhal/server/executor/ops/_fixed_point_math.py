@@ -13,12 +13,10 @@ import numpy as np
 from nnhal.server.executor.ops._fixed_point import (
     INT32_MAX,
     rounding_divide_by_pot,
+    saturating_rounding_doubling_high_mul as mul,
     saturating_rounding_multiply_by_pot,
     trunc_div_pot,
     wrap,
-)
-from nnhal.server.executor.ops._fixed_point import (
-    saturating_rounding_doubling_high_mul as mul,
 )
 
 

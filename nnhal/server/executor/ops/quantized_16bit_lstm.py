@@ -19,9 +19,9 @@ from nnhal.server.executor.ops._fixed_point import (
     multiply_by_quantized_multiplier,
     quantize_multiplier,
     rounding_divide_by_pot,
+    saturating_rounding_doubling_high_mul as fx_mul,
     wrap,
 )
-from nnhal.server.executor.ops._fixed_point import saturating_rounding_doubling_high_mul as fx_mul
 from nnhal.server.executor.ops._fixed_point_math import fx_logistic, fx_tanh, rescale
 from nnhal.server.executor.ops._validation import check_known_rank
 from nnhal.server.executor.ops.common import T
