@@ -13,8 +13,7 @@ call (``--log-format json`` writes it).
 Cost per call: one metadata scan and one context-variable set (in the call's own task:
 nothing to clear). Not an aio interceptor: grpc.aio runs interceptors as a chain of
 coroutines at every call, before the handler lookup; wrapping the handlers once, when they
-are registered, costs nothing per call beyond the id itself. (:class:`RequestIdInterceptor`
-gives the same to handlers served some other way; with both, the first to run sets the id.)
+are registered, costs nothing per call beyond the id itself.
 """
 
 from __future__ import annotations
@@ -30,6 +29,8 @@ from typing import Any
 
 import grpc
 from grpc import aio
+
+from nnhal.server.rpc.handler_shape import behaviour, like
 
 KEY = "x-request-id"
 #: The id of the call whose handler runs in this context (its task, or a worker's copy), if any.
@@ -50,8 +51,6 @@ def request_id(context: aio.ServicerContext[Any, Any]) -> str:
 
 
 def _begin(context: aio.ServicerContext[Any, Any]) -> None:
-    if REQUEST_ID.get() is not None:
-        return  # wrapped twice (an interceptor and the registration): the outer one set it
     rid = request_id(context)
     REQUEST_ID.set(rid)
     context.set_trailing_metadata(((KEY, rid),))
@@ -81,46 +80,9 @@ def _async_generator(inner: Callable[..., AsyncIterator[Any]]) -> Callable[..., 
 def with_request_id(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """``handler`` (an async one: ``sync_handlers.asyncify``) giving each call its request id
     (module docstring)."""
-    kw: dict[str, Any] = {
-        "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
-    }
-    make = {
-        (False, False): grpc.unary_unary_rpc_method_handler,
-        (False, True): grpc.unary_stream_rpc_method_handler,
-        (True, False): grpc.stream_unary_rpc_method_handler,
-        (True, True): grpc.stream_stream_rpc_method_handler,
-    }[(handler.request_streaming, handler.response_streaming)]
-    fn = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
+    fn = behaviour(handler)
     # A stream is answered by an async generator, or by a coroutine writing to the context.
-    wrapped = _async_generator(fn) if inspect.isasyncgenfunction(fn) else _coroutine(fn)
-    return make(wrapped, **kw)
-
-
-class RequestIdInterceptor(aio.ServerInterceptor):
-    """Gives every call its request id (module docstring). The handlers it sees are async
-    (``sync_handlers.asyncify``): the id is set in the call's task, whose context variables
-    a sync handler's worker thread gets a copy of. The cache only grows, one entry per
-    method; it is used on the loop's thread only."""
-
-    def __init__(self) -> None:
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
-        method = handler_call_details.method
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = with_request_id(handler)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
+    return like(handler, _async_generator(fn) if inspect.isasyncgenfunction(fn) else _coroutine(fn))
 
 
 class RequestIdFilter(logging.Filter):

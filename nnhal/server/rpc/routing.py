@@ -14,7 +14,7 @@ type, feature level, version string, capabilities and status, the default first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
@@ -34,6 +34,7 @@ from nnhal.server.rpc.buffer_servicer import BufferServicer
 from nnhal.server.rpc.device_servicer import DeviceServicer
 from nnhal.server.rpc.fastpath_servicer import FastPathServicer
 from nnhal.server.rpc.forms import add_method_forms
+from nnhal.server.rpc.handler_shape import like
 from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer, PreparedModelServicer
 from nnhal.server.rpc.request_id import with_request_id
 from nnhal.server.rpc.streamed_servicer import StreamedExecutionServicer
@@ -60,13 +61,7 @@ def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHand
     async def abort(_request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
         await context.abort(grpc.StatusCode.NOT_FOUND, message)
 
-    makers: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
-        (False, False): grpc.unary_unary_rpc_method_handler,
-        (False, True): grpc.unary_stream_rpc_method_handler,
-        (True, False): grpc.stream_unary_rpc_method_handler,
-        (True, True): grpc.stream_stream_rpc_method_handler,
-    }
-    return with_request_id(makers[(handler.request_streaming, handler.response_streaming)](abort))
+    return with_request_id(like(handler, abort))
 
 
 class DeviceRouter(grpc.GenericRpcHandler):

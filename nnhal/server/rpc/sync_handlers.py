@@ -44,6 +44,7 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 from grpc import aio
 
+from nnhal.server.rpc.handler_shape import behaviour, like
 from nnhal.server.rpc.request_id import with_request_id
 
 log = logging.getLogger(__name__)
@@ -243,18 +244,12 @@ def asyncify(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """``handler`` with its behaviour as a coroutine or async generator (module docstring);
     an async handler is returned as it is. TypeError for a sync handler taking a request
     stream."""
-    fn = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
+    fn = behaviour(handler)
     if is_async(fn):
         return handler
     if handler.request_streaming:
         raise TypeError(f"{fn!r}: a sync handler of a request stream would hold a worker thread while idle")
-    kw: dict[str, Any] = {
-        "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
-    }
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(_unary(handler.unary_unary), **kw)
-    return grpc.unary_stream_rpc_method_handler(_stream(handler.unary_stream), **kw)
+    return like(handler, _unary(fn) if handler.unary_unary is not None else _stream(fn))
 
 
 class Collector(grpc.GenericRpcHandler):
