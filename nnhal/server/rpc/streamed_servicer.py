@@ -69,13 +69,11 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
         sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the execution's context
         try:
             try:
-                reader: wire_stream.RequestReader | None = None
-                async for part in request_iterator:
-                    if reader is None:
-                        reader = wire_stream.RequestReader(part)
-                    else:
-                        reader.add(part)
-                head, request = wire_stream.RequestReader(None).finish() if reader is None else reader.finish()
+                parts = aiter(request_iterator)
+                reader = wire_stream.RequestReader(await anext(parts, None))
+                async for part in parts:
+                    reader.add(part)
+                head, request = reader.finish()
             except HalError as err:
                 self._record(err.error_status, None)
                 yield _refused(err)
