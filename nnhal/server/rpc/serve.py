@@ -66,6 +66,7 @@ from nnhal.server.devices import DeviceSpec, make_backend
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Executions
 from nnhal.server.metrics import Metrics
+from nnhal.server.recorder import Recorder
 from nnhal.server.rpc.buffer_servicer import EchoServicer
 from nnhal.server.rpc.forms import SERVICE_NAMES as FORM_SERVICE_NAMES
 from nnhal.server.rpc.identity import IdentityInterceptor, ServerTls
@@ -139,6 +140,8 @@ class ServerOptions:
     devices: list[DeviceSpec] = field(default_factory=list)
     #: Intra-op threads of each ort device's sessions.
     ort_threads: int = 1
+    #: Record every session's HAL calls into this folder (``nnhal.server.recorder``); None: off.
+    record: Path | None = None
 
 
 def is_loopback_host(host: str) -> bool:
@@ -170,6 +173,13 @@ class Server:
         self.metrics = Metrics(self.driver)
         #: The one owner of each device's HAL calls, handed to every servicer of the device.
         self.executions = {name: Executions(d, self.metrics, max_inline_bytes) for name, d in self.drivers.items()}
+        #: The recorders of ``--record`` (one per device), ended by ``stop``.
+        self.recorders: list[Recorder] = []
+        if options.record is not None:
+            for name, x in self.executions.items():
+                recorder = Recorder(options.record, self.drivers[name])
+                x.observe(recorder)
+                self.recorders.append(recorder)
         #: The bound metrics address once ``start`` served it.
         self.metrics_address: str | None = None
         #: The bound health-only address once built (``health_listen``).
@@ -329,6 +339,8 @@ class Server:
         except futures.TimeoutError:  # gRPC cancels what is left after ``grace``; this bounds the wait
             log.warning("the gRPC server did not stop within %.1f s; ending anyway", grace + _STOP_SLACK_S)
         finally:
+            for recorder in self.recorders:
+                recorder.close()
             self.metrics.close()
             self._end_loop()
 
