@@ -32,20 +32,23 @@ def _replay(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str
 
 def _record_a_session(folder: Path) -> Path:
     """A session of prepares and executions in several forms, one of them refused."""
-    with LocalServer("--record", str(folder)) as srv, Device.connect(srv.address, client_name="recorded") as dev:
-        with dev.prepare_model_sync(add_model(), priority=Priority.HIGH) as pm:
-            a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), 0.5, np.float32)
-            assert np.allclose(pm.execute([a, b]).outputs[0], a + b)
-            assert np.allclose(pm.execute_async([b, a]).get(30).outputs[0], a + b)
-            with pm.burst() as burst:
-                request, _layout = pm._numpy_request([a, a], None)
-                assert burst.execute(request).status == ErrorStatus.NONE
-            bad = Request(
-                (RequestArgument(location=DataLocation(0, 0, 32)),),
-                (RequestArgument(location=DataLocation(1, 0, 32)),),
-                (InlinePool(b"\0" * 32, 32), InlinePool(b"", 32)),
-            )
-            assert pm.execute_request(bad).status == ErrorStatus.INVALID_ARGUMENT  # one input of two
+    with (
+        LocalServer("--record", str(folder)) as srv,
+        Device.connect(srv.address, client_name="recorded") as dev,
+        dev.prepare_model_sync(add_model(), priority=Priority.HIGH) as pm,
+    ):
+        a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), 0.5, np.float32)
+        assert np.allclose(pm.execute([a, b]).outputs[0], a + b)
+        assert np.allclose(pm.execute_async([b, a]).get(30).outputs[0], a + b)
+        with pm.burst() as burst:
+            request, _layout = pm._numpy_request([a, a], None)
+            assert burst.execute(request).status == ErrorStatus.NONE
+        bad = Request(
+            (RequestArgument(location=DataLocation(0, 0, 32)),),
+            (RequestArgument(location=DataLocation(1, 0, 32)),),
+            (InlinePool(b"\0" * 32, 32), InlinePool(b"", 32)),
+        )
+        assert pm.execute_request(bad).status == ErrorStatus.INVALID_ARGUMENT  # one input of two
     files = sorted(folder.glob("*.nnrec"))
     assert len(files) == 1, files
     return files[0]
