@@ -184,11 +184,11 @@ class Executions:
                 return Arrival(None, fault)
         return None
 
-    def burst_refusal(self, deadline: bool, loop_timeout_ns: int, tokens: bool) -> HalError | None:
+    def check_burst_fields(self, deadline: bool, loop_timeout_ns: int, tokens: bool) -> None:
         """INVALID_ARGUMENT for a burst execution carrying what the device's level lacks (the
-        1.2 burst has no deadline, loop timeout or driver-managed buffer tokens); None when it fits."""
+        1.2 burst has no deadline, loop timeout or driver-managed buffer tokens)."""
         if self.level >= HalVersion.V1_3:
-            return None
+            return
         carried = {
             "a deadline": deadline,
             "a loop timeout": bool(loop_timeout_ns),
@@ -196,11 +196,7 @@ class Executions:
         }
         for what, used in carried.items():
             if used:
-                try:
-                    require_field(self.level, HalVersion.V1_3, what, "configureExecutionBurst")
-                except HalError as err:
-                    return err
-        return None
+                require_field(self.level, HalVersion.V1_3, what, "configureExecutionBurst")
 
     # -- synchronous executions -----------------------------------------------------------
     def runs_inline(self, session: str, handle: str, inline_bytes: Callable[[], int]) -> bool:
@@ -253,13 +249,13 @@ class Executions:
                 raise error
             self.lifecycle.enter(method.what)
         except Exception as err:
-            return self._refused(method, err, None, t0)
+            return self.refuse(method, err, None, t0)
         try:
             try:
                 args = build()
                 job = self._begin(args)
             except Exception as err:
-                return self._refused(method, err, args, t0)
+                return self.refuse(method, err, args, t0)
             t1 = 0.0
             if obs is not None:
                 t1 = time.perf_counter()
@@ -293,14 +289,17 @@ class Executions:
             call.profile,
         )
 
-    def _refused(self, method: Method, err: Exception, args: object, t0: float) -> Refused:
-        """Count (and tell the hooks of) a call refused before its launch."""
+    def refuse(self, method: Method, err: Exception, args: object = None, since: float | None = None) -> Refused:
+        """``err`` (raised where the refusal was found: a HalError, or a bug) as the refusal of
+        a call of ``method`` that was not launched: counted, and told to the hooks (``args``:
+        the call's canonical arguments when they were converted; ``since``: its arrival)."""
         refused = Refused.of(err, f"launching {method.what}")
         method.record(refused.status, None)
         obs = self.observer
         if obs is not None:
             t = time.perf_counter()
-            self._tell(obs, Call(method.name, method.what, args), refused.status, Timings(t0, None, t), refused)
+            timings = Timings(t if since is None else since, None, t)
+            self._tell(obs, Call(method.name, method.what, args), refused.status, timings, refused)
         return refused
 
     @staticmethod
@@ -393,7 +392,7 @@ class Executions:
         except Exception as err:
             if counted:
                 self.lifecycle.leave()
-            refused = self._refused(method, err, args, t0)
+            refused = self.refuse(method, err, args, t0)
             yield Launch(refused.status, refused.message)
             yield Notify(refused.status, refused.message)
             return

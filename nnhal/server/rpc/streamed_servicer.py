@@ -35,7 +35,8 @@ METHOD = "executeStreamed"
 SYNC_METHOD = "executeSynchronously_1_3"
 
 
-def _refused(refused: Refused) -> stpb.StreamedExecuteResult:
+def _head(refused: Refused) -> stpb.StreamedExecuteResult:
+    """The one message answering a refused stream."""
     return stpb.StreamedExecuteResult(head=status_to(spb.ExecuteResult(), refused))
 
 
@@ -61,8 +62,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                 raise arrival.error  # the level of the method it shares
             leave = x.long_calls.open("streamed execution", peer)
         except HalError as err:
-            m.record(err.error_status, None)
-            yield _refused(Refused.of(err, METHOD))
+            yield _head(x.refuse(m, err, None, t0))
             return
         # Given back when the stream ends, also when gRPC never resumes this generator.
         context.add_done_callback(lambda _context: leave())
@@ -75,8 +75,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                     reader.add(part)
                 head, request = reader.finish()
             except HalError as err:
-                m.record(err.error_status, None)
-                yield _refused(Refused.of(err, METHOD))
+                yield _head(x.refuse(m, err, None, t0))
                 return
 
             def build() -> Execution:
@@ -87,7 +86,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
             except Abort as aborted:
                 await abort(context, aborted)
             if isinstance(result, Refused):
-                yield _refused(result)
+                yield _head(result)
                 return
             kept, large = wire_stream.split_result(result)
             yield stpb.StreamedExecuteResult(head=wire.execution_result_to(kept))

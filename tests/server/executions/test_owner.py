@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion
-from nnhal.core.errors import DeviceUnavailable
+from nnhal.core.errors import DeviceUnavailable, InvalidArgument
 from nnhal.core.types import DataLocation, ExecutionResult, InlinePool, Request, RequestArgument
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import (
@@ -153,7 +153,9 @@ def test_the_level_gate_refuses_a_form_newer_than_the_device() -> None:
     assert arrival.error.error_status == ErrorStatus.GENERAL_FAILURE
     assert "needs NN HAL 1.3; this device serves 1.2" in arrival.error.message
     assert x.arrive(x.method("executeSynchronously")) is None  # the 1.2 form
-    assert x.burst_refusal(True, 0, False) is not None and x.burst_refusal(False, 0, False) is None
+    with pytest.raises(InvalidArgument, match=r"a deadline needs NN HAL 1\.3"):
+        x.check_burst_fields(True, 0, False)
+    x.check_burst_fields(False, 0, False)
 
 
 def test_injected_faults_apply_to_every_form() -> None:
