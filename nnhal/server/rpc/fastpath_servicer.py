@@ -26,7 +26,7 @@ goes back through the result ring. A full request asking for a layout id (kind
 ``fastpacket.LEARN``) is granted one when it passed validation and all its pools
 are inline; a compact call of a granted layout (``fastpacket.CALL``: the id, the
 per-call scalars, the raw pool bytes) is rebuilt from the validated layout and
-runs through the same ``execute_sync``; an unknown id or a body not of the
+runs through the same ``Executions.execute``; an unknown id or a body not of the
 layout's length is INVALID_ARGUMENT and the burst serves on. The stream stays open as the burst's liveness
 channel: when the client's connection dies or the client cancels it, gRPC ends
 the call and the queue is stopped; when the server stops, likewise. A burst the

@@ -3,13 +3,13 @@ inline pools travel in chunks.
 
 The stream is read whole (``wire_stream.read_request``: the head, then the chunks
 reassembled into the pools, every rule checked), then the execution runs exactly as a
-synchronous one (``PreparedModelServicer.execute_sync``: level and drain refusals, launch
+synchronous one (``Executions.execute``: level and drain refusals, launch
 checks, injected faults of ``executeSynchronously_1_3``, metrics), and the answer goes
 back as its head, then the chunks of its large output pools. A stream breaking the rules
 is answered with INVALID_ARGUMENT in the head. The handler is a coroutine on the server's
 loop: the chunks are taken in as they arrive (no thread waits on a slow sender), the
 execution runs on a worker thread. An open stream counts among the long-lived calls of its
-connection (``common.LongCalls``, kind ``streamed execution``): past the cap the head says
+connection (``executions.LongCalls``, kind ``streamed execution``): past the cap the head says
 RESOURCE_EXHAUSTED_TRANSIENT.
 """
 
