@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Generator
-from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from nnhal.core.enums import ErrorStatus, HalVersion
@@ -30,9 +29,10 @@ from nnhal.server.executions.calls import (
     Preparation,
     Prepared,
 )
-from nnhal.server.executions.faults import FAULTABLE, KINDS, Fault, FaultPlan, Liveness
+from nnhal.server.executions.faults import FAULTABLE, KINDS, FaultPlan, Liveness
 from nnhal.server.executions.hooks import Call, Observer, Observers, Timings
 from nnhal.server.executions.long_calls import Held, Job, LongCalls, held, once
+from nnhal.server.executions.methods import SAME, Arrival, Method
 from nnhal.server.executions.refusals import Refused, within_limit
 from nnhal.server.jobs import ExecutionJob, PrepareJob
 from nnhal.server.metrics import Metrics
@@ -66,52 +66,6 @@ class Waiting(Liveness, Protocol):
     """The transport's call of a fence wait: the seconds left before its deadline."""
 
     def time_remaining(self) -> float | None: ...
-
-
-class Method:
-    """A HAL method as the owner serves it: ``name`` (what metrics count it by), ``what`` (how
-    messages name one call of it), the level gate (``level``: the feature level it needs;
-    None: none), the fault plan's name for it (``fault``; None: never faulted) and the
-    histogram its durations go to."""
-
-    __slots__ = ("_count", "_observe", "fault", "level", "name", "what")
-
-    def __init__(
-        self,
-        name: str,
-        what: str,
-        level: HalVersion | None,
-        fault: str | None,
-        count: Callable[[str, int], None],
-        observe: Callable[[float], None] | None,
-    ) -> None:
-        self.name, self.what, self.level, self.fault = name, what, level, fault
-        self._count = count
-        self._observe = observe
-
-    def record(self, status: int, seconds: float | None) -> None:
-        """Count one answer with ``status``; time it when it was launched (``seconds``)."""
-        self._count(self.name, status)
-        if seconds is not None and self._observe is not None:
-            self._observe(seconds)
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """What a call met when it arrived (``Executions.arrive``): its level refusal, or the
-    injected fault it took."""
-
-    error: HalError | None = None
-    fault: Fault | None = None
-
-    def start(self) -> HalError | None:
-        """The error the call answers at once (a refusal, an injected error), None to go on;
-        an injected abort or exit happens here."""
-        return self.error if self.error is not None else injected.at_start(self.fault)
-
-
-#: The default of ``Executions.method``'s ``fault`` and ``gate``: the method's own name.
-SAME = "same"
 
 
 class Executions:
