@@ -404,29 +404,41 @@ class Executions:
             end()
 
     # -- fenced executions ----------------------------------------------------------------
-    def execute_fenced(self, what: str, call: FencedExecution) -> str:
-        """IPreparedModel::executeFenced (every form): the handle of its sync fence and
-        callback. Counted by the lifecycle until its launch took its scheduler ticket, which
-        then counts it (DEVICE_UNAVAILABLE while draining). Raises HalError."""
+    def execute_fenced(self, what: str, call: FencedExecution, method: str = "executeFenced") -> str:
+        """IPreparedModel::executeFenced (every form, ``method`` its name for the hooks): the
+        handle of its sync fence and callback. Counted by the lifecycle until its launch took
+        its scheduler ticket, which then counts it (DEVICE_UNAVAILABLE while draining). Raises
+        HalError. The hooks are told of the launch (its answer: the fence's handle), not of the
+        run, which starts when the fences it waits for signal."""
+        t0 = time.perf_counter()
         d = self.driver
-        with self.lifecycle.work(what):
-            return d.execute_fenced(
-                d.session(call.session),
-                call.prepared_model,
-                call.request,
-                list(call.wait_for),
-                call.measure,
-                call.deadline_ns,
-                call.loop_timeout_ns,
-                call.duration_ns,
-                call.on_signal,
-            )
+        try:
+            with self.lifecycle.work(what):
+                fence = d.execute_fenced(
+                    d.session(call.session),
+                    call.prepared_model,
+                    call.request,
+                    list(call.wait_for),
+                    call.measure,
+                    call.deadline_ns,
+                    call.loop_timeout_ns,
+                    call.duration_ns,
+                    call.on_signal,
+                )
+        except HalError as err:
+            self._observed(Call(method, what, call), t0, Refused(err.error_status, err.message))
+            raise
+        self._observed(Call(method, what, call), t0, fence)
+        return fence
 
-    def fenced_info(self, session: str, callback: str, wait: bool, live: Waiting) -> FencedExecutionInfo:
-        """IFencedExecutionCallback::getExecutionInfo. With ``wait``, until the fence signals,
-        the caller's deadline is near or the caller is gone — a long-lived call of its client
-        ("fence wait"), capped (RESOURCE_EXHAUSTED_TRANSIENT, unless the fence has signalled
-        already). Raises HalError."""
+    def fenced_info(
+        self, session: str, callback: str, wait: bool, live: Waiting, method: str = "getExecutionInfo"
+    ) -> FencedExecutionInfo:
+        """IFencedExecutionCallback::getExecutionInfo (``method``: its name for the hooks). With
+        ``wait``, until the fence signals, the caller's deadline is near or the caller is gone —
+        a long-lived call of its client ("fence wait"), capped (RESOURCE_EXHAUSTED_TRANSIENT,
+        unless the fence has signalled already). Raises HalError."""
+        t0 = time.perf_counter()
         d = self.driver
         s = d.session(session)
         info = d.fenced_info(s, callback, False, None)
@@ -440,7 +452,17 @@ class Executions:
                     info = d.fenced_info(s, callback, True, timeout)
                     if info.signalled or timeout < INFO_SLICE_S or not live.is_active():
                         break
-        return within_limit(info, self._limit())
+        info = within_limit(info, self._limit())
+        self._observed(Call(method, method, (session, callback, wait)), t0, info)
+        return info
+
+    def _observed(self, call: Call, t0: float, answer: object) -> None:
+        """Tell the hooks of a call answered at once (``answer``: its canonical answer)."""
+        obs = self.observer
+        if obs is not None:
+            t = time.perf_counter()
+            status = getattr(answer, "status", ErrorStatus.NONE)
+            self._tell(obs, call, status, Timings(t0, None if isinstance(answer, Refused) else t0, t), answer)
 
     # -- other work --------------------------------------------------------------------------
     def admit(self, what: str) -> None:

@@ -95,7 +95,8 @@ class ExecutionServicer(agrpc.ExecutionServicer):
             e.lock.release,
         )
         try:
-            fence = self.executions.execute_fenced("IExecution.executeFenced", call)
+            what = "IExecution.executeFenced"
+            fence = self.executions.execute_fenced(what, call, what)
         except BaseException:
             e.lock.release()
             raise

@@ -19,6 +19,7 @@ from nnhal.server.executions import (
     Execution,
     Executions,
     Fault,
+    FencedExecution,
     Launch,
     Notify,
     Observer,
@@ -210,3 +211,30 @@ def test_a_failing_observer_is_logged_and_skipped(caplog: pytest.LogCaptureFixtu
     assert [s[0] for s in seen.seen] == ["started", "finished", "answered"]
     assert "an observer's hook failed" in caplog.text
     assert isinstance(x.observer, Observers)
+
+
+def test_a_fenced_execution_and_its_info_are_told_to_the_hooks() -> None:
+    x, session, handle = _owner()
+    seen = Recorder()
+    x.observe(seen)
+    call = FencedExecution(session, handle, _request(), (), False, None, 0)
+    fence = x.execute_fenced("executeFenced", call)
+
+    class Live:
+        def is_active(self) -> bool:
+            return True
+
+        def time_remaining(self) -> float | None:
+            return 10.0
+
+    info = x.fenced_info(session, fence, True, Live())
+    assert info.signalled and info.status == ErrorStatus.NONE
+    assert seen.seen == [
+        ("finished", "executeFenced", ErrorStatus.NONE),
+        ("answered", "executeFenced", "str"),
+        ("finished", "getExecutionInfo", ErrorStatus.NONE),
+        ("answered", "getExecutionInfo", "FencedExecutionInfo"),
+    ]
+    with pytest.raises(InvalidArgument):
+        x.execute_fenced("executeFenced", FencedExecution(session, "missing", _request(), (), False, None, 0))
+    assert seen.seen[-1] == ("answered", "executeFenced", "Refused")
