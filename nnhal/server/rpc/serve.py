@@ -167,7 +167,7 @@ class Server:
             config = dataclasses.replace(base, name=spec.name, executor=backend.description)
             self.drivers[spec.name] = Driver(config, backend)
         self.driver = next(iter(self.drivers.values()))
-        self.metrics = Metrics(self.driver)
+        self.metrics = Metrics(self.drivers)
         #: The one owner of each device's HAL calls, handed to every servicer of the device.
         self.executions = {name: Executions(d, self.metrics, max_inline_bytes) for name, d in self.drivers.items()}
         #: The bound metrics address once ``start`` served it.
@@ -266,6 +266,11 @@ class Server:
         log.info("nnhal serving %s on %s (%s)", ", ".join(self.drivers), ", ".join(self.addresses), mode)
         if self.metrics_address is not None:
             log.info("metrics on http://%s/metrics", self.metrics_address)
+        if self.options.device.fault_injection:
+            log.warning(
+                "fault injection is ON (--enable-fault-injection): any client may make this server fail, delay "
+                "or abort its calls; for tests only, never on a shared server"
+            )
         if self.health_address is not None:
             log.info("health only (grpc.health.v1, plaintext) on %s", self.health_address)
 
