@@ -30,6 +30,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from nnhal.core import telemetry
 from nnhal.server.rpc.handler_shape import behaviour, like
 
 KEY = "x-request-id"
@@ -53,6 +54,7 @@ def request_id(context: aio.ServicerContext[Any, Any]) -> str:
 def _begin(context: aio.ServicerContext[Any, Any]) -> None:
     rid = request_id(context)
     REQUEST_ID.set(rid)
+    telemetry.set_attribute("nnhal.request_id", rid)  # on the RPC's span, when tracing is on
     context.set_trailing_metadata(((KEY, rid),))
 
 
