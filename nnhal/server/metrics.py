@@ -36,6 +36,7 @@ import platform
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from importlib import metadata
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -282,11 +283,10 @@ class Metrics:
 
 
 def _grpc_version() -> str:
+    """grpcio's version, from its distribution's metadata (this module imports no gRPC)."""
     try:
-        import grpc
-
-        return str(grpc.__version__)
-    except ImportError:  # pragma: no cover - grpcio is a dependency
+        return metadata.version("grpcio")
+    except metadata.PackageNotFoundError:  # pragma: no cover - grpcio is a dependency
         return "unknown"
 
 
