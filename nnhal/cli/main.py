@@ -34,6 +34,7 @@ from nnhal.cli.usage import (
     report,
     seconds,
 )
+from nnhal.core import telemetry
 from nnhal.core.errors import HalError
 
 #: The module that runs each command (its ``run(args) -> int``), imported only when that
@@ -162,7 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         configure(logging.INFO if args.verbose or args.command == "serve" else logging.WARNING)
-        status = _run_command(args)
+        if args.command != "serve" and telemetry.configure("nnhal-client"):
+            with telemetry.span(f"nnhal {args.command}"):  # one trace for the command's calls
+                status = _run_command(args)
+        else:
+            status = _run_command(args)
         sys.stdout.flush()
         return status
     except (UsageError, HalError) as err:

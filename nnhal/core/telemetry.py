@@ -19,10 +19,12 @@ holds what both sides share.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -107,6 +109,16 @@ def tracer(name: str) -> Any:
     from opentelemetry import trace
 
     return trace.get_tracer(name)
+
+
+@contextlib.contextmanager
+def span(name: str) -> Iterator[None]:
+    """A span ``name`` around the block, current inside it, when tracing is on (else nothing)."""
+    if not _state["enabled"]:
+        yield
+        return
+    with tracer("nnhal").start_as_current_span(name):
+        yield
 
 
 def epoch_ns(perf_seconds: float) -> int:
