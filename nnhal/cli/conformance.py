@@ -25,6 +25,7 @@ from nnhal.cli.connect import connect, tls_of
 from nnhal.cli.table import Progress, print_table
 from nnhal.cli.usage import UsageError
 from nnhal.client.device import Device
+from nnhal.client.faults import fault_scope
 from nnhal.client.partition import Partitioner
 from nnhal.conformance import shards, validation
 from nnhal.conformance.junit import write_junit
@@ -151,10 +152,12 @@ def run(args: argparse.Namespace) -> int:
 
         def one(case: TestCase) -> None:
             try:
-                if part is not None:
-                    results = {"sync": run_case_partitioned(part, case, ran_on)}
-                else:
-                    results = run_case(dev, case, modes)
+                # A server with --fault-seed decides the case's faults by this scope alone.
+                with fault_scope(shards.scope_label(case, modes)):
+                    if part is not None:
+                        results = {"sync": run_case_partitioned(part, case, ran_on)}
+                    else:
+                        results = run_case(dev, case, modes)
             except Exception as err:  # a runner bug must not hide the other cases
                 results = {"sync": Result("failed", f"runner error: {err!r}")}
             with lock:

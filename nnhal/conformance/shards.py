@@ -99,6 +99,14 @@ def assign(cases: Sequence[TestCase], count: int, modes: Sequence[str]) -> list[
     return shard_of
 
 
+def scope_label(case: TestCase, modes: Sequence[str]) -> str:
+    """The fault scope of ``case``'s runs in ``modes`` (``nnhal.client.faults.fault_scope``):
+    ``<case name>/<modes joined by +>``. The runner runs a case's modes one after another
+    on one thread, so a seeded server's decisions for the case depend on the seed, the
+    case, the modes and each call's ordinal — not on the shard or ``--jobs``."""
+    return f"{case.name}/{'+'.join(modes)}"
+
+
 def select(cases: Sequence[TestCase], shard: Shard, modes: Sequence[str]) -> list[TestCase]:
     """The cases of ``shard``, in their original order."""
     shard_of = assign(cases, shard.count, modes)
