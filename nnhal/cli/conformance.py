@@ -1,9 +1,12 @@
 """``nnhal conformance``: vector bundles against a server, a progress bar, per-operation
 and per-mode tables, why results were skipped (a mode the device's level lacks, an
 operation it does not support), and as the last line exactly ``N passed, M failed, K skipped``.
-``--feature-level`` sets the level of the server ``--start`` starts.
+``--feature-level`` sets the level of the server ``--start`` starts. ``--shard I/N`` runs one
+shard of the case runs (``nnhal.conformance.shards``; ``N`` alone takes I from
+``$JOB_COMPLETION_INDEX``), ``--junit FILE`` writes the report as JUnit XML too; each case
+runs in its own fault scope (``nnhal.client.faults.fault_scope``), for seeded servers.
 
-Refused before any server starts (UsageError, exit 2): an unknown ``--mode``, a path that
+Refused before any server starts (UsageError, exit 2): an unknown ``--mode``, a bad ``--shard``, a path that
 is neither a vector file nor a folder holding some, a file that is not a vector bundle,
 and a ``-k`` pattern that matches no case (a run of nothing must not pass a CI job)."""
 
