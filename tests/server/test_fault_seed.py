@@ -10,8 +10,8 @@ import contextvars
 import pytest
 
 from nnhal.core import fault_scope
-from nnhal.server.rpc import faults
-from nnhal.server.rpc.faults import CALL_SCOPE, Fault, FaultPlan, seeded_fault
+from nnhal.server.executions import faults
+from nnhal.server.executions.faults import CALL_SCOPE, Fault, FaultPlan, seeded_fault
 
 METHOD = "execute_1_3"
 

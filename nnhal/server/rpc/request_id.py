@@ -33,7 +33,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from nnhal.server.rpc import faults
+from nnhal.server.executions import faults
 from nnhal.server.rpc.handler_shape import behaviour, like
 
 KEY = "x-request-id"
