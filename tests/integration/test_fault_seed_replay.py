@@ -1,10 +1,12 @@
 """A seeded fault schedule replays exactly: against a server with ``--fault-seed``, a
 conformance run gives the same report with ``--jobs 1`` and ``--jobs 3``, and a shard of it
 (what a failed Indexed Job index reruns) gives the same result for each of its case runs
-as the whole run did. ``--fault-seed`` without ``--enable-fault-injection`` is refused."""
+as the whole run did; both clients send the scope. ``--fault-seed`` without
+``--enable-fault-injection`` is refused."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -14,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from nnhal.client import aio
+from nnhal.client.device import Device
+from nnhal.client.faults import fault_scope
+from nnhal.core.errors import HalError
 from nnhal.testing.local_server import LocalServer
+from tests.conftest import add_model
 
 ROOT = Path(__file__).resolve().parents[2]
 V1_0 = ROOT / "conformance" / "vectors" / "V1_0"
@@ -91,3 +98,26 @@ def test_a_seed_needs_fault_injection() -> None:
     assert done.stderr.splitlines() == [
         "nnhal: error: --fault-seed makes a seeded fault schedule: it needs --enable-fault-injection"
     ]
+
+
+def test_both_clients_carry_the_fault_scope() -> None:
+    """Rate 1: every scoped call of a seeded method is faulted, every unscoped one is not;
+    the sync and the asyncio client alike."""
+    model = add_model()
+    with LocalServer("--enable-fault-injection", "--fault-seed", "5", "--fault-rate", "1") as srv:
+        with Device.connect(srv.address, client_name="seeded") as dev:
+            assert dev.supported_operations(model) == [True]
+            with fault_scope("sync-client/step"), pytest.raises(HalError, match=r"\(--fault-seed\): seed 5"):
+                dev.supported_operations(model)
+            assert dev.supported_operations(model) == [True]
+
+        async def main() -> None:
+            async with aio.Device.connect(srv.address, client_name="seeded-aio") as adev:
+                assert await adev.supported_operations(model) == [True]
+                with fault_scope("aio-client/step"):
+                    with pytest.raises(HalError, match="scope aio-client/step, getSupportedOperations_1_3 call 0"):
+                        await adev.supported_operations(model)
+                    with pytest.raises(HalError, match="getSupportedOperations_1_3 call 1"):
+                        await adev.supported_operations(model)
+
+        asyncio.run(asyncio.wait_for(main(), 60))
