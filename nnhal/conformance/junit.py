@@ -15,7 +15,7 @@ from __future__ import annotations
 import socket
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 #: The ``classname`` prefix of every test case.
@@ -53,7 +53,7 @@ def to_junit(
         "time": f"{seconds:.3f}",
     }
     root = ET.Element("testsuites", {"name": suite, **totals})
-    when = (started or datetime.now(UTC)).replace(microsecond=0).isoformat()
+    when = (started or datetime.now(timezone.utc)).replace(microsecond=0).isoformat()
     ts = ET.SubElement(
         root, "testsuite", {"name": suite, **totals, "timestamp": when, "hostname": socket.gethostname()}
     )
