@@ -89,6 +89,12 @@ def _run_arguments(sub: Any) -> None:
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     r.add_argument("--save-outputs", type=Path, metavar="DIR", help="write DIR/<output name>.npy")
     r.add_argument("--compare", action="store_true", help="also run LiteRT on the same inputs and compare")
+    r.add_argument(
+        "--trace",
+        type=for_argparse(output_file),
+        metavar="FILE",
+        help="write the execution's timeline (Chrome/Perfetto trace-event JSON) to FILE",
+    )
     r.add_argument("--repeat", type=for_argparse(positive_int), default=5, help="timed runs for --compare (median)")
 
 
