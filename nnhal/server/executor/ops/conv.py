@@ -26,9 +26,9 @@ from nnhal.server.executor.ops._padding import (
     implicit_padding,
     out_size,
     pad_spatial,
+    row_taps,
     transpose_padding,
     window_patches,
-    window_taps,
 )
 from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, from_nhwc, to_compute, to_nhwc
 from nnhal.server.executor.registry import register
@@ -92,10 +92,6 @@ def _geometry(
         pl, pr = implicit_padding(in_hw_nhwc[1], sw, dw, kernel_hw[1], code)
     ctx.require(min(pl, pr, pt, pb) >= 0, "padding must be >= 0")
     return Geometry(pt, pb, pl, pr, sh, sw, dh, dw, act, nchw, extra)
-
-
-def _taps(x: np.ndarray, g: Geometry, kh: int, kw: int, oh: int, ow: int) -> list[np.ndarray]:
-    return window_taps(x, (kh, kw), (oh, ow), (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w))
 
 
 def _pad(x: np.ndarray, g: Geometry) -> np.ndarray:
@@ -332,6 +328,26 @@ def execute_conv(ctx: ExecutionContext) -> None:
     ctx.set_output(0, from_nhwc(out, g.nchw))
 
 
+#: Depthwise outputs of at least this many elements take a pass per tap over whole rows (float
+#: below it: one einsum); quantized ones always do (exact int32 sums in any order).
+_ROW_TAPS_MIN = 1 << 14
+
+
+def _depthwise_rows(xp: np.ndarray, wt: np.ndarray, g: Geometry, oh: int, ow: int) -> np.ndarray:
+    """Depthwise sum over the taps of padded NHWC ``xp`` with weights ``wt`` [KH, KW, C]: per tap
+    one multiply into a scratch buffer and one add, each over contiguous OW*C rows (the weights
+    tiled along OW), taps in row-major order."""
+    kh, kw, oc = wt.shape
+    taps = row_taps(xp, (kh, kw), (oh, ow), (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w))
+    tiled = np.tile(wt, (1, 1, ow))
+    acc = np.multiply(taps[0], tiled[0, 0])
+    tmp = np.empty_like(acc)
+    for k in range(1, len(taps)):
+        np.multiply(taps[k], tiled[k // kw, k % kw], out=tmp)
+        acc += tmp
+    return acc.reshape(xp.shape[0], oh, ow, oc)
+
+
 def execute_depthwise(ctx: ExecutionContext) -> None:
     n = len(ctx.inputs)
     explicit = n >= 11 and ctx.in_type(8) == T.INT32
@@ -361,17 +377,10 @@ def execute_depthwise(ctx: ExecutionContext) -> None:
     if g.extra > 1:
         xs = np.repeat(xs, g.extra, axis=3)
     xp = _pad(xs, g)
-    if quant:
-        # The first tap initialises the accumulator (no zero fill); the others multiply into
-        # one scratch buffer and add: exact int32 sums, no allocation in the loop.
-        taps = _taps(xp, g, kh, kw, oh, ow)
-        acc = np.multiply(taps[0], wt[0, 0])
-        tmp = np.empty_like(acc)
-        for k in range(1, len(taps)):
-            np.multiply(taps[k], wt[k // kw, k % kw], out=tmp)
-            acc += tmp
+    if quant or nb * oh * ow * oc >= _ROW_TAPS_MIN:
+        acc = _depthwise_rows(xp, wt, g, oh, ow)
     else:
-        # Float: one einsum over the windows view, a third faster than a pass per tap.
+        # Small float tensors: one einsum over the windows view costs fewer calls than a pass per tap.
         windows = window_patches(xp, (kh, kw), (oh, ow), (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w))
         acc = np.einsum("nhwijc,ijc->nhwc", windows, wt)
     bias = _bias(ctx, oc)
