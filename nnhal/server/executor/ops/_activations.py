@@ -9,6 +9,7 @@ of codes, TfLiteFusedActivation's, which adds tanh and sigmoid.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -36,6 +37,24 @@ def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
     if lo == -math.inf and hi == math.inf:
         return x
     return np.clip(x, lo, hi, out=x if x.flags.writeable else None)
+
+
+def clamp_in_place(act: int) -> Callable[[np.ndarray], None] | None:
+    """The fused activation ``act`` as an in-place clamp of a float array (None for NONE):
+    ``np.maximum`` / ``np.minimum`` with ``out=``, the values of ``apply_activation``."""
+    lo, hi = FUSED_BOUNDS[act]
+    if lo == -math.inf and hi == math.inf:
+        return None
+    low, high = np.float32(lo), np.float32(hi)
+
+    def relu(x: np.ndarray) -> None:
+        np.maximum(x, low, out=x)
+
+    def clamp(x: np.ndarray) -> None:
+        np.maximum(x, low, out=x)
+        np.minimum(x, high, out=x)
+
+    return relu if hi == math.inf else clamp
 
 
 def activation_range_quant(act: int, scale: float, zero_point: int, t: OperandType) -> tuple[int, int]:

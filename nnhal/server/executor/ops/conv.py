@@ -340,7 +340,7 @@ def _depthwise_rows(xp: np.ndarray, wt: np.ndarray, g: Geometry, oh: int, ow: in
     kh, kw, oc = wt.shape
     taps = row_taps(xp, (kh, kw), (oh, ow), (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w))
     tiled = np.tile(wt, (1, 1, ow))
-    acc = np.multiply(taps[0], tiled[0, 0])
+    acc: np.ndarray = np.multiply(taps[0], tiled[0, 0])
     tmp = np.empty_like(acc)
     for k in range(1, len(taps)):
         np.multiply(taps[k], tiled[k // kw, k % kw], out=tmp)
