@@ -176,3 +176,54 @@ def test_concurrent_runs_of_one_plan_keep_their_own_values() -> None:
         thread.join(timeout=60)
     assert not errors
     assert not any(thread.is_alive() for thread in threads)
+
+
+def _conv_model(op: Op, t: T, stride: int, dilation: int, explicit: bool, act: int, multiplier: int) -> Model:
+    """A CONV_2D / DEPTHWISE_CONV_2D on a 1x9x9x4 input with constant 3x3 filter and bias."""
+    rng = np.random.default_rng(stride * 10 + dilation)
+    quant = t != T.TENSOR_FLOAT32
+    c = 4
+    oc = c * multiplier if op == Op.DEPTHWISE_CONV_2D else 5
+    wshape = (1, 3, 3, oc) if op == Op.DEPTHWISE_CONV_2D else (oc, 3, 3, c)
+    b = ModelBuilder()
+    x = b.input(t, (1, 9, 9, c), **({"scale": 0.5, "zero_point": 100} if quant else {}))
+    if t == T.TENSOR_FLOAT32:
+        w = b.const(t, rng.normal(size=wshape))
+        bias = b.const(t, rng.normal(size=(oc,)))
+    else:
+        w = b.const(t, rng.integers(0, 255, size=wshape))
+        b.operands[w] = replace(b.operands[w], scale=0.25, zero_point=120)
+        bias = b.const(T.TENSOR_INT32, rng.integers(-500, 500, size=(oc,)))
+        b.operands[bias] = replace(b.operands[bias], scale=0.125)
+    pads = [1, 1, 1, 1] if explicit else [1]  # SAME
+    params = [*pads, stride, stride, *([multiplier] if op == Op.DEPTHWISE_CONV_2D else []), act]
+    extra = [b.const(T.BOOL, False), b.const(T.INT32, dilation), b.const(T.INT32, dilation)] if dilation > 1 else []
+    size = (9 + 2 - (2 * dilation + 1)) // stride + 1 if explicit else (9 + stride - 1) // stride
+    out = b.output(t, (1, size, size, oc), **({"scale": 2.0, "zero_point": 90} if quant else {}))
+    b.op(op, [x, w, bias, *(b.const(T.INT32, p) for p in params), *extra], [out])
+    return b.build()
+
+
+CONV_CASES = [
+    (op, t, stride, dilation, explicit, act, mult)
+    for op in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D)
+    for t in (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM)
+    for stride, dilation, explicit, act, mult in ((1, 1, False, 0, 1), (2, 1, True, 1, 2), (1, 2, False, 3, 1))
+]
+
+
+@pytest.mark.parametrize(
+    "case", CONV_CASES, ids=[f"{c[0].name}-{c[1].name}-{c[2]}{c[3]}{c[4]}{c[5]}{c[6]}" for c in CONV_CASES]
+)
+def test_bound_convolutions_match_the_general_kernel(case: tuple[Op, T, int, int, bool, int, int]) -> None:
+    graph = _graph(_conv_model(*case))
+    assert graph.main.steps[0].fast is not None
+    for seed in range(2):
+        inputs = _inputs(graph.model, seed)
+        if case[1] == T.TENSOR_FLOAT32:
+            inputs[0].reshape(-1)[:3] = [1.0, -0.0, 2.0]  # no NaN: it would spread over the windows
+        fast = graph.run(inputs)[0]
+        general = graph.run(inputs, ExecutionControl(profile={}))[0]
+        np.testing.assert_array_equal(fast, general)
+        assert np.array_equal(np.signbit(fast), np.signbit(general))
+        assert fast.dtype == general.dtype and fast.shape == general.shape

@@ -19,7 +19,7 @@ import numpy as np
 from nnhal.core.enums import FusedActivationFunc, HalVersion, OperationType
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import OP_FAILED, fail
-from nnhal.server.executor.ops._activations import FUSED_BOUNDS, activation_range_quant, sigmoid
+from nnhal.server.executor.ops._activations import CLIP, FUSED_BOUNDS, activation_range_quant, sigmoid
 from nnhal.server.executor.ops._fixed_point import (
     INT32_MAX,
     multiply_by_quantized_multiplier,
@@ -87,15 +87,12 @@ def bind_relu(v: ValidationContext, state: object) -> FastKernel | None:
     if v.input_type(INPUT) != T.TENSOR_FLOAT32 or not static_shapes(shape) or v.outputs[OUTPUT].dimensions != shape:
         return None
     lo, hi = (np.float32(b) for b in FUSED_BOUNDS[_RELU_FUNC[v.op_type]])
-    bounded = bool(np.isfinite(hi))
 
     def run(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != shape:
             return None
-        out: np.ndarray = np.maximum(x, lo)
-        if bounded:
-            np.minimum(out, hi, out=out)
+        out: np.ndarray = CLIP(x, lo, hi)
         return [out]
 
     return run
