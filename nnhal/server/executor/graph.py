@@ -306,13 +306,22 @@ class PreparedGraph:
         overrides: dict[int, Operand] = {}
         if output_operands is not None:
             overrides = dict(zip(sg.output_indexes, output_operands))
-        # Bound kernels skip the context, the accounting and the profile: only plain runs take them.
-        fast_ok = not overrides and not accounting and control.profile is None
+        # Bound kernels skip the context and the accounting: runs under a memory limit, or with
+        # outputs the request reshapes, take the general kernels.
+        fast_ok = not overrides and not accounting
+        profile = control.profile
         for step in prepared.steps:
             control.checkpoint()
             fast = step.fast
             if fast is not None and fast_ok:
-                outs = fast([values[i] for i in step.inputs])
+                if profile is None:
+                    outs = fast([values[i] for i in step.inputs])
+                else:
+                    t0 = time.perf_counter_ns()
+                    outs = fast([values[i] for i in step.inputs])
+                    entry = profile.setdefault(step.operation_type.name, [0, 0])
+                    entry[0] += 1
+                    entry[1] += time.perf_counter_ns() - t0
                 if outs is not None:
                     for i, result in zip(step.outputs, outs):
                         values[i] = result
