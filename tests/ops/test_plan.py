@@ -22,7 +22,8 @@ from nnhal.server.executor.validate import validate_full
 from tests.fuzz.builder import ModelBuilder
 
 SHAPE = (1, 4, 4, 3)
-Q = {"scale": 0.05, "zero_point": 120}
+Q: tuple[float, int] = (0.05, 120)
+NO_Q: tuple[float, int] = (0.0, 0)
 
 
 def _graph(model: Model) -> PreparedGraph:
@@ -39,12 +40,12 @@ def _general(graph: PreparedGraph, inputs: list[np.ndarray]) -> np.ndarray:
 
 def _add_then(act: Op, t: T, keep_mid: bool) -> Model:
     """ADD (activation NONE) then the standalone activation ``act``."""
-    q = Q if t == T.TENSOR_QUANT8_ASYMM else {}
+    q = Q if t == T.TENSOR_QUANT8_ASYMM else NO_Q
     b = ModelBuilder()
-    x = b.input(t, SHAPE, **q)
-    y = b.input(t, (3,), **q)
-    mid = b.output(t, SHAPE, **q) if keep_mid else b.temp(t, SHAPE, **q)
-    out = b.output(t, SHAPE, **q)
+    x = b.input(t, SHAPE, *q)
+    y = b.input(t, (3,), *q)
+    mid = b.output(t, SHAPE, *q) if keep_mid else b.temp(t, SHAPE, *q)
+    out = b.output(t, SHAPE, *q)
     b.op(Op.ADD, [x, y, b.const(T.INT32, 0)], [mid])
     b.op(act, [mid], [out])
     return b.build()
@@ -61,13 +62,13 @@ def _conv_then(act: Op, t: T, keep_mid: bool) -> Model:
         mid = b.output(t, (1, 4, 4, 2)) if keep_mid else b.temp(t, (1, 4, 4, 2))
         out = b.output(t, (1, 4, 4, 2))
     else:
-        x = b.input(t, SHAPE, scale=0.5, zero_point=100)
+        x = b.input(t, SHAPE, 0.5, 100)
         w = b.const(t, rng.integers(0, 255, size=(2, 3, 3, 3)))
         b.operands[w] = replace(b.operands[w], scale=0.5, zero_point=128)
         bias = b.const(T.TENSOR_INT32, rng.integers(-500, 500, size=(2,)))
         b.operands[bias] = replace(b.operands[bias], scale=0.25)
-        mid = b.output(t, (1, 4, 4, 2), **Q) if keep_mid else b.temp(t, (1, 4, 4, 2), **Q)
-        out = b.output(t, (1, 4, 4, 2), **Q)
+        mid = b.output(t, (1, 4, 4, 2), *Q) if keep_mid else b.temp(t, (1, 4, 4, 2), *Q)
+        out = b.output(t, (1, 4, 4, 2), *Q)
     b.op(Op.CONV_2D, [x, w, bias, *(b.const(T.INT32, v) for v in (1, 1, 1, 0))], [mid])
     b.op(act, [mid], [out])
     return b.build()
@@ -202,7 +203,7 @@ def _conv_model(op: Op, t: T, stride: int, dilation: int, explicit: bool, act: i
     oc = c * multiplier if op == Op.DEPTHWISE_CONV_2D else 5
     wshape = (1, 3, 3, oc) if op == Op.DEPTHWISE_CONV_2D else (oc, 3, 3, c)
     b = ModelBuilder()
-    x = b.input(t, (1, 9, 9, c), **({"scale": 0.5, "zero_point": 100} if quant else {}))
+    x = b.input(t, (1, 9, 9, c), *((0.5, 100) if quant else NO_Q))
     if t == T.TENSOR_FLOAT32:
         w = b.const(t, rng.normal(size=wshape))
         bias = b.const(t, rng.normal(size=(oc,)))
@@ -215,7 +216,7 @@ def _conv_model(op: Op, t: T, stride: int, dilation: int, explicit: bool, act: i
     params = [*pads, stride, stride, *([multiplier] if op == Op.DEPTHWISE_CONV_2D else []), act]
     extra = [b.const(T.BOOL, False), b.const(T.INT32, dilation), b.const(T.INT32, dilation)] if dilation > 1 else []
     size = (9 + 2 - (2 * dilation + 1)) // stride + 1 if explicit else (9 + stride - 1) // stride
-    out = b.output(t, (1, size, size, oc), **({"scale": 2.0, "zero_point": 90} if quant else {}))
+    out = b.output(t, (1, size, size, oc), *((2.0, 90) if quant else NO_Q))
     b.op(op, [x, w, bias, *(b.const(T.INT32, p) for p in params), *extra], [out])
     return b.build()
 
