@@ -244,3 +244,56 @@ def test_bound_convolutions_match_the_general_kernel(case: tuple[Op, T, int, int
         np.testing.assert_array_equal(fast, general)
         assert np.array_equal(np.signbit(fast), np.signbit(general))
         assert fast.dtype == general.dtype and fast.shape == general.shape
+
+
+def _pad_then_conv(op: Op, t: T, padding: str, keep_mid: bool) -> Model:
+    """PAD of H and W (1x7x7x4 -> 1x9x10x4) feeding a 3x3 convolution (stride 2)."""
+    rng = np.random.default_rng(5)
+    quant = t != T.TENSOR_FLOAT32
+    q = (0.5, 100) if quant else NO_Q
+    oc = 4 if op == Op.DEPTHWISE_CONV_2D else 3
+    wshape = (1, 3, 3, oc) if op == Op.DEPTHWISE_CONV_2D else (oc, 3, 3, 4)
+    b = ModelBuilder()
+    x = b.input(t, (1, 7, 7, 4), *q)
+    pads = b.const(T.TENSOR_INT32, [[0, 0], [1, 1], [2, 1], [0, 0]])
+    mid = b.output(t, (1, 9, 10, 4), *q) if keep_mid else b.temp(t, (1, 9, 10, 4), *q)
+    b.op(Op.PAD, [x, pads], [mid])
+    if quant:
+        w = b.const(t, rng.integers(0, 255, size=wshape))
+        b.operands[w] = replace(b.operands[w], scale=0.25, zero_point=120)
+        bias = b.const(T.TENSOR_INT32, rng.integers(-500, 500, size=(oc,)))
+        b.operands[bias] = replace(b.operands[bias], scale=0.125)
+    else:
+        w, bias = b.const(t, rng.normal(size=wshape)), b.const(t, rng.normal(size=(oc,)))
+    if padding == "explicit":
+        geometry, size = [1, 0, 0, 1], (4, 5)  # left, right, top, bottom
+    elif padding == "same":
+        geometry, size = [1], (5, 5)
+    else:
+        geometry, size = [2], (4, 4)
+    multiplier = [1] if op == Op.DEPTHWISE_CONV_2D else []
+    params = [*geometry, 2, 2, *multiplier, 0]
+    out = b.output(t, (1, *size, oc), *((2.0, 90) if quant else NO_Q))
+    b.op(op, [mid, w, bias, *(b.const(T.INT32, p) for p in params)], [out])
+    return b.build()
+
+
+PAD_CASES = [
+    (op, t, padding)
+    for op in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D)
+    for t in (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM)
+    for padding in ("valid", "same", "explicit")
+]
+
+
+@pytest.mark.parametrize("case", PAD_CASES, ids=[f"{c[0].name}-{c[1].name}-{c[2]}" for c in PAD_CASES])
+def test_folded_pad_is_exact(case: tuple[Op, T, str]) -> None:
+    folded, kept = _graph(_pad_then_conv(*case, False)), _graph(_pad_then_conv(*case, True))
+    assert [s.operation_type for s in folded.main.steps] == [case[0]], "the PAD became the convolution's padding"
+    assert len(kept.main.steps) == 2
+    for seed in range(2):
+        inputs = _inputs(folded.model, seed)
+        if case[1] == T.TENSOR_FLOAT32:
+            inputs[0].reshape(-1)[:3] = [1.0, -0.0, 2.0]
+        np.testing.assert_array_equal(folded.run(inputs)[0], kept.run(inputs)[-1])
+        np.testing.assert_array_equal(_general(folded, inputs), kept.run(inputs)[-1])
