@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from nnhal.core.enums import OperandType as T, OperationType as Op
+from nnhal.core.operand_types import DTYPE
 from nnhal.core.types import Model
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
 from nnhal.server.executor.validate import validate_full
@@ -297,3 +298,18 @@ def test_folded_pad_is_exact(case: tuple[Op, T, str]) -> None:
             inputs[0].reshape(-1)[:3] = [1.0, -0.0, 2.0]
         np.testing.assert_array_equal(folded.run(inputs)[0], kept.run(inputs)[-1])
         np.testing.assert_array_equal(_general(folded, inputs), kept.run(inputs)[-1])
+
+
+@pytest.mark.parametrize("t", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_FLOAT16])
+def test_bound_pad_matches_the_general_kernel(t: T) -> None:
+    q = (0.5, 7) if t == T.TENSOR_QUANT8_ASYMM else NO_Q
+    b = ModelBuilder()
+    x = b.input(t, (1, 3, 3, 2), *q)
+    out = b.output(t, (1, 4, 6, 5), *q)
+    b.op(Op.PAD, [x, b.const(T.TENSOR_INT32, [[0, 0], [1, 0], [1, 2], [0, 3]])], [out])
+    graph = _graph(b.build())
+    assert graph.main.steps[0].fast is not None
+    value = np.arange(18).reshape(1, 3, 3, 2).astype(DTYPE[t])
+    fast = graph.run([value])[0]
+    np.testing.assert_array_equal(fast, _general(graph, [value]))
+    assert fast.dtype == value.dtype and fast[0, 0, 0, 0] == q[1]
