@@ -164,17 +164,21 @@ def finish_quant(
 ROW_TAPS_MIN = 1 << 10
 
 
-def depthwise_sum(xp: np.ndarray, wt: np.ndarray, g: Geometry, oh: int, ow: int, rows: bool) -> np.ndarray:
+def depthwise_sum(
+    xp: np.ndarray, wt: np.ndarray, g: Geometry, oh: int, ow: int, rows: bool, tiled: np.ndarray | None = None
+) -> np.ndarray:
     """Depthwise sum over the taps of padded NHWC ``xp`` with weights ``wt`` [KH, KW, C], taps in
     row-major order: with ``rows``, per tap one multiply into a scratch buffer and one add, each
-    over contiguous OW*C rows (the weights tiled along OW); else one einsum over the windows."""
+    over contiguous OW*C rows (the weights tiled along OW: ``tiled`` when prepared, else made
+    here); else one einsum over the windows."""
     kh, kw, oc = wt.shape
     stride, dilation = (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w)
     if not rows:
         windows = window_patches(xp, (kh, kw), (oh, ow), stride, dilation)
         return np.asarray(np.einsum("nhwijc,ijc->nhwc", windows, wt))
     taps = row_taps(xp, (kh, kw), (oh, ow), stride, dilation)
-    tiled = np.tile(wt, (1, 1, ow))
+    if tiled is None:
+        tiled = np.tile(wt, (1, 1, ow))
     acc: np.ndarray = np.multiply(taps[0], tiled[0, 0])
     tmp = np.empty_like(acc)
     for k in range(1, len(taps)):

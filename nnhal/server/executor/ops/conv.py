@@ -506,6 +506,7 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
     repeat = g.extra
     if st.out_dtype == np.float32:
         wt, bias, clamp = w.reshape(st.kh, st.kw, oc), st.bias, st.clamp
+        tiled = np.tile(wt, (1, 1, ow)) if rows else None
 
         def run_float(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
             x = inputs[INPUT]
@@ -513,7 +514,7 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
                 return None
             if repeat > 1:
                 x = np.repeat(x, repeat, axis=3)
-            acc = depthwise_sum(pad(x, g), wt, g, oh, ow, rows)
+            acc = depthwise_sum(pad(x, g), wt, g, oh, ow, rows, tiled)
             acc += bias
             if clamp is not None:
                 clamp(acc)
@@ -526,6 +527,7 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
     wz = filter_op.zero_point if filter_op.type != T.TENSOR_QUANT8_SYMM_PER_CHANNEL else 0
     wq = w.reshape(st.kh, st.kw, oc).astype(np.int32) - np.int32(wz)
     zp, out_zp, q = np.int32(v.inputs[INPUT].zero_point), v.outputs[0].zero_point, state
+    tiled_q = np.tile(wq, (1, 1, ow))
 
     def run_quant(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
@@ -534,7 +536,7 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
         xs = x.astype(np.int32) - zp
         if repeat > 1:
             xs = np.repeat(xs, repeat, axis=3)
-        acc = depthwise_sum(pad(xs, g), wq, g, oh, ow, True)
+        acc = depthwise_sum(pad(xs, g), wq, g, oh, ow, True, tiled_q)
         return [finish_quant(acc, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi)]
 
     return run_quant
