@@ -42,7 +42,8 @@ from nnhal.server.executions.calls import (
 from nnhal.server.executions.faults import Abort, Fault, FaultPlan
 from nnhal.server.executions.hooks import Call, Observer, Timings
 from nnhal.server.executions.long_calls import LongCalls
-from nnhal.server.executions.owner import Arrival, Executions, Method
+from nnhal.server.executions.methods import Arrival, Method
+from nnhal.server.executions.owner import Executions
 from nnhal.server.executions.refusals import Refused
 
 __all__ = [
