@@ -168,11 +168,28 @@ def depthwise_sum(
     xp: np.ndarray, wt: np.ndarray, g: Geometry, oh: int, ow: int, rows: bool, tiled: np.ndarray | None = None
 ) -> np.ndarray:
     """Depthwise sum over the taps of padded NHWC ``xp`` with weights ``wt`` [KH, KW, C], taps in
-    row-major order: with ``rows``, per tap one multiply into a scratch buffer and one add, each
-    over contiguous OW*C rows (the weights tiled along OW: ``tiled`` when prepared, else made
-    here); else one einsum over the windows."""
+    row-major order. The weights are tiled along OW (``tiled`` when prepared, else made here) so
+    that every tap is a run of OW*C contiguous elements:
+
+    - horizontal stride 1: one einsum over a [KH, KW, N, OH, OW*C] view of ``xp`` (each element's
+      products summed in one pass, no copy);
+    - else with ``rows``: per tap one multiply into a scratch buffer and one add over such rows
+      (column phases make the strided taps contiguous); without: one einsum over the windows.
+    """
     kh, kw, oc = wt.shape
     stride, dilation = (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w)
+    if g.stride_w == 1:
+        if tiled is None:
+            tiled = np.tile(wt, (1, 1, ow))
+        xp = np.ascontiguousarray(xp)
+        s_n, s_h, s_w, s_c = xp.strides
+        view = np.lib.stride_tricks.as_strided(
+            xp,
+            (kh, kw, xp.shape[0], oh, ow * oc),
+            (g.dilation_h * s_h, g.dilation_w * s_w, s_n, g.stride_h * s_h, s_c),
+            writeable=False,
+        )
+        return np.asarray(np.einsum("ijnhq,ijq->nhq", view, tiled)).reshape(xp.shape[0], oh, ow, oc)
     if not rows:
         windows = window_patches(xp, (kh, kw), (oh, ow), stride, dilation)
         return np.asarray(np.einsum("nhwijc,ijc->nhwc", windows, wt))

@@ -506,7 +506,7 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
     repeat = g.extra
     if st.out_dtype == np.float32:
         wt, bias, clamp = w.reshape(st.kh, st.kw, oc), st.bias, st.clamp
-        tiled = np.tile(wt, (1, 1, ow)) if rows else None
+        tiled = np.tile(wt, (1, 1, ow)) if rows or g.stride_w == 1 else None
 
         def run_float(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
             x = inputs[INPUT]
