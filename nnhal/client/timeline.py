@@ -31,23 +31,35 @@ _CLIENT, _SERVER = 1, 2
 
 
 def _x(name: str, ts: float, dur: float, pid: int, tid: int, **args: Any) -> dict[str, Any]:
-    return {"name": name, "ph": "X", "ts": round(ts, 3), "dur": round(max(dur, 0.0), 3), "pid": pid, "tid": tid, "args": args}
+    return {
+        "name": name,
+        "ph": "X",
+        "ts": round(ts, 3),
+        "dur": round(max(dur, 0.0), 3),
+        "pid": pid,
+        "tid": tid,
+        "args": args,
+    }
 
 
 def _meta(pid: int, name: str, threads: dict[int, str]) -> list[dict[str, Any]]:
     events = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}}]
-    events += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": n}} for t, n in threads.items()]
+    events += [
+        {"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": n}} for t, n in threads.items()
+    ]
     return events
 
 
-def trace_events(outcome: ExecutionOutcome, call_start_us: float, call_end_us: float, device: str = "") -> dict[str, Any]:
+def trace_events(
+    outcome: ExecutionOutcome, call_start_us: float, call_end_us: float, device: str = ""
+) -> dict[str, Any]:
     """The trace (``{"traceEvents": [...], "displayTimeUnit": "ms"}``) of one execution whose
     call started and ended at ``call_start_us`` / ``call_end_us`` on the client's clock."""
     call = call_end_us - call_start_us
     events = _meta(_CLIENT, "client", {1: "call", 2: "transport"})
     events += _meta(_SERVER, f"server ({device})" if device else "server", {1: "driver", 2: "operations"})
     events.append(_x("call", call_start_us, call, _CLIENT, 1, status=outcome.status.name))
-    driver = outcome.timing.time_in_driver
+    driver: float = outcome.timing.time_in_driver
     if driver == NO_TIMING or driver < 0 or driver > call:
         driver = call  # not measured: the server's part is the whole call
     start = call_start_us + (call - driver) / 2
@@ -66,6 +78,8 @@ def trace_events(outcome: ExecutionOutcome, call_start_us: float, call_end_us: f
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_trace(path: Path, outcome: ExecutionOutcome, call_start_us: float, call_end_us: float, device: str = "") -> None:
+def write_trace(
+    path: Path, outcome: ExecutionOutcome, call_start_us: float, call_end_us: float, device: str = ""
+) -> None:
     """Write :func:`trace_events` to ``path`` as JSON."""
     path.write_text(json.dumps(trace_events(outcome, call_start_us, call_end_us, device), indent=1) + "\n")
