@@ -7,7 +7,7 @@
 // opens a session, queries the device, prepares ADD of two float32[4] tensors, executes
 // it synchronously (executeSynchronously_1_3) and asynchronously (execute_1_3: launch,
 // then notify), gets INVALID_ARGUMENT in-band for an invalid model and an unknown prepared
-// model, and closes the session. With --kill-server (tests) it then SIGKILLs that server
+// model, shows the omitted priority read as MEDIUM and closes the session (closeSession). With --kill-server (tests) it then SIGKILLs that server
 // process during an execution and reports how the session stream and the execution fail.
 // Prints one line per step; exits 0 when every step answered as the protocol says, else 1.
 
@@ -85,6 +85,13 @@ async function main() {
   const session = await Session.open(args.address, { clientName: 'nnhal-js-demo', device: args.device });
   const ev = session.event;
   console.log(`session: ${session.id.slice(0, 8)}… on device "${ev.device_name}" (feature level ${ev.feature_level})`);
+  const offers = ev.capabilities || {};
+  console.log(
+    `handshake: protocol ${session.protocolVersion} (server speaks ${ev.min_protocol_version}..${ev.max_protocol_version}); ` +
+      `offers: streamed execution ${offers.streamed_execution}, fast path ${offers.fast_path}, ` +
+      `closeSession ${offers.close_session}, devices [${offers.devices}]`,
+  );
+  expect(session.protocolVersion === 2, `protocol version ${session.protocolVersion}`);
 
   const version = (await session.query('getVersionString')).version;
   const type = (await session.query('getType')).type;
@@ -130,9 +137,12 @@ async function main() {
   expect(unknown.status === 'INVALID_ARGUMENT', `unknown model: ${unknown.status}`);
 
   if (args.killPid === undefined) {
-    await session.release(handle);
-    session.close();
-    console.log('closed: the server released the session');
+    const before = (await session.unary(session.stubs.device, 'getStats', { session: session.id }, { check: false }))
+      .prepared_models_by_priority;
+    console.log(`prepared models by priority (priority omitted: NNAPI's default): ${JSON.stringify(before)}`);
+    expect(before.MEDIUM >= 1, 'an omitted priority read as MEDIUM');
+    await session.close();
+    console.log('closeSession: NONE; the server released the session');
     return;
   }
 
@@ -153,7 +163,7 @@ async function main() {
   const failed = await withTimeout(inFlight, 10000, 'the execution in flight');
   console.log(`execution in flight: ${failed.status}`);
   expect(failed instanceof HalError && failed.status === 'DEAD_OBJECT', `in-flight execution: ${failed.status}`);
-  session.close();
+  await session.close();
 }
 
 const overall = setTimeout(() => {

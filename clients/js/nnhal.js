@@ -33,6 +33,10 @@ const CHANNEL_OPTIONS = {
   'grpc.keepalive_permit_without_calls': 1,
 };
 
+// The protocol version this client speaks (docs/protocol.md, "Handshake"): 2 reads omitted
+// priority / preference as NNAPI's defaults and answers session refusals in-band.
+const PROTOCOL_VERSION = 2;
+
 function loadProtos(root = PROTO_ROOT) {
   const definition = protoLoader.loadSync(PROTO_FILES, {
     includeDirs: [root],
@@ -131,7 +135,7 @@ class Session {
     this._deathWaiters = [];
     this._opened = new Promise((resolve, reject) => {
       const stream = this.stubs.device.openSession(
-        { client_name: clientName },
+        { client_name: clientName, protocol_version: PROTOCOL_VERSION },
         this.metadata(),
         { deadline: new Date(Date.now() + 365 * 24 * 3600 * 1000) },
       );
@@ -148,6 +152,8 @@ class Session {
           }
           this.id = event.session;
           this.event = event;
+          // 0 from a server older than the handshake: protocol 1 (no closeSession, no capabilities).
+          this.protocolVersion = event.protocol_version || 1;
           resolve(this);
         }
         if (event.draining) this.draining = true;
@@ -258,9 +264,13 @@ class Session {
     return this.unary(this.stubs.preparedModel, 'release', { session: this.id, handle: preparedModel });
   }
 
-  // End the session: cancelling its stream makes the server release every object it created.
-  close() {
+  // End the session: the server releases every object it created. closeSession (protocol 2)
+  // confirms it; on an older server cancelling the stream alone does the same.
+  async close() {
     if (this.closed) return;
+    if (this.protocolVersion >= 2 && !this.death) {
+      await this.unary(this.stubs.device, 'closeSession', { session: this.id }, { timeoutMs: 5000 });
+    }
     this.closed = true;
     this._stream.cancel();
     for (const stub of Object.values(this.stubs)) stub.close();
@@ -282,6 +292,7 @@ module.exports = {
   DEADLINE_MARGIN_MS,
   HalError,
   MAX_MESSAGE_BYTES,
+  PROTOCOL_VERSION,
   Session,
   float32Bytes,
   float32Values,

@@ -19,6 +19,10 @@ session is then dead; INTERNAL: GENERAL_FAILURE); ``stall`` holds the answer ``m
 ``exit`` ends the server process with ``code`` at ``point`` (``start``, ``after_launch`` of a
 prepare / ``execute_1_3``, ``before_reply``). A fault the server cannot inject, or any fault
 on a server without ``--enable-fault-injection``, is INVALID_ARGUMENT.
+
+On the wire (``InjectedFault``, protocol 2) an omitted ``count`` is 1 and an omitted
+``grpc_code`` UNAVAILABLE, while 0 is OK, which no abort can end a call with; this client
+always sends both, so its meaning does not depend on those defaults.
 """
 
 from __future__ import annotations

@@ -65,6 +65,7 @@ def test_js_client_session_queries_prepare_execute_and_errors(record_property: C
     assert "executeSynchronously_1_3: NONE, [1,2,3,4] + [10,20,30,40] = [11,22,33,44]" in out
     assert "execute_1_3: launch NONE, notify NONE, [10.5,20.5,30.5,40.5]" in out
     assert "invalid model: launch INVALID_ARGUMENT, notify INVALID_ARGUMENT" in out
+    assert "handshake: protocol 2" in out and '"MEDIUM":1' in out
     assert out.rstrip().endswith("ok")
 
 

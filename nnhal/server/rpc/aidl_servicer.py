@@ -70,7 +70,7 @@ class AidlDeviceServicer(agrpc.AidlDeviceServicer):
         def launch() -> Held[PrepareJob]:
             require(self.driver, "prepareModelWithConfig")
             session = self.driver.session(request.session)
-            config = wire_aidl.prepare_config_from(msg)
+            config = wire_aidl.prepare_config_from(msg, session.protocol_version)
             names = [e.name for e in self.driver.extensions()]
             accepted_hints(config.compilation_hints, config.extension_name_to_prefix, names, "compilationHints")
             return held(

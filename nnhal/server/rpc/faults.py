@@ -2,16 +2,17 @@
 
 ``setFaults`` adds :class:`Fault` values to the server's one :class:`FaultPlan` (shared by
 every session; ``clear`` empties it). A fault names an RPC method (:data:`FAULTABLE`) and
-applies to its next ``count`` calls (0: every call until cleared); the faults of one
+applies to its next ``count`` calls (omitted: 1; 0: every call until cleared); the faults of one
 method are used in the order they were set. Each call takes at most one fault, when it
 arrives (:meth:`FaultPlan.take`), and the servicer applies it at its points:
 
 - ``error``: the call answers ``status`` in-band with a message saying it was injected (a
   stream's launch status, then the same notify; a burst's next response).
-- ``abort``: the RPC ends with a gRPC status (``grpc_code``, UNAVAILABLE by default: the
-  client sees DEAD_OBJECT) after ``after`` messages — 0: at once; 1 on ``prepareModel*`` /
-  ``execute_1_3``: after the launch status; K on ``configureExecutionBurst``: after K
-  responses (the fault is taken when the burst stream opens). The work launched is ended.
+- ``abort``: the RPC ends with a gRPC status (``grpc_code``, 1-16; omitted: UNAVAILABLE,
+  which the client sees as DEAD_OBJECT; 0 is OK, no failure: INVALID_ARGUMENT) after
+  ``after`` messages — 0: at once; 1 on ``prepareModel*`` / ``execute_1_3``: after the launch
+  status; K on ``configureExecutionBurst``: after K responses (the fault is taken when the
+  burst stream opens). The work launched is ended.
 - ``stall``: the answer (a stream's notify, a reply, a burst response) is held ``stall_ms``
   once the work is done (less when the caller goes away meanwhile).
 - ``exit``: the process ends with ``os._exit(exit_code)`` at ``point``: ``start`` (the call
@@ -36,6 +37,7 @@ import grpc
 
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError, InvalidArgument
+from nnhal.core.wire_session import PROTOCOL_VERSION, fault_count_of
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.driver import Driver
 
@@ -115,9 +117,11 @@ class Fault:
         return HalError.of(self.status, f"{text}: {self.message}" if self.message else text)
 
 
-def fault_from(msg: spb.InjectedFault) -> Fault:
-    """The Fault ``msg`` asks for; INVALID_ARGUMENT saying what is wrong with it."""
+def fault_from(msg: spb.InjectedFault, protocol: int = PROTOCOL_VERSION) -> Fault:
+    """The Fault ``msg`` asks for, from a session speaking ``protocol`` (an omitted ``count``
+    is 1, or 0 for protocol 1); INVALID_ARGUMENT saying what is wrong with it."""
     method = msg.method
+    count = fault_count_of(msg, protocol)
     if method not in FAULTABLE:
         raise InvalidArgument(f"setFaults: method {method!r} cannot be faulted; one of {', '.join(sorted(FAULTABLE))}")
     kind = _KIND_OF.get(msg.kind)
@@ -131,21 +135,24 @@ def fault_from(msg: spb.InjectedFault) -> Fault:
             raise InvalidArgument(f"setFaults: error status {int(msg.status)} is not an ErrorStatus") from None
         if status == ErrorStatus.NONE:
             raise InvalidArgument("setFaults: an injected error needs a status other than NONE")
-        return Fault(method, kind, msg.count, status=status, message=msg.message)
+        return Fault(method, kind, count, status=status, message=msg.message)
     if kind == "abort":
-        code = _GRPC_CODES.get(msg.grpc_code or grpc.StatusCode.UNAVAILABLE.value[0])
+        # Omitted: UNAVAILABLE. 0 is OK, as everywhere in gRPC: no failure to end a call with.
+        code = _GRPC_CODES.get(msg.grpc_code) if msg.HasField("grpc_code") else grpc.StatusCode.UNAVAILABLE
         if code is None:
-            raise InvalidArgument(f"setFaults: gRPC code {msg.grpc_code} is not a failure code (1-16)")
+            raise InvalidArgument(
+                f"setFaults: gRPC code {msg.grpc_code} is not a failure code (1-16; omit it for UNAVAILABLE)"
+            )
         most = None if method == BURST else (1 if stream else 0)
         if most is not None and msg.after_messages > most:
             raise InvalidArgument(
                 f"setFaults: {method} can be aborted after at most {most} message(s), not {msg.after_messages}"
             )
-        return Fault(method, kind, msg.count, message=msg.message, grpc_code=code, after=msg.after_messages)
+        return Fault(method, kind, count, message=msg.message, grpc_code=code, after=msg.after_messages)
     if kind == "stall":
         if not 0 < msg.stall_ms <= MAX_STALL_MS:
             raise InvalidArgument(f"setFaults: a stall takes 1 to {MAX_STALL_MS} ms, not {msg.stall_ms}")
-        return Fault(method, kind, msg.count, stall_ms=msg.stall_ms)
+        return Fault(method, kind, count, stall_ms=msg.stall_ms)
     point = _POINT_OF.get(msg.point)
     if point is None:
         raise InvalidArgument(f"setFaults: exit point {int(msg.point)} is invalid; one of {', '.join(POINTS)}")
@@ -153,7 +160,7 @@ def fault_from(msg: spb.InjectedFault) -> Fault:
         raise InvalidArgument(f"setFaults: {method} has no launch; exit at start or before_reply")
     if msg.exit_code > 255:
         raise InvalidArgument(f"setFaults: an exit status is 0-255, not {msg.exit_code}")
-    return Fault(method, kind, msg.count, point=point, exit_code=msg.exit_code)
+    return Fault(method, kind, count, point=point, exit_code=msg.exit_code)
 
 
 class _Entry:

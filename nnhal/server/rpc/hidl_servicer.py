@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from nnhal.core import versions, wire, wire_hidl
+from nnhal.core import versions, wire, wire_hidl, wire_session
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion, Priority
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import ExecutionResult, Model, Request
@@ -31,7 +31,7 @@ from nnhal.server.jobs import ExecutionJob, PrepareJob
 from nnhal.server.memory import bind_model_pools
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.common import Held, held, launch_then_notify, long_calls, recorder, within_message_limit
-from nnhal.server.rpc.device_servicer import _preference_from, prepare_stream
+from nnhal.server.rpc.device_servicer import prepare_stream
 from nnhal.server.rpc.levels import answer, require, run_sync
 from nnhal.server.session import Session
 
@@ -169,7 +169,7 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
             session = self.driver.session(request.session)
             model = self._held(session, request.model, V.V1_1)
             return self.driver.begin_prepare(
-                session, model, _preference_from(request.preference), Priority.MEDIUM, None
+                session, model, wire_session.preference_of(request, session.protocol_version), Priority.MEDIUM, None
             )
 
         return self._prepare("prepareModel_1_1", request.session, V.V1_1, launch, False, context)
@@ -180,7 +180,7 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
         def launch() -> PrepareJob:
             session = self.driver.session(request.session)
             model = self._held(session, request.model, V.V1_2)
-            preference = _preference_from(request.preference)
+            preference = wire_session.preference_of(request, session.protocol_version)
             return self.driver.begin_prepare(session, model, preference, Priority.MEDIUM, None, bytes(request.token))
 
         return self._prepare("prepareModel_1_2", request.session, V.V1_2, launch, request.want_cache, context)
