@@ -11,7 +11,7 @@ Build them with the constructors and hand them to ``Device.inject_faults`` (or t
 
 Faults are the server's (every session sees them) and apply to the next ``count`` calls of
 the named RPC method (0: every call until cleared), in the order they were set. What each
-kind does, and where, is ``nnhal.server.rpc.faults``'s contract: ``error`` answers the
+kind does, and where, is ``nnhal.server.executions.faults``'s contract: ``error`` answers the
 status in-band (a stream's launch status and notify) with a message saying it was
 injected; ``abort`` ends the RPC with a gRPC status after ``after`` messages, which the
 client maps like any transport failure (UNAVAILABLE, the default: DEAD_OBJECT, and the

@@ -26,7 +26,7 @@ goes back through the result ring. A full request asking for a layout id (kind
 ``fastpacket.LEARN``) is granted one when it passed validation and all its pools
 are inline; a compact call of a granted layout (``fastpacket.CALL``: the id, the
 per-call scalars, the raw pool bytes) is rebuilt from the validated layout and
-runs through the same ``execute_sync``; an unknown id or a body not of the
+runs through the same ``Executions.execute``; an unknown id or a body not of the
 layout's length is INVALID_ARGUMENT and the burst serves on. The stream stays open as the burst's liveness
 channel: when the client's connection dies or the client cancels it, gRPC ends
 the call and the queue is stopped; when the server stops, likewise. A burst the
@@ -36,7 +36,9 @@ with the status.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from functools import partial
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -47,13 +49,11 @@ from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import ExecutionResult, Request
 from nnhal.proto import fastpath_pb2 as fpb, fastpath_pb2_grpc as fpgrpc, service_pb2 as spb
 from nnhal.server import fastpath
-from nnhal.server.driver import Driver
+from nnhal.server.executions import Execution, Executions, Method, Refused
+from nnhal.server.executions.faults import BURST
 from nnhal.server.fastpath import FastQueue
-from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import long_calls, once, recorder
-from nnhal.server.rpc.faults import BURST
-from nnhal.server.rpc.levels import burst_refusal, require
-from nnhal.server.rpc.prepared_model_servicer import PreparedModelServicer
+from nnhal.server.rpc.common import result_to, status_to
+from nnhal.server.rpc.prepared_model_servicer import EXECUTION_FAULTS, check_burst_fields, execution_from
 from nnhal.server.session import Session, is_local_address
 
 #: The client collects its queue right after the first event; this is generous.
@@ -62,31 +62,33 @@ RINGS = "fast burst rings"
 _METHOD = "openFastBurst"
 
 
-def _refusal(status: ErrorStatus, message: str) -> bytes:
-    """An ExecuteResult packet carrying a refusal."""
-    data: bytes = wire.status_to(spb.ExecuteResult(), status, message).SerializeToString()
-    return data
+def _packet(refused: Refused) -> tuple[int, bytes]:
+    """A result packet carrying a refusal (an ExecuteResult with its status)."""
+    return fastring.RESULT, status_to(spb.ExecuteResult(), refused).SerializeToString()
+
+
+def _violation(status: ErrorStatus, message: str) -> bytes:
+    """The queue's answer to a packet breaking its protocol (``FastQueue.serve``)."""
+    return _packet(Refused(status, message))[1]
 
 
 class FastPathServicer(fpgrpc.FastPathServicer):
-    """``executions``: the server's PreparedModel servicer, whose burst execution runs each packet."""
+    """An adapter of the device's ``Executions``: each packet is one of its burst executions."""
 
-    def __init__(
-        self, driver: Driver, executions: PreparedModelServicer, metrics: Metrics, enabled: bool = True
-    ) -> None:
-        self.driver = driver
-        self.metrics = metrics
-        self._executions = executions
-        self._record = recorder(metrics, _METHOD, metrics.execute_seconds.observe)
-        self._long_calls = long_calls(driver)
+    def __init__(self, executions: Executions, enabled: bool = True) -> None:
+        self.executions = executions
+        self.driver = executions.driver
+        self._method = executions.method(_METHOD, "a fast burst execution", fault=BURST)
         self._enabled = enabled and fastpath.available()
 
     def _authorise(self, request: fpb.FastBurstRequest, peer: str) -> Session:
         policy = self.driver.config.shared_memory
         if not self._enabled:
             raise GeneralFailure("this server does not offer the fast path; use the gRPC burst")
-        require(self.driver, "configureExecutionBurst")  # a fast burst is a burst: HAL 1.2 on
-        faults = self._executions.faults
+        arrival = self.executions.arrive(self.executions.method(BURST, timer=None, fault=None))
+        if arrival is not None and arrival.error is not None:
+            raise arrival.error  # a fast burst is a burst: HAL 1.2 on
+        faults = self.executions.faults
         if faults.armed and any(f.method == BURST and f.kind == "abort" for f in faults.pending()):
             # An injected abort is a transport event of the gRPC stream: the client falls back to it.
             raise GeneralFailure("the fast path steps aside while a burst abort is injected; use the gRPC burst")
@@ -104,12 +106,10 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         peer = context.peer() or ""
         try:
             session = self._authorise(request, peer)
-            self._long_calls.enter("burst", peer)
+            leave = self.executions.long_calls.open("burst", peer)
         except HalError as err:
-            self.metrics.rpc(_METHOD, err.error_status)
-            yield self._event(err.error_status, err.message)
+            yield self._event(self.executions.refuse(self._method, err))
             return
-        leave = once(lambda: self._long_calls.leave("burst", peer))
         context.add_callback(leave)
         ring_bytes = fastring.grant_ring_bytes(request.ring_bytes)
         charged = 0
@@ -125,13 +125,11 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 return  # the call ended already
             yield fpb.FastBurstEvent(socket_path=str(queue.socket_path), token=queue.token, ring_bytes=ring_bytes)
             queue.hand_over(HANDOVER_TIMEOUT_S)
-            queue.serve(self._handler(session, request.prepared_model), _refusal)
+            queue.serve(self._handler(session, request.prepared_model), _violation)
             if queue.violation:
-                self.metrics.rpc(_METHOD, ErrorStatus.INVALID_ARGUMENT)
-                yield self._event(ErrorStatus.INVALID_ARGUMENT, queue.violation)
+                yield self._event(self.executions.refuse(self._method, InvalidArgument(queue.violation)))
         except HalError as err:
-            self.metrics.rpc(_METHOD, err.error_status)
-            yield self._event(err.error_status, err.message)
+            yield self._event(self.executions.refuse(self._method, err))
         finally:
             if queue is not None:
                 queue.close()
@@ -140,51 +138,49 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             leave()
 
     @staticmethod
-    def _event(status: ErrorStatus, message: str) -> fpb.FastBurstEvent:
-        event: fpb.FastBurstEvent = wire.status_to(fpb.FastBurstEvent(), status, message)
-        return event
+    def _event(refused: Refused) -> fpb.FastBurstEvent:
+        return status_to(fpb.FastBurstEvent(), refused)
 
     def _handler(self, session: Session, handle: str) -> fastpath.Handle:
         """The packet handler of one fast burst: full requests, requests asking for a layout
         id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`)."""
-        execute = self._executions.execute_sync
-        faults = self._executions.faults
-        record = self._record
-        driver = self.driver
+        x = self.executions
+        m: Method = self._method
         layouts: dict[int, fastpacket.Layout] = {}  # this burst's granted layouts, by id (from 1)
-        what = "a fast burst execution"
 
-        def refuse(status: ErrorStatus, message: str) -> tuple[int, bytes]:
-            return fastring.RESULT, _refusal(status, message)
+        def refuse(message: str) -> tuple[int, bytes]:
+            """A packet the burst cannot run (not counted: it names no execution)."""
+            return _packet(Refused(ErrorStatus.INVALID_ARGUMENT, message))
 
         def run_full(kind: int, payload: bytes) -> tuple[int, bytes]:
             try:
                 msg = spb.ExecuteRequest.FromString(payload)
             except DecodeError:
-                return refuse(ErrorStatus.INVALID_ARGUMENT, "a fast burst packet that is not an ExecuteRequest")
+                return refuse("a fast burst packet that is not an ExecuteRequest")
             if msg.session not in ("", session.id) or msg.prepared_model not in ("", handle):
-                err = InvalidArgument("a fast burst executes only the prepared model of the session it was opened for")
-                return refuse(err.error_status, err.message)
+                return refuse("a fast burst executes only the prepared model of the session it was opened for")
             msg.session = session.id
             msg.prepared_model = handle
-            # What the device's level lacks is refused as on the gRPC burst.
-            refused = burst_refusal(driver, msg)
-            if refused is not None:
-                return fastring.RESULT, refused.SerializeToString()
+            try:
+                check_burst_fields(x, msg)  # what the device's level lacks, as on the gRPC burst
+            except HalError as err:
+                return _packet(x.refuse(m, err))
             # The faults a gRPC burst execution takes (an injected status, a stall, an exit).
-            fault = faults.take(BURST, ("error", "stall", "exit")) if faults.armed else None
+            arrival = x.arrive(m, EXECUTION_FAULTS)
             if kind != fastpacket.LEARN:
-                return fastring.RESULT, execute(msg, what, record, None, fault).SerializeToString()
+                result = x.execute(m, partial(execution_from, msg), None, arrival)
+                return fastring.RESULT, result_to(result).SerializeToString()
             try:
                 canonical = wire.request_from(msg.request)
             except HalError as err:
-                return refuse(err.error_status, err.message)
-            answer = execute(msg, what, record, None, fault, canonical)
+                return _packet(x.refuse(m, err))
+            result = x.execute(m, partial(execution_from, msg, canonical), None, arrival)
+            answer = result_to(result)
             key = fastpacket.layout_key(canonical.inputs, canonical.outputs, canonical.pools)
             granted = 0
             # Granted once the layout passed validation (its plan is learned), within the cap.
             room = len(layouts) < fastpacket.MAX_LAYOUTS
-            if room and key is not None and ErrorStatus(answer.status) in fastpacket.ANSWERED and not msg.profile:
+            if room and key is not None and result.status in fastpacket.ANSWERED and not msg.profile:
                 granted = len(layouts) + 1
                 layouts[granted] = fastpacket.Layout(key)
             return fastpacket.LEARNED, fastpacket.LEARNED_HEADER.pack(granted) + answer.SerializeToString()
@@ -194,33 +190,29 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 call = fastpacket.decode_call(payload)
                 layout = layouts.get(call.layout)
                 if layout is None:
-                    return refuse(ErrorStatus.INVALID_ARGUMENT, f"fast burst: unknown layout id {call.layout}")
+                    return refuse(f"fast burst: unknown layout id {call.layout}")
                 pools = layout.pools(call.body)
             except fastpacket.PacketError as err:
-                return refuse(ErrorStatus.INVALID_ARGUMENT, f"malformed fast burst call: {err}")
-            msg = spb.ExecuteRequest(session=session.id, prepared_model=handle, measure=int(call.measure))  # type: ignore[arg-type]
-            msg.loop_timeout_ns = call.loop_timeout_ns
-            if call.deadline_ns is not None:
-                msg.deadline.has_deadline = True
-                msg.deadline.remaining_ns = call.deadline_ns
-            refused = burst_refusal(driver, msg)
-            if refused is not None:
-                return fastring.RESULT, refused.SerializeToString()
-            fault = faults.take(BURST, ("error", "stall", "exit")) if faults.armed else None
-            results: list[ExecutionResult] = []
-
-            def reply(result: ExecutionResult) -> spb.ExecuteResult:
-                # Only the status goes into a message (execute_sync records it); the answer is packed below.
-                results.append(result)
-                return spb.ExecuteResult(status=int(result.status))  # type: ignore[arg-type]
-
-            answer = execute(msg, what, record, None, fault, Request(layout.inputs, layout.outputs, pools), reply)
-            if not results:  # refused at launch or failed: the message says why
-                return fastring.RESULT, answer.SerializeToString()
-            result = results[0]
-            if result.status in fastpacket.ANSWERED:
+                return refuse(f"malformed fast burst call: {err}")
+            try:  # a layout holds inline pools only: no token to look for
+                x.check_burst_fields(call.deadline_ns is not None, call.loop_timeout_ns, False)
+            except HalError as err:
+                return _packet(x.refuse(m, err))
+            arrival = x.arrive(m, EXECUTION_FAULTS)
+            # The deadline travels as the time remaining, re-based on this host's clock at arrival.
+            deadline = None if call.deadline_ns is None else time.monotonic_ns() + call.deadline_ns
+            execution = Execution(
+                session.id,
+                handle,
+                Request(layout.inputs, layout.outputs, pools),
+                call.measure,
+                deadline,
+                call.loop_timeout_ns,
+            )
+            result = x.execute(m, lambda: execution, None, arrival)
+            if isinstance(result, ExecutionResult) and result.status in fastpacket.ANSWERED:
                 return fastpacket.ANSWER, fastpacket.encode_answer(result)
-            return fastring.RESULT, wire.execution_result_to(result).SerializeToString()
+            return fastring.RESULT, result_to(result).SerializeToString()
 
         def handle_packet(kind: int, payload: bytes) -> tuple[int, bytes]:
             if kind == fastpacket.CALL:

@@ -1,13 +1,13 @@
 """Several devices behind one server: the device list and the routing of every call.
 
-Each device is a Driver with its own servicers. One generic handler routes each call to
-the servicers of the device its ``nnhal-device`` metadata names (absent: the first
-device), so a session is opened on one device and every later call of that session
-reaches the same Driver: objects belong to the device and session that made them, and
-another device's handle is INVALID_ARGUMENT like any unknown handle. A name no device
-has is refused alike on every server, one device or several: ``openSession`` answers
-INVALID_ARGUMENT in its first event naming the devices there are (a protocol 1 client:
-the gRPC status NOT_FOUND), every other call ends with NOT_FOUND.
+Each device is a Driver, whose calls its ``Executions`` owns, with its own servicers. One
+generic handler routes each call to the servicers of the device its ``nnhal-device``
+metadata names (absent: the first device), so a session is opened on one device and every
+later call of that session reaches the same Driver: objects belong to the device and
+session that made them, and another device's handle is INVALID_ARGUMENT like any unknown
+handle. A name no device has is refused alike on every server, one device or several:
+``openSession`` answers INVALID_ARGUMENT in its first event naming the devices there are (a
+protocol 1 client: the gRPC status NOT_FOUND), every other call ends with NOT_FOUND.
 
 ``DeviceManager.listDevices`` (``devices.proto``) lists every device: name, kind,
 type, feature level, version string, capabilities and status, the default first.
@@ -32,7 +32,7 @@ from nnhal.proto import (
     streamed_pb2_grpc as stgrpc,
 )
 from nnhal.server.driver import Driver
-from nnhal.server.metrics import Metrics
+from nnhal.server.executions import Executions
 from nnhal.server.rpc.buffer_servicer import BufferServicer
 from nnhal.server.rpc.device_servicer import DeviceServicer
 from nnhal.server.rpc.fastpath_servicer import FastPathServicer
@@ -48,15 +48,15 @@ DEVICE_METADATA = "nnhal-device"
 _OPEN_SESSION = f"/{spb.DESCRIPTOR.services_by_name['Device'].full_name}/openSession"
 
 
-def _add_servicers(server: Any, driver: Driver, metrics: Metrics, fast_path: bool, devices: Sequence[str]) -> None:
-    sgrpc.add_DeviceServicer_to_server(DeviceServicer(driver, metrics, devices, fast_path), server)
-    executions = PreparedModelServicer(driver, metrics)
-    sgrpc.add_PreparedModelServicer_to_server(executions, server)
-    fpgrpc.add_FastPathServicer_to_server(FastPathServicer(driver, executions, metrics, fast_path), server)
-    stgrpc.add_StreamedExecutionServicer_to_server(StreamedExecutionServicer(driver, executions, metrics), server)
-    sgrpc.add_FencedExecutionCallbackServicer_to_server(FencedExecutionCallbackServicer(driver, metrics), server)
-    sgrpc.add_BufferServicer_to_server(BufferServicer(driver, metrics), server)
-    add_method_forms(server, driver, metrics)  # the HIDL 1.0-1.2 and AIDL method forms
+def _add_servicers(server: Any, executions: Executions, fast_path: bool, devices: Sequence[str]) -> None:
+    """Every servicer of one device, each an adapter of its ``executions``."""
+    sgrpc.add_DeviceServicer_to_server(DeviceServicer(executions, devices, fast_path), server)
+    sgrpc.add_PreparedModelServicer_to_server(PreparedModelServicer(executions), server)
+    fpgrpc.add_FastPathServicer_to_server(FastPathServicer(executions, fast_path), server)
+    stgrpc.add_StreamedExecutionServicer_to_server(StreamedExecutionServicer(executions), server)
+    sgrpc.add_FencedExecutionCallbackServicer_to_server(FencedExecutionCallbackServicer(executions), server)
+    sgrpc.add_BufferServicer_to_server(BufferServicer(executions), server)
+    add_method_forms(server, executions)  # the HIDL 1.0-1.2 and AIDL method forms
 
 
 def _refusal(handler: grpc.RpcMethodHandler, message: str, method: str) -> grpc.RpcMethodHandler:
@@ -123,15 +123,14 @@ class DeviceManagerServicer(dgrpc.DeviceManagerServicer):
         return reply
 
 
-def add_device_services(
-    server: aio.Server, drivers: Mapping[str, Driver], metrics: Metrics, fast_path: bool = True
-) -> None:
-    """The HAL services of ``drivers`` (the first is the default device) and DeviceManager,
-    every handler made async (``sync_handlers.asyncify``)."""
+def add_device_services(server: aio.Server, devices: Mapping[str, Executions], fast_path: bool = True) -> None:
+    """The HAL services of ``devices`` (each device's owner of its calls; the first is the
+    default device) and DeviceManager, every handler made async (``sync_handlers.asyncify``)."""
     collectors: dict[str, Collector] = {}
-    for name, driver in drivers.items():
+    for name, executions in devices.items():
         collectors[name] = Collector()
-        _add_servicers(collectors[name], driver, metrics, fast_path, tuple(drivers))
+        _add_servicers(collectors[name], executions, fast_path, tuple(devices))
+    drivers = {name: executions.driver for name, executions in devices.items()}
     # A router also with one device: a name it does not have is refused as on any server.
     tables = {name: c.table for name, c in collectors.items()}
     server.add_generic_rpc_handlers((DeviceRouter(tables, next(iter(drivers))),))

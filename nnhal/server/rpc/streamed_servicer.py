@@ -3,13 +3,13 @@ inline pools travel in chunks.
 
 The stream is read whole (``wire_stream.read_request``: the head, then the chunks
 reassembled into the pools, every rule checked), then the execution runs exactly as a
-synchronous one (``PreparedModelServicer.execute_sync``: level and drain refusals, launch
+synchronous one (``Executions.execute``: level and drain refusals, launch
 checks, injected faults of ``executeSynchronously_1_3``, metrics), and the answer goes
 back as its head, then the chunks of its large output pools. A stream breaking the rules
 is answered with INVALID_ARGUMENT in the head. The handler is a coroutine on the server's
 loop: the chunks are taken in as they arrive (no thread waits on a slow sender), the
 execution runs on a worker thread. An open stream counts among the long-lived calls of its
-connection (``common.LongCalls``, kind ``streamed execution``): past the cap the head says
+connection (``executions.LongCalls``, kind ``streamed execution``): past the cap the head says
 RESOURCE_EXHAUSTED_TRANSIENT.
 """
 
@@ -24,47 +24,47 @@ from grpc import aio
 
 from nnhal.core import wire, wire_stream
 from nnhal.core.errors import HalError
-from nnhal.core.types import ExecutionResult, PoolData
 from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb, streamed_pb2_grpc as stgrpc
-from nnhal.server.driver import Driver
-from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import Record, long_calls, once, recorder
-from nnhal.server.rpc.levels import require
-from nnhal.server.rpc.prepared_model_servicer import PreparedModelServicer
-from nnhal.server.rpc.sync_handlers import SyncContext, in_thread
+from nnhal.server.executions import Abort, Arrival, Execution, Executions, Method, Refused
+from nnhal.server.rpc.common import hal_method, status_to
+from nnhal.server.rpc.prepared_model_servicer import execution_from
+from nnhal.server.rpc.sync_handlers import SyncContext, abort, in_thread
 
 METHOD = "executeStreamed"
 #: The method whose level rule and injected faults a streamed execution shares.
 SYNC_METHOD = "executeSynchronously_1_3"
 
 
-def _refused(err: HalError) -> stpb.StreamedExecuteResult:
-    return stpb.StreamedExecuteResult(head=wire.status_to(spb.ExecuteResult(), err.error_status, err.message))
+def _head(refused: Refused) -> stpb.StreamedExecuteResult:
+    """The one message answering a refused stream."""
+    return stpb.StreamedExecuteResult(head=status_to(spb.ExecuteResult(), refused))
 
 
 class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
-    def __init__(self, driver: Driver, executions: PreparedModelServicer, metrics: Metrics | None = None) -> None:
-        """``executions``: the servicer whose synchronous execution this one runs."""
-        self.driver = driver
-        self._executions = executions
-        self.metrics = metrics = metrics or executions.metrics
-        self._record = recorder(metrics, METHOD, metrics.execute_seconds.observe)
-        self._long_calls = long_calls(driver)
+    """An adapter of the device's ``Executions``: the stream in, one ``execute`` call, the stream out."""
 
+    def __init__(self, executions: Executions) -> None:
+        self.executions = executions
+
+    @hal_method(METHOD, timer="execute", fault=SYNC_METHOD, gate=SYNC_METHOD)
     async def executeStreamed(
-        self, request_iterator: AsyncIterator[stpb.StreamedExecuteRequest], context: aio.ServicerContext[Any, Any]
+        self,
+        request_iterator: AsyncIterator[stpb.StreamedExecuteRequest],
+        context: aio.ServicerContext[Any, Any],
+        m: Method,
+        arrival: Arrival | None,
     ) -> AsyncIterator[stpb.StreamedExecuteResult]:
+        x = self.executions
         peer = context.peer() or ""
         t0 = time.perf_counter()
         try:
-            require(self.driver, SYNC_METHOD)
-            self._long_calls.enter("streamed execution", peer)
+            if arrival is not None and arrival.error is not None:
+                raise arrival.error  # the level of the method it shares
+            leave = x.long_calls.open("streamed execution", peer)
         except HalError as err:
-            self._record(err.error_status, None)
-            yield _refused(err)
+            yield _head(x.refuse(m, err, None, t0))
             return
         # Given back when the stream ends, also when gRPC never resumes this generator.
-        leave = once(lambda: self._long_calls.leave("streamed execution", peer))
         context.add_done_callback(lambda _context: leave())
         sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the execution's context
         try:
@@ -75,31 +75,22 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                     reader.add(part)
                 head, request = reader.finish()
             except HalError as err:
-                self._record(err.error_status, None)
-                yield _refused(err)
+                yield _head(x.refuse(m, err, None, t0))
                 return
-            chunked: dict[int, PoolData] = {}
 
-            def reply(result: ExecutionResult) -> spb.ExecuteResult:
-                kept, large = wire_stream.split_result(result)
-                chunked.update(large)
-                return wire.execution_result_to(kept)
+            def build() -> Execution:
+                return execution_from(head, request)
 
-            faults = self._executions.faults
-            fault = faults.take(SYNC_METHOD) if faults.armed else None
-            record = self._record_since(t0)
-            execute = self._executions.execute_sync
-            msg = await in_thread(execute, head, METHOD, record, sync, fault, request, reply)
-            yield stpb.StreamedExecuteResult(head=msg)
-            for chunk in wire_stream.chunks(stpb.StreamedExecuteResult, chunked):
+            try:
+                result = await in_thread(x.execute, m, build, sync, arrival, t0)
+            except Abort as aborted:
+                await abort(context, aborted)
+            if isinstance(result, Refused):
+                yield _head(result)
+                return
+            kept, large = wire_stream.split_result(result)
+            yield stpb.StreamedExecuteResult(head=wire.execution_result_to(kept))
+            for chunk in wire_stream.chunks(stpb.StreamedExecuteResult, large):
                 yield chunk
         finally:
             leave()
-
-    def _record_since(self, t0: float) -> Record:
-        """A Record timing the execution from the stream's start (its transfer included)."""
-
-        def record(status: int, seconds: float | None) -> None:
-            self._record(status, None if seconds is None else time.perf_counter() - t0)
-
-        return record
