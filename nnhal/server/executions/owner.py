@@ -83,7 +83,8 @@ class Executions:
         self.lifecycle = driver.lifecycle
         self.level = driver.config.feature_level
         self.long_calls = LongCalls.of(driver.config)
-        self.faults = FaultPlan()
+        config = driver.config
+        self.faults = FaultPlan(config.fault_seed if config.fault_injection else None, config.fault_rate)
         #: The hooks (``hooks.Observer``); None: none, and the calls pay one attribute read.
         self.observer: Observer | None = None
         self._observers: list[Observer] = []
