@@ -8,6 +8,16 @@ same way). The client maps it: inputs are written in place before an execution,
 outputs are read in place after it, and no tensor bytes travel through gRPC.
 Release explicitly (or with ``with``); the file is removed then.
 
+On Linux ``create`` makes a memfd instead of a file (``memfd=True``, the default
+where the system has memfd seals): sealed with ``F_SEAL_SHRINK | F_SEAL_GROW``
+before anyone sees it, so the server maps it and reads and writes the tensors in
+place (no copy on either side). Its pool name, ``<prefix>memfd.<pid>.<fd>.<nonce>``,
+tells the server where to open it (``/proc/<pid>/fd/<fd>``, which the kernel allows
+a server running as the same user); it lives only as long as its descriptors.
+``memfd=False`` makes a file in the directory (a server in another PID namespace or
+running as another user needs that); ``seal=False`` an unsealed memfd, which the
+server copies through like a file.
+
 Every region holds a shared ``flock`` on its file while it lives (the kernel drops it
 when the process dies, however it dies). Files ``create`` makes are named
 ``<prefix><random>.held``; when a session ends, the server removes the ``.held`` files
@@ -46,6 +56,11 @@ class SharedMemoryHost(Protocol):
 
     @property
     def shm_prefix(self) -> str: ...
+
+
+def memfd_available() -> bool:
+    """Whether this system makes sealable memfds (Linux)."""
+    return hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS") and hasattr(fcntl, "F_SEAL_SHRINK")
 
 
 def _hold(fd: int, path: Path) -> None:
@@ -98,8 +113,11 @@ def _create_held(directory: Path, prefix: str) -> tuple[Path, int]:
 class SharedMemory:
     """A mapped region usable as a model pool (constants) or a request pool (inputs/outputs)."""
 
-    def __init__(self, path: Path, size: int, kind: str, owned: bool, fd: int | None = None) -> None:
-        """Map ``path`` (or the open ``fd``, which the region then owns) and hold it."""
+    def __init__(
+        self, path: Path, size: int, kind: str, owned: bool, fd: int | None = None, name: str | None = None
+    ) -> None:
+        """Map ``path`` (or the open ``fd``, which the region then owns) and hold it. A
+        ``name`` is a memfd's pool name (``path`` then reaches the memfd through /proc)."""
         if kind not in KINDS:
             if fd is not None:
                 os.close(fd)
@@ -107,12 +125,14 @@ class SharedMemory:
         self.path = path
         self.size = size
         self.kind = kind
-        self._owned = owned
+        self._owned = owned and name is None  # a memfd has no file to remove
+        self._name = name or path.name
         if fd is None:
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            # Held while the region lives: the server never removes a file a live process holds.
-            _hold(fd, path)
+            if name is None:
+                # Held while the region lives: the server never removes a file a live process holds.
+                _hold(fd, path)
             self._map: mmap.mmap | None = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
@@ -121,14 +141,22 @@ class SharedMemory:
 
     # -- constructors ---------------------------------------------------------------
     @classmethod
-    def create(cls, device: SharedMemoryHost, size: int, kind: str = "ashmem") -> SharedMemory:
-        """A new zeroed region of ``size`` bytes in the server's shared-memory directory."""
+    def create(
+        cls, device: SharedMemoryHost, size: int, kind: str = "ashmem", memfd: bool | None = None, seal: bool = True
+    ) -> SharedMemory:
+        """A new zeroed region of ``size`` bytes: a memfd sealed against size changes
+        (``memfd`` None: where the system has memfd seals; ``seal=False``: unsealed),
+        else a file in the server's shared-memory directory (see the module's docstring)."""
         if not device.shm_dir:
             raise InvalidArgument("this server offers no shared memory (remote peer, or started with --shm-dir none)")
         if size <= 0:
             raise InvalidArgument(f"a shared region needs a positive size, got {size}")
         if kind not in KINDS:
             raise InvalidArgument(f"unknown shared memory kind {kind!r}; one of {KINDS}")
+        if memfd is None:
+            memfd = memfd_available()
+        if memfd:
+            return cls._create_memfd(device.shm_prefix, size, kind, seal)
         path, fd = _create_held(Path(device.shm_dir), device.shm_prefix)
         try:
             os.ftruncate(fd, size)
@@ -139,10 +167,34 @@ class SharedMemory:
         return cls(path, size, kind, owned=True, fd=fd)
 
     @classmethod
-    def from_array(cls, device: SharedMemoryHost, array: np.ndarray, kind: str = "ashmem") -> SharedMemory:
-        """A new region holding a copy of ``array``'s bytes."""
+    def _create_memfd(cls, prefix: str, size: int, kind: str, seal: bool) -> SharedMemory:
+        if not memfd_available():
+            raise InvalidArgument("this system has no sealable memfd (create the region with memfd=False)")
+        nonce = secrets.token_hex(12)
+        fd = os.memfd_create(f"{prefix}{nonce}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, size)
+            if seal:
+                # Before anyone else sees it: from now on nobody can cut pages from under a mapping.
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        except BaseException:
+            os.close(fd)
+            raise
+        name = f"{prefix}memfd.{os.getpid()}.{fd}.{nonce}"
+        return cls(Path(f"/proc/{os.getpid()}/fd/{fd}"), size, kind, owned=True, fd=fd, name=name)
+
+    @classmethod
+    def from_array(
+        cls,
+        device: SharedMemoryHost,
+        array: np.ndarray,
+        kind: str = "ashmem",
+        memfd: bool | None = None,
+        seal: bool = True,
+    ) -> SharedMemory:
+        """A new region holding a copy of ``array``'s bytes (``memfd``, ``seal``: as ``create``)."""
         data = np.ascontiguousarray(array)
-        region = cls.create(device, max(data.nbytes, 1), kind)
+        region = cls.create(device, max(data.nbytes, 1), kind, memfd, seal)
         region.view(np.uint8, (data.nbytes,))[:] = data.reshape(-1).view(np.uint8)
         return region
 
@@ -159,7 +211,12 @@ class SharedMemory:
     # -- use ------------------------------------------------------------------------------
     @property
     def name(self) -> str:
-        return self.path.name
+        """The pool name the server opens the region by."""
+        return self._name
+
+    def fileno(self) -> int:
+        """The region's open descriptor (-1 once released)."""
+        return self._fd
 
     def pool(self, offset: int = 0, size: int | None = None) -> SharedMemoryPool:
         """The pool naming this region (or a part of it) in a Model or Request."""

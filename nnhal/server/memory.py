@@ -4,13 +4,19 @@ Inline pools are message bytes (outputs get a fresh zeroed buffer: a bytearray w
 small, a numpy allocation when large — its zero pages are mapped lazily, as huge pages
 where the system allows, instead of faulted in 4 KiB at a time by a memset — handed
 back uncopied as a read-only memoryview). Shared
-pools are files inside the server's shared-memory directory: only plain names
-carrying the configured prefix, opened without following links, with offset +
-size checked against the file's real size (``open_region``, every policy check
-in one place). They are never mapped: a client can shrink its file at any time,
-and a mapped page past the new end faults the whole server (SIGBUS). Their bytes
-cross with ``preadv``/``pwrite`` into and out of private buffers, and a region
-that shrank is INVALID_ARGUMENT, whenever it happens (``SharedRegion``). Token
+pools are files inside the server's shared-memory directory (only plain names
+carrying the configured prefix, opened without following links) or a client's
+memfd (named ``<prefix>memfd.<pid>.<fd>.<nonce>``, opened through
+``/proc/<pid>/fd/<fd>`` when the policy allows it, and only if that descriptor is a
+memfd whose own name is ``<prefix><nonce>``), with offset + size checked against
+the file's real size (``open_region``, every policy check in one place). A region
+the kernel guarantees cannot shrink (``F_GET_SEALS`` shows ``F_SEAL_SHRINK`` and
+``F_SEAL_GROW``) is mapped and used in place: inputs read and outputs written
+straight in the client's pages. Any other region is never mapped: a client can
+shrink its file at any time, and a mapped page past the new end faults the whole
+server (SIGBUS). Its bytes cross with ``preadv``/``pwrite`` into and out of
+private buffers, and a region that shrank is INVALID_ARGUMENT, whenever it happens
+(``SharedRegion``). Token
 pools name driver-managed buffers (memory domains): a request's get a placeholder
 here that ``buffers.resolve_tokens`` fills; a model's or an IBuffer copy's are
 refused. Whether the peer may name shared regions at all is the session's
@@ -24,6 +30,7 @@ import fcntl
 import logging
 import mmap
 import os
+import re
 import stat
 import threading
 import weakref
@@ -59,6 +66,9 @@ class SharedMemoryPolicy:
     directory: Path
     prefix: str = "nnhal-"
     allow_remote: bool = False
+    #: Whether pools may name a client's sealed memfd through ``/proc/<pid>/fd`` (the
+    #: kernel lets the server open it only when it could trace the client: same user).
+    allow_memfd: bool = True
 
     def __post_init__(self) -> None:
         with _SERVED_LOCK:
@@ -75,19 +85,40 @@ def _served() -> list[SharedMemoryPolicy]:
         return list(_SERVED)
 
 
-class SharedRegion:
-    """One shared-memory file, held open and never mapped.
+#: The seals that make a region safe to map: its size can never change again.
+SIZE_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW if hasattr(fcntl, "F_SEAL_SHRINK") else 0
+#: ``<prefix>memfd.<pid>.<fd>.<nonce>``: a client's memfd (after the prefix).
+_MEMFD_NAME = re.compile(r"memfd\.([1-9][0-9]{0,9})\.([0-9]{1,9})\.([0-9a-f]{8,64})")
 
-    A client may shrink its own file at any moment. Through a mapping, the next load or
-    store past the new end raises SIGBUS and kills the server; a read or write system
-    call returns short instead. So every byte crosses with ``preadv``/``pwrite``: inputs
-    into private buffers when the execution starts, outputs back after it succeeds (a
-    short read, or a file now smaller than the pool, is INVALID_ARGUMENT "shrank").
+
+def size_sealed(fd: int) -> bool:
+    """Whether the kernel forbids ``fd``'s file to shrink or grow (memfd seals)."""
+    if not SIZE_SEALS:
+        return False
+    try:
+        return fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SIZE_SEALS == SIZE_SEALS
+    except OSError:
+        return False  # not a file that takes seals (EINVAL)
+
+
+class SharedRegion:
+    """One shared-memory file, held open; mapped only when sealed against size changes.
+
+    A client may shrink its own file at any moment unless the kernel forbids it. Through
+    a mapping, the next load or store past the new end raises SIGBUS and kills the
+    server; a read or write system call returns short instead. So the bytes of a region
+    without ``SIZE_SEALS`` cross with ``preadv``/``pwrite``: inputs into private buffers
+    when the execution starts, outputs back after it succeeds (a short read, or a file
+    now smaller than the pool, is INVALID_ARGUMENT "shrank"). A sealed region's
+    ``mapped`` is a shared mapping of the pool's pages (from file offset ``base``), used in place.
     """
 
-    def __init__(self, name: str, fd: int) -> None:
+    def __init__(self, name: str, fd: int, mapped: mmap.mmap | None = None, base: int = 0) -> None:
         self.name = name
         self._fd = fd
+        self.mapped = mapped
+        #: The file offset ``mapped`` starts at.
+        self.base = base
 
     def _shrank(self, end: int) -> InvalidArgument:
         try:
@@ -124,9 +155,41 @@ class SharedRegion:
             raise InvalidArgument(f"cannot write shared memory {self.name!r}: {err.strerror}") from None
 
     def close(self) -> None:
+        if self.mapped is not None:
+            try:
+                self.mapped.close()
+            except BufferError:
+                pass  # a view the executor made still lives: unmapped when it goes (sealed: no fault)
+            self.mapped = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def _open_memfd(policy: SharedMemoryPolicy, name: str, where: str) -> int | None:
+    """The client memfd ``name`` designates, open; None when the name is not a memfd's."""
+    found = _MEMFD_NAME.fullmatch(name[len(policy.prefix) :])
+    if found is None:
+        return None
+    if not policy.allow_memfd:
+        raise InvalidArgument(f"{where}: this server accepts no memfd pools (create regions with memfd=False)")
+    pid, number, nonce = found.groups()
+    try:
+        fd = os.open(f"/proc/{pid}/fd/{number}", os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as err:
+        raise InvalidArgument(
+            f"{where}: cannot open the client's memfd {name!r}: {err.strerror} (another user or PID namespace? "
+            "create regions with memfd=False)"
+        ) from None
+    try:
+        # What was opened must be the memfd the client named, not whatever that number is now.
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        target = ""
+    if target != f"/memfd:{policy.prefix}{nonce} (deleted)":
+        os.close(fd)
+        raise InvalidArgument(f"{where}: {name!r} does not name a live memfd of its client")
+    return fd
 
 
 def open_region(
@@ -142,12 +205,18 @@ def open_region(
         raise InvalidArgument(f"{where}: shared memory name {name!r} must be a plain file name")
     if not name.startswith(policy.prefix):
         raise InvalidArgument(f"{where}: shared memory name {name!r} must start with {policy.prefix!r}")
+    memfd = _open_memfd(policy, name, where)
+    if memfd is not None:
+        fd = memfd
+    else:
+        try:
+            # O_NONBLOCK: a FIFO planted under a valid name must not block the open.
+            fd = os.open(policy.directory / name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError as err:
+            raise InvalidArgument(f"{where}: cannot open shared memory {name!r}: {err.strerror}") from None
     try:
-        # O_NONBLOCK: a FIFO planted under a valid name must not block the open.
-        fd = os.open(policy.directory / name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as err:
-        raise InvalidArgument(f"{where}: cannot open shared memory {name!r}: {err.strerror}") from None
-    try:
+        # Seals first, size after: once sealed, the size read is the size for good.
+        sealed = size_sealed(fd)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise InvalidArgument(f"{where}: shared memory {name!r} is not a regular file")
@@ -155,10 +224,19 @@ def open_region(
             raise InvalidArgument(
                 f"{where}: region [{pool.offset}, {pool.offset + pool.size}) is outside {name!r} of {st.st_size} bytes"
             )
+        mapped, base = None, pool.offset - pool.offset % mmap.ALLOCATIONGRANULARITY
+        if sealed:
+            try:
+                # Only the pool's pages, populated: one pass in the kernel instead of a fault per page.
+                flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+                length = pool.offset + pool.size - base
+                mapped = mmap.mmap(fd, length, flags, mmap.PROT_READ | mmap.PROT_WRITE, offset=base)
+            except OSError:
+                mapped = None  # sealed against writes, or no address space: the copy path decides
     except BaseException:
         os.close(fd)
         raise
-    return SharedRegion(name, fd)
+    return SharedRegion(name, fd, mapped, base)
 
 
 def remove_orphans(policy: SharedMemoryPolicy) -> int:
@@ -254,7 +332,8 @@ class _SharedPool:
     index: int
     region: SharedRegion
     offset: int
-    staging: mmap.mmap
+    #: The private copy; None when the region is sealed and used in place.
+    staging: mmap.mmap | None
     writable: bool
     #: (start, end) in the pool read before the execution and written back after it;
     #: the whole pool (and nothing written) until ``plan`` names the arguments.
@@ -268,7 +347,8 @@ class BoundPools:
 
     A shared pool's buffer is a private staging buffer: ``check_shared`` fills the bytes
     the request reads (when the execution starts, after any fence it waited for), and
-    ``inline_results`` writes the outputs back once the execution succeeded."""
+    ``inline_results`` writes the outputs back once the execution succeeded. A sealed
+    region's buffer is its mapping: read and written in place, nothing to copy."""
 
     def __init__(self, cache: RegionCache | None = None) -> None:
         self.buffers: list[memoryview | bytes | bytearray] = []
@@ -319,6 +399,8 @@ class BoundPools:
             self._stored = True
             try:
                 for p in self._shared:
+                    if p.staging is None:
+                        continue  # written in place
                     view = memoryview(p.staging)
                     for start, end in p.writes:
                         p.region.write(p.offset + start, view[start:end])
@@ -340,6 +422,8 @@ class BoundPools:
             return
         self._loaded = True
         for p in self._shared:
+            if p.staging is None:
+                continue  # read in place
             view = memoryview(p.staging)
             for start, end in p.reads or [(0, len(view))]:
                 p.region.read(p.offset + start, view[start:end])
@@ -348,14 +432,20 @@ class BoundPools:
         """Write ``data`` to the shared pool ``index`` at once (IBuffer::copyTo)."""
         for p in self._shared:
             if p.index == index:
-                p.region.write(p.offset, memoryview(data))
+                if p.region.mapped is not None:
+                    start = p.offset - p.region.base
+                    if start + len(data) > len(p.region.mapped):
+                        raise InvalidArgument(f"{len(data)} bytes do not fit shared memory {p.region.name!r}")
+                    p.region.mapped[start : start + len(data)] = data
+                else:
+                    p.region.write(p.offset, memoryview(data))
                 return
         raise InvalidArgument(f"pool {index} is not shared memory")
 
     def close(self) -> None:
         for p in self._shared:
             p.region.close()
-            if self._cache is not None:
+            if self._cache is not None and p.staging is not None:
                 self._cache.give_back(p.staging)
         self._shared.clear()
 
@@ -417,6 +507,13 @@ def bind_pools(
                         f"{where}: shared memory pools are accepted only from clients on the server's host"
                     )
                 region = open_region(policy, pool, where, cache)
+                if region.mapped is not None:
+                    # Sealed: the client's pages themselves, which cannot go away under us.
+                    bound._shared.append(_SharedPool(i, region, pool.offset, None, i in writable))
+                    start = pool.offset - region.base
+                    buffers.append(memoryview(region.mapped)[start : start + pool.size])
+                    bound.data_bytes += pool.size
+                    continue
                 try:
                     staging = cache.staging(pool.size) if cache is not None else mmap.mmap(-1, pool.size)
                 except OSError as err:

@@ -45,10 +45,11 @@ def test_inputs_and_outputs_in_shared_memory_written_in_place(device: Device, ki
         assert cb.wait(10) and cb.status == ErrorStatus.NONE
 
 
-def test_constants_in_a_shared_pool(device: Device) -> None:
+@pytest.mark.parametrize("memfd", [False, True])
+def test_constants_in_a_shared_pool(device: Device, memfd: bool) -> None:
     pool = BASE.pools[0]
     assert isinstance(pool, InlinePool)
-    with SharedMemory.from_array(device, np.frombuffer(pool.data, np.uint8)) as region:
+    with SharedMemory.from_array(device, np.frombuffer(pool.data, np.uint8), memfd=memfd, seal=False) as region:
         model = replace(BASE, pools=(region.pool(),))
         with device.prepare_model_sync(model) as pm:
             out = pm.execute([np.ones((2, 40), np.float32)])
@@ -99,11 +100,13 @@ def test_shared_memory_rules(device: Device, tmp_path: Path) -> None:
     assert device.capabilities().operand_performance  # the server survived it all
 
 
-def test_region_shrunk_before_use_is_refused(device: Device) -> None:
+@pytest.mark.parametrize("memfd", [False, True])
+def test_region_shrunk_before_use_is_refused(device: Device, memfd: bool) -> None:
+    """A file, or a memfd without seals (the copy path)."""
     with (
         device.prepare_model_sync(add_model()) as pm,
-        SharedMemory.create(device, 64) as inp,
-        SharedMemory.create(device, 32) as out,
+        SharedMemory.create(device, 64, memfd=memfd, seal=False) as inp,
+        SharedMemory.create(device, 32, memfd=memfd, seal=False) as out,
     ):
         os.truncate(inp.path, 8)
         outcome = pm.execute_request(_shared_request(inp, out, 32))
@@ -111,13 +114,14 @@ def test_region_shrunk_before_use_is_refused(device: Device) -> None:
     assert device.capabilities().operand_performance
 
 
-def test_region_shrunk_while_mapped_is_refused(device: Device) -> None:
-    """The session keeps regions mapped between executions; shrinking one under that
-    mapping must give INVALID_ARGUMENT on the next use, not SIGBUS in the server."""
+@pytest.mark.parametrize("memfd", [False, True])
+def test_region_shrunk_while_mapped_is_refused(device: Device, memfd: bool) -> None:
+    """Shrinking a region the server used before (a file, or a memfd without seals) must
+    give INVALID_ARGUMENT on the next use, not SIGBUS in the server."""
     with (
         device.prepare_model_sync(add_model()) as pm,
-        SharedMemory.create(device, 64) as inp,
-        SharedMemory.create(device, 32) as out,
+        SharedMemory.create(device, 64, memfd=memfd, seal=False) as inp,
+        SharedMemory.create(device, 32, memfd=memfd, seal=False) as out,
     ):
         assert pm.execute_request(_shared_request(inp, out, 32)).status == ErrorStatus.NONE  # now mapped
         os.truncate(inp.path, 8)

@@ -65,10 +65,13 @@ def _alive(srv: LocalServer, pm: PreparedModel) -> None:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("backing", ["file", "unsealed_memfd"])
 @pytest.mark.parametrize("which", ["input", "output"])
-def test_shrinking_a_region_during_an_execution(shm_server: tuple[LocalServer, Path], which: str) -> None:
+def test_shrinking_a_region_during_an_execution(shm_server: tuple[LocalServer, Path], which: str, backing: str) -> None:
     """TRIALS executions each held 250 ms by the fault injection; the client shrinks one of
-    its regions 0-40 ms after the launch: each gets an error status, the server lives.
+    its regions (a file, or a memfd without seals: the server saw no F_SEAL_SHRINK when it
+    opened it, so it copies through it) 0-40 ms after the launch: each gets an error
+    status, never a SIGBUS, and the server lives.
     (The hold is far longer than the shrink's delay so that a client thread a loaded machine
     keeps waiting still shrinks while the execution is held.)"""
     srv, _ = shm_server
@@ -76,7 +79,11 @@ def test_shrinking_a_region_during_an_execution(shm_server: tuple[LocalServer, P
     with Device.connect(srv.address, client_name="shrinker") as dev, dev.prepare_model_sync(add_model((1, N))) as pm:
         dev.set_faults(execute_delay_ms=250)
         for trial in range(TRIALS):
-            with SharedMemory.create(dev, 2 * BYTES) as inp, SharedMemory.create(dev, BYTES) as out:
+            memfd = backing == "unsealed_memfd"
+            with (
+                SharedMemory.create(dev, 2 * BYTES, memfd=memfd, seal=False) as inp,
+                SharedMemory.create(dev, BYTES, memfd=memfd, seal=False) as out,
+            ):
                 inp.view(np.float32, (2 * N,))[:] = 1.0
                 cb = pm.execute_request_async(_request(inp, out), timeout=30)
                 time.sleep(rng.uniform(0.0, 0.04))
@@ -101,7 +108,10 @@ def test_shrinking_a_region_while_the_server_copies_it(shm_server: tuple[LocalSe
     shape = (1, n)
     with Device.connect(srv.address, client_name="racer") as dev, dev.prepare_model_sync(add_model(shape)) as pm:
         for trial in range(TRIALS):
-            with SharedMemory.create(dev, 8 * n) as inp, SharedMemory.create(dev, 4 * n) as out:
+            with (
+                SharedMemory.create(dev, 8 * n, memfd=False) as inp,
+                SharedMemory.create(dev, 4 * n, memfd=False) as out,
+            ):
                 request = Request(
                     (
                         RequestArgument(location=DataLocation(0, 0, 4 * n)),
@@ -134,7 +144,7 @@ def test_ibuffer_copies_with_a_shrunk_region(shm_server: tuple[LocalServer, Path
         buf.copy_from(np.ones((1, n), np.float32))
         for trial in range(TRIALS):
             racing = trial % 2 == 1
-            with SharedMemory.create(dev, 4 * n) as region:
+            with SharedMemory.create(dev, 4 * n, memfd=False) as region:
                 region.view(np.float32, (n,))[:] = 1.0  # what a copyFrom that wins the race stores
                 shrink = threading.Timer(rng.uniform(0.0, 0.01) if racing else 0.0, os.truncate, (region.path, 0))
                 shrink.start()
@@ -168,7 +178,7 @@ from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.types import DataLocation, Request, RequestArgument
 
 dev = Device.connect(sys.argv[1], client_name="victim")
-regions = [SharedMemory.create(dev, 64) for _ in range(3)]
+regions = [SharedMemory.create(dev, 64, memfd=False) for _ in range(3)]
 if sys.argv[2] == "execute":
     b = ModelBuilder()
     x, y = b.input(T.TENSOR_FLOAT32, (2, 4)), b.input(T.TENSOR_FLOAT32, (2, 4))
@@ -191,7 +201,7 @@ def test_killed_clients_leave_no_region_files(shm_server: tuple[LocalServer, Pat
     within 10 s none of their files is left; a live client's regions and a file made
     by other means stay."""
     srv, shm = shm_server
-    with Device.connect(srv.address, client_name="bystander") as dev, SharedMemory.create(dev, 64) as mine:
+    with Device.connect(srv.address, client_name="bystander") as dev, SharedMemory.create(dev, 64, memfd=False) as mine:
         other = shm / f"{dev.shm_prefix}made-by-hand{HELD_SUFFIX[:-1]}"
         other.write_bytes(bytes(64))
         procs = [
@@ -227,3 +237,40 @@ def test_killed_clients_leave_no_region_files(shm_server: tuple[LocalServer, Pat
         assert not left, f"{len(left)} region files of killed clients are left"
         assert mine.path.exists() and other.exists()  # held by a live process / not ours to remove
         assert srv.proc.poll() is None
+
+
+def test_sealed_memfd_regions_are_used_in_place(shm_server: tuple[LocalServer, Path]) -> None:
+    """The default region is a memfd sealed against size changes: the client cannot shrink
+    it (EPERM), and the server maps it and writes the outputs straight into its pages."""
+    srv, _ = shm_server
+    with Device.connect(srv.address, client_name="sealed") as dev, dev.prepare_model_sync(add_model((1, N))) as pm:
+        with SharedMemory.create(dev, 2 * BYTES) as inp, SharedMemory.create(dev, BYTES) as out:
+            assert inp.name.startswith(f"{dev.shm_prefix}memfd.")
+            with pytest.raises(PermissionError):
+                os.ftruncate(inp.fileno(), 0)
+            inp.view(np.float32, (2 * N,))[:] = np.arange(2 * N, dtype=np.float32)
+            pm.execute_request(_request(inp, out), timeout=30).raise_for_status()
+            x = np.arange(2 * N, dtype=np.float32)
+            np.testing.assert_array_equal(out.view(np.float32, (N,)), x[:N] + x[N:])
+        _alive(srv, pm)
+
+
+def test_a_memfd_name_that_is_not_the_clients_memfd_is_refused(shm_server: tuple[LocalServer, Path]) -> None:
+    """A pool naming a descriptor through /proc must name the client's memfd by its nonce:
+    another descriptor of the same number (here the client's log file), a wrong nonce or
+    a dead process is INVALID_ARGUMENT, and the server serves on."""
+    srv, _ = shm_server
+    with Device.connect(srv.address, client_name="liar") as dev, dev.prepare_model_sync(add_model((1, N))) as pm:
+        with SharedMemory.create(dev, 2 * BYTES) as inp, SharedMemory.create(dev, BYTES) as out:
+            real = inp.name
+            _pid, fd, nonce = real[len(dev.shm_prefix) :].split(".")[1:]
+            for name in (
+                f"{dev.shm_prefix}memfd.{os.getpid()}.{fd}.{'0' * 24}",
+                f"{dev.shm_prefix}memfd.{os.getpid()}.2.{nonce}",
+                f"{dev.shm_prefix}memfd.999999999.{fd}.{nonce}",
+            ):
+                inp._name = name  # what a hostile client could send
+                outcome = pm.execute_request(_request(inp, out), timeout=30)
+                assert outcome.status == ErrorStatus.INVALID_ARGUMENT, (name, outcome.status.name)
+            inp._name = real
+        _alive(srv, pm)
