@@ -11,8 +11,11 @@ servers in one process do not clash. ``docs/metrics.md`` lists every series. In 
   (``kind``: transient or persistent, derived from the same statuses),
   ``nnhal_prepare_seconds{device,method,status}`` and ``nnhal_execute_seconds{device,method,status}``
   (histograms of the server-side time from arrival to the answer of launched calls),
-  ``nnhal_sessions_ended_total{device,reason}``. Labelled counters exist from the start at 0
-  for every label value they can take that is known up front (kinds, reasons).
+  ``nnhal_sessions_ended_total{device,reason}``,
+  ``nnhal_executions_total{device,transport}`` (executions launched, by the transport that
+  carried them: ``grpc``, ``streamed``, ``same_host``; also in ``getStats``). Labelled
+  counters exist from the start at 0 for every label value they can take that is known up
+  front (kinds, reasons, transports).
 - read from the drivers when scraped (a custom collector, nothing on hot paths), each with
   its ``device`` label: ``nnhal_sessions``, ``nnhal_prepared_models``, ``nnhal_buffers``,
   ``nnhal_fences``, ``nnhal_queue_depth``, ``nnhal_executions_running``,
@@ -63,6 +66,8 @@ from nnhal.server.driver import Driver
 # nobody graphs; prometheus-client turns them off process-wide only.
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
+#: The transports an execution can come by (``nnhal_executions_total``'s ``transport``).
+TRANSPORTS = ("grpc", "streamed", "same_host")
 #: Seconds: sub-millisecond executions of small models up to long preparations.
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: The histograms a HAL method's answers may be timed in (``Executions.method``'s ``timer``).
@@ -142,6 +147,8 @@ class DeviceMetrics:
             metrics.resource_exhausted.labels(device, kind)
         for reason in _REASONS:
             metrics.sessions_ended.labels(device, reason)
+        self._by_transport = {t: metrics.executions.labels(device, t) for t in TRANSPORTS}
+        self._transport_counts = dict.fromkeys(TRANSPORTS, 0)
 
     @property
     def registry(self) -> CollectorRegistry:
@@ -190,6 +197,17 @@ class DeviceMetrics:
     def session_ended(self, reason: str) -> None:
         self._m.sessions_ended.labels(self.device, reason).inc()
 
+    def execution(self, transport: str) -> None:
+        """Count one execution launched over ``transport`` (one of ``TRANSPORTS``)."""
+        self._by_transport[transport].inc()
+        with self._lock:
+            self._transport_counts[transport] += 1
+
+    def executions_by_transport(self) -> dict[str, int]:
+        """The executions counted so far, by transport (every one of ``TRANSPORTS``)."""
+        with self._lock:
+            return dict(self._transport_counts)
+
 
 class Metrics:
     """The metrics of one server: ``drivers`` by device name (or one driver, named after its
@@ -215,6 +233,12 @@ class Metrics:
         )
         self.sessions_ended = Counter(
             "nnhal_sessions_ended", "Sessions ended, by who ended them.", ["device", "reason"], registry=r
+        )
+        self.executions = Counter(
+            "nnhal_executions",
+            "Executions launched, by the transport that carried them.",
+            ["device", "transport"],
+            registry=r,
         )
         labels = ["device", "method", "status"]
         self.prepare_seconds = Histogram(

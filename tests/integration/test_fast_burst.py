@@ -346,3 +346,25 @@ def test_layouts_past_the_cap_take_the_full_request(device: Device) -> None:
             assert link.compact_layouts == fastpacket.MAX_LAYOUTS
         finally:
             link.close()
+
+
+def test_executions_are_counted_by_transport() -> None:
+    """getStats (and nnhal_executions_total) count each execution under the transport that
+    carried it: a unary execution and a gRPC burst's under grpc, a large one under streamed,
+    a fast burst's under same_host."""
+    a = np.ones((2, 4), np.float32)
+    big = np.ones((1, 1 << 19), np.float32)  # 2 MiB inline: travels as executeStreamed
+    with LocalServer() as srv, Device.connect(srv.address) as dev:
+        before = dev.stats()
+        assert {before[f"executions_{t}"] for t in ("grpc", "streamed", "same_host")} == {0}
+        with dev.prepare_model_sync(add_model()) as pm:
+            assert pm.execute([a, a]).status == ErrorStatus.NONE
+            with pm.burst(fast=False) as grpc:
+                assert grpc.execute(_add_request(a, a)).status == ErrorStatus.NONE
+            with pm.burst(fast=True) as fast:
+                for _ in range(3):
+                    assert fast.execute(_add_request(a, a)).status == ErrorStatus.NONE
+        with dev.prepare_model_sync(add_model(big.shape)) as pm:
+            assert pm.execute([big, big]).status == ErrorStatus.NONE
+        after = dev.stats()
+        assert (after["executions_grpc"], after["executions_streamed"], after["executions_same_host"]) == (2, 1, 3)

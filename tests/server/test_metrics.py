@@ -105,6 +105,12 @@ def test_labelled_counters_exist_from_the_start_and_created_series_are_off() -> 
             assert _value(m, "nnhal_resource_exhausted_total", {"kind": kind}, device) == 0
         assert _value(m, "nnhal_sessions_ended_total", {"reason": "client"}, device) == 0
         assert _value(m, "nnhal_sessions", None, device) == 0
+        for transport in ("grpc", "streamed", "same_host"):
+            assert _value(m, "nnhal_executions_total", {"transport": transport}, device) == 0
+    m.device("a").execution("same_host")
+    assert _value(m, "nnhal_executions_total", {"transport": "same_host"}, "a") == 1
+    assert m.device("a").executions_by_transport() == {"grpc": 0, "streamed": 0, "same_host": 1}
+    assert m.device("b").executions_by_transport()["same_host"] == 0
     text = generate_latest(m.registry).decode()
     assert "_created" not in text
     assert "process_resident_memory_bytes" in text

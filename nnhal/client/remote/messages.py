@@ -148,12 +148,14 @@ def copy_to_request(session: str, handle: str, dst: MemoryPool) -> spb.CopyToReq
 
 
 #: StatsResponse fields that are not counts.
-_NOT_COUNTS = ("limits", "identity", "prepared_models_by_priority")
+_NOT_COUNTS = ("limits", "identity", "prepared_models_by_priority", "executions_by_transport")
 
 
 def stats_of(msg: Any) -> tuple[dict[str, int], dict[str, int]]:
     """A getStats answer: the server-wide object counts and the configured limits."""
     counts = {f.name: int(getattr(msg, f.name)) for f in msg.DESCRIPTOR.fields if f.name not in _NOT_COUNTS}
+    # Flattened as executions_<transport> (grpc, streamed, same_host): still a dict of counts.
+    counts.update({f"executions_{k}": int(v) for k, v in msg.executions_by_transport.items()})
     return counts, {k: int(v) for k, v in msg.limits.items()}
 
 

@@ -19,9 +19,10 @@ class Method:
     """A HAL method as the owner serves it: ``name`` (what metrics count it by), ``what`` (how
     messages name one call of it), the level gate (``level``: the feature level it needs;
     None: none), the fault plan's name for it (``fault``; None: never faulted) and the
-    histogram its durations go to."""
+    histogram its durations go to; ``transport``: what carries its calls (``metrics.TRANSPORTS``),
+    which the executions it launches are counted by."""
 
-    __slots__ = ("_count", "_observe", "fault", "level", "name", "what")
+    __slots__ = ("_count", "_observe", "fault", "level", "name", "transport", "what")
 
     def __init__(
         self,
@@ -31,8 +32,10 @@ class Method:
         fault: str | None,
         count: Callable[[str, int], None],
         observe: Callable[[str, int, float], None] | None,
+        transport: str = "grpc",
     ) -> None:
         self.name, self.what, self.level, self.fault = name, what, level, fault
+        self.transport = transport
         self._count = count
         self._observe = observe
 

@@ -35,7 +35,7 @@ from nnhal.server.executions.long_calls import Held, Job, LongCalls, held, once
 from nnhal.server.executions.methods import SAME, Arrival, Method
 from nnhal.server.executions.refusals import Refused, within_limit
 from nnhal.server.jobs import ExecutionJob, PrepareJob
-from nnhal.server.metrics import DeviceMetrics, Metrics
+from nnhal.server.metrics import TRANSPORTS, DeviceMetrics, Metrics
 
 A = TypeVar("A")
 C = TypeVar("C")
@@ -95,7 +95,7 @@ class Executions:
         self.observer: Observer | None = None
         self._observers: list[Observer] = []
         self._limit = message_limit or (lambda: _NO_LIMIT)
-        self._methods: dict[tuple[str, str, str | None, str | None, str | None], Method] = {}
+        self._methods: dict[tuple[str, str, str | None, str | None, str | None, str], Method] = {}
         self._lock = threading.Lock()
 
     # -- methods and hooks --------------------------------------------------------------
@@ -106,18 +106,21 @@ class Executions:
         timer: str | None = "execute",
         fault: str | None = SAME,
         gate: str | None = SAME,
+        transport: str = "grpc",
     ) -> Method:
         """The :class:`Method` ``name`` (made once): counted under ``name``, gated by the level
         of ``gate`` (default: ``name``, when ``nnhal.core.methods`` lists it), faulted as
         ``fault`` (default: ``name``, when faultable), timed in the ``timer`` histogram
-        ("execute", "prepare", None)."""
-        key = (name, what, timer, fault, gate)
+        ("execute", "prepare", None); the executions it launches counted under ``transport``."""
+        if transport not in TRANSPORTS:
+            raise ValueError(f"unknown transport {transport!r} (one of {', '.join(TRANSPORTS)})")
+        key = (name, what, timer, fault, gate, transport)
         m = self._methods.get(key)
         if m is None:
             if fault is SAME:
                 fault = name if name in FAULTABLE else None
             level = METHOD_LEVEL.get(name if gate is SAME else gate or "")
-            m = Method(name, what or name, level, fault, self.metrics.rpc, self.metrics.timer(timer))
+            m = Method(name, what or name, level, fault, self.metrics.rpc, self.metrics.timer(timer), transport)
             with self._lock:
                 m = self._methods.setdefault(key, m)
         return m
@@ -216,6 +219,7 @@ class Executions:
                 job = self._begin(args)
             except Exception as err:
                 return self.refuse(method, err, args, t0)
+            self.metrics.execution(method.transport)
             t1 = 0.0
             if obs is not None:
                 t1 = time.perf_counter()
@@ -278,8 +282,15 @@ class Executions:
         """An asynchronous execution (``execute_1_3``, the HIDL ``execute`` forms): its
         :class:`Launch`, then one :class:`Notify` carrying the result (``_launch_then_notify``)."""
         limit = self._limit
+        metrics = self.metrics
+
+        def begin(call: Execution) -> ExecutionJob:
+            job = self._begin(call)
+            metrics.execution(method.transport)
+            return job
+
         return self._launch_then_notify(
-            method, build, self._begin, lambda job: within_limit(job.run(), limit()), live, arrival
+            method, build, begin, lambda job: within_limit(job.run(), limit()), live, arrival
         )
 
     def prepare(
@@ -410,12 +421,15 @@ class Executions:
             end()
 
     # -- fenced executions ----------------------------------------------------------------
-    def execute_fenced(self, what: str, call: FencedExecution, method: str = "executeFenced") -> str:
+    def execute_fenced(
+        self, what: str, call: FencedExecution, method: str = "executeFenced", transport: str = "grpc"
+    ) -> str:
         """IPreparedModel::executeFenced (every form, ``method`` its name for the hooks): the
         handle of its sync fence and callback. Counted by the lifecycle until its launch took
         its scheduler ticket, which then counts it (DEVICE_UNAVAILABLE while draining). Raises
         HalError. The hooks are told of the launch (its answer: the fence's handle), not of the
-        run, which starts when the fences it waits for signal."""
+        run, which starts when the fences it waits for signal; a launched one is counted
+        under ``transport``."""
         t0 = time.perf_counter()
         d = self.driver
         try:
@@ -434,6 +448,7 @@ class Executions:
         except HalError as err:
             self._observed(Call(method, what, call), t0, Refused(err.error_status, err.message))
             raise
+        self.metrics.execution(transport)
         self._observed(Call(method, what, call), t0, fence)
         return fence
 

@@ -70,6 +70,7 @@ def hal_method(
     kinds: Collection[str] = KINDS,
     fault: str | None = SAME,
     gate: str | None = SAME,
+    transport: str = "grpc",
 ) -> Callable[[F], F]:
     """The servicer method of the HAL method ``name`` (default: the function's name).
 
@@ -83,7 +84,7 @@ def hal_method(
     def wrap(fn: F) -> F:
         method = name or fn.__name__
         if make is None:
-            return cast(F, _use_case(fn, (method, what, timer, fault, gate), kinds))
+            return cast(F, _use_case(fn, (method, what, timer, fault, gate, transport), kinds))
 
         def handler(self: Servicer, request: Any, context: grpc.ServicerContext) -> Any:
             x = self.executions
@@ -110,7 +111,7 @@ def hal_method(
 
 
 def _use_case(
-    fn: Callable[..., Any], spec: tuple[str, str, str | None, str | None, str | None], kinds: Collection[str]
+    fn: Callable[..., Any], spec: tuple[str, str, str | None, str | None, str | None, str], kinds: Collection[str]
 ) -> Any:
     """``fn`` given its Method and arrival; a coroutine (generator) stays one."""
     if inspect.isasyncgenfunction(fn):

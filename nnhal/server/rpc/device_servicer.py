@@ -307,7 +307,12 @@ class DeviceServicer(sgrpc.DeviceServicer):
         limits = self.driver.config.limits()
         if identity is None:
             counts: dict[str, Any] = {**self.driver.stats(), "long_calls": self._long_calls.in_progress}
-            return spb.StatsResponse(**counts, limits=limits, prepared_models_by_priority=self.driver.priorities())
+            return spb.StatsResponse(
+                **counts,
+                limits=limits,
+                prepared_models_by_priority=self.driver.priorities(),
+                executions_by_transport=self.metrics.executions_by_transport(),
+            )
         key = client_key_of(identity)
         mine = self._long_calls.held("fence wait", key) + self._long_calls.held("preparation", key)
         counts = {**self.driver.client_stats(key), "long_calls": mine}

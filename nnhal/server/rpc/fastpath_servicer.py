@@ -78,7 +78,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
     def __init__(self, executions: Executions, enabled: bool = True) -> None:
         self.executions = executions
         self.driver = executions.driver
-        self._method = executions.method(_METHOD, "a fast burst execution", fault=BURST)
+        self._method = executions.method(_METHOD, "a fast burst execution", fault=BURST, transport="same_host")
         self._enabled = enabled and fastpath.available()
 
     def _authorise(self, request: fpb.FastBurstRequest, peer: str) -> Session:

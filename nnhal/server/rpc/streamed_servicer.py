@@ -46,7 +46,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
     def __init__(self, executions: Executions) -> None:
         self.executions = executions
 
-    @hal_method(METHOD, timer="execute", fault=SYNC_METHOD, gate=SYNC_METHOD)
+    @hal_method(METHOD, timer="execute", fault=SYNC_METHOD, gate=SYNC_METHOD, transport="streamed")
     async def executeStreamed(
         self,
         request_iterator: AsyncIterator[stpb.StreamedExecuteRequest],
