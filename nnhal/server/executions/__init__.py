@@ -15,7 +15,9 @@ reusable executions and every method form:
 - launch → run → notify → close, the job closed exactly once on every path;
 - where a synchronous execution may run (:meth:`Executions.runs_inline`);
 - the answer's size limit (``refusals.within_limit``) and every error turned into a
-  HAL status (``refusals.Refused``, the one vocabulary for refusals);
+  HAL status (``refusals.Refused``, the one vocabulary for refusals; a transport that
+  refuses a call before the owner runs it says so with :meth:`Executions.refuse`, so the
+  refusal is counted and told to the hooks like any other);
 - the metrics of every answer (``Method.record``).
 
 Hooks (``hooks.Observer``, added with :meth:`Executions.observe`; none by default, and
