@@ -60,6 +60,7 @@ from nnhal.client.remote.transport import (
     open_channel,
     tag_request_id,
 )
+from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.proto import service_pb2 as spb
 
@@ -203,6 +204,8 @@ class SessionChannel:
                 deliver(notify, cb)
             except HalError as err:
                 cb.notify(err.error_status, failure(err), err.message)
+            except Exception as err:  # a malformed notify: the waiter is still released, once
+                cb.notify(ErrorStatus.GENERAL_FAILURE, None, f"{what}: the notify could not be read: {err!r}")
 
         threading.Thread(target=consume, name=thread_name, daemon=True).start()
         return cb
