@@ -1,73 +1,7 @@
-"""Faults a server started with ``--enable-fault-injection`` injects on request, for testing clients.
-
-Build them with the constructors and hand them to ``Device.inject_faults`` (or the
-``nnhal_faults`` pytest fixture)::
-
-    dev.inject_faults(Fault.error("execute_1_3", ErrorStatus.GENERAL_FAILURE))   # next call fails
-    dev.inject_faults(Fault.abort("prepareModel_1_3", after=1))      # transport error after launch
-    dev.inject_faults(Fault.stall("execute_1_3", ms=500, count=3))    # notify 0.5 s late, 3 times
-    dev.inject_faults(Fault.exit("prepareModel_1_3", point="after_launch"))  # the server dies
-    dev.clear_faults()
-
-Faults are the server's (every session sees them) and apply to the next ``count`` calls of
-the named RPC method (0: every call until cleared), in the order they were set. What each
-kind does, and where, is ``nnhal.server.rpc.faults``'s contract: ``error`` answers the
-status in-band (a stream's launch status and notify) with a message saying it was
-injected; ``abort`` ends the RPC with a gRPC status after ``after`` messages, which the
-client maps like any transport failure (UNAVAILABLE, the default: DEAD_OBJECT, and the
-session is then dead; INTERNAL: GENERAL_FAILURE); ``stall`` holds the answer ``ms``;
-``exit`` ends the server process with ``code`` at ``point`` (``start``, ``after_launch`` of a
-prepare / ``execute_1_3``, ``before_reply``). A fault the server cannot inject, or any fault
-on a server without ``--enable-fault-injection``, is INVALID_ARGUMENT.
-"""
+"""Faults a server started with ``--enable-fault-injection`` injects on request, for testing
+clients: :class:`~nnhal.core.faults.Fault` (its module holds the contract), here where
+client code looks for it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import grpc
-
-from nnhal.core.enums import ErrorStatus
-
-#: gRPC status codes an ``abort`` may end a call with, by name (every one but OK).
-GRPC_CODES = {code.name: code.value[0] for code in grpc.StatusCode if code is not grpc.StatusCode.OK}
-
-
-@dataclass(frozen=True)
-class Fault:
-    """One fault for the server to inject (module docstring). Use the constructors."""
-
-    method: str
-    kind: str
-    count: int = 1
-    status: ErrorStatus = ErrorStatus.GENERAL_FAILURE
-    message: str = ""
-    grpc_code: str = "UNAVAILABLE"
-    after: int = 0
-    stall_ms: int = 0
-    point: str = "start"
-    exit_code: int = 1
-
-    @classmethod
-    def error(cls, method: str, status: ErrorStatus, *, count: int = 1, message: str = "") -> Fault:
-        """The next ``count`` calls of ``method`` answer ``status`` (saying it was injected)."""
-        return cls(method, "error", count, status=status, message=message)
-
-    @classmethod
-    def abort(cls, method: str, *, after: int = 0, code: str = "UNAVAILABLE", count: int = 1) -> Fault:
-        """End the next ``count`` calls of ``method`` with the gRPC status ``code`` after ``after``
-        messages (1 on a prepare / ``execute_1_3``: after the launch status; K on
-        ``configureExecutionBurst``: after K responses)."""
-        if code not in GRPC_CODES:
-            raise ValueError(f"gRPC code {code!r} is not one of {', '.join(GRPC_CODES)}")
-        return cls(method, "abort", count, grpc_code=code, after=after)
-
-    @classmethod
-    def stall(cls, method: str, *, ms: int, count: int = 1) -> Fault:
-        """Hold the answer of the next ``count`` calls of ``method`` ``ms`` milliseconds."""
-        return cls(method, "stall", count, stall_ms=ms)
-
-    @classmethod
-    def exit(cls, method: str, *, point: str = "start", code: int = 1) -> Fault:
-        """End the server process with status ``code`` at ``point`` of the next call of ``method``."""
-        return cls(method, "exit", 1, point=point, exit_code=code)
+from nnhal.core.faults import GRPC_CODES as GRPC_CODES, Fault as Fault

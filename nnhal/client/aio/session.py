@@ -39,11 +39,9 @@ import grpc
 import grpc.aio
 
 from nnhal.client.remote import DRAINING, monitor as drain_rules
-from nnhal.client.remote.devices import DEVICE_METADATA
 from nnhal.client.remote.messages import check_launch, raise_for_status
 from nnhal.client.remote.transport import (
     DEFAULT_CALL_TIMEOUT,
-    REQUEST_ID_KEY,
     SESSION_STREAM_TIMEOUT,
     Stubs,
     TlsConfig,
@@ -54,6 +52,7 @@ from nnhal.client.remote.transport import (
     target_of,
 )
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
+from nnhal.core.protocol import DEVICE_METADATA, REQUEST_ID_METADATA
 from nnhal.proto import service_pb2 as spb
 
 T = TypeVar("T")
@@ -210,7 +209,7 @@ class AioSession:
     def metadata(self) -> Metadata:
         """The metadata of a new call: a fresh request id, and the device's name if one was asked for."""
         self.last_request_id = new_request_id()
-        return ((REQUEST_ID_KEY, self.last_request_id), *self._device_md)
+        return ((REQUEST_ID_METADATA, self.last_request_id), *self._device_md)
 
     async def call(
         self, what: str, had_deadline: bool, fn: Callable[[Metadata], Awaitable[T]], md: Metadata | None = None

@@ -50,7 +50,6 @@ from nnhal.client.remote.messages import (
 from nnhal.client.remote.monitor import SessionMonitor
 from nnhal.client.remote.transport import (
     DEFAULT_CALL_TIMEOUT,
-    REQUEST_ID_KEY,
     SESSION_STREAM_TIMEOUT,
     Stubs,
     TlsConfig,
@@ -62,6 +61,7 @@ from nnhal.client.remote.transport import (
 )
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
+from nnhal.core.protocol import REQUEST_ID_METADATA
 from nnhal.proto import service_pb2 as spb
 
 T = TypeVar("T")
@@ -140,7 +140,7 @@ class SessionChannel:
         """The metadata of a new call: a fresh request id (or ``request_id``), now this thread's last."""
         rid = request_id or new_request_id()
         self._ids.last = rid
-        return ((REQUEST_ID_KEY, rid),)
+        return ((REQUEST_ID_METADATA, rid),)
 
     # -- the one call path --------------------------------------------------------------
     def invoke(self, fn: Callable[[], T], what: str, had_deadline: bool = False, request_id: str = "") -> T:

@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nnhal.client.faults import GRPC_CODES, Fault
 from nnhal.client.remote.transport import grpc_timeout, remaining_time
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from nnhal.core.errors import GeneralFailure, HalError
+from nnhal.core.faults import GRPC_CODES, Fault
 from nnhal.core.types import BufferDesc, BufferRole, MemoryPool, Model, Request
 from nnhal.proto import service_pb2 as spb
 

@@ -30,12 +30,12 @@ import threading
 import time
 import weakref
 from collections.abc import Collection
-from dataclasses import dataclass
 
 import grpc
 
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError, InvalidArgument
+from nnhal.core.faults import Fault as Fault  # the one fault description, kept here for the servicers
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.driver import Driver
 
@@ -85,36 +85,6 @@ _GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode if code is not gr
 _STALL_SLICE_S = 0.05
 
 
-@dataclass(frozen=True)
-class Fault:
-    """One injected fault (module docstring). Build it with :func:`fault_from`, which checks it."""
-
-    method: str
-    kind: str
-    count: int = 1
-    status: ErrorStatus = ErrorStatus.GENERAL_FAILURE
-    message: str = ""
-    grpc_code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
-    after: int = 0
-    stall_ms: int = 0
-    point: str = "start"
-    exit_code: int = 1
-
-    def describe(self) -> str:
-        detail = {
-            "error": self.status.name,
-            "abort": f"{self.grpc_code.name} after {self.after} message(s)",
-            "stall": f"{self.stall_ms} ms",
-            "exit": f"status {self.exit_code} at {self.point}",
-        }[self.kind]
-        return f"{self.kind} ({detail}) on {self.method}"
-
-    def error(self) -> HalError:
-        """The HalError an ``error`` fault answers."""
-        text = f"injected fault: {self.status.name} on {self.method} (setFaults)"
-        return HalError.of(self.status, f"{text}: {self.message}" if self.message else text)
-
-
 def fault_from(msg: spb.InjectedFault) -> Fault:
     """The Fault ``msg`` asks for; INVALID_ARGUMENT saying what is wrong with it."""
     method = msg.method
@@ -141,7 +111,7 @@ def fault_from(msg: spb.InjectedFault) -> Fault:
             raise InvalidArgument(
                 f"setFaults: {method} can be aborted after at most {most} message(s), not {msg.after_messages}"
             )
-        return Fault(method, kind, msg.count, message=msg.message, grpc_code=code, after=msg.after_messages)
+        return Fault(method, kind, msg.count, message=msg.message, grpc_code=code.name, after=msg.after_messages)
     if kind == "stall":
         if not 0 < msg.stall_ms <= MAX_STALL_MS:
             raise InvalidArgument(f"setFaults: a stall takes 1 to {MAX_STALL_MS} ms, not {msg.stall_ms}")
@@ -230,7 +200,7 @@ def at_start(fault: Fault | None, context: grpc.ServicerContext | None) -> HalEr
     if fault.kind == "exit" and fault.point == "start":
         exit_now(fault)
     if fault.kind == "error":
-        return fault.error()
+        return fault.hal_error()
     if fault.kind == "abort" and fault.after == 0:
         abort(fault, context)
     return None
@@ -268,8 +238,8 @@ def abort(fault: Fault, context: grpc.ServicerContext | None) -> None:
 def abort_status(fault: Fault) -> tuple[grpc.StatusCode, str]:
     """The gRPC status an ``abort`` fault ends its RPC with (a coroutine awaits
     ``context.abort(*abort_status(fault))``)."""
-    text = f"injected fault: {fault.method} aborted ({fault.grpc_code.name})"
-    return fault.grpc_code, f"{text}: {fault.message}" if fault.message else text
+    text = f"injected fault: {fault.method} aborted ({fault.grpc_code})"
+    return grpc.StatusCode[fault.grpc_code], f"{text}: {fault.message}" if fault.message else text
 
 
 _PLANS: weakref.WeakKeyDictionary[Driver, FaultPlan] = weakref.WeakKeyDictionary()

@@ -21,6 +21,7 @@ import grpc
 from grpc import aio
 
 from nnhal.core import wire
+from nnhal.core.protocol import DEVICE_METADATA
 from nnhal.proto import (
     devices_pb2 as dpb,
     devices_pb2_grpc as dgrpc,
@@ -39,9 +40,6 @@ from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServ
 from nnhal.server.rpc.request_id import with_request_id
 from nnhal.server.rpc.streamed_servicer import StreamedExecutionServicer
 from nnhal.server.rpc.sync_handlers import Collector, Table
-
-#: The call metadata naming the device (the client's ``Device.connect(..., device=NAME)``).
-DEVICE_METADATA = "nnhal-device"
 
 
 def _add_servicers(server: Any, driver: Driver, metrics: Metrics, fast_path: bool) -> None:
