@@ -41,7 +41,9 @@ from typing import Any, TypeVar
 
 import grpc
 
+from nnhal.client import steps
 from nnhal.client.callbacks import Callback
+from nnhal.client.remote import calls
 from nnhal.client.remote.devices import for_device
 from nnhal.client.remote.messages import (
     notify_of,
@@ -167,6 +169,16 @@ class SessionChannel:
         md = self._metadata()
         limit = timeout or DEFAULT_CALL_TIMEOUT
         return self.invoke(lambda: rpc(request, timeout=limit, metadata=md), what, timeout is not None, md[0][1])
+
+    def run(self, call: calls.Call[T]) -> T:
+        """Drive a HAL call (:mod:`nnhal.client.remote.calls`) on this session's one call path."""
+        return steps.drive(call, self._perform)
+
+    def _perform(self, step: calls.Unary) -> Any:
+        rpc = getattr(getattr(self._stubs, step.service), step.method)
+        if step.checked:
+            return self._checked(rpc, step.request, step.label, step.timeout, step.prefix)
+        return self._unary(rpc, step.request, step.label, step.timeout)
 
     def _checked(self, rpc: Any, request: Any, what: str, timeout: float | None = None, prefix: bool = True) -> Any:
         msg = self._unary(rpc, request, what, timeout)
