@@ -131,7 +131,7 @@ class SessionChannel:
     def buffer_call(self, method: str, request: Any) -> Any:
         """One IBuffer RPC (``copyTo`` / ``copyFrom`` / ``release``) with a hand-built request,
         through the error mapping, in-band status checked (raises its HalError)."""
-        return self._checked(getattr(self._stubs.buffer, method), request, method)
+        return self.checked(getattr(self._stubs.buffer, method), request, method)
 
     @property
     def last_request_id(self) -> str:
@@ -164,7 +164,9 @@ class SessionChannel:
         if self._closed:
             raise GeneralFailure(f"{what}: the device proxy is closed")
 
-    def _unary(self, rpc: Any, request: Any, what: str, timeout: float | None = None) -> Any:
+    def unary(self, rpc: Any, request: Any, what: str, timeout: float | None = None) -> Any:
+        """One unary RPC through :meth:`invoke` (``timeout`` None: the default call bound); the
+        call path of this session's protocol adapters (the HAL calls, the HIDL and AIDL forms)."""
         self.check(what)
         md = self._metadata()
         limit = timeout or DEFAULT_CALL_TIMEOUT
@@ -177,11 +179,12 @@ class SessionChannel:
     def _perform(self, step: calls.Unary) -> Any:
         rpc = getattr(getattr(self._stubs, step.service), step.method)
         if step.checked:
-            return self._checked(rpc, step.request, step.label, step.timeout, step.prefix)
-        return self._unary(rpc, step.request, step.label, step.timeout)
+            return self.checked(rpc, step.request, step.label, step.timeout, step.prefix)
+        return self.unary(rpc, step.request, step.label, step.timeout)
 
-    def _checked(self, rpc: Any, request: Any, what: str, timeout: float | None = None, prefix: bool = True) -> Any:
-        msg = self._unary(rpc, request, what, timeout)
+    def checked(self, rpc: Any, request: Any, what: str, timeout: float | None = None, prefix: bool = True) -> Any:
+        """:meth:`unary`, then its in-band status raised as the HalError (tagged with the request id)."""
+        msg = self.unary(rpc, request, what, timeout)
         try:
             raise_for_status(msg, what if prefix else "")
         except HalError as err:
@@ -189,7 +192,7 @@ class SessionChannel:
             raise
         return msg
 
-    def _stream(
+    def stream(
         self,
         rpc: Any,
         request: Any,

@@ -138,7 +138,7 @@ class RemoteSession(SessionChannel):
             elif not cb.notify(status, ref):  # the waiter was already released (death): nobody owns it
                 self.discard_prepared_model(ref.handle)
 
-        return self._stream(rpc, req, what, timeout, deliver, lambda _err: None, "nnhal-prepare")
+        return self.stream(rpc, req, what, timeout, deliver, lambda _err: None, "nnhal-prepare")
 
     def allocate(
         self,
@@ -210,7 +210,7 @@ class RemoteSession(SessionChannel):
             return ExecutionResult(err.error_status, err.message)
 
         rpc = self._stubs.prepared_model.execute_1_3
-        return self._stream(rpc, msg, "execute_1_3", timeout, deliver, failure, "nnhal-execute")
+        return self.stream(rpc, msg, "execute_1_3", timeout, deliver, failure, "nnhal-execute")
 
     def execute_fenced(
         self,
@@ -224,14 +224,14 @@ class RemoteSession(SessionChannel):
         msg = spb.FencedExecuteRequest(session=self._session_id, timeout_after_fence_ns=timeout_after_fence_ns)
         msg.wait_for.extend(wait_for)
         timeout = fill_execution(msg, handle, request, options)
-        result = self._unary(self._stubs.prepared_model.executeFenced, msg, "executeFenced", timeout)
+        result = self.unary(self._stubs.prepared_model.executeFenced, msg, "executeFenced", timeout)
         raise_for_status(result)
         return str(result.sync_fence), str(result.callback)
 
     def fenced_info(self, callback: str, wait: bool, timeout: float) -> FencedExecutionInfo:
         """IFencedExecutionCallback::getExecutionInfo (with ``wait``: once the fence signalled)."""
         req = spb.FencedInfoRequest(session=self._session_id, callback=callback, wait=wait)
-        return wire.fenced_info_from(self._unary(self._stubs.fenced.getExecutionInfo, req, "getExecutionInfo", timeout))
+        return wire.fenced_info_from(self.unary(self._stubs.fenced.getExecutionInfo, req, "getExecutionInfo", timeout))
 
     def release_prepared_model(self, handle: str) -> None:
         """Release a prepared model now; raises its HalError (DEAD_OBJECT for a dead server)."""
