@@ -49,6 +49,7 @@ from nnhal.client.remote.messages import (
     ExecutionOptions,
     PreparedRef,
     check_launch,
+    execute_request,
     prepare_from_cache_request,
     prepare_request,
     prepared_of,
@@ -344,7 +345,7 @@ class AioSession:
 
     async def execute_stream(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult:
         """execute_1_3; every failure comes back as a result carrying its status."""
-        msg, timeout = calls.execute_message(self.session_id, handle, request, options)
+        msg, timeout = execute_request(self.session_id, handle, request, options)
         try:
             notify = await self.notify(self.stubs.prepared_model.execute_1_3, msg, "execute_1_3", timeout)
         except HalError as err:
@@ -411,7 +412,7 @@ class AioBurstStream:
     async def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
         """One execution through the session's call path: its result, None once the server
         ended the stream; raises the HalError of a transport failure."""
-        msg, _ = calls.execute_message(self._session.session_id, handle, request, options)
+        msg, _ = execute_request(self._session.session_id, handle, request, options)
         response = await self._session.call("burst", False, lambda _md: self._exchange(msg), self._md)
         return None if response is None else wire.execution_result_from(response.result)
 

@@ -23,9 +23,9 @@ from nnhal.client.remote.messages import (
     ExecutionOptions,
     copy_from_request,
     copy_to_request,
+    execute_request,
     fault_request,
     fill_allocate,
-    fill_execution,
     stats_of,
 )
 from nnhal.core import wire
@@ -139,17 +139,9 @@ def allocate(
 
 
 # -- IPreparedModel ----------------------------------------------------------------------------------
-def execute_message(
-    session: str, handle: str, request: Request, options: ExecutionOptions
-) -> tuple[spb.ExecuteRequest, float | None]:
-    """The ExecuteRequest of one execution and its gRPC timeout (None: the default bound)."""
-    msg = spb.ExecuteRequest(session=session, profile=options.profile)
-    return msg, fill_execution(msg, handle, request, options)
-
-
 def execute(session: str, handle: str, request: Request, options: ExecutionOptions) -> Call[ExecutionResult]:
     """executeSynchronously_1_3 in one message. HAL errors are in the result."""
-    msg, timeout = execute_message(session, handle, request, options)
+    msg, timeout = execute_request(session, handle, request, options)
     answer = yield Unary("prepared_model", "executeSynchronously_1_3", msg, timeout, checked=False)
     return wire.execution_result_from(answer)
 

@@ -24,6 +24,7 @@ from nnhal.client.remote.messages import (
     ExecutionOptions,
     PreparedRef,
     drain,
+    execute_request,
     fill_execution,
     prepare_from_cache_request,
     prepared_of,
@@ -154,7 +155,7 @@ class RemoteSession(SessionChannel):
     def _execute_message(
         self, handle: str, request: Request, options: ExecutionOptions
     ) -> tuple[spb.ExecuteRequest, float | None]:
-        return calls.execute_message(self._session_id, handle, request, options)
+        return execute_request(self._session_id, handle, request, options)
 
     def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult:
         """executeSynchronously_1_3. Transport failures raise; HAL errors are in the result.
