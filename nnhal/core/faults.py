@@ -23,8 +23,9 @@ holds the answer ``ms``; ``exit`` ends the server process with ``code`` at ``poi
 server cannot inject, or any fault on a server without ``--enable-fault-injection``, is
 INVALID_ARGUMENT.
 
-The core is transport-free: a gRPC status is named here (``grpc_code``, a key of
-:data:`GRPC_CODES`); each side turns the name into its transport's code.
+The core is transport-free: a gRPC status is its number here (``grpc_code``; the
+constructors take its name, a key of :data:`GRPC_CODES`); each side's transport turns the
+number into its own status.
 """
 
 from __future__ import annotations
@@ -34,26 +35,30 @@ from dataclasses import dataclass
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 
-#: The gRPC status codes an ``abort`` may end a call with: name -> number (every one but OK;
-#: the numbers of the gRPC spec, checked against grpcio's ``StatusCode`` by a test).
-GRPC_CODES = {
-    "CANCELLED": 1,
-    "UNKNOWN": 2,
-    "INVALID_ARGUMENT": 3,
-    "DEADLINE_EXCEEDED": 4,
-    "NOT_FOUND": 5,
-    "ALREADY_EXISTS": 6,
-    "PERMISSION_DENIED": 7,
-    "RESOURCE_EXHAUSTED": 8,
-    "FAILED_PRECONDITION": 9,
-    "ABORTED": 10,
-    "OUT_OF_RANGE": 11,
-    "UNIMPLEMENTED": 12,
-    "INTERNAL": 13,
-    "UNAVAILABLE": 14,
-    "DATA_LOSS": 15,
-    "UNAUTHENTICATED": 16,
-}
+#: gRPC status code names, by number (gRPC's public numbering; checked against grpcio's
+#: ``StatusCode`` by a test).
+GRPC_CODE_NAMES = (
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+)
+#: The gRPC status codes an ``abort`` may end a call with: name -> number (every one but OK).
+GRPC_CODES = {name: number for number, name in enumerate(GRPC_CODE_NAMES) if number}
+UNAVAILABLE = GRPC_CODES["UNAVAILABLE"]
 
 
 @dataclass(frozen=True)
@@ -66,8 +71,8 @@ class Fault:
     count: int = 1
     status: ErrorStatus = ErrorStatus.GENERAL_FAILURE
     message: str = ""
-    #: The name of the gRPC status an ``abort`` ends the call with (a key of GRPC_CODES).
-    grpc_code: str = "UNAVAILABLE"
+    #: The gRPC status code (number, 1-16) an ``abort`` ends the call with.
+    grpc_code: int = UNAVAILABLE
     after: int = 0
     stall_ms: int = 0
     point: str = "start"
@@ -85,7 +90,7 @@ class Fault:
         ``configureExecutionBurst``: after K responses). ValueError for an unknown ``code``."""
         if code not in GRPC_CODES:
             raise ValueError(f"gRPC code {code!r} is not one of {', '.join(GRPC_CODES)}")
-        return cls(method, "abort", count, grpc_code=code, after=after)
+        return cls(method, "abort", count, grpc_code=GRPC_CODES[code], after=after)
 
     @classmethod
     def stall(cls, method: str, *, ms: int, count: int = 1) -> Fault:
@@ -101,7 +106,7 @@ class Fault:
         """One line for a log: the kind, its detail and the method."""
         detail = {
             "error": self.status.name,
-            "abort": f"{self.grpc_code} after {self.after} message(s)",
+            "abort": f"{GRPC_CODE_NAMES[self.grpc_code]} after {self.after} message(s)",
             "stall": f"{self.stall_ms} ms",
             "exit": f"status {self.exit_code} at {self.point}",
         }[self.kind]
@@ -111,3 +116,8 @@ class Fault:
         """The HalError an ``error`` fault answers."""
         text = f"injected fault: {self.status.name} on {self.method} (setFaults)"
         return HalError.of(self.status, f"{text}: {self.message}" if self.message else text)
+
+    def abort_details(self) -> str:
+        """The details of the transport status an ``abort`` fault ends its call with."""
+        text = f"injected fault: {self.method} aborted ({GRPC_CODE_NAMES[self.grpc_code]})"
+        return f"{text}: {self.message}" if self.message else text
