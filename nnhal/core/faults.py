@@ -77,6 +77,8 @@ class Fault:
     stall_ms: int = 0
     point: str = "start"
     exit_code: int = 1
+    #: Who asked for it: ``setFaults``, or ``--fault-seed`` (a server's seeded schedule).
+    origin: str = "setFaults"
 
     @classmethod
     def error(cls, method: str, status: ErrorStatus, *, count: int = 1, message: str = "") -> Fault:
@@ -114,7 +116,7 @@ class Fault:
 
     def hal_error(self) -> HalError:
         """The HalError an ``error`` fault answers."""
-        text = f"injected fault: {self.status.name} on {self.method} (setFaults)"
+        text = f"injected fault: {self.status.name} on {self.method} ({self.origin})"
         return HalError.of(self.status, f"{text}: {self.message}" if self.message else text)
 
     def abort_details(self) -> str:
