@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import tflite
 
-from nnhal.client.builder import ModelBuilder
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.types import SymmPerChannelQuantParams
 from nnhal.importers.errors import Unmappable

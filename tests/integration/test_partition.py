@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device, list_devices
 from nnhal.client.partition import Partitioner
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import Model

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from nnhal.client.builder import ModelBuilder
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import HalVersion, OperandType as T, OperationType as O, Priority
 from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.core.types import InlinePool, Model, SymmPerChannelQuantParams

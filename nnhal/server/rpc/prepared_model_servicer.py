@@ -30,7 +30,7 @@ from nnhal.core.errors import HalError
 from nnhal.core.types import Request
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method
-from nnhal.server.executions.faults import BURST
+from nnhal.server.executions.faults import BURST, abort_of
 from nnhal.server.rpc.common import events_to, hal_method, result_to, status_to
 from nnhal.server.rpc.sync_handlers import SyncContext, abort, in_thread, run_sync
 
@@ -122,7 +122,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         try:
             injected = arrival.fault if arrival is not None else None
             if injected is not None and injected.after == 0:
-                await abort(context, injected.abort())
+                await abort(context, abort_of(injected))
             sent = 0
             while True:
                 req = await context.read()
@@ -143,7 +143,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
                 await context.write(spb.BurstResponse(result=result))
                 sent += 1
                 if injected is not None and injected.after == sent:
-                    await abort(context, injected.abort())
+                    await abort(context, abort_of(injected))
         finally:
             leave()
 
