@@ -81,4 +81,9 @@ def parse_device(text: str) -> DeviceSpec:
 def make_backend(kind: str, threads: int = 1, strict: bool = False) -> Backend:
     """The backend of a device of ``kind``; a compiling kind gets the reference fallback
     inside it unless ``strict``."""
-    return KINDS[kind](threads)
+    backend = KINDS[kind](threads)
+    if strict or kind == "cpu":
+        return backend
+    from nnhal.server.partitioned import PartitionedBackend
+
+    return PartitionedBackend(backend)

@@ -167,9 +167,10 @@ def _spatial(g: TfliteGraph, operation: Operation, params: int) -> tuple[list[in
     operation whose first operands are ``x`` (and ``w, b`` for convolutions)."""
     ins = operation.inputs
     first = 3 if operation.type in (O.CONV_2D, O.DEPTHWISE_CONV_2D) else 1
-    # The explicit form is the longer one (4 pads, 2 strides, params, fuse code at least), and
-    # its operand after the pads is a stride (INT32) where the implicit form has a layout (BOOL).
-    explicit = len(ins) >= first + 4 + 2 + params + 1 and g.operand(ins[first + 4]).type == T.INT32
+    # Where the implicit form has its layout (BOOL, after the fuse code) the explicit form
+    # has an INT32 (a stride or parameter), and the explicit form is the longer one.
+    after_fuse = first + 1 + 2 + params + 1
+    explicit = len(ins) >= first + 4 + 2 + params + 1 and g.operand(ins[after_fuse]).type == T.INT32
     n_pad = 4 if explicit else 1
     pad = [int(g.scalar(i, "the padding")) for i in ins[first : first + n_pad]]
     rest = ins[first + n_pad :]
@@ -394,9 +395,12 @@ def _reduce(builtin: str) -> Callable[[TfliteGraph, Operation], None]:
         x, axes, keep = operation.inputs
         if not g.operand(operation.outputs[0]).dimensions:
             raise Unsupported("a scalar output")
-        g.ints(axes, "the axes")
-        ins = [g.tensor(x), g.tensor(axes)]
+        rank = len(g.dims(x))
+        reduced = {a % rank for a in g.ints(axes, "the axes")}
         keep_dims = bool(g.scalar(keep, "keep_dims"))
+        if not keep_dims and len(reduced) == rank:
+            raise Unsupported("every axis reduced without keep_dims (TFLite's result is rank 0, NNAPI's [1])")
+        ins = [g.tensor(x), g.tensor(axes)]
         g.emit(builtin, ins, [g.tensor(operation.outputs[0])], "ReducerOptions", KeepDims=keep_dims)
 
     return convert
@@ -479,6 +483,72 @@ CONVERTERS: dict[O, Converter] = {
 }
 
 
+F32, Q8, S8, I32, B8 = (
+    T.TENSOR_FLOAT32,
+    T.TENSOR_QUANT8_ASYMM,
+    T.TENSOR_QUANT8_ASYMM_SIGNED,
+    T.TENSOR_INT32,
+    T.TENSOR_BOOL8,
+)
+_FQ = frozenset({F32, Q8, S8})
+_FQI = _FQ | {I32}
+#: The types of the data input (input 0; SELECT's input 1) each conversion is offered, those
+#: TFLite's kernels compute with NNAPI's semantics: a kernel given a type it lacks may abort
+#: the process rather than fail, so nothing outside this table reaches LiteRT. (CAST is left
+#: out: NNAPI saturates where TFLite wraps.)
+DATA_TYPES: dict[O, frozenset[T]] = {
+    **dict.fromkeys((O.CONV_2D, O.DEPTHWISE_CONV_2D, O.FULLY_CONNECTED, O.AVERAGE_POOL_2D, O.MAX_POOL_2D), _FQ),
+    **dict.fromkeys((O.ADD, O.MUL, O.SUB, O.MAXIMUM, O.MINIMUM), _FQI),
+    **dict.fromkeys((O.LESS, O.LESS_EQUAL, O.GREATER, O.GREATER_EQUAL, O.EQUAL, O.NOT_EQUAL), frozenset({F32, I32})),
+    O.SELECT: frozenset({F32, I32}),
+    **dict.fromkeys((O.RELU, O.RELU1, O.RELU6, O.LOGISTIC, O.TANH, O.HARD_SWISH, O.PRELU), _FQ),
+    **dict.fromkeys((O.SOFTMAX, O.MEAN, O.RESIZE_BILINEAR, O.RESIZE_NEAREST_NEIGHBOR, O.L2_NORMALIZATION), _FQ),
+    **dict.fromkeys((O.CONCATENATION, O.PAD, O.PAD_V2, O.SPACE_TO_DEPTH, O.DEPTH_TO_SPACE), _FQI),
+    **dict.fromkeys((O.RESHAPE, O.SQUEEZE, O.EXPAND_DIMS, O.TRANSPOSE), _FQI | {B8}),
+    **dict.fromkeys((O.LOGICAL_AND, O.LOGICAL_OR, O.LOGICAL_NOT), frozenset({B8})),
+    **dict.fromkeys(
+        (O.L2_POOL_2D, O.DIV, O.POW, O.ABS, O.EXP, O.LOG, O.SQRT, O.RSQRT, O.SIN, O.NEG, O.FLOOR, O.QUANTIZE),
+        frozenset({F32}),
+    ),
+    **dict.fromkeys((O.REDUCE_SUM, O.REDUCE_MAX, O.REDUCE_MIN, O.REDUCE_PROD), frozenset({F32})),
+    O.DEQUANTIZE: frozenset({Q8, S8}),
+}
+
+
+#: Quantized, these TFLite kernels read every tensor with one scale and zero point (they do
+#: not requantize between inputs and output as NNAPI does).
+SAME_QUANT = frozenset(
+    {
+        O.MAXIMUM,
+        O.MINIMUM,
+        O.AVERAGE_POOL_2D,
+        O.MAX_POOL_2D,
+        O.RESHAPE,
+        O.SQUEEZE,
+        O.EXPAND_DIMS,
+        O.TRANSPOSE,
+        O.PAD,
+        O.PAD_V2,
+        O.SPACE_TO_DEPTH,
+        O.DEPTH_TO_SPACE,
+        O.RESIZE_BILINEAR,
+        O.RESIZE_NEAREST_NEIGHBOR,
+        O.RELU,
+        O.RELU1,
+        O.RELU6,
+    }
+)
+
+
+def _same_quant(g: TfliteGraph, operation: Operation) -> bool:
+    params = {
+        (g.operand(i).scale, g.operand(i).zero_point)
+        for i in (*operation.inputs, *operation.outputs)
+        if g.operand(i).type in (Q8, S8)
+    }
+    return len(params) <= 1
+
+
 def _check_io(model: Model) -> str:
     """Why the model's inputs or outputs cannot be the TFLite graph's ("" if they can)."""
     main = model.main
@@ -500,13 +570,20 @@ def _convert(g: TfliteGraph, index: int) -> str:
     """ "" when operation ``index`` converted into ``g``, else why not."""
     operation = g.main.operations[index]
     converter = CONVERTERS.get(operation.type)
-    if converter is None:
+    types = DATA_TYPES.get(operation.type)
+    if converter is None or types is None:
         return f"{operation.type.name} has no LiteRT conversion in this device"
+    data = operation.inputs[1 if operation.type == O.SELECT else 0]
+    if g.operand(data).type not in types:
+        allowed = ", ".join(sorted(t.name for t in types))
+        return f"{operation.type.name} of {g.operand(data).type.name}: this device computes it on {allowed} only"
+    if operation.type in SAME_QUANT and not _same_quant(g, operation):
+        return f"{operation.type.name}: quantized tensors with different scales or zero points"
     try:
         converter(g, operation)
     except Unsupported as err:
         return f"{operation.type.name}: {err}"
-    except (ValueError, IndexError, KeyError, TypeError) as err:
+    except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as err:
         # Shapes or parameters the converter did not foresee: not convertible, never a crash.
         return f"{operation.type.name}: cannot be converted ({err})"
     return ""
