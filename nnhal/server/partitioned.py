@@ -7,8 +7,9 @@ inner backend supports it, else on the reference executor; the graph is cut into
 the client's partitioner cuts it across devices (``nnhal.core.subgraphs``), and each
 backend step's sub-model is asked again (a step's inputs and outputs are operands the
 whole model's check did not see as graph boundaries, e.g. of unknown shape): what it
-refuses moves to the reference, until every backend step is whole. A model placed wholly
-on the backend is one step.
+refuses moves to the reference, until every backend step is whole (and a step the library
+still fails to compile runs on the reference, logged). A model placed wholly on the
+backend is one step.
 
 The cache artifact holds the placement and, per step, the backend's artifact or the
 reference step's sub-model with its constants inlined (the sealed skeleton carries no
@@ -21,6 +22,7 @@ the operations in them), fallback operations as ``cpu fallback: <TYPE>``.
 from __future__ import annotations
 
 import json
+import logging
 import struct
 import time
 from collections.abc import Sequence
@@ -36,6 +38,7 @@ from nnhal.server.backend import Backend, ExecutableGraph
 from nnhal.server.executor.graph import Buffer, ExecutionControl, PreparedGraph, constant_value
 from nnhal.server.executor.validate import supported_operations as reference_support
 
+_log = logging.getLogger(__name__)
 BACKEND, FALLBACK = 0, 1
 _MAGIC = b"NNHALPB1"
 _LENGTH = struct.Struct("<Q")
@@ -185,8 +188,13 @@ class PartitionedBackend:
             sub = subgraphs.step_model(model, placed.operations, placed.inputs, placed.outputs)
             graph: ExecutableGraph
             if placed.place == BACKEND:
-                graph, payload = self.inner.compile(sub, pools)
-            else:
+                try:
+                    graph, payload = self.inner.compile(sub, pools)
+                except GeneralFailure as err:
+                    # The library refused a step it said it takes: the reference runs it.
+                    _log.warning("%s: operations %s run on the fallback: %s", self.kind, placed.operations, err)
+                    placed = replace(placed, place=FALLBACK)
+            if placed.place == FALLBACK:
                 sub = self_contained(sub, pools)
                 graph, payload = PreparedGraph(sub, ()), wire.model_to_bytes(sub)
             graphs.append(_Step(placed, graph, [sub.main.operands[i] for i in sub.main.output_indexes]))

@@ -515,8 +515,8 @@ DATA_TYPES: dict[O, frozenset[T]] = {
 }
 
 
-#: Quantized, these TFLite kernels read every tensor with one scale and zero point (they do
-#: not requantize between inputs and output as NNAPI does).
+#: Quantized, these TFLite (or XNNPACK) kernels read every tensor with one scale and zero
+#: point (they do not requantize between inputs and output as NNAPI does).
 SAME_QUANT = frozenset(
     {
         O.MAXIMUM,
