@@ -128,6 +128,15 @@ def _print_outputs(imported: ImportedModel, outputs: list[np.ndarray]) -> None:
     print_table(["output", "shape", "dtype", "min", "max", "mean", "std"], rows)
 
 
+def _print_placement(device: str, imported: ImportedModel, support: list[tuple[bool, str]]) -> None:
+    """How many operations the device runs itself; those on a fallback inside it, with why."""
+    ops = imported.model.main.operations
+    elsewhere = [(op.type.name, why) for op, (ok, why) in zip(ops, support) if ok and why]
+    print(f"{len(ops) - len(elsewhere)} of {len(ops)} operations on {device} itself")
+    if elsewhere:
+        print_table(["operation", "where"], [[name, why] for name, why in elsewhere])
+
+
 def _print_profile(profile: list[tuple[str, int, int]]) -> None:
     total = sum(us for _, _, us in profile) or 1
     rows = [[name, count, f"{us / 1e3:.2f}", f"{100 * us / total:.0f}%"] for name, count, us in profile]
@@ -254,6 +263,7 @@ def run_model(args: argparse.Namespace, address: str, model: Path) -> int:
         _server(address, args.start, [device] if device else []) as addr,
         connect(addr, "nnhal-run", args.timeout, False if args.start else tls_of(args), name) as dev,
     ):
+        _print_placement(dev.name, imported, dev.supported_operations_with_reasons(imported.model))
         t0 = time.perf_counter()
         with dev.prepare_model_sync(imported.model) as pm:
             print(f"prepared on {dev.name} in {(time.perf_counter() - t0) * 1e3:.1f} ms")

@@ -15,8 +15,10 @@ The cache artifact holds the placement and, per step, the backend's artifact or 
 reference step's sub-model with its constants inlined (the sealed skeleton carries no
 constants), so a preparation from cache neither converts nor places again.
 
-The execution profile names where each operation ran: backend steps as ``<kind>`` (count:
-the operations in them), fallback operations as ``cpu fallback: <TYPE>``.
+``getSupportedOperations`` says per operation where it runs: a supported operation the
+library lacks has the reason ``FALLBACK_REASON`` + the library's reason. The execution
+profile names where each operation ran: backend steps as ``<kind>`` (count: the operations
+in them), fallback operations as ``cpu fallback: <TYPE>``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ _LENGTH = struct.Struct("<Q")
 _LEVEL = max(HalVersion)
 #: Profile key prefix of operations run by the reference fallback.
 FALLBACK_PROFILE = "cpu fallback: "
+#: Prefix of the support reason of a supported operation the fallback runs (the library's
+#: reason follows); the library's own operations have no reason.
+FALLBACK_REASON = "supported on the CPU fallback inside this device: "
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,16 @@ class PartitionedBackend:
     def supported_operations(
         self, model: Model, pools: Sequence[Buffer], level: HalVersion
     ) -> tuple[list[bool], list[str]]:
-        return reference_support(model, pools, level)
+        """Every operation the reference validates; the reason of one the library lacks says
+        it runs on the fallback and why (``FALLBACK_REASON``), "" for the library's own."""
+        supported, reasons = reference_support(model, pools, level)
+        if not any(supported):
+            return supported, reasons
+        _, inner_reasons = self.inner.supported_operations(model, pools, level)
+        for k, ok in enumerate(supported):
+            if ok and inner_reasons[k]:
+                reasons[k] = FALLBACK_REASON + inner_reasons[k]
+        return supported, reasons
 
     def placement(self, model: Model, pools: Sequence[Buffer]) -> list[PlacedStep]:
         return place_operations(self.inner, model, pools)

@@ -14,7 +14,7 @@ from nnhal.core.types import InlinePool, Model
 from nnhal.server.backend import ReferenceBackend
 from nnhal.server.devices import make_backend, parse_device
 from nnhal.server.executor.graph import ExecutionControl
-from nnhal.server.partitioned import BACKEND, FALLBACK, FALLBACK_PROFILE, PartitionedBackend
+from nnhal.server.partitioned import BACKEND, FALLBACK, FALLBACK_PROFILE, FALLBACK_REASON, PartitionedBackend
 
 pytest.importorskip("ai_edge_litert")
 from nnhal.server.litert.runtime import LiteRtBackend
@@ -46,7 +46,9 @@ def test_what_the_backend_lacks_runs_on_the_reference_inside_the_device() -> Non
     inner = LiteRtBackend(1, measure_capabilities=False)
     backend = PartitionedBackend(inner)
     assert inner.supported_operations(model, pools, HalVersion.V1_3)[0] == [True, False, True]
-    assert backend.supported_operations(model, pools, HalVersion.V1_3)[0] == [True, True, True]
+    supported, reasons = backend.supported_operations(model, pools, HalVersion.V1_3)
+    assert supported == [True, True, True] and reasons[0] == reasons[2] == ""
+    assert reasons[1].startswith(FALLBACK_REASON) and "LOCAL_RESPONSE_NORMALIZATION" in reasons[1]
     assert [(s.place, s.operations) for s in backend.placement(model, pools)] == [
         (BACKEND, (0,)),
         (FALLBACK, (1,)),
