@@ -48,6 +48,19 @@ def conv_f32_explicit_padding() -> Model:
     return b.outputs(b.op(O.CONV_2D, args, F32, (1, 8, 3, 4))).finish()
 
 
+def conv_and_pool_q8_nchw() -> Model:
+    """CONV_2D (implicit SAME, dilation 2) and MAX_POOL_2D on NCHW tensors, quant8."""
+    rng = np.random.default_rng(5)  # its own: the other cases keep the module RNG's draws
+    b = ModelBuilder()
+    x = b.input(Q8, (1, 3, 7, 6), 0.5, 120)
+    w = b.constant(rng.integers(0, 255, (4, 3, 3, 3), dtype=np.uint8), Q8, 0.02, 128)
+    bias = b.constant(rng.integers(-50, 50, 4, dtype=np.int32), T.TENSOR_INT32, 0.01)
+    args = [x, w, bias, *b.ints(1, 1, 1, 1), b.boolean(True), *b.ints(2, 2)]
+    c = b.op(O.CONV_2D, args, Q8, (1, 4, 7, 6), 1.0, 100)
+    p = b.op(O.MAX_POOL_2D, [c, *b.ints(2, 2, 2, 2, 2, 0), b.boolean(True)], Q8, (1, 4, 3, 3), 1.0, 100)
+    return b.outputs(p).finish()
+
+
 def depthwise_s8_per_channel() -> Model:
     b = ModelBuilder()
     x = b.input(I8, (1, 5, 5, 2), 0.5, -8)
@@ -87,6 +100,7 @@ def elementwise_f32() -> Model:
 
 CASES: list[Callable[[], Model]] = [
     conv_f32_explicit_padding,
+    conv_and_pool_q8_nchw,
     depthwise_s8_per_channel,
     pools_and_dense_q8,
     elementwise_f32,

@@ -8,7 +8,7 @@ their scales and channel dimension); tensor constants become buffers; scalar par
 constants. Conventions NNAPI shares with TFLite (NHWC, ``[out, h, w, in]`` filters, SAME /
 VALID, fuse codes) pass through unchanged. Explicit padding becomes SAME or VALID when it
 equals one of them, else (convolutions only) a PAD before a VALID convolution. What has no
-faithful TFLite form — NCHW layouts, float16 tensors, unknown shapes, parameters given at run
+faithful TFLite form — float16 tensors, unknown shapes, parameters given at run
 time, uint8 activations with per-channel filters, int8 filters with a zero point — raises
 :class:`Unsupported` with the reason; nothing is approximated.
 
@@ -143,12 +143,44 @@ def _quant(op: Operand) -> Quant | None:
 
 
 # -- convolutions and pooling ----------------------------------------------------------------
+_TO_NHWC, _TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+
+
+def _nhwc_in(g: TfliteGraph, x: int, nchw: bool) -> tuple[int, tuple[int, ...]]:
+    """(tensor, dims) of operand ``x`` in NHWC: itself, or a TRANSPOSE of an NCHW one."""
+    dims = g.dims(x)
+    if not nchw:
+        return g.tensor(x), dims
+    if len(dims) != 4:
+        raise Unsupported("an NCHW operand that is not rank 4")
+    shape = tuple(dims[i] for i in _TO_NHWC)
+    t = g.temporary(x, shape)
+    perm = g.constant(np.asarray(_TO_NHWC, np.int32), TENSOR_TYPE[T.TENSOR_INT32])
+    g.emit("TRANSPOSE", [g.tensor(x), perm], [t])
+    return t, shape
+
+
+def _nhwc_out(g: TfliteGraph, out: int, nchw: bool) -> tuple[int, Callable[[], None]]:
+    """(tensor to write NHWC results into, what to emit after the operation): operand
+    ``out`` itself, or a temporary TRANSPOSEd into an NCHW ``out``."""
+    if not nchw:
+        return g.tensor(out), lambda: None
+    dims = g.dims(out)
+    t = g.temporary(out, tuple(dims[i] for i in _TO_NHWC))
+
+    def finish() -> None:
+        perm = g.constant(np.asarray(_TO_NCHW, np.int32), TENSOR_TYPE[T.TENSOR_INT32])
+        g.emit("TRANSPOSE", [t, perm], [g.tensor(out)])
+
+    return t, finish
+
+
 def _padding(
-    g: TfliteGraph, x: int, pads: tuple[int, int, int, int] | None, code: int, window: tuple[int, int, int, int]
+    dims: tuple[int, ...], pads: tuple[int, int, int, int] | None, code: int, window: tuple[int, int, int, int]
 ) -> tuple[int, tuple[int, int, int, int]]:
-    """(TFLite padding, explicit pads still to apply) for NHWC ``x``; ``window`` is
-    (filter w, filter h, stride w, stride h) with dilation folded in by the caller."""
-    _, height, width, _ = g.dims(x)
+    """(TFLite padding, explicit pads still to apply) for an NHWC input of ``dims``; ``window``
+    is (filter w, filter h, stride w, stride h) with dilation folded in by the caller."""
+    _, height, width, _ = dims
     fw, fh, sw, sh = window
     if pads is None:
         if code not in PADDING:
@@ -179,14 +211,12 @@ def _spatial(g: TfliteGraph, operation: Operation, params: int) -> tuple[list[in
     return pad, values, list(tail)
 
 
-def _layout_dilation(g: TfliteGraph, tail: list[int], fuse_first: bool) -> tuple[int, int, int]:
-    """(fuse code index or -1, dilation w, dilation h) from an operation's tail."""
-    fuse = tail[0] if fuse_first else -1
-    rest = tail[1:] if fuse_first else tail
-    if rest and bool(g.scalar(rest[0], "the layout")):
-        raise Unsupported("NCHW layout (this device computes NHWC)")
+def _layout_dilation(g: TfliteGraph, tail: list[int]) -> tuple[int, int, int, bool]:
+    """(fuse code index, dilation w, dilation h, NCHW) from an operation's tail."""
+    fuse, rest = tail[0], tail[1:]
+    nchw = bool(rest) and bool(g.scalar(rest[0], "the layout"))
     dw, dh = (int(g.scalar(rest[1], "dilation")), int(g.scalar(rest[2], "dilation"))) if len(rest) >= 3 else (1, 1)
-    return fuse, dw, dh
+    return fuse, dw, dh, nchw
 
 
 def _bias(g: TfliteGraph, b: int, x: int, w: int) -> int:
@@ -219,29 +249,33 @@ def _check_filter(g: TfliteGraph, x: int, w: int) -> None:
         raise Unsupported("a filter computed at run time")
 
 
-def _pad_input(g: TfliteGraph, x: int, pads: tuple[int, int, int, int]) -> int:
-    """Tensor of NHWC ``x`` zero-padded by explicit (left, right, top, bottom) pads."""
+def _pad_input(g: TfliteGraph, x: int, tensor: int, dims: tuple[int, ...], pads: tuple[int, int, int, int]) -> int:
+    """NHWC ``tensor`` (operand ``x``'s values, ``dims``) zero-padded by explicit (left,
+    right, top, bottom) pads."""
     if not any(pads):
-        return g.tensor(x)
-    n, h, w, c = g.dims(x)
+        return tensor
+    n, h, w, c = dims
     left, right, top, bottom = pads
     paddings = np.asarray([[0, 0], [top, bottom], [left, right], [0, 0]], np.int32)
     padded = g.temporary(x, (n, h + top + bottom, w + left + right, c))
-    g.emit("PAD", [g.tensor(x), g.constant(paddings, TENSOR_TYPE[T.TENSOR_INT32])], [padded])
+    g.emit("PAD", [tensor, g.constant(paddings, TENSOR_TYPE[T.TENSOR_INT32])], [padded])
     return padded
 
 
 def conv_2d(g: TfliteGraph, operation: Operation) -> None:
     x, w, b = operation.inputs[:3]
     pad, (sw, sh), tail = _spatial(g, operation, 0)
-    fuse, dw, dh = _layout_dilation(g, tail, True)
+    fuse, dw, dh, nchw = _layout_dilation(g, tail)
     _check_filter(g, x, w)
     _, fh, fw, _ = g.dims(w)
-    padding, pads = _conv_padding(g, x, pad, (fw, fh, sw, sh), (dw, dh))
+    xt, xdims = _nhwc_in(g, x, nchw)
+    padding, pads = _conv_padding(xdims, pad, (fw, fh, sw, sh), (dw, dh))
+    inputs = [_pad_input(g, x, xt, xdims, pads), g.tensor(w), _bias(g, b, x, w)]
+    out, finish = _nhwc_out(g, operation.outputs[0], nchw)
     g.emit(
         "CONV_2D",
-        [_pad_input(g, x, pads), g.tensor(w), _bias(g, b, x, w)],
-        [g.tensor(operation.outputs[0])],
+        inputs,
+        [out],
         "Conv2DOptions",
         Padding=padding,
         StrideW=sw,
@@ -250,19 +284,23 @@ def conv_2d(g: TfliteGraph, operation: Operation) -> None:
         DilationWFactor=dw,
         DilationHFactor=dh,
     )
+    finish()
 
 
 def depthwise_conv_2d(g: TfliteGraph, operation: Operation) -> None:
     x, w, b = operation.inputs[:3]
     pad, (sw, sh, multiplier), tail = _spatial(g, operation, 1)
-    fuse, dw, dh = _layout_dilation(g, tail, True)
+    fuse, dw, dh, nchw = _layout_dilation(g, tail)
     _check_filter(g, x, w)
     _, fh, fw, _ = g.dims(w)
-    padding, pads = _conv_padding(g, x, pad, (fw, fh, sw, sh), (dw, dh))
+    xt, xdims = _nhwc_in(g, x, nchw)
+    padding, pads = _conv_padding(xdims, pad, (fw, fh, sw, sh), (dw, dh))
+    inputs = [_pad_input(g, x, xt, xdims, pads), g.tensor(w), _bias(g, b, x, w)]
+    out, finish = _nhwc_out(g, operation.outputs[0], nchw)
     g.emit(
         "DEPTHWISE_CONV_2D",
-        [_pad_input(g, x, pads), g.tensor(w), _bias(g, b, x, w)],
-        [g.tensor(operation.outputs[0])],
+        inputs,
+        [out],
         "DepthwiseConv2DOptions",
         Padding=padding,
         StrideW=sw,
@@ -272,31 +310,34 @@ def depthwise_conv_2d(g: TfliteGraph, operation: Operation) -> None:
         DilationWFactor=dw,
         DilationHFactor=dh,
     )
+    finish()
 
 
 def _conv_padding(
-    g: TfliteGraph, x: int, pad: list[int], window: tuple[int, int, int, int], dilation: tuple[int, int]
+    dims: tuple[int, ...], pad: list[int], window: tuple[int, int, int, int], dilation: tuple[int, int]
 ) -> tuple[int, tuple[int, int, int, int]]:
     fw, fh, sw, sh = window
     dw, dh = dilation
     effective = ((fw - 1) * dw + 1, (fh - 1) * dh + 1, sw, sh)
     explicit = (pad[0], pad[1], pad[2], pad[3]) if len(pad) == 4 else None
-    return _padding(g, x, explicit, pad[0], effective)
+    return _padding(dims, explicit, pad[0], effective)
 
 
 def _pool(builtin: str) -> Callable[[TfliteGraph, Operation], None]:
     def convert(g: TfliteGraph, operation: Operation) -> None:
         x = operation.inputs[0]
         pad, (sw, sh, fw, fh), tail = _spatial(g, operation, 2)
-        fuse, _, _ = _layout_dilation(g, tail, True)
+        fuse, _, _, nchw = _layout_dilation(g, tail)
         explicit = (pad[0], pad[1], pad[2], pad[3]) if len(pad) == 4 else None
-        padding, pads = _padding(g, x, explicit, pad[0], (fw, fh, sw, sh))
+        xt, xdims = _nhwc_in(g, x, nchw)
+        padding, pads = _padding(xdims, explicit, pad[0], (fw, fh, sw, sh))
         if any(pads):
             raise Unsupported("explicit padding that is neither SAME nor VALID (pooling cannot pad by a PAD)")
+        out, finish = _nhwc_out(g, operation.outputs[0], nchw)
         g.emit(
             builtin,
-            [g.tensor(x)],
-            [g.tensor(operation.outputs[0])],
+            [xt],
+            [out],
             "Pool2DOptions",
             Padding=padding,
             StrideW=sw,
@@ -305,6 +346,7 @@ def _pool(builtin: str) -> Callable[[TfliteGraph, Operation], None]:
             FilterHeight=fh,
             FusedActivationFunction=g.activation(fuse),
         )
+        finish()
 
     return convert
 
