@@ -3,13 +3,13 @@ inline pools travel in chunks.
 
 The stream is read whole (``wire_stream.read_request``: the head, then the chunks
 reassembled into the pools, every rule checked), then the execution runs exactly as a
-synchronous one (``PreparedModelServicer.execute_sync``: level and drain refusals, launch
+synchronous one (``Executions.execute``: level and drain refusals, launch
 checks, injected faults of ``executeSynchronously_1_3``, metrics), and the answer goes
 back as its head, then the chunks of its large output pools. A stream breaking the rules
 is answered with INVALID_ARGUMENT in the head. The handler is a coroutine on the server's
 loop: the chunks are taken in as they arrive (no thread waits on a slow sender), the
 execution runs on a worker thread. An open stream counts among the long-lived calls of its
-connection (``common.LongCalls``, kind ``streamed execution``): past the cap the head says
+connection (``executions.LongCalls``, kind ``streamed execution``): past the cap the head says
 RESOURCE_EXHAUSTED_TRANSIENT.
 """
 
@@ -35,7 +35,8 @@ METHOD = "executeStreamed"
 SYNC_METHOD = "executeSynchronously_1_3"
 
 
-def _refused(refused: Refused) -> stpb.StreamedExecuteResult:
+def _head(refused: Refused) -> stpb.StreamedExecuteResult:
+    """The one message answering a refused stream."""
     return stpb.StreamedExecuteResult(head=status_to(spb.ExecuteResult(), refused))
 
 
@@ -61,8 +62,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                 raise arrival.error  # the level of the method it shares
             leave = x.long_calls.open("streamed execution", peer)
         except HalError as err:
-            m.record(err.error_status, None)
-            yield _refused(Refused.of(err, METHOD))
+            yield _head(x.refuse(m, err, None, t0))
             return
         # Given back when the stream ends, also when gRPC never resumes this generator.
         context.add_done_callback(lambda _context: leave())
@@ -75,8 +75,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                     reader.add(part)
                 head, request = reader.finish()
             except HalError as err:
-                m.record(err.error_status, None)
-                yield _refused(Refused.of(err, METHOD))
+                yield _head(x.refuse(m, err, None, t0))
                 return
 
             def build() -> Execution:
@@ -87,7 +86,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
             except Abort as aborted:
                 await abort(context, aborted)
             if isinstance(result, Refused):
-                yield _refused(result)
+                yield _head(result)
                 return
             kept, large = wire_stream.split_result(result)
             yield stpb.StreamedExecuteResult(head=wire.execution_result_to(kept))
