@@ -99,6 +99,9 @@ class Driver:
         self.executions = Counter()
         #: Serving / draining / stopping; the RPC layer admits and counts work with it.
         self.lifecycle = Lifecycle()
+        #: Called with a session's id once it has closed and released its objects (e.g. the
+        #: recorder ends the session's file); append before serving. Must not raise.
+        self.session_closed: list[Callable[[str], None]] = []
 
     # -- sessions ---------------------------------------------------------
     def open_session(self, client_name: str, peer: str = "") -> Session:
@@ -138,6 +141,8 @@ class Driver:
         self.aidl.release_session(sid)
         self.budget.close_session(sid)
         log.info("session %s closed: released %d prepared models", sid[:8], len(models))
+        for closed in self.session_closed:
+            closed(sid)
         return len(models)
 
     def session(self, sid: str) -> Session:

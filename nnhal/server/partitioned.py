@@ -35,7 +35,7 @@ import numpy as np
 from nnhal.core import subgraphs, wire
 from nnhal.core.enums import HalVersion, OperandLifeTime
 from nnhal.core.errors import GeneralFailure
-from nnhal.core.types import Capabilities, DataLocation, Model, Operand, Subgraph
+from nnhal.core.types import Capabilities, DataLocation, Model, Operand, OperationTiming, Subgraph
 from nnhal.server.backend import Backend, ExecutableGraph
 from nnhal.server.executor.graph import Buffer, ExecutionControl, PreparedGraph, constant_value
 from nnhal.server.executor.validate import supported_operations as reference_support
@@ -142,6 +142,7 @@ class PartitionedGraph:
             profile = None if control is None else control.profile
             if placed.place == FALLBACK and control is not None and profile is not None:
                 control.profile = {}
+                first = len(control.timeline) if control.timeline is not None else 0
                 try:
                     outs = step.graph.run(ins, control, outs_ops)
                     for name, (count, ns) in control.profile.items():
@@ -150,12 +151,27 @@ class PartitionedGraph:
                         entry[1] += ns
                 finally:
                     control.profile = profile
-            elif profile is not None:
+                if control.timeline is not None:
+                    # The step's operations by their index in the whole model.
+                    control.timeline[first:] = [
+                        replace(t, index=placed.operations[t.index], operation=FALLBACK_PROFILE + t.operation)
+                        if t.subgraph == 0
+                        else t
+                        for t in control.timeline[first:]
+                    ]
+            elif control is not None and profile is not None:
+                control.start()
                 t0 = time.perf_counter_ns()
                 outs = step.graph.run(ins, control, outs_ops)
+                t1 = time.perf_counter_ns()
                 entry = profile.setdefault(self._kind, [0, 0])
                 entry[0] += len(placed.operations)
-                entry[1] += time.perf_counter_ns() - t0
+                entry[1] += t1 - t0
+                if control.timeline is not None:
+                    # The library runs the step as one: one entry, at its first operation.
+                    start = (t0 - control.timeline_t0_ns) // 1000
+                    name = f"{self._kind} ({len(placed.operations)} operations)"
+                    control.timeline.append(OperationTiming(placed.operations[0], name, 0, start, (t1 - t0) // 1000))
             else:
                 outs = step.graph.run(ins, control, outs_ops)
             values.update(zip(placed.outputs, outs))

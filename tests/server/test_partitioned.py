@@ -57,12 +57,18 @@ def test_what_the_backend_lacks_runs_on_the_reference_inside_the_device() -> Non
     x = RNG.standard_normal((1, 5, 5, 3)).astype(np.float32)
     expected = ReferenceBackend().compile(model, pools)[0].run([x])[0]
     graph, artifact = backend.compile(model, pools)
-    control = ExecutionControl(profile={})
+    control = ExecutionControl(profile={}, timeline=[])
     np.testing.assert_allclose(graph.run([x], control)[0], expected, rtol=1e-5, atol=1e-5)
     assert control.profile is not None
     assert (
         control.profile["litert"][0] == 2 and control.profile[FALLBACK_PROFILE + "LOCAL_RESPONSE_NORMALIZATION"][0] == 1
     )
+    assert control.timeline is not None
+    assert [(t.index, t.operation) for t in control.timeline] == [
+        (0, "litert (1 operations)"),
+        (1, FALLBACK_PROFILE + "LOCAL_RESPONSE_NORMALIZATION"),
+        (2, "litert (1 operations)"),
+    ]
     # From the cache: the skeleton has no constants; the artifact carries what each step needs.
     skeleton = dataclasses.replace(model, operand_values=b"", pools=())
     np.testing.assert_allclose(backend.load(skeleton, [], artifact).run([x])[0], expected, rtol=1e-5, atol=1e-5)

@@ -21,11 +21,12 @@ from nnhal.core.enums import (
 )
 from nnhal.core.errors import HalError, MissedDeadlinePersistent, MissedDeadlineTransient, ResourceExhaustedTransient
 from nnhal.core.operand_types import DTYPE, INFO, byte_size, has_unknown_dims
-from nnhal.core.types import Model, Operand, Subgraph
+from nnhal.core.types import Model, Operand, OperationTiming, Subgraph
 from nnhal.server.executor import allocation
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import OP_FAILED, fail
-from nnhal.server.executor.registry import OperationSpec, lookup
+from nnhal.server.executor.fusion import PlannedOperation, fold_activations
+from nnhal.server.executor.registry import FastKernel, OperationSpec, lookup
 
 Buffer = bytes | bytearray | memoryview
 
@@ -60,6 +61,9 @@ class ExecutionControl:
     graph: PreparedGraph | None = None
     #: When set, operation type name -> [count, total ns] is accumulated here.
     profile: dict[str, list[int]] | None = None
+    #: With ``profile``: every operation run, in order (its start from the run's start).
+    timeline: list[OperationTiming] | None = None
+    timeline_t0_ns: int = 0
     max_execution_ns: int | None = None
     reserve: Callable[[int], None] | None = None
     release: Callable[[int], None] | None = None
@@ -69,7 +73,20 @@ class ExecutionControl:
     #: The server's limit on time.monotonic_ns, set by ``start`` when there is no deadline.
     limit_ns: int | None = None
 
+    def note(self, name: str, subgraph: int, index: int, t0_ns: int, t1_ns: int) -> None:
+        """Profile one operation run (``profile`` must be set): its type's totals, and the
+        timeline when kept."""
+        assert self.profile is not None
+        entry = self.profile.setdefault(name, [0, 0])
+        entry[0] += 1
+        entry[1] += t1_ns - t0_ns
+        if self.timeline is not None:
+            start = (t0_ns - self.timeline_t0_ns) // 1000
+            self.timeline.append(OperationTiming(index, name, subgraph, start, (t1_ns - t0_ns) // 1000))
+
     def start(self) -> None:
+        if self.timeline is not None and not self.timeline_t0_ns:
+            self.timeline_t0_ns = time.perf_counter_ns()
         if self.deadline_ns is None and self.max_execution_ns is not None and self.limit_ns is None:
             self.limit_ns = time.monotonic_ns() + self.max_execution_ns
 
@@ -156,6 +173,9 @@ class Step:
     #: Bytes of the outputs when the model fixes every output's shape, else 0 (the
     #: kernel reserves what it allocates once it knows the shapes).
     out_bytes: int
+    #: The kernel bound at prepare to this step's constants and static shapes (see
+    #: registry.Binder), tried before the general kernel; None when the family has none.
+    fast: FastKernel | None = None
 
 
 class PreparedSubgraph:
@@ -171,7 +191,12 @@ class PreparedSubgraph:
 
 
 class PreparedGraph:
-    """An executable model. Thread-safe: ``run`` keeps all state per call."""
+    """An executable model. Thread-safe: ``run`` keeps all state per call.
+
+    Prepared once: constants decoded, standalone activations folded into their producers
+    where exact (executor.fusion), operations bound to their prepared state and, where the
+    family offers one, to a kernel specialised for their constant parameters and static
+    shapes (registry.Binder), which runs without re-checking what prepare proved."""
 
     def __init__(self, model: Model, pools: Sequence[Buffer]) -> None:
         self.model = model
@@ -188,21 +213,22 @@ class PreparedGraph:
         return constant_value(self.model, self._pools, operand)
 
     def _prepare(self, sg: Subgraph) -> PreparedSubgraph:
-        constants = [self._constant(op) for op in sg.operands]
+        constants, operations, operands = self._plan(sg)
         last_use: dict[int, int] = {}
-        for n, operation in enumerate(sg.operations):
+        for n, operation in enumerate(operations):
             for i in operation.inputs:
                 last_use[i] = n
         keep = set(sg.output_indexes) | set(sg.input_indexes)
         steps: list[Step] = []
-        for n, operation in enumerate(sg.operations):
+        for n, operation in enumerate(operations):
             spec = lookup(operation.type)
             if spec is None:
                 unsupported(operation.type)
-            in_ops = tuple(sg.operands[i] for i in operation.inputs)
-            out_ops = tuple(sg.operands[i] for i in operation.outputs)
+            in_ops = tuple(operands[i] for i in operation.inputs)
+            out_ops = tuple(operands[i] for i in operation.outputs)
             state = None
-            if spec.prepare is not None:
+            fast = None
+            if spec.prepare is not None or spec.bind is not None:
                 vctx = ValidationContext(
                     operation.type,
                     in_ops,
@@ -212,13 +238,14 @@ class PreparedGraph:
                     self.model.referenced,
                     operation.inputs,
                 )
-                state = spec.prepare(vctx)
+                if spec.prepare is not None:
+                    state = spec.prepare(vctx)
+                if spec.bind is not None:
+                    fast = spec.bind(vctx, state)
             release = tuple(
                 i
                 for i in set(operation.inputs)
-                if last_use.get(i) == n
-                and i not in keep
-                and sg.operands[i].lifetime == OperandLifeTime.TEMPORARY_VARIABLE
+                if last_use.get(i) == n and i not in keep and operands[i].lifetime == OperandLifeTime.TEMPORARY_VARIABLE
             )
             out_bytes = sum(
                 0
@@ -237,9 +264,16 @@ class PreparedGraph:
                     state,
                     release,
                     out_bytes,
+                    fast,
                 )
             )
         return PreparedSubgraph(sg, constants, steps)
+
+    def _plan(self, sg: Subgraph) -> tuple[list[np.ndarray | None], list[PlannedOperation], list[Operand]]:
+        """The subgraph's constants and operations after the exact rewrites of executor.fusion."""
+        constants = [self._constant(op) for op in sg.operands]
+        operations, operands, constants = fold_activations(sg, constants)
+        return constants, operations, operands
 
     # -- execution --------------------------------------------------------
     def run(
@@ -254,10 +288,13 @@ class PreparedGraph:
         control.graph = self
         control.start()
         try:
-            if control.reserve is None:
-                return self._run(self.main, inputs, control, output_operands)
-            with allocation.current(control):
-                return self._run(self.main, inputs, control, output_operands)
+            # Floating-point overflow, NaN and division by zero are results of the reference
+            # (inf, NaN), never errors or warnings: decided once per run, not per operation.
+            with np.errstate(all="ignore"):
+                if control.reserve is None:
+                    return self._run(self.main, inputs, control, output_operands, 0)
+                with allocation.current(control):
+                    return self._run(self.main, inputs, control, output_operands, 0)
         except MemoryError:
             # The last line of defence: an allocation no reservation foresaw failed.
             raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
@@ -267,7 +304,7 @@ class PreparedGraph:
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray], control: ExecutionControl) -> list[np.ndarray]:
         if not 0 <= index < len(self.referenced):
             fail(f"no referenced subgraph {index}")
-        return self._run(self.referenced[index], inputs, control, None)
+        return self._run(self.referenced[index], inputs, control, None, index + 1)
 
     def _run(
         self,
@@ -275,7 +312,9 @@ class PreparedGraph:
         inputs: Sequence[np.ndarray | None],
         control: ExecutionControl,
         output_operands: Sequence[Operand] | None,
+        number: int,
     ) -> list[np.ndarray]:
+        """Run ``prepared`` (subgraph ``number``: 0 the main one, i + 1 referenced subgraph i)."""
         sg = prepared.subgraph
         accounting = control.reserve is not None
         run_base = control.held
@@ -285,8 +324,27 @@ class PreparedGraph:
         overrides: dict[int, Operand] = {}
         if output_operands is not None:
             overrides = dict(zip(sg.output_indexes, output_operands))
-        for step in prepared.steps:
+        # Bound kernels skip the context and the accounting: runs under a memory limit, or with
+        # outputs the request reshapes, take the general kernels.
+        fast_ok = not overrides and not accounting
+        profile = control.profile
+        for k, step in enumerate(prepared.steps):
             control.checkpoint()
+            fast = step.fast
+            if fast is not None and fast_ok:
+                if profile is None:
+                    outs = fast([values[i] for i in step.inputs])
+                else:
+                    t0 = time.perf_counter_ns()
+                    outs = fast([values[i] for i in step.inputs])
+                    control.note(step.operation_type.name, number, k, t0, time.perf_counter_ns())
+                if outs is not None:
+                    for i, result in zip(step.outputs, outs):
+                        values[i] = result
+                    for i in step.release:
+                        values[i] = None
+                    control.operations_run += 1
+                    continue
             out_ops = step.out_operands
             if overrides:
                 out_ops = tuple(overrides.get(i, op) for i, op in zip(step.outputs, out_ops))
@@ -310,9 +368,7 @@ class PreparedGraph:
             else:
                 t0 = time.perf_counter_ns()
                 step.spec.execute(ctx)
-                entry = control.profile.setdefault(step.operation_type.name, [0, 0])
-                entry[0] += 1
-                entry[1] += time.perf_counter_ns() - t0
+                control.note(step.operation_type.name, number, k, t0, time.perf_counter_ns())
             for i, out in zip(step.outputs, ctx.outputs):
                 if out is None:
                     fail(f"{step.operation_type.name} did not produce all its outputs", OP_FAILED)

@@ -60,17 +60,21 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
+from nnhal.core import telemetry
 from nnhal.core.wire import MAX_MESSAGE_BYTES, max_inline_bytes
 from nnhal.proto import devices_pb2 as dpb, fastpath_pb2 as fpb, service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server.devices import DeviceSpec, make_backend
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Executions
 from nnhal.server.metrics import Metrics
+from nnhal.server.recorder import Recorder
 from nnhal.server.rpc.buffer_servicer import EchoServicer
 from nnhal.server.rpc.forms import SERVICE_NAMES as FORM_SERVICE_NAMES
 from nnhal.server.rpc.identity import IdentityInterceptor, ServerTls
 from nnhal.server.rpc.routing import add_device_services
 from nnhal.server.rpc.sync_handlers import Collector, use_pool
+from nnhal.server.rpc.tracing import server_interceptors
+from nnhal.server.tracing import SpanObserver
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +143,8 @@ class ServerOptions:
     devices: list[DeviceSpec] = field(default_factory=list)
     #: Intra-op threads of each ort device's sessions.
     ort_threads: int = 1
+    #: Record every session's HAL calls into this folder (``nnhal.server.recorder``); None: off.
+    record: Path | None = None
 
 
 def is_loopback_host(host: str) -> bool:
@@ -167,9 +173,19 @@ class Server:
             config = dataclasses.replace(base, name=spec.name, executor=backend.description)
             self.drivers[spec.name] = Driver(config, backend)
         self.driver = next(iter(self.drivers.values()))
-        self.metrics = Metrics(self.driver)
+        self.metrics = Metrics(self.drivers)
         #: The one owner of each device's HAL calls, handed to every servicer of the device.
         self.executions = {name: Executions(d, self.metrics, max_inline_bytes) for name, d in self.drivers.items()}
+        #: The recorders of ``--record`` (one per device), ended by ``stop``.
+        self.recorders: list[Recorder] = []
+        if options.record is not None:
+            for name, x in self.executions.items():
+                recorder = Recorder(options.record, self.drivers[name])
+                x.observe(recorder)
+                self.recorders.append(recorder)
+        if telemetry.configure("nnhal-server"):
+            for name, x in self.executions.items():
+                x.observe(SpanObserver(name))
         #: The bound metrics address once ``start`` served it.
         self.metrics_address: str | None = None
         #: The bound health-only address once built (``health_listen``).
@@ -207,7 +223,9 @@ class Server:
         options = self.options
         # Only with mTLS: the identity interceptor wraps openSession, every other RPC is passed through.
         mtls = options.tls is not None and options.tls.client_ca is not None
-        interceptors: list[aio.ServerInterceptor] = [IdentityInterceptor()] if mtls else []
+        interceptors: list[aio.ServerInterceptor] = [*server_interceptors()]
+        if mtls:
+            interceptors.append(IdentityInterceptor())
         server = aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
         # Every device's HAL services: 1.3, the fast path, the HIDL 1.0-1.2 and AIDL forms.
         # Every handler is served through generic handlers (``sync_handlers.Collector`` says why).
@@ -266,6 +284,11 @@ class Server:
         log.info("nnhal serving %s on %s (%s)", ", ".join(self.drivers), ", ".join(self.addresses), mode)
         if self.metrics_address is not None:
             log.info("metrics on http://%s/metrics", self.metrics_address)
+        if self.options.device.fault_injection:
+            log.warning(
+                "fault injection is ON (--enable-fault-injection): any client may make this server fail, delay "
+                "or abort its calls; for tests only, never on a shared server"
+            )
         if self.health_address is not None:
             log.info("health only (grpc.health.v1, plaintext) on %s", self.health_address)
 
@@ -329,8 +352,11 @@ class Server:
         except futures.TimeoutError:  # gRPC cancels what is left after ``grace``; this bounds the wait
             log.warning("the gRPC server did not stop within %.1f s; ending anyway", grace + _STOP_SLACK_S)
         finally:
+            for recorder in self.recorders:
+                recorder.close()
             self.metrics.close()
             self._end_loop()
+            telemetry.shutdown()  # export the spans still buffered
 
     async def _stop(self, grace: float, refusing: threading.Event) -> None:
         await self.health.enter_graceful_shutdown()
