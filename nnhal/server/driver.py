@@ -104,12 +104,12 @@ class Driver:
         self.session_closed: list[Callable[[str], None]] = []
 
     # -- sessions ---------------------------------------------------------
-    def open_session(self, client_name: str, peer: str = "") -> Session:
+    def open_session(self, client_name: str, peer: str = "", protocol_version: int = 1) -> Session:
         """A new session for the client at ``peer`` (a gRPC peer address), belonging to the
-        verified identity in ``VERIFIED_CLIENT`` if the RPC layer set one (mTLS).
-        RESOURCE_EXHAUSTED_TRANSIENT at the session limit."""
+        verified identity in ``VERIFIED_CLIENT`` if the RPC layer set one (mTLS), speaking
+        ``protocol_version``. RESOURCE_EXHAUSTED_TRANSIENT at the session limit."""
         identity = VERIFIED_CLIENT.get()
-        session = Session(secrets.token_hex(16), client_name, peer, identity)
+        session = Session(secrets.token_hex(16), client_name, peer, identity, protocol_version)
         with self._lock:
             if len(self._sessions) >= self.config.max_sessions:
                 raise ResourceExhaustedTransient(
@@ -414,6 +414,17 @@ class Driver:
             "bytes_in_use": self.budget.total,
             "queue_depth": self.scheduler.in_flight,
         }
+
+    def priorities(self, client_key: str | None = None) -> dict[str, int]:
+        """Prepared models by priority name (of one client's sessions when ``client_key`` is given)."""
+        owners = None
+        if client_key is not None:
+            with self._lock:
+                owners = [s.id for s in self._sessions.values() if s.client_key == client_key]
+        counts: dict[str, int] = {}
+        for pm in self.prepared_models.values(owners):
+            counts[pm.priority.name] = counts.get(pm.priority.name, 0) + 1
+        return counts
 
     def client_stats(self, client_key: str) -> dict[str, int]:
         """``stats`` of one client's sessions (``Session.client_key``): the counts of its own

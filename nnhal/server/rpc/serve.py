@@ -58,11 +58,16 @@ from typing import Any, TypeVar
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from nnhal.core import telemetry
 from nnhal.core.wire import MAX_MESSAGE_BYTES, max_inline_bytes
-from nnhal.proto import devices_pb2 as dpb, fastpath_pb2 as fpb, service_pb2 as spb, service_pb2_grpc as sgrpc
+from nnhal.proto import (
+    devices_pb2 as dpb,
+    fastpath_pb2 as fpb,
+    service_pb2 as spb,
+    service_pb2_grpc as sgrpc,
+    streamed_pb2 as stpb,
+)
 from nnhal.server.devices import DeviceSpec, make_backend
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Executions
@@ -71,6 +76,7 @@ from nnhal.server.recorder import Recorder
 from nnhal.server.rpc.buffer_servicer import EchoServicer
 from nnhal.server.rpc.forms import SERVICE_NAMES as FORM_SERVICE_NAMES
 from nnhal.server.rpc.identity import IdentityInterceptor, ServerTls
+from nnhal.server.rpc.reflection import add_reflection
 from nnhal.server.rpc.routing import add_device_services
 from nnhal.server.rpc.sync_handlers import Collector, use_pool
 from nnhal.server.rpc.tracing import server_interceptors
@@ -118,6 +124,7 @@ SERVICE_NAMES = (
         for name in ("Device", "PreparedModel", "FencedExecutionCallback", "Buffer", "Echo")
     ),
     fpb.DESCRIPTOR.services_by_name["FastPath"].full_name,
+    stpb.DESCRIPTOR.services_by_name["StreamedExecution"].full_name,
     dpb.DESCRIPTOR.services_by_name["DeviceManager"].full_name,
 )
 
@@ -233,8 +240,7 @@ class Server:
         others = Collector()
         sgrpc.add_EchoServicer_to_server(EchoServicer(), others)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, others)
-        names = (*SERVICE_NAMES, *FORM_SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME)
-        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(reflection.aio.ReflectionServicer(names), others)
+        add_reflection(others, (*SERVICE_NAMES, *FORM_SERVICE_NAMES, health.SERVICE_NAME))
         server.add_generic_rpc_handlers((others,))
         for addr in options.listen:
             self.addresses.append(self._bind(server, addr))
