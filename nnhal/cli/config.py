@@ -222,12 +222,13 @@ SETTINGS: tuple[Setting, ...] = (
         "device",
         _device,
         [],
-        "a hosted device: KIND or NAME=KIND, KIND cpu or ort; repeatable, the first is the default "
+        "a hosted device: KIND or NAME=KIND, KIND cpu, ort or litert (KIND:strict: no CPU fallback inside); "
+        "repeatable, the first is the default "
         "(default: one cpu device named --name)",
         "[NAME=]KIND",
         True,
     ),
-    Setting("ort_threads", positive_int, 1, "intra-op threads of each ort device (>= 1)", "N"),
+    Setting("ort_threads", positive_int, 1, "threads of each ort and litert device (>= 1)", "N"),
     Setting(
         "feature_level",
         _feature_level,

@@ -3,6 +3,7 @@ files, saving outputs, comparing with LiteRT; bad files and bad arguments are on
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +98,23 @@ def test_bad_arguments_are_one_line(server: LocalServer, tmp_path: Path, capfd: 
         str(tmp_path / "small.npy"),
     ]
     _one_error_line(capfd, argv, "the model has 1 input(s) (input); 2 --input file(s) given")
+
+
+def test_run_on_a_named_device_and_across_a_partition(capfd: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("onnxruntime")
+    with LocalServer("--device", "cpu", "--device", "litert", "--device", "ort:strict") as srv:
+        argv = ["run", srv.address, str(SHORT_RANGE), "--device", "litert", "--compare", "--repeat", "1"]
+        assert main(argv) == 0
+        out = capfd.readouterr().out
+        assert "prepared on litert" in out and out.count(" yes") >= 2
+        assert re.search(r"^litert\s+90\s", out, re.M)  # the profile: every operation on LiteRT
+        assert main(["run", srv.address, str(SHORT_RANGE), "--partition", "ort,cpu", "--compare", "--repeat", "1"]) == 0
+        out = capfd.readouterr().out
+        assert "prepared across ort, cpu" in out and out.count(" yes") >= 2
+
+
+def test_device_and_partition_errors_are_one_line(capfd: pytest.CaptureFixture[str]) -> None:
+    model = str(SHORT_RANGE)
+    _one_error_line(capfd, ["run", "--start", model, "--device", "gpu"], "kind must be one of")
+    _one_error_line(capfd, ["run", "--start", model, "--device", "cpu", "--partition", "ort,cpu"], "not both")
+    _one_error_line(capfd, ["run", "--start", model, "--partition", ","], "--partition needs device names")

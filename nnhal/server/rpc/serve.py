@@ -176,7 +176,7 @@ class Server:
         #: Every device by name, the default first; ``driver`` is the default device's.
         self.drivers: dict[str, Driver] = {}
         for spec in options.devices or [DeviceSpec(base.name, "cpu")]:
-            backend = make_backend(spec.kind, options.ort_threads)
+            backend = make_backend(spec.kind, options.ort_threads, spec.strict)
             config = dataclasses.replace(base, name=spec.name, executor=backend.description)
             self.drivers[spec.name] = Driver(config, backend)
         self.driver = next(iter(self.drivers.values()))
