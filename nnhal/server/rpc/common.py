@@ -39,6 +39,7 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError, ResourceExhaustedTransient
 from nnhal.core.types import PoolData
 from nnhal.proto import service_pb2 as spb
+from nnhal.server import call_log
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.lifecycle import Lifecycle
 from nnhal.server.metrics import Metrics
@@ -150,6 +151,7 @@ def guarded(make: Callable[[], M]) -> Callable[[Callable[..., M]], Callable[...,
                 msg = wire.status_to(make(), *failure(err, f"in {name}"))
             injected.before_reply(fault, context)
             self.metrics.rpc(name, getattr(msg, "status", 0))
+            call_log.failed(name, getattr(msg, "status", 0), getattr(msg, "message", ""))
             return msg
 
         handler.__name__ = fn.__name__
@@ -199,6 +201,7 @@ def launch_then_notify(
             lifecycle.leave()
         status, message = failure(err, f"launching {what}")
         record(status, None)
+        call_log.failed(what, status, message)
         yield event(launch=wire.status_to(spb.StatusMessage(), status, message))
         yield event(notify=wire.status_to(notify(), status, message))
         return
@@ -237,6 +240,7 @@ def launch_then_notify(
             result = wire.status_to(notify(), *failure(err, f"during {what}"))
         injected.before_reply(fault, context)
         record(result.status, time.perf_counter() - t0)
+        call_log.failed(what, result.status, result.message)
         yield event(notify=result)
     finally:
         end()

@@ -23,6 +23,7 @@ from nnhal.core.errors import HalError
 from nnhal.core.methods import require_field, require_method
 from nnhal.core.types import ExecutionResult
 from nnhal.proto import service_pb2 as spb
+from nnhal.server import call_log
 from nnhal.server.driver import Driver
 from nnhal.server.jobs import ExecutionJob
 from nnhal.server.rpc.common import Record, failure, within_message_limit
@@ -111,6 +112,7 @@ def answer(
             if version is not None:
                 msg.status = int(wire_hidl.status_for(wire.error_status_from(msg.status), version))
             self.metrics.rpc(method, msg.status)
+            call_log.failed(method, msg.status, getattr(msg, "message", ""))
             return msg
 
         handler.__name__ = fn.__name__

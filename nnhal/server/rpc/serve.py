@@ -47,6 +47,7 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -380,6 +381,10 @@ def _bind_plaintext(server: aio.Server, addr: str) -> str:
     if addr.startswith("unix:"):
         path = Path(addr[len("unix:") :])
         if path.exists() and path.is_socket():
+            # A socket file outlives a killed server (stale: replaced); one that answers is
+            # another server's, which unlinking would leave running and unreachable.
+            if _unix_socket_answers(path):
+                raise OSError(f"{addr} is in use: another process is listening on it (stop it or choose another path)")
             path.unlink()
         server.add_insecure_port(addr)
         return addr
@@ -390,6 +395,19 @@ def _bind_plaintext(server: aio.Server, addr: str) -> str:
     if bound == 0:
         raise OSError(f"could not listen on {addr}")
     return f"{host}:{bound}"
+
+
+def _unix_socket_answers(path: Path) -> bool:
+    """True when something accepts connections on the unix socket ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2.0)
+        try:
+            probe.connect(str(path))
+        except TimeoutError:  # a listener whose backlog is full is still a listener
+            return True
+        except OSError:  # ECONNREFUSED: nothing listens (a stale file)
+            return False
+    return True
 
 
 def _write_atomically(path: Path, text: str) -> None:
