@@ -46,9 +46,10 @@ class TransportNoiseFilter(logging.Filter):
         if what is None:
             return True
         detail = (str(err).strip().splitlines() or [""])[0][:200]
+        said = record.getMessage()
         # The template names the kind, so that the rate limit counts each kind on its own.
         record.msg = what + " (%s: %s): %s"
-        record.args = (type(err).__name__, detail, record.getMessage())
+        record.args = (type(err).__name__, detail, said)
         record.exc_info = None
         record.exc_text = None
         record.stack_info = None
