@@ -43,6 +43,7 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, FencedExecutionInfo, Request
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
+from nnhal.server import call_log
 from nnhal.server.driver import Driver
 from nnhal.server.jobs import ExecutionJob
 from nnhal.server.metrics import Metrics
@@ -115,6 +116,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         refused = refusal(self.driver, "executeSynchronously_1_3")
         if refused is not None:
             self._record_sync(refused.error_status, None)
+            call_log.failed("executeSynchronously_1_3", refused.error_status, refused.message)
             return wire.status_to(spb.ExecuteResult(), refused.error_status, refused.message)  # type: ignore[no-any-return]
         fault = self.faults.take("executeSynchronously_1_3") if self.faults.armed else None
         if fault is None and self.runs_inline(request):
@@ -164,7 +166,22 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         """One synchronous execution (also a burst's, a fast burst's, a streamed one's): the
         result, never raises (but an injected abort, which aborts the RPC). ``canonical``: the
         request already converted (a streamed execution's, its pools reassembled); ``reply``
-        makes the answer of a result (a streamed execution's leaves its large pools out)."""
+        makes the answer of a result (a streamed execution's leaves its large pools out).
+        A failure is logged once (``call_log``)."""
+        msg = self._execute_sync(request, what, record, context, fault, canonical, reply)
+        call_log.failed(what, msg.status, msg.message)
+        return msg
+
+    def _execute_sync(
+        self,
+        request: spb.ExecuteRequest,
+        what: str,
+        record: Record,
+        context: grpc.ServicerContext | None,
+        fault: Fault | None,
+        canonical: Request | None,
+        reply: Callable[[ExecutionResult], spb.ExecuteResult],
+    ) -> spb.ExecuteResult:
         t0 = time.perf_counter()
         error = at_start(fault, context)  # an abort raises
         try:
