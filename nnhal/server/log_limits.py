@@ -28,7 +28,7 @@ from collections.abc import Callable
 #: Exception class names whose gRPC records are a client's doing: one line, no traceback.
 CLIENT_SIDE = {
     "DecodeError": "a request could not be decoded",
-    "ExecuteBatchError": "a client's stream broke while the server was answering",
+    "ExecuteBatchError": "a client's stream broke",
 }
 #: Defaults: this many records per key pass per window of this many seconds.
 BURST = 10
@@ -100,3 +100,19 @@ def install(logger: logging.Logger | None = None) -> None:
         for kind in (TransportNoiseFilter, RateLimitFilter):
             if not any(isinstance(f, kind) for f in handler.filters):
                 handler.addFilter(kind())
+
+
+_garbage = logging.getLogger("nnhal.garbage")
+
+
+def undecodable(method: str, err: BaseException) -> None:
+    """Log that a message sent to ``method`` could not be decoded: one WARNING line without a
+    traceback (a client's garbage), rate-limited with gRPC's own records of the same kind."""
+    detail = (str(err).strip().splitlines() or [""])[0][:200]
+    _garbage.warning(CLIENT_SIDE["DecodeError"] + " (%s): %s", method, detail)
+
+
+def broken_stream(method: str, detail: str) -> None:
+    """Log that a client's stream to ``method`` ended before it carried a request: one WARNING
+    line, rate-limited with gRPC's records of broken streams."""
+    _garbage.warning(CLIENT_SIDE["ExecuteBatchError"] + " (%s): %s", method, detail)

@@ -36,6 +36,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc import aio
 
 from nnhal.core import wire
@@ -43,7 +44,7 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, FencedExecutionInfo, Request
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
-from nnhal.server import call_log
+from nnhal.server import call_log, log_limits
 from nnhal.server.driver import Driver
 from nnhal.server.jobs import ExecutionJob
 from nnhal.server.metrics import Metrics
@@ -261,7 +262,15 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
                 await context.abort(*abort_status(abort))
             sent = 0
             while True:
-                req = await context.read()
+                try:
+                    req = await context.read()
+                except DecodeError as err:
+                    # Garbage from the client: answered in band and logged once, the stream ended.
+                    status, message = ErrorStatus.INVALID_ARGUMENT, f"a burst request could not be decoded: {err}"
+                    self.metrics.rpc("configureExecutionBurst", status)
+                    log_limits.undecodable("configureExecutionBurst", err)
+                    await context.write(spb.BurstResponse(result=wire.status_to(spb.ExecuteResult(), status, message)))
+                    return
                 if req is aio.EOF:
                     return
                 # A 1.2 device's burst has no deadline, loop timeout or tokens (INVALID_ARGUMENT).

@@ -20,12 +20,14 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from google.protobuf.message import DecodeError
 from grpc import aio
 
 from nnhal.core import wire, wire_stream
-from nnhal.core.errors import HalError
+from nnhal.core.errors import HalError, InvalidArgument
 from nnhal.core.types import ExecutionResult, PoolData
 from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb, streamed_pb2_grpc as stgrpc
+from nnhal.server import call_log, log_limits
 from nnhal.server.driver import Driver
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.common import Record, long_calls, once, recorder
@@ -68,15 +70,27 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
         context.add_done_callback(lambda _context: leave())
         sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the execution's context
         try:
+            first = None
             try:
                 parts = aiter(request_iterator)
-                reader = wire_stream.RequestReader(await anext(parts, None))
+                first = await anext(parts, None)
+                reader = wire_stream.RequestReader(first)
                 async for part in parts:
                     reader.add(part)
                 head, request = reader.finish()
-            except HalError as err:
-                self._record(err.error_status, None)
-                yield _refused(err)
+            except (HalError, DecodeError) as caught:
+                refused: HalError
+                if isinstance(caught, DecodeError):
+                    refused = InvalidArgument(f"a part could not be decoded: {caught}")
+                    log_limits.undecodable(METHOD, caught)
+                else:
+                    refused = caught
+                    if first is None:  # the client sent nothing: it left, or its stream broke
+                        log_limits.broken_stream(METHOD, refused.message)
+                    else:
+                        call_log.failed(METHOD, refused.error_status, refused.message)
+                self._record(refused.error_status, None)
+                yield _refused(refused)
                 return
             chunked: dict[int, PoolData] = {}
 
