@@ -1,7 +1,8 @@
 """The fuzz campaign behind ``make fuzz``: mutated models and requests through a real server.
 
-``python -m tests.fuzz.server`` starts ``nnhal serve`` as a child process (loopback, default
-settings) and sends it, over gRPC, ``NNHAL_FUZZ_EXAMPLES`` examples (default 20000) drawn from
+``python -m tests.fuzz.server`` starts ``nnhal serve`` as a child process (loopback, with
+memory limits: :data:`SERVER_ARGS`) and sends it, over gRPC, ``NNHAL_FUZZ_EXAMPLES`` mutated models and as many mutated
+requests (default 20000 each) drawn from
 ``NNHAL_FUZZ_SEED`` (default: a random seed, printed so that a run can be repeated). Each
 example is one mutated model — the in-process harness's structural mutations
 (:func:`tests.fuzz.harness.mutated`), a VTS ValidateModel family
@@ -406,17 +407,14 @@ def main() -> int:
         log_path = log_path or Path(tmp) / "server.log"
         target = Target(log_path, server_args)
         print(
-            f"fuzz: seed {seed}: {total} examples of {len(cases)} seed models through a server "
+            f"fuzz: seed {seed}: {total} models and {total} requests from {len(cases)} seed models through a server "
             f"(nnhal serve {' '.join(server_args)}; pid {target.server.pid}, log {log_path})",
             flush=True,
         )
         pool = ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="fuzz")
         slots = threading.BoundedSemaphore(IN_FLIGHT)
-        tried = 0
 
         def body(drawn: tuple[Example, list[bytearray]]) -> None:
-            nonlocal tried
-            tried += 1
             slots.acquire()
 
             def run() -> None:
@@ -430,11 +428,17 @@ def main() -> int:
             pool.submit(run)
 
         rounds = 0
-        while tried < total and time.monotonic() - start < budget:
+
+        def left() -> int:
+            # Until ``total`` models and ``total`` requests were sent (a model the wire cannot
+            # carry, or a request without a model to run on, does not count).
+            return max(0, total - min(tally.models, tally.requests))
+
+        while left() and time.monotonic() - start < budget:
             rounds += 1
             run: Any = hypothesis_seed(seed * 1_000_003 + rounds)(
                 settings(
-                    max_examples=min(ROUND, total - tried),
+                    max_examples=min(ROUND, left() + IN_FLIGHT),
                     deadline=None,
                     database=None,
                     suppress_health_check=list(HealthCheck),
