@@ -211,6 +211,21 @@ class Target:
             self.server.stop()
             self._start()
 
+    def reconnect(self, generation: int) -> None:
+        """A new session on the same server (the old one's connection was declared dead: a
+        server that stalled past the client's keepalive, e.g. on a loaded machine)."""
+        with self.lock:
+            if generation != self.generation:
+                return
+            old = self.device
+            self.device = Device.connect(self.server.address)
+            self.seed_models = {}
+            self.generation += 1
+        try:
+            old.close()
+        except Exception:  # its connection is gone already
+            pass
+
     def stop(self) -> None:
         self.device.close()
         self.channel.close()
@@ -247,6 +262,8 @@ def _call(tally: Tally, target: Target, what: str, example: Example, fn: Callabl
             tally.find("hang", what, where, example)
         else:
             tally.find("transport error", f"{what}: {code}: {str(details)[:120]}", where, example)
+            if code == grpc.StatusCode.UNAVAILABLE:
+                target.reconnect(generation)  # its session was closed with the connection
         return None
 
 
