@@ -56,7 +56,7 @@ ROUND = 250
 #: The server's flags: memory limits, as a deployment sets them (``NNHAL_FUZZ_SERVER_ARGS``
 #: replaces them; without limits an execution may allocate and compute as much as the
 #: machine holds, which a fuzzer's padding of 2^31 then does for minutes).
-SERVER_ARGS = "--memory-total 2GiB --memory-per-client 1GiB"
+SERVER_ARGS = "--memory-total 512MiB --memory-per-client 256MiB"
 #: Examples in flight at once (a client thread each): the server's two slots stay busy.
 IN_FLIGHT = 2
 #: Methods garbage is sent to, with their gRPC shapes.
