@@ -14,7 +14,11 @@ RUN groupadd --gid 10001 nnhal && useradd --create-home --uid 10001 --gid 10001 
 WORKDIR /opt/nnhal
 COPY pyproject.toml README.md ./
 COPY nnhal ./nnhal
-RUN pip install --no-cache-dir .
+# The ort extra: `nnhal serve --device ort` (ONNX Runtime) as well as the reference cpu device.
+RUN pip install --no-cache-dir ".[ort]"
+# The public conformance vectors (with their NOTICE), for `nnhal conformance` in the image:
+# deploy/kubernetes/conformance-matrix runs them from /opt/nnhal/conformance/vectors.
+COPY conformance ./conformance
 
 # The cache secret seals compilation caches; it lives on a volume so that caches
 # survive recreating the container (in the writable layer it would be lost and

@@ -7,7 +7,7 @@ IPC ones add a ``.unix`` twin).
 
 from __future__ import annotations
 
-from nnhal.bench import concurrency, execution, ipc, ort_device, qos, tflite_face
+from nnhal.bench import concurrency, execution, ipc, op_overhead, ort_device, qos, tflite_face
 from nnhal.bench.common import Bench
 
 
@@ -16,6 +16,7 @@ def benchmarks() -> dict[str, Bench]:
         **ipc.BENCHMARKS,
         **qos.BENCHMARKS,
         **execution.BENCHMARKS,
+        **op_overhead.BENCHMARKS,
         **concurrency.BENCHMARKS,
         **tflite_face.BENCHMARKS,
         **ort_device.BENCHMARKS,

@@ -122,6 +122,25 @@ def _switch(text: str) -> bool:
     raise ValueError(f"must be true or false, got {text!r}")
 
 
+def _fault_seed(text: str) -> int | str:
+    """A seed (a whole number >= 0), or "" for none (as other settings say off)."""
+    if not text.strip():
+        return ""
+    if not text.strip().isdigit():
+        raise ValueError(f"must be a whole number >= 0 (or empty: no seeded faults), got {text!r}")
+    return int(text.strip())
+
+
+def _fault_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"must be a share from 0 to 1, got {text!r}")
+    return value
+
+
 def _name(text: str) -> str:
     if not text.strip():
         raise ValueError("must not be empty")
@@ -266,6 +285,15 @@ SETTINGS: tuple[Setting, ...] = (
         "FILE",
     ),
     Setting("enable_fault_injection", _switch, False, "honour test-only setFaults", switch=True),
+    Setting(
+        "fault_seed",
+        _fault_seed,
+        "",
+        "with --enable-fault-injection: also fault calls made in a client's fault scope, each decided by "
+        "(seed, scope, method, call ordinal) alone, so a run replays exactly",
+        "S",
+    ),
+    Setting("fault_rate", _fault_rate, 0.1, "share of scoped calls a --fault-seed schedule faults (0 .. 1)", "P"),
     Setting("example_extension", _switch, False, "offer the example vendor extension com.example.nnhal", switch=True),
     Setting(
         "max_execution_seconds",

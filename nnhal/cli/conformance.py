@@ -1,9 +1,12 @@
 """``nnhal conformance``: vector bundles against a server, a progress bar, per-operation
 and per-mode tables, why results were skipped (a mode the device's level lacks, an
 operation it does not support), and as the last line exactly ``N passed, M failed, K skipped``.
-``--feature-level`` sets the level of the server ``--start`` starts.
+``--feature-level`` sets the level of the server ``--start`` starts. ``--shard I/N`` runs one
+shard of the case runs (``nnhal.conformance.shards``; ``N`` alone takes I from
+``$JOB_COMPLETION_INDEX``), ``--junit FILE`` writes the report as JUnit XML too; each case
+runs in its own fault scope (``nnhal.client.faults.fault_scope``), for seeded servers.
 
-Refused before any server starts (UsageError, exit 2): an unknown ``--mode``, a path that
+Refused before any server starts (UsageError, exit 2): an unknown ``--mode``, a bad ``--shard``, a path that
 is neither a vector file nor a folder holding some, a file that is not a vector bundle,
 and a ``-k`` pattern that matches no case (a run of nothing must not pass a CI job)."""
 
@@ -13,6 +16,7 @@ import argparse
 import contextlib
 import fnmatch
 import json
+import os
 import threading
 import time
 from collections import Counter, defaultdict
@@ -24,8 +28,10 @@ from nnhal.cli.connect import connect, tls_of
 from nnhal.cli.table import Progress, print_table
 from nnhal.cli.usage import UsageError
 from nnhal.client.device import Device
+from nnhal.client.faults import fault_scope
 from nnhal.client.partition import Partitioner
-from nnhal.conformance import validation
+from nnhal.conformance import shards, validation
+from nnhal.conformance.junit import write_junit
 from nnhal.conformance.partitioned import run_case_partitioned
 from nnhal.conformance.runner import ALL_MODES, MODES, Result, run_case
 from nnhal.conformance.vectors import TestCase, discover, load_file
@@ -101,6 +107,16 @@ def _load(path: Path) -> list[TestCase]:
         raise UsageError(f"{path}: not a readable vector bundle ({type(err).__name__}: {err})") from None
 
 
+def _shard(args: argparse.Namespace) -> shards.Shard | None:
+    text = getattr(args, "shard", None)
+    if text is None:
+        return None
+    try:
+        return shards.parse_shard(text, os.environ)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     modes = tuple(args.mode) if args.mode else MODES
     unknown = [m for m in modes if m not in ALL_MODES]
@@ -108,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown --mode {', '.join(unknown)}; choose from {', '.join(ALL_MODES)}")
     if getattr(args, "feature_level", None) and not args.start:
         raise UsageError("--feature-level sets the level of the server --start starts; a --target serves its own")
+    shard = _shard(args)
     files = _files(args.paths)
     pattern = args.pattern
     if pattern and not any(c in pattern for c in "*?["):
@@ -123,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
             f"-k {args.pattern!r} matches none of the {total} cases in {len(files)} file(s); check the name "
             "(a substring, or a glob with * ? [])"
         )
+    if shard is not None:
+        cases = shards.select(cases, shard, modes)
     report: dict[str, dict[str, str]] = {}
     counts: Counter[str] = Counter()
     per_op: dict[str, Counter[str]] = defaultdict(Counter)
@@ -136,10 +155,12 @@ def run(args: argparse.Namespace) -> int:
 
         def one(case: TestCase) -> None:
             try:
-                if part is not None:
-                    results = {"sync": run_case_partitioned(part, case, ran_on)}
-                else:
-                    results = run_case(dev, case, modes)
+                # A server with --fault-seed decides the case's faults by this scope alone.
+                with fault_scope(shards.scope_label(case, modes)):
+                    if part is not None:
+                        results = {"sync": run_case_partitioned(part, case, ran_on)}
+                    else:
+                        results = run_case(dev, case, modes)
             except Exception as err:  # a runner bug must not hide the other cases
                 results = {"sync": Result("failed", f"runner error: {err!r}")}
             with lock:
@@ -183,8 +204,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {name}: {detail}")
     if partitioned:
         print("\noperations run per device (passed cases): " + ", ".join(f"{k} {v}" for k, v in sorted(ran_on.items())))
-    print(f"\n{len(cases)} cases from {len(files)} files in {elapsed:.1f} s")
+    where = f" (shard {shard})" if shard is not None else ""
+    print(f"\n{len(cases)} cases from {len(files)} files in {elapsed:.1f} s{where}")
     if args.report:
         args.report.write_text(json.dumps(report, indent=1, sort_keys=True))
+    if getattr(args, "junit", None):
+        props = {"paths": " ".join(map(str, args.paths)), "modes": ",".join(modes)}
+        write_junit(
+            args.junit, report, seconds=elapsed, properties=props | ({"shard": str(shard)} if shard is not None else {})
+        )
     print(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
     return 1 if counts["failed"] else 0

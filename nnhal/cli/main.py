@@ -45,6 +45,7 @@ COMMANDS = {
     "import": "nnhal.cli.model_import",
     "demo": "nnhal.cli.demo",
     "conformance": "nnhal.cli.conformance",
+    "report": "nnhal.cli.report",
     "bench": "nnhal.cli.bench",
 }
 
@@ -90,6 +91,24 @@ def _run_arguments(sub: Any) -> None:
     r.add_argument("--repeat", type=for_argparse(positive_int), default=5, help="timed runs for --compare (median)")
 
 
+def _report_arguments(sub: Any) -> None:
+    r = sub.add_parser("report", help="work with conformance reports (merge the shards of a run)")
+    rsub = r.add_subparsers(dest="report_command", required=True, metavar="ACTION")
+    m = rsub.add_parser(
+        "merge",
+        help="merge the JSON reports of a sharded conformance run: one report, its tables, exit 1 on a failure",
+    )
+    m.add_argument("reports", nargs="+", type=Path, metavar="REPORT", help="the shards' --report files")
+    m.add_argument("--report", type=for_argparse(output_file), help="write the merged JSON report here")
+    m.add_argument("--junit", type=for_argparse(output_file), metavar="FILE", help="write it as JUnit XML too")
+    m.add_argument(
+        "--expect",
+        type=for_argparse(positive_int),
+        metavar="N",
+        help="refuse fewer than N reports (the shard count: a shard without a report fails the merge)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="nnhal", description="The Android NN HAL as a gRPC service.")
     parser.add_argument("--version", action="version", version=f"nnhal {__version__}")
@@ -122,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--start", action="store_true", help="start a local server for the run")
     _client_arguments(c, address=False)
     c.add_argument("--report", type=for_argparse(output_file), help="write a JSON report here")
+    c.add_argument("--junit", type=for_argparse(output_file), metavar="FILE", help="also write a JUnit XML report")
+    c.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run shard I of N (0 .. N-1) of the case runs, balanced by expected cost; N alone takes I from "
+        "$JOB_COMPLETION_INDEX (a Kubernetes Indexed Job's pod index). `nnhal report merge` joins the reports",
+    )
     c.add_argument("-k", dest="pattern", default=None, help="only cases whose name matches (glob or substring)")
     c.add_argument("--mode", action="append", help="limit to these modes (repeatable)")
     c.add_argument("--jobs", type=for_argparse(positive_int), default=2, help="cases run concurrently")
@@ -142,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LEVEL",
         help="with --start: the level the started server serves (1.0 .. 1.3, 5 .. 8; default 8)",
     )
+
+    _report_arguments(sub)
 
     b = sub.add_parser("bench", help="benchmarks: our path against its anchor, in one run")
     b.add_argument("names", nargs="*", help="benchmark names (default: all)")

@@ -46,6 +46,15 @@ OPTIONAL_FIELDS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+def _fault_seed(r: config.Resolved) -> int | None:
+    seed: int | str = r["fault_seed"]  # "": none
+    if seed == "":
+        return None
+    if not r["enable_fault_injection"]:
+        raise UsageError("--fault-seed makes a seeded fault schedule: it needs --enable-fault-injection")
+    return int(seed)
+
+
 def _cache_secret(setting: str) -> bytes:
     try:
         return load_secret(None if setting == "none" else Path(setting))
@@ -88,6 +97,8 @@ def server_options(r: config.Resolved) -> ServerOptions:
         max_long_calls=r["max_long_calls"],
         max_execution_seconds=r["max_execution_seconds"],
         fault_injection=r["enable_fault_injection"],
+        fault_seed=_fault_seed(r),
+        fault_rate=r["fault_rate"],
         extensions=(example_extension.NAME,) if r["example_extension"] else (),
         cache_secret=_cache_secret(r["cache_secret_file"]),
     )

@@ -11,7 +11,7 @@ Build them with the constructors and hand them to ``Device.inject_faults`` (or t
 
 Faults are the server's (every session sees them) and apply to the next ``count`` calls of
 the named RPC method (0: every call until cleared), in the order they were set. What each
-kind does, and where, is ``nnhal.server.rpc.faults``'s contract: ``error`` answers the
+kind does, and where, is ``nnhal.server.executions.faults``'s contract: ``error`` answers the
 status in-band (a stream's launch status and notify) with a message saying it was
 injected; ``abort`` ends the RPC with a gRPC status after ``after`` messages, which the
 client maps like any transport failure (UNAVAILABLE, the default: DEAD_OBJECT, and the
@@ -19,14 +19,24 @@ session is then dead; INTERNAL: GENERAL_FAILURE); ``stall`` holds the answer ``m
 ``exit`` ends the server process with ``code`` at ``point`` (``start``, ``after_launch`` of a
 prepare / ``execute_1_3``, ``before_reply``). A fault the server cannot inject, or any fault
 on a server without ``--enable-fault-injection``, is INVALID_ARGUMENT.
+
+Seeded schedules: a server started with ``--fault-seed S`` also injects faults of its own
+into calls made inside :func:`fault_scope` — each call's fault decided only by (S, the
+scope's label, the method, the call's ordinal among that method's calls in the scope), so
+a run replays its faults exactly (``nnhal.server.rpc.faults``).
 """
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import grpc
 
+from nnhal.core import fault_scope as fault_scope_codec
 from nnhal.core.enums import ErrorStatus
 
 #: gRPC status codes an ``abort`` may end a call with, by name (every one but OK).
@@ -71,3 +81,25 @@ class Fault:
     def exit(cls, method: str, *, point: str = "start", code: int = 1) -> Fault:
         """End the server process with status ``code`` at ``point`` of the next call of ``method``."""
         return cls(method, "exit", 1, point=point, exit_code=code)
+
+
+#: The fault scope of the calls made in this context (``fault_scope``), as sent.
+_SCOPE: ContextVar[str | None] = ContextVar("nnhal_fault_scope", default=None)
+
+
+@contextmanager
+def fault_scope(label: str) -> Iterator[None]:
+    """Calls made in this context (this thread, or a task it starts) carry ``label`` as their
+    fault scope (``nnhal.core.fault_scope``): a server with ``--fault-seed`` decides their
+    faults by the seed, ``label`` and each call's ordinal in this run of the scope, so the
+    same work makes the same calls fail whatever runs beside it. Nests: the innermost wins."""
+    token = _SCOPE.set(fault_scope_codec.encode(label, secrets.token_hex(8)))
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def current_fault_scope() -> str | None:
+    """The metadata value of the current fault scope, if any."""
+    return _SCOPE.get()

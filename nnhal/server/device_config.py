@@ -46,6 +46,10 @@ class DeviceConfig:
     #: Executions the client gave no deadline end (MISSED_DEADLINE_PERSISTENT) after this; 0 = never.
     max_execution_seconds: float = 0.0
     fault_injection: bool = False
+    #: With fault_injection: the seed of a seeded fault schedule (None: none) and the share
+    #: of scoped calls it faults (``nnhal.server.rpc.faults``).
+    fault_seed: int | None = None
+    fault_rate: float = 0.1
     #: Vendor extensions this device offers, by name (each in AVAILABLE_EXTENSIONS).
     extensions: tuple[str, ...] = ()
     #: Seals compilation caches; persist it (cache.load_secret) so caches survive restarts.

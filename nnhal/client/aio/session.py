@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
+from nnhal.client.faults import current_fault_scope
 from nnhal.client.remote import DRAINING, monitor as drain_rules
 from nnhal.client.remote.devices import DEVICE_METADATA
 from nnhal.client.remote.messages import check_launch, raise_for_status
@@ -54,6 +55,7 @@ from nnhal.client.remote.transport import (
     target_of,
 )
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
+from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
 from nnhal.proto import service_pb2 as spb
 
 T = TypeVar("T")
@@ -208,9 +210,12 @@ class AioSession:
 
     # -- the one call path ---------------------------------------------------------------------
     def metadata(self) -> Metadata:
-        """The metadata of a new call: a fresh request id, and the device's name if one was asked for."""
+        """The metadata of a new call: a fresh request id, the device's name if one was asked
+        for, and the fault scope the call is made in, if any (``client.faults.fault_scope``)."""
         self.last_request_id = new_request_id()
-        return ((REQUEST_ID_KEY, self.last_request_id), *self._device_md)
+        scope = current_fault_scope()
+        extra = ((FAULT_SCOPE_KEY, scope),) if scope else ()
+        return ((REQUEST_ID_KEY, self.last_request_id), *self._device_md, *extra)
 
     async def call(
         self, what: str, had_deadline: bool, fn: Callable[[Metadata], Awaitable[T]], md: Metadata | None = None

@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 import grpc
 
 from nnhal.client.callbacks import Callback
+from nnhal.client.faults import current_fault_scope
 from nnhal.client.remote.devices import for_device
 from nnhal.client.remote.messages import (
     notify_of,
@@ -61,6 +62,7 @@ from nnhal.client.remote.transport import (
     tag_request_id,
 )
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
+from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
 from nnhal.proto import service_pb2 as spb
 
 T = TypeVar("T")
@@ -136,10 +138,12 @@ class SessionChannel:
         return str(getattr(self._ids, "last", ""))
 
     def _metadata(self, request_id: str | None = None) -> tuple[tuple[str, str], ...]:
-        """The metadata of a new call: a fresh request id (or ``request_id``), now this thread's last."""
+        """The metadata of a new call: a fresh request id (or ``request_id``), now this thread's
+        last, first; then the fault scope the call is made in, if any (``client.faults.fault_scope``)."""
         rid = request_id or new_request_id()
         self._ids.last = rid
-        return ((REQUEST_ID_KEY, rid),)
+        scope = current_fault_scope()
+        return ((REQUEST_ID_KEY, rid), (FAULT_SCOPE_KEY, scope)) if scope else ((REQUEST_ID_KEY, rid),)
 
     # -- the one call path --------------------------------------------------------------
     def invoke(self, fn: Callable[[], T], what: str, had_deadline: bool = False, request_id: str = "") -> T:

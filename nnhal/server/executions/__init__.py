@@ -15,7 +15,9 @@ reusable executions and every method form:
 - launch → run → notify → close, the job closed exactly once on every path;
 - where a synchronous execution may run (:meth:`Executions.runs_inline`);
 - the answer's size limit (``refusals.within_limit``) and every error turned into a
-  HAL status (``refusals.Refused``, the one vocabulary for refusals);
+  HAL status (``refusals.Refused``, the one vocabulary for refusals; a transport that
+  refuses a call before the owner runs it says so with :meth:`Executions.refuse`, so the
+  refusal is counted and told to the hooks like any other);
 - the metrics of every answer (``Method.record``).
 
 Hooks (``hooks.Observer``, added with :meth:`Executions.observe`; none by default, and
@@ -42,7 +44,8 @@ from nnhal.server.executions.calls import (
 from nnhal.server.executions.faults import Abort, Fault, FaultPlan
 from nnhal.server.executions.hooks import Call, Observer, Timings
 from nnhal.server.executions.long_calls import LongCalls
-from nnhal.server.executions.owner import Arrival, Executions, Method
+from nnhal.server.executions.methods import Arrival, Method
+from nnhal.server.executions.owner import Executions
 from nnhal.server.executions.refusals import Refused
 
 __all__ = [

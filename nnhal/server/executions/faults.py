@@ -21,20 +21,35 @@ its points:
   arrived), ``after_launch`` (streams: the launch status was sent), ``before_reply`` (the
   work is done, its notify or reply not sent).
 
+Seeded schedules (``--fault-seed S``, with ``--enable-fault-injection``): the plan also
+injects faults of its own into calls that carry a fault scope (``nnhal.core.fault_scope``;
+:data:`CALL_SCOPE`, which the transport sets as a call arrives: :func:`note_scope`). A call
+of a method in :data:`SEEDED` that takes no set fault draws one from (S, the scope's label,
+the method, the call's ordinal among that method's calls in this run of the scope) alone
+(:func:`seeded_fault`): with probability ``--fault-rate`` an ``error`` fault answering one
+of :data:`SEEDED_STATUSES`. Only in-band errors, local to their call: no abort kills the
+session, no stall changes another call's timing, so concurrent work cannot change a
+decision and a run replays its faults exactly, whatever ``--jobs``. A burst stream's
+responses are not seeded (they share the stream's one call). Calls without a scope never are.
+
 Every injection is logged (WARNING, with the call's request id). The plan costs a call one
-attribute read while it is empty (:attr:`FaultPlan.armed`). Its lock is a leaf.
+attribute read while it is empty and unseeded (:attr:`FaultPlan.armed`). Its lock is a leaf.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Collection
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
 
+from nnhal.core import fault_scope
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 from nnhal.core.methods import METHOD_LEVEL
@@ -112,6 +127,27 @@ GRPC_CODE_NAMES = (
 UNAVAILABLE = 14
 #: A stall looks this often whether its caller is still there.
 _STALL_SLICE_S = 0.05
+#: Methods a seeded schedule may fault: every one but the burst stream's responses.
+SEEDED = FAULTABLE - {BURST}
+#: The statuses a seeded fault answers (chosen by the same draw): in-band, the call's own.
+SEEDED_STATUSES = (
+    ErrorStatus.GENERAL_FAILURE,
+    ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+    ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+)
+#: Runs of scopes whose call counts are kept (the least recently used are forgotten).
+_MAX_SCOPES = 4096
+#: The fault scope of the call being served (its metadata value), set as it arrives.
+CALL_SCOPE: ContextVar[str | None] = ContextVar("nnhal_fault_scope", default=None)
+
+
+def note_scope(metadata: Collection[tuple[str, object]]) -> None:
+    """Publish the call's fault scope (from its invocation ``metadata``) in :data:`CALL_SCOPE`."""
+    for key, value in metadata:
+        if key == fault_scope.METADATA_KEY:
+            if isinstance(value, str):
+                CALL_SCOPE.set(value)
+            return
 
 
 class Liveness(Protocol):
@@ -147,6 +183,8 @@ class Fault:
     stall_ms: int = 0
     point: str = "start"
     exit_code: int = 1
+    #: Who asked for it: ``setFaults``, or ``--fault-seed`` (a seeded schedule).
+    origin: str = "setFaults"
 
     def describe(self) -> str:
         detail = {
@@ -159,7 +197,7 @@ class Fault:
 
     def error(self) -> HalError:
         """The HalError an ``error`` fault answers."""
-        text = f"injected fault: {self.status.name} on {self.method} (setFaults)"
+        text = f"injected fault: {self.status.name} on {self.method} ({self.origin})"
         return HalError.of(self.status, f"{text}: {self.message}" if self.message else text)
 
     def abort(self) -> Abort:
@@ -176,19 +214,38 @@ class _Entry:
         self.left = fault.count or None  # None: until cleared
 
 
-class FaultPlan:
-    """A device's injected faults. Thread-safe."""
+def seeded_fault(seed: int, rate: float, label: str, method: str, ordinal: int) -> Fault | None:
+    """The fault a seeded schedule gives call ``ordinal`` (from 0) of ``method`` in scope
+    ``label``: a function of its arguments alone (SHA-256 of them; module docstring)."""
+    digest = hashlib.sha256(f"{seed}\0{label}\0{method}\0{ordinal}".encode()).digest()
+    if int.from_bytes(digest[:8], "big") >= rate * 2**64:
+        return None
+    status = SEEDED_STATUSES[digest[8] % len(SEEDED_STATUSES)]
+    why = f"seed {seed}, scope {label}, {method} call {ordinal}"
+    return Fault(method, "error", 1, status=status, message=why, origin="--fault-seed")
 
-    def __init__(self) -> None:
+
+class FaultPlan:
+    """A device's injected faults: those set (``setFaults``) and, with ``seed``, a seeded
+    schedule faulting each scoped call with probability ``rate``. Thread-safe."""
+
+    def __init__(self, seed: int | None = None, rate: float = 0.0) -> None:
         self._lock = threading.Lock()
         self._entries: list[_Entry] = []
-        #: False while no fault is set: the calls' one check, read without the lock.
-        self.armed = False
+        self._seed = seed
+        self._rate = rate
+        #: Calls so far per (scope value, method) of the runs of scopes seen lately.
+        self._ordinals: OrderedDict[tuple[str, str], int] = OrderedDict()
+        #: False while no fault is set and none is seeded: the calls' one check, read without the lock.
+        self.armed = seed is not None
+
+    def _rearm(self) -> None:
+        self.armed = bool(self._entries) or self._seed is not None
 
     def add(self, faults: Collection[Fault]) -> None:
         with self._lock:
             self._entries.extend(_Entry(f) for f in faults)
-            self.armed = bool(self._entries)
+            self._rearm()
         for f in faults:
             calls = f"the next {f.count} call(s)" if f.count else "every call"
             log.warning("fault set: %s for %s", f.describe(), calls)
@@ -197,7 +254,7 @@ class FaultPlan:
         with self._lock:
             had = len(self._entries)
             self._entries.clear()
-            self.armed = False
+            self._rearm()
         if had:
             log.warning("faults cleared (%d)", had)
 
@@ -217,13 +274,31 @@ class FaultPlan:
                     entry.left -= 1
                     if entry.left <= 0:
                         del self._entries[i]
-                        self.armed = bool(self._entries)
+                        self._rearm()
                 fault = entry.fault
                 break
             else:
-                return None
+                seeded = self._seeded(method, kinds)
+                if seeded is None:
+                    return None
+                fault = seeded
         log.warning("injecting fault: %s", fault.describe())
         return fault
+
+    def _seeded(self, method: str, kinds: Collection[str]) -> Fault | None:
+        """The seeded schedule's fault for this call (under the lock), counting it in its scope."""
+        if self._seed is None or method not in SEEDED or "error" not in kinds:
+            return None
+        value = CALL_SCOPE.get()
+        scope = fault_scope.decode(value) if value else None
+        if value is None or scope is None:
+            return None
+        key = (value, method)
+        ordinal = self._ordinals.pop(key, 0)
+        self._ordinals[key] = ordinal + 1
+        if len(self._ordinals) > _MAX_SCOPES:
+            self._ordinals.popitem(last=False)
+        return seeded_fault(self._seed, self._rate, scope[1], method, ordinal)
 
 
 def exit_now(fault: Fault) -> None:

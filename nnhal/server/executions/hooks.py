@@ -14,6 +14,9 @@ An :class:`Observer` is told, in this order, for one call:
    ``ExecutionResult``, ``Prepared``, ``FencedExecutionInfo``, or a ``refusals.Refused``),
    for record & replay.
 
+A fenced execution's launch and a ``getExecutionInfo`` are told as calls answered at
+once (``finished``, ``answered``; their answers the fence's handle and the info).
+
 Hooks run on the call's own thread (a worker's, or the event loop's for an inline
 execution): they must be quick and must not raise (an exception is logged and dropped).
 With no observer set the owner pays one attribute read per call.

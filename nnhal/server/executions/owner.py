@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Generator
-from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from nnhal.core.enums import ErrorStatus, HalVersion
@@ -30,9 +29,10 @@ from nnhal.server.executions.calls import (
     Preparation,
     Prepared,
 )
-from nnhal.server.executions.faults import FAULTABLE, KINDS, Fault, FaultPlan, Liveness
+from nnhal.server.executions.faults import FAULTABLE, KINDS, FaultPlan, Liveness
 from nnhal.server.executions.hooks import Call, Observer, Observers, Timings
 from nnhal.server.executions.long_calls import Held, Job, LongCalls, held, once
+from nnhal.server.executions.methods import SAME, Arrival, Method
 from nnhal.server.executions.refusals import Refused, within_limit
 from nnhal.server.jobs import ExecutionJob, PrepareJob
 from nnhal.server.metrics import Metrics
@@ -68,52 +68,6 @@ class Waiting(Liveness, Protocol):
     def time_remaining(self) -> float | None: ...
 
 
-class Method:
-    """A HAL method as the owner serves it: ``name`` (what metrics count it by), ``what`` (how
-    messages name one call of it), the level gate (``level``: the feature level it needs;
-    None: none), the fault plan's name for it (``fault``; None: never faulted) and the
-    histogram its durations go to."""
-
-    __slots__ = ("_count", "_observe", "fault", "level", "name", "what")
-
-    def __init__(
-        self,
-        name: str,
-        what: str,
-        level: HalVersion | None,
-        fault: str | None,
-        count: Callable[[str, int], None],
-        observe: Callable[[float], None] | None,
-    ) -> None:
-        self.name, self.what, self.level, self.fault = name, what, level, fault
-        self._count = count
-        self._observe = observe
-
-    def record(self, status: int, seconds: float | None) -> None:
-        """Count one answer with ``status``; time it when it was launched (``seconds``)."""
-        self._count(self.name, status)
-        if seconds is not None and self._observe is not None:
-            self._observe(seconds)
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """What a call met when it arrived (``Executions.arrive``): its level refusal, or the
-    injected fault it took."""
-
-    error: HalError | None = None
-    fault: Fault | None = None
-
-    def start(self) -> HalError | None:
-        """The error the call answers at once (a refusal, an injected error), None to go on;
-        an injected abort or exit happens here."""
-        return self.error if self.error is not None else injected.at_start(self.fault)
-
-
-#: The default of ``Executions.method``'s ``fault`` and ``gate``: the method's own name.
-SAME = "same"
-
-
 class Executions:
     """The HAL calls of one device (package docstring). Thread-safe.
 
@@ -129,7 +83,8 @@ class Executions:
         self.lifecycle = driver.lifecycle
         self.level = driver.config.feature_level
         self.long_calls = LongCalls.of(driver.config)
-        self.faults = FaultPlan()
+        config = driver.config
+        self.faults = FaultPlan(config.fault_seed if config.fault_injection else None, config.fault_rate)
         #: The hooks (``hooks.Observer``); None: none, and the calls pay one attribute read.
         self.observer: Observer | None = None
         self._observers: list[Observer] = []
@@ -184,11 +139,11 @@ class Executions:
                 return Arrival(None, fault)
         return None
 
-    def burst_refusal(self, deadline: bool, loop_timeout_ns: int, tokens: bool) -> HalError | None:
+    def check_burst_fields(self, deadline: bool, loop_timeout_ns: int, tokens: bool) -> None:
         """INVALID_ARGUMENT for a burst execution carrying what the device's level lacks (the
-        1.2 burst has no deadline, loop timeout or driver-managed buffer tokens); None when it fits."""
+        1.2 burst has no deadline, loop timeout or driver-managed buffer tokens)."""
         if self.level >= HalVersion.V1_3:
-            return None
+            return
         carried = {
             "a deadline": deadline,
             "a loop timeout": bool(loop_timeout_ns),
@@ -196,11 +151,7 @@ class Executions:
         }
         for what, used in carried.items():
             if used:
-                try:
-                    require_field(self.level, HalVersion.V1_3, what, "configureExecutionBurst")
-                except HalError as err:
-                    return err
-        return None
+                require_field(self.level, HalVersion.V1_3, what, "configureExecutionBurst")
 
     # -- synchronous executions -----------------------------------------------------------
     def runs_inline(self, session: str, handle: str, inline_bytes: Callable[[], int]) -> bool:
@@ -253,13 +204,13 @@ class Executions:
                 raise error
             self.lifecycle.enter(method.what)
         except Exception as err:
-            return self._refused(method, err, None, t0)
+            return self.refuse(method, err, None, t0)
         try:
             try:
                 args = build()
                 job = self._begin(args)
             except Exception as err:
-                return self._refused(method, err, args, t0)
+                return self.refuse(method, err, args, t0)
             t1 = 0.0
             if obs is not None:
                 t1 = time.perf_counter()
@@ -293,14 +244,17 @@ class Executions:
             call.profile,
         )
 
-    def _refused(self, method: Method, err: Exception, args: object, t0: float) -> Refused:
-        """Count (and tell the hooks of) a call refused before its launch."""
+    def refuse(self, method: Method, err: Exception, args: object = None, since: float | None = None) -> Refused:
+        """``err`` (raised where the refusal was found: a HalError, or a bug) as the refusal of
+        a call of ``method`` that was not launched: counted, and told to the hooks (``args``:
+        the call's canonical arguments when they were converted; ``since``: its arrival)."""
         refused = Refused.of(err, f"launching {method.what}")
         method.record(refused.status, None)
         obs = self.observer
         if obs is not None:
             t = time.perf_counter()
-            self._tell(obs, Call(method.name, method.what, args), refused.status, Timings(t0, None, t), refused)
+            timings = Timings(t if since is None else since, None, t)
+            self._tell(obs, Call(method.name, method.what, args), refused.status, timings, refused)
         return refused
 
     @staticmethod
@@ -393,7 +347,7 @@ class Executions:
         except Exception as err:
             if counted:
                 self.lifecycle.leave()
-            refused = self._refused(method, err, args, t0)
+            refused = self.refuse(method, err, args, t0)
             yield Launch(refused.status, refused.message)
             yield Notify(refused.status, refused.message)
             return
@@ -451,29 +405,41 @@ class Executions:
             end()
 
     # -- fenced executions ----------------------------------------------------------------
-    def execute_fenced(self, what: str, call: FencedExecution) -> str:
-        """IPreparedModel::executeFenced (every form): the handle of its sync fence and
-        callback. Counted by the lifecycle until its launch took its scheduler ticket, which
-        then counts it (DEVICE_UNAVAILABLE while draining). Raises HalError."""
+    def execute_fenced(self, what: str, call: FencedExecution, method: str = "executeFenced") -> str:
+        """IPreparedModel::executeFenced (every form, ``method`` its name for the hooks): the
+        handle of its sync fence and callback. Counted by the lifecycle until its launch took
+        its scheduler ticket, which then counts it (DEVICE_UNAVAILABLE while draining). Raises
+        HalError. The hooks are told of the launch (its answer: the fence's handle), not of the
+        run, which starts when the fences it waits for signal."""
+        t0 = time.perf_counter()
         d = self.driver
-        with self.lifecycle.work(what):
-            return d.execute_fenced(
-                d.session(call.session),
-                call.prepared_model,
-                call.request,
-                list(call.wait_for),
-                call.measure,
-                call.deadline_ns,
-                call.loop_timeout_ns,
-                call.duration_ns,
-                call.on_signal,
-            )
+        try:
+            with self.lifecycle.work(what):
+                fence = d.execute_fenced(
+                    d.session(call.session),
+                    call.prepared_model,
+                    call.request,
+                    list(call.wait_for),
+                    call.measure,
+                    call.deadline_ns,
+                    call.loop_timeout_ns,
+                    call.duration_ns,
+                    call.on_signal,
+                )
+        except HalError as err:
+            self._observed(Call(method, what, call), t0, Refused(err.error_status, err.message))
+            raise
+        self._observed(Call(method, what, call), t0, fence)
+        return fence
 
-    def fenced_info(self, session: str, callback: str, wait: bool, live: Waiting) -> FencedExecutionInfo:
-        """IFencedExecutionCallback::getExecutionInfo. With ``wait``, until the fence signals,
-        the caller's deadline is near or the caller is gone — a long-lived call of its client
-        ("fence wait"), capped (RESOURCE_EXHAUSTED_TRANSIENT, unless the fence has signalled
-        already). Raises HalError."""
+    def fenced_info(
+        self, session: str, callback: str, wait: bool, live: Waiting, method: str = "getExecutionInfo"
+    ) -> FencedExecutionInfo:
+        """IFencedExecutionCallback::getExecutionInfo (``method``: its name for the hooks). With
+        ``wait``, until the fence signals, the caller's deadline is near or the caller is gone —
+        a long-lived call of its client ("fence wait"), capped (RESOURCE_EXHAUSTED_TRANSIENT,
+        unless the fence has signalled already). Raises HalError."""
+        t0 = time.perf_counter()
         d = self.driver
         s = d.session(session)
         info = d.fenced_info(s, callback, False, None)
@@ -487,7 +453,17 @@ class Executions:
                     info = d.fenced_info(s, callback, True, timeout)
                     if info.signalled or timeout < INFO_SLICE_S or not live.is_active():
                         break
-        return within_limit(info, self._limit())
+        info = within_limit(info, self._limit())
+        self._observed(Call(method, method, (session, callback, wait)), t0, info)
+        return info
+
+    def _observed(self, call: Call, t0: float, answer: object) -> None:
+        """Tell the hooks of a call answered at once (``answer``: its canonical answer)."""
+        obs = self.observer
+        if obs is not None:
+            t = time.perf_counter()
+            status = getattr(answer, "status", ErrorStatus.NONE)
+            self._tell(obs, call, status, Timings(t0, None if isinstance(answer, Refused) else t0, t), answer)
 
     # -- other work --------------------------------------------------------------------------
     def admit(self, what: str) -> None:

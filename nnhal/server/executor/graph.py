@@ -26,7 +26,8 @@ from nnhal.core.validation import MAX_RANK
 from nnhal.server.executor import allocation
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import OP_FAILED, fail
-from nnhal.server.executor.registry import OperationSpec, lookup
+from nnhal.server.executor.fusion import PlannedOperation, fold_activations
+from nnhal.server.executor.registry import FastKernel, OperationSpec, lookup
 
 Buffer = bytes | bytearray | memoryview
 
@@ -157,6 +158,9 @@ class Step:
     #: Bytes of the outputs when the model fixes every output's shape, else 0 (the
     #: kernel reserves what it allocates once it knows the shapes).
     out_bytes: int
+    #: The kernel bound at prepare to this step's constants and static shapes (see
+    #: registry.Binder), tried before the general kernel; None when the family has none.
+    fast: FastKernel | None = None
 
 
 class PreparedSubgraph:
@@ -172,7 +176,12 @@ class PreparedSubgraph:
 
 
 class PreparedGraph:
-    """An executable model. Thread-safe: ``run`` keeps all state per call."""
+    """An executable model. Thread-safe: ``run`` keeps all state per call.
+
+    Prepared once: constants decoded, standalone activations folded into their producers
+    where exact (executor.fusion), operations bound to their prepared state and, where the
+    family offers one, to a kernel specialised for their constant parameters and static
+    shapes (registry.Binder), which runs without re-checking what prepare proved."""
 
     def __init__(self, model: Model, pools: Sequence[Buffer]) -> None:
         self.model = model
@@ -189,21 +198,22 @@ class PreparedGraph:
         return constant_value(self.model, self._pools, operand)
 
     def _prepare(self, sg: Subgraph) -> PreparedSubgraph:
-        constants = [self._constant(op) for op in sg.operands]
+        constants, operations, operands = self._plan(sg)
         last_use: dict[int, int] = {}
-        for n, operation in enumerate(sg.operations):
+        for n, operation in enumerate(operations):
             for i in operation.inputs:
                 last_use[i] = n
         keep = set(sg.output_indexes) | set(sg.input_indexes)
         steps: list[Step] = []
-        for n, operation in enumerate(sg.operations):
+        for n, operation in enumerate(operations):
             spec = lookup(operation.type)
             if spec is None:
                 unsupported(operation.type)
-            in_ops = tuple(sg.operands[i] for i in operation.inputs)
-            out_ops = tuple(sg.operands[i] for i in operation.outputs)
+            in_ops = tuple(operands[i] for i in operation.inputs)
+            out_ops = tuple(operands[i] for i in operation.outputs)
             state = None
-            if spec.prepare is not None:
+            fast = None
+            if spec.prepare is not None or spec.bind is not None:
                 vctx = ValidationContext(
                     operation.type,
                     in_ops,
@@ -213,13 +223,14 @@ class PreparedGraph:
                     self.model.referenced,
                     operation.inputs,
                 )
-                state = spec.prepare(vctx)
+                if spec.prepare is not None:
+                    state = spec.prepare(vctx)
+                if spec.bind is not None:
+                    fast = spec.bind(vctx, state)
             release = tuple(
                 i
                 for i in set(operation.inputs)
-                if last_use.get(i) == n
-                and i not in keep
-                and sg.operands[i].lifetime == OperandLifeTime.TEMPORARY_VARIABLE
+                if last_use.get(i) == n and i not in keep and operands[i].lifetime == OperandLifeTime.TEMPORARY_VARIABLE
             )
             out_bytes = sum(
                 0
@@ -238,9 +249,16 @@ class PreparedGraph:
                     state,
                     release,
                     out_bytes,
+                    fast,
                 )
             )
         return PreparedSubgraph(sg, constants, steps)
+
+    def _plan(self, sg: Subgraph) -> tuple[list[np.ndarray | None], list[PlannedOperation], list[Operand]]:
+        """The subgraph's constants and operations after the exact rewrites of executor.fusion."""
+        constants = [self._constant(op) for op in sg.operands]
+        operations, operands, constants = fold_activations(sg, constants)
+        return constants, operations, operands
 
     # -- execution --------------------------------------------------------
     def run(
@@ -255,10 +273,13 @@ class PreparedGraph:
         control.graph = self
         control.start()
         try:
-            if control.reserve is None:
-                return self._run(self.main, inputs, control, output_operands)
-            with allocation.current(control):
-                return self._run(self.main, inputs, control, output_operands)
+            # Floating-point overflow, NaN and division by zero are results of the reference
+            # (inf, NaN), never errors or warnings: decided once per run, not per operation.
+            with np.errstate(all="ignore"):
+                if control.reserve is None:
+                    return self._run(self.main, inputs, control, output_operands)
+                with allocation.current(control):
+                    return self._run(self.main, inputs, control, output_operands)
         except MemoryError:
             # The last line of defence: an allocation no reservation foresaw failed.
             raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
@@ -286,8 +307,29 @@ class PreparedGraph:
         overrides: dict[int, Operand] = {}
         if output_operands is not None:
             overrides = dict(zip(sg.output_indexes, output_operands))
+        # Bound kernels skip the context and the accounting: runs under a memory limit, or with
+        # outputs the request reshapes, take the general kernels.
+        fast_ok = not overrides and not accounting
+        profile = control.profile
         for step in prepared.steps:
             control.checkpoint()
+            fast = step.fast
+            if fast is not None and fast_ok:
+                if profile is None:
+                    outs = fast([values[i] for i in step.inputs])
+                else:
+                    t0 = time.perf_counter_ns()
+                    outs = fast([values[i] for i in step.inputs])
+                    entry = profile.setdefault(step.operation_type.name, [0, 0])
+                    entry[0] += 1
+                    entry[1] += time.perf_counter_ns() - t0
+                if outs is not None:
+                    for i, result in zip(step.outputs, outs):
+                        values[i] = result
+                    for i in step.release:
+                        values[i] = None
+                    control.operations_run += 1
+                    continue
             out_ops = step.out_operands
             if overrides:
                 out_ops = tuple(overrides.get(i, op) for i, op in zip(step.outputs, out_ops))

@@ -16,6 +16,8 @@ from nnhal.core.errors import HalError
 from nnhal.server.executor.errors import OP_FAILED
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from nnhal.server.executor.context import ExecutionContext, ValidationContext
 
 #: Checks an operation's operands; returns the minimum HAL version this use needs.
@@ -26,6 +28,14 @@ Kernel = Callable[["ExecutionContext"], None]
 #: Optional, runs once at prepare with constant operands known; its result is
 #: handed to every execution as ``ctx.state`` (e.g. re-laid-out weights).
 Preparer = Callable[["ValidationContext"], Any]
+#: A kernel bound at prepare to one operation's constant parameters and static shapes: from the
+#: input values (in operation order) it returns the outputs (of the operand dtypes and the
+#: declared shapes), or None when the inputs are not what it was bound to (then the general
+#: kernel runs). It does no validation: its binder proved the operation valid for those inputs.
+FastKernel = Callable[[list["np.ndarray | None"]], "list[np.ndarray] | None"]
+#: Optional, runs once at prepare after ``Preparer`` (whose state it receives): a FastKernel
+#: for this use of the operation, or None when it has none for it.
+Binder = Callable[["ValidationContext", Any], FastKernel | None]
 #: The HalError class an operation's execution-time checks raise.
 FailureStatus = type[HalError]
 
@@ -38,6 +48,7 @@ class OperationSpec:
     prepare: Preparer | None = None
     #: The status ``ExecutionContext.fail`` raises for this operation (see executor.errors).
     execution_failure: FailureStatus = OP_FAILED
+    bind: Binder | None = None
 
 
 _REGISTRY: dict[OperationType, OperationSpec] = {}
@@ -50,15 +61,17 @@ def register(
     execute: Kernel,
     prepare: Preparer | None = None,
     execution_failure: type[HalError] = OP_FAILED,
+    bind: Binder | None = None,
 ) -> None:
     """Register ``op_type``; registering one type twice is a programming error.
 
+    ``bind`` (optional) makes a FastKernel per use at prepare (see Binder).
     ``execution_failure`` is the status of the operation's execution-time checks
     (GENERAL_FAILURE unless the family says otherwise; see executor.errors).
     """
     if op_type in _REGISTRY:
         raise RuntimeError(f"operation {op_type.name} registered twice")
-    _REGISTRY[op_type] = OperationSpec(op_type, validate, execute, prepare, execution_failure)
+    _REGISTRY[op_type] = OperationSpec(op_type, validate, execute, prepare, execution_failure, bind)
 
 
 def lookup(op_type: OperationType) -> OperationSpec | None:

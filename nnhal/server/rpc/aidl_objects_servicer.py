@@ -25,16 +25,12 @@ from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import Request
 from nnhal.proto import aidl_pb2 as apb, aidl_pb2_grpc as agrpc, service_pb2 as spb
 from nnhal.server.aidl_objects import ReusableExecution
-from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
+from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method
 from nnhal.server.rpc.aidl_servicer import checked_config
 from nnhal.server.rpc.common import as_result, hal_method
 
 #: The longest a run waits for the IExecution's previous one (a fenced run may wait for fences).
 BUSY_WAIT_S = 60.0
-
-
-def _refused(err: Exception, what: str) -> apb.AidlExecutionResult:
-    return wire_aidl.execution_result_to(Refused.of(err, what).result())
 
 
 def _hold(execution: ReusableExecution, deadline_ns: int | None, what: str) -> None:
@@ -60,30 +56,22 @@ class ExecutionServicer(agrpc.ExecutionServicer):
     def executeSynchronously(
         self, request: apb.ExecutionRunRequest, context: grpc.ServicerContext, m: Method, arrival: Arrival | None
     ) -> apb.AidlExecutionResult:
-        what = m.name
+        x = self.executions
         try:
             if arrival is not None and arrival.error is not None:
                 raise arrival.error
             session = self.driver.session(request.session)
-            execution = self.driver.aidl.executions.get(session.id, request.execution)
+            e = self.driver.aidl.executions.get(session.id, request.execution)
+            deadline = wire.deadline_from(request.deadline)
+            _hold(e, deadline, m.name)
         except HalError as err:
-            m.record(err.error_status, None)
-            return _refused(err, what)
-        deadline = wire.deadline_from(request.deadline)
-        e = execution
+            return wire_aidl.execution_result_to(x.refuse(m, err).result())
         call = Execution(session.id, e.prepared, e.request, e.measure, deadline, e.loop_timeout_ns)
         try:
-            _hold(execution, deadline, what)
-        except HalError as err:
-            m.record(err.error_status, None)
-            return _refused(err, what)
-        try:
-            result = self.executions.execute(
-                m, lambda: call, context, Arrival(None, arrival.fault) if arrival else None
-            )
+            result = x.execute(m, lambda: call, context, Arrival(None, arrival.fault) if arrival else None)
             return wire_aidl.execution_result_to(as_result(result))
         finally:
-            execution.lock.release()
+            e.lock.release()
 
     @hal_method("IExecution.executeFenced", spb.FencedExecuteResponse)
     def executeFenced(
@@ -107,7 +95,8 @@ class ExecutionServicer(agrpc.ExecutionServicer):
             e.lock.release,
         )
         try:
-            fence = self.executions.execute_fenced("IExecution.executeFenced", call)
+            what = "IExecution.executeFenced"
+            fence = self.executions.execute_fenced(what, call, what)
         except BaseException:
             e.lock.release()
             raise
@@ -133,7 +122,7 @@ class BurstServicer(agrpc.BurstServicer):
         request: apb.BurstExecuteRequest | apb.BurstExecuteWithConfigRequest,
         context: grpc.ServicerContext,
     ) -> apb.AidlExecutionResult:
-        what = m.name
+        x = self.executions
         try:
             if arrival is not None and arrival.error is not None:
                 raise arrival.error
@@ -143,12 +132,11 @@ class BurstServicer(agrpc.BurstServicer):
                 measure = request.measure_timing
                 loop_ns = loop_timeout_for_driver(wire_aidl.optional_from(request, "loop_timeout_duration_ns"))
             else:
-                config, loop_ns = checked_config(self.driver, request.config, what)
+                config, loop_ns = checked_config(self.driver, request.config, m.name)
                 measure = config.measure_timing
             args, pools = wire_aidl.burst_pools_from(request.request)
         except HalError as err:
-            m.record(err.error_status, None)
-            return _refused(err, what)
+            return wire_aidl.execution_result_to(x.refuse(m, err).result())
         tokens = list(request.memory_identifier_tokens)
         deadline = wire.deadline_from(request.deadline)
 
@@ -158,7 +146,7 @@ class BurstServicer(agrpc.BurstServicer):
 
         fault = Arrival(None, arrival.fault) if arrival is not None else None
         with burst.lock:
-            return wire_aidl.execution_result_to(as_result(self.executions.execute(m, build, context, fault)))
+            return wire_aidl.execution_result_to(as_result(x.execute(m, build, context, fault)))
 
     @hal_method("IBurst.executeSynchronously", timer="execute")
     def executeSynchronously(

@@ -129,7 +129,7 @@ class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
 
         return self._sync(m, arrival, request, options, context)
 
-    def _fenced(self, request: Any, measure: bool, loop_ns: int) -> spb.FencedExecuteResponse:
+    def _fenced(self, method: str, request: Any, measure: bool, loop_ns: int) -> spb.FencedExecuteResponse:
         duration = optional_duration(wire_aidl.optional_from(request, "duration_ns"), "durationNs")
         call = FencedExecution(
             request.session,
@@ -141,7 +141,7 @@ class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
             loop_ns,
             duration,
         )
-        fence = self.executions.execute_fenced("executeFenced", call)
+        fence = self.executions.execute_fenced("executeFenced", call, method)
         return spb.FencedExecuteResponse(sync_fence=fence, callback=fence)
 
     @hal_method("AIDL IPreparedModel.executeFenced", spb.FencedExecuteResponse)
@@ -150,7 +150,7 @@ class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
     ) -> spb.FencedExecuteResponse:
         self.driver.session(request.session)
         loop_ns = loop_timeout_for_driver(wire_aidl.optional_from(request, "loop_timeout_duration_ns"))
-        return self._fenced(request, request.measure_timing, loop_ns)
+        return self._fenced("AIDL IPreparedModel.executeFenced", request, request.measure_timing, loop_ns)
 
     @hal_method("executeFencedWithConfig", spb.FencedExecuteResponse)
     def executeFencedWithConfig(
@@ -158,7 +158,7 @@ class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
     ) -> spb.FencedExecuteResponse:
         self.driver.session(request.session)
         config, loop_ns = checked_config(self.driver, request.config, "executeFencedWithConfig")
-        return self._fenced(request, config.measure_timing, loop_ns)
+        return self._fenced("executeFencedWithConfig", request, config.measure_timing, loop_ns)
 
     @hal_method("AIDL IPreparedModel.configureExecutionBurst", apb.ObjectResponse)
     def configureExecutionBurst(
@@ -199,5 +199,6 @@ class AidlFencedExecutionCallbackServicer(agrpc.AidlFencedExecutionCallbackServi
     def getExecutionInfo(
         self, request: spb.FencedInfoRequest, context: grpc.ServicerContext
     ) -> apb.AidlFencedInfoResponse:
-        info = self.executions.fenced_info(request.session, request.callback, request.wait, context)
+        method = "AIDL IFencedExecutionCallback.getExecutionInfo"
+        info = self.executions.fenced_info(request.session, request.callback, request.wait, context, method)
         return wire_aidl.fenced_info_to(info, apb.AidlFencedInfoResponse())

@@ -32,7 +32,7 @@ from nnhal.proto import service_pb2 as spb
 from nnhal.server import call_log
 from nnhal.server.executions import Executions, Launch, Notify, Refused
 from nnhal.server.executions.faults import KINDS, before_reply
-from nnhal.server.executions.owner import SAME
+from nnhal.server.executions.methods import SAME
 
 M = TypeVar("M")
 A = TypeVar("A")

@@ -269,7 +269,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
     @hal_method(make=spb.StatusMessage)
     def setFaults(self, request: spb.FaultRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
         """This session's delays (a request without ``faults`` sets them, as it always did) and
-        the server-wide faults (``nnhal.server.rpc.faults``); ``clear`` removes both first.
+        the device's injected faults (``nnhal.server.executions.faults``); ``clear`` removes both first.
         INVALID_ARGUMENT when the server runs without --enable-fault-injection, or for a
         fault it cannot inject (nothing is changed then)."""
         session = self._session(request.session)

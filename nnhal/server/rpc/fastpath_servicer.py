@@ -26,7 +26,7 @@ goes back through the result ring. A full request asking for a layout id (kind
 ``fastpacket.LEARN``) is granted one when it passed validation and all its pools
 are inline; a compact call of a granted layout (``fastpacket.CALL``: the id, the
 per-call scalars, the raw pool bytes) is rebuilt from the validated layout and
-runs through the same ``execute_sync``; an unknown id or a body not of the
+runs through the same ``Executions.execute``; an unknown id or a body not of the
 layout's length is INVALID_ARGUMENT and the burst serves on. The stream stays open as the burst's liveness
 channel: when the client's connection dies or the client cancels it, gRPC ends
 the call and the queue is stopped; when the server stops, likewise. A burst the
@@ -53,7 +53,7 @@ from nnhal.server.executions import Execution, Executions, Method, Refused
 from nnhal.server.executions.faults import BURST
 from nnhal.server.fastpath import FastQueue
 from nnhal.server.rpc.common import result_to, status_to
-from nnhal.server.rpc.prepared_model_servicer import EXECUTION_FAULTS, burst_refusal, execution_from
+from nnhal.server.rpc.prepared_model_servicer import EXECUTION_FAULTS, check_burst_fields, execution_from
 from nnhal.server.session import Session, is_local_address
 
 #: The client collects its queue right after the first event; this is generous.
@@ -62,14 +62,14 @@ RINGS = "fast burst rings"
 _METHOD = "openFastBurst"
 
 
-def _refusal(status: ErrorStatus, message: str) -> bytes:
-    """An ExecuteResult packet carrying a refusal."""
-    data: bytes = wire.status_to(spb.ExecuteResult(), status, message).SerializeToString()
-    return data
+def _packet(refused: Refused) -> tuple[int, bytes]:
+    """A result packet carrying a refusal (an ExecuteResult with its status)."""
+    return fastring.RESULT, status_to(spb.ExecuteResult(), refused).SerializeToString()
 
 
-def _refused(err: HalError) -> tuple[int, bytes]:
-    return fastring.RESULT, status_to(spb.ExecuteResult(), Refused.of(err, _METHOD)).SerializeToString()
+def _violation(status: ErrorStatus, message: str) -> bytes:
+    """The queue's answer to a packet breaking its protocol (``FastQueue.serve``)."""
+    return _packet(Refused(status, message))[1]
 
 
 class FastPathServicer(fpgrpc.FastPathServicer):
@@ -104,13 +104,11 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         self, request: fpb.FastBurstRequest, context: grpc.ServicerContext
     ) -> Iterator[fpb.FastBurstEvent]:
         peer = context.peer() or ""
-        record = self._method.record
         try:
             session = self._authorise(request, peer)
             leave = self.executions.long_calls.open("burst", peer)
         except HalError as err:
-            record(err.error_status, None)
-            yield self._event(err.error_status, err.message)
+            yield self._event(self.executions.refuse(self._method, err))
             return
         context.add_callback(leave)
         ring_bytes = fastring.grant_ring_bytes(request.ring_bytes)
@@ -127,13 +125,11 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 return  # the call ended already
             yield fpb.FastBurstEvent(socket_path=str(queue.socket_path), token=queue.token, ring_bytes=ring_bytes)
             queue.hand_over(HANDOVER_TIMEOUT_S)
-            queue.serve(self._handler(session, request.prepared_model), _refusal)
+            queue.serve(self._handler(session, request.prepared_model), _violation)
             if queue.violation:
-                record(ErrorStatus.INVALID_ARGUMENT, None)
-                yield self._event(ErrorStatus.INVALID_ARGUMENT, queue.violation)
+                yield self._event(self.executions.refuse(self._method, InvalidArgument(queue.violation)))
         except HalError as err:
-            record(err.error_status, None)
-            yield self._event(err.error_status, err.message)
+            yield self._event(self.executions.refuse(self._method, err))
         finally:
             if queue is not None:
                 queue.close()
@@ -142,9 +138,8 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             leave()
 
     @staticmethod
-    def _event(status: ErrorStatus, message: str) -> fpb.FastBurstEvent:
-        event: fpb.FastBurstEvent = wire.status_to(fpb.FastBurstEvent(), status, message)
-        return event
+    def _event(refused: Refused) -> fpb.FastBurstEvent:
+        return status_to(fpb.FastBurstEvent(), refused)
 
     def _handler(self, session: Session, handle: str) -> fastpath.Handle:
         """The packet handler of one fast burst: full requests, requests asking for a layout
@@ -153,23 +148,23 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         m: Method = self._method
         layouts: dict[int, fastpacket.Layout] = {}  # this burst's granted layouts, by id (from 1)
 
-        def refuse(status: ErrorStatus, message: str) -> tuple[int, bytes]:
-            return fastring.RESULT, _refusal(status, message)
+        def refuse(message: str) -> tuple[int, bytes]:
+            """A packet the burst cannot run (not counted: it names no execution)."""
+            return _packet(Refused(ErrorStatus.INVALID_ARGUMENT, message))
 
         def run_full(kind: int, payload: bytes) -> tuple[int, bytes]:
             try:
                 msg = spb.ExecuteRequest.FromString(payload)
             except DecodeError:
-                return refuse(ErrorStatus.INVALID_ARGUMENT, "a fast burst packet that is not an ExecuteRequest")
+                return refuse("a fast burst packet that is not an ExecuteRequest")
             if msg.session not in ("", session.id) or msg.prepared_model not in ("", handle):
-                err = InvalidArgument("a fast burst executes only the prepared model of the session it was opened for")
-                return refuse(err.error_status, err.message)
+                return refuse("a fast burst executes only the prepared model of the session it was opened for")
             msg.session = session.id
             msg.prepared_model = handle
-            # What the device's level lacks is refused as on the gRPC burst.
-            refused = burst_refusal(x, msg)
-            if refused is not None:
-                return _refused(refused)
+            try:
+                check_burst_fields(x, msg)  # what the device's level lacks, as on the gRPC burst
+            except HalError as err:
+                return _packet(x.refuse(m, err))
             # The faults a gRPC burst execution takes (an injected status, a stall, an exit).
             arrival = x.arrive(m, EXECUTION_FAULTS)
             if kind != fastpacket.LEARN:
@@ -178,7 +173,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             try:
                 canonical = wire.request_from(msg.request)
             except HalError as err:
-                return refuse(err.error_status, err.message)
+                return _packet(x.refuse(m, err))
             result = x.execute(m, partial(execution_from, msg, canonical), None, arrival)
             answer = result_to(result)
             key = fastpacket.layout_key(canonical.inputs, canonical.outputs, canonical.pools)
@@ -195,14 +190,14 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 call = fastpacket.decode_call(payload)
                 layout = layouts.get(call.layout)
                 if layout is None:
-                    return refuse(ErrorStatus.INVALID_ARGUMENT, f"fast burst: unknown layout id {call.layout}")
+                    return refuse(f"fast burst: unknown layout id {call.layout}")
                 pools = layout.pools(call.body)
             except fastpacket.PacketError as err:
-                return refuse(ErrorStatus.INVALID_ARGUMENT, f"malformed fast burst call: {err}")
-            # A layout holds inline pools only: no token to look for.
-            refused = x.burst_refusal(call.deadline_ns is not None, call.loop_timeout_ns, False)
-            if refused is not None:
-                return _refused(refused)
+                return refuse(f"malformed fast burst call: {err}")
+            try:  # a layout holds inline pools only: no token to look for
+                x.check_burst_fields(call.deadline_ns is not None, call.loop_timeout_ns, False)
+            except HalError as err:
+                return _packet(x.refuse(m, err))
             arrival = x.arrive(m, EXECUTION_FAULTS)
             # The deadline travels as the time remaining, re-based on this host's clock at arrival.
             deadline = None if call.deadline_ns is None else time.monotonic_ns() + call.deadline_ns

@@ -11,7 +11,7 @@ only named by its first request, which an idle stream never sends): past a cap i
 one response with RESOURCE_EXHAUSTED_TRANSIENT (naming the cap) and ends. A burst takes
 an injected abort when it opens and the other fault kinds per execution; a 1.2 device's
 burst execution carrying a deadline, a loop timeout or a buffer token is INVALID_ARGUMENT
-(``Executions.burst_refusal``). A fence wait is capped alike (``Executions.fenced_info``).
+(``Executions.check_burst_fields``). A fence wait is capped alike (``Executions.fenced_info``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import HalError
 from nnhal.core.types import Request
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
-from nnhal.server import call_log, log_limits
+from nnhal.server import log_limits
 from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
 from nnhal.server.executions.faults import BURST
 from nnhal.server.rpc.common import events_to, hal_method, result_to, status_to
@@ -58,12 +58,12 @@ def inline_bytes(msg: spb.ExecuteRequest) -> int:
     return sum(len(p.inline.data) for p in msg.request.pools)
 
 
-def burst_refusal(executions: Executions, msg: spb.ExecuteRequest) -> HalError | None:
-    """What the device's level lacks of a burst execution (``Executions.burst_refusal``)."""
-    if executions.level >= HalVersion.V1_3:
-        return None  # nothing to look at (a cheap shortcut on the burst's hot path)
-    tokens = any(p.WhichOneof("pool") == "token" for p in msg.request.pools)
-    return executions.burst_refusal(msg.deadline.has_deadline, msg.loop_timeout_ns, tokens)
+def check_burst_fields(executions: Executions, msg: spb.ExecuteRequest) -> None:
+    """INVALID_ARGUMENT for what the device's level lacks of a burst execution
+    (``Executions.check_burst_fields``)."""
+    if executions.level < HalVersion.V1_3:  # else nothing to look at: the burst's hot path
+        tokens = any(p.WhichOneof("pool") == "token" for p in msg.request.pools)
+        executions.check_burst_fields(msg.deadline.has_deadline, msg.loop_timeout_ns, tokens)
 
 
 class PreparedModelServicer(sgrpc.PreparedModelServicer):
@@ -116,9 +116,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
                 raise arrival.error
             leave = x.long_calls.open("burst", peer)
         except HalError as err:
-            m.record(err.error_status, None)
-            call_log.failed("configureExecutionBurst", err.error_status, err.message)
-            await context.write(spb.BurstResponse(result=status_to(spb.ExecuteResult(), Refused.of(err, BURST))))
+            await context.write(spb.BurstResponse(result=status_to(spb.ExecuteResult(), x.refuse(m, err))))
             return
         # Given back when the stream ends, also when the call is cancelled mid-wait.
         context.add_done_callback(lambda _context: leave())
@@ -142,9 +140,10 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
                 if req is aio.EOF:
                     return
                 msg = req.execute
-                refused = burst_refusal(x, msg)
-                if refused is not None:
-                    result = status_to(spb.ExecuteResult(), Refused.of(refused, BURST))
+                try:
+                    check_burst_fields(x, msg)
+                except HalError as err:
+                    result = status_to(spb.ExecuteResult(), x.refuse(m, err))
                 else:
                     build = partial(execution_from, msg)
                     run = x.arrive(m, EXECUTION_FAULTS)

@@ -10,7 +10,10 @@ runs in a copy of on whichever worker thread (``sync_handlers``), so
 :class:`RequestIdFilter` adds it as the ``request_id`` field to every log record of the
 call (``--log-format json`` writes it).
 
-Cost per call: one metadata scan and one context-variable set (in the call's own task:
+The same wrapper publishes the call's fault scope (``faults.note_scope``), which a seeded
+fault schedule decides by.
+
+Cost per call: two metadata scans and one or two context-variable sets (in the call's own task:
 nothing to clear). Not an aio interceptor: grpc.aio runs interceptors as a chain of
 coroutines at every call, before the handler lookup; wrapping the handlers once, when they
 are registered, costs nothing per call beyond the id itself.
@@ -30,6 +33,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from nnhal.server.executions import faults
 from nnhal.server.rpc.handler_shape import behaviour, like
 
 KEY = "x-request-id"
@@ -53,6 +57,7 @@ def request_id(context: aio.ServicerContext[Any, Any]) -> str:
 def _begin(context: aio.ServicerContext[Any, Any]) -> None:
     rid = request_id(context)
     REQUEST_ID.set(rid)
+    faults.note_scope(context.invocation_metadata() or ())
     context.set_trailing_metadata(((KEY, rid),))
 
 

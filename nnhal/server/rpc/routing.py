@@ -55,7 +55,7 @@ def _add_servicers(server: Any, executions: Executions, fast_path: bool) -> None
     add_method_forms(server, executions)  # the HIDL 1.0-1.2 and AIDL method forms
 
 
-def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
+def _not_found(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
     """A handler of ``handler``'s shape that ends the call with NOT_FOUND."""
 
     async def abort(_request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
@@ -83,7 +83,7 @@ class DeviceRouter(grpc.GenericRpcHandler):
         handler = self._tables[self._default].get(method)
         if handler is None:
             return None
-        return _refusal(handler, f"this server has no device named {name!r}; its devices: {', '.join(self._tables)}")
+        return _not_found(handler, f"this server has no device named {name!r}; its devices: {', '.join(self._tables)}")
 
 
 class DeviceManagerServicer(dgrpc.DeviceManagerServicer):

@@ -3,13 +3,13 @@ inline pools travel in chunks.
 
 The stream is read whole (``wire_stream.read_request``: the head, then the chunks
 reassembled into the pools, every rule checked), then the execution runs exactly as a
-synchronous one (``PreparedModelServicer.execute_sync``: level and drain refusals, launch
+synchronous one (``Executions.execute``: level and drain refusals, launch
 checks, injected faults of ``executeSynchronously_1_3``, metrics), and the answer goes
 back as its head, then the chunks of its large output pools. A stream breaking the rules
 is answered with INVALID_ARGUMENT in the head. The handler is a coroutine on the server's
 loop: the chunks are taken in as they arrive (no thread waits on a slow sender), the
 execution runs on a worker thread. An open stream counts among the long-lived calls of its
-connection (``common.LongCalls``, kind ``streamed execution``): past the cap the head says
+connection (``executions.LongCalls``, kind ``streamed execution``): past the cap the head says
 RESOURCE_EXHAUSTED_TRANSIENT.
 """
 
@@ -27,7 +27,7 @@ from nnhal.core import wire, wire_stream
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb, streamed_pb2_grpc as stgrpc
-from nnhal.server import call_log, log_limits
+from nnhal.server import log_limits
 from nnhal.server.executions import Abort, Arrival, Execution, Executions, Method, Refused
 from nnhal.server.rpc.common import hal_method, status_to
 from nnhal.server.rpc.prepared_model_servicer import execution_from
@@ -38,7 +38,8 @@ METHOD = "executeStreamed"
 SYNC_METHOD = "executeSynchronously_1_3"
 
 
-def _refused(refused: Refused) -> stpb.StreamedExecuteResult:
+def _head(refused: Refused) -> stpb.StreamedExecuteResult:
+    """The one message answering a refused stream."""
     return stpb.StreamedExecuteResult(head=status_to(spb.ExecuteResult(), refused))
 
 
@@ -64,9 +65,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                 raise arrival.error  # the level of the method it shares
             leave = x.long_calls.open("streamed execution", peer)
         except HalError as err:
-            m.record(err.error_status, None)
-            call_log.failed(METHOD, err.error_status, err.message)
-            yield _refused(Refused.of(err, METHOD))
+            yield _head(x.refuse(m, err, None, t0))
             return
         # Given back when the stream ends, also when gRPC never resumes this generator.
         context.add_done_callback(lambda _context: leave())
@@ -81,18 +80,19 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                     reader.add(part)
                 head, request = reader.finish()
             except (HalError, DecodeError) as err:
-                refused: Refused
+                if isinstance(err, HalError) and first is not None:
+                    yield _head(x.refuse(m, err, None, t0))
+                    return
+                # Garbage, or a stream that broke before its head: one rate-limited line, not a
+                # failed call's (the hooks, which log those, are not told).
                 if isinstance(err, DecodeError):
                     refused = Refused(ErrorStatus.INVALID_ARGUMENT, f"a part could not be decoded: {err}")
                     log_limits.undecodable(METHOD, err)
                 else:
                     refused = Refused.of(err, METHOD)
-                    if first is None:  # the client sent nothing: it left, or its stream broke
-                        log_limits.broken_stream(METHOD, refused.message)
-                    else:
-                        call_log.failed(METHOD, refused.status, refused.message)
+                    log_limits.broken_stream(METHOD, refused.message)
                 m.record(refused.status, None)
-                yield _refused(refused)
+                yield _head(refused)
                 return
 
             def build() -> Execution:
@@ -103,7 +103,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
             except Abort as aborted:
                 await abort(context, aborted)
             if isinstance(result, Refused):
-                yield _refused(result)
+                yield _head(result)
                 return
             kept, large = wire_stream.split_result(result)
             yield stpb.StreamedExecuteResult(head=wire.execution_result_to(kept))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion
-from nnhal.core.errors import DeviceUnavailable
+from nnhal.core.errors import DeviceUnavailable, InvalidArgument
 from nnhal.core.types import DataLocation, ExecutionResult, InlinePool, Request, RequestArgument
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import (
@@ -19,6 +19,7 @@ from nnhal.server.executions import (
     Execution,
     Executions,
     Fault,
+    FencedExecution,
     Launch,
     Notify,
     Observer,
@@ -153,7 +154,9 @@ def test_the_level_gate_refuses_a_form_newer_than_the_device() -> None:
     assert arrival.error.error_status == ErrorStatus.GENERAL_FAILURE
     assert "needs NN HAL 1.3; this device serves 1.2" in arrival.error.message
     assert x.arrive(x.method("executeSynchronously")) is None  # the 1.2 form
-    assert x.burst_refusal(True, 0, False) is not None and x.burst_refusal(False, 0, False) is None
+    with pytest.raises(InvalidArgument, match=r"a deadline needs NN HAL 1\.3"):
+        x.check_burst_fields(True, 0, False)
+    x.check_burst_fields(False, 0, False)
 
 
 def test_injected_faults_apply_to_every_form() -> None:
@@ -208,3 +211,30 @@ def test_a_failing_observer_is_logged_and_skipped(caplog: pytest.LogCaptureFixtu
     assert [s[0] for s in seen.seen] == ["started", "finished", "answered"]
     assert "an observer's hook failed" in caplog.text
     assert isinstance(x.observer, Observers)
+
+
+def test_a_fenced_execution_and_its_info_are_told_to_the_hooks() -> None:
+    x, session, handle = _owner()
+    seen = Recorder()
+    x.observe(seen)
+    call = FencedExecution(session, handle, _request(), (), False, None, 0)
+    fence = x.execute_fenced("executeFenced", call)
+
+    class Live:
+        def is_active(self) -> bool:
+            return True
+
+        def time_remaining(self) -> float | None:
+            return 10.0
+
+    info = x.fenced_info(session, fence, True, Live())
+    assert info.signalled and info.status == ErrorStatus.NONE
+    assert seen.seen == [
+        ("finished", "executeFenced", ErrorStatus.NONE),
+        ("answered", "executeFenced", "str"),
+        ("finished", "getExecutionInfo", ErrorStatus.NONE),
+        ("answered", "getExecutionInfo", "FencedExecutionInfo"),
+    ]
+    with pytest.raises(InvalidArgument):
+        x.execute_fenced("executeFenced", FencedExecution(session, "missing", _request(), (), False, None, 0))
+    assert seen.seen[-1] == ("answered", "executeFenced", "Refused")

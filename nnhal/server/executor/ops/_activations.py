@@ -9,6 +9,7 @@ of codes, TfLiteFusedActivation's, which adds tanh and sigmoid.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -36,6 +37,25 @@ def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
     if lo == -math.inf and hi == math.inf:
         return x
     return np.clip(x, lo, hi, out=x if x.flags.writeable else None)
+
+
+#: The ufunc behind ``np.clip`` (numpy's private ``umath.clip``), called without np.clip's
+#: Python wrapper: the same values, signed zeros and NaN included, for a few microseconds less.
+CLIP: np.ufunc = (getattr(np, "_core", None) or np.core).umath.clip
+
+
+def clamp_in_place(act: int) -> Callable[[np.ndarray], None] | None:
+    """The fused activation ``act`` as an in-place clamp of a float array (None for NONE): the
+    values of ``apply_activation``."""
+    lo, hi = FUSED_BOUNDS[act]
+    if lo == -math.inf and hi == math.inf:
+        return None
+    low, high = np.float32(lo), np.float32(hi)
+
+    def clamp(x: np.ndarray) -> None:
+        CLIP(x, low, high, out=x)
+
+    return clamp
 
 
 def activation_range_quant(act: int, scale: float, zero_point: int, t: OperandType) -> tuple[int, int]:

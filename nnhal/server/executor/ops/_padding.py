@@ -103,3 +103,32 @@ def window_taps(
             c0 = j * dw
             views.append(x[:, r0 : r0 + (oh - 1) * sh + 1 : sh, c0 : c0 + (ow - 1) * sw + 1 : sw, :])
     return views
+
+
+def row_taps(
+    x: np.ndarray,
+    kernel: tuple[int, int],
+    out: tuple[int, int],
+    stride: tuple[int, int],
+    dilation: tuple[int, int] = (1, 1),
+) -> list[np.ndarray]:
+    """Per filter tap (row-major over kernel H, W), a view ``[N, OH, OW*C]`` of the padded NHWC
+    input ``x`` whose rows are contiguous: a pass over it runs numpy's inner loop over OW*C
+    elements, not C. A horizontal stride above one splits ``x`` into that many column phases
+    (one copy of ``x``) so that every tap's columns are adjacent again."""
+    (kh, kw), (oh, ow), (sh, sw), (dh, dw) = kernel, out, stride, dilation
+    n, _, width, c = x.shape
+    if sw == 1:
+        phases = [np.ascontiguousarray(x)]
+    else:
+        reserve_shape(x.shape, x.itemsize)
+        phases = [np.ascontiguousarray(x[:, :, p::sw, :]) for p in range(min(sw, width))]
+    views = []
+    for i in range(kh):
+        r0 = i * dh
+        for j in range(kw):
+            c0 = j * dw
+            phase, start = phases[c0 % sw], c0 // sw
+            view = phase[:, r0 : r0 + (oh - 1) * sh + 1 : sh, start : start + ow, :]
+            views.append(view.reshape(n, oh, ow * c))
+    return views

@@ -19,7 +19,7 @@ import numpy as np
 from nnhal.core.enums import FusedActivationFunc, HalVersion, OperationType
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import OP_FAILED, fail
-from nnhal.server.executor.ops._activations import FUSED_BOUNDS, activation_range_quant, sigmoid
+from nnhal.server.executor.ops._activations import CLIP, FUSED_BOUNDS, activation_range_quant, sigmoid
 from nnhal.server.executor.ops._fixed_point import (
     INT32_MAX,
     multiply_by_quantized_multiplier,
@@ -37,10 +37,11 @@ from nnhal.server.executor.ops.common import (
     float_scalar_type,
     qrange,
     round_half_away,
+    static_shapes,
     to_compute,
     version_for_types,
 )
-from nnhal.server.executor.registry import register
+from nnhal.server.executor.registry import FastKernel, register
 
 INPUT = 0
 OUTPUT = 0
@@ -80,8 +81,25 @@ def execute_relu(ctx: ExecutionContext) -> None:
         ctx.set_output(OUTPUT, np.clip(x, lo_f, hi_f))
 
 
+def bind_relu(v: ValidationContext, state: object) -> FastKernel | None:
+    """Float32 with a static shape: one clamp into a new array, nothing re-checked."""
+    shape = v.input_dims(INPUT)
+    if v.input_type(INPUT) != T.TENSOR_FLOAT32 or not static_shapes(shape) or v.outputs[OUTPUT].dimensions != shape:
+        return None
+    lo, hi = (np.float32(b) for b in FUSED_BOUNDS[_RELU_FUNC[v.op_type]])
+
+    def run(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+        x = inputs[INPUT]
+        if x is None or x.shape != shape:
+            return None
+        out: np.ndarray = CLIP(x, lo, hi)
+        return [out]
+
+    return run
+
+
 for _op in _RELU_FUNC:
-    register(_op, validate=validate_relu, execute=execute_relu)
+    register(_op, validate=validate_relu, execute=execute_relu, bind=bind_relu)
 
 
 # -- LOGISTIC / TANH ---------------------------------------------------------------

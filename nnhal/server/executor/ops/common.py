@@ -121,3 +121,8 @@ def to_nhwc(x: np.ndarray, nchw: bool) -> np.ndarray:
 def from_nhwc(x: np.ndarray, nchw: bool) -> np.ndarray:
     """An NHWC result in the operation's layout (a C-ordered copy when transposed)."""
     return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x
+
+
+def static_shapes(*shapes: tuple[int, ...]) -> bool:
+    """Every shape is known at prepare: a rank and no unknown (0) dimension, hence non-empty."""
+    return all(shape and all(d > 0 for d in shape) for shape in shapes)

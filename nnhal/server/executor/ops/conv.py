@@ -9,8 +9,9 @@ Constant filters are re-laid-out once at prepare.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -18,102 +19,38 @@ from nnhal.core.enums import HalVersion, OperandType, OperationType
 from nnhal.core.operand_types import DTYPE
 from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
-from nnhal.server.executor.errors import OP_FAILED, fail
-from nnhal.server.executor.ops._activations import activation_range_quant, apply_activation, check_activation
-from nnhal.server.executor.ops._fixed_point import channel_multipliers, requantize
-from nnhal.server.executor.ops._padding import (
-    PADDING_CODES,
-    implicit_padding,
-    out_size,
-    pad_spatial,
-    transpose_padding,
-    window_patches,
-    window_taps,
+from nnhal.server.executor.ops._activations import (
+    activation_range_quant,
+    apply_activation,
+    check_activation,
+    clamp_in_place,
 )
-from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, from_nhwc, to_compute, to_nhwc
-from nnhal.server.executor.registry import register
+from nnhal.server.executor.ops._conv_core import (
+    ROW_TAPS_MIN,
+    Geometry,
+    QuantState,
+    depthwise_sum,
+    finish_quant,
+    im2col,
+    out_hw,
+    pad,
+    read_geometry,
+)
+from nnhal.server.executor.ops._fixed_point import channel_multipliers
+from nnhal.server.executor.ops._padding import transpose_padding
+from nnhal.server.executor.ops.common import (
+    FLOAT_TYPES,
+    QUANT8_TYPES,
+    T,
+    from_nhwc,
+    static_shapes,
+    to_compute,
+    to_nhwc,
+)
+from nnhal.server.executor.registry import FastKernel, register
 
 INPUT, FILTER, BIAS = 0, 1, 2
 Op = OperationType
-
-
-# -- geometry ---------------------------------------------------------------------
-@dataclass(frozen=True)
-class Geometry:
-    pad_top: int
-    pad_bottom: int
-    pad_left: int
-    pad_right: int
-    stride_h: int
-    stride_w: int
-    dilation_h: int
-    dilation_w: int
-    activation: int
-    nchw: bool
-    extra: int = 0  # depth multiplier or number of groups
-
-
-def _geometry(
-    ctx: ExecutionContext,
-    explicit: bool,
-    first: int,
-    kernel_hw: tuple[int, int],
-    in_hw_nhwc: tuple[int, int],
-    has_extra: bool,
-) -> Geometry:
-    """Read the scalar parameters starting at input ``first`` (after input, filter, bias)."""
-    i = first
-    if explicit:
-        pl, pr, pt, pb = (ctx.scalar(i + k) for k in range(4))
-        i += 4
-        code = 0
-    else:
-        code = ctx.scalar(i)
-        i += 1
-    sw, sh = ctx.scalar(i), ctx.scalar(i + 1)
-    i += 2
-    extra = 0
-    if has_extra:
-        extra = ctx.scalar(i)
-        i += 1
-    act = ctx.scalar(i)
-    i += 1
-    n = len(ctx.inputs)
-    nchw = bool(ctx.scalar(i)) if i < n and ctx.has(i) else False
-    i += 1
-    dw, dh = (ctx.scalar(i), ctx.scalar(i + 1)) if i + 1 < n else (1, 1)
-    ctx.require(min(sw, sh, dw, dh) >= 1, "strides and dilations must be >= 1")
-    if not check_activation(act):
-        ctx.fail(f"invalid fused activation {act}")
-    if not explicit:
-        if code not in PADDING_CODES:
-            ctx.fail(f"implicit padding code must be 1 (SAME) or 2 (VALID), got {code}")
-        pt, pb = implicit_padding(in_hw_nhwc[0], sh, dh, kernel_hw[0], code)
-        pl, pr = implicit_padding(in_hw_nhwc[1], sw, dw, kernel_hw[1], code)
-    ctx.require(min(pl, pr, pt, pb) >= 0, "padding must be >= 0")
-    return Geometry(pt, pb, pl, pr, sh, sw, dh, dw, act, nchw, extra)
-
-
-def _taps(x: np.ndarray, g: Geometry, kh: int, kw: int, oh: int, ow: int) -> list[np.ndarray]:
-    return window_taps(x, (kh, kw), (oh, ow), (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w))
-
-
-def _pad(x: np.ndarray, g: Geometry) -> np.ndarray:
-    return pad_spatial(x, g.pad_top, g.pad_bottom, g.pad_left, g.pad_right)
-
-
-def im2col(x: np.ndarray, g: Geometry, kh: int, kw: int) -> tuple[np.ndarray, int, int]:
-    """[N*OH*OW, KH*KW*C] patches of NHWC ``x`` (already offset so that padding is 0)."""
-    n, h, w, c = x.shape
-    oh = out_size(h, kh, g.stride_h, g.dilation_h, g.pad_top, g.pad_bottom)
-    ow = out_size(w, kw, g.stride_w, g.dilation_w, g.pad_left, g.pad_right)
-    if oh <= 0 or ow <= 0:
-        fail(f"convolution output would be {oh}x{ow}", OP_FAILED)
-    if kh == kw == 1 and g.stride_h == g.stride_w == 1 and not (g.pad_top or g.pad_bottom or g.pad_left or g.pad_right):
-        return x.reshape(n * h * w, c), oh, ow
-    xp = _pad(x, g)
-    patches = window_patches(xp, (kh, kw), (oh, ow), (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w))
-    return patches.reshape(n * oh * ow, kh * kw * c), oh, ow
 
 
 # -- quantized state -----------------------------------------------------------------
@@ -122,14 +59,6 @@ def _filter_scales(ctx_operand: Any, out_channels: int) -> np.ndarray:
     if cq is not None and ctx_operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
         return np.asarray(cq.scales, np.float32)
     return np.full(out_channels, ctx_operand.scale, np.float32)
-
-
-@dataclass
-class QuantState:
-    #: Zero point removed, GEMM layout; float32 when every sum stays exact in it, else float64.
-    weights: np.ndarray
-    multipliers: np.ndarray
-    shifts: np.ndarray
 
 
 # -- validation ------------------------------------------------------------------
@@ -256,35 +185,26 @@ def prepare_conv(v: ValidationContext) -> Any:
     return _quant_state(v.inputs[INPUT], v.inputs[FILTER], v.outputs[0], w, matrix.T)
 
 
-# -- kernels -------------------------------------------------------------------------
-#: Elements requantized per chunk: the int64 passes stay in cache.
-_CHUNK = 1 << 16
+def _geometry(
+    ctx: ExecutionContext,
+    explicit: bool,
+    first: int,
+    kernel_hw: tuple[int, int],
+    in_hw_nhwc: tuple[int, int],
+    has_extra: bool,
+) -> Geometry:
+    """Read the scalar parameters starting at input ``first`` (after input, filter, bias)."""
+    n = len(ctx.inputs)
+    return read_geometry(ctx.scalar, ctx.has, n, ctx.fail, explicit, first, kernel_hw, in_hw_nhwc, has_extra)
 
 
 def _finish_quant(
     ctx: ExecutionContext, acc: np.ndarray, bias: np.ndarray, qm: np.ndarray, sh: np.ndarray, act: int
 ) -> np.ndarray:
     """Accumulator (exact integers, float64 or int) + bias -> requantized, clamped output dtype."""
-    channels = acc.shape[-1]
-    flat = acc.reshape(-1, channels)
-    out = np.empty(flat.shape, DTYPE[ctx.out_type(0)])
-    zo = ctx.out_zero_point(0)
-    lo, hi = activation_range_quant(act, ctx.out_scale(0), zo, ctx.out_type(0))
-    floats = flat.dtype == np.float64
-    if floats:
-        # float64 sums of integer products below 2^53 are exact integers: the bias
-        # joins them exactly, and the conversion below needs no rounding.
-        flat += bias.astype(np.float64)
-    else:
-        b64 = bias.astype(np.int64)
-    rows = max(1, _CHUNK // max(channels, 1))
-    for start in range(0, flat.shape[0], rows):
-        a = flat[start : start + rows].astype(np.int64)
-        if not floats:
-            a += b64
-        r = requantize(a, qm, sh, inplace=True, zero_point=zo)
-        np.clip(r, lo, hi, out=out[start : start + rows], casting="unsafe")
-    return out.reshape(acc.shape)
+    t, zo = ctx.out_type(0), ctx.out_zero_point(0)
+    lo, hi = activation_range_quant(act, ctx.out_scale(0), zo, t)
+    return finish_quant(acc, bias, qm, sh, DTYPE[t], zo, lo, hi)
 
 
 def _bias(ctx: ExecutionContext, channels: int) -> np.ndarray:
@@ -304,8 +224,7 @@ def _conv_core(
     if x.shape[3] != c:
         ctx.fail(f"input depth {x.shape[3]} != filter depth {c}")
     # The result (the patches are reserved by window_taps): input positions times filters.
-    oh = out_size(x.shape[1], kh, g.stride_h, g.dilation_h, g.pad_top, g.pad_bottom)
-    ow = out_size(x.shape[2], kw, g.stride_w, g.dilation_w, g.pad_left, g.pad_right)
+    oh, ow = out_hw(g, (x.shape[1], x.shape[2]), (kh, kw))
     reserve_shape((n, max(oh, 0), max(ow, 0), o), 8, copies=2)
     if ctx.in_type(INPUT) in FLOAT_TYPES:
         matrix = state if isinstance(state, np.ndarray) else _gemm_filter(w, filter_op)
@@ -344,8 +263,7 @@ def execute_depthwise(ctx: ExecutionContext) -> None:
     nb, h, wd, c = x.shape
     if g.extra < 1 or c * g.extra != oc:
         ctx.fail(f"input depth {c} x multiplier {g.extra} != filter depth {oc}")
-    oh = out_size(h, kh, g.stride_h, g.dilation_h, g.pad_top, g.pad_bottom)
-    ow = out_size(wd, kw, g.stride_w, g.dilation_w, g.pad_left, g.pad_right)
+    oh, ow = out_hw(g, (h, wd), (kh, kw))
     if oh <= 0 or ow <= 0:
         ctx.fail(f"output would be {oh}x{ow}")
     reserve_shape((nb, oh, ow, oc), 8, copies=2)
@@ -360,20 +278,7 @@ def execute_depthwise(ctx: ExecutionContext) -> None:
         wt = to_compute(w).reshape(kh, kw, oc)
     if g.extra > 1:
         xs = np.repeat(xs, g.extra, axis=3)
-    xp = _pad(xs, g)
-    if quant:
-        # The first tap initialises the accumulator (no zero fill); the others multiply into
-        # one scratch buffer and add: exact int32 sums, no allocation in the loop.
-        taps = _taps(xp, g, kh, kw, oh, ow)
-        acc = np.multiply(taps[0], wt[0, 0])
-        tmp = np.empty_like(acc)
-        for k in range(1, len(taps)):
-            np.multiply(taps[k], wt[k // kw, k % kw], out=tmp)
-            acc += tmp
-    else:
-        # Float: one einsum over the windows view, a third faster than a pass per tap.
-        windows = window_patches(xp, (kh, kw), (oh, ow), (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w))
-        acc = np.einsum("nhwijc,ijc->nhwc", windows, wt)
+    acc = depthwise_sum(pad(xs, g), wt, g, oh, ow, quant or oh * ow >= ROW_TAPS_MIN)
     bias = _bias(ctx, oc)
     if quant:
         state = ctx.state
@@ -485,7 +390,165 @@ def execute_transpose(ctx: ExecutionContext) -> None:
     ctx.set_output(0, from_nhwc(np.ascontiguousarray(result), nchw))
 
 
-register(Op.CONV_2D, validate=validate_conv, execute=execute_conv, prepare=prepare_conv)
-register(Op.DEPTHWISE_CONV_2D, validate=validate_depthwise, execute=execute_depthwise, prepare=prepare_depthwise)
+# -- bound kernels: constant filter, bias and parameters, static NHWC shapes ----------
+class _NotBound(Exception):
+    """A parameter the general kernel would refuse: no bound kernel (that one reports it)."""
+
+
+def _refuse(message: str) -> NoReturn:
+    raise _NotBound(message)
+
+
+@dataclass(frozen=True)
+class _Static:
+    """What prepare proved about one convolution: its geometry and shapes."""
+
+    g: Geometry
+    x_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    kh: int
+    kw: int
+    bias: np.ndarray
+    out_dtype: np.dtype[Any]
+    #: The fused activation: a float clamp, or the quantized bounds.
+    clamp: Callable[[np.ndarray], None] | None
+    lo: int
+    hi: int
+
+
+def _static(v: ValidationContext, explicit: bool, depthwise: bool) -> _Static | None:
+    t, x_shape, out_shape = v.input_type(INPUT), v.input_dims(INPUT), v.outputs[0].dimensions
+    w, bias = v.constant(FILTER), v.constant(BIAS)
+    if t not in (T.TENSOR_FLOAT32, *QUANT8_TYPES) or w is None or bias is None:
+        return None
+    if len(x_shape) != 4 or not static_shapes(x_shape, out_shape) or w.ndim != 4:
+        return None
+    if not all(v.is_omitted(i) or v.is_constant(i) for i in range(3, v.num_inputs)):
+        return None
+    o, kh, kw, c = w.shape
+    try:
+        g = read_geometry(
+            v.constant_scalar,
+            lambda i: not v.is_omitted(i),
+            v.num_inputs,
+            _refuse,
+            explicit,
+            3,
+            (kh, kw),
+            (x_shape[1], x_shape[2]),
+            depthwise,
+        )
+    except (_NotBound, TypeError):  # TypeError: an omitted parameter the kernel requires
+        return None
+    if depthwise:
+        oc, ok = c, g.extra >= 1 and x_shape[3] * g.extra == c
+    else:
+        oc, ok = o, x_shape[3] == c
+    if not ok or g.nchw or bias.shape != (oc,):
+        return None
+    oh, ow = out_hw(g, (x_shape[1], x_shape[2]), (kh, kw))
+    if (x_shape[0], oh, ow, oc) != out_shape:
+        return None
+    out = v.outputs[0]
+    lo, hi = (0, 0) if t == T.TENSOR_FLOAT32 else activation_range_quant(g.activation, out.scale, out.zero_point, t)
+    return _Static(g, x_shape, out_shape, kh, kw, bias, DTYPE[t], clamp_in_place(g.activation), lo, hi)
+
+
+def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
+    """NHWC CONV_2D with constant filter, bias and parameters and static shapes: im2col, one
+    GEMM with the prepared filter, the bias and the activation in place."""
+    n = v.num_inputs
+    st = _static(v, n >= 10 and v.input_type(7) == T.INT32, False)
+    if st is None:
+        return None
+    g, x_shape, out_shape, kh, kw = st.g, st.x_shape, st.out_shape, st.kh, st.kw
+    if isinstance(state, np.ndarray):
+        matrix, bias, clamp = state, st.bias, st.clamp
+
+        def run_float(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+            x = inputs[INPUT]
+            if x is None or x.shape != x_shape:
+                return None
+            out: np.ndarray = im2col(x, g, kh, kw)[0] @ matrix
+            out += bias
+            if clamp is not None:
+                clamp(out)
+            return [out.reshape(out_shape)]
+
+        return run_float
+    if not isinstance(state, QuantState):
+        return None
+    q, zp = state, v.inputs[INPUT].zero_point
+
+    def run_quant(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+        x = inputs[INPUT]
+        if x is None or x.shape != x_shape:
+            return None
+        acc = im2col(x.astype(q.weights.dtype) - zp, g, kh, kw)[0] @ q.weights.T
+        out = finish_quant(acc, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi)
+        return [out.reshape(out_shape)]
+
+    out_zp = v.outputs[0].zero_point
+    return run_quant
+
+
+def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
+    """NHWC DEPTHWISE_CONV_2D with constant filter, bias and parameters and static shapes: the
+    tap passes with the weights prepared once, the bias and the activation in place."""
+    n = v.num_inputs
+    st = _static(v, n >= 11 and v.input_type(8) == T.INT32, True)
+    w = v.constant(FILTER)
+    if st is None or w is None:
+        return None
+    g, x_shape, out_shape = st.g, st.x_shape, st.out_shape
+    _, oh, ow, oc = out_shape
+    rows = oh * ow >= ROW_TAPS_MIN
+    repeat = g.extra
+    if st.out_dtype == np.float32:
+        wt, bias, clamp = w.reshape(st.kh, st.kw, oc), st.bias, st.clamp
+        tiled = np.tile(wt, (1, 1, ow)) if rows or g.stride_w == 1 else None
+
+        def run_float(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+            x = inputs[INPUT]
+            if x is None or x.shape != x_shape:
+                return None
+            if repeat > 1:
+                x = np.repeat(x, repeat, axis=3)
+            acc = depthwise_sum(pad(x, g), wt, g, oh, ow, rows, tiled)
+            acc += bias
+            if clamp is not None:
+                clamp(acc)
+            return [acc]
+
+        return run_float
+    if not isinstance(state, QuantState):
+        return None
+    filter_op = v.inputs[FILTER]
+    wz = filter_op.zero_point if filter_op.type != T.TENSOR_QUANT8_SYMM_PER_CHANNEL else 0
+    wq = w.reshape(st.kh, st.kw, oc).astype(np.int32) - np.int32(wz)
+    zp, out_zp, q = np.int32(v.inputs[INPUT].zero_point), v.outputs[0].zero_point, state
+    tiled_q = np.tile(wq, (1, 1, ow))
+
+    def run_quant(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+        x = inputs[INPUT]
+        if x is None or x.shape != x_shape:
+            return None
+        xs = x.astype(np.int32) - zp
+        if repeat > 1:
+            xs = np.repeat(xs, repeat, axis=3)
+        acc = depthwise_sum(pad(xs, g), wq, g, oh, ow, True, tiled_q)
+        return [finish_quant(acc, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi)]
+
+    return run_quant
+
+
+register(Op.CONV_2D, validate=validate_conv, execute=execute_conv, prepare=prepare_conv, bind=bind_conv)
+register(
+    Op.DEPTHWISE_CONV_2D,
+    validate=validate_depthwise,
+    execute=execute_depthwise,
+    prepare=prepare_depthwise,
+    bind=bind_depthwise,
+)
 register(Op.GROUPED_CONV_2D, validate=validate_grouped, execute=execute_grouped)
 register(Op.TRANSPOSE_CONV_2D, validate=validate_transpose, execute=execute_transpose)

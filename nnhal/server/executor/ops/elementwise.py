@@ -17,9 +17,16 @@ import math
 import numpy as np
 
 from nnhal.core.enums import FusedActivationFunc, HalVersion, OperationType
+from nnhal.core.errors import HalError
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import INVALID
-from nnhal.server.executor.ops._activations import activation_range_quant, apply_activation, check_activation
+from nnhal.server.executor.ops._activations import (
+    FUSED_BOUNDS,
+    activation_range_quant,
+    apply_activation,
+    check_activation,
+    clamp_in_place,
+)
 from nnhal.server.executor.ops._fixed_point import (
     multiply_by_quantized_multiplier,
     quantize_multiplier,
@@ -32,10 +39,11 @@ from nnhal.server.executor.ops.common import (
     broadcast_shape,
     qrange,
     requantize_to,
+    static_shapes,
     to_compute,
     version_for_types,
 )
-from nnhal.server.executor.registry import register
+from nnhal.server.executor.registry import FastKernel, register
 
 Op = OperationType
 
@@ -166,6 +174,35 @@ def execute_arith(ctx: ExecutionContext) -> None:
             ctx.set_output(OUTPUT, apply_activation(_float_arith(op, a, b), act))
 
 
+def bind_arith(v: ValidationContext, state: object) -> FastKernel | None:
+    """Float32 ADD / SUB / MUL / DIV with a constant activation and static, non-empty shapes:
+    the ufunc and the activation's clamp in place, nothing re-checked."""
+    if v.input_type(INPUT0) != T.TENSOR_FLOAT32 or v.op_type not in _FLOAT_ARITH:
+        return None
+    act = v.constant_scalar(ACTIVATION)
+    sa, sb, so = v.input_dims(INPUT0), v.input_dims(INPUT1), v.outputs[OUTPUT].dimensions
+    if act not in FUSED_BOUNDS or not static_shapes(sa, sb, so):
+        return None
+    try:
+        if broadcast_shape(v.op_type, sa, sb) != so:
+            return None
+    except HalError:
+        return None  # the general kernel reports it, at execution as before
+    ufunc = _FLOAT_ARITH[v.op_type]
+    clamp = clamp_in_place(act)
+
+    def run(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+        a, b = inputs[INPUT0], inputs[INPUT1]
+        if a is None or b is None or a.shape != sa or b.shape != sb:
+            return None
+        out: np.ndarray = ufunc(a, b)
+        if clamp is not None:
+            clamp(out)
+        return [out]
+
+    return run
+
+
 # -- MAXIMUM / MINIMUM -----------------------------------------------------------------
 _MINMAX_TYPES = (*FLOAT_TYPES, T.TENSOR_INT32, *QUANT8_TYPES)
 
@@ -245,7 +282,7 @@ def execute_prelu(ctx: ExecutionContext) -> None:
 
 
 for _op in _ARITH_TYPES:
-    register(_op, validate=validate_arith, execute=execute_arith)
+    register(_op, validate=validate_arith, execute=execute_arith, bind=bind_arith)
 register(Op.MAXIMUM, validate=validate_min_max, execute=execute_min_max)
 register(Op.MINIMUM, validate=validate_min_max, execute=execute_min_max)
 register(Op.POW, validate=validate_pow, execute=execute_pow)

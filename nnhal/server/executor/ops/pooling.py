@@ -12,9 +12,17 @@ import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
 from nnhal.core.operand_types import DTYPE
+from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.ops._activations import activation_range_quant, apply_activation, check_activation
-from nnhal.server.executor.ops._padding import PADDING_CODES, implicit_padding, out_size, pad_spatial, window_taps
+from nnhal.server.executor.ops._padding import (
+    PADDING_CODES,
+    implicit_padding,
+    out_size,
+    pad_spatial,
+    row_taps,
+    window_taps,
+)
 from nnhal.server.executor.ops._validation import same_quant
 from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, from_nhwc, to_compute, to_nhwc
 from nnhal.server.executor.registry import register
@@ -78,15 +86,20 @@ def execute_pool(ctx: ExecutionContext) -> None:
         src = x.astype(np.int32) if quant else to_compute(x)
         if op == Op.L2_POOL_2D:
             src = src * src
-    taps = window_taps(pad_spatial(src, pt, pb, pl, pr, fill), (fh, fw), (oh, ow), (sh, sw))
+    # Horizontal stride 1: passes over whole OW*C rows (numpy's inner loop over C elements was the
+    # cost); larger strides keep the NHWC views (splitting columns into phases costs more).
+    reserve_shape((x.shape[0], oh, ow, x.shape[3]), 8, copies=2)
+    windows = row_taps if sw == 1 else window_taps
+    taps = windows(pad_spatial(src, pt, pb, pl, pr, fill), (fh, fw), (oh, ow), (sh, sw))
+    acc = taps[0].copy()
     if op == Op.MAX_POOL_2D:
-        out = taps[0].copy()
         for tap in taps[1:]:
-            np.maximum(out, tap, out=out)
+            np.maximum(acc, tap, out=acc)
     else:
-        out = taps[0].copy()
         for tap in taps[1:]:
-            out += tap
+            acc += tap
+    out = acc.reshape(x.shape[0], oh, ow, x.shape[3])
+    if op != Op.MAX_POOL_2D:
         rows = np.clip(np.arange(oh) * sh - pt + fh, 0, h) - np.clip(np.arange(oh) * sh - pt, 0, h)
         cols = np.clip(np.arange(ow) * sw - pl + fw, 0, w) - np.clip(np.arange(ow) * sw - pl, 0, w)
         count = (rows[:, None] * cols[None, :])[None, :, :, None]

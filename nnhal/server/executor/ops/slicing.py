@@ -15,6 +15,7 @@ from functools import partial
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
+from nnhal.core.operand_types import DTYPE
 from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import INVALID
@@ -33,10 +34,11 @@ from nnhal.server.executor.ops.common import (
     T,
     from_nhwc,
     qrange,
+    static_shapes,
     to_nhwc,
     version_for_types,
 )
-from nnhal.server.executor.registry import register
+from nnhal.server.executor.registry import FastKernel, register
 
 INPUT = 0
 OUTPUT = 0
@@ -207,6 +209,32 @@ def execute_pad(ctx: ExecutionContext) -> None:
         value = ctx.zero_point(INPUT) if t in QUANT8_TYPES else 0
     reserve_shape((d + a + b for d, (a, b) in zip(x.shape, pads)), x.itemsize)
     ctx.set_output(OUTPUT, constant_pad(x, pads, np.array(value, dtype=x.dtype)))
+
+
+def bind_pad(v: ValidationContext, state: object) -> FastKernel | None:
+    """PAD with constant paddings and a static shape: one fill and one copy, nothing re-checked
+    (the fill is the zero point for quantized tensors, as ``execute_pad``'s)."""
+    t, shape, out_shape, pads = v.input_type(INPUT), v.input_dims(INPUT), v.outputs[OUTPUT].dimensions, v.constant(1)
+    if v.op_type != OperationType.PAD or not static_shapes(shape, out_shape) or pads is None:
+        return None
+    if pads.shape != (len(shape), 2) or (pads.size and pads.min() < 0):
+        return None
+    widths = [(int(a), int(b)) for a, b in pads]
+    if tuple(d + a + b for d, (a, b) in zip(shape, widths)) != out_shape:
+        return None
+    dtype = DTYPE[t]
+    fill = np.array(v.inputs[INPUT].zero_point if t in QUANT8_TYPES else 0, dtype=dtype)
+    inner = tuple(slice(a, a + d) for d, (a, _) in zip(shape, widths))
+
+    def run(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+        x = inputs[INPUT]
+        if x is None or x.shape != shape:
+            return None
+        out = np.full(out_shape, fill, dtype=dtype)
+        out[inner] = x
+        return [out]
+
+    return run
 
 
 # -- MIRROR_PAD ---------------------------------------------------------------------------
@@ -383,7 +411,7 @@ _register = partial(register, execution_failure=INVALID)
 _register(OperationType.SLICE, validate=validate_slice, execute=execute_slice)
 _register(OperationType.STRIDED_SLICE, validate=validate_strided_slice, execute=execute_strided_slice)
 _register(OperationType.GATHER, validate=validate_gather, execute=execute_gather)
-_register(OperationType.PAD, validate=validate_pad, execute=execute_pad)
+_register(OperationType.PAD, validate=validate_pad, execute=execute_pad, bind=bind_pad)
 _register(OperationType.PAD_V2, validate=validate_pad_v2, execute=execute_pad)
 _register(OperationType.MIRROR_PAD, validate=validate_mirror_pad, execute=execute_mirror_pad)
 _register(OperationType.SPACE_TO_DEPTH, validate=validate_depth_space, execute=execute_space_to_depth)

@@ -1,0 +1,57 @@
+"""A HAL method as the owner serves it (:class:`Method`), and what one call of it met as it
+arrived (:class:`Arrival`): the level gate's refusal or the injected fault it took."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nnhal.core.enums import HalVersion
+from nnhal.core.errors import HalError
+from nnhal.server.executions import faults as injected
+from nnhal.server.executions.faults import Fault
+
+#: The default of ``Executions.method``'s ``fault`` and ``gate``: the method's own name.
+SAME = "same"
+
+
+class Method:
+    """A HAL method as the owner serves it: ``name`` (what metrics count it by), ``what`` (how
+    messages name one call of it), the level gate (``level``: the feature level it needs;
+    None: none), the fault plan's name for it (``fault``; None: never faulted) and the
+    histogram its durations go to."""
+
+    __slots__ = ("_count", "_observe", "fault", "level", "name", "what")
+
+    def __init__(
+        self,
+        name: str,
+        what: str,
+        level: HalVersion | None,
+        fault: str | None,
+        count: Callable[[str, int], None],
+        observe: Callable[[float], None] | None,
+    ) -> None:
+        self.name, self.what, self.level, self.fault = name, what, level, fault
+        self._count = count
+        self._observe = observe
+
+    def record(self, status: int, seconds: float | None) -> None:
+        """Count one answer with ``status``; time it when it was launched (``seconds``)."""
+        self._count(self.name, status)
+        if seconds is not None and self._observe is not None:
+            self._observe(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """What a call met when it arrived (``Executions.arrive``): its level refusal, or the
+    injected fault it took."""
+
+    error: HalError | None = None
+    fault: Fault | None = None
+
+    def start(self) -> HalError | None:
+        """The error the call answers at once (a refusal, an injected error), None to go on;
+        an injected abort or exit happens here."""
+        return self.error if self.error is not None else injected.at_start(self.fault)

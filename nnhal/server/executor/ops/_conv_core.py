@@ -1,0 +1,204 @@
+"""What the convolutions' general kernels and their bound kernels share: the geometry read from
+the scalar parameters, im2col, the depthwise tap passes and the quantized output stage.
+
+Nothing here sees an execution context: parameters come through a getter, failures through a
+callback, so that the same code runs per execution (failing with the operation's status) and
+once at prepare (where a failure only means "no bound kernel").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import numpy as np
+
+from nnhal.server.executor.errors import OP_FAILED, fail
+from nnhal.server.executor.ops._activations import check_activation
+from nnhal.server.executor.ops._fixed_point import requantize
+from nnhal.server.executor.ops._padding import (
+    PADDING_CODES,
+    implicit_padding,
+    out_size,
+    pad_spatial,
+    row_taps,
+    window_patches,
+)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    pad_top: int
+    pad_bottom: int
+    pad_left: int
+    pad_right: int
+    stride_h: int
+    stride_w: int
+    dilation_h: int
+    dilation_w: int
+    activation: int
+    nchw: bool
+    extra: int = 0  # depth multiplier or number of groups
+
+
+def read_geometry(
+    scalar: Callable[[int], Any],
+    present: Callable[[int], bool],
+    n: int,
+    failure: Callable[[str], NoReturn],
+    explicit: bool,
+    first: int,
+    kernel_hw: tuple[int, int],
+    in_hw_nhwc: tuple[int, int],
+    has_extra: bool,
+) -> Geometry:
+    """Read the scalar parameters starting at input ``first`` (after input, filter, bias) of an
+    operation with ``n`` inputs; ``present(i)``: input ``i`` has a value. Invalid values call
+    ``failure`` with the reason."""
+    i = first
+    if explicit:
+        pl, pr, pt, pb = (scalar(i + k) for k in range(4))
+        i += 4
+        code = 0
+    else:
+        code = scalar(i)
+        i += 1
+    sw, sh = scalar(i), scalar(i + 1)
+    i += 2
+    extra = 0
+    if has_extra:
+        extra = scalar(i)
+        i += 1
+    act = scalar(i)
+    i += 1
+    nchw = bool(scalar(i)) if i < n and present(i) else False
+    i += 1
+    dw, dh = (scalar(i), scalar(i + 1)) if i + 1 < n else (1, 1)
+    if not min(sw, sh, dw, dh) >= 1:
+        failure("strides and dilations must be >= 1")
+    if not check_activation(act):
+        failure(f"invalid fused activation {act}")
+    if not explicit:
+        if code not in PADDING_CODES:
+            failure(f"implicit padding code must be 1 (SAME) or 2 (VALID), got {code}")
+        pt, pb = implicit_padding(in_hw_nhwc[0], sh, dh, kernel_hw[0], code)
+        pl, pr = implicit_padding(in_hw_nhwc[1], sw, dw, kernel_hw[1], code)
+    if not min(pl, pr, pt, pb) >= 0:
+        failure("padding must be >= 0")
+    return Geometry(pt, pb, pl, pr, sh, sw, dh, dw, act, nchw, extra)
+
+
+def pad(x: np.ndarray, g: Geometry) -> np.ndarray:
+    return pad_spatial(x, g.pad_top, g.pad_bottom, g.pad_left, g.pad_right)
+
+
+def out_hw(g: Geometry, in_hw: tuple[int, int], kernel_hw: tuple[int, int]) -> tuple[int, int]:
+    """Output height and width (either may be <= 0: no output)."""
+    return (
+        out_size(in_hw[0], kernel_hw[0], g.stride_h, g.dilation_h, g.pad_top, g.pad_bottom),
+        out_size(in_hw[1], kernel_hw[1], g.stride_w, g.dilation_w, g.pad_left, g.pad_right),
+    )
+
+
+def im2col(x: np.ndarray, g: Geometry, kh: int, kw: int) -> tuple[np.ndarray, int, int]:
+    """[N*OH*OW, KH*KW*C] patches of NHWC ``x`` (already offset so that padding is 0)."""
+    n, h, w, c = x.shape
+    oh, ow = out_hw(g, (h, w), (kh, kw))
+    if oh <= 0 or ow <= 0:
+        fail(f"convolution output would be {oh}x{ow}", OP_FAILED)
+    if kh == kw == 1 and g.stride_h == g.stride_w == 1 and not (g.pad_top or g.pad_bottom or g.pad_left or g.pad_right):
+        return x.reshape(n * h * w, c), oh, ow
+    xp = pad(x, g)
+    patches = window_patches(xp, (kh, kw), (oh, ow), (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w))
+    return patches.reshape(n * oh * ow, kh * kw * c), oh, ow
+
+
+@dataclass
+class QuantState:
+    #: Zero point removed, GEMM layout; float32 when every sum stays exact in it, else float64.
+    weights: np.ndarray
+    multipliers: np.ndarray
+    shifts: np.ndarray
+
+
+#: Elements requantized per chunk: the int64 passes stay in cache.
+_CHUNK = 1 << 16
+
+
+def finish_quant(
+    acc: np.ndarray,
+    bias: np.ndarray,
+    qm: np.ndarray,
+    sh: np.ndarray,
+    out_dtype: np.dtype[Any],
+    zo: int,
+    lo: int,
+    hi: int,
+) -> np.ndarray:
+    """Accumulator (exact integers, float64 or int) + bias -> requantized to the output zero
+    point ``zo``, clamped to [lo, hi] (the fused activation's range), in ``out_dtype``."""
+    channels = acc.shape[-1]
+    flat = acc.reshape(-1, channels)
+    out = np.empty(flat.shape, out_dtype)
+    floats = flat.dtype == np.float64
+    if floats:
+        # float64 sums of integer products below 2^53 are exact integers: the bias
+        # joins them exactly, and the conversion below needs no rounding.
+        flat += bias.astype(np.float64)
+    else:
+        b64 = bias.astype(np.int64)
+    rows = max(1, _CHUNK // max(channels, 1))
+    for start in range(0, flat.shape[0], rows):
+        a = flat[start : start + rows].astype(np.int64)
+        if not floats:
+            a += b64
+        r = requantize(a, qm, sh, inplace=True, zero_point=zo)
+        np.clip(r, lo, hi, out=out[start : start + rows], casting="unsafe")
+    return out.reshape(acc.shape)
+
+
+#: Float depthwise outputs of at least this many positions (OH*OW) take a pass per tap over whole
+#: rows; below it one einsum over the windows is faster (its cost grows with the positions, the
+#: passes' with the elements). Quantized ones always take the passes (exact int32 sums).
+ROW_TAPS_MIN = 1 << 10
+
+
+def depthwise_sum(
+    xp: np.ndarray, wt: np.ndarray, g: Geometry, oh: int, ow: int, rows: bool, tiled: np.ndarray | None = None
+) -> np.ndarray:
+    """Depthwise sum over the taps of padded NHWC ``xp`` with weights ``wt`` [KH, KW, C], taps in
+    row-major order. The weights are tiled along OW (``tiled`` when prepared, else made here) so
+    that every tap is a run of OW*C contiguous elements:
+
+    - horizontal stride 1: one einsum over a [KH, KW, N, OH, OW*C] view of ``xp`` (each element's
+      products summed in one pass, no copy);
+    - else with ``rows``: per tap one multiply into a scratch buffer and one add over such rows
+      (column phases make the strided taps contiguous); without: one einsum over the windows.
+    """
+    kh, kw, oc = wt.shape
+    stride, dilation = (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w)
+    if g.stride_w == 1:
+        if tiled is None:
+            tiled = np.tile(wt, (1, 1, ow))
+        xp = np.ascontiguousarray(xp)
+        s_n, s_h, s_w, s_c = xp.strides
+        view = np.lib.stride_tricks.as_strided(
+            xp,
+            (kh, kw, xp.shape[0], oh, ow * oc),
+            (g.dilation_h * s_h, g.dilation_w * s_w, s_n, g.stride_h * s_h, s_c),
+            writeable=False,
+        )
+        return np.asarray(np.einsum("ijnhq,ijq->nhq", view, tiled)).reshape(xp.shape[0], oh, ow, oc)
+    if not rows:
+        windows = window_patches(xp, (kh, kw), (oh, ow), stride, dilation)
+        return np.asarray(np.einsum("nhwijc,ijc->nhwc", windows, wt))
+    taps = row_taps(xp, (kh, kw), (oh, ow), stride, dilation)
+    if tiled is None:
+        tiled = np.tile(wt, (1, 1, ow))
+    acc: np.ndarray = np.multiply(taps[0], tiled[0, 0])
+    tmp = np.empty_like(acc)
+    for k in range(1, len(taps)):
+        np.multiply(taps[k], tiled[k // kw, k % kw], out=tmp)
+        acc += tmp
+    return acc.reshape(xp.shape[0], oh, ow, oc)

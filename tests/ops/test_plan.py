@@ -1,0 +1,315 @@
+"""The prepared plan: folded activations and bound kernels give the model's exact results.
+
+Each model is run as planned (activations folded, bound kernels) and against a twin that
+prevents the rewrite (the intermediate tensor is also a model output) or the general kernels
+(a run whose request gives the output operands takes no bound kernel); results must be
+bit-identical.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from nnhal.core.enums import OperandType as T, OperationType as Op
+from nnhal.core.operand_types import DTYPE
+from nnhal.core.types import Model
+from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
+from nnhal.server.executor.validate import validate_full
+from tests.fuzz.builder import ModelBuilder
+
+SHAPE = (1, 4, 4, 3)
+Q: tuple[float, int] = (0.05, 120)
+NO_Q: tuple[float, int] = (0.0, 0)
+
+
+def _graph(model: Model) -> PreparedGraph:
+    validate_full(model, [])
+    return PreparedGraph(model, [])
+
+
+def _general(graph: PreparedGraph, inputs: list[np.ndarray]) -> np.ndarray:
+    """The result of the general kernels: a run with output operands given by the request
+    (here the declared ones) takes no bound kernel."""
+    sg = graph.model.main
+    return graph.run(inputs, None, [sg.operands[i] for i in sg.output_indexes])[0]
+
+
+def _add_then(act: Op, t: T, keep_mid: bool) -> Model:
+    """ADD (activation NONE) then the standalone activation ``act``."""
+    q = Q if t == T.TENSOR_QUANT8_ASYMM else NO_Q
+    b = ModelBuilder()
+    x = b.input(t, SHAPE, *q)
+    y = b.input(t, (3,), *q)
+    mid = b.output(t, SHAPE, *q) if keep_mid else b.temp(t, SHAPE, *q)
+    out = b.output(t, SHAPE, *q)
+    b.op(Op.ADD, [x, y, b.const(T.INT32, 0)], [mid])
+    b.op(act, [mid], [out])
+    return b.build()
+
+
+def _conv_then(act: Op, t: T, keep_mid: bool) -> Model:
+    """A 3x3 CONV_2D (SAME, activation NONE) then ``act``."""
+    rng = np.random.default_rng(1)
+    b = ModelBuilder()
+    if t == T.TENSOR_FLOAT32:
+        x = b.input(t, SHAPE)
+        w = b.const(t, rng.normal(size=(2, 3, 3, 3)))
+        bias = b.const(t, rng.normal(size=(2,)))
+        mid = b.output(t, (1, 4, 4, 2)) if keep_mid else b.temp(t, (1, 4, 4, 2))
+        out = b.output(t, (1, 4, 4, 2))
+    else:
+        x = b.input(t, SHAPE, 0.5, 100)
+        w = b.const(t, rng.integers(0, 255, size=(2, 3, 3, 3)))
+        b.operands[w] = replace(b.operands[w], scale=0.5, zero_point=128)
+        bias = b.const(T.TENSOR_INT32, rng.integers(-500, 500, size=(2,)))
+        b.operands[bias] = replace(b.operands[bias], scale=0.25)
+        mid = b.output(t, (1, 4, 4, 2), *Q) if keep_mid else b.temp(t, (1, 4, 4, 2), *Q)
+        out = b.output(t, (1, 4, 4, 2), *Q)
+    b.op(Op.CONV_2D, [x, w, bias, *(b.const(T.INT32, v) for v in (1, 1, 1, 0))], [mid])
+    b.op(act, [mid], [out])
+    return b.build()
+
+
+def _inputs(model: Model, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    values = []
+    for i in model.main.input_indexes:
+        o = model.main.operands[i]
+        if o.type == T.TENSOR_FLOAT32:
+            v = rng.normal(scale=4, size=o.dimensions).astype(np.float32)
+            v.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
+        else:
+            v = rng.integers(0, 256, size=o.dimensions).astype(np.uint8)
+        values.append(v)
+    return values
+
+
+CASES: list[tuple[str, Callable[[Op, T, bool], Model], Op, T]] = [
+    (f"{make.__name__}-{act.name}-{t.name}", make, act, t)
+    for make in (_add_then, _conv_then)
+    for act in (Op.RELU, Op.RELU1, Op.RELU6)
+    for t in (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM)
+]
+
+
+@pytest.mark.parametrize(("name", "make", "act", "t"), CASES, ids=[c[0] for c in CASES])
+def test_folded_activation_is_exact(name: str, make: Callable[[Op, T, bool], Model], act: Op, t: T) -> None:
+    folded, kept = _graph(make(act, t, False)), _graph(make(act, t, True))
+    assert len(folded.main.steps) == 1, "the activation was folded into its producer"
+    assert len(kept.main.steps) == 2, "an intermediate the model outputs is never folded away"
+    for seed in range(3):
+        inputs = _inputs(folded.model, seed)
+        np.testing.assert_array_equal(folded.run(inputs)[0], kept.run(inputs)[-1])
+
+
+def test_activation_after_a_fused_activation_is_not_folded() -> None:
+    b = ModelBuilder()
+    x, y = b.input(T.TENSOR_FLOAT32, SHAPE), b.input(T.TENSOR_FLOAT32, SHAPE)
+    mid, out = b.temp(T.TENSOR_FLOAT32, SHAPE), b.output(T.TENSOR_FLOAT32, SHAPE)
+    b.op(Op.ADD, [x, y, b.const(T.INT32, 3)], [mid])  # RELU6 already
+    b.op(Op.RELU1, [mid], [out])
+    graph = _graph(b.build())
+    assert len(graph.main.steps) == 2
+    inputs = _inputs(graph.model, 0)
+    expected = np.clip(np.clip(inputs[0] + inputs[1], 0, 6), -1, 1)
+    np.testing.assert_array_equal(graph.run(inputs)[0], expected)
+
+
+@pytest.mark.parametrize("op", [Op.ADD, Op.SUB, Op.MUL, Op.DIV])
+@pytest.mark.parametrize("act", [0, 1, 2, 3])
+def test_bound_arithmetic_matches_the_general_kernel(op: Op, act: int) -> None:
+    b = ModelBuilder()
+    x, y = b.input(T.TENSOR_FLOAT32, SHAPE), b.input(T.TENSOR_FLOAT32, (1, 1, 4, 1))
+    out = b.output(T.TENSOR_FLOAT32, SHAPE)
+    b.op(op, [x, y, b.const(T.INT32, act)], [out])
+    graph = _graph(b.build())
+    assert graph.main.steps[0].fast is not None
+    inputs = _inputs(graph.model, 2)
+    fast = graph.run(inputs)[0]
+    general = _general(graph, inputs)
+    np.testing.assert_array_equal(fast, general)
+    assert fast.dtype == np.float32 and fast.shape == SHAPE
+
+
+def test_bound_kernel_declines_other_shapes() -> None:
+    b = ModelBuilder()
+    x, y = b.input(T.TENSOR_FLOAT32, SHAPE), b.input(T.TENSOR_FLOAT32, SHAPE)
+    out = b.output(T.TENSOR_FLOAT32, SHAPE)
+    b.op(Op.ADD, [x, y, b.const(T.INT32, 0)], [out])
+    fast = _graph(b.build()).main.steps[0].fast
+    assert fast is not None
+    assert fast([np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32), None]) is None
+
+
+def test_unknown_shapes_are_not_bound() -> None:
+    b = ModelBuilder()
+    x, y = b.input(T.TENSOR_FLOAT32, (1, 0)), b.input(T.TENSOR_FLOAT32, (1, 0))
+    out = b.output(T.TENSOR_FLOAT32, (1, 0))
+    b.op(Op.ADD, [x, y, b.const(T.INT32, 0)], [out])
+    graph = _graph(b.build())
+    assert graph.main.steps[0].fast is None
+    ones = np.ones((1, 5), np.float32)
+    np.testing.assert_array_equal(graph.run([ones, ones])[0], 2 * ones)
+
+
+def test_concurrent_runs_of_one_plan_keep_their_own_values() -> None:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, SHAPE)
+    one = b.const(T.TENSOR_FLOAT32, np.ones(SHAPE))
+    y = x
+    for _ in range(20):
+        nxt = b.temp(T.TENSOR_FLOAT32, SHAPE)
+        b.op(Op.ADD, [y, one, b.const(T.INT32, 0)], [nxt])
+        y = nxt
+    out = b.output(T.TENSOR_FLOAT32, SHAPE)
+    b.op(Op.RELU, [y], [out])
+    graph = _graph(b.build())
+    errors: list[str] = []
+
+    def worker(k: int) -> None:
+        x0 = np.full(SHAPE, float(k), np.float32)
+        for _ in range(50):
+            got = graph.run([x0])[0]
+            if not np.array_equal(got, x0 + 20):
+                errors.append(f"thread {k}: {got.reshape(-1)[:3]}")
+                return
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    assert not any(thread.is_alive() for thread in threads)
+
+
+def test_profiled_runs_time_the_bound_kernels() -> None:
+    graph = _graph(_conv_model(Op.DEPTHWISE_CONV_2D, T.TENSOR_FLOAT32, 1, 1, False, 1, 1))
+    profile: dict[str, list[int]] = {}
+    inputs = _inputs(graph.model, 0)
+    np.testing.assert_array_equal(graph.run(inputs, ExecutionControl(profile=profile))[0], _general(graph, inputs))
+    assert profile["DEPTHWISE_CONV_2D"][0] == 1
+
+
+def _conv_model(op: Op, t: T, stride: int, dilation: int, explicit: bool, act: int, multiplier: int) -> Model:
+    """A CONV_2D / DEPTHWISE_CONV_2D on a 1x9x9x4 input with constant 3x3 filter and bias."""
+    rng = np.random.default_rng(stride * 10 + dilation)
+    quant = t != T.TENSOR_FLOAT32
+    c = 4
+    oc = c * multiplier if op == Op.DEPTHWISE_CONV_2D else 5
+    wshape = (1, 3, 3, oc) if op == Op.DEPTHWISE_CONV_2D else (oc, 3, 3, c)
+    b = ModelBuilder()
+    x = b.input(t, (1, 9, 9, c), *((0.5, 100) if quant else NO_Q))
+    if t == T.TENSOR_FLOAT32:
+        w = b.const(t, rng.normal(size=wshape))
+        bias = b.const(t, rng.normal(size=(oc,)))
+    else:
+        w = b.const(t, rng.integers(0, 255, size=wshape))
+        b.operands[w] = replace(b.operands[w], scale=0.25, zero_point=120)
+        bias = b.const(T.TENSOR_INT32, rng.integers(-500, 500, size=(oc,)))
+        b.operands[bias] = replace(b.operands[bias], scale=0.125)
+    pads = [1, 1, 1, 1] if explicit else [1]  # SAME
+    params = [*pads, stride, stride, *([multiplier] if op == Op.DEPTHWISE_CONV_2D else []), act]
+    extra = [b.const(T.BOOL, False), b.const(T.INT32, dilation), b.const(T.INT32, dilation)] if dilation > 1 else []
+    size = (9 + 2 - (2 * dilation + 1)) // stride + 1 if explicit else (9 + stride - 1) // stride
+    out = b.output(t, (1, size, size, oc), *((2.0, 90) if quant else NO_Q))
+    b.op(op, [x, w, bias, *(b.const(T.INT32, p) for p in params), *extra], [out])
+    return b.build()
+
+
+CONV_CASES = [
+    (op, t, stride, dilation, explicit, act, mult)
+    for op in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D)
+    for t in (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM)
+    for stride, dilation, explicit, act, mult in ((1, 1, False, 0, 1), (2, 1, True, 1, 2), (1, 2, False, 3, 1))
+]
+
+
+@pytest.mark.parametrize(
+    "case", CONV_CASES, ids=[f"{c[0].name}-{c[1].name}-{c[2]}{c[3]}{c[4]}{c[5]}{c[6]}" for c in CONV_CASES]
+)
+def test_bound_convolutions_match_the_general_kernel(case: tuple[Op, T, int, int, bool, int, int]) -> None:
+    graph = _graph(_conv_model(*case))
+    assert graph.main.steps[0].fast is not None
+    for seed in range(2):
+        inputs = _inputs(graph.model, seed)
+        if case[1] == T.TENSOR_FLOAT32:
+            inputs[0].reshape(-1)[:3] = [1.0, -0.0, 2.0]  # no NaN: it would spread over the windows
+        fast = graph.run(inputs)[0]
+        general = _general(graph, inputs)
+        np.testing.assert_array_equal(fast, general)
+        assert np.array_equal(np.signbit(fast), np.signbit(general))
+        assert fast.dtype == general.dtype and fast.shape == general.shape
+
+
+def _pad_then_conv(op: Op, t: T, padding: str, keep_mid: bool) -> Model:
+    """PAD of H and W (1x7x7x4 -> 1x9x10x4) feeding a 3x3 convolution (stride 2)."""
+    rng = np.random.default_rng(5)
+    quant = t != T.TENSOR_FLOAT32
+    q = (0.5, 100) if quant else NO_Q
+    oc = 4 if op == Op.DEPTHWISE_CONV_2D else 3
+    wshape = (1, 3, 3, oc) if op == Op.DEPTHWISE_CONV_2D else (oc, 3, 3, 4)
+    b = ModelBuilder()
+    x = b.input(t, (1, 7, 7, 4), *q)
+    pads = b.const(T.TENSOR_INT32, [[0, 0], [1, 1], [2, 1], [0, 0]])
+    mid = b.output(t, (1, 9, 10, 4), *q) if keep_mid else b.temp(t, (1, 9, 10, 4), *q)
+    b.op(Op.PAD, [x, pads], [mid])
+    if quant:
+        w = b.const(t, rng.integers(0, 255, size=wshape))
+        b.operands[w] = replace(b.operands[w], scale=0.25, zero_point=120)
+        bias = b.const(T.TENSOR_INT32, rng.integers(-500, 500, size=(oc,)))
+        b.operands[bias] = replace(b.operands[bias], scale=0.125)
+    else:
+        w, bias = b.const(t, rng.normal(size=wshape)), b.const(t, rng.normal(size=(oc,)))
+    if padding == "explicit":
+        geometry, size = [1, 0, 0, 1], (4, 5)  # left, right, top, bottom
+    elif padding == "same":
+        geometry, size = [1], (5, 5)
+    else:
+        geometry, size = [2], (4, 4)
+    multiplier = [1] if op == Op.DEPTHWISE_CONV_2D else []
+    params = [*geometry, 2, 2, *multiplier, 0]
+    out = b.output(t, (1, *size, oc), *((2.0, 90) if quant else NO_Q))
+    b.op(op, [mid, w, bias, *(b.const(T.INT32, p) for p in params)], [out])
+    return b.build()
+
+
+PAD_CASES = [
+    (op, t, padding)
+    for op in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D)
+    for t in (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM)
+    for padding in ("valid", "same", "explicit")
+]
+
+
+@pytest.mark.parametrize("case", PAD_CASES, ids=[f"{c[0].name}-{c[1].name}-{c[2]}" for c in PAD_CASES])
+def test_folded_pad_is_exact(case: tuple[Op, T, str]) -> None:
+    folded, kept = _graph(_pad_then_conv(*case, False)), _graph(_pad_then_conv(*case, True))
+    assert [s.operation_type for s in folded.main.steps] == [case[0]], "the PAD became the convolution's padding"
+    assert len(kept.main.steps) == 2
+    for seed in range(2):
+        inputs = _inputs(folded.model, seed)
+        if case[1] == T.TENSOR_FLOAT32:
+            inputs[0].reshape(-1)[:3] = [1.0, -0.0, 2.0]
+        np.testing.assert_array_equal(folded.run(inputs)[0], kept.run(inputs)[-1])
+        np.testing.assert_array_equal(_general(folded, inputs), kept.run(inputs)[-1])
+
+
+@pytest.mark.parametrize("t", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_FLOAT16])
+def test_bound_pad_matches_the_general_kernel(t: T) -> None:
+    q = (0.5, 7) if t == T.TENSOR_QUANT8_ASYMM else NO_Q
+    b = ModelBuilder()
+    x = b.input(t, (1, 3, 3, 2), *q)
+    out = b.output(t, (1, 4, 6, 5), *q)
+    b.op(Op.PAD, [x, b.const(T.TENSOR_INT32, [[0, 0], [1, 0], [1, 2], [0, 3]])], [out])
+    graph = _graph(b.build())
+    assert graph.main.steps[0].fast is not None
+    value = np.arange(18).reshape(1, 3, 3, 2).astype(DTYPE[t])
+    fast = graph.run([value])[0]
+    np.testing.assert_array_equal(fast, _general(graph, [value]))
+    assert fast.dtype == value.dtype and fast[0, 0, 0, 0] == q[1]
