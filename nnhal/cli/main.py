@@ -34,6 +34,7 @@ from nnhal.cli.usage import (
     report,
     seconds,
 )
+from nnhal.core import telemetry
 from nnhal.core.errors import HalError
 
 #: The module that runs each command (its ``run(args) -> int``), imported only when that
@@ -88,6 +89,12 @@ def _run_arguments(sub: Any) -> None:
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     r.add_argument("--save-outputs", type=Path, metavar="DIR", help="write DIR/<output name>.npy")
     r.add_argument("--compare", action="store_true", help="also run LiteRT on the same inputs and compare")
+    r.add_argument(
+        "--trace",
+        type=for_argparse(output_file),
+        metavar="FILE",
+        help="write the execution's timeline (Chrome/Perfetto trace-event JSON) to FILE",
+    )
     r.add_argument("--repeat", type=for_argparse(positive_int), default=5, help="timed runs for --compare (median)")
 
 
@@ -190,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         configure(logging.INFO if args.verbose or args.command == "serve" else logging.WARNING)
-        status = _run_command(args)
+        if args.command != "serve" and telemetry.configure("nnhal-client"):
+            with telemetry.span(f"nnhal {args.command}"):  # one trace for the command's calls
+                status = _run_command(args)
+        else:
+            status = _run_command(args)
         sys.stdout.flush()
         return status
     except (UsageError, HalError) as err:

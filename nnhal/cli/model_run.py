@@ -32,6 +32,7 @@ from nnhal.cli import demo
 from nnhal.cli.connect import connect, tls_of
 from nnhal.cli.model_import import load_tflite, print_summary, print_table
 from nnhal.cli.usage import UsageError, client_address
+from nnhal.client.timeline import write_trace
 from nnhal.importers.compare import ABS_TOL, REL_TOL, diff
 from nnhal.importers.errors import TfliteImportError
 from nnhal.importers.litert import LiteRtMissing, LiteRtRunner
@@ -191,7 +192,11 @@ def run_model(args: argparse.Namespace, address: str, model: Path) -> int:
         t0 = time.perf_counter()
         with dev.prepare_model_sync(imported.model) as pm:
             print(f"prepared on {dev.name} in {(time.perf_counter() - t0) * 1e3:.1f} ms")
+            start_us = time.perf_counter() * 1e6
             result = pm.execute(inputs, timeout=EXECUTE_TIMEOUT, measure=True, profile=True)
+            if args.trace:
+                write_trace(args.trace, result, start_us, time.perf_counter() * 1e6, dev.name)
+                print(f"timeline written to {args.trace} (open it at ui.perfetto.dev)")
             outputs = [o.reshape(s.shape) for o, s in zip(result.outputs, imported.outputs)]
             _print_outputs(imported, outputs)
             _print_profile(result.profile)
@@ -206,7 +211,12 @@ def run_model(args: argparse.Namespace, address: str, model: Path) -> int:
 def run(args: argparse.Namespace) -> int:
     address, model = split_targets(args.address, args.model, args.default_address)
     if model is None:
-        flags = (("--input", args.input), ("--save-outputs", args.save_outputs), ("--compare", args.compare))
+        flags = (
+            ("--input", args.input),
+            ("--save-outputs", args.save_outputs),
+            ("--compare", args.compare),
+            ("--trace", args.trace),
+        )
         given = [flag for flag, on in flags if on]
         if given:
             raise UsageError(f"{', '.join(given)} need a MODEL (.tflite or .nnhal)")

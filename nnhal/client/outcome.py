@@ -17,7 +17,7 @@ from nnhal.client.callbacks import Callback
 from nnhal.core.aidl_types import TimingNs
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
-from nnhal.core.types import ExecutionResult, FencedExecutionInfo, OutputShape, PoolData, Timing
+from nnhal.core.types import ExecutionResult, FencedExecutionInfo, OperationTiming, OutputShape, PoolData, Timing
 
 
 @dataclass
@@ -32,6 +32,8 @@ class ExecutionOutcome:
     outputs: list[np.ndarray] = field(default_factory=list)
     #: (operation type, count, total microseconds), slowest first, when profiled.
     profile: list[tuple[str, int, int]] = field(default_factory=list)
+    #: Every operation run, in order, when profiled (``nnhal.client.timeline`` draws it).
+    timeline: tuple[OperationTiming, ...] = ()
     #: Fenced executions only: the timing up to launch (``timing`` is up to the fence's signal).
     timing_launched: Timing = field(default_factory=Timing)
     #: Fenced executions only: whether the fence has signalled.
@@ -58,6 +60,7 @@ class ExecutionOutcome:
             timing=result.timing,
             output_pools=result.output_pools,
             profile=[(p.operation, p.count, p.total_us) for p in result.profile],
+            timeline=result.timeline,
         )
 
     @classmethod

@@ -150,6 +150,18 @@ class OperationProfile:
     total_us: int
 
 
+@dataclass(frozen=True, slots=True)
+class OperationTiming:
+    """nnhal extension: one operation as it ran (operation ``index`` of subgraph ``subgraph``,
+    0 the main one), microseconds from the start of the execution's run."""
+
+    index: int
+    operation: str
+    subgraph: int
+    start_us: int
+    duration_us: int
+
+
 @dataclass(frozen=True)
 class ExecutionResult:
     """What an execution returns across the boundary: the callback's (or synchronous
@@ -162,6 +174,7 @@ class ExecutionResult:
     timing: Timing = Timing()
     output_pools: dict[int, PoolData] = field(default_factory=dict)
     profile: tuple[OperationProfile, ...] = ()
+    timeline: tuple[OperationTiming, ...] = ()
 
 
 @dataclass(frozen=True)

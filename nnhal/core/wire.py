@@ -44,6 +44,7 @@ from nnhal.core.types import (
     Operand,
     Operation,
     OperationProfile,
+    OperationTiming,
     OutputShape,
     PoolData,
     Request,
@@ -410,6 +411,10 @@ def execution_result_to(result: ExecutionResult, msg: spb.ExecuteResult | None =
     _output_pools_to(result.output_pools, msg.output_pools)
     for p in result.profile:
         msg.profile.add(operation=p.operation, count=p.count, total_us=p.total_us)
+    for t in result.timeline:
+        msg.timeline.add(
+            index=t.index, operation=t.operation, subgraph=t.subgraph, start_us=t.start_us, duration_us=t.duration_us
+        )
     return msg
 
 
@@ -422,6 +427,7 @@ def execution_result_from(msg: spb.ExecuteResult) -> ExecutionResult:
         timing_from(msg.timing),
         {p.pool_index: p.data for p in msg.output_pools},
         tuple(OperationProfile(p.operation, p.count, p.total_us) for p in profile) if profile else (),
+        tuple(OperationTiming(t.index, t.operation, t.subgraph, t.start_us, t.duration_us) for t in msg.timeline),
     )
 
 

@@ -337,6 +337,20 @@ class OperationProfile(_message.Message):
     total_us: int
     def __init__(self, operation: _Optional[str] = ..., count: _Optional[int] = ..., total_us: _Optional[int] = ...) -> None: ...
 
+class OperationTiming(_message.Message):
+    __slots__ = ("index", "operation", "subgraph", "start_us", "duration_us")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    SUBGRAPH_FIELD_NUMBER: _ClassVar[int]
+    START_US_FIELD_NUMBER: _ClassVar[int]
+    DURATION_US_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    operation: str
+    subgraph: int
+    start_us: int
+    duration_us: int
+    def __init__(self, index: _Optional[int] = ..., operation: _Optional[str] = ..., subgraph: _Optional[int] = ..., start_us: _Optional[int] = ..., duration_us: _Optional[int] = ...) -> None: ...
+
 class PoolData(_message.Message):
     __slots__ = ("pool_index", "data")
     POOL_INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -346,20 +360,22 @@ class PoolData(_message.Message):
     def __init__(self, pool_index: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class ExecuteResult(_message.Message):
-    __slots__ = ("status", "message", "output_shapes", "timing", "output_pools", "profile")
+    __slots__ = ("status", "message", "output_shapes", "timing", "output_pools", "profile", "timeline")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_SHAPES_FIELD_NUMBER: _ClassVar[int]
     TIMING_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_POOLS_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
+    TIMELINE_FIELD_NUMBER: _ClassVar[int]
     status: _types_pb2.ErrorStatus
     message: str
     output_shapes: _containers.RepeatedCompositeFieldContainer[_types_pb2.OutputShape]
     timing: _types_pb2.Timing
     output_pools: _containers.RepeatedCompositeFieldContainer[PoolData]
     profile: _containers.RepeatedCompositeFieldContainer[OperationProfile]
-    def __init__(self, status: _Optional[_Union[_types_pb2.ErrorStatus, str]] = ..., message: _Optional[str] = ..., output_shapes: _Optional[_Iterable[_Union[_types_pb2.OutputShape, _Mapping]]] = ..., timing: _Optional[_Union[_types_pb2.Timing, _Mapping]] = ..., output_pools: _Optional[_Iterable[_Union[PoolData, _Mapping]]] = ..., profile: _Optional[_Iterable[_Union[OperationProfile, _Mapping]]] = ...) -> None: ...
+    timeline: _containers.RepeatedCompositeFieldContainer[OperationTiming]
+    def __init__(self, status: _Optional[_Union[_types_pb2.ErrorStatus, str]] = ..., message: _Optional[str] = ..., output_shapes: _Optional[_Iterable[_Union[_types_pb2.OutputShape, _Mapping]]] = ..., timing: _Optional[_Union[_types_pb2.Timing, _Mapping]] = ..., output_pools: _Optional[_Iterable[_Union[PoolData, _Mapping]]] = ..., profile: _Optional[_Iterable[_Union[OperationProfile, _Mapping]]] = ..., timeline: _Optional[_Iterable[_Union[OperationTiming, _Mapping]]] = ...) -> None: ...
 
 class ExecuteEvent(_message.Message):
     __slots__ = ("launch", "notify")

@@ -234,6 +234,7 @@ class ExecutionJob:
                     checkpoint_hook=self._checkpoint,
                     on_deadline=lambda: missed(ticket.delayed or ticket.preempted > 0),
                     profile={} if self.profile else None,
+                    timeline=[] if self.profile else None,
                     max_execution_ns=self._max_execution_ns,
                     # Every tensor the executor allocates is charged to the server's total before
                     # it exists; without a total limit nothing is counted (no hot-path cost).

@@ -1,48 +1,74 @@
 """Prometheus metrics of one server, on a listener of their own (``--metrics-listen``).
 
-Each ``Metrics`` has its own ``CollectorRegistry`` (never the process-global
-one), so several servers in one process do not clash. Two kinds of series:
+Each ``Metrics`` has its own ``CollectorRegistry`` (never the process-global one), so several
+servers in one process do not clash. ``docs/metrics.md`` lists every series. In short:
 
-- counted where it happens, by the RPC layer (``rpc``, ``observe_*``,
-  ``session_ended``): ``nnhal_rpcs_total{method,status}`` (every answer with a
-  HAL status, ``status`` its ErrorStatus name; a burst's executions count as
-  ``configureExecutionBurst``), ``nnhal_deadline_misses_total{kind}`` and
-  ``nnhal_resource_exhausted_total{kind}`` (``kind``: transient or persistent,
-  derived from the same statuses; refused sessions count too),
-  ``nnhal_prepare_seconds`` and ``nnhal_execute_seconds`` (histograms of the
-  server-side time from launch to the callback's notify; fenced executions are
-  not timed), ``nnhal_sessions_ended_total{reason}``;
-- read from the driver when scraped (a custom collector, nothing on hot paths):
-  ``nnhal_sessions``, ``nnhal_prepared_models``, ``nnhal_buffers``,
-  ``nnhal_fences``, ``nnhal_queue_depth`` (executions waiting for a slot),
-  ``nnhal_executions_running``, ``nnhal_executions_preempted`` (paused by a
-  pre-emption, not yet resumed), ``nnhal_memory_bytes{kind}`` (what the memory
-  budget holds: model_constants, buffer_contents, request_data),
-  ``nnhal_draining`` (1 during a drain).
+- counted where it happens, per device (``DeviceMetrics``, one per hosted device, which the
+  device's owner of HAL calls and its session servicer use):
+  ``nnhal_rpcs_total{device,method,status}`` (every answer with a HAL status, ``status`` its
+  ErrorStatus name; a burst's executions count under the burst's method),
+  ``nnhal_deadline_misses_total{device,kind}`` and ``nnhal_resource_exhausted_total{device,kind}``
+  (``kind``: transient or persistent, derived from the same statuses),
+  ``nnhal_prepare_seconds{device,method,status}`` and ``nnhal_execute_seconds{device,method,status}``
+  (histograms of the server-side time from arrival to the answer of launched calls),
+  ``nnhal_sessions_ended_total{device,reason}``. Labelled counters exist from the start at 0
+  for every label value they can take that is known up front (kinds, reasons).
+- read from the drivers when scraped (a custom collector, nothing on hot paths), each with
+  its ``device`` label: ``nnhal_sessions``, ``nnhal_prepared_models``, ``nnhal_buffers``,
+  ``nnhal_fences``, ``nnhal_queue_depth``, ``nnhal_executions_running``,
+  ``nnhal_executions_preempted``, ``nnhal_memory_bytes{kind}``, ``nnhal_draining``;
+- the process: prometheus-client's standard ``process_*`` (RSS, CPU seconds, open fds …) and
+  ``python_info``, and ``nnhal_build_info{version,python,grpc}`` (always 1).
 
-Session end reasons: ``client`` (the client ended its session stream — a close,
-a crash and a keepalive expiry look the same to gRPC's server API, so they
-share this reason) and ``server`` (the server ended it: a drain or a stop).
+``*_created`` series are off (they double every counter's series for a value nobody graphs).
+The listener answers ``GET /metrics`` only; any other path is 404.
 
-The cost of counting one answer is one dict lookup and one or two locked
-increments (children are cached per method and status). Thread-safe.
+Session end reasons: ``client`` (the client ended its session stream — a close, a crash and a
+keepalive expiry look the same to gRPC's server API) and ``server`` (a drain or a stop).
+
+The cost of counting one answer is one dict lookup and two or three increments (children are
+cached per method and status). Thread-safe.
 """
 
 from __future__ import annotations
 
+import platform
+import socket
 import threading
-from collections.abc import Iterator
-from wsgiref.simple_server import WSGIServer
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from importlib import metadata
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+import prometheus_client
+from prometheus_client import (
+    PLATFORM_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    make_wsgi_app,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from nnhal import __version__
 from nnhal.core.enums import ErrorStatus
 from nnhal.server.driver import Driver
 
+# A ``_created`` sample beside every counter and histogram doubles the series for a value
+# nobody graphs; prometheus-client turns them off process-wide only.
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+
 #: Seconds: sub-millisecond executions of small models up to long preparations.
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: The histograms a HAL method's answers may be timed in (``Executions.method``'s ``timer``).
+TIMERS = ("prepare", "execute")
+_KINDS = ("transient", "persistent")
+_REASONS = ("client", "server")
 
 _KIND = {
     ErrorStatus.MISSED_DEADLINE_TRANSIENT: ("deadline", "transient"),
@@ -60,63 +86,67 @@ def _status_name(status: int) -> str:
 
 
 class _DriverCollector(Collector):
-    """Gauges read from the driver at scrape time."""
+    """Gauges read from every device's driver at scrape time, labelled by device."""
 
-    def __init__(self, driver: Driver) -> None:
-        self._driver = driver
+    _GAUGES = (
+        ("sessions", "Open client sessions."),
+        ("prepared_models", "Prepared models held for clients."),
+        ("buffers", "Driver-managed buffers (IDevice::allocate) held for clients."),
+        ("fences", "Sync fences of fenced executions held for clients."),
+        ("queue_depth", "Executions waiting for a slot (pre-empted ones included)."),
+        ("executions_running", "Executions holding a slot."),
+        ("executions_preempted", "Executions paused by a pre-emption, not yet resumed."),
+        ("draining", "1 while the server drains (shutting down)."),
+    )
+
+    def __init__(self, drivers: Mapping[str, Driver]) -> None:
+        self._drivers = drivers
 
     def collect(self) -> Iterator[Metric]:
-        driver = self._driver
-        stats = driver.stats()
-        running, queued, preempted = driver.scheduler.counts()
-        for name, value, doc in (
-            ("sessions", stats["sessions"], "Open client sessions."),
-            ("prepared_models", stats["prepared_models"], "Prepared models held for clients."),
-            ("buffers", stats["buffers"], "Driver-managed buffers (IDevice::allocate) held for clients."),
-            ("fences", stats["fences"], "Sync fences of fenced executions held for clients."),
-            ("queue_depth", queued, "Executions waiting for a slot (pre-empted ones included)."),
-            ("executions_running", running, "Executions holding a slot."),
-            ("executions_preempted", preempted, "Executions paused by a pre-emption, not yet resumed."),
-            ("draining", int(driver.lifecycle.draining), "1 while the server drains (shutting down)."),
-        ):
-            yield GaugeMetricFamily(f"nnhal_{name}", doc, value=value)
-        memory = GaugeMetricFamily("nnhal_memory_bytes", "Bytes the memory budget holds, by kind.", labels=["kind"])
-        for kind, nbytes in sorted(driver.budget.by_kind().items()):
-            memory.add_metric([kind.replace(" ", "_")], nbytes)
+        families = {name: GaugeMetricFamily(f"nnhal_{name}", doc, labels=["device"]) for name, doc in self._GAUGES}
+        memory = GaugeMetricFamily(
+            "nnhal_memory_bytes", "Bytes the memory budget holds, by kind.", labels=["device", "kind"]
+        )
+        for device, driver in self._drivers.items():
+            stats = driver.stats()
+            running, queued, preempted = driver.scheduler.counts()
+            values = {
+                "sessions": stats["sessions"],
+                "prepared_models": stats["prepared_models"],
+                "buffers": stats["buffers"],
+                "fences": stats["fences"],
+                "queue_depth": queued,
+                "executions_running": running,
+                "executions_preempted": preempted,
+                "draining": int(driver.lifecycle.draining),
+            }
+            for name, value in values.items():
+                families[name].add_metric([device], value)
+            for kind, nbytes in sorted(driver.budget.by_kind().items()):
+                memory.add_metric([device, kind.replace(" ", "_")], nbytes)
+        yield from families.values()
         yield memory
 
 
-class Metrics:
-    """The metrics of one server (its driver). ``serve`` starts the HTTP listener."""
+class DeviceMetrics:
+    """The counted series of one device (module docstring). Thread-safe."""
 
-    def __init__(self, driver: Driver) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self._rpcs = Counter(
-            "nnhal_rpcs", "Answers by RPC method and HAL ErrorStatus.", ["method", "status"], registry=r
-        )
-        self._deadline = Counter("nnhal_deadline_misses", "MISSED_DEADLINE_* answers by kind.", ["kind"], registry=r)
-        self._resource = Counter(
-            "nnhal_resource_exhausted", "RESOURCE_EXHAUSTED_* refusals by kind.", ["kind"], registry=r
-        )
-        self._ended = Counter("nnhal_sessions_ended", "Sessions ended, by who ended them.", ["reason"], registry=r)
-        self.prepare_seconds = Histogram(
-            "nnhal_prepare_seconds",
-            "Server time from a preparation's launch to its notify.",
-            buckets=BUCKETS,
-            registry=r,
-        )
-        self.execute_seconds = Histogram(
-            "nnhal_execute_seconds",
-            "Server time from an execution's launch to its result.",
-            buckets=BUCKETS,
-            registry=r,
-        )
-        r.register(_DriverCollector(driver))
+    def __init__(self, metrics: Metrics, device: str) -> None:
+        self._m = metrics
+        self.device = device
         self._lock = threading.Lock()
         self._children: dict[tuple[str, int], tuple[Counter, ...]] = {}
-        self._httpd: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._timed: dict[tuple[str, str, int], Histogram] = {}
+        for kind in _KINDS:  # present from the start at 0
+            metrics.deadline_misses.labels(device, kind)
+            metrics.resource_exhausted.labels(device, kind)
+        for reason in _REASONS:
+            metrics.sessions_ended.labels(device, reason)
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The server's registry, which holds these series."""
+        return self._m.registry
 
     def rpc(self, method: str, status: int) -> None:
         """Count one answer of ``method`` with HAL ``status`` (and its miss or refusal kind)."""
@@ -127,18 +157,103 @@ class Metrics:
             child.inc()
 
     def _make_children(self, method: str, status: int) -> tuple[Counter, ...]:
+        m = self._m
         with self._lock:
-            children: tuple[Counter, ...] = (self._rpcs.labels(method, _status_name(status)),)
+            children: tuple[Counter, ...] = (m.rpcs.labels(self.device, method, _status_name(status)),)
             family, kind = _KIND.get(status, ("", ""))  # type: ignore[call-overload]
             if family == "deadline":
-                children += (self._deadline.labels(kind),)
+                children += (m.deadline_misses.labels(self.device, kind),)
             elif family == "resource":
-                children += (self._resource.labels(kind),)
+                children += (m.resource_exhausted.labels(self.device, kind),)
             self._children[(method, status)] = children
             return children
 
+    def observe(self, timer: str, method: str, status: int, seconds: float) -> None:
+        """Time one launched call of ``method`` answered with ``status`` in histogram ``timer``."""
+        child = self._timed.get((timer, method, status))
+        if child is None:
+            family = self._m.prepare_seconds if timer == "prepare" else self._m.execute_seconds
+            with self._lock:
+                child = self._timed.setdefault(
+                    (timer, method, status), family.labels(self.device, method, _status_name(status))
+                )
+        child.observe(seconds)
+
+    def timer(self, timer: str | None) -> Callable[[str, int, float], None] | None:
+        """``observe`` bound to histogram ``timer`` (None: not timed)."""
+        if timer is None:
+            return None
+        if timer not in TIMERS:
+            raise ValueError(f"unknown timer {timer!r} (one of {', '.join(TIMERS)})")
+        return lambda method, status, seconds: self.observe(timer, method, status, seconds)
+
     def session_ended(self, reason: str) -> None:
-        self._ended.labels(reason).inc()
+        self._m.sessions_ended.labels(self.device, reason).inc()
+
+
+class Metrics:
+    """The metrics of one server: ``drivers`` by device name (or one driver, named after its
+    config). :meth:`device` gives a device's counted series; ``serve`` starts the listener."""
+
+    def __init__(self, drivers: Driver | Mapping[str, Driver]) -> None:
+        if isinstance(drivers, Driver):
+            drivers = {drivers.config.name: drivers}
+        self.drivers = dict(drivers)
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.rpcs = Counter(
+            "nnhal_rpcs",
+            "Answers by device, RPC method and HAL ErrorStatus.",
+            ["device", "method", "status"],
+            registry=r,
+        )
+        self.deadline_misses = Counter(
+            "nnhal_deadline_misses", "MISSED_DEADLINE_* answers by kind.", ["device", "kind"], registry=r
+        )
+        self.resource_exhausted = Counter(
+            "nnhal_resource_exhausted", "RESOURCE_EXHAUSTED_* refusals by kind.", ["device", "kind"], registry=r
+        )
+        self.sessions_ended = Counter(
+            "nnhal_sessions_ended", "Sessions ended, by who ended them.", ["device", "reason"], registry=r
+        )
+        labels = ["device", "method", "status"]
+        self.prepare_seconds = Histogram(
+            "nnhal_prepare_seconds",
+            "Server time from a preparation's arrival to its notify.",
+            labels,
+            buckets=BUCKETS,
+            registry=r,
+        )
+        self.execute_seconds = Histogram(
+            "nnhal_execute_seconds",
+            "Server time from an execution's arrival to its result.",
+            labels,
+            buckets=BUCKETS,
+            registry=r,
+        )
+        build = Gauge(
+            "nnhal_build_info", "nnhal's version and its runtime (always 1).", ["version", "python", "grpc"], registry=r
+        )
+        build.labels(__version__, platform.python_version(), _grpc_version()).set(1)
+        ProcessCollector(registry=r)
+        if PLATFORM_COLLECTOR is not None:
+            PlatformCollector(registry=r)
+        r.register(_DriverCollector(self.drivers))
+        self._devices = {name: DeviceMetrics(self, name) for name in self.drivers}
+        self._default = next(iter(self._devices.values()))
+        self._httpd: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def device(self, name: str) -> DeviceMetrics:
+        """The counted series of device ``name`` (KeyError for a device not hosted)."""
+        return self._devices[name]
+
+    # The default device's (a server hosting one device, and older callers).
+    def rpc(self, method: str, status: int) -> None:
+        self._default.rpc(method, status)
+
+    def session_ended(self, reason: str) -> None:
+        self._default.session_ended(reason)
 
     # -- the listener -------------------------------------------------------------
     def serve(self, address: str) -> str:
@@ -149,7 +264,10 @@ class Metrics:
         if not host or not port.isdigit():
             raise ValueError(f"metrics address {address!r} must be host:port")
         host = host.strip("[]")
-        self._httpd, self._thread = start_http_server(int(port), host, registry=self.registry)
+        server_class = _IPv6Server if ":" in host else _Server
+        self._httpd = make_server(host, int(port), _only_metrics(make_wsgi_app(self.registry)), server_class, _Quiet)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="nnhal-metrics", daemon=True)
+        self._thread.start()
         bound = self._httpd.server_address[1]
         return f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
 
@@ -162,3 +280,40 @@ class Metrics:
         if self._thread is not None:
             self._thread.join(5.0)
             self._thread = None
+
+
+def _grpc_version() -> str:
+    """grpcio's version, from its distribution's metadata (this module imports no gRPC)."""
+    try:
+        return metadata.version("grpcio")
+    except metadata.PackageNotFoundError:  # pragma: no cover - grpcio is a dependency
+        return "unknown"
+
+
+def _only_metrics(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    """``app`` at ``/metrics``; 404 elsewhere (a scraper given a wrong path should see it)."""
+
+    def only(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "") not in ("/metrics", "/metrics/"):
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"not found: the metrics are at /metrics\n"]
+        return app(environ, start_response)
+
+    return only
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """One thread per scrape: a slow scraper holds up no other."""
+
+    daemon_threads = True
+
+
+class _IPv6Server(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Quiet(WSGIRequestHandler):
+    """No access log line on stderr per scrape."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass

@@ -34,13 +34,15 @@ def execution_result(
     pools: BoundPools | None = None,
 ) -> ExecutionResult:
     """The canonical result: inline output pools only with success (by pool index, from
-    ``pools``), the profile (when ``control`` collected one) slowest operation type first."""
+    ``pools``), the profile (when ``control`` collected one) slowest operation type first, and the
+    timeline of every operation run."""
     outputs = {} if pools is None or status != ErrorStatus.NONE else pools.inline_results()
     profile: tuple[OperationProfile, ...] = ()
     if control is not None and control.profile:
         ranked = sorted(control.profile.items(), key=lambda kv: -kv[1][1])
         profile = tuple(OperationProfile(name, count, total_ns // 1000) for name, (count, total_ns) in ranked)
-    return ExecutionResult(status, message, shapes, timing, outputs, profile)
+    timeline = tuple(control.timeline) if control is not None and control.timeline else ()
+    return ExecutionResult(status, message, shapes, timing, outputs, profile, timeline)
 
 
 class PreparedModel:

@@ -42,25 +42,39 @@ def test_metrics_after_a_short_workload() -> None:
             with pytest.raises(HalError):
                 pm.execute([ones(), ones()], timeout=0.05)  # the deadline passes in the delay
             m = _scrape(address)
-            assert m['nnhal_rpcs_total{method="executeSynchronously_1_3",status="NONE"}'] == 3
-            assert m['nnhal_rpcs_total{method="execute_1_3",status="NONE"}'] == 1
-            assert m['nnhal_rpcs_total{method="executeSynchronously_1_3",status="MISSED_DEADLINE_TRANSIENT"}'] == 1
-            assert m['nnhal_deadline_misses_total{kind="transient"}'] == 1
-            assert m['nnhal_rpcs_total{method="prepareModel_1_3",status="NONE"}'] == 1
-            assert m['nnhal_execute_seconds_bucket{le="+Inf"}'] == 5
-            assert m["nnhal_execute_seconds_count"] == 5
-            assert m['nnhal_prepare_seconds_bucket{le="60.0"}'] == 1
-            assert m["nnhal_sessions"] == 1
-            assert m["nnhal_prepared_models"] == 1
-            assert m['nnhal_memory_bytes{kind="model_constants"}'] > 0
-            assert m["nnhal_executions_running"] == 0 and m["nnhal_queue_depth"] == 0
+            assert m['nnhal_rpcs_total{device="nnhal-cpu",method="executeSynchronously_1_3",status="NONE"}'] == 3
+            assert m['nnhal_rpcs_total{device="nnhal-cpu",method="execute_1_3",status="NONE"}'] == 1
+            assert (
+                m[
+                    'nnhal_rpcs_total{device="nnhal-cpu",method="executeSynchronously_1_3",status="MISSED_DEADLINE_TRANSIENT"}'
+                ]
+                == 1
+            )
+            assert m['nnhal_deadline_misses_total{device="nnhal-cpu",kind="transient"}'] == 1
+            assert m['nnhal_rpcs_total{device="nnhal-cpu",method="prepareModel_1_3",status="NONE"}'] == 1
+            timed = {k: v for k, v in m.items() if k.startswith("nnhal_execute_seconds_count{")}
+            assert sum(timed.values()) == 5, timed
+            assert m['nnhal_execute_seconds_count{device="nnhal-cpu",method="execute_1_3",status="NONE"}'] == 1
+            assert (
+                m['nnhal_prepare_seconds_bucket{device="nnhal-cpu",le="60.0",method="prepareModel_1_3",status="NONE"}']
+                == 1
+            )
+            assert m['nnhal_sessions{device="nnhal-cpu"}'] == 1
+            assert m['nnhal_prepared_models{device="nnhal-cpu"}'] == 1
+            assert m['nnhal_memory_bytes{device="nnhal-cpu",kind="model_constants"}'] > 0
+            assert m['nnhal_executions_running{device="nnhal-cpu"}'] == 0
+            assert m['nnhal_queue_depth{device="nnhal-cpu"}'] == 0
+            assert m["process_resident_memory_bytes"] > 0
+            assert any(k.startswith("nnhal_build_info{") for k in m)
+            assert not any("_created" in k for k in m)
         # The session's end is counted and the gauge follows (bounded poll: the end is asynchronous).
         end = time.monotonic() + 20
-        while _scrape(address)["nnhal_sessions"] != 0 and time.monotonic() < end:
+        while _scrape(address)['nnhal_sessions{device="nnhal-cpu"}'] != 0 and time.monotonic() < end:
             time.sleep(0.05)
         m = _scrape(address)
-        assert m["nnhal_sessions"] == 0
-        assert m['nnhal_sessions_ended_total{reason="client"}'] == 1
+        assert m['nnhal_sessions{device="nnhal-cpu"}'] == 0
+        assert m['nnhal_sessions_ended_total{device="nnhal-cpu",reason="client"}'] == 1
+        assert m['nnhal_sessions_ended_total{device="nnhal-cpu",reason="server"}'] == 0
 
 
 def test_no_metrics_listener_by_default(server: LocalServer) -> None:

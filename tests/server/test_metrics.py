@@ -4,8 +4,10 @@ memory by kind, and a listener that binds port 0 and stops cleanly."""
 
 from __future__ import annotations
 
+import urllib.error
 import urllib.request
 
+import pytest
 from prometheus_client import generate_latest
 
 from nnhal.core.enums import ErrorStatus, Priority
@@ -13,9 +15,13 @@ from nnhal.server.budget import MemoryBudget
 from nnhal.server.driver import Driver
 from nnhal.server.metrics import Metrics
 
+#: The device label of a default Driver's series.
+DEVICE = Driver().config.name
 
-def _value(m: Metrics, name: str, labels: dict[str, str] | None = None) -> float | None:
-    return m.registry.get_sample_value(name, labels or {})
+
+def _value(m: Metrics, name: str, labels: dict[str, str] | None = None, device: str | None = DEVICE) -> float | None:
+    """A sample's value; every nnhal series but the build info carries its ``device``."""
+    return m.registry.get_sample_value(name, {**({"device": device} if device else {}), **(labels or {})})
 
 
 def test_answers_are_counted_by_method_and_status_with_their_kind() -> None:
@@ -58,7 +64,7 @@ def test_gauges_are_read_from_the_driver_when_scraped() -> None:
     driver.close_session(session.id)
     assert _value(m, "nnhal_sessions") == 0
     assert _value(m, "nnhal_memory_bytes", {"kind": "model_constants"}) == 0
-    assert b"nnhal_queue_depth 0.0" in generate_latest(m.registry)
+    assert f'nnhal_queue_depth{{device="{DEVICE}"}} 0.0'.encode() in generate_latest(m.registry)
 
 
 def test_memory_is_kept_by_kind_and_given_back_with_the_session() -> None:
@@ -81,7 +87,39 @@ def test_listener_binds_port_zero_and_stops() -> None:
     address = m.serve("127.0.0.1:0")
     try:
         with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
-            assert b"nnhal_sessions 0.0" in reply.read()
+            assert f'nnhal_sessions{{device="{DEVICE}"}} 0.0'.encode() in reply.read()
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"http://{address}/other", timeout=10)
+        assert err.value.code == 404
+        err.value.close()
     finally:
         m.close()
     m.close()  # idempotent
+
+
+def test_labelled_counters_exist_from_the_start_and_created_series_are_off() -> None:
+    m = Metrics({"a": Driver(), "b": Driver()})
+    for device in ("a", "b"):
+        for kind in ("transient", "persistent"):
+            assert _value(m, "nnhal_deadline_misses_total", {"kind": kind}, device) == 0
+            assert _value(m, "nnhal_resource_exhausted_total", {"kind": kind}, device) == 0
+        assert _value(m, "nnhal_sessions_ended_total", {"reason": "client"}, device) == 0
+        assert _value(m, "nnhal_sessions", None, device) == 0
+    text = generate_latest(m.registry).decode()
+    assert "_created" not in text
+    assert "process_resident_memory_bytes" in text
+    assert 'nnhal_build_info{grpc="' in text
+
+
+def test_histograms_are_by_device_method_and_status() -> None:
+    m = Metrics(Driver())
+    d = m.device(DEVICE)
+    observe = d.timer("execute")
+    assert observe is not None and d.timer(None) is None
+    observe("executeSynchronously_1_3", ErrorStatus.NONE, 0.002)
+    observe("executeSynchronously_1_3", ErrorStatus.MISSED_DEADLINE_TRANSIENT, 0.2)
+    labels = {"method": "executeSynchronously_1_3", "status": "NONE"}
+    assert _value(m, "nnhal_execute_seconds_count", labels) == 1
+    assert _value(m, "nnhal_execute_seconds_bucket", {**labels, "le": "0.0025"}) == 1
+    with pytest.raises(ValueError):
+        d.timer("compile")

@@ -147,11 +147,13 @@ def _pem(path: str | Path, what: str) -> bytes:
 
 def open_channel(address: str, options: list[tuple[str, int]], tls: TlsConfig | None) -> grpc.Channel:
     """A channel to ``address``: TLS with ``tls`` on TCP, plaintext otherwise (and on unix sockets)."""
+    from nnhal.client.remote.tracing import traced  # it imports this module's neighbours
+
     target = target_of(address)
     if tls is None or target.startswith("unix:"):
-        return grpc.insecure_channel(target, options=options)
+        return traced(grpc.insecure_channel(target, options=options))
     all_options: list[tuple[str, int | str]] = [*options, *tls.options()]
-    return grpc.secure_channel(target, tls.credentials(), options=all_options)
+    return traced(grpc.secure_channel(target, tls.credentials(), options=all_options))
 
 
 def target_of(address: str) -> str:

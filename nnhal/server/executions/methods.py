@@ -30,7 +30,7 @@ class Method:
         level: HalVersion | None,
         fault: str | None,
         count: Callable[[str, int], None],
-        observe: Callable[[float], None] | None,
+        observe: Callable[[str, int, float], None] | None,
     ) -> None:
         self.name, self.what, self.level, self.fault = name, what, level, fault
         self._count = count
@@ -40,7 +40,7 @@ class Method:
         """Count one answer with ``status``; time it when it was launched (``seconds``)."""
         self._count(self.name, status)
         if seconds is not None and self._observe is not None:
-            self._observe(seconds)
+            self._observe(self.name, status, seconds)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from nnhal.server.executions.long_calls import Held, Job, LongCalls, held, once
 from nnhal.server.executions.methods import SAME, Arrival, Method
 from nnhal.server.executions.refusals import Refused, within_limit
 from nnhal.server.jobs import ExecutionJob, PrepareJob
-from nnhal.server.metrics import Metrics
+from nnhal.server.metrics import DeviceMetrics, Metrics
 
 A = TypeVar("A")
 C = TypeVar("C")
@@ -76,10 +76,16 @@ class Executions:
     call time; None: no limit)."""
 
     def __init__(
-        self, driver: Driver, metrics: Metrics | None = None, message_limit: Callable[[], int] | None = None
+        self,
+        driver: Driver,
+        metrics: Metrics | DeviceMetrics | None = None,
+        message_limit: Callable[[], int] | None = None,
     ) -> None:
         self.driver = driver
-        self.metrics = metrics if metrics is not None else Metrics(driver)
+        if metrics is None:
+            metrics = Metrics(driver)
+        #: This device's counted series.
+        self.metrics = metrics if isinstance(metrics, DeviceMetrics) else metrics.device(driver.config.name)
         self.lifecycle = driver.lifecycle
         self.level = driver.config.feature_level
         self.long_calls = LongCalls.of(driver.config)
@@ -111,8 +117,7 @@ class Executions:
             if fault is SAME:
                 fault = name if name in FAULTABLE else None
             level = METHOD_LEVEL.get(name if gate is SAME else gate or "")
-            observe = None if timer is None else getattr(self.metrics, f"{timer}_seconds").observe
-            m = Method(name, what or name, level, fault, self.metrics.rpc, observe)
+            m = Method(name, what or name, level, fault, self.metrics.rpc, self.metrics.timer(timer))
             with self._lock:
                 m = self._methods.setdefault(key, m)
         return m

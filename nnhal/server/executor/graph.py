@@ -21,7 +21,7 @@ from nnhal.core.enums import (
 )
 from nnhal.core.errors import HalError, MissedDeadlinePersistent, MissedDeadlineTransient, ResourceExhaustedTransient
 from nnhal.core.operand_types import DTYPE, INFO, byte_size, has_unknown_dims
-from nnhal.core.types import Model, Operand, Subgraph
+from nnhal.core.types import Model, Operand, OperationTiming, Subgraph
 from nnhal.core.validation import MAX_RANK
 from nnhal.server.executor import allocation
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
@@ -62,6 +62,9 @@ class ExecutionControl:
     graph: PreparedGraph | None = None
     #: When set, operation type name -> [count, total ns] is accumulated here.
     profile: dict[str, list[int]] | None = None
+    #: With ``profile``: every operation run, in order (its start from the run's start).
+    timeline: list[OperationTiming] | None = None
+    timeline_t0_ns: int = 0
     max_execution_ns: int | None = None
     reserve: Callable[[int], None] | None = None
     release: Callable[[int], None] | None = None
@@ -71,7 +74,20 @@ class ExecutionControl:
     #: The server's limit on time.monotonic_ns, set by ``start`` when there is no deadline.
     limit_ns: int | None = None
 
+    def note(self, name: str, subgraph: int, index: int, t0_ns: int, t1_ns: int) -> None:
+        """Profile one operation run (``profile`` must be set): its type's totals, and the
+        timeline when kept."""
+        assert self.profile is not None
+        entry = self.profile.setdefault(name, [0, 0])
+        entry[0] += 1
+        entry[1] += t1_ns - t0_ns
+        if self.timeline is not None:
+            start = (t0_ns - self.timeline_t0_ns) // 1000
+            self.timeline.append(OperationTiming(index, name, subgraph, start, (t1_ns - t0_ns) // 1000))
+
     def start(self) -> None:
+        if self.timeline is not None and not self.timeline_t0_ns:
+            self.timeline_t0_ns = time.perf_counter_ns()
         if self.deadline_ns is None and self.max_execution_ns is not None and self.limit_ns is None:
             self.limit_ns = time.monotonic_ns() + self.max_execution_ns
 
@@ -277,9 +293,9 @@ class PreparedGraph:
             # (inf, NaN), never errors or warnings: decided once per run, not per operation.
             with np.errstate(all="ignore"):
                 if control.reserve is None:
-                    return self._run(self.main, inputs, control, output_operands)
+                    return self._run(self.main, inputs, control, output_operands, 0)
                 with allocation.current(control):
-                    return self._run(self.main, inputs, control, output_operands)
+                    return self._run(self.main, inputs, control, output_operands, 0)
         except MemoryError:
             # The last line of defence: an allocation no reservation foresaw failed.
             raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
@@ -289,7 +305,7 @@ class PreparedGraph:
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray], control: ExecutionControl) -> list[np.ndarray]:
         if not 0 <= index < len(self.referenced):
             fail(f"no referenced subgraph {index}")
-        return self._run(self.referenced[index], inputs, control, None)
+        return self._run(self.referenced[index], inputs, control, None, index + 1)
 
     def _run(
         self,
@@ -297,7 +313,9 @@ class PreparedGraph:
         inputs: Sequence[np.ndarray | None],
         control: ExecutionControl,
         output_operands: Sequence[Operand] | None,
+        number: int,
     ) -> list[np.ndarray]:
+        """Run ``prepared`` (subgraph ``number``: 0 the main one, i + 1 referenced subgraph i)."""
         sg = prepared.subgraph
         accounting = control.reserve is not None
         run_base = control.held
@@ -311,18 +329,25 @@ class PreparedGraph:
         # outputs the request reshapes, take the general kernels.
         fast_ok = not overrides and not accounting
         profile = control.profile
-        for step in prepared.steps:
+        for k, step in enumerate(prepared.steps):
             control.checkpoint()
+            args = [values[i] for i in step.inputs]
+            for n, value in enumerate(args):
+                # Shapes computed at run time (a RESHAPE to a request's shape) can pass the
+                # ranks validation saw: refuse them before a kernel meets what numpy cannot do.
+                if value is not None and value.ndim > MAX_RANK:
+                    fail(
+                        f"{step.operation_type.name} input {n} has rank {value.ndim}, "
+                        f"beyond the maximum rank {MAX_RANK} this driver supports"
+                    )
             fast = step.fast
             if fast is not None and fast_ok:
                 if profile is None:
-                    outs = fast([values[i] for i in step.inputs])
+                    outs = fast(args)
                 else:
                     t0 = time.perf_counter_ns()
-                    outs = fast([values[i] for i in step.inputs])
-                    entry = profile.setdefault(step.operation_type.name, [0, 0])
-                    entry[0] += 1
-                    entry[1] += time.perf_counter_ns() - t0
+                    outs = fast(args)
+                    control.note(step.operation_type.name, number, k, t0, time.perf_counter_ns())
                 if outs is not None:
                     for i, result in zip(step.outputs, outs):
                         values[i] = result
@@ -333,15 +358,6 @@ class PreparedGraph:
             out_ops = step.out_operands
             if overrides:
                 out_ops = tuple(overrides.get(i, op) for i, op in zip(step.outputs, out_ops))
-            args = [values[i] for i in step.inputs]
-            for k, value in enumerate(args):
-                # Shapes computed at run time (a RESHAPE to a request's shape) can pass the
-                # ranks validation saw: refuse them before a kernel meets what numpy cannot do.
-                if value is not None and value.ndim > MAX_RANK:
-                    fail(
-                        f"{step.operation_type.name} input {k} has rank {value.ndim}, "
-                        f"beyond the maximum rank {MAX_RANK} this driver supports"
-                    )
             ctx = ExecutionContext(
                 step.operation_type,
                 args,
@@ -362,9 +378,7 @@ class PreparedGraph:
             else:
                 t0 = time.perf_counter_ns()
                 step.spec.execute(ctx)
-                entry = control.profile.setdefault(step.operation_type.name, [0, 0])
-                entry[0] += 1
-                entry[1] += time.perf_counter_ns() - t0
+                control.note(step.operation_type.name, number, k, t0, time.perf_counter_ns())
             for i, out in zip(step.outputs, ctx.outputs):
                 if out is None:
                     fail(f"{step.operation_type.name} did not produce all its outputs", OP_FAILED)

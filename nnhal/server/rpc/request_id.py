@@ -33,6 +33,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from nnhal.core import telemetry
 from nnhal.server.executions import faults
 from nnhal.server.rpc.handler_shape import behaviour, like
 
@@ -57,6 +58,7 @@ def request_id(context: aio.ServicerContext[Any, Any]) -> str:
 def _begin(context: aio.ServicerContext[Any, Any]) -> None:
     rid = request_id(context)
     REQUEST_ID.set(rid)
+    telemetry.set_attribute("nnhal.request_id", rid)  # on the RPC's span, when tracing is on
     faults.note_scope(context.invocation_metadata() or ())
     context.set_trailing_metadata(((KEY, rid),))
 

@@ -61,6 +61,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
+from nnhal.core import telemetry
 from nnhal.core.wire import MAX_MESSAGE_BYTES, max_inline_bytes
 from nnhal.proto import devices_pb2 as dpb, fastpath_pb2 as fpb, service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server.call_log import CallLog
@@ -73,6 +74,8 @@ from nnhal.server.rpc.forms import SERVICE_NAMES as FORM_SERVICE_NAMES
 from nnhal.server.rpc.identity import IdentityInterceptor, ServerTls
 from nnhal.server.rpc.routing import add_device_services
 from nnhal.server.rpc.sync_handlers import Collector, use_pool
+from nnhal.server.rpc.tracing import server_interceptors
+from nnhal.server.tracing import SpanObserver
 
 log = logging.getLogger(__name__)
 
@@ -169,11 +172,14 @@ class Server:
             config = dataclasses.replace(base, name=spec.name, executor=backend.description)
             self.drivers[spec.name] = Driver(config, backend)
         self.driver = next(iter(self.drivers.values()))
-        self.metrics = Metrics(self.driver)
+        self.metrics = Metrics(self.drivers)
         #: The one owner of each device's HAL calls, handed to every servicer of the device.
         self.executions = {name: Executions(d, self.metrics, max_inline_bytes) for name, d in self.drivers.items()}
         for executions in self.executions.values():
             executions.observe(CallLog())  # every failed call on the log once, with its request id
+        if telemetry.configure("nnhal-server"):
+            for name, x in self.executions.items():
+                x.observe(SpanObserver(name))
         #: The bound metrics address once ``start`` served it.
         self.metrics_address: str | None = None
         #: The bound health-only address once built (``health_listen``).
@@ -211,7 +217,9 @@ class Server:
         options = self.options
         # Only with mTLS: the identity interceptor wraps openSession, every other RPC is passed through.
         mtls = options.tls is not None and options.tls.client_ca is not None
-        interceptors: list[aio.ServerInterceptor] = [IdentityInterceptor()] if mtls else []
+        interceptors: list[aio.ServerInterceptor] = [*server_interceptors()]
+        if mtls:
+            interceptors.append(IdentityInterceptor())
         server = aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
         # Every device's HAL services: 1.3, the fast path, the HIDL 1.0-1.2 and AIDL forms.
         # Every handler is served through generic handlers (``sync_handlers.Collector`` says why).
@@ -270,6 +278,11 @@ class Server:
         log.info("nnhal serving %s on %s (%s)", ", ".join(self.drivers), ", ".join(self.addresses), mode)
         if self.metrics_address is not None:
             log.info("metrics on http://%s/metrics", self.metrics_address)
+        if self.options.device.fault_injection:
+            log.warning(
+                "fault injection is ON (--enable-fault-injection): any client may make this server fail, delay "
+                "or abort its calls; for tests only, never on a shared server"
+            )
         if self.health_address is not None:
             log.info("health only (grpc.health.v1, plaintext) on %s", self.health_address)
 
@@ -335,6 +348,7 @@ class Server:
         finally:
             self.metrics.close()
             self._end_loop()
+            telemetry.shutdown()  # export the spans still buffered
 
     async def _stop(self, grace: float, refusing: threading.Event) -> None:
         await self.health.enter_graceful_shutdown()

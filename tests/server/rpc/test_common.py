@@ -40,7 +40,7 @@ class Servicer:
 
 def _count(s: Servicer, method: str, status: str) -> float | None:
     value: float | None = s.executions.metrics.registry.get_sample_value(
-        "nnhal_rpcs_total", {"method": method, "status": status}
+        "nnhal_rpcs_total", {"device": s.executions.driver.config.name, "method": method, "status": status}
     )
     return value
 
