@@ -10,7 +10,7 @@ ADDR   ?= 127.0.0.1:50051
 WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist worksteal --durations=20
 
-.PHONY: setup run test test-fast soak proto proto-check lint format bench conformance fuzz clean
+.PHONY: setup js-setup run test test-fast soak proto proto-check lint format bench conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -21,15 +21,31 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
 	touch $(STAMP)
 
+# The JavaScript client's npm packages (clients/js, the suite's client in another language).
+# Without npm the step is skipped and so is that test, except in CI (CI=true): there it fails.
+JS       := clients/js
+JS_STAMP := $(JS)/node_modules/.installed
+
+js-setup: $(JS_STAMP)
+
+$(JS_STAMP): $(JS)/package.json $(JS)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		cd $(JS) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	elif [ "$$CI" = true ]; then \
+		echo "npm not found: CI needs Node.js and npm for the JavaScript client test (clients/js)" >&2; exit 1; \
+	else \
+		echo "npm not found: the JavaScript client test (clients/js) will be skipped" >&2; \
+	fi
+
 # A server with the default CPU device, and the demo client through it.
 run: setup
 	$(PY) -m nnhal run --start
 
 # Everything CI runs: generated code is fresh, lint + types clean, the whole suite.
-test: setup proto-check lint
+test: setup js-setup proto-check lint
 	$(PYTEST)
 
-test-fast: setup
+test-fast: setup js-setup
 	$(PYTEST) -m "not slow"
 
 # The suite with the stress loops at their full counts (the figures issue notes quote) and the
@@ -67,4 +83,4 @@ fuzz: setup
 	$(PY) -m tests.fuzz.server
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(JS)/node_modules

@@ -141,3 +141,14 @@ def one_io_request(x: np.ndarray) -> Request:
         (RequestArgument(location=DataLocation(1, 0, n)),),
         (InlinePool(x.tobytes(), n), InlinePool(b"", n)),
     )
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print what tests kept as their ``client_output`` property (another language's client's
+    output: ``tests/clients``), so a run shows it without ``-s``; it travels with the test's
+    report, so it reaches the summary from xdist workers too."""
+    for report in terminalreporter.stats.get("passed", []):
+        for name, value in getattr(report, "user_properties", ()):
+            if name == "client_output" and report.when == "call":
+                terminalreporter.write_sep("-", f"client output: {report.nodeid}")
+                terminalreporter.write_line(str(value).rstrip())

@@ -186,6 +186,18 @@ def _cache_secret_file(text: str) -> str:
     return text
 
 
+def _record_dir(text: str) -> str:
+    """Off (""), or a folder to record into (made if missing; its parent must exist)."""
+    if not text.strip():
+        return ""
+    path = Path(text.strip())
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{text!r} is not a folder; name a folder to write the recordings into")
+    if not path.exists() and not path.parent.is_dir():
+        raise ValueError(f"the folder holding {text!r} does not exist; create it or choose another path")
+    return str(path)
+
+
 def _device(text: str) -> str:
     parse_device(text)  # ValueError saying what is allowed
     return text.strip()
@@ -283,6 +295,13 @@ SETTINGS: tuple[Setting, ...] = (
         str(DEFAULT_SECRET_FILE),
         "key that seals compilation caches, created if missing ('none': a per-process key)",
         "FILE",
+    ),
+    Setting(
+        "record",
+        _record_dir,
+        "",
+        "record every session's HAL calls (models and data included) into DIR, one file per session",
+        "DIR",
     ),
     Setting("enable_fault_injection", _switch, False, "honour test-only setFaults", switch=True),
     Setting(

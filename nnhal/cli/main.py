@@ -48,6 +48,7 @@ COMMANDS = {
     "conformance": "nnhal.cli.conformance",
     "report": "nnhal.cli.report",
     "bench": "nnhal.cli.bench",
+    "replay": "nnhal.cli.replay",
 }
 
 #: 128 + SIGPIPE: what a shell reports for a writer whose reader went away.
@@ -96,6 +97,27 @@ def _run_arguments(sub: Any) -> None:
         help="write the execution's timeline (Chrome/Perfetto trace-event JSON) to FILE",
     )
     r.add_argument("--repeat", type=for_argparse(positive_int), default=5, help="timed runs for --compare (median)")
+
+
+def _replay_arguments(sub: Any) -> None:
+    r = sub.add_parser(
+        "replay",
+        help="replay a recording (nnhal serve --record) against a server and list the differences",
+        description="Exit status 0 iff the replayed answers match the recorded ones.",
+    )
+    r.add_argument("file", type=Path, metavar="FILE", help="a recording (.nnrec)")
+    r.add_argument("address", nargs="?", default=DEFAULT_ADDRESS, metavar="ADDR", type=for_argparse(client_address))
+    _client_arguments(r, address=False)
+    r.add_argument("--start", action="store_true", help="start a local server for the replay")
+    r.add_argument("--device", metavar="NAME", help="replay on this device (with --start: a server of this kind)")
+    r.add_argument(
+        "--feature-level",
+        type=for_argparse(config.feature_level),
+        metavar="LEVEL",
+        help="with --start: the level the started server serves (1.0 .. 1.3, 5 .. 8)",
+    )
+    r.add_argument("--timing", action="store_true", help="also compare recorded and replayed latencies")
+    r.add_argument("--partial", action="store_true", help="replay a recording that lacks its end frame")
 
 
 def _report_arguments(sub: Any) -> None:
@@ -176,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --start: the level the started server serves (1.0 .. 1.3, 5 .. 8; default 8)",
     )
 
+    _replay_arguments(sub)
     _report_arguments(sub)
 
     b = sub.add_parser("bench", help="benchmarks: our path against its anchor, in one run")

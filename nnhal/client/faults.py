@@ -20,6 +20,10 @@ session is then dead; INTERNAL: GENERAL_FAILURE); ``stall`` holds the answer ``m
 prepare / ``execute_1_3``, ``before_reply``). A fault the server cannot inject, or any fault
 on a server without ``--enable-fault-injection``, is INVALID_ARGUMENT.
 
+On the wire (``InjectedFault``, protocol 2) an omitted ``count`` is 1 and an omitted
+``grpc_code`` UNAVAILABLE, while 0 is OK, which no abort can end a call with; this client
+always sends both, so its meaning does not depend on those defaults.
+
 Seeded schedules: a server started with ``--fault-seed S`` also injects faults of its own
 into calls made inside :func:`fault_scope` — each call's fault decided only by (S, the
 scope's label, the method, the call's ordinal among that method's calls in the scope), so

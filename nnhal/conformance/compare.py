@@ -38,12 +38,28 @@ def compare_output(case: TestCase, k: int, expected: VectorOperand, actual: byte
     """None when output ``k`` matches; otherwise a sentence saying where it differs."""
     if expected.is_ignored:
         return None
-    n = _count(expected.dimensions)
+    relaxed = case.is_relaxed or case.uses_float16
+    quant_atol = 3.0 if "mobilenet" in case.name else None
+    return compare_values(k, expected.type, _count(expected.dimensions), expected.data, actual, relaxed, quant_atol)
+
+
+def compare_values(
+    k: int,
+    kind: T,
+    n: int,
+    expected: bytes,
+    actual: bytes,
+    relaxed: bool = False,
+    quant_atol: float | None = None,
+) -> str | None:
+    """None when the first ``n`` values of type ``kind`` in ``actual`` match ``expected``
+    within the harness's tolerance (float32 at float16's with ``relaxed``; ``quant_atol``
+    for 8-bit quantized outputs when given); otherwise a sentence naming output ``k``."""
     if n == 0:
         return None
-    dtype = DTYPE.get(expected.type)
-    if expected.type == T.TENSOR_BOOL8:
-        exp_b = np.frombuffer(expected.data, np.uint8)[:n] != 0
+    dtype = DTYPE.get(kind)
+    if kind == T.TENSOR_BOOL8:
+        exp_b = np.frombuffer(expected, np.uint8)[:n] != 0
         act_raw = np.frombuffer(actual, np.uint8)
         if act_raw.size < n:
             return f"output {k}: {act_raw.size} elements, expected {n}"
@@ -52,14 +68,17 @@ def compare_output(case: TestCase, k: int, expected: VectorOperand, actual: byte
             i = int(bad[0])
             return f"output {k}[{i}]: got {bool(act_raw[i])}, expected {bool(exp_b[i])} ({bad.size} mismatches)"
         return None
-    if expected.type not in _TOLERANCES or dtype is None:
-        return f"output {k}: data type {expected.type.name} not supported by the comparison"
-    atol, rtol = _TOLERANCES[expected.type]
-    if expected.type == T.TENSOR_FLOAT32 and (case.is_relaxed or case.uses_float16):
+    if kind not in _TOLERANCES or dtype is None:
+        return f"output {k}: data type {kind.name} not supported by the comparison"
+    atol, rtol = _TOLERANCES[kind]
+    if kind == T.TENSOR_FLOAT32 and relaxed:
         atol, rtol = _F16_TOL, _F16_TOL
-    if expected.type in _QUANT8 and "mobilenet" in case.name:
-        atol = 3.0
-    exp = np.frombuffer(expected.data, dtype)[:n].astype(np.float64)
+    if kind in _QUANT8 and quant_atol is not None:
+        atol = quant_atol
+    exp_all = np.frombuffer(expected[: (len(expected) // dtype.itemsize) * dtype.itemsize], dtype)
+    if exp_all.size < n:
+        return f"output {k}: the expected data holds {exp_all.size} elements, not {n}"
+    exp = exp_all[:n].astype(np.float64)
     act_all = np.frombuffer(actual[: (len(actual) // dtype.itemsize) * dtype.itemsize], dtype)
     if act_all.size < n:
         return f"output {k}: {act_all.size} elements, expected {n}"

@@ -12,8 +12,7 @@ from typing import Any
 
 from nnhal.core import wire
 from nnhal.core.aidl_types import ExecutionConfig, PrepareModelConfig, TimingNs, TokenValuePair
-from nnhal.core.enums import ErrorStatus, ExecutionPreference
-from nnhal.core.errors import InvalidArgument
+from nnhal.core.enums import ErrorStatus
 from nnhal.core.types import (
     BufferRole,
     ExecutionResult,
@@ -22,6 +21,7 @@ from nnhal.core.types import (
     MemoryPool,
     Request,
 )
+from nnhal.core.wire_session import PROTOCOL_VERSION, preference_of, priority_of
 from nnhal.proto import aidl_pb2 as apb, types_pb2 as pb
 
 
@@ -71,14 +71,11 @@ def prepare_config_to(config: PrepareModelConfig, msg: apb.PrepareModelConfig) -
         msg.extension_name_to_prefix.add(name=e.name, prefix=e.prefix)
 
 
-def prepare_config_from(msg: apb.PrepareModelConfig) -> PrepareModelConfig:
-    try:
-        preference = ExecutionPreference(msg.preference)
-    except ValueError:
-        raise InvalidArgument(f"execution preference {msg.preference} is invalid") from None
+def prepare_config_from(msg: apb.PrepareModelConfig, protocol: int = PROTOCOL_VERSION) -> PrepareModelConfig:
+    """The config of a session speaking ``protocol`` (which says what omitted fields mean)."""
     return PrepareModelConfig(
-        preference,
-        wire.priority_from_wire(msg.priority),
+        preference_of(msg, protocol),
+        priority_of(msg, protocol),
         bytes(msg.cache_token),
         _hints_from(msg.compilation_hints),
         _mapping_from(msg.extension_name_to_prefix),

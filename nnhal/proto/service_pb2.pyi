@@ -9,26 +9,60 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class OpenSessionRequest(_message.Message):
-    __slots__ = ("client_name",)
+    __slots__ = ("client_name", "protocol_version")
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     client_name: str
-    def __init__(self, client_name: _Optional[str] = ...) -> None: ...
+    protocol_version: int
+    def __init__(self, client_name: _Optional[str] = ..., protocol_version: _Optional[int] = ...) -> None: ...
+
+class ServerCapabilities(_message.Message):
+    __slots__ = ("fast_path", "streamed_execution", "close_session", "devices", "max_message_bytes")
+    FAST_PATH_FIELD_NUMBER: _ClassVar[int]
+    STREAMED_EXECUTION_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_SESSION_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    fast_path: bool
+    streamed_execution: bool
+    close_session: bool
+    devices: _containers.RepeatedScalarFieldContainer[str]
+    max_message_bytes: int
+    def __init__(self, fast_path: _Optional[bool] = ..., streamed_execution: _Optional[bool] = ..., close_session: _Optional[bool] = ..., devices: _Optional[_Iterable[str]] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
 
 class SessionEvent(_message.Message):
-    __slots__ = ("session", "device_name", "feature_level", "shm_dir", "shm_prefix", "draining")
+    __slots__ = ("session", "device_name", "feature_level", "shm_dir", "shm_prefix", "draining", "status", "message", "protocol_version", "min_protocol_version", "max_protocol_version", "capabilities")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     DEVICE_NAME_FIELD_NUMBER: _ClassVar[int]
     FEATURE_LEVEL_FIELD_NUMBER: _ClassVar[int]
     SHM_DIR_FIELD_NUMBER: _ClassVar[int]
     SHM_PREFIX_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MIN_PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     session: str
     device_name: str
     feature_level: int
     shm_dir: str
     shm_prefix: str
     draining: bool
-    def __init__(self, session: _Optional[str] = ..., device_name: _Optional[str] = ..., feature_level: _Optional[int] = ..., shm_dir: _Optional[str] = ..., shm_prefix: _Optional[str] = ..., draining: _Optional[bool] = ...) -> None: ...
+    status: _types_pb2.ErrorStatus
+    message: str
+    protocol_version: int
+    min_protocol_version: int
+    max_protocol_version: int
+    capabilities: ServerCapabilities
+    def __init__(self, session: _Optional[str] = ..., device_name: _Optional[str] = ..., feature_level: _Optional[int] = ..., shm_dir: _Optional[str] = ..., shm_prefix: _Optional[str] = ..., draining: _Optional[bool] = ..., status: _Optional[_Union[_types_pb2.ErrorStatus, str]] = ..., message: _Optional[str] = ..., protocol_version: _Optional[int] = ..., min_protocol_version: _Optional[int] = ..., max_protocol_version: _Optional[int] = ..., capabilities: _Optional[_Union[ServerCapabilities, _Mapping]] = ...) -> None: ...
+
+class CloseSessionRequest(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    def __init__(self, session: _Optional[str] = ...) -> None: ...
 
 class DeviceRequest(_message.Message):
     __slots__ = ("session",)
@@ -219,8 +253,15 @@ class AllocateResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_types_pb2.ErrorStatus, str]] = ..., message: _Optional[str] = ..., buffer: _Optional[str] = ..., token: _Optional[int] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("sessions", "prepared_models", "buffers", "executions", "bytes_in_use", "queue_depth", "fences", "limits", "long_calls", "identity")
+    __slots__ = ("sessions", "prepared_models", "buffers", "executions", "bytes_in_use", "queue_depth", "fences", "limits", "long_calls", "identity", "prepared_models_by_priority")
     class LimitsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class PreparedModelsByPriorityEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -237,6 +278,7 @@ class StatsResponse(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     LONG_CALLS_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_MODELS_BY_PRIORITY_FIELD_NUMBER: _ClassVar[int]
     sessions: int
     prepared_models: int
     buffers: int
@@ -247,7 +289,8 @@ class StatsResponse(_message.Message):
     limits: _containers.ScalarMap[str, int]
     long_calls: int
     identity: str
-    def __init__(self, sessions: _Optional[int] = ..., prepared_models: _Optional[int] = ..., buffers: _Optional[int] = ..., executions: _Optional[int] = ..., bytes_in_use: _Optional[int] = ..., queue_depth: _Optional[int] = ..., fences: _Optional[int] = ..., limits: _Optional[_Mapping[str, int]] = ..., long_calls: _Optional[int] = ..., identity: _Optional[str] = ...) -> None: ...
+    prepared_models_by_priority: _containers.ScalarMap[str, int]
+    def __init__(self, sessions: _Optional[int] = ..., prepared_models: _Optional[int] = ..., buffers: _Optional[int] = ..., executions: _Optional[int] = ..., bytes_in_use: _Optional[int] = ..., queue_depth: _Optional[int] = ..., fences: _Optional[int] = ..., limits: _Optional[_Mapping[str, int]] = ..., long_calls: _Optional[int] = ..., identity: _Optional[str] = ..., prepared_models_by_priority: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class FaultRequest(_message.Message):
     __slots__ = ("session", "prepare_delay_ms", "execute_delay_ms", "faults", "clear")

@@ -39,6 +39,11 @@ class DeviceStub:
                 request_serializer=nnhal_dot_proto_dot_service__pb2.OpenSessionRequest.SerializeToString,
                 response_deserializer=nnhal_dot_proto_dot_service__pb2.SessionEvent.FromString,
                 _registered_method=True)
+        self.closeSession = channel.unary_unary(
+                '/nnhal.v1.Device/closeSession',
+                request_serializer=nnhal_dot_proto_dot_service__pb2.CloseSessionRequest.SerializeToString,
+                response_deserializer=nnhal_dot_proto_dot_service__pb2.StatusMessage.FromString,
+                _registered_method=True)
         self.getCapabilities_1_3 = channel.unary_unary(
                 '/nnhal.v1.Device/getCapabilities_1_3',
                 request_serializer=nnhal_dot_proto_dot_service__pb2.DeviceRequest.SerializeToString,
@@ -106,6 +111,14 @@ class DeviceServicer:
 
     def openSession(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def closeSession(self, request, context):
+        """Release the session's objects now and end its stream (protocol 2). Cancelling the
+        stream does the same without an answer.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -190,6 +203,11 @@ def add_DeviceServicer_to_server(servicer, server):
                     servicer.openSession,
                     request_deserializer=nnhal_dot_proto_dot_service__pb2.OpenSessionRequest.FromString,
                     response_serializer=nnhal_dot_proto_dot_service__pb2.SessionEvent.SerializeToString,
+            ),
+            'closeSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.closeSession,
+                    request_deserializer=nnhal_dot_proto_dot_service__pb2.CloseSessionRequest.FromString,
+                    response_serializer=nnhal_dot_proto_dot_service__pb2.StatusMessage.SerializeToString,
             ),
             'getCapabilities_1_3': grpc.unary_unary_rpc_method_handler(
                     servicer.getCapabilities_1_3,
@@ -279,6 +297,33 @@ class Device:
             '/nnhal.v1.Device/openSession',
             nnhal_dot_proto_dot_service__pb2.OpenSessionRequest.SerializeToString,
             nnhal_dot_proto_dot_service__pb2.SessionEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def closeSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nnhal.v1.Device/closeSession',
+            nnhal_dot_proto_dot_service__pb2.CloseSessionRequest.SerializeToString,
+            nnhal_dot_proto_dot_service__pb2.StatusMessage.FromString,
             options,
             channel_credentials,
             insecure,

@@ -99,14 +99,17 @@ class Driver:
         self.executions = Counter()
         #: Serving / draining / stopping; the RPC layer admits and counts work with it.
         self.lifecycle = Lifecycle()
+        #: Called with a session's id once it has closed and released its objects (e.g. the
+        #: recorder ends the session's file); append before serving. Must not raise.
+        self.session_closed: list[Callable[[str], None]] = []
 
     # -- sessions ---------------------------------------------------------
-    def open_session(self, client_name: str, peer: str = "") -> Session:
+    def open_session(self, client_name: str, peer: str = "", protocol_version: int = 1) -> Session:
         """A new session for the client at ``peer`` (a gRPC peer address), belonging to the
-        verified identity in ``VERIFIED_CLIENT`` if the RPC layer set one (mTLS).
-        RESOURCE_EXHAUSTED_TRANSIENT at the session limit."""
+        verified identity in ``VERIFIED_CLIENT`` if the RPC layer set one (mTLS), speaking
+        ``protocol_version``. RESOURCE_EXHAUSTED_TRANSIENT at the session limit."""
         identity = VERIFIED_CLIENT.get()
-        session = Session(secrets.token_hex(16), client_name, peer, identity)
+        session = Session(secrets.token_hex(16), client_name, peer, identity, protocol_version)
         with self._lock:
             if len(self._sessions) >= self.config.max_sessions:
                 raise ResourceExhaustedTransient(
@@ -138,6 +141,8 @@ class Driver:
         self.aidl.release_session(sid)
         self.budget.close_session(sid)
         log.info("session %s closed: released %d prepared models", sid[:8], len(models))
+        for closed in self.session_closed:
+            closed(sid)
         return len(models)
 
     def session(self, sid: str) -> Session:
@@ -409,6 +414,17 @@ class Driver:
             "bytes_in_use": self.budget.total,
             "queue_depth": self.scheduler.in_flight,
         }
+
+    def priorities(self, client_key: str | None = None) -> dict[str, int]:
+        """Prepared models by priority name (of one client's sessions when ``client_key`` is given)."""
+        owners = None
+        if client_key is not None:
+            with self._lock:
+                owners = [s.id for s in self._sessions.values() if s.client_key == client_key]
+        counts: dict[str, int] = {}
+        for pm in self.prepared_models.values(owners):
+            counts[pm.priority.name] = counts.get(pm.priority.name, 0) + 1
+        return counts
 
     def client_stats(self, client_key: str) -> dict[str, int]:
         """``stats`` of one client's sessions (``Session.client_key``): the counts of its own

@@ -81,6 +81,13 @@ class HandleTable(Generic[K, V]):
             keys = self._by_owner.pop(owner, set())
             return [self._entries.pop(key)[1] for key in keys]
 
+    def values(self, owners: Collection[str] | None = None) -> list[V]:
+        """A snapshot of the values (only those of ``owners`` when given)."""
+        with self._lock:
+            if owners is None:
+                return [value for _owner, value in self._entries.values()]
+            return [self._entries[k][1] for owner in owners for k in self._by_owner.get(owner, ())]
+
     def count(self, owners: Collection[str] | None = None) -> int:
         """How many entries there are (only those of ``owners`` when given)."""
         with self._lock:

@@ -69,8 +69,13 @@ def client_key_of(identity: str) -> str:
 class Session:
     """One client's session. ``closed`` only ever goes from False to True."""
 
-    def __init__(self, sid: str, client_name: str, peer: str, identity: str | None = None) -> None:
+    def __init__(
+        self, sid: str, client_name: str, peer: str, identity: str | None = None, protocol_version: int = 1
+    ) -> None:
         self.id = sid
+        #: The wire protocol version the session speaks (``nnhal.core.wire_session``): how the
+        #: server reads its requests' omitted fields.
+        self.protocol_version = protocol_version
         #: The verified certificate identity (mTLS), which is then also the client name.
         self.identity = identity
         self.client_name = identity if identity is not None else client_name

@@ -52,7 +52,7 @@ def test_bench_flags() -> None:
 
 
 def test_every_command_has_a_runner() -> None:
-    assert set(COMMANDS) == {"serve", "info", "run", "demo", "import", "conformance", "report", "bench"}
+    assert set(COMMANDS) == {"serve", "info", "run", "demo", "import", "conformance", "report", "bench", "replay"}
     with pytest.raises(SystemExit):
         build_parser().parse_args(["no-such-command"])
     for module in set(COMMANDS.values()):

@@ -214,7 +214,7 @@ def test_the_plan_applies_faults_of_a_method_in_order_and_counts_them() -> None:
     plan = FaultPlan()
     assert plan.take("execute_1_3") is None and not plan.armed
     first = fault_from(spb.InjectedFault(method="execute_1_3", kind=spb.InjectedFault.ERROR, count=2, status=1))
-    forever = fault_from(spb.InjectedFault(method="execute_1_3", kind=spb.InjectedFault.STALL, stall_ms=5))
+    forever = fault_from(spb.InjectedFault(method="execute_1_3", kind=spb.InjectedFault.STALL, stall_ms=5, count=0))
     plan.add([first, forever])
     assert [plan.take("execute_1_3") for _ in range(4)] == [first, first, forever, forever]
     assert plan.take("prepareModel_1_3") is None and plan.take("execute_1_3", ("abort",)) is None

@@ -61,7 +61,7 @@ def _stub_methods() -> list[tuple[str, str, str]]:
         (stub, service.name, method.name)
         for stub, service in services.items()
         for method in service.methods
-        if method.name not in ("openSession", "getStats", "setFaults", "release", "getStatus")
+        if method.name not in ("openSession", "closeSession", "getStats", "setFaults", "release", "getStatus")
     ]
 
 

@@ -54,6 +54,7 @@ from nnhal.client.remote.transport import (
     tag_request_id,
     target_of,
 )
+from nnhal.core import wire_session
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
 from nnhal.proto import service_pb2 as spb
@@ -96,6 +97,7 @@ class AioSession:
         self.session_id = ""
         self.device_name = ""
         self.feature_level = 0
+        self.protocol_version = 0
         self.last_request_id = ""
         self._draining = False
         self._closed = False
@@ -131,7 +133,7 @@ class AioSession:
 
     async def _start(self, client_name: str, connect_timeout: float) -> None:
         call = self.stubs.device.openSession(
-            spb.OpenSessionRequest(client_name=client_name),
+            spb.OpenSessionRequest(client_name=client_name, protocol_version=wire_session.PROTOCOL_VERSION),
             wait_for_ready=True,
             timeout=SESSION_STREAM_TIMEOUT,
             metadata=self.metadata(),
@@ -145,6 +147,11 @@ class AioSession:
             raise map_rpc_error(err, what="openSession") from err
         if first is grpc.aio.EOF:
             raise DeadObject(f"the nnhal server at {self.address} ended the session at once")
+        refusal = wire_session.refusal_of(first)
+        if refusal is not None:
+            raise refusal
+        # The protocol version the session speaks (1: a server older than the handshake).
+        self.protocol_version = wire_session.version_of(first.protocol_version)
         self.session_id = first.session
         self.device_name = first.device_name
         self.feature_level = int(first.feature_level)

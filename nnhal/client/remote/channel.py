@@ -61,6 +61,7 @@ from nnhal.client.remote.transport import (
     open_channel,
     tag_request_id,
 )
+from nnhal.core import wire_session
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
 from nnhal.proto import service_pb2 as spb
@@ -94,6 +95,7 @@ class SessionChannel:
         self._session_id = ""
         self.device_name = ""
         self.feature_level = 0
+        self.protocol_version = 0
         #: The server's shared-memory directory and name prefix ("" when not offered).
         self.shm_dir = ""
         self.shm_prefix = ""
@@ -214,7 +216,7 @@ class SessionChannel:
     # -- session stream -------------------------------------------------------------------
     def _session_loop(self, client_name: str, connect_timeout: float) -> None:
         call = self._stubs.device.openSession(
-            spb.OpenSessionRequest(client_name=client_name),
+            spb.OpenSessionRequest(client_name=client_name, protocol_version=wire_session.PROTOCOL_VERSION),
             wait_for_ready=True,
             timeout=SESSION_STREAM_TIMEOUT,
             metadata=self._metadata(),
@@ -246,6 +248,11 @@ class SessionChannel:
     def _read_session(self, call: Iterable[Any]) -> None:
         for event in call:
             if not self._session_id:
+                refusal = wire_session.refusal_of(event)
+                if refusal is not None:  # the stream ends next: the session loop reports the refusal
+                    raise refusal
+                # The protocol version the session speaks (1: a server older than the handshake).
+                self.protocol_version = wire_session.version_of(event.protocol_version)
                 self.device_name = event.device_name
                 self.feature_level = int(event.feature_level)
                 self.shm_dir = event.shm_dir

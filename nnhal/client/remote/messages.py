@@ -148,7 +148,7 @@ def copy_to_request(session: str, handle: str, dst: MemoryPool) -> spb.CopyToReq
 
 
 #: StatsResponse fields that are not counts.
-_NOT_COUNTS = ("limits", "identity")
+_NOT_COUNTS = ("limits", "identity", "prepared_models_by_priority")
 
 
 def stats_of(msg: Any) -> tuple[dict[str, int], dict[str, int]]:

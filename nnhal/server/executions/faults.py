@@ -3,14 +3,14 @@
 ``setFaults`` adds :class:`Fault` values to the device's one :class:`FaultPlan` (owned by
 its ``Executions``, shared by every session; ``clear`` empties it). A fault names a
 method (:data:`FAULTABLE`) and applies to its next ``count`` calls (0: every call until
-cleared); the faults of one method are used in the order they were set. Each call takes
-at most one fault, when it arrives (:meth:`FaultPlan.take`), and the owner applies it at
-its points:
+cleared; an omitted count is 1 on the wire, ``nnhal.core.wire_session``); the faults of
+one method are used in the order they were set. Each call takes at most one fault, when
+it arrives (:meth:`FaultPlan.take`), and the owner applies it at its points:
 
 - ``error``: the call answers ``status`` in-band with a message saying it was injected (a
   stream's launch status, then the same notify; a burst's next response).
 - ``abort``: the call ends with a transport status (``grpc_code``, a gRPC status code
-  number, 14 UNAVAILABLE by default: the client sees DEAD_OBJECT) after ``after``
+  number 1-16, 14 UNAVAILABLE when omitted: the client sees DEAD_OBJECT; 0 is OK, refused) after ``after``
   messages — 0: at once; 1 on a launch / notify stream: after the launch status; K on
   ``configureExecutionBurst``: after K responses (the fault is taken when the burst
   stream opens). The work launched is ended. The owner raises :class:`Abort`; the

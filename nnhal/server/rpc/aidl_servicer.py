@@ -68,8 +68,8 @@ class AidlDeviceServicer(agrpc.AidlDeviceServicer):
         msg = request.config
 
         def build() -> Preparation:
-            self.driver.session(request.session)
-            config = wire_aidl.prepare_config_from(msg)
+            session = self.driver.session(request.session)
+            config = wire_aidl.prepare_config_from(msg, session.protocol_version)
             names = [e.name for e in self.driver.extensions()]
             accepted_hints(config.compilation_hints, config.extension_name_to_prefix, names, "compilationHints")
             return Preparation(

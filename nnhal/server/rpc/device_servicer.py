@@ -12,8 +12,11 @@ one more event with ``draining`` set tells the client that the stream's coming
 end is a drain, not a crash; the stream ends when the client ends it (a close,
 its death, a keepalive expiry: the server then releases the session's objects)
 or when the server stops. New sessions, preparations and allocations are
-refused while the server drains (DEVICE_UNAVAILABLE; a refused session is the
-gRPC status UNAVAILABLE, which the client reports as DEAD_OBJECT).
+refused while the server drains (DEVICE_UNAVAILABLE). A refused session is the first
+event's status for a protocol 2 client (``nnhal.core.wire_session``: the session cap, a
+drain, an unknown device); a protocol 1 client gets the gRPC status it always got
+(UNAVAILABLE while draining, which it reports as DEAD_OBJECT; RESOURCE_EXHAUSTED at the
+cap). ``closeSession`` releases a session's objects at once and ends its stream.
 
 A preparation holds a place among the long-lived calls (``executions.LongCalls``, kind
 "preparation") from its launch to the end of its stream (``Executions.prepare``). ``getStats`` answers a client
@@ -24,16 +27,17 @@ this session's delays and the device's injected faults (``nnhal.server.execution
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from typing import Any
 
 import grpc
 from grpc import aio
 
-from nnhal.core import wire
-from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion
-from nnhal.core.errors import HalError, InvalidArgument
+from nnhal.core import methods, wire, wire_session
+from nnhal.core.enums import ErrorStatus, HalVersion
+from nnhal.core.errors import DeviceUnavailable, HalError, InvalidArgument
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
+from nnhal.server import fastpath
 from nnhal.server.executions import (
     Arrival,
     CachedPreparation,
@@ -51,13 +55,6 @@ from nnhal.server.rpc.identity import peer_identity
 from nnhal.server.session import Faults, Session, client_key_of
 
 FAULTS_DISABLED = "fault injection is disabled on this server (start it with --enable-fault-injection)"
-
-
-def _preference_from(value: int) -> ExecutionPreference:
-    try:
-        return ExecutionPreference(value)
-    except ValueError:
-        raise InvalidArgument(f"execution preference {value} is invalid") from None
 
 
 def prepared_to(prepared: Prepared) -> spb.PrepareModelNotify:
@@ -97,55 +94,105 @@ class LoopWaker:
 
 
 class DeviceServicer(sgrpc.DeviceServicer):
-    def __init__(self, executions: Executions) -> None:
+    def __init__(self, executions: Executions, devices: Sequence[str] = (), fast_path: bool = False) -> None:
+        """``devices``: the names of the server's devices, the default first (empty: this one);
+        ``fast_path``: the server offers same-host fast bursts (both for the handshake)."""
         self.executions = executions
         self.driver = executions.driver
         self.metrics = executions.metrics
         self._lifecycle = executions.lifecycle
         self._long_calls = executions.long_calls
+        self._devices = tuple(devices)
+        self._fast_path = fast_path and fastpath.available()
+        #: The wakers of the open session streams, by session id (closeSession ends a stream).
+        self._streams: dict[str, LoopWaker] = {}
 
     # -- session -----------------------------------------------------------
     async def openSession(
         self, request: spb.OpenSessionRequest, context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[spb.SessionEvent]:
-        """A coroutine on the server's loop (no thread held while the stream is open)."""
-        if self._lifecycle.draining:
-            self.metrics.rpc("openSession", ErrorStatus.DEVICE_UNAVAILABLE)
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"openSession: {DRAINING}")
+        """A coroutine on the server's loop (no thread held while the stream is open). The
+        first event answers the handshake (``nnhal.core.wire_session``); a refusal is that
+        event's status (protocol 2), or a gRPC status for a protocol 1 client."""
         try:
-            session = self.driver.open_session(request.client_name, context.peer() or "")
+            version = wire_session.negotiate(request.protocol_version)
+            if self._lifecycle.draining:
+                raise DeviceUnavailable(DRAINING)
+            session = self.driver.open_session(request.client_name, context.peer() or "", version)
         except HalError as err:
             self.metrics.rpc("openSession", err.error_status)
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, err.message)
+            if wire_session.version_of(request.protocol_version) < wire_session.DEFAULTS_VERSION:
+                code = grpc.StatusCode.UNAVAILABLE if self._lifecycle.draining else grpc.StatusCode.RESOURCE_EXHAUSTED
+                await context.abort(code, f"openSession: {err.message}")
+            yield self._handshake(status=err.error_status, message=err.message)
+            return
         self.metrics.rpc("openSession", ErrorStatus.NONE)
-        # Set when the call ends and on every change of the server's state (from any thread).
+        # Set when the call ends, on closeSession and on every change of the server's state (from any thread).
         wake = LoopWaker(asyncio.get_running_loop())
         context.add_done_callback(lambda _context: wake.set())
         self._lifecycle.watch(wake)
+        self._streams[session.id] = wake
         try:
             shm = self.driver.config.shared_memory
-            yield spb.SessionEvent(
-                session=session.id,
-                device_name=self.driver.config.name,
-                feature_level=int(self.driver.config.feature_level),
-                shm_dir=str(shm.directory) if shm is not None and session.is_local else "",
-                shm_prefix=shm.prefix if shm is not None else "",
-            )
+            first = self._handshake(session)
+            first.session = session.id
+            first.device_name = self.driver.config.name
+            first.feature_level = int(self.driver.config.feature_level)
+            first.shm_dir = str(shm.directory) if shm is not None and session.is_local else ""
+            first.shm_prefix = shm.prefix if shm is not None else ""
+            yield first
             # The stream stays open as the client's liveness signal; its end (close, crash,
             # keepalive expiry: gRPC cancels this coroutine) releases the session's objects.
             told_draining = False
-            while not context.done() and not self._lifecycle.stopping:
+            while not context.done() and not self._lifecycle.stopping and not session.closed:
                 if self._lifecycle.draining and not told_draining:
                     told_draining = True
                     yield spb.SessionEvent(session=session.id, draining=True)
                     self._lifecycle.told(wake)  # gRPC asks for the next event once this one is sent
                 await wake.wait()
         finally:
+            self._streams.pop(session.id, None)
             self._lifecycle.unwatch(wake)
             self.metrics.session_ended("server" if self._lifecycle.stopping else "client")
             self.driver.close_session(session.id)
             # The fairness record the scheduler keeps per client (dropped unless it has work left).
             self.driver.scheduler.forget(session.client_key)
+
+    def _handshake(
+        self, session: Session | None = None, status: ErrorStatus = ErrorStatus.NONE, message: str = ""
+    ) -> spb.SessionEvent:
+        """The first event's handshake: the session's version, the server's range and offers."""
+        event = spb.SessionEvent(
+            status=int(status),  # type: ignore[arg-type]
+            message=message,
+            protocol_version=session.protocol_version if session is not None else 0,
+            min_protocol_version=wire_session.MIN_PROTOCOL_VERSION,
+            max_protocol_version=wire_session.PROTOCOL_VERSION,
+        )
+        offers = event.capabilities
+        offers.streamed_execution = True
+        offers.close_session = True
+        offers.devices.extend(self._devices or (self.driver.config.name,))
+        offers.max_message_bytes = wire.MAX_MESSAGE_BYTES
+        offers.fast_path = bool(
+            session is not None
+            and self._fast_path
+            and session.is_local
+            and self.driver.config.shared_memory is not None
+            and methods.serves(self.driver.config.feature_level, "configureExecutionBurst")
+        )
+        return event
+
+    @hal_method(make=spb.StatusMessage)
+    def closeSession(self, request: spb.CloseSessionRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
+        """Release the session's objects now and end its stream (with OK). INVALID_ARGUMENT
+        for an unknown or closed session."""
+        session = self._session(request.session)
+        self.driver.close_session(session.id)
+        wake = self._streams.get(session.id)
+        if wake is not None:
+            wake.set()
+        return spb.StatusMessage()
 
     def _session(self, sid: str) -> Session:
         return self.driver.session(sid)
@@ -205,12 +252,12 @@ class DeviceServicer(sgrpc.DeviceServicer):
         self, request: spb.PrepareModelRequest, context: grpc.ServicerContext, m: Method, arrival: Arrival | None
     ) -> Iterator[spb.PrepareModelEvent]:
         def build() -> Preparation:
-            self._session(request.session)
+            protocol = self._session(request.session).protocol_version
             return Preparation(
                 request.session,
                 wire.model_from(request.model),
-                _preference_from(request.preference),
-                wire.priority_from_wire(request.priority),
+                wire_session.preference_of(request, protocol),
+                wire_session.priority_of(request, protocol),
                 wire.deadline_from(request.deadline),
                 bytes(request.token),
                 request.want_cache,
@@ -260,11 +307,12 @@ class DeviceServicer(sgrpc.DeviceServicer):
         limits = self.driver.config.limits()
         if identity is None:
             counts: dict[str, Any] = {**self.driver.stats(), "long_calls": self._long_calls.in_progress}
-            return spb.StatsResponse(**counts, limits=limits)
+            return spb.StatsResponse(**counts, limits=limits, prepared_models_by_priority=self.driver.priorities())
         key = client_key_of(identity)
         mine = self._long_calls.held("fence wait", key) + self._long_calls.held("preparation", key)
         counts = {**self.driver.client_stats(key), "long_calls": mine}
-        return spb.StatsResponse(**counts, identity=identity, limits=limits)
+        by_priority = self.driver.priorities(key)
+        return spb.StatsResponse(**counts, identity=identity, limits=limits, prepared_models_by_priority=by_priority)
 
     @hal_method(make=spb.StatusMessage)
     def setFaults(self, request: spb.FaultRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
@@ -275,7 +323,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
         session = self._session(request.session)
         if not self.driver.config.fault_injection:
             raise InvalidArgument(FAULTS_DISABLED)
-        faults = [fault_from(f) for f in request.faults]
+        faults = [fault_from(f, session.protocol_version) for f in request.faults]
         delays = Faults(request.prepare_delay_ms, request.execute_delay_ms)
         if request.clear:
             self.driver.set_faults(session, Faults())

@@ -11,6 +11,7 @@ import grpc
 
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import InvalidArgument
+from nnhal.core.wire_session import PROTOCOL_VERSION, fault_count_of
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.executions.faults import (
     BURST as BURST,
@@ -39,9 +40,12 @@ _POINT_OF = {
 _GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode if code is not grpc.StatusCode.OK}
 
 
-def fault_from(msg: spb.InjectedFault) -> Fault:
-    """The Fault ``msg`` asks for; INVALID_ARGUMENT saying what is wrong with it."""
+def fault_from(msg: spb.InjectedFault, protocol: int = PROTOCOL_VERSION) -> Fault:
+    """The Fault ``msg`` asks for, from a session speaking ``protocol`` (an omitted ``count``
+    is 1, or 0 for protocol 1; an omitted ``grpc_code`` UNAVAILABLE, while 0 is OK, which no
+    abort ends a call with); INVALID_ARGUMENT saying what is wrong with it."""
     method = msg.method
+    count = fault_count_of(msg, protocol)
     if method not in FAULTABLE:
         raise InvalidArgument(f"setFaults: method {method!r} cannot be faulted; one of {', '.join(sorted(FAULTABLE))}")
     kind = _KIND_OF.get(msg.kind)
@@ -55,21 +59,24 @@ def fault_from(msg: spb.InjectedFault) -> Fault:
             raise InvalidArgument(f"setFaults: error status {int(msg.status)} is not an ErrorStatus") from None
         if status == ErrorStatus.NONE:
             raise InvalidArgument("setFaults: an injected error needs a status other than NONE")
-        return Fault(method, kind, msg.count, status=status, message=msg.message)
+        return Fault(method, kind, count, status=status, message=msg.message)
     if kind == "abort":
-        code = msg.grpc_code or grpc.StatusCode.UNAVAILABLE.value[0]
+        # Omitted: UNAVAILABLE. 0 is OK, as everywhere in gRPC: no failure to end a call with.
+        code = msg.grpc_code if msg.HasField("grpc_code") else grpc.StatusCode.UNAVAILABLE.value[0]
         if code not in _GRPC_CODES:
-            raise InvalidArgument(f"setFaults: gRPC code {msg.grpc_code} is not a failure code (1-16)")
+            raise InvalidArgument(
+                f"setFaults: gRPC code {msg.grpc_code} is not a failure code (1-16; omit it for UNAVAILABLE)"
+            )
         most = None if method == BURST else (1 if stream else 0)
         if most is not None and msg.after_messages > most:
             raise InvalidArgument(
                 f"setFaults: {method} can be aborted after at most {most} message(s), not {msg.after_messages}"
             )
-        return Fault(method, kind, msg.count, message=msg.message, grpc_code=code, after=msg.after_messages)
+        return Fault(method, kind, count, message=msg.message, grpc_code=code, after=msg.after_messages)
     if kind == "stall":
         if not 0 < msg.stall_ms <= MAX_STALL_MS:
             raise InvalidArgument(f"setFaults: a stall takes 1 to {MAX_STALL_MS} ms, not {msg.stall_ms}")
-        return Fault(method, kind, msg.count, stall_ms=msg.stall_ms)
+        return Fault(method, kind, count, stall_ms=msg.stall_ms)
     point = _POINT_OF.get(msg.point)
     if point is None:
         raise InvalidArgument(f"setFaults: exit point {int(msg.point)} is invalid; one of {', '.join(POINTS)}")
@@ -77,7 +84,7 @@ def fault_from(msg: spb.InjectedFault) -> Fault:
         raise InvalidArgument(f"setFaults: {method} has no launch; exit at start or before_reply")
     if msg.exit_code > 255:
         raise InvalidArgument(f"setFaults: an exit status is 0-255, not {msg.exit_code}")
-    return Fault(method, kind, msg.count, point=point, exit_code=msg.exit_code)
+    return Fault(method, kind, count, point=point, exit_code=msg.exit_code)
 
 
 def abort_status(abort: Abort) -> tuple[grpc.StatusCode, str]:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from nnhal.core import versions, wire, wire_hidl
+from nnhal.core import versions, wire, wire_hidl, wire_session
 from nnhal.core.enums import ExecutionPreference, HalVersion
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import ExecutionResult, Model, Request
@@ -36,7 +36,7 @@ from nnhal.server.executions import (
 from nnhal.server.executor.validate import supported_operations, validate_full
 from nnhal.server.memory import bind_model_pools
 from nnhal.server.rpc.common import as_result, events_to, hal_method
-from nnhal.server.rpc.device_servicer import _preference_from, prepare_events
+from nnhal.server.rpc.device_servicer import prepare_events
 from nnhal.server.session import Session
 
 V = HalVersion
@@ -159,7 +159,7 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
         def build() -> Preparation:
             session = self.driver.session(request.session)
             model = self._held(session, request.model, V.V1_1)
-            return Preparation(session.id, model, _preference_from(request.preference))
+            return Preparation(session.id, model, wire_session.preference_of(request, session.protocol_version))
 
         return self._prepare(m, arrival, V.V1_1, build, context)
 
@@ -170,7 +170,7 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
         def build() -> Preparation:
             session = self.driver.session(request.session)
             model = self._held(session, request.model, V.V1_2)
-            preference = _preference_from(request.preference)
+            preference = wire_session.preference_of(request, session.protocol_version)
             return Preparation(session.id, model, preference, token=bytes(request.token), want_cache=request.want_cache)
 
         return self._prepare(m, arrival, V.V1_2, build, context)

@@ -1,12 +1,13 @@
 """Several devices behind one server: the device list and the routing of every call.
 
-Each device is a Driver, whose calls its ``Executions`` owns, with its own servicers. With one device they are added to
-the gRPC server as they always were. With several, one generic handler routes each
-call to the servicers of the device its ``nnhal-device`` metadata names (absent: the
-first device), so a session is opened on one device and every later call of that
-session reaches the same Driver: objects belong to the device and session that made
-them, and another device's handle is INVALID_ARGUMENT like any unknown handle. A name
-no device has is the gRPC status NOT_FOUND naming the devices there are.
+Each device is a Driver, whose calls its ``Executions`` owns, with its own servicers. One
+generic handler routes each call to the servicers of the device its ``nnhal-device``
+metadata names (absent: the first device), so a session is opened on one device and every
+later call of that session reaches the same Driver: objects belong to the device and
+session that made them, and another device's handle is INVALID_ARGUMENT like any unknown
+handle. A name no device has is refused alike on every server, one device or several:
+``openSession`` answers INVALID_ARGUMENT in its first event naming the devices there are (a
+protocol 1 client: the gRPC status NOT_FOUND), every other call ends with NOT_FOUND.
 
 ``DeviceManager.listDevices`` (``devices.proto``) lists every device: name, kind,
 type, feature level, version string, capabilities and status, the default first.
@@ -14,17 +15,19 @@ type, feature level, version string, capabilities and status, the default first.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import grpc
 from grpc import aio
 
-from nnhal.core import wire
+from nnhal.core import wire, wire_session
+from nnhal.core.enums import ErrorStatus
 from nnhal.proto import (
     devices_pb2 as dpb,
     devices_pb2_grpc as dgrpc,
     fastpath_pb2_grpc as fpgrpc,
+    service_pb2 as spb,
     service_pb2_grpc as sgrpc,
     streamed_pb2_grpc as stgrpc,
 )
@@ -42,11 +45,12 @@ from nnhal.server.rpc.sync_handlers import Collector, Table
 
 #: The call metadata naming the device (the client's ``Device.connect(..., device=NAME)``).
 DEVICE_METADATA = "nnhal-device"
+_OPEN_SESSION = f"/{spb.DESCRIPTOR.services_by_name['Device'].full_name}/openSession"
 
 
-def _add_servicers(server: Any, executions: Executions, fast_path: bool) -> None:
+def _add_servicers(server: Any, executions: Executions, fast_path: bool, devices: Sequence[str]) -> None:
     """Every servicer of one device, each an adapter of its ``executions``."""
-    sgrpc.add_DeviceServicer_to_server(DeviceServicer(executions), server)
+    sgrpc.add_DeviceServicer_to_server(DeviceServicer(executions, devices, fast_path), server)
     sgrpc.add_PreparedModelServicer_to_server(PreparedModelServicer(executions), server)
     fpgrpc.add_FastPathServicer_to_server(FastPathServicer(executions, fast_path), server)
     stgrpc.add_StreamedExecutionServicer_to_server(StreamedExecutionServicer(executions), server)
@@ -55,13 +59,26 @@ def _add_servicers(server: Any, executions: Executions, fast_path: bool) -> None
     add_method_forms(server, executions)  # the HIDL 1.0-1.2 and AIDL method forms
 
 
-def _not_found(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
-    """A handler of ``handler``'s shape that ends the call with NOT_FOUND."""
+def _refusal(handler: grpc.RpcMethodHandler, message: str, method: str) -> grpc.RpcMethodHandler:
+    """A handler of ``handler``'s shape that refuses the call: NOT_FOUND, or for a protocol 2
+    ``openSession`` an in-band INVALID_ARGUMENT in its one event."""
 
     async def abort(_request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
         await context.abort(grpc.StatusCode.NOT_FOUND, message)
 
-    return with_request_id(like(handler, abort))
+    async def refuse_session(
+        request: spb.OpenSessionRequest, context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[spb.SessionEvent]:
+        if wire_session.version_of(request.protocol_version) < wire_session.DEFAULTS_VERSION:
+            await context.abort(grpc.StatusCode.NOT_FOUND, message)
+        yield spb.SessionEvent(
+            status=ErrorStatus.INVALID_ARGUMENT,  # type: ignore[arg-type]
+            message=message,
+            min_protocol_version=wire_session.MIN_PROTOCOL_VERSION,
+            max_protocol_version=wire_session.PROTOCOL_VERSION,
+        )
+
+    return with_request_id(like(handler, refuse_session if method == _OPEN_SESSION else abort))
 
 
 class DeviceRouter(grpc.GenericRpcHandler):
@@ -83,7 +100,8 @@ class DeviceRouter(grpc.GenericRpcHandler):
         handler = self._tables[self._default].get(method)
         if handler is None:
             return None
-        return _not_found(handler, f"this server has no device named {name!r}; its devices: {', '.join(self._tables)}")
+        devices = ", ".join(self._tables)
+        return _refusal(handler, f"this server has no device named {name!r}; its devices: {devices}", method)
 
 
 class DeviceManagerServicer(dgrpc.DeviceManagerServicer):
@@ -111,13 +129,11 @@ def add_device_services(server: aio.Server, devices: Mapping[str, Executions], f
     collectors: dict[str, Collector] = {}
     for name, executions in devices.items():
         collectors[name] = Collector()
-        _add_servicers(collectors[name], executions, fast_path)
+        _add_servicers(collectors[name], executions, fast_path, tuple(devices))
     drivers = {name: executions.driver for name, executions in devices.items()}
-    if len(drivers) == 1:
-        server.add_generic_rpc_handlers(tuple(collectors.values()))
-    else:
-        tables = {name: c.table for name, c in collectors.items()}
-        server.add_generic_rpc_handlers((DeviceRouter(tables, next(iter(drivers))),))
+    # A router also with one device: a name it does not have is refused as on any server.
+    tables = {name: c.table for name, c in collectors.items()}
+    server.add_generic_rpc_handlers((DeviceRouter(tables, next(iter(drivers))),))
     manager = Collector()
     dgrpc.add_DeviceManagerServicer_to_server(DeviceManagerServicer(drivers), manager)
     server.add_generic_rpc_handlers((manager,))

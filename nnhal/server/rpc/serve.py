@@ -59,19 +59,26 @@ from typing import Any, TypeVar
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from nnhal.core import telemetry
 from nnhal.core.wire import MAX_MESSAGE_BYTES, max_inline_bytes
-from nnhal.proto import devices_pb2 as dpb, fastpath_pb2 as fpb, service_pb2 as spb, service_pb2_grpc as sgrpc
+from nnhal.proto import (
+    devices_pb2 as dpb,
+    fastpath_pb2 as fpb,
+    service_pb2 as spb,
+    service_pb2_grpc as sgrpc,
+    streamed_pb2 as stpb,
+)
 from nnhal.server.call_log import CallLog
 from nnhal.server.devices import DeviceSpec, make_backend
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Executions
 from nnhal.server.metrics import Metrics
+from nnhal.server.recorder import Recorder
 from nnhal.server.rpc.buffer_servicer import EchoServicer
 from nnhal.server.rpc.forms import SERVICE_NAMES as FORM_SERVICE_NAMES
 from nnhal.server.rpc.identity import IdentityInterceptor, ServerTls
+from nnhal.server.rpc.reflection import add_reflection
 from nnhal.server.rpc.routing import add_device_services
 from nnhal.server.rpc.sync_handlers import Collector, use_pool
 from nnhal.server.rpc.tracing import server_interceptors
@@ -119,6 +126,7 @@ SERVICE_NAMES = (
         for name in ("Device", "PreparedModel", "FencedExecutionCallback", "Buffer", "Echo")
     ),
     fpb.DESCRIPTOR.services_by_name["FastPath"].full_name,
+    stpb.DESCRIPTOR.services_by_name["StreamedExecution"].full_name,
     dpb.DESCRIPTOR.services_by_name["DeviceManager"].full_name,
 )
 
@@ -144,6 +152,8 @@ class ServerOptions:
     devices: list[DeviceSpec] = field(default_factory=list)
     #: Intra-op threads of each ort device's sessions.
     ort_threads: int = 1
+    #: Record every session's HAL calls into this folder (``nnhal.server.recorder``); None: off.
+    record: Path | None = None
 
 
 def is_loopback_host(host: str) -> bool:
@@ -177,6 +187,13 @@ class Server:
         self.executions = {name: Executions(d, self.metrics, max_inline_bytes) for name, d in self.drivers.items()}
         for executions in self.executions.values():
             executions.observe(CallLog())  # every failed call on the log once, with its request id
+        #: The recorders of ``--record`` (one per device), ended by ``stop``.
+        self.recorders: list[Recorder] = []
+        if options.record is not None:
+            for name, x in self.executions.items():
+                recorder = Recorder(options.record, self.drivers[name])
+                x.observe(recorder)
+                self.recorders.append(recorder)
         if telemetry.configure("nnhal-server"):
             for name, x in self.executions.items():
                 x.observe(SpanObserver(name))
@@ -227,8 +244,7 @@ class Server:
         others = Collector()
         sgrpc.add_EchoServicer_to_server(EchoServicer(), others)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, others)
-        names = (*SERVICE_NAMES, *FORM_SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME)
-        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(reflection.aio.ReflectionServicer(names), others)
+        add_reflection(others, (*SERVICE_NAMES, *FORM_SERVICE_NAMES, health.SERVICE_NAME))
         server.add_generic_rpc_handlers((others,))
         for addr in options.listen:
             self.addresses.append(self._bind(server, addr))
@@ -346,6 +362,8 @@ class Server:
         except futures.TimeoutError:  # gRPC cancels what is left after ``grace``; this bounds the wait
             log.warning("the gRPC server did not stop within %.1f s; ending anyway", grace + _STOP_SLACK_S)
         finally:
+            for recorder in self.recorders:
+                recorder.close()
             self.metrics.close()
             self._end_loop()
             telemetry.shutdown()  # export the spans still buffered
