@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import re
 import statistics
 import time
@@ -44,9 +45,11 @@ from nnhal.client.timeline import write_trace
 from nnhal.importers.compare import ABS_TOL, REL_TOL, diff
 from nnhal.importers.errors import TfliteImportError
 from nnhal.importers.litert import LiteRtMissing, LiteRtRunner
+from nnhal.importers.reader import MAX_TENSOR_BYTES
 from nnhal.importers.saved import is_saved, load
 from nnhal.importers.tflite_model import ImportedModel
 from nnhal.server.devices import parse_device
+from nnhal.server.executor.allocation import MACHINE_BYTES
 from nnhal.testing.local_server import LocalServer
 
 MODEL_SUFFIXES = (".tflite", ".nnhal")
@@ -86,7 +89,23 @@ def _load(path: Path) -> ImportedModel:
     return load_tflite(path)
 
 
+def _check_input_sizes(imported: ImportedModel) -> None:
+    """UsageError for an input that could not be held: more bytes than an NNAPI operand can
+    hold or than this machine has (checked before anything is allocated)."""
+    limit = min(MAX_TENSOR_BYTES, MACHINE_BYTES)
+    for spec in imported.inputs:
+        if any(d <= 0 for d in spec.shape):
+            raise UsageError(f"input '{spec.name}' has shape {list(spec.shape)}: dimensions must be positive")
+        nbytes = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
+        if nbytes > limit:
+            raise UsageError(
+                f"input '{spec.name}' of shape {list(spec.shape)} needs {nbytes:,} bytes, beyond the {limit:,} "
+                "one input can have here"
+            )
+
+
 def _inputs(imported: ImportedModel, files: list[Path], seed: int) -> list[np.ndarray]:
+    _check_input_sizes(imported)
     if not files:
         return imported.random_inputs(seed)
     if len(files) != len(imported.inputs):
@@ -95,7 +114,8 @@ def _inputs(imported: ImportedModel, files: list[Path], seed: int) -> list[np.nd
     arrays = []
     for spec, path in zip(imported.inputs, files):
         try:
-            value = np.load(path, allow_pickle=False)
+            # Mapped, not read: the shape is checked before the data is copied into memory.
+            value = np.load(path, mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError) as err:
             raise UsageError(f"--input {path}: not a readable .npy file ({err})") from None
         if tuple(value.shape) != spec.shape:
