@@ -76,9 +76,11 @@ bench: setup
 conformance: setup
 	$(PY) -m nnhal conformance conformance/vectors --start
 
-# The long fuzz campaign (the suite runs a bounded one): NNHAL_FUZZ_SECONDS (600) or NNHAL_FUZZ_EXAMPLES (100000).
+# The fuzz campaign through a real server process over gRPC (tests/fuzz/server.py): NNHAL_FUZZ_SEED
+# (default random, printed), NNHAL_FUZZ_EXAMPLES (20000 models, each with a request). The in-process
+# campaign of the executor alone is `$(PY) -m tests.fuzz.campaign`.
 fuzz: setup
-	$(PY) -m tests.fuzz.campaign
+	$(PY) -m tests.fuzz.server
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(JS)/node_modules

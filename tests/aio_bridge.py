@@ -10,6 +10,11 @@ every blocking call awaits the coroutine on that loop (its HalError re-raised he
 task's done callback. A task's done callback runs once by construction, so the counts the
 tests keep check that each awaiting call is resolved (no lost notify) with the right
 status, within the bound, and once.
+
+The done callback is added on the loop's thread, in the same step that starts the task
+(:meth:`_Loop.start`): an asyncio Task is not thread-safe, and one added from another
+thread to a task already done is only scheduled (``call_soon``, no wake-up), so an idle
+loop would run it only at its next event — a waiter left without its callback.
 """
 
 from __future__ import annotations
@@ -53,6 +58,13 @@ class _Loop:
 
         return self.run(on_loop())
 
+    def start(
+        self, make: Callable[[], asyncio.Future[Any]], deliver: Callable[[Any], tuple[ErrorStatus, Any, str]]
+    ) -> Callback[Any]:
+        """Start ``make()``'s task and tie it to a Callback (:func:`_callback`), both on the
+        loop's thread (module docstring)."""
+        return self.call(lambda: _callback(make(), deliver))
+
     def close(self) -> None:
         async def cancel_rest() -> None:
             rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -68,12 +80,12 @@ class _Loop:
             self.loop.close()
 
 
-def _callback(task: asyncio.Task[Any], deliver: Callable[[Any], tuple[ErrorStatus, Any, str]]) -> Callback[Any]:
+def _callback(task: asyncio.Future[Any], deliver: Callable[[Any], tuple[ErrorStatus, Any, str]]) -> Callback[Any]:
     """A Callback notified once when ``task`` ends: ``deliver(result)``, its HalError's status,
-    or GENERAL_FAILURE for a cancelled task."""
+    or GENERAL_FAILURE for a cancelled task. Call on the task's loop thread (``_Loop.start``)."""
     cb: Callback[Any] = Callback()
 
-    def done(t: asyncio.Task[Any]) -> None:
+    def done(t: asyncio.Future[Any]) -> None:
         if t.cancelled():
             cb.notify(ErrorStatus.GENERAL_FAILURE, None, "the task was cancelled")
         elif isinstance(t.exception(), HalError):
@@ -109,10 +121,10 @@ class BridgedPreparedModel:
         return self._loop.run(self.aio.execute_request(request, **kwargs))
 
     def execute_async(self, inputs: list[np.ndarray], **kwargs: Any) -> Callback[ExecutionOutcome]:
-        return _callback(self._loop.call(lambda: self.aio.execute_async(inputs, **kwargs)), _outcome)
+        return self._loop.start(lambda: self.aio.execute_async(inputs, **kwargs), _outcome)
 
     def execute_request_async(self, request: Request, **kwargs: Any) -> Callback[ExecutionOutcome]:
-        return _callback(self._loop.call(lambda: self.aio.execute_request_async(request, **kwargs)), _outcome)
+        return self._loop.start(lambda: self.aio.execute_request_async(request, **kwargs), _outcome)
 
     def burst(self) -> BridgedBurst:
         return BridgedBurst(self._loop, self._loop.call(self.aio.burst))
@@ -190,13 +202,13 @@ class BridgedDevice:
         async def prepare() -> aio.PreparedModel:
             return await self.aio.prepare_model_from_cache(model_cache, token, model, **kwargs)
 
-        return _callback(self._loop.call(lambda: asyncio.ensure_future(prepare())), self._adopt)
+        return self._loop.start(lambda: asyncio.ensure_future(prepare()), self._adopt)
 
     def _adopt(self, pm: aio.PreparedModel) -> tuple[ErrorStatus, Any, str]:
         return ErrorStatus.NONE, BridgedPreparedModel(self._loop, pm), ""
 
     def prepare_model(self, model: Model, **kwargs: Any) -> Callback[BridgedPreparedModel]:
-        return _callback(self._loop.call(lambda: self.aio.prepare_model_async(model, **kwargs)), self._adopt)
+        return self._loop.start(lambda: self.aio.prepare_model_async(model, **kwargs), self._adopt)
 
     def prepare_model_sync(self, model: Model, **kwargs: Any) -> BridgedPreparedModel:
         return BridgedPreparedModel(self._loop, self._run(lambda: self.aio.prepare_model(model, **kwargs)))

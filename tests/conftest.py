@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer

@@ -11,8 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, HalVersion, OperandType as T, OperationType, extension_type
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import ExtensionNameAndPrefix, InlinePool, Model

@@ -10,7 +10,7 @@ from pathlib import Path
 USER_TESTS = """
 import numpy as np
 
-from nnhal.client.builder import ModelBuilder
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O
 
 

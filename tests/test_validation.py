@@ -97,7 +97,7 @@ def test_quantized_operand_scales_must_be_finite(scale: float) -> None:
 
 # -- issue #13: VTS-strict getSupportedOperations -----------------------------------------------
 def _relu(n_inputs: int = 1, rank: int = 2, op: OperationType = OperationType.RELU) -> Model:
-    from nnhal.client.builder import ModelBuilder
+    from nnhal.core.builder import ModelBuilder
 
     b = ModelBuilder()
     shape = (1,) * (rank - 1) + (4,)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from nnhal.client.builder import ModelBuilder
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandLifeTime as L, OperandType as T, OperationType as O
 from nnhal.core.types import DataLocation, InlinePool, Model, Operand, Operation, Request, RequestArgument, Subgraph
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from nnhal.bench.common import Bench, BenchError, BenchResult, check
-from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.types import Model
 from nnhal.testing.local_server import LocalServer

@@ -28,9 +28,9 @@ import numpy as np
 from nnhal.bench.common import Bench, BenchResult, check, interleaved, local_device, transport
 from nnhal.bench.echo_anchor import EchoClient, EchoServer
 from nnhal.bench.echo_server import frame
-from nnhal.client.builder import ModelBuilder
 from nnhal.client.memory import SharedMemory
 from nnhal.client.prepared_model import PreparedModel
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
 

@@ -14,8 +14,8 @@ import time
 import numpy as np
 
 from nnhal.bench.common import Bench, BenchResult, local_device, percentiles
-from nnhal.client.builder import ModelBuilder
 from nnhal.client.prepared_model import PreparedModel
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O, Priority
 from nnhal.core.types import Model
 

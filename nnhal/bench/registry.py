@@ -7,7 +7,7 @@ IPC ones add a ``.unix`` twin).
 
 from __future__ import annotations
 
-from nnhal.bench import concurrency, execution, ipc, op_overhead, ort_device, qos, tflite_face
+from nnhal.bench import concurrency, execution, ipc, litert_device, op_overhead, ort_device, qos, tflite_face
 from nnhal.bench.common import Bench
 
 
@@ -20,4 +20,5 @@ def benchmarks() -> dict[str, Bench]:
         **concurrency.BENCHMARKS,
         **tflite_face.BENCHMARKS,
         **ort_device.BENCHMARKS,
+        **litert_device.BENCHMARKS,
     }

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnhal.client.builder import ModelBuilder
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import FusedActivationFunc, OperandType as T, OperationType as O
 from nnhal.core.types import Model
 

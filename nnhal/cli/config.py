@@ -27,7 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nnhal.cli.usage import UsageError, for_argparse, positive_int, seconds, server_address, split_host_port, whole
+from nnhal.cli.usage import (
+    UsageError,
+    for_argparse,
+    positive_int,
+    seconds,
+    server_address,
+    size,
+    split_host_port,
+    whole,
+)
 from nnhal.core.enums import HalVersion
 from nnhal.server.defaults import DEFAULT_SECRET_FILE, DEFAULT_SHM_DIR
 from nnhal.server.devices import DeviceSpec, parse_device
@@ -222,12 +231,13 @@ SETTINGS: tuple[Setting, ...] = (
         "device",
         _device,
         [],
-        "a hosted device: KIND or NAME=KIND, KIND cpu or ort; repeatable, the first is the default "
+        "a hosted device: KIND or NAME=KIND, KIND cpu, ort or litert (KIND:strict: no CPU fallback inside); "
+        "repeatable, the first is the default "
         "(default: one cpu device named --name)",
         "[NAME=]KIND",
         True,
     ),
-    Setting("ort_threads", positive_int, 1, "intra-op threads of each ort device (>= 1)", "N"),
+    Setting("ort_threads", positive_int, 1, "threads of each ort and litert device (>= 1)", "N"),
     Setting(
         "feature_level",
         _feature_level,
@@ -244,8 +254,14 @@ SETTINGS: tuple[Setting, ...] = (
         "N",
     ),
     Setting("queue_depth", lambda t: whole(t, 0), 64, "executions that may wait beyond the slots (0: none wait)", "N"),
-    Setting("memory_per_client", lambda t: whole(t, 0, "unlimited"), 0, "bytes per client (0 = unlimited)", "BYTES"),
-    Setting("memory_total", lambda t: whole(t, 0, "unlimited"), 0, "bytes in total (0 = unlimited)", "BYTES"),
+    Setting(
+        "memory_per_client",
+        lambda t: size(t, 0, "unlimited"),
+        0,
+        "bytes per client, e.g. 256MiB (0 = unlimited)",
+        "BYTES",
+    ),
+    Setting("memory_total", lambda t: size(t, 0, "unlimited"), 0, "bytes in total, e.g. 1GiB (0 = unlimited)", "BYTES"),
     Setting("max_sessions", positive_int, 1024, "sessions open at once (>= 1; ~45 KiB of memory each)", "N"),
     Setting(
         "max_threads",

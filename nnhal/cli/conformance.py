@@ -35,7 +35,7 @@ from nnhal.conformance.junit import write_junit
 from nnhal.conformance.partitioned import run_case_partitioned
 from nnhal.conformance.runner import ALL_MODES, MODES, Result, run_case
 from nnhal.conformance.vectors import TestCase, discover, load_file
-from nnhal.server.devices import KINDS
+from nnhal.server.devices import KINDS, parse_device
 from nnhal.testing.local_server import LocalServer
 
 #: Keepalive of the run's connection: thousands of cases on a busy machine must not read a
@@ -48,10 +48,12 @@ _REASONS_SHOWN = 12
 @contextlib.contextmanager
 def _target(args: argparse.Namespace) -> Iterator[str]:
     if args.start:
-        kinds = _partition_names(args) or ([args.device] if args.device else [])
-        unknown = [k for k in kinds if k not in KINDS]
-        if unknown:
-            raise UsageError(f"--start with {', '.join(unknown)}: give device kinds ({', '.join(KINDS)})")
+        kinds = _partition_specs(args) or ([args.device] if args.device else [])
+        for kind in kinds:
+            try:
+                parse_device(kind)
+            except ValueError as err:
+                raise UsageError(f"--start with {kind}: give device kinds ({', '.join(KINDS)}): {err}") from None
         level = getattr(args, "feature_level", None)
         flags = [arg for kind in kinds for arg in ("--device", kind)]
         with LocalServer(*flags, *(("--feature-level", level) if level else ())) as srv:
@@ -60,8 +62,20 @@ def _target(args: argparse.Namespace) -> Iterator[str]:
         yield args.target
 
 
-def _partition_names(args: argparse.Namespace) -> list[str]:
+def _partition_specs(args: argparse.Namespace) -> list[str]:
     return [n.strip() for n in (args.partition or "").split(",") if n.strip()]
+
+
+def _device_name(spec: str) -> str:
+    """The device a spec names (``ort:strict`` is the device ``ort``)."""
+    try:
+        return parse_device(spec).name
+    except ValueError:
+        return spec  # a device of a running server, named as it is there
+
+
+def _partition_names(args: argparse.Namespace) -> list[str]:
+    return [_device_name(n) for n in _partition_specs(args)]
 
 
 @contextlib.contextmanager
@@ -80,7 +94,14 @@ def _partitioner(args: argparse.Namespace, address: str) -> Iterator[Partitioner
 def _device(args: argparse.Namespace) -> Iterator[Device]:
     with (
         _target(args) as address,
-        connect(address, "nnhal-conformance", args.timeout, tls_of(args), args.device, _KEEPALIVE_MS) as dev,
+        connect(
+            address,
+            "nnhal-conformance",
+            args.timeout,
+            tls_of(args),
+            _device_name(args.device) if args.device else args.device,
+            _KEEPALIVE_MS,
+        ) as dev,
     ):
         yield dev
 

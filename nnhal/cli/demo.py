@@ -13,8 +13,8 @@ import numpy as np
 
 from nnhal.cli.connect import DEFAULT_TIMEOUT, connect, tls_of
 from nnhal.cli.table import print_table
-from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import TlsConfig
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O, Priority
 from nnhal.core.types import Model
 from nnhal.testing.local_server import LocalServer

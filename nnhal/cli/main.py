@@ -89,6 +89,14 @@ def _run_arguments(sub: Any) -> None:
     r.add_argument("--input", type=Path, nargs="+", action="extend", metavar="FILE.npy", help="inputs in model order")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     r.add_argument("--save-outputs", type=Path, metavar="DIR", help="write DIR/<output name>.npy")
+    r.add_argument(
+        "--device", metavar="SPEC", help="the device to run on (with --start: a spec it hosts, e.g. litert, ort:strict)"
+    )
+    r.add_argument(
+        "--partition",
+        metavar="SPECS",
+        help="partition across these devices as the NNAPI runtime would, e.g. ort:strict,cpu (cpu: the fallback)",
+    )
     r.add_argument("--compare", action="store_true", help="also run LiteRT on the same inputs and compare")
     r.add_argument(
         "--trace",

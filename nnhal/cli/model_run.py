@@ -1,5 +1,12 @@
-"""``nnhal run [ADDR] [MODEL] [--start] [--input FILE.npy ...] [--seed N] [--save-outputs DIR]
-[--compare] [--repeat N]``: a real model through a server; without MODEL, the demo.
+"""``nnhal run [ADDR] [MODEL] [--start] [--device SPEC | --partition SPECS] [--input FILE.npy ...]
+[--seed N] [--save-outputs DIR] [--compare] [--repeat N]``: a real model through a server;
+without MODEL, the demo.
+
+``--device`` names the device that runs the model (with ``--start``, a device spec the local
+server hosts: ``litert``, ``fast=ort``, ``ort:strict``); ``--partition ort:strict,cpu`` runs
+it as the NNAPI runtime would across those devices (``nnhal.client.partition``: a device per
+operation by support and capabilities, the one named ``cpu`` running what none supports) and
+prints which device ran how many operations.
 
 MODEL is a ``.tflite`` file (imported as the TFLite NNAPI delegate would) or a saved ``.nnhal``
 model (``nnhal import``). The model is prepared through the server (``--start``: a local one)
@@ -19,10 +26,12 @@ Exit status: 0; 1 when ``--compare`` finds an output outside the tolerance
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +40,17 @@ from nnhal.cli import demo
 from nnhal.cli.connect import connect, tls_of
 from nnhal.cli.model_import import load_tflite, print_summary, print_table
 from nnhal.cli.usage import UsageError, client_address
+from nnhal.client.partition import Partitioner
 from nnhal.client.timeline import write_trace
 from nnhal.importers.compare import ABS_TOL, REL_TOL, diff
 from nnhal.importers.errors import TfliteImportError
 from nnhal.importers.litert import LiteRtMissing, LiteRtRunner
+from nnhal.importers.reader import MAX_TENSOR_BYTES
 from nnhal.importers.saved import is_saved, load
 from nnhal.importers.tflite_model import ImportedModel
+from nnhal.server.devices import parse_device
+from nnhal.server.executor.allocation import MACHINE_BYTES
+from nnhal.testing.local_server import LocalServer
 
 MODEL_SUFFIXES = (".tflite", ".nnhal")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -75,7 +89,23 @@ def _load(path: Path) -> ImportedModel:
     return load_tflite(path)
 
 
+def _check_input_sizes(imported: ImportedModel) -> None:
+    """UsageError for an input that could not be held: more bytes than an NNAPI operand can
+    hold or than this machine has (checked before anything is allocated)."""
+    limit = min(MAX_TENSOR_BYTES, MACHINE_BYTES)
+    for spec in imported.inputs:
+        if any(d <= 0 for d in spec.shape):
+            raise UsageError(f"input '{spec.name}' has shape {list(spec.shape)}: dimensions must be positive")
+        nbytes = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
+        if nbytes > limit:
+            raise UsageError(
+                f"input '{spec.name}' of shape {list(spec.shape)} needs {nbytes:,} bytes, beyond the {limit:,} "
+                "one input can have here"
+            )
+
+
 def _inputs(imported: ImportedModel, files: list[Path], seed: int) -> list[np.ndarray]:
+    _check_input_sizes(imported)
     if not files:
         return imported.random_inputs(seed)
     if len(files) != len(imported.inputs):
@@ -84,7 +114,8 @@ def _inputs(imported: ImportedModel, files: list[Path], seed: int) -> list[np.nd
     arrays = []
     for spec, path in zip(imported.inputs, files):
         try:
-            value = np.load(path, allow_pickle=False)
+            # Mapped, not read: the shape is checked before the data is copied into memory.
+            value = np.load(path, mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError) as err:
             raise UsageError(f"--input {path}: not a readable .npy file ({err})") from None
         if tuple(value.shape) != spec.shape:
@@ -116,6 +147,15 @@ def _print_outputs(imported: ImportedModel, outputs: list[np.ndarray]) -> None:
             [spec.name, shape, value.dtype, f"{v.min():.6g}", f"{v.max():.6g}", f"{v.mean():.6g}", f"{v.std():.6g}"]
         )
     print_table(["output", "shape", "dtype", "min", "max", "mean", "std"], rows)
+
+
+def _print_placement(device: str, imported: ImportedModel, support: list[tuple[bool, str]]) -> None:
+    """How many operations the device runs itself; those on a fallback inside it, with why."""
+    ops = imported.model.main.operations
+    elsewhere = [(op.type.name, why) for op, (ok, why) in zip(ops, support) if ok and why]
+    print(f"{len(ops) - len(elsewhere)} of {len(ops)} operations on {device} itself")
+    if elsewhere:
+        print_table(["operation", "where"], [[name, why] for name, why in elsewhere])
 
 
 def _print_profile(profile: list[tuple[str, int, int]]) -> None:
@@ -159,16 +199,94 @@ def _compare(
     return ok
 
 
+def _specs(args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    """(the ``--device`` spec, the ``--partition`` specs); UsageError for both or a bad spec."""
+    device = getattr(args, "device", None)
+    partition = [n.strip() for n in (getattr(args, "partition", None) or "").split(",") if n.strip()]
+    if device and partition:
+        raise UsageError("give --device or --partition, not both")
+    if partition and getattr(args, "trace", None):
+        raise UsageError("--trace records one device's execution; it does not go with --partition")
+    if getattr(args, "partition", None) is not None and not partition:
+        raise UsageError("--partition needs device names, e.g. --partition ort:strict,cpu")
+    if args.start:
+        for spec in [device] if device else partition:
+            try:
+                parse_device(spec)
+            except ValueError as err:
+                raise UsageError(f"--start with {spec}: {err}") from None
+    return device, partition
+
+
+def _name(spec: str, start: bool) -> str:
+    """The device a spec names on the server (``ort:strict`` started here is ``ort``)."""
+    return parse_device(spec).name if start else spec
+
+
+@contextlib.contextmanager
+def _server(address: str, start: bool, specs: list[str]) -> Iterator[str]:
+    """``address``, or with ``start`` a local server hosting ``specs`` (and a ``cpu`` device
+    for a partition's fallback when none of them is one)."""
+    if not start:
+        yield address
+        return
+    names = [parse_device(s).name for s in specs]
+    hosted = [*specs, "cpu"] if len(specs) > 1 and "cpu" not in names else specs
+    flags = [arg for spec in hosted for arg in ("--device", spec)]
+    with LocalServer(*flags) as srv:
+        print(f"started a local nnhal server at {srv.address} (pid {srv.pid})")
+        yield srv.address
+
+
+def _run_partitioned(
+    args: argparse.Namespace, addr: str, specs: list[str], imported: ImportedModel, inputs: list[np.ndarray]
+) -> tuple[list[np.ndarray], float | None]:
+    names = [_name(s, args.start) for s in specs]
+    if args.start and "cpu" not in names and len(names) > 1:
+        names.append("cpu")
+    with contextlib.ExitStack() as stack:
+        devices = [
+            stack.enter_context(connect(addr, "nnhal-run", args.timeout, False if args.start else tls_of(args), name))
+            for name in names
+        ]
+        fallback = next((d for d in devices if d.name == "cpu"), None)
+        t0 = time.perf_counter()
+        with Partitioner(devices, fallback=fallback).prepare(imported.model) as pm:
+            print(f"prepared across {', '.join(names)} in {(time.perf_counter() - t0) * 1e3:.1f} ms")
+            per_device = pm.plan.operations_per_device()
+            print_table(["device", "operations"], [[n, c] for n, c in per_device.items()])
+            print(f"{pm.steps} step(s)")
+            outputs = [
+                o.reshape(s.shape) for o, s in zip(pm.execute(inputs, timeout=EXECUTE_TIMEOUT), imported.outputs)
+            ]
+            _print_outputs(imported, outputs)
+            t_ours = None
+            if args.compare:
+                t_ours = _median_seconds(lambda: pm.execute(inputs, timeout=EXECUTE_TIMEOUT), args.repeat)
+    return outputs, t_ours
+
+
 def run_model(args: argparse.Namespace, address: str, model: Path) -> int:
     if args.compare and is_saved(model):
         raise UsageError(f"--compare needs the .tflite file (LiteRT runs it); {model} is a saved nnhal model")
+    device, partition = _specs(args)
     imported = _load(model)
     print_summary(imported)
     inputs = _inputs(imported, args.input or [], args.seed)
+    if partition:
+        with _server(address, args.start, partition) as addr:
+            outputs, t_part = _run_partitioned(args, addr, partition, imported, inputs)
+        if args.save_outputs:
+            _save(imported, outputs, args.save_outputs)
+        if t_part is None:
+            return 0
+        return 0 if _compare(imported, model, inputs, outputs, t_part, args.repeat) else 1
+    name = _name(device, args.start) if device else None
     with (
-        demo.local_or(address, args.start) as addr,
-        connect(addr, "nnhal-run", args.timeout, tls_of(args)) as dev,
+        _server(address, args.start, [device] if device else []) as addr,
+        connect(addr, "nnhal-run", args.timeout, False if args.start else tls_of(args), name) as dev,
     ):
+        _print_placement(dev.name, imported, dev.supported_operations_with_reasons(imported.model))
         t0 = time.perf_counter()
         with dev.prepare_model_sync(imported.model) as pm:
             print(f"prepared on {dev.name} in {(time.perf_counter() - t0) * 1e3:.1f} ms")

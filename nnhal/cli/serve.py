@@ -22,6 +22,7 @@ from nnhal.cli import config
 from nnhal.cli.logs import configure
 from nnhal.cli.usage import UsageError, check_bindable
 from nnhal.core.enums import HalVersion
+from nnhal.server import log_limits
 from nnhal.server.cache import load_secret
 from nnhal.server.driver import DeviceConfig
 from nnhal.server.executor import example_extension
@@ -132,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     # loaded 2-core machine). The limit holds for the life of the process.
     threadpool_limits(limits=resolved["compute_threads"])
     install_log_filter()  # the request id on every log line of a call
+    log_limits.install()  # garbage in one line, repeated warnings rate-limited
     for addr in resolved["listen"]:
         check_bindable(addr)
     if resolved["metrics_listen"]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import errno
 import ipaddress
+import re
 import socket
 import sys
 from collections.abc import Callable
@@ -70,6 +71,45 @@ def whole(text: str, minimum: int, zero_means: str = "") -> int:
         value = None
     if value is None or value < minimum:
         why = f"must be a whole number >= {minimum}"
+        if zero_means:
+            why += f" (0 means {zero_means})"
+        raise ValueError(f"{why}, got {text!r}")
+    return value
+
+
+#: Size units: binary (KiB, K) and decimal (KB); case does not matter, a trailing "B" is optional.
+SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kib": 1 << 10,
+    "kb": 1000,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "mb": 1000**2,
+    "g": 1 << 30,
+    "gib": 1 << 30,
+    "gb": 1000**3,
+    "t": 1 << 40,
+    "tib": 1 << 40,
+    "tb": 1000**4,
+}
+_SIZE = re.compile(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*")
+#: Sizes beyond this are refused: no byte count above 2^63 - 1 means anything here.
+MAX_SIZE = (1 << 63) - 1
+
+
+def size(text: str, minimum: int = 0, zero_means: str = "") -> int:
+    """A byte count >= ``minimum``: a whole number, or a number with a unit (``256MiB``,
+    ``1.5G``, ``64kb``; :data:`SIZE_UNITS`). ``zero_means`` (e.g. "unlimited") is said in the message."""
+    match = _SIZE.fullmatch(text)
+    unit = SIZE_UNITS.get(match.group(2).lower()) if match else None
+    value = None
+    if match and unit is not None:
+        number = match.group(1).replace("_", "")
+        value = int(number) * unit if "." not in number else int(float(number) * unit)
+    if value is None or value < minimum or value > MAX_SIZE:
+        why = f"must be a size >= {minimum} bytes (a whole number, or with a unit: 256MiB, 1GiB, 64KB)"
         if zero_means:
             why += f" (0 means {zero_means})"
         raise ValueError(f"{why}, got {text!r}")

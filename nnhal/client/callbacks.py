@@ -4,17 +4,22 @@
 call counts (later ones are ignored and counted, so tests can assert that a
 callback fired exactly once). ``wait`` blocks until notified or the timeout.
 Listeners (``add_done_callback``) run once, on the notifying thread, outside the
-lock; ``then`` derives a callback whose value is converted from this one's.
+lock; one that raises is logged and does not keep the others from running (each may be
+another waiter's release). ``then`` derives a callback whose value is converted from this
+one's; a conversion that fails in any way still notifies it (exactly once, always).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError
+
+log = logging.getLogger(__name__)
 
 V = TypeVar("V")
 W = TypeVar("W")
@@ -42,20 +47,27 @@ class Callback(Generic[V]):
             self._event.set()
             listeners = list(self._listeners)
         for listener in listeners:
-            listener(self)
+            self._run(listener)
         return True
+
+    def _run(self, listener: Callable[[Callback[V]], None]) -> None:
+        try:
+            listener(self)
+        except Exception:  # a listener's bug must not cost the next listener its notify
+            log.exception("a callback listener raised")
 
     def add_done_callback(self, fn: Callable[[Callback[V]], None]) -> None:
         with self._lock:
             if not self._event.is_set():
                 self._listeners.append(fn)
                 return
-        fn(self)
+        self._run(fn)
 
     def then(self, convert: Callable[[V], W]) -> Callback[W]:
         """A callback notified when this one is, with its status and message and the value
         passed through ``convert`` (no value stays no value; a HalError ``convert`` raises
-        becomes the result). ``convert`` runs on the notifying thread."""
+        becomes the result, any other exception GENERAL_FAILURE). ``convert`` runs on the
+        notifying thread."""
         derived: Callback[W] = Callback()
 
         def forward(source: Callback[V]) -> None:
@@ -66,6 +78,9 @@ class Callback(Generic[V]):
                 value = convert(source.value)
             except HalError as err:
                 derived.notify(err.error_status, None, err.message)
+                return
+            except Exception as err:  # a malformed answer the conversion could not read
+                derived.notify(ErrorStatus.GENERAL_FAILURE, None, f"the result could not be read: {err!r}")
                 return
             derived.notify(source.status, value, source.message)
 

@@ -1,7 +1,8 @@
 """Faults a server started with ``--enable-fault-injection`` injects on request, for testing clients.
 
-Build them with the constructors and hand them to ``Device.inject_faults`` (or the
-``nnhal_faults`` pytest fixture)::
+:class:`~nnhal.core.faults.Fault` is the core's one fault description (the server applies
+the same value); client code finds it here. Build them with the constructors and hand them
+to ``Device.inject_faults`` (or the ``nnhal_faults`` pytest fixture)::
 
     dev.inject_faults(Fault.error("execute_1_3", ErrorStatus.GENERAL_FAILURE))   # next call fails
     dev.inject_faults(Fault.abort("prepareModel_1_3", after=1))      # transport error after launch
@@ -36,56 +37,9 @@ import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
-
-import grpc
 
 from nnhal.core import fault_scope as fault_scope_codec
-from nnhal.core.enums import ErrorStatus
-
-#: gRPC status codes an ``abort`` may end a call with, by name (every one but OK).
-GRPC_CODES = {code.name: code.value[0] for code in grpc.StatusCode if code is not grpc.StatusCode.OK}
-
-
-@dataclass(frozen=True)
-class Fault:
-    """One fault for the server to inject (module docstring). Use the constructors."""
-
-    method: str
-    kind: str
-    count: int = 1
-    status: ErrorStatus = ErrorStatus.GENERAL_FAILURE
-    message: str = ""
-    grpc_code: str = "UNAVAILABLE"
-    after: int = 0
-    stall_ms: int = 0
-    point: str = "start"
-    exit_code: int = 1
-
-    @classmethod
-    def error(cls, method: str, status: ErrorStatus, *, count: int = 1, message: str = "") -> Fault:
-        """The next ``count`` calls of ``method`` answer ``status`` (saying it was injected)."""
-        return cls(method, "error", count, status=status, message=message)
-
-    @classmethod
-    def abort(cls, method: str, *, after: int = 0, code: str = "UNAVAILABLE", count: int = 1) -> Fault:
-        """End the next ``count`` calls of ``method`` with the gRPC status ``code`` after ``after``
-        messages (1 on a prepare / ``execute_1_3``: after the launch status; K on
-        ``configureExecutionBurst``: after K responses)."""
-        if code not in GRPC_CODES:
-            raise ValueError(f"gRPC code {code!r} is not one of {', '.join(GRPC_CODES)}")
-        return cls(method, "abort", count, grpc_code=code, after=after)
-
-    @classmethod
-    def stall(cls, method: str, *, ms: int, count: int = 1) -> Fault:
-        """Hold the answer of the next ``count`` calls of ``method`` ``ms`` milliseconds."""
-        return cls(method, "stall", count, stall_ms=ms)
-
-    @classmethod
-    def exit(cls, method: str, *, point: str = "start", code: int = 1) -> Fault:
-        """End the server process with status ``code`` at ``point`` of the next call of ``method``."""
-        return cls(method, "exit", 1, point=point, exit_code=code)
-
+from nnhal.core.faults import GRPC_CODES as GRPC_CODES, Fault as Fault
 
 #: The fault scope of the calls made in this context (``fault_scope``), as sent.
 _SCOPE: ContextVar[str | None] = ContextVar("nnhal_fault_scope", default=None)

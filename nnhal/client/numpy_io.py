@@ -5,13 +5,15 @@ input in one inline pool (pool 0, offsets 64-byte aligned for the server's zero-
 views), room for every output in another (pool 1) — and remembers the argument plan per
 combination of input shapes and output sizes. :func:`decode_outputs` reads the outputs
 back out of an :class:`ExecutionOutcome`; :func:`retry_sizes` gives the output sizes to
-retry with after OUTPUT_INSUFFICIENT_SIZE. No I/O here: the callers own the transport.
+retry with after OUTPUT_INSUFFICIENT_SIZE; :func:`numpy_execution` is the whole synchronous
+execution on numpy arrays, that retry included, as steps (:mod:`nnhal.client.steps`) either
+client drives. No I/O here: the callers own the transport.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,3 +190,25 @@ def retry_sizes(outcome: ExecutionOutcome, layout: Layout) -> list[int] | None:
         max(1, INFO[op.type].byte_size * int(np.prod(s.dimensions)))
         for (_, op), s in zip(layout, outcome.output_shapes)
     ]
+
+
+def numpy_execution(
+    numpy_io: NumpyIO, inputs: Sequence[np.ndarray | None]
+) -> Generator[Request, ExecutionResult, ExecutionOutcome]:
+    """A synchronous execution on numpy arrays (a :mod:`nnhal.client.steps` call): yields each
+    Request to execute and receives its result; returns the outcome with ``outputs``, or raises
+    the HalError it ended with. Outputs of unknown shape are retried once with the sizes the
+    driver reported."""
+    sizes: list[int] | None = None
+    for _attempt in range(2):
+        request, layout = numpy_io.request(inputs, sizes)
+        outcome = ExecutionOutcome.of((yield request))
+        retry = retry_sizes(outcome, layout) if sizes is None else None
+        if retry is not None:
+            sizes = retry
+            continue
+        outcome.raise_for_status()
+        outcome.outputs = decode_outputs(outcome, layout)
+        return outcome
+    outcome.raise_for_status()
+    return outcome

@@ -30,16 +30,17 @@ The plan is data: ``PartitionPlan.rows()`` says which operation runs where and w
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
+from nnhal.core import subgraphs
 from nnhal.core.enums import ExecutionPreference, OperandLifeTime, OperandType
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.operand_types import INFO
-from nnhal.core.types import Capabilities, Model, Operand, Operation, PerformanceInfo, Subgraph
+from nnhal.core.subgraphs import step_model
+from nnhal.core.types import Capabilities, Model, Operand, PerformanceInfo
 
 L = OperandLifeTime
-_CONSTANT = (L.CONSTANT_COPY, L.CONSTANT_REFERENCE, L.NO_VALUE, L.SUBGRAPH)
 
 
 class PlanDevice(Protocol):
@@ -169,77 +170,9 @@ def choose(
     return tuple(choices)
 
 
-def _readers(sg: Subgraph) -> dict[int, list[int]]:
-    readers: dict[int, list[int]] = {}
-    for k, op in enumerate(sg.operations):
-        for i in op.inputs:
-            readers.setdefault(i, []).append(k)
-    return readers
-
-
 def cut(model: Model, choices: Sequence[Choice]) -> list[tuple[int, list[int]]]:
     """(device, operations) per step, in an order that respects every dependency."""
-    sg = model.main
-    writer = {o: k for k, op in enumerate(sg.operations) for o in op.outputs}
-    deps = [{writer[i] for i in op.inputs if i in writer} for op in sg.operations]
-    readers = _readers(sg)
-    waiting = [len(d) for d in deps]
-    ready = [k for k, n in enumerate(waiting) if n == 0]
-    steps: list[tuple[int, list[int]]] = []
-    while ready:
-        device = choices[min(ready)].device
-        ops: list[int] = []
-        while True:
-            mine = sorted(k for k in ready if choices[k].device == device)
-            if not mine:
-                break
-            for k in mine:
-                ready.remove(k)
-                ops.append(k)
-                for o in sg.operations[k].outputs:
-                    for r in readers.get(o, ()):
-                        waiting[r] -= 1
-                        if waiting[r] == 0:
-                            ready.append(r)
-        steps.append((device, sorted(ops)))
-    if sum(len(ops) for _, ops in steps) != len(sg.operations):
-        raise InvalidArgument("the model's operations form a cycle")
-    return steps
-
-
-def step_model(model: Model, operations: Sequence[int], inputs: Sequence[int], outputs: Sequence[int]) -> Model:
-    """The sub-model of ``operations``, reading ``inputs`` and writing ``outputs`` (model
-    operand indexes), its operands renumbered in first-use order."""
-    sg = model.main
-    ops = [sg.operations[k] for k in operations]
-    used: dict[int, int] = {}
-    for i in (*inputs, *(x for op in ops for x in (*op.inputs, *op.outputs)), *outputs):
-        used.setdefault(i, len(used))
-    consumers = dict.fromkeys(used, 0)
-    for op in ops:
-        for i in op.inputs:
-            consumers[i] += 1
-    ins, outs = set(inputs), set(outputs)
-    operands: list[Operand] = []
-    for i in used:
-        operand = sg.operands[i]
-        if i in ins:
-            lifetime = L.SUBGRAPH_INPUT
-        elif i in outs:
-            lifetime = L.SUBGRAPH_OUTPUT
-        elif operand.lifetime in _CONSTANT:
-            lifetime = operand.lifetime
-        else:
-            lifetime = L.TEMPORARY_VARIABLE
-        operands.append(replace(operand, lifetime=lifetime, number_of_consumers=consumers[i]))
-    new_ops = tuple(
-        Operation(op.type, tuple(used[i] for i in op.inputs), tuple(used[i] for i in op.outputs)) for op in ops
-    )
-    main = Subgraph(tuple(operands), new_ops, tuple(used[i] for i in inputs), tuple(used[i] for i in outputs))
-    # Referenced subgraphs go only with a step that has control flow (a device without IF /
-    # WHILE may refuse a model holding them).
-    flow = any(o.lifetime == L.SUBGRAPH for o in operands)
-    return replace(model, main=main, referenced=model.referenced if flow else ())
+    return subgraphs.cut(model, [c.device for c in choices])
 
 
 def _known_shape(operand: Operand) -> bool:
@@ -287,22 +220,11 @@ def plan_model(
     if not devices:
         raise InvalidArgument("partitioning needs at least one device")
     choices = choose(model, devices, preference, fallback)
-    sg = model.main
     cuts = cut(model, choices)
-    produced_in = {}
-    for k, (_, ops) in enumerate(cuts):
-        for op in ops:
-            for o in sg.operations[op].outputs:
-                produced_in[o] = k
-    model_outputs = set(sg.output_indexes)
-    steps = []
-    for k, (device, ops) in enumerate(cuts):
-        inside = {o for op in ops for o in sg.operations[op].outputs}
-        reads = {i for op in ops for i in sg.operations[op].inputs}
-        inputs = sorted(i for i in reads if i not in inside and sg.operands[i].lifetime not in _CONSTANT)
-        later = {i for _, later_ops in cuts[k + 1 :] for op in later_ops for i in sg.operations[op].inputs}
-        outputs = sorted(o for o in inside if o in model_outputs or o in later)
-        steps.append(Step(device, tuple(ops), tuple(inputs), tuple(outputs), step_model(model, ops, inputs, outputs)))
+    steps = [
+        Step(device, tuple(ops), tuple(inputs), tuple(outputs), step_model(model, ops, inputs, outputs))
+        for (device, ops), (inputs, outputs) in zip(cuts, subgraphs.step_io(model, cuts))
+    ]
     names = tuple(d.name for d in devices)
     domains = [True] * len(devices) if memory_domains is None else list(memory_domains)
     if len(domains) != len(devices):

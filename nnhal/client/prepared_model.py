@@ -19,11 +19,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnhal.client import forms
+from nnhal.client import forms, steps
 from nnhal.client.aidl_burst import AidlBurst
 from nnhal.client.burst import Burst
 from nnhal.client.fenced import FencedExecution
-from nnhal.client.numpy_io import Layout, NumpyIO, decode_outputs, decoder, retry_sizes
+from nnhal.client.numpy_io import Layout, NumpyIO, decode_outputs, decoder, numpy_execution
 from nnhal.client.outcome import ExecutionCallback, ExecutionOutcome
 from nnhal.client.remote import ExecutionOptions, RemoteSession
 from nnhal.client.remote.aidl import AidlCalls
@@ -141,19 +141,10 @@ class PreparedModel:
         Outputs of unknown shape are retried once with the sizes the driver reported.
         ``profile`` asks the driver for time per operation type (``outcome.profile``)."""
         options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns, profile)
-        sizes: list[int] | None = None
-        for _attempt in range(2):
-            request, layout = self._numpy_request(inputs, sizes)
-            outcome = ExecutionOutcome.of(forms.execute(self._remote, self.handle, request, options))
-            retry = retry_sizes(outcome, layout) if sizes is None else None
-            if retry is not None:
-                sizes = retry
-                continue
-            outcome.raise_for_status()
-            outcome.outputs = self._decode(outcome, layout)
-            return outcome
-        outcome.raise_for_status()
-        return outcome
+        return steps.drive(
+            numpy_execution(self._numpy_io(), inputs),
+            lambda request: forms.execute(self._remote, self.handle, request, options),
+        )
 
     def execute_async(
         self,

@@ -28,7 +28,8 @@ VTS GeneratedTestHarness checks (``checks``): status, output shapes, values and 
   the AIDL level of prepareModelWithConfig.
 
 Runners return a detail for the report and raise ``CaseFailure`` naming the
-step, or ``CaseSkipped`` with the reason.
+step, or ``CaseSkipped`` with the reason. Each is an entry of the one mode table
+(:data:`nnhal.conformance.runner.MODE_TABLE`), which says its level and how it runs.
 """
 
 from __future__ import annotations
@@ -49,14 +50,10 @@ from nnhal.conformance.checks import (
 from nnhal.conformance.variants import build_request
 from nnhal.conformance.vectors import TestCase
 from nnhal.core.aidl_types import ExecutionConfig, PrepareModelConfig, TokenValuePair
-from nnhal.core.enums import ErrorStatus, HalVersion, Priority
+from nnhal.core.enums import ErrorStatus, Priority
 from nnhal.core.errors import HalError
-from nnhal.core.methods import method_level
 from nnhal.core.operand_types import INFO
 from nnhal.core.types import Request
-
-PreparedRunner = Callable[[Device, PreparedModel, TestCase], str]
-OwnRunner = Callable[[Device, TestCase], str]
 
 #: A hint with no extension prefix: the device may ignore it, it must not refuse it.
 _HINT = (TokenValuePair(1, b"\x01"),)
@@ -218,25 +215,3 @@ def run_config(dev: Device, case: TestCase) -> str:
         )
         _aidl_burst_runs(case, pm, request, _HINTED)
     return f"prepareModelWithConfig, hints given; executeSynchronouslyWithConfig and IBurst correct; {fenced}"
-
-
-#: Modes run on the case's prepared model (shared with sync, async, domain).
-PREPARED_RUNNERS: dict[str, PreparedRunner] = {
-    "burst": run_burst,
-    "burst_fast": run_burst_fast,
-    "fenced": run_fenced,
-    "timing": run_timing,
-    "reusable": run_reusable,
-}
-#: Modes that prepare the model themselves.
-OWN_RUNNERS: dict[str, OwnRunner] = {"config": run_config}
-MODES = (*PREPARED_RUNNERS, *OWN_RUNNERS)
-#: The level each mode needs (what the device must serve for its methods).
-MODE_SINCE: dict[str, HalVersion] = {
-    "burst": method_level("configureExecutionBurst"),
-    "burst_fast": method_level("configureExecutionBurst"),
-    "fenced": method_level("executeFenced"),
-    "timing": method_level("executeSynchronously"),
-    "reusable": method_level("createReusableExecution"),
-    "config": method_level("prepareModelWithConfig"),
-}

@@ -13,6 +13,7 @@ Modes per case (conformance/README.md):
   IBuffer::copyFrom, results read back by IBuffer::copyTo;
 - ``burst``, ``burst_fast``, ``fenced``, ``timing``, ``reusable``, ``config``: the rest of
   the VTS harness's executors (``nnhal.conformance.executors``);
+- ``validation`` (only when asked for): the VTS mutation suite (``nnhal.conformance.validation``);
 - ``expect_failure`` cases run once (``sync``) and pass when anything fails, the detail
   naming the step and the status that rejected the case; the infinite-loop case must
   end in MISSED_DEADLINE_* under a 1 ms loop timeout.
@@ -22,11 +23,17 @@ Feature levels: a case needing a newer level than the device serves (its operati
 operand types and uses, measured by the reference validator) must be refused, with
 INVALID_ARGUMENT from getSupportedOperations and from prepareModel; it runs once, as
 mode ``level``, which passes on exactly that (an expected rejection, not a failure).
-Modes whose machinery the device's level lacks are skipped saying so (``MODE_SINCE``).
+Modes whose machinery the device's level lacks are skipped saying so.
+
+Each mode is one entry of :data:`MODE_TABLE` (:class:`Mode`): its name, the level that
+introduced its machinery, the cases (and devices) it applies to, whether it runs on the
+case's prepared model (one preparation shared by all such modes) or prepares its own, and
+its runner. ``MODES`` (run by default) and ``ALL_MODES`` are views of the table.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -55,24 +62,12 @@ from nnhal.conformance.variants import (
 from nnhal.conformance.vectors import TestCase, with_unspecified_outputs
 from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import HalError
+from nnhal.core.methods import method_level
 from nnhal.core.types import BufferDesc, BufferRole, DataLocation, InlinePool, MemoryPool, Request, RequestArgument
 from nnhal.server.executor.validate import validate_full
 
-MODES = ("sync", "async", "dynamic", "quant_signed", "shared", "domain", *executors.MODES)
-#: Modes run only when asked for (``--mode``): ``validation``, the VTS mutation suite
-#: (nnhal.conformance.validation), is long.
-EXTRA_MODES = ("validation",)
-ALL_MODES = MODES + EXTRA_MODES
 #: The mode a case newer than the device's level runs in: it must be refused.
 LEVEL_MODE = "level"
-#: Modes exercising what a level introduced: dynamic output shapes (1.2), the signed
-#: quantized twin and driver-managed buffers (1.3).
-MODE_SINCE: dict[str, HalVersion] = {
-    "dynamic": HalVersion.V1_2,
-    "quant_signed": HalVersion.V1_3,
-    "domain": HalVersion.V1_3,
-    **executors.MODE_SINCE,
-}
 _LOOP_TIMEOUT_NS = 1_000_000
 
 
@@ -129,6 +124,20 @@ def _run_dynamic(dev: Device, case: TestCase) -> None:
                 )
             if not short.output_shapes or short.output_shapes[0].is_sufficient:
                 raise CaseFailure("output 0 one byte short: outputShapes[0].isSufficient is not false")
+
+
+def _run_quant_signed(dev: Device, case: TestCase) -> None:
+    """The quantization-coupling twin (quant8 asymm -> asymm signed), prepared and run sync."""
+    twin = signed_twin(case)
+    with _prepare_variant(dev, twin) as pm:
+        _run_sync(dev, pm, twin)
+
+
+def _run_validation(dev: Device, case: TestCase) -> str:
+    passed, detail = run_validation(dev, case)
+    if not passed:
+        raise CaseFailure(detail)
+    return detail
 
 
 def _run_shared(dev: Device, case: TestCase) -> None:
@@ -237,7 +246,74 @@ def _attempt(fn: object, *args: object) -> Result:
     return Result("passed", detail if isinstance(detail, str) else "")
 
 
-_RUNNERS = {"sync": _run_sync, "async": _run_async, "domain": _run_domain, **executors.PREPARED_RUNNERS}
+def _always(_dev: Device, _case: TestCase) -> bool:
+    return True
+
+
+#: A mode's runner: the device, the case's prepared model (None for a mode that prepares its
+#: own) and the case; a detail for the report, or None. Raises CaseFailure / CaseSkipped.
+Runner = Callable[[Device, PreparedModel | None, TestCase], object]
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One conformance mode (module docstring). Build with :meth:`on_prepared` / :meth:`own`."""
+
+    name: str
+    run: Runner
+    #: True: runs on the case's prepared model; False: prepares what it needs itself.
+    prepared: bool
+    #: The level whose machinery the mode exercises (None: every level).
+    since: HalVersion | None = None
+    #: Whether the mode runs for this case on this device at all (as the harness builds its
+    #: variants); a mode that does not apply leaves no result.
+    applies: Callable[[Device, TestCase], bool] = _always
+    #: Run when no ``--mode`` is given; False for a long mode run only when asked for.
+    default: bool = True
+
+    @classmethod
+    def on_prepared(
+        cls, name: str, fn: Callable[[Device, PreparedModel, TestCase], object], since: HalVersion | None = None
+    ) -> Mode:
+        def run(dev: Device, pm: PreparedModel | None, case: TestCase) -> object:
+            assert pm is not None
+            return fn(dev, pm, case)
+
+        return cls(name, run, True, since)
+
+    @classmethod
+    def own(
+        cls,
+        name: str,
+        fn: Callable[[Device, TestCase], object],
+        since: HalVersion | None = None,
+        applies: Callable[[Device, TestCase], bool] = _always,
+        default: bool = True,
+    ) -> Mode:
+        return cls(name, lambda dev, _pm, case: fn(dev, case), False, since, applies, default)
+
+
+#: Every conformance mode, in the order results are reported.
+MODE_TABLE: tuple[Mode, ...] = (
+    Mode.on_prepared("sync", _run_sync),
+    Mode.on_prepared("async", _run_async),
+    # Like the harness, the dynamic variant exists only for cases without RANK/IF/WHILE.
+    Mode.own("dynamic", _run_dynamic, HalVersion.V1_2, lambda _d, case: not case.has_control_flow_or_rank),
+    Mode.own("quant_signed", _run_quant_signed, HalVersion.V1_3, lambda _d, case: coupling_applies(case)),
+    Mode.own("shared", _run_shared, applies=lambda dev, _c: bool(dev.shm_dir)),  # same-host servers only
+    Mode.on_prepared("domain", _run_domain, HalVersion.V1_3),
+    Mode.on_prepared("burst", executors.run_burst, method_level("configureExecutionBurst")),
+    Mode.on_prepared("burst_fast", executors.run_burst_fast, method_level("configureExecutionBurst")),
+    Mode.on_prepared("fenced", executors.run_fenced, method_level("executeFenced")),
+    Mode.on_prepared("timing", executors.run_timing, method_level("executeSynchronously")),
+    Mode.on_prepared("reusable", executors.run_reusable, method_level("createReusableExecution")),
+    Mode.own("config", executors.run_config, method_level("prepareModelWithConfig")),
+    Mode.own("validation", _run_validation, default=False),  # the VTS mutation suite is long
+)
+MODE_BY_NAME = {m.name: m for m in MODE_TABLE}
+#: The modes run when none is named; every mode there is.
+MODES = tuple(m.name for m in MODE_TABLE if m.default)
+ALL_MODES = tuple(MODE_BY_NAME)
 
 
 def _expect_level_rejection(dev: Device, case: TestCase, needed: HalVersion, level: HalVersion) -> Result:
@@ -280,34 +356,28 @@ def case_level(case: TestCase) -> HalVersion | None:
         return None
 
 
-def _applies(case: TestCase, mode: str) -> bool:
-    """Whether ``mode`` runs for ``case`` at all (as the harness builds its variants)."""
-    if mode == "dynamic":
-        return not case.has_control_flow_or_rank
-    if mode == "quant_signed":
-        return coupling_applies(case)
-    return True
-
-
 def run_case(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str, Result]:
-    """Every applicable mode of ``case``, or the ``level`` check when the case is newer than the device."""
+    """Every applicable mode of ``case`` (``modes``: names in MODE_TABLE), or the ``level``
+    check when the case is newer than the device."""
     level = device_level(dev)
     needed = case_level(case)
     if needed is not None and needed > level:
         return {LEVEL_MODE: _expect_level_rejection(dev, case, needed, level)}
-    lacking = {m: since for m, since in MODE_SINCE.items() if m in modes and since > level}
+    chosen = [MODE_BY_NAME[name] for name in modes]
+    lacking = [m for m in chosen if m.since is not None and m.since > level]
     skipped = {
-        m: Result("skipped", f"{m} needs NN HAL {since.label}; the device serves {level.label}")
-        for m, since in lacking.items()
-        if not case.expect_failure and _applies(case, m)
+        m.name: Result("skipped", f"{m.name} needs NN HAL {m.since.label}; the device serves {level.label}")
+        for m in lacking
+        if m.since is not None and not case.expect_failure and m.applies(dev, case)
     }
-    results = _run_modes(dev, case, tuple(m for m in modes if m not in lacking))
+    results = _run_modes(dev, case, [m for m in chosen if m not in lacking])
     if results and all(r.status == "skipped" for r in results.values()):
         return results  # the device does not support the case: every mode says why
     return {**results, **skipped}
 
 
-def _run_modes(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str, Result]:
+def _run_modes(dev: Device, case: TestCase, chosen: list[Mode]) -> dict[str, Result]:
+    modes = [m.name for m in chosen]
     try:
         support = dev.supported_operations_with_reasons(case.model)
     except HalError as err:
@@ -323,34 +393,19 @@ def _run_modes(dev: Device, case: TestCase, modes: tuple[str, ...]) -> dict[str,
     if case.expect_failure:
         return {"sync": _expect_failure(dev, case)}
     results: dict[str, Result] = {}
-    wants_exec = [m for m in modes if m in _RUNNERS]
-    if wants_exec:
+    applicable = [m for m in chosen if m.applies(dev, case)]
+    on_prepared = [m for m in applicable if m.prepared]
+    if on_prepared:
         try:
             pm = prepare(dev, case)
         except (CaseFailure, HalError) as err:
-            for m in wants_exec:
-                results[m] = Result("failed", str(err))
+            for m in on_prepared:
+                results[m.name] = Result("failed", str(err))
         else:
             with pm:
-                for m in wants_exec:
-                    results[m] = _attempt(_RUNNERS[m], dev, pm, case)
-    if "validation" in modes:
-        passed, detail = run_validation(dev, case)
-        results["validation"] = Result("passed" if passed else "failed", detail)
-    # Like the harness, the dynamic variant exists only for cases without RANK/IF/WHILE.
-    if "dynamic" in modes and not case.has_control_flow_or_rank:
-        results["dynamic"] = _attempt(_run_dynamic, dev, case)
-    for mode, runner in executors.OWN_RUNNERS.items():
-        if mode in modes:
-            results[mode] = _attempt(runner, dev, case)
-    if "shared" in modes and dev.shm_dir:
-        results["shared"] = _attempt(_run_shared, dev, case)
-    if "quant_signed" in modes and coupling_applies(case):
-        twin = signed_twin(case)
-
-        def twin_run() -> None:
-            with _prepare_variant(dev, twin) as pm:
-                _run_sync(dev, pm, twin)
-
-        results["quant_signed"] = _attempt(twin_run)
-    return results
+                for m in on_prepared:
+                    results[m.name] = _attempt(m.run, dev, pm, case)
+    for m in applicable:
+        if not m.prepared:
+            results[m.name] = _attempt(m.run, dev, None, case)
+    return {m.name: results[m.name] for m in applicable}

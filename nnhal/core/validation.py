@@ -30,6 +30,23 @@ T = OperandType
 #: (subgraph index in the model (0 = main), operation index, subgraph, model) -> min version.
 OperationValidator = Callable[[Model, Subgraph, Operation], HalVersion]
 
+#: The highest tensor rank this implementation supports: numpy's broadcasting and iterators
+#: (which every kernel uses) stop at 32 dimensions. No NNAPI operation needs more than 8.
+MAX_RANK = 32
+#: The most bytes one tensor may span: numpy sizes arrays with a signed 64-bit integer.
+MAX_TENSOR_BYTES = (1 << 63) - 1
+
+
+def check_shape(t: OperandType, dims: Sequence[int], where: str) -> None:
+    """INVALID_ARGUMENT when a tensor of type ``t`` and shape ``dims`` (0 = unknown, ignored)
+    has a rank beyond :data:`MAX_RANK` or would span more than :data:`MAX_TENSOR_BYTES`."""
+    if len(dims) > MAX_RANK:
+        raise _fail(where, f"rank {len(dims)} is beyond the maximum rank {MAX_RANK} this driver supports")
+    info = INFO.get(t) if not is_extension_type(t) else extension_info(t)
+    itemsize = info.byte_size if info is not None and info.is_tensor else 1
+    if math.prod(d for d in dims if d) * itemsize > MAX_TENSOR_BYTES:
+        raise _fail(where, f"a tensor of shape {list(dims)} would span more than {MAX_TENSOR_BYTES} bytes")
+
 
 def _fail(where: str, message: str) -> InvalidArgument:
     return InvalidArgument(f"{where}: {message}")
@@ -39,6 +56,7 @@ def _validate_extension_operand(operand: Operand, where: str) -> HalVersion:
     """An extension's operand: only what its registered description says can be checked
     (the extension defines the rest, as the HAL leaves it to the extension)."""
     info = extension_info(operand.type)
+    check_shape(operand.type, operand.dimensions, where)
     if info is not None and not info.is_tensor and operand.dimensions:
         raise _fail(where, f"scalar {operand.type.name} must have no dimensions, got {list(operand.dimensions)}")
     if operand.channel_quant is not None:
@@ -55,6 +73,7 @@ def validate_operand(operand: Operand, where: str) -> HalVersion:
     version = OPERAND_TYPE_INTRODUCED[t]
     if t in (T.OEM, T.TENSOR_OEM_BYTE):
         return version
+    check_shape(t, operand.dimensions, where)
     if not info.is_tensor and operand.dimensions:
         raise _fail(where, f"scalar {t.name} must have no dimensions, got {list(operand.dimensions)}")
     if info.is_quantized:
@@ -355,6 +374,7 @@ def _validate_arguments(
                     "and the request does not specify them",
                 )
         else:
+            check_shape(operand.type, arg.dimensions, where)
             if model_dims and len(arg.dimensions) != len(model_dims):
                 raise _fail(where, f"has rank {len(arg.dimensions)}, the model operand has rank {len(model_dims)}")
             for d, (req, mod) in enumerate(zip(arg.dimensions, model_dims or arg.dimensions)):

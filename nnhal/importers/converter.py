@@ -24,41 +24,19 @@ from typing import Any
 import numpy as np
 import tflite
 
-from nnhal.client.builder import ModelBuilder
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.types import SymmPerChannelQuantParams
 from nnhal.importers.errors import Unmappable
 from nnhal.importers.reader import TfGraph, TfOperator, TfTensor
+from nnhal.tflite_map.tables import ACTIVATION_NAME, FUSE_CODE, PLAIN_TYPES, QUANT_TYPES
 
 TT = tflite.TensorType
-
-#: TFLite ActivationFunctionType -> NNAPI FuseCode.
-FUSE_CODE = {
-    tflite.ActivationFunctionType.NONE: 0,
-    tflite.ActivationFunctionType.RELU: 1,
-    tflite.ActivationFunctionType.RELU_N1_TO_1: 2,
-    tflite.ActivationFunctionType.RELU6: 3,
-}
-_ACTIVATION_NAME = {v: k for k, v in vars(tflite.ActivationFunctionType).items() if not k.startswith("_")}
-#: TFLite Padding (SAME 0, VALID 1) -> NNAPI implicit PaddingCode (SAME 1, VALID 2).
-PADDING_CODE = {tflite.Padding.SAME: 1, tflite.Padding.VALID: 2}
-
 _FOLDED_TYPES = {
     "float32": T.TENSOR_FLOAT32,
     "float16": T.TENSOR_FLOAT16,
     "int32": T.TENSOR_INT32,
     "bool": T.TENSOR_BOOL8,
-}
-_RAW_INTEGERS = {
-    TT.UINT8: T.TENSOR_QUANT8_ASYMM,
-    TT.INT8: T.TENSOR_QUANT8_ASYMM_SIGNED,
-    TT.INT16: T.TENSOR_QUANT16_SYMM,
-}
-_PLAIN_TYPES = {
-    TT.FLOAT32: T.TENSOR_FLOAT32,
-    TT.FLOAT16: T.TENSOR_FLOAT16,
-    TT.INT32: T.TENSOR_INT32,
-    TT.BOOL: T.TENSOR_BOOL8,
 }
 
 
@@ -104,12 +82,12 @@ class Converter:
         if t in self.folded:
             return _FOLDED_TYPES[self.folded[t].dtype.name], 0.0, 0, None
         q = info.quant
-        if q is None and info.type in _RAW_INTEGERS:
+        if q is None and info.type in QUANT_TYPES:
             # Plain integers in a quantized NNAPI type with scale 1, zero point 0: the real value is
             # the stored value, which is what the TFLite tensor means.
-            return _RAW_INTEGERS[info.type], 1.0, 0, None
-        if info.type in _PLAIN_TYPES or (info.type == TT.INT64 and self.value(t) is not None):
-            kind = _PLAIN_TYPES.get(info.type, T.TENSOR_INT32)
+            return QUANT_TYPES[info.type], 1.0, 0, None
+        if info.type in PLAIN_TYPES or (info.type == TT.INT64 and self.value(t) is not None):
+            kind = PLAIN_TYPES.get(info.type, T.TENSOR_INT32)
             scale = q.scales[0] if (q and kind == T.TENSOR_INT32 and not q.per_channel) else 0.0
             return kind, scale, 0, None
         if info.type not in (TT.UINT8, TT.INT8, TT.INT16):
@@ -191,7 +169,7 @@ class Converter:
         way would disagree with TFLite or with the file: unmappable."""
         if activation not in FUSE_CODE:
             raise Unmappable(
-                f"fused activation {_ACTIVATION_NAME.get(activation, activation)}: NNAPI has no fuse code for it "
+                f"fused activation {ACTIVATION_NAME.get(activation, activation)}: NNAPI has no fuse code for it "
                 "and TFLite's kernels do not apply it"
             )
         return FUSE_CODE[activation]

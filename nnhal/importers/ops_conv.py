@@ -19,9 +19,10 @@ import numpy as np
 import tflite
 
 from nnhal.core.enums import OperandType as T, OperationType as O
-from nnhal.importers.converter import PADDING_CODE, Converter, option
+from nnhal.importers.converter import Converter, option
 from nnhal.importers.errors import Unmappable
 from nnhal.importers.reader import TfOperator
+from nnhal.tflite_map.tables import PADDING_CODE
 
 TT = tflite.TensorType
 Mapper = Callable[[Converter, TfOperator], None]

@@ -17,6 +17,7 @@ import tflite
 from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.importers.converter import Converter, option
 from nnhal.importers.reader import TfOperator
+from nnhal.tflite_map.tables import FUSED_BINARY, SAME_OPERANDS
 
 TT = tflite.TensorType
 Mapper = Callable[[Converter, TfOperator], None]
@@ -54,46 +55,10 @@ def elu(c: Converter, op: TfOperator) -> None:
     c.emit(O.ELU, [c.input(op.inputs[0]), c.f32(1.0)], [c.output(op.outputs[0])])
 
 
-def _unary_names() -> dict[str, O]:
-    return {
-        "ABS": O.ABS,
-        "EXP": O.EXP,
-        "LOG": O.LOG,
-        "SQRT": O.SQRT,
-        "RSQRT": O.RSQRT,
-        "SIN": O.SIN,
-        "NEG": O.NEG,
-        "FLOOR": O.FLOOR,
-        "RELU": O.RELU,
-        "RELU6": O.RELU6,
-        "RELU_N1_TO_1": O.RELU1,
-        "LOGISTIC": O.LOGISTIC,
-        "TANH": O.TANH,
-        "HARD_SWISH": O.HARD_SWISH,
-        "LOGICAL_NOT": O.LOGICAL_NOT,
-        "CAST": O.CAST,
-    }
-
-
 MAPPERS: dict[str, Mapper] = {
-    "ADD": _binary_fused(O.ADD),
-    "SUB": _binary_fused(O.SUB),
-    "MUL": _binary_fused(O.MUL),
-    "DIV": _binary_fused(O.DIV),
-    "MAXIMUM": _plain(O.MAXIMUM),
-    "MINIMUM": _plain(O.MINIMUM),
-    "POW": _plain(O.POW),
-    "LESS": _plain(O.LESS),
-    "LESS_EQUAL": _plain(O.LESS_EQUAL),
-    "GREATER": _plain(O.GREATER),
-    "GREATER_EQUAL": _plain(O.GREATER_EQUAL),
-    "EQUAL": _plain(O.EQUAL),
-    "NOT_EQUAL": _plain(O.NOT_EQUAL),
-    "LOGICAL_AND": _plain(O.LOGICAL_AND),
-    "LOGICAL_OR": _plain(O.LOGICAL_OR),
-    "SELECT": _plain(O.SELECT),
-    "PRELU": _plain(O.PRELU),
+    **{name: _binary_fused(kind) for name, kind in FUSED_BINARY.items()},
+    # DEQUANTIZE and QUANTIZE fold constants or insert a DEQUANTIZE (ops_misc).
+    **{name: _plain(kind) for name, kind in SAME_OPERANDS.items() if name not in ("DEQUANTIZE", "QUANTIZE")},
     "LEAKY_RELU": leaky_relu,
     "ELU": elu,
-    **{name: _plain(kind) for name, kind in _unary_names().items()},
 }

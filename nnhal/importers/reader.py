@@ -15,6 +15,7 @@ into "truncated or corrupt".
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -196,10 +197,33 @@ def _quantization(t: Any) -> Quantization | None:
     return Quantization(scales, zps, int(q.QuantizedDimension()))
 
 
+#: The most bytes one tensor may span: an NNAPI DataLocation's length is a uint32.
+MAX_TENSOR_BYTES = (1 << 32) - 1
+_BYTE = np.dtype("u1")
+
+
+def _check_shape(shape: tuple[int, ...], itemsize: int, where: str) -> None:
+    """TfliteImportError for a negative or zero dimension (NNAPI reads 0 as "unknown", so a
+    zero-size tensor cannot be expressed) or a tensor beyond :data:`MAX_TENSOR_BYTES`."""
+    for d, n in enumerate(shape):
+        if n <= 0:
+            raise TfliteImportError(
+                f"{where} has dimension {d} of {n}: dimensions must be positive"
+                + (" (NNAPI reads 0 as unknown)" if n == 0 else "")
+            )
+    nbytes = math.prod(shape) * itemsize
+    if nbytes > MAX_TENSOR_BYTES:
+        raise TfliteImportError(
+            f"{where} of shape {list(shape)} spans {nbytes:,} bytes, beyond the {MAX_TENSOR_BYTES:,} "
+            "an NNAPI operand can hold"
+        )
+
+
 def _tensor(t: Any, index: int, buffers: list[bytes], source: str) -> TfTensor:
     name = (t.Name() or b"").decode("utf-8", "replace")
     shape = _ints(t.ShapeAsNumpy())
     kind = t.Type()
+    _check_shape(shape, NUMPY_DTYPE.get(kind, _BYTE).itemsize, f"{source}: tensor {index} '{name}'")
     raw = buffers[t.Buffer()] if 0 <= t.Buffer() < len(buffers) else None
     if t.Buffer() >= len(buffers):
         raise TfliteImportError(f"{source}: tensor {index} '{name}' names buffer {t.Buffer()} of {len(buffers)}")

@@ -23,7 +23,13 @@ def test_kinds_and_names() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "needle"), [("gpu", "kind must be one of cpu, ort"), ("a b=cpu", "letters, digits"), ("=", "kind")]
+    ("text", "needle"),
+    [
+        ("gpu", "kind must be one of cpu, ort, litert"),
+        ("cpu:strict", "compiling kinds"),
+        ("a b=cpu", "letters, digits"),
+        ("=", "kind"),
+    ],
 )
 def test_bad_specs_say_what_is_allowed(text: str, needle: str) -> None:
     with pytest.raises(ValueError, match=needle):

@@ -3,6 +3,7 @@ files, saving outputs, comparing with LiteRT; bad files and bad arguments are on
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +98,53 @@ def test_bad_arguments_are_one_line(server: LocalServer, tmp_path: Path, capfd: 
         str(tmp_path / "small.npy"),
     ]
     _one_error_line(capfd, argv, "the model has 1 input(s) (input); 2 --input file(s) given")
+
+
+def test_run_on_a_named_device_and_across_a_partition(capfd: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("onnxruntime")
+    with LocalServer("--device", "cpu", "--device", "litert", "--device", "ort:strict") as srv:
+        argv = ["run", srv.address, str(SHORT_RANGE), "--device", "litert", "--compare", "--repeat", "1"]
+        assert main(argv) == 0
+        out = capfd.readouterr().out
+        assert "prepared on litert" in out and out.count(" yes") >= 2
+        assert re.search(r"^litert\s+90\s", out, re.M)  # the profile: every operation on LiteRT
+        assert main(["run", srv.address, str(SHORT_RANGE), "--partition", "ort,cpu", "--compare", "--repeat", "1"]) == 0
+        out = capfd.readouterr().out
+        assert "prepared across ort, cpu" in out and out.count(" yes") >= 2
+
+
+def test_device_and_partition_errors_are_one_line(capfd: pytest.CaptureFixture[str]) -> None:
+    model = str(SHORT_RANGE)
+    _one_error_line(capfd, ["run", "--start", model, "--device", "gpu"], "kind must be one of")
+    _one_error_line(capfd, ["run", "--start", model, "--device", "cpu", "--partition", "ort,cpu"], "not both")
+    _one_error_line(capfd, ["run", "--start", model, "--partition", ","], "--partition needs device names")
+
+
+@pytest.mark.parametrize(
+    ("shape", "expect"),
+    [
+        ((1, -5, 4, 3), "dimension 1 of -5: dimensions must be positive"),
+        ((1, 0, 4, 3), "dimension 1 of 0: dimensions must be positive (NNAPI reads 0 as unknown)"),
+        ((1, 2_000_000_000, 192, 3), "spans 4,608,000,000,000 bytes, beyond the 4,294,967,295"),
+    ],
+    ids=["negative", "zero", "huge"],
+)
+def test_absurd_dimensions_are_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], shape: tuple[int, ...], expect: str
+) -> None:
+    from tests.importers.tflite_writer import Op, Tensor, write_model
+
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(write_model([Tensor("x", shape), Tensor("y", shape)], [Op("RELU", [0], [1])], [0], [1]))
+    _one_error_line(capfd, ["import", str(bad), "-o", str(tmp_path / "x.nnhal")], expect)
+    _one_error_line(capfd, ["run", "127.0.0.1:1", str(bad)], expect)  # refused before connecting or allocating
+
+
+def test_size_flags_take_units() -> None:
+    from nnhal.cli import config
+
+    args = build_parser().parse_args(["serve", "--memory-total", "256MiB", "--memory-per-client", "1.5G"])
+    resolved = config.resolve(args, {})
+    assert resolved["memory_total"] == 256 << 20 and resolved["memory_per_client"] == 3 << 29
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--memory-total", "-5MiB"])

@@ -281,3 +281,31 @@ def _wait_for_no_release_thread() -> None:
     while time.monotonic() < end and any(t.name == "nnhal-drain-release" for t in threading.enumerate()):
         time.sleep(0.01)
     assert not [t for t in threading.enumerate() if t.name == "nnhal-drain-release"]
+
+
+# -- a failing listener or conversion still releases every waiter ----------------------
+def test_a_listener_that_raises_does_not_cost_the_next_one_its_notify() -> None:
+    cb: Callback[int] = Callback()
+    seen: list[int] = []
+
+    def broken(_cb: Callback[int]) -> None:
+        raise RuntimeError("a listener's bug")
+
+    cb.add_done_callback(broken)
+    cb.add_done_callback(lambda c: seen.append(c.value or 0))
+    assert cb.notify(ErrorStatus.NONE, 3)
+    assert seen == [3]
+    cb.add_done_callback(broken)  # after the notify: runs at once, and still does not raise
+
+
+def test_then_notifies_its_waiter_when_the_conversion_fails() -> None:
+    cb: Callback[int] = Callback()
+
+    def convert(_v: int) -> int:
+        raise ValueError("a malformed answer")
+
+    derived = cb.then(convert)
+    cb.notify(ErrorStatus.NONE, 1)
+    assert derived.wait(1.0)
+    assert derived.status == ErrorStatus.GENERAL_FAILURE and "malformed" in derived.message
+    assert derived.notifications == 1

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from nnhal.client.builder import ModelBuilder
 from nnhal.client.partition_plan import plan_model
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ExecutionPreference, OperandLifeTime, OperandType as T, OperationType as O
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import Capabilities, Model, OperandPerformance, PerformanceInfo

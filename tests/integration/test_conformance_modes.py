@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from nnhal.client.device import Device
-from nnhal.conformance import executors
 from nnhal.conformance.runner import LEVEL_MODE, run_case
 from nnhal.conformance.vectors import TestCase, load_file
 from nnhal.core.enums import ErrorStatus
@@ -24,6 +23,8 @@ from tests.conftest import one_io_request, relu_chain
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 VECTORS = Path(__file__).resolve().parents[2] / "conformance" / "vectors"
+#: The modes of ``nnhal.conformance.executors`` (their entries of the mode table).
+EXECUTOR_MODES = ("burst", "burst_fast", "fenced", "timing", "reusable", "config")
 MISSED = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
 
 
@@ -44,8 +45,8 @@ def few() -> list[TestCase]:
 
 def test_every_executor_mode_passes_at_level_8(device: Device, few: list[TestCase]) -> None:
     for case in few:
-        results = run_case(device, case, executors.MODES)
-        assert set(results) == set(executors.MODES), case.name
+        results = run_case(device, case, EXECUTOR_MODES)
+        assert set(results) == set(EXECUTOR_MODES), case.name
         bad = {m: r for m, r in results.items() if r.status != "passed"}
         assert not bad, (case.name, bad)
         assert all(r.detail for r in results.values())
@@ -63,14 +64,14 @@ def server12() -> Iterator[LocalServer]:
 
 def test_modes_a_level_lacks_are_skipped_saying_why(server12: LocalServer, few: list[TestCase]) -> None:
     with Device.connect(server12.address) as dev:
-        results = run_case(dev, few[0], executors.MODES)
+        results = run_case(dev, few[0], EXECUTOR_MODES)
         assert {m for m, r in results.items() if r.status == "passed"} == {"burst", "burst_fast", "timing"}
         for mode in ("fenced", "reusable", "config"):
             assert results[mode].status == "skipped"
             assert "the device serves 1.2" in results[mode].detail
         assert "1.3" in results["fenced"].detail and "AIDL V4" in results["reusable"].detail
         # A case newer than the device is one expected rejection, whatever the modes.
-        newer = run_case(dev, few[1], executors.MODES)
+        newer = run_case(dev, few[1], EXECUTOR_MODES)
         assert set(newer) == {LEVEL_MODE} and newer[LEVEL_MODE].status == "passed"
         assert "INVALID_ARGUMENT" in newer[LEVEL_MODE].detail
 

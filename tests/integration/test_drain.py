@@ -22,10 +22,9 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from nnhal.client.aio import session as aio_session_module
 from nnhal.client.callbacks import Callback
 from nnhal.client.device import Device
-from nnhal.client.remote import DRAINING, channel as channel_module
+from nnhal.client.remote import DRAINING, aio_session as aio_session_module, channel as channel_module
 from nnhal.client.resilient import ResilientDevice
 from nnhal.core.enums import ErrorStatus, Priority
 from nnhal.core.errors import DeadObject, DeviceUnavailable

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.errors import MissedDeadlinePersistent, ResourceExhaustedPersistent, ResourceExhaustedTransient
 from nnhal.core.types import Model

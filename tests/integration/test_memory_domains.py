@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
 from nnhal.client.memory import SharedMemory
 from nnhal.client.prepared_model import PreparedModel
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.errors import HalError
 from nnhal.core.types import (

@@ -141,15 +141,30 @@ def test_a_1_0_device_refuses_1_3_features_before_sending(dev10: Device) -> None
             pm.execute_fenced(one_io_request(ones()))
 
 
+def test_a_1_1_device_speaks_its_own_forms() -> None:
+    """The client picks the 1.1 forms a 1.1 device serves (1.1 has no execute of its own)."""
+    with LocalServer("--feature-level", "1.1") as srv, Device.connect(srv.address) as dev:
+        assert dev.feature_level == HalVersion.V1_1
+        assert dev.capabilities().operand_performance  # getCapabilities_1_1
+        assert dev.supported_operations(add_model()) == [True]  # getSupportedOperations_1_1
+        with dev.prepare_model_sync(add_model(), preference=ExecutionPreference.LOW_POWER) as pm:  # prepareModel_1_1
+            np.testing.assert_array_equal(pm.execute([ones(), ones()]).outputs[0], 2 * ones())  # execute
+
+
 def test_a_1_2_device_speaks_its_own_forms() -> None:
     with LocalServer("--feature-level", "1.2") as srv, Device.connect(srv.address) as dev:
         hidl = HidlCalls(dev.remote)
         assert hidl.capabilities(HalVersion.V1_2).operand_performance
+        assert dev.supported_operations(add_model()) == [True]  # getSupportedOperations_1_2
+        assert dev.type() is not None and dev.supported_extensions() == ()  # getType, getSupportedExtensions
+        assert dev.number_of_cache_files_needed()[0] >= 0  # getNumberOfCacheFilesNeeded
         assert dev.version_string().startswith("nnhal")  # 1.2 has getVersionString
         pm = dev.prepare_model_sync(add_model(), cache_token=TOKEN)  # prepareModel_1_2 with a cache
         assert pm.model_cache
         out = pm.execute([ones(), ones()], measure=True)  # executeSynchronously with timing
         assert out.timing.time_on_device != NO_TIMING
+        late_cb = pm.execute_async([ones(), ones()], measure=True)  # execute_1_2
+        np.testing.assert_array_equal(late_cb.get(30).outputs[0], 2 * ones())
         again = dev.prepare_model_from_cache(pm.model_cache, TOKEN, add_model()).get(30)  # prepareModelFromCache
         np.testing.assert_array_equal(again.execute([ones(), ones()]).outputs[0], 2 * ones())
         with pm.burst() as burst:  # the 1.2 burst: no 1.3 fields

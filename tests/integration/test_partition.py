@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device, list_devices
 from nnhal.client.partition import Partitioner
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import Model
@@ -31,7 +31,7 @@ SHAPE = (1, 6, 6, 3)
 
 
 def sandwich() -> Model:
-    """CONV_2D → L2_NORMALIZATION (no ort conversion) → CONV_2D, float32 NHWC."""
+    """CONV_2D → LOCAL_RESPONSE_NORMALIZATION (no ort conversion) → CONV_2D, float32 NHWC."""
     rng = np.random.default_rng(0)
     b = ModelBuilder()
     x = b.input(T.TENSOR_FLOAT32, SHAPE)
@@ -39,7 +39,7 @@ def sandwich() -> Model:
     c1 = b.op(
         O.CONV_2D, [x, w1, b.constant(np.zeros(4, np.float32)), *b.ints(1, 1, 1, 1)], T.TENSOR_FLOAT32, [1, 6, 6, 4]
     )
-    n = b.op(O.L2_NORMALIZATION, [c1], T.TENSOR_FLOAT32, [1, 6, 6, 4])
+    n = b.op(O.LOCAL_RESPONSE_NORMALIZATION, [c1, *_lrn(b)], T.TENSOR_FLOAT32, [1, 6, 6, 4])
     w2 = b.constant(rng.standard_normal((2, 1, 1, 4)).astype(np.float32))
     c2 = b.op(
         O.CONV_2D, [n, w2, b.constant(np.ones(2, np.float32)), *b.ints(1, 1, 1, 0)], T.TENSOR_FLOAT32, [1, 6, 6, 2]
@@ -47,9 +47,14 @@ def sandwich() -> Model:
     return b.outputs(c2).finish()
 
 
+def _lrn(b: ModelBuilder) -> list[int]:
+    """LOCAL_RESPONSE_NORMALIZATION's radius, bias, alpha, beta (the ort device has no conversion)."""
+    return [b.int32(1), b.float32(1.0), b.float32(1.0), b.float32(0.5)]
+
+
 def shared_temporary() -> Model:
-    """c = CONV_2D(x); n = L2_NORMALIZATION(c) (no ort conversion); r = RELU(c);
-    out = CONV_2D(n + r): steps ort [CONV_2D, RELU], cpu [L2_NORMALIZATION], ort [ADD,
+    """c = CONV_2D(x); n = LOCAL_RESPONSE_NORMALIZATION(c) (no ort conversion); r = RELU(c);
+    out = CONV_2D(n + r): steps ort [CONV_2D, RELU], cpu [LOCAL_RESPONSE_NORMALIZATION], ort [ADD,
     CONV_2D], and r goes from the first step to the third on the ort device."""
     rng = np.random.default_rng(3)
     b = ModelBuilder()
@@ -58,7 +63,7 @@ def shared_temporary() -> Model:
     c = b.op(
         O.CONV_2D, [x, w1, b.constant(np.zeros(4, np.float32)), *b.ints(1, 1, 1, 0)], T.TENSOR_FLOAT32, [1, 6, 6, 4]
     )
-    n = b.op(O.L2_NORMALIZATION, [c], T.TENSOR_FLOAT32, [1, 6, 6, 4])
+    n = b.op(O.LOCAL_RESPONSE_NORMALIZATION, [c, *_lrn(b)], T.TENSOR_FLOAT32, [1, 6, 6, 4])
     r = b.op(O.RELU, [c], T.TENSOR_FLOAT32, [1, 6, 6, 4])
     s = b.op(O.ADD, [n, r, b.int32(0)], T.TENSOR_FLOAT32, [1, 6, 6, 4])
     w2 = b.constant(rng.standard_normal((2, 1, 1, 4)).astype(np.float32))
@@ -70,7 +75,7 @@ def shared_temporary() -> Model:
 
 @pytest.fixture(scope="module")
 def two_devices() -> Iterator[LocalServer]:
-    with LocalServer("--device", "cpu", "--device", "ort", "--cache-secret-file", "none") as srv:
+    with LocalServer("--device", "cpu", "--device", "ort:strict", "--cache-secret-file", "none") as srv:
         yield srv
 
 
@@ -105,7 +110,7 @@ def test_a_middle_operation_the_ort_device_lacks_runs_as_three_steps(two_devices
     with Device.connect(two_devices.address, device="ort") as ort, Device.connect(two_devices.address) as cpu:
         support = ort.supported_operations_with_reasons(model)
         assert [ok for ok, _ in support] == [True, False, True]
-        assert "L2_NORMALIZATION" in support[1][1]
+        assert "LOCAL_RESPONSE_NORMALIZATION" in support[1][1]
         with Partitioner([ort, cpu], fallback=cpu).prepare(model) as pm:
             rows = pm.plan.rows()
             assert [(device, step) for _, _, device, step, _ in rows] == [("ort", 0), ("cpu", 1), ("ort", 2)]
@@ -154,7 +159,7 @@ def test_an_allocation_the_device_refuses_leaves_the_temporary_inline(
 def test_two_servers_are_both_used_and_a_killed_one_is_dead_object_at_once() -> None:
     model, x = sandwich(), np.random.default_rng(2).standard_normal(SHAPE).astype(np.float32)
     with (
-        LocalServer("--device", "ort", "--cache-secret-file", "none") as a,
+        LocalServer("--device", "ort:strict", "--cache-secret-file", "none") as a,
         LocalServer("--enable-fault-injection", "--cache-secret-file", "none") as b,
         Device.connect(a.address) as ort,
         Device.connect(b.address) as cpu,

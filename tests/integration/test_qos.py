@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
 from nnhal.conformance.compare import compare_case
 from nnhal.conformance.variants import build_request, output_bytes
 from nnhal.conformance.vectors import TestCase, load_file
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O, Priority
 from nnhal.core.errors import ResourceExhaustedPersistent, ResourceExhaustedTransient
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument

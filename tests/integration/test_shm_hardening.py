@@ -171,7 +171,7 @@ def test_ibuffer_copies_with_a_shrunk_region(shm_server: tuple[LocalServer, Path
 _VICTIM = """
 import sys, time
 import numpy as np
-from nnhal.client.builder import ModelBuilder
+from nnhal.core.builder import ModelBuilder
 from nnhal.client.device import Device
 from nnhal.client.memory import SharedMemory
 from nnhal.core.enums import OperandType as T, OperationType as O

@@ -14,11 +14,11 @@ import grpc
 import numpy as np
 import pytest
 
-from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device
 from nnhal.client.remote import RemoteSession
 from nnhal.client.remote.transport import DEATH_DETECTION_BOUND_S
 from nnhal.core import wire_stream
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.errors import DeadObject, HalError
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument

@@ -25,8 +25,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from nnhal.client.builder import ModelBuilder
 from nnhal.client.device import Device, TlsConfig
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.errors import DeadObject, ResourceExhaustedTransient
 from nnhal.core.types import Model

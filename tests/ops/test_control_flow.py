@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import nnhal.server.executor.ops  # noqa: F401  (registers every operation)
-from nnhal.client.builder import ModelBuilder
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.errors import InvalidArgument, MissedDeadlinePersistent
 from nnhal.core.types import InlinePool, Model

@@ -24,7 +24,7 @@ def test_a_decision_depends_on_its_arguments_alone() -> None:
     hits = [f for f in first if f is not None]
     assert hits and all(f.kind == "error" and f.status in faults.SEEDED_STATUSES for f in hits)
     assert all(f.origin == "--fault-seed" for f in hits)
-    assert "(--fault-seed): seed 7, scope add/sync, execute_1_3 call" in hits[0].error().message
+    assert "(--fault-seed): seed 7, scope add/sync, execute_1_3 call" in hits[0].hal_error().message
 
 
 def test_the_rate_is_the_share_of_calls_faulted() -> None:

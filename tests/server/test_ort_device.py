@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from nnhal.client.builder import ModelBuilder
+from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import HalVersion, OperandType as T, OperationType as O, Priority
 from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.core.types import InlinePool, Model, SymmPerChannelQuantParams
@@ -83,7 +83,37 @@ def transpose_conv_f16() -> Model:
     return b.outputs(out).finish()
 
 
+def slices_and_norms_f32() -> Model:
+    """STRIDED_SLICE (masks, a negative stride, a shrunk axis) → L2_NORMALIZATION."""
+    b = ModelBuilder()
+    x = b.input(F32, (2, 6, 5))
+    begin = b.constant(np.array([0, 5, 1], np.int32))
+    end = b.constant(np.array([1, 0, 5], np.int32))
+    strides = b.constant(np.array([1, -2, 2], np.int32))
+    s = b.op(O.STRIDED_SLICE, [x, begin, end, strides, *b.ints(0, 0, 1)], F32, (3, 2))
+    return b.outputs(b.op(O.L2_NORMALIZATION, [s, b.int32(-1)], F32, (3, 2))).finish()
+
+
+def resize_and_space_to_batch_q8() -> Model:
+    """RESIZE_NEAREST_NEIGHBOR (align_corners) → SPACE_TO_BATCH_ND (padded), quant8."""
+    b = ModelBuilder()
+    x = b.input(Q8, (1, 3, 4, 2), 0.5, 100)
+    r = b.op(
+        O.RESIZE_NEAREST_NEIGHBOR,
+        [x, b.int32(5), b.int32(5), b.boolean(False), b.boolean(True), b.boolean(False)],
+        Q8,
+        (1, 5, 5, 2),
+        0.5,
+        100,
+    )
+    block = b.constant(np.array([2, 3], np.int32))
+    pads = b.constant(np.array([[1, 0], [0, 1]], np.int32))
+    return b.outputs(b.op(O.SPACE_TO_BATCH_ND, [r, block, pads], Q8, (6, 3, 2, 2), 0.5, 100)).finish()
+
+
 CASES: list[Callable[[], Model]] = [
+    slices_and_norms_f32,
+    resize_and_space_to_batch_q8,
     conv_f32_explicit_nchw,
     depthwise_q8_per_channel,
     pools_and_dense_q8,
@@ -127,11 +157,11 @@ def test_conversion_matches_the_reference_within_conformance_tolerance(make: Cal
 def test_unsupported_operations_say_why() -> None:
     b = ModelBuilder()
     x = b.input(F32, (1, 4))
-    n = b.op(O.L2_NORMALIZATION, [x], F32, (1, 4))
+    n = b.op(O.LOCAL_RESPONSE_NORMALIZATION, [x, b.int32(1), *(b.float32(v) for v in (1.0, 1.0, 0.5))], F32, (1, 4))
     model = b.outputs(b.op(O.RELU, [n], F32, (1, 4))).finish()
     supported, reasons = ORT.supported_operations(model, [], HalVersion.V1_3)
     assert supported == [False, True]
-    assert "L2_NORMALIZATION has no ONNX Runtime conversion" in reasons[0]
+    assert "LOCAL_RESPONSE_NORMALIZATION has no ONNX Runtime conversion" in reasons[0]
     with pytest.raises(GeneralFailure, match="operation 0 is not supported"):
         ORT.compile(model, [])
 

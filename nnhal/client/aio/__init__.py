@@ -6,7 +6,8 @@ on the wire, and death handling — a killed or frozen server resolves every awa
 with DEAD_OBJECT exactly once, within the sync client's bounds, and fails later calls at
 once. Many executions may be in flight at once from one event loop.
 
-Modules: :mod:`.session` (the channel, session stream, death and the one call path),
+Modules: :mod:`nnhal.client.remote.aio_session` (the channel, session stream, death, the one
+call path and the transport of the HAL calls, shared with the sync client),
 :mod:`.device` (``Device``), :mod:`.prepared_model` (``PreparedModel``), :mod:`.burst`
 (``Burst``), :mod:`.buffer` (``Buffer``).
 """

@@ -11,17 +11,14 @@ release()`` or ``async with``; the session's end releases it anyway.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from nnhal.client.aio.session import AioSession
 from nnhal.client.buffer import array_of, array_room, copy_source
 from nnhal.client.memory import SharedMemory
-from nnhal.client.remote.messages import copy_from_request, copy_to_request
+from nnhal.client.remote import calls
+from nnhal.client.remote.aio_session import AioSession
 from nnhal.core.errors import HalError
 from nnhal.core.types import BufferTokenPool, MemoryPool
-from nnhal.proto import service_pb2 as spb
 
 
 class Buffer:
@@ -40,7 +37,7 @@ class Buffer:
     async def copy_from(self, src: np.ndarray | SharedMemory, dimensions: tuple[int, ...] | None = None) -> None:
         """IBuffer::copyFrom. ``dimensions`` default to an array's shape (``()``: the buffer's own)."""
         pool, dims = copy_source(src, dimensions)
-        await self._call("copyFrom", copy_from_request(self._session.session_id, self.handle, pool, dims))
+        await self._session.run(calls.buffer_copy_from(self._session.session_id, self.handle, pool, dims))
 
     async def copy_to(self, dst: SharedMemory) -> None:
         """IBuffer::copyTo into a shared region (its size must equal the buffer's)."""
@@ -51,18 +48,14 @@ class Buffer:
         return array_of(await self._copy_to(array_room(dtype, shape)), dtype, shape)
 
     async def _copy_to(self, dst: MemoryPool) -> bytes:
-        msg = await self._call("copyTo", copy_to_request(self._session.session_id, self.handle, dst))
-        return bytes(msg.data)
-
-    async def _call(self, method: str, request: object) -> Any:
-        return await self._session.checked(getattr(self._session.stubs.buffer, method), request, method)
+        return await self._session.run(calls.buffer_copy_to(self._session.session_id, self.handle, dst))
 
     async def release(self) -> None:
         """Free the buffer in the server (idempotent; nothing to do once the session ended)."""
         if self._released or self._session.dead or self._session.closed:
             return
         self._released = True
-        await self._call("release", spb.ReleaseRequest(session=self._session.session_id, handle=self.handle))
+        await self._session.run(calls.release_buffer(self._session.session_id, self.handle))
 
     async def __aenter__(self) -> Buffer:
         return self

@@ -20,20 +20,13 @@ have to turn into ``loop.add_reader`` waits.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-import grpc
-import grpc.aio
-
-from nnhal.client.aio.session import AioSession, Metadata
 from nnhal.client.outcome import ExecutionOutcome
-from nnhal.client.remote.messages import ExecutionOptions, execute_request
-from nnhal.client.remote.transport import BURST_STREAM_TIMEOUT
-from nnhal.core import wire
+from nnhal.client.remote.aio_session import AioBurstStream
+from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 from nnhal.core.types import Request
-from nnhal.proto import service_pb2 as spb
 
 #: What an execution on a burst the server ended (or a cancelled one) answers.
 ENDED = "the burst stream ended (refused or closed by the server); open a new burst"
@@ -43,23 +36,12 @@ CANCELLED = "an execution of this burst was cancelled, which ends its stream; op
 class Burst:
     """An execution burst of one prepared model. ``await close()``, or use ``async with``."""
 
-    def __init__(self, session: AioSession, handle: str, call: Any, md: Metadata) -> None:
-        self._session = session
+    def __init__(self, stream: AioBurstStream, handle: str) -> None:
+        self._stream = stream
         self._handle = handle
-        self._call = call
-        #: Every execution on the stream shares its request id.
-        self._md = md
         self._lock = asyncio.Lock()
         self._ended = ""
         self._closed = False
-
-    @classmethod
-    def open(cls, session: AioSession, handle: str) -> Burst:
-        """Open the stream; DEAD_OBJECT at once for a server known dead."""
-        session.check("configureExecutionBurst")
-        md = session.metadata()
-        call = session.stubs.prepared_model.configureExecutionBurst(timeout=BURST_STREAM_TIMEOUT, metadata=md)
-        return cls(session, handle, call, md)
 
     @property
     def fast(self) -> bool:
@@ -71,32 +53,22 @@ class Burst:
     ) -> ExecutionOutcome:
         """One execution; every status (transport failures included) is in the outcome."""
         options = ExecutionOptions(measure=measure, timeout=timeout)
-        msg, _ = execute_request(self._session.session_id, self._handle, request, options)
         async with self._lock:
             if self._closed:
                 return ExecutionOutcome(ErrorStatus.GENERAL_FAILURE, "burst: the burst is closed")
             if self._ended:
                 return ExecutionOutcome(ErrorStatus.GENERAL_FAILURE, self._ended)
             try:
-                response = await self._session.call("burst", False, lambda _md: self._exchange(msg), self._md)
+                result = await self._stream.execute(self._handle, request, options)
             except HalError as err:
                 return ExecutionOutcome(err.error_status, err.message)
             except asyncio.CancelledError:
                 self._ended = CANCELLED
                 raise
-        if response is None:  # the server ended the stream: a refusal past its cap, or a drain
+        if result is None:  # the server ended the stream: a refusal past its cap, or a drain
             self._ended = ENDED
             return ExecutionOutcome(ErrorStatus.GENERAL_FAILURE, ENDED)
-        return ExecutionOutcome.of(wire.execution_result_from(response.result))
-
-    async def _exchange(self, msg: spb.ExecuteRequest) -> Any:
-        """Send one request and read its response (None: the server ended the stream)."""
-        try:
-            await self._call.write(spb.BurstRequest(execute=msg))
-        except asyncio.InvalidStateError:  # the call finished with OK: the server ended it
-            return None
-        response = await self._call.read()
-        return None if response is grpc.aio.EOF else response
+        return ExecutionOutcome.of(result)
 
     async def close(self) -> None:
         """End the stream (idempotent): the server forgets the burst."""
@@ -104,21 +76,13 @@ class Burst:
             return
         self._closed = True
         async with self._lock:
-            if self._ended or self._session.dead or self._session.closed:
-                self._call.cancel()
+            if self._ended or self._stream.session_over:
+                self._stream.cancel()
                 return
             try:
-                await self._session.call("burst", False, lambda _md: self._finish(), self._md)
+                await self._stream.finish()
             except HalError:
-                self._call.cancel()  # a stream that broke holds nothing to release
-
-    async def _finish(self) -> None:
-        try:
-            await self._call.done_writing()
-            while await self._call.read() is not grpc.aio.EOF:
-                pass
-        except asyncio.InvalidStateError:
-            pass  # already finished
+                self._stream.cancel()  # a stream that broke holds nothing to release
 
     async def __aenter__(self) -> Burst:
         return self

@@ -4,7 +4,7 @@
 aio.Device.connect(address) as dev:``) opens a session; every object prepared through
 it belongs to that session and is released by the server when the session ends.
 Coroutines raise HalError subclasses; a dead server surfaces as DeadObject, at once
-for every later call (see :mod:`nnhal.client.aio.session`).
+for every later call (see :mod:`nnhal.client.remote.aio_session`).
 
 ``device="ort"`` names one of a server's devices; ``tls`` is as for the sync
 :meth:`nnhal.client.device.Device.connect` (None: ``NNHAL_TLS_*`` when set; False: plaintext).
@@ -26,22 +26,12 @@ from typing import Any, Literal
 
 from nnhal.client.aio.buffer import Buffer
 from nnhal.client.aio.prepared_model import PreparedModel
-from nnhal.client.aio.session import AioSession
 from nnhal.client.faults import Fault
-from nnhal.client.remote.messages import (
-    fault_request,
-    fill_allocate,
-    prepare_from_cache_request,
-    prepare_request,
-    prepared_of,
-    stats_of,
-)
-from nnhal.client.remote.transport import TlsConfig, grpc_timeout, remaining_time, tag_request_id
-from nnhal.core import wire
-from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Priority
-from nnhal.core.errors import HalError
+from nnhal.client.remote import calls
+from nnhal.client.remote.aio_session import AioSession
+from nnhal.client.remote.transport import TlsConfig, remaining_time
+from nnhal.core.enums import DeviceStatus, DeviceType, ExecutionPreference, Priority
 from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model
-from nnhal.proto import service_pb2 as spb
 
 
 class Device:
@@ -114,32 +104,24 @@ class Device:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    # -- IDevice ----------------------------------------------------------------------------------
-    async def _query(self, rpc_name: str, checked: bool = True) -> Any:
-        """A device query (DeviceRequest); its in-band status raised when ``checked``."""
-        session = self._session
-        rpc = getattr(session.stubs.device, rpc_name)
-        req = spb.DeviceRequest(session=session.session_id)
-        return await (session.checked(rpc, req, rpc_name) if checked else session.unary(rpc, req, rpc_name))
-
+    # -- IDevice (the calls of nnhal.client.remote.calls, driven by the asyncio session) ----------
     async def capabilities(self) -> Capabilities:
-        return wire.capabilities_from((await self._query("getCapabilities_1_3")).capabilities)
+        return await self._session.run(calls.capabilities(self.session_id))
 
     async def version_string(self) -> str:
-        return str((await self._query("getVersionString")).version)
+        return await self._session.run(calls.version_string(self.session_id))
 
     async def type(self) -> DeviceType:
-        return wire.device_type_from((await self._query("getType")).type)
+        return await self._session.run(calls.device_type(self.session_id))
 
     async def supported_extensions(self) -> tuple[Extension, ...]:
-        return tuple(wire.extension_from(e) for e in (await self._query("getSupportedExtensions")).extensions)
+        return await self._session.run(calls.supported_extensions(self.session_id))
 
     async def number_of_cache_files_needed(self) -> tuple[int, int]:
-        msg = await self._query("getNumberOfCacheFilesNeeded")
-        return int(msg.num_model_cache), int(msg.num_data_cache)
+        return await self._session.run(calls.number_of_cache_files_needed(self.session_id))
 
     async def status(self) -> DeviceStatus:
-        return wire.device_status_from((await self._query("getStatus", checked=False)).status)
+        return await self._session.run(calls.status(self.session_id))
 
     async def supported_operations(self, model: Model) -> list[bool]:
         """getSupportedOperations_1_3: per operation of the main subgraph, whether it is supported."""
@@ -147,34 +129,25 @@ class Device:
 
     async def supported_operations_with_reasons(self, model: Model) -> list[tuple[bool, str]]:
         """getSupportedOperations_1_3 with the device's reason for each unsupported operation."""
-        req = spb.SupportedOperationsRequest(session=self._session.session_id)
-        wire.model_to(model, req.model)
-        msg = await self._session.checked(
-            self._session.stubs.device.getSupportedOperations_1_3, req, "getSupportedOperations_1_3"
-        )
-        return [(bool(ok), str(why)) for ok, why in zip(msg.supported, msg.reasons)]
+        return await self._session.run(calls.supported_operations(self.session_id, model))
 
     async def stats(self) -> dict[str, int]:
         """Server-wide object counts (nnhal extension): sessions, prepared_models, ..."""
-        return stats_of(await self._query("getStats", checked=False))[0]
+        return (await self._session.run(calls.stats(self.session_id)))[0]
 
     async def limits(self) -> dict[str, int]:
         """The server's configured resource limits (0 = unlimited)."""
-        return stats_of(await self._query("getStats", checked=False))[1]
+        return (await self._session.run(calls.stats(self.session_id)))[1]
 
     # -- faults (servers started with --enable-fault-injection) ------------------------------------
     async def set_faults(self, prepare_delay_ms: int = 0, execute_delay_ms: int = 0) -> None:
         """Delay this session's preparations / executions (servers with fault injection only)."""
-        req = spb.FaultRequest(
-            session=self._session.session_id, prepare_delay_ms=prepare_delay_ms, execute_delay_ms=execute_delay_ms
-        )
-        await self._session.checked(self._session.stubs.device.setFaults, req, "setFaults")
+        await self._session.run(calls.set_faults(self.session_id, prepare_delay_ms, execute_delay_ms))
 
     async def inject_faults(self, *faults: Fault, clear: bool = False) -> None:
         """Have the server inject ``faults`` (:class:`nnhal.client.faults.Fault`) into the next
         calls of any client; ``clear`` first removes every fault set before."""
-        req = fault_request(self._session.session_id, faults, clear)
-        await self._session.checked(self._session.stubs.device.setFaults, req, "setFaults")
+        await self._session.run(calls.inject_faults(self.session_id, faults, clear))
 
     async def clear_faults(self) -> None:
         """Remove every injected fault of the server and this session's delays."""
@@ -194,11 +167,11 @@ class Device:
         """prepareModel_1_3 (a launch, then exactly one notify): the prepared model, or the
         HalError the preparation ended with (DEAD_OBJECT if the server dies meanwhile).
         ``timeout`` / ``deadline_at`` (``time.monotonic()``) set the HAL deadline;
-        ``cache_token`` (32 bytes) asks for the model cache (``pm.model_cache``)."""
+        ``cache_token`` (32 bytes) asks for the model cache (``pm.model_cache``). Cancelling
+        the caller lets the preparation end; the model it makes is then released."""
         remaining = remaining_time(timeout, deadline_at)
-        req = prepare_request(self._session.session_id, model, preference, priority, cache_token, remaining)
-        rpc = self._session.stubs.device.prepareModel_1_3
-        return await self._prepare(rpc, req, "prepareModel_1_3", remaining, model)
+        ref = await self._session.prepare(model, preference, priority, cache_token, remaining)
+        return PreparedModel(self._session, ref.handle, model, ref.model_cache)
 
     def prepare_model_async(self, model: Model, **kwargs: Any) -> asyncio.Task[PreparedModel]:
         """:meth:`prepare_model` started at once as a task (from a running event loop), the
@@ -219,34 +192,8 @@ class Device:
         """prepareModelFromCache_1_3 with the model cache a preparation with ``cache_token``
         returned; a tampered or truncated cache is the server's error, raised. ``model``
         (optional) lets ``execute`` take numpy arrays."""
-        remaining = remaining_time(timeout, deadline_at)
-        req = prepare_from_cache_request(self._session.session_id, model_cache, token, remaining)
-        rpc = self._session.stubs.device.prepareModelFromCache_1_3
-        return await self._prepare(rpc, req, "prepareModelFromCache_1_3", remaining, model)
-
-    async def _prepare(
-        self, rpc: Any, req: Any, what: str, remaining: float | None, model: Model | None
-    ) -> PreparedModel:
-        """The prepare RPC runs to its notify even when the caller is cancelled (a HAL
-        preparation cannot be cancelled): the model it then makes, which nobody owns, is
-        released — the sync client's discard of a prepared model whose waiter was released."""
-        rpc_task = asyncio.ensure_future(self._session.notify(rpc, req, what, grpc_timeout(remaining)))
-        try:
-            notify = await asyncio.shield(rpc_task)
-        except asyncio.CancelledError:
-            rpc_task.add_done_callback(self._discard)
-            raise
-        status, message, ref = prepared_of(notify)
-        if status != ErrorStatus.NONE or ref is None:
-            raise tag_request_id(HalError.of(status, message), self._session.last_request_id)
+        ref = await self._session.prepare_from_cache(model_cache, token, remaining_time(timeout, deadline_at))
         return PreparedModel(self._session, ref.handle, model, ref.model_cache)
-
-    def _discard(self, rpc_task: asyncio.Future[Any]) -> None:
-        if rpc_task.cancelled() or rpc_task.exception() is not None:
-            return  # no model was made, or the session ended (and released it)
-        _, _, ref = prepared_of(rpc_task.result())
-        if ref is not None:
-            self._session.spawn(PreparedModel(self._session, ref.handle, None).release())
 
     # -- memory domains ----------------------------------------------------------------------------
     async def allocate(
@@ -258,10 +205,11 @@ class Device:
     ) -> Buffer:
         """IDevice::allocate: a driver-managed buffer usable in the given roles (its HalError
         raised: INVALID_ARGUMENT for roles that do not fit the models)."""
-        req = spb.AllocateRequest(session=self._session.session_id)
-        fill_allocate(req, desc, [pm.handle for pm in prepared_models], input_roles, output_roles, wire.buffer_role_to)
-        msg = await self._session.checked(self._session.stubs.device.allocate, req, "allocate")
-        return Buffer(self._session, str(msg.buffer), int(msg.token))
+        handles = [pm.handle for pm in prepared_models]
+        handle, token = await self._session.run(
+            calls.allocate(self.session_id, desc, handles, input_roles, output_roles)
+        )
+        return Buffer(self._session, handle, token)
 
 
 class Connecting:

@@ -28,15 +28,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from nnhal.client import steps
 from nnhal.client.aio.burst import Burst
-from nnhal.client.aio.session import AioSession
-from nnhal.client.numpy_io import NumpyIO, decode_outputs, decoder, retry_sizes
+from nnhal.client.numpy_io import NumpyIO, decoder, numpy_execution
 from nnhal.client.outcome import ExecutionOutcome
-from nnhal.client.remote.messages import ExecutionOptions, execute_request
-from nnhal.core import wire
+from nnhal.client.remote import calls
+from nnhal.client.remote.aio_session import AioSession
+from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.core.errors import DeadObject, HalError, InvalidArgument
 from nnhal.core.types import ExecutionResult, Model, Request
-from nnhal.proto import service_pb2 as spb
 
 
 class PreparedModel:
@@ -59,8 +59,7 @@ class PreparedModel:
         if self._released:
             return
         self._released = True
-        req = spb.ReleaseRequest(session=self._session.session_id, handle=self.handle)
-        await self._session.checked(self._session.stubs.prepared_model.release, req, "release", prefix=False)
+        await self._session.run(calls.release_prepared_model(self._session.session_id, self.handle))
 
     async def __aenter__(self) -> PreparedModel:
         return self
@@ -74,20 +73,11 @@ class PreparedModel:
     # -- the two calls ---------------------------------------------------------------------------
     async def _execute(self, request: Request, options: ExecutionOptions) -> ExecutionResult:
         """executeSynchronously_1_3. Transport failures raise; HAL errors are in the result."""
-        msg, timeout = execute_request(self._session.session_id, self.handle, request, options)
-        rpc = self._session.stubs.prepared_model.executeSynchronously_1_3
-        return wire.execution_result_from(await self._session.unary(rpc, msg, "executeSynchronously_1_3", timeout))
+        return await self._session.run(calls.execute(self._session.session_id, self.handle, request, options))
 
     async def _execute_stream(self, request: Request, options: ExecutionOptions) -> ExecutionResult:
         """execute_1_3; every failure comes back as a result carrying its status."""
-        msg, timeout = execute_request(self._session.session_id, self.handle, request, options)
-        try:
-            notify = await self._session.notify(
-                self._session.stubs.prepared_model.execute_1_3, msg, "execute_1_3", timeout
-            )
-        except HalError as err:
-            return ExecutionResult(err.error_status, err.message)
-        return wire.execution_result_from(notify)
+        return await self._session.execute_stream(self.handle, request, options)
 
     # -- canonical requests ------------------------------------------------------------------------
     async def execute_request(
@@ -128,7 +118,7 @@ class PreparedModel:
 
     def burst(self) -> Burst:
         """configureExecutionBurst: many executions on one gRPC stream (``async with``)."""
-        return Burst.open(self._session, self.handle)
+        return Burst(self._session.open_burst(), self.handle)
 
     # -- numpy ---------------------------------------------------------------------------------------
     def _io(self) -> NumpyIO:
@@ -149,20 +139,9 @@ class PreparedModel:
         """Synchronous execution on numpy arrays; raises the HalError it ends with.
         ``profile`` asks the driver for time per operation type (``outcome.profile``)."""
         options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns, profile)
-        numpy_io = self._io()
-        sizes: list[int] | None = None
-        for _attempt in range(2):
-            request, layout = numpy_io.request(inputs, sizes)
-            outcome = ExecutionOutcome.of(await self._execute(request, options))
-            retry = retry_sizes(outcome, layout) if sizes is None else None
-            if retry is not None:
-                sizes = retry
-                continue
-            outcome.raise_for_status()
-            outcome.outputs = decode_outputs(outcome, layout)
-            return outcome
-        outcome.raise_for_status()
-        return outcome
+        return await steps.drive_async(
+            numpy_execution(self._io(), inputs), lambda request: self._execute(request, options)
+        )
 
     def execute_async(
         self,

@@ -43,7 +43,7 @@ class AidlCalls:
         return self._r.session_id
 
     def _result(self, rpc: Any, msg: Any, what: str, timeout: float | None) -> Result:
-        return wire_aidl.execution_result_from(self._r._unary(rpc, msg, what, timeout))
+        return wire_aidl.execution_result_from(self._r.unary(rpc, msg, what, timeout))
 
     # -- IDevice ---------------------------------------------------------------------------
     def prepare_with_config(
@@ -66,7 +66,7 @@ class AidlCalls:
         """AIDL IDevice::allocate (roles carry ``probability``): the buffer's handle and token."""
         req = apb.AidlAllocateRequest(session=self._sid)
         fill_allocate(req, desc, prepared_models, input_roles, output_roles, wire_aidl.buffer_role_to)
-        msg = self._r._checked(self._r.stubs.aidl_device.allocate, req, "allocate")
+        msg = self._r.checked(self._r.stubs.aidl_device.allocate, req, "allocate")
         return str(msg.buffer), int(msg.token)
 
     # -- IPreparedModel -------------------------------------------------------------------------
@@ -118,7 +118,7 @@ class AidlCalls:
             msg.duration_ns = duration_ns
         limit = _deadline(msg, timeout, deadline_at)
         rpc = self._r.stubs.aidl_prepared_model.executeFenced
-        answer = self._r._checked(rpc, msg, "AIDL IPreparedModel.executeFenced", limit)
+        answer = self._r.checked(rpc, msg, "AIDL IPreparedModel.executeFenced", limit)
         return str(answer.sync_fence), str(answer.callback)
 
     def execute_fenced_with_config(
@@ -140,14 +140,14 @@ class AidlCalls:
             msg.duration_ns = duration_ns
         limit = _deadline(msg, timeout, deadline_at)
         rpc = self._r.stubs.aidl_prepared_model.executeFencedWithConfig
-        answer = self._r._checked(rpc, msg, "executeFencedWithConfig", limit)
+        answer = self._r.checked(rpc, msg, "executeFencedWithConfig", limit)
         return str(answer.sync_fence), str(answer.callback)
 
     def fenced_info(self, callback: str, wait: bool, timeout: float) -> tuple[FencedExecutionInfo, TimingNs, TimingNs]:
         """AIDL getExecutionInfo: the info, and the launched / fenced AIDL timings."""
         req = spb.FencedInfoRequest(session=self._sid, callback=callback, wait=wait)
         return wire_aidl.fenced_info_from(
-            self._r._unary(self._r.stubs.aidl_fenced.getExecutionInfo, req, "getExecutionInfo", timeout)
+            self._r.unary(self._r.stubs.aidl_fenced.getExecutionInfo, req, "getExecutionInfo", timeout)
         )
 
     # -- IExecution -----------------------------------------------------------------------------
@@ -156,7 +156,7 @@ class AidlCalls:
         wire.request_to(request, msg.request)
         wire_aidl.execution_config_to(config, msg.config)
         rpc = self._r.stubs.aidl_prepared_model.createReusableExecution
-        return str(self._r._checked(rpc, msg, "createReusableExecution").handle)
+        return str(self._r.checked(rpc, msg, "createReusableExecution").handle)
 
     def execution_run(self, execution: str, timeout: float | None, deadline_at: float | None) -> Result:
         msg = apb.ExecutionRunRequest(session=self._sid, execution=execution)
@@ -176,14 +176,14 @@ class AidlCalls:
         if duration_ns is not None:
             msg.duration_ns = duration_ns
         limit = _deadline(msg, timeout, deadline_at)
-        answer = self._r._checked(self._r.stubs.execution.executeFenced, msg, "IExecution.executeFenced", limit)
+        answer = self._r.checked(self._r.stubs.execution.executeFenced, msg, "IExecution.executeFenced", limit)
         return str(answer.sync_fence), str(answer.callback)
 
     # -- IBurst ------------------------------------------------------------------------------------
     def configure_burst(self, handle: str) -> str:
         msg = apb.ConfigureBurstRequest(session=self._sid, prepared_model=handle)
         rpc = self._r.stubs.aidl_prepared_model.configureExecutionBurst
-        return str(self._r._checked(rpc, msg, "configureExecutionBurst").handle)
+        return str(self._r.checked(rpc, msg, "configureExecutionBurst").handle)
 
     def burst_execute(
         self,
@@ -213,14 +213,14 @@ class AidlCalls:
 
     def release_memory(self, burst: str, token: int) -> None:
         msg = apb.ReleaseMemoryRequest(session=self._sid, burst=burst, memory_identifier_token=token)
-        self._r._checked(self._r.stubs.burst.releaseMemoryResource, msg, "releaseMemoryResource")
+        self._r.checked(self._r.stubs.burst.releaseMemoryResource, msg, "releaseMemoryResource")
 
     # -- releases ------------------------------------------------------------------------------------
     def release(self, kind: str, handle: str) -> None:
         """Release an IExecution (``kind`` "execution") or IBurst ("burst") now; raises its HalError."""
         stub = self._r.stubs.execution if kind == "execution" else self._r.stubs.burst
         req = spb.ReleaseRequest(session=self._sid, handle=handle)
-        raise_for_status(self._r._unary(stub.release, req, "release"))
+        raise_for_status(self._r.unary(stub.release, req, "release"))
 
     def discard(self, kind: str, handle: str) -> None:
         """Best-effort release (garbage collection): nothing to do once the session is gone."""
@@ -228,7 +228,7 @@ class AidlCalls:
             return
         stub = self._r.stubs.execution if kind == "execution" else self._r.stubs.burst
         try:
-            self._r._unary(
+            self._r.unary(
                 stub.release, spb.ReleaseRequest(session=self._sid, handle=handle), "release", GC_RELEASE_TIMEOUT
             )
         except HalError:

@@ -41,8 +41,10 @@ from typing import Any, TypeVar
 
 import grpc
 
+from nnhal.client import steps
 from nnhal.client.callbacks import Callback
 from nnhal.client.faults import current_fault_scope
+from nnhal.client.remote import calls
 from nnhal.client.remote.devices import for_device
 from nnhal.client.remote.messages import (
     notify_of,
@@ -51,7 +53,6 @@ from nnhal.client.remote.messages import (
 from nnhal.client.remote.monitor import SessionMonitor
 from nnhal.client.remote.transport import (
     DEFAULT_CALL_TIMEOUT,
-    REQUEST_ID_KEY,
     SESSION_STREAM_TIMEOUT,
     Stubs,
     TlsConfig,
@@ -62,8 +63,10 @@ from nnhal.client.remote.transport import (
     tag_request_id,
 )
 from nnhal.core import wire_session
+from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
+from nnhal.core.protocol import REQUEST_ID_METADATA
 from nnhal.proto import service_pb2 as spb
 
 T = TypeVar("T")
@@ -132,7 +135,7 @@ class SessionChannel:
     def buffer_call(self, method: str, request: Any) -> Any:
         """One IBuffer RPC (``copyTo`` / ``copyFrom`` / ``release``) with a hand-built request,
         through the error mapping, in-band status checked (raises its HalError)."""
-        return self._checked(getattr(self._stubs.buffer, method), request, method)
+        return self.checked(getattr(self._stubs.buffer, method), request, method)
 
     @property
     def last_request_id(self) -> str:
@@ -145,7 +148,7 @@ class SessionChannel:
         rid = request_id or new_request_id()
         self._ids.last = rid
         scope = current_fault_scope()
-        return ((REQUEST_ID_KEY, rid), (FAULT_SCOPE_KEY, scope)) if scope else ((REQUEST_ID_KEY, rid),)
+        return ((REQUEST_ID_METADATA, rid), (FAULT_SCOPE_KEY, scope)) if scope else ((REQUEST_ID_METADATA, rid),)
 
     # -- the one call path --------------------------------------------------------------
     def invoke(self, fn: Callable[[], T], what: str, had_deadline: bool = False, request_id: str = "") -> T:
@@ -167,14 +170,27 @@ class SessionChannel:
         if self._closed:
             raise GeneralFailure(f"{what}: the device proxy is closed")
 
-    def _unary(self, rpc: Any, request: Any, what: str, timeout: float | None = None) -> Any:
+    def unary(self, rpc: Any, request: Any, what: str, timeout: float | None = None) -> Any:
+        """One unary RPC through :meth:`invoke` (``timeout`` None: the default call bound); the
+        call path of this session's protocol adapters (the HAL calls, the HIDL and AIDL forms)."""
         self.check(what)
         md = self._metadata()
         limit = timeout or DEFAULT_CALL_TIMEOUT
         return self.invoke(lambda: rpc(request, timeout=limit, metadata=md), what, timeout is not None, md[0][1])
 
-    def _checked(self, rpc: Any, request: Any, what: str, timeout: float | None = None, prefix: bool = True) -> Any:
-        msg = self._unary(rpc, request, what, timeout)
+    def run(self, call: calls.Call[T]) -> T:
+        """Drive a HAL call (:mod:`nnhal.client.remote.calls`) on this session's one call path."""
+        return steps.drive(call, self._perform)
+
+    def _perform(self, step: calls.Unary) -> Any:
+        rpc = getattr(getattr(self._stubs, step.service), step.method)
+        if step.checked:
+            return self.checked(rpc, step.request, step.label, step.timeout, step.prefix)
+        return self.unary(rpc, step.request, step.label, step.timeout)
+
+    def checked(self, rpc: Any, request: Any, what: str, timeout: float | None = None, prefix: bool = True) -> Any:
+        """:meth:`unary`, then its in-band status raised as the HalError (tagged with the request id)."""
+        msg = self.unary(rpc, request, what, timeout)
         try:
             raise_for_status(msg, what if prefix else "")
         except HalError as err:
@@ -182,7 +198,7 @@ class SessionChannel:
             raise
         return msg
 
-    def _stream(
+    def stream(
         self,
         rpc: Any,
         request: Any,
@@ -209,6 +225,8 @@ class SessionChannel:
                 deliver(notify, cb)
             except HalError as err:
                 cb.notify(err.error_status, failure(err), err.message)
+            except Exception as err:  # a malformed notify: the waiter is still released, once
+                cb.notify(ErrorStatus.GENERAL_FAILURE, None, f"{what}: the notify could not be read: {err!r}")
 
         threading.Thread(target=consume, name=thread_name, daemon=True).start()
         return cb

@@ -17,11 +17,9 @@ import grpc
 from nnhal.client.remote.transport import TlsConfig, channel_options, map_rpc_error, open_channel
 from nnhal.core import wire
 from nnhal.core.enums import DeviceStatus, DeviceType
+from nnhal.core.protocol import DEVICE_METADATA
 from nnhal.core.types import Capabilities
 from nnhal.proto import devices_pb2 as dpb, devices_pb2_grpc as dgrpc
-
-#: The metadata key naming the device a call is for (the server's ``routing.DEVICE_METADATA``).
-DEVICE_METADATA = "nnhal-device"
 
 
 @dataclass(frozen=True)

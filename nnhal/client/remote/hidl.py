@@ -4,7 +4,7 @@
 the form's version (``core.versions``), then to its messages (``core.wire_hidl``).
 A value the form's version cannot hold (a 1.3 operation in a 1.0 model, a token pool
 in a 1.0 request) is INVALID_ARGUMENT here, before anything is sent — as the 1.x
-utils refuse to convert it. Calls go through the session's ``_checked`` / ``_stream``
+utils refuse to convert it. Calls go through the session's ``checked`` / ``stream``
 (same package: one transport error mapping and death handling for every form).
 Asynchronous forms return callbacks notified exactly once, like the 1.3 ones.
 """
@@ -65,7 +65,7 @@ class HidlCalls:
     # -- IDevice -------------------------------------------------------------------------
     def capabilities(self, version: HalVersion) -> Capabilities:
         name = "getCapabilities" + _SUFFIX[version]
-        msg = self._r._checked(getattr(self._r.stubs.hidl_device, name), spb.DeviceRequest(session=self._sid), name)
+        msg = self._r.checked(getattr(self._r.stubs.hidl_device, name), spb.DeviceRequest(session=self._sid), name)
         caps: Capabilities = versions.to_canonical(wire_hidl.capabilities_from(msg.capabilities))
         return caps
 
@@ -73,7 +73,7 @@ class HidlCalls:
         name = "getSupportedOperations" + _SUFFIX[version]
         req: Any = _SUPPORTED[version](session=self._sid)
         req.model.CopyFrom(wire_hidl.model_to(to_version(model, version, name)))
-        msg = self._r._checked(getattr(self._r.stubs.hidl_device, name), req, name)
+        msg = self._r.checked(getattr(self._r.stubs.hidl_device, name), req, name)
         return list(zip(msg.supported, msg.reasons))
 
     def prepare_model(
@@ -138,7 +138,7 @@ class HidlCalls:
             return ExecutionResult(err.error_status, err.message)
 
         rpc = getattr(self._r.stubs.hidl_prepared_model, name)
-        return self._r._stream(rpc, req, name, None, deliver, failure, "nnhal-execute")
+        return self._r.stream(rpc, req, name, None, deliver, failure, "nnhal-execute")
 
     def execute_sync(self, handle: str, request: Request, measure: bool) -> ExecutionResult:
         """executeSynchronously (1.2). Transport failures raise; HAL errors are in the result."""
@@ -149,7 +149,7 @@ class HidlCalls:
         )
         req.request.CopyFrom(self._request(request, "executeSynchronously"))
         rpc = self._r.stubs.hidl_prepared_model.executeSynchronously
-        return wire.execution_result_from(self._r._unary(rpc, req, "executeSynchronously"))
+        return wire.execution_result_from(self._r.unary(rpc, req, "executeSynchronously"))
 
 
 def _result_from(msg: Any) -> ExecutionResult:

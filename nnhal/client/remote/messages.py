@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nnhal.client.faults import GRPC_CODES, Fault
 from nnhal.client.remote.transport import grpc_timeout, remaining_time
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from nnhal.core.errors import GeneralFailure, HalError
+from nnhal.core.faults import Fault
 from nnhal.core.types import BufferDesc, BufferRole, MemoryPool, Model, Request
 from nnhal.proto import service_pb2 as spb
 
@@ -212,7 +212,7 @@ def fault_request(session: str, faults: Sequence[Fault], clear: bool) -> spb.Fau
             count=f.count,
             status=int(f.status),  # type: ignore[arg-type]
             message=f.message,
-            grpc_code=GRPC_CODES[f.grpc_code],
+            grpc_code=f.grpc_code,
             after_messages=f.after,
             stall_ms=f.stall_ms,
             point=_FAULT_POINTS[f.point] if f.kind == "exit" else spb.InjectedFault.POINT_UNSPECIFIED,

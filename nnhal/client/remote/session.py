@@ -17,21 +17,18 @@ import grpc
 
 from nnhal.client.callbacks import Callback
 from nnhal.client.faults import Fault
+from nnhal.client.remote import calls
 from nnhal.client.remote.channel import SessionChannel
 from nnhal.client.remote.messages import (
     BurstStream,
     ExecutionOptions,
     PreparedRef,
-    copy_from_request,
-    copy_to_request,
     drain,
-    fault_request,
-    fill_allocate,
+    execute_request,
     fill_execution,
     prepare_from_cache_request,
     prepared_of,
     raise_for_status,
-    stats_of,
 )
 from nnhal.client.remote.transport import (
     BURST_STREAM_TIMEOUT,
@@ -64,54 +61,39 @@ class RemoteSession(SessionChannel):
     Raises DeadObject if no server answers within ``connect_timeout`` seconds, or the
     HAL error the server refused the session with (e.g. RESOURCE_EXHAUSTED_TRANSIENT)."""
 
-    # -- IDevice ----------------------------------------------------------------------------
-    def _device_query(self, rpc_name: str) -> Any:
-        rpc = getattr(self._stubs.device, rpc_name)
-        return self._checked(rpc, spb.DeviceRequest(session=self._session_id), rpc_name)
-
+    # -- IDevice (the calls of nnhal.client.remote.calls, on this transport) ----------------
     def capabilities(self) -> Capabilities:
-        return wire.capabilities_from(self._device_query("getCapabilities_1_3").capabilities)
+        return self.run(calls.capabilities(self._session_id))
 
     def version_string(self) -> str:
-        return str(self._device_query("getVersionString").version)
+        return self.run(calls.version_string(self._session_id))
 
     def device_type(self) -> DeviceType:
-        return wire.device_type_from(self._device_query("getType").type)
+        return self.run(calls.device_type(self._session_id))
 
     def supported_extensions(self) -> tuple[Extension, ...]:
-        return tuple(wire.extension_from(e) for e in self._device_query("getSupportedExtensions").extensions)
+        return self.run(calls.supported_extensions(self._session_id))
 
     def number_of_cache_files_needed(self) -> tuple[int, int]:
-        msg = self._device_query("getNumberOfCacheFilesNeeded")
-        return int(msg.num_model_cache), int(msg.num_data_cache)
+        return self.run(calls.number_of_cache_files_needed(self._session_id))
 
     def status(self) -> DeviceStatus:
-        msg = self._unary(self._stubs.device.getStatus, spb.DeviceRequest(session=self._session_id), "getStatus")
-        return wire.device_status_from(msg.status)
+        return self.run(calls.status(self._session_id))
 
     def supported_operations(self, model: Model) -> list[tuple[bool, str]]:
-        req = spb.SupportedOperationsRequest(session=self._session_id)
-        wire.model_to(model, req.model)
-        msg = self._checked(self._stubs.device.getSupportedOperations_1_3, req, "getSupportedOperations_1_3")
-        return list(zip(msg.supported, msg.reasons))
+        return self.run(calls.supported_operations(self._session_id, model))
 
     def stats(self) -> tuple[dict[str, int], dict[str, int]]:
         """Server-wide object counts (sessions, prepared_models, ...) and configured limits."""
-        return stats_of(
-            self._unary(self._stubs.device.getStats, spb.DeviceRequest(session=self._session_id), "getStats")
-        )
+        return self.run(calls.stats(self._session_id))
 
     def set_faults(self, prepare_delay_ms: int, execute_delay_ms: int) -> None:
-        req = spb.FaultRequest(
-            session=self._session_id, prepare_delay_ms=prepare_delay_ms, execute_delay_ms=execute_delay_ms
-        )
-        self._checked(self._stubs.device.setFaults, req, "setFaults")
+        self.run(calls.set_faults(self._session_id, prepare_delay_ms, execute_delay_ms))
 
     def inject_faults(self, faults: Sequence[Fault], clear: bool = False) -> None:
         """Add server-wide faults (``nnhal.client.faults``); ``clear`` removes every fault and this
         session's delays first. INVALID_ARGUMENT when the server refuses them."""
-        req = fault_request(self._session_id, faults, clear)
-        self._checked(self._stubs.device.setFaults, req, "setFaults")
+        self.run(calls.inject_faults(self._session_id, faults, clear))
 
     def prepare_model(
         self,
@@ -157,7 +139,7 @@ class RemoteSession(SessionChannel):
             elif not cb.notify(status, ref):  # the waiter was already released (death): nobody owns it
                 self.discard_prepared_model(ref.handle)
 
-        return self._stream(rpc, req, what, timeout, deliver, lambda _err: None, "nnhal-prepare")
+        return self.stream(rpc, req, what, timeout, deliver, lambda _err: None, "nnhal-prepare")
 
     def allocate(
         self,
@@ -167,17 +149,13 @@ class RemoteSession(SessionChannel):
         output_roles: Sequence[BufferRole],
     ) -> tuple[str, int]:
         """IDevice::allocate: the new buffer's handle and token."""
-        req = spb.AllocateRequest(session=self._session_id)
-        fill_allocate(req, desc, prepared_models, input_roles, output_roles, wire.buffer_role_to)
-        msg = self._checked(self._stubs.device.allocate, req, "allocate")
-        return str(msg.buffer), int(msg.token)
+        return self.run(calls.allocate(self._session_id, desc, prepared_models, input_roles, output_roles))
 
     # -- IPreparedModel -----------------------------------------------------------------------
     def _execute_message(
         self, handle: str, request: Request, options: ExecutionOptions
     ) -> tuple[spb.ExecuteRequest, float | None]:
-        msg = spb.ExecuteRequest(session=self._session_id, profile=options.profile)
-        return msg, fill_execution(msg, handle, request, options)
+        return execute_request(self._session_id, handle, request, options)
 
     def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult:
         """executeSynchronously_1_3. Transport failures raise; HAL errors are in the result.
@@ -190,9 +168,7 @@ class RemoteSession(SessionChannel):
             result = self._execute_streamed(handle, request, options)
             if result is not None:
                 return result
-        msg, timeout = self._execute_message(handle, request, options)
-        rpc = self._stubs.prepared_model.executeSynchronously_1_3
-        return wire.execution_result_from(self._unary(rpc, msg, "executeSynchronously_1_3", timeout))
+        return self.run(calls.execute(self._session_id, handle, request, options))
 
     #: False once the server answered that it has no StreamedExecution service (an older server).
     _streams = True
@@ -235,7 +211,7 @@ class RemoteSession(SessionChannel):
             return ExecutionResult(err.error_status, err.message)
 
         rpc = self._stubs.prepared_model.execute_1_3
-        return self._stream(rpc, msg, "execute_1_3", timeout, deliver, failure, "nnhal-execute")
+        return self.stream(rpc, msg, "execute_1_3", timeout, deliver, failure, "nnhal-execute")
 
     def execute_fenced(
         self,
@@ -249,27 +225,25 @@ class RemoteSession(SessionChannel):
         msg = spb.FencedExecuteRequest(session=self._session_id, timeout_after_fence_ns=timeout_after_fence_ns)
         msg.wait_for.extend(wait_for)
         timeout = fill_execution(msg, handle, request, options)
-        result = self._unary(self._stubs.prepared_model.executeFenced, msg, "executeFenced", timeout)
+        result = self.unary(self._stubs.prepared_model.executeFenced, msg, "executeFenced", timeout)
         raise_for_status(result)
         return str(result.sync_fence), str(result.callback)
 
     def fenced_info(self, callback: str, wait: bool, timeout: float) -> FencedExecutionInfo:
         """IFencedExecutionCallback::getExecutionInfo (with ``wait``: once the fence signalled)."""
         req = spb.FencedInfoRequest(session=self._session_id, callback=callback, wait=wait)
-        return wire.fenced_info_from(self._unary(self._stubs.fenced.getExecutionInfo, req, "getExecutionInfo", timeout))
+        return wire.fenced_info_from(self.unary(self._stubs.fenced.getExecutionInfo, req, "getExecutionInfo", timeout))
 
     def release_prepared_model(self, handle: str) -> None:
         """Release a prepared model now; raises its HalError (DEAD_OBJECT for a dead server)."""
-        req = spb.ReleaseRequest(session=self._session_id, handle=handle)
-        self._checked(self._stubs.prepared_model.release, req, "release", prefix=False)
+        self.run(calls.release_prepared_model(self._session_id, handle))
 
     def discard_prepared_model(self, handle: str) -> None:
         """Best-effort release (garbage collection): nothing to do once the session is gone."""
         if self._closed or self._monitor.dead:
             return
-        req = spb.ReleaseRequest(session=self._session_id, handle=handle)
         try:
-            self._unary(self._stubs.prepared_model.release, req, "release", GC_RELEASE_TIMEOUT)
+            self.run(calls.release_prepared_model(self._session_id, handle, GC_RELEASE_TIMEOUT))
         except HalError:
             pass  # the session's end releases it anyway
 
@@ -317,13 +291,13 @@ class RemoteSession(SessionChannel):
 
     # -- IBuffer ----------------------------------------------------------------------------------
     def buffer_copy_from(self, handle: str, src: MemoryPool, dimensions: Sequence[int]) -> None:
-        self.buffer_call("copyFrom", copy_from_request(self._session_id, handle, src, dimensions))
+        self.run(calls.buffer_copy_from(self._session_id, handle, src, dimensions))
 
     def buffer_copy_to(self, handle: str, dst: MemoryPool) -> bytes:
         """IBuffer::copyTo; an inline ``dst`` comes back as the returned bytes."""
-        return bytes(self.buffer_call("copyTo", copy_to_request(self._session_id, handle, dst)).data)
+        return self.run(calls.buffer_copy_to(self._session_id, handle, dst))
 
     def release_buffer(self, handle: str) -> None:
         if self._closed or self._monitor.dead:
             return  # the session's end released it
-        self.buffer_call("release", spb.ReleaseRequest(session=self._session_id, handle=handle))
+        self.run(calls.release_buffer(self._session_id, handle))

@@ -181,8 +181,6 @@ def map_rpc_error(err: grpc.RpcError, *, had_deadline: bool = False, what: str =
 
 
 # -- request ids -------------------------------------------------------------------
-#: The metadata key of a call's request id, which the server logs and sends back (trailing metadata).
-REQUEST_ID_KEY = "x-request-id"
 _ID_PREFIX = secrets.token_hex(4)
 _ID_COUNTER = itertools.count(1)
 

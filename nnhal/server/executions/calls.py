@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
 from nnhal.core.types import Model, Request
@@ -19,10 +19,10 @@ from nnhal.core.types import Model, Request
 A = TypeVar("A")
 
 
-@dataclass(frozen=True, slots=True)
-class Execution:
+class Execution(NamedTuple):
     """An execution of ``prepared_model`` (a handle of ``session``). ``deadline_ns``: on this
-    host's monotonic clock; ``loop_timeout_ns`` 0: the default."""
+    host's monotonic clock; ``loop_timeout_ns`` 0: the default. A named tuple: made on every
+    execution's hot path, where a frozen dataclass costs a ``__setattr__`` per field."""
 
     session: str
     prepared_model: str

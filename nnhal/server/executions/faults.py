@@ -46,12 +46,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Collection
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Protocol
 
 from nnhal.core import fault_scope
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
+from nnhal.core.faults import (  # the one fault description, shared with the client
+    GRPC_CODE_NAMES as GRPC_CODE_NAMES,
+    UNAVAILABLE as UNAVAILABLE,
+    Fault as Fault,
+)
 from nnhal.core.methods import METHOD_LEVEL
 
 log = logging.getLogger(__name__)
@@ -104,27 +108,6 @@ KINDS = ("error", "abort", "stall", "exit")
 POINTS = ("start", "after_launch", "before_reply")
 #: A stall is at most this long (a fault must not hold a worker thread for ever).
 MAX_STALL_MS = 600_000
-#: gRPC status code numbers, by name (the codes are gRPC's public numbering).
-GRPC_CODE_NAMES = (
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-)
-UNAVAILABLE = 14
 #: A stall looks this often whether its caller is still there.
 _STALL_SLICE_S = 0.05
 #: Methods a seeded schedule may fault: every one but the burst stream's responses.
@@ -168,42 +151,9 @@ class Abort(Exception):
         self.details = details
 
 
-@dataclass(frozen=True)
-class Fault:
-    """One injected fault (module docstring). Build it with ``rpc.faults.fault_from``, which checks it."""
-
-    method: str
-    kind: str
-    count: int = 1
-    status: ErrorStatus = ErrorStatus.GENERAL_FAILURE
-    message: str = ""
-    #: A gRPC status code number (1-16).
-    grpc_code: int = UNAVAILABLE
-    after: int = 0
-    stall_ms: int = 0
-    point: str = "start"
-    exit_code: int = 1
-    #: Who asked for it: ``setFaults``, or ``--fault-seed`` (a seeded schedule).
-    origin: str = "setFaults"
-
-    def describe(self) -> str:
-        detail = {
-            "error": self.status.name,
-            "abort": f"{GRPC_CODE_NAMES[self.grpc_code]} after {self.after} message(s)",
-            "stall": f"{self.stall_ms} ms",
-            "exit": f"status {self.exit_code} at {self.point}",
-        }[self.kind]
-        return f"{self.kind} ({detail}) on {self.method}"
-
-    def error(self) -> HalError:
-        """The HalError an ``error`` fault answers."""
-        text = f"injected fault: {self.status.name} on {self.method} ({self.origin})"
-        return HalError.of(self.status, f"{text}: {self.message}" if self.message else text)
-
-    def abort(self) -> Abort:
-        """The :class:`Abort` an ``abort`` fault ends its call with."""
-        text = f"injected fault: {self.method} aborted ({GRPC_CODE_NAMES[self.grpc_code]})"
-        return Abort(self.grpc_code, f"{text}: {self.message}" if self.message else text)
+def abort_of(fault: Fault) -> Abort:
+    """The :class:`Abort` an ``abort`` fault ends its call with."""
+    return Abort(fault.grpc_code, fault.abort_details())
 
 
 class _Entry:
@@ -317,9 +267,9 @@ def at_start(fault: Fault | None) -> HalError | None:
     if fault.kind == "exit" and fault.point == "start":
         exit_now(fault)
     if fault.kind == "error":
-        return fault.error()
+        return fault.hal_error()
     if fault.kind == "abort" and fault.after == 0:
-        raise fault.abort()
+        raise abort_of(fault)
     return None
 
 
@@ -328,7 +278,7 @@ def after_message(fault: Fault | None, sent: int) -> None:
     if fault is None:
         return
     if fault.kind == "abort" and fault.after == sent:
-        raise fault.abort()
+        raise abort_of(fault)
     if fault.kind == "exit" and fault.point == "after_launch" and sent == 1:
         exit_now(fault)
 

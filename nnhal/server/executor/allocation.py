@@ -9,16 +9,33 @@ more whenever that count passes what it was granted, so an execution that
 cannot fit fails with RESOURCE_EXHAUSTED_* before numpy allocates anything.
 Sizes are Python integers: a shape of 2^31-1 by 2^31-1 is refused, never
 overflowed. Without a current control (tests, a server without limits) a
-reservation is free.
+reservation is only checked against the machine: one allocation larger than its
+physical memory (:data:`MACHINE_BYTES`) is RESOURCE_EXHAUSTED_PERSISTENT, never a
+numpy error or an attempt that the kernel's out-of-memory killer would end.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
+
+from nnhal.core.errors import ResourceExhaustedPersistent
+from nnhal.core.validation import MAX_TENSOR_BYTES
+
+
+def _machine_bytes() -> int:
+    try:
+        return min(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), MAX_TENSOR_BYTES)
+    except (ValueError, OSError):
+        return MAX_TENSOR_BYTES
+
+
+#: The physical memory of this machine: no single allocation can be larger.
+MACHINE_BYTES = _machine_bytes()
 
 
 class Holder(Protocol):
@@ -49,6 +66,10 @@ def reserve(nbytes: int) -> None:
     """Count ``nbytes`` about to be allocated until the current operation ends.
 
     Raises the budget's RESOURCE_EXHAUSTED_* when the execution cannot hold them."""
+    if nbytes > MACHINE_BYTES:
+        raise ResourceExhaustedPersistent(
+            f"the execution needs {nbytes} bytes at once, more than this machine's {MACHINE_BYTES} bytes of memory"
+        )
     holder = _CURRENT.holder
     if holder is not None and nbytes > 0:
         holder.hold(nbytes)
@@ -67,5 +88,4 @@ def shape_bytes(shape: Iterable[int], itemsize: int, copies: int = 1) -> int:
 
 def reserve_shape(shape: Iterable[int], itemsize: int, copies: int = 1) -> None:
     """``reserve`` for ``copies`` arrays of ``shape`` with ``itemsize``-byte elements."""
-    if _CURRENT.holder is not None:
-        reserve(shape_bytes(shape, itemsize, copies))
+    reserve(shape_bytes(shape, itemsize, copies))

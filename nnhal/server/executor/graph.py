@@ -22,6 +22,7 @@ from nnhal.core.enums import (
 from nnhal.core.errors import HalError, MissedDeadlinePersistent, MissedDeadlineTransient, ResourceExhaustedTransient
 from nnhal.core.operand_types import DTYPE, INFO, byte_size, has_unknown_dims
 from nnhal.core.types import Model, Operand, OperationTiming, Subgraph
+from nnhal.core.validation import MAX_RANK
 from nnhal.server.executor import allocation
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import OP_FAILED, fail
@@ -330,13 +331,22 @@ class PreparedGraph:
         profile = control.profile
         for k, step in enumerate(prepared.steps):
             control.checkpoint()
+            args = [values[i] for i in step.inputs]
+            for n, value in enumerate(args):
+                # Shapes computed at run time (a RESHAPE to a request's shape) can pass the
+                # ranks validation saw: refuse them before a kernel meets what numpy cannot do.
+                if value is not None and value.ndim > MAX_RANK:
+                    fail(
+                        f"{step.operation_type.name} input {n} has rank {value.ndim}, "
+                        f"beyond the maximum rank {MAX_RANK} this driver supports"
+                    )
             fast = step.fast
             if fast is not None and fast_ok:
                 if profile is None:
-                    outs = fast([values[i] for i in step.inputs])
+                    outs = fast(args)
                 else:
                     t0 = time.perf_counter_ns()
-                    outs = fast([values[i] for i in step.inputs])
+                    outs = fast(args)
                     control.note(step.operation_type.name, number, k, t0, time.perf_counter_ns())
                 if outs is not None:
                     for i, result in zip(step.outputs, outs):
@@ -350,7 +360,7 @@ class PreparedGraph:
                 out_ops = tuple(overrides.get(i, op) for i, op in zip(step.outputs, out_ops))
             ctx = ExecutionContext(
                 step.operation_type,
-                [values[i] for i in step.inputs],
+                args,
                 step.in_operands,
                 out_ops,
                 step.state,

@@ -3,6 +3,6 @@
 ``compiler`` converts a model with NNAPI's semantics (layouts, padding, fused
 activations, quantization including per-channel filters) and says per operation
 why it cannot; ``runtime.OrtBackend`` is the driver backend (sessions, the cached
-optimized model); ``capabilities`` measures it against the reference device.
+optimized model); ``nnhal.server.capabilities`` measures it against the reference device.
 Needs the ``ort`` extra (onnx, onnxruntime); nothing here imports gRPC or protobuf.
 """

@@ -127,6 +127,6 @@ class OrtBackend:
     def capabilities(self) -> Capabilities:
         if not self._measure:
             return reference_capabilities()
-        from nnhal.server.ort.capabilities import measured_capabilities
+        from nnhal.server.capabilities import measured_capabilities
 
         return measured_capabilities(self)

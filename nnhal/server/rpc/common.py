@@ -29,6 +29,7 @@ from nnhal.core import wire, wire_hidl
 from nnhal.core.enums import HalVersion
 from nnhal.core.types import ExecutionResult
 from nnhal.proto import service_pb2 as spb
+from nnhal.server import call_log
 from nnhal.server.executions import Executions, Launch, Notify, Refused
 from nnhal.server.executions.faults import KINDS, before_reply
 from nnhal.server.executions.methods import SAME
@@ -102,6 +103,7 @@ def hal_method(
             if version is not None:
                 msg.status = int(wire_hidl.status_for(wire.error_status_from(msg.status), version))
             m.record(getattr(msg, "status", 0), None)
+            call_log.failed(method, getattr(msg, "status", 0), getattr(msg, "message", ""))
             return msg
 
         handler.__name__ = fn.__name__

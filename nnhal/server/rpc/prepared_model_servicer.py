@@ -22,15 +22,17 @@ from functools import partial
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc import aio
 
 from nnhal.core import wire
-from nnhal.core.enums import HalVersion
+from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import HalError
 from nnhal.core.types import Request
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
-from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method
-from nnhal.server.executions.faults import BURST
+from nnhal.server import log_limits
+from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
+from nnhal.server.executions.faults import BURST, abort_of
 from nnhal.server.rpc.common import events_to, hal_method, result_to, status_to
 from nnhal.server.rpc.sync_handlers import SyncContext, abort, in_thread, run_sync
 
@@ -122,10 +124,19 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         try:
             injected = arrival.fault if arrival is not None else None
             if injected is not None and injected.after == 0:
-                await abort(context, injected.abort())
+                await abort(context, abort_of(injected))
             sent = 0
             while True:
-                req = await context.read()
+                try:
+                    req = await context.read()
+                except DecodeError as err:
+                    # Garbage from the client: answered in band, one rate-limited log line, the
+                    # stream ended (raised into gRPC, it logged tracebacks, one printed to stderr).
+                    garbage = Refused(ErrorStatus.INVALID_ARGUMENT, f"a burst request could not be decoded: {err}")
+                    m.record(garbage.status, None)
+                    log_limits.undecodable("configureExecutionBurst", err)
+                    await context.write(spb.BurstResponse(result=status_to(spb.ExecuteResult(), garbage)))
+                    return
                 if req is aio.EOF:
                     return
                 msg = req.execute
@@ -143,7 +154,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
                 await context.write(spb.BurstResponse(result=result))
                 sent += 1
                 if injected is not None and injected.after == sent:
-                    await abort(context, injected.abort())
+                    await abort(context, abort_of(injected))
         finally:
             leave()
 

@@ -34,10 +34,10 @@ import grpc
 from grpc import aio
 
 from nnhal.core import telemetry
+from nnhal.core.protocol import REQUEST_ID_METADATA as KEY
 from nnhal.server.executions import faults
 from nnhal.server.rpc.handler_shape import behaviour, like
 
-KEY = "x-request-id"
 #: The id of the call whose handler runs in this context (its task, or a worker's copy), if any.
 REQUEST_ID: ContextVar[str | None] = ContextVar("nnhal_request_id", default=None)
 _SANE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+=-]{0,127}")

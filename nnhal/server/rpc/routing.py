@@ -23,6 +23,7 @@ from grpc import aio
 
 from nnhal.core import wire, wire_session
 from nnhal.core.enums import ErrorStatus
+from nnhal.core.protocol import DEVICE_METADATA
 from nnhal.proto import (
     devices_pb2 as dpb,
     devices_pb2_grpc as dgrpc,
@@ -43,8 +44,6 @@ from nnhal.server.rpc.request_id import with_request_id
 from nnhal.server.rpc.streamed_servicer import StreamedExecutionServicer
 from nnhal.server.rpc.sync_handlers import Collector, Table
 
-#: The call metadata naming the device (the client's ``Device.connect(..., device=NAME)``).
-DEVICE_METADATA = "nnhal-device"
 _OPEN_SESSION = f"/{spb.DESCRIPTOR.services_by_name['Device'].full_name}/openSession"
 
 

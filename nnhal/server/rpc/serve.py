@@ -47,6 +47,7 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -68,6 +69,7 @@ from nnhal.proto import (
     service_pb2_grpc as sgrpc,
     streamed_pb2 as stpb,
 )
+from nnhal.server.call_log import CallLog
 from nnhal.server.devices import DeviceSpec, make_backend
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Executions
@@ -176,13 +178,15 @@ class Server:
         #: Every device by name, the default first; ``driver`` is the default device's.
         self.drivers: dict[str, Driver] = {}
         for spec in options.devices or [DeviceSpec(base.name, "cpu")]:
-            backend = make_backend(spec.kind, options.ort_threads)
+            backend = make_backend(spec.kind, options.ort_threads, spec.strict)
             config = dataclasses.replace(base, name=spec.name, executor=backend.description)
             self.drivers[spec.name] = Driver(config, backend)
         self.driver = next(iter(self.drivers.values()))
         self.metrics = Metrics(self.drivers)
         #: The one owner of each device's HAL calls, handed to every servicer of the device.
         self.executions = {name: Executions(d, self.metrics, max_inline_bytes) for name, d in self.drivers.items()}
+        for executions in self.executions.values():
+            executions.observe(CallLog())  # every failed call on the log once, with its request id
         #: The recorders of ``--record`` (one per device), ended by ``stop``.
         self.recorders: list[Recorder] = []
         if options.record is not None:
@@ -415,6 +419,10 @@ def _bind_plaintext(server: aio.Server, addr: str) -> str:
     if addr.startswith("unix:"):
         path = Path(addr[len("unix:") :])
         if path.exists() and path.is_socket():
+            # A socket file outlives a killed server (stale: replaced); one that answers is
+            # another server's, which unlinking would leave running and unreachable.
+            if _unix_socket_answers(path):
+                raise OSError(f"{addr} is in use: another process is listening on it (stop it or choose another path)")
             path.unlink()
         server.add_insecure_port(addr)
         return addr
@@ -425,6 +433,19 @@ def _bind_plaintext(server: aio.Server, addr: str) -> str:
     if bound == 0:
         raise OSError(f"could not listen on {addr}")
     return f"{host}:{bound}"
+
+
+def _unix_socket_answers(path: Path) -> bool:
+    """True when something accepts connections on the unix socket ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2.0)
+        try:
+            probe.connect(str(path))
+        except TimeoutError:  # a listener whose backlog is full is still a listener
+            return True
+        except OSError:  # ECONNREFUSED: nothing listens (a stale file)
+            return False
+    return True
 
 
 def _write_atomically(path: Path, text: str) -> None:

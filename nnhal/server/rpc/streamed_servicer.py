@@ -20,11 +20,14 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from google.protobuf.message import DecodeError
 from grpc import aio
 
 from nnhal.core import wire, wire_stream
+from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb, streamed_pb2_grpc as stgrpc
+from nnhal.server import log_limits
 from nnhal.server.executions import Abort, Arrival, Execution, Executions, Method, Refused
 from nnhal.server.rpc.common import hal_method, status_to
 from nnhal.server.rpc.prepared_model_servicer import execution_from
@@ -68,14 +71,28 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
         context.add_done_callback(lambda _context: leave())
         sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the execution's context
         try:
+            first = None
             try:
                 parts = aiter(request_iterator)
-                reader = wire_stream.RequestReader(await anext(parts, None))
+                first = await anext(parts, None)
+                reader = wire_stream.RequestReader(first)
                 async for part in parts:
                     reader.add(part)
                 head, request = reader.finish()
-            except HalError as err:
-                yield _head(x.refuse(m, err, None, t0))
+            except (HalError, DecodeError) as err:
+                if isinstance(err, HalError) and first is not None:
+                    yield _head(x.refuse(m, err, None, t0))
+                    return
+                # Garbage, or a stream that broke before its head: one rate-limited line, not a
+                # failed call's (the hooks, which log those, are not told).
+                if isinstance(err, DecodeError):
+                    refused = Refused(ErrorStatus.INVALID_ARGUMENT, f"a part could not be decoded: {err}")
+                    log_limits.undecodable(METHOD, err)
+                else:
+                    refused = Refused.of(err, METHOD)
+                    log_limits.broken_stream(METHOD, refused.message)
+                m.record(refused.status, None)
+                yield _head(refused)
                 return
 
             def build() -> Execution:

@@ -13,8 +13,8 @@ from typing import Any
 import grpc.aio
 import pytest
 
-from nnhal.client.aio.session import AioSession, Metadata
 from nnhal.client.remote import monitor as monitor_module
+from nnhal.client.remote.aio_session import AioSession, Metadata
 from nnhal.client.remote.monitor import DRAINING
 from nnhal.core.errors import DeadObject, GeneralFailure
 

@@ -1,4 +1,4 @@
-"""The ort device's capabilities, measured against the reference CPU device at start.
+"""A compiling device's capabilities, measured against the reference CPU device at start.
 
 NNAPI capabilities are execution time (and power) relative to the CPU reference:
 below 1.0 is faster. One small convolution block (3x3 CONV_2D + RELU6, 1x28x28x32)

@@ -1,6 +1,11 @@
 """AioSession: one ``grpc.aio`` channel and session to an nnhal server, and the one call path.
 
-The asyncio twin of :class:`nnhal.client.remote.RemoteSession`, with the same contracts:
+The asyncio driver of the HAL calls :class:`nnhal.client.remote.RemoteSession` drives on
+blocking stubs: the calls themselves (request, answer, canonical result) are
+:mod:`nnhal.client.remote.calls`', run by :meth:`AioSession.run`; the launch / notify
+streams (preparations, ``execute_1_3``) and the burst stream (:class:`AioBurstStream`) are
+the transport's own. The asyncio proxies (:mod:`nnhal.client.aio`) speak canonical types
+to this class only. The same contracts as the sync session:
 
 - The session stream (``openSession``) is opened with ``wait_for_ready``; its first event
   names the session, the device and its feature level. No answer within the connect
@@ -38,25 +43,38 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
+from nnhal.client import steps
 from nnhal.client.faults import current_fault_scope
-from nnhal.client.remote import DRAINING, monitor as drain_rules
-from nnhal.client.remote.devices import DEVICE_METADATA
-from nnhal.client.remote.messages import check_launch, raise_for_status
+from nnhal.client.remote import DRAINING, calls, monitor as drain_rules
+from nnhal.client.remote.messages import (
+    ExecutionOptions,
+    PreparedRef,
+    check_launch,
+    execute_request,
+    prepare_from_cache_request,
+    prepare_request,
+    prepared_of,
+    raise_for_status,
+)
 from nnhal.client.remote.transport import (
+    BURST_STREAM_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
-    REQUEST_ID_KEY,
     SESSION_STREAM_TIMEOUT,
     Stubs,
     TlsConfig,
     channel_options,
+    grpc_timeout,
     map_rpc_error,
     new_request_id,
     tag_request_id,
     target_of,
 )
-from nnhal.core import wire_session
+from nnhal.core import wire, wire_session
+from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
+from nnhal.core.protocol import DEVICE_METADATA, REQUEST_ID_METADATA
+from nnhal.core.types import ExecutionResult, Model, Request
 from nnhal.proto import service_pb2 as spb
 
 T = TypeVar("T")
@@ -222,7 +240,7 @@ class AioSession:
         self.last_request_id = new_request_id()
         scope = current_fault_scope()
         extra = ((FAULT_SCOPE_KEY, scope),) if scope else ()
-        return ((REQUEST_ID_KEY, self.last_request_id), *self._device_md, *extra)
+        return ((REQUEST_ID_METADATA, self.last_request_id), *self._device_md, *extra)
 
     async def call(
         self, what: str, had_deadline: bool, fn: Callable[[Metadata], Awaitable[T]], md: Metadata | None = None
@@ -264,9 +282,11 @@ class AioSession:
         limit = DEFAULT_CALL_TIMEOUT if timeout is None else timeout
         return await self.call(what, timeout is not None, lambda md: rpc(request, timeout=limit, metadata=md))
 
-    async def checked(self, rpc: Any, request: Any, what: str, prefix: bool = True) -> Any:
+    async def checked(
+        self, rpc: Any, request: Any, what: str, prefix: bool = True, timeout: float | None = None
+    ) -> Any:
         """:meth:`unary`, then its in-band status raised as the HalError (tagged with the request id)."""
-        msg = await self.unary(rpc, request, what)
+        msg = await self.unary(rpc, request, what, timeout)
         try:
             raise_for_status(msg, what if prefix else "")
         except HalError as err:
@@ -281,6 +301,74 @@ class AioSession:
             return await read_notify(rpc(request, timeout=limit, metadata=md), what)
 
         return await self.call(what, timeout is not None, run)
+
+    # -- the HAL calls (nnhal.client.remote.calls, driven on this transport) ---------------------
+    async def run(self, call: calls.Call[T]) -> T:
+        """Drive a HAL call (:mod:`nnhal.client.remote.calls`) on this session's one call path."""
+        return await steps.drive_async(call, self._perform)
+
+    async def _perform(self, step: calls.Unary) -> Any:
+        rpc = getattr(getattr(self.stubs, step.service), step.method)
+        if step.checked:
+            return await self.checked(rpc, step.request, step.label, step.prefix, step.timeout)
+        return await self.unary(rpc, step.request, step.label, step.timeout)
+
+    async def prepare(
+        self,
+        model: Model,
+        preference: ExecutionPreference,
+        priority: Priority | int,
+        cache_token: bytes | None,
+        remaining: float | None,
+    ) -> PreparedRef:
+        """prepareModel_1_3 (a launch, then exactly one notify): the prepared model's reference,
+        or the HalError the preparation ended with."""
+        req = prepare_request(self.session_id, model, preference, priority, cache_token, remaining)
+        return await self._prepare(self.stubs.device.prepareModel_1_3, req, "prepareModel_1_3", remaining)
+
+    async def prepare_from_cache(self, model_cache: bytes, token: bytes, remaining: float | None) -> PreparedRef:
+        """prepareModelFromCache_1_3 with the model cache a preparation returned."""
+        req = prepare_from_cache_request(self.session_id, model_cache, token, remaining)
+        rpc = self.stubs.device.prepareModelFromCache_1_3
+        return await self._prepare(rpc, req, "prepareModelFromCache_1_3", remaining)
+
+    async def _prepare(self, rpc: Any, req: Any, what: str, remaining: float | None) -> PreparedRef:
+        """The prepare RPC runs to its notify even when the caller is cancelled (a HAL
+        preparation cannot be cancelled): the model it then makes, which nobody owns, is
+        released — the sync client's discard of a prepared model whose waiter was released."""
+        rpc_task = asyncio.ensure_future(self.notify(rpc, req, what, grpc_timeout(remaining)))
+        try:
+            notify = await asyncio.shield(rpc_task)
+        except asyncio.CancelledError:
+            rpc_task.add_done_callback(self._discard)
+            raise
+        status, message, ref = prepared_of(notify)
+        if status != ErrorStatus.NONE or ref is None:
+            raise tag_request_id(HalError.of(status, message), self.last_request_id)
+        return ref
+
+    def _discard(self, rpc_task: asyncio.Future[Any]) -> None:
+        if rpc_task.cancelled() or rpc_task.exception() is not None:
+            return  # no model was made, or the session ended (and released it)
+        _, _, ref = prepared_of(rpc_task.result())
+        if ref is not None:
+            self.spawn(self.run(calls.release_prepared_model(self.session_id, ref.handle)))
+
+    async def execute_stream(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult:
+        """execute_1_3; every failure comes back as a result carrying its status."""
+        msg, timeout = execute_request(self.session_id, handle, request, options)
+        try:
+            notify = await self.notify(self.stubs.prepared_model.execute_1_3, msg, "execute_1_3", timeout)
+        except HalError as err:
+            return ExecutionResult(err.error_status, err.message)
+        return wire.execution_result_from(notify)
+
+    def open_burst(self) -> AioBurstStream:
+        """configureExecutionBurst: a stream for one burst; DEAD_OBJECT at once for a server known dead."""
+        self.check("configureExecutionBurst")
+        md = self.metadata()
+        call = self.stubs.prepared_model.configureExecutionBurst(timeout=BURST_STREAM_TIMEOUT, metadata=md)
+        return AioBurstStream(self, call, md)
 
     def spawn(self, cleanup: Coroutine[Any, Any, Any]) -> None:
         """Run ``cleanup`` (a release nobody awaits) in the background; its HalError is dropped
@@ -320,3 +408,50 @@ class AioSession:
         self._tasks, self._session_call = [], None
         self._spawned.clear()
         await self._channel.close()
+
+
+class AioBurstStream:
+    """One ``configureExecutionBurst`` stream of an :class:`AioSession` (the transport half of
+    :class:`nnhal.client.aio.Burst`, which runs one execution at a time on it)."""
+
+    def __init__(self, session: AioSession, call: Any, md: Metadata) -> None:
+        self._session = session
+        self._call = call
+        #: Every execution on the stream shares its request id.
+        self._md = md
+
+    async def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
+        """One execution through the session's call path: its result, None once the server
+        ended the stream; raises the HalError of a transport failure."""
+        msg, _ = execute_request(self._session.session_id, handle, request, options)
+        response = await self._session.call("burst", False, lambda _md: self._exchange(msg), self._md)
+        return None if response is None else wire.execution_result_from(response.result)
+
+    async def _exchange(self, msg: spb.ExecuteRequest) -> Any:
+        """Send one request and read its response (None: the server ended the stream)."""
+        try:
+            await self._call.write(spb.BurstRequest(execute=msg))
+        except asyncio.InvalidStateError:  # the call finished with OK: the server ended it
+            return None
+        response = await self._call.read()
+        return None if response is grpc.aio.EOF else response
+
+    async def finish(self) -> None:
+        """End the stream: the server forgets the burst (raises the HalError of a broken stream)."""
+        await self._session.call("burst", False, lambda _md: self._finish(), self._md)
+
+    async def _finish(self) -> None:
+        try:
+            await self._call.done_writing()
+            while await self._call.read() is not grpc.aio.EOF:
+                pass
+        except asyncio.InvalidStateError:
+            pass  # already finished
+
+    @property
+    def session_over(self) -> bool:
+        """True once the session died or was closed (the stream went with it)."""
+        return self._session.dead or self._session.closed
+
+    def cancel(self) -> None:
+        self._call.cancel()

@@ -1,0 +1,117 @@
+"""The LiteRT backend: one interpreter (XNNPACK delegate, ``threads`` threads) per prepared model.
+
+``LiteRtBackend.compile`` writes the flatbuffer (``compiler``) and builds an interpreter from
+it; the flatbuffer is the cache artifact, so ``load`` only builds the interpreter (no
+conversion). The bytes are only ever produced by this server and are sealed by the
+compilation cache before a client holds them.
+
+An interpreter is not thread-safe: a graph runs one execution at a time (a lock), and
+concurrent executions of one prepared model queue on it. An execution is one step for the
+scheduler: deadlines and pre-emption are checked before and after the graph, not inside it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from nnhal.core.enums import HalVersion
+from nnhal.core.errors import GeneralFailure
+from nnhal.core.types import Capabilities, Model, Operand
+from nnhal.server.backend import ExecutableGraph, reference_capabilities
+from nnhal.server.executor.graph import Buffer, ExecutionControl
+from nnhal.server.litert import compiler
+
+
+def _interpreter_class() -> Any:
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:  # pragma: no cover - the extra is not installed
+        raise GeneralFailure("the litert device needs ai-edge-litert (pip install 'nnhal[tflite]')") from None
+    return Interpreter
+
+
+def litert_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ai-edge-litert")
+    except Exception:  # pragma: no cover - metadata missing
+        return "unknown"
+
+
+class LiteRtGraph:
+    """One LiteRT interpreter computing a model's main subgraph."""
+
+    def __init__(self, interpreter: Any) -> None:
+        self._interpreter = interpreter
+        self._inputs = [d["index"] for d in interpreter.get_input_details()]
+        self._outputs = [d["index"] for d in interpreter.get_output_details()]
+        self._lock = threading.Lock()
+
+    def run(
+        self,
+        inputs: Sequence[np.ndarray | None],
+        control: ExecutionControl | None = None,
+        output_operands: Sequence[Operand] | None = None,
+    ) -> list[np.ndarray]:
+        """The outputs in model order. The graph's shapes are static: ``output_operands``
+        (a request's dims) were checked against them by request validation."""
+        if control is not None:
+            control.start()
+            control.checkpoint()
+        with self._lock:
+            try:
+                for k, (index, value) in enumerate(zip(self._inputs, inputs)):
+                    if value is None:
+                        raise GeneralFailure(f"input {k}: this device needs a value for every input")
+                    self._interpreter.set_tensor(index, value)
+                self._interpreter.invoke()
+                outputs = [np.array(self._interpreter.get_tensor(i)) for i in self._outputs]
+            except GeneralFailure:
+                raise
+            except Exception as err:  # LiteRT raises ValueError / RuntimeError
+                raise GeneralFailure(f"LiteRT failed: {err}") from None
+        if control is not None:
+            control.checkpoint()
+            control.operations_run += 1
+        return outputs
+
+
+class LiteRtBackend:
+    """The ``litert`` device's backend (``nnhal.server.backend.Backend``)."""
+
+    kind = "litert"
+
+    def __init__(self, threads: int = 1, measure_capabilities: bool = True) -> None:
+        _interpreter_class()
+        self.threads = threads
+        self._measure = measure_capabilities
+        self.description = f"LiteRT {litert_version()} with XNNPACK, {threads} thread(s)"
+
+    def supported_operations(
+        self, model: Model, pools: Sequence[Buffer], level: HalVersion
+    ) -> tuple[list[bool], list[str]]:
+        return compiler.supported_operations(model, pools, level)
+
+    def compile(self, model: Model, pools: Sequence[Buffer]) -> tuple[ExecutableGraph, bytes]:
+        flatbuffer = compiler.compile_model(model, pools)
+        return self.load(model, pools, flatbuffer), flatbuffer
+
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes) -> ExecutableGraph:
+        try:
+            interpreter = _interpreter_class()(model_content=artifact, num_threads=self.threads)
+            interpreter.allocate_tensors()
+        except Exception as err:  # LiteRT raises ValueError / RuntimeError
+            raise GeneralFailure(f"LiteRT could not build an interpreter for the model: {err}") from None
+        return LiteRtGraph(interpreter)
+
+    def capabilities(self) -> Capabilities:
+        if not self._measure:
+            return reference_capabilities()
+        from nnhal.server.capabilities import measured_capabilities
+
+        return measured_capabilities(self)

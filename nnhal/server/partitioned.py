@@ -1,0 +1,277 @@
+"""A compiling device that takes every model: its library where it can, the reference
+executor inside the same device where it cannot.
+
+``PartitionedBackend(inner)`` reports every operation the reference executor validates as
+supported. At compile time each main operation is placed on the inner backend when the
+inner backend supports it, else on the reference executor; the graph is cut into steps as
+the client's partitioner cuts it across devices (``nnhal.core.subgraphs``), and each
+backend step's sub-model is asked again (a step's inputs and outputs are operands the
+whole model's check did not see as graph boundaries, e.g. of unknown shape): what it
+refuses moves to the reference, until every backend step is whole (and a step the library
+still fails to compile runs on the reference, logged). A model placed wholly on the
+backend is one step.
+
+The cache artifact holds the placement and, per step, the backend's artifact or the
+reference step's sub-model with its constants inlined (the sealed skeleton carries no
+constants), so a preparation from cache neither converts nor places again.
+
+``getSupportedOperations`` says per operation where it runs: a supported operation the
+library lacks has the reason ``FALLBACK_REASON`` + the library's reason. The execution
+profile names where each operation ran: backend steps as ``<kind>`` (count: the operations
+in them), fallback operations as ``cpu fallback: <TYPE>``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from nnhal.core import subgraphs, wire
+from nnhal.core.enums import HalVersion, OperandLifeTime
+from nnhal.core.errors import GeneralFailure
+from nnhal.core.types import Capabilities, DataLocation, Model, Operand, OperationTiming, Subgraph
+from nnhal.server.backend import Backend, ExecutableGraph
+from nnhal.server.executor.graph import Buffer, ExecutionControl, PreparedGraph, constant_value
+from nnhal.server.executor.validate import supported_operations as reference_support
+
+_log = logging.getLogger(__name__)
+BACKEND, FALLBACK = 0, 1
+_MAGIC = b"NNHALPB1"
+_LENGTH = struct.Struct("<Q")
+_LEVEL = max(HalVersion)
+#: Profile key prefix of operations run by the reference fallback.
+FALLBACK_PROFILE = "cpu fallback: "
+#: Prefix of the support reason of a supported operation the fallback runs (the library's
+#: reason follows); the library's own operations have no reason.
+FALLBACK_REASON = "supported on the CPU fallback inside this device: "
+
+
+@dataclass(frozen=True)
+class PlacedStep:
+    place: int  # BACKEND or FALLBACK
+    operations: tuple[int, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+def place_operations(inner: Backend, model: Model, pools: Sequence[Buffer]) -> list[PlacedStep]:
+    """The steps of ``model``: the inner backend's where it takes them, the reference's elsewhere."""
+    supported, _ = inner.supported_operations(model, pools, _LEVEL)
+    place = [BACKEND if ok else FALLBACK for ok in supported]
+    for _ in range(len(place) + 1):
+        cuts = subgraphs.cut(model, place)
+        io = subgraphs.step_io(model, cuts)
+        moved = False
+        for (where, ops), (inputs, outputs) in zip(cuts, io):
+            if where != BACKEND:
+                continue
+            sub = subgraphs.step_model(model, ops, inputs, outputs)
+            ok, _ = inner.supported_operations(sub, pools, _LEVEL)
+            for k, fine in zip(ops, ok):
+                if not fine:
+                    place[k], moved = FALLBACK, True
+        if not moved:
+            return [PlacedStep(w, tuple(ops), tuple(i), tuple(o)) for (w, ops), (i, o) in zip(cuts, io)]
+    raise GeneralFailure("placing the model's operations did not settle")  # pragma: no cover - bounded above
+
+
+def self_contained(model: Model, pools: Sequence[Buffer]) -> Model:
+    """``model`` with every constant copied into its operand values (no pools)."""
+    values = bytearray()
+
+    def inline(sg: Subgraph) -> Subgraph:
+        operands = []
+        for op in sg.operands:
+            if op.lifetime in (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE):
+                value = constant_value(model, pools, op)
+                assert value is not None
+                raw = np.ascontiguousarray(value).tobytes()
+                values.extend(b"\0" * (-len(values) % 8))
+                location = DataLocation(0, len(values), len(raw))
+                op = replace(op, lifetime=OperandLifeTime.CONSTANT_COPY, location=location)
+                values.extend(raw)
+            operands.append(op)
+        return replace(sg, operands=tuple(operands))
+
+    main = inline(model.main)
+    referenced = tuple(inline(sg) for sg in model.referenced)
+    return replace(model, main=main, referenced=referenced, operand_values=bytes(values), pools=())
+
+
+class _Step:
+    def __init__(self, placed: PlacedStep, graph: ExecutableGraph, outputs: Sequence[Operand]) -> None:
+        self.placed = placed
+        self.graph = graph
+        self.output_operands = tuple(outputs)
+
+
+class PartitionedGraph:
+    """Steps run in order; results crossing steps are kept by operand index."""
+
+    def __init__(self, model: Model, kind: str, steps: Sequence[_Step]) -> None:
+        self._kind = kind
+        self._steps = steps
+        self._inputs = model.main.input_indexes
+        self._outputs = model.main.output_indexes
+        self._fallback_types = {
+            s.placed.operations: tuple(model.main.operations[k].type.name for k in s.placed.operations)
+            for s in steps
+            if s.placed.place == FALLBACK
+        }
+
+    def run(
+        self,
+        inputs: Sequence[np.ndarray | None],
+        control: ExecutionControl | None = None,
+        output_operands: Sequence[Operand] | None = None,
+    ) -> list[np.ndarray]:
+        """The outputs in model order; ``output_operands`` (a request's dims) apply to the
+        steps writing model outputs."""
+        values: dict[int, np.ndarray | None] = dict(zip(self._inputs, inputs))
+        requested = dict(zip(self._outputs, output_operands)) if output_operands is not None else {}
+        for step in self._steps:
+            placed = step.placed
+            ins = [values[i] for i in placed.inputs]
+            outs_ops = [requested.get(o, op) for o, op in zip(placed.outputs, step.output_operands)]
+            profile = None if control is None else control.profile
+            if placed.place == FALLBACK and control is not None and profile is not None:
+                control.profile = {}
+                first = len(control.timeline) if control.timeline is not None else 0
+                try:
+                    outs = step.graph.run(ins, control, outs_ops)
+                    for name, (count, ns) in control.profile.items():
+                        entry = profile.setdefault(FALLBACK_PROFILE + name, [0, 0])
+                        entry[0] += count
+                        entry[1] += ns
+                finally:
+                    control.profile = profile
+                if control.timeline is not None:
+                    # The step's operations by their index in the whole model.
+                    control.timeline[first:] = [
+                        replace(t, index=placed.operations[t.index], operation=FALLBACK_PROFILE + t.operation)
+                        if t.subgraph == 0
+                        else t
+                        for t in control.timeline[first:]
+                    ]
+            elif control is not None and profile is not None:
+                control.start()
+                t0 = time.perf_counter_ns()
+                outs = step.graph.run(ins, control, outs_ops)
+                t1 = time.perf_counter_ns()
+                entry = profile.setdefault(self._kind, [0, 0])
+                entry[0] += len(placed.operations)
+                entry[1] += t1 - t0
+                if control.timeline is not None:
+                    # The library runs the step as one: one entry, at its first operation.
+                    start = (t0 - control.timeline_t0_ns) // 1000
+                    name = f"{self._kind} ({len(placed.operations)} operations)"
+                    control.timeline.append(OperationTiming(placed.operations[0], name, 0, start, (t1 - t0) // 1000))
+            else:
+                outs = step.graph.run(ins, control, outs_ops)
+            values.update(zip(placed.outputs, outs))
+        results = []
+        for i in self._outputs:
+            value = values.get(i)
+            if value is None:
+                raise GeneralFailure(f"output operand {i} was never written")
+            results.append(value)
+        return results
+
+
+class PartitionedBackend:
+    """``inner`` with the reference executor behind it (``nnhal.server.backend.Backend``)."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.kind = inner.kind
+        self.description = f"{inner.description}; the rest on the numpy CPU executor inside the device"
+
+    def supported_operations(
+        self, model: Model, pools: Sequence[Buffer], level: HalVersion
+    ) -> tuple[list[bool], list[str]]:
+        """Every operation the reference validates; the reason of one the library lacks says
+        it runs on the fallback and why (``FALLBACK_REASON``), "" for the library's own."""
+        supported, reasons = reference_support(model, pools, level)
+        if not any(supported):
+            return supported, reasons
+        _, inner_reasons = self.inner.supported_operations(model, pools, level)
+        for k, ok in enumerate(supported):
+            if ok and inner_reasons[k]:
+                reasons[k] = FALLBACK_REASON + inner_reasons[k]
+        return supported, reasons
+
+    def placement(self, model: Model, pools: Sequence[Buffer]) -> list[PlacedStep]:
+        return place_operations(self.inner, model, pools)
+
+    def compile(self, model: Model, pools: Sequence[Buffer]) -> tuple[ExecutableGraph, bytes]:
+        steps = self.placement(model, pools)
+        header: list[dict[str, object]] = []
+        payloads: list[bytes] = []
+        graphs: list[_Step] = []
+        for placed in steps:
+            sub = subgraphs.step_model(model, placed.operations, placed.inputs, placed.outputs)
+            graph: ExecutableGraph
+            if placed.place == BACKEND:
+                try:
+                    graph, payload = self.inner.compile(sub, pools)
+                except GeneralFailure as err:
+                    # The library refused a step it said it takes: the reference runs it.
+                    _log.warning("%s: operations %s run on the fallback: %s", self.kind, placed.operations, err)
+                    placed = replace(placed, place=FALLBACK)
+            if placed.place == FALLBACK:
+                sub = self_contained(sub, pools)
+                graph, payload = PreparedGraph(sub, ()), wire.model_to_bytes(sub)
+            graphs.append(_Step(placed, graph, [sub.main.operands[i] for i in sub.main.output_indexes]))
+            header.append(_step_header(placed, len(payload)))
+            payloads.append(payload)
+        head = json.dumps(header).encode()
+        artifact = b"".join((_MAGIC, _LENGTH.pack(len(head)), head, *payloads))
+        return PartitionedGraph(model, self.kind, graphs), artifact
+
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes) -> ExecutableGraph:
+        """The graph from a ``compile`` artifact (sealed by this server's cache). ``model``
+        may be the skeleton (no constants)."""
+        if not artifact.startswith(_MAGIC):
+            raise GeneralFailure("the cached artifact is not a partitioned one")
+        (n,) = _LENGTH.unpack_from(artifact, len(_MAGIC))
+        at = len(_MAGIC) + _LENGTH.size
+        header = json.loads(artifact[at : at + n])
+        at += n
+        graphs = []
+        for entry in header:
+            placed = PlacedStep(
+                int(entry["place"]),
+                tuple(entry["operations"]),
+                tuple(entry["inputs"]),
+                tuple(entry["outputs"]),
+            )
+            payload = artifact[at : at + int(entry["size"])]
+            at += int(entry["size"])
+            sub = subgraphs.step_model(model, placed.operations, placed.inputs, placed.outputs)
+            graph: ExecutableGraph
+            if placed.place == BACKEND:
+                graph = self.inner.load(sub, pools, payload)
+            else:
+                sub = wire.model_from_bytes(payload)
+                graph = PreparedGraph(sub, ())
+            graphs.append(_Step(placed, graph, [sub.main.operands[i] for i in sub.main.output_indexes]))
+        return PartitionedGraph(model, self.kind, graphs)
+
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities()
+
+
+def _step_header(placed: PlacedStep, size: int) -> dict[str, object]:
+    return {
+        "place": placed.place,
+        "operations": list(placed.operations),
+        "inputs": list(placed.inputs),
+        "outputs": list(placed.outputs),
+        "size": size,
+    }

@@ -1,0 +1,81 @@
+"""A compiling device with the reference fallback inside it (nnhal.server.partitioned):
+placement, results equal to the reference, the profile, and the cache artifact."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from nnhal.client.builder import ModelBuilder
+from nnhal.core.enums import HalVersion, OperandType as T, OperationType as O
+from nnhal.core.types import InlinePool, Model
+from nnhal.server.backend import ReferenceBackend
+from nnhal.server.devices import make_backend, parse_device
+from nnhal.server.executor.graph import ExecutionControl
+from nnhal.server.partitioned import BACKEND, FALLBACK, FALLBACK_PROFILE, FALLBACK_REASON, PartitionedBackend
+
+pytest.importorskip("ai_edge_litert")
+from nnhal.server.litert.runtime import LiteRtBackend
+
+F32 = T.TENSOR_FLOAT32
+RNG = np.random.default_rng(0)
+
+
+def _pools(model: Model) -> list[bytes]:
+    return [p.data for p in model.pools if isinstance(p, InlinePool)]
+
+
+def conv_lrn_conv() -> Model:
+    """CONV_2D → LOCAL_RESPONSE_NORMALIZATION (no LiteRT conversion here) → ADD (RELU)."""
+    b = ModelBuilder()
+    x = b.input(F32, (1, 5, 5, 3))
+    w = b.constant(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    bias = b.constant(RNG.standard_normal(4).astype(np.float32))
+    c = b.op(O.CONV_2D, [x, w, bias, *b.ints(1, 1, 1, 0)], F32, (1, 5, 5, 4))
+    lrn = b.op(
+        O.LOCAL_RESPONSE_NORMALIZATION, [c, b.int32(1), *(b.float32(v) for v in (1.0, 1.0, 0.5))], F32, (1, 5, 5, 4)
+    )
+    return b.outputs(b.op(O.ADD, [lrn, c, b.int32(1)], F32, (1, 5, 5, 4))).finish()
+
+
+def test_what_the_backend_lacks_runs_on_the_reference_inside_the_device() -> None:
+    model = conv_lrn_conv()
+    pools = _pools(model)
+    inner = LiteRtBackend(1, measure_capabilities=False)
+    backend = PartitionedBackend(inner)
+    assert inner.supported_operations(model, pools, HalVersion.V1_3)[0] == [True, False, True]
+    supported, reasons = backend.supported_operations(model, pools, HalVersion.V1_3)
+    assert supported == [True, True, True] and reasons[0] == reasons[2] == ""
+    assert reasons[1].startswith(FALLBACK_REASON) and "LOCAL_RESPONSE_NORMALIZATION" in reasons[1]
+    assert [(s.place, s.operations) for s in backend.placement(model, pools)] == [
+        (BACKEND, (0,)),
+        (FALLBACK, (1,)),
+        (BACKEND, (2,)),
+    ]
+    x = RNG.standard_normal((1, 5, 5, 3)).astype(np.float32)
+    expected = ReferenceBackend().compile(model, pools)[0].run([x])[0]
+    graph, artifact = backend.compile(model, pools)
+    control = ExecutionControl(profile={}, timeline=[])
+    np.testing.assert_allclose(graph.run([x], control)[0], expected, rtol=1e-5, atol=1e-5)
+    assert control.profile is not None
+    assert (
+        control.profile["litert"][0] == 2 and control.profile[FALLBACK_PROFILE + "LOCAL_RESPONSE_NORMALIZATION"][0] == 1
+    )
+    assert control.timeline is not None
+    assert [(t.index, t.operation) for t in control.timeline] == [
+        (0, "litert (1 operations)"),
+        (1, FALLBACK_PROFILE + "LOCAL_RESPONSE_NORMALIZATION"),
+        (2, "litert (1 operations)"),
+    ]
+    # From the cache: the skeleton has no constants; the artifact carries what each step needs.
+    skeleton = dataclasses.replace(model, operand_values=b"", pools=())
+    np.testing.assert_allclose(backend.load(skeleton, [], artifact).run([x])[0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_strict_devices_have_no_fallback() -> None:
+    assert parse_device("fast=ort:strict") == parse_device("fast=ort:strict")
+    assert parse_device("fast=litert:strict").strict and not parse_device("litert").strict
+    assert isinstance(make_backend("litert"), PartitionedBackend)
+    assert isinstance(make_backend("litert", 1, strict=True), LiteRtBackend)
