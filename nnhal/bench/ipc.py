@@ -59,6 +59,69 @@ def _identity_model() -> Model:
     return b.outputs(b.op(O.RESHAPE, [x, b.constant(np.array(shape, np.int32))], T.TENSOR_FLOAT32, shape)).finish()
 
 
+#: The tiny model: a [1, TINY_WIDTH] float32 input through TINY_BLOCKS blocks of 5 operations
+#: (FULLY_CONNECTED, MUL, ADD, LOGISTIC, a residual ADD) and a MEAN: 26 operations.
+TINY_WIDTH = 256
+TINY_BLOCKS = 5
+#: Envelope bytes of ``pm.execute`` of the tiny model, taken as the ADD's (same argument count).
+TINY_ENVELOPE = (SYNC_ENVELOPE[0] - 32, SYNC_ENVELOPE[1])
+
+
+def tiny_model() -> Model:
+    """The model of ``ipc.tiny_model`` (module constants), with fixed pseudo-random weights."""
+    rng = np.random.default_rng(25)
+    b = ModelBuilder()
+    f32, n = T.TENSOR_FLOAT32, TINY_WIDTH
+    h = b.input(f32, [1, n])
+    for _ in range(TINY_BLOCKS):
+        w = b.constant((rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32))
+        fc = b.op(O.FULLY_CONNECTED, [h, w, b.constant(np.zeros(n, np.float32)), b.int32(0)], f32, [1, n])
+        scaled = b.op(O.MUL, [fc, b.constant(rng.random(n, dtype=np.float32)), b.int32(0)], f32, [1, n])
+        shifted = b.op(O.ADD, [scaled, b.constant(rng.random(n, dtype=np.float32) - 0.5), b.int32(0)], f32, [1, n])
+        act = b.op(O.LOGISTIC, [shifted], f32, [1, n])
+        h = b.op(O.ADD, [h, act, b.int32(0)], f32, [1, n])
+    mean = b.op(O.MEAN, [h, b.constant(np.array([1], np.int32)), b.int32(1)], f32, [1, 1])
+    return b.outputs(mean).finish()
+
+
+def _tiny_reference(x: np.ndarray) -> np.ndarray:
+    """``tiny_model`` computed with numpy (the same weights)."""
+    rng = np.random.default_rng(25)
+    n, h = TINY_WIDTH, x.astype(np.float32)
+    for _ in range(TINY_BLOCKS):
+        w = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
+        scale = rng.random(n, dtype=np.float32)
+        shift = rng.random(n, dtype=np.float32) - 0.5
+        h = h + 1 / (1 + np.exp(-((h @ w.T) * scale + shift)))
+    return np.asarray(h.mean(axis=1, keepdims=True), np.float32)
+
+
+def _tiny(unix: bool, quick: bool) -> BenchResult:
+    x = np.linspace(-1, 1, TINY_WIDTH, dtype=np.float32).reshape(1, TINY_WIDTH)
+    req, rep = x.nbytes + TINY_ENVELOPE[0], 4 + TINY_ENVELOPE[1]
+    payload = frame(req, rep)
+    with _served(tiny_model(), unix) as (pm, client):
+
+        def ours() -> np.ndarray:
+            out: np.ndarray = pm.execute([x]).outputs[0]
+            return out
+
+        check(np.allclose(ours(), _tiny_reference(x), rtol=1e-4, atol=1e-5), "the tiny model's result is wrong")
+        rounds, per = (20, 10) if quick else (40, 25)
+        t_ours, t_echo = interleaved(ours, lambda: client.unary(payload, timeout=10), rounds, per)
+    detail = (
+        f"ours: pm.execute([1x{TINY_WIDTH}]) -> outputs[0] of a {5 * TINY_BLOCKS + 1}-operation model "
+        f"(FULLY_CONNECTED {TINY_WIDTH}x{TINY_WIDTH}, MUL, ADD, LOGISTIC, ADD per block, MEAN); "
+        f"anchor: raw unary {req} B in / {rep} B out, {transport(unix)}"
+    )
+    return BenchResult(t_ours * 1e6, t_echo * 1e6, t_ours / t_echo, "us per call", "ratio <= 0.5", detail)
+
+
+def tiny_model_bench(quick: bool) -> dict[str, BenchResult]:
+    """pm.execute of a 26-operation model of small tensors vs a raw gRPC unary call."""
+    return {"ipc.tiny_model": _tiny(False, quick), "ipc.tiny_model.unix": _tiny(True, quick)}
+
+
 def _small_inputs() -> tuple[np.ndarray, np.ndarray]:
     a = np.arange(8, dtype=np.float32).reshape(SMALL_SHAPE)
     return a, a * 2
@@ -253,4 +316,5 @@ BENCHMARKS: dict[str, Bench] = {
     "ipc.fast_burst_small": fast_burst_small,
     "ipc.inline_64m": inline_64m,
     "ipc.shm_64m": shm_64m,
+    "ipc.tiny_model": tiny_model_bench,
 }
