@@ -34,6 +34,7 @@ import re
 import stat
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence, Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +88,8 @@ def _served() -> list[SharedMemoryPolicy]:
 
 #: The seals that make a region safe to map: its size can never change again.
 SIZE_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW if hasattr(fcntl, "F_SEAL_SHRINK") else 0
+_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+_PROT = mmap.PROT_READ | mmap.PROT_WRITE
 #: ``<prefix>memfd.<pid>.<fd>.<nonce>``: a client's memfd (after the prefix).
 _MEMFD_NAME = re.compile(r"memfd\.([1-9][0-9]{0,9})\.([0-9]{1,9})\.([0-9a-f]{8,64})")
 
@@ -110,15 +113,16 @@ class SharedRegion:
     without ``SIZE_SEALS`` cross with ``preadv``/``pwrite``: inputs into private buffers
     when the execution starts, outputs back after it succeeds (a short read, or a file
     now smaller than the pool, is INVALID_ARGUMENT "shrank"). A sealed region's
-    ``mapped`` is a shared mapping of the pool's pages (from file offset ``base``), used in place.
+    ``view`` is then the pool's bytes in a shared mapping, used in place (a mapping of its
+    own, or one the session's ``RegionCache`` keeps).
     """
 
-    def __init__(self, name: str, fd: int, mapped: mmap.mmap | None = None, base: int = 0) -> None:
+    def __init__(self, name: str, fd: int, view: memoryview | None = None, mapping: mmap.mmap | None = None) -> None:
         self.name = name
         self._fd = fd
-        self.mapped = mapped
-        #: The file offset ``mapped`` starts at.
-        self.base = base
+        #: The pool's bytes, mapped (sealed regions only).
+        self.view = view
+        self._mapping = mapping  # its own, unmapped by ``close``
 
     def _shrank(self, end: int) -> InvalidArgument:
         try:
@@ -155,12 +159,13 @@ class SharedRegion:
             raise InvalidArgument(f"cannot write shared memory {self.name!r}: {err.strerror}") from None
 
     def close(self) -> None:
-        if self.mapped is not None:
+        self.view = None
+        if self._mapping is not None:
             try:
-                self.mapped.close()
+                self._mapping.close()
             except BufferError:
                 pass  # a view the executor made still lives: unmapped when it goes (sealed: no fault)
-            self.mapped = None
+            self._mapping = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -224,19 +229,23 @@ def open_region(
             raise InvalidArgument(
                 f"{where}: region [{pool.offset}, {pool.offset + pool.size}) is outside {name!r} of {st.st_size} bytes"
             )
-        mapped, base = None, pool.offset - pool.offset % mmap.ALLOCATIONGRANULARITY
         if sealed:
+            view = cache.view(fd, st, pool.offset, pool.size) if cache is not None else None
+            if view is not None:
+                return SharedRegion(name, fd, view)
+            base = pool.offset - pool.offset % mmap.ALLOCATIONGRANULARITY
             try:
                 # Only the pool's pages, populated: one pass in the kernel instead of a fault per page.
-                flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-                length = pool.offset + pool.size - base
-                mapped = mmap.mmap(fd, length, flags, mmap.PROT_READ | mmap.PROT_WRITE, offset=base)
+                mapping = mmap.mmap(fd, pool.offset + pool.size - base, _MAP_FLAGS, _PROT, offset=base)
             except OSError:
-                mapped = None  # sealed against writes, or no address space: the copy path decides
+                pass  # sealed against writes, or no address space: the copy path decides
+            else:
+                view = memoryview(mapping)[pool.offset - base : pool.offset - base + pool.size]
+                return SharedRegion(name, fd, view, mapping)
     except BaseException:
         os.close(fd)
         raise
-    return SharedRegion(name, fd, mapped, base)
+    return SharedRegion(name, fd)
 
 
 def remove_orphans(policy: SharedMemoryPolicy) -> int:
@@ -297,10 +306,44 @@ class RegionCache:
 
     LIMIT_BYTES = 160 << 20
     LIMIT_BUFFERS = 4
+    #: Sealed regions kept mapped between executions (the least recently used go first).
+    LIMIT_MAPPED_BYTES = 256 << 20
+    LIMIT_MAPPED = 8
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._free: list[mmap.mmap] = []
+        self._mapped: OrderedDict[tuple[int, int], mmap.mmap] = OrderedDict()
+
+    def view(self, fd: int, st: os.stat_result, offset: int, size: int) -> memoryview | None:
+        """``size`` bytes from ``offset`` of the sealed region open as ``fd`` (``st``: its
+        fstat), in a mapping of the whole file kept for the next executions: mapping and
+        unmapping 64 MiB cost more than copying it. None when the file is larger than the
+        bound or cannot be mapped writable. The caller checked the seals: the file's size
+        can never change, so the mapping can never fault. A kept mapping keeps the client's
+        memfd alive (bounded: ``LIMIT_MAPPED_BYTES``) until it is evicted or the session ends."""
+        key = (st.st_dev, st.st_ino)
+        with self._lock:
+            mapping = self._mapped.get(key)
+            if mapping is not None:
+                self._mapped.move_to_end(key)
+                # Made under the lock: an eviction cannot unmap it between lookup and view.
+                return memoryview(mapping)[offset : offset + size]
+        if st.st_size > self.LIMIT_MAPPED_BYTES:
+            return None
+        try:
+            mapping = mmap.mmap(fd, st.st_size, _MAP_FLAGS, _PROT)
+        except OSError:
+            return None
+        with self._lock:
+            mapping = self._mapped.setdefault(key, mapping)
+            view = memoryview(mapping)[offset : offset + size]
+            while (
+                len(self._mapped) > self.LIMIT_MAPPED or sum(map(len, self._mapped.values())) > self.LIMIT_MAPPED_BYTES
+            ):
+                _, old = self._mapped.popitem(last=False)
+                _unmap(old)
+            return view
 
     def staging(self, size: int) -> mmap.mmap:
         """A private buffer of ``size`` bytes (anonymous memory: pages nobody touches cost nothing)."""
@@ -323,8 +366,18 @@ class RegionCache:
         only disconnected still holds, and removes, its own)."""
         with self._lock:
             self._free = []
+            mapped, self._mapped = list(self._mapped.values()), OrderedDict()
+        for mapping in mapped:
+            _unmap(mapping)
         for policy in _served():
             remove_orphans(policy)
+
+
+def _unmap(mapping: mmap.mmap) -> None:
+    try:
+        mapping.close()
+    except BufferError:
+        pass  # an execution still uses it: unmapped when its last view goes (sealed: no fault)
 
 
 @dataclass
@@ -432,11 +485,11 @@ class BoundPools:
         """Write ``data`` to the shared pool ``index`` at once (IBuffer::copyTo)."""
         for p in self._shared:
             if p.index == index:
-                if p.region.mapped is not None:
-                    start = p.offset - p.region.base
-                    if start + len(data) > len(p.region.mapped):
+                view = p.region.view
+                if view is not None:
+                    if len(data) > len(view):
                         raise InvalidArgument(f"{len(data)} bytes do not fit shared memory {p.region.name!r}")
-                    p.region.mapped[start : start + len(data)] = data
+                    view[: len(data)] = data
                 else:
                     p.region.write(p.offset, memoryview(data))
                 return
@@ -507,11 +560,10 @@ def bind_pools(
                         f"{where}: shared memory pools are accepted only from clients on the server's host"
                     )
                 region = open_region(policy, pool, where, cache)
-                if region.mapped is not None:
+                if region.view is not None:
                     # Sealed: the client's pages themselves, which cannot go away under us.
                     bound._shared.append(_SharedPool(i, region, pool.offset, None, i in writable))
-                    start = pool.offset - region.base
-                    buffers.append(memoryview(region.mapped)[start : start + pool.size])
+                    buffers.append(region.view)
                     bound.data_bytes += pool.size
                     continue
                 try:

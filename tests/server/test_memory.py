@@ -96,3 +96,53 @@ def test_a_session_end_sweeps_the_directory_of_every_live_policy(tmp_path: Path)
     gone.write_bytes(b"x")
     RegionCache().close()  # no live policy names the directory any more
     assert gone.exists()
+
+
+def _sealed_memfd(prefix: str, size: int) -> tuple[int, str]:
+    """A client-style sealed memfd of this process and its pool name."""
+    nonce = os.urandom(12).hex()
+    fd = os.memfd_create(f"{prefix}{nonce}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    return fd, f"{prefix}memfd.{os.getpid()}.{fd}.{nonce}"
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux-only")
+def test_sealed_regions_are_used_in_place_and_kept_mapped_within_bounds(tmp_path: Path) -> None:
+    """A sealed memfd's pool is its own pages (a write through the bound buffer is the
+    client's byte, no copy back); the session keeps the mapping for the next executions,
+    evicts the least recently used past its bounds, and drops them all when it ends.
+    An unsealed memfd gets a private staging buffer."""
+    policy = SharedMemoryPolicy(tmp_path, "t-")
+    cache = RegionCache()
+    cache.LIMIT_MAPPED = 2
+    fds = []
+    try:
+        names = []
+        for _ in range(3):
+            fd, name = _sealed_memfd("t-", 4096)
+            fds.append(fd)
+            names.append(name)
+        for name in names:
+            bound = bind_pools((SharedMemoryPool("ashmem", name, 16, 64),), policy, {0}, cache=cache)
+            buf = bound.buffers[0]
+            assert isinstance(buf, memoryview) and len(buf) == 64
+            buf[0] = 7
+            bound.inline_results()
+            bound.close()
+            del buf
+        assert [os.pread(fd, 1, 16) for fd in fds] == [b"\x07"] * 3
+        assert len(cache._mapped) == 2  # the first one evicted
+        cache.close()
+        assert not cache._mapped
+        unsealed = os.memfd_create("t-" + "ab" * 12, os.MFD_CLOEXEC)
+        fds.append(unsealed)
+        os.ftruncate(unsealed, 4096)
+        name = f"t-memfd.{os.getpid()}.{unsealed}.{'ab' * 12}"
+        bound = bind_pools((SharedMemoryPool("ashmem", name, 0, 64),), policy, {0}, cache=cache)
+        bound.check_shared()
+        assert bound._shared[0].staging is not None and not cache._mapped  # copied, never mapped
+        bound.close()
+    finally:
+        for fd in fds:
+            os.close(fd)
