@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 from nnhal.client import forms
@@ -27,12 +28,14 @@ from nnhal.client.buffer import Buffer
 from nnhal.client.callbacks import Callback
 from nnhal.client.faults import Fault
 from nnhal.client.prepared_model import PreparedModel
+from nnhal.client.recorder import ClientRecorder
 from nnhal.client.remote import DEFAULT_CALL_TIMEOUT, PreparedRef, RemoteSession
 from nnhal.client.remote.aidl import AidlCalls
 from nnhal.client.remote.devices import DeviceInfo, list_devices
 from nnhal.client.remote.transport import TlsConfig
 from nnhal.core.aidl_types import DEFAULT_PREPARE_CONFIG, PrepareModelConfig
-from nnhal.core.enums import DeviceStatus, DeviceType, ExecutionPreference, Priority
+from nnhal.core.enums import DeviceStatus, DeviceType, ExecutionPreference, HalVersion, Priority
+from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model
 
 PrepareCallback = Callback[PreparedModel]
@@ -51,9 +54,12 @@ class Device:
         keepalive_ms: int | None,
         tls: TlsConfig | None = None,
         device: str | None = None,
+        record: Path | str | None = None,
     ) -> None:
         self.address = address
         self._remote = RemoteSession(address, client_name, connect_timeout, keepalive_ms, tls, device)
+        if record is not None:
+            self._start_recording(Path(record))
 
     @classmethod
     def connect(
@@ -65,6 +71,7 @@ class Device:
         keepalive_ms: int | None = None,
         tls: TlsConfig | Literal[False] | None = None,
         device: str | None = None,
+        record: Path | str | None = None,
     ) -> Device:
         """Connect to the server at ``address`` (``host:port`` or ``unix:PATH``) and open a session.
 
@@ -72,10 +79,22 @@ class Device:
         With mTLS the server names the client after its certificate, not ``client_name``.
         ``device``: which of the server's devices (``list_devices``; None: its default one);
         every object prepared through this proxy belongs to that device.
+        ``record``: write the HAL calls this client makes to that file (``nnhal replay`` replays
+        it; ``nnhal.client.recorder`` says what it holds — the models and data included).
         Raises DeadObject if no server answers within ``timeout`` seconds, InvalidArgument
-        for TLS files that cannot be read or a device the server does not host."""
+        for TLS files that cannot be read, a device the server does not host, or a recording
+        file that cannot be made (it must not exist)."""
         config = TlsConfig.from_env() if tls is None else (tls or None)
-        return cls(address, client_name or f"pid-{os.getpid()}", timeout, keepalive_ms, config, device)
+        return cls(address, client_name or f"pid-{os.getpid()}", timeout, keepalive_ms, config, device, record)
+
+    def _start_recording(self, path: Path) -> None:
+        remote = self._remote
+        try:
+            level = _level_label(remote.feature_level)
+            remote.recorder = ClientRecorder(path, remote.device_name, level)
+        except OSError as err:
+            remote.close()
+            raise InvalidArgument(f"record={path}: cannot write a recording there ({err.strerror or err})") from None
 
     # -- the session ------------------------------------------------------------
     @property
@@ -225,9 +244,18 @@ class Device:
     def close(self) -> None:
         """End the session: the server releases every object it created. Idempotent."""
         self._remote.close()
+        if self._remote.recorder is not None:
+            self._remote.recorder.close()
 
     def __enter__(self) -> Device:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _level_label(level: int) -> str:
+    try:
+        return HalVersion(level).label
+    except ValueError:
+        return str(level)

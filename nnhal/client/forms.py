@@ -15,7 +15,10 @@ device's own. Below 1.2 the device facts 1.0/1.1 lack are answered here, as the 
 
 from __future__ import annotations
 
+import time
+
 from nnhal.client.callbacks import Callback
+from nnhal.client.recorder import deadline_us
 from nnhal.client.remote import DEFAULT_CALL_TIMEOUT, ExecutionOptions, PreparedRef, RemoteSession
 from nnhal.client.remote.hidl import HidlCalls, failed, form_version
 from nnhal.core.enums import DeviceType, ErrorStatus, ExecutionPreference, HalVersion, Priority
@@ -82,10 +85,39 @@ def prepare_model(
     deadline_at: float | None,
     cache_token: bytes | None,
 ) -> Callback[PreparedRef]:
+    """prepareModel in the form of the device's level (``_prepare_model``), recorded when the
+    session records (``nnhal.client.recorder``)."""
+    rec = remote.recorder
+    if rec is None:
+        return _prepare_model(remote, model, preference, priority, timeout, deadline_at, cache_token)
+    t0, deadline = time.perf_counter(), deadline_us(timeout, deadline_at)
+    cb = _prepare_model(remote, model, preference, priority, timeout, deadline_at, cache_token)
+    method = "prepareModel_1_3" if modern(remote) else _PREPARE[form_version(level_of(remote))]
+
+    def done(c: Callback[PreparedRef]) -> None:
+        handle = c.value.handle if c.value is not None else None
+        rec.prepared(method, model, preference, priority, deadline, cache_token, c.status, c.message, handle, t0)
+
+    cb.add_done_callback(done)
+    return cb
+
+
+_PREPARE = {V.V1_0: "prepareModel", V.V1_1: "prepareModel_1_1", V.V1_2: "prepareModel_1_2"}
+
+
+def _prepare_model(
+    remote: RemoteSession,
+    model: Model,
+    preference: ExecutionPreference,
+    priority: Priority | int,
+    timeout: float | None,
+    deadline_at: float | None,
+    cache_token: bytes | None,
+) -> Callback[PreparedRef]:
     if modern(remote):
         return remote.prepare_model(model, preference, priority, timeout, deadline_at, cache_token)
     version = form_version(level_of(remote))
-    method = "prepareModel" + {V.V1_0: "", V.V1_1: "_1_1", V.V1_2: "_1_2"}[version]
+    method = _PREPARE[version]
     try:
         _need(remote, V.V1_3, "a priority", method, int(priority) != Priority.MEDIUM)
         _need(remote, V.V1_3, "a deadline", method, timeout is not None or deadline_at is not None)
@@ -116,6 +148,21 @@ def _check_options(remote: RemoteSession, options: ExecutionOptions, method: str
 
 
 def execute(remote: RemoteSession, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult:
+    """A synchronous execution (``_execute``), recorded when the session records."""
+    rec = remote.recorder
+    if rec is None:
+        return _execute(remote, handle, request, options)
+    t0 = time.perf_counter()
+    result = _execute(remote, handle, request, options)
+    if modern(remote):
+        method = "executeSynchronously_1_3"
+    else:
+        method = "executeSynchronously" if form_version(level_of(remote)) == V.V1_2 else "execute"
+    rec.executed(method, handle, request, options, result, t0)
+    return result
+
+
+def _execute(remote: RemoteSession, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult:
     """A synchronous execution: executeSynchronously_1_3 / executeSynchronously (1.2), or
     below 1.2 (which has no synchronous form) execute and wait. Transport failures raise;
     HAL errors, the client's refusals included, are in the result."""
@@ -135,6 +182,26 @@ def execute(remote: RemoteSession, handle: str, request: Request, options: Execu
 
 
 def execute_async(
+    remote: RemoteSession, handle: str, request: Request, options: ExecutionOptions
+) -> Callback[ExecutionResult]:
+    """An asynchronous execution (``_execute_async``), recorded when the session records."""
+    rec = remote.recorder
+    if rec is None:
+        return _execute_async(remote, handle, request, options)
+    t0 = time.perf_counter()
+    cb = _execute_async(remote, handle, request, options)
+    version = V.V1_3 if modern(remote) else form_version(level_of(remote))
+    method = {V.V1_3: "execute_1_3", V.V1_2: "execute_1_2"}.get(version, "execute")
+
+    def done(c: Callback[ExecutionResult]) -> None:
+        result = c.value if c.value is not None else ExecutionResult(c.status, c.message)
+        rec.executed(method, handle, request, options, result, t0)
+
+    cb.add_done_callback(done)
+    return cb
+
+
+def _execute_async(
     remote: RemoteSession, handle: str, request: Request, options: ExecutionOptions
 ) -> Callback[ExecutionResult]:
     """execute_1_3 / execute_1_2 / execute (1.0): the callback delivers the result once."""

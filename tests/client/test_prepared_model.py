@@ -20,6 +20,8 @@ from tests.conftest import add_model
 class FakeRemote:
     """Answers executions like the server would for ``add_model``; records the requests."""
 
+    recorder = None  # a RemoteSession's: not recording
+
     def __init__(self, reject_first: bool = False) -> None:
         self.requests: list[tuple[Request, ExecutionOptions]] = []
         self.reject_first = reject_first

@@ -14,6 +14,7 @@ import pytest
 
 from nnhal.client.device import Device
 from nnhal.core.enums import ErrorStatus, Priority
+from nnhal.core.errors import InvalidArgument
 from nnhal.core.recording import read_recording
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer
@@ -131,3 +132,28 @@ def test_record_is_refused_where_it_cannot_write(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "--record" in done.stderr and "not a folder" in done.stderr
+
+
+def test_a_client_recording_replays_with_no_difference(tmp_path: Path) -> None:
+    path = tmp_path / "client.nnrec"
+    a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), 2.0, np.float32)
+    with (
+        LocalServer() as srv,
+        Device.connect(srv.address, record=path) as dev,
+        dev.prepare_model_sync(add_model(), priority=Priority.LOW) as pm,
+    ):
+        assert np.allclose(pm.execute([a, b]).outputs[0], a + b)
+        assert np.allclose(pm.execute_async([b, b]).get(30).outputs[0], b + b)
+        with pytest.raises(InvalidArgument, match="cannot write a recording"):
+            Device.connect(srv.address, record=path)  # never over an existing file
+    rec = read_recording(path)
+    assert rec.complete and rec.header["recorder"] == "client"
+    assert [(c["kind"], c["method"]) for c in rec.calls] == [
+        ("prepare", "prepareModel_1_3"),
+        ("execute", "executeSynchronously_1_3"),
+        ("execute", "execute_1_3"),
+    ]
+    assert rec.calls[0]["args"]["priority"] == "LOW"
+    done = _replay(str(path), "--start")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "3 calls replayed, 0 differences"

@@ -37,7 +37,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -69,6 +69,9 @@ from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
 from nnhal.core.protocol import REQUEST_ID_METADATA
 from nnhal.proto import service_pb2 as spb
 
+if TYPE_CHECKING:
+    from nnhal.client.recorder import ClientRecorder
+
 T = TypeVar("T")
 
 
@@ -97,6 +100,8 @@ class SessionChannel:
         self._closed = False
         self._session_id = ""
         self.device_name = ""
+        #: The client's recorder (``Device.connect(…, record=PATH)``); None: not recording.
+        self.recorder: ClientRecorder | None = None
         self.feature_level = 0
         self.protocol_version = 0
         #: The server's shared-memory directory and name prefix ("" when not offered).
