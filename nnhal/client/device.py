@@ -117,6 +117,11 @@ class Device:
         return self._remote.shm_dir
 
     @property
+    def shm_memfd(self) -> str:
+        """The server's ``nnhal.core.host.memfd_identity`` ("" when it opens no client memfds)."""
+        return self._remote.shm_memfd
+
+    @property
     def shm_prefix(self) -> str:
         """The prefix the names of shared regions must carry."""
         return self._remote.shm_prefix

@@ -8,8 +8,9 @@ same way). The client maps it: inputs are written in place before an execution,
 outputs are read in place after it, and no tensor bytes travel through gRPC.
 Release explicitly (or with ``with``); the file is removed then.
 
-On Linux ``create`` makes a memfd instead of a file (``memfd=True``, the default
-where the system has memfd seals): sealed with ``F_SEAL_SHRINK | F_SEAL_GROW``
+On Linux ``create`` makes a memfd instead of a file (``memfd=True``; the default
+when the server said it opens clients' memfds and runs in this process's PID namespace
+as its user, ``shm_memfd``): sealed with ``F_SEAL_SHRINK | F_SEAL_GROW``
 before anyone sees it, so the server maps it and reads and writes the tensors in
 place (no copy on either side). Its pool name, ``<prefix>memfd.<pid>.<fd>.<nonce>``,
 tells the server where to open it (``/proc/<pid>/fd/<fd>``, which the kernel allows
@@ -37,6 +38,7 @@ from typing import Protocol
 import numpy as np
 
 from nnhal.core.errors import InvalidArgument
+from nnhal.core.host import memfd_identity
 from nnhal.core.types import SharedMemoryPool
 
 KINDS = ("ashmem", "mmap_fd", "hardware_buffer_blob")
@@ -145,8 +147,8 @@ class SharedMemory:
         cls, device: SharedMemoryHost, size: int, kind: str = "ashmem", memfd: bool | None = None, seal: bool = True
     ) -> SharedMemory:
         """A new zeroed region of ``size`` bytes: a memfd sealed against size changes
-        (``memfd`` None: where the system has memfd seals; ``seal=False``: unsealed),
-        else a file in the server's shared-memory directory (see the module's docstring)."""
+        (``memfd`` None: when the server can open it, see the module's docstring;
+        ``seal=False``: unsealed), else a file in the server's shared-memory directory."""
         if not device.shm_dir:
             raise InvalidArgument("this server offers no shared memory (remote peer, or started with --shm-dir none)")
         if size <= 0:
@@ -154,7 +156,8 @@ class SharedMemory:
         if kind not in KINDS:
             raise InvalidArgument(f"unknown shared memory kind {kind!r}; one of {KINDS}")
         if memfd is None:
-            memfd = memfd_available()
+            # Only a server in our PID namespace, as our user, can open it (nnhal.core.host).
+            memfd = memfd_available() and getattr(device, "shm_memfd", "") == memfd_identity() != ""
         if memfd:
             return cls._create_memfd(device.shm_prefix, size, kind, seal)
         path, fd = _create_held(Path(device.shm_dir), device.shm_prefix)

@@ -31,7 +31,7 @@ class ServerCapabilities(_message.Message):
     def __init__(self, fast_path: _Optional[bool] = ..., streamed_execution: _Optional[bool] = ..., close_session: _Optional[bool] = ..., devices: _Optional[_Iterable[str]] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
 
 class SessionEvent(_message.Message):
-    __slots__ = ("session", "device_name", "feature_level", "shm_dir", "shm_prefix", "draining", "status", "message", "protocol_version", "min_protocol_version", "max_protocol_version", "capabilities")
+    __slots__ = ("session", "device_name", "feature_level", "shm_dir", "shm_prefix", "draining", "status", "message", "protocol_version", "min_protocol_version", "max_protocol_version", "capabilities", "shm_memfd")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     DEVICE_NAME_FIELD_NUMBER: _ClassVar[int]
     FEATURE_LEVEL_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class SessionEvent(_message.Message):
     MIN_PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    SHM_MEMFD_FIELD_NUMBER: _ClassVar[int]
     session: str
     device_name: str
     feature_level: int
@@ -56,7 +57,8 @@ class SessionEvent(_message.Message):
     min_protocol_version: int
     max_protocol_version: int
     capabilities: ServerCapabilities
-    def __init__(self, session: _Optional[str] = ..., device_name: _Optional[str] = ..., feature_level: _Optional[int] = ..., shm_dir: _Optional[str] = ..., shm_prefix: _Optional[str] = ..., draining: _Optional[bool] = ..., status: _Optional[_Union[_types_pb2.ErrorStatus, str]] = ..., message: _Optional[str] = ..., protocol_version: _Optional[int] = ..., min_protocol_version: _Optional[int] = ..., max_protocol_version: _Optional[int] = ..., capabilities: _Optional[_Union[ServerCapabilities, _Mapping]] = ...) -> None: ...
+    shm_memfd: str
+    def __init__(self, session: _Optional[str] = ..., device_name: _Optional[str] = ..., feature_level: _Optional[int] = ..., shm_dir: _Optional[str] = ..., shm_prefix: _Optional[str] = ..., draining: _Optional[bool] = ..., status: _Optional[_Union[_types_pb2.ErrorStatus, str]] = ..., message: _Optional[str] = ..., protocol_version: _Optional[int] = ..., min_protocol_version: _Optional[int] = ..., max_protocol_version: _Optional[int] = ..., capabilities: _Optional[_Union[ServerCapabilities, _Mapping]] = ..., shm_memfd: _Optional[str] = ...) -> None: ...
 
 class CloseSessionRequest(_message.Message):
     __slots__ = ("session",)

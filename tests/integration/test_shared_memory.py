@@ -149,3 +149,25 @@ def test_shared_pools_are_refused_from_remote_peers(tmp_path: Path) -> None:
         bind_pools((pool,), SharedMemoryPolicy(tmp_path), set(), None, is_local_peer=False)
     bind_pools((pool,), SharedMemoryPolicy(tmp_path, allow_remote=True), set(), None, is_local_peer=False).close()
     bind_pools((pool,), SharedMemoryPolicy(tmp_path), set(), None, is_local_peer=True).close()
+
+
+class _Host:
+    def __init__(self, directory: str, memfd: str) -> None:
+        self.shm_dir, self.shm_prefix, self.shm_memfd = directory, "nnhal-", memfd
+
+
+def test_regions_are_memfds_only_for_a_server_that_can_open_them(tmp_path: Path, device: Device) -> None:
+    """By default a memfd when the server announced this process's PID namespace and user
+    (as a local server does), a file in the directory otherwise (a server in another
+    container sharing the directory, another user, or one that opens no client memfds)."""
+    from nnhal.client.memory import memfd_available
+    from nnhal.core.host import memfd_identity
+
+    if not memfd_available():
+        pytest.skip("no memfd on this system")
+    assert device.shm_memfd == memfd_identity()
+    with SharedMemory.create(device, 64) as region:
+        assert region.name.startswith(f"{device.shm_prefix}memfd.")
+    for announced in ("", "1:2", f"{memfd_identity()}0"):
+        with SharedMemory.create(_Host(str(tmp_path), announced), 64) as region:
+            assert region.path.parent == tmp_path and not region.name.startswith("nnhal-memfd.")

@@ -107,6 +107,8 @@ class SessionChannel:
         #: The server's shared-memory directory and name prefix ("" when not offered).
         self.shm_dir = ""
         self.shm_prefix = ""
+        #: The server's ``memfd_identity`` ("" when it opens no client memfds).
+        self.shm_memfd = ""
         self._ready = threading.Event()
         self._gave_up = False
         self._session_error: HalError | None = None
@@ -280,6 +282,7 @@ class SessionChannel:
                 self.feature_level = int(event.feature_level)
                 self.shm_dir = event.shm_dir
                 self.shm_prefix = event.shm_prefix
+                self.shm_memfd = event.shm_memfd
                 self._session_id = event.session
                 self._ready.set()
             if event.draining:

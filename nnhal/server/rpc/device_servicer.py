@@ -36,6 +36,7 @@ from grpc import aio
 from nnhal.core import methods, wire, wire_session
 from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import DeviceUnavailable, HalError, InvalidArgument
+from nnhal.core.host import memfd_identity
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server import fastpath
 from nnhal.server.executions import (
@@ -140,6 +141,8 @@ class DeviceServicer(sgrpc.DeviceServicer):
             first.feature_level = int(self.driver.config.feature_level)
             first.shm_dir = str(shm.directory) if shm is not None and session.is_local else ""
             first.shm_prefix = shm.prefix if shm is not None else ""
+            if shm is not None and shm.allow_memfd and session.is_local:
+                first.shm_memfd = memfd_identity()
             yield first
             # The stream stays open as the client's liveness signal; its end (close, crash,
             # keepalive expiry: gRPC cancels this coroutine) releases the session's objects.
