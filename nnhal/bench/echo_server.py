@@ -5,7 +5,10 @@ methods through generic handlers on raw bytes (identity serializers), so the
 cost it shows is gRPC's own and nothing of nnhal:
 
 - ``/nnhal.bench.Echo/Unary``: one request, one reply;
-- ``/nnhal.bench.Echo/PingPong``: a bidirectional stream, one reply per request.
+- ``/nnhal.bench.Echo/PingPong``: a bidirectional stream, one reply per request;
+- ``/nnhal.bench.Echo/Chunks``: a bidirectional stream that receives every message
+  until the client closes its side, then sends the same messages back in order
+  (the anchor of a large pool moved in chunks both ways).
 
 The reply is the request cut or zero-padded to the length named by its first
 8 bytes (little-endian), so that an anchor call can move the same request and
@@ -36,6 +39,7 @@ import grpc
 SERVICE = "nnhal.bench.Echo"
 UNARY = f"/{SERVICE}/Unary"
 PING_PONG = f"/{SERVICE}/PingPong"
+CHUNKS = f"/{SERVICE}/Chunks"
 HEADER = struct.Struct("<Q")
 #: Same ceiling as our server's (64 MiB tensors travel inline in the benchmarks).
 MAX_MESSAGE_BYTES = 1 << 30
@@ -70,12 +74,17 @@ def _ping_pong(requests: Iterator[bytes], _context: grpc.ServicerContext) -> Ite
         yield reply_to(request)
 
 
+def _chunks(requests: Iterator[bytes], _context: grpc.ServicerContext) -> Iterator[bytes]:
+    yield from list(requests)  # all of them first, as a request's pools are all in before it runs
+
+
 def build_server(max_workers: int = 8) -> grpc.Server:
     handler = grpc.method_handlers_generic_handler(
         SERVICE,
         {
             "Unary": grpc.unary_unary_rpc_method_handler(_unary),
             "PingPong": grpc.stream_stream_rpc_method_handler(_ping_pong),
+            "Chunks": grpc.stream_stream_rpc_method_handler(_chunks),
         },
     )
     server = grpc.server(ThreadPoolExecutor(max_workers), handlers=[handler], options=CHANNEL_OPTIONS)

@@ -33,6 +33,9 @@ def _check_echoes(address: str) -> None:
             for size in (8, 100, 173):
                 assert len(stream.ping(frame(size, 72))) == 72
             assert stream.ping(b"ping") == b"ping"
+        payload = bytes(range(256)) * 10
+        assert client.chunks(payload, 100, timeout=10) == payload  # 26 messages each way, in order
+        assert client.chunks(b"", 100, timeout=10) == b""
 
 
 def test_reply_sizes_follow_the_header() -> None:
