@@ -22,11 +22,13 @@ from nnhal.testing.child import ChildServer
 
 
 class EchoServer(ChildServer):
-    """``with EchoServer(unix=False) as srv: EchoClient(srv.address)``."""
+    """``with EchoServer(unix=False) as srv: EchoClient(srv.address)``; ``aio``: the same
+    methods served by a ``grpc.aio`` server."""
 
-    def __init__(self, unix: bool = False, start_timeout: float = 30.0) -> None:
+    def __init__(self, unix: bool = False, start_timeout: float = 30.0, aio: bool = False) -> None:
         def command(address: str, port_file: Path) -> list[str]:
-            return [sys.executable, "-m", "nnhal.bench.echo_server", "--listen", address, "--port-file", str(port_file)]
+            module = [sys.executable, "-m", "nnhal.bench.echo_server"]
+            return [*module, "--listen", address, "--port-file", str(port_file), *(["--aio"] if aio else [])]
 
         super().__init__(command, unix=unix, start_timeout=start_timeout, prefix="nnhal-echo-")
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
@@ -110,10 +110,28 @@ def _server_note(server_args: tuple[str, ...]) -> str:
     return f" (server {' '.join(server_args)})" if server_args else ""
 
 
+@contextmanager
+def _aio_echo(server_args: tuple[str, ...], unix: bool) -> Iterator[EchoClient | None]:
+    """On the remote path, a client of the echo served by ``grpc.aio`` (as ours is): what asyncio
+    serving costs by itself, measured in the same rounds; None otherwise."""
+    if not server_args:
+        yield None
+        return
+    with EchoServer(unix, aio=True) as echo, EchoClient(echo.address) as client:
+        client.wait_ready()
+        yield client
+
+
+def _aio_note(t_aio: list[float], t_echo: float) -> str:
+    if not t_aio:
+        return ""
+    return f"; the same echo served by grpc.aio: {t_aio[0] * 1e6:.0f} us ({t_aio[0] / t_echo:.2f}x the anchor)"
+
+
 def _sync_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> BenchResult:
     a, b = _small_inputs()
     payload = _small_payload(SYNC_ENVELOPE)
-    with _served(_add_model(), unix, server_args) as (pm, client):
+    with _served(_add_model(), unix, server_args) as (pm, client), _aio_echo(server_args, unix) as aio_client:
 
         def ours() -> np.ndarray:
             out: np.ndarray = pm.execute([a, b]).outputs[0]
@@ -121,8 +139,11 @@ def _sync_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> B
 
         check(np.array_equal(ours(), a + b), "ADD through the server is wrong")
         rounds, per = (30, 20) if quick else (60, 50)
-        t_ours, t_echo = interleaved(ours, lambda: client.unary(payload, timeout=10), rounds, per)
-    what = "pm.execute([2x4, 2x4]) -> outputs[0], unary" + _server_note(server_args)
+        sides = [ours, lambda: client.unary(payload, timeout=10)]
+        if aio_client is not None:
+            sides.append(lambda: aio_client.unary(payload, timeout=10))
+        t_ours, t_echo, *t_aio = interleaved_all(sides, rounds, per)
+    what = "pm.execute([2x4, 2x4]) -> outputs[0], unary" + _server_note(server_args) + _aio_note(t_aio, t_echo)
     return _per_call(t_ours, t_echo, what, SYNC_ENVELOPE, unix)
 
 
@@ -154,8 +175,13 @@ def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> 
     payload = _small_payload(BURST_ENVELOPE)
     # fast=False: a gRPC stream even where the server offers the fast path; without one, what a user gets.
     fast = None if server_args else False
-    served = _served(_add_model(), unix, server_args)
-    with served as (pm, client), pm.burst(fast=fast) as burst, client.ping_pong() as stream:
+    with (
+        _served(_add_model(), unix, server_args) as (pm, client),
+        pm.burst(fast=fast) as burst,
+        client.ping_pong() as stream,
+        _aio_echo(server_args, unix) as aio_client,
+        aio_client.ping_pong() if aio_client is not None else nullcontext() as aio_stream,
+    ):
 
         def ours() -> np.ndarray:
             outcome = burst.execute(_small_request(a, b))
@@ -163,9 +189,12 @@ def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> 
 
         check(np.array_equal(ours(), a + b), "ADD through the burst is wrong")
         rounds, per = (30, 20) if quick else (60, 50)
-        t_ours, t_echo = interleaved(ours, lambda: stream.ping(payload), rounds, per)
+        sides = [ours, lambda: stream.ping(payload)]
+        if aio_stream is not None:
+            sides.append(lambda: aio_stream.ping(payload))
+        t_ours, t_echo, *t_aio = interleaved_all(sides, rounds, per)
     # Issue #16's goal for a burst is tighter than for a unary call: no per-call stream set-up.
-    what = "Burst.execute(Request of 2x4, 2x4) -> numpy, bidi" + _server_note(server_args)
+    what = "Burst.execute(Request of 2x4, 2x4) -> numpy, bidi" + _server_note(server_args) + _aio_note(t_aio, t_echo)
     return _per_call(t_ours, t_echo, what, BURST_ENVELOPE, unix, "ratio <= 1.2")
 
 

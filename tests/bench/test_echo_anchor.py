@@ -57,6 +57,16 @@ def test_tcp_port_zero_echoes_and_stops() -> None:
     assert srv.proc.returncode is not None
 
 
+@pytest.mark.parametrize("unix", [False, True])
+def test_the_grpc_aio_echo_answers_alike_and_stops(unix: bool) -> None:
+    srv = EchoServer(unix=unix, aio=True)
+    try:
+        _check_echoes(srv.address)
+    finally:
+        srv.stop()
+    assert srv.proc.returncode == 0  # SIGTERM stops it cleanly
+
+
 def test_unix_socket_in_tmp_path(tmp_path: Path) -> None:
     sock, port_file = tmp_path / "echo.sock", tmp_path / "port"
     cmd = [sys.executable, "-m", "nnhal.bench.echo_server", "--listen", f"unix:{sock}", "--port-file", str(port_file)]

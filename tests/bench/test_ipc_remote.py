@@ -69,8 +69,8 @@ def test_small_remote_benchmarks_start_servers_without_the_fast_path(spy: Spy) -
     names = {"ipc.sync_small_remote", "ipc.burst_small_remote"}
     _check(results, names | {n + ".unix" for n in names}, "us per call")
     assert spy.server_args == [ipc.REMOTE] * 4
-    assert spy.sides == [2] * 4
-    assert all("--no-fast-path" in r.detail for r in results.values())
+    assert spy.sides == [3] * 4  # ours, the thread-pool echo (the anchor), the grpc.aio echo
+    assert all("--no-fast-path" in r.detail and "served by grpc.aio" in r.detail for r in results.values())
 
 
 def test_inline_64m_chunked_against_a_chunked_stream(spy: Spy, small_pool: None) -> None:
