@@ -3,7 +3,7 @@
 Long-lived calls — idle ``configureExecutionBurst`` streams and
 ``getExecutionInfo(wait=True)`` calls on a fence that has not signalled — last as long as
 the client likes (a fence wait holds a server worker thread, an idle burst memory and a
-place). They are capped per client and in total (``rpc.common.LongCalls``);
+place). They are capped per client and in total (``executions.LongCalls``);
 past a cap the call is refused at once with RESOURCE_EXHAUSTED_TRANSIENT naming the cap.
 Across processes: while one session holds 200 of each (1,000 in ``make soak``; most refused), another
 client's health check, execution, new connection and stats all answer promptly. The
@@ -35,17 +35,16 @@ from nnhal.core.types import (
     Request,
     RequestArgument,
 )
+from nnhal.core.wire import ENVELOPE_BYTES
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.driver import DeviceConfig
-from nnhal.server.rpc.common import (
-    ENVELOPE_BYTES,
+from nnhal.server.executions.long_calls import (
     MAX_BURSTS_PER_CLIENT,
     MAX_FENCE_WAITS_PER_CLIENT,
     LongCalls,
     default_long_call_total,
-    within_message_limit,
 )
-from nnhal.server.rpc.prepared_model_servicer import refused_info, refused_result
+from nnhal.server.executions.refusals import within_limit
 from nnhal.testing import LocalServer
 from tests.conftest import add_model, soak
 
@@ -259,12 +258,12 @@ def test_an_answer_over_the_message_limit_becomes_an_in_band_status(monkeypatch:
     limit = ENVELOPE_BYTES + 4096
     monkeypatch.setattr(wire_module, "MAX_MESSAGE_BYTES", limit)
     small = ExecutionResult(output_pools={1: b"x" * 100})
-    assert within_message_limit(small, refused_result) is small
+    assert within_limit(small, wire.max_inline_bytes()) is small
     big = ExecutionResult(output_pools={1: b"x" * 4000, 2: b"x" * 97})  # fits the limit, not the envelope
-    answer = within_message_limit(big, refused_result)
+    answer = within_limit(big, wire.max_inline_bytes())
     assert answer.status == ErrorStatus.INVALID_ARGUMENT and not answer.output_pools
     assert "shared memory" in answer.message
     fenced = FencedExecutionInfo(True, ErrorStatus.NONE, output_pools={0: b"y" * 8192})
-    refused = within_message_limit(fenced, refused_info)
+    refused = within_limit(fenced, wire.max_inline_bytes())
     assert refused.signalled and refused.status == ErrorStatus.INVALID_ARGUMENT
     assert limit == wire.MAX_MESSAGE_BYTES

@@ -23,6 +23,7 @@ from nnhal.core.types import (
 )
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.driver import DeviceConfig, Driver
+from nnhal.server.executions import Executions
 from nnhal.server.memory import SharedMemoryPolicy
 from nnhal.server.rpc.prepared_model_servicer import PreparedModelServicer
 from nnhal.server.session import Session
@@ -135,7 +136,7 @@ def test_execute_stream_cancelled_after_launch_leaks_no_ticket(driver: Driver) -
     handle, _ = _prepare(driver, session)
     msg = spb.ExecuteRequest(session=session.id, prepared_model=handle)
     wire.request_to(_request(), msg.request)
-    stream = PreparedModelServicer(driver).execute_1_3(msg, None)  # type: ignore[arg-type]
+    stream = PreparedModelServicer(Executions(driver)).execute_1_3(msg, None)  # type: ignore[arg-type]
     assert isinstance(stream, Generator)
     launch = next(stream)
     assert launch.WhichOneof("event") == "launch" and wire.status_from(launch.launch)[0] == ErrorStatus.NONE
@@ -148,7 +149,7 @@ def test_execute_stream_sends_launch_then_one_notify(driver: Driver) -> None:
     session = driver.open_session("t", LOCAL)
     msg = spb.ExecuteRequest(session=session.id, prepared_model="missing")
     wire.request_to(_request(), msg.request)
-    events = list(PreparedModelServicer(driver).execute_1_3(msg, None))  # type: ignore[arg-type]
+    events = list(PreparedModelServicer(Executions(driver)).execute_1_3(msg, None))  # type: ignore[arg-type]
     assert [e.WhichOneof("event") for e in events] == ["launch", "notify"]
     statuses = {wire.status_from(events[0].launch)[0], wire.status_from(events[1].notify)[0]}
     assert statuses == {ErrorStatus.INVALID_ARGUMENT}

@@ -6,7 +6,7 @@ an object at a time (the AIDL rule): callers wait on its lock — an IExecution'
 run holds it from its launch until its fence signals — for at most ``BUSY_WAIT_S``
 (or until their deadline), then get GENERAL_FAILURE ("at most one computation at a
 time", as the AOSP sample driver answers). Results carry AIDL Timing (ns, -1). Every
-method but ``release`` checks the device's level first (``levels.require``).
+method but ``release`` checks the device's level first (``common.hal_method``).
 
 A burst execution names its pools' memory identifier tokens; a pool sent empty is
 taken from the burst's cache (``BurstObject.resolve``), and ``releaseMemoryResource``
@@ -22,22 +22,19 @@ import grpc
 from nnhal.core import wire, wire_aidl
 from nnhal.core.aidl_types import loop_timeout_for_driver, optional_duration
 from nnhal.core.errors import GeneralFailure, HalError
-from nnhal.core.types import ExecutionResult, Request
+from nnhal.core.types import Request
 from nnhal.proto import aidl_pb2 as apb, aidl_pb2_grpc as agrpc, service_pb2 as spb
 from nnhal.server.aidl_objects import ReusableExecution
-from nnhal.server.driver import Driver
-from nnhal.server.jobs import ExecutionJob
-from nnhal.server.metrics import Metrics
+from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
 from nnhal.server.rpc.aidl_servicer import checked_config
-from nnhal.server.rpc.common import Record, failure, recorder
-from nnhal.server.rpc.levels import answer, require, run_sync
+from nnhal.server.rpc.common import as_result, hal_method
 
 #: The longest a run waits for the IExecution's previous one (a fenced run may wait for fences).
 BUSY_WAIT_S = 60.0
 
 
 def _refused(err: Exception, what: str) -> apb.AidlExecutionResult:
-    return wire_aidl.execution_result_to(ExecutionResult(*failure(err, what)))
+    return wire_aidl.execution_result_to(Refused.of(err, what).result())
 
 
 def _hold(execution: ReusableExecution, deadline_ns: int | None, what: str) -> None:
@@ -55,66 +52,69 @@ def _hold(execution: ReusableExecution, deadline_ns: int | None, what: str) -> N
 class ExecutionServicer(agrpc.ExecutionServicer):
     """IExecution: runs of one reusable execution."""
 
-    def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
-        self.driver = driver
-        self.metrics = metrics = metrics or Metrics(driver)
-        self._record = recorder(metrics, "IExecution.executeSynchronously", metrics.execute_seconds.observe)
+    def __init__(self, executions: Executions) -> None:
+        self.executions = executions
+        self.driver = executions.driver
 
+    @hal_method("IExecution.executeSynchronously", timer="execute")
     def executeSynchronously(
-        self, request: apb.ExecutionRunRequest, context: grpc.ServicerContext
+        self, request: apb.ExecutionRunRequest, context: grpc.ServicerContext, m: Method, arrival: Arrival | None
     ) -> apb.AidlExecutionResult:
-        what = "IExecution.executeSynchronously"
+        what = m.name
         try:
-            require(self.driver, what)
+            if arrival is not None and arrival.error is not None:
+                raise arrival.error
             session = self.driver.session(request.session)
             execution = self.driver.aidl.executions.get(session.id, request.execution)
         except HalError as err:
-            self._record(err.error_status, None)
+            m.record(err.error_status, None)
             return _refused(err, what)
         deadline = wire.deadline_from(request.deadline)
-
-        def launch() -> ExecutionJob:
-            e = execution
-            return self.driver.begin_execute(session, e.prepared, e.request, e.measure, deadline, e.loop_timeout_ns)
-
+        e = execution
+        call = Execution(session.id, e.prepared, e.request, e.measure, deadline, e.loop_timeout_ns)
         try:
             _hold(execution, deadline, what)
         except HalError as err:
-            self._record(err.error_status, None)
+            m.record(err.error_status, None)
             return _refused(err, what)
         try:
-            return wire_aidl.execution_result_to(run_sync(self.driver, what, launch, self._record))
+            result = self.executions.execute(
+                m, lambda: call, context, Arrival(None, arrival.fault) if arrival else None
+            )
+            return wire_aidl.execution_result_to(as_result(result))
         finally:
             execution.lock.release()
 
-    @answer("IExecution.executeFenced", spb.FencedExecuteResponse)
-    def executeFenced(self, request: apb.ExecutionFencedRequest) -> spb.FencedExecuteResponse:
+    @hal_method("IExecution.executeFenced", spb.FencedExecuteResponse)
+    def executeFenced(
+        self, request: apb.ExecutionFencedRequest, context: grpc.ServicerContext
+    ) -> spb.FencedExecuteResponse:
         session = self.driver.session(request.session)
         e = self.driver.aidl.executions.get(session.id, request.execution)
         duration = optional_duration(wire_aidl.optional_from(request, "duration_ns"), "durationNs")
         deadline = wire.deadline_from(request.deadline)
         _hold(e, deadline, "IExecution.executeFenced")
         # Held until the fence signals (the worker releases it); given back here if the launch fails.
+        call = FencedExecution(
+            session.id,
+            e.prepared,
+            e.request,
+            tuple(request.wait_for),
+            e.measure,
+            deadline,
+            e.loop_timeout_ns,
+            duration,
+            e.lock.release,
+        )
         try:
-            with self.driver.lifecycle.work("IExecution.executeFenced"):
-                fence = self.driver.execute_fenced(
-                    session,
-                    e.prepared,
-                    e.request,
-                    list(request.wait_for),
-                    e.measure,
-                    deadline,
-                    e.loop_timeout_ns,
-                    duration,
-                    e.lock.release,
-                )
+            fence = self.executions.execute_fenced("IExecution.executeFenced", call)
         except BaseException:
             e.lock.release()
             raise
         return spb.FencedExecuteResponse(sync_fence=fence, callback=fence)
 
-    @answer("IExecution.release", spb.StatusMessage, gated=False)
-    def release(self, request: spb.ReleaseRequest) -> spb.StatusMessage:
+    @hal_method("IExecution.release", spb.StatusMessage)
+    def release(self, request: spb.ReleaseRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
         self.driver.aidl.release_execution(self.driver.session(request.session), request.handle)
         return spb.StatusMessage()
 
@@ -122,18 +122,21 @@ class ExecutionServicer(agrpc.ExecutionServicer):
 class BurstServicer(agrpc.BurstServicer):
     """IBurst: executions with memories cached by identifier token."""
 
-    def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
-        self.driver = driver
-        self.metrics = metrics = metrics or Metrics(driver)
-        observe = metrics.execute_seconds.observe
-        self._record = recorder(metrics, "IBurst.executeSynchronously", observe)
-        self._record_config = recorder(metrics, "IBurst.executeSynchronouslyWithConfig", observe)
+    def __init__(self, executions: Executions) -> None:
+        self.executions = executions
+        self.driver = executions.driver
 
     def _execute(
-        self, what: str, request: apb.BurstExecuteRequest | apb.BurstExecuteWithConfigRequest, record: Record
+        self,
+        m: Method,
+        arrival: Arrival | None,
+        request: apb.BurstExecuteRequest | apb.BurstExecuteWithConfigRequest,
+        context: grpc.ServicerContext,
     ) -> apb.AidlExecutionResult:
+        what = m.name
         try:
-            require(self.driver, what)
+            if arrival is not None and arrival.error is not None:
+                raise arrival.error
             session = self.driver.session(request.session)
             burst = self.driver.aidl.bursts.get(session.id, request.burst)
             if isinstance(request, apb.BurstExecuteRequest):
@@ -144,35 +147,44 @@ class BurstServicer(agrpc.BurstServicer):
                 measure = config.measure_timing
             args, pools = wire_aidl.burst_pools_from(request.request)
         except HalError as err:
-            record(err.error_status, None)
+            m.record(err.error_status, None)
             return _refused(err, what)
         tokens = list(request.memory_identifier_tokens)
         deadline = wire.deadline_from(request.deadline)
 
-        def launch() -> ExecutionJob:
+        def build() -> Execution:
             canonical = Request(args.inputs, args.outputs, burst.resolve(pools, tokens))
-            return self.driver.begin_execute(session, burst.prepared, canonical, measure, deadline, loop_ns)
+            return Execution(session.id, burst.prepared, canonical, measure, deadline, loop_ns)
 
+        fault = Arrival(None, arrival.fault) if arrival is not None else None
         with burst.lock:
-            return wire_aidl.execution_result_to(run_sync(self.driver, what, launch, record))
+            return wire_aidl.execution_result_to(as_result(self.executions.execute(m, build, context, fault)))
 
+    @hal_method("IBurst.executeSynchronously", timer="execute")
     def executeSynchronously(
-        self, request: apb.BurstExecuteRequest, context: grpc.ServicerContext
+        self, request: apb.BurstExecuteRequest, context: grpc.ServicerContext, m: Method, arrival: Arrival | None
     ) -> apb.AidlExecutionResult:
-        return self._execute("IBurst.executeSynchronously", request, self._record)
+        return self._execute(m, arrival, request, context)
 
+    @hal_method("IBurst.executeSynchronouslyWithConfig", timer="execute")
     def executeSynchronouslyWithConfig(
-        self, request: apb.BurstExecuteWithConfigRequest, context: grpc.ServicerContext
+        self,
+        request: apb.BurstExecuteWithConfigRequest,
+        context: grpc.ServicerContext,
+        m: Method,
+        arrival: Arrival | None,
     ) -> apb.AidlExecutionResult:
-        return self._execute("IBurst.executeSynchronouslyWithConfig", request, self._record_config)
+        return self._execute(m, arrival, request, context)
 
-    @answer("IBurst.releaseMemoryResource", spb.StatusMessage)
-    def releaseMemoryResource(self, request: apb.ReleaseMemoryRequest) -> spb.StatusMessage:
+    @hal_method("IBurst.releaseMemoryResource", spb.StatusMessage)
+    def releaseMemoryResource(
+        self, request: apb.ReleaseMemoryRequest, context: grpc.ServicerContext
+    ) -> spb.StatusMessage:
         session = self.driver.session(request.session)
         self.driver.aidl.bursts.get(session.id, request.burst).release_memory(request.memory_identifier_token)
         return spb.StatusMessage()
 
-    @answer("IBurst.release", spb.StatusMessage, gated=False)
-    def release(self, request: spb.ReleaseRequest) -> spb.StatusMessage:
+    @hal_method("IBurst.release", spb.StatusMessage)
+    def release(self, request: spb.ReleaseRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
         self.driver.aidl.release_burst(self.driver.session(request.session), request.handle)
         return spb.StatusMessage()

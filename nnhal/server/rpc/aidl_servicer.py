@@ -8,7 +8,7 @@ repeated token or a bad extension mapping; hints of extensions the device lacks 
 ignored — this device uses none of the rest either), and ``BufferRole.probability``.
 ``configureExecutionBurst`` and ``createReusableExecution`` return handles of
 session-owned objects served by ``aidl_objects_servicer``. Every method checks the
-device's level first (``levels.require``).
+device's level first (``common.hal_method``).
 """
 
 from __future__ import annotations
@@ -24,13 +24,9 @@ from nnhal.core.types import Request
 from nnhal.proto import aidl_pb2 as apb, aidl_pb2_grpc as agrpc, service_pb2 as spb
 from nnhal.server.aidl_objects import BURST_CACHE, BurstObject, ReusableExecution
 from nnhal.server.driver import Driver
-from nnhal.server.jobs import ExecutionJob, PrepareJob
-from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import Held, Record, failure, held, long_calls, recorder
-from nnhal.server.rpc.device_servicer import prepare_stream
-from nnhal.server.rpc.levels import answer, require, run_sync
-from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer
-from nnhal.server.session import Session
+from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Preparation
+from nnhal.server.rpc.common import as_result, hal_method
+from nnhal.server.rpc.device_servicer import prepare_events
 
 
 def checked_config(driver: Driver, msg: apb.ExecutionConfig, where: str) -> tuple[ExecutionConfig, int]:
@@ -44,15 +40,14 @@ def checked_config(driver: Driver, msg: apb.ExecutionConfig, where: str) -> tupl
 class AidlDeviceServicer(agrpc.AidlDeviceServicer):
     """AIDL IDevice: ``allocate`` with BufferRole.probability, ``prepareModelWithConfig`` (V4)."""
 
-    def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
-        self.driver = driver
-        self.metrics = metrics = metrics or Metrics(driver)
-        self._record = recorder(metrics, "prepareModelWithConfig", metrics.prepare_seconds.observe)
+    def __init__(self, executions: Executions) -> None:
+        self.executions = executions
+        self.driver = executions.driver
 
-    @answer("AIDL IDevice.allocate", spb.AllocateResponse)
-    def allocate(self, request: apb.AidlAllocateRequest) -> spb.AllocateResponse:
+    @hal_method("AIDL IDevice.allocate", spb.AllocateResponse)
+    def allocate(self, request: apb.AidlAllocateRequest, context: grpc.ServicerContext) -> spb.AllocateResponse:
         session = self.driver.session(request.session)
-        self.driver.lifecycle.admit("allocate")
+        self.executions.admit("allocate")
         buffer, token = self.driver.allocate(
             session,
             wire.buffer_desc_from(request.desc),
@@ -62,109 +57,113 @@ class AidlDeviceServicer(agrpc.AidlDeviceServicer):
         )
         return spb.AllocateResponse(buffer=buffer, token=token)
 
+    @hal_method("prepareModelWithConfig", what="a preparation", timer="prepare")
     def prepareModelWithConfig(
-        self, request: apb.PrepareModelWithConfigRequest, context: grpc.ServicerContext
+        self,
+        request: apb.PrepareModelWithConfigRequest,
+        context: grpc.ServicerContext,
+        m: Method,
+        arrival: Arrival | None,
     ) -> Iterator[spb.PrepareModelEvent]:
         msg = request.config
 
-        def launch() -> Held[PrepareJob]:
-            require(self.driver, "prepareModelWithConfig")
-            session = self.driver.session(request.session)
+        def build() -> Preparation:
+            self.driver.session(request.session)
             config = wire_aidl.prepare_config_from(msg)
             names = [e.name for e in self.driver.extensions()]
             accepted_hints(config.compilation_hints, config.extension_name_to_prefix, names, "compilationHints")
-            return held(
-                long_calls(self.driver),
-                "preparation",
-                session.client_key,
-                lambda: self.driver.begin_prepare(
-                    session,
-                    wire.model_from(request.model),
-                    config.preference,
-                    config.priority,
-                    wire.deadline_from(msg.deadline),
-                    # The AIDL ignores the token when no cache is asked for.
-                    config.cache_token if msg.want_cache else b"",
-                ),
+            return Preparation(
+                request.session,
+                wire.model_from(request.model),
+                config.preference,
+                config.priority,
+                wire.deadline_from(msg.deadline),
+                # The AIDL ignores the token when no cache is asked for.
+                config.cache_token if msg.want_cache else b"",
+                msg.want_cache,
             )
 
-        return prepare_stream(launch, msg.want_cache, self.driver.lifecycle, self._record, context)
+        return prepare_events(self.executions.prepare(m, build, context, arrival))
 
 
 class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
     """AIDL IPreparedModel: synchronous and fenced executions (plain and ``WithConfig``),
     bursts and reusable executions."""
 
-    def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
-        self.driver = driver
-        self.metrics = metrics = metrics or Metrics(driver)
-        observe = metrics.execute_seconds.observe
-        self._record = recorder(metrics, "AIDL IPreparedModel.executeSynchronously", observe)
-        self._record_config = recorder(metrics, "executeSynchronouslyWithConfig", observe)
+    def __init__(self, executions: Executions) -> None:
+        self.executions = executions
+        self.driver = executions.driver
 
     def _sync(
-        self, method: str, request: Any, options: Callable[[], tuple[bool, int]], record: Record
+        self, m: Method, arrival: Arrival | None, request: Any, options: Callable[[], tuple[bool, int]], live: Any
     ) -> apb.AidlExecutionResult:
         """One synchronous execution; ``options`` (measure, loop timeout in the driver's form)
         is read at launch, so that a bad configuration is the result's status."""
 
-        def launch() -> ExecutionJob:
-            require(self.driver, method)
-            session = self.driver.session(request.session)
+        def build() -> Execution:
+            self.driver.session(request.session)
             measure, loop_ns = options()
             canonical = wire.request_from(request.request)
             deadline = wire.deadline_from(request.deadline)
-            return self.driver.begin_execute(session, request.prepared_model, canonical, measure, deadline, loop_ns)
+            return Execution(request.session, request.prepared_model, canonical, measure, deadline, loop_ns)
 
-        return wire_aidl.execution_result_to(run_sync(self.driver, method, launch, record))
+        return wire_aidl.execution_result_to(as_result(self.executions.execute(m, build, live, arrival)))
 
+    @hal_method("AIDL IPreparedModel.executeSynchronously", timer="execute")
     def executeSynchronously(
-        self, request: apb.AidlExecuteRequest, context: grpc.ServicerContext
+        self, request: apb.AidlExecuteRequest, context: grpc.ServicerContext, m: Method, arrival: Arrival | None
     ) -> apb.AidlExecutionResult:
         def options() -> tuple[bool, int]:
             loop = wire_aidl.optional_from(request, "loop_timeout_duration_ns")
             return request.measure_timing, loop_timeout_for_driver(loop)
 
-        return self._sync("AIDL IPreparedModel.executeSynchronously", request, options, self._record)
+        return self._sync(m, arrival, request, options, context)
 
+    @hal_method("executeSynchronouslyWithConfig", timer="execute")
     def executeSynchronouslyWithConfig(
-        self, request: apb.ExecuteWithConfigRequest, context: grpc.ServicerContext
+        self, request: apb.ExecuteWithConfigRequest, context: grpc.ServicerContext, m: Method, arrival: Arrival | None
     ) -> apb.AidlExecutionResult:
         def options() -> tuple[bool, int]:
             config, loop_ns = checked_config(self.driver, request.config, "executeSynchronouslyWithConfig")
             return config.measure_timing, loop_ns
 
-        return self._sync("executeSynchronouslyWithConfig", request, options, self._record_config)
+        return self._sync(m, arrival, request, options, context)
 
-    def _fenced(self, session: Session, request: Any, measure: bool, loop_ns: int) -> spb.FencedExecuteResponse:
+    def _fenced(self, request: Any, measure: bool, loop_ns: int) -> spb.FencedExecuteResponse:
         duration = optional_duration(wire_aidl.optional_from(request, "duration_ns"), "durationNs")
-        with self.driver.lifecycle.work("executeFenced"):
-            fence = self.driver.execute_fenced(
-                session,
-                request.prepared_model,
-                wire.request_from(request.request),
-                list(request.wait_for),
-                measure,
-                wire.deadline_from(request.deadline),
-                loop_ns,
-                duration,
-            )
+        call = FencedExecution(
+            request.session,
+            request.prepared_model,
+            wire.request_from(request.request),
+            tuple(request.wait_for),
+            measure,
+            wire.deadline_from(request.deadline),
+            loop_ns,
+            duration,
+        )
+        fence = self.executions.execute_fenced("executeFenced", call)
         return spb.FencedExecuteResponse(sync_fence=fence, callback=fence)
 
-    @answer("AIDL IPreparedModel.executeFenced", spb.FencedExecuteResponse)
-    def executeFenced(self, request: apb.AidlFencedExecuteRequest) -> spb.FencedExecuteResponse:
-        session = self.driver.session(request.session)
+    @hal_method("AIDL IPreparedModel.executeFenced", spb.FencedExecuteResponse)
+    def executeFenced(
+        self, request: apb.AidlFencedExecuteRequest, context: grpc.ServicerContext
+    ) -> spb.FencedExecuteResponse:
+        self.driver.session(request.session)
         loop_ns = loop_timeout_for_driver(wire_aidl.optional_from(request, "loop_timeout_duration_ns"))
-        return self._fenced(session, request, request.measure_timing, loop_ns)
+        return self._fenced(request, request.measure_timing, loop_ns)
 
-    @answer("executeFencedWithConfig", spb.FencedExecuteResponse)
-    def executeFencedWithConfig(self, request: apb.FencedExecuteWithConfigRequest) -> spb.FencedExecuteResponse:
-        session = self.driver.session(request.session)
+    @hal_method("executeFencedWithConfig", spb.FencedExecuteResponse)
+    def executeFencedWithConfig(
+        self, request: apb.FencedExecuteWithConfigRequest, context: grpc.ServicerContext
+    ) -> spb.FencedExecuteResponse:
+        self.driver.session(request.session)
         config, loop_ns = checked_config(self.driver, request.config, "executeFencedWithConfig")
-        return self._fenced(session, request, config.measure_timing, loop_ns)
+        return self._fenced(request, config.measure_timing, loop_ns)
 
-    @answer("AIDL IPreparedModel.configureExecutionBurst", apb.ObjectResponse)
-    def configureExecutionBurst(self, request: apb.ConfigureBurstRequest) -> apb.ObjectResponse:
+    @hal_method("AIDL IPreparedModel.configureExecutionBurst", apb.ObjectResponse)
+    def configureExecutionBurst(
+        self, request: apb.ConfigureBurstRequest, context: grpc.ServicerContext
+    ) -> apb.ObjectResponse:
         session = self.driver.session(request.session)
         self.driver.prepared(session, request.prepared_model)  # INVALID_ARGUMENT when not this session's
         sid, budget = session.id, self.driver.budget
@@ -175,8 +174,10 @@ class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
         handle = self.driver.aidl.add_burst(session, BurstObject(request.prepared_model, charge))
         return apb.ObjectResponse(handle=handle)
 
-    @answer("createReusableExecution", apb.ObjectResponse)
-    def createReusableExecution(self, request: apb.CreateReusableExecutionRequest) -> apb.ObjectResponse:
+    @hal_method("createReusableExecution", apb.ObjectResponse)
+    def createReusableExecution(
+        self, request: apb.CreateReusableExecutionRequest, context: grpc.ServicerContext
+    ) -> apb.ObjectResponse:
         session = self.driver.session(request.session)
         config, loop_ns = checked_config(self.driver, request.config, "createReusableExecution")
         canonical: Request = wire.request_from(request.request)
@@ -191,20 +192,12 @@ class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
 class AidlFencedExecutionCallbackServicer(agrpc.AidlFencedExecutionCallbackServicer):
     """AIDL IFencedExecutionCallback::getExecutionInfo: the 1.3 answer with AIDL Timing."""
 
-    def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
-        self.driver = driver
-        self.metrics = metrics or Metrics(driver)
-        self._inner = FencedExecutionCallbackServicer(driver, self.metrics)
+    def __init__(self, executions: Executions) -> None:
+        self.executions = executions
 
+    @hal_method("AIDL IFencedExecutionCallback.getExecutionInfo", apb.AidlFencedInfoResponse)
     def getExecutionInfo(
         self, request: spb.FencedInfoRequest, context: grpc.ServicerContext
     ) -> apb.AidlFencedInfoResponse:
-        try:
-            require(self.driver, "AIDL IFencedExecutionCallback.getExecutionInfo")
-        except Exception as err:
-            refused: apb.AidlFencedInfoResponse = wire.status_to(
-                apb.AidlFencedInfoResponse(), *failure(err, "in getExecutionInfo")
-            )
-            return refused
-        info = wire.fenced_info_from(self._inner.getExecutionInfo(request, context))
+        info = self.executions.fenced_info(request.session, request.callback, request.wait, context)
         return wire_aidl.fenced_info_to(info, apb.AidlFencedInfoResponse())

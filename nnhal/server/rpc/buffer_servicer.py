@@ -6,26 +6,22 @@ import grpc
 
 from nnhal.core import wire
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
-from nnhal.server.driver import Driver
-from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import guarded
-from nnhal.server.rpc.faults import fault_plan
+from nnhal.server.executions import Executions
+from nnhal.server.rpc.common import hal_method
 
 
 class BufferServicer(sgrpc.BufferServicer):
-    def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
-        """``metrics``: the server's (a fresh, unserved set when None)."""
-        self.driver = driver
-        self.metrics = metrics or Metrics(driver)
-        self.faults = fault_plan(driver)
+    def __init__(self, executions: Executions) -> None:
+        self.executions = executions
+        self.driver = executions.driver
 
-    @guarded(spb.CopyToResponse)
+    @hal_method(make=spb.CopyToResponse)
     def copyTo(self, request: spb.CopyToRequest, context: grpc.ServicerContext) -> spb.CopyToResponse:
         session = self.driver.session(request.session)
         data = self.driver.buffer_copy_to(session, request.buffer, wire.pool_from(request.dst, "dst"))
         return spb.CopyToResponse(data=data)
 
-    @guarded(spb.StatusMessage)
+    @hal_method(make=spb.StatusMessage)
     def copyFrom(self, request: spb.CopyFromRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
         session = self.driver.session(request.session)
         self.driver.buffer_copy_from(
@@ -33,7 +29,7 @@ class BufferServicer(sgrpc.BufferServicer):
         )
         return spb.StatusMessage()
 
-    @guarded(spb.StatusMessage)
+    @hal_method(make=spb.StatusMessage)
     def release(self, request: spb.ReleaseRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
         self.driver.release_buffer(self.driver.session(request.session), request.handle)
         return spb.StatusMessage()

@@ -15,33 +15,39 @@ or when the server stops. New sessions, preparations and allocations are
 refused while the server drains (DEVICE_UNAVAILABLE; a refused session is the
 gRPC status UNAVAILABLE, which the client reports as DEAD_OBJECT).
 
-A preparation holds a place among the long-lived calls (``common.LongCalls``, kind
-"preparation") from its launch to the end of its stream. ``getStats`` answers a client
+A preparation holds a place among the long-lived calls (``executions.LongCalls``, kind
+"preparation") from its launch to the end of its stream (``Executions.prepare``). ``getStats`` answers a client
 with a verified certificate (mTLS) with its own identity's counts; ``setFaults`` sets
-this session's delays and the server's injected faults (``nnhal.server.rpc.faults``).
+this session's delays and the device's injected faults (``nnhal.server.executions.faults``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
 import grpc
 from grpc import aio
 
 from nnhal.core import wire
-from nnhal.core.enums import ErrorStatus, ExecutionPreference
+from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion
 from nnhal.core.errors import HalError, InvalidArgument
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
-from nnhal.server.driver import Driver
-from nnhal.server.jobs import PrepareJob
-from nnhal.server.lifecycle import DRAINING, Lifecycle
-from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import Held, Record, guarded, held, launch_then_notify, long_calls, recorder
-from nnhal.server.rpc.faults import Fault, fault_from, fault_plan
+from nnhal.server.executions import (
+    Arrival,
+    CachedPreparation,
+    Executions,
+    Launch,
+    Method,
+    Notify,
+    Preparation,
+    Prepared,
+)
+from nnhal.server.lifecycle import DRAINING
+from nnhal.server.rpc.common import events_to, hal_method
+from nnhal.server.rpc.faults import fault_from
 from nnhal.server.rpc.identity import peer_identity
-from nnhal.server.rpc.levels import require
 from nnhal.server.session import Faults, Session, client_key_of
 
 FAULTS_DISABLED = "fault injection is disabled on this server (start it with --enable-fault-injection)"
@@ -54,36 +60,20 @@ def _preference_from(value: int) -> ExecutionPreference:
         raise InvalidArgument(f"execution preference {value} is invalid") from None
 
 
-def prepare_stream(
-    launch: Callable[[], Held[PrepareJob]],
-    want_cache: bool,
-    lifecycle: Lifecycle,
-    record: Record,
-    context: grpc.ServicerContext | None = None,
-    fault: Fault | None = None,
+def prepared_to(prepared: Prepared) -> spb.PrepareModelNotify:
+    """A preparation's notify: the prepared model's handle (and its model cache, when asked)."""
+    notify = spb.PrepareModelNotify()
+    notify.prepared_model.handle = prepared.handle
+    if prepared.model_cache:
+        notify.model_cache.add(data=prepared.model_cache)
+    return notify
+
+
+def prepare_events(
+    events: Generator[Launch | Notify[Prepared], None, None], version: HalVersion | None = None
 ) -> Iterator[spb.PrepareModelEvent]:
-    """Launch status, then exactly one notify carrying the prepared model's handle."""
-
-    def finish(job: Held[PrepareJob]) -> spb.PrepareModelNotify:
-        handle, model_cache = job.job.run()
-        notify = spb.PrepareModelNotify()
-        notify.prepared_model.handle = handle
-        if want_cache and model_cache:
-            notify.model_cache.add(data=model_cache)
-        # If the client vanished before reading this, its session's end releases the model.
-        return notify
-
-    return launch_then_notify(
-        spb.PrepareModelEvent,
-        spb.PrepareModelNotify,
-        launch,
-        finish,
-        "a preparation",
-        lifecycle,
-        record,
-        context,
-        fault,
-    )
+    """A preparation's launch status, then exactly one notify carrying the prepared model's handle."""
+    return events_to(events, spb.PrepareModelEvent, prepared_to, spb.PrepareModelNotify, version)
 
 
 class LoopWaker:
@@ -107,15 +97,12 @@ class LoopWaker:
 
 
 class DeviceServicer(sgrpc.DeviceServicer):
-    def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
-        """``metrics``: the server's (a fresh, unserved set when None)."""
-        self.driver = driver
-        self.metrics = metrics = metrics or Metrics(driver)
-        self._lifecycle = driver.lifecycle
-        self.faults = fault_plan(driver)
-        self._long_calls = long_calls(driver)
-        self._record_prepare = recorder(metrics, "prepareModel_1_3", metrics.prepare_seconds.observe)
-        self._record_cache = recorder(metrics, "prepareModelFromCache_1_3", metrics.prepare_seconds.observe)
+    def __init__(self, executions: Executions) -> None:
+        self.executions = executions
+        self.driver = executions.driver
+        self.metrics = executions.metrics
+        self._lifecycle = executions.lifecycle
+        self._long_calls = executions.long_calls
 
     # -- session -----------------------------------------------------------
     async def openSession(
@@ -164,44 +151,39 @@ class DeviceServicer(sgrpc.DeviceServicer):
         return self.driver.session(sid)
 
     # -- static facts ---------------------------------------------------------
-    @guarded(spb.CapabilitiesResponse)
+    @hal_method(make=spb.CapabilitiesResponse)
     def getCapabilities_1_3(
         self, request: spb.DeviceRequest, context: grpc.ServicerContext
     ) -> spb.CapabilitiesResponse:
-        require(self.driver, "getCapabilities_1_3")
         self._session(request.session)
         msg = spb.CapabilitiesResponse()
         wire.capabilities_to(self.driver.capabilities, msg.capabilities)
         return msg
 
-    @guarded(spb.VersionStringResponse)
+    @hal_method(make=spb.VersionStringResponse)
     def getVersionString(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.VersionStringResponse:
-        require(self.driver, "getVersionString")
         self._session(request.session)
         return spb.VersionStringResponse(version=self.driver.config.version_string)
 
-    @guarded(spb.TypeResponse)
+    @hal_method(make=spb.TypeResponse)
     def getType(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.TypeResponse:
-        require(self.driver, "getType")
         self._session(request.session)
         return spb.TypeResponse(type=int(self.driver.config.device_type))  # type: ignore[arg-type]
 
-    @guarded(spb.ExtensionsResponse)
+    @hal_method(make=spb.ExtensionsResponse)
     def getSupportedExtensions(
         self, request: spb.DeviceRequest, context: grpc.ServicerContext
     ) -> spb.ExtensionsResponse:
-        require(self.driver, "getSupportedExtensions")
         self._session(request.session)
         msg = spb.ExtensionsResponse()
         for e in self.driver.extensions():
             wire.extension_to(e, msg.extensions.add())
         return msg
 
-    @guarded(spb.CacheFilesResponse)
+    @hal_method(make=spb.CacheFilesResponse)
     def getNumberOfCacheFilesNeeded(
         self, request: spb.DeviceRequest, context: grpc.ServicerContext
     ) -> spb.CacheFilesResponse:
-        require(self.driver, "getNumberOfCacheFilesNeeded")
         self._session(request.session)
         model, data = self.driver.cache_files_needed()
         return spb.CacheFilesResponse(num_model_cache=model, num_data_cache=data)
@@ -209,69 +191,58 @@ class DeviceServicer(sgrpc.DeviceServicer):
     def getStatus(self, request: spb.DeviceRequest, context: grpc.ServicerContext) -> spb.StatusResponse:
         return spb.StatusResponse(status=int(self.driver.status()))  # type: ignore[arg-type]
 
-    @guarded(spb.SupportedOperationsResponse)
+    @hal_method(make=spb.SupportedOperationsResponse)
     def getSupportedOperations_1_3(
         self, request: spb.SupportedOperationsRequest, context: grpc.ServicerContext
     ) -> spb.SupportedOperationsResponse:
-        require(self.driver, "getSupportedOperations_1_3")
         session = self._session(request.session)
         supported, reasons = self.driver.supported_operations(session, wire.model_from(request.model))
         return spb.SupportedOperationsResponse(supported=supported, reasons=reasons)
 
     # -- preparation ------------------------------------------------------------
+    @hal_method("prepareModel_1_3", what="a preparation", timer="prepare")
     def prepareModel_1_3(
-        self, request: spb.PrepareModelRequest, context: grpc.ServicerContext
+        self, request: spb.PrepareModelRequest, context: grpc.ServicerContext, m: Method, arrival: Arrival | None
     ) -> Iterator[spb.PrepareModelEvent]:
-        def launch() -> Held[PrepareJob]:
-            require(self.driver, "prepareModel_1_3")
-            session = self._session(request.session)
-            model = wire.model_from(request.model)
-            priority = wire.priority_from_wire(request.priority)
-            return held(
-                self._long_calls,
-                "preparation",
-                session.client_key,
-                lambda: self.driver.begin_prepare(
-                    session,
-                    model,
-                    _preference_from(request.preference),
-                    priority,
-                    wire.deadline_from(request.deadline),
-                    bytes(request.token),
-                ),
+        def build() -> Preparation:
+            self._session(request.session)
+            return Preparation(
+                request.session,
+                wire.model_from(request.model),
+                _preference_from(request.preference),
+                wire.priority_from_wire(request.priority),
+                wire.deadline_from(request.deadline),
+                bytes(request.token),
+                request.want_cache,
             )
 
-        fault = self.faults.take("prepareModel_1_3") if self.faults.armed else None
-        return prepare_stream(launch, request.want_cache, self._lifecycle, self._record_prepare, context, fault)
+        return prepare_events(self.executions.prepare(m, build, context, arrival))
 
+    @hal_method("prepareModelFromCache_1_3", what="a preparation", timer="prepare")
     def prepareModelFromCache_1_3(
-        self, request: spb.PrepareModelFromCacheRequest, context: grpc.ServicerContext
+        self,
+        request: spb.PrepareModelFromCacheRequest,
+        context: grpc.ServicerContext,
+        m: Method,
+        arrival: Arrival | None,
     ) -> Iterator[spb.PrepareModelEvent]:
-        def launch() -> Held[PrepareJob]:
-            require(self.driver, "prepareModelFromCache_1_3")
-            session = self._session(request.session)
-            return held(
-                self._long_calls,
-                "preparation",
-                session.client_key,
-                lambda: self.driver.prepare_from_cache(
-                    session,
-                    [bytes(f.data) for f in request.model_cache],
-                    [bytes(f.data) for f in request.data_cache],
-                    bytes(request.token),
-                    wire.deadline_from(request.deadline),
-                ),
+        def build() -> CachedPreparation:
+            self._session(request.session)
+            return CachedPreparation(
+                request.session,
+                tuple(bytes(f.data) for f in request.model_cache),
+                tuple(bytes(f.data) for f in request.data_cache),
+                bytes(request.token),
+                wire.deadline_from(request.deadline),
             )
 
-        fault = self.faults.take("prepareModelFromCache_1_3") if self.faults.armed else None
-        return prepare_stream(launch, False, self._lifecycle, self._record_cache, context, fault)
+        return prepare_events(self.executions.prepare(m, build, context, arrival))
 
     # -- memory domains -----------------------------------------------------------
-    @guarded(spb.AllocateResponse)
+    @hal_method(make=spb.AllocateResponse)
     def allocate(self, request: spb.AllocateRequest, context: grpc.ServicerContext) -> spb.AllocateResponse:
-        require(self.driver, "allocate")
         session = self._session(request.session)
-        self._lifecycle.admit("allocate")
+        self.executions.admit("allocate")
         buffer, token = self.driver.allocate(
             session,
             wire.buffer_desc_from(request.desc),
@@ -295,7 +266,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
         counts = {**self.driver.client_stats(key), "long_calls": mine}
         return spb.StatsResponse(**counts, identity=identity, limits=limits)
 
-    @guarded(spb.StatusMessage)
+    @hal_method(make=spb.StatusMessage)
     def setFaults(self, request: spb.FaultRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
         """This session's delays (a request without ``faults`` sets them, as it always did) and
         the server-wide faults (``nnhal.server.rpc.faults``); ``clear`` removes both first.
@@ -308,8 +279,8 @@ class DeviceServicer(sgrpc.DeviceServicer):
         delays = Faults(request.prepare_delay_ms, request.execute_delay_ms)
         if request.clear:
             self.driver.set_faults(session, Faults())
-            self.faults.clear()
+            self.executions.faults.clear()
         if not faults or delays != Faults():
             self.driver.set_faults(session, delays)
-        self.faults.add(faults)
+        self.executions.faults.add(faults)
         return spb.StatusMessage()

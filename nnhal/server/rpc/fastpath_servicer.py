@@ -36,7 +36,9 @@ with the status.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from functools import partial
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -47,13 +49,11 @@ from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import ExecutionResult, Request
 from nnhal.proto import fastpath_pb2 as fpb, fastpath_pb2_grpc as fpgrpc, service_pb2 as spb
 from nnhal.server import fastpath
-from nnhal.server.driver import Driver
+from nnhal.server.executions import Execution, Executions, Method, Refused
+from nnhal.server.executions.faults import BURST
 from nnhal.server.fastpath import FastQueue
-from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import long_calls, once, recorder
-from nnhal.server.rpc.faults import BURST
-from nnhal.server.rpc.levels import burst_refusal, require
-from nnhal.server.rpc.prepared_model_servicer import PreparedModelServicer
+from nnhal.server.rpc.common import result_to, status_to
+from nnhal.server.rpc.prepared_model_servicer import EXECUTION_FAULTS, burst_refusal, execution_from
 from nnhal.server.session import Session, is_local_address
 
 #: The client collects its queue right after the first event; this is generous.
@@ -68,25 +68,27 @@ def _refusal(status: ErrorStatus, message: str) -> bytes:
     return data
 
 
-class FastPathServicer(fpgrpc.FastPathServicer):
-    """``executions``: the server's PreparedModel servicer, whose burst execution runs each packet."""
+def _refused(err: HalError) -> tuple[int, bytes]:
+    return fastring.RESULT, status_to(spb.ExecuteResult(), Refused.of(err, _METHOD)).SerializeToString()
 
-    def __init__(
-        self, driver: Driver, executions: PreparedModelServicer, metrics: Metrics, enabled: bool = True
-    ) -> None:
-        self.driver = driver
-        self.metrics = metrics
-        self._executions = executions
-        self._record = recorder(metrics, _METHOD, metrics.execute_seconds.observe)
-        self._long_calls = long_calls(driver)
+
+class FastPathServicer(fpgrpc.FastPathServicer):
+    """An adapter of the device's ``Executions``: each packet is one of its burst executions."""
+
+    def __init__(self, executions: Executions, enabled: bool = True) -> None:
+        self.executions = executions
+        self.driver = executions.driver
+        self._method = executions.method(_METHOD, "a fast burst execution", fault=BURST)
         self._enabled = enabled and fastpath.available()
 
     def _authorise(self, request: fpb.FastBurstRequest, peer: str) -> Session:
         policy = self.driver.config.shared_memory
         if not self._enabled:
             raise GeneralFailure("this server does not offer the fast path; use the gRPC burst")
-        require(self.driver, "configureExecutionBurst")  # a fast burst is a burst: HAL 1.2 on
-        faults = self._executions.faults
+        arrival = self.executions.arrive(self.executions.method(BURST, timer=None, fault=None))
+        if arrival is not None and arrival.error is not None:
+            raise arrival.error  # a fast burst is a burst: HAL 1.2 on
+        faults = self.executions.faults
         if faults.armed and any(f.method == BURST and f.kind == "abort" for f in faults.pending()):
             # An injected abort is a transport event of the gRPC stream: the client falls back to it.
             raise GeneralFailure("the fast path steps aside while a burst abort is injected; use the gRPC burst")
@@ -102,14 +104,14 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         self, request: fpb.FastBurstRequest, context: grpc.ServicerContext
     ) -> Iterator[fpb.FastBurstEvent]:
         peer = context.peer() or ""
+        record = self._method.record
         try:
             session = self._authorise(request, peer)
-            self._long_calls.enter("burst", peer)
+            leave = self.executions.long_calls.open("burst", peer)
         except HalError as err:
-            self.metrics.rpc(_METHOD, err.error_status)
+            record(err.error_status, None)
             yield self._event(err.error_status, err.message)
             return
-        leave = once(lambda: self._long_calls.leave("burst", peer))
         context.add_callback(leave)
         ring_bytes = fastring.grant_ring_bytes(request.ring_bytes)
         charged = 0
@@ -127,10 +129,10 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             queue.hand_over(HANDOVER_TIMEOUT_S)
             queue.serve(self._handler(session, request.prepared_model), _refusal)
             if queue.violation:
-                self.metrics.rpc(_METHOD, ErrorStatus.INVALID_ARGUMENT)
+                record(ErrorStatus.INVALID_ARGUMENT, None)
                 yield self._event(ErrorStatus.INVALID_ARGUMENT, queue.violation)
         except HalError as err:
-            self.metrics.rpc(_METHOD, err.error_status)
+            record(err.error_status, None)
             yield self._event(err.error_status, err.message)
         finally:
             if queue is not None:
@@ -147,12 +149,9 @@ class FastPathServicer(fpgrpc.FastPathServicer):
     def _handler(self, session: Session, handle: str) -> fastpath.Handle:
         """The packet handler of one fast burst: full requests, requests asking for a layout
         id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`)."""
-        execute = self._executions.execute_sync
-        faults = self._executions.faults
-        record = self._record
-        driver = self.driver
+        x = self.executions
+        m: Method = self._method
         layouts: dict[int, fastpacket.Layout] = {}  # this burst's granted layouts, by id (from 1)
-        what = "a fast burst execution"
 
         def refuse(status: ErrorStatus, message: str) -> tuple[int, bytes]:
             return fastring.RESULT, _refusal(status, message)
@@ -168,23 +167,25 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             msg.session = session.id
             msg.prepared_model = handle
             # What the device's level lacks is refused as on the gRPC burst.
-            refused = burst_refusal(driver, msg)
+            refused = burst_refusal(x, msg)
             if refused is not None:
-                return fastring.RESULT, refused.SerializeToString()
+                return _refused(refused)
             # The faults a gRPC burst execution takes (an injected status, a stall, an exit).
-            fault = faults.take(BURST, ("error", "stall", "exit")) if faults.armed else None
+            arrival = x.arrive(m, EXECUTION_FAULTS)
             if kind != fastpacket.LEARN:
-                return fastring.RESULT, execute(msg, what, record, None, fault).SerializeToString()
+                result = x.execute(m, partial(execution_from, msg), None, arrival)
+                return fastring.RESULT, result_to(result).SerializeToString()
             try:
                 canonical = wire.request_from(msg.request)
             except HalError as err:
                 return refuse(err.error_status, err.message)
-            answer = execute(msg, what, record, None, fault, canonical)
+            result = x.execute(m, partial(execution_from, msg, canonical), None, arrival)
+            answer = result_to(result)
             key = fastpacket.layout_key(canonical.inputs, canonical.outputs, canonical.pools)
             granted = 0
             # Granted once the layout passed validation (its plan is learned), within the cap.
             room = len(layouts) < fastpacket.MAX_LAYOUTS
-            if room and key is not None and ErrorStatus(answer.status) in fastpacket.ANSWERED and not msg.profile:
+            if room and key is not None and result.status in fastpacket.ANSWERED and not msg.profile:
                 granted = len(layouts) + 1
                 layouts[granted] = fastpacket.Layout(key)
             return fastpacket.LEARNED, fastpacket.LEARNED_HEADER.pack(granted) + answer.SerializeToString()
@@ -198,29 +199,25 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 pools = layout.pools(call.body)
             except fastpacket.PacketError as err:
                 return refuse(ErrorStatus.INVALID_ARGUMENT, f"malformed fast burst call: {err}")
-            msg = spb.ExecuteRequest(session=session.id, prepared_model=handle, measure=int(call.measure))  # type: ignore[arg-type]
-            msg.loop_timeout_ns = call.loop_timeout_ns
-            if call.deadline_ns is not None:
-                msg.deadline.has_deadline = True
-                msg.deadline.remaining_ns = call.deadline_ns
-            refused = burst_refusal(driver, msg)
+            # A layout holds inline pools only: no token to look for.
+            refused = x.burst_refusal(call.deadline_ns is not None, call.loop_timeout_ns, False)
             if refused is not None:
-                return fastring.RESULT, refused.SerializeToString()
-            fault = faults.take(BURST, ("error", "stall", "exit")) if faults.armed else None
-            results: list[ExecutionResult] = []
-
-            def reply(result: ExecutionResult) -> spb.ExecuteResult:
-                # Only the status goes into a message (execute_sync records it); the answer is packed below.
-                results.append(result)
-                return spb.ExecuteResult(status=int(result.status))  # type: ignore[arg-type]
-
-            answer = execute(msg, what, record, None, fault, Request(layout.inputs, layout.outputs, pools), reply)
-            if not results:  # refused at launch or failed: the message says why
-                return fastring.RESULT, answer.SerializeToString()
-            result = results[0]
-            if result.status in fastpacket.ANSWERED:
+                return _refused(refused)
+            arrival = x.arrive(m, EXECUTION_FAULTS)
+            # The deadline travels as the time remaining, re-based on this host's clock at arrival.
+            deadline = None if call.deadline_ns is None else time.monotonic_ns() + call.deadline_ns
+            execution = Execution(
+                session.id,
+                handle,
+                Request(layout.inputs, layout.outputs, pools),
+                call.measure,
+                deadline,
+                call.loop_timeout_ns,
+            )
+            result = x.execute(m, lambda: execution, None, arrival)
+            if isinstance(result, ExecutionResult) and result.status in fastpacket.ANSWERED:
                 return fastpacket.ANSWER, fastpacket.encode_answer(result)
-            return fastring.RESULT, wire.execution_result_to(result).SerializeToString()
+            return fastring.RESULT, result_to(result).SerializeToString()
 
         def handle_packet(kind: int, payload: bytes) -> tuple[int, bytes]:
             if kind == fastpacket.CALL:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from nnhal.proto import aidl_pb2 as apb, aidl_pb2_grpc as agrpc, hidl_pb2 as hpb, hidl_pb2_grpc as hgrpc
-from nnhal.server.driver import Driver
-from nnhal.server.metrics import Metrics
+from nnhal.server.executions import Executions
 from nnhal.server.rpc.aidl_objects_servicer import BurstServicer, ExecutionServicer
 from nnhal.server.rpc.aidl_servicer import (
     AidlDeviceServicer,
@@ -29,16 +28,14 @@ SERVICE_NAMES = (
 )
 
 
-def add_method_forms(server: Any, driver: Driver, metrics: Metrics) -> tuple[str, ...]:
-    """Serve the HIDL 1.0-1.2 and AIDL forms of ``driver`` on ``server`` (a server, or what
-    stands in for one: ``sync_handlers.Collector``); their service names."""
-    hgrpc.add_HidlDeviceServicer_to_server(HidlDeviceServicer(driver, metrics), server)
-    hgrpc.add_HidlPreparedModelServicer_to_server(HidlPreparedModelServicer(driver, metrics), server)
-    agrpc.add_AidlDeviceServicer_to_server(AidlDeviceServicer(driver, metrics), server)
-    agrpc.add_AidlPreparedModelServicer_to_server(AidlPreparedModelServicer(driver, metrics), server)
-    agrpc.add_AidlFencedExecutionCallbackServicer_to_server(
-        AidlFencedExecutionCallbackServicer(driver, metrics), server
-    )
-    agrpc.add_ExecutionServicer_to_server(ExecutionServicer(driver, metrics), server)
-    agrpc.add_BurstServicer_to_server(BurstServicer(driver, metrics), server)
+def add_method_forms(server: Any, executions: Executions) -> tuple[str, ...]:
+    """Serve the HIDL 1.0-1.2 and AIDL forms of a device (its ``executions``) on ``server`` (a
+    server, or what stands in for one: ``sync_handlers.Collector``); their service names."""
+    hgrpc.add_HidlDeviceServicer_to_server(HidlDeviceServicer(executions), server)
+    hgrpc.add_HidlPreparedModelServicer_to_server(HidlPreparedModelServicer(executions), server)
+    agrpc.add_AidlDeviceServicer_to_server(AidlDeviceServicer(executions), server)
+    agrpc.add_AidlPreparedModelServicer_to_server(AidlPreparedModelServicer(executions), server)
+    agrpc.add_AidlFencedExecutionCallbackServicer_to_server(AidlFencedExecutionCallbackServicer(executions), server)
+    agrpc.add_ExecutionServicer_to_server(ExecutionServicer(executions), server)
+    agrpc.add_BurstServicer_to_server(BurstServicer(executions), server)
     return SERVICE_NAMES

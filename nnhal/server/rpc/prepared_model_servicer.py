@@ -1,218 +1,102 @@
-"""The PreparedModel and FencedExecutionCallback services: executions of every kind.
+"""The PreparedModel and FencedExecutionCallback services: adapters of the device's ``Executions``.
 
-``execute_1_3`` is a server stream: the launch status (the HAL method's return
-value), then exactly one notify carrying the ExecutionResult; a launch error is
-followed by a notify with the same status. The launched job is closed on every
-path (its scheduler ticket and bound pools given back), also when the client
-cancels the stream between the two messages.
-
+``execute_1_3`` is a server stream: the launch status (the HAL method's return value),
+then exactly one notify carrying the ExecutionResult (``Executions.execute_async``).
 ``executeSynchronously_1_3`` and the burst stream are coroutines on the server's event
 loop: an idle burst holds no thread, and a short execution runs on the loop's thread
-(``PreparedModelServicer.runs_inline``), any other on a worker thread.
+(``Executions.runs_inline``), any other on a worker thread.
 
-Long-lived calls are capped (``common.LongCalls``): an open burst stream per
-connection (its session is only named by its first request, which an idle stream
-never sends) and a ``getExecutionInfo(wait=True)`` still waiting per client (its session,
-or every session of one verified mTLS identity), and
-both together over the server. A burst stream past a cap gets one response with
-RESOURCE_EXHAUSTED_TRANSIENT (naming the cap) and ends; a fence wait past a cap gets
-that status at once (signalled false) — unless its fence has signalled already.
-A response that would not fit one gRPC message is INVALID_ARGUMENT instead.
-
-While the server drains, new executions of every kind (also a burst's next
-execution) are refused with DEVICE_UNAVAILABLE; launched ones are counted from
-launch to result (``Lifecycle``), fenced ones by their scheduler ticket.
-
-Injected faults (``nnhal.server.rpc.faults``, ``--enable-fault-injection``) are taken
-when a call arrives; a burst takes an abort when it opens and the other kinds per
-execution.
+An open burst stream counts among its connection's long-lived calls (its session is
+only named by its first request, which an idle stream never sends): past a cap it gets
+one response with RESOURCE_EXHAUSTED_TRANSIENT (naming the cap) and ends. A burst takes
+an injected abort when it opens and the other fault kinds per execution; a 1.2 device's
+burst execution carrying a deadline, a loop timeout or a buffer token is INVALID_ARGUMENT
+(``Executions.burst_refusal``). A fence wait is capped alike (``Executions.fenced_info``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from typing import Any
 
 import grpc
 from grpc import aio
 
 from nnhal.core import wire
-from nnhal.core.enums import ErrorStatus
+from nnhal.core.enums import HalVersion
 from nnhal.core.errors import HalError
-from nnhal.core.types import ExecutionResult, FencedExecutionInfo, Request
+from nnhal.core.types import Request
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
-from nnhal.server.driver import Driver
-from nnhal.server.jobs import ExecutionJob
-from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import (
-    Record,
-    failure,
-    guarded,
-    launch_then_notify,
-    long_calls,
-    once,
-    recorder,
-    within_message_limit,
-)
-from nnhal.server.rpc.faults import BURST, Fault, abort_status, at_start, before_reply, fault_plan
-from nnhal.server.rpc.levels import burst_refusal, refusal, require
-from nnhal.server.rpc.sync_handlers import SyncContext, in_thread, run_sync
-from nnhal.server.session import Session
+from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
+from nnhal.server.executions.faults import BURST
+from nnhal.server.rpc.common import events_to, hal_method, result_to, status_to
+from nnhal.server.rpc.sync_handlers import SyncContext, abort, in_thread, run_sync
+
+SYNC = "executeSynchronously_1_3"
+#: The fault kinds a burst takes per execution (an abort is taken when it opens).
+EXECUTION_FAULTS = ("error", "stall", "exit")
 
 
-def refused_result(status: ErrorStatus, message: str) -> ExecutionResult:
-    return ExecutionResult(status, message)
+def execution_from(msg: spb.ExecuteRequest, request: Request | None = None) -> Execution:
+    """The canonical execution ``msg`` asks for (``request``: its request already converted)."""
+    return Execution(
+        msg.session,
+        msg.prepared_model,
+        wire.request_from(msg.request) if request is None else request,
+        msg.measure == 1,
+        wire.deadline_from(msg.deadline),
+        msg.loop_timeout_ns,
+        msg.profile,
+    )
 
 
-def refused_info(status: ErrorStatus, message: str) -> FencedExecutionInfo:
-    return FencedExecutionInfo(True, status, message)
+def inline_bytes(msg: spb.ExecuteRequest) -> int:
+    return sum(len(p.inline.data) for p in msg.request.pools)
 
 
-#: Executions of a model whose fastest run is shorter than this may run on the event loop's
-#: thread (``PreparedModelServicer.runs_inline``); 1 ms: the loop is never held up longer
-#: than a gRPC round trip takes anyway.
-INLINE_MAX_NS = 1_000_000
-#: ... and whose request carries at most this many bytes inline.
-INLINE_MAX_BYTES = 64 * 1024
-#: getExecutionInfo answers this long before the caller's gRPC deadline expires.
-_INFO_MARGIN_S = 0.05
-#: A fence wait looks this often whether its caller is still there (a cancelled call's
-#: thread and cap slot are given back within this).
-_INFO_SLICE_S = 0.5
+def burst_refusal(executions: Executions, msg: spb.ExecuteRequest) -> HalError | None:
+    """What the device's level lacks of a burst execution (``Executions.burst_refusal``)."""
+    if executions.level >= HalVersion.V1_3:
+        return None  # nothing to look at (a cheap shortcut on the burst's hot path)
+    tokens = any(p.WhichOneof("pool") == "token" for p in msg.request.pools)
+    return executions.burst_refusal(msg.deadline.has_deadline, msg.loop_timeout_ns, tokens)
 
 
 class PreparedModelServicer(sgrpc.PreparedModelServicer):
-    def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
-        """``metrics``: the server's (a fresh, unserved set when None)."""
-        self.driver = driver
-        self.metrics = metrics = metrics or Metrics(driver)
-        self._lifecycle = driver.lifecycle
-        observe = metrics.execute_seconds.observe
-        self._record_sync = recorder(metrics, "executeSynchronously_1_3", observe)
-        self._record_async = recorder(metrics, "execute_1_3", observe)
-        self._record_burst = recorder(metrics, "configureExecutionBurst", observe)
-        self._long_calls = long_calls(driver)
-        self.faults = fault_plan(driver)
+    def __init__(self, executions: Executions) -> None:
+        self.executions = executions
+        self.driver = executions.driver
 
-    def _launch(self, request: spb.ExecuteRequest, canonical: Request | None = None) -> ExecutionJob:
-        return self.driver.begin_execute(
-            self.driver.session(request.session),
-            request.prepared_model,
-            wire.request_from(request.request) if canonical is None else canonical,
-            request.measure == 1,
-            wire.deadline_from(request.deadline),
-            request.loop_timeout_ns,
-            request.profile,
-        )
-
+    @hal_method(SYNC, timer="execute")
     async def executeSynchronously_1_3(
-        self, request: spb.ExecuteRequest, context: aio.ServicerContext[Any, Any]
+        self, request: spb.ExecuteRequest, context: aio.ServicerContext[Any, Any], m: Method, arrival: Arrival | None
     ) -> spb.ExecuteResult:
         """A coroutine: a short execution runs on the loop's thread (``runs_inline``), any
         other on a worker thread."""
-        refused = refusal(self.driver, "executeSynchronously_1_3")
-        if refused is not None:
-            self._record_sync(refused.error_status, None)
-            return wire.status_to(spb.ExecuteResult(), refused.error_status, refused.message)  # type: ignore[no-any-return]
-        fault = self.faults.take("executeSynchronously_1_3") if self.faults.armed else None
-        if fault is None and self.runs_inline(request):
-            return self.execute_sync(request, "executeSynchronously_1_3", self._record_sync)
-        return await run_sync(
-            context, lambda sync: self.execute_sync(request, "executeSynchronously_1_3", self._record_sync, sync, fault)
-        )
+        x = self.executions
+        build = partial(execution_from, request)
+        if arrival is not None and arrival.fault is None:  # refused: answered at once
+            return result_to(x.execute(m, build, None, arrival))
+        if arrival is None and x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request)):
+            return result_to(x.execute(m, build))
+        return await run_sync(context, lambda sync: result_to(x.execute(m, build, sync, arrival)))
 
-    def runs_inline(self, request: spb.ExecuteRequest) -> bool:
-        """Whether this execution may run on the event loop's thread instead of a worker's.
+    @hal_method("execute_1_3", what="an execution", timer="execute")
+    def execute_1_3(
+        self, request: spb.ExecuteRequest, context: grpc.ServicerContext, m: Method, arrival: Arrival | None
+    ) -> Iterator[spb.ExecuteEvent]:
+        events = self.executions.execute_async(m, partial(execution_from, request), context, arrival)
+        return events_to(events, spb.ExecuteEvent, wire.execution_result_to, spb.ExecuteResult)
 
-        Handing a call to a worker thread and its answer back to the loop costs two thread
-        switches under the GIL — more than a small model's whole execution (measured: ADD
-        2x4 went from ~1.0 ms per call on the thread-per-call server to ~1.5 ms with the
-        hop; inline it is back below the old figure). So an execution runs inline when it
-        cannot hold the loop up: its model's fastest run so far (``fastest_ns``) is under
-        :data:`INLINE_MAX_NS`, its inline data under :data:`INLINE_MAX_BYTES`, a slot is
-        free for it at once (``Scheduler.starts_at_once``), and no fault or injected delay
-        is set. Anything else — a model never run, a large one, a busy device — goes to a
-        worker. (A racing admission may still make it wait for a slot, and the same
-        client's higher-priority work arriving mid-run may pause it: both bounded by one
-        execution, and rare.)"""
-        if self.faults.armed:
-            return False
-        try:
-            session = self.driver.session(request.session)
-            pm = self.driver.prepared(session, request.prepared_model)
-        except HalError:
-            return False  # the worker's path reports it
-        fastest = pm.fastest_ns
-        if fastest is None or fastest >= INLINE_MAX_NS or session.faults.execute_delay_ms:
-            return False
-        if sum(len(p.inline.data) for p in request.request.pools) > INLINE_MAX_BYTES:
-            return False
-        return self.driver.scheduler.starts_at_once(session.client_key, pm.priority)
-
-    def execute_sync(
-        self,
-        request: spb.ExecuteRequest,
-        what: str,
-        record: Record,
-        context: grpc.ServicerContext | None = None,
-        fault: Fault | None = None,
-        canonical: Request | None = None,
-        reply: Callable[[ExecutionResult], spb.ExecuteResult] = wire.execution_result_to,
-    ) -> spb.ExecuteResult:
-        """One synchronous execution (also a burst's, a fast burst's, a streamed one's): the
-        result, never raises (but an injected abort, which aborts the RPC). ``canonical``: the
-        request already converted (a streamed execution's, its pools reassembled); ``reply``
-        makes the answer of a result (a streamed execution's leaves its large pools out)."""
-        t0 = time.perf_counter()
-        error = at_start(fault, context)  # an abort raises
-        try:
-            if error is not None:
-                raise error
-            self._lifecycle.enter(what)
-        except Exception as err:
-            msg: spb.ExecuteResult = wire.status_to(spb.ExecuteResult(), *failure(err, f"launching {what}"))
-            record(msg.status, None)
-            return msg
-        try:
-            try:
-                job = self._launch(request, canonical)
-            except Exception as err:
-                msg = wire.status_to(spb.ExecuteResult(), *failure(err, f"launching {what}"))
-                record(msg.status, None)
-                return msg
-            try:
-                msg = reply(within_message_limit(job.run(), refused_result))
-            except Exception as err:
-                msg = wire.status_to(spb.ExecuteResult(), *failure(err, f"in {what}"))
-            finally:
-                job.close()
-            before_reply(fault, context)
-            record(msg.status, time.perf_counter() - t0)
-            return msg
-        finally:
-            self._lifecycle.leave()
-
-    def execute_1_3(self, request: spb.ExecuteRequest, context: grpc.ServicerContext) -> Iterator[spb.ExecuteEvent]:
-        def launch() -> ExecutionJob:
-            require(self.driver, "execute_1_3")
-            return self._launch(request)
-
-        return launch_then_notify(
-            spb.ExecuteEvent,
-            spb.ExecuteResult,
-            launch,
-            lambda job: wire.execution_result_to(within_message_limit(job.run(), refused_result)),
-            "an execution",
-            self._lifecycle,
-            self._record_async,
-            context,
-            self.faults.take("execute_1_3") if self.faults.armed else None,
-        )
-
+    @hal_method(BURST, what="a burst execution", timer="execute", kinds=("abort",))
     async def configureExecutionBurst(
-        self, request_iterator: AsyncIterator[spb.BurstRequest], context: aio.ServicerContext[Any, Any]
+        self,
+        request_iterator: AsyncIterator[spb.BurstRequest],
+        context: aio.ServicerContext[Any, Any],
+        m: Method,
+        arrival: Arrival | None,
     ) -> None:
         """A burst: one stream, many executions, answered in order. A coroutine on the
         server's loop: an idle burst holds no thread; a short execution runs inline
@@ -223,94 +107,80 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         iterating ``request_iterator`` and yielding answers: each of those is an async
         generator (grpc.aio's request iterator, this handler, the request-id wrapper) whose
         steps cost more per execution than a small model's whole run."""
+        x = self.executions
         peer = context.peer() or ""
         try:
-            require(self.driver, "configureExecutionBurst")
-            self._long_calls.enter("burst", peer)
+            if arrival is not None and arrival.error is not None:
+                raise arrival.error
+            leave = x.long_calls.open("burst", peer)
         except HalError as err:
-            self.metrics.rpc("configureExecutionBurst", err.error_status)
-            await context.write(
-                spb.BurstResponse(result=wire.status_to(spb.ExecuteResult(), err.error_status, err.message))
-            )
+            m.record(err.error_status, None)
+            await context.write(spb.BurstResponse(result=status_to(spb.ExecuteResult(), Refused.of(err, BURST))))
             return
         # Given back when the stream ends, also when the call is cancelled mid-wait.
-        leave = once(lambda: self._long_calls.leave("burst", peer))
         context.add_done_callback(lambda _context: leave())
         sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the executions' context
         try:
-            # An injected abort is taken when the stream opens; the other faults per execution.
-            abort = self.faults.take(BURST, ("abort",)) if self.faults.armed else None
-            if abort is not None and abort.after == 0:
-                await context.abort(*abort_status(abort))
+            injected = arrival.fault if arrival is not None else None
+            if injected is not None and injected.after == 0:
+                await abort(context, injected.abort())
             sent = 0
             while True:
                 req = await context.read()
                 if req is aio.EOF:
                     return
-                # A 1.2 device's burst has no deadline, loop timeout or tokens (INVALID_ARGUMENT).
-                result = burst_refusal(self.driver, req.execute)
-                if result is None:
-                    fault = self.faults.take(BURST, ("error", "stall", "exit")) if self.faults.armed else None
-                    if fault is None and self.runs_inline(req.execute):
-                        result = self.execute_sync(req.execute, "a burst execution", self._record_burst)
+                msg = req.execute
+                refused = burst_refusal(x, msg)
+                if refused is not None:
+                    result = status_to(spb.ExecuteResult(), Refused.of(refused, BURST))
+                else:
+                    build = partial(execution_from, msg)
+                    run = x.arrive(m, EXECUTION_FAULTS)
+                    if run is None and x.runs_inline(msg.session, msg.prepared_model, partial(inline_bytes, msg)):
+                        result = result_to(x.execute(m, build))
                     else:
-                        result = await in_thread(
-                            self.execute_sync, req.execute, "a burst execution", self._record_burst, sync, fault
-                        )
+                        result = await in_thread(_execute_to_wire, x, m, build, sync, run)
                 await context.write(spb.BurstResponse(result=result))
                 sent += 1
-                if abort is not None and abort.after == sent:
-                    await context.abort(*abort_status(abort))
+                if injected is not None and injected.after == sent:
+                    await abort(context, injected.abort())
         finally:
             leave()
 
-    @guarded(spb.FencedExecuteResponse)
+    @hal_method(make=spb.FencedExecuteResponse)
     def executeFenced(
         self, request: spb.FencedExecuteRequest, context: grpc.ServicerContext
     ) -> spb.FencedExecuteResponse:
-        require(self.driver, "executeFenced")
-        # Counted until the launch took its scheduler ticket, which then counts it.
-        with self._lifecycle.work("executeFenced"):
-            fence = self.driver.execute_fenced(
-                self.driver.session(request.session),
-                request.prepared_model,
-                wire.request_from(request.request),
-                list(request.wait_for),
-                request.measure == 1,
-                wire.deadline_from(request.deadline),
-                request.loop_timeout_ns,
-                request.timeout_after_fence_ns or None,
-            )
+        call = FencedExecution(
+            request.session,
+            request.prepared_model,
+            wire.request_from(request.request),
+            tuple(request.wait_for),
+            request.measure == 1,
+            wire.deadline_from(request.deadline),
+            request.loop_timeout_ns,
+            request.timeout_after_fence_ns or None,
+        )
+        fence = self.executions.execute_fenced("executeFenced", call)
         return spb.FencedExecuteResponse(sync_fence=fence, callback=fence)
 
-    @guarded(spb.StatusMessage)
+    @hal_method(make=spb.StatusMessage)
     def release(self, request: spb.ReleaseRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
         self.driver.release_prepared(self.driver.session(request.session), request.handle)
         return spb.StatusMessage()
 
 
+def _execute_to_wire(
+    x: Executions, m: Method, build: Any, live: SyncContext, arrival: Arrival | None
+) -> spb.ExecuteResult:
+    return result_to(x.execute(m, build, live, arrival))
+
+
 class FencedExecutionCallbackServicer(sgrpc.FencedExecutionCallbackServicer):
-    def __init__(self, driver: Driver, metrics: Metrics | None = None) -> None:
-        """``metrics``: the server's (a fresh, unserved set when None)."""
-        self.driver = driver
-        self.metrics = metrics or Metrics(driver)
-        self._long_calls = long_calls(driver)
-        self.faults = fault_plan(driver)
+    def __init__(self, executions: Executions) -> None:
+        self.executions = executions
 
-    @guarded(spb.FencedInfoResponse)
+    @hal_method(make=spb.FencedInfoResponse)
     def getExecutionInfo(self, request: spb.FencedInfoRequest, context: grpc.ServicerContext) -> spb.FencedInfoResponse:
-        session = self.driver.session(request.session)
-        info = self.driver.fenced_info(session, request.callback, False, None)
-        if request.wait and not info.signalled:
-            with self._long_calls.holding("fence wait", session.client_key):
-                info = self._wait(session, request.callback, context)
-        return wire.fenced_info_to(within_message_limit(info, refused_info))
-
-    def _wait(self, session: Session, callback: str, context: grpc.ServicerContext) -> FencedExecutionInfo:
-        """Wait for the fence until it signals, the caller's deadline is near or the caller is gone."""
-        while True:
-            remaining = context.time_remaining()
-            timeout = _INFO_SLICE_S if remaining is None else max(0.0, min(_INFO_SLICE_S, remaining - _INFO_MARGIN_S))
-            info = self.driver.fenced_info(session, callback, True, timeout)
-            if info.signalled or timeout < _INFO_SLICE_S or not context.is_active():
-                return info
+        info = self.executions.fenced_info(request.session, request.callback, request.wait, context)
+        return wire.fenced_info_to(info)

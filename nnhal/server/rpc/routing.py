@@ -1,6 +1,6 @@
 """Several devices behind one server: the device list and the routing of every call.
 
-Each device is a Driver with its own servicers. With one device they are added to
+Each device is a Driver, whose calls its ``Executions`` owns, with its own servicers. With one device they are added to
 the gRPC server as they always were. With several, one generic handler routes each
 call to the servicers of the device its ``nnhal-device`` metadata names (absent: the
 first device), so a session is opened on one device and every later call of that
@@ -29,7 +29,7 @@ from nnhal.proto import (
     streamed_pb2_grpc as stgrpc,
 )
 from nnhal.server.driver import Driver
-from nnhal.server.metrics import Metrics
+from nnhal.server.executions import Executions
 from nnhal.server.rpc.buffer_servicer import BufferServicer
 from nnhal.server.rpc.device_servicer import DeviceServicer
 from nnhal.server.rpc.fastpath_servicer import FastPathServicer
@@ -44,15 +44,15 @@ from nnhal.server.rpc.sync_handlers import Collector, Table
 DEVICE_METADATA = "nnhal-device"
 
 
-def _add_servicers(server: Any, driver: Driver, metrics: Metrics, fast_path: bool) -> None:
-    sgrpc.add_DeviceServicer_to_server(DeviceServicer(driver, metrics), server)
-    executions = PreparedModelServicer(driver, metrics)
-    sgrpc.add_PreparedModelServicer_to_server(executions, server)
-    fpgrpc.add_FastPathServicer_to_server(FastPathServicer(driver, executions, metrics, fast_path), server)
-    stgrpc.add_StreamedExecutionServicer_to_server(StreamedExecutionServicer(driver, executions, metrics), server)
-    sgrpc.add_FencedExecutionCallbackServicer_to_server(FencedExecutionCallbackServicer(driver, metrics), server)
-    sgrpc.add_BufferServicer_to_server(BufferServicer(driver, metrics), server)
-    add_method_forms(server, driver, metrics)  # the HIDL 1.0-1.2 and AIDL method forms
+def _add_servicers(server: Any, executions: Executions, fast_path: bool) -> None:
+    """Every servicer of one device, each an adapter of its ``executions``."""
+    sgrpc.add_DeviceServicer_to_server(DeviceServicer(executions), server)
+    sgrpc.add_PreparedModelServicer_to_server(PreparedModelServicer(executions), server)
+    fpgrpc.add_FastPathServicer_to_server(FastPathServicer(executions, fast_path), server)
+    stgrpc.add_StreamedExecutionServicer_to_server(StreamedExecutionServicer(executions), server)
+    sgrpc.add_FencedExecutionCallbackServicer_to_server(FencedExecutionCallbackServicer(executions), server)
+    sgrpc.add_BufferServicer_to_server(BufferServicer(executions), server)
+    add_method_forms(server, executions)  # the HIDL 1.0-1.2 and AIDL method forms
 
 
 def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
@@ -105,15 +105,14 @@ class DeviceManagerServicer(dgrpc.DeviceManagerServicer):
         return reply
 
 
-def add_device_services(
-    server: aio.Server, drivers: Mapping[str, Driver], metrics: Metrics, fast_path: bool = True
-) -> None:
-    """The HAL services of ``drivers`` (the first is the default device) and DeviceManager,
-    every handler made async (``sync_handlers.asyncify``)."""
+def add_device_services(server: aio.Server, devices: Mapping[str, Executions], fast_path: bool = True) -> None:
+    """The HAL services of ``devices`` (each device's owner of its calls; the first is the
+    default device) and DeviceManager, every handler made async (``sync_handlers.asyncify``)."""
     collectors: dict[str, Collector] = {}
-    for name, driver in drivers.items():
+    for name, executions in devices.items():
         collectors[name] = Collector()
-        _add_servicers(collectors[name], driver, metrics, fast_path)
+        _add_servicers(collectors[name], executions, fast_path)
+    drivers = {name: executions.driver for name, executions in devices.items()}
     if len(drivers) == 1:
         server.add_generic_rpc_handlers(tuple(collectors.values()))
     else:

@@ -60,10 +60,11 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
-from nnhal.core.wire import MAX_MESSAGE_BYTES
+from nnhal.core.wire import MAX_MESSAGE_BYTES, max_inline_bytes
 from nnhal.proto import devices_pb2 as dpb, fastpath_pb2 as fpb, service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server.devices import DeviceSpec, make_backend
 from nnhal.server.driver import DeviceConfig, Driver
+from nnhal.server.executions import Executions
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.buffer_servicer import EchoServicer
 from nnhal.server.rpc.forms import SERVICE_NAMES as FORM_SERVICE_NAMES
@@ -167,6 +168,8 @@ class Server:
             self.drivers[spec.name] = Driver(config, backend)
         self.driver = next(iter(self.drivers.values()))
         self.metrics = Metrics(self.driver)
+        #: The one owner of each device's HAL calls, handed to every servicer of the device.
+        self.executions = {name: Executions(d, self.metrics, max_inline_bytes) for name, d in self.drivers.items()}
         #: The bound metrics address once ``start`` served it.
         self.metrics_address: str | None = None
         #: The bound health-only address once built (``health_listen``).
@@ -208,7 +211,7 @@ class Server:
         server = aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
         # Every device's HAL services: 1.3, the fast path, the HIDL 1.0-1.2 and AIDL forms.
         # Every handler is served through generic handlers (``sync_handlers.Collector`` says why).
-        add_device_services(server, self.drivers, self.metrics, options.fast_path)
+        add_device_services(server, self.executions, options.fast_path)
         others = Collector()
         sgrpc.add_EchoServicer_to_server(EchoServicer(), others)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, others)

@@ -24,47 +24,47 @@ from grpc import aio
 
 from nnhal.core import wire, wire_stream
 from nnhal.core.errors import HalError
-from nnhal.core.types import ExecutionResult, PoolData
 from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb, streamed_pb2_grpc as stgrpc
-from nnhal.server.driver import Driver
-from nnhal.server.metrics import Metrics
-from nnhal.server.rpc.common import Record, long_calls, once, recorder
-from nnhal.server.rpc.levels import require
-from nnhal.server.rpc.prepared_model_servicer import PreparedModelServicer
-from nnhal.server.rpc.sync_handlers import SyncContext, in_thread
+from nnhal.server.executions import Abort, Arrival, Execution, Executions, Method, Refused
+from nnhal.server.rpc.common import hal_method, status_to
+from nnhal.server.rpc.prepared_model_servicer import execution_from
+from nnhal.server.rpc.sync_handlers import SyncContext, abort, in_thread
 
 METHOD = "executeStreamed"
 #: The method whose level rule and injected faults a streamed execution shares.
 SYNC_METHOD = "executeSynchronously_1_3"
 
 
-def _refused(err: HalError) -> stpb.StreamedExecuteResult:
-    return stpb.StreamedExecuteResult(head=wire.status_to(spb.ExecuteResult(), err.error_status, err.message))
+def _refused(refused: Refused) -> stpb.StreamedExecuteResult:
+    return stpb.StreamedExecuteResult(head=status_to(spb.ExecuteResult(), refused))
 
 
 class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
-    def __init__(self, driver: Driver, executions: PreparedModelServicer, metrics: Metrics | None = None) -> None:
-        """``executions``: the servicer whose synchronous execution this one runs."""
-        self.driver = driver
-        self._executions = executions
-        self.metrics = metrics = metrics or executions.metrics
-        self._record = recorder(metrics, METHOD, metrics.execute_seconds.observe)
-        self._long_calls = long_calls(driver)
+    """An adapter of the device's ``Executions``: the stream in, one ``execute`` call, the stream out."""
 
+    def __init__(self, executions: Executions) -> None:
+        self.executions = executions
+
+    @hal_method(METHOD, timer="execute", fault=SYNC_METHOD, gate=SYNC_METHOD)
     async def executeStreamed(
-        self, request_iterator: AsyncIterator[stpb.StreamedExecuteRequest], context: aio.ServicerContext[Any, Any]
+        self,
+        request_iterator: AsyncIterator[stpb.StreamedExecuteRequest],
+        context: aio.ServicerContext[Any, Any],
+        m: Method,
+        arrival: Arrival | None,
     ) -> AsyncIterator[stpb.StreamedExecuteResult]:
+        x = self.executions
         peer = context.peer() or ""
         t0 = time.perf_counter()
         try:
-            require(self.driver, SYNC_METHOD)
-            self._long_calls.enter("streamed execution", peer)
+            if arrival is not None and arrival.error is not None:
+                raise arrival.error  # the level of the method it shares
+            leave = x.long_calls.open("streamed execution", peer)
         except HalError as err:
-            self._record(err.error_status, None)
-            yield _refused(err)
+            m.record(err.error_status, None)
+            yield _refused(Refused.of(err, METHOD))
             return
         # Given back when the stream ends, also when gRPC never resumes this generator.
-        leave = once(lambda: self._long_calls.leave("streamed execution", peer))
         context.add_done_callback(lambda _context: leave())
         sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the execution's context
         try:
@@ -75,31 +75,23 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                     reader.add(part)
                 head, request = reader.finish()
             except HalError as err:
-                self._record(err.error_status, None)
-                yield _refused(err)
+                m.record(err.error_status, None)
+                yield _refused(Refused.of(err, METHOD))
                 return
-            chunked: dict[int, PoolData] = {}
 
-            def reply(result: ExecutionResult) -> spb.ExecuteResult:
-                kept, large = wire_stream.split_result(result)
-                chunked.update(large)
-                return wire.execution_result_to(kept)
+            def build() -> Execution:
+                return execution_from(head, request)
 
-            faults = self._executions.faults
-            fault = faults.take(SYNC_METHOD) if faults.armed else None
-            record = self._record_since(t0)
-            execute = self._executions.execute_sync
-            msg = await in_thread(execute, head, METHOD, record, sync, fault, request, reply)
-            yield stpb.StreamedExecuteResult(head=msg)
-            for chunk in wire_stream.chunks(stpb.StreamedExecuteResult, chunked):
+            try:
+                result = await in_thread(x.execute, m, build, sync, arrival, t0)
+            except Abort as aborted:
+                await abort(context, aborted)
+            if isinstance(result, Refused):
+                yield _refused(result)
+                return
+            kept, large = wire_stream.split_result(result)
+            yield stpb.StreamedExecuteResult(head=wire.execution_result_to(kept))
+            for chunk in wire_stream.chunks(stpb.StreamedExecuteResult, large):
                 yield chunk
         finally:
             leave()
-
-    def _record_since(self, t0: float) -> Record:
-        """A Record timing the execution from the stream's start (its transfer included)."""
-
-        def record(status: int, seconds: float | None) -> None:
-            self._record(status, None if seconds is None else time.perf_counter() - t0)
-
-        return record

@@ -44,6 +44,7 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 from grpc import aio
 
+from nnhal.server.executions.faults import Abort
 from nnhal.server.rpc.handler_shape import behaviour, like
 from nnhal.server.rpc.request_id import with_request_id
 
@@ -54,17 +55,6 @@ _END = object()
 
 #: A table of method handlers by full method name (``/package.Service/method``).
 Table = dict[str, grpc.RpcMethodHandler]
-
-
-class Aborted(Exception):
-    """Raised on a worker thread by :meth:`SyncContext.abort`; the call is aborted on the loop.
-    An ``Exception``, as the sync server's abort raises one: code between an abort and its
-    handler's end does not catch it (``guarded`` applies faults outside its ``try``)."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(f"{code.name}: {details}")
-        self.code = code
-        self.details = details
 
 
 def is_async(fn: object) -> bool:
@@ -127,10 +117,11 @@ class SyncContext(grpc.ServicerContext):
 
     # -- status ---------------------------------------------------------------------
     def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
-        raise Aborted(code, details)
+        """Raises :class:`~nnhal.server.executions.faults.Abort`; the call is aborted on the loop."""
+        raise Abort(code.value[0], details)
 
     def abort_with_status(self, status: grpc.Status) -> NoReturn:
-        raise Aborted(status.code, status.details)
+        raise Abort(status.code.value[0], status.details)
 
     def set_code(self, code: grpc.StatusCode) -> None:
         self._context.set_code(code)
@@ -167,8 +158,12 @@ class SyncContext(grpc.ServicerContext):
         return auth
 
 
-async def _abort(context: aio.ServicerContext[Any, Any], aborted: Aborted) -> NoReturn:
-    await context.abort(aborted.code, aborted.details)
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+async def abort(context: aio.ServicerContext[Any, Any], aborted: Abort) -> NoReturn:
+    """End the call as ``aborted`` (raised on a worker thread, or by the owner) says."""
+    await context.abort(_CODES[aborted.code], aborted.details)
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
 
@@ -178,8 +173,8 @@ async def run_sync(context: aio.ServicerContext[Any, Any], fn: Callable[[SyncCon
     sync = SyncContext(context, asyncio.get_running_loop()).watch()
     try:
         return await in_thread(fn, sync)
-    except Aborted as aborted:
-        await _abort(context, aborted)
+    except Abort as aborted:
+        await abort(context, aborted)
 
 
 def _unary(fn: Callable[[Any, grpc.ServicerContext], Any]) -> Callable[..., Any]:
@@ -209,8 +204,8 @@ def _stream(fn: Callable[[Any, grpc.ServicerContext], Iterator[Any]]) -> Callabl
                 if event is _END:
                     return
                 yield event
-        except Aborted as aborted:
-            await _abort(context, aborted)
+        except Abort as aborted:
+            await abort(context, aborted)
         finally:
             close = getattr(events, "close", None)
             if close is not None:

@@ -1,6 +1,6 @@
 """When an execution may run on the server's event loop, in process.
 
-The RPC layer runs a short execution on the loop's thread (``runs_inline``) only when
+The owner lets a short execution run on the loop's thread (``Executions.runs_inline``) only when
 its model has run before, fast, with little inline data, no fault or delay set, and it
 would get a slot without waiting (``Scheduler.starts_at_once``): a free slot, nobody
 queued, and no higher-priority work of the same client in flight (which would pause it).
@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
-from nnhal.proto import service_pb2 as spb
 from nnhal.server.driver import DeviceConfig, Driver
-from nnhal.server.rpc import prepared_model_servicer
-from nnhal.server.rpc.prepared_model_servicer import PreparedModelServicer
+from nnhal.server.executions import Execution, Executions, owner
 from nnhal.server.scheduler import Scheduler
 from nnhal.server.session import Faults, Session
 from tests.conftest import add_model
@@ -52,7 +49,7 @@ def test_a_shut_scheduler_starts_nothing() -> None:
     assert not sched.starts_at_once("a", Priority.MEDIUM)
 
 
-def _add_request(session: str, handle: str, floats: int = 8) -> spb.ExecuteRequest:
+def _add_request(session: str, handle: str, floats: int = 8) -> Execution:
     data = np.ones(2 * floats, np.float32).tobytes()
     n = 4 * floats
     request = Request(
@@ -60,9 +57,13 @@ def _add_request(session: str, handle: str, floats: int = 8) -> spb.ExecuteReque
         (RequestArgument(location=DataLocation(1, 0, n)),),
         (InlinePool(data, 2 * n), InlinePool(b"", n)),
     )
-    msg = spb.ExecuteRequest(session=session, prepared_model=handle)
-    wire.request_to(request, msg.request)
-    return msg
+    return Execution(session, handle, request)
+
+
+def _inline(x: Executions, call: Execution) -> bool:
+    """``x.runs_inline`` of ``call``, as a transport asks it."""
+    size = sum(len(p.data) for p in call.request.pools if isinstance(p, InlinePool))
+    return x.runs_inline(call.session, call.prepared_model, lambda: size)
 
 
 def _prepared(driver: Driver) -> tuple[Session, str]:
@@ -78,31 +79,32 @@ def _prepared(driver: Driver) -> tuple[Session, str]:
 
 def test_a_short_execution_runs_inline_once_its_model_has_run() -> None:
     driver = Driver(DeviceConfig(fault_injection=True))
-    servicer = PreparedModelServicer(driver)
+    x = Executions(driver)
     session, handle = _prepared(driver)
     msg = _add_request(session.id, handle)
-    assert not servicer.runs_inline(msg)  # never run: its duration is unknown
-    result = servicer.execute_sync(msg, "test", lambda status, seconds: None)
+    assert not _inline(x, msg)  # never run: its duration is unknown
+    result = x.execute(x.method("test"), lambda: msg)
     assert result.status == ErrorStatus.NONE
-    assert servicer.runs_inline(msg)  # ADD of 2x4 floats: far under a millisecond
-    assert not servicer.runs_inline(_add_request(session.id, "missing"))  # the worker reports it
+    assert _inline(x, msg)  # ADD of 2x4 floats: far under a millisecond
+    assert not _inline(x, _add_request(session.id, "missing"))  # the worker reports it
     driver.set_faults(session, Faults(execute_delay_ms=5))
-    assert not servicer.runs_inline(msg)  # an injected delay would hold the loop
+    assert not _inline(x, msg)  # an injected delay would hold the loop
     driver.set_faults(session, Faults())
     ticket = driver.scheduler.admit("someone", Priority.MEDIUM)
     other = driver.scheduler.admit("else", Priority.MEDIUM)
     driver.scheduler.acquire(ticket, None)
     driver.scheduler.acquire(other, None)
-    assert not servicer.runs_inline(msg)  # both slots busy: it would wait
+    assert not _inline(x, msg)  # both slots busy: it would wait
     driver.scheduler.release(ticket)
     driver.scheduler.release(other)
-    assert servicer.runs_inline(msg)
+    assert _inline(x, msg)
 
 
 def test_a_large_request_goes_to_a_worker() -> None:
     driver = Driver(DeviceConfig())
-    servicer = PreparedModelServicer(driver)
+    x = Executions(driver)
     session, handle = _prepared(driver)
-    servicer.execute_sync(_add_request(session.id, handle), "test", lambda status, seconds: None)
-    big = prepared_model_servicer.INLINE_MAX_BYTES // 8 + 1  # floats per input: both exceed the limit
-    assert not servicer.runs_inline(_add_request(session.id, handle, big))
+    call = _add_request(session.id, handle)
+    x.execute(x.method("test"), lambda: call)
+    big = owner.INLINE_MAX_BYTES // 8 + 1  # floats per input: both exceed the limit
+    assert not _inline(x, _add_request(session.id, handle, big))

@@ -1,0 +1,101 @@
+"""The owner's hooks: what a capability built on the owner observes of every call.
+
+An :class:`Observer` is told, in this order, for one call:
+
+1. ``launch_written(call)`` — asynchronous calls only: the transport wrote the launch
+   status to the client (a stream's generator is resumed after its launch message went
+   out; the owner calls this then, on the thread that goes on to run the work, before it
+   runs). Admission may wait here: the work does not run until this returns.
+2. ``started(call)`` — the call was launched (admitted, pools bound, request validated)
+   and is about to run. Not called for a call refused before its launch.
+3. ``finished(call, status, timings)`` — the answer is ready (its HAL status and its
+   :class:`Timings`), also for a refused call.
+4. ``answered(call, answer)`` — the call and its answer in canonical types (an
+   ``ExecutionResult``, ``Prepared``, ``FencedExecutionInfo``, or a ``refusals.Refused``),
+   for record & replay.
+
+Hooks run on the call's own thread (a worker's, or the event loop's for an inline
+execution): they must be quick and must not raise (an exception is logged and dropped).
+With no observer set the owner pays one attribute read per call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nnhal.core.enums import ErrorStatus
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call as the hooks see it: its ``method`` (the name its metrics count it by),
+    ``what`` it is (``"a burst execution"``) and its canonical ``args`` (``calls.Execution`` …;
+    None when it was refused before its arguments were converted)."""
+
+    method: str
+    what: str
+    args: object
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """``time.perf_counter()`` seconds: when the call arrived at the owner, when it was
+    launched (None: refused before) and when its answer was ready."""
+
+    arrived: float
+    started: float | None
+    finished: float
+
+    @property
+    def seconds(self) -> float:
+        return self.finished - self.arrived
+
+
+class Observer:
+    """No-op hooks (module docstring); override those you need."""
+
+    def launch_written(self, call: Call) -> None:
+        """The launch status of ``call`` reached the transport's client side."""
+
+    def started(self, call: Call) -> None:
+        """``call`` was launched and is about to run."""
+
+    def finished(self, call: Call, status: ErrorStatus, timings: Timings) -> None:
+        """``call``'s answer is ready."""
+
+    def answered(self, call: Call, answer: object) -> None:
+        """``call`` and its canonical answer."""
+
+
+class Observers(Observer):
+    """Several observers, each told in the order given; one that raises is logged and skipped."""
+
+    def __init__(self, observers: Sequence[Observer]) -> None:
+        self.observers = tuple(observers)
+
+    def launch_written(self, call: Call) -> None:
+        for o in self.observers:
+            _safely(o.launch_written, call)
+
+    def started(self, call: Call) -> None:
+        for o in self.observers:
+            _safely(o.started, call)
+
+    def finished(self, call: Call, status: ErrorStatus, timings: Timings) -> None:
+        for o in self.observers:
+            _safely(o.finished, call, status, timings)
+
+    def answered(self, call: Call, answer: object) -> None:
+        for o in self.observers:
+            _safely(o.answered, call, answer)
+
+
+def _safely(hook: object, *args: object) -> None:
+    try:
+        hook(*args)  # type: ignore[operator]
+    except Exception:
+        log.exception("an observer's hook failed")

@@ -1,0 +1,168 @@
+"""Long-lived calls, capped per client and in total.
+
+An open burst (gRPC or same-host), a streamed execution, a ``getExecutionInfo(wait=True)``
+waiting for its fence and a preparation from its launch to its notify last as long as the
+client likes (or its model takes). A fence wait (and a same-host fast burst) holds a worker
+thread all that time, a preparation while it works; an idle burst stream or a parked
+preparation holds none but still holds memory and a scheduler record. So they are capped
+(:class:`LongCalls`): per client and in total, leaving worker threads for executions,
+stats and releases whatever one client does. Past a cap the call is refused at once with
+RESOURCE_EXHAUSTED_TRANSIENT naming the cap.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Generic, Protocol, TypeVar
+
+from nnhal.core.errors import ResourceExhaustedTransient
+from nnhal.server.device_config import DeviceConfig
+
+#: Defaults of the caps (``DeviceConfig`` fields override them).
+MAX_BURSTS_PER_CLIENT = 16
+MAX_FENCE_WAITS_PER_CLIENT = 16
+MAX_PREPARATIONS_PER_CLIENT = 16
+#: Worker threads kept free of long-lived calls and queued executions: stats, releases
+#: and buffer copies always find one (health checks and sessions need none: they are
+#: coroutines on the server's loop).
+RESERVED_THREADS = 16
+#: The total cap is never below this, however the thread budget is configured.
+_MIN_TOTAL = 8
+
+
+class Job(Protocol):
+    def close(self) -> None: ...
+
+
+J = TypeVar("J", bound=Job)
+
+
+def once(fn: Callable[[], None]) -> Callable[[], None]:
+    """``fn`` run at most once, by whichever thread calls first (a stream's end is seen both
+    by its generator's ``finally`` and by the transport's termination callback)."""
+    lock = threading.Lock()
+    done = False
+
+    def run() -> None:
+        nonlocal done
+        with lock:
+            if done:
+                return
+            done = True
+        fn()
+
+    return run
+
+
+def default_long_call_total(config: DeviceConfig) -> int:
+    """The total cap on long-lived calls when none is configured: the worker threads
+    (``max_threads``) minus those admitted executions may hold while queued or running
+    (``slots + queue_depth``), minus :data:`RESERVED_THREADS`; at least 8. Sessions are
+    not counted: a session stream holds no worker thread."""
+    busy = config.slots + config.queue_depth + RESERVED_THREADS
+    return max(_MIN_TOTAL, config.max_threads - busy)
+
+
+class LongCalls:
+    """Counts of long-lived calls by kind and client, capped. Thread-safe; its lock is a leaf.
+
+    ``per_client``: kind -> cap for one client (a session's client, or for a burst or a
+    streamed execution the connection that opened it: its session is only named by its
+    first request, which an idle stream never sends). ``total``: cap over every kind and client."""
+
+    def __init__(self, per_client: dict[str, int], total: int) -> None:
+        self.per_client = dict(per_client)
+        self.total = max(1, total)
+        self._lock = threading.Lock()
+        self._held: dict[tuple[str, str], int] = {}
+        self._all = 0
+
+    @classmethod
+    def of(cls, config: DeviceConfig) -> LongCalls:
+        per_client = {
+            "burst": config.max_bursts_per_session,
+            # An open executeStreamed holds a thread as a burst does, and is capped alike.
+            "streamed execution": config.max_bursts_per_session,
+            "fence wait": config.max_fence_waits_per_session,
+            "preparation": config.max_preparations_per_session,
+        }
+        return cls(per_client, config.max_long_calls or default_long_call_total(config))
+
+    @property
+    def in_progress(self) -> int:
+        with self._lock:
+            return self._all
+
+    def held(self, kind: str, client: str) -> int:
+        with self._lock:
+            return self._held.get((kind, client), 0)
+
+    def enter(self, kind: str, client: str) -> None:
+        """Count one call; RESOURCE_EXHAUSTED_TRANSIENT (naming the cap) past a cap."""
+        cap = self.per_client[kind]
+        with self._lock:
+            mine = self._held.get((kind, client), 0)
+            if mine >= cap:
+                raise ResourceExhaustedTransient(
+                    f"this client already has {mine} {kind}s in progress (the cap per client is {cap}); "
+                    "end one first, or retry later"
+                )
+            if self._all >= self.total:
+                raise ResourceExhaustedTransient(
+                    f"the server already has {self._all} bursts, fence waits and preparations in progress (the "
+                    f"cap is {self.total}, so that other calls always find a thread); retry later"
+                )
+            self._held[(kind, client)] = mine + 1
+            self._all += 1
+
+    def leave(self, kind: str, client: str) -> None:
+        with self._lock:
+            left = self._held.get((kind, client), 0) - 1
+            if left > 0:
+                self._held[(kind, client)] = left
+            else:
+                self._held.pop((kind, client), None)  # nothing is kept for a client holding none
+            self._all -= 1
+
+    def open(self, kind: str, client: str) -> Callable[[], None]:
+        """``enter``; returns the ``leave`` of this call, which runs at most once (a stream
+        gives its place back both when it ends and when the transport sees it end)."""
+        self.enter(kind, client)
+        return once(lambda: self.leave(kind, client))
+
+    @contextmanager
+    def holding(self, kind: str, client: str) -> Iterator[None]:
+        """``enter`` / ``leave`` around a block."""
+        self.enter(kind, client)
+        try:
+            yield
+        finally:
+            self.leave(kind, client)
+
+
+class Held(Generic[J]):
+    """A launched job holding a place among the long-lived calls until it is closed."""
+
+    def __init__(self, job: J, release: Callable[[], None]) -> None:
+        self.job = job
+        self._release = once(release)
+
+    def close(self) -> None:
+        try:
+            self.job.close()
+        finally:
+            self._release()
+
+
+def held(calls: LongCalls, kind: str, client: str, launch: Callable[[], J]) -> Held[J]:
+    """``launch()`` counted as a long-lived call of ``kind`` until the result is closed
+    (RESOURCE_EXHAUSTED_TRANSIENT past a cap, before launching anything)."""
+    calls.enter(kind, client)
+    try:
+        job = launch()
+    except BaseException:
+        calls.leave(kind, client)
+        raise
+    return Held(job, lambda: calls.leave(kind, client))

@@ -1,0 +1,495 @@
+"""``Executions``: the one owner of a device's HAL calls (the package docstring says what it owns).
+
+Each use case takes its call's canonical arguments as a ``build`` function, called once
+the call is admitted (counted by the lifecycle), so that a request that cannot be
+converted is the call's launch error, answered and counted like any other. Every method
+returns its answer and never raises but for an injected abort (``faults.Abort``), which
+the transport turns into its own status.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Collection, Generator
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from nnhal.core.enums import ErrorStatus, HalVersion
+from nnhal.core.errors import GeneralFailure, HalError
+from nnhal.core.methods import METHOD_LEVEL, require_field
+from nnhal.core.types import ExecutionResult, FencedExecutionInfo
+from nnhal.server.driver import Driver
+from nnhal.server.executions import faults as injected
+from nnhal.server.executions.calls import (
+    CachedPreparation,
+    Execution,
+    FencedExecution,
+    Launch,
+    Notify,
+    Preparation,
+    Prepared,
+)
+from nnhal.server.executions.faults import FAULTABLE, KINDS, Fault, FaultPlan, Liveness
+from nnhal.server.executions.hooks import Call, Observer, Observers, Timings
+from nnhal.server.executions.long_calls import Held, Job, LongCalls, held, once
+from nnhal.server.executions.refusals import Refused, within_limit
+from nnhal.server.jobs import ExecutionJob, PrepareJob
+from nnhal.server.metrics import Metrics
+
+A = TypeVar("A")
+C = TypeVar("C")
+J = TypeVar("J", bound=Job)
+
+#: Executions of a model whose fastest run is shorter than this may run on the event loop's
+#: thread (``Executions.runs_inline``); 1 ms: the loop is never held up longer than a
+#: round trip takes anyway.
+INLINE_MAX_NS = 1_000_000
+#: ... and whose request carries at most this many bytes inline.
+INLINE_MAX_BYTES = 64 * 1024
+#: A fence wait answers this long before the caller's deadline expires.
+INFO_MARGIN_S = 0.05
+#: A fence wait looks this often whether its caller is still there (a cancelled call's
+#: thread and cap slot are given back within this).
+INFO_SLICE_S = 0.5
+_NO_LIMIT = 1 << 62
+
+
+class Stream(Liveness, Protocol):
+    """The transport's call of a launch / notify stream: ``add_callback`` calls back when the
+    call ends (False, and never, when it has ended already)."""
+
+    def add_callback(self, callback: Callable[[], None]) -> bool: ...
+
+
+class Waiting(Liveness, Protocol):
+    """The transport's call of a fence wait: the seconds left before its deadline."""
+
+    def time_remaining(self) -> float | None: ...
+
+
+class Method:
+    """A HAL method as the owner serves it: ``name`` (what metrics count it by), ``what`` (how
+    messages name one call of it), the level gate (``level``: the feature level it needs;
+    None: none), the fault plan's name for it (``fault``; None: never faulted) and the
+    histogram its durations go to."""
+
+    __slots__ = ("_count", "_observe", "fault", "level", "name", "what")
+
+    def __init__(
+        self,
+        name: str,
+        what: str,
+        level: HalVersion | None,
+        fault: str | None,
+        count: Callable[[str, int], None],
+        observe: Callable[[float], None] | None,
+    ) -> None:
+        self.name, self.what, self.level, self.fault = name, what, level, fault
+        self._count = count
+        self._observe = observe
+
+    def record(self, status: int, seconds: float | None) -> None:
+        """Count one answer with ``status``; time it when it was launched (``seconds``)."""
+        self._count(self.name, status)
+        if seconds is not None and self._observe is not None:
+            self._observe(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """What a call met when it arrived (``Executions.arrive``): its level refusal, or the
+    injected fault it took."""
+
+    error: HalError | None = None
+    fault: Fault | None = None
+
+    def start(self) -> HalError | None:
+        """The error the call answers at once (a refusal, an injected error), None to go on;
+        an injected abort or exit happens here."""
+        return self.error if self.error is not None else injected.at_start(self.fault)
+
+
+#: The default of ``Executions.method``'s ``fault`` and ``gate``: the method's own name.
+SAME = "same"
+
+
+class Executions:
+    """The HAL calls of one device (package docstring). Thread-safe.
+
+    ``metrics``: the server's (a fresh, unserved set when None); ``message_limit``: the
+    most bytes of output pools one answer may carry (the transport's message size, read at
+    call time; None: no limit)."""
+
+    def __init__(
+        self, driver: Driver, metrics: Metrics | None = None, message_limit: Callable[[], int] | None = None
+    ) -> None:
+        self.driver = driver
+        self.metrics = metrics if metrics is not None else Metrics(driver)
+        self.lifecycle = driver.lifecycle
+        self.level = driver.config.feature_level
+        self.long_calls = LongCalls.of(driver.config)
+        self.faults = FaultPlan()
+        #: The hooks (``hooks.Observer``); None: none, and the calls pay one attribute read.
+        self.observer: Observer | None = None
+        self._observers: list[Observer] = []
+        self._limit = message_limit or (lambda: _NO_LIMIT)
+        self._methods: dict[tuple[str, str, str | None, str | None, str | None], Method] = {}
+        self._lock = threading.Lock()
+
+    # -- methods and hooks --------------------------------------------------------------
+    def method(
+        self,
+        name: str,
+        what: str = "",
+        timer: str | None = "execute",
+        fault: str | None = SAME,
+        gate: str | None = SAME,
+    ) -> Method:
+        """The :class:`Method` ``name`` (made once): counted under ``name``, gated by the level
+        of ``gate`` (default: ``name``, when ``nnhal.core.methods`` lists it), faulted as
+        ``fault`` (default: ``name``, when faultable), timed in the ``timer`` histogram
+        ("execute", "prepare", None)."""
+        key = (name, what, timer, fault, gate)
+        m = self._methods.get(key)
+        if m is None:
+            if fault is SAME:
+                fault = name if name in FAULTABLE else None
+            level = METHOD_LEVEL.get(name if gate is SAME else gate or "")
+            observe = None if timer is None else getattr(self.metrics, f"{timer}_seconds").observe
+            m = Method(name, what or name, level, fault, self.metrics.rpc, observe)
+            with self._lock:
+                m = self._methods.setdefault(key, m)
+        return m
+
+    def observe(self, observer: Observer) -> None:
+        """Tell ``observer`` of every call from now on (``hooks``), after those added before."""
+        with self._lock:
+            self._observers.append(observer)
+            self.observer = Observers(self._observers)
+
+    # -- arrival: the level gate and injected faults ---------------------------------------
+    def arrive(self, method: Method, kinds: Collection[str] = KINDS) -> Arrival | None:
+        """What a call of ``method`` meets as it arrives: GENERAL_FAILURE when the device's
+        level lacks the method, else the injected fault it takes (of ``kinds``); None mostly."""
+        if method.level is not None and self.level < method.level:
+            return Arrival(
+                GeneralFailure(
+                    f"{method.name} needs NN HAL {method.level.label}; this device serves {self.level.label}"
+                )
+            )
+        if method.fault is not None and self.faults.armed:
+            fault = self.faults.take(method.fault, kinds)
+            if fault is not None:
+                return Arrival(None, fault)
+        return None
+
+    def burst_refusal(self, deadline: bool, loop_timeout_ns: int, tokens: bool) -> HalError | None:
+        """INVALID_ARGUMENT for a burst execution carrying what the device's level lacks (the
+        1.2 burst has no deadline, loop timeout or driver-managed buffer tokens); None when it fits."""
+        if self.level >= HalVersion.V1_3:
+            return None
+        carried = {
+            "a deadline": deadline,
+            "a loop timeout": bool(loop_timeout_ns),
+            "a driver-managed buffer (token) pool": tokens,
+        }
+        for what, used in carried.items():
+            if used:
+                try:
+                    require_field(self.level, HalVersion.V1_3, what, "configureExecutionBurst")
+                except HalError as err:
+                    return err
+        return None
+
+    # -- synchronous executions -----------------------------------------------------------
+    def runs_inline(self, session: str, handle: str, inline_bytes: Callable[[], int]) -> bool:
+        """Whether an execution may run on the event loop's thread instead of a worker's.
+
+        Handing a call to a worker thread and its answer back to the loop costs two thread
+        switches under the GIL — more than a small model's whole execution. So an execution
+        runs inline when it cannot hold the loop up: its model's fastest run so far is under
+        :data:`INLINE_MAX_NS`, its inline data (``inline_bytes()``, asked last: reading a
+        message's pools may copy them) under :data:`INLINE_MAX_BYTES`,
+        a slot is free for it at once (``Scheduler.starts_at_once``), and no fault or injected
+        delay is set. Anything else — a model never run, a large one, a busy device — goes to
+        a worker. (A racing admission may still make it wait for a slot, and the same
+        client's higher-priority work arriving mid-run may pause it: both bounded by one
+        execution, and rare.)"""
+        if self.faults.armed:
+            return False
+        try:
+            s = self.driver.session(session)
+            pm = self.driver.prepared(s, handle)
+        except HalError:
+            return False  # the worker's path reports it
+        fastest = pm.fastest_ns
+        if fastest is None or fastest >= INLINE_MAX_NS or s.faults.execute_delay_ms:
+            return False
+        if inline_bytes() > INLINE_MAX_BYTES:
+            return False
+        return self.driver.scheduler.starts_at_once(s.client_key, pm.priority)
+
+    def execute(
+        self,
+        method: Method,
+        build: Callable[[], Execution],
+        live: Liveness | None = None,
+        arrival: Arrival | None = None,
+        since: float | None = None,
+    ) -> ExecutionResult | Refused:
+        """One synchronous execution (also a burst's, a streamed one's, every form's): counted
+        by the lifecycle from launch to result (DEVICE_UNAVAILABLE while draining), the job
+        closed on every path. Its result — a result too large for one message is
+        INVALID_ARGUMENT — or, when it was refused or failed without one, a ``Refused``.
+        ``arrival``: what ``arrive`` returned for this call; ``since``: when it arrived
+        (``time.perf_counter()``, a streamed execution's start; default: now)."""
+        t0 = time.perf_counter() if since is None else since
+        error = arrival.start() if arrival is not None else None  # an abort raises
+        obs = self.observer
+        args: Execution | None = None
+        try:
+            if error is not None:
+                raise error
+            self.lifecycle.enter(method.what)
+        except Exception as err:
+            return self._refused(method, err, None, t0)
+        try:
+            try:
+                args = build()
+                job = self._begin(args)
+            except Exception as err:
+                return self._refused(method, err, args, t0)
+            t1 = 0.0
+            if obs is not None:
+                t1 = time.perf_counter()
+                obs.started(Call(method.name, method.what, args))
+            result: ExecutionResult | Refused
+            try:
+                result = within_limit(job.run(), self._limit())
+            except Exception as err:
+                result = Refused.of(err, f"in {method.what}")
+            finally:
+                job.close()
+            if arrival is not None:
+                injected.before_reply(arrival.fault, live)
+            t2 = time.perf_counter()
+            method.record(result.status, t2 - t0)
+            if obs is not None:
+                self._tell(obs, Call(method.name, method.what, args), result.status, Timings(t0, t1, t2), result)
+            return result
+        finally:
+            self.lifecycle.leave()
+
+    def _begin(self, call: Execution) -> ExecutionJob:
+        d = self.driver
+        return d.begin_execute(
+            d.session(call.session),
+            call.prepared_model,
+            call.request,
+            call.measure,
+            call.deadline_ns,
+            call.loop_timeout_ns,
+            call.profile,
+        )
+
+    def _refused(self, method: Method, err: Exception, args: object, t0: float) -> Refused:
+        """Count (and tell the hooks of) a call refused before its launch."""
+        refused = Refused.of(err, f"launching {method.what}")
+        method.record(refused.status, None)
+        obs = self.observer
+        if obs is not None:
+            t = time.perf_counter()
+            self._tell(obs, Call(method.name, method.what, args), refused.status, Timings(t0, None, t), refused)
+        return refused
+
+    @staticmethod
+    def _tell(obs: Observer, call: Call, status: ErrorStatus, timings: Timings, answer: object) -> None:
+        obs.finished(call, status, timings)
+        obs.answered(call, answer)
+
+    # -- asynchronous calls: launch, then notify ------------------------------------------
+    def execute_async(
+        self,
+        method: Method,
+        build: Callable[[], Execution],
+        live: Stream | None = None,
+        arrival: Arrival | None = None,
+    ) -> Generator[Launch | Notify[ExecutionResult], None, None]:
+        """An asynchronous execution (``execute_1_3``, the HIDL ``execute`` forms): its
+        :class:`Launch`, then one :class:`Notify` carrying the result (``_launch_then_notify``)."""
+        limit = self._limit
+        return self._launch_then_notify(
+            method, build, self._begin, lambda job: within_limit(job.run(), limit()), live, arrival
+        )
+
+    def prepare(
+        self,
+        method: Method,
+        build: Callable[[], Preparation | CachedPreparation],
+        live: Stream | None = None,
+        arrival: Arrival | None = None,
+    ) -> Generator[Launch | Notify[Prepared], None, None]:
+        """A preparation (every ``prepareModel*`` form): its :class:`Launch`, then one
+        :class:`Notify` carrying the prepared model. It holds a place among its client's
+        long-lived calls ("preparation") from its launch to its notify."""
+        want_cache = [False]
+
+        def start(call: Preparation | CachedPreparation) -> Held[PrepareJob]:
+            d = self.driver
+            session = d.session(call.session)
+            if isinstance(call, CachedPreparation):
+                launch: Callable[[], PrepareJob] = lambda: d.prepare_from_cache(  # noqa: E731
+                    session, list(call.model_cache), list(call.data_cache), call.token, call.deadline_ns
+                )
+            else:
+                want_cache[0] = call.want_cache
+                launch = lambda: d.begin_prepare(  # noqa: E731
+                    session, call.model, call.preference, call.priority, call.deadline_ns, call.token
+                )
+            return held(self.long_calls, "preparation", session.client_key, launch)
+
+        def run(job: Held[PrepareJob]) -> Prepared:
+            handle, model_cache = job.job.run()
+            # If the client vanished before the notify, its session's end releases the model.
+            return Prepared(handle, model_cache if want_cache[0] else b"")
+
+        return self._launch_then_notify(method, build, start, run, live, arrival)
+
+    def _launch_then_notify(
+        self,
+        method: Method,
+        build: Callable[[], C],
+        start: Callable[[C], J],
+        run: Callable[[J], A],
+        live: Stream | None,
+        arrival: Arrival | None,
+    ) -> Generator[Launch | Notify[A], None, None]:
+        """An asynchronous call: ``Launch`` with the launch status, then exactly one ``Notify``,
+        whatever happens. A launch error (an arrival's, a drain's, ``build``'s, ``start``'s)
+        is notified with the same status; otherwise the notify carries ``run(job)``, or its
+        failure. The lifecycle counts the work from launch to notify.
+
+        The job is closed (and the work uncounted) exactly once on every path. When the
+        call ends between the two events (cancel, deadline, the client's death, the
+        server's stop) the transport never resumes the generator: ``live``'s end callback
+        then closes the job at once, and the generator's ``finally`` (run when it is
+        collected) finds nothing left to do; without ``live`` that ``finally`` alone does it.
+        The generator resumed after its launch event means the launch was written: the
+        hooks' ``launch_written`` is called then, before the work runs."""
+        t0 = time.perf_counter()
+        obs = self.observer
+        args: C | None = None
+        counted = False
+        fault = arrival.fault if arrival is not None else None
+        error = arrival.start() if arrival is not None else None  # an abort raises: nothing was launched
+        try:
+            if error is not None:
+                raise error
+            self.lifecycle.enter(method.what)
+            counted = True
+            args = build()
+            job = start(args)
+        except Exception as err:
+            if counted:
+                self.lifecycle.leave()
+            refused = self._refused(method, err, args, t0)
+            yield Launch(refused.status, refused.message)
+            yield Notify(refused.status, refused.message)
+            return
+
+        def finish() -> None:
+            try:
+                job.close()
+            finally:
+                self.lifecycle.leave()
+
+        end = once(finish)
+        # "parked": suspended at the launch event, the job held by no thread; "running": the
+        # generator resumed; "abandoned": the call ended while parked and the job was closed.
+        state = ["parked"]
+        lock = threading.Lock()
+
+        def on_termination() -> None:
+            with lock:
+                if state[0] != "parked":
+                    return
+                state[0] = "abandoned"
+            end()
+
+        try:
+            if live is not None:
+                live.add_callback(on_termination)
+            yield Launch(ErrorStatus.NONE)
+            with lock:
+                if state[0] == "abandoned":
+                    return
+                state[0] = "running"
+            call = Call(method.name, method.what, args) if obs is not None else None
+            if obs is not None and call is not None:
+                obs.launch_written(call)
+            injected.after_message(fault, 1)  # an abort raises: the finally ends the job
+            t1 = time.perf_counter()
+            if obs is not None and call is not None:
+                obs.started(call)
+            notify: Notify[A]
+            try:
+                answer = run(job)
+                status = getattr(answer, "status", ErrorStatus.NONE)
+                notify = Notify(status, getattr(answer, "message", ""), answer)
+            except Exception as err:
+                refused = Refused.of(err, f"during {method.what}")
+                notify = Notify(refused.status, refused.message)
+            injected.before_reply(fault, live)
+            t2 = time.perf_counter()
+            method.record(notify.status, t2 - t0)
+            if obs is not None and call is not None:
+                answered = notify.answer if notify.answer is not None else Refused(notify.status, notify.message)
+                self._tell(obs, call, notify.status, Timings(t0, t1, t2), answered)
+            yield notify
+        finally:
+            end()
+
+    # -- fenced executions ----------------------------------------------------------------
+    def execute_fenced(self, what: str, call: FencedExecution) -> str:
+        """IPreparedModel::executeFenced (every form): the handle of its sync fence and
+        callback. Counted by the lifecycle until its launch took its scheduler ticket, which
+        then counts it (DEVICE_UNAVAILABLE while draining). Raises HalError."""
+        d = self.driver
+        with self.lifecycle.work(what):
+            return d.execute_fenced(
+                d.session(call.session),
+                call.prepared_model,
+                call.request,
+                list(call.wait_for),
+                call.measure,
+                call.deadline_ns,
+                call.loop_timeout_ns,
+                call.duration_ns,
+                call.on_signal,
+            )
+
+    def fenced_info(self, session: str, callback: str, wait: bool, live: Waiting) -> FencedExecutionInfo:
+        """IFencedExecutionCallback::getExecutionInfo. With ``wait``, until the fence signals,
+        the caller's deadline is near or the caller is gone — a long-lived call of its client
+        ("fence wait"), capped (RESOURCE_EXHAUSTED_TRANSIENT, unless the fence has signalled
+        already). Raises HalError."""
+        d = self.driver
+        s = d.session(session)
+        info = d.fenced_info(s, callback, False, None)
+        if wait and not info.signalled:
+            with self.long_calls.holding("fence wait", s.client_key):
+                while True:
+                    remaining = live.time_remaining()
+                    timeout = (
+                        INFO_SLICE_S if remaining is None else max(0.0, min(INFO_SLICE_S, remaining - INFO_MARGIN_S))
+                    )
+                    info = d.fenced_info(s, callback, True, timeout)
+                    if info.signalled or timeout < INFO_SLICE_S or not live.is_active():
+                        break
+        return within_limit(info, self._limit())
+
+    # -- other work --------------------------------------------------------------------------
+    def admit(self, what: str) -> None:
+        """DEVICE_UNAVAILABLE while draining: for work that is not counted (``allocate``)."""
+        self.lifecycle.admit(what)
