@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -59,22 +59,24 @@ def interleaved(
     ours: Callable[[], object], anchor: Callable[[], object], rounds: int, per_round: int
 ) -> tuple[float, float]:
     """Median seconds per call of each side, measured in alternating rounds."""
-    a_times: list[float] = []
-    b_times: list[float] = []
-    for _ in range(3):  # warm-up both paths
-        ours()
-        anchor()
+    t_ours, t_anchor = interleaved_all([ours, anchor], rounds, per_round)
+    return t_ours, t_anchor
+
+
+def interleaved_all(calls: Sequence[Callable[[], object]], rounds: int, per_round: int) -> list[float]:
+    """Median seconds per call of each of ``calls``, measured in rounds that take them in turn
+    (after a warm-up of three calls each, in turn)."""
+    times: list[list[float]] = [[] for _ in calls]
+    for _ in range(3):  # warm-up every path
+        for call in calls:
+            call()
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(per_round):
-            ours()
-        t1 = time.perf_counter()
-        for _ in range(per_round):
-            anchor()
-        t2 = time.perf_counter()
-        a_times.append((t1 - t0) / per_round)
-        b_times.append((t2 - t1) / per_round)
-    return statistics.median(a_times), statistics.median(b_times)
+        for call, samples in zip(calls, times):
+            t0 = time.perf_counter()
+            for _ in range(per_round):
+                call()
+            samples.append((time.perf_counter() - t0) / per_round)
+    return [statistics.median(samples) for samples in times]
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:

@@ -16,17 +16,19 @@ from pathlib import Path
 
 import grpc
 
-from nnhal.bench.echo_server import CHANNEL_OPTIONS, PING_PONG, UNARY
+from nnhal.bench.echo_server import CHANNEL_OPTIONS, CHUNKS, PING_PONG, UNARY
 from nnhal.client.death import close_channel
 from nnhal.testing.child import ChildServer
 
 
 class EchoServer(ChildServer):
-    """``with EchoServer(unix=False) as srv: EchoClient(srv.address)``."""
+    """``with EchoServer(unix=False) as srv: EchoClient(srv.address)``; ``aio``: the same
+    methods served by a ``grpc.aio`` server."""
 
-    def __init__(self, unix: bool = False, start_timeout: float = 30.0) -> None:
+    def __init__(self, unix: bool = False, start_timeout: float = 30.0, aio: bool = False) -> None:
         def command(address: str, port_file: Path) -> list[str]:
-            return [sys.executable, "-m", "nnhal.bench.echo_server", "--listen", address, "--port-file", str(port_file)]
+            module = [sys.executable, "-m", "nnhal.bench.echo_server"]
+            return [*module, "--listen", address, "--port-file", str(port_file), *(["--aio"] if aio else [])]
 
         super().__init__(command, unix=unix, start_timeout=start_timeout, prefix="nnhal-echo-")
 
@@ -73,6 +75,7 @@ class EchoClient:
     def __init__(self, address: str) -> None:
         self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self._unary = self._channel.unary_unary(UNARY)
+        self._chunks = self._channel.stream_stream(CHUNKS)
 
     def wait_ready(self, timeout: float = 10.0) -> None:
         grpc.channel_ready_future(self._channel).result(timeout)
@@ -80,6 +83,13 @@ class EchoClient:
     def unary(self, payload: bytes, timeout: float = 60.0) -> bytes:
         reply: bytes = self._unary(payload, timeout=timeout)
         return reply
+
+    def chunks(self, payload: bytes, chunk_bytes: int, timeout: float = 60.0) -> bytes:
+        """``payload`` sent in messages of ``chunk_bytes`` (each a copy, as a chunk taken from
+        an array is) and received back the same way, joined into one buffer (one more copy,
+        as a pool reassembled from chunks is)."""
+        parts = (payload[o : o + chunk_bytes] for o in range(0, len(payload), chunk_bytes))
+        return b"".join(self._chunks(parts, timeout=timeout))
 
     def ping_pong(self, timeout: float = 600.0) -> PingPong:
         """A stream kept open for at most ``timeout`` seconds (its deadline)."""

@@ -10,6 +10,9 @@ the same sizes, so the ratio is our overhead over gRPC's own.
 Rounds are short (20-50 calls, alternating ours / anchor) and many, and the ratio is of their
 medians: on a shared machine whose load swings within seconds both sides then see the same load.
 
+The ``*_remote`` / ``*_chunked`` benchmarks start our server with ``--no-fast-path``: the
+path a client on another host takes, every call over gRPC.
+
 Message sizes: the anchor moves as many bytes each way as our call puts on the
 wire. Ours were measured once from the protobuf of the equivalent request
 (this module does not see the wire format): the tensor bytes plus an envelope
@@ -21,11 +24,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
-from nnhal.bench.common import Bench, BenchResult, check, interleaved, local_device, transport
+from nnhal.bench.common import Bench, BenchResult, check, interleaved, interleaved_all, local_device, transport
 from nnhal.bench.echo_anchor import EchoClient, EchoServer
 from nnhal.bench.echo_server import frame
 from nnhal.client.memory import SharedMemory
@@ -33,6 +36,7 @@ from nnhal.client.prepared_model import PreparedModel
 from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
+from nnhal.core.wire_stream import CHUNK_BYTES
 
 SMALL_SHAPE = (2, 4)
 SMALL_BYTES = 2 * 4 * 4
@@ -42,6 +46,8 @@ SYNC_ENVELOPE = (147, 38)
 BURST_ENVELOPE = (109, 40)
 BIG_SIDE = 4096
 BIG_BYTES = BIG_SIDE * BIG_SIDE * 4
+#: What stands for a client on another host: a server that offers no same-host fast path.
+REMOTE = ("--no-fast-path",)
 
 
 def _add_model() -> Model:
@@ -148,10 +154,13 @@ def _bandwidth(name: str, t_ours: float, t_anchor: float, goal: str, detail: str
 
 
 @contextmanager
-def _served(model: Model, unix: bool = False) -> Iterator[tuple[PreparedModel, EchoClient]]:
-    """Our server and the echo anchor, each in its own process on the same transport."""
+def _served(
+    model: Model, unix: bool = False, server_args: tuple[str, ...] = ()
+) -> Iterator[tuple[PreparedModel, EchoClient]]:
+    """Our server (started with ``server_args``) and the echo anchor, each in its own process
+    on the same transport."""
     with (
-        local_device(unix) as dev,
+        local_device(unix, *server_args) as dev,
         dev.prepare_model_sync(model) as pm,
         EchoServer(unix) as echo,
         EchoClient(echo.address) as client,
@@ -160,10 +169,32 @@ def _served(model: Model, unix: bool = False) -> Iterator[tuple[PreparedModel, E
         yield pm, client
 
 
-def _sync_small(unix: bool, quick: bool) -> BenchResult:
+def _server_note(server_args: tuple[str, ...]) -> str:
+    return f" (server {' '.join(server_args)})" if server_args else ""
+
+
+@contextmanager
+def _aio_echo(server_args: tuple[str, ...], unix: bool) -> Iterator[EchoClient | None]:
+    """On the remote path, a client of the echo served by ``grpc.aio`` (as ours is): what asyncio
+    serving costs by itself, measured in the same rounds; None otherwise."""
+    if not server_args:
+        yield None
+        return
+    with EchoServer(unix, aio=True) as echo, EchoClient(echo.address) as client:
+        client.wait_ready()
+        yield client
+
+
+def _aio_note(t_aio: list[float], t_echo: float) -> str:
+    if not t_aio:
+        return ""
+    return f"; the same echo served by grpc.aio: {t_aio[0] * 1e6:.0f} us ({t_aio[0] / t_echo:.2f}x the anchor)"
+
+
+def _sync_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> BenchResult:
     a, b = _small_inputs()
     payload = _small_payload(SYNC_ENVELOPE)
-    with _served(_add_model(), unix) as (pm, client):
+    with _served(_add_model(), unix, server_args) as (pm, client), _aio_echo(server_args, unix) as aio_client:
 
         def ours() -> np.ndarray:
             out: np.ndarray = pm.execute([a, b]).outputs[0]
@@ -171,13 +202,25 @@ def _sync_small(unix: bool, quick: bool) -> BenchResult:
 
         check(np.array_equal(ours(), a + b), "ADD through the server is wrong")
         rounds, per = (30, 20) if quick else (60, 50)
-        t_ours, t_echo = interleaved(ours, lambda: client.unary(payload, timeout=10), rounds, per)
-    return _per_call(t_ours, t_echo, "pm.execute([2x4, 2x4]) -> outputs[0], unary", SYNC_ENVELOPE, unix)
+        sides = [ours, lambda: client.unary(payload, timeout=10)]
+        if aio_client is not None:
+            sides.append(lambda: aio_client.unary(payload, timeout=10))
+        t_ours, t_echo, *t_aio = interleaved_all(sides, rounds, per)
+    what = "pm.execute([2x4, 2x4]) -> outputs[0], unary" + _server_note(server_args) + _aio_note(t_aio, t_echo)
+    return _per_call(t_ours, t_echo, what, SYNC_ENVELOPE, unix)
 
 
 def sync_small(quick: bool) -> dict[str, BenchResult]:
     """pm.execute of ADD 2x4 float32 vs a raw gRPC unary call of the same byte sizes."""
     return {"ipc.sync_small": _sync_small(False, quick), "ipc.sync_small.unix": _sync_small(True, quick)}
+
+
+def sync_small_remote(quick: bool) -> dict[str, BenchResult]:
+    """``ipc.sync_small`` on the remote path: the server offers no fast path."""
+    return {
+        "ipc.sync_small_remote": _sync_small(False, quick, REMOTE),
+        "ipc.sync_small_remote.unix": _sync_small(True, quick, REMOTE),
+    }
 
 
 def _small_request(a: np.ndarray, b: np.ndarray) -> Request:
@@ -190,10 +233,18 @@ def _small_request(a: np.ndarray, b: np.ndarray) -> Request:
     )
 
 
-def _burst_small(unix: bool, quick: bool) -> BenchResult:
+def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> BenchResult:
     a, b = _small_inputs()
     payload = _small_payload(BURST_ENVELOPE)
-    with _served(_add_model(), unix) as (pm, client), pm.burst(fast=False) as burst, client.ping_pong() as stream:
+    # fast=False: a gRPC stream even where the server offers the fast path; without one, what a user gets.
+    fast = None if server_args else False
+    with (
+        _served(_add_model(), unix, server_args) as (pm, client),
+        pm.burst(fast=fast) as burst,
+        client.ping_pong() as stream,
+        _aio_echo(server_args, unix) as aio_client,
+        aio_client.ping_pong() if aio_client is not None else nullcontext() as aio_stream,
+    ):
 
         def ours() -> np.ndarray:
             outcome = burst.execute(_small_request(a, b))
@@ -201,15 +252,26 @@ def _burst_small(unix: bool, quick: bool) -> BenchResult:
 
         check(np.array_equal(ours(), a + b), "ADD through the burst is wrong")
         rounds, per = (30, 20) if quick else (60, 50)
-        t_ours, t_echo = interleaved(ours, lambda: stream.ping(payload), rounds, per)
+        sides = [ours, lambda: stream.ping(payload)]
+        if aio_stream is not None:
+            sides.append(lambda: aio_stream.ping(payload))
+        t_ours, t_echo, *t_aio = interleaved_all(sides, rounds, per)
     # Issue #16's goal for a burst is tighter than for a unary call: no per-call stream set-up.
-    what = "Burst.execute(Request of 2x4, 2x4) -> numpy, bidi"
+    what = "Burst.execute(Request of 2x4, 2x4) -> numpy, bidi" + _server_note(server_args) + _aio_note(t_aio, t_echo)
     return _per_call(t_ours, t_echo, what, BURST_ENVELOPE, unix, "ratio <= 1.2")
 
 
 def burst_small(quick: bool) -> dict[str, BenchResult]:
     """Burst.execute of ADD 2x4 float32 vs a raw gRPC bidi ping-pong of the same byte sizes."""
     return {"ipc.burst_small": _burst_small(False, quick), "ipc.burst_small.unix": _burst_small(True, quick)}
+
+
+def burst_small_remote(quick: bool) -> dict[str, BenchResult]:
+    """``ipc.burst_small`` on the remote path: the server offers no fast path."""
+    return {
+        "ipc.burst_small_remote": _burst_small(False, quick, REMOTE),
+        "ipc.burst_small_remote.unix": _burst_small(True, quick, REMOTE),
+    }
 
 
 def _fast_burst_small(unix: bool, quick: bool) -> BenchResult:
@@ -254,6 +316,10 @@ def _identity(pm: PreparedModel, x: np.ndarray) -> np.ndarray:
     return out
 
 
+def _gibs(seconds: float) -> float:
+    return BIG_BYTES / 2**30 / seconds
+
+
 def _inline_64m(unix: bool, quick: bool) -> BenchResult:
     x = np.random.default_rng(0).random((BIG_SIDE, BIG_SIDE), dtype=np.float32)
     # Request and reply the same size: the echo returns the bytes it received, no copy.
@@ -261,18 +327,48 @@ def _inline_64m(unix: bool, quick: bool) -> BenchResult:
     rounds = 3 if quick else 7
     with _served(_identity_model(), unix) as (pm, client):
         check(np.array_equal(_identity(pm, x), x), "the identity model changed the bytes")
-        t_ours, t_echo = interleaved(lambda: _identity(pm, x), lambda: client.unary(payload), rounds, 1)
+        t_ours, t_echo, t_chunks = interleaved_all(
+            [lambda: _identity(pm, x), lambda: client.unary(payload), lambda: client.chunks(payload, CHUNK_BYTES)],
+            rounds,
+            1,
+        )
     detail = (
         "ours: pm.execute([64 MiB array]) -> outputs[0] (the client streams pools of 2 MiB or more in 1 MiB "
-        f"chunks); anchor: raw unary echo of 64 MiB in one message, {transport(unix)}"
+        f"chunks); anchor: raw unary echo of 64 MiB in one message, {transport(unix)}; a raw stream of the same "
+        f"1 MiB chunks both ways, same rounds: {_gibs(t_chunks):.3g} GiB/s, ours {t_chunks / t_ours:.2f}x that"
     )
-    gib = BIG_BYTES / 2**30
-    return BenchResult(gib / t_ours, gib / t_echo, t_echo / t_ours, "GiB/s", "ratio >= 0.8", detail)
+    return BenchResult(_gibs(t_ours), _gibs(t_echo), t_echo / t_ours, "GiB/s", "ratio >= 0.8", detail)
 
 
 def inline_64m(quick: bool) -> dict[str, BenchResult]:
-    """64 MiB in and out inline through pm.execute vs a raw gRPC echo of 64 MiB."""
+    """64 MiB in and out inline through pm.execute vs a raw gRPC echo of 64 MiB (the detail
+    adds a raw stream of the same chunks, measured in the same rounds)."""
     return {"ipc.inline_64m": _inline_64m(False, quick), "ipc.inline_64m.unix": _inline_64m(True, quick)}
+
+
+def _inline_64m_chunked(unix: bool, quick: bool) -> BenchResult:
+    x = np.random.default_rng(0).random((BIG_SIDE, BIG_SIDE), dtype=np.float32)
+    payload = frame(BIG_BYTES, BIG_BYTES)
+    rounds = 3 if quick else 7
+    with _served(_identity_model(), unix, REMOTE) as (pm, client):
+        check(np.array_equal(_identity(pm, x), x), "the identity model changed the bytes")
+        check(client.chunks(payload, CHUNK_BYTES) == payload, "the chunked echo changed the bytes")
+        t_ours, t_chunks = interleaved(lambda: _identity(pm, x), lambda: client.chunks(payload, CHUNK_BYTES), rounds, 1)
+    detail = (
+        "ours: pm.execute([64 MiB array]) -> outputs[0], 1 MiB chunks both ways" + _server_note(REMOTE) + "; "
+        "anchor: raw bidi stream of 64 MiB sent in 1 MiB messages, all echoed back once in, joined into one "
+        f"buffer, {transport(unix)}"
+    )
+    return BenchResult(_gibs(t_ours), _gibs(t_chunks), t_chunks / t_ours, "GiB/s", "ratio >= 0.8", detail)
+
+
+def inline_64m_chunked(quick: bool) -> dict[str, BenchResult]:
+    """64 MiB in and out inline through pm.execute on the remote path vs a raw gRPC stream of
+    the same 1 MiB chunks both ways."""
+    return {
+        "ipc.inline_64m_chunked": _inline_64m_chunked(False, quick),
+        "ipc.inline_64m_chunked.unix": _inline_64m_chunked(True, quick),
+    }
 
 
 def shm_64m(quick: bool) -> dict[str, BenchResult]:
@@ -315,6 +411,9 @@ BENCHMARKS: dict[str, Bench] = {
     "ipc.burst_small": burst_small,
     "ipc.fast_burst_small": fast_burst_small,
     "ipc.inline_64m": inline_64m,
+    "ipc.sync_small_remote": sync_small_remote,
+    "ipc.burst_small_remote": burst_small_remote,
+    "ipc.inline_64m_chunked": inline_64m_chunked,
     "ipc.shm_64m": shm_64m,
     "ipc.tiny_model": tiny_model_bench,
 }

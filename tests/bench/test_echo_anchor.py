@@ -33,6 +33,9 @@ def _check_echoes(address: str) -> None:
             for size in (8, 100, 173):
                 assert len(stream.ping(frame(size, 72))) == 72
             assert stream.ping(b"ping") == b"ping"
+        payload = bytes(range(256)) * 10
+        assert client.chunks(payload, 100, timeout=10) == payload  # 26 messages each way, in order
+        assert client.chunks(b"", 100, timeout=10) == b""
 
 
 def test_reply_sizes_follow_the_header() -> None:
@@ -52,6 +55,16 @@ def test_tcp_port_zero_echoes_and_stops() -> None:
     finally:
         srv.stop()
     assert srv.proc.returncode is not None
+
+
+@pytest.mark.parametrize("unix", [False, True])
+def test_the_grpc_aio_echo_answers_alike_and_stops(unix: bool) -> None:
+    srv = EchoServer(unix=unix, aio=True)
+    try:
+        _check_echoes(srv.address)
+    finally:
+        srv.stop()
+    assert srv.proc.returncode == 0  # SIGTERM stops it cleanly
 
 
 def test_unix_socket_in_tmp_path(tmp_path: Path) -> None:
