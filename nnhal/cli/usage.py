@@ -18,7 +18,7 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
 
@@ -30,7 +30,15 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line (``nnhal: error: ...``), exit status 2."""
+    """An ArgumentParser whose errors are one line (``nnhal: error: ...``), exit status 2.
+
+    Abbreviated long options are rejected (``allow_abbrev=False``): a prefix that happens to
+    match today could silently mean another option once a new one is added.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         fail(f"{message} (see '{self.prog} --help')")

@@ -57,3 +57,12 @@ def test_every_command_has_a_runner() -> None:
         build_parser().parse_args(["no-such-command"])
     for module in set(COMMANDS.values()):
         assert callable(importlib.import_module(module).run), module
+
+
+@pytest.mark.parametrize("argv", [["serve", "--port-f", "p"], ["run", "--star"]])
+def test_abbreviated_flags_are_rejected(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nnhal: error:") and err.count("\n") == 1 and "Traceback" not in err
