@@ -160,6 +160,10 @@ def split_host_port(addr: str, unix: bool = True) -> tuple[str, int]:
     """``host:port`` or ``[v6]:port`` as (host, port); ValueError saying the expected form
     (``unix``: unix:PATH is one of the forms the caller accepts)."""
     form = "expected host:port, [IPv6]:port or unix:PATH" if unix else "expected host:port or [IPv6]:port"
+    scheme, slashes, rest = addr.partition("://")
+    if slashes and scheme and "/" not in scheme:
+        # A URL (http://host:port) is a common guess; gRPC addresses carry no scheme.
+        raise ValueError(f"{addr!r}: {form}, without a URL scheme (e.g. {rest.rstrip('/') or 'host:port'})")
     if addr.startswith("["):
         host, sep, port = addr[1:].partition("]:")
         if not sep or not host:

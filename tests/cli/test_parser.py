@@ -66,3 +66,11 @@ def test_abbreviated_flags_are_rejected(argv: list[str], capsys: pytest.CaptureF
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("nnhal: error:") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_url_address_says_no_scheme(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["info", "http://127.0.0.1:50051"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "without a URL scheme (e.g. 127.0.0.1:50051)" in err and err.count("\n") == 1
