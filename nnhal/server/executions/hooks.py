@@ -25,7 +25,7 @@ With no observer set the owner pays one attribute read per call.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from nnhal.core.enums import ErrorStatus
@@ -75,26 +75,37 @@ class Observer:
 
 
 class Observers(Observer):
-    """Several observers, each told in the order given; one that raises is logged and skipped."""
+    """Several observers, each told in the order given; one that raises is logged and skipped.
+    A hook an observer does not override is not called on it (the owner calls every hook of
+    every call: most observers want one or two)."""
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)
 
+        def overriding(hook: str) -> tuple[Callable[..., None], ...]:
+            base = getattr(Observer, hook)
+            return tuple(getattr(o, hook) for o in self.observers if getattr(type(o), hook) is not base)
+
+        self._launch_written = overriding("launch_written")
+        self._started = overriding("started")
+        self._finished = overriding("finished")
+        self._answered = overriding("answered")
+
     def launch_written(self, call: Call) -> None:
-        for o in self.observers:
-            _safely(o.launch_written, call)
+        for hook in self._launch_written:
+            _safely(hook, call)
 
     def started(self, call: Call) -> None:
-        for o in self.observers:
-            _safely(o.started, call)
+        for hook in self._started:
+            _safely(hook, call)
 
     def finished(self, call: Call, status: ErrorStatus, timings: Timings) -> None:
-        for o in self.observers:
-            _safely(o.finished, call, status, timings)
+        for hook in self._finished:
+            _safely(hook, call, status, timings)
 
     def answered(self, call: Call, answer: object) -> None:
-        for o in self.observers:
-            _safely(o.answered, call, answer)
+        for hook in self._answered:
+            _safely(hook, call, answer)
 
 
 def _safely(hook: object, *args: object) -> None:

@@ -213,6 +213,24 @@ def test_a_failing_observer_is_logged_and_skipped(caplog: pytest.LogCaptureFixtu
     assert isinstance(x.observer, Observers)
 
 
+def test_an_observer_is_told_only_the_hooks_it_overrides() -> None:
+    class OnlyAnswered(Observer):
+        def __init__(self) -> None:
+            self.answers: list[str] = []
+
+        def answered(self, call: Call, answer: object) -> None:
+            self.answers.append(call.method)
+
+    only = OnlyAnswered()
+    both = Observers([only, Recorder()])
+    assert both._answered and len(both._answered) == 2
+    assert len(both._started) == 1 and len(both._launch_written) == 1  # the Recorder's alone
+    x, session, handle = _owner()
+    x.observe(only)
+    assert x.execute(x.method("e"), lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    assert only.answers == ["e"]
+
+
 def test_a_fenced_execution_and_its_info_are_told_to_the_hooks() -> None:
     x, session, handle = _owner()
     seen = Recorder()
