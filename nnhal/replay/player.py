@@ -13,6 +13,7 @@ buffer (its allocation is not a recorded call), a shared pool recorded without c
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -240,7 +241,7 @@ class Player:
             act = bytes(mine)[start : start + length] if length else bytes(mine)[start:]
             operand = main.operands[main.output_indexes[k]]
             dims = shapes[k].dimensions if k < len(shapes) else arg.dimensions or operand.dimensions
-            n = _count(dims)
+            n = math.prod(dims)
             msg = compare_values(k, operand.type, n, exp, act, relaxed, None) if n else None
             if msg is not None:
                 differ(f"output {k}", "recorded values", msg)
@@ -268,10 +269,3 @@ def _seconds(us: Any) -> float | None:
     if not isinstance(us, int) or isinstance(us, bool):
         return None
     return max(us, 1000) / 1e6
-
-
-def _count(dims: tuple[int, ...]) -> int:
-    n = 1
-    for d in dims:
-        n *= d
-    return n
