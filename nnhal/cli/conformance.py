@@ -17,6 +17,8 @@ import contextlib
 import fnmatch
 import json
 import os
+import signal
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -194,8 +196,33 @@ def run(args: argparse.Namespace) -> int:
                     failed |= res.status == "failed"
                 progress.step(failed)
 
-        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            list(pool.map(one, cases))
+        # Ctrl-C sets a flag instead of raising: a KeyboardInterrupt raised inside a lock's wait
+        # can leave that lock broken and turn the exit into a traceback.
+        interrupted = threading.Event()
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, lambda _signum, _frame: interrupted.set()) if main else None
+        pool = ThreadPoolExecutor(max(1, args.jobs))
+        try:
+            pending = [pool.submit(one, case) for case in cases]
+            while not interrupted.wait(0.2):
+                if all(f.done() for fut in pending[-1:]) and all(fut.done() for fut in pending):
+                    break
+            if interrupted.is_set():
+                # Cases not started are dropped; the ones running end within their own timeouts.
+                pool.shutdown(wait=True, cancel_futures=True)
+                with lock:
+                    finished = len({name.rsplit("/", 1)[0] for name in report})
+                    sys.stderr.write(
+                        f"nnhal: interrupted after {finished} of {len(cases)} cases: {counts['passed']} passed, "
+                        f"{counts['failed']} failed, {counts['skipped']} skipped\n"
+                    )
+                return 130
+            for fut in pending:
+                fut.result()  # a bug outside the case's own guard is not swallowed
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            if main:
+                signal.signal(signal.SIGINT, previous)
     elapsed = time.monotonic() - start
     rows = [
         [op, c["passed"], c["failed"], c["skipped"]]

@@ -47,7 +47,8 @@ def _table(dev: Device) -> None:
         ["operand types with performance", str(len(caps.operand_performance))],
         ["relaxed fp32->fp16 perf", f"{caps.relaxed_float32_to_float16_performance_tensor.exec_time:g}"],
     ]
-    for key, value in dev.limits().items():
+    # Sorted: the server sends the limits as a map, whose order is not kept across runs.
+    for key, value in sorted(dev.limits().items()):
         rows.append([f"limit: {key}", "unlimited" if value == 0 else str(value)])
     print_table(["property", "value"], rows)
 
