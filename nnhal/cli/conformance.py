@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             pending = [pool.submit(one, case) for case in cases]
             while not interrupted.wait(0.2):
-                if all(f.done() for fut in pending[-1:]) and all(fut.done() for fut in pending):
+                if all(fut.done() for fut in pending):
                     break
             if interrupted.is_set():
                 # Cases not started are dropped; the ones running end within their own timeouts.
