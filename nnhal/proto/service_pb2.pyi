@@ -159,10 +159,26 @@ class StatusResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_types_pb2.DeviceStatus, str]] = ...) -> None: ...
 
 class CacheFile(_message.Message):
-    __slots__ = ("data",)
+    __slots__ = ("data", "held")
     DATA_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     data: bytes
-    def __init__(self, data: _Optional[bytes] = ...) -> None: ...
+    held: HeldFile
+    def __init__(self, data: _Optional[bytes] = ..., held: _Optional[_Union[HeldFile, _Mapping]] = ...) -> None: ...
+
+class HeldFile(_message.Message):
+    __slots__ = ("pid", "fd", "dev", "ino", "size")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    FD_FIELD_NUMBER: _ClassVar[int]
+    DEV_FIELD_NUMBER: _ClassVar[int]
+    INO_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    fd: int
+    dev: int
+    ino: int
+    size: int
+    def __init__(self, pid: _Optional[int] = ..., fd: _Optional[int] = ..., dev: _Optional[int] = ..., ino: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
 
 class PrepareModelRequest(_message.Message):
     __slots__ = ("session", "model", "preference", "priority", "deadline", "model_cache", "data_cache", "token", "want_cache")

@@ -180,7 +180,7 @@ class Driver:
         deadline_ns: int | None,
         cache_token: bytes = b"",
         trusted: bool = False,
-        artifact: bytes | None = None,
+        artifact: memoryview | None = None,
     ) -> PrepareJob:
         """Launch checks of prepareModel: the cache token, deadline, pools and the whole
         model (unless ``trusted``: read from a cache this server sealed). Raises HalError.

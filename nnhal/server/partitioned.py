@@ -234,14 +234,15 @@ class PartitionedBackend:
         artifact = b"".join((_MAGIC, _LENGTH.pack(len(head)), head, *payloads))
         return PartitionedGraph(model, self.kind, graphs), artifact
 
-    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes) -> ExecutableGraph:
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
         """The graph from a ``compile`` artifact (sealed by this server's cache). ``model``
         may be the skeleton (no constants)."""
-        if not artifact.startswith(_MAGIC):
+        view = memoryview(artifact)  # steps' payloads are views: the inner load copies what it keeps
+        if bytes(view[: len(_MAGIC)]) != _MAGIC:
             raise GeneralFailure("the cached artifact is not a partitioned one")
-        (n,) = _LENGTH.unpack_from(artifact, len(_MAGIC))
+        (n,) = _LENGTH.unpack_from(view, len(_MAGIC))
         at = len(_MAGIC) + _LENGTH.size
-        header = json.loads(artifact[at : at + n])
+        header = json.loads(bytes(view[at : at + n]))
         at += n
         graphs = []
         for entry in header:
@@ -251,14 +252,14 @@ class PartitionedBackend:
                 tuple(entry["inputs"]),
                 tuple(entry["outputs"]),
             )
-            payload = artifact[at : at + int(entry["size"])]
+            payload = view[at : at + int(entry["size"])]
             at += int(entry["size"])
             sub = subgraphs.step_model(model, placed.operations, placed.inputs, placed.outputs)
             graph: ExecutableGraph
             if placed.place == BACKEND:
                 graph = self.inner.load(sub, pools, payload)
             else:
-                sub = wire.model_from_bytes(payload)
+                sub = wire.model_from_bytes(bytes(payload))
                 graph = PreparedGraph(sub, ())
             graphs.append(_Step(placed, graph, [sub.main.operands[i] for i in sub.main.output_indexes]))
         return PartitionedGraph(model, self.kind, graphs)

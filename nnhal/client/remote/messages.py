@@ -6,12 +6,14 @@ their requests and read their notifies with the same functions.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nnhal.client.cache_files import CacheFile, CacheInput, as_bytes
 from nnhal.client.remote.transport import grpc_timeout, remaining_time
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
@@ -122,12 +124,24 @@ def prepare_request(
     return req
 
 
+def add_cache_file(files: Any, cache: CacheInput, held: bool) -> None:
+    """Append ``cache`` to the repeated CacheFile ``files``: by descriptor when it is a held
+    file and ``held`` (the server reads this process's descriptors), else its bytes."""
+    if held and isinstance(cache, CacheFile):
+        files.add().held.CopyFrom(
+            spb.HeldFile(pid=os.getpid(), fd=cache.fd, dev=cache.dev, ino=cache.ino, size=cache.size)
+        )
+    else:
+        files.add(data=as_bytes(cache))
+
+
 def prepare_from_cache_request(
-    session: str, model_cache: bytes, token: bytes, remaining: float | None
+    session: str, model_cache: CacheInput, token: bytes, remaining: float | None, held: bool = False
 ) -> spb.PrepareModelFromCacheRequest:
-    """The prepareModelFromCache_1_3 request; ``remaining`` is the HAL deadline in seconds."""
+    """The prepareModelFromCache_1_3 request; ``remaining`` is the HAL deadline in seconds;
+    ``held``: whether the server reads this process's cache files by descriptor."""
     req = spb.PrepareModelFromCacheRequest(session=session, token=token)
-    req.model_cache.add(data=model_cache)
+    add_cache_file(req.model_cache, model_cache, held)
     wire.deadline_to(remaining, req.deadline)
     return req
 

@@ -101,9 +101,10 @@ class LiteRtBackend:
         flatbuffer = compiler.compile_model(model, pools)
         return self.load(model, pools, flatbuffer), flatbuffer
 
-    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes) -> ExecutableGraph:
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
         try:
-            interpreter = _interpreter_class()(model_content=artifact, num_threads=self.threads)
+            # LiteRT keeps a reference to the bytes it was built from: they must be its own.
+            interpreter = _interpreter_class()(model_content=bytes(artifact), num_threads=self.threads)
             interpreter.allocate_tensors()
         except Exception as err:  # LiteRT raises ValueError / RuntimeError
             raise GeneralFailure(f"LiteRT could not build an interpreter for the model: {err}") from None

@@ -113,8 +113,8 @@ class OrtBackend:
                 artifact = f.read()
         return OrtGraph(session, len(model.main.input_indexes)), artifact
 
-    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes) -> ExecutableGraph:
-        session = self._session(artifact, session_options(self.threads, optimize=False))
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
+        session = self._session(bytes(artifact), session_options(self.threads, optimize=False))
         return OrtGraph(session, len(model.main.input_indexes))
 
     def _session(self, model_bytes: bytes, opts: Any) -> Any:

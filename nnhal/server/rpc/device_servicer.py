@@ -50,7 +50,7 @@ from nnhal.server.executions import (
     Prepared,
 )
 from nnhal.server.lifecycle import DRAINING
-from nnhal.server.rpc.common import events_to, hal_method
+from nnhal.server.rpc.common import cache_contents, events_to, hal_method
 from nnhal.server.rpc.faults import fault_from
 from nnhal.server.rpc.identity import peer_identity
 from nnhal.server.session import Faults, Session, client_key_of
@@ -277,11 +277,12 @@ class DeviceServicer(sgrpc.DeviceServicer):
         arrival: Arrival | None,
     ) -> Iterator[spb.PrepareModelEvent]:
         def build() -> CachedPreparation:
-            self._session(request.session)
+            session = self._session(request.session)
+            shm = self.driver.config.shared_memory
             return CachedPreparation(
                 request.session,
-                tuple(bytes(f.data) for f in request.model_cache),
-                tuple(bytes(f.data) for f in request.data_cache),
+                cache_contents(request.model_cache, session, shm, "model cache file"),
+                cache_contents(request.data_cache, session, shm, "data cache file"),
                 bytes(request.token),
                 wire.deadline_from(request.deadline),
             )
