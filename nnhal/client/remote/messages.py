@@ -162,7 +162,14 @@ def copy_to_request(session: str, handle: str, dst: MemoryPool) -> spb.CopyToReq
 
 
 #: StatsResponse fields that are not counts.
-_NOT_COUNTS = ("limits", "identity", "prepared_models_by_priority", "executions_by_transport")
+_NOT_COUNTS = (
+    "limits",
+    "identity",
+    "prepared_models_by_priority",
+    "executions_by_transport",
+    "operations_on_backend",
+    "operations_on_fallback",
+)
 
 
 def stats_of(msg: Any) -> tuple[dict[str, int], dict[str, int]]:
@@ -170,6 +177,12 @@ def stats_of(msg: Any) -> tuple[dict[str, int], dict[str, int]]:
     counts = {f.name: int(getattr(msg, f.name)) for f in msg.DESCRIPTOR.fields if f.name not in _NOT_COUNTS}
     # Flattened as executions_<transport> (grpc, streamed, same_host): still a dict of counts.
     counts.update({f"executions_{k}": int(v) for k, v in msg.executions_by_transport.items()})
+    # A compiling device's placement: totals, and per operation type (operations_on_backend_CONV_2D).
+    for field in ("operations_on_backend", "operations_on_fallback"):
+        per_type = getattr(msg, field)
+        if per_type:
+            counts[field] = sum(int(v) for v in per_type.values())
+            counts.update({f"{field}_{k}": int(v) for k, v in per_type.items()})
     return counts, {k: int(v) for k, v in msg.limits.items()}
 
 

@@ -311,11 +311,14 @@ class DeviceServicer(sgrpc.DeviceServicer):
         limits = self.driver.config.limits()
         if identity is None:
             counts: dict[str, Any] = {**self.driver.stats(), "long_calls": self._long_calls.in_progress}
+            on_backend, on_fallback = self.driver.placement()
             return spb.StatsResponse(
                 **counts,
                 limits=limits,
                 prepared_models_by_priority=self.driver.priorities(),
                 executions_by_transport=self.metrics.executions_by_transport(),
+                operations_on_backend=on_backend,
+                operations_on_fallback=on_fallback,
             )
         key = client_key_of(identity)
         mine = self._long_calls.held("fence wait", key) + self._long_calls.held("preparation", key)
