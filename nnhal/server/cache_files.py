@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from nnhal.core.errors import InvalidArgument
 from nnhal.server.memory import SharedMemoryPolicy
 
-#: The largest cache file read through a descriptor (an inline one is bounded by the message size).
-MAX_BYTES = 4 << 30
+#: The largest cache file read through a descriptor: what an inline one may be (the 1 GiB message limit).
+MAX_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
