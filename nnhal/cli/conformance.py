@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nnhal.cli.connect import connect, tls_of
+from nnhal.cli.info import placement_line
 from nnhal.cli.table import Progress, print_table
 from nnhal.cli.usage import UsageError
 from nnhal.client.device import Device
@@ -37,6 +38,7 @@ from nnhal.conformance.junit import write_junit
 from nnhal.conformance.partitioned import run_case_partitioned
 from nnhal.conformance.runner import ALL_MODES, MODES, Result, run_case
 from nnhal.conformance.vectors import TestCase, discover, load_file
+from nnhal.core.errors import HalError
 from nnhal.server.devices import KINDS, parse_device
 from nnhal.testing.local_server import LocalServer
 
@@ -223,6 +225,10 @@ def run(args: argparse.Namespace) -> int:
             pool.shutdown(wait=True, cancel_futures=True)
             if main:
                 signal.signal(signal.SIGINT, previous)
+        try:
+            placed = placement_line(dev.stats())
+        except HalError:  # a server without getStats counts for this client
+            placed = ""
     elapsed = time.monotonic() - start
     rows = [
         [op, c["passed"], c["failed"], c["skipped"]]
@@ -252,6 +258,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {name}: {detail}")
     if partitioned:
         print("\noperations run per device (passed cases): " + ", ".join(f"{k} {v}" for k, v in sorted(ran_on.items())))
+    if placed:
+        print(f"\noperations placed on {dev.name} (every preparation): {placed}")
     where = f" (shard {shard})" if shard is not None else ""
     print(f"\n{len(cases)} cases from {len(files)} files in {elapsed:.1f} s{where}")
     if args.report:

@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 
+from nnhal.client.cache_files import CacheInput, server_reads_held
 from nnhal.client.callbacks import Callback
 from nnhal.client.faults import Fault
 from nnhal.client.remote import calls
@@ -113,11 +114,13 @@ class RemoteSession(SessionChannel):
         return self._prepare(self._stubs.device.prepareModel_1_3, req, timeout, deadline_at, "prepareModel_1_3")
 
     def prepare_model_from_cache(
-        self, model_cache: bytes, token: bytes, timeout: float | None, deadline_at: float | None
+        self, model_cache: CacheInput, token: bytes, timeout: float | None, deadline_at: float | None
     ) -> Callback[PreparedRef]:
-        """prepareModelFromCache_1_3 with the model cache a previous preparation returned."""
+        """prepareModelFromCache_1_3 with the model cache a previous preparation returned
+        (a held cache file goes by descriptor to a server that reads this process's)."""
         remaining = remaining_time(timeout, deadline_at)
-        req = prepare_from_cache_request(self._session_id, model_cache, token, remaining)
+        held = server_reads_held(self.shm_memfd)
+        req = prepare_from_cache_request(self._session_id, model_cache, token, remaining, held)
         rpc = self._stubs.device.prepareModelFromCache_1_3
         return self.prepare_stream(rpc, req, "prepareModelFromCache_1_3", grpc_timeout(remaining))
 
