@@ -51,6 +51,7 @@ from nnhal.client.remote.messages import (
     raise_for_status,
 )
 from nnhal.client.remote.monitor import SessionMonitor
+from nnhal.client.remote.samehost import SameHostQueue
 from nnhal.client.remote.transport import (
     DEFAULT_CALL_TIMEOUT,
     SESSION_STREAM_TIMEOUT,
@@ -114,6 +115,8 @@ class SessionChannel:
         self._session_error: HalError | None = None
         self._session_call: Any = None
         self._ids = threading.local()
+        #: The same-host execution queue (None: every call takes gRPC).
+        self._queue: SameHostQueue | None = None
         self._thread = threading.Thread(
             target=self._session_loop, args=(client_name, connect_timeout), name="nnhal-session", daemon=True
         )
@@ -179,10 +182,19 @@ class SessionChannel:
 
     def unary(self, rpc: Any, request: Any, what: str, timeout: float | None = None) -> Any:
         """One unary RPC through :meth:`invoke` (``timeout`` None: the default call bound); the
-        call path of this session's protocol adapters (the HAL calls, the HIDL and AIDL forms)."""
+        call path of this session's protocol adapters (the HAL calls, the HIDL and AIDL forms).
+        An execution form goes through the same-host queue when the session has one
+        (:mod:`nnhal.client.remote.samehost`)."""
         self.check(what)
         md = self._metadata()
         limit = timeout or DEFAULT_CALL_TIMEOUT
+        queue = self._queue
+        if queue is not None and queue.carries(rpc):
+            carried = self.invoke(
+                lambda: queue.call(rpc, request, what, timeout, md[0][1]), what, timeout is not None, md[0][1]
+            )
+            if carried is not None:
+                return carried[0]
         return self.invoke(lambda: rpc(request, timeout=limit, metadata=md), what, timeout is not None, md[0][1])
 
     def run(self, call: calls.Call[T]) -> T:
@@ -222,13 +234,28 @@ class SessionChannel:
         self._monitor.register(cb)
         md = self._metadata()
         rid = md[0][1]
-        call = self.invoke(
-            lambda: rpc(request, timeout=timeout or DEFAULT_CALL_TIMEOUT, metadata=md), what, timeout is not None, rid
-        )
+        queue = self._queue
+        carried = queue is not None and queue.carries(rpc)
+
+        def start() -> Any:
+            return self.invoke(
+                lambda: rpc(request, timeout=timeout or DEFAULT_CALL_TIMEOUT, metadata=md),
+                what,
+                timeout is not None,
+                rid,
+            )
+
+        call = None if carried else start()
 
         def consume() -> None:
             try:
-                notify = self.invoke(lambda: notify_of(call, what), what, timeout is not None, rid)
+                events = None
+                if carried and queue is not None:
+                    events = self.invoke(
+                        lambda: queue.call(rpc, request, what, timeout, rid), what, timeout is not None, rid
+                    )
+                stream = events if events is not None else call if call is not None else start()
+                notify = self.invoke(lambda: notify_of(stream, what), what, timeout is not None, rid)
                 deliver(notify, cb)
             except HalError as err:
                 cb.notify(err.error_status, failure(err), err.message)
@@ -283,6 +310,8 @@ class SessionChannel:
                 self.shm_dir = event.shm_dir
                 self.shm_prefix = event.shm_prefix
                 self.shm_memfd = event.shm_memfd
+                if event.shm_dir and event.capabilities.fast_path and SameHostQueue.ENABLED:
+                    self._queue = SameHostQueue(self)
                 self._session_id = event.session
                 self._ready.set()
             if event.draining:
@@ -309,6 +338,8 @@ class SessionChannel:
             return
         self._closed = True
         self._monitor.closing()  # before the cancel: the session stream's end is no death
+        if self._queue is not None:
+            self._queue.close()
         if self._session_call is not None:
             self._session_call.cancel()
         self._monitor.stop_and_close()

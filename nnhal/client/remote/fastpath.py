@@ -33,20 +33,23 @@ import mmap
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 
 from nnhal.client.remote.messages import ExecutionOptions, fill_execution
-from nnhal.client.remote.session import RemoteSession
 from nnhal.client.remote.transport import BURST_STREAM_TIMEOUT, remaining_time
-from nnhal.core import fastpacket, fastring, wire
+from nnhal.core import fastpacket, fastring, samehost, wire
 from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import ExecutionResult, InlinePool, Request
 from nnhal.proto import fastpath_pb2 as fpb, service_pb2 as spb
+
+if TYPE_CHECKING:
+    from nnhal.client.remote.channel import SessionChannel
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,7 @@ HANDOVER_TIMEOUT_S = 10.0
 #: Room kept in the result ring for what an answer carries besides its inline output pools.
 RESULT_ENVELOPE_BYTES = 16 << 10
 _RESULT_KINDS = (fastring.RESULT, fastpacket.LEARNED, fastpacket.ANSWER)
+_QUEUE_KINDS = (fastring.RESULT, samehost.REPLY, samehost.ABORTED, samehost.STEP_ASIDE)
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW if hasattr(fcntl, "F_SEAL_SHRINK") else 0
 
 
@@ -96,10 +100,23 @@ def _collect(path: str, token: bytes, ring_bytes: int) -> tuple[mmap.mmap, Doorb
         raise
 
 
+class QueueEnded(Exception):
+    """The queue ended before the answer came: ``result`` carries the status it ended with
+    (DEAD_OBJECT for a vanished server)."""
+
+    def __init__(self, result: ExecutionResult) -> None:
+        super().__init__(result.message)
+        self.result = result
+
+
+class QueueTimeout(Exception):
+    """No answer came within the call's time."""
+
+
 class FastBurstLink:
     """One fast burst of one prepared model. ``close`` it (idempotent)."""
 
-    def __init__(self, remote: RemoteSession, call: Any, first: fpb.FastBurstEvent) -> None:
+    def __init__(self, remote: SessionChannel, call: Any, first: fpb.FastBurstEvent, executions: bool = False) -> None:
         self._remote = remote
         self._call = call
         self.ring_bytes = int(first.ring_bytes)
@@ -108,7 +125,9 @@ class FastBurstLink:
         self._mm, self.doorbell = _collect(first.socket_path, first.token, self.ring_bytes)
         #: The two rings (public for tests that break the protocol on purpose).
         self.requests = fastring.Producer(self._mm, self.ring_bytes, True)
-        self.results = fastring.Consumer(self._mm, self.ring_bytes, False, _RESULT_KINDS)
+        self.results = fastring.Consumer(
+            self._mm, self.ring_bytes, False, _QUEUE_KINDS if executions else _RESULT_KINDS
+        )
         #: The layouts the server granted ids for (:mod:`nnhal.core.fastpacket`).
         self._layouts: dict[fastpacket.LayoutKey, int] = {}
         self._lock = threading.Lock()
@@ -122,10 +141,14 @@ class FastBurstLink:
         return len(self._layouts)
 
     @staticmethod
-    def open(remote: RemoteSession, handle: str, ring_bytes: int = 0) -> FastBurstLink:
-        """Open a fast burst of prepared model ``handle``; raises the refusal's HalError."""
+    def open(remote: SessionChannel, handle: str, ring_bytes: int = 0, executions: bool = False) -> FastBurstLink:
+        """Open a fast burst of prepared model ``handle`` — or with ``executions`` (``handle``
+        ""), the session's same-host execution queue (:mod:`.samehost`); raises the refusal's
+        HalError."""
         remote.check("openFastBurst")
-        request = fpb.FastBurstRequest(session=remote.session_id, prepared_model=handle, ring_bytes=ring_bytes)
+        request = fpb.FastBurstRequest(
+            session=remote.session_id, prepared_model=handle, ring_bytes=ring_bytes, executions=executions
+        )
         call = remote.invoke(
             lambda: remote.stubs.fast_path.openFastBurst(request, timeout=BURST_STREAM_TIMEOUT), "openFastBurst"
         )
@@ -136,7 +159,7 @@ class FastBurstLink:
             status, message = wire.status_from(first)
             if status != ErrorStatus.NONE:
                 raise HalError.of(status, f"openFastBurst: {message}")
-            return FastBurstLink(remote, call, first)
+            return FastBurstLink(remote, call, first, executions)
         except BaseException:
             call.cancel()
             raise
@@ -186,6 +209,42 @@ class FastBurstLink:
             except OSError:  # the server closed its end: its stream is ending too
                 return self._ended()
             return self._await_result(key)
+
+    def exchange(self, kind: int, payload: bytes, timeout: float) -> tuple[int, bytes] | None:
+        """Send one packet and wait up to ``timeout`` seconds for the answer packet; None (nothing
+        sent) when another thread is using the queue or the packet does not fit the ring.
+        Raises :class:`QueueEnded` when the queue ended first (the status it ended with),
+        :class:`QueueTimeout` when no answer came in time (the queue is out of step then:
+        close it), GENERAL_FAILURE for an answer that breaks the ring's rules."""
+        if not self.requests.fits(len(payload)) or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._closed or self.doorbell.stopped:
+                raise QueueEnded(self._ended())
+            try:
+                self.requests.write(kind, payload)
+            except fastring.RingError as err:
+                raise GeneralFailure(f"same-host queue: {err}") from None
+            try:
+                self.doorbell.ring()
+            except OSError:  # the server closed its end: its stream is ending too
+                raise QueueEnded(self._ended()) from None
+            end = time.monotonic() + timeout
+            while True:
+                try:
+                    packet = self.results.read()
+                except fastring.RingError as err:
+                    self.results.resync()
+                    raise GeneralFailure(f"same-host queue: a malformed answer packet: {err}") from None
+                if packet is not None:
+                    return packet
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise QueueTimeout(f"no answer within {timeout:.3g} s")
+                if not self.doorbell.wait(left) and self.doorbell.stopped:
+                    raise QueueEnded(self._ended())
+        finally:
+            self._lock.release()
 
     def send_raw(self, write: Callable[[fastring.Producer], None]) -> ExecutionResult:
         """Tests of the server's checks: ``write`` puts whatever it likes into the request

@@ -36,6 +36,7 @@ with the status.
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -43,7 +44,7 @@ from functools import partial
 import grpc
 from google.protobuf.message import DecodeError
 
-from nnhal.core import fastpacket, fastring, wire
+from nnhal.core import fastpacket, fastring, samehost, wire
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import ExecutionResult, Request
@@ -51,9 +52,11 @@ from nnhal.proto import fastpath_pb2 as fpb, fastpath_pb2_grpc as fpgrpc, servic
 from nnhal.server import fastpath
 from nnhal.server.executions import Execution, Executions, Method, Refused
 from nnhal.server.executions.faults import BURST
+from nnhal.server.executions.methods import CARRIER
 from nnhal.server.fastpath import FastQueue
 from nnhal.server.rpc.common import result_to, status_to
 from nnhal.server.rpc.prepared_model_servicer import EXECUTION_FAULTS, check_burst_fields, execution_from
+from nnhal.server.rpc.samehost import SameHostMethods
 from nnhal.server.session import Session, is_local_address
 
 #: The client collects its queue right after the first event; this is generous.
@@ -72,6 +75,16 @@ def _violation(status: ErrorStatus, message: str) -> bytes:
     return _packet(Refused(status, message))[1]
 
 
+def _step_aside(size: int) -> tuple[int, bytes]:
+    """A same-host queue's answer too large for its ring: the client runs the call over gRPC."""
+    return samehost.STEP_ASIDE, f"the answer ({size} bytes) does not fit the queue's ring".encode()
+
+
+def _serve_carried(queue: FastQueue, handle: fastpath.Handle) -> None:
+    CARRIER.set("same_host")
+    queue.serve(handle, _violation)
+
+
 class FastPathServicer(fpgrpc.FastPathServicer):
     """An adapter of the device's ``Executions``: each packet is one of its burst executions."""
 
@@ -80,11 +93,16 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         self.driver = executions.driver
         self._method = executions.method(_METHOD, "a fast burst execution", fault=BURST, transport="same_host")
         self._enabled = enabled and fastpath.available()
+        self._methods: SameHostMethods | None = None  # the same-host queue's forms, made at its first use
 
     def _authorise(self, request: fpb.FastBurstRequest, peer: str) -> Session:
         policy = self.driver.config.shared_memory
         if not self._enabled:
             raise GeneralFailure("this server does not offer the fast path; use the gRPC burst")
+        if request.executions:  # the session's queue: every form, each gated and faulted per call
+            if request.prepared_model:
+                raise InvalidArgument("a same-host execution queue names no prepared model")
+            return self._local_session(request, peer, policy is not None)
         arrival = self.executions.arrive(self.executions.method(BURST, timer=None, fault=None))
         if arrival is not None and arrival.error is not None:
             raise arrival.error  # a fast burst is a burst: HAL 1.2 on
@@ -92,12 +110,17 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         if faults.armed and any(f.method == BURST and f.kind == "abort" for f in faults.pending()):
             # An injected abort is a transport event of the gRPC stream: the client falls back to it.
             raise GeneralFailure("the fast path steps aside while a burst abort is injected; use the gRPC burst")
-        if policy is None:
+        session = self._local_session(request, peer, policy is not None)
+        self.driver.prepared(session, request.prepared_model)  # INVALID_ARGUMENT unless the session owns it
+        return session
+
+    def _local_session(self, request: fpb.FastBurstRequest, peer: str, shm: bool) -> Session:
+        """The caller's session, when it and this call come from the server's host."""
+        if not shm:
             raise GeneralFailure("this server has no shared-memory directory, which the fast path needs")
         session = self.driver.session(request.session)
         if not (session.is_local and is_local_address(peer)):
             raise GeneralFailure("the fast path is for clients on the server's host (unix socket or loopback)")
-        self.driver.prepared(session, request.prepared_model)  # INVALID_ARGUMENT unless the session owns it
         return session
 
     def openFastBurst(
@@ -120,12 +143,20 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             charged = 2 * ring_bytes
             policy = self.driver.config.shared_memory
             assert policy is not None  # checked by _authorise
-            queue = FastQueue.create(policy.directory, policy.prefix, ring_bytes)
+            kinds = (samehost.METHOD,) if request.executions else fastpath.REQUEST_KINDS
+            queue = FastQueue.create(policy.directory, policy.prefix, ring_bytes, kinds)
             if not context.add_callback(queue.stop):
                 return  # the call ended already
             yield fpb.FastBurstEvent(socket_path=str(queue.socket_path), token=queue.token, ring_bytes=ring_bytes)
             queue.hand_over(HANDOVER_TIMEOUT_S)
-            queue.serve(self._handler(session, request.prepared_model), _violation)
+            if request.executions:
+                q = queue
+                handle = self._same_host().handler(session, lambda: not q.stopping, peer)
+                q.oversize = _step_aside
+                # In a context of its own: the carrier and each packet's request id stay in it.
+                contextvars.Context().run(_serve_carried, q, handle)
+            else:
+                queue.serve(self._handler(session, request.prepared_model), _violation)
             if queue.violation:
                 yield self._event(self.executions.refuse(self._method, InvalidArgument(queue.violation)))
         except HalError as err:
@@ -136,6 +167,11 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             if charged:
                 self.driver.budget.uncharge(session.id, charged, RINGS)
             leave()
+
+    def _same_host(self) -> SameHostMethods:
+        if self._methods is None:
+            self._methods = SameHostMethods(self.executions)
+        return self._methods
 
     @staticmethod
     def _event(refused: Refused) -> fpb.FastBurstEvent:
