@@ -83,6 +83,9 @@ class SessionChannel:
     Raises DeadObject if no server answers within ``connect_timeout`` seconds, or the
     HAL error the server refused the session with (e.g. RESOURCE_EXHAUSTED_TRANSIENT)."""
 
+    #: The same-host execution queue (None: every call takes gRPC); set by the session's first event.
+    _queue: SameHostQueue | None = None
+
     def __init__(
         self,
         address: str,
@@ -115,8 +118,6 @@ class SessionChannel:
         self._session_error: HalError | None = None
         self._session_call: Any = None
         self._ids = threading.local()
-        #: The same-host execution queue (None: every call takes gRPC).
-        self._queue: SameHostQueue | None = None
         self._thread = threading.Thread(
             target=self._session_loop, args=(client_name, connect_timeout), name="nnhal-session", daemon=True
         )

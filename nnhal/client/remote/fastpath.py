@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import grpc
 from google.protobuf.message import DecodeError
 
 from nnhal.client.remote.messages import ExecutionOptions, fill_execution
@@ -58,7 +59,8 @@ HANDOVER_TIMEOUT_S = 10.0
 #: Room kept in the result ring for what an answer carries besides its inline output pools.
 RESULT_ENVELOPE_BYTES = 16 << 10
 _RESULT_KINDS = (fastring.RESULT, fastpacket.LEARNED, fastpacket.ANSWER)
-_QUEUE_KINDS = (fastring.RESULT, samehost.REPLY, samehost.ABORTED, samehost.STEP_ASIDE)
+_QUEUE_KINDS = (*_RESULT_KINDS, samehost.REPLY, samehost.ABORTED, samehost.STEP_ASIDE)
+_GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode}
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW if hasattr(fcntl, "F_SEAL_SHRINK") else 0
 
 
@@ -100,6 +102,26 @@ def _collect(path: str, token: bytes, ring_bytes: int) -> tuple[mmap.mmap, Doorb
         raise
 
 
+class CarriedAbort(grpc.RpcError):
+    """The server ended a carried call as its gRPC call would have ended (an injected abort):
+    read by the session's one error mapping like any gRPC failure."""
+
+    def __init__(self, code: int, details: str) -> None:
+        super().__init__(details)
+        self._code = _GRPC_CODES.get(code, grpc.StatusCode.UNKNOWN)
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+#: A layout as the client knows it: the prepared model ("" on a burst) and the request's layout.
+_Key = tuple[str, fastpacket.LayoutKey]
+
+
 class QueueEnded(Exception):
     """The queue ended before the answer came: ``result`` carries the status it ended with
     (DEAD_OBJECT for a vanished server)."""
@@ -129,11 +151,16 @@ class FastBurstLink:
             self._mm, self.ring_bytes, False, _QUEUE_KINDS if executions else _RESULT_KINDS
         )
         #: The layouts the server granted ids for (:mod:`nnhal.core.fastpacket`).
-        self._layouts: dict[fastpacket.LayoutKey, int] = {}
+        self._layouts: dict[_Key, int] = {}
         self._lock = threading.Lock()
         self._closed = False
         # The stream's end is the peer's death or the burst's end: wake whoever waits.
         call.add_done_callback(lambda _call: self.doorbell.stop())
+
+    @property
+    def ended(self) -> bool:
+        """Whether the liveness stream has ended (the server ended the queue, or died)."""
+        return bool(self._call.done())
 
     @property
     def compact_layouts(self) -> int:
@@ -168,12 +195,25 @@ class FastBurstLink:
         outputs = sum(p.size for p in request.pools if isinstance(p, InlinePool) and not p.data)
         return outputs + RESULT_ENVELOPE_BYTES <= self.results.max_payload
 
-    def execute(self, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
-        """One execution; None (nothing sent) when it does not fit the rings. Transport
-        failures and the burst's end come back in the result (module docstring)."""
+    def execute(
+        self,
+        request: Request,
+        options: ExecutionOptions,
+        handle: str = "",
+        session: str = "",
+        limit: float | None = None,
+        wait: bool = True,
+    ) -> ExecutionResult | None:
+        """One execution; None (nothing sent) when it does not fit the rings — or, unless
+        ``wait``, when another thread is using them. Transport failures and the burst's end
+        come back in the result (module docstring). On a session's queue ``handle`` and
+        ``session`` name the prepared model (a burst's server knows them); ``limit``: seconds
+        to wait for the answer, past which :class:`QueueTimeout` is raised (the queue is out
+        of step then: close it)."""
         if not self._answer_fits(request):
             return None
-        key = None if options.profile else fastpacket.layout_key(request.inputs, request.outputs, request.pools)
+        shape = None if options.profile else fastpacket.layout_key(request.inputs, request.outputs, request.pools)
+        key = None if shape is None else (handle, shape)
         layout = self._layouts.get(key) if key is not None else None
         if layout is not None:
             # A layout the server knows: only the per-call scalars and the pools' bytes travel.
@@ -188,12 +228,12 @@ class FastBurstLink:
             )
         else:
             kind = fastring.REQUEST if key is None or len(self._layouts) >= fastpacket.MAX_LAYOUTS else fastpacket.LEARN
-            msg = spb.ExecuteRequest(profile=options.profile)
-            fill_execution(msg, "", request, options)  # the server fills in the session and model
+            msg = spb.ExecuteRequest(session=session, profile=options.profile)
+            fill_execution(msg, handle, request, options)  # a burst's server fills in the session and model
             payload = msg.SerializeToString()
-        if not self.requests.fits(len(payload)):
+        if not self.requests.fits(len(payload)) or not self._lock.acquire(blocking=wait):
             return None
-        with self._lock:
+        try:
             try:
                 self._remote.check("fast burst")
             except HalError as err:
@@ -208,7 +248,9 @@ class FastBurstLink:
                 self.doorbell.ring()
             except OSError:  # the server closed its end: its stream is ending too
                 return self._ended()
-            return self._await_result(key)
+            return self._await_result(key, None if limit is None else time.monotonic() + limit)
+        finally:
+            self._lock.release()
 
     def exchange(self, kind: int, payload: bytes, timeout: float) -> tuple[int, bytes] | None:
         """Send one packet and wait up to ``timeout`` seconds for the answer packet; None (nothing
@@ -252,11 +294,13 @@ class FastBurstLink:
         with self._lock:
             write(self.requests)
             self.doorbell.ring()
-            return self._await_result(None)
+            result = self._await_result(None)
+        return result or ExecutionResult(ErrorStatus.GENERAL_FAILURE, "the queue stepped aside")
 
-    def _await_result(self, key: fastpacket.LayoutKey | None) -> ExecutionResult:
-        """Sleep until the result packet (or the burst's end); a layout id it grants is
-        remembered for ``key``. Holds ``_lock``."""
+    def _await_result(self, key: _Key | None, end: float | None = None) -> ExecutionResult | None:
+        """Sleep until the result packet (or the burst's end; past ``end``, QueueTimeout); a
+        layout id it grants is remembered for ``key``; None when a session's queue steps aside,
+        CarriedAbort when it ended the call as gRPC would have. Holds ``_lock``."""
         while True:
             try:
                 packet = self.results.read()
@@ -265,9 +309,19 @@ class FastBurstLink:
                 return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed result packet: {err}")
             if packet is not None:
                 break
-            if not self.doorbell.wait():
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise QueueTimeout("no answer in time")
+            if not self.doorbell.wait(left) and (left is None or self.doorbell.stopped):
                 return self._ended()
         kind, payload = packet
+        if kind == samehost.STEP_ASIDE:  # a session's queue: this call takes gRPC
+            return None
+        if kind == samehost.ABORTED:
+            try:
+                raise CarriedAbort(*samehost.decode_aborted(payload))
+            except fastpacket.PacketError as err:
+                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
         if kind == fastpacket.ANSWER:
             try:
                 return fastpacket.decode_answer(payload)

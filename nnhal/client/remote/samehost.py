@@ -35,10 +35,12 @@ from google.protobuf import message_factory
 from google.protobuf.message import DecodeError, Message
 
 from nnhal.client.faults import current_fault_scope
-from nnhal.client.remote.fastpath import RESULT_ENVELOPE_BYTES, FastBurstLink, QueueEnded, QueueTimeout
-from nnhal.client.remote.transport import DEFAULT_CALL_TIMEOUT
+from nnhal.client.remote.fastpath import RESULT_ENVELOPE_BYTES, CarriedAbort, FastBurstLink, QueueEnded, QueueTimeout
+from nnhal.client.remote.messages import ExecutionOptions
+from nnhal.client.remote.transport import DEFAULT_CALL_TIMEOUT, grpc_timeout, remaining_time
 from nnhal.core import fastpacket, fastring, samehost, wire
 from nnhal.core.errors import GeneralFailure, HalError
+from nnhal.core.types import ExecutionResult, Request
 from nnhal.proto import aidl_pb2 as apb, hidl_pb2 as hpb, service_pb2 as spb
 
 if TYPE_CHECKING:
@@ -46,6 +48,11 @@ if TYPE_CHECKING:
     from nnhal.client.remote.transport import Stubs
 
 log = logging.getLogger(__name__)
+
+#: Bytes of each of the queue's rings (charged to the session on the server while it lives):
+#: a small execution's request and answer take a few hundred bytes; what does not fit a
+#: ring (large inline tensors: shared memory is the way for those) takes gRPC.
+RING_BYTES = 256 << 10
 
 #: The Stubs attribute of each carried service.
 _STUB = {
@@ -55,23 +62,6 @@ _STUB = {
     "Execution": "execution",
     "Burst": "burst",
 }
-_GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode}
-
-
-class CarriedAbort(grpc.RpcError):
-    """The server ended a carried call as its gRPC call would have ended (an injected abort):
-    read by the session's one error mapping like any gRPC failure."""
-
-    def __init__(self, code: int, details: str) -> None:
-        super().__init__(details)
-        self._code = _GRPC_CODES.get(code, grpc.StatusCode.UNKNOWN)
-        self._details = details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +81,13 @@ def forms_of(stubs: Stubs) -> dict[int, _Form]:
         rpc = getattr(getattr(stubs, _STUB[service]), method)
         out[id(rpc)] = _Form(number, answer, (service, method) in samehost.STREAMS)
     return out
+
+
+def _raise(err: BaseException) -> Callable[[], Any]:
+    def fail() -> Any:
+        raise err
+
+    return fail
 
 
 def _expected_answer_bytes(request: Any) -> int:
@@ -129,7 +126,7 @@ class SameHostQueue:
         with self._lock:
             if self._link is None and not self._refused and not self._closed:
                 try:
-                    self._link = FastBurstLink.open(self._channel, "", executions=True)
+                    self._link = FastBurstLink.open(self._channel, "", RING_BYTES, executions=True)
                 except HalError as err:
                     self._refused = True
                     log.debug("no same-host queue for this session (%s); executions take gRPC", err.message)
@@ -176,6 +173,26 @@ class SameHostQueue:
         except (fastpacket.PacketError, DecodeError) as err:
             raise GeneralFailure(f"{what}: a malformed same-host answer: {err}") from None
         raise GeneralFailure(f"{what}: a same-host answer of kind {kind}")
+
+    def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
+        """executeSynchronously_1_3 through the queue, as a fast burst's execution (a request
+        layout the server granted an id travels as a compact call: :mod:`nnhal.core.fastpacket`);
+        None when it takes gRPC instead. Transport failures raise, as on gRPC."""
+        if self._refused or current_fault_scope():
+            return None
+        link = self._link or self._connect()
+        if link is None:
+            return None
+        channel = self._channel
+        bound = grpc_timeout(remaining_time(options.timeout, options.deadline_at))
+        limit = bound or DEFAULT_CALL_TIMEOUT
+        try:
+            return link.execute(request, options, handle, channel.session_id, limit, wait=False)
+        except QueueTimeout:
+            self._drop(link)  # its answer may still come: the queue is out of step
+            late = CarriedAbort(grpc.StatusCode.DEADLINE_EXCEEDED.value[0], f"no answer within {limit:.3g} s")
+        result: ExecutionResult = channel.invoke(_raise(late), "executeSynchronously_1_3", bound is not None)
+        return result
 
     def _drop(self, link: FastBurstLink) -> None:
         """Close a link that can no longer be used (a later call opens a new one, unless the

@@ -51,12 +51,12 @@ from nnhal.core.types import ExecutionResult, Request
 from nnhal.proto import fastpath_pb2 as fpb, fastpath_pb2_grpc as fpgrpc, service_pb2 as spb
 from nnhal.server import fastpath
 from nnhal.server.executions import Execution, Executions, Method, Refused
-from nnhal.server.executions.faults import BURST
+from nnhal.server.executions.faults import BURST, KINDS, Liveness
 from nnhal.server.executions.methods import CARRIER
 from nnhal.server.fastpath import FastQueue
 from nnhal.server.rpc.common import result_to, status_to
 from nnhal.server.rpc.prepared_model_servicer import EXECUTION_FAULTS, check_burst_fields, execution_from
-from nnhal.server.rpc.samehost import SameHostMethods
+from nnhal.server.rpc.samehost import QueueCall, SameHostMethods
 from nnhal.server.session import Session, is_local_address
 
 #: The client collects its queue right after the first event; this is generous.
@@ -143,7 +143,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             charged = 2 * ring_bytes
             policy = self.driver.config.shared_memory
             assert policy is not None  # checked by _authorise
-            kinds = (samehost.METHOD,) if request.executions else fastpath.REQUEST_KINDS
+            kinds = (samehost.METHOD, *fastpath.REQUEST_KINDS) if request.executions else fastpath.REQUEST_KINDS
             queue = FastQueue.create(policy.directory, policy.prefix, ring_bytes, kinds)
             if not context.add_callback(queue.stop):
                 return  # the call ended already
@@ -151,7 +151,9 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             queue.hand_over(HANDOVER_TIMEOUT_S)
             if request.executions:
                 q = queue
-                handle = self._same_host().handler(session, lambda: not q.stopping, peer)
+                methods = self._same_host()
+                call = QueueCall(lambda: not q.stopping, peer)
+                handle = methods.handler(session, call, self._handler(session, None, methods.sync, call))
                 q.oversize = _step_aside
                 # In a context of its own: the carrier and each packet's request id stay in it.
                 contextvars.Context().run(_serve_carried, q, handle)
@@ -177,12 +179,21 @@ class FastPathServicer(fpgrpc.FastPathServicer):
     def _event(refused: Refused) -> fpb.FastBurstEvent:
         return status_to(fpb.FastBurstEvent(), refused)
 
-    def _handler(self, session: Session, handle: str) -> fastpath.Handle:
+    def _handler(
+        self, session: Session, handle: str | None, method: Method | None = None, live: Liveness | None = None
+    ) -> fastpath.Handle:
         """The packet handler of one fast burst: full requests, requests asking for a layout
-        id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`)."""
+        id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`). With
+        ``handle`` None, those of a session's same-host queue: executions of any prepared
+        model of the session (each full request names it; a layout is granted for one), as
+        ``method`` (executeSynchronously_1_3 there), alive while ``live`` is."""
         x = self.executions
-        m: Method = self._method
-        layouts: dict[int, fastpacket.Layout] = {}  # this burst's granted layouts, by id (from 1)
+        m: Method = method or self._method
+        burst = handle is not None
+        # The fault kinds an execution takes: a burst's per execution (its abort is taken
+        # when it opens), any on a queue (whose abort steps aside before it gets here).
+        kinds = EXECUTION_FAULTS if burst else KINDS
+        layouts: dict[int, tuple[str, fastpacket.Layout]] = {}  # granted layouts, by id (from 1)
 
         def refuse(message: str) -> tuple[int, bytes]:
             """A packet the burst cannot run (not counted: it names no execution)."""
@@ -193,24 +204,27 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 msg = spb.ExecuteRequest.FromString(payload)
             except DecodeError:
                 return refuse("a fast burst packet that is not an ExecuteRequest")
-            if msg.session not in ("", session.id) or msg.prepared_model not in ("", handle):
-                return refuse("a fast burst executes only the prepared model of the session it was opened for")
-            msg.session = session.id
-            msg.prepared_model = handle
-            try:
-                check_burst_fields(x, msg)  # what the device's level lacks, as on the gRPC burst
-            except HalError as err:
-                return _packet(x.refuse(m, err))
-            # The faults a gRPC burst execution takes (an injected status, a stall, an exit).
-            arrival = x.arrive(m, EXECUTION_FAULTS)
+            if handle is not None:
+                if msg.session not in ("", session.id) or msg.prepared_model not in ("", handle):
+                    return refuse("a fast burst executes only the prepared model of the session it was opened for")
+                msg.session = session.id
+                msg.prepared_model = handle
+                try:
+                    check_burst_fields(x, msg)  # what the device's level lacks, as on the gRPC burst
+                except HalError as err:
+                    return _packet(x.refuse(m, err))
+            elif msg.session != session.id:
+                return refuse("same-host queue: a call for another session than the queue's")
+            # The faults a gRPC execution of this kind takes (an injected status, a stall, an exit).
+            arrival = x.arrive(m, kinds)
             if kind != fastpacket.LEARN:
-                result = x.execute(m, partial(execution_from, msg), None, arrival)
+                result = x.execute(m, partial(execution_from, msg), live, arrival)
                 return fastring.RESULT, result_to(result).SerializeToString()
             try:
                 canonical = wire.request_from(msg.request)
             except HalError as err:
                 return _packet(x.refuse(m, err))
-            result = x.execute(m, partial(execution_from, msg, canonical), None, arrival)
+            result = x.execute(m, partial(execution_from, msg, canonical), live, arrival)
             answer = result_to(result)
             key = fastpacket.layout_key(canonical.inputs, canonical.outputs, canonical.pools)
             granted = 0
@@ -218,34 +232,36 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             room = len(layouts) < fastpacket.MAX_LAYOUTS
             if room and key is not None and result.status in fastpacket.ANSWERED and not msg.profile:
                 granted = len(layouts) + 1
-                layouts[granted] = fastpacket.Layout(key)
+                layouts[granted] = (msg.prepared_model, fastpacket.Layout(key))
             return fastpacket.LEARNED, fastpacket.LEARNED_HEADER.pack(granted) + answer.SerializeToString()
 
         def run_call(payload: bytes) -> tuple[int, bytes]:
             try:
                 call = fastpacket.decode_call(payload)
-                layout = layouts.get(call.layout)
-                if layout is None:
+                known = layouts.get(call.layout)
+                if known is None:
                     return refuse(f"fast burst: unknown layout id {call.layout}")
+                model, layout = known
                 pools = layout.pools(call.body)
             except fastpacket.PacketError as err:
                 return refuse(f"malformed fast burst call: {err}")
-            try:  # a layout holds inline pools only: no token to look for
-                x.check_burst_fields(call.deadline_ns is not None, call.loop_timeout_ns, False)
-            except HalError as err:
-                return _packet(x.refuse(m, err))
-            arrival = x.arrive(m, EXECUTION_FAULTS)
+            if burst:
+                try:  # a layout holds inline pools only: no token to look for
+                    x.check_burst_fields(call.deadline_ns is not None, call.loop_timeout_ns, False)
+                except HalError as err:
+                    return _packet(x.refuse(m, err))
+            arrival = x.arrive(m, kinds)
             # The deadline travels as the time remaining, re-based on this host's clock at arrival.
             deadline = None if call.deadline_ns is None else time.monotonic_ns() + call.deadline_ns
             execution = Execution(
                 session.id,
-                handle,
+                model,
                 Request(layout.inputs, layout.outputs, pools),
                 call.measure,
                 deadline,
                 call.loop_timeout_ns,
             )
-            result = x.execute(m, lambda: execution, None, arrival)
+            result = x.execute(m, lambda: execution, live, arrival)
             if isinstance(result, ExecutionResult) and result.status in fastpacket.ANSWERED:
                 return fastpacket.ANSWER, fastpacket.encode_answer(result)
             return fastring.RESULT, result_to(result).SerializeToString()

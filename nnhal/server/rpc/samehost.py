@@ -108,27 +108,28 @@ class SameHostMethods:
             handler = getattr(servicers[service], method)
             forms.append(_Form(f"{service}.{method}", cls, handler, (service, method) in samehost.STREAMS))
         self._forms = tuple(forms)
-        self._sync = executions.method(SYNC, timer="execute", transport="same_host")
+        #: executeSynchronously_1_3 as the queue serves it.
+        self.sync = executions.method(SYNC, timer="execute", transport="same_host")
 
-    def handler(self, session: Session, alive: Callable[[], bool], peer: str) -> fastpath.Handle:
-        """The packet handler of one session's queue."""
-        call = QueueCall(alive, peer)
+    def handler(self, session: Session, call: QueueCall, compact: fastpath.Handle) -> fastpath.Handle:
+        """The packet handler of one session's queue; ``compact`` handles the sync executions
+        that travel as a fast burst's (full requests, layouts, compact calls)."""
         x = self.executions
 
         def refuse(message: str) -> tuple[int, bytes]:
             return fastring.RESULT, refusal(ErrorStatus.INVALID_ARGUMENT, message)
 
         def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+            faults = x.faults
+            if faults.armed and any(f.kind == "abort" for f in faults.pending()):
+                return samehost.STEP_ASIDE, b"an injected abort is pending: it happens on gRPC"
             if kind != samehost.METHOD:
-                return refuse(f"same-host queue: packet kind {kind} is not a method call")
+                return compact(kind, payload)
             try:
                 number, rid, body = samehost.decode_method(payload)
             except fastpacket.PacketError as err:
                 return refuse(f"same-host queue: {err}")
             form = self._forms[number - 1]
-            faults = x.faults
-            if faults.armed and any(f.kind == "abort" for f in faults.pending()):
-                return samehost.STEP_ASIDE, b"an injected abort is pending: it happens on gRPC"
             try:
                 msg: Any = form.request.FromString(body)
             except DecodeError:
@@ -138,7 +139,7 @@ class SameHostMethods:
             token = REQUEST_ID.set(rid if _SANE_ID.fullmatch(rid) else f"{_ID_PREFIX}-{secrets.token_hex(4)}")
             try:
                 if number == _SYNC_NUMBER:
-                    m = self._sync
+                    m = self.sync
                     result = x.execute(m, partial(execution_from, msg), call, x.arrive(m))
                     return samehost.REPLY, samehost.encode_reply([result_to(result).SerializeToString()])
                 answer = form.handler(msg, call)
