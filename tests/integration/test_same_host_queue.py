@@ -209,7 +209,7 @@ def test_sigkill_during_a_same_host_execution_is_dead_object(own_server: LocalSe
                     cb = pm.execute_request_async(_add_request(a, a))
                     cb.wait(20)
                     outcome.append(ExecutionOutcome(cb.status, cb.message))
-            except BaseException as err:  # noqa: BLE001 - reported below
+            except BaseException as err:  # reported below
                 outcome.append(err)
 
         waiter = threading.Thread(target=run)
