@@ -7,7 +7,8 @@ takes, so that both sides keep one conversion of each form (the gRPC adapters').
 Packets, little-endian:
 
 - :data:`METHOD` (client to server): :data:`METHOD_HEADER` (method number u32, request
-  id bytes u32), the request id (ASCII, at most :data:`MAX_REQUEST_ID` bytes), then the
+  id bytes u32, fault scope bytes u32), the request id and the fault scope (ASCII, at most
+  :data:`MAX_REQUEST_ID` bytes each; what gRPC metadata carries on that path), then the
   serialized request message of method :data:`METHODS` ``[number - 1]``;
 - :data:`REPLY` (server to client): message count u32, then per message its length u32
   and its bytes — one message for a unary method, the launch then the notify event for
@@ -18,6 +19,11 @@ Packets, little-endian:
 - :data:`STEP_ASIDE` (server to client): a reason (UTF-8): the call was not run; the
   client sends it over gRPC instead (e.g. while an injected abort waits for its call,
   which only the gRPC transport can deliver).
+
+On a session's queue, ``executeSynchronously_1_3`` may also travel as a fast burst's
+packets (``fastring.REQUEST``, ``fastpacket.LEARN`` / ``CALL``, answered as on a burst),
+each payload then prefixed with :data:`TAG_HEADER` (request id bytes u32, fault scope
+bytes u32), the request id and the fault scope: :func:`encode_tag`.
 
 A packet the server cannot read is answered with a ``fastring.RESULT`` (an
 ExecuteResult carrying INVALID_ARGUMENT), as on a fast burst. Every field is untrusted:
@@ -61,7 +67,8 @@ STREAMS = frozenset(
     {("PreparedModel", "execute_1_3"), ("HidlPreparedModel", "execute"), ("HidlPreparedModel", "execute_1_2")}
 )
 
-METHOD_HEADER = struct.Struct("<II")
+METHOD_HEADER = struct.Struct("<III")
+TAG_HEADER = struct.Struct("<II")
 MAX_REQUEST_ID = 128
 _U32 = struct.Struct("<I")
 
@@ -71,26 +78,51 @@ def number_of(service: str, method: str) -> int:
     return METHODS.index((service, method)) + 1
 
 
-def encode_method(number: int, request_id: str, message: bytes) -> bytes:
+def encode_method(number: int, request_id: str, message: bytes, scope: str = "") -> bytes:
     rid = request_id.encode("ascii", "replace")[:MAX_REQUEST_ID]
-    return METHOD_HEADER.pack(number, len(rid)) + rid + message
+    sc = scope.encode("ascii", "replace")[:MAX_REQUEST_ID]
+    return METHOD_HEADER.pack(number, len(rid), len(sc)) + rid + sc + message
 
 
-def decode_method(payload: bytes) -> tuple[int, str, bytes]:
-    """The method number, request id and request message bytes of a METHOD packet."""
+def decode_method(payload: bytes) -> tuple[int, str, str, bytes]:
+    """The method number, request id, fault scope and request message bytes of a METHOD packet."""
     if len(payload) < METHOD_HEADER.size:
         raise PacketError(f"a method packet of {len(payload)} bytes is shorter than its header")
-    number, rid_len = METHOD_HEADER.unpack_from(payload)
+    number, rid_len, scope_len = METHOD_HEADER.unpack_from(payload)
     if not 1 <= number <= len(METHODS):
         raise PacketError(f"unknown method number {number}")
-    if rid_len > MAX_REQUEST_ID or METHOD_HEADER.size + rid_len > len(payload):
-        raise PacketError(f"a method packet's request id of {rid_len} bytes does not fit")
+    if max(rid_len, scope_len) > MAX_REQUEST_ID or METHOD_HEADER.size + rid_len + scope_len > len(payload):
+        raise PacketError("a method packet's request id or fault scope does not fit")
     at = METHOD_HEADER.size
     try:
         rid = payload[at : at + rid_len].decode("ascii")
+        scope = payload[at + rid_len : at + rid_len + scope_len].decode("ascii")
     except UnicodeDecodeError:
-        raise PacketError("a method packet's request id is not ASCII") from None
-    return number, rid, payload[at + rid_len :]
+        raise PacketError("a method packet's request id or fault scope is not ASCII") from None
+    return number, rid, scope, payload[at + rid_len + scope_len :]
+
+
+def encode_tag(request_id: str, scope: str = "") -> bytes:
+    """The prefix of a fast burst packet on a session's queue."""
+    rid = request_id.encode("ascii", "replace")[:MAX_REQUEST_ID]
+    sc = scope.encode("ascii", "replace")[:MAX_REQUEST_ID]
+    return TAG_HEADER.pack(len(rid), len(sc)) + rid + sc
+
+
+def split_tag(payload: bytes) -> tuple[str, str, bytes]:
+    """The request id, fault scope and the rest of a tagged packet's payload."""
+    if len(payload) < TAG_HEADER.size:
+        raise PacketError(f"a tagged packet of {len(payload)} bytes is shorter than its tag")
+    rid_len, scope_len = TAG_HEADER.unpack_from(payload)
+    at = TAG_HEADER.size
+    if max(rid_len, scope_len) > MAX_REQUEST_ID or at + rid_len + scope_len > len(payload):
+        raise PacketError("a tagged packet's request id or fault scope does not fit")
+    try:
+        rid = payload[at : at + rid_len].decode("ascii")
+        scope = payload[at + rid_len : at + rid_len + scope_len].decode("ascii")
+    except UnicodeDecodeError:
+        raise PacketError("a tagged packet's request id or fault scope is not ASCII") from None
+    return rid, scope, payload[at + rid_len + scope_len :]
 
 
 def encode_reply(messages: Sequence[bytes]) -> bytes:

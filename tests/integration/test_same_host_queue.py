@@ -94,14 +94,14 @@ def test_every_form_takes_the_queue_and_answers_as_grpc(server: LocalServer, grp
     a = np.arange(8, dtype=np.float32).reshape(2, 4)
     b = np.full((2, 4), 0.5, np.float32)
     with Device.connect(server.address) as plain:
-        assert plain.remote._queue is None
+        assert plain.remote.same_host is None
         before = _counts(plain)
         over_grpc = _every_form(plain, a, b)
         middle = _counts(plain)
         SameHostQueue.ENABLED = True
         with Device.connect(server.address) as dev:
             over_queue = _every_form(dev, a, b)
-            assert dev.remote._queue is not None and dev.remote._queue.open
+            assert dev.remote.same_host is not None and dev.remote.same_host.open
         after = _counts(plain)
     assert over_queue == over_grpc
     executions = len(over_grpc)  # the refused one (OUTPUT_INSUFFICIENT_SIZE) is launched too
@@ -118,7 +118,7 @@ def test_a_server_without_the_fast_path_keeps_grpc() -> None:
             assert pm.execute([a, a]).status == ErrorStatus.NONE
             cb = pm.execute_async([a, a])
             assert cb.wait(10) and cb.status == ErrorStatus.NONE
-        assert dev.remote._queue is None
+        assert dev.remote.same_host is None
         assert _counts(dev) == (0, 2)
 
 
@@ -147,7 +147,11 @@ def test_corrupted_packets_are_refused_and_the_server_serves_on(device: Device) 
                 refused = link.send_raw(write)  # type: ignore[arg-type]
                 assert refused.status == ErrorStatus.INVALID_ARGUMENT, refused.message
                 assert why in refused.message
-            ok = link.execute(_add_request(a, a), ExecutionOptions(), pm.handle, sid)
+            untagged = link.execute(_add_request(a, a), ExecutionOptions(), pm.handle, sid)
+            assert untagged is not None and untagged.status == ErrorStatus.INVALID_ARGUMENT
+            assert "tagged packet" in untagged.message
+            tag = samehost.encode_tag("test-1")
+            ok = link.execute(_add_request(a, a), ExecutionOptions(), pm.handle, sid, tag=tag)
             assert ok is not None and ok.status == ErrorStatus.NONE, "the queue did not recover"
         finally:
             link.close()
@@ -196,7 +200,7 @@ def test_sigkill_during_a_same_host_execution_is_dead_object(own_server: LocalSe
         pm = dev.prepare_model_sync(add_model())
         a = np.ones((2, 4), np.float32)
         assert pm.execute([a, a]).status == ErrorStatus.NONE
-        queue = dev.remote._queue
+        queue = dev.remote.same_host
         assert queue is not None and queue.open
         dev.set_faults(execute_delay_ms=10_000)
         outcome: list[ExecutionOutcome | BaseException] = []

@@ -63,7 +63,7 @@ from nnhal.client.remote.transport import (
     open_channel,
     tag_request_id,
 )
-from nnhal.core import wire_session
+from nnhal.core import telemetry, wire_session
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
@@ -149,6 +149,11 @@ class SessionChannel:
         return self.checked(getattr(self._stubs.buffer, method), request, method)
 
     @property
+    def same_host(self) -> SameHostQueue | None:
+        """The session's same-host execution queue (None: its calls take gRPC)."""
+        return self._queue
+
+    @property
     def last_request_id(self) -> str:
         """The request id of the last call this thread made ("" before any)."""
         return str(getattr(self._ids, "last", ""))
@@ -192,7 +197,10 @@ class SessionChannel:
         queue = self._queue
         if queue is not None and queue.carries(rpc):
             carried = self.invoke(
-                lambda: queue.call(rpc, request, what, timeout, md[0][1]), what, timeout is not None, md[0][1]
+                lambda: queue.call(rpc, request, what, timeout, md[0][1], _scope_of(md)),
+                what,
+                timeout is not None,
+                md[0][1],
             )
             if carried is not None:
                 return carried[0]
@@ -253,7 +261,10 @@ class SessionChannel:
                 events = None
                 if carried and queue is not None:
                     events = self.invoke(
-                        lambda: queue.call(rpc, request, what, timeout, rid), what, timeout is not None, rid
+                        lambda: queue.call(rpc, request, what, timeout, rid, _scope_of(md)),
+                        what,
+                        timeout is not None,
+                        rid,
                     )
                 stream = events if events is not None else call if call is not None else start()
                 notify = self.invoke(lambda: notify_of(stream, what), what, timeout is not None, rid)
@@ -311,7 +322,8 @@ class SessionChannel:
                 self.shm_dir = event.shm_dir
                 self.shm_prefix = event.shm_prefix
                 self.shm_memfd = event.shm_memfd
-                if event.shm_dir and event.capabilities.fast_path and SameHostQueue.ENABLED:
+                # Traced calls keep gRPC: the queue carries no trace context across the processes.
+                if event.shm_dir and event.capabilities.fast_path and SameHostQueue.ENABLED and not telemetry.enabled():
                     self._queue = SameHostQueue(self)
                 self._session_id = event.session
                 self._ready.set()
@@ -352,3 +364,8 @@ class SessionChannel:
             self.close()
         except Exception:  # interpreter shutdown: nothing left to release
             pass
+
+
+def _scope_of(metadata: tuple[tuple[str, str], ...]) -> str | None:
+    """The fault scope a call's metadata carries (its second entry, when set)."""
+    return metadata[1][1] if len(metadata) > 1 else None

@@ -203,13 +203,15 @@ class FastBurstLink:
         session: str = "",
         limit: float | None = None,
         wait: bool = True,
+        tag: bytes = b"",
     ) -> ExecutionResult | None:
         """One execution; None (nothing sent) when it does not fit the rings — or, unless
         ``wait``, when another thread is using them. Transport failures and the burst's end
         come back in the result (module docstring). On a session's queue ``handle`` and
         ``session`` name the prepared model (a burst's server knows them); ``limit``: seconds
         to wait for the answer, past which :class:`QueueTimeout` is raised (the queue is out
-        of step then: close it)."""
+        of step then: close it); ``tag``: the call's request id and fault scope, which a
+        session's queue takes before every packet (``samehost.encode_tag``)."""
         if not self._answer_fits(request):
             return None
         shape = None if options.profile else fastpacket.layout_key(request.inputs, request.outputs, request.pools)
@@ -231,6 +233,8 @@ class FastBurstLink:
             msg = spb.ExecuteRequest(session=session, profile=options.profile)
             fill_execution(msg, handle, request, options)  # a burst's server fills in the session and model
             payload = msg.SerializeToString()
+        if tag:
+            payload = tag + payload
         if not self.requests.fits(len(payload)) or not self._lock.acquire(blocking=wait):
             return None
         try:

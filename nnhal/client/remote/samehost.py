@@ -12,9 +12,12 @@ comes back as the same message(s), so every form keeps its one conversion.
 
 A call takes gRPC instead — the user sees no difference — when: the queue was refused
 (then every later call too), another thread is using the queue (calls stay concurrent),
-the request or its expected answer does not fit a ring, a fault scope is set
-(``client.faults.fault_scope``: it travels as gRPC metadata), or the server steps aside
-(STEP_ASIDE). Failures keep the gRPC path's statuses: the queue's liveness stream ending
+the request or its expected answer does not fit a ring, or the server steps aside
+(STEP_ASIDE). The request id and fault scope (``client.faults.fault_scope``), gRPC
+metadata on the other path, travel in each packet. A traced session (OpenTelemetry on)
+makes no queue: its calls' trace context spans the processes over gRPC only.
+
+Failures keep the gRPC path's statuses: the queue's liveness stream ending
 (the server died) is DEAD_OBJECT within the same bound and declares the session dead;
 no answer within the call's gRPC timeout is the DEADLINE_EXCEEDED mapping (and the queue,
 out of step, is closed: later calls reopen one); an injected abort ends the call with its
@@ -34,7 +37,6 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.message import DecodeError, Message
 
-from nnhal.client.faults import current_fault_scope
 from nnhal.client.remote.fastpath import RESULT_ENVELOPE_BYTES, CarriedAbort, FastBurstLink, QueueEnded, QueueTimeout
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.transport import DEFAULT_CALL_TIMEOUT, grpc_timeout, remaining_time
@@ -122,6 +124,12 @@ class SameHostQueue:
         """Whether the queue is open now (tests, benchmarks)."""
         return self._link is not None
 
+    @property
+    def ring_bytes(self) -> int:
+        """Bytes of the rings the open queue holds (charged to the session on the server)."""
+        link = self._link
+        return 0 if link is None else 2 * link.ring_bytes
+
     def _connect(self) -> FastBurstLink | None:
         with self._lock:
             if self._link is None and not self._refused and not self._closed:
@@ -132,20 +140,22 @@ class SameHostQueue:
                     log.debug("no same-host queue for this session (%s); executions take gRPC", err.message)
             return self._link
 
-    def call(self, rpc: Any, request: Message, what: str, timeout: float | None, request_id: str) -> list[Any] | None:
+    def call(
+        self, rpc: Any, request: Message, what: str, timeout: float | None, request_id: str, scope: str | None = None
+    ) -> list[Any] | None:
         """Carry one call of ``rpc``: its answer message(s) — one for a unary form, the launch
         and the notify events for a stream — or None when it takes gRPC instead (module
         docstring). Raises its transport failure: a HalError, or a ``grpc.RpcError`` for the
         caller's mapping (an injected abort, no answer in time)."""
         form = self._forms.get(id(rpc))
-        if form is None or self._refused or current_fault_scope():
+        if form is None or self._refused:
             return None
         link = self._link or self._connect()
         if link is None:
             return None
         if _expected_answer_bytes(request) + RESULT_ENVELOPE_BYTES > link.results.max_payload:
             return None
-        payload = samehost.encode_method(form.number, request_id, request.SerializeToString())
+        payload = samehost.encode_method(form.number, request_id, request.SerializeToString(), scope or "")
         limit = timeout or DEFAULT_CALL_TIMEOUT
         try:
             packet = link.exchange(samehost.METHOD, payload, limit)
@@ -178,16 +188,18 @@ class SameHostQueue:
         """executeSynchronously_1_3 through the queue, as a fast burst's execution (a request
         layout the server granted an id travels as a compact call: :mod:`nnhal.core.fastpacket`);
         None when it takes gRPC instead. Transport failures raise, as on gRPC."""
-        if self._refused or current_fault_scope():
+        if self._refused:
             return None
         link = self._link or self._connect()
         if link is None:
             return None
         channel = self._channel
+        md = channel._metadata()  # this thread's request id, as a gRPC call's
+        tag = samehost.encode_tag(md[0][1], md[1][1] if len(md) > 1 else "")
         bound = grpc_timeout(remaining_time(options.timeout, options.deadline_at))
         limit = bound or DEFAULT_CALL_TIMEOUT
         try:
-            return link.execute(request, options, handle, channel.session_id, limit, wait=False)
+            return link.execute(request, options, handle, channel.session_id, limit, wait=False, tag=tag)
         except QueueTimeout:
             self._drop(link)  # its answer may still come: the queue is out of step
             late = CarriedAbort(grpc.StatusCode.DEADLINE_EXCEEDED.value[0], f"no answer within {limit:.3g} s")

@@ -129,7 +129,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         peer = context.peer() or ""
         try:
             session = self._authorise(request, peer)
-            leave = self.executions.long_calls.open("burst", peer)
+            leave = self.executions.long_calls.open("same-host queue" if request.executions else "burst", peer)
         except HalError as err:
             yield self._event(self.executions.refuse(self._method, err))
             return

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -36,6 +37,7 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.proto import aidl_pb2 as apb, hidl_pb2 as hpb, service_pb2 as spb
 from nnhal.server import fastpath
 from nnhal.server.executions import Abort, Executions, Refused
+from nnhal.server.executions.faults import CALL_SCOPE
 from nnhal.server.rpc.aidl_objects_servicer import BurstServicer, ExecutionServicer
 from nnhal.server.rpc.aidl_servicer import AidlPreparedModelServicer
 from nnhal.server.rpc.common import result_to, status_to
@@ -52,6 +54,19 @@ _SYNC_NUMBER = samehost.number_of("PreparedModel", SYNC)
 def refusal(status: ErrorStatus, message: str) -> bytes:
     """The answer to a packet the queue cannot run: an ExecuteResult with the status."""
     return status_to(spb.ExecuteResult(), Refused(status, message)).SerializeToString()
+
+
+@contextmanager
+def _tagged(rid: str, scope: str) -> Iterator[None]:
+    """The call's request id (the client's when sane) and fault scope, published while it runs
+    (what the gRPC path takes from the call's metadata)."""
+    token = REQUEST_ID.set(rid if _SANE_ID.fullmatch(rid) else f"{_ID_PREFIX}-{secrets.token_hex(4)}")
+    scoped = CALL_SCOPE.set(scope or None)  # a seeded fault schedule decides by it
+    try:
+        yield
+    finally:
+        CALL_SCOPE.reset(scoped)
+        REQUEST_ID.reset(token)
 
 
 class QueueCall:
@@ -124,9 +139,14 @@ class SameHostMethods:
             if faults.armed and any(f.kind == "abort" for f in faults.pending()):
                 return samehost.STEP_ASIDE, b"an injected abort is pending: it happens on gRPC"
             if kind != samehost.METHOD:
-                return compact(kind, payload)
+                try:
+                    rid, scope, rest = samehost.split_tag(payload)
+                except fastpacket.PacketError as err:
+                    return refuse(f"same-host queue: {err}")
+                with _tagged(rid, scope):
+                    return compact(kind, rest)
             try:
-                number, rid, body = samehost.decode_method(payload)
+                number, rid, scope, body = samehost.decode_method(payload)
             except fastpacket.PacketError as err:
                 return refuse(f"same-host queue: {err}")
             form = self._forms[number - 1]
@@ -136,7 +156,10 @@ class SameHostMethods:
                 return refuse(f"same-host queue: the {form.name} request could not be decoded")
             if msg.session != session.id:
                 return refuse("same-host queue: a call for another session than the queue's")
-            token = REQUEST_ID.set(rid if _SANE_ID.fullmatch(rid) else f"{_ID_PREFIX}-{secrets.token_hex(4)}")
+            with _tagged(rid, scope):
+                return run(number, form, msg)
+
+        def run(number: int, form: _Form, msg: Any) -> tuple[int, bytes]:
             try:
                 if number == _SYNC_NUMBER:
                     m = self.sync
@@ -147,7 +170,5 @@ class SameHostMethods:
                 return samehost.REPLY, samehost.encode_reply([e.SerializeToString() for e in events])
             except Abort as err:
                 return samehost.ABORTED, samehost.encode_aborted(err.code, err.details)
-            finally:
-                REQUEST_ID.reset(token)
 
         return handle
