@@ -32,6 +32,15 @@ channel: when the client's connection dies or the client cancels it, gRPC ends
 the call and the queue is stopped; when the server stops, likewise. A burst the
 server ends on its own (the client broke the queue protocol) gets a last event
 with the status.
+
+With ``executions`` set, ``openFastBurst`` opens the session's same-host execution queue
+instead (no prepared model; not gated as a burst; counted among the client's long-lived
+calls as a "same-host queue"): its packets carry every execution form of the session
+(:mod:`nnhal.server.rpc.samehost`), and ``executeSynchronously_1_3`` also as the burst's
+full, learning and compact packets above — each naming its prepared model, tagged with
+the call's request id and fault scope — served as ``executeSynchronously_1_3`` counted
+under ``same_host``. An answer too large for the ring makes the queue step aside (the
+client runs that call over gRPC).
 """
 
 from __future__ import annotations
