@@ -233,6 +233,9 @@ class FastQueue:
         self._close_handed()
         if self._doorbell is not None:
             self._doorbell.close()
+        for ring in (getattr(self, "_requests", None), getattr(self, "_results", None)):
+            if ring is not None:
+                ring.close()
         if self._mm is not None:
             self._mm.close()
             self._mm = None

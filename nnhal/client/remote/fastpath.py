@@ -368,4 +368,6 @@ class FastBurstLink:
         self._call.cancel()
         with self._lock:
             self.doorbell.close()
+            self.requests.close()
+            self.results.close()
             self._mm.close()
