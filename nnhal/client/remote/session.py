@@ -166,7 +166,13 @@ class RemoteSession(SessionChannel):
         A request with a large inline pool (``wire_stream.worth_streaming``) travels as an
         ``executeStreamed`` instead, its pools in chunks (``streamed.proto``), unless the
         server has no such service (then, from the first refusal on, in one message); its
-        large output pools come back as read-only memoryviews."""
+        large output pools come back as read-only memoryviews. On the same host it takes the
+        session's queue (:mod:`.samehost`) when it can."""
+        queue = self._queue
+        if queue is not None:
+            carried = queue.execute(handle, request, options)
+            if carried is not None:
+                return carried
         if self._streams and wire_stream.worth_streaming(request):
             result = self._execute_streamed(handle, request, options)
             if result is not None:
