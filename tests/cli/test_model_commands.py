@@ -15,7 +15,7 @@ from nnhal.cli.usage import UsageError
 from nnhal.importers import litert
 from nnhal.testing.local_server import LocalServer
 
-MODELS = Path(__file__).resolve().parents[2] / "models" / "tflite"
+MODELS = Path(__file__).resolve().parents[2] / "nnhal" / "models" / "tflite"
 SHORT_RANGE = MODELS / "face_detection_short_range.tflite"
 
 

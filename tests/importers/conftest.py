@@ -17,7 +17,7 @@ from nnhal.server.executor.graph import PreparedGraph
 from nnhal.server.executor.validate import validate_full
 from tests.importers.tflite_writer import Op, Tensor, write_model
 
-MODELS = Path(__file__).resolve().parents[2] / "models" / "tflite"
+MODELS = Path(__file__).resolve().parents[2] / "nnhal" / "models" / "tflite"
 needs_litert = pytest.mark.skipif(
     not litert.available(), reason="LiteRT (ai-edge-litert, the 'tflite' extra) is not installed"
 )

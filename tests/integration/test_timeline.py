@@ -55,7 +55,7 @@ def test_one_event_per_operation_run(server: LocalServer) -> None:
 
 
 def test_nnhal_run_writes_a_trace(tmp_path: Path) -> None:
-    model = ROOT / "models" / "tflite" / "face_detection_short_range.tflite"
+    model = ROOT / "nnhal" / "models" / "tflite" / "face_detection_short_range.tflite"
     out = tmp_path / "t.json"
     done = subprocess.run(
         [sys.executable, "-m", "nnhal", "run", "--start", str(model), "--trace", str(out)],

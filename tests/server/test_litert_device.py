@@ -31,7 +31,7 @@ F32, Q8, S8, I8 = (
 RNG = np.random.default_rng(0)
 LITERT = LiteRtBackend(1, measure_capabilities=False)
 TOKEN, SECRET = bytes(32), b"s" * 32
-MODELS = Path(__file__).resolve().parents[2] / "models" / "tflite"
+MODELS = Path(__file__).resolve().parents[2] / "nnhal" / "models" / "tflite"
 
 
 def _pools(model: Model) -> list[bytes]:
