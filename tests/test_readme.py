@@ -51,3 +51,11 @@ def test_readme_pytest_example_passes(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout
+
+
+def test_readme_is_short_and_its_links_exist() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 300, "the README is an introduction; the guide is the site (docs/)"
+    targets = {t.split("#")[0] for t in re.findall(r"\]\(([^)]+)\)", text) if "://" not in t}
+    missing = sorted(t for t in targets if not (ROOT / t).exists())
+    assert not missing, missing
