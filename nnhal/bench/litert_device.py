@@ -26,9 +26,9 @@ import numpy as np
 from nnhal.bench import zoo
 from nnhal.bench.common import Bench, BenchError, BenchResult, check
 from nnhal.bench.compiling import prepare_vs_from_cache, versus_in_process
-from nnhal.bench.tflite_face import MODEL as FACE_MODEL
 from nnhal.core.types import InlinePool, Model
 from nnhal.importers.compare import diff
+from nnhal.models import FACE_DETECTION, tflite_model
 
 
 def _runner(path: Path) -> object:
@@ -64,11 +64,13 @@ def tflite_face_litert(quick: bool) -> dict[str, BenchResult]:
     """face_detection_short_range on the litert device vs LiteRT in-process on the original file."""
     from nnhal.importers.tflite_model import import_tflite
 
-    if not FACE_MODEL.is_file():
-        raise BenchError(f"{FACE_MODEL} is missing: exec.tflite_face_litert runs from a source checkout")
-    imported = import_tflite(FACE_MODEL)
+    try:
+        face = tflite_model(FACE_DETECTION)
+    except FileNotFoundError as err:
+        raise BenchError(str(err)) from None
+    imported = import_tflite(face)
     what = "face_detection_short_range 1x128x128x3 float32, anchor: the original .tflite"
-    result = _versus_litert(imported.model, imported.random_inputs(0), FACE_MODEL, quick, what, False)
+    result = _versus_litert(imported.model, imported.random_inputs(0), face, quick, what, False)
     return {"exec.tflite_face_litert": result}
 
 

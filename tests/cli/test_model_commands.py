@@ -13,9 +13,10 @@ from nnhal.cli.main import build_parser, main
 from nnhal.cli.model_run import output_file_name, split_targets
 from nnhal.cli.usage import UsageError
 from nnhal.importers import litert
+from nnhal.models import FACE_DETECTION, tflite_model
 from nnhal.testing.local_server import LocalServer
 
-MODELS = Path(__file__).resolve().parents[2] / "models" / "tflite"
+MODELS = tflite_model(FACE_DETECTION).parent
 SHORT_RANGE = MODELS / "face_detection_short_range.tflite"
 
 

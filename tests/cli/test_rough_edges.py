@@ -21,7 +21,7 @@ from nnhal.client.death import DeathMonitor
 
 from .test_errors import ROOT, SERVE, VECTORS, assert_usage_error, nnhal
 
-MODEL = ROOT / "models" / "tflite" / "face_detection_front.tflite"
+MODEL = ROOT / "nnhal" / "models" / "tflite" / "face_detection_front.tflite"
 
 
 def _all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:

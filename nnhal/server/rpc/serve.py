@@ -15,7 +15,7 @@ Keepalive: the server pings a client after 2 s without hearing from it (also
 with no data flowing: a session stream is silent after its first event) and
 drops a connection whose ping, or any other ping, is not acknowledged within
 2 s; the streams on it end, so a frozen or vanished client's sessions and
-objects are released within ~2-4 s (measured 2.1-3.2 s; documented bound 10 s).
+objects are released within the documented bound of 10 s.
 
 TLS (``tls``, ``nnhal.server.rpc.identity``): with a certificate and key every TCP
 listener serves TLS, loopback included (one rule, and a client configured for TLS
