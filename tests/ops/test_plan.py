@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from nnhal.core.enums import OperandType as T, OperationType as Op
+from nnhal.core.errors import HalError
 from nnhal.core.operand_types import DTYPE
 from nnhal.core.types import Model
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
@@ -143,7 +144,7 @@ def test_bound_kernel_declines_other_shapes() -> None:
     b.op(Op.ADD, [x, y, b.const(T.INT32, 0)], [out])
     fast = _graph(b.build()).main.steps[0].fast
     assert fast is not None
-    assert fast([np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32), None]) is None
+    assert fast([np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32), None], (None,)) is None
 
 
 def test_unknown_shapes_are_not_bound() -> None:
@@ -313,3 +314,60 @@ def test_bound_pad_matches_the_general_kernel(t: T) -> None:
     fast = graph.run([value])[0]
     np.testing.assert_array_equal(fast, _general(graph, [value]))
     assert fast.dtype == value.dtype and fast[0, 0, 0, 0] == q[1]
+
+
+def _add_chain_then(last: Op) -> Model:
+    """x + 1 into an intermediate (an arena slot), then ``last`` (RESHAPE to (48,) or ADD of 1)
+    writing the output."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, SHAPE)
+    one = b.const(T.TENSOR_FLOAT32, np.ones(SHAPE))
+    mid = b.temp(T.TENSOR_FLOAT32, SHAPE)
+    b.op(Op.ADD, [x, one, b.const(T.INT32, 0)], [mid])
+    if last == Op.RESHAPE:
+        out = b.output(T.TENSOR_FLOAT32, (48,))
+        b.op(Op.RESHAPE, [mid, b.const(T.TENSOR_INT32, np.array([48], np.int32))], [out])
+    else:
+        out = b.output(T.TENSOR_FLOAT32, SHAPE)
+        b.op(Op.ADD, [mid, one, b.const(T.INT32, 0)], [out])
+    return b.build()
+
+
+def test_intermediates_reuse_one_arena_and_results_do_not_share_it() -> None:
+    graph = _graph(_add_chain_then(Op.ADD))
+    pool = graph.main.pool
+    assert pool is not None
+    assert graph.main.steps[0].out_slots == (0,) and graph.main.steps[1].out_slots == (None,)
+    x = np.zeros(SHAPE, np.float32)
+    first = graph.run([x])[0]
+    arena = pool.checkout()
+    slot = arena.outputs[0][0]
+    pool.checkin(arena)
+    second = graph.run([x + 3])[0]
+    again = pool.checkout()
+    assert again is arena  # the same buffers served the second execution
+    pool.checkin(again)
+    assert slot is not None
+    np.testing.assert_array_equal(slot, x + 4)  # the second run's intermediate, in place
+    np.testing.assert_array_equal(first, x + 2)
+    np.testing.assert_array_equal(second, x + 5)
+    assert not arena.owns(first) and not arena.owns(second)
+
+
+def test_a_result_viewing_an_intermediate_is_copied_out_of_the_arena() -> None:
+    graph = _graph(_add_chain_then(Op.RESHAPE))
+    assert graph.main.pool is not None
+    first = graph.run([np.zeros(SHAPE, np.float32)])[0]
+    second = graph.run([np.full(SHAPE, 7, np.float32)])[0]
+    np.testing.assert_array_equal(first, np.ones(48, np.float32))
+    np.testing.assert_array_equal(second, np.full(48, 8, np.float32))
+
+
+def test_other_shapes_and_requested_outputs_allocate_afresh() -> None:
+    graph = _graph(_add_chain_then(Op.ADD))
+    x = np.ones(SHAPE, np.float32)
+    np.testing.assert_array_equal(_general(graph, [x]), x + 2)  # no arena: general kernels
+    small = np.ones((1, 2, 2, 3), np.float32)
+    # The bound kernel declines an input of another shape; the general kernel checks it.
+    with pytest.raises(HalError, match="broadcast"):
+        graph.run([small])

@@ -135,12 +135,14 @@ def finish_quant(
     zo: int,
     lo: int,
     hi: int,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Accumulator (exact integers, float64 or int) + bias -> requantized to the output zero
-    point ``zo``, clamped to [lo, hi] (the fused activation's range), in ``out_dtype``."""
+    point ``zo``, clamped to [lo, hi] (the fused activation's range), in ``out_dtype``: written
+    into ``out`` when given (a contiguous array of ``acc``'s shape and ``out_dtype``)."""
     channels = acc.shape[-1]
     flat = acc.reshape(-1, channels)
-    out = np.empty(flat.shape, out_dtype)
+    out = np.empty(flat.shape, out_dtype) if out is None else out.reshape(flat.shape)
     floats = flat.dtype == np.float64
     if floats:
         # float64 sums of integer products below 2^53 are exact integers: the bias
@@ -165,7 +167,14 @@ ROW_TAPS_MIN = 1 << 10
 
 
 def depthwise_sum(
-    xp: np.ndarray, wt: np.ndarray, g: Geometry, oh: int, ow: int, rows: bool, tiled: np.ndarray | None = None
+    xp: np.ndarray,
+    wt: np.ndarray,
+    g: Geometry,
+    oh: int,
+    ow: int,
+    rows: bool,
+    tiled: np.ndarray | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Depthwise sum over the taps of padded NHWC ``xp`` with weights ``wt`` [KH, KW, C], taps in
     row-major order. The weights are tiled along OW (``tiled`` when prepared, else made here) so
@@ -175,6 +184,9 @@ def depthwise_sum(
       products summed in one pass, no copy);
     - else with ``rows``: per tap one multiply into a scratch buffer and one add over such rows
       (column phases make the strided taps contiguous); without: one einsum over the windows.
+
+    The sum is written into ``out`` when given (a contiguous [N, OH, OW, C] array of the sum's
+    dtype) and returned.
     """
     kh, kw, oc = wt.shape
     stride, dilation = (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w)
@@ -189,14 +201,15 @@ def depthwise_sum(
             (g.dilation_h * s_h, g.dilation_w * s_w, s_n, g.stride_h * s_h, s_c),
             writeable=False,
         )
-        return np.asarray(np.einsum("ijnhq,ijq->nhq", view, tiled)).reshape(xp.shape[0], oh, ow, oc)
+        dest = None if out is None else out.reshape(xp.shape[0], oh, ow * oc)
+        return np.asarray(np.einsum("ijnhq,ijq->nhq", view, tiled, out=dest)).reshape(xp.shape[0], oh, ow, oc)
     if not rows:
         windows = window_patches(xp, (kh, kw), (oh, ow), stride, dilation)
-        return np.asarray(np.einsum("nhwijc,ijc->nhwc", windows, wt))
+        return np.asarray(np.einsum("nhwijc,ijc->nhwc", windows, wt, out=out))
     taps = row_taps(xp, (kh, kw), (oh, ow), stride, dilation)
     if tiled is None:
         tiled = np.tile(wt, (1, 1, ow))
-    acc: np.ndarray = np.multiply(taps[0], tiled[0, 0])
+    acc: np.ndarray = np.multiply(taps[0], tiled[0, 0], out=None if out is None else out.reshape(taps[0].shape))
     tmp = np.empty_like(acc)
     for k in range(1, len(taps)):
         np.multiply(taps[k], tiled[k // kw, k % kw], out=tmp)

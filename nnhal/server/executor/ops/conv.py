@@ -9,7 +9,7 @@ Constant filters are re-laid-out once at prepare.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
@@ -462,14 +462,17 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
     if st is None:
         return None
     g, x_shape, out_shape, kh, kw = st.g, st.x_shape, st.out_shape, st.kh, st.kw
+    oc = out_shape[3]
     if isinstance(state, np.ndarray):
         matrix, bias, clamp = state, st.bias, st.clamp
 
-        def run_float(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+        def run_float(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
             x = inputs[INPUT]
             if x is None or x.shape != x_shape:
                 return None
-            out: np.ndarray = im2col(x, g, kh, kw)[0] @ matrix
+            buffer = buffers[0]
+            patches = im2col(x, g, kh, kw)[0]
+            out: np.ndarray = np.matmul(patches, matrix, out=None if buffer is None else buffer.reshape(-1, oc))
             out += bias
             if clamp is not None:
                 clamp(out)
@@ -480,12 +483,12 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
         return None
     q, zp = state, v.inputs[INPUT].zero_point
 
-    def run_quant(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+    def run_quant(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != x_shape:
             return None
         acc = im2col(x.astype(q.weights.dtype) - zp, g, kh, kw)[0] @ q.weights.T
-        out = finish_quant(acc, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi)
+        out = finish_quant(acc, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi, buffers[0])
         return [out.reshape(out_shape)]
 
     out_zp = v.outputs[0].zero_point
@@ -508,13 +511,13 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
         wt, bias, clamp = w.reshape(st.kh, st.kw, oc), st.bias, st.clamp
         tiled = np.tile(wt, (1, 1, ow)) if rows or g.stride_w == 1 else None
 
-        def run_float(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+        def run_float(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
             x = inputs[INPUT]
             if x is None or x.shape != x_shape:
                 return None
             if repeat > 1:
                 x = np.repeat(x, repeat, axis=3)
-            acc = depthwise_sum(pad(x, g), wt, g, oh, ow, rows, tiled)
+            acc = depthwise_sum(pad(x, g), wt, g, oh, ow, rows, tiled, buffers[0])
             acc += bias
             if clamp is not None:
                 clamp(acc)
@@ -529,7 +532,7 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
     zp, out_zp, q = np.int32(v.inputs[INPUT].zero_point), v.outputs[0].zero_point, state
     tiled_q = np.tile(wq, (1, 1, ow))
 
-    def run_quant(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+    def run_quant(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != x_shape:
             return None
@@ -537,7 +540,7 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
         if repeat > 1:
             xs = np.repeat(xs, repeat, axis=3)
         acc = depthwise_sum(pad(xs, g), wq, g, oh, ow, True, tiled_q)
-        return [finish_quant(acc, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi)]
+        return [finish_quant(acc, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi, buffers[0])]
 
     return run_quant
 
