@@ -20,6 +20,8 @@ from nnhal.core.errors import HalError
 from nnhal.core.operand_types import DTYPE
 from nnhal.core.types import Model
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
+from nnhal.server.executor.ops._conv_core import finish_quant, float_requant
+from nnhal.server.executor.ops._fixed_point import quantize_multiplier
 from nnhal.server.executor.validate import validate_full
 from tests.fuzz.builder import ModelBuilder
 
@@ -371,3 +373,65 @@ def test_other_shapes_and_requested_outputs_allocate_afresh() -> None:
     # The bound kernel declines an input of another shape; the general kernel checks it.
     with pytest.raises(HalError, match="broadcast"):
         graph.run([small])
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # (filter, stride, padding code or explicit (l, r, t, b), activation)
+        (2, 2, 2, 0),
+        (3, 1, 1, 1),
+        (3, 2, 1, 3),
+        (2, 1, (1, 0, 0, 1), 2),
+        (1, 1, 2, 0),
+    ],
+)
+def test_bound_max_pool_matches_the_general_kernel(case: tuple[int, int, object, int]) -> None:
+    f, s, padding, act = case
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, (1, 6, 7, 3))
+    if isinstance(padding, tuple):
+        params = [b.const(T.INT32, p) for p in padding] + [b.const(T.INT32, v) for v in (s, s, f, f, act)]
+        pl, pr, pt, pb = padding
+        oh, ow = (6 + pt + pb - f) // s + 1, (7 + pl + pr - f) // s + 1
+    else:
+        params = [b.const(T.INT32, v) for v in (padding, s, s, f, f, act)]
+        oh, ow = ((6 + s - 1) // s, (7 + s - 1) // s) if padding == 1 else ((6 - f) // s + 1, (7 - f) // s + 1)
+    mid = b.temp(T.TENSOR_FLOAT32, (1, oh, ow, 3))
+    out = b.output(T.TENSOR_FLOAT32, (1, oh, ow, 3))
+    b.op(Op.MAX_POOL_2D, [x, *params], [mid])
+    b.op(Op.ADD, [mid, b.const(T.TENSOR_FLOAT32, np.zeros(3)), b.const(T.INT32, 0)], [out])
+    graph = _graph(b.build())
+    assert graph.main.steps[0].fast is not None and graph.main.steps[0].out_slots == (0,)
+    for seed in (0, 1):
+        inputs = _inputs(graph.model, seed)
+        np.testing.assert_array_equal(graph.run(inputs)[0], _general(graph, inputs))
+
+
+def test_float_requantization_is_bit_identical() -> None:
+    rng = np.random.default_rng(5)
+    checked = 0
+    for trial in range(300):
+        channels, rows = int(rng.integers(1, 20)), int(rng.integers(1, 500))
+        bound = int(rng.choice([50, 3000, 2**20]))
+        acc = rng.integers(-bound, bound + 1, (rows, channels))
+        bias = rng.integers(-2000, 2000, channels).astype(np.int32)
+        # Powers of two make exact ties; a single value tests the per-tensor form.
+        reals = [2.0 ** -rng.integers(1, 12, channels), rng.random(channels) * 3, 10 ** rng.uniform(-7, 0, channels)]
+        real = reals[trial % 3] if trial % 2 else np.full(channels, reals[trial % 3][0])
+        pairs = [quantize_multiplier(float(r)) for r in real]
+        qm, sh = np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64)
+        zo = int(rng.integers(-128, 256))
+        lo, hi, dt = (0, 255, np.dtype(np.uint8)) if trial % 4 < 2 else (-128, 127, np.dtype(np.int8))
+        requant = float_requant(np.full(channels, float(bound)), bias, qm, sh, zo, lo, hi)
+        if requant is None:
+            continue
+        checked += 1
+        expected = finish_quant(acc.astype(np.float64), bias, qm, sh, dt, zo, lo, hi)
+        for kind in (np.float64, np.float32, np.int32):
+            np.testing.assert_array_equal(requant(acc.astype(kind), dt), expected)
+    assert checked > 100
+    # Beyond float64's exact integers there is no float requantization.
+    assert (
+        float_requant(np.full(1, 2.0**40), np.zeros(1, np.int32), np.array([2**30]), np.array([0]), 0, 0, 255) is None
+    )
