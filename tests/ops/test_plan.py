@@ -435,3 +435,43 @@ def test_float_requantization_is_bit_identical() -> None:
     assert (
         float_requant(np.full(1, 2.0**40), np.zeros(1, np.int32), np.array([2**30]), np.array([0]), 0, 0, 255) is None
     )
+
+
+def test_dead_intermediates_share_slots_and_views_keep_theirs() -> None:
+    """A chain reuses two slots; an intermediate a RESHAPE (which returns a view) read keeps its
+    slot while later operations reuse the others, so the view still reads its values."""
+    shape2 = (1, 48)
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, SHAPE)
+    one = b.const(T.TENSOR_FLOAT32, np.ones(SHAPE))
+    y = x
+    for _ in range(6):
+        nxt = b.temp(T.TENSOR_FLOAT32, SHAPE)
+        b.op(Op.ADD, [y, one, b.const(T.INT32, 0)], [nxt])
+        y = nxt
+    flat = b.temp(T.TENSOR_FLOAT32, shape2)
+    b.op(Op.RESHAPE, [y, b.const(T.TENSOR_INT32, np.array(shape2, np.int32))], [flat])
+    z = b.temp(T.TENSOR_FLOAT32, shape2)
+    b.op(Op.ADD, [flat, b.const(T.TENSOR_FLOAT32, np.ones(shape2)), b.const(T.INT32, 0)], [z])
+    for _ in range(4):
+        nxt = b.temp(T.TENSOR_FLOAT32, shape2)
+        b.op(Op.MUL, [z, b.const(T.TENSOR_FLOAT32, np.full(shape2, 2.0)), b.const(T.INT32, 0)], [nxt])
+        z = nxt
+    out = b.output(T.TENSOR_FLOAT32, shape2)
+    b.op(Op.SUB, [z, flat, b.const(T.INT32, 0)], [out])
+    graph = _graph(b.build())
+    pool = graph.main.pool
+    assert pool is not None
+    arena = pool.checkout()
+    pool.checkin(arena)
+    addresses = [None if outputs[0] is None else outputs[0].__array_interface__["data"][0] for outputs in arena.outputs]
+    # The six ADDs alternate between two slots; the sixth (read by the RESHAPE) keeps its slot
+    # while the ADD and the MULs after it take the other one and one more.
+    assert len(set(addresses[:6])) == 2 and addresses[6] is None
+    assert addresses[5] not in addresses[7:]
+    assert len({a for a in addresses if a is not None}) == 3
+    for k in (0.0, 5.0):
+        x0 = np.full(SHAPE, k, np.float32).reshape(shape2)
+        mid = x0 + 6
+        expected = (mid + 1) * 16 - mid
+        np.testing.assert_array_equal(graph.run([x0.reshape(SHAPE)])[0], expected)

@@ -156,6 +156,13 @@ def constant_value(model: Model, pools: Sequence[Buffer], operand: Operand) -> n
     return None
 
 
+def _fresh_outputs(operation_type: OperationType) -> bool:
+    """Whether the operation's kernels never return a view of an input: those of the families
+    with bound kernels (see registry.Binder)."""
+    spec = lookup(operation_type)
+    return spec is not None and spec.bind is not None
+
+
 def _arena_operand(operand: Operand) -> bool:
     """Whether an intermediate operand can have an arena slot: a non-empty tensor of a fixed
     shape and a numpy dtype."""
@@ -244,6 +251,10 @@ class PreparedGraph:
         keep = set(sg.output_indexes) | set(sg.input_indexes)
         steps: list[Step] = []
         layout = ArenaLayout()
+        placed: dict[int, int] = {}  # operand -> its placement while it lives
+        # Operands some operation without a bound kernel reads: a general kernel may return a
+        # view of them, so their slots are never reused within an execution.
+        pinned = {i for operation in operations if not _fresh_outputs(operation.type) for i in operation.inputs}
         for n, operation in enumerate(operations):
             spec = lookup(operation.type)
             if spec is None:
@@ -280,11 +291,19 @@ class PreparedGraph:
             out_slots: tuple[int | None, ...] = (None,) * len(out_ops)
             if arena and fast is not None:
                 out_slots = tuple(
-                    layout.add(tuple(o.dimensions), np.dtype(DTYPE[o.type]))
+                    layout.place(tuple(o.dimensions), np.dtype(DTYPE[o.type]))
                     if i not in keep and _arena_operand(o)
                     else None
                     for i, o in zip(operation.outputs, out_ops)
                 )
+                for i, placement in zip(operation.outputs, out_slots):
+                    if placement is not None:
+                        placed[i] = placement
+            # Operands dead after this step give their slot back, unless an operation that may
+            # return a view of its input read them (the view could outlive them).
+            for i in dict.fromkeys((*operation.inputs, *operation.outputs)):
+                if i in placed and last_use.get(i, n) == n and i not in pinned:
+                    layout.free(placed.pop(i))
             steps.append(
                 Step(
                     spec,
@@ -302,7 +321,7 @@ class PreparedGraph:
                 )
             )
         pool = None
-        if layout.slots:
+        if layout.placements:
             pool = ArenaPool(layout, [step.out_slots for step in steps])
         return PreparedSubgraph(sg, constants, steps, pool)
 

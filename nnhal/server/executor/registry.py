@@ -36,7 +36,9 @@ Preparer = Callable[["ValidationContext"], Any]
 #: never writes into its inputs. It does no validation: its binder proved the operation valid.
 FastKernel = Callable[[list["np.ndarray | None"], "Sequence[np.ndarray | None]"], "list[np.ndarray] | None"]
 #: Optional, runs once at prepare after ``Preparer`` (whose state it receives): a FastKernel
-#: for this use of the operation, or None when it has none for it.
+#: for this use of the operation, or None when it has none for it. A family that registers one
+#: promises that neither its bound nor its general kernel returns a view of an input: the
+#: executor's arena reuses an input's memory once its last such reader has run.
 Binder = Callable[["ValidationContext", Any], FastKernel | None]
 #: The HalError class an operation's execution-time checks raise.
 FailureStatus = type[HalError]
