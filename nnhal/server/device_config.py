@@ -32,7 +32,7 @@ class DeviceConfig:
     memory_per_client: int = 0
     memory_total: int = 0
     #: Sessions open at once. A session holds no thread (its stream is a coroutine), only
-    #: memory: ~45 KiB of server RSS each, its connection included (``nnhal.bench.scale``).
+    #: memory, its connection's included (``python -m nnhal.bench.scale`` measures how much).
     max_sessions: int = 1024
     #: Long-lived calls (open bursts, getExecutionInfo waits) per client, and in total (0: derived
     #: from the worker threads, so that some always stay free for executions, stats and releases).

@@ -67,6 +67,7 @@ from nnhal.server.handles import HandleTable, new_handle
 from nnhal.server.jobs import Counter, ExecutionJob, PrepareJob, check_deadline
 from nnhal.server.lifecycle import DRAIN_EXPIRED, Lifecycle
 from nnhal.server.memory import bind_model_pools, bind_pools, token_placeholder
+from nnhal.server.partitioned import PartitionedBackend
 from nnhal.server.prepared_model import PreparedModel
 from nnhal.server.request_plan import output_pools
 from nnhal.server.scheduler import Scheduler
@@ -180,7 +181,7 @@ class Driver:
         deadline_ns: int | None,
         cache_token: bytes = b"",
         trusted: bool = False,
-        artifact: bytes | None = None,
+        artifact: memoryview | None = None,
     ) -> PrepareJob:
         """Launch checks of prepareModel: the cache token, deadline, pools and the whole
         model (unless ``trusted``: read from a cache this server sealed). Raises HalError.
@@ -401,6 +402,14 @@ class Driver:
         (``lifecycle.DRAIN_EXPIRED``) at its next check; queued executions at once."""
         self.lifecycle.expire()
         self.scheduler.shut(DRAIN_EXPIRED)
+
+    def placement(self) -> tuple[dict[str, int], dict[str, int]]:
+        """A device with a fallback inside it: the operations of the models it prepared, by
+        type, on its library and on the fallback (``PartitionedBackend.placement_counts``);
+        empty for other devices."""
+        if isinstance(self.backend, PartitionedBackend):
+            return self.backend.placement_counts()
+        return {}, {}
 
     def stats(self) -> dict[str, int]:
         with self._lock:

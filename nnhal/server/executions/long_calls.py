@@ -85,6 +85,8 @@ class LongCalls:
             "burst": config.max_bursts_per_session,
             # An open executeStreamed holds a thread as a burst does, and is capped alike.
             "streamed execution": config.max_bursts_per_session,
+            # A session's same-host execution queue holds a thread for the session's life.
+            "same-host queue": config.max_bursts_per_session,
             "fence wait": config.max_fence_waits_per_session,
             "preparation": config.max_preparations_per_session,
         }

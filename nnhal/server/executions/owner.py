@@ -32,7 +32,7 @@ from nnhal.server.executions.calls import (
 from nnhal.server.executions.faults import FAULTABLE, KINDS, FaultPlan, Liveness
 from nnhal.server.executions.hooks import Call, Observer, Observers, Timings
 from nnhal.server.executions.long_calls import Held, Job, LongCalls, held, once
-from nnhal.server.executions.methods import SAME, Arrival, Method
+from nnhal.server.executions.methods import CARRIER, SAME, Arrival, Method, transport_of
 from nnhal.server.executions.refusals import Refused, within_limit
 from nnhal.server.jobs import ExecutionJob, PrepareJob
 from nnhal.server.metrics import TRANSPORTS, DeviceMetrics, Metrics
@@ -219,7 +219,7 @@ class Executions:
                 job = self._begin(args)
             except Exception as err:
                 return self.refuse(method, err, args, t0)
-            self.metrics.execution(method.transport)
+            self.metrics.execution(transport_of(method))
             t1 = 0.0
             if obs is not None:
                 t1 = time.perf_counter()
@@ -286,7 +286,7 @@ class Executions:
 
         def begin(call: Execution) -> ExecutionJob:
             job = self._begin(call)
-            metrics.execution(method.transport)
+            metrics.execution(transport_of(method))
             return job
 
         return self._launch_then_notify(
@@ -448,7 +448,7 @@ class Executions:
         except HalError as err:
             self._observed(Call(method, what, call), t0, Refused(err.error_status, err.message))
             raise
-        self.metrics.execution(transport)
+        self.metrics.execution(CARRIER.get() or transport)
         self._observed(Call(method, what, call), t0, fence)
         return fence
 
