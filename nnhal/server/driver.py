@@ -264,9 +264,15 @@ class Driver:
         deadline_ns: int | None,
         loop_timeout_ns: int = 0,
         profile: bool = False,
+        admit: bool = True,
     ) -> ExecutionJob:
         """Launch checks (the HAL method's own return value): handle, deadline,
         admission, pools and request validation. Raises HalError. The caller closes the job.
+
+        ``admit`` False: no scheduler ticket is taken here — the job's ``run`` (or ``admit``)
+        takes it, so that a call whose launch status has not reached its client yet holds
+        no place on the device — and the request's data is charged to the session at once
+        (``ExecutionJob.hold_data``: it is held while the job waits).
 
         A request whose layout the model executed before with pools of the same sizes is
         not validated again: its plan (``request_plan``) records that it passed."""
@@ -282,7 +288,7 @@ class Driver:
                     f"refused at launch: this model has never run faster than {pm.fastest_ns / 1e6:.2f} ms, "
                     f"the deadline is {remaining / 1e6:.2f} ms away"
                 )
-        ticket = self.scheduler.admit(session.client_key, pm.priority)
+        ticket = self.scheduler.admit(session.client_key, pm.priority) if admit else None
         bound = None
         try:
             plan = pm.plans.get(request)
@@ -299,11 +305,12 @@ class Driver:
                 validate_request(request, pm.model, bound.sizes)
                 plan = pm.plans.learn(request, bound)
         except BaseException:
-            self.scheduler.release(ticket)
+            if ticket is not None:
+                self.scheduler.release(ticket)
             if bound is not None:
                 bound.close()
             raise
-        return ExecutionJob(
+        job = ExecutionJob(
             session,
             pm,
             plan,
@@ -319,6 +326,13 @@ class Driver:
             stop=self.lifecycle.check,
             max_execution_ns=int(self.config.max_execution_seconds * 1e9) or None,
         )
+        if not admit:
+            try:
+                job.hold_data()
+            except BaseException:
+                job.close()
+                raise
+        return job
 
     def execute_fenced(
         self,

@@ -140,9 +140,10 @@ def test_execute_stream_cancelled_after_launch_leaks_no_ticket(driver: Driver) -
     assert isinstance(stream, Generator)
     launch = next(stream)
     assert launch.WhichOneof("event") == "launch" and wire.status_from(launch.launch)[0] == ErrorStatus.NONE
-    assert driver.scheduler.in_flight == 1
+    assert driver.scheduler.in_flight == 0  # admitted only once the launch was written (issue #24)
+    assert driver.budget.by_kind()["request data"] > 0  # its request data is held meanwhile, and charged
     stream.close()  # what grpc does to the handler's generator on cancellation
-    assert driver.scheduler.in_flight == 0
+    assert driver.scheduler.in_flight == 0 and driver.budget.by_kind()["request data"] == 0
 
 
 def test_execute_stream_sends_launch_then_one_notify(driver: Driver) -> None:
