@@ -10,7 +10,7 @@ ADDR   ?= 127.0.0.1:50051
 WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist worksteal --durations=20
 
-.PHONY: setup js-setup run test test-fast soak proto proto-check lint format bench conformance fuzz clean
+.PHONY: setup js-setup run test test-fast soak chaos proto proto-check lint format bench conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -52,6 +52,12 @@ test-fast: setup js-setup
 # whole public conformance set end to end (NNHAL_SOAK=1; `make test` runs smaller counts).
 soak: setup
 	NNHAL_SOAK=1 $(PYTEST)
+
+# The adversarial suite (tests/adversarial: clients that never read, zero-window HTTP/2,
+# mass sessions, oversized messages) with its attacks held longer (NNHAL_CHAOS=1; `make test`
+# runs each for a few seconds).
+chaos: setup
+	NNHAL_CHAOS=1 $(PYTEST) tests/adversarial
 
 proto: setup
 	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)
