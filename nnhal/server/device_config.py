@@ -61,6 +61,13 @@ class DeviceConfig:
     def version_string(self) -> str:
         return f"nnhal {__version__} (NN HAL {self.feature_level.label}, {self.executor})"
 
+    def receive_cap(self, transport_max: int) -> int:
+        """The largest message a client of this device may send (at most ``transport_max``): a
+        message larger than the memory one client may hold (the smallest non-zero memory
+        limit) could never be charged, so the transport refuses it before buffering it."""
+        limits = [n for n in (self.memory_per_client, self.memory_total) if n > 0]
+        return min([transport_max, *limits])
+
     def limits(self) -> dict[str, int]:
         return {
             "slots": self.slots,

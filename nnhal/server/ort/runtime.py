@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from nnhal.core.enums import HalVersion
-from nnhal.core.errors import GeneralFailure
+from nnhal.core.errors import GeneralFailure, ResourceExhaustedTransient, allocation_failed
 from nnhal.core.types import Capabilities, Model, Operand
 from nnhal.server.backend import ExecutableGraph, reference_capabilities
 from nnhal.server.executor.graph import Buffer, ExecutionControl
@@ -80,6 +80,8 @@ class OrtGraph:
         try:
             outputs = self._session.run(self._outputs, feed)
         except Exception as err:  # onnxruntime raises its own exception types
+            if allocation_failed(err):
+                raise ResourceExhaustedTransient(f"onnxruntime ran out of memory: {err}") from None
             raise GeneralFailure(f"onnxruntime failed: {err}") from None
         if control is not None:
             control.checkpoint()
@@ -122,6 +124,8 @@ class OrtBackend:
         try:
             return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
         except Exception as err:
+            if allocation_failed(err):
+                raise ResourceExhaustedTransient(f"onnxruntime ran out of memory building a session: {err}") from None
             raise GeneralFailure(f"onnxruntime could not build a session for the model: {err}") from None
 
     def capabilities(self) -> Capabilities:

@@ -6,6 +6,8 @@ No transport, no thread but the test's, no timing asserted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -328,3 +330,28 @@ def test_a_fenced_execution_and_its_info_are_told_to_the_hooks() -> None:
     with pytest.raises(InvalidArgument):
         x.execute_fenced("executeFenced", FencedExecution(session, "missing", _request(), (), False, None, 0))
     assert seen.seen[-1] == ("answered", "executeFenced", "Refused")
+
+
+def _huge_array() -> None:
+    np.empty(1 << 62, np.uint8)  # numpy's _ArrayMemoryError, a MemoryError
+
+
+def _raise(err: Exception) -> None:
+    raise err
+
+
+@pytest.mark.parametrize(
+    "fail",
+    [_huge_array, lambda: _raise(MemoryError()), lambda: _raise(RuntimeError("[ONNXRuntimeError] Arena alloc failed"))],
+    ids=["numpy", "MemoryError", "arena"],
+)
+def test_an_allocation_failure_is_resource_exhausted_never_general_failure(fail: Callable[[], None]) -> None:
+    x, _, _ = _owner()
+
+    def build() -> Execution:
+        fail()
+        raise AssertionError("unreachable")
+
+    result = x.execute(x.method("executeSynchronously_1_3"), build)
+    assert isinstance(result, Refused) and result.status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
+    assert "ran out of memory" in result.message
