@@ -11,6 +11,9 @@ objects they belonged to were released wholesale) and later charges are
 INVALID_ARGUMENT. Bytes are also kept by kind (the ``what`` of a charge: "model
 constants", "buffer contents", "request data"; an uncharge names the same kind)
 for the metrics. Thread-safe; the budget's lock is a leaf.
+
+What is given back is told to a ``memory_release.Releaser``, which returns the C heap's
+free pages to the kernel once enough was released (the process gives freed memory back).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import threading
 
 from nnhal.core.errors import InvalidArgument, ResourceExhaustedPersistent, ResourceExhaustedTransient
+from nnhal.server.memory_release import Releaser
 from nnhal.server.session import CLOSED
 
 
@@ -31,6 +35,8 @@ class MemoryBudget:
         #: Per session: bytes by kind (only kinds it ever charged); and the totals by kind.
         self._kinds: dict[str, dict[str, int]] = {}
         self._total_by_kind: dict[str, int] = {}
+        #: Told of every byte given back (outside the lock).
+        self.releaser = Releaser()
 
     @property
     def total(self) -> int:
@@ -59,6 +65,7 @@ class MemoryBudget:
             self._total -= freed
             for kind, nbytes in self._kinds.pop(session, {}).items():
                 self._total_by_kind[kind] -= nbytes
+        self.releaser.released(freed)
         return freed
 
     def charge_working(self, nbytes: int, what: str) -> None:
@@ -80,6 +87,7 @@ class MemoryBudget:
         with self._lock:
             self._total -= nbytes
             self._total_by_kind[what] = self._total_by_kind.get(what, 0) - nbytes
+        self.releaser.released(nbytes)
 
     def charge(self, session: str, nbytes: int, what: str = "model constants") -> None:
         """Reserve ``nbytes`` for ``session``. Raises RESOURCE_EXHAUSTED_PERSISTENT (over a
@@ -122,6 +130,7 @@ class MemoryBudget:
             self._used[session] = used - nbytes
             self._total -= nbytes
             self._add_kind(session, what, -nbytes)
+        self.releaser.released(nbytes)
 
     def _add_kind(self, session: str, what: str, delta: int) -> None:
         kinds = self._kinds.setdefault(session, {})
