@@ -5,6 +5,12 @@ charged while they live. A charge that alone exceeds a limit can never succeed:
 RESOURCE_EXHAUSTED_PERSISTENT; one that would fit once other work gives memory
 back: RESOURCE_EXHAUSTED_TRANSIENT. A limit of 0 means unlimited.
 
+Fair shares of the total (issue #24): the last :data:`RESERVE_SHARE` of the total limit is
+kept for sessions holding less than their fair share (the total divided among the sessions
+holding memory). A session alone may use the whole total; once others hold memory too, a
+session above its share is refused (TRANSIENT) the reserve, so a newcomer or a small client
+still finds room while one client sits on the rest — without TLS each session is a client.
+
 A session's account opens with the session and closes with it: closing gives
 back everything it held, later uncharges of that session are ignored (the
 objects they belonged to were released wholesale) and later charges are
@@ -25,10 +31,18 @@ from nnhal.server.memory_release import Releaser
 from nnhal.server.session import CLOSED
 
 
+#: The share of the total limit kept for sessions below their fair share (module docstring).
+RESERVE_SHARE = 8
+
+
 class MemoryBudget:
     def __init__(self, per_client: int = 0, total: int = 0) -> None:
         self.per_client = per_client
         self.limit_total = total
+        #: Bytes of the total only sessions below their fair share may take.
+        self.reserve = total // RESERVE_SHARE
+        #: Sessions holding any bytes (the fair share divides the total among them).
+        self._holders = 0
         self._lock = threading.Lock()
         self._used: dict[str, int] = {}
         self._total = 0
@@ -62,6 +76,8 @@ class MemoryBudget:
         """Give back everything ``session`` held; returns how many bytes that was."""
         with self._lock:
             freed = self._used.pop(session, 0)
+            if freed > 0:
+                self._holders -= 1
             self._total -= freed
             for kind, nbytes in self._kinds.pop(session, {}).items():
                 self._total_by_kind[kind] -= nbytes
@@ -108,9 +124,25 @@ class MemoryBudget:
                     f"{what} need {nbytes} bytes; this client already uses {used} "
                     f"of its {per_client}; release prepared models or buffers and retry"
                 )
+            if total and self._total + nbytes > total - self.reserve and nbytes:
+                self._check_share(used, nbytes, what)
             self._take_total(nbytes, what)
+            if not used and nbytes:
+                self._holders += 1
             self._used[session] = used + nbytes
             self._add_kind(session, what, nbytes)
+
+    def _check_share(self, used: int, nbytes: int, what: str) -> None:
+        """RESOURCE_EXHAUSTED_TRANSIENT when a session holding ``used`` bytes would go past its
+        fair share by taking ``nbytes`` of the reserve. Holds ``_lock``."""
+        holders = self._holders + (0 if used else 1)
+        share = self.limit_total // max(1, holders)
+        if used + nbytes > share:
+            raise ResourceExhaustedTransient(
+                f"{what} need {nbytes} bytes; this client holds {used}, and past its fair share "
+                f"({share} of the server's {self.limit_total} among {holders} clients) the last "
+                f"{self.reserve} are kept for clients below theirs; release memory or retry later"
+            )
 
     def _take_total(self, nbytes: int, what: str) -> None:
         """Count ``nbytes`` against the total, or RESOURCE_EXHAUSTED_TRANSIENT. Holds ``_lock``."""
@@ -128,6 +160,8 @@ class MemoryBudget:
             if used is None:
                 return
             self._used[session] = used - nbytes
+            if used > 0 and used - nbytes <= 0:
+                self._holders -= 1
             self._total -= nbytes
             self._add_kind(session, what, -nbytes)
         self.releaser.released(nbytes)

@@ -243,6 +243,22 @@ def test_caps_per_client_and_in_total() -> None:
     assert calls.in_progress == 0 and calls.held("burst", "a") == 0
 
 
+def test_a_client_alone_may_fill_the_total_but_not_the_reserve_once_others_come() -> None:
+    """Issue #24: one client holding long-lived calls cannot shut a newcomer out."""
+    calls = LongCalls({"burst": 100}, total=16)  # reserve: 2
+    for _ in range(13):
+        calls.enter("burst", "hog")
+    calls.enter("burst", "small")  # 14 of 16: the reserve starts here
+    with pytest.raises(ResourceExhaustedTransient, match="fair share"):
+        calls.enter("burst", "hog")  # 13 held, far above 16 / 2
+    calls.enter("burst", "new")  # a newcomer below its share takes the reserve
+    assert calls.in_progress == 15
+    alone = LongCalls({"burst": 100}, total=16)
+    for _ in range(16):
+        alone.enter("burst", "only")  # a client alone uses the whole total
+    assert alone.in_progress == 16
+
+
 def test_default_total_leaves_threads_for_everything_else() -> None:
     config = DeviceConfig()
     total = default_long_call_total(config)
