@@ -30,7 +30,6 @@ from nnhal.core.errors import InvalidArgument, ResourceExhaustedPersistent, Reso
 from nnhal.server.memory_release import Releaser
 from nnhal.server.session import CLOSED
 
-
 #: The share of the total limit kept for sessions below their fair share (module docstring).
 RESERVE_SHARE = 8
 
