@@ -6,10 +6,11 @@ RESOURCE_EXHAUSTED_PERSISTENT; one that would fit once other work gives memory
 back: RESOURCE_EXHAUSTED_TRANSIENT. A limit of 0 means unlimited.
 
 Fair shares of the total (issue #24): the last :data:`RESERVE_SHARE` of the total limit is
-kept for sessions holding less than their fair share (the total divided among the sessions
-holding memory). A session alone may use the whole total; once others hold memory too, a
-session above its share is refused (TRANSIENT) the reserve, so a newcomer or a small client
-still finds room while one client sits on the rest — without TLS each session is a client.
+kept for sessions holding less than their fair share — the total divided among the
+sessions holding memory plus one, the newcomer it is kept for. A session above its share
+is refused the reserve (TRANSIENT), so a newcomer or a small client still finds room while
+one client sits on the rest; a session alone uses all but the reserve. Without TLS each
+session is a client: many sessions each below its share can still fill the total.
 
 A session's account opens with the session and closes with it: closing gives
 back everything it held, later uncharges of that session are ignored (the
@@ -134,8 +135,8 @@ class MemoryBudget:
     def _check_share(self, used: int, nbytes: int, what: str) -> None:
         """RESOURCE_EXHAUSTED_TRANSIENT when a session holding ``used`` bytes would go past its
         fair share by taking ``nbytes`` of the reserve. Holds ``_lock``."""
-        holders = self._holders + (0 if used else 1)
-        share = self.limit_total // max(1, holders)
+        holders = self._holders + 1  # one more: the newcomer the reserve is kept for (or this one)
+        share = self.limit_total // holders
         if used + nbytes > share:
             raise ResourceExhaustedTransient(
                 f"{what} need {nbytes} bytes; this client holds {used}, and past its fair share "

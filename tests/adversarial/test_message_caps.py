@@ -107,4 +107,5 @@ def test_sessions_sending_just_under_the_cap_leave_the_victim_served_within_the_
         ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
         ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
     }
+    print(f"peak RSS {top / MiB:.0f} MiB (start {start / MiB:.0f} MiB), victim {len(statuses)} NONE")
     assert top - start <= TOTAL + MARGIN, f"peak RSS {top / MiB:.0f} MiB from {start / MiB:.0f} MiB"

@@ -102,10 +102,14 @@ def test_concurrent_charges_never_exceed_the_total() -> None:
     assert [budget.used(f"s{n}") for n in range(4)] == granted
 
 
-def test_a_session_alone_may_use_the_whole_total() -> None:
-    b = MemoryBudget(total=800)
+def test_a_session_alone_may_use_all_but_the_reserve_kept_for_a_newcomer() -> None:
+    b = MemoryBudget(total=800)  # reserve: 100
     b.open_session("a")
-    b.charge("a", 800)
+    b.open_session("b")
+    b.charge("a", 700)
+    with pytest.raises(ResourceExhaustedTransient, match="fair share"):
+        b.charge("a", 1)
+    b.charge("b", 100)  # the newcomer finds its room
     assert b.total == 800
 
 

@@ -10,9 +10,10 @@ stats and releases whatever one client does. Past a cap the call is refused at o
 RESOURCE_EXHAUSTED_TRANSIENT naming the cap.
 
 Fair shares of the total: its last :data:`RESERVE_SHARE` is kept for clients holding fewer
-long-lived calls than their fair share (the total divided among the clients holding any).
-A client alone may fill the total; once others hold calls too, one above its share is
-refused the reserve, so a newcomer can still prepare while another client sits on the rest.
+long-lived calls than their fair share — the total divided among the clients holding any
+plus one, the newcomer it is kept for. One above its share is refused the reserve, so a
+newcomer can still prepare while another client sits on the rest; a client alone uses all
+but the reserve. Many clients each below its share can still fill the total.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class LongCalls:
         self.per_client = dict(per_client)
         self.total = max(1, total)
         #: Places of the total only clients below their fair share may take.
-        self.reserve = max(1, self.total // RESERVE_SHARE) if self.total > 1 else 0
+        self.reserve = self.total // RESERVE_SHARE
         self._lock = threading.Lock()
         self._held: dict[tuple[str, str], int] = {}
         #: Calls held by client, every kind together (only clients holding any).
@@ -127,7 +128,7 @@ class LongCalls:
                 )
             theirs = self._by_client.get(client, 0)
             if self._all >= self.total - self.reserve:
-                holders = len(self._by_client) + (0 if theirs else 1)
+                holders = len(self._by_client) + 1  # one more: the newcomer the reserve is kept for
                 share = self.total // holders
                 if theirs + 1 > share:
                     raise ResourceExhaustedTransient(
