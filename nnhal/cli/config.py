@@ -271,6 +271,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("max_sessions", positive_int, 1024, "sessions open at once (>= 1; ~45 KiB of memory each)", "N"),
     Setting(
+        "max_sessions_per_peer",
+        positive_int,
+        64,
+        "sessions open at once per verified identity (mTLS) or remote host; same-host peers are not capped",
+        "N",
+    ),
+    Setting(
         "max_threads",
         positive_int,
         256,

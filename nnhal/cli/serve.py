@@ -93,6 +93,7 @@ def server_options(r: config.Resolved) -> ServerOptions:
         memory_per_client=r["memory_per_client"],
         memory_total=default_memory_total() if r["memory_total"] == "auto" else r["memory_total"],
         max_sessions=r["max_sessions"],
+        max_sessions_per_peer=r["max_sessions_per_peer"],
         max_bursts_per_session=r["max_bursts_per_session"],
         max_fence_waits_per_session=r["max_fence_waits_per_session"],
         max_preparations_per_session=r["max_preparations_per_session"],

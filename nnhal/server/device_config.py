@@ -34,6 +34,9 @@ class DeviceConfig:
     #: Sessions open at once. A session holds no thread (its stream is a coroutine), only
     #: memory: ~45 KiB of server RSS each, its connection included (``nnhal.bench.scale``).
     max_sessions: int = 1024
+    #: Sessions open at once per client unit (``session.peer_unit``: a verified identity, or a
+    #: remote TCP peer's address; same-host peers are not capped by this).
+    max_sessions_per_peer: int = 64
     #: Long-lived calls (open bursts, getExecutionInfo waits) per client, and in total (0: derived
     #: from the worker threads, so that some always stay free for executions, stats and releases).
     max_bursts_per_session: int = 16
@@ -75,4 +78,5 @@ class DeviceConfig:
             "memory_per_client": self.memory_per_client,
             "memory_total": self.memory_total,
             "max_sessions": self.max_sessions,
+            "max_sessions_per_peer": self.max_sessions_per_peer,
         }
