@@ -10,7 +10,7 @@ ADDR   ?= 127.0.0.1:50051
 WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist worksteal --durations=20
 
-.PHONY: setup js-setup run test docs test-fast soak proto proto-check lint format bench conformance fuzz clean
+.PHONY: setup js-setup run test docs test-fast soak chaos proto proto-check lint format bench conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -57,6 +57,12 @@ soak: setup
 # reference that does not resolve, fails the build. `$(VENV)/bin/mkdocs serve` previews it.
 docs: setup
 	$(VENV)/bin/mkdocs build --strict
+
+# The adversarial suite (tests/adversarial: clients that never read, zero-window HTTP/2,
+# mass sessions, oversized messages) with its attacks held longer (NNHAL_CHAOS=1; `make test`
+# runs each for a few seconds).
+chaos: setup
+	NNHAL_CHAOS=1 $(PYTEST) tests/adversarial
 
 proto: setup
 	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)

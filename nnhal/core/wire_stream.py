@@ -148,6 +148,8 @@ class RequestReader:
         self._request = wire.request_from(self.head.request)
         inline = {i: p for i, p in enumerate(self._request.pools) if isinstance(p, InlinePool)}
         declared, limit = sum(p.size for p in inline.values()), wire.max_inline_bytes()
+        #: Bytes the stream's inline pools declare (what its chunks may fill).
+        self.declared = declared
         if declared > limit:
             raise InvalidArgument(f"the inline pools declare {declared} bytes; at most {limit} travel inline")
         self._assembler = Assembler({i: p.size for i, p in inline.items()}, {i: p.data for i, p in inline.items()})

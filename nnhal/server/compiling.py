@@ -23,7 +23,7 @@ from typing import TypeVar
 import numpy as np
 
 from nnhal.core.enums import HalVersion
-from nnhal.core.errors import GeneralFailure
+from nnhal.core.errors import GeneralFailure, ResourceExhaustedTransient, allocation_failed
 from nnhal.core.operand_types import INFO
 from nnhal.core.types import Capabilities, Model, Operand
 from nnhal.server.backend import Backend, reference_capabilities
@@ -128,6 +128,8 @@ def run_compiled(
     except GeneralFailure:
         raise
     except Exception as err:  # each library raises its own exception types
+        if allocation_failed(err):
+            raise ResourceExhaustedTransient(f"{library} ran out of memory: {err}") from None
         raise GeneralFailure(f"{library} failed: {err}") from None
     if control is not None:
         control.checkpoint()

@@ -112,6 +112,8 @@ class OrtBackend:
         try:
             return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
         except Exception as err:
+            if allocation_failed(err):
+                raise ResourceExhaustedTransient(f"onnxruntime ran out of memory building a session: {err}") from None
             raise GeneralFailure(f"onnxruntime could not build a session for the model: {err}") from None
 
     def capabilities(self) -> Capabilities:

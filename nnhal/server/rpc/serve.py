@@ -120,6 +120,14 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
     ("grpc.so_reuseport", 0),
 ]
 
+
+def server_options(receive_cap: int) -> list[tuple[str, int]]:
+    """:data:`SERVER_OPTIONS` with messages received capped at ``receive_cap`` bytes
+    (``DeviceConfig.receive_cap``: what one client may hold), so that a larger one is refused
+    (RESOURCE_EXHAUSTED) before the server buffers it."""
+    return [(k, receive_cap if k == "grpc.max_receive_message_length" else v) for k, v in SERVER_OPTIONS]
+
+
 SERVICE_NAMES = (
     *(
         spb.DESCRIPTOR.services_by_name[name].full_name
@@ -182,6 +190,8 @@ class Server:
             config = dataclasses.replace(base, name=spec.name, executor=backend.description)
             self.drivers[spec.name] = Driver(config, backend)
         self.driver = next(iter(self.drivers.values()))
+        #: The largest message the server receives: what the most limited device's client may hold.
+        self.receive_cap = min(d.config.receive_cap(MAX_MESSAGE_BYTES) for d in self.drivers.values())
         self.metrics = Metrics(self.drivers)
         #: The one owner of each device's HAL calls, handed to every servicer of the device.
         self.executions = {name: Executions(d, self.metrics, max_inline_bytes) for name, d in self.drivers.items()}
@@ -237,7 +247,7 @@ class Server:
         interceptors: list[aio.ServerInterceptor] = [*server_interceptors()]
         if mtls:
             interceptors.append(IdentityInterceptor())
-        server = aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
+        server = aio.server(options=server_options(self.receive_cap), interceptors=interceptors)
         # Every device's HAL services: 1.3, the fast path, the HIDL 1.0-1.2 and AIDL forms.
         # Every handler is served through generic handlers (``sync_handlers.Collector`` says why).
         add_device_services(server, self.executions, options.fast_path)
