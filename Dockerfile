@@ -1,7 +1,9 @@
-# nnhal driver image: the NN HAL CPU device behind gRPC on $NNHAL_PORT (default 50051).
+# nnhal driver image: the NN HAL behind gRPC on $NNHAL_PORT (default 50051), able to serve
+# every device kind (cpu, ort, litert); the CMD serves the reference cpu device.
 #
 #   docker build -t nnhal:0.1.0 .
 #   docker run -p 50051:50051 -v nnhal-state:/var/lib/nnhal nnhal:0.1.0
+#   docker run -p 50051:50051 -v nnhal-state:/var/lib/nnhal -e NNHAL_DEVICE=cpu,ort,litert nnhal:0.1.0
 #
 # Pinned to a patch release and a Debian release so a rebuild gets the same Python
 # and libc; bump both deliberately (pin a digest too for byte-for-byte rebuilds).
@@ -14,8 +16,9 @@ RUN groupadd --gid 10001 nnhal && useradd --create-home --uid 10001 --gid 10001 
 WORKDIR /opt/nnhal
 COPY pyproject.toml README.md ./
 COPY nnhal ./nnhal
-# The ort extra: `nnhal serve --device ort` (ONNX Runtime) as well as the reference cpu device.
-RUN pip install --no-cache-dir ".[ort]"
+# One extra per device kind beyond the reference cpu device, so the image serves them all:
+# ort (`--device ort`, ONNX Runtime) and litert (`--device litert`, LiteRT).
+RUN pip install --no-cache-dir ".[ort,litert]"
 # The public conformance vectors (with their NOTICE), for `nnhal conformance` in the image:
 # deploy/kubernetes/conformance-matrix runs them from /opt/nnhal/conformance/vectors.
 COPY conformance ./conformance

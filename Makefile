@@ -10,7 +10,7 @@ ADDR   ?= 127.0.0.1:50051
 WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist worksteal --durations=20
 
-.PHONY: setup js-setup run test test-fast soak proto proto-check lint format bench conformance fuzz clean
+.PHONY: setup js-setup run test docs test-fast soak chaos proto proto-check lint format bench conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -18,7 +18,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
+	$(PY) -m pip install --quiet --no-compile -e '.[dev,docs]'
 	touch $(STAMP)
 
 # The JavaScript client's npm packages (clients/js, the suite's client in another language).
@@ -41,8 +41,8 @@ $(JS_STAMP): $(JS)/package.json $(JS)/package-lock.json
 run: setup
 	$(PY) -m nnhal run --start
 
-# Everything CI runs: generated code is fresh, lint + types clean, the whole suite.
-test: setup js-setup proto-check lint
+# Everything CI runs: generated code is fresh, lint + types clean, the site builds, the whole suite.
+test: setup js-setup proto-check lint docs
 	$(PYTEST)
 
 test-fast: setup js-setup
@@ -52,6 +52,17 @@ test-fast: setup js-setup
 # whole public conformance set end to end (NNHAL_SOAK=1; `make test` runs smaller counts).
 soak: setup
 	NNHAL_SOAK=1 $(PYTEST)
+
+# The documentation site (mkdocs.yml, docs/) into site/, strict: a broken link or anchor, or an API
+# reference that does not resolve, fails the build. `$(VENV)/bin/mkdocs serve` previews it.
+docs: setup
+	$(VENV)/bin/mkdocs build --strict
+
+# The adversarial suite (tests/adversarial: clients that never read, zero-window HTTP/2,
+# mass sessions, oversized messages) with its attacks held longer (NNHAL_CHAOS=1; `make test`
+# runs each for a few seconds).
+chaos: setup
+	NNHAL_CHAOS=1 $(PYTEST) tests/adversarial
 
 proto: setup
 	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)

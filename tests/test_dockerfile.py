@@ -19,8 +19,14 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
 import pytest
 
+from nnhal.server.devices import KINDS
 from nnhal.testing.child import ChildServer
 from nnhal.testing.local_server import LocalServer
 from nnhal.tools.healthcheck import AddressError, resolve_address
@@ -149,7 +155,17 @@ def test_install_step_builds_a_complete_package(tmp_path: Path) -> None:
     )
     wheel = next(tmp_path.glob("nnhal-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("nnhal/proto/service_pb2.py", "nnhal/proto/types_pb2.pyi", "nnhal/cli/main.py", "nnhal/py.typed"):
+    needed_files = (
+        "nnhal/proto/service_pb2.py",
+        "nnhal/proto/types_pb2.pyi",
+        "nnhal/cli/main.py",
+        "nnhal/py.typed",
+        # The benchmarks' and the importer's models, with their attribution (nnhal.models).
+        "nnhal/models/tflite/face_detection_short_range.tflite",
+        "nnhal/models/tflite/face_landmark.tflite",
+        "nnhal/models/tflite/README.md",
+    )
+    for needed in needed_files:
         assert needed in names, needed
     assert any(n.endswith("entry_points.txt") for n in names)
 
@@ -243,3 +259,16 @@ def test_cmd_expands_the_port_and_execs_so_sigterm_reaches_the_server(tmp_path: 
         assert srv.proc.wait(60) == 0, srv.log()
     finally:
         srv.stop()
+
+
+def test_install_step_brings_every_device_kind() -> None:
+    """The image installs the extra of every device kind that needs one, so NNHAL_DEVICE (or
+    --device) can name any of them; an extra the project does not declare would fail the build."""
+    installs = [v for k, v in _instructions() if k == "RUN" and "pip install" in v]
+    assert len(installs) == 1, installs
+    extras_of = re.search(r"\"\.\[([a-z,]+)\]\"", installs[0])
+    assert extras_of is not None, installs[0]
+    extras = set(extras_of[1].split(","))
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras <= set(declared), extras - set(declared)
+    assert set(KINDS) - {"cpu"} <= extras, set(KINDS) - {"cpu"} - extras

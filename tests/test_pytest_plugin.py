@@ -96,3 +96,19 @@ def test_a_users_suite_sets_faults_in_one_line(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "3 passed" in run.stdout
+
+
+def test_every_fixture_says_what_it_gives(tmp_path: Path) -> None:
+    # `pytest --fixtures` is how a user finds them: each of ours carries a docstring.
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "--fixtures", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    for name in ("nnhal_server", "nnhal_server_factory", "nnhal_device", "nnhal_faults"):
+        (at,) = [i for i, line in enumerate(lines) if line.split(" ", 1)[0] == name]
+        assert lines[at + 1].startswith("    ") and "no docstring available" not in lines[at + 1], lines[at : at + 2]

@@ -206,8 +206,10 @@ def _sync_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> B
         if aio_client is not None:
             sides.append(lambda: aio_client.unary(payload, timeout=10))
         t_ours, t_echo, *t_aio = interleaved_all(sides, rounds, per)
-    what = "pm.execute([2x4, 2x4]) -> outputs[0], unary" + _server_note(server_args) + _aio_note(t_aio, t_echo)
-    return _per_call(t_ours, t_echo, what, SYNC_ENVELOPE, unix)
+    path = "unary" if server_args else "the session's same-host queue"
+    what = f"pm.execute([2x4, 2x4]) -> outputs[0], {path}" + _server_note(server_args) + _aio_note(t_aio, t_echo)
+    # Issue #25's goal on the same host (the session's queue); the gRPC path's elsewhere.
+    return _per_call(t_ours, t_echo, what, SYNC_ENVELOPE, unix, "ratio <= 1.3" if server_args else "ratio <= 0.25")
 
 
 def sync_small(quick: bool) -> dict[str, BenchResult]:
@@ -236,11 +238,10 @@ def _small_request(a: np.ndarray, b: np.ndarray) -> Request:
 def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> BenchResult:
     a, b = _small_inputs()
     payload = _small_payload(BURST_ENVELOPE)
-    # fast=False: a gRPC stream even where the server offers the fast path; without one, what a user gets.
-    fast = None if server_args else False
+    # The default: the same-host fast path where the server offers it, a gRPC stream otherwise.
     with (
         _served(_add_model(), unix, server_args) as (pm, client),
-        pm.burst(fast=fast) as burst,
+        pm.burst() as burst,
         client.ping_pong() as stream,
         _aio_echo(server_args, unix) as aio_client,
         aio_client.ping_pong() if aio_client is not None else nullcontext() as aio_stream,
@@ -256,9 +257,12 @@ def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> 
         if aio_stream is not None:
             sides.append(lambda: aio_stream.ping(payload))
         t_ours, t_echo, *t_aio = interleaved_all(sides, rounds, per)
-    # Issue #16's goal for a burst is tighter than for a unary call: no per-call stream set-up.
-    what = "Burst.execute(Request of 2x4, 2x4) -> numpy, bidi" + _server_note(server_args) + _aio_note(t_aio, t_echo)
-    return _per_call(t_ours, t_echo, what, BURST_ENVELOPE, unix, "ratio <= 1.2")
+    # Issue #16's goal for a gRPC burst is tighter than for a unary call: no per-call stream set-up;
+    # on the same host (the fast path) issue #25's.
+    path = "bidi" if server_args else "same-host fast path"
+    what = f"Burst.execute(Request of 2x4, 2x4) -> numpy, {path}" + _server_note(server_args) + _aio_note(t_aio, t_echo)
+    goal = "ratio <= 1.2" if server_args else "ratio <= 0.35"
+    return _per_call(t_ours, t_echo, what, BURST_ENVELOPE, unix, goal)
 
 
 def burst_small(quick: bool) -> dict[str, BenchResult]:
@@ -392,16 +396,22 @@ def shm_64m(quick: bool) -> dict[str, BenchResult]:
         )
 
         def ours() -> None:
+            # What a user must do: put the input into the shared region and execute; the
+            # output is theirs in place (``out_view``), in the client's own pages: zero copy.
             in_view[:] = src
             pm.execute_request(request, timeout=60).raise_for_status()
+
+        def copied_out() -> None:
+            ours()
             np.copyto(dst, out_view)
 
-        ours()
+        copied_out()
         check(np.array_equal(dst, src), "the identity model changed the bytes")
-        t_ours, t_copy = interleaved(ours, lambda: np.copyto(anchor_dst, src), rounds, 1)
+        t_ours, t_copied, t_copy = interleaved_all([ours, copied_out, lambda: np.copyto(anchor_dst, src)], rounds, 1)
     detail = (
-        "ours: write the input view, pm.execute_request, copy the output view out "
-        "(3 copies of 64 MiB, one in the server); anchor: one np.copyto"
+        "ours: write the input view, pm.execute_request, the output read in place (2 copies of 64 MiB: the "
+        "client's write, the identity model's output in the server); copying the output view out too: "
+        f"{t_copy / t_copied:.2f}x; anchor: one np.copyto"
     )
     return _bandwidth("ipc.shm_64m", t_ours, t_copy, "ratio >= 0.5", detail)
 

@@ -1,37 +1,34 @@
 """Benchmarks of the litert device (``nnhal serve --device litert``).
 
 ``exec.tflite_face_litert``, ``exec.mobilenet_{f32,q8}_litert``: a model through a server on
-its litert device against LiteRT in-process (XNNPACK, one thread each) on the same inputs,
-interleaved. The value is the server's compute (the execution's time on device, median); the
-detail also gives the end-to-end time through the server (TCP loopback, inline tensors),
-which the same-host path is to bring down. The face model's anchor runs the original
+its litert device against LiteRT in-process (XNNPACK, one thread each) on the same inputs
+(``compiling.versus_in_process``: the value is the server's compute, the detail the end-to-end
+time, which the same-host path is to bring down). The face model's anchor runs the original
 ``.tflite``; MobileNet (built in ``zoo``, no file) is anchored on the flatbuffer the device
 itself compiles, so the ratio is what serving adds to the same LiteRT graph.
 
 ``cache.from_cache_litert``: preparing MobileNet-v1 (float32) on the litert device with a
-cache token (convert, build the interpreter, seal) against preparing it from the cache that
-returned (the flatbuffer: build the interpreter only).
+cache token (convert, build the interpreter, seal) against preparing it from the client's
+cache file on a freshly started server (the flatbuffer: build the interpreter only;
+``compiling.prepare_vs_from_cache``).
 
 Needs the ``tflite`` extra (ai-edge-litert).
 """
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from nnhal.bench import zoo
-from nnhal.bench.common import Bench, BenchError, BenchResult, check, interleaved, local_device
-from nnhal.bench.tflite_face import MODEL as FACE_MODEL
+from nnhal.bench.common import Bench, BenchError, BenchResult, check
+from nnhal.bench.compiling import prepare_vs_from_cache, versus_in_process
 from nnhal.core.types import InlinePool, Model
 from nnhal.importers.compare import diff
-
-LITERT_SERVER = ("--device", "litert", "--ort-threads", "1", "--cache-secret-file", "none")
+from nnhal.models import FACE_DETECTION, tflite_model
 
 
 def _runner(path: Path) -> object:
@@ -47,47 +44,33 @@ def _versus_litert(
     model: Model, inputs: Sequence[np.ndarray], tflite: Path, quick: bool, what: str, quant8: bool
 ) -> BenchResult:
     lite = _runner(tflite)
-    rounds, per_round = (3, 3) if quick else (7, 5)
-    device_us: list[int] = []
-    with local_device(False, *LITERT_SERVER) as dev, dev.prepare_model_sync(model) as pm:
-        ours = pm.execute(inputs, timeout=120).outputs
-        reference = lite.run(inputs)  # type: ignore[attr-defined]
+
+    def agree(ours: list[np.ndarray]) -> str:
         worst = 0.0
-        for a, b in zip(ours, reference):
+        for a, b in zip(ours, lite.run(inputs)):  # type: ignore[attr-defined]
             d = diff(a.reshape(b.shape), b)
             worst = max(worst, d.max_abs)
             if quant8:
                 check(np.abs(a.astype(int).reshape(b.shape) - b.astype(int)).max() <= 1, f"differs from LiteRT: {d}")
             else:
                 check(d.ok, f"differs from LiteRT beyond 1e-4: {d}")
+        return f"max |diff| vs LiteRT {worst:.2g}"
 
-        def serve() -> None:
-            device_us.append(pm.execute(inputs, timeout=120, measure=True).timing.time_on_device)
-
-        t_e2e, t_anchor = interleaved(serve, lambda: lite.run(inputs), rounds, per_round)  # type: ignore[attr-defined]
-        prof = pm.execute(inputs, timeout=120, profile=True).profile
-    compute_ms = statistics.median(device_us) / 1e3
-    anchor_ms = t_anchor * 1e3
-    on_backend = sum(count for name, count, _ in prof if not name.startswith("cpu fallback"))
-    total_ops = sum(count for _, count, _ in prof) or 1
-    detail = (
-        f"{what}; end to end {t_e2e * 1e3:.2f} ms ({t_e2e / t_anchor:.2f}x LiteRT; goal 1.2 after the same-host "
-        f"path); {100 * on_backend / total_ops:.0f}% of operations on LiteRT; max |diff| vs LiteRT {worst:.2g}"
-    )
-    return BenchResult(
-        compute_ms, anchor_ms, compute_ms / anchor_ms, "ms per inference (server compute)", "ratio <= 1.1", detail
-    )
+    what += "; goal end to end 1.2 after the same-host path"
+    return versus_in_process("litert", model, inputs, lambda: lite.run(inputs), agree, quick, what, "ratio <= 1.1")  # type: ignore[attr-defined]
 
 
 def tflite_face_litert(quick: bool) -> dict[str, BenchResult]:
     """face_detection_short_range on the litert device vs LiteRT in-process on the original file."""
     from nnhal.importers.tflite_model import import_tflite
 
-    if not FACE_MODEL.is_file():
-        raise BenchError(f"{FACE_MODEL} is missing: exec.tflite_face_litert runs from a source checkout")
-    imported = import_tflite(FACE_MODEL)
+    try:
+        face = tflite_model(FACE_DETECTION)
+    except FileNotFoundError as err:
+        raise BenchError(str(err)) from None
+    imported = import_tflite(face)
     what = "face_detection_short_range 1x128x128x3 float32, anchor: the original .tflite"
-    result = _versus_litert(imported.model, imported.random_inputs(0), FACE_MODEL, quick, what, False)
+    result = _versus_litert(imported.model, imported.random_inputs(0), face, quick, what, False)
     return {"exec.tflite_face_litert": result}
 
 
@@ -115,38 +98,8 @@ def mobilenet_q8_litert(quick: bool) -> dict[str, BenchResult]:
 
 
 def from_cache_litert(quick: bool) -> dict[str, BenchResult]:
-    """Prepare MobileNet-v1 on the litert device vs prepare it from the cache that returned."""
-    model = zoo.mobilenet_v1(zoo.mobilenet_weights(), False)
-    image = zoo.mobilenet_input(False)
-    token = bytes(range(32))
-    rounds = 3 if quick else 7
-    with local_device(False, *LITERT_SERVER) as dev:
-        with dev.prepare_model_sync(model, cache_token=token) as first:
-            blob = first.model_cache
-            expected = first.execute([image], timeout=120).outputs[0]
-
-        def prepare() -> None:
-            dev.prepare_model_sync(model, cache_token=token).release()
-
-        def prepare_from_cache() -> None:
-            dev.prepare_model_from_cache(blob, token, model).get(120).release()
-
-        with dev.prepare_model_from_cache(blob, token, model).get(120) as cached:
-            check(np.array_equal(cached.execute([image], timeout=120).outputs[0], expected), "cached model differs")
-        t0 = time.perf_counter()
-        t_prepare, t_cache = interleaved(prepare, prepare_from_cache, rounds, 1)
-        elapsed = time.perf_counter() - t0
-    return {
-        "cache.from_cache_litert": BenchResult(
-            t_prepare * 1e3,
-            t_cache * 1e3,
-            t_prepare / t_cache,
-            "ms per preparation (value: prepare, anchor: from cache)",
-            "ratio >= 10",
-            f"MobileNet-v1 float32 on the litert device, cache {len(blob) / 2**20:.1f} MiB, "
-            f"{rounds} interleaved rounds in {elapsed:.1f} s",
-        )
-    }
+    """Prepare MobileNet-v1 on the litert device vs prepare it from the client's cache file."""
+    return {"cache.from_cache_litert": prepare_vs_from_cache("litert", quick, "ratio >= 10")}
 
 
 BENCHMARKS: dict[str, Bench] = {

@@ -1,29 +1,26 @@
 """Benchmarks of the ort device (``nnhal serve --device ort``).
 
-``exec.mobilenet_{f32,q8}_ort``: MobileNet-v1 through a server on its ort device — the
-user's full path: ``pm.execute`` of a numpy image over gRPC, numpy out — against
-onnxruntime in-process running the anchor's own NCHW graph (``onnx_anchor``, QLinear
-for quant8) with the same thread count (1). What is left between them is the transport,
-the driver around the session, and whatever our NHWC conversion costs after onnxruntime
-optimized it.
+``exec.mobilenet_{f32,q8}_ort``: MobileNet-v1 through a server on its ort device against
+onnxruntime in-process running the anchor's own NCHW graph (``onnx_anchor``, QLinear for
+quant8) with the same thread count (1), as ``compiling.versus_in_process`` measures it: the
+value is the server's compute (what the driver around the session and our NHWC conversion
+cost after onnxruntime optimized it), the detail the end-to-end time through the server.
 
 ``cache.from_cache``: preparing MobileNet-v1 (float32) on the ort device with a cache
-token (convert, optimize, seal) against preparing it from the cache that returned (load
-the optimized model); the ratio is prepare time / from-cache time.
+token (convert, optimize, seal) against preparing it from the client's cache file on a
+freshly started server (load the optimized model: ``compiling.prepare_vs_from_cache``);
+the ratio is prepare time / from-cache time.
 
 Needs the ``bench`` (or ``ort``) extra.
 """
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from nnhal.bench import zoo
-from nnhal.bench.common import Bench, BenchResult, check, interleaved, local_device
-
-ORT_SERVER = ("--device", "ort", "--ort-threads", "1", "--cache-secret-file", "none")
+from nnhal.bench.common import Bench, BenchResult, check
+from nnhal.bench.compiling import prepare_vs_from_cache, versus_in_process
 
 
 def _exec(quant8: bool, quick: bool) -> BenchResult:
@@ -34,25 +31,18 @@ def _exec(quant8: bool, quick: bool) -> BenchResult:
     image = zoo.mobilenet_input(quant8)
     sess = onnx_anchor.session(onnx_anchor.mobilenet_onnx(weights, quant8))
     feed = {"input": np.ascontiguousarray(image.transpose(0, 3, 1, 2))}
-    rounds = 5 if quick else 15
-    with local_device(False, *ORT_SERVER) as dev, dev.prepare_model_sync(model) as pm:
-        ours_out = pm.execute([image], timeout=120).outputs[0].reshape(-1)
+
+    def agree(ours: list[np.ndarray]) -> str:
+        out = ours[0].reshape(-1)
         anchor_out = np.asarray(sess.run(None, feed)[0]).reshape(-1)
-        t_ours, t_anchor = interleaved(
-            lambda: pm.execute([image], timeout=120), lambda: sess.run(None, feed), rounds, 3
-        )
-    ours_probs = ours_out.astype(np.float32) / 256.0 if quant8 else ours_out
-    diff = float(np.max(np.abs(ours_probs - anchor_out)))
-    check(diff < (0.02 if quant8 else 1e-4), f"the ort device and the anchor disagree by {diff}")
-    return BenchResult(
-        t_ours * 1e3,
-        t_anchor * 1e3,
-        t_ours / t_anchor,
-        "ms per inference",
-        "ratio <= 1.3" if quant8 else "ratio <= 1.15",
-        f"ort device through a server (TCP loopback, inline tensors) vs onnxruntime in-process, 1 thread each; "
-        f"top-1 {int(np.argmax(ours_probs))} / {int(np.argmax(anchor_out))}, max |dp| {diff:.5f}",
-    )
+        probs = out.astype(np.float32) / 256.0 if quant8 else out
+        worst = float(np.max(np.abs(probs - anchor_out)))
+        check(worst < (0.02 if quant8 else 1e-4), f"the ort device and the anchor disagree by {worst}")
+        return f"top-1 {int(np.argmax(probs))} / {int(np.argmax(anchor_out))}, max |dp| {worst:.5f}"
+
+    what = f"MobileNet-v1 {'quant8' if quant8 else 'float32'}, anchor: onnxruntime in-process on its NCHW graph"
+    goal = "ratio <= 1.3" if quant8 else "ratio <= 1.15"
+    return versus_in_process("ort", model, [image], lambda: sess.run(None, feed), agree, quick, what, goal)
 
 
 def mobilenet_f32_ort(quick: bool) -> dict[str, BenchResult]:
@@ -66,38 +56,8 @@ def mobilenet_q8_ort(quick: bool) -> dict[str, BenchResult]:
 
 
 def from_cache(quick: bool) -> dict[str, BenchResult]:
-    """Prepare MobileNet-v1 on the ort device vs prepare it from the cache that returned."""
-    model = zoo.mobilenet_v1(zoo.mobilenet_weights(), False)
-    image = zoo.mobilenet_input(False)
-    token = bytes(range(32))
-    rounds = 3 if quick else 7
-    with local_device(False, *ORT_SERVER) as dev:
-        with dev.prepare_model_sync(model, cache_token=token) as first:
-            blob = first.model_cache
-            expected = first.execute([image], timeout=120).outputs[0]
-
-        def prepare() -> None:
-            dev.prepare_model_sync(model, cache_token=token).release()
-
-        def prepare_from_cache() -> None:
-            dev.prepare_model_from_cache(blob, token, model).get(120).release()
-
-        with dev.prepare_model_from_cache(blob, token, model).get(120) as cached:
-            check(np.array_equal(cached.execute([image], timeout=120).outputs[0], expected), "cached model differs")
-        t0 = time.perf_counter()
-        t_prepare, t_cache = interleaved(prepare, prepare_from_cache, rounds, 1)
-        elapsed = time.perf_counter() - t0
-    return {
-        "cache.from_cache": BenchResult(
-            t_prepare * 1e3,
-            t_cache * 1e3,
-            t_prepare / t_cache,
-            "ms per preparation (value: prepare, anchor: from cache)",
-            "ratio >= 5",
-            f"MobileNet-v1 float32 on the ort device, cache {len(blob) / 2**20:.1f} MiB, "
-            f"{rounds} interleaved rounds in {elapsed:.1f} s",
-        )
-    }
+    """Prepare MobileNet-v1 on the ort device vs prepare it from the client's cache file."""
+    return {"cache.from_cache": prepare_vs_from_cache("ort", quick, "ratio >= 10")}
 
 
 BENCHMARKS: dict[str, Bench] = {

@@ -5,33 +5,31 @@ same run, interleaved.
 
 The server runs its BLAS on one thread, as LiteRT does (``nnhal serve --compute-threads``, default 1). The
 detail reports the agreement with LiteRT (largest absolute difference) and the server's
-per-operation profile. Needs the model file from a source checkout (``models/tflite``) and LiteRT
-(the ``tflite`` extra, included in ``dev``).
+per-operation profile. Needs LiteRT (the ``tflite`` extra, included in ``dev``); the model ships
+with the package (``nnhal.models``).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import nnhal
 from nnhal.bench.common import Bench, BenchError, BenchResult, check, interleaved, local_device
 from nnhal.importers.compare import diff
 from nnhal.importers.tflite_model import import_tflite
-
-MODEL = Path(nnhal.__file__).resolve().parents[1] / "models" / "tflite" / "face_detection_short_range.tflite"
+from nnhal.models import FACE_DETECTION, tflite_model
 
 
 def tflite_face(quick: bool) -> dict[str, BenchResult]:
     """face_detection_short_range through a server vs LiteRT (XNNPACK, 1 thread), same inputs."""
     from nnhal.importers.litert import LiteRtMissing, LiteRtRunner
 
-    if not MODEL.is_file():
-        raise BenchError(f"{MODEL} is missing: exec.tflite_face runs from a source checkout")
     try:
-        lite = LiteRtRunner(MODEL, threads=1)
+        model = tflite_model(FACE_DETECTION)
+    except FileNotFoundError as err:
+        raise BenchError(str(err)) from None
+    try:
+        lite = LiteRtRunner(model, threads=1)
     except LiteRtMissing as err:
         raise BenchError(str(err)) from None
-    imported = import_tflite(MODEL)
+    imported = import_tflite(model)
     inputs = imported.random_inputs(0)
     rounds, per_round = (3, 3) if quick else (7, 5)
     with local_device() as dev, dev.prepare_model_sync(imported.model) as pm:

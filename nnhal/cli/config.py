@@ -261,8 +261,22 @@ SETTINGS: tuple[Setting, ...] = (
         "bytes per client, e.g. 256MiB (0 = unlimited)",
         "BYTES",
     ),
-    Setting("memory_total", lambda t: size(t, 0, "unlimited"), 0, "bytes in total, e.g. 1GiB (0 = unlimited)", "BYTES"),
+    Setting(
+        "memory_total",
+        lambda t: "auto" if t == "auto" else size(t, 0, "unlimited or auto"),
+        "auto",
+        "bytes in total, e.g. 1GiB (0 = unlimited; auto: 3/4 of what this process may use, its cgroup limit "
+        "or else the physical memory)",
+        "BYTES",
+    ),
     Setting("max_sessions", positive_int, 1024, "sessions open at once (>= 1; ~45 KiB of memory each)", "N"),
+    Setting(
+        "max_sessions_per_peer",
+        positive_int,
+        64,
+        "sessions open at once per verified identity (mTLS) or remote host; same-host peers are not capped",
+        "N",
+    ),
     Setting(
         "max_threads",
         positive_int,

@@ -17,6 +17,8 @@ import contextlib
 import fnmatch
 import json
 import os
+import signal
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -25,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nnhal.cli.connect import connect, tls_of
+from nnhal.cli.info import placement_line
 from nnhal.cli.table import Progress, print_table
 from nnhal.cli.usage import UsageError
 from nnhal.client.device import Device
@@ -35,6 +38,7 @@ from nnhal.conformance.junit import write_junit
 from nnhal.conformance.partitioned import run_case_partitioned
 from nnhal.conformance.runner import ALL_MODES, MODES, Result, run_case
 from nnhal.conformance.vectors import TestCase, discover, load_file
+from nnhal.core.errors import HalError
 from nnhal.server.devices import KINDS, parse_device
 from nnhal.testing.local_server import LocalServer
 
@@ -194,8 +198,37 @@ def run(args: argparse.Namespace) -> int:
                     failed |= res.status == "failed"
                 progress.step(failed)
 
-        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            list(pool.map(one, cases))
+        # Ctrl-C sets a flag instead of raising: a KeyboardInterrupt raised inside a lock's wait
+        # can leave that lock broken and turn the exit into a traceback.
+        interrupted = threading.Event()
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, lambda _signum, _frame: interrupted.set()) if main else None
+        pool = ThreadPoolExecutor(max(1, args.jobs))
+        try:
+            pending = [pool.submit(one, case) for case in cases]
+            while not interrupted.wait(0.2):
+                if all(fut.done() for fut in pending):
+                    break
+            if interrupted.is_set():
+                # Cases not started are dropped; the ones running end within their own timeouts.
+                pool.shutdown(wait=True, cancel_futures=True)
+                with lock:
+                    finished = len({name.rsplit("/", 1)[0] for name in report})
+                    sys.stderr.write(
+                        f"nnhal: interrupted after {finished} of {len(cases)} cases: {counts['passed']} passed, "
+                        f"{counts['failed']} failed, {counts['skipped']} skipped\n"
+                    )
+                return 130
+            for fut in pending:
+                fut.result()  # a bug outside the case's own guard is not swallowed
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            if main:
+                signal.signal(signal.SIGINT, previous)
+        try:
+            placed = placement_line(dev.stats())
+        except HalError:  # a server without getStats counts for this client
+            placed = ""
     elapsed = time.monotonic() - start
     rows = [
         [op, c["passed"], c["failed"], c["skipped"]]
@@ -225,6 +258,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {name}: {detail}")
     if partitioned:
         print("\noperations run per device (passed cases): " + ", ".join(f"{k} {v}" for k, v in sorted(ran_on.items())))
+    if placed:
+        print(f"\noperations placed on {dev.name} (every preparation): {placed}")
     where = f" (shard {shard})" if shard is not None else ""
     print(f"\n{len(cases)} cases from {len(files)} files in {elapsed:.1f} s{where}")
     if args.report:

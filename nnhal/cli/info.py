@@ -1,5 +1,7 @@
 """``nnhal info ADDR``: the device table of a server (name, version string, type, feature
-level, status, extensions, cache files, capabilities, limits), one per device it hosts.
+level, status, extensions, cache files, capabilities, limits, and for a compiling device the
+operations of the models it prepared on its library and on the fallback inside it), one per
+device it hosts.
 
 A server hosting several devices first gets a summary (name, kind, type, level, status,
 float32 and quant8 execution time relative to the CPU reference), then each device's
@@ -47,9 +49,27 @@ def _table(dev: Device) -> None:
         ["operand types with performance", str(len(caps.operand_performance))],
         ["relaxed fp32->fp16 perf", f"{caps.relaxed_float32_to_float16_performance_tensor.exec_time:g}"],
     ]
-    for key, value in dev.limits().items():
+    # Sorted: the server sends the limits as a map, whose order is not kept across runs.
+    for key, value in sorted(dev.limits().items()):
         rows.append([f"limit: {key}", "unlimited" if value == 0 else str(value)])
+    placed = placement_line(dev.stats())
+    if placed:
+        rows.append(["operations placed", placed])
     print_table(["property", "value"], rows)
+
+
+def placement_line(stats: dict[str, int]) -> str:
+    """A compiling device's placement from its getStats counts: operations on its library
+    and on the fallback inside it (with the fallback's most frequent types); "" for others."""
+    on_backend, on_fallback = stats.get("operations_on_backend", 0), stats.get("operations_on_fallback", 0)
+    total = on_backend + on_fallback
+    if total == 0:
+        return ""
+    prefix = "operations_on_fallback_"
+    types = sorted(((n, k.removeprefix(prefix)) for k, n in stats.items() if k.startswith(prefix)), reverse=True)
+    top = ", ".join(f"{name} {n}" for n, name in types[:5]) + (", ..." if len(types) > 5 else "")
+    line = f"{on_backend} on the backend, {on_fallback} on the CPU fallback ({100 * on_fallback / total:.0f} %)"
+    return line + (f": {top}" if top else "")
 
 
 def _summary(devices: list[DeviceInfo]) -> None:

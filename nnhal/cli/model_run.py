@@ -30,6 +30,7 @@ import contextlib
 import math
 import re
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -55,6 +56,8 @@ from nnhal.testing.local_server import LocalServer
 MODEL_SUFFIXES = (".tflite", ".nnhal")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 EXECUTE_TIMEOUT = 300.0
+#: The first bytes of every .npy file (numpy.lib.format).
+NPY_MAGIC = b"\x93NUMPY"
 
 
 def output_file_name(name: str) -> str:
@@ -104,6 +107,35 @@ def _check_input_sizes(imported: ImportedModel) -> None:
             )
 
 
+def _check_npy_header(path: Path) -> None:
+    """Raise UsageError unless ``path`` starts with the .npy magic bytes.
+
+    Without this check numpy reports any other file (text, CSV) as "pickled data", which
+    points the user at the wrong fix.
+    """
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(NPY_MAGIC))
+    except OSError as err:
+        raise UsageError(f"--input {path}: cannot read: {err.strerror or err}") from None
+    if head != NPY_MAGIC:
+        raise UsageError(f"--input {path}: not a .npy file (no NumPy header); write inputs with numpy.save")
+
+
+def _check_writable(directory: Path) -> None:
+    """Raise UsageError unless ``directory`` exists (or can be made) and accepts a new file.
+
+    Run before the model is imported, prepared and executed, so a bad --save-outputs costs
+    nothing.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        raise UsageError(f"--save-outputs {directory}: cannot write: {err.strerror or err}") from None
+
+
 def _inputs(imported: ImportedModel, files: list[Path], seed: int) -> list[np.ndarray]:
     _check_input_sizes(imported)
     if not files:
@@ -113,6 +145,7 @@ def _inputs(imported: ImportedModel, files: list[Path], seed: int) -> list[np.nd
         raise UsageError(f"the model has {len(imported.inputs)} input(s) ({names}); {len(files)} --input file(s) given")
     arrays = []
     for spec, path in zip(imported.inputs, files):
+        _check_npy_header(path)
         try:
             # Mapped, not read: the shape is checked before the data is copied into memory.
             value = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -270,6 +303,8 @@ def run_model(args: argparse.Namespace, address: str, model: Path) -> int:
     if args.compare and is_saved(model):
         raise UsageError(f"--compare needs the .tflite file (LiteRT runs it); {model} is a saved nnhal model")
     device, partition = _specs(args)
+    if args.save_outputs:
+        _check_writable(args.save_outputs)
     imported = _load(model)
     print_summary(imported)
     inputs = _inputs(imported, args.input or [], args.seed)

@@ -26,6 +26,7 @@ from nnhal.server import log_limits
 from nnhal.server.cache import load_secret
 from nnhal.server.driver import DeviceConfig
 from nnhal.server.executor import example_extension
+from nnhal.server.host_memory import default_memory_total
 from nnhal.server.memory import SharedMemoryPolicy
 from nnhal.server.rpc.identity import ServerTls, load_server_tls
 from nnhal.server.rpc.request_id import install_log_filter
@@ -90,8 +91,9 @@ def server_options(r: config.Resolved) -> ServerOptions:
         slots=r["slots"],
         queue_depth=r["queue_depth"],
         memory_per_client=r["memory_per_client"],
-        memory_total=r["memory_total"],
+        memory_total=default_memory_total() if r["memory_total"] == "auto" else r["memory_total"],
         max_sessions=r["max_sessions"],
+        max_sessions_per_peer=r["max_sessions_per_peer"],
         max_bursts_per_session=r["max_bursts_per_session"],
         max_fence_waits_per_session=r["max_fence_waits_per_session"],
         max_preparations_per_session=r["max_preparations_per_session"],

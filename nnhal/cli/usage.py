@@ -39,9 +39,29 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self._words: list[str] = []
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._words = [str(w) for w in (sys.argv[1:] if args is None else args)]
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
+        # argparse checks for a missing COMMAND before it reports options it did not know, so
+        # `nnhal --bogus` would blame the missing command; name the unknown option instead.
+        if message.startswith("the following arguments are required"):
+            unknown = self._leading_unknown_option()
+            if unknown is not None:
+                message = f"unrecognized arguments: {unknown}"
         fail(f"{message} (see '{self.prog} --help')")
+
+    def _leading_unknown_option(self) -> str | None:
+        """The first option before the first positional word that this parser does not know."""
+        for word in self._words:
+            if word == "--" or not word.startswith("-"):
+                return None
+            if word.split("=", 1)[0] not in self._option_string_actions:
+                return word
+        return None
 
 
 def report(message: str) -> int:
@@ -191,6 +211,24 @@ def unix_path(addr: str) -> Path:
     return Path(rest)
 
 
+def _probe_unix_bind(addr: str, path: Path) -> None:
+    """Raise ValueError unless a unix socket can be created at ``path`` (then removed again).
+
+    gRPC would otherwise log its own bind failure (``add_port.cc``) on stderr before ours.
+    """
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.bind(str(path))
+    except OSError as err:
+        raise ValueError(
+            f"{addr!r}: cannot create a socket at {path} ({err.strerror or err}); choose another path"
+        ) from None
+    else:
+        path.unlink(missing_ok=True)
+    finally:
+        probe.close()
+
+
 def server_address(addr: str) -> str:
     """A listen address: host:port (0..65535), [v6]:port, or unix:PATH whose folder exists."""
     addr = addr.strip()
@@ -202,6 +240,8 @@ def server_address(addr: str) -> str:
             raise ValueError(f"{addr!r}: the folder {path.parent} does not exist; create it or choose another path")
         if path.exists() and not path.is_socket():
             raise ValueError(f"{addr!r}: {path} exists and is not a socket; choose another path")
+        if not path.exists():
+            _probe_unix_bind(addr, path)
         return addr
     split_host_port(addr)
     return addr

@@ -121,7 +121,12 @@ class DeathMonitor:
             self._waiters.clear()
             hooks = list(self._hooks)
         # "gone", not "died": a draining server (a planned shutdown) ends up here too.
-        log.warning("%s is gone: %s; releasing %d waiters", self._what, reason, len(waiters))
+        if waiters:
+            log.warning("%s is gone: %s; releasing %d waiters", self._what, reason, len(waiters))
+        else:
+            # Nothing was waiting (e.g. a connect that failed): the caller's own exception says
+            # it all, so no warning line of ours on stderr.
+            log.debug("%s is gone: %s", self._what, reason)
         message = f"{self._what}: {reason}"
         if grace > 0 and waiters and not sys.is_finalizing():
             threading.Thread(

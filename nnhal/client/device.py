@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from nnhal.client import forms
 from nnhal.client.buffer import Buffer
+from nnhal.client.cache_files import CacheInput
 from nnhal.client.callbacks import Callback
 from nnhal.client.faults import Fault
 from nnhal.client.prepared_model import PreparedModel
@@ -207,7 +208,7 @@ class Device:
 
     def prepare_model_from_cache(
         self,
-        model_cache: bytes,
+        model_cache: CacheInput,
         token: bytes,
         model: Model | None = None,
         *,

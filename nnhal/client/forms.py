@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 
+from nnhal.client.cache_files import CacheInput
 from nnhal.client.callbacks import Callback
 from nnhal.client.recorder import deadline_us
 from nnhal.client.remote import DEFAULT_CALL_TIMEOUT, ExecutionOptions, PreparedRef, RemoteSession
@@ -128,7 +129,7 @@ def _prepare_model(
 
 
 def prepare_model_from_cache(
-    remote: RemoteSession, model_cache: bytes, token: bytes, timeout: float | None, deadline_at: float | None
+    remote: RemoteSession, model_cache: CacheInput, token: bytes, timeout: float | None, deadline_at: float | None
 ) -> Callback[PreparedRef]:
     if modern(remote):
         return remote.prepare_model_from_cache(model_cache, token, timeout, deadline_at)

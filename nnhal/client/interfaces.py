@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
+from nnhal.client.cache_files import CacheInput
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Priority
 from nnhal.core.types import BufferDesc, BufferRole, BufferTokenPool, Capabilities, Extension, Model, Request
 
@@ -167,7 +168,7 @@ class IDevice(Protocol):
 
     def prepare_model_from_cache(
         self,
-        model_cache: bytes,
+        model_cache: CacheInput,
         token: bytes,
         model: Model | None = None,
         *,

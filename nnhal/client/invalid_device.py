@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from nnhal.client.cache_files import CacheInput
 from nnhal.core.enums import DeviceStatus, DeviceType
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model
@@ -85,7 +86,7 @@ class InvalidDevice:
         self._fail("prepareModel")
 
     def prepare_model_from_cache(
-        self, model_cache: bytes, token: bytes, model: Model | None = None, **kwargs: Any
+        self, model_cache: CacheInput, token: bytes, model: Model | None = None, **kwargs: Any
     ) -> NoReturn:
         self._fail("prepareModelFromCache")
 

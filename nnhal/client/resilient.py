@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from nnhal.client.buffer import Buffer
+from nnhal.client.cache_files import CacheInput
 from nnhal.client.callbacks import Callback
 from nnhal.client.device import Device
 from nnhal.client.interfaces import IBuffer, IDevice, IPreparedModel
@@ -260,7 +261,7 @@ class ResilientDevice:
 
     def prepare_model_from_cache(
         self,
-        model_cache: bytes,
+        model_cache: CacheInput,
         token: bytes,
         model: Model | None = None,
         *,

@@ -1,16 +1,10 @@
 """The fast path's doorbell: pipes that wake the other side of a ring (DESIGN §2).
 
-Measured here (Python 3.11, two processes ping-ponging a counter in shared memory,
-2 shared cores, medians of 5 interleaved runs at load average ~3): per round trip
-an eventfd ~14 us, a pipe ~18 us, a unix socket pair (SEQPACKET) ~20 us, a futex
-through ctypes ~24 us; with 140 us of work between the messages (a small
-execution) the wake-ups added 43 / 80 / 71 / 70 us over the work, within the
-machine's noise of each other. Spinning before blocking (50 us bounded) made it
-worse (249 against 220 us, twice the waiter's CPU): a pipe's wake-up is
-synchronous, the woken peer is put on the waker's core, behind the spinner. So
-waiting blocks at once, and pipes stay: they carry distinct bytes, :data:`RING`
-(a packet is waiting) and :data:`STOP` (wake up and end), which an eventfd's
-counter would merge.
+Waiting blocks at once (no spinning: a pipe's wake-up is synchronous, and a spinning
+waiter would delay the peer it shares a core with). Pipes, not an eventfd: they carry
+distinct bytes, :data:`RING` (a packet is waiting) and :data:`STOP` (wake up and end),
+which an eventfd's counter would merge. (The doorbells compared, with figures:
+``docs/same-host.md``.)
 
 Each side holds the read end of its inbox, the write end of the peer's inbox,
 and a write end of its own inbox, with which ``stop`` wakes a waiter of its own

@@ -98,3 +98,18 @@ _REGISTRY: dict[ErrorStatus, type[HalError]] = {
         DeadObject,
     )
 }
+
+
+#: What a failed allocation says in libraries that do not raise MemoryError (ONNX Runtime's
+#: arena, a C++ ``std::bad_alloc`` turned into a RuntimeError), in the text of whatever they raise.
+_ALLOCATION_FAILURES = ("arena alloc failed", "failed to allocate memory", "bad_alloc", "out of memory")
+
+
+def allocation_failed(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation that failed: a MemoryError (numpy's ``_ArrayMemoryError``
+    is one) or a library's allocation failure (:data:`_ALLOCATION_FAILURES`). Such a failure is
+    RESOURCE_EXHAUSTED_TRANSIENT (DESIGN.md §5), never GENERAL_FAILURE."""
+    if isinstance(err, MemoryError):
+        return True
+    text = str(err).lower()
+    return any(s in text for s in _ALLOCATION_FAILURES)

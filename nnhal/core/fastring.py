@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+import sys
 import zlib
 from collections.abc import Collection
 
@@ -116,9 +117,22 @@ class _Ring:
         self._head_at = _REQUEST_HEAD if first else _RESULT_HEAD
         self._tail_at = _REQUEST_TAIL if first else _RESULT_TAIL
 
+        if sys.byteorder != "little":
+            raise RingError("the queue region is little-endian; this machine is not")
+        # The indexes are read and written whole, each one aligned 8-byte load or store through
+        # a native view: struct's little-endian packers write byte by byte, so a peer reading
+        # meanwhile could see a torn index (part old, part new) and take it for a corrupt one.
+        self._slots = memoryview(mm)[:DATA_OFFSET].cast("Q")
+        self._head_slot = self._head_at // _INDEX.size
+        self._tail_slot = self._tail_at // _INDEX.size
+
     def _index(self, at: int) -> int:
-        value: int = _INDEX.unpack_from(self._mm, at)[0]
+        value: int = self._slots[at // _INDEX.size]
         return value
+
+    def close(self) -> None:
+        """Release this side's view of the region (before the region's mapping is closed)."""
+        self._slots.release()
 
 
 class Producer(_Ring):
@@ -143,7 +157,7 @@ class Producer(_Ring):
         length = len(payload)
         if length > self.max_payload:
             raise RingError(f"a packet of {length} bytes exceeds the ring's limit of {self.max_payload}")
-        used = head - _INDEX.unpack_from(mm, self._tail_at)[0]
+        used = head - self._slots[self._tail_slot]
         if not 0 <= used <= size:
             raise RingError("the consumer's ring index is corrupt")
         need = HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN)  # _padded(length), inlined: a hot path
@@ -162,7 +176,7 @@ class Producer(_Ring):
             mm[data : data + length - first] = payload[first:]
         self._head = head = head + need
         self._seq += 1
-        _INDEX.pack_into(mm, self._head_at, head)
+        self._slots[self._head_slot] = head
 
 
 class Consumer(_Ring):
@@ -178,7 +192,7 @@ class Consumer(_Ring):
         """The next packet's kind and payload (a private copy), None when the ring is empty;
         RingError for anything the producer got wrong (module docstring)."""
         size, mm, data, tail = self.ring_bytes, self._mm, self._data, self._tail
-        avail = _INDEX.unpack_from(mm, self._head_at)[0] - tail
+        avail = self._slots[self._head_slot] - tail
         if avail == 0:
             return None
         if not HEADER_BYTES <= avail <= size:
@@ -202,7 +216,7 @@ class Consumer(_Ring):
             raise RingError("a packet's checksum does not match its bytes")
         self._tail = tail = tail + need
         self._seq = seq + 1
-        _INDEX.pack_into(mm, self._tail_at, tail)
+        self._slots[self._tail_slot] = tail
         return kind, payload
 
     def resync(self) -> None:
@@ -210,4 +224,4 @@ class Consumer(_Ring):
         packet's sequence number is taken as it comes)."""
         self._tail = self._index(self._head_at)
         self._seq = None
-        _INDEX.pack_into(self._mm, self._tail_at, self._tail)
+        self._slots[self._tail_slot] = self._tail

@@ -30,12 +30,10 @@ from nnhal.core.types import ExecutionResult, InlinePool, PoolData, Request
 from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb
 
 #: Bytes of pool contents per chunk message: large enough that per-message costs vanish,
-#: small enough that every buffer on the way is reused memory (measured: 1-4 MiB chunks
-#: move 64 MiB each way 4-5x sooner than one message; 16 MiB ones lose most of that).
+#: small enough that every buffer on the way is reused memory.
 CHUNK_BYTES = 1 << 20
-#: A request with an inline pool of this size or more is worth a stream (the client's choice;
-#: measured for an identity model, one message / stream: 1 MiB 23 / 23 ms, 2 MiB 45 / 21 ms,
-#: 8 MiB 97 / 33 ms, 32 MiB 727 / 228 ms).
+#: A request with an inline pool of this size or more travels as a stream (the client's
+#: choice; below it one message costs no more than a stream).
 STREAM_MIN_BYTES = 2 << 20
 
 M = TypeVar("M")
@@ -150,6 +148,8 @@ class RequestReader:
         self._request = wire.request_from(self.head.request)
         inline = {i: p for i, p in enumerate(self._request.pools) if isinstance(p, InlinePool)}
         declared, limit = sum(p.size for p in inline.values()), wire.max_inline_bytes()
+        #: Bytes the stream's inline pools declare (what its chunks may fill).
+        self.declared = declared
         if declared > limit:
             raise InvalidArgument(f"the inline pools declare {declared} bytes; at most {limit} travel inline")
         self._assembler = Assembler({i: p.size for i, p in inline.items()}, {i: p.data for i, p in inline.items()})

@@ -9,7 +9,10 @@ as LiteRT does here: ``nnhal serve --compute-threads`` defaults to 1.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,22 @@ def available() -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _quiet_fd2() -> Iterator[None]:
+    """Send file descriptor 2 to the null device for the block (process-wide: a line another
+    thread writes to stderr meanwhile is lost too, so keep the block short)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(null)
+        os.close(saved)
+
+
 class LiteRtRunner:
     def __init__(self, path: str | Path, threads: int = 1) -> None:
         try:
@@ -36,8 +55,11 @@ class LiteRtRunner:
             raise LiteRtMissing(
                 f"LiteRT is not installed ({err}); install the optional extra: pip install 'nnhal[tflite]'"
             ) from None
-        self._interpreter: Any = Interpreter(model_path=str(path), num_threads=threads)
-        self._interpreter.allocate_tensors()
+        # LiteRT's C++ side prints "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on
+        # fd 2 here; the Python API has no option to stop it, so fd 2 is muted for the two calls.
+        with _quiet_fd2():
+            self._interpreter: Any = Interpreter(model_path=str(path), num_threads=threads)
+            self._interpreter.allocate_tensors()
         self._inputs = [d["index"] for d in self._interpreter.get_input_details()]
         self._outputs = [d["index"] for d in self._interpreter.get_output_details()]
 

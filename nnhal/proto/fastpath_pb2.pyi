@@ -6,14 +6,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class FastBurstRequest(_message.Message):
-    __slots__ = ("session", "prepared_model", "ring_bytes")
+    __slots__ = ("session", "prepared_model", "ring_bytes", "executions")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     PREPARED_MODEL_FIELD_NUMBER: _ClassVar[int]
     RING_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
     session: str
     prepared_model: str
     ring_bytes: int
-    def __init__(self, session: _Optional[str] = ..., prepared_model: _Optional[str] = ..., ring_bytes: _Optional[int] = ...) -> None: ...
+    executions: bool
+    def __init__(self, session: _Optional[str] = ..., prepared_model: _Optional[str] = ..., ring_bytes: _Optional[int] = ..., executions: _Optional[bool] = ...) -> None: ...
 
 class FastBurstEvent(_message.Message):
     __slots__ = ("status", "message", "socket_path", "token", "ring_bytes")

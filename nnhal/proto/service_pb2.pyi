@@ -159,10 +159,26 @@ class StatusResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_types_pb2.DeviceStatus, str]] = ...) -> None: ...
 
 class CacheFile(_message.Message):
-    __slots__ = ("data",)
+    __slots__ = ("data", "held")
     DATA_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     data: bytes
-    def __init__(self, data: _Optional[bytes] = ...) -> None: ...
+    held: HeldFile
+    def __init__(self, data: _Optional[bytes] = ..., held: _Optional[_Union[HeldFile, _Mapping]] = ...) -> None: ...
+
+class HeldFile(_message.Message):
+    __slots__ = ("pid", "fd", "dev", "ino", "size")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    FD_FIELD_NUMBER: _ClassVar[int]
+    DEV_FIELD_NUMBER: _ClassVar[int]
+    INO_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    fd: int
+    dev: int
+    ino: int
+    size: int
+    def __init__(self, pid: _Optional[int] = ..., fd: _Optional[int] = ..., dev: _Optional[int] = ..., ino: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
 
 class PrepareModelRequest(_message.Message):
     __slots__ = ("session", "model", "preference", "priority", "deadline", "model_cache", "data_cache", "token", "want_cache")
@@ -255,7 +271,7 @@ class AllocateResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_types_pb2.ErrorStatus, str]] = ..., message: _Optional[str] = ..., buffer: _Optional[str] = ..., token: _Optional[int] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("sessions", "prepared_models", "buffers", "executions", "bytes_in_use", "queue_depth", "fences", "limits", "long_calls", "identity", "prepared_models_by_priority", "executions_by_transport")
+    __slots__ = ("sessions", "prepared_models", "buffers", "executions", "bytes_in_use", "queue_depth", "fences", "limits", "long_calls", "identity", "prepared_models_by_priority", "executions_by_transport", "operations_on_backend", "operations_on_fallback")
     class LimitsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -277,6 +293,20 @@ class StatsResponse(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class OperationsOnBackendEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class OperationsOnFallbackEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
     PREPARED_MODELS_FIELD_NUMBER: _ClassVar[int]
     BUFFERS_FIELD_NUMBER: _ClassVar[int]
@@ -289,6 +319,8 @@ class StatsResponse(_message.Message):
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     PREPARED_MODELS_BY_PRIORITY_FIELD_NUMBER: _ClassVar[int]
     EXECUTIONS_BY_TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    OPERATIONS_ON_BACKEND_FIELD_NUMBER: _ClassVar[int]
+    OPERATIONS_ON_FALLBACK_FIELD_NUMBER: _ClassVar[int]
     sessions: int
     prepared_models: int
     buffers: int
@@ -301,7 +333,9 @@ class StatsResponse(_message.Message):
     identity: str
     prepared_models_by_priority: _containers.ScalarMap[str, int]
     executions_by_transport: _containers.ScalarMap[str, int]
-    def __init__(self, sessions: _Optional[int] = ..., prepared_models: _Optional[int] = ..., buffers: _Optional[int] = ..., executions: _Optional[int] = ..., bytes_in_use: _Optional[int] = ..., queue_depth: _Optional[int] = ..., fences: _Optional[int] = ..., limits: _Optional[_Mapping[str, int]] = ..., long_calls: _Optional[int] = ..., identity: _Optional[str] = ..., prepared_models_by_priority: _Optional[_Mapping[str, int]] = ..., executions_by_transport: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    operations_on_backend: _containers.ScalarMap[str, int]
+    operations_on_fallback: _containers.ScalarMap[str, int]
+    def __init__(self, sessions: _Optional[int] = ..., prepared_models: _Optional[int] = ..., buffers: _Optional[int] = ..., executions: _Optional[int] = ..., bytes_in_use: _Optional[int] = ..., queue_depth: _Optional[int] = ..., fences: _Optional[int] = ..., limits: _Optional[_Mapping[str, int]] = ..., long_calls: _Optional[int] = ..., identity: _Optional[str] = ..., prepared_models_by_priority: _Optional[_Mapping[str, int]] = ..., executions_by_transport: _Optional[_Mapping[str, int]] = ..., operations_on_backend: _Optional[_Mapping[str, int]] = ..., operations_on_fallback: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class FaultRequest(_message.Message):
     __slots__ = ("session", "prepare_delay_ms", "execute_delay_ms", "faults", "clear")

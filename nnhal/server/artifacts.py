@@ -37,7 +37,7 @@ def sealer(
 
 def open_cache(
     backend: Backend, secret: bytes, token: bytes, blob: bytes, level: HalVersion
-) -> tuple[Model, Priority, bytes | None]:
+) -> tuple[Model, Priority, memoryview | None]:
     """The model, priority and compiled artifact (None for the reference) of a cache this
     server sealed for a device of ``backend``'s kind; INVALID_ARGUMENT otherwise."""
     if backend.kind == ReferenceBackend.kind:
@@ -47,13 +47,14 @@ def open_cache(
 
 
 def builder(
-    backend: Backend, artifact: bytes | None
+    backend: Backend, artifact: memoryview | None
 ) -> Callable[[Model, Sequence[Buffer]], tuple[ExecutableGraph, bytes]]:
-    """The PrepareJob's ``build``: load ``artifact`` (from a cache) or compile afresh."""
+    """The PrepareJob's ``build``: load ``artifact`` (from a cache) or compile afresh. A
+    preparation from cache has no token, so it seals nothing: its artifact is not returned."""
 
     def build(model: Model, buffers: Sequence[Buffer]) -> tuple[ExecutableGraph, bytes]:
         if artifact is not None:
-            return backend.load(model, buffers, artifact), artifact
+            return backend.load(model, buffers, artifact), b""
         return backend.compile(model, buffers)
 
     return build

@@ -45,7 +45,9 @@ class Backend(Protocol):
 
     def compile(self, model: Model, pools: Sequence[Buffer]) -> tuple[ExecutableGraph, bytes]: ...
 
-    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes) -> ExecutableGraph: ...
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
+        """The graph of a ``compile`` artifact (``artifact`` may be a view into a cache)."""
+        ...
 
     def capabilities(self) -> Capabilities:
         """Performance relative to the reference CPU device (1.0: the same)."""
@@ -66,7 +68,7 @@ class ReferenceBackend:
     def compile(self, model: Model, pools: Sequence[Buffer]) -> tuple[ExecutableGraph, bytes]:
         return PreparedGraph(model, pools), b""
 
-    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes) -> ExecutableGraph:
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
         return PreparedGraph(model, pools)
 
     def capabilities(self) -> Capabilities:

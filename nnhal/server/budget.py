@@ -5,12 +5,22 @@ charged while they live. A charge that alone exceeds a limit can never succeed:
 RESOURCE_EXHAUSTED_PERSISTENT; one that would fit once other work gives memory
 back: RESOURCE_EXHAUSTED_TRANSIENT. A limit of 0 means unlimited.
 
+Fair shares of the total (issue #24): the last :data:`RESERVE_SHARE` of the total limit is
+kept for sessions holding less than their fair share — the total divided among the
+sessions holding memory plus one, the newcomer it is kept for. A session above its share
+is refused the reserve (TRANSIENT), so a newcomer or a small client still finds room while
+one client sits on the rest; a session alone uses all but the reserve. Without TLS each
+session is a client: many sessions each below its share can still fill the total.
+
 A session's account opens with the session and closes with it: closing gives
 back everything it held, later uncharges of that session are ignored (the
 objects they belonged to were released wholesale) and later charges are
 INVALID_ARGUMENT. Bytes are also kept by kind (the ``what`` of a charge: "model
 constants", "buffer contents", "request data"; an uncharge names the same kind)
 for the metrics. Thread-safe; the budget's lock is a leaf.
+
+What is given back is told to a ``memory_release.Releaser``, which returns the C heap's
+free pages to the kernel once enough was released (the process gives freed memory back).
 """
 
 from __future__ import annotations
@@ -18,19 +28,29 @@ from __future__ import annotations
 import threading
 
 from nnhal.core.errors import InvalidArgument, ResourceExhaustedPersistent, ResourceExhaustedTransient
+from nnhal.server.memory_release import Releaser
 from nnhal.server.session import CLOSED
+
+#: The share of the total limit kept for sessions below their fair share (module docstring).
+RESERVE_SHARE = 8
 
 
 class MemoryBudget:
     def __init__(self, per_client: int = 0, total: int = 0) -> None:
         self.per_client = per_client
         self.limit_total = total
+        #: Bytes of the total only sessions below their fair share may take.
+        self.reserve = total // RESERVE_SHARE
+        #: Sessions holding any bytes (the fair share divides the total among them).
+        self._holders = 0
         self._lock = threading.Lock()
         self._used: dict[str, int] = {}
         self._total = 0
         #: Per session: bytes by kind (only kinds it ever charged); and the totals by kind.
         self._kinds: dict[str, dict[str, int]] = {}
         self._total_by_kind: dict[str, int] = {}
+        #: Told of every byte given back (outside the lock).
+        self.releaser = Releaser()
 
     @property
     def total(self) -> int:
@@ -56,9 +76,12 @@ class MemoryBudget:
         """Give back everything ``session`` held; returns how many bytes that was."""
         with self._lock:
             freed = self._used.pop(session, 0)
+            if freed > 0:
+                self._holders -= 1
             self._total -= freed
             for kind, nbytes in self._kinds.pop(session, {}).items():
                 self._total_by_kind[kind] -= nbytes
+        self.releaser.released(freed)
         return freed
 
     def charge_working(self, nbytes: int, what: str) -> None:
@@ -80,6 +103,7 @@ class MemoryBudget:
         with self._lock:
             self._total -= nbytes
             self._total_by_kind[what] = self._total_by_kind.get(what, 0) - nbytes
+        self.releaser.released(nbytes)
 
     def charge(self, session: str, nbytes: int, what: str = "model constants") -> None:
         """Reserve ``nbytes`` for ``session``. Raises RESOURCE_EXHAUSTED_PERSISTENT (over a
@@ -100,9 +124,25 @@ class MemoryBudget:
                     f"{what} need {nbytes} bytes; this client already uses {used} "
                     f"of its {per_client}; release prepared models or buffers and retry"
                 )
+            if total and self._total + nbytes > total - self.reserve and nbytes:
+                self._check_share(used, nbytes, what)
             self._take_total(nbytes, what)
+            if not used and nbytes:
+                self._holders += 1
             self._used[session] = used + nbytes
             self._add_kind(session, what, nbytes)
+
+    def _check_share(self, used: int, nbytes: int, what: str) -> None:
+        """RESOURCE_EXHAUSTED_TRANSIENT when a session holding ``used`` bytes would go past its
+        fair share by taking ``nbytes`` of the reserve. Holds ``_lock``."""
+        holders = self._holders + 1  # one more: the newcomer the reserve is kept for (or this one)
+        share = self.limit_total // holders
+        if used + nbytes > share:
+            raise ResourceExhaustedTransient(
+                f"{what} need {nbytes} bytes; this client holds {used}, and past its fair share "
+                f"({share} of the server's {self.limit_total} among {holders} clients) the last "
+                f"{self.reserve} are kept for clients below theirs; release memory or retry later"
+            )
 
     def _take_total(self, nbytes: int, what: str) -> None:
         """Count ``nbytes`` against the total, or RESOURCE_EXHAUSTED_TRANSIENT. Holds ``_lock``."""
@@ -120,8 +160,11 @@ class MemoryBudget:
             if used is None:
                 return
             self._used[session] = used - nbytes
+            if used > 0 and used - nbytes <= 0:
+                self._holders -= 1
             self._total -= nbytes
             self._add_kind(session, what, -nbytes)
+        self.releaser.released(nbytes)
 
     def _add_kind(self, session: str, what: str, delta: int) -> None:
         kinds = self._kinds.setdefault(session, {})

@@ -126,10 +126,11 @@ def _mac(secret: bytes, token: bytes, body: bytes | memoryview) -> bytes:
 
 def open_compiled(
     secret: bytes, token: bytes, blob: bytes, level: HalVersion, kind: str
-) -> tuple[Model, Priority, bytes]:
+) -> tuple[Model, Priority, memoryview]:
     """Model, priority and artifact of a cache sealed by ``seal_compiled`` for ``kind``,
     authenticated before anything is parsed; INVALID_ARGUMENT as ``open_sealed``, and for
-    a cache of another kind of device."""
+    a cache of another kind of device. The artifact is a view into ``blob`` (not copied:
+    whoever needs it whole makes the one copy it needs)."""
     check_token(token)
     if blob.startswith(MAGIC):
         raise InvalidArgument(f"model cache was written by another kind of device, not this {kind} device")
@@ -154,4 +155,4 @@ def open_compiled(
             f"this is nnhal {__version__}, a {kind} device at level {int(level)}: prepare the model afresh"
         )
     model = wire.model_from_bytes(bytes(body[at : at + n_model]))
-    return model, Priority(priority), bytes(body[at + n_model :])
+    return model, Priority(priority), body[at + n_model :]

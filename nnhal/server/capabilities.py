@@ -4,7 +4,7 @@ NNAPI capabilities are execution time (and power) relative to the CPU reference:
 below 1.0 is faster. One small convolution block (3x3 CONV_2D + RELU6, 1x28x28x32)
 runs a few times on both backends, float32 and quant8; the ratio of the best times
 is reported for the float (and relaxed) and the quant8 operand types. Types this
-device does not compute keep 1.0 (not measured). Takes ~0.1-0.3 s once per device.
+device does not compute keep 1.0 (not measured). Runs once per device, when it starts.
 """
 
 from __future__ import annotations

@@ -32,8 +32,11 @@ class DeviceConfig:
     memory_per_client: int = 0
     memory_total: int = 0
     #: Sessions open at once. A session holds no thread (its stream is a coroutine), only
-    #: memory: ~45 KiB of server RSS each, its connection included (``nnhal.bench.scale``).
+    #: memory, its connection's included (``python -m nnhal.bench.scale`` measures how much).
     max_sessions: int = 1024
+    #: Sessions open at once per client unit (``session.peer_unit``: a verified identity, or a
+    #: remote TCP peer's address; same-host peers are not capped by this).
+    max_sessions_per_peer: int = 64
     #: Long-lived calls (open bursts, getExecutionInfo waits) per client, and in total (0: derived
     #: from the worker threads, so that some always stay free for executions, stats and releases).
     max_bursts_per_session: int = 16
@@ -61,6 +64,13 @@ class DeviceConfig:
     def version_string(self) -> str:
         return f"nnhal {__version__} (NN HAL {self.feature_level.label}, {self.executor})"
 
+    def receive_cap(self, transport_max: int) -> int:
+        """The largest message a client of this device may send (at most ``transport_max``): a
+        message larger than the memory one client may hold (the smallest non-zero memory
+        limit) could never be charged, so the transport refuses it before buffering it."""
+        limits = [n for n in (self.memory_per_client, self.memory_total) if n > 0]
+        return min([transport_max, *limits])
+
     def limits(self) -> dict[str, int]:
         return {
             "slots": self.slots,
@@ -68,4 +78,5 @@ class DeviceConfig:
             "memory_per_client": self.memory_per_client,
             "memory_total": self.memory_total,
             "max_sessions": self.max_sessions,
+            "max_sessions_per_peer": self.max_sessions_per_peer,
         }

@@ -67,10 +67,11 @@ from nnhal.server.handles import HandleTable, new_handle
 from nnhal.server.jobs import Counter, ExecutionJob, PrepareJob, check_deadline
 from nnhal.server.lifecycle import DRAIN_EXPIRED, Lifecycle
 from nnhal.server.memory import bind_model_pools, bind_pools, token_placeholder
+from nnhal.server.partitioned import PartitionedBackend
 from nnhal.server.prepared_model import PreparedModel
 from nnhal.server.request_plan import output_pools
 from nnhal.server.scheduler import Scheduler
-from nnhal.server.session import CLOSED, VERIFIED_CLIENT, Faults, Session
+from nnhal.server.session import CLOSED, VERIFIED_CLIENT, Faults, Session, peer_unit
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,8 @@ class Driver:
         self.capabilities = self.backend.capabilities()
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
+        #: Open sessions by client unit (``session.peer_unit``), only units holding any.
+        self._per_peer: dict[str, int] = {}
         self.scheduler = Scheduler(self.config.slots, self.config.queue_depth)
         self.budget = ClientQuotas(self.config.memory_per_client, self.config.memory_total)
         self.prepared_models: HandleTable[str, PreparedModel] = HandleTable(
@@ -107,14 +110,24 @@ class Driver:
     def open_session(self, client_name: str, peer: str = "", protocol_version: int = 1) -> Session:
         """A new session for the client at ``peer`` (a gRPC peer address), belonging to the
         verified identity in ``VERIFIED_CLIENT`` if the RPC layer set one (mTLS), speaking
-        ``protocol_version``. RESOURCE_EXHAUSTED_TRANSIENT at the session limit."""
+        ``protocol_version``. RESOURCE_EXHAUSTED_TRANSIENT at the session limit, or at the
+        limit per client unit (``session.peer_unit``: the identity or a remote peer's address)."""
         identity = VERIFIED_CLIENT.get()
         session = Session(secrets.token_hex(16), client_name, peer, identity, protocol_version)
+        unit = peer_unit(peer, identity)
         with self._lock:
             if len(self._sessions) >= self.config.max_sessions:
                 raise ResourceExhaustedTransient(
                     f"the server already has {len(self._sessions)} sessions (limit {self.config.max_sessions})"
                 )
+            if unit is not None:
+                held = self._per_peer.get(unit, 0)
+                if held >= self.config.max_sessions_per_peer:
+                    raise ResourceExhaustedTransient(
+                        f"{unit.removeprefix('x509:')} already has {held} sessions open "
+                        f"(limit {self.config.max_sessions_per_peer} per client); close one first"
+                    )
+                self._per_peer[unit] = held + 1
             self.budget.open_client_session(session.id, None if identity is None else session.client_key)
             self._sessions[session.id] = session
         log.info(
@@ -130,6 +143,14 @@ class Driver:
         """Release every object of the session; returns how many prepared models were released."""
         with self._lock:
             session = self._sessions.pop(sid, None)
+            if session is not None:
+                unit = peer_unit(session.peer, session.identity)
+                if unit is not None:
+                    left = self._per_peer.get(unit, 0) - 1
+                    if left > 0:
+                        self._per_peer[unit] = left
+                    else:
+                        self._per_peer.pop(unit, None)
         if session is None:
             return 0
         session.close()  # from here on nothing is added to the session's tables
@@ -180,7 +201,7 @@ class Driver:
         deadline_ns: int | None,
         cache_token: bytes = b"",
         trusted: bool = False,
-        artifact: bytes | None = None,
+        artifact: memoryview | None = None,
     ) -> PrepareJob:
         """Launch checks of prepareModel: the cache token, deadline, pools and the whole
         model (unless ``trusted``: read from a cache this server sealed). Raises HalError.
@@ -264,9 +285,15 @@ class Driver:
         deadline_ns: int | None,
         loop_timeout_ns: int = 0,
         profile: bool = False,
+        admit: bool = True,
     ) -> ExecutionJob:
         """Launch checks (the HAL method's own return value): handle, deadline,
         admission, pools and request validation. Raises HalError. The caller closes the job.
+
+        ``admit`` False: no scheduler ticket is taken here — the job's ``run`` (or ``admit``)
+        takes it, so that a call whose launch status has not reached its client yet holds
+        no place on the device — and the request's data is charged to the session at once
+        (``ExecutionJob.hold_data``: it is held while the job waits).
 
         A request whose layout the model executed before with pools of the same sizes is
         not validated again: its plan (``request_plan``) records that it passed."""
@@ -282,7 +309,7 @@ class Driver:
                     f"refused at launch: this model has never run faster than {pm.fastest_ns / 1e6:.2f} ms, "
                     f"the deadline is {remaining / 1e6:.2f} ms away"
                 )
-        ticket = self.scheduler.admit(session.client_key, pm.priority)
+        ticket = self.scheduler.admit(session.client_key, pm.priority) if admit else None
         bound = None
         try:
             plan = pm.plans.get(request)
@@ -299,11 +326,12 @@ class Driver:
                 validate_request(request, pm.model, bound.sizes)
                 plan = pm.plans.learn(request, bound)
         except BaseException:
-            self.scheduler.release(ticket)
+            if ticket is not None:
+                self.scheduler.release(ticket)
             if bound is not None:
                 bound.close()
             raise
-        return ExecutionJob(
+        job = ExecutionJob(
             session,
             pm,
             plan,
@@ -319,6 +347,13 @@ class Driver:
             stop=self.lifecycle.check,
             max_execution_ns=int(self.config.max_execution_seconds * 1e9) or None,
         )
+        if not admit:
+            try:
+                job.hold_data()
+            except BaseException:
+                job.close()
+                raise
+        return job
 
     def execute_fenced(
         self,
@@ -401,6 +436,14 @@ class Driver:
         (``lifecycle.DRAIN_EXPIRED``) at its next check; queued executions at once."""
         self.lifecycle.expire()
         self.scheduler.shut(DRAIN_EXPIRED)
+
+    def placement(self) -> tuple[dict[str, int], dict[str, int]]:
+        """A device with a fallback inside it: the operations of the models it prepared, by
+        type, on its library and on the fallback (``PartitionedBackend.placement_counts``);
+        empty for other devices."""
+        if isinstance(self.backend, PartitionedBackend):
+            return self.backend.placement_counts()
+        return {}, {}
 
     def stats(self) -> dict[str, int]:
         with self._lock:

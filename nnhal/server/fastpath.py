@@ -32,7 +32,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from nnhal.core import fastpacket, fastring
@@ -61,7 +61,7 @@ def available() -> bool:
 class FastQueue:
     """One fast burst's queue (server side). ``close`` always; ``stop`` from any thread."""
 
-    def __init__(self, ring_bytes: int, socket_path: Path) -> None:
+    def __init__(self, ring_bytes: int, socket_path: Path, kinds: Collection[int] = REQUEST_KINDS) -> None:
         self.ring_bytes = ring_bytes
         self.socket_path = socket_path
         self.token = secrets.token_bytes(fastring.TOKEN_BYTES)
@@ -87,16 +87,19 @@ class FastQueue:
         except BaseException:
             self.close()
             raise
-        self._requests = fastring.Consumer(self._mm, ring_bytes, True, REQUEST_KINDS)
+        self._requests = fastring.Consumer(self._mm, ring_bytes, True, kinds)
+        #: What answers an answer too large for the result ring (None: a refusal, ``refuse``).
+        self.oversize: Callable[[int], tuple[int, bytes]] | None = None
         self._results = fastring.Producer(self._mm, ring_bytes, False)
 
     @staticmethod
-    def create(directory: Path, prefix: str, ring_bytes: int) -> FastQueue:
-        """A queue whose handover socket lives in ``directory``. GENERAL_FAILURE when the
-        system cannot make one (no memfd seals, the directory is not writable)."""
+    def create(directory: Path, prefix: str, ring_bytes: int, kinds: Collection[int] = REQUEST_KINDS) -> FastQueue:
+        """A queue whose handover socket lives in ``directory``, taking request packets of
+        ``kinds``. GENERAL_FAILURE when the system cannot make one (no memfd seals, the
+        directory is not writable)."""
         path = directory / f"{prefix}fast-{secrets.token_hex(12)}.sock"
         try:
-            return FastQueue(ring_bytes, path)
+            return FastQueue(ring_bytes, path, kinds)
         except OSError as err:
             raise GeneralFailure(f"cannot set up a fast burst queue: {err.strerror or err}") from err
 
@@ -177,7 +180,9 @@ class FastQueue:
 
     def _answer(self, kind: int, payload: bytes, refuse: Refuse) -> None:
         assert self._doorbell is not None
-        if not self._results.fits(len(payload)):
+        if not self._results.fits(len(payload)) and self.oversize is not None:
+            kind, payload = self.oversize(len(payload))
+        elif not self._results.fits(len(payload)):
             kind = fastring.RESULT
             payload = refuse(
                 ErrorStatus.INVALID_ARGUMENT,
@@ -196,6 +201,11 @@ class FastQueue:
             self._doorbell.ring()
         except OSError:
             self._doorbell.stop()
+
+    @property
+    def stopping(self) -> bool:
+        """True once ``stop`` was called (or the client sent its STOP)."""
+        return self._stopping or (self._doorbell is not None and self._doorbell.stopped)
 
     def stop(self) -> None:
         """End ``serve``, or a ``hand_over`` still waiting for its client (any thread, idempotent)."""
@@ -223,6 +233,9 @@ class FastQueue:
         self._close_handed()
         if self._doorbell is not None:
             self._doorbell.close()
+        for ring in (getattr(self, "_requests", None), getattr(self, "_results", None)):
+            if ring is not None:
+                ring.close()
         if self._mm is not None:
             self._mm.close()
             self._mm = None

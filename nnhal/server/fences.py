@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.errors import HalError
+from nnhal.core.errors import HalError, allocation_failed
 from nnhal.core.types import FencedExecutionInfo, Timing
 from nnhal.server.handles import HandleTable, new_handle
 from nnhal.server.jobs import ExecutionJob
@@ -129,7 +129,12 @@ def _work(
     except HalError as err:
         outcome = FencedExecutionInfo(True, err.error_status, err.message)
     except Exception as err:  # never leave a fence unsignalled
-        outcome = FencedExecutionInfo(True, ErrorStatus.GENERAL_FAILURE, f"internal error: {err!r}")
+        if allocation_failed(err):
+            outcome = FencedExecutionInfo(
+                True, ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT, f"the server ran out of memory: {err}"
+            )
+        else:
+            outcome = FencedExecutionInfo(True, ErrorStatus.GENERAL_FAILURE, f"internal error: {err!r}")
     finally:
         job.close()
         try:

@@ -6,10 +6,12 @@ work whose outcome is the callback's (the notify message, the synchronous
 result, the fence's status). A job is built with exactly the collaborators it
 uses (memory budget, scheduler, handle table, counters), never the device.
 
-Ownership: an ExecutionJob holds a scheduler ticket and bound request pools
-from launch; ``run`` gives the ticket back, ``close`` (always called by the
-job's owner, also when ``run`` never ran, e.g. a cancelled stream) gives back
-whatever is still held. A PrepareJob holds the model's bound pools until
+Ownership: an ExecutionJob holds bound request pools from launch and a scheduler
+ticket from launch, or — launched with admission deferred (an asynchronous call,
+whose launch status must reach its client first) — from ``admit``, which ``run``
+calls; ``run`` gives the ticket back, ``close`` (always called by the job's owner,
+also when ``run`` never ran, e.g. a cancelled stream) gives back whatever is still
+held, the request data charged by ``hold_data`` included. A PrepareJob holds the model's bound pools until
 ``run`` files the prepared model, which then owns them.
 
 Both jobs take ``stop``: a check that raises once the server's drain time ran out
@@ -168,7 +170,8 @@ EXECUTION_TENSORS = "execution tensors"
 
 
 class ExecutionJob:
-    """A launched execution: pools bound, admitted; ``run`` waits for a slot and executes."""
+    """A launched execution: pools bound, admitted (``ticket``) or to be admitted by
+    ``admit`` (``ticket`` None); ``run`` waits for a slot and executes."""
 
     def __init__(
         self,
@@ -176,7 +179,7 @@ class ExecutionJob:
         pm: PreparedModel,
         plan: RequestPlan,
         bound: BoundPools,
-        ticket: Ticket,
+        ticket: Ticket | None,
         *,
         measure: bool,
         deadline_ns: int | None,
@@ -205,7 +208,31 @@ class ExecutionJob:
         self._scheduler = scheduler
         self._budget = budget
         self._executions = executions
-        self._holds_ticket = True
+        self._holds_ticket = ticket is not None
+        #: Request data bytes charged to the session (``hold_data``, or ``run`` while it runs).
+        self._charged = 0
+
+    def admit(self) -> Ticket:
+        """The job's scheduler ticket, taken now if it was launched without one
+        (RESOURCE_EXHAUSTED_TRANSIENT when the device is saturated)."""
+        ticket = self.ticket
+        if ticket is None:
+            ticket = self.ticket = self._scheduler.admit(self.session.client_key, self.pm.priority)
+            self._holds_ticket = True
+        return ticket
+
+    def hold_data(self) -> None:
+        """Charge the request's data to its session now (a job that waits to be admitted
+        holds it meanwhile); ``close`` gives it back. RESOURCE_EXHAUSTED_* past a limit."""
+        if not self._charged:
+            cost = self.bound.data_bytes
+            self._budget.charge(self.session.id, cost, what="request data")
+            self._charged = cost
+
+    def _drop_data(self) -> None:
+        cost, self._charged = self._charged, 0
+        if cost:
+            self._budget.uncharge(self.session.id, cost, "request data")
 
     def _reserve(self, nbytes: int) -> None:
         self._budget.charge_working(nbytes, EXECUTION_TENSORS)
@@ -214,20 +241,22 @@ class ExecutionJob:
         self._budget.uncharge_working(nbytes, EXECUTION_TENSORS)
 
     def run(self) -> ExecutionResult:
-        """Execute; every HAL failure is the result's status. The ticket is given back
-        before this returns; the bound pools stay open until ``close``."""
-        session, ticket, deadline_ns = self.session, self.ticket, self.deadline_ns
-        # Bytes read from driver-managed buffers are charged to the buffers already.
-        cost = self.bound.data_bytes
+        """Execute; every HAL failure is the result's status (a job launched unadmitted is
+        admitted first: RESOURCE_EXHAUSTED_TRANSIENT when the device is saturated). The
+        ticket and the request data's charge are given back before this returns; the bound
+        pools stay open until ``close``."""
+        deadline_ns = self.deadline_ns
         try:
             try:
-                self._budget.charge(session.id, cost, what="request data")
+                ticket = self.admit()
+                # Bytes read from driver-managed buffers are charged to the buffers already.
+                self.hold_data()
             except HalError:
                 self._release_ticket()
                 raise
             try:
                 self._scheduler.acquire(ticket, deadline_ns)
-                delay(session.faults.execute_delay_ms, deadline_ns, self._interrupt)
+                delay(self.session.faults.execute_delay_ms, deadline_ns, self._interrupt)
                 control = ExecutionControl(
                     deadline_ns=deadline_ns,
                     loop_timeout_ns=self.loop_timeout_ns,
@@ -244,7 +273,7 @@ class ExecutionJob:
                 result = self.pm.execute(self.plan, self.bound, control, self.measure)
             finally:
                 self._release_ticket()
-                self._budget.uncharge(session.id, cost, "request data")
+                self._drop_data()
         except HalError as err:
             return execution_result(err.error_status, err.message)
         self._executions.increment()
@@ -263,15 +292,19 @@ class ExecutionJob:
             raise GeneralFailure(SESSION_ENDED)
         if self._stop is not None:
             self._stop()
-        self._scheduler.checkpoint(self.ticket, self.deadline_ns)
+        ticket = self.ticket
+        if ticket is not None:
+            self._scheduler.checkpoint(ticket, self.deadline_ns)
 
     def _release_ticket(self) -> None:
         # A job is driven by one thread at a time (its stream, call or fence worker).
-        if self._holds_ticket:
+        if self._holds_ticket and self.ticket is not None:
             self._holds_ticket = False
             self._scheduler.release(self.ticket)
 
     def close(self) -> None:
-        """Give back the ticket (if ``run`` never did) and the bound pools. Idempotent."""
+        """Give back the ticket and the request data's charge (if ``run`` never did) and the
+        bound pools. Idempotent."""
         self._release_ticket()
+        self._drop_data()
         self.bound.close()

@@ -19,7 +19,8 @@ servers in one process do not clash. ``docs/metrics.md`` lists every series. In 
 - read from the drivers when scraped (a custom collector, nothing on hot paths), each with
   its ``device`` label: ``nnhal_sessions``, ``nnhal_prepared_models``, ``nnhal_buffers``,
   ``nnhal_fences``, ``nnhal_queue_depth``, ``nnhal_executions_running``,
-  ``nnhal_executions_preempted``, ``nnhal_memory_bytes{kind}``, ``nnhal_draining``;
+  ``nnhal_executions_preempted``, ``nnhal_memory_bytes{kind}``,
+  ``nnhal_memory_limit_bytes{scope}`` (``per_client``, ``total``; 0: none), ``nnhal_draining``;
 - the process: prometheus-client's standard ``process_*`` (RSS, CPU seconds, open fds …) and
   ``python_info``, and ``nnhal_build_info{version,python,grpc}`` (always 1).
 
@@ -112,6 +113,11 @@ class _DriverCollector(Collector):
         memory = GaugeMetricFamily(
             "nnhal_memory_bytes", "Bytes the memory budget holds, by kind.", labels=["device", "kind"]
         )
+        limits = GaugeMetricFamily(
+            "nnhal_memory_limit_bytes",
+            "The memory budget's limits (scope per_client or total; 0: no limit).",
+            labels=["device", "scope"],
+        )
         for device, driver in self._drivers.items():
             stats = driver.stats()
             running, queued, preempted = driver.scheduler.counts()
@@ -129,8 +135,11 @@ class _DriverCollector(Collector):
                 families[name].add_metric([device], value)
             for kind, nbytes in sorted(driver.budget.by_kind().items()):
                 memory.add_metric([device, kind.replace(" ", "_")], nbytes)
+            limits.add_metric([device, "per_client"], driver.budget.per_client)
+            limits.add_metric([device, "total"], driver.budget.limit_total)
         yield from families.values()
         yield memory
+        yield limits
 
 
 class DeviceMetrics:

@@ -26,7 +26,9 @@ from __future__ import annotations
 import json
 import logging
 import struct
+import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -191,6 +193,20 @@ class PartitionedBackend:
         self.inner = inner
         self.kind = inner.kind
         self.description = f"{inner.description}; the rest on the numpy CPU executor inside the device"
+        #: Operations of every model compiled or loaded, by place and operation type (``placement_counts``).
+        self._placed: dict[int, Counter[str]] = {BACKEND: Counter(), FALLBACK: Counter()}
+        self._placed_lock = threading.Lock()  # a leaf
+
+    def _count(self, model: Model, steps: Sequence[PlacedStep]) -> None:
+        with self._placed_lock:
+            for step in steps:
+                self._placed[step.place].update(model.main.operations[k].type.name for k in step.operations)
+
+    def placement_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The operations of every model this backend compiled or loaded since it was made,
+        by operation type: those on the library, those on the fallback."""
+        with self._placed_lock:
+            return dict(self._placed[BACKEND]), dict(self._placed[FALLBACK])
 
     def supported_operations(
         self, model: Model, pools: Sequence[Buffer], level: HalVersion
@@ -232,16 +248,18 @@ class PartitionedBackend:
             payloads.append(payload)
         head = json.dumps(header).encode()
         artifact = b"".join((_MAGIC, _LENGTH.pack(len(head)), head, *payloads))
+        self._count(model, [s.placed for s in graphs])
         return PartitionedGraph(model, self.kind, graphs), artifact
 
-    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes) -> ExecutableGraph:
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
         """The graph from a ``compile`` artifact (sealed by this server's cache). ``model``
         may be the skeleton (no constants)."""
-        if not artifact.startswith(_MAGIC):
+        view = memoryview(artifact)  # steps' payloads are views: the inner load copies what it keeps
+        if bytes(view[: len(_MAGIC)]) != _MAGIC:
             raise GeneralFailure("the cached artifact is not a partitioned one")
-        (n,) = _LENGTH.unpack_from(artifact, len(_MAGIC))
+        (n,) = _LENGTH.unpack_from(view, len(_MAGIC))
         at = len(_MAGIC) + _LENGTH.size
-        header = json.loads(artifact[at : at + n])
+        header = json.loads(bytes(view[at : at + n]))
         at += n
         graphs = []
         for entry in header:
@@ -251,16 +269,17 @@ class PartitionedBackend:
                 tuple(entry["inputs"]),
                 tuple(entry["outputs"]),
             )
-            payload = artifact[at : at + int(entry["size"])]
+            payload = view[at : at + int(entry["size"])]
             at += int(entry["size"])
             sub = subgraphs.step_model(model, placed.operations, placed.inputs, placed.outputs)
             graph: ExecutableGraph
             if placed.place == BACKEND:
                 graph = self.inner.load(sub, pools, payload)
             else:
-                sub = wire.model_from_bytes(payload)
+                sub = wire.model_from_bytes(bytes(payload))
                 graph = PreparedGraph(sub, ())
             graphs.append(_Step(placed, graph, [sub.main.operands[i] for i in sub.main.output_indexes]))
+        self._count(model, [s.placed for s in graphs])
         return PartitionedGraph(model, self.kind, graphs)
 
     def capabilities(self) -> Capabilities:

@@ -38,6 +38,18 @@ def is_local_address(peer: str) -> bool:
     return peer.startswith(_LOCAL_PREFIXES)
 
 
+def peer_unit(peer: str, identity: str | None) -> str | None:
+    """What sessions are capped by (``DeviceConfig.max_sessions_per_peer``): the verified
+    identity, else a remote TCP peer's address without its port; None for a peer on this host
+    (a unix socket or loopback: without TLS same-host processes look alike by address)."""
+    if identity is not None:
+        return client_key_of(identity)
+    if is_local_address(peer):
+        return None
+    host, sep, _port = peer.rpartition(":")
+    return host if sep else peer
+
+
 @dataclass(frozen=True)
 class Faults:
     """Test-only delays (``--enable-fault-injection``); zero means none."""

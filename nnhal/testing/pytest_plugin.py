@@ -54,6 +54,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture(scope="session")
 def nnhal_server_factory() -> Iterator[ServerFactory]:
+    """Start more nnhal servers: ``factory(*serve_args, unix=False)`` returns a running
+    ``LocalServer`` (``.address``) on 127.0.0.1 port 0, or a unix socket with ``unix=True``;
+    each is stopped when the test session ends. Session scope."""
     started: list[LocalServer] = []
 
     def start(*args: str, unix: bool = False) -> LocalServer:
@@ -68,6 +71,8 @@ def nnhal_server_factory() -> Iterator[ServerFactory]:
 
 @pytest.fixture(scope="session")
 def nnhal_server(pytestconfig: pytest.Config, nnhal_server_factory: ServerFactory) -> LocalServer:
+    """One shared nnhal server (a ``LocalServer``: ``.address``) for the test session, on loopback,
+    with fault injection on, plus the ``nnhal_server_args`` ini option or ``--nnhal-server-args``."""
     option = pytestconfig.getoption("--nnhal-server-args")
     text = option if option is not None else str(pytestconfig.getini("nnhal_server_args"))
     return nnhal_server_factory(*shlex.split(text), "--enable-fault-injection")
@@ -75,6 +80,8 @@ def nnhal_server(pytestconfig: pytest.Config, nnhal_server_factory: ServerFactor
 
 @pytest.fixture
 def nnhal_device(nnhal_server: LocalServer) -> Iterator[Device]:
+    """A sync ``Device`` on a new session of ``nnhal_server``; closed, and the server's faults
+    cleared, after the test."""
     with Device.connect(nnhal_server.address, client_name="pytest") as device:
         yield device
         FaultSetter(device).clear()
@@ -82,6 +89,8 @@ def nnhal_device(nnhal_server: LocalServer) -> Iterator[Device]:
 
 @pytest.fixture
 def nnhal_faults(nnhal_device: Device) -> Iterator[FaultSetter]:
+    """A ``FaultSetter`` on ``nnhal_device``'s server: ``.error``, ``.abort``, ``.stall``, ``.exit``
+    set one injected fault each; all are cleared after the test."""
     setter = FaultSetter(nnhal_device)
     yield setter
     setter.clear()

@@ -13,9 +13,10 @@ from nnhal.cli.main import build_parser, main
 from nnhal.cli.model_run import output_file_name, split_targets
 from nnhal.cli.usage import UsageError
 from nnhal.importers import litert
+from nnhal.models import FACE_DETECTION, tflite_model
 from nnhal.testing.local_server import LocalServer
 
-MODELS = Path(__file__).resolve().parents[2] / "models" / "tflite"
+MODELS = tflite_model(FACE_DETECTION).parent
 SHORT_RANGE = MODELS / "face_detection_short_range.tflite"
 
 
@@ -100,7 +101,7 @@ def test_bad_arguments_are_one_line(server: LocalServer, tmp_path: Path, capfd: 
     _one_error_line(capfd, argv, "the model has 1 input(s) (input); 2 --input file(s) given")
 
 
-def test_run_on_a_named_device_and_across_a_partition(capfd: pytest.CaptureFixture[str]) -> None:
+def test_run_on_a_named_device_and_across_a_partition(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
     with LocalServer("--device", "cpu", "--device", "litert", "--device", "ort:strict") as srv:
         argv = ["run", srv.address, str(SHORT_RANGE), "--device", "litert", "--compare", "--repeat", "1"]
@@ -111,6 +112,40 @@ def test_run_on_a_named_device_and_across_a_partition(capfd: pytest.CaptureFixtu
         assert main(["run", srv.address, str(SHORT_RANGE), "--partition", "ort,cpu", "--compare", "--repeat", "1"]) == 0
         out = capfd.readouterr().out
         assert "prepared across ort, cpu" in out and out.count(" yes") >= 2
+        # An operation the strict ort device lacks (L2_POOL_2D) runs on the CPU device, within tolerance.
+        lacking = tmp_path / "conv_l2pool_conv.tflite"
+        lacking.write_bytes(_conv_l2pool_conv())
+        assert main(["run", srv.address, str(lacking), "--partition", "ort,cpu", "--compare", "--repeat", "1"]) == 0
+        out = capfd.readouterr().out
+        assert re.search(r"^ort\s+2$", out, re.M) and re.search(r"^cpu\s+1$", out, re.M) and " yes" in out
+
+
+def _conv_l2pool_conv() -> bytes:
+    """CONV_2D → L2_POOL_2D → CONV_2D as a .tflite (written by the litert device's compiler)."""
+    from nnhal.client.builder import ModelBuilder
+    from nnhal.core.enums import OperandType as T, OperationType as O
+    from nnhal.core.types import InlinePool
+    from nnhal.server.litert.compiler import compile_model
+
+    f32, rng, b = T.TENSOR_FLOAT32, np.random.default_rng(0), ModelBuilder()
+    x = b.input(f32, (1, 16, 16, 3))
+    w = b.constant(rng.standard_normal((8, 3, 3, 3)).astype(np.float32))
+    c = b.op(
+        O.CONV_2D,
+        [x, w, b.constant(rng.standard_normal(8).astype(np.float32)), *b.ints(1, 1, 1, 1)],
+        f32,
+        (1, 16, 16, 8),
+    )
+    p = b.op(O.L2_POOL_2D, [c, *b.ints(2, 2, 2, 2, 2, 0)], f32, (1, 8, 8, 8))
+    w2 = b.constant(rng.standard_normal((4, 1, 1, 8)).astype(np.float32))
+    o = b.op(
+        O.CONV_2D,
+        [p, w2, b.constant(rng.standard_normal(4).astype(np.float32)), *b.ints(1, 1, 1, 0)],
+        f32,
+        (1, 8, 8, 4),
+    )
+    model = b.outputs(o).finish()
+    return compile_model(model, [pool.data for pool in model.pools if isinstance(pool, InlinePool)])
 
 
 def test_device_and_partition_errors_are_one_line(capfd: pytest.CaptureFixture[str]) -> None:

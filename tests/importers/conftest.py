@@ -13,11 +13,12 @@ import nnhal.server.executor.ops  # noqa: F401  (registers every operation)
 from nnhal.core.types import InlinePool
 from nnhal.importers import litert
 from nnhal.importers.tflite_model import ImportedModel
+from nnhal.models import FACE_DETECTION, tflite_model
 from nnhal.server.executor.graph import PreparedGraph
 from nnhal.server.executor.validate import validate_full
 from tests.importers.tflite_writer import Op, Tensor, write_model
 
-MODELS = Path(__file__).resolve().parents[2] / "models" / "tflite"
+MODELS = tflite_model(FACE_DETECTION).parent
 needs_litert = pytest.mark.skipif(
     not litert.available(), reason="LiteRT (ai-edge-litert, the 'tflite' extra) is not installed"
 )

@@ -319,6 +319,8 @@ _BUSY_CLIENT = {
 
 @CLIENTS
 def test_client_killed_mid_execution(server: LocalServer, device: Device, client: str) -> None:
+    with device.prepare_model_sync(add_model()) as pm:  # this session's same-host queue, if any, opens now
+        pm.execute([ones(), ones()])
     before = device.stats()
     proc = subprocess.Popen(
         [sys.executable, "-c", _BUSY_CLIENT[client], server.address], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL

@@ -15,6 +15,7 @@ import pytest
 
 from nnhal.client.device import Device
 from nnhal.client.timeline import trace_events
+from nnhal.models import FACE_DETECTION, tflite_model
 from nnhal.testing import LocalServer
 from tests.conftest import relu_chain
 
@@ -55,7 +56,7 @@ def test_one_event_per_operation_run(server: LocalServer) -> None:
 
 
 def test_nnhal_run_writes_a_trace(tmp_path: Path) -> None:
-    model = ROOT / "models" / "tflite" / "face_detection_short_range.tflite"
+    model = tflite_model(FACE_DETECTION)
     out = tmp_path / "t.json"
     done = subprocess.run(
         [sys.executable, "-m", "nnhal", "run", "--start", str(model), "--trace", str(out)],

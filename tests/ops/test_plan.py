@@ -16,9 +16,12 @@ import numpy as np
 import pytest
 
 from nnhal.core.enums import OperandType as T, OperationType as Op
+from nnhal.core.errors import HalError
 from nnhal.core.operand_types import DTYPE
 from nnhal.core.types import Model
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
+from nnhal.server.executor.ops._conv_core import finish_quant, float_requant
+from nnhal.server.executor.ops._fixed_point import quantize_multiplier
 from nnhal.server.executor.validate import validate_full
 from tests.fuzz.builder import ModelBuilder
 
@@ -143,7 +146,7 @@ def test_bound_kernel_declines_other_shapes() -> None:
     b.op(Op.ADD, [x, y, b.const(T.INT32, 0)], [out])
     fast = _graph(b.build()).main.steps[0].fast
     assert fast is not None
-    assert fast([np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32), None]) is None
+    assert fast([np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32), None], (None,)) is None
 
 
 def test_unknown_shapes_are_not_bound() -> None:
@@ -313,3 +316,162 @@ def test_bound_pad_matches_the_general_kernel(t: T) -> None:
     fast = graph.run([value])[0]
     np.testing.assert_array_equal(fast, _general(graph, [value]))
     assert fast.dtype == value.dtype and fast[0, 0, 0, 0] == q[1]
+
+
+def _add_chain_then(last: Op) -> Model:
+    """x + 1 into an intermediate (an arena slot), then ``last`` (RESHAPE to (48,) or ADD of 1)
+    writing the output."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, SHAPE)
+    one = b.const(T.TENSOR_FLOAT32, np.ones(SHAPE))
+    mid = b.temp(T.TENSOR_FLOAT32, SHAPE)
+    b.op(Op.ADD, [x, one, b.const(T.INT32, 0)], [mid])
+    if last == Op.RESHAPE:
+        out = b.output(T.TENSOR_FLOAT32, (48,))
+        b.op(Op.RESHAPE, [mid, b.const(T.TENSOR_INT32, np.array([48], np.int32))], [out])
+    else:
+        out = b.output(T.TENSOR_FLOAT32, SHAPE)
+        b.op(Op.ADD, [mid, one, b.const(T.INT32, 0)], [out])
+    return b.build()
+
+
+def test_intermediates_reuse_one_arena_and_results_do_not_share_it() -> None:
+    graph = _graph(_add_chain_then(Op.ADD))
+    pool = graph.main.pool
+    assert pool is not None
+    assert graph.main.steps[0].out_slots == (0,) and graph.main.steps[1].out_slots == (None,)
+    x = np.zeros(SHAPE, np.float32)
+    first = graph.run([x])[0]
+    arena = pool.checkout()
+    slot = arena.outputs[0][0]
+    pool.checkin(arena)
+    second = graph.run([x + 3])[0]
+    again = pool.checkout()
+    assert again is arena  # the same buffers served the second execution
+    pool.checkin(again)
+    assert slot is not None
+    np.testing.assert_array_equal(slot, x + 4)  # the second run's intermediate, in place
+    np.testing.assert_array_equal(first, x + 2)
+    np.testing.assert_array_equal(second, x + 5)
+    assert not arena.owns(first) and not arena.owns(second)
+
+
+def test_a_result_viewing_an_intermediate_is_copied_out_of_the_arena() -> None:
+    graph = _graph(_add_chain_then(Op.RESHAPE))
+    assert graph.main.pool is not None
+    first = graph.run([np.zeros(SHAPE, np.float32)])[0]
+    second = graph.run([np.full(SHAPE, 7, np.float32)])[0]
+    np.testing.assert_array_equal(first, np.ones(48, np.float32))
+    np.testing.assert_array_equal(second, np.full(48, 8, np.float32))
+
+
+def test_other_shapes_and_requested_outputs_allocate_afresh() -> None:
+    graph = _graph(_add_chain_then(Op.ADD))
+    x = np.ones(SHAPE, np.float32)
+    np.testing.assert_array_equal(_general(graph, [x]), x + 2)  # no arena: general kernels
+    small = np.ones((1, 2, 2, 3), np.float32)
+    # The bound kernel declines an input of another shape; the general kernel checks it.
+    with pytest.raises(HalError, match="broadcast"):
+        graph.run([small])
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # (filter, stride, padding code or explicit (l, r, t, b), activation)
+        (2, 2, 2, 0),
+        (3, 1, 1, 1),
+        (3, 2, 1, 3),
+        (2, 1, (1, 0, 0, 1), 2),
+        (1, 1, 2, 0),
+    ],
+)
+def test_bound_max_pool_matches_the_general_kernel(case: tuple[int, int, object, int]) -> None:
+    f, s, padding, act = case
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, (1, 6, 7, 3))
+    if isinstance(padding, tuple):
+        params = [b.const(T.INT32, p) for p in padding] + [b.const(T.INT32, v) for v in (s, s, f, f, act)]
+        pl, pr, pt, pb = padding
+        oh, ow = (6 + pt + pb - f) // s + 1, (7 + pl + pr - f) // s + 1
+    else:
+        params = [b.const(T.INT32, v) for v in (padding, s, s, f, f, act)]
+        oh, ow = ((6 + s - 1) // s, (7 + s - 1) // s) if padding == 1 else ((6 - f) // s + 1, (7 - f) // s + 1)
+    mid = b.temp(T.TENSOR_FLOAT32, (1, oh, ow, 3))
+    out = b.output(T.TENSOR_FLOAT32, (1, oh, ow, 3))
+    b.op(Op.MAX_POOL_2D, [x, *params], [mid])
+    b.op(Op.ADD, [mid, b.const(T.TENSOR_FLOAT32, np.zeros(3)), b.const(T.INT32, 0)], [out])
+    graph = _graph(b.build())
+    assert graph.main.steps[0].fast is not None and graph.main.steps[0].out_slots == (0,)
+    for seed in (0, 1):
+        inputs = _inputs(graph.model, seed)
+        np.testing.assert_array_equal(graph.run(inputs)[0], _general(graph, inputs))
+
+
+def test_float_requantization_is_bit_identical() -> None:
+    rng = np.random.default_rng(5)
+    checked = 0
+    for trial in range(300):
+        channels, rows = int(rng.integers(1, 20)), int(rng.integers(1, 500))
+        bound = int(rng.choice([50, 3000, 2**20]))
+        acc = rng.integers(-bound, bound + 1, (rows, channels))
+        bias = rng.integers(-2000, 2000, channels).astype(np.int32)
+        # Powers of two make exact ties; a single value tests the per-tensor form.
+        reals = [2.0 ** -rng.integers(1, 12, channels), rng.random(channels) * 3, 10 ** rng.uniform(-7, 0, channels)]
+        real = reals[trial % 3] if trial % 2 else np.full(channels, reals[trial % 3][0])
+        pairs = [quantize_multiplier(float(r)) for r in real]
+        qm, sh = np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64)
+        zo = int(rng.integers(-128, 256))
+        lo, hi, dt = (0, 255, np.dtype(np.uint8)) if trial % 4 < 2 else (-128, 127, np.dtype(np.int8))
+        requant = float_requant(np.full(channels, float(bound)), bias, qm, sh, zo, lo, hi)
+        if requant is None:
+            continue
+        checked += 1
+        expected = finish_quant(acc.astype(np.float64), bias, qm, sh, dt, zo, lo, hi)
+        for kind in (np.float64, np.float32, np.int32):
+            np.testing.assert_array_equal(requant(acc.astype(kind), dt), expected)
+    assert checked > 100
+    # Beyond float64's exact integers there is no float requantization.
+    assert (
+        float_requant(np.full(1, 2.0**40), np.zeros(1, np.int32), np.array([2**30]), np.array([0]), 0, 0, 255) is None
+    )
+
+
+def test_dead_intermediates_share_slots_and_views_keep_theirs() -> None:
+    """A chain reuses two slots; an intermediate a RESHAPE (which returns a view) read keeps its
+    slot while later operations reuse the others, so the view still reads its values."""
+    shape2 = (1, 48)
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, SHAPE)
+    one = b.const(T.TENSOR_FLOAT32, np.ones(SHAPE))
+    y = x
+    for _ in range(6):
+        nxt = b.temp(T.TENSOR_FLOAT32, SHAPE)
+        b.op(Op.ADD, [y, one, b.const(T.INT32, 0)], [nxt])
+        y = nxt
+    flat = b.temp(T.TENSOR_FLOAT32, shape2)
+    b.op(Op.RESHAPE, [y, b.const(T.TENSOR_INT32, np.array(shape2, np.int32))], [flat])
+    z = b.temp(T.TENSOR_FLOAT32, shape2)
+    b.op(Op.ADD, [flat, b.const(T.TENSOR_FLOAT32, np.ones(shape2)), b.const(T.INT32, 0)], [z])
+    for _ in range(4):
+        nxt = b.temp(T.TENSOR_FLOAT32, shape2)
+        b.op(Op.MUL, [z, b.const(T.TENSOR_FLOAT32, np.full(shape2, 2.0)), b.const(T.INT32, 0)], [nxt])
+        z = nxt
+    out = b.output(T.TENSOR_FLOAT32, shape2)
+    b.op(Op.SUB, [z, flat, b.const(T.INT32, 0)], [out])
+    graph = _graph(b.build())
+    pool = graph.main.pool
+    assert pool is not None
+    arena = pool.checkout()
+    pool.checkin(arena)
+    addresses = [None if outputs[0] is None else outputs[0].__array_interface__["data"][0] for outputs in arena.outputs]
+    # The six ADDs alternate between two slots; the sixth (read by the RESHAPE) keeps its slot
+    # while the ADD and the MULs after it take the other one and one more.
+    assert len(set(addresses[:6])) == 2 and addresses[6] is None
+    assert addresses[5] not in addresses[7:]
+    assert len({a for a in addresses if a is not None}) == 3
+    for k in (0.0, 5.0):
+        x0 = np.full(SHAPE, k, np.float32).reshape(shape2)
+        mid = x0 + 6
+        expected = (mid + 1) * 16 - mid
+        np.testing.assert_array_equal(graph.run([x0.reshape(SHAPE)])[0], expected)

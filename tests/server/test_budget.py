@@ -100,3 +100,30 @@ def test_concurrent_charges_never_exceed_the_total() -> None:
         assert not t.is_alive()
     assert budget.total == sum(granted) <= 1000
     assert [budget.used(f"s{n}") for n in range(4)] == granted
+
+
+def test_a_session_alone_may_use_all_but_the_reserve_kept_for_a_newcomer() -> None:
+    b = MemoryBudget(total=800)  # reserve: 100
+    b.open_session("a")
+    b.open_session("b")
+    b.charge("a", 700)
+    with pytest.raises(ResourceExhaustedTransient, match="fair share"):
+        b.charge("a", 1)
+    b.charge("b", 100)  # the newcomer finds its room
+    assert b.total == 800
+
+
+def test_the_last_of_the_total_is_kept_for_sessions_below_their_fair_share() -> None:
+    """Issue #24: one client sitting on memory cannot shut a newcomer out."""
+    b = MemoryBudget(total=800)  # reserve: 100
+    for s in ("hog", "small", "new"):
+        b.open_session(s)
+    b.charge("hog", 600)
+    b.charge("small", 50)  # 650 of 800: the reserve (701..800) is not reached yet
+    with pytest.raises(ResourceExhaustedTransient, match="fair share"):
+        b.charge("hog", 100)  # 750 > 700 and the hog is far above 800 / 2
+    b.charge("new", 100)  # the newcomer (share 800 / 3) takes the reserve
+    assert b.total == 750
+    b.uncharge("hog", 600)
+    b.charge("hog", 50)  # back below its share: allowed again
+    assert b.total == 200

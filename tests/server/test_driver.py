@@ -11,7 +11,7 @@ import pytest
 
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
-from nnhal.core.errors import InvalidArgument
+from nnhal.core.errors import InvalidArgument, ResourceExhaustedTransient
 from nnhal.core.types import (
     BufferDesc,
     BufferRole,
@@ -26,7 +26,7 @@ from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Executions
 from nnhal.server.memory import SharedMemoryPolicy
 from nnhal.server.rpc.prepared_model_servicer import PreparedModelServicer
-from nnhal.server.session import Session
+from nnhal.server.session import VERIFIED_CLIENT, Session
 from tests.conftest import add_model
 
 LOCAL = "unix:/tmp/nnhal-test.sock"
@@ -140,9 +140,10 @@ def test_execute_stream_cancelled_after_launch_leaks_no_ticket(driver: Driver) -
     assert isinstance(stream, Generator)
     launch = next(stream)
     assert launch.WhichOneof("event") == "launch" and wire.status_from(launch.launch)[0] == ErrorStatus.NONE
-    assert driver.scheduler.in_flight == 1
+    assert driver.scheduler.in_flight == 0  # admitted only once the launch was written (issue #24)
+    assert driver.budget.by_kind()["request data"] > 0  # its request data is held meanwhile, and charged
     stream.close()  # what grpc does to the handler's generator on cancellation
-    assert driver.scheduler.in_flight == 0
+    assert driver.scheduler.in_flight == 0 and driver.budget.by_kind()["request data"] == 0
 
 
 def test_execute_stream_sends_launch_then_one_notify(driver: Driver) -> None:
@@ -192,3 +193,24 @@ def test_model_cache_round_trip_and_token_checked_at_launch(driver: Driver) -> N
         driver.prepare_from_cache(session, [tampered], [], token, None)
     with pytest.raises(InvalidArgument, match="expected 1 model cache"):
         driver.prepare_from_cache(session, [], [], token, None)
+
+
+def test_sessions_are_capped_per_remote_host_and_identity_not_on_this_host() -> None:
+    """Issue #24: one remote host (or one mTLS identity) cannot take every session."""
+    driver = Driver(DeviceConfig(max_sessions_per_peer=2))
+    a = [driver.open_session("t", f"ipv4:10.0.0.1:{port}") for port in (1000, 1001)]
+    with pytest.raises(ResourceExhaustedTransient, match=r"ipv4:10\.0\.0\.1 already has 2 sessions"):
+        driver.open_session("t", "ipv4:10.0.0.1:1002")
+    driver.open_session("t", "ipv4:10.0.0.2:1000")  # another host
+    for port in range(5):  # same-host peers are not capped by this
+        driver.open_session("t", f"ipv4:127.0.0.1:{port}")
+    driver.close_session(a[0].id)
+    driver.open_session("t", "ipv4:10.0.0.1:1003")  # a place was given back
+    token = VERIFIED_CLIENT.set("CN=alice")
+    try:
+        driver.open_session("t", "unix:/tmp/x")
+        driver.open_session("t", "unix:/tmp/x")
+        with pytest.raises(ResourceExhaustedTransient, match="CN=alice already has 2"):
+            driver.open_session("t", "unix:/tmp/x")
+    finally:
+        VERIFIED_CLIENT.reset(token)

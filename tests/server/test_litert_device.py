@@ -5,7 +5,6 @@ against LiteRT running the original file, support reasons, and its compilation c
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from nnhal.client.builder import ModelBuilder
 from nnhal.core.enums import HalVersion, OperandType as T, OperationType as O, Priority
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import InlinePool, Model, SymmPerChannelQuantParams
+from nnhal.models import FACE_DETECTION, tflite_model
 from nnhal.server.artifacts import open_cache, sealer
 from nnhal.server.backend import ReferenceBackend
 
@@ -31,7 +31,7 @@ F32, Q8, S8, I8 = (
 RNG = np.random.default_rng(0)
 LITERT = LiteRtBackend(1, measure_capabilities=False)
 TOKEN, SECRET = bytes(32), b"s" * 32
-MODELS = Path(__file__).resolve().parents[2] / "models" / "tflite"
+MODELS = tflite_model(FACE_DETECTION).parent
 
 
 def _pools(model: Model) -> list[bytes]:

@@ -12,7 +12,7 @@ from prometheus_client import generate_latest
 
 from nnhal.core.enums import ErrorStatus, Priority
 from nnhal.server.budget import MemoryBudget
-from nnhal.server.driver import Driver
+from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.metrics import Metrics
 
 #: The device label of a default Driver's series.
@@ -65,6 +65,12 @@ def test_gauges_are_read_from_the_driver_when_scraped() -> None:
     assert _value(m, "nnhal_sessions") == 0
     assert _value(m, "nnhal_memory_bytes", {"kind": "model_constants"}) == 0
     assert f'nnhal_queue_depth{{device="{DEVICE}"}} 0.0'.encode() in generate_latest(m.registry)
+
+
+def test_the_memory_limits_are_gauges_beside_the_bytes_held() -> None:
+    m = Metrics(Driver(DeviceConfig(memory_per_client=64 << 20, memory_total=256 << 20)))
+    assert _value(m, "nnhal_memory_limit_bytes", {"scope": "per_client"}) == 64 << 20
+    assert _value(m, "nnhal_memory_limit_bytes", {"scope": "total"}) == 256 << 20
 
 
 def test_memory_is_kept_by_kind_and_given_back_with_the_session() -> None:

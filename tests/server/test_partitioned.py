@@ -72,6 +72,8 @@ def test_what_the_backend_lacks_runs_on_the_reference_inside_the_device() -> Non
     # From the cache: the skeleton has no constants; the artifact carries what each step needs.
     skeleton = dataclasses.replace(model, operand_values=b"", pools=())
     np.testing.assert_allclose(backend.load(skeleton, [], artifact).run([x])[0], expected, rtol=1e-5, atol=1e-5)
+    # Every model compiled or loaded is counted where its operations run (getStats, nnhal info).
+    assert backend.placement_counts() == ({"CONV_2D": 2, "ADD": 2}, {"LOCAL_RESPONSE_NORMALIZATION": 2})
 
 
 def test_strict_devices_have_no_fallback() -> None:
@@ -79,3 +81,22 @@ def test_strict_devices_have_no_fallback() -> None:
     assert parse_device("fast=litert:strict").strict and not parse_device("litert").strict
     assert isinstance(make_backend("litert"), PartitionedBackend)
     assert isinstance(make_backend("litert", 1, strict=True), LiteRtBackend)
+
+
+def test_placement_in_get_stats_and_nnhal_info() -> None:
+    from nnhal.cli.info import placement_line
+    from nnhal.client.device import Device
+    from nnhal.testing.local_server import LocalServer
+
+    model = conv_lrn_conv()
+    with LocalServer("--device", "litert", "--cache-secret-file", "none") as srv, Device.connect(srv.address) as dev:
+        assert "operations_on_backend" not in dev.stats()
+        with dev.prepare_model_sync(model):
+            stats = dev.stats()
+    assert stats["operations_on_backend"] == 2 and stats["operations_on_fallback"] == 1
+    assert (
+        stats["operations_on_backend_CONV_2D"] == 1
+        and stats["operations_on_fallback_LOCAL_RESPONSE_NORMALIZATION"] == 1
+    )
+    assert placement_line(stats) == "2 on the backend, 1 on the CPU fallback (33 %): LOCAL_RESPONSE_NORMALIZATION 1"
+    assert placement_line({"sessions": 1}) == ""

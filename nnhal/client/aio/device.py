@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from nnhal.client.aio.buffer import Buffer
 from nnhal.client.aio.prepared_model import PreparedModel
+from nnhal.client.cache_files import CacheInput
 from nnhal.client.faults import Fault
 from nnhal.client.remote import calls
 from nnhal.client.remote.aio_session import AioSession
@@ -182,7 +183,7 @@ class Device:
 
     async def prepare_model_from_cache(
         self,
-        model_cache: bytes,
+        model_cache: CacheInput,
         token: bytes,
         model: Model | None = None,
         *,

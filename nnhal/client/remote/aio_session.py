@@ -44,6 +44,7 @@ import grpc
 import grpc.aio
 
 from nnhal.client import steps
+from nnhal.client.cache_files import CacheInput
 from nnhal.client.faults import current_fault_scope
 from nnhal.client.remote import DRAINING, calls, monitor as drain_rules
 from nnhal.client.remote.messages import (
@@ -326,7 +327,7 @@ class AioSession:
         req = prepare_request(self.session_id, model, preference, priority, cache_token, remaining)
         return await self._prepare(self.stubs.device.prepareModel_1_3, req, "prepareModel_1_3", remaining)
 
-    async def prepare_from_cache(self, model_cache: bytes, token: bytes, remaining: float | None) -> PreparedRef:
+    async def prepare_from_cache(self, model_cache: CacheInput, token: bytes, remaining: float | None) -> PreparedRef:
         """prepareModelFromCache_1_3 with the model cache a preparation returned."""
         req = prepare_from_cache_request(self.session_id, model_cache, token, remaining)
         rpc = self.stubs.device.prepareModelFromCache_1_3

@@ -51,6 +51,7 @@ from nnhal.client.remote.messages import (
     raise_for_status,
 )
 from nnhal.client.remote.monitor import SessionMonitor
+from nnhal.client.remote.samehost import SameHostQueue
 from nnhal.client.remote.transport import (
     DEFAULT_CALL_TIMEOUT,
     SESSION_STREAM_TIMEOUT,
@@ -62,7 +63,7 @@ from nnhal.client.remote.transport import (
     open_channel,
     tag_request_id,
 )
-from nnhal.core import wire_session
+from nnhal.core import telemetry, wire_session
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
@@ -81,6 +82,9 @@ class SessionChannel:
 
     Raises DeadObject if no server answers within ``connect_timeout`` seconds, or the
     HAL error the server refused the session with (e.g. RESOURCE_EXHAUSTED_TRANSIENT)."""
+
+    #: The same-host execution queue (None: every call takes gRPC); set by the session's first event.
+    _queue: SameHostQueue | None = None
 
     def __init__(
         self,
@@ -145,6 +149,11 @@ class SessionChannel:
         return self.checked(getattr(self._stubs.buffer, method), request, method)
 
     @property
+    def same_host(self) -> SameHostQueue | None:
+        """The session's same-host execution queue (None: its calls take gRPC)."""
+        return self._queue
+
+    @property
     def last_request_id(self) -> str:
         """The request id of the last call this thread made ("" before any)."""
         return str(getattr(self._ids, "last", ""))
@@ -179,10 +188,22 @@ class SessionChannel:
 
     def unary(self, rpc: Any, request: Any, what: str, timeout: float | None = None) -> Any:
         """One unary RPC through :meth:`invoke` (``timeout`` None: the default call bound); the
-        call path of this session's protocol adapters (the HAL calls, the HIDL and AIDL forms)."""
+        call path of this session's protocol adapters (the HAL calls, the HIDL and AIDL forms).
+        An execution form goes through the same-host queue when the session has one
+        (:mod:`nnhal.client.remote.samehost`)."""
         self.check(what)
         md = self._metadata()
         limit = timeout or DEFAULT_CALL_TIMEOUT
+        queue = self._queue
+        if queue is not None and queue.carries(rpc):
+            carried = self.invoke(
+                lambda: queue.call(rpc, request, what, timeout, md[0][1], _scope_of(md)),
+                what,
+                timeout is not None,
+                md[0][1],
+            )
+            if carried is not None:
+                return carried[0]
         return self.invoke(lambda: rpc(request, timeout=limit, metadata=md), what, timeout is not None, md[0][1])
 
     def run(self, call: calls.Call[T]) -> T:
@@ -222,13 +243,31 @@ class SessionChannel:
         self._monitor.register(cb)
         md = self._metadata()
         rid = md[0][1]
-        call = self.invoke(
-            lambda: rpc(request, timeout=timeout or DEFAULT_CALL_TIMEOUT, metadata=md), what, timeout is not None, rid
-        )
+        queue = self._queue
+        carried = queue is not None and queue.carries(rpc)
+
+        def start() -> Any:
+            return self.invoke(
+                lambda: rpc(request, timeout=timeout or DEFAULT_CALL_TIMEOUT, metadata=md),
+                what,
+                timeout is not None,
+                rid,
+            )
+
+        call = None if carried else start()
 
         def consume() -> None:
             try:
-                notify = self.invoke(lambda: notify_of(call, what), what, timeout is not None, rid)
+                events = None
+                if carried and queue is not None:
+                    events = self.invoke(
+                        lambda: queue.call(rpc, request, what, timeout, rid, _scope_of(md)),
+                        what,
+                        timeout is not None,
+                        rid,
+                    )
+                stream = events if events is not None else call if call is not None else start()
+                notify = self.invoke(lambda: notify_of(stream, what), what, timeout is not None, rid)
                 deliver(notify, cb)
             except HalError as err:
                 cb.notify(err.error_status, failure(err), err.message)
@@ -283,6 +322,9 @@ class SessionChannel:
                 self.shm_dir = event.shm_dir
                 self.shm_prefix = event.shm_prefix
                 self.shm_memfd = event.shm_memfd
+                # Traced calls keep gRPC: the queue carries no trace context across the processes.
+                if event.shm_dir and event.capabilities.fast_path and SameHostQueue.ENABLED and not telemetry.enabled():
+                    self._queue = SameHostQueue(self)
                 self._session_id = event.session
                 self._ready.set()
             if event.draining:
@@ -309,6 +351,8 @@ class SessionChannel:
             return
         self._closed = True
         self._monitor.closing()  # before the cancel: the session stream's end is no death
+        if self._queue is not None:
+            self._queue.close()
         if self._session_call is not None:
             self._session_call.cancel()
         self._monitor.stop_and_close()
@@ -320,3 +364,8 @@ class SessionChannel:
             self.close()
         except Exception:  # interpreter shutdown: nothing left to release
             pass
+
+
+def _scope_of(metadata: tuple[tuple[str, str], ...]) -> str | None:
+    """The fault scope a call's metadata carries (its second entry, when set)."""
+    return metadata[1][1] if len(metadata) > 1 else None

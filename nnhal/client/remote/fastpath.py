@@ -33,20 +33,24 @@ import mmap
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import grpc
 from google.protobuf.message import DecodeError
 
 from nnhal.client.remote.messages import ExecutionOptions, fill_execution
-from nnhal.client.remote.session import RemoteSession
 from nnhal.client.remote.transport import BURST_STREAM_TIMEOUT, remaining_time
-from nnhal.core import fastpacket, fastring, wire
+from nnhal.core import fastpacket, fastring, samehost, wire
 from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import ExecutionResult, InlinePool, Request
 from nnhal.proto import fastpath_pb2 as fpb, service_pb2 as spb
+
+if TYPE_CHECKING:
+    from nnhal.client.remote.channel import SessionChannel
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,8 @@ HANDOVER_TIMEOUT_S = 10.0
 #: Room kept in the result ring for what an answer carries besides its inline output pools.
 RESULT_ENVELOPE_BYTES = 16 << 10
 _RESULT_KINDS = (fastring.RESULT, fastpacket.LEARNED, fastpacket.ANSWER)
+_QUEUE_KINDS = (*_RESULT_KINDS, samehost.REPLY, samehost.ABORTED, samehost.STEP_ASIDE)
+_GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode}
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW if hasattr(fcntl, "F_SEAL_SHRINK") else 0
 
 
@@ -96,10 +102,43 @@ def _collect(path: str, token: bytes, ring_bytes: int) -> tuple[mmap.mmap, Doorb
         raise
 
 
+class CarriedAbort(grpc.RpcError):
+    """The server ended a carried call as its gRPC call would have ended (an injected abort):
+    read by the session's one error mapping like any gRPC failure."""
+
+    def __init__(self, code: int, details: str) -> None:
+        super().__init__(details)
+        self._code = _GRPC_CODES.get(code, grpc.StatusCode.UNKNOWN)
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+#: A layout as the client knows it: the prepared model ("" on a burst) and the request's layout.
+_Key = tuple[str, fastpacket.LayoutKey]
+
+
+class QueueEnded(Exception):
+    """The queue ended before the answer came: ``result`` carries the status it ended with
+    (DEAD_OBJECT for a vanished server)."""
+
+    def __init__(self, result: ExecutionResult) -> None:
+        super().__init__(result.message)
+        self.result = result
+
+
+class QueueTimeout(Exception):
+    """No answer came within the call's time."""
+
+
 class FastBurstLink:
     """One fast burst of one prepared model. ``close`` it (idempotent)."""
 
-    def __init__(self, remote: RemoteSession, call: Any, first: fpb.FastBurstEvent) -> None:
+    def __init__(self, remote: SessionChannel, call: Any, first: fpb.FastBurstEvent, executions: bool = False) -> None:
         self._remote = remote
         self._call = call
         self.ring_bytes = int(first.ring_bytes)
@@ -108,13 +147,20 @@ class FastBurstLink:
         self._mm, self.doorbell = _collect(first.socket_path, first.token, self.ring_bytes)
         #: The two rings (public for tests that break the protocol on purpose).
         self.requests = fastring.Producer(self._mm, self.ring_bytes, True)
-        self.results = fastring.Consumer(self._mm, self.ring_bytes, False, _RESULT_KINDS)
+        self.results = fastring.Consumer(
+            self._mm, self.ring_bytes, False, _QUEUE_KINDS if executions else _RESULT_KINDS
+        )
         #: The layouts the server granted ids for (:mod:`nnhal.core.fastpacket`).
-        self._layouts: dict[fastpacket.LayoutKey, int] = {}
+        self._layouts: dict[_Key, int] = {}
         self._lock = threading.Lock()
         self._closed = False
         # The stream's end is the peer's death or the burst's end: wake whoever waits.
         call.add_done_callback(lambda _call: self.doorbell.stop())
+
+    @property
+    def ended(self) -> bool:
+        """Whether the liveness stream has ended (the server ended the queue, or died)."""
+        return bool(self._call.done())
 
     @property
     def compact_layouts(self) -> int:
@@ -122,10 +168,14 @@ class FastBurstLink:
         return len(self._layouts)
 
     @staticmethod
-    def open(remote: RemoteSession, handle: str, ring_bytes: int = 0) -> FastBurstLink:
-        """Open a fast burst of prepared model ``handle``; raises the refusal's HalError."""
+    def open(remote: SessionChannel, handle: str, ring_bytes: int = 0, executions: bool = False) -> FastBurstLink:
+        """Open a fast burst of prepared model ``handle`` — or with ``executions`` (``handle``
+        ""), the session's same-host execution queue (:mod:`.samehost`); raises the refusal's
+        HalError."""
         remote.check("openFastBurst")
-        request = fpb.FastBurstRequest(session=remote.session_id, prepared_model=handle, ring_bytes=ring_bytes)
+        request = fpb.FastBurstRequest(
+            session=remote.session_id, prepared_model=handle, ring_bytes=ring_bytes, executions=executions
+        )
         call = remote.invoke(
             lambda: remote.stubs.fast_path.openFastBurst(request, timeout=BURST_STREAM_TIMEOUT), "openFastBurst"
         )
@@ -136,7 +186,7 @@ class FastBurstLink:
             status, message = wire.status_from(first)
             if status != ErrorStatus.NONE:
                 raise HalError.of(status, f"openFastBurst: {message}")
-            return FastBurstLink(remote, call, first)
+            return FastBurstLink(remote, call, first, executions)
         except BaseException:
             call.cancel()
             raise
@@ -145,12 +195,27 @@ class FastBurstLink:
         outputs = sum(p.size for p in request.pools if isinstance(p, InlinePool) and not p.data)
         return outputs + RESULT_ENVELOPE_BYTES <= self.results.max_payload
 
-    def execute(self, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
-        """One execution; None (nothing sent) when it does not fit the rings. Transport
-        failures and the burst's end come back in the result (module docstring)."""
+    def execute(
+        self,
+        request: Request,
+        options: ExecutionOptions,
+        handle: str = "",
+        session: str = "",
+        limit: float | None = None,
+        wait: bool = True,
+        tag: bytes = b"",
+    ) -> ExecutionResult | None:
+        """One execution; None (nothing sent) when it does not fit the rings — or, unless
+        ``wait``, when another thread is using them. Transport failures and the burst's end
+        come back in the result (module docstring). On a session's queue ``handle`` and
+        ``session`` name the prepared model (a burst's server knows them); ``limit``: seconds
+        to wait for the answer, past which :class:`QueueTimeout` is raised (the queue is out
+        of step then: close it); ``tag``: the call's request id and fault scope, which a
+        session's queue takes before every packet (``samehost.encode_tag``)."""
         if not self._answer_fits(request):
             return None
-        key = None if options.profile else fastpacket.layout_key(request.inputs, request.outputs, request.pools)
+        shape = None if options.profile else fastpacket.layout_key(request.inputs, request.outputs, request.pools)
+        key = None if shape is None else (handle, shape)
         layout = self._layouts.get(key) if key is not None else None
         if layout is not None:
             # A layout the server knows: only the per-call scalars and the pools' bytes travel.
@@ -165,12 +230,14 @@ class FastBurstLink:
             )
         else:
             kind = fastring.REQUEST if key is None or len(self._layouts) >= fastpacket.MAX_LAYOUTS else fastpacket.LEARN
-            msg = spb.ExecuteRequest(profile=options.profile)
-            fill_execution(msg, "", request, options)  # the server fills in the session and model
+            msg = spb.ExecuteRequest(session=session, profile=options.profile)
+            fill_execution(msg, handle, request, options)  # a burst's server fills in the session and model
             payload = msg.SerializeToString()
-        if not self.requests.fits(len(payload)):
+        if tag:
+            payload = tag + payload
+        if not self.requests.fits(len(payload)) or not self._lock.acquire(blocking=wait):
             return None
-        with self._lock:
+        try:
             try:
                 self._remote.check("fast burst")
             except HalError as err:
@@ -185,7 +252,45 @@ class FastBurstLink:
                 self.doorbell.ring()
             except OSError:  # the server closed its end: its stream is ending too
                 return self._ended()
-            return self._await_result(key)
+            return self._await_result(key, None if limit is None else time.monotonic() + limit)
+        finally:
+            self._lock.release()
+
+    def exchange(self, kind: int, payload: bytes, timeout: float) -> tuple[int, bytes] | None:
+        """Send one packet and wait up to ``timeout`` seconds for the answer packet; None (nothing
+        sent) when another thread is using the queue or the packet does not fit the ring.
+        Raises :class:`QueueEnded` when the queue ended first (the status it ended with),
+        :class:`QueueTimeout` when no answer came in time (the queue is out of step then:
+        close it), GENERAL_FAILURE for an answer that breaks the ring's rules."""
+        if not self.requests.fits(len(payload)) or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._closed or self.doorbell.stopped:
+                raise QueueEnded(self._ended())
+            try:
+                self.requests.write(kind, payload)
+            except fastring.RingError as err:
+                raise GeneralFailure(f"same-host queue: {err}") from None
+            try:
+                self.doorbell.ring()
+            except OSError:  # the server closed its end: its stream is ending too
+                raise QueueEnded(self._ended()) from None
+            end = time.monotonic() + timeout
+            while True:
+                try:
+                    packet = self.results.read()
+                except fastring.RingError as err:
+                    self.results.resync()
+                    raise GeneralFailure(f"same-host queue: a malformed answer packet: {err}") from None
+                if packet is not None:
+                    return packet
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise QueueTimeout(f"no answer within {timeout:.3g} s")
+                if not self.doorbell.wait(left) and self.doorbell.stopped:
+                    raise QueueEnded(self._ended())
+        finally:
+            self._lock.release()
 
     def send_raw(self, write: Callable[[fastring.Producer], None]) -> ExecutionResult:
         """Tests of the server's checks: ``write`` puts whatever it likes into the request
@@ -193,11 +298,13 @@ class FastBurstLink:
         with self._lock:
             write(self.requests)
             self.doorbell.ring()
-            return self._await_result(None)
+            result = self._await_result(None)
+        return result or ExecutionResult(ErrorStatus.GENERAL_FAILURE, "the queue stepped aside")
 
-    def _await_result(self, key: fastpacket.LayoutKey | None) -> ExecutionResult:
-        """Sleep until the result packet (or the burst's end); a layout id it grants is
-        remembered for ``key``. Holds ``_lock``."""
+    def _await_result(self, key: _Key | None, end: float | None = None) -> ExecutionResult | None:
+        """Sleep until the result packet (or the burst's end; past ``end``, QueueTimeout); a
+        layout id it grants is remembered for ``key``; None when a session's queue steps aside,
+        CarriedAbort when it ended the call as gRPC would have. Holds ``_lock``."""
         while True:
             try:
                 packet = self.results.read()
@@ -206,9 +313,19 @@ class FastBurstLink:
                 return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed result packet: {err}")
             if packet is not None:
                 break
-            if not self.doorbell.wait():
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise QueueTimeout("no answer in time")
+            if not self.doorbell.wait(left) and (left is None or self.doorbell.stopped):
                 return self._ended()
         kind, payload = packet
+        if kind == samehost.STEP_ASIDE:  # a session's queue: this call takes gRPC
+            return None
+        if kind == samehost.ABORTED:
+            try:
+                raise CarriedAbort(*samehost.decode_aborted(payload))
+            except fastpacket.PacketError as err:
+                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
         if kind == fastpacket.ANSWER:
             try:
                 return fastpacket.decode_answer(payload)
@@ -251,4 +368,6 @@ class FastBurstLink:
         self._call.cancel()
         with self._lock:
             self.doorbell.close()
+            self.requests.close()
+            self.results.close()
             self._mm.close()

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from nnhal.client.cache_files import CacheInput, server_reads_held
 from nnhal.client.callbacks import Callback
-from nnhal.client.remote.messages import PreparedRef
+from nnhal.client.remote.messages import PreparedRef, add_cache_file
 from nnhal.client.remote.session import RemoteSession
 from nnhal.core import versions, wire, wire_hidl
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion, MeasureTiming
@@ -101,10 +102,10 @@ class HidlCalls:
         req.model.CopyFrom(wire_model)
         return self._prepare(getattr(self._r.stubs.hidl_device, name), req, name)
 
-    def prepare_model_from_cache(self, model_cache: bytes, token: bytes) -> Callback[PreparedRef]:
+    def prepare_model_from_cache(self, model_cache: CacheInput, token: bytes) -> Callback[PreparedRef]:
         """prepareModelFromCache (1.2): no deadline."""
         req = hpb.PrepareModelFromCacheV1_2Request(session=self._sid, token=token)
-        req.model_cache.add(data=model_cache)
+        add_cache_file(req.model_cache, model_cache, server_reads_held(self._r.shm_memfd))
         return self._prepare(self._r.stubs.hidl_device.prepareModelFromCache, req, "prepareModelFromCache")
 
     def _prepare(self, rpc: Any, req: Any, what: str) -> Callback[PreparedRef]:

@@ -6,12 +6,14 @@ their requests and read their notifies with the same functions.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nnhal.client.cache_files import CacheFile, CacheInput, as_bytes
 from nnhal.client.remote.transport import grpc_timeout, remaining_time
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
@@ -122,12 +124,24 @@ def prepare_request(
     return req
 
 
+def add_cache_file(files: Any, cache: CacheInput, held: bool) -> None:
+    """Append ``cache`` to the repeated CacheFile ``files``: by descriptor when it is a held
+    file and ``held`` (the server reads this process's descriptors), else its bytes."""
+    if held and isinstance(cache, CacheFile):
+        files.add().held.CopyFrom(
+            spb.HeldFile(pid=os.getpid(), fd=cache.fd, dev=cache.dev, ino=cache.ino, size=cache.size)
+        )
+    else:
+        files.add(data=as_bytes(cache))
+
+
 def prepare_from_cache_request(
-    session: str, model_cache: bytes, token: bytes, remaining: float | None
+    session: str, model_cache: CacheInput, token: bytes, remaining: float | None, held: bool = False
 ) -> spb.PrepareModelFromCacheRequest:
-    """The prepareModelFromCache_1_3 request; ``remaining`` is the HAL deadline in seconds."""
+    """The prepareModelFromCache_1_3 request; ``remaining`` is the HAL deadline in seconds;
+    ``held``: whether the server reads this process's cache files by descriptor."""
     req = spb.PrepareModelFromCacheRequest(session=session, token=token)
-    req.model_cache.add(data=model_cache)
+    add_cache_file(req.model_cache, model_cache, held)
     wire.deadline_to(remaining, req.deadline)
     return req
 
@@ -148,7 +162,14 @@ def copy_to_request(session: str, handle: str, dst: MemoryPool) -> spb.CopyToReq
 
 
 #: StatsResponse fields that are not counts.
-_NOT_COUNTS = ("limits", "identity", "prepared_models_by_priority", "executions_by_transport")
+_NOT_COUNTS = (
+    "limits",
+    "identity",
+    "prepared_models_by_priority",
+    "executions_by_transport",
+    "operations_on_backend",
+    "operations_on_fallback",
+)
 
 
 def stats_of(msg: Any) -> tuple[dict[str, int], dict[str, int]]:
@@ -156,6 +177,12 @@ def stats_of(msg: Any) -> tuple[dict[str, int], dict[str, int]]:
     counts = {f.name: int(getattr(msg, f.name)) for f in msg.DESCRIPTOR.fields if f.name not in _NOT_COUNTS}
     # Flattened as executions_<transport> (grpc, streamed, same_host): still a dict of counts.
     counts.update({f"executions_{k}": int(v) for k, v in msg.executions_by_transport.items()})
+    # A compiling device's placement: totals, and per operation type (operations_on_backend_CONV_2D).
+    for field in ("operations_on_backend", "operations_on_fallback"):
+        per_type = getattr(msg, field)
+        if per_type:
+            counts[field] = sum(int(v) for v in per_type.values())
+            counts.update({f"{field}_{k}": int(v) for k, v in per_type.items()})
     return counts, {k: int(v) for k, v in msg.limits.items()}
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 
+from nnhal.client.cache_files import CacheInput, server_reads_held
 from nnhal.client.callbacks import Callback
 from nnhal.client.faults import Fault
 from nnhal.client.remote import calls
@@ -113,11 +114,13 @@ class RemoteSession(SessionChannel):
         return self._prepare(self._stubs.device.prepareModel_1_3, req, timeout, deadline_at, "prepareModel_1_3")
 
     def prepare_model_from_cache(
-        self, model_cache: bytes, token: bytes, timeout: float | None, deadline_at: float | None
+        self, model_cache: CacheInput, token: bytes, timeout: float | None, deadline_at: float | None
     ) -> Callback[PreparedRef]:
-        """prepareModelFromCache_1_3 with the model cache a previous preparation returned."""
+        """prepareModelFromCache_1_3 with the model cache a previous preparation returned
+        (a held cache file goes by descriptor to a server that reads this process's)."""
         remaining = remaining_time(timeout, deadline_at)
-        req = prepare_from_cache_request(self._session_id, model_cache, token, remaining)
+        held = server_reads_held(self.shm_memfd)
+        req = prepare_from_cache_request(self._session_id, model_cache, token, remaining, held)
         rpc = self._stubs.device.prepareModelFromCache_1_3
         return self.prepare_stream(rpc, req, "prepareModelFromCache_1_3", grpc_timeout(remaining))
 
@@ -163,7 +166,13 @@ class RemoteSession(SessionChannel):
         A request with a large inline pool (``wire_stream.worth_streaming``) travels as an
         ``executeStreamed`` instead, its pools in chunks (``streamed.proto``), unless the
         server has no such service (then, from the first refusal on, in one message); its
-        large output pools come back as read-only memoryviews."""
+        large output pools come back as read-only memoryviews. On the same host it takes the
+        session's queue (:mod:`.samehost`) when it can."""
+        queue = self._queue
+        if queue is not None:
+            carried = queue.execute(handle, request, options)
+            if carried is not None:
+                return carried
         if self._streams and wire_stream.worth_streaming(request):
             result = self._execute_streamed(handle, request, options)
             if result is not None:

@@ -71,7 +71,7 @@ BURST_STREAM_TIMEOUT = DEFAULT_CALL_TIMEOUT * 6
 GC_RELEASE_TIMEOUT = 5.0
 
 #: Keepalive every 1 s, failing after 1 s without an ack: a frozen (SIGSTOP)
-#: server is detected within ~2-3 s (documented bound: 5 s).
+#: server is detected within the documented bound (``DEATH_DETECTION_BOUND_S``, 5 s).
 KEEPALIVE_TIME_MS = 1000
 KEEPALIVE_TIMEOUT_MS = 1000
 DEATH_DETECTION_BOUND_S = 5.0

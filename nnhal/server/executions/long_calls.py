@@ -8,6 +8,12 @@ preparation holds none but still holds memory and a scheduler record. So they ar
 (:class:`LongCalls`): per client and in total, leaving worker threads for executions,
 stats and releases whatever one client does. Past a cap the call is refused at once with
 RESOURCE_EXHAUSTED_TRANSIENT naming the cap.
+
+Fair shares of the total: its last :data:`RESERVE_SHARE` is kept for clients holding fewer
+long-lived calls than their fair share — the total divided among the clients holding any
+plus one, the newcomer it is kept for. One above its share is refused the reserve, so a
+newcomer can still prepare while another client sits on the rest; a client alone uses all
+but the reserve. Many clients each below its share can still fill the total.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ MAX_PREPARATIONS_PER_CLIENT = 16
 RESERVED_THREADS = 16
 #: The total cap is never below this, however the thread budget is configured.
 _MIN_TOTAL = 8
+#: One in this many places of the total is kept for clients below their fair share.
+RESERVE_SHARE = 8
 
 
 class Job(Protocol):
@@ -75,8 +83,12 @@ class LongCalls:
     def __init__(self, per_client: dict[str, int], total: int) -> None:
         self.per_client = dict(per_client)
         self.total = max(1, total)
+        #: Places of the total only clients below their fair share may take.
+        self.reserve = self.total // RESERVE_SHARE
         self._lock = threading.Lock()
         self._held: dict[tuple[str, str], int] = {}
+        #: Calls held by client, every kind together (only clients holding any).
+        self._by_client: dict[str, int] = {}
         self._all = 0
 
     @classmethod
@@ -85,6 +97,8 @@ class LongCalls:
             "burst": config.max_bursts_per_session,
             # An open executeStreamed holds a thread as a burst does, and is capped alike.
             "streamed execution": config.max_bursts_per_session,
+            # A session's same-host execution queue holds a thread for the session's life.
+            "same-host queue": config.max_bursts_per_session,
             "fence wait": config.max_fence_waits_per_session,
             "preparation": config.max_preparations_per_session,
         }
@@ -114,7 +128,18 @@ class LongCalls:
                     f"the server already has {self._all} bursts, fence waits and preparations in progress (the "
                     f"cap is {self.total}, so that other calls always find a thread); retry later"
                 )
+            theirs = self._by_client.get(client, 0)
+            if self._all >= self.total - self.reserve:
+                holders = len(self._by_client) + 1  # one more: the newcomer the reserve is kept for
+                share = self.total // holders
+                if theirs + 1 > share:
+                    raise ResourceExhaustedTransient(
+                        f"this client holds {theirs} long-lived calls, its fair share of the server's {self.total} "
+                        f"among {holders} clients is {share}, and the last {self.reserve} are kept for clients "
+                        "below theirs; end one first, or retry later"
+                    )
             self._held[(kind, client)] = mine + 1
+            self._by_client[client] = theirs + 1
             self._all += 1
 
     def leave(self, kind: str, client: str) -> None:
@@ -124,6 +149,11 @@ class LongCalls:
                 self._held[(kind, client)] = left
             else:
                 self._held.pop((kind, client), None)  # nothing is kept for a client holding none
+            theirs = self._by_client.get(client, 0) - 1
+            if theirs > 0:
+                self._by_client[client] = theirs
+            else:
+                self._by_client.pop(client, None)
             self._all -= 1
 
     def open(self, kind: str, client: str) -> Callable[[], None]:

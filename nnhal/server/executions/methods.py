@@ -4,6 +4,7 @@ arrived (:class:`Arrival`): the level gate's refusal or the injected fault it to
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from nnhal.core.enums import HalVersion
@@ -13,6 +14,16 @@ from nnhal.server.executions.faults import Fault
 
 #: The default of ``Executions.method``'s ``fault`` and ``gate``: the method's own name.
 SAME = "same"
+
+#: The transport carrying the calls made in this context when it is not the one their
+#: ``Method`` names (None): the same-host queue serves the gRPC adapters of every form on
+#: its own thread and sets it there, so that their executions count as "same_host".
+CARRIER: ContextVar[str | None] = ContextVar("nnhal_carrier", default=None)
+
+
+def transport_of(method: Method) -> str:
+    """The transport a call of ``method`` made now travels on (``CARRIER`` first)."""
+    return CARRIER.get() or method.transport
 
 
 class Method:

@@ -32,7 +32,7 @@ from nnhal.server.executions.calls import (
 from nnhal.server.executions.faults import FAULTABLE, KINDS, FaultPlan, Liveness
 from nnhal.server.executions.hooks import Call, Observer, Observers, Timings
 from nnhal.server.executions.long_calls import Held, Job, LongCalls, held, once
-from nnhal.server.executions.methods import SAME, Arrival, Method
+from nnhal.server.executions.methods import CARRIER, SAME, Arrival, Method, transport_of
 from nnhal.server.executions.refusals import Refused, within_limit
 from nnhal.server.jobs import ExecutionJob, PrepareJob
 from nnhal.server.metrics import TRANSPORTS, DeviceMetrics, Metrics
@@ -53,6 +53,16 @@ INFO_MARGIN_S = 0.05
 #: thread and cap slot are given back within this).
 INFO_SLICE_S = 0.5
 _NO_LIMIT = 1 << 62
+#: The budget's kind for an answer's bytes waiting to be written to its client.
+RESULTS_WAITING = "results waiting to be written"
+
+
+def _result_bytes(result: ExecutionResult) -> int:
+    return sum(len(data) for data in result.output_pools.values())
+
+
+def _prepared_bytes(prepared: Prepared) -> int:
+    return len(prepared.model_cache)
 
 
 class Stream(Liveness, Protocol):
@@ -219,7 +229,7 @@ class Executions:
                 job = self._begin(args)
             except Exception as err:
                 return self.refuse(method, err, args, t0)
-            self.metrics.execution(method.transport)
+            self.metrics.execution(transport_of(method))
             t1 = 0.0
             if obs is not None:
                 t1 = time.perf_counter()
@@ -241,7 +251,7 @@ class Executions:
         finally:
             self.lifecycle.leave()
 
-    def _begin(self, call: Execution) -> ExecutionJob:
+    def _begin(self, call: Execution, admit: bool = True) -> ExecutionJob:
         d = self.driver
         return d.begin_execute(
             d.session(call.session),
@@ -251,6 +261,7 @@ class Executions:
             call.deadline_ns,
             call.loop_timeout_ns,
             call.profile,
+            admit=admit,
         )
 
     def refuse(self, method: Method, err: Exception, args: object = None, since: float | None = None) -> Refused:
@@ -283,14 +294,17 @@ class Executions:
         :class:`Launch`, then one :class:`Notify` carrying the result (``_launch_then_notify``)."""
         limit = self._limit
         metrics = self.metrics
+        d = self.driver
 
         def begin(call: Execution) -> ExecutionJob:
-            job = self._begin(call)
-            metrics.execution(method.transport)
+            # Launch checks now; the scheduler ticket only once the launch was written (the
+            # job's ``run`` takes it): a client that does not read holds no place on the device.
+            job = self._begin(call, admit=False)
+            metrics.execution(transport_of(method))
             return job
 
         return self._launch_then_notify(
-            method, build, begin, lambda job: within_limit(job.run(), limit()), live, arrival
+            method, build, begin, lambda job: within_limit(job.run(), limit()), live, arrival, _result_bytes
         )
 
     def prepare(
@@ -324,7 +338,7 @@ class Executions:
             # If the client vanished before the notify, its session's end releases the model.
             return Prepared(handle, model_cache if want_cache[0] else b"")
 
-        return self._launch_then_notify(method, build, start, run, live, arrival)
+        return self._launch_then_notify(method, build, start, run, live, arrival, _prepared_bytes)
 
     def _launch_then_notify(
         self,
@@ -334,6 +348,7 @@ class Executions:
         run: Callable[[J], A],
         live: Stream | None,
         arrival: Arrival | None,
+        size: Callable[[A], int],
     ) -> Generator[Launch | Notify[A], None, None]:
         """An asynchronous call: ``Launch`` with the launch status, then exactly one ``Notify``,
         whatever happens. A launch error (an arrival's, a drain's, ``build``'s, ``start``'s)
@@ -346,7 +361,11 @@ class Executions:
         then closes the job at once, and the generator's ``finally`` (run when it is
         collected) finds nothing left to do; without ``live`` that ``finally`` alone does it.
         The generator resumed after its launch event means the launch was written: the
-        hooks' ``launch_written`` is called then, before the work runs."""
+        hooks' ``launch_written`` is called then, before the work runs. Likewise for the
+        notify: its answer's bytes (``size(answer)``) are charged to the call's session
+        (:data:`RESULTS_WAITING`) from the notify until it was written or the call ended, so
+        that results a client does not read count against its own memory limit; past it
+        the notify carries the RESOURCE_EXHAUSTED_* refusal instead of the answer."""
         t0 = time.perf_counter()
         obs = self.observer
         args: C | None = None
@@ -375,6 +394,7 @@ class Executions:
                 self.lifecycle.leave()
 
         end = once(finish)
+        waiting: Callable[[], None] | None = None
         # "parked": suspended at the launch event, the job held by no thread; "running": the
         # generator resumed; "abandoned": the call ended while parked and the job was closed.
         state = ["parked"]
@@ -410,6 +430,8 @@ class Executions:
             except Exception as err:
                 refused = Refused.of(err, f"during {method.what}")
                 notify = Notify(refused.status, refused.message)
+            if notify.answer is not None:
+                notify, waiting = self._hold_answer(method, getattr(args, "session", ""), notify, size)
             injected.before_reply(fault, live)
             t2 = time.perf_counter()
             method.record(notify.status, t2 - t0)
@@ -418,7 +440,29 @@ class Executions:
                 self._tell(obs, call, notify.status, Timings(t0, t1, t2), answered)
             yield notify
         finally:
-            end()
+            try:
+                if waiting is not None:
+                    waiting()
+            finally:
+                end()
+
+    def _hold_answer(
+        self, method: Method, session: str, notify: Notify[A], size: Callable[[A], int]
+    ) -> tuple[Notify[A], Callable[[], None] | None]:
+        """``notify`` with its answer's bytes charged to ``session`` while they wait to be
+        written, and the function giving them back (None: nothing charged); or, past the
+        session's memory limits, the notify of that refusal."""
+        answer = notify.answer
+        nbytes = size(answer) if answer is not None else 0
+        if not nbytes:
+            return notify, None
+        budget = self.driver.budget
+        try:
+            budget.charge(session, nbytes, RESULTS_WAITING)
+        except HalError as err:
+            message = f"{method.what}'s answer ({nbytes} bytes) cannot wait to be written: {err.message}"
+            return Notify(err.error_status, message), None
+        return notify, once(lambda: budget.uncharge(session, nbytes, RESULTS_WAITING))
 
     # -- fenced executions ----------------------------------------------------------------
     def execute_fenced(
@@ -448,7 +492,7 @@ class Executions:
         except HalError as err:
             self._observed(Call(method, what, call), t0, Refused(err.error_status, err.message))
             raise
-        self.metrics.execution(transport)
+        self.metrics.execution(CARRIER.get() or transport)
         self._observed(Call(method, what, call), t0, fence)
         return fence
 

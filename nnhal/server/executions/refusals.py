@@ -2,7 +2,8 @@
 
 A refusal is raised as a ``HalError`` (``nnhal.core.errors``: one class per ErrorStatus)
 wherever it is found, and turned into a :class:`Refused` — a status and a message — in one
-place, :meth:`Refused.of`: a HalError's own status; anything else is a server bug, logged
+place, :meth:`Refused.of`: a HalError's own status; an allocation that failed
+(``core.errors.allocation_failed``) RESOURCE_EXHAUSTED_TRANSIENT; anything else is a server bug, logged
 with its traceback and answered GENERAL_FAILURE, so that the server and the caller
 survive it. The transports put a ``Refused`` into their answer's in-band status; the
 canonical answers of a refusal are :meth:`Refused.result` (an ExecutionResult) and
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import overload
 
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.errors import HalError
+from nnhal.core.errors import HalError, allocation_failed
 from nnhal.core.types import ExecutionResult, FencedExecutionInfo
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,9 @@ class Refused:
         the ``except`` block — and is GENERAL_FAILURE."""
         if isinstance(err, HalError):
             return cls(err.error_status, err.message)
+        if allocation_failed(err):
+            log.warning("out of memory %s: %s", where, err)
+            return cls(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT, f"the server ran out of memory {where}: {err}")
         log.exception("unexpected error %s", where)
         return cls(ErrorStatus.GENERAL_FAILURE, f"internal error: {err!r}")
 

@@ -24,6 +24,7 @@ from nnhal.core.operand_types import DTYPE, INFO, byte_size, has_unknown_dims
 from nnhal.core.types import Model, Operand, OperationTiming, Subgraph
 from nnhal.core.validation import MAX_RANK
 from nnhal.server.executor import allocation
+from nnhal.server.executor.arena import Arena, ArenaLayout, ArenaPool
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import OP_FAILED, fail
 from nnhal.server.executor.fusion import PlannedOperation, fold_activations
@@ -155,6 +156,25 @@ def constant_value(model: Model, pools: Sequence[Buffer], operand: Operand) -> n
     return None
 
 
+def _fresh_outputs(operation_type: OperationType) -> bool:
+    """Whether the operation's kernels never return a view of an input: those of the families
+    with bound kernels (see registry.Binder)."""
+    spec = lookup(operation_type)
+    return spec is not None and spec.bind is not None
+
+
+def _arena_operand(operand: Operand) -> bool:
+    """Whether an intermediate operand can have an arena slot: a non-empty tensor of a fixed
+    shape and a numpy dtype."""
+    return (
+        operand.lifetime == OperandLifeTime.TEMPORARY_VARIABLE
+        and operand.type in DTYPE
+        and INFO[operand.type].is_tensor
+        and not has_unknown_dims(operand.type, operand.dimensions)
+        and all(d > 0 for d in operand.dimensions)
+    )
+
+
 def unsupported(operation_type: OperationType) -> NoReturn:
     """INVALID_ARGUMENT for an operation no family registered."""
     fail(f"operation {operation_type.name} is not supported by this driver")
@@ -177,6 +197,10 @@ class Step:
     #: The kernel bound at prepare to this step's constants and static shapes (see
     #: registry.Binder), tried before the general kernel; None when the family has none.
     fast: FastKernel | None = None
+    #: Per output, its slot in the subgraph's arena (executor.arena), or None.
+    out_slots: tuple[int | None, ...] = ()
+    #: The output buffers handed to ``fast`` when the execution holds no arena: none.
+    no_out: tuple[None, ...] = ()
 
 
 class PreparedSubgraph:
@@ -185,10 +209,13 @@ class PreparedSubgraph:
         subgraph: Subgraph,
         constants: list[np.ndarray | None],
         steps: list[Step],
+        pool: ArenaPool | None = None,
     ) -> None:
         self.subgraph = subgraph
         self.constants = constants
         self.steps = steps
+        #: The arenas of the bound kernels' intermediate outputs; None when there are none.
+        self.pool = pool
 
 
 class PreparedGraph:
@@ -203,8 +230,10 @@ class PreparedGraph:
         self.model = model
         self.relaxed = model.relax_computation_float32_to_float16
         self._pools = pools
-        self.main = self._prepare(model.main)
-        self.referenced = [self._prepare(sg) for sg in model.referenced]
+        self.main = self._prepare(model.main, arena=True)
+        # Referenced subgraphs run per loop iteration and hand their results to control flow:
+        # they allocate afresh.
+        self.referenced = [self._prepare(sg, arena=False) for sg in model.referenced]
 
     # -- preparation ------------------------------------------------------
     def _constant(self, operand: Operand) -> np.ndarray | None:
@@ -213,7 +242,7 @@ class PreparedGraph:
             return np.array(operand.location.offset, dtype=np.uint32)
         return constant_value(self.model, self._pools, operand)
 
-    def _prepare(self, sg: Subgraph) -> PreparedSubgraph:
+    def _prepare(self, sg: Subgraph, arena: bool) -> PreparedSubgraph:
         constants, operations, operands = self._plan(sg)
         last_use: dict[int, int] = {}
         for n, operation in enumerate(operations):
@@ -221,6 +250,11 @@ class PreparedGraph:
                 last_use[i] = n
         keep = set(sg.output_indexes) | set(sg.input_indexes)
         steps: list[Step] = []
+        layout = ArenaLayout()
+        placed: dict[int, int] = {}  # operand -> its placement while it lives
+        # Operands some operation without a bound kernel reads: a general kernel may return a
+        # view of them, so their slots are never reused within an execution.
+        pinned = {i for operation in operations if not _fresh_outputs(operation.type) for i in operation.inputs}
         for n, operation in enumerate(operations):
             spec = lookup(operation.type)
             if spec is None:
@@ -254,6 +288,22 @@ class PreparedGraph:
                 else byte_size(o.type, o.dimensions)
                 for o in out_ops
             )
+            out_slots: tuple[int | None, ...] = (None,) * len(out_ops)
+            if arena and fast is not None:
+                out_slots = tuple(
+                    layout.place(tuple(o.dimensions), np.dtype(DTYPE[o.type]))
+                    if i not in keep and _arena_operand(o)
+                    else None
+                    for i, o in zip(operation.outputs, out_ops)
+                )
+                for i, placement in zip(operation.outputs, out_slots):
+                    if placement is not None:
+                        placed[i] = placement
+            # Operands dead after this step give their slot back, unless an operation that may
+            # return a view of its input read them (the view could outlive them).
+            for i in dict.fromkeys((*operation.inputs, *operation.outputs)):
+                if i in placed and last_use.get(i, n) == n and i not in pinned:
+                    layout.free(placed.pop(i))
             steps.append(
                 Step(
                     spec,
@@ -266,9 +316,14 @@ class PreparedGraph:
                     release,
                     out_bytes,
                     fast,
+                    out_slots,
+                    (None,) * len(out_ops),
                 )
             )
-        return PreparedSubgraph(sg, constants, steps)
+        pool = None
+        if layout.placements:
+            pool = ArenaPool(layout, [step.out_slots for step in steps])
+        return PreparedSubgraph(sg, constants, steps, pool)
 
     def _plan(self, sg: Subgraph) -> tuple[list[np.ndarray | None], list[PlannedOperation], list[Operand]]:
         """The subgraph's constants and operations after the exact rewrites of executor.fusion."""
@@ -292,10 +347,20 @@ class PreparedGraph:
             # Floating-point overflow, NaN and division by zero are results of the reference
             # (inf, NaN), never errors or warnings: decided once per run, not per operation.
             with np.errstate(all="ignore"):
-                if control.reserve is None:
+                if control.reserve is not None:
+                    with allocation.current(control):
+                        return self._run(self.main, inputs, control, output_operands, 0)
+                pool = self.main.pool
+                if pool is None or output_operands is not None:
                     return self._run(self.main, inputs, control, output_operands, 0)
-                with allocation.current(control):
-                    return self._run(self.main, inputs, control, output_operands, 0)
+                arena = pool.checkout()
+                try:
+                    results = self._run(self.main, inputs, control, None, 0, arena)
+                    # A result may be a view of an intermediate (an operation that returns its
+                    # input reshaped): the next execution would overwrite it.
+                    return [value.copy() if arena.owns(value) else value for value in results]
+                finally:
+                    pool.checkin(arena)
         except MemoryError:
             # The last line of defence: an allocation no reservation foresaw failed.
             raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
@@ -314,8 +379,11 @@ class PreparedGraph:
         control: ExecutionControl,
         output_operands: Sequence[Operand] | None,
         number: int,
+        arena: Arena | None = None,
     ) -> list[np.ndarray]:
-        """Run ``prepared`` (subgraph ``number``: 0 the main one, i + 1 referenced subgraph i)."""
+        """Run ``prepared`` (subgraph ``number``: 0 the main one, i + 1 referenced subgraph i),
+        its bound kernels writing into ``arena``'s slots when given (only for runs that take the
+        bound kernels: no memory accounting, no output overrides)."""
         sg = prepared.subgraph
         accounting = control.reserve is not None
         run_base = control.held
@@ -342,11 +410,12 @@ class PreparedGraph:
                     )
             fast = step.fast
             if fast is not None and fast_ok:
+                buffers = step.no_out if arena is None else arena.outputs[k]
                 if profile is None:
-                    outs = fast(args)
+                    outs = fast(args, buffers)
                 else:
                     t0 = time.perf_counter_ns()
-                    outs = fast(args)
+                    outs = fast(args, buffers)
                     control.note(step.operation_type.name, number, k, t0, time.perf_counter_ns())
                 if outs is not None:
                     for i, result in zip(step.outputs, outs):

@@ -7,7 +7,7 @@ the kernels (it sees only operand metadata and constant values).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,12 +29,16 @@ Kernel = Callable[["ExecutionContext"], None]
 #: handed to every execution as ``ctx.state`` (e.g. re-laid-out weights).
 Preparer = Callable[["ValidationContext"], Any]
 #: A kernel bound at prepare to one operation's constant parameters and static shapes: from the
-#: input values (in operation order) it returns the outputs (of the operand dtypes and the
-#: declared shapes), or None when the inputs are not what it was bound to (then the general
-#: kernel runs). It does no validation: its binder proved the operation valid for those inputs.
-FastKernel = Callable[[list["np.ndarray | None"]], "list[np.ndarray] | None"]
+#: input values (in operation order) and one buffer per output (an array of the output's dtype
+#: and declared shape, or None) it returns the outputs (of the operand dtypes and the declared
+#: shapes), or None when the inputs are not what it was bound to (then the general kernel runs).
+#: It may write an output into its buffer and return that buffer, or return a new array; it
+#: never writes into its inputs. It does no validation: its binder proved the operation valid.
+FastKernel = Callable[[list["np.ndarray | None"], "Sequence[np.ndarray | None]"], "list[np.ndarray] | None"]
 #: Optional, runs once at prepare after ``Preparer`` (whose state it receives): a FastKernel
-#: for this use of the operation, or None when it has none for it.
+#: for this use of the operation, or None when it has none for it. A family that registers one
+#: promises that neither its bound nor its general kernel returns a view of an input: the
+#: executor's arena reuses an input's memory once its last such reader has run.
 Binder = Callable[["ValidationContext", Any], FastKernel | None]
 #: The HalError class an operation's execution-time checks raise.
 FailureStatus = type[HalError]

@@ -24,19 +24,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperandLifeTime, OperandType as T, OperationType as O
-from nnhal.core.errors import GeneralFailure
 from nnhal.core.operand_types import INFO
 from nnhal.core.types import Model, Operand, Operation
+from nnhal.server.compiling import Unsupported, convert_all, guarded, io_reason, supported_by_conversion
 from nnhal.server.executor.graph import Buffer, constant_value
 from nnhal.server.executor.ops._padding import PADDING_SAME, PADDING_VALID, implicit_padding
-from nnhal.server.executor.validate import supported_operations as reference_support
 from nnhal.tflite_map.tables import ACTIVATION, BUILTIN_NAME, FUSED_BINARY, PADDING, SAME_OPERANDS, TENSOR_TYPE
 from nnhal.tflite_map.writer import FlatModel, FlatOperator, FlatTensor, Quant
-
-
-class Unsupported(Exception):
-    """This operation (or operand) has no faithful TFLite form; the message says why."""
-
 
 _CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
 _QUANT = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT16_SYMM)
@@ -591,20 +585,12 @@ def _same_quant(g: TfliteGraph, operation: Operation) -> bool:
     return len(params) <= 1
 
 
-def _check_io(model: Model) -> str:
-    """Why the model's inputs or outputs cannot be the TFLite graph's ("" if they can)."""
-    main = model.main
-    for role, indexes in (("input", main.input_indexes), ("output", main.output_indexes)):
-        for k, index in enumerate(indexes):
-            op = main.operands[index]
-            try:
-                _tensor_type(op)
-            except Unsupported as err:
-                return f"model {role} {k}: {err}"
-            if not op.dimensions or 0 in op.dimensions:
-                return (
-                    f"model {role} {k} has unknown dimensions {list(op.dimensions)}; this device builds a static graph"
-                )
+def _operand_reason(op: Operand) -> str:
+    """Why a model input or output of ``op``'s type cannot be a TFLite tensor ("" if it can)."""
+    try:
+        _tensor_type(op)
+    except Unsupported as err:
+        return str(err)
     return ""
 
 
@@ -621,41 +607,28 @@ def _convert(g: TfliteGraph, index: int) -> str:
         return f"{operation.type.name} of {g.operand(data).type.name}: this device computes it on {allowed} only"
     if operation.type in SAME_QUANT and not _same_quant(g, operation):
         return f"{operation.type.name}: quantized tensors with different scales or zero points"
-    try:
+
+    def convert() -> str:
         converter(g, operation)
-    except Unsupported as err:
-        return f"{operation.type.name}: {err}"
-    except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as err:
-        # Shapes or parameters the converter did not foresee: not convertible, never a crash.
-        return f"{operation.type.name}: cannot be converted ({err})"
-    return ""
+        return ""
+
+    return guarded(operation.type.name, convert)
 
 
 def supported_operations(model: Model, pools: Sequence[Buffer], level: HalVersion) -> tuple[list[bool], list[str]]:
     """Per main-subgraph operation: supported, and why not. InvalidArgument for a
     structurally invalid model (as the reference device)."""
-    supported, reasons = reference_support(model, pools, level)
-    io_reason = _check_io(model)
-    for k in range(len(model.main.operations)):
-        if not supported[k]:
-            continue
-        reason = io_reason or _convert(TfliteGraph(model, pools), k)
-        if reason:
-            supported[k], reasons[k] = False, reason
-    return supported, reasons
+    io = io_reason(model, _operand_reason)
+    return supported_by_conversion(model, pools, level, io, lambda: TfliteGraph(model, pools), _convert)
 
 
 def compile_model(model: Model, pools: Sequence[Buffer]) -> bytes:
     """The TFLite flatbuffer computing ``model`` (validated by the caller). Raises
     GeneralFailure when an operation cannot be converted."""
-    reason = _check_io(model)
-    if reason:
-        raise GeneralFailure(reason)
+    io = io_reason(model, _operand_reason)
     g = TfliteGraph(model, pools)
-    g.flat.inputs = [g.tensor(i) for i in model.main.input_indexes]
-    for k in range(len(model.main.operations)):
-        reason = _convert(g, k)
-        if reason:
-            raise GeneralFailure(f"operation {k} is not supported by this device: {reason}")
+    if not io:
+        g.flat.inputs = [g.tensor(i) for i in model.main.input_indexes]
+    convert_all(model, io, g, _convert)
     g.flat.outputs = [g.tensor(i) for i in model.main.output_indexes]
     return g.flat.finish()

@@ -21,7 +21,8 @@ import numpy as np
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import Capabilities, Model, Operand
-from nnhal.server.backend import ExecutableGraph, reference_capabilities
+from nnhal.server.backend import ExecutableGraph
+from nnhal.server.compiling import backend_capabilities, run_compiled
 from nnhal.server.executor.graph import Buffer, ExecutionControl
 from nnhal.server.litert import compiler
 
@@ -60,25 +61,15 @@ class LiteRtGraph:
     ) -> list[np.ndarray]:
         """The outputs in model order. The graph's shapes are static: ``output_operands``
         (a request's dims) were checked against them by request validation."""
-        if control is not None:
-            control.start()
-            control.checkpoint()
+        return run_compiled("LiteRT", self._invoke, inputs, control)
+
+    def _invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         with self._lock:
-            try:
-                for k, (index, value) in enumerate(zip(self._inputs, inputs)):
-                    if value is None:
-                        raise GeneralFailure(f"input {k}: this device needs a value for every input")
-                    self._interpreter.set_tensor(index, value)
-                self._interpreter.invoke()
-                outputs = [np.array(self._interpreter.get_tensor(i)) for i in self._outputs]
-            except GeneralFailure:
-                raise
-            except Exception as err:  # LiteRT raises ValueError / RuntimeError
-                raise GeneralFailure(f"LiteRT failed: {err}") from None
-        if control is not None:
-            control.checkpoint()
-            control.operations_run += 1
-        return outputs
+            for index, value in zip(self._inputs, inputs):
+                self._interpreter.set_tensor(index, value)
+            self._interpreter.invoke()
+            # Copies: the interpreter's tensors are overwritten by the next execution.
+            return [np.array(self._interpreter.get_tensor(i)) for i in self._outputs]
 
 
 class LiteRtBackend:
@@ -101,17 +92,14 @@ class LiteRtBackend:
         flatbuffer = compiler.compile_model(model, pools)
         return self.load(model, pools, flatbuffer), flatbuffer
 
-    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes) -> ExecutableGraph:
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
         try:
-            interpreter = _interpreter_class()(model_content=artifact, num_threads=self.threads)
+            # LiteRT keeps a reference to the bytes it was built from: they must be its own.
+            interpreter = _interpreter_class()(model_content=bytes(artifact), num_threads=self.threads)
             interpreter.allocate_tensors()
         except Exception as err:  # LiteRT raises ValueError / RuntimeError
             raise GeneralFailure(f"LiteRT could not build an interpreter for the model: {err}") from None
         return LiteRtGraph(interpreter)
 
     def capabilities(self) -> Capabilities:
-        if not self._measure:
-            return reference_capabilities()
-        from nnhal.server.capabilities import measured_capabilities
-
-        return measured_capabilities(self)
+        return backend_capabilities(self, self._measure)

@@ -15,13 +15,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nnhal.core.enums import HalVersion, OperandLifeTime, OperationType
-from nnhal.core.errors import GeneralFailure
-from nnhal.core.operand_types import INFO
-from nnhal.core.types import Model
+from nnhal.core.types import Model, Operand
+from nnhal.server.compiling import convert_all, guarded, io_reason, supported_by_conversion
 from nnhal.server.executor.graph import Buffer
-from nnhal.server.executor.validate import supported_operations as reference_support
 from nnhal.server.ort import dense, elementwise, misc, shape, spatial
-from nnhal.server.ort.emit import ONNX_ELEM, Converter, GraphBuilder, OpView, Unsupported
+from nnhal.server.ort.emit import ONNX_ELEM, Converter, GraphBuilder, OpView
 
 CONVERTERS: dict[OperationType, Converter] = {
     **spatial.CONVERTERS,
@@ -34,19 +32,9 @@ CONVERTERS: dict[OperationType, Converter] = {
 _PRODUCED = (OperandLifeTime.TEMPORARY_VARIABLE, OperandLifeTime.SUBGRAPH_INPUT, OperandLifeTime.SUBGRAPH_OUTPUT)
 
 
-def _check_io(model: Model) -> str:
-    """Why the model's inputs or outputs cannot be ONNX graph inputs or outputs ("" if they can)."""
-    main = model.main
-    for role, indexes in (("input", main.input_indexes), ("output", main.output_indexes)):
-        for k, index in enumerate(indexes):
-            op = main.operands[index]
-            if op.type not in ONNX_ELEM:
-                return f"model {role} {k} is {op.type.name}, which this device does not take"
-            if INFO[op.type].is_tensor and (not op.dimensions or 0 in op.dimensions):
-                return (
-                    f"model {role} {k} has unknown dimensions {list(op.dimensions)}; this device builds a static graph"
-                )
-    return ""
+def _operand_reason(op: Operand) -> str:
+    """Why a model input or output of ``op``'s type cannot be an ONNX graph's ("" if it can)."""
+    return "" if op.type in ONNX_ELEM else f"it is {op.type.name}, which this device does not take"
 
 
 def _convert(b: GraphBuilder, index: int) -> str:
@@ -55,45 +43,37 @@ def _convert(b: GraphBuilder, index: int) -> str:
     converter = CONVERTERS.get(operation.type)
     if converter is None:
         return f"{operation.type.name} has no ONNX Runtime conversion in this device"
-    try:
+
+    def convert() -> str:
         converter(OpView(b, operation))
-    except Unsupported as err:
-        return f"{operation.type.name}: {err}"
-    except (ValueError, IndexError, KeyError, TypeError) as err:
-        # Shapes or parameters the converter did not foresee: not convertible, never a crash.
-        return f"{operation.type.name}: cannot be converted ({err})"
-    return ""
+        return ""
+
+    return guarded(operation.type.name, convert)
+
+
+def _scratch(model: Model, pools: Sequence[Buffer]) -> GraphBuilder:
+    """A graph to try conversions in: every produced operand already has its name."""
+    scratch = GraphBuilder(model, pools)
+    for i, op in enumerate(model.main.operands):
+        if op.lifetime in _PRODUCED:
+            scratch.names[i] = f"t{i}"
+    return scratch
 
 
 def supported_operations(model: Model, pools: Sequence[Buffer], level: HalVersion) -> tuple[list[bool], list[str]]:
     """Per main-subgraph operation: supported, and why not. InvalidArgument for a
     structurally invalid model (as the reference device)."""
-    supported, reasons = reference_support(model, pools, level)
-    io_reason = _check_io(model)
-    scratch = GraphBuilder(model, pools)
-    for i, op in enumerate(model.main.operands):
-        if op.lifetime in _PRODUCED:
-            scratch.names[i] = f"t{i}"
-    for k in range(len(model.main.operations)):
-        if not supported[k]:
-            continue
-        reason = io_reason or _convert(scratch, k)
-        if reason:
-            supported[k], reasons[k] = False, reason
-    return supported, reasons
+    io = io_reason(model, _operand_reason, scalars=True)
+    scratch = _scratch(model, pools)  # one for every operation: each writes only its own outputs
+    return supported_by_conversion(model, pools, level, io, lambda: scratch, _convert)
 
 
 def compile_model(model: Model, pools: Sequence[Buffer]) -> bytes:
     """The serialized ONNX model computing ``model`` (validated by the caller). Raises
     GeneralFailure when an operation cannot be converted."""
     # Referenced subgraphs are only reachable through IF / WHILE, which have no conversion.
-    reason = _check_io(model)
-    if reason:
-        raise GeneralFailure(reason)
+    io = io_reason(model, _operand_reason, scalars=True)
     b = GraphBuilder(model, pools)
-    b.bind_inputs()
-    for k in range(len(model.main.operations)):
-        reason = _convert(b, k)
-        if reason:
-            raise GeneralFailure(f"operation {k} is not supported by this device: {reason}")
-    return b.finish()
+    if not io:
+        b.bind_inputs()
+    return convert_all(model, io, b, _convert).finish()

@@ -26,6 +26,7 @@ import numpy as np
 from nnhal.core.enums import OperandLifeTime, OperandType
 from nnhal.core.operand_types import INFO
 from nnhal.core.types import Model, Operand, Operation, Subgraph
+from nnhal.server import compiling
 from nnhal.server.executor.graph import Buffer, constant_value
 from nnhal.server.executor.ops._activations import FUSED_BOUNDS, activation_range_quant
 
@@ -65,8 +66,8 @@ NCHW_TO_NHWC = (0, 2, 3, 1)
 OPSET = 17
 
 
-class Unsupported(Exception):
-    """The operation cannot be converted with NNAPI's exact semantics; the message says why."""
+# The converters' refusal, shared with the other compiling device (re-exported here).
+Unsupported = compiling.Unsupported
 
 
 @dataclass

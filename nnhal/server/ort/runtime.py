@@ -25,7 +25,8 @@ import numpy as np
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import Capabilities, Model, Operand
-from nnhal.server.backend import ExecutableGraph, reference_capabilities
+from nnhal.server.backend import ExecutableGraph
+from nnhal.server.compiling import backend_capabilities, run_compiled
 from nnhal.server.executor.graph import Buffer, ExecutionControl
 from nnhal.server.ort import compiler
 
@@ -69,21 +70,10 @@ class OrtGraph:
     ) -> list[np.ndarray]:
         """The outputs in model order. The graph's shapes are static: ``output_operands``
         (a request's dims) were checked against them by request validation."""
-        if control is not None:
-            control.start()
-            control.checkpoint()
-        feed = {}
-        for name, value in zip(self._inputs, inputs):
-            if value is None:
-                raise GeneralFailure(f"{name}: this device needs a value for every input")
-            feed[name] = value
-        try:
-            outputs = self._session.run(self._outputs, feed)
-        except Exception as err:  # onnxruntime raises its own exception types
-            raise GeneralFailure(f"onnxruntime failed: {err}") from None
-        if control is not None:
-            control.checkpoint()
-            control.operations_run += 1
+        return run_compiled("onnxruntime", self._invoke, inputs, control)
+
+    def _invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        outputs = self._session.run(self._outputs, dict(zip(self._inputs, inputs)))
         return [np.asarray(o) for o in outputs]
 
 
@@ -113,8 +103,8 @@ class OrtBackend:
                 artifact = f.read()
         return OrtGraph(session, len(model.main.input_indexes)), artifact
 
-    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes) -> ExecutableGraph:
-        session = self._session(artifact, session_options(self.threads, optimize=False))
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
+        session = self._session(bytes(artifact), session_options(self.threads, optimize=False))
         return OrtGraph(session, len(model.main.input_indexes))
 
     def _session(self, model_bytes: bytes, opts: Any) -> Any:
@@ -122,11 +112,9 @@ class OrtBackend:
         try:
             return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
         except Exception as err:
+            if allocation_failed(err):
+                raise ResourceExhaustedTransient(f"onnxruntime ran out of memory building a session: {err}") from None
             raise GeneralFailure(f"onnxruntime could not build a session for the model: {err}") from None
 
     def capabilities(self) -> Capabilities:
-        if not self._measure:
-            return reference_capabilities()
-        from nnhal.server.capabilities import measured_capabilities
-
-        return measured_capabilities(self)
+        return backend_capabilities(self, self._measure)

@@ -30,9 +30,12 @@ from nnhal.core.enums import HalVersion
 from nnhal.core.types import ExecutionResult
 from nnhal.proto import service_pb2 as spb
 from nnhal.server import call_log
+from nnhal.server.cache_files import HeldFile, read_held
 from nnhal.server.executions import Executions, Launch, Notify, Refused
 from nnhal.server.executions.faults import KINDS, before_reply
 from nnhal.server.executions.methods import SAME
+from nnhal.server.memory import SharedMemoryPolicy
+from nnhal.server.session import Session
 
 M = TypeVar("M")
 A = TypeVar("A")
@@ -178,3 +181,19 @@ def _events_to(
         if version is not None:
             part.status = int(wire_hidl.status_for(wire.error_status_from(part.status), version))
         yield event(**{key: part})
+
+
+def cache_contents(
+    files: Collection[spb.CacheFile], session: Session, policy: SharedMemoryPolicy | None, what: str
+) -> tuple[bytes, ...]:
+    """The bytes of each cache file of a request: its inline ``data``, or the file the client
+    holds open (``held``, same host only: ``cache_files.read_held``)."""
+    out = []
+    for k, f in enumerate(files):
+        if f.HasField("held"):
+            h = f.held
+            held = HeldFile(int(h.pid), int(h.fd), int(h.dev), int(h.ino), int(h.size))
+            out.append(read_held(held, policy, session.is_local, f"{what} {k}"))
+        else:
+            out.append(bytes(f.data))
+    return tuple(out)

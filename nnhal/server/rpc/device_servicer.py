@@ -50,7 +50,7 @@ from nnhal.server.executions import (
     Prepared,
 )
 from nnhal.server.lifecycle import DRAINING
-from nnhal.server.rpc.common import events_to, hal_method
+from nnhal.server.rpc.common import cache_contents, events_to, hal_method
 from nnhal.server.rpc.faults import fault_from
 from nnhal.server.rpc.identity import peer_identity
 from nnhal.server.session import Faults, Session, client_key_of
@@ -176,7 +176,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
         offers.streamed_execution = True
         offers.close_session = True
         offers.devices.extend(self._devices or (self.driver.config.name,))
-        offers.max_message_bytes = wire.MAX_MESSAGE_BYTES
+        offers.max_message_bytes = self.driver.config.receive_cap(wire.MAX_MESSAGE_BYTES)
         offers.fast_path = bool(
             session is not None
             and self._fast_path
@@ -277,11 +277,12 @@ class DeviceServicer(sgrpc.DeviceServicer):
         arrival: Arrival | None,
     ) -> Iterator[spb.PrepareModelEvent]:
         def build() -> CachedPreparation:
-            self._session(request.session)
+            session = self._session(request.session)
+            shm = self.driver.config.shared_memory
             return CachedPreparation(
                 request.session,
-                tuple(bytes(f.data) for f in request.model_cache),
-                tuple(bytes(f.data) for f in request.data_cache),
+                cache_contents(request.model_cache, session, shm, "model cache file"),
+                cache_contents(request.data_cache, session, shm, "data cache file"),
                 bytes(request.token),
                 wire.deadline_from(request.deadline),
             )
@@ -310,11 +311,14 @@ class DeviceServicer(sgrpc.DeviceServicer):
         limits = self.driver.config.limits()
         if identity is None:
             counts: dict[str, Any] = {**self.driver.stats(), "long_calls": self._long_calls.in_progress}
+            on_backend, on_fallback = self.driver.placement()
             return spb.StatsResponse(
                 **counts,
                 limits=limits,
                 prepared_models_by_priority=self.driver.priorities(),
                 executions_by_transport=self.metrics.executions_by_transport(),
+                operations_on_backend=on_backend,
+                operations_on_fallback=on_fallback,
             )
         key = client_key_of(identity)
         mine = self._long_calls.held("fence wait", key) + self._long_calls.held("preparation", key)

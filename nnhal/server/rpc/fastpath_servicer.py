@@ -32,10 +32,20 @@ channel: when the client's connection dies or the client cancels it, gRPC ends
 the call and the queue is stopped; when the server stops, likewise. A burst the
 server ends on its own (the client broke the queue protocol) gets a last event
 with the status.
+
+With ``executions`` set, ``openFastBurst`` opens the session's same-host execution queue
+instead (no prepared model; not gated as a burst; counted among the client's long-lived
+calls as a "same-host queue"): its packets carry every execution form of the session
+(:mod:`nnhal.server.rpc.samehost`), and ``executeSynchronously_1_3`` also as the burst's
+full, learning and compact packets above — each naming its prepared model, tagged with
+the call's request id and fault scope — served as ``executeSynchronously_1_3`` counted
+under ``same_host``. An answer too large for the ring makes the queue step aside (the
+client runs that call over gRPC).
 """
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -43,17 +53,19 @@ from functools import partial
 import grpc
 from google.protobuf.message import DecodeError
 
-from nnhal.core import fastpacket, fastring, wire
+from nnhal.core import fastpacket, fastring, samehost, wire
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import ExecutionResult, Request
 from nnhal.proto import fastpath_pb2 as fpb, fastpath_pb2_grpc as fpgrpc, service_pb2 as spb
 from nnhal.server import fastpath
 from nnhal.server.executions import Execution, Executions, Method, Refused
-from nnhal.server.executions.faults import BURST
+from nnhal.server.executions.faults import BURST, KINDS, Liveness
+from nnhal.server.executions.methods import CARRIER
 from nnhal.server.fastpath import FastQueue
 from nnhal.server.rpc.common import result_to, status_to
 from nnhal.server.rpc.prepared_model_servicer import EXECUTION_FAULTS, check_burst_fields, execution_from
+from nnhal.server.rpc.samehost import QueueCall, SameHostMethods
 from nnhal.server.session import Session, is_local_address
 
 #: The client collects its queue right after the first event; this is generous.
@@ -72,6 +84,16 @@ def _violation(status: ErrorStatus, message: str) -> bytes:
     return _packet(Refused(status, message))[1]
 
 
+def _step_aside(size: int) -> tuple[int, bytes]:
+    """A same-host queue's answer too large for its ring: the client runs the call over gRPC."""
+    return samehost.STEP_ASIDE, f"the answer ({size} bytes) does not fit the queue's ring".encode()
+
+
+def _serve_carried(queue: FastQueue, handle: fastpath.Handle) -> None:
+    CARRIER.set("same_host")
+    queue.serve(handle, _violation)
+
+
 class FastPathServicer(fpgrpc.FastPathServicer):
     """An adapter of the device's ``Executions``: each packet is one of its burst executions."""
 
@@ -80,11 +102,16 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         self.driver = executions.driver
         self._method = executions.method(_METHOD, "a fast burst execution", fault=BURST, transport="same_host")
         self._enabled = enabled and fastpath.available()
+        self._methods: SameHostMethods | None = None  # the same-host queue's forms, made at its first use
 
     def _authorise(self, request: fpb.FastBurstRequest, peer: str) -> Session:
         policy = self.driver.config.shared_memory
         if not self._enabled:
             raise GeneralFailure("this server does not offer the fast path; use the gRPC burst")
+        if request.executions:  # the session's queue: every form, each gated and faulted per call
+            if request.prepared_model:
+                raise InvalidArgument("a same-host execution queue names no prepared model")
+            return self._local_session(request, peer, policy is not None)
         arrival = self.executions.arrive(self.executions.method(BURST, timer=None, fault=None))
         if arrival is not None and arrival.error is not None:
             raise arrival.error  # a fast burst is a burst: HAL 1.2 on
@@ -92,12 +119,17 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         if faults.armed and any(f.method == BURST and f.kind == "abort" for f in faults.pending()):
             # An injected abort is a transport event of the gRPC stream: the client falls back to it.
             raise GeneralFailure("the fast path steps aside while a burst abort is injected; use the gRPC burst")
-        if policy is None:
+        session = self._local_session(request, peer, policy is not None)
+        self.driver.prepared(session, request.prepared_model)  # INVALID_ARGUMENT unless the session owns it
+        return session
+
+    def _local_session(self, request: fpb.FastBurstRequest, peer: str, shm: bool) -> Session:
+        """The caller's session, when it and this call come from the server's host."""
+        if not shm:
             raise GeneralFailure("this server has no shared-memory directory, which the fast path needs")
         session = self.driver.session(request.session)
         if not (session.is_local and is_local_address(peer)):
             raise GeneralFailure("the fast path is for clients on the server's host (unix socket or loopback)")
-        self.driver.prepared(session, request.prepared_model)  # INVALID_ARGUMENT unless the session owns it
         return session
 
     def openFastBurst(
@@ -106,7 +138,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         peer = context.peer() or ""
         try:
             session = self._authorise(request, peer)
-            leave = self.executions.long_calls.open("burst", peer)
+            leave = self.executions.long_calls.open("same-host queue" if request.executions else "burst", peer)
         except HalError as err:
             yield self._event(self.executions.refuse(self._method, err))
             return
@@ -120,12 +152,22 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             charged = 2 * ring_bytes
             policy = self.driver.config.shared_memory
             assert policy is not None  # checked by _authorise
-            queue = FastQueue.create(policy.directory, policy.prefix, ring_bytes)
+            kinds = (samehost.METHOD, *fastpath.REQUEST_KINDS) if request.executions else fastpath.REQUEST_KINDS
+            queue = FastQueue.create(policy.directory, policy.prefix, ring_bytes, kinds)
             if not context.add_callback(queue.stop):
                 return  # the call ended already
             yield fpb.FastBurstEvent(socket_path=str(queue.socket_path), token=queue.token, ring_bytes=ring_bytes)
             queue.hand_over(HANDOVER_TIMEOUT_S)
-            queue.serve(self._handler(session, request.prepared_model), _violation)
+            if request.executions:
+                q = queue
+                methods = self._same_host()
+                call = QueueCall(lambda: not q.stopping, peer)
+                handle = methods.handler(session, call, self._handler(session, None, methods.sync, call))
+                q.oversize = _step_aside
+                # In a context of its own: the carrier and each packet's request id stay in it.
+                contextvars.Context().run(_serve_carried, q, handle)
+            else:
+                queue.serve(self._handler(session, request.prepared_model), _violation)
             if queue.violation:
                 yield self._event(self.executions.refuse(self._method, InvalidArgument(queue.violation)))
         except HalError as err:
@@ -137,16 +179,30 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 self.driver.budget.uncharge(session.id, charged, RINGS)
             leave()
 
+    def _same_host(self) -> SameHostMethods:
+        if self._methods is None:
+            self._methods = SameHostMethods(self.executions)
+        return self._methods
+
     @staticmethod
     def _event(refused: Refused) -> fpb.FastBurstEvent:
         return status_to(fpb.FastBurstEvent(), refused)
 
-    def _handler(self, session: Session, handle: str) -> fastpath.Handle:
+    def _handler(
+        self, session: Session, handle: str | None, method: Method | None = None, live: Liveness | None = None
+    ) -> fastpath.Handle:
         """The packet handler of one fast burst: full requests, requests asking for a layout
-        id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`)."""
+        id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`). With
+        ``handle`` None, those of a session's same-host queue: executions of any prepared
+        model of the session (each full request names it; a layout is granted for one), as
+        ``method`` (executeSynchronously_1_3 there), alive while ``live`` is."""
         x = self.executions
-        m: Method = self._method
-        layouts: dict[int, fastpacket.Layout] = {}  # this burst's granted layouts, by id (from 1)
+        m: Method = method or self._method
+        burst = handle is not None
+        # The fault kinds an execution takes: a burst's per execution (its abort is taken
+        # when it opens), any on a queue (whose abort steps aside before it gets here).
+        kinds = EXECUTION_FAULTS if burst else KINDS
+        layouts: dict[int, tuple[str, fastpacket.Layout]] = {}  # granted layouts, by id (from 1)
 
         def refuse(message: str) -> tuple[int, bytes]:
             """A packet the burst cannot run (not counted: it names no execution)."""
@@ -157,24 +213,27 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 msg = spb.ExecuteRequest.FromString(payload)
             except DecodeError:
                 return refuse("a fast burst packet that is not an ExecuteRequest")
-            if msg.session not in ("", session.id) or msg.prepared_model not in ("", handle):
-                return refuse("a fast burst executes only the prepared model of the session it was opened for")
-            msg.session = session.id
-            msg.prepared_model = handle
-            try:
-                check_burst_fields(x, msg)  # what the device's level lacks, as on the gRPC burst
-            except HalError as err:
-                return _packet(x.refuse(m, err))
-            # The faults a gRPC burst execution takes (an injected status, a stall, an exit).
-            arrival = x.arrive(m, EXECUTION_FAULTS)
+            if handle is not None:
+                if msg.session not in ("", session.id) or msg.prepared_model not in ("", handle):
+                    return refuse("a fast burst executes only the prepared model of the session it was opened for")
+                msg.session = session.id
+                msg.prepared_model = handle
+                try:
+                    check_burst_fields(x, msg)  # what the device's level lacks, as on the gRPC burst
+                except HalError as err:
+                    return _packet(x.refuse(m, err))
+            elif msg.session != session.id:
+                return refuse("same-host queue: a call for another session than the queue's")
+            # The faults a gRPC execution of this kind takes (an injected status, a stall, an exit).
+            arrival = x.arrive(m, kinds)
             if kind != fastpacket.LEARN:
-                result = x.execute(m, partial(execution_from, msg), None, arrival)
+                result = x.execute(m, partial(execution_from, msg), live, arrival)
                 return fastring.RESULT, result_to(result).SerializeToString()
             try:
                 canonical = wire.request_from(msg.request)
             except HalError as err:
                 return _packet(x.refuse(m, err))
-            result = x.execute(m, partial(execution_from, msg, canonical), None, arrival)
+            result = x.execute(m, partial(execution_from, msg, canonical), live, arrival)
             answer = result_to(result)
             key = fastpacket.layout_key(canonical.inputs, canonical.outputs, canonical.pools)
             granted = 0
@@ -182,34 +241,36 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             room = len(layouts) < fastpacket.MAX_LAYOUTS
             if room and key is not None and result.status in fastpacket.ANSWERED and not msg.profile:
                 granted = len(layouts) + 1
-                layouts[granted] = fastpacket.Layout(key)
+                layouts[granted] = (msg.prepared_model, fastpacket.Layout(key))
             return fastpacket.LEARNED, fastpacket.LEARNED_HEADER.pack(granted) + answer.SerializeToString()
 
         def run_call(payload: bytes) -> tuple[int, bytes]:
             try:
                 call = fastpacket.decode_call(payload)
-                layout = layouts.get(call.layout)
-                if layout is None:
+                known = layouts.get(call.layout)
+                if known is None:
                     return refuse(f"fast burst: unknown layout id {call.layout}")
+                model, layout = known
                 pools = layout.pools(call.body)
             except fastpacket.PacketError as err:
                 return refuse(f"malformed fast burst call: {err}")
-            try:  # a layout holds inline pools only: no token to look for
-                x.check_burst_fields(call.deadline_ns is not None, call.loop_timeout_ns, False)
-            except HalError as err:
-                return _packet(x.refuse(m, err))
-            arrival = x.arrive(m, EXECUTION_FAULTS)
+            if burst:
+                try:  # a layout holds inline pools only: no token to look for
+                    x.check_burst_fields(call.deadline_ns is not None, call.loop_timeout_ns, False)
+                except HalError as err:
+                    return _packet(x.refuse(m, err))
+            arrival = x.arrive(m, kinds)
             # The deadline travels as the time remaining, re-based on this host's clock at arrival.
             deadline = None if call.deadline_ns is None else time.monotonic_ns() + call.deadline_ns
             execution = Execution(
                 session.id,
-                handle,
+                model,
                 Request(layout.inputs, layout.outputs, pools),
                 call.measure,
                 deadline,
                 call.loop_timeout_ns,
             )
-            result = x.execute(m, lambda: execution, None, arrival)
+            result = x.execute(m, lambda: execution, live, arrival)
             if isinstance(result, ExecutionResult) and result.status in fastpacket.ANSWERED:
                 return fastpacket.ANSWER, fastpacket.encode_answer(result)
             return fastring.RESULT, result_to(result).SerializeToString()

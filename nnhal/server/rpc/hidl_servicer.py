@@ -35,7 +35,7 @@ from nnhal.server.executions import (
 )
 from nnhal.server.executor.validate import supported_operations, validate_full
 from nnhal.server.memory import bind_model_pools
-from nnhal.server.rpc.common import as_result, events_to, hal_method
+from nnhal.server.rpc.common import as_result, cache_contents, events_to, hal_method
 from nnhal.server.rpc.device_servicer import prepare_events
 from nnhal.server.session import Session
 
@@ -184,11 +184,12 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
         arrival: Arrival | None,
     ) -> Iterator[spb.PrepareModelEvent]:
         def build() -> CachedPreparation:
-            self.driver.session(request.session)
+            session = self.driver.session(request.session)
+            shm = self.driver.config.shared_memory
             return CachedPreparation(
                 request.session,
-                tuple(bytes(f.data) for f in request.model_cache),
-                tuple(bytes(f.data) for f in request.data_cache),
+                cache_contents(request.model_cache, session, shm, "model cache file"),
+                cache_contents(request.data_cache, session, shm, "data cache file"),
                 bytes(request.token),
             )
 

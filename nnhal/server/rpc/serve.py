@@ -15,7 +15,7 @@ Keepalive: the server pings a client after 2 s without hearing from it (also
 with no data flowing: a session stream is silent after its first event) and
 drops a connection whose ping, or any other ping, is not acknowledged within
 2 s; the streams on it end, so a frozen or vanished client's sessions and
-objects are released within ~2-4 s (measured 2.1-3.2 s; documented bound 10 s).
+objects are released within the documented bound of 10 s.
 
 TLS (``tls``, ``nnhal.server.rpc.identity``): with a certificate and key every TCP
 listener serves TLS, loopback included (one rule, and a client configured for TLS
@@ -120,6 +120,14 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
     ("grpc.so_reuseport", 0),
 ]
 
+
+def server_options(receive_cap: int) -> list[tuple[str, int]]:
+    """:data:`SERVER_OPTIONS` with messages received capped at ``receive_cap`` bytes
+    (``DeviceConfig.receive_cap``: what one client may hold), so that a larger one is refused
+    (RESOURCE_EXHAUSTED) before the server buffers it."""
+    return [(k, receive_cap if k == "grpc.max_receive_message_length" else v) for k, v in SERVER_OPTIONS]
+
+
 SERVICE_NAMES = (
     *(
         spb.DESCRIPTOR.services_by_name[name].full_name
@@ -182,6 +190,8 @@ class Server:
             config = dataclasses.replace(base, name=spec.name, executor=backend.description)
             self.drivers[spec.name] = Driver(config, backend)
         self.driver = next(iter(self.drivers.values()))
+        #: The largest message the server receives: what the most limited device's client may hold.
+        self.receive_cap = min(d.config.receive_cap(MAX_MESSAGE_BYTES) for d in self.drivers.values())
         self.metrics = Metrics(self.drivers)
         #: The one owner of each device's HAL calls, handed to every servicer of the device.
         self.executions = {name: Executions(d, self.metrics, max_inline_bytes) for name, d in self.drivers.items()}
@@ -237,7 +247,7 @@ class Server:
         interceptors: list[aio.ServerInterceptor] = [*server_interceptors()]
         if mtls:
             interceptors.append(IdentityInterceptor())
-        server = aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
+        server = aio.server(options=server_options(self.receive_cap), interceptors=interceptors)
         # Every device's HAL services: 1.3, the fast path, the HIDL 1.0-1.2 and AIDL forms.
         # Every handler is served through generic handlers (``sync_handlers.Collector`` says why).
         add_device_services(server, self.executions, options.fast_path)
@@ -335,7 +345,10 @@ class Server:
         if idle():
             log.info("drained: all launched work finished")
             return True
-        log.warning("the drain time ran out: ending the work left with DEVICE_UNAVAILABLE")
+        if hurry.is_set():
+            log.warning("second interrupt: stopping now, ending the work left with DEVICE_UNAVAILABLE")
+        else:
+            log.warning("the drain time ran out: ending the work left with DEVICE_UNAVAILABLE")
         for d in drivers:
             d.expire_drain()
         end = time.monotonic() + EXPIRE_GRACE_S
@@ -408,10 +421,27 @@ def run_forever(options: ServerOptions) -> None:
         pass
     server.drain(options.drain_seconds, hurry)
     server.stop()
+    _remove_port_files(options.port_file)
     logging.shutdown()
     # Worker threads may still sit inside a long kernel or an injected delay;
     # in-flight RPCs had their grace period, so end the process now.
     os._exit(0)
+
+
+def _remove_port_files(port_file: Path | None) -> None:
+    """Remove the port file and its ``.metrics`` / ``.health`` companions: once the server has
+    stopped they name addresses nothing listens on."""
+    if port_file is None:
+        return
+    for path in (
+        port_file,
+        port_file.with_name(port_file.name + ".metrics"),
+        port_file.with_name(port_file.name + ".health"),
+    ):
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as err:  # a folder or permissions changed meanwhile: the exit goes on
+            log.warning("could not remove %s: %s", path, err.strerror or err)
 
 
 def _bind_plaintext(server: aio.Server, addr: str) -> str:

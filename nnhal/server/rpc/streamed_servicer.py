@@ -5,7 +5,9 @@ The stream is read whole (``wire_stream.read_request``: the head, then the chunk
 reassembled into the pools, every rule checked), then the execution runs exactly as a
 synchronous one (``Executions.execute``: level and drain refusals, launch
 checks, injected faults of ``executeSynchronously_1_3``, metrics), and the answer goes
-back as its head, then the chunks of its large output pools. A stream breaking the rules
+back as its head, then the chunks of its large output pools. Each chunk is charged to the stream's session
+as it arrives (RESOURCE_EXHAUSTED_* in the head past a memory limit), until the execution,
+which charges its request data itself, takes over. A stream breaking the rules
 is answered with INVALID_ARGUMENT in the head. The handler is a coroutine on the server's
 loop: the chunks are taken in as they arrive (no thread waits on a slow sender), the
 execution runs on a worker thread. An open stream counts among the long-lived calls of its
@@ -25,7 +27,7 @@ from grpc import aio
 
 from nnhal.core import wire, wire_stream
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.errors import HalError
+from nnhal.core.errors import HalError, ResourceExhaustedPersistent
 from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb, streamed_pb2_grpc as stgrpc
 from nnhal.server import log_limits
 from nnhal.server.executions import Abort, Arrival, Execution, Executions, Method, Refused
@@ -36,6 +38,8 @@ from nnhal.server.rpc.sync_handlers import SyncContext, abort, in_thread
 METHOD = "executeStreamed"
 #: The method whose level rule and injected faults a streamed execution shares.
 SYNC_METHOD = "executeSynchronously_1_3"
+#: The budget's kind for the chunks of a streamed request while it arrives.
+ARRIVING = "request data arriving"
 
 
 def _head(refused: Refused) -> stpb.StreamedExecuteResult:
@@ -70,13 +74,33 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
         # Given back when the stream ends, also when gRPC never resumes this generator.
         context.add_done_callback(lambda _context: leave())
         sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the execution's context
+        budget = x.driver.budget
+        charged, session = 0, ""  # bytes of chunks charged while the stream arrives, to whom
+
+        def give_back() -> None:
+            nonlocal charged
+            if charged:
+                budget.uncharge(session, charged, ARRIVING)
+                charged = 0
+
         try:
             first = None
             try:
                 parts = aiter(request_iterator)
                 first = await anext(parts, None)
                 reader = wire_stream.RequestReader(first)
+                session = reader.head.session
+                cap = x.driver.config.receive_cap(wire.max_inline_bytes())
+                if reader.declared > cap:
+                    raise ResourceExhaustedPersistent(
+                        f"the stream's inline pools declare {reader.declared} bytes, more than one client "
+                        f"may hold ({cap})"
+                    )
                 async for part in parts:
+                    # Every chunk is charged to its session before it is kept (DESIGN.md §5).
+                    nbytes = len(part.chunk.data)
+                    budget.charge(session, nbytes, ARRIVING)
+                    charged += nbytes
                     reader.add(part)
                 head, request = reader.finish()
             except (HalError, DecodeError) as err:
@@ -98,6 +122,8 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
             def build() -> Execution:
                 return execution_from(head, request)
 
+            # The execution charges its request data itself, from its launch on.
+            give_back()
             try:
                 result = await in_thread(x.execute, m, build, sync, arrival, t0)
             except Abort as aborted:
@@ -110,4 +136,5 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
             for chunk in wire_stream.chunks(stpb.StreamedExecuteResult, large):
                 yield chunk
         finally:
+            give_back()
             leave()

@@ -254,8 +254,8 @@ class Collector(grpc.GenericRpcHandler):
     (a dict lookup; add it with ``server.add_generic_rpc_handlers``).
 
     Not the server's registered methods: grpc.aio waits for a call on each registered method
-    with a task of its own and, at every call, ``asyncio.wait``s on all of them — with our
-    ~60 methods that cost more per call than the rest of a small execution."""
+    with a task of its own and, at every call, ``asyncio.wait``s on all of them, so the cost of
+    every call would grow with the number of methods served."""
 
     def __init__(self) -> None:
         self.table: Table = {}

@@ -6,11 +6,13 @@ No transport, no thread but the test's, no timing asserted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
-from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion
-from nnhal.core.errors import DeviceUnavailable, InvalidArgument
+from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion, Priority
+from nnhal.core.errors import DeviceUnavailable, InvalidArgument, ResourceExhaustedTransient
 from nnhal.core.types import DataLocation, ExecutionResult, InlinePool, Request, RequestArgument
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import (
@@ -29,6 +31,7 @@ from nnhal.server.executions import (
     Timings,
 )
 from nnhal.server.executions.hooks import Observers
+from nnhal.server.executions.owner import RESULTS_WAITING
 from tests.conftest import add_model
 
 LOCAL = "unix:/tmp/nnhal-test.sock"
@@ -124,9 +127,80 @@ def test_an_asynchronous_call_abandoned_after_its_launch_closes_its_job() -> Non
     x, session, handle = _owner()
     events = x.execute_async(x.method("execute_1_3"), lambda: Execution(session, handle, _request()))
     next(events)
-    assert x.driver.scheduler.in_flight == 1 and x.lifecycle.active == 1
+    # Parked at its launch: counted, its request data charged, no scheduler ticket yet.
+    assert x.driver.scheduler.in_flight == 0 and x.lifecycle.active == 1
+    assert _held(x) == 96  # its input and output pools
     events.close()
     assert x.driver.scheduler.in_flight == 0 and x.lifecycle.active == 0
+    assert _held(x) == 0
+
+
+def _held(x: Executions) -> int:
+    """Bytes charged for calls in progress: request data and answers waiting to be written."""
+    kinds = x.driver.budget.by_kind()
+    return kinds.get("request data", 0) + kinds.get(RESULTS_WAITING, 0)
+
+
+def test_calls_whose_launch_is_not_written_hold_no_place_on_the_device() -> None:
+    """Issue #24: a client that never reads its launch statuses cannot saturate the device."""
+    x, session, handle = _owner(slots=1, queue_depth=0)
+    m = x.method("execute_1_3", "an execution")
+    parked = [x.execute_async(m, lambda: Execution(session, handle, _request())) for _ in range(8)]
+    assert all(next(events) == Launch(ErrorStatus.NONE) for events in parked)
+    assert x.driver.scheduler.in_flight == 0
+    other = x.driver.open_session("victim", LOCAL).id
+    events = list(x.prepare(x.method("prepareModel_1_3", timer="prepare"), lambda: _preparation(other)))
+    notify = events[-1]
+    assert isinstance(notify, Notify) and isinstance(notify.answer, Prepared)
+    result = x.execute(x.method("executeSynchronously_1_3"), lambda: Execution(other, notify.answer.handle, _request()))
+    assert isinstance(result, ExecutionResult) and result.status == ErrorStatus.NONE
+    for events in parked:
+        events.close()
+    assert x.lifecycle.active == 0 and _held(x) == 0
+
+
+def test_a_written_launch_on_a_saturated_device_is_notified_resource_exhausted() -> None:
+    x, session, handle = _owner(slots=1, queue_depth=0)
+    events = x.execute_async(x.method("execute_1_3", "an execution"), lambda: Execution(session, handle, _request()))
+    assert next(events) == Launch(ErrorStatus.NONE)
+    ticket = x.driver.scheduler.admit("someone else", Priority.MEDIUM)
+    try:
+        notify = next(events)
+    finally:
+        x.driver.scheduler.release(ticket)
+    assert isinstance(notify, Notify) and notify.status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
+    assert "saturated" in notify.message
+    assert list(events) == [] and x.driver.scheduler.in_flight == 0 and _held(x) == 0
+
+
+def test_an_answer_waiting_to_be_written_is_charged_to_its_client() -> None:
+    x, session, handle = _owner()
+    events = x.execute_async(x.method("execute_1_3", "an execution"), lambda: Execution(session, handle, _request()))
+    next(events)
+    notify = next(events)
+    assert isinstance(notify, Notify) and notify.status == ErrorStatus.NONE
+    assert x.driver.budget.by_kind()[RESULTS_WAITING] == 32  # until the notify was written
+    assert list(events) == []
+    assert _held(x) == 0
+
+
+def test_an_answer_past_the_clients_limit_is_refused_not_buffered(monkeypatch: pytest.MonkeyPatch) -> None:
+    x, session, handle = _owner()
+    budget = x.driver.budget
+    charge = budget.charge
+
+    def full(sid: str, nbytes: int, what: str = "model constants") -> None:
+        if what == RESULTS_WAITING:
+            raise ResourceExhaustedTransient("this client already uses 64 of its 64")
+        charge(sid, nbytes, what)
+
+    monkeypatch.setattr(budget, "charge", full)
+    events = x.execute_async(x.method("execute_1_3", "an execution"), lambda: Execution(session, handle, _request()))
+    next(events)
+    notify = next(events)
+    assert isinstance(notify, Notify) and notify.status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
+    assert notify.answer is None and "cannot wait to be written" in notify.message
+    assert list(events) == [] and _held(x) == 0
 
 
 def test_a_launch_error_is_launched_and_notified_with_the_same_status() -> None:
@@ -256,3 +330,28 @@ def test_a_fenced_execution_and_its_info_are_told_to_the_hooks() -> None:
     with pytest.raises(InvalidArgument):
         x.execute_fenced("executeFenced", FencedExecution(session, "missing", _request(), (), False, None, 0))
     assert seen.seen[-1] == ("answered", "executeFenced", "Refused")
+
+
+def _huge_array() -> None:
+    np.empty(1 << 62, np.uint8)  # numpy's _ArrayMemoryError, a MemoryError
+
+
+def _raise(err: Exception) -> None:
+    raise err
+
+
+@pytest.mark.parametrize(
+    "fail",
+    [_huge_array, lambda: _raise(MemoryError()), lambda: _raise(RuntimeError("[ONNXRuntimeError] Arena alloc failed"))],
+    ids=["numpy", "MemoryError", "arena"],
+)
+def test_an_allocation_failure_is_resource_exhausted_never_general_failure(fail: Callable[[], None]) -> None:
+    x, _, _ = _owner()
+
+    def build() -> Execution:
+        fail()
+        raise AssertionError("unreachable")
+
+    result = x.execute(x.method("executeSynchronously_1_3"), build)
+    assert isinstance(result, Refused) and result.status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
+    assert "ran out of memory" in result.message

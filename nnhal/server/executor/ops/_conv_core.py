@@ -135,12 +135,14 @@ def finish_quant(
     zo: int,
     lo: int,
     hi: int,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Accumulator (exact integers, float64 or int) + bias -> requantized to the output zero
-    point ``zo``, clamped to [lo, hi] (the fused activation's range), in ``out_dtype``."""
+    point ``zo``, clamped to [lo, hi] (the fused activation's range), in ``out_dtype``: written
+    into ``out`` when given (a contiguous array of ``acc``'s shape and ``out_dtype``)."""
     channels = acc.shape[-1]
     flat = acc.reshape(-1, channels)
-    out = np.empty(flat.shape, out_dtype)
+    out = np.empty(flat.shape, out_dtype) if out is None else out.reshape(flat.shape)
     floats = flat.dtype == np.float64
     if floats:
         # float64 sums of integer products below 2^53 are exact integers: the bias
@@ -158,6 +160,93 @@ def finish_quant(
     return out.reshape(acc.shape)
 
 
+#: Every integer of magnitude below this is exact in float64.
+_EXACT = 2.0**53
+
+
+@dataclass(frozen=True)
+class FloatRequant:
+    """``finish_quant`` in float64 for accumulators whose bound keeps every step exact.
+
+    The reference requantizes ``h = acc + bias`` with multiplier ``m`` and shift ``left`` /
+    ``right`` as: the high multiply ``p = floor((h * m * 2^left + 2^30) / 2^31)``, then
+    ``floor((p - [p < 0] + 2^(right-1)) / 2^right)`` (rounding half away from zero; ``p``
+    alone when right is 0), plus the zero point. Here ``p = floor(h * s + 1/2)`` with
+    ``s = m * 2^left / 2^31`` and ``-[p < 0] = clip(p, -1, 0)`` (``p`` is an integer); every
+    value is a dyadic rational whose numerator ``float_requant`` bounds below 2^53, so float64
+    computes each step exactly and the result is bit-identical, in passes without int64 casts.
+    """
+
+    bias: np.ndarray
+    scale: np.ndarray
+    #: 2^-right, and 1/2 + zero point (1/2 dropped when right is 0), per channel or one.
+    down: np.ndarray
+    add: np.ndarray
+    #: Every channel shifts right (the half-away correction applies); else none does.
+    rounds: bool
+    lo: int
+    hi: int
+
+    def __call__(self, acc: np.ndarray, out_dtype: np.dtype[Any], out: np.ndarray | None = None) -> np.ndarray:
+        """Requantize ``acc`` (exact integers, any numeric dtype, channels last) into ``out``
+        (made when None) of ``out_dtype``, clamped to [lo, hi]."""
+        channels = acc.shape[-1]
+        flat = acc.reshape(-1, channels)
+        dest = np.empty(flat.shape, out_dtype) if out is None else out.reshape(flat.shape)
+        rows = max(1, _CHUNK // max(channels, 1))
+        f = np.empty((min(rows, flat.shape[0]), channels), np.float64)
+        t = np.empty_like(f) if self.rounds else f
+        for start in range(0, flat.shape[0], rows):
+            a = flat[start : start + rows]
+            g = f[: a.shape[0]]
+            np.add(a, self.bias, out=g)
+            g *= self.scale
+            g += 0.5
+            np.floor(g, out=g)
+            if self.rounds:
+                c = t[: a.shape[0]]
+                np.clip(g, -1.0, 0.0, out=c)
+                g += c
+            g *= self.down
+            g += self.add
+            np.floor(g, out=g)
+            np.clip(g, self.lo, self.hi, out=dest[start : start + rows], casting="unsafe")
+        return dest.reshape(acc.shape)
+
+
+def float_requant(
+    bound: np.ndarray, bias: np.ndarray, qm: np.ndarray, sh: np.ndarray, zo: int, lo: int, hi: int
+) -> FloatRequant | None:
+    """The float64 requantization for accumulators with |acc| <= ``bound`` (per channel) and
+    integer ``bias``, multipliers ``qm`` and shifts ``sh`` (per channel or one, as
+    channel_multipliers makes them), or None when some step could leave float64's exact
+    integers or the channels mix shifts right and none."""
+    qm = np.asarray(qm, np.int64).reshape(-1)
+    sh = np.asarray(sh, np.int64).reshape(-1)
+    channels = bound.shape[0]
+    if qm.shape[0] == 1:
+        qm, sh = np.repeat(qm, channels), np.repeat(sh, channels)
+    if qm.shape[0] != channels or bias.shape != (channels,) or channels == 0 or (qm < 0).any():
+        return None
+    left, right = np.maximum(sh, 0), np.maximum(-sh, 0)
+    rounds = bool((right > 0).all())
+    if not rounds and (right > 0).any():
+        return None
+    if right.max() > 62 or left.max() > 31:
+        return None
+    # Exact Python integers: the bound itself must not round.
+    h_max = [int(b) + abs(int(c)) for b, c in zip(np.ceil(bound), bias)]
+    if any((h * int(m) << int(lft)) + (1 << 30) >= _EXACT for h, m, lft in zip(h_max, qm, left)):
+        return None
+    scale = qm.astype(np.float64) * np.ldexp(1.0, left - 31)
+    down = np.ldexp(1.0, -right)
+    add = np.full(channels, zo + (0.5 if rounds else 0.0))
+    if (qm == qm[0]).all() and (sh == sh[0]).all():
+        # One multiplier for the tensor: the passes broadcast a single value.
+        scale, down, add = scale[:1], down[:1], add[:1]
+    return FloatRequant(bias.astype(np.float64), scale, down, add, rounds, lo, hi)
+
+
 #: Float depthwise outputs of at least this many positions (OH*OW) take a pass per tap over whole
 #: rows; below it one einsum over the windows is faster (its cost grows with the positions, the
 #: passes' with the elements). Quantized ones always take the passes (exact int32 sums).
@@ -165,7 +254,14 @@ ROW_TAPS_MIN = 1 << 10
 
 
 def depthwise_sum(
-    xp: np.ndarray, wt: np.ndarray, g: Geometry, oh: int, ow: int, rows: bool, tiled: np.ndarray | None = None
+    xp: np.ndarray,
+    wt: np.ndarray,
+    g: Geometry,
+    oh: int,
+    ow: int,
+    rows: bool,
+    tiled: np.ndarray | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Depthwise sum over the taps of padded NHWC ``xp`` with weights ``wt`` [KH, KW, C], taps in
     row-major order. The weights are tiled along OW (``tiled`` when prepared, else made here) so
@@ -175,6 +271,9 @@ def depthwise_sum(
       products summed in one pass, no copy);
     - else with ``rows``: per tap one multiply into a scratch buffer and one add over such rows
       (column phases make the strided taps contiguous); without: one einsum over the windows.
+
+    The sum is written into ``out`` when given (a contiguous [N, OH, OW, C] array of the sum's
+    dtype) and returned.
     """
     kh, kw, oc = wt.shape
     stride, dilation = (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w)
@@ -189,14 +288,15 @@ def depthwise_sum(
             (g.dilation_h * s_h, g.dilation_w * s_w, s_n, g.stride_h * s_h, s_c),
             writeable=False,
         )
-        return np.asarray(np.einsum("ijnhq,ijq->nhq", view, tiled)).reshape(xp.shape[0], oh, ow, oc)
+        dest = None if out is None else out.reshape(xp.shape[0], oh, ow * oc)
+        return np.asarray(np.einsum("ijnhq,ijq->nhq", view, tiled, out=dest)).reshape(xp.shape[0], oh, ow, oc)
     if not rows:
         windows = window_patches(xp, (kh, kw), (oh, ow), stride, dilation)
-        return np.asarray(np.einsum("nhwijc,ijc->nhwc", windows, wt))
+        return np.asarray(np.einsum("nhwijc,ijc->nhwc", windows, wt, out=out))
     taps = row_taps(xp, (kh, kw), (oh, ow), stride, dilation)
     if tiled is None:
         tiled = np.tile(wt, (1, 1, ow))
-    acc: np.ndarray = np.multiply(taps[0], tiled[0, 0])
+    acc: np.ndarray = np.multiply(taps[0], tiled[0, 0], out=None if out is None else out.reshape(taps[0].shape))
     tmp = np.empty_like(acc)
     for k in range(1, len(taps)):
         np.multiply(taps[k], tiled[k // kw, k % kw], out=tmp)

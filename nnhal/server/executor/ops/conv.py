@@ -9,7 +9,7 @@ Constant filters are re-laid-out once at prepare.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
@@ -31,6 +31,7 @@ from nnhal.server.executor.ops._conv_core import (
     QuantState,
     depthwise_sum,
     finish_quant,
+    float_requant,
     im2col,
     out_hw,
     pad,
@@ -454,6 +455,13 @@ def _static(v: ValidationContext, explicit: bool, depthwise: bool) -> _Static | 
     return _Static(g, x_shape, out_shape, kh, kw, bias, DTYPE[t], clamp_in_place(g.activation), lo, hi)
 
 
+def _x_max(v: ValidationContext) -> int:
+    """The largest magnitude of a quantized input less its zero point."""
+    lo, hi = (0, 255) if v.inputs[INPUT].type == T.TENSOR_QUANT8_ASYMM else (-128, 127)
+    zp = v.inputs[INPUT].zero_point
+    return max(zp - lo, hi - zp)
+
+
 def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
     """NHWC CONV_2D with constant filter, bias and parameters and static shapes: im2col, one
     GEMM with the prepared filter, the bias and the activation in place."""
@@ -462,14 +470,17 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
     if st is None:
         return None
     g, x_shape, out_shape, kh, kw = st.g, st.x_shape, st.out_shape, st.kh, st.kw
+    oc = out_shape[3]
     if isinstance(state, np.ndarray):
         matrix, bias, clamp = state, st.bias, st.clamp
 
-        def run_float(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+        def run_float(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
             x = inputs[INPUT]
             if x is None or x.shape != x_shape:
                 return None
-            out: np.ndarray = im2col(x, g, kh, kw)[0] @ matrix
+            buffer = buffers[0]
+            patches = im2col(x, g, kh, kw)[0]
+            out: np.ndarray = np.matmul(patches, matrix, out=None if buffer is None else buffer.reshape(-1, oc))
             out += bias
             if clamp is not None:
                 clamp(out)
@@ -479,16 +490,21 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
     if not isinstance(state, QuantState):
         return None
     q, zp = state, v.inputs[INPUT].zero_point
+    out_zp = v.outputs[0].zero_point
+    bound = _x_max(v) * np.abs(q.weights).sum(axis=1)
+    requant = float_requant(bound, st.bias, q.multipliers, q.shifts, out_zp, st.lo, st.hi)
 
-    def run_quant(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+    def run_quant(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != x_shape:
             return None
         acc = im2col(x.astype(q.weights.dtype) - zp, g, kh, kw)[0] @ q.weights.T
-        out = finish_quant(acc, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi)
+        if requant is not None:
+            out = requant(acc, st.out_dtype, buffers[0])
+        else:
+            out = finish_quant(acc, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi, buffers[0])
         return [out.reshape(out_shape)]
 
-    out_zp = v.outputs[0].zero_point
     return run_quant
 
 
@@ -508,13 +524,13 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
         wt, bias, clamp = w.reshape(st.kh, st.kw, oc), st.bias, st.clamp
         tiled = np.tile(wt, (1, 1, ow)) if rows or g.stride_w == 1 else None
 
-        def run_float(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+        def run_float(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
             x = inputs[INPUT]
             if x is None or x.shape != x_shape:
                 return None
             if repeat > 1:
                 x = np.repeat(x, repeat, axis=3)
-            acc = depthwise_sum(pad(x, g), wt, g, oh, ow, rows, tiled)
+            acc = depthwise_sum(pad(x, g), wt, g, oh, ow, rows, tiled, buffers[0])
             acc += bias
             if clamp is not None:
                 clamp(acc)
@@ -526,18 +542,29 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
     filter_op = v.inputs[FILTER]
     wz = filter_op.zero_point if filter_op.type != T.TENSOR_QUANT8_SYMM_PER_CHANNEL else 0
     wq = w.reshape(st.kh, st.kw, oc).astype(np.int32) - np.int32(wz)
-    zp, out_zp, q = np.int32(v.inputs[INPUT].zero_point), v.outputs[0].zero_point, state
+    out_zp, q = v.outputs[0].zero_point, state
+    bound = _x_max(v) * np.abs(wq).sum(axis=(0, 1)).astype(np.float64)
+    requant = float_requant(bound, st.bias, q.multipliers, q.shifts, out_zp, st.lo, st.hi)
+    # Integer sums below 2^24 are exact in float32 in any order: then the taps take the float
+    # kernel's faster passes (one einsum at stride 1).
+    in_float = requant is not None and float(bound.max(initial=0)) < 2.0**24
+    sum_dtype = np.float32 if in_float else np.int32
+    wq = wq.astype(sum_dtype)
+    zp_sum = sum_dtype(v.inputs[INPUT].zero_point)
     tiled_q = np.tile(wq, (1, 1, ow))
+    rows_q = rows if in_float else True
 
-    def run_quant(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+    def run_quant(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != x_shape:
             return None
-        xs = x.astype(np.int32) - zp
+        xs = x.astype(sum_dtype) - zp_sum
         if repeat > 1:
             xs = np.repeat(xs, repeat, axis=3)
-        acc = depthwise_sum(pad(xs, g), wq, g, oh, ow, True, tiled_q)
-        return [finish_quant(acc, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi)]
+        acc = depthwise_sum(pad(xs, g), wq, g, oh, ow, rows_q, tiled_q)
+        if requant is not None:
+            return [requant(acc, st.out_dtype, buffers[0])]
+        return [finish_quant(acc, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi, buffers[0])]
 
     return run_quant
 

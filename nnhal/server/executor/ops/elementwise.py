@@ -13,6 +13,7 @@ double precision (the reference's ``requantize``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -191,11 +192,11 @@ def bind_arith(v: ValidationContext, state: object) -> FastKernel | None:
     ufunc = _FLOAT_ARITH[v.op_type]
     clamp = clamp_in_place(act)
 
-    def run(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+    def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         a, b = inputs[INPUT0], inputs[INPUT1]
         if a is None or b is None or a.shape != sa or b.shape != sb:
             return None
-        out: np.ndarray = ufunc(a, b)
+        out: np.ndarray = ufunc(a, b, out=buffers[OUTPUT])
         if clamp is not None:
             clamp(out)
         return [out]

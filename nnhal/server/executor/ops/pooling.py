@@ -8,13 +8,20 @@ as tflite's integer kernels ((sum +- count/2) / count, truncating).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
 from nnhal.core.operand_types import DTYPE
 from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
-from nnhal.server.executor.ops._activations import activation_range_quant, apply_activation, check_activation
+from nnhal.server.executor.ops._activations import (
+    activation_range_quant,
+    apply_activation,
+    check_activation,
+    clamp_in_place,
+)
 from nnhal.server.executor.ops._padding import (
     PADDING_CODES,
     implicit_padding,
@@ -24,8 +31,16 @@ from nnhal.server.executor.ops._padding import (
     window_taps,
 )
 from nnhal.server.executor.ops._validation import same_quant
-from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, from_nhwc, to_compute, to_nhwc
-from nnhal.server.executor.registry import register
+from nnhal.server.executor.ops.common import (
+    FLOAT_TYPES,
+    QUANT8_TYPES,
+    T,
+    from_nhwc,
+    static_shapes,
+    to_compute,
+    to_nhwc,
+)
+from nnhal.server.executor.registry import FastKernel, register
 
 INPUT = 0
 Op = OperationType
@@ -120,5 +135,56 @@ def execute_pool(ctx: ExecutionContext) -> None:
     ctx.set_output(0, from_nhwc(result, nchw))
 
 
-for _op in (Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D):
+def bind_max_pool(v: ValidationContext, state: object) -> FastKernel | None:
+    """Float32 NHWC MAX_POOL_2D with constant parameters and static shapes: the general kernel's
+    maxima over the taps, in the same order, into the output buffer, nothing re-checked."""
+    n = v.num_inputs
+    shape, out_shape = v.input_dims(INPUT), v.outputs[0].dimensions
+    if v.op_type != Op.MAX_POOL_2D or v.input_type(INPUT) != T.TENSOR_FLOAT32 or len(shape) != 4:
+        return None
+    if not static_shapes(shape, out_shape) or not all(v.is_constant(i) for i in range(1, n)):
+        return None
+    if n in (8, 11) and v.constant_scalar(n - 1):
+        return None  # NCHW
+    _, h, w, _ = shape
+    if n >= 10:
+        pl, pr, pt, pb, sw, sh, fw, fh, act = (v.constant_scalar(i) for i in range(1, 10))
+    else:
+        code, sw, sh, fw, fh, act = (v.constant_scalar(i) for i in range(1, 7))
+        if code not in PADDING_CODES or min(sw, sh, fw, fh) < 1:
+            return None
+        pt, pb = implicit_padding(h, sh, 1, fh, code)
+        pl, pr = implicit_padding(w, sw, 1, fw, code)
+    if min(sw, sh, fw, fh) < 1 or min(pl, pr, pt, pb) < 0 or not check_activation(act):
+        return None
+    if not (fw > pl and fw > pr and fh > pt and fh > pb):
+        return None
+    oh, ow = out_size(h, fh, sh, 1, pt, pb), out_size(w, fw, sw, 1, pl, pr)
+    if (shape[0], oh, ow, shape[3]) != out_shape:
+        return None
+    clamp = clamp_in_place(act)
+    windows = row_taps if sw == 1 else window_taps
+
+    def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+        x = inputs[INPUT]
+        if x is None or x.shape != shape:
+            return None
+        taps = windows(pad_spatial(x, pt, pb, pl, pr, -np.inf), (fh, fw), (oh, ow), (sh, sw))
+        out = buffers[0]
+        acc = np.empty(taps[0].shape, np.float32) if out is None else out.reshape(taps[0].shape)
+        if len(taps) == 1:
+            np.copyto(acc, taps[0])
+        else:
+            np.maximum(taps[0], taps[1], out=acc)
+            for tap in taps[2:]:
+                np.maximum(acc, tap, out=acc)
+        if clamp is not None:
+            clamp(acc)
+        return [acc.reshape(out_shape)]
+
+    return run
+
+
+register(Op.MAX_POOL_2D, validate=validate_pool, execute=execute_pool, bind=bind_max_pool)
+for _op in (Op.AVERAGE_POOL_2D, Op.L2_POOL_2D):
     register(_op, validate=validate_pool, execute=execute_pool)

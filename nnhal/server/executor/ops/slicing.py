@@ -10,6 +10,7 @@ as the HAL has required since 1.2.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 
 import numpy as np
@@ -226,11 +227,15 @@ def bind_pad(v: ValidationContext, state: object) -> FastKernel | None:
     fill = np.array(v.inputs[INPUT].zero_point if t in QUANT8_TYPES else 0, dtype=dtype)
     inner = tuple(slice(a, a + d) for d, (a, _) in zip(shape, widths))
 
-    def run(inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+    def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != shape:
             return None
-        out = np.full(out_shape, fill, dtype=dtype)
+        out = buffers[OUTPUT]
+        if out is None:
+            out = np.full(out_shape, fill, dtype=dtype)
+        else:
+            out.fill(fill)
         out[inner] = x
         return [out]
 

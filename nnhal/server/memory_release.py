@@ -1,0 +1,81 @@
+"""Giving freed memory back to the operating system.
+
+CPython and numpy allocate through the C library's ``malloc``. glibc keeps what a process
+frees in its heaps and arenas for reuse, and after a large block is freed it raises its
+mmap threshold, so the next large tensors come from the heap too: a server that held a
+few hundred MiB for a while keeps that resident long after every byte was released (its
+budget says 0). ``malloc_trim(0)`` returns the free pages of every arena to the kernel.
+
+It is called through ``ctypes`` because nothing in the standard library exposes it, and
+only on glibc (elsewhere, e.g. musl, the symbol is absent and this does nothing). A trim
+walks the arenas under their locks, so it is rate-limited: at most once per
+:data:`MIN_INTERVAL_S`, once at least :data:`TRIM_AFTER_BYTES` were released since the last.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+#: Bytes released (budget uncharges, closed sessions) before a trim is worth its cost.
+TRIM_AFTER_BYTES = 16 << 20
+#: The least time between two trims.
+MIN_INTERVAL_S = 1.0
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        fn = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    trim: Callable[[int], int] = fn
+    return trim
+
+
+_TRIM = _malloc_trim()
+
+
+class Releaser:
+    """Counts released bytes and trims the C heap when enough were (module docstring).
+    Thread-safe: ``released`` is a counter add on the common path, a trim is taken by one
+    thread at a time (a non-blocking lock: another thread never waits for it)."""
+
+    def __init__(self, after_bytes: int = TRIM_AFTER_BYTES, interval_s: float = MIN_INTERVAL_S) -> None:
+        self.after_bytes = after_bytes
+        self.interval_s = interval_s
+        self.trims = 0
+        self._pending = 0
+        self._last = 0.0
+        self._lock = threading.Lock()
+
+    def released(self, nbytes: int) -> None:
+        """``nbytes`` were given back; maybe trim (on this thread)."""
+        self._pending += nbytes  # racy by design: a lost add only delays a trim
+        if self._pending < self.after_bytes or _TRIM is None:
+            return
+        now = time.monotonic()
+        if now - self._last < self.interval_s or not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._pending, self._last = 0, now
+            _TRIM(0)
+            self.trims += 1
+        finally:
+            self._lock.release()
+
+    def trim_now(self) -> bool:
+        """Trim at once (a test, or a server going idle); False where there is no ``malloc_trim``."""
+        if _TRIM is None:
+            return False
+        with self._lock:
+            self._pending, self._last = 0, time.monotonic()
+            _TRIM(0)
+            self.trims += 1
+        return True

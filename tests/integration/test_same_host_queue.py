@@ -1,0 +1,234 @@
+"""The session's same-host execution queue across processes: every execution form off gRPC.
+
+A client on the server's host sends every execution form (sync, async, fenced, reusable,
+the AIDL forms) through its session's shared-memory queue, transparently: the answers
+equal the gRPC path's, the server counts them under ``same_host``; a server started with
+``--no-fast-path`` keeps gRPC. Packets the server cannot trust are refused with a status
+and it serves on; a client whose results pile up unread loses its queue (rings given
+back) and its next calls take a new one; a SIGKILLed server releases a waiting sync or
+async execution with DEAD_OBJECT within the gRPC path's bound.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from nnhal.client.device import Device
+from nnhal.client.outcome import ExecutionOutcome
+from nnhal.client.remote import FastBurstLink
+from nnhal.client.remote.messages import ExecutionOptions
+from nnhal.client.remote.samehost import SameHostQueue
+from nnhal.core import fastring, samehost, wire
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import DeadObject
+from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
+from nnhal.proto import service_pb2 as spb
+from nnhal.testing.local_server import LocalServer
+from tests.conftest import add_model
+
+pytestmark = pytest.mark.integration
+
+
+def _add_request(a: np.ndarray, b: np.ndarray) -> Request:
+    n = a.nbytes
+    return Request(
+        (RequestArgument(location=DataLocation(0, 0, n)), RequestArgument(location=DataLocation(0, n, n))),
+        (RequestArgument(location=DataLocation(1, 0, n)),),
+        (InlinePool(a.tobytes() + b.tobytes(), 2 * n), InlinePool(b"", n)),
+    )
+
+
+def _counts(dev: Device) -> tuple[int, int]:
+    stats = dev.stats()
+    return stats["executions_same_host"], stats["executions_grpc"]
+
+
+@pytest.fixture
+def grpc_only() -> Iterator[None]:
+    """Sessions opened in the test make no queue (the gRPC path, for comparison)."""
+    saved = SameHostQueue.ENABLED
+    SameHostQueue.ENABLED = False
+    try:
+        yield
+    finally:
+        SameHostQueue.ENABLED = saved
+
+
+def _every_form(dev: Device, a: np.ndarray, b: np.ndarray) -> list[tuple[object, ...]]:
+    """One execution of each form; what each answered (comparable across transports)."""
+    out: list[tuple[object, ...]] = []
+    request = _add_request(a, b)
+    with dev.prepare_model_sync(add_model()) as pm:
+        sync = pm.execute([a, b])
+        out.append(("execute", sync.status, sync.outputs[0].tolist()))
+        raw = pm.execute_request(request)
+        out.append(("execute_request", raw.status, raw.output_shapes, bytes(raw.output_pools[1])))
+        cb = pm.execute_async([a, b])
+        assert cb.wait(10)
+        assert cb.value is not None
+        out.append(("execute_async", cb.status, cb.value.outputs[0].tolist()))
+        fenced = pm.execute_fenced(request)
+        info = fenced.get_execution_info()
+        out.append(("execute_fenced", info.status, bytes(info.output_pools[1])))
+        with pm.create_reusable_execution([a, b]) as reusable:
+            for _ in range(2):
+                run = reusable.compute()
+                out.append(("reusable", run.status, run.outputs[0].tolist()))
+        config = pm.execute_with_config(request)
+        out.append(("config", config.status, bytes(config.output_pools[1])))
+        aidl = pm.execute_request_aidl(request)
+        out.append(("aidl", aidl.status, bytes(aidl.output_pools[1])))
+        bad = Request(request.inputs, (RequestArgument(location=DataLocation(1, 0, 8)),), request.pools)
+        small = pm.execute_request(bad)  # an error status travels too
+        out.append(("too small", small.status, small.output_shapes))
+    return out
+
+
+def test_every_form_takes_the_queue_and_answers_as_grpc(server: LocalServer, grpc_only: None) -> None:
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    b = np.full((2, 4), 0.5, np.float32)
+    with Device.connect(server.address) as plain:
+        assert plain.remote.same_host is None
+        before = _counts(plain)
+        over_grpc = _every_form(plain, a, b)
+        middle = _counts(plain)
+        SameHostQueue.ENABLED = True
+        with Device.connect(server.address) as dev:
+            over_queue = _every_form(dev, a, b)
+            assert dev.remote.same_host is not None and dev.remote.same_host.open
+        after = _counts(plain)
+    assert over_queue == over_grpc
+    executions = len(over_grpc)  # the refused one (OUTPUT_INSUFFICIENT_SIZE) is launched too
+    assert middle[0] - before[0] == 0 and middle[1] - before[1] >= executions
+    # Every one of the queued session's executions was counted as same_host, none as gRPC
+    # (other tests' sessions on this shared server may add to both meanwhile: at least).
+    assert after[0] - middle[0] >= executions
+
+
+def test_a_server_without_the_fast_path_keeps_grpc() -> None:
+    a = np.ones((2, 4), np.float32)
+    with LocalServer("--no-fast-path") as srv, Device.connect(srv.address) as dev:
+        with dev.prepare_model_sync(add_model()) as pm:
+            assert pm.execute([a, a]).status == ErrorStatus.NONE
+            cb = pm.execute_async([a, a])
+            assert cb.wait(10) and cb.status == ErrorStatus.NONE
+        assert dev.remote.same_host is None
+        assert _counts(dev) == (0, 2)
+
+
+def test_corrupted_packets_are_refused_and_the_server_serves_on(device: Device) -> None:
+    a = np.ones((2, 4), np.float32)
+    with device.prepare_model_sync(add_model()) as pm:
+        link = FastBurstLink.open(device.remote, "", executions=True)
+        try:
+            sid = device.remote.session_id
+            good = spb.ExecuteRequest(session=sid, prepared_model=pm.handle).SerializeToString()
+            cases = [
+                (lambda ring: ring.write(samehost.METHOD, b"\x01\x00", crc=7), "checksum"),
+                (lambda ring: ring.write(samehost.METHOD, b"\x01"), "shorter than its header"),
+                (lambda ring: ring.write(samehost.METHOD, samehost.encode_method(99, "", good)), "unknown method"),
+                (lambda ring: ring.write(samehost.METHOD, samehost.encode_method(3, "", b"\xff" * 40)), "decoded"),
+                (
+                    lambda ring: ring.write(
+                        samehost.METHOD,
+                        samehost.encode_method(1, "", spb.ExecuteRequest(session="other").SerializeToString()),
+                    ),
+                    "another session",
+                ),
+                (lambda ring: ring.write(samehost.REPLY, b""), "unexpected packet kind"),
+            ]
+            for write, why in cases:
+                refused = link.send_raw(write)  # type: ignore[arg-type]
+                assert refused.status == ErrorStatus.INVALID_ARGUMENT, refused.message
+                assert why in refused.message
+            untagged = link.execute(_add_request(a, a), ExecutionOptions(), pm.handle, sid)
+            assert untagged is not None and untagged.status == ErrorStatus.INVALID_ARGUMENT
+            assert "tagged packet" in untagged.message
+            tag = samehost.encode_tag("test-1")
+            ok = link.execute(_add_request(a, a), ExecutionOptions(), pm.handle, sid, tag=tag)
+            assert ok is not None and ok.status == ErrorStatus.NONE, "the queue did not recover"
+        finally:
+            link.close()
+        assert pm.execute([a, a]).status == ErrorStatus.NONE  # the session's own queue serves on
+
+
+def test_a_client_that_stops_reading_loses_its_queue(device: Device) -> None:
+    """Results the client never reads fill its result ring: the server ends that queue at
+    once (it executes nothing more for it), gives its rings back, and serves on."""
+    a = np.ones((2, 4), np.float32)
+    with device.prepare_model_sync(add_model()) as pm:
+        before = device.stats()["bytes_in_use"]
+        link = FastBurstLink.open(device.remote, "", ring_bytes=fastring.MIN_RING_BYTES, executions=True)
+        try:
+            msg = spb.ExecuteRequest(session=device.remote.session_id, prepared_model=pm.handle)
+            wire.request_to(_add_request(a, a), msg.request)
+            payload = samehost.encode_method(1, "", msg.SerializeToString())
+            assert device.stats()["bytes_in_use"] >= before + 2 * fastring.MIN_RING_BYTES
+            sent = full = 0
+            end = time.monotonic() + 10.0
+            while full < 20 and time.monotonic() < end:  # until the server stops taking requests
+                try:
+                    link.requests.write(samehost.METHOD, payload)
+                    sent += 1
+                    full = 0
+                    link.doorbell.ring()
+                except (fastring.RingError, OSError):
+                    full += 1
+                    time.sleep(0.01)
+            assert sent * 64 > fastring.MIN_RING_BYTES  # more answers than its ring could hold
+            end = time.monotonic() + 5.0
+            while device.stats()["bytes_in_use"] > before and time.monotonic() < end:
+                time.sleep(0.02)
+            assert device.stats()["bytes_in_use"] <= before, "the ended queue's rings were not given back"
+            ended = link._ended()  # the queue's last event: why the server ended it
+            assert ended.status == ErrorStatus.INVALID_ARGUMENT and "result ring" in ended.message
+        finally:
+            link.close()
+        assert pm.execute([a, a]).status == ErrorStatus.NONE
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_sigkill_during_a_same_host_execution_is_dead_object(own_server: LocalServer, form: str) -> None:
+    dev = Device.connect(own_server.address)
+    try:
+        pm = dev.prepare_model_sync(add_model())
+        a = np.ones((2, 4), np.float32)
+        assert pm.execute([a, a]).status == ErrorStatus.NONE
+        queue = dev.remote.same_host
+        assert queue is not None and queue.open
+        dev.set_faults(execute_delay_ms=10_000)
+        outcome: list[ExecutionOutcome | BaseException] = []
+
+        def run() -> None:
+            try:
+                if form == "sync":
+                    outcome.append(pm.execute_request(_add_request(a, a)))
+                else:
+                    cb = pm.execute_request_async(_add_request(a, a))
+                    cb.wait(20)
+                    outcome.append(ExecutionOutcome(cb.status, cb.message))
+            except BaseException as err:  # reported below
+                outcome.append(err)
+
+        waiter = threading.Thread(target=run)
+        waiter.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        own_server.signal(signal.SIGKILL)
+        waiter.join(5.0)
+        assert not waiter.is_alive(), "the same-host execution's waiter was not released"
+        assert time.monotonic() - t0 < 1.0, "released later than the gRPC path's bound for a killed server"
+        result = outcome[0]
+        assert isinstance(result, ExecutionOutcome) and result.status == ErrorStatus.DEAD_OBJECT, result
+        t1 = time.monotonic()
+        with pytest.raises(DeadObject):
+            pm.execute([a, a])
+        assert time.monotonic() - t1 < 0.2, "calls on a dead server must fail at once"
+    finally:
+        dev.close()

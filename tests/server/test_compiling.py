@@ -1,0 +1,64 @@
+"""What the compiling devices share (nnhal.server.compiling)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from nnhal.client.builder import ModelBuilder
+from nnhal.core.enums import OperandType as T, OperationType as O
+from nnhal.core.errors import GeneralFailure
+from nnhal.core.types import Model, Operand
+from nnhal.server.compiling import Unsupported, convert_all, guarded, io_reason, run_compiled
+from nnhal.server.executor.graph import ExecutionControl
+
+
+def _relu(dims: tuple[int, ...]) -> Model:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, dims)
+    return b.outputs(b.op(O.RELU, [x], T.TENSOR_FLOAT32, dims)).finish()
+
+
+def test_io_reason_names_the_operand_and_needs_static_shapes() -> None:
+    def no_reason(op: Operand) -> str:
+        return ""
+
+    assert io_reason(_relu((1, 2)), no_reason) == ""
+    assert "unknown dimensions" in io_reason(_relu((1, 0)), no_reason)
+    assert io_reason(_relu((1, 2)), lambda op: "not this type") == "model input 0: not this type"
+
+
+def test_conversion_failures_are_reasons_and_compile_failures_name_the_operation() -> None:
+    def refuse() -> str:
+        raise Unsupported("no faithful form")
+
+    def crash() -> str:
+        raise IndexError("shape")
+
+    assert guarded("RELU", refuse) == "RELU: no faithful form"
+    assert guarded("RELU", crash) == "RELU: cannot be converted (shape)"
+    with pytest.raises(GeneralFailure, match="operation 0 is not supported by this device: nope"):
+        convert_all(_relu((1, 2)), "", object(), lambda g, k: "nope")
+    with pytest.raises(GeneralFailure, match="bad io"):
+        convert_all(_relu((1, 2)), "bad io", object(), lambda g, k: "")
+
+
+def test_run_compiled_is_one_step_and_wraps_the_library_errors() -> None:
+    x = np.ones((1, 2), np.float32)
+    control = ExecutionControl()
+
+    def double(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return [2 * inputs[0]]
+
+    np.testing.assert_array_equal(run_compiled("lib", double, [x], control)[0], 2 * x)
+    assert control.operations_run == 1
+    with pytest.raises(GeneralFailure, match="input 0: this device needs a value"):
+        run_compiled("lib", double, [None], None)
+
+    def broken(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        raise RuntimeError("kernel exploded")
+
+    with pytest.raises(GeneralFailure, match="lib failed: kernel exploded"):
+        run_compiled("lib", broken, [x], None)
