@@ -294,7 +294,6 @@ class Executions:
         :class:`Launch`, then one :class:`Notify` carrying the result (``_launch_then_notify``)."""
         limit = self._limit
         metrics = self.metrics
-        d = self.driver
 
         def begin(call: Execution) -> ExecutionJob:
             # Launch checks now; the scheduler ticket only once the launch was written (the

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from nnhal.core.enums import HalVersion
-from nnhal.core.errors import GeneralFailure
+from nnhal.core.errors import GeneralFailure, ResourceExhaustedTransient, allocation_failed
 from nnhal.core.types import Capabilities, Model, Operand
 from nnhal.server.backend import ExecutableGraph
 from nnhal.server.compiling import backend_capabilities, run_compiled
