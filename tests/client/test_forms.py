@@ -8,12 +8,13 @@ hint validation, and the burst's record of what the device caches.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from typing import Any
 
 import pytest
 
-from nnhal.client.aidl_burst import AidlBurst
+from nnhal.client import steps
+from nnhal.client.aidl_burst import MemoryTokens
+from nnhal.client.remote import aidl
 from nnhal.client.remote.hidl import form_version, to_version
 from nnhal.core import versions, wire_hidl
 from nnhal.core.aidl_types import (
@@ -95,37 +96,38 @@ def test_hints() -> None:
         accepted_hints((), (*ext, ExtensionNameAndPrefix("vendor.a", 3)), (), "hints")
 
 
-class FakeCalls:
-    """Records what a burst sends; the device caches what was sent."""
+class FakeDevice:
+    """Stands in for ``aidl.burst_execute``: records what a burst sends, answers ``status``."""
 
     def __init__(self, status: ErrorStatus = ErrorStatus.NONE) -> None:
         self.sent: list[tuple[bool, ...]] = []
         self.status = status
 
-    def burst_execute(self, burst: str, request: Any, send: tuple[bool, ...], *rest: Any) -> Any:
+    def burst_execute(self, session: str, burst: str, request: Any, send: tuple[bool, ...], *rest: Any) -> Any:
         self.sent.append(send)
-        return ExecutionResult(self.status), TimingNs()
-
-    def release_memory(self, burst: str, token: int) -> None:
-        pass
+        return (ExecutionResult(self.status), TimingNs())
+        yield  # a call answered without a step
 
 
-def test_a_burst_sends_each_tokens_pool_once() -> None:
-    burst = AidlBurst.__new__(AidlBurst)
-    calls = FakeCalls()
-    burst._calls, burst.handle, burst._sent = calls, "b", {}  # type: ignore[assignment]
-    burst._lock = threading.Lock()
+def test_a_burst_sends_each_tokens_pool_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    device = FakeDevice()
+    monkeypatch.setattr(aidl, "burst_execute", device.burst_execute)
+    tokens = MemoryTokens()
+
+    def execute(request: Any) -> None:
+        steps.drive(tokens.execution("s", "b", request, [1, -1], ExecutionConfig(), None, None), lambda _: None)
+
     request = one_io_request(ones())
     for _ in range(3):
-        burst.execute(request, [1, -1])
-    assert calls.sent == [(True, True), (False, True), (False, True)]
+        execute(request)
+    assert device.sent == [(True, True), (False, True), (False, True)]
     changed = dataclasses.replace(request, pools=(InlinePool(b"\0" * 32, 32), request.pools[1]))
-    burst.execute(changed, [1, -1])  # another pool under token 1 travels again
-    burst.release_memory(1)
-    burst.execute(changed, [1, -1])
-    calls.status = ErrorStatus.GENERAL_FAILURE
-    burst.execute(changed, [1, -1])
-    calls.status = ErrorStatus.NONE
-    burst.execute(changed, [1, -1])  # after a failure: sent again
-    assert calls.sent[3:] == [(True, True), (True, True), (False, True), (True, True)]
+    execute(changed)  # another pool under token 1 travels again
+    tokens.forget(1)
+    execute(changed)
+    device.status = ErrorStatus.GENERAL_FAILURE
+    execute(changed)
+    device.status = ErrorStatus.NONE
+    execute(changed)  # after a failure: sent again
+    assert device.sent[3:] == [(True, True), (True, True), (False, True), (True, True)]
     assert ExecutionConfig().measure_timing is False
