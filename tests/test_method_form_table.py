@@ -91,7 +91,10 @@ EXERCISED: dict[str, tuple[str, str]] = {
     "executeSynchronouslyWithConfig": (LEVEL_8, AIO_EXEC),
     "executeFencedWithConfig": (f"{AIDL}::test_fenced_with_config_and_buffer_role_probability", AIO_EXEC),
     "IBurst.executeSynchronouslyWithConfig": (LEVEL_8, AIO_IBURST),
-    "IExecution.executeSynchronously": (f"{AIDL}::test_a_reusable_execution_runs_many_times_with_one_request", AIO_REUSE),
+    "IExecution.executeSynchronously": (
+        f"{AIDL}::test_a_reusable_execution_runs_many_times_with_one_request",
+        AIO_REUSE,
+    ),
     "IExecution.executeFenced": (LEVEL_8, AIO_REUSE),
 }
 
