@@ -11,6 +11,7 @@ prepared model that existed when it was made.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -23,6 +24,7 @@ from nnhal.client.fenced import FencedExecution
 from nnhal.client.interfaces import IPreparedModel, IResult
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.recovery import Recoverer, dead_after_failed_recovery
+from nnhal.client.release import Releasable
 from nnhal.client.remote import wait_bound
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, HalError
@@ -32,7 +34,7 @@ R = TypeVar("R")
 PreparedModelFactory = Callable[[], IPreparedModel]
 
 
-class ResilientPreparedModel:
+class ResilientPreparedModel(Releasable):
     """An IPreparedModel re-created on demand after its server died. Thread-safe.
 
     ``factory`` makes a fresh prepared model (``ResilientDevice`` passes one that
@@ -140,7 +142,7 @@ class ResilientPreparedModel:
             try:
                 cb = background()
             except HalError as err:
-                outer.notify(err.error_status, ExecutionOutcome(err.error_status, err.message), err.message)
+                outer.notify(err.error_status, ExecutionOutcome.failed(err), err.message)
                 return
             if not cb.done():
                 outer.notify(ErrorStatus.GENERAL_FAILURE, None, f"no result within {wait_bound(timeout)} s")
@@ -216,16 +218,8 @@ class ResilientPreparedModel:
     # -- lifetime ---------------------------------------------------------------------------
     def release(self) -> None:
         """Release the current prepared model; a dead one needs no release."""
-        try:
+        with contextlib.suppress(*Releasable.SWALLOWED):
             self.prepared_model.release()
-        except DeadObject:
-            pass
-
-    def __enter__(self) -> ResilientPreparedModel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def _outcome_dead(outcome: ExecutionOutcome) -> bool:

@@ -268,7 +268,7 @@ class RemoteSession(SessionChannel):
             try:
                 response = self.invoke(lambda: next(stream.responses, None), "burst", had_deadline=False)
             except HalError as err:
-                return ExecutionResult(err.error_status, err.message)
+                return failed_result(err)
         if response is None:  # the server ended the stream: a refusal past its cap, or a drain
             return ExecutionResult(
                 ErrorStatus.GENERAL_FAILURE,
