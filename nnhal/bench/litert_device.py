@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from nnhal.bench import zoo
-from nnhal.bench.common import Bench, BenchError, BenchResult, check, interleaved, local_device
+from nnhal.bench.common import Bench, BenchError, BenchResult, check, interleaved, local_device, mobilenet_from_cache
 from nnhal.bench.tflite_face import MODEL as FACE_MODEL
 from nnhal.core.types import InlinePool, Model
 from nnhal.importers.compare import diff
@@ -116,37 +115,7 @@ def mobilenet_q8_litert(quick: bool) -> dict[str, BenchResult]:
 
 def from_cache_litert(quick: bool) -> dict[str, BenchResult]:
     """Prepare MobileNet-v1 on the litert device vs prepare it from the cache that returned."""
-    model = zoo.mobilenet_v1(zoo.mobilenet_weights(), False)
-    image = zoo.mobilenet_input(False)
-    token = bytes(range(32))
-    rounds = 3 if quick else 7
-    with local_device(False, *LITERT_SERVER) as dev:
-        with dev.prepare_model_sync(model, cache_token=token) as first:
-            blob = first.model_cache
-            expected = first.execute([image], timeout=120).outputs[0]
-
-        def prepare() -> None:
-            dev.prepare_model_sync(model, cache_token=token).release()
-
-        def prepare_from_cache() -> None:
-            dev.prepare_model_from_cache(blob, token, model).get(120).release()
-
-        with dev.prepare_model_from_cache(blob, token, model).get(120) as cached:
-            check(np.array_equal(cached.execute([image], timeout=120).outputs[0], expected), "cached model differs")
-        t0 = time.perf_counter()
-        t_prepare, t_cache = interleaved(prepare, prepare_from_cache, rounds, 1)
-        elapsed = time.perf_counter() - t0
-    return {
-        "cache.from_cache_litert": BenchResult(
-            t_prepare * 1e3,
-            t_cache * 1e3,
-            t_prepare / t_cache,
-            "ms per preparation (value: prepare, anchor: from cache)",
-            "ratio >= 10",
-            f"MobileNet-v1 float32 on the litert device, cache {len(blob) / 2**20:.1f} MiB, "
-            f"{rounds} interleaved rounds in {elapsed:.1f} s",
-        )
-    }
+    return {"cache.from_cache_litert": mobilenet_from_cache(LITERT_SERVER, "litert", "ratio >= 10", quick)}
 
 
 BENCHMARKS: dict[str, Bench] = {

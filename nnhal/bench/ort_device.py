@@ -16,12 +16,10 @@ Needs the ``bench`` (or ``ort``) extra.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from nnhal.bench import zoo
-from nnhal.bench.common import Bench, BenchResult, check, interleaved, local_device
+from nnhal.bench.common import Bench, BenchResult, check, interleaved, local_device, mobilenet_from_cache
 
 ORT_SERVER = ("--device", "ort", "--ort-threads", "1", "--cache-secret-file", "none")
 
@@ -67,37 +65,7 @@ def mobilenet_q8_ort(quick: bool) -> dict[str, BenchResult]:
 
 def from_cache(quick: bool) -> dict[str, BenchResult]:
     """Prepare MobileNet-v1 on the ort device vs prepare it from the cache that returned."""
-    model = zoo.mobilenet_v1(zoo.mobilenet_weights(), False)
-    image = zoo.mobilenet_input(False)
-    token = bytes(range(32))
-    rounds = 3 if quick else 7
-    with local_device(False, *ORT_SERVER) as dev:
-        with dev.prepare_model_sync(model, cache_token=token) as first:
-            blob = first.model_cache
-            expected = first.execute([image], timeout=120).outputs[0]
-
-        def prepare() -> None:
-            dev.prepare_model_sync(model, cache_token=token).release()
-
-        def prepare_from_cache() -> None:
-            dev.prepare_model_from_cache(blob, token, model).get(120).release()
-
-        with dev.prepare_model_from_cache(blob, token, model).get(120) as cached:
-            check(np.array_equal(cached.execute([image], timeout=120).outputs[0], expected), "cached model differs")
-        t0 = time.perf_counter()
-        t_prepare, t_cache = interleaved(prepare, prepare_from_cache, rounds, 1)
-        elapsed = time.perf_counter() - t0
-    return {
-        "cache.from_cache": BenchResult(
-            t_prepare * 1e3,
-            t_cache * 1e3,
-            t_prepare / t_cache,
-            "ms per preparation (value: prepare, anchor: from cache)",
-            "ratio >= 5",
-            f"MobileNet-v1 float32 on the ort device, cache {len(blob) / 2**20:.1f} MiB, "
-            f"{rounds} interleaved rounds in {elapsed:.1f} s",
-        )
-    }
+    return {"cache.from_cache": mobilenet_from_cache(ORT_SERVER, "ort", "ratio >= 5", quick)}
 
 
 BENCHMARKS: dict[str, Bench] = {

@@ -29,7 +29,7 @@ import contextlib
 import threading
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -197,11 +197,15 @@ class PartitionedModel:
         self.release()
 
 
-class Partitioner:
-    """Plans and prepares models across ``devices`` (connected proxies, on one server or
-    several); ``fallback`` (one of them, usually the CPU reference) runs what no device supports."""
+D = TypeVar("D", bound=forms.Leveled)
 
-    def __init__(self, devices: Sequence[Device], fallback: Device | None = None) -> None:
+
+class Devices(Generic[D]):
+    """The devices a partitioner of either client plans across: ``devices`` (connected
+    proxies, on one server or several) and ``fallback`` (one of them, usually the CPU
+    reference) that runs what no device supports."""
+
+    def __init__(self, devices: Sequence[D], fallback: D | None = None) -> None:
         if not devices:
             raise InvalidArgument("a partitioner needs at least one device")
         self.devices = list(devices)
@@ -209,12 +213,19 @@ class Partitioner:
             self.devices.append(fallback)
         self._fallback = None if fallback is None else self.devices.index(fallback)
 
+    def memory_domains(self) -> list[bool]:
+        """Per device, whether it allocates driver buffers: IDevice::allocate exists from HAL
+        1.3 on (every AIDL level keeps it)."""
+        return [forms.modern(d) for d in self.devices]
+
+
+class Partitioner(Devices[Device]):
+    """Plans and prepares models across ``devices`` (:class:`Devices`)."""
+
     def plan(
         self, model: Model, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER
     ) -> PartitionPlan:
-        # IDevice::allocate exists from HAL 1.3 on (every AIDL level keeps it).
-        domains = [forms.modern(d.remote) for d in self.devices]
-        return plan_model(model, self.devices, preference, self._fallback, domains)
+        return plan_model(model, self.devices, preference, self._fallback, self.memory_domains())
 
     def prepare(
         self,

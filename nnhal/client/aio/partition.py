@@ -21,17 +21,24 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.client import forms, steps
+from nnhal.client import steps
 from nnhal.client.aio.buffer import Buffer
 from nnhal.client.aio.device import Device
 from nnhal.client.aio.prepared_model import PreparedModel
 from nnhal.client.outcome import ExecutionOutcome
-from nnhal.client.partition import Allocate, Release, allocation_call, execution_call, release_call, settled_call
+from nnhal.client.partition import (
+    Allocate,
+    Devices,
+    Release,
+    allocation_call,
+    execution_call,
+    release_call,
+    settled_call,
+)
 from nnhal.client.partition_plan import PartitionPlan, plan_model
 from nnhal.client.partition_request import Run
 from nnhal.client.release import AsyncReleasable
 from nnhal.core.enums import ExecutionPreference, Priority
-from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import BufferDesc, Capabilities, Model
 
 __all__ = ["AioPartitionedModel", "Partitioner"]
@@ -90,16 +97,8 @@ class AioPartitionedModel(AsyncReleasable):
         await steps.drive_async(release_call(objects), _release)
 
 
-class Partitioner:
-    """Plans and prepares models across asyncio ``devices``; ``fallback`` runs what none supports."""
-
-    def __init__(self, devices: Sequence[Device], fallback: Device | None = None) -> None:
-        if not devices:
-            raise InvalidArgument("a partitioner needs at least one device")
-        self.devices = list(devices)
-        if fallback is not None and fallback not in self.devices:
-            self.devices.append(fallback)
-        self._fallback = None if fallback is None else self.devices.index(fallback)
+class Partitioner(Devices[Device]):
+    """Plans and prepares models across asyncio ``devices`` (:class:`~nnhal.client.partition.Devices`)."""
 
     async def plan(
         self, model: Model, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER
@@ -108,9 +107,7 @@ class Partitioner:
             _Facts(d.name, await d.capabilities(), await d.supported_operations_with_reasons(model))
             for d in self.devices
         ]
-        # IDevice::allocate exists from HAL 1.3 on (every AIDL level keeps it).
-        domains = [forms.modern(d.remote) for d in self.devices]
-        return plan_model(model, facts, preference, self._fallback, domains)
+        return plan_model(model, facts, preference, self._fallback, self.memory_domains())
 
     async def prepare(
         self,
