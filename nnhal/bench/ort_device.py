@@ -18,28 +18,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.bench import zoo
-from nnhal.bench.common import Bench, BenchResult, check, interleaved, local_device, mobilenet_from_cache
+from nnhal.bench.common import Bench, BenchResult, check, mobilenet_from_cache
+from nnhal.bench.execution import mobilenet_against_onnx
 
 ORT_SERVER = ("--device", "ort", "--ort-threads", "1", "--cache-secret-file", "none")
 
 
 def _exec(quant8: bool, quick: bool) -> BenchResult:
-    from nnhal.bench import onnx_anchor  # onnx and onnxruntime only when this runs
-
-    weights = zoo.mobilenet_weights()
-    model = zoo.mobilenet_v1(weights, quant8)
-    image = zoo.mobilenet_input(quant8)
-    sess = onnx_anchor.session(onnx_anchor.mobilenet_onnx(weights, quant8))
-    feed = {"input": np.ascontiguousarray(image.transpose(0, 3, 1, 2))}
-    rounds = 5 if quick else 15
-    with local_device(False, *ORT_SERVER) as dev, dev.prepare_model_sync(model) as pm:
-        ours_out = pm.execute([image], timeout=120).outputs[0].reshape(-1)
-        anchor_out = np.asarray(sess.run(None, feed)[0]).reshape(-1)
-        t_ours, t_anchor = interleaved(
-            lambda: pm.execute([image], timeout=120), lambda: sess.run(None, feed), rounds, 3
-        )
-    ours_probs = ours_out.astype(np.float32) / 256.0 if quant8 else ours_out
+    run = mobilenet_against_onnx(quant8, ORT_SERVER, 5 if quick else 15, 3)
+    ours_probs, anchor_out, t_ours, t_anchor = run.ours, run.anchor, run.t_ours, run.t_anchor
     diff = float(np.max(np.abs(ours_probs - anchor_out)))
     check(diff < (0.02 if quant8 else 1e-4), f"the ort device and the anchor disagree by {diff}")
     return BenchResult(
