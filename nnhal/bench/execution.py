@@ -8,13 +8,33 @@ server's per-operation profile (where the time goes).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 
 from nnhal.bench import zoo
 from nnhal.bench.common import Bench, BenchResult, interleaved, local_device
 
 
-def _mobilenet(quant8: bool, quick: bool) -> BenchResult:
+@dataclass(frozen=True)
+class AnchorRun:
+    """MobileNet-v1 through a server and in onnxruntime: both outputs (as probabilities),
+    the time per inference of each (interleaved), and the server's profile."""
+
+    ours: np.ndarray
+    anchor: np.ndarray
+    t_ours: float
+    t_anchor: float
+    profile: list[tuple[str, int, int]]
+
+
+def mobilenet_against_onnx(
+    quant8: bool, server_args: Sequence[str], rounds: int, per_round: int, profile: bool = False
+) -> AnchorRun:
+    """Run MobileNet-v1 (``quant8`` or float32) on the device ``server_args`` start and in
+    onnxruntime on the same graph, ``rounds`` interleaved rounds of ``per_round`` each;
+    ``profile``: then once more for the server's per-operation profile."""
     from nnhal.bench import onnx_anchor  # onnx and onnxruntime only when this runs
 
     weights = zoo.mobilenet_weights()
@@ -22,15 +42,20 @@ def _mobilenet(quant8: bool, quick: bool) -> BenchResult:
     image = zoo.mobilenet_input(quant8)
     sess = onnx_anchor.session(onnx_anchor.mobilenet_onnx(weights, quant8))
     feed = {"input": np.ascontiguousarray(image.transpose(0, 3, 1, 2))}
-    rounds = 3 if quick else 7
-    with local_device() as dev, dev.prepare_model_sync(model) as pm:
+    with local_device(False, *server_args) as dev, dev.prepare_model_sync(model) as pm:
         ours_out = pm.execute([image], timeout=120).outputs[0].reshape(-1)
         anchor_out = np.asarray(sess.run(None, feed)[0]).reshape(-1)
         t_ours, t_anchor = interleaved(
-            lambda: pm.execute([image], timeout=120), lambda: sess.run(None, feed), rounds, 1
+            lambda: pm.execute([image], timeout=120), lambda: sess.run(None, feed), rounds, per_round
         )
-        prof = pm.execute([image], timeout=120, profile=True).profile
-    ours_probs = ours_out.astype(np.float32) / 256.0 if quant8 else ours_out
+        prof = pm.execute([image], timeout=120, profile=True).profile if profile else []
+    ours = ours_out.astype(np.float32) / 256.0 if quant8 else ours_out
+    return AnchorRun(ours, anchor_out, t_ours, t_anchor, prof)
+
+
+def _mobilenet(quant8: bool, quick: bool) -> BenchResult:
+    run = mobilenet_against_onnx(quant8, (), 3 if quick else 7, 1, profile=True)
+    ours_probs, anchor_out, t_ours, t_anchor, prof = run.ours, run.anchor, run.t_ours, run.t_anchor, run.profile
     top_ours, top_anchor = int(np.argmax(ours_probs)), int(np.argmax(anchor_out))
     total_us = sum(us for _, _, us in prof) or 1
     profile = ", ".join(f"{name} {100 * us / total_us:.0f}% ({count}x)" for name, count, us in prof[:5])

@@ -10,6 +10,7 @@ the device forget a token; this client then sends the pool again if it is used a
 After a failed execution the tokens it named are sent again next time (the device
 may not have cached them). One execution at a time (the device serialises them).
 Released explicitly (``release``, ``with``), on garbage collection, or with the session.
+The record (:class:`MemoryTokens`) is shared with the asyncio IBurst.
 """
 
 from __future__ import annotations
@@ -18,30 +19,87 @@ import threading
 import weakref
 from collections.abc import Sequence
 
-from nnhal.client.outcome import ExecutionOutcome
-from nnhal.client.remote import RemoteSession
-from nnhal.client.remote.aidl import AidlCalls
+from nnhal.client.outcome import ExecutionOutcome, outcome_of
+from nnhal.client.release import Releasable
+from nnhal.client.remote import RemoteSession, aidl
+from nnhal.client.remote.aidl import Result
+from nnhal.client.remote.calls import Call
+from nnhal.client.remote.transport import GC_RELEASE_TIMEOUT
 from nnhal.core.aidl_types import DEFAULT_EXECUTION_CONFIG, UNAVAILABLE, ExecutionConfig
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.errors import DeadObject, HalError
 from nnhal.core.types import MemoryPool, Request
 
 
-class AidlBurst:
+class MemoryTokens:
+    """The client's record of the memories a device's IBurst holds, by token. Not thread-safe
+    (its burst serialises executions)."""
+
+    def __init__(self) -> None:
+        #: Token -> the pool the device holds for it.
+        self.sent: dict[int, MemoryPool] = {}
+
+    def execution(
+        self,
+        session: str,
+        burst: str,
+        request: Request,
+        tokens: Sequence[int] | None,
+        config: ExecutionConfig,
+        timeout: float | None,
+        send: Sequence[bool] | None,
+    ) -> Call[ExecutionOutcome]:
+        """One IBurst execution sending only the pools the device does not hold (``send``
+        overrides), the record updated by its answer; every status in the outcome."""
+        ids = [UNAVAILABLE] * len(request.pools) if tokens is None else list(tokens)
+        if send is None:
+            flags = tuple(t < 0 or self.sent.get(t) != p for p, t in zip(request.pools, ids))
+            flags += (True,) * (len(request.pools) - len(flags))
+        else:
+            flags = tuple(send)
+        call = aidl.burst_execute(session, burst, request, flags, ids, config, timeout, None)
+        return (yield from outcome_of(self._settled(call, request, ids), ExecutionOutcome.of_timed))
+
+    def _settled(self, call: Call[Result], request: Request, ids: list[int]) -> Call[Result]:
+        try:
+            result, timing = yield from call
+        except BaseException:
+            self._forget(ids)
+            raise
+        if result.status in (ErrorStatus.NONE, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE):
+            self.sent.update({t: p for p, t in zip(request.pools, ids) if t >= 0})
+        else:
+            self._forget(ids)
+        return result, timing
+
+    def _forget(self, ids: Sequence[int]) -> None:
+        for t in ids:
+            self.sent.pop(t, None)
+
+    def forget(self, token: int) -> None:
+        self.sent.pop(token, None)
+
+
+def discard(remote_ref: weakref.ref[RemoteSession], kind: str, handle: str) -> None:
+    """Best-effort release of an AIDL object on garbage collection (``kind``: its service)."""
+    remote = remote_ref()
+    if remote is not None:
+        remote.discard(aidl.release(remote.session_id, kind, handle, GC_RELEASE_TIMEOUT))
+
+
+class AidlBurst(Releasable):
     """A remote IBurst with a client-side record of the memories the device holds. Thread-safe."""
 
     def __init__(self, remote: RemoteSession, handle: str) -> None:
-        self._calls = AidlCalls(remote)
+        self._remote = remote
         self.handle = handle
         self._lock = threading.Lock()
-        #: Token -> the pool the device holds for it.
-        self._sent: dict[int, MemoryPool] = {}
-        self._finalizer = weakref.finalize(self, AidlCalls.discard, self._calls, "burst", handle)
+        self._tokens = MemoryTokens()
+        self._finalizer = weakref.finalize(self, discard, weakref.ref(remote), "burst", handle)
 
     @classmethod
     def configure(cls, remote: RemoteSession, prepared: str) -> AidlBurst:
         """AIDL IPreparedModel::configureExecutionBurst; raises its HalError."""
-        return cls(remote, AidlCalls(remote).configure_burst(prepared))
+        return cls(remote, remote.run(aidl.configure_burst(remote.session_id, prepared)))
 
     def execute(
         self,
@@ -55,44 +113,18 @@ class AidlBurst:
         """IBurst::executeSynchronously (``executeSynchronouslyWithConfig`` when ``config`` has
         hints). ``tokens``: one per pool (default: none, -1). ``send`` overrides which pools
         travel (tests of the protocol); by default those the device does not hold yet."""
-        ids = [UNAVAILABLE] * len(request.pools) if tokens is None else list(tokens)
         with self._lock:
-            if send is None:
-                flags = tuple(t < 0 or self._sent.get(t) != p for p, t in zip(request.pools, ids))
-                flags += (True,) * (len(request.pools) - len(flags))
-            else:
-                flags = tuple(send)
-            try:
-                result, timing = self._calls.burst_execute(self.handle, request, flags, ids, config, timeout, None)
-            except HalError as err:
-                result, timing = None, None
-                outcome = ExecutionOutcome(err.error_status, err.message)
-            if result is not None and result.status in (ErrorStatus.NONE, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE):
-                self._sent.update({t: p for p, t in zip(request.pools, ids) if t >= 0})
-            else:
-                for t in ids:
-                    self._sent.pop(t, None)
-        if result is None:
-            return outcome
-        return ExecutionOutcome.of(result, timing)
+            call = self._tokens.execution(self._remote.session_id, self.handle, request, tokens, config, timeout, send)
+            return self._remote.run(call)
 
     def release_memory(self, token: int) -> None:
         """IBurst::releaseMemoryResource: the device forgets ``token``'s memory. Raises its HalError."""
         with self._lock:
-            self._sent.pop(token, None)
-        self._calls.release_memory(self.handle, token)
+            self._tokens.forget(token)
+        self._remote.run(aidl.release_memory(self._remote.session_id, self.handle, token))
 
     def release(self) -> None:
         """Release the server's burst and its cached memories now (idempotent)."""
         if self._finalizer.detach() is None:
             return
-        self._calls.release("burst", self.handle)
-
-    def __enter__(self) -> AidlBurst:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.release()
-        except DeadObject:
-            pass
+        self._remote.run(aidl.release(self._remote.session_id, "burst", self.handle))

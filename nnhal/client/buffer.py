@@ -15,6 +15,7 @@ import weakref
 import numpy as np
 
 from nnhal.client.memory import SharedMemory
+from nnhal.client.release import Releasable
 from nnhal.client.remote import RemoteSession
 from nnhal.core.errors import HalError
 from nnhal.core.types import BufferTokenPool, InlinePool, SharedMemoryPool
@@ -43,8 +44,11 @@ def array_of(data: bytes, dtype: np.dtype | type, shape: tuple[int, ...]) -> np.
     return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
 
-class Buffer:
+class Buffer(Releasable):
     """A driver-managed buffer. Use as a context manager or call ``release``."""
+
+    #: A dead or closed session freed the buffer: leaving ``with`` drops any error of its release.
+    SWALLOWED = (HalError,)
 
     def __init__(self, remote: RemoteSession, handle: str, token: int) -> None:
         self.handle = handle
@@ -87,15 +91,6 @@ class Buffer:
             self._released = True
             self._finalizer.detach()
             self._remote.release_buffer(self.handle)
-
-    def __enter__(self) -> Buffer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.release()
-        except HalError:
-            pass  # dead server: nothing left to free
 
     def __repr__(self) -> str:
         return f"Buffer(token={self.token})"

@@ -30,8 +30,7 @@ from nnhal.client.callbacks import Callback
 from nnhal.client.faults import Fault
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.recorder import ClientRecorder
-from nnhal.client.remote import DEFAULT_CALL_TIMEOUT, PreparedRef, RemoteSession
-from nnhal.client.remote.aidl import AidlCalls
+from nnhal.client.remote import DEFAULT_CALL_TIMEOUT, PreparedRef, RemoteSession, aidl
 from nnhal.client.remote.devices import DeviceInfo, list_devices
 from nnhal.client.remote.transport import TlsConfig
 from nnhal.core.aidl_types import DEFAULT_PREPARE_CONFIG, PrepareModelConfig
@@ -203,7 +202,8 @@ class Device:
     ) -> PrepareCallback:
         """AIDL V4 prepareModelWithConfig: preference, priority, cache token and compilation
         hints in one PrepareModelConfig (hints validated by the device, unsupported ones ignored)."""
-        cb = AidlCalls(self._remote).prepare_with_config(model, config, timeout, deadline_at)
+        step = aidl.prepare_with_config_launch(self._remote.session_id, model, config, timeout, deadline_at)
+        cb = self._remote.launch_prepare(step)
         return cb.then(self._adopt(model))
 
     def prepare_model_from_cache(
@@ -245,6 +245,19 @@ class Device:
         handles = [pm.handle for pm in prepared_models]
         handle, token = self._remote.allocate(desc, handles, input_roles, output_roles)
         return Buffer(self._remote, handle, token)
+
+    def allocate_aidl(
+        self,
+        desc: BufferDesc,
+        prepared_models: list[PreparedModel],
+        input_roles: list[BufferRole],
+        output_roles: list[BufferRole],
+    ) -> Buffer:
+        """AIDL IDevice::allocate (AIDL V1+): as ``allocate``, each role's ``frequency`` being
+        AIDL's probability, in (0, 1] (INVALID_ARGUMENT otherwise)."""
+        handles = [pm.handle for pm in prepared_models]
+        call = aidl.allocate(self._remote.session_id, desc, handles, input_roles, output_roles)
+        return Buffer(self._remote, *self._remote.run(call))
 
     # -- lifetime ---------------------------------------------------------------
     def close(self) -> None:

@@ -9,10 +9,13 @@ Outcomes are plain mutable values, owned by the caller.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 
+from nnhal.client import steps
 from nnhal.client.callbacks import Callback
 from nnhal.core.aidl_types import TimingNs
 from nnhal.core.enums import ErrorStatus
@@ -64,6 +67,16 @@ class ExecutionOutcome:
         )
 
     @classmethod
+    def failed(cls, err: HalError) -> ExecutionOutcome:
+        """The outcome of an execution that ended with ``err`` (its status and message)."""
+        return cls(err.error_status, err.message)
+
+    @classmethod
+    def of_timed(cls, result: tuple[ExecutionResult, TimingNs]) -> ExecutionOutcome:
+        """The outcome of an AIDL form's (result, Timing)."""
+        return cls.of(*result)
+
+    @classmethod
     def of_fenced(
         cls, info: FencedExecutionInfo, launched_ns: TimingNs | None = None, fenced_ns: TimingNs | None = None
     ) -> ExecutionOutcome:
@@ -81,3 +94,25 @@ class ExecutionOutcome:
 
 
 ExecutionCallback = Callback[ExecutionOutcome]
+
+S = TypeVar("S")
+R = TypeVar("R")
+
+
+def failed_result(err: HalError) -> ExecutionResult:
+    """The result of an execution that ended with ``err`` before the device answered."""
+    return ExecutionResult(err.error_status, err.message)
+
+
+def outcome_of(
+    call: Generator[S, Any, R],
+    convert: Callable[[R], ExecutionOutcome] = ExecutionOutcome.of,  # type: ignore[assignment]
+) -> Generator[S, Any, ExecutionOutcome]:
+    """An execution call (:mod:`nnhal.client.steps`) whose every status, a transport failure's
+    included, is in the returned outcome."""
+    return steps.catching(call, convert, ExecutionOutcome.failed)
+
+
+def result_of(call: Generator[S, Any, ExecutionResult]) -> Generator[S, Any, ExecutionResult]:
+    """An execution call whose every status is in the returned result."""
+    return steps.catching(call, lambda result: result, failed_result)

@@ -13,6 +13,10 @@ the device refuses turns that temporary inline, and ``plan`` says so and why.
 Callback exactly once: a step's server dying releases the waiter with DEAD_OBJECT at
 once (the step's call fails as a death is detected).
 
+The execution, the allocation of the buffers and the settling of the preparations are
+calls (:mod:`nnhal.client.steps`) that the asyncio partitioner
+(:mod:`nnhal.client.aio.partition`) drives too.
+
 ``plan`` is inspectable: ``print(pm.plan)`` lists which operation runs where and why, and
 how each temporary travels. Thread-safe: executions of a model holding driver buffers run
 one at a time (the buffers are shared), others as concurrently as the prepared models
@@ -23,17 +27,19 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from nnhal.client import forms
+from nnhal.client import forms, steps
 from nnhal.client.buffer import Buffer
 from nnhal.client.callbacks import Callback
 from nnhal.client.device import Device
+from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.partition_plan import PartitionPlan, Temporary, plan_model
-from nnhal.client.partition_request import run_step
+from nnhal.client.partition_request import Buffer as TokenBuffer, Run, step_call
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.remote import DEFAULT_CALL_TIMEOUT
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
@@ -41,6 +47,101 @@ from nnhal.core.errors import DeadObject, HalError, InvalidArgument
 from nnhal.core.types import BufferDesc, BufferRole, Model
 
 __all__ = ["PartitionPlan", "PartitionedModel", "Partitioner", "Temporary"]
+
+
+@dataclass(frozen=True)
+class Allocate:
+    """A step of :func:`allocation_call`: ``devices[device].allocate(desc, models, inputs, outputs)``,
+    answered by the buffer (its HalError thrown back)."""
+
+    device: int
+    models: list[Any]
+    input_roles: list[BufferRole]
+    output_roles: list[BufferRole]
+
+
+@dataclass(frozen=True)
+class Release:
+    """A step: ``obj.release()`` (its HalError thrown back, and dropped)."""
+
+    obj: Any
+
+
+def execution_call(
+    plan: PartitionPlan,
+    prepared: Sequence[Any],
+    buffers: Mapping[int, TokenBuffer],
+    inputs: Sequence[np.ndarray | None],
+    timeout: float | None,
+) -> Generator[Run, ExecutionOutcome, list[np.ndarray]]:
+    """Every step in order, the temporaries passed between them; the model's outputs."""
+    main = plan.model.main
+    if len(inputs) != len(main.input_indexes):
+        raise InvalidArgument(f"the model has {len(main.input_indexes)} inputs, {len(inputs)} given")
+    values: dict[int, np.ndarray | None] = dict(zip(main.input_indexes, inputs))
+    for step, pm in zip(plan.steps, prepared):
+        values.update((yield from step_call(pm, step, main.operands, values, buffers, timeout)))
+    outputs = [values[i] for i in main.output_indexes]
+    if any(o is None for o in outputs):
+        raise InvalidArgument("a model output is an omitted model input")
+    return [o for o in outputs if o is not None]
+
+
+def _released(objects: Sequence[Any]) -> Generator[Release, Any, None]:
+    for obj in objects:
+        with contextlib.suppress(HalError):
+            yield Release(obj)
+
+
+def settled_call(results: Sequence[Any]) -> Generator[Release, Any, list[Any]]:
+    """The prepared models of every step, or (any preparation failed) the first failure
+    raised once the others were released."""
+    errors = [r for r in results if isinstance(r, BaseException)]
+    made = [r for r in results if not isinstance(r, BaseException)]
+    if errors:
+        yield from _released(made)
+        raise errors[0]
+    return made
+
+
+def allocation_call(
+    plan: PartitionPlan, prepared: Sequence[Any]
+) -> Generator[Allocate | Release, Any, tuple[PartitionPlan, dict[int, Any]]]:
+    """A driver-managed buffer per temporary the plan marks so, with the producing step's
+    output role and each consuming step's input role. A device refusing one (other than by
+    dying) leaves that temporary inline, the plan saying why; DEAD_OBJECT is raised after
+    the buffers made so far, and the prepared models, are released."""
+    buffers: dict[int, Any] = {}
+    temporaries: list[Temporary] = []
+    for t in plan.temporaries:
+        if not t.driver_buffer:
+            temporaries.append(t)
+            continue
+        producer = plan.steps[t.producer]
+        models = [prepared[t.producer], *(prepared[c] for c in t.consumers)]
+        out_role = BufferRole(0, producer.outputs.index(t.operand), 1.0)
+        in_roles = [BufferRole(k + 1, plan.steps[c].inputs.index(t.operand), 1.0) for k, c in enumerate(t.consumers)]
+        try:
+            buffers[t.operand] = yield Allocate(producer.device, models, in_roles, [out_role])
+        except DeadObject:
+            yield from _released([*buffers.values(), *prepared])
+            raise
+        except HalError as err:
+            t = replace(t, driver_buffer=False, why=f"allocate refused ({err.error_status.name}: {err.message})")
+        temporaries.append(t)
+    return replace(plan, temporaries=tuple(temporaries)), buffers
+
+
+def release_call(objects: Sequence[Any]) -> Generator[Release, Any, None]:
+    """Release every object; the first HalError raised once every one was tried."""
+    error: HalError | None = None
+    for obj in objects:
+        try:
+            yield Release(obj)
+        except HalError as err:
+            error = error or err
+    if error is not None:
+        raise error
 
 
 class PartitionedModel:
@@ -63,21 +164,9 @@ class PartitionedModel:
     def execute(self, inputs: Sequence[np.ndarray | None], *, timeout: float | None = None) -> list[np.ndarray]:
         """Run every step in order; the model's outputs. Raises the first step's HalError
         (DEAD_OBJECT when a step's server is gone)."""
-        main = self.plan.model.main
-        if len(inputs) != len(main.input_indexes):
-            raise InvalidArgument(f"the model has {len(main.input_indexes)} inputs, {len(inputs)} given")
-        values: dict[int, np.ndarray | None] = dict(zip(main.input_indexes, inputs))
         with self._serial:
-            for step, pm in zip(self.plan.steps, self._prepared):
-                if any(o in self._buffers for o in (*step.inputs, *step.outputs)):
-                    values.update(run_step(pm, step, main.operands, values, self._buffers, timeout))
-                else:
-                    outcome = pm.execute([values[i] for i in step.inputs], timeout=timeout)
-                    values.update(zip(step.outputs, outcome.outputs))
-        outputs = [values[i] for i in main.output_indexes]
-        if any(o is None for o in outputs):
-            raise InvalidArgument("a model output is an omitted model input")
-        return [o for o in outputs if o is not None]
+            call = execution_call(self.plan, self._prepared, self._buffers, inputs, timeout)
+            return steps.drive(call, _run)
 
     def execute_async(
         self, inputs: Sequence[np.ndarray], *, timeout: float | None = None
@@ -99,15 +188,7 @@ class PartitionedModel:
     def release(self) -> None:
         """Free the buffers, then the steps (idempotent); raises the first HalError (DEAD_OBJECT
         for a dead server, whose session freed its objects anyway) once every one was tried."""
-        error: HalError | None = None
-        objects: list[Buffer | PreparedModel] = [*self._buffers.values(), *self._prepared]
-        for obj in objects:
-            try:
-                obj.release()
-            except HalError as err:
-                error = error or err
-        if error is not None:
-            raise error
+        steps.drive(release_call([*self._buffers.values(), *self._prepared]), _release)
 
     def __enter__(self) -> PartitionedModel:
         return self
@@ -116,11 +197,15 @@ class PartitionedModel:
         self.release()
 
 
-class Partitioner:
-    """Plans and prepares models across ``devices`` (connected proxies, on one server or
-    several); ``fallback`` (one of them, usually the CPU reference) runs what no device supports."""
+D = TypeVar("D", bound=forms.Leveled)
 
-    def __init__(self, devices: Sequence[Device], fallback: Device | None = None) -> None:
+
+class Devices(Generic[D]):
+    """The devices a partitioner of either client plans across: ``devices`` (connected
+    proxies, on one server or several) and ``fallback`` (one of them, usually the CPU
+    reference) that runs what no device supports."""
+
+    def __init__(self, devices: Sequence[D], fallback: D | None = None) -> None:
         if not devices:
             raise InvalidArgument("a partitioner needs at least one device")
         self.devices = list(devices)
@@ -128,12 +213,19 @@ class Partitioner:
             self.devices.append(fallback)
         self._fallback = None if fallback is None else self.devices.index(fallback)
 
+    def memory_domains(self) -> list[bool]:
+        """Per device, whether it allocates driver buffers: IDevice::allocate exists from HAL
+        1.3 on (every AIDL level keeps it)."""
+        return [forms.modern(d) for d in self.devices]
+
+
+class Partitioner(Devices[Device]):
+    """Plans and prepares models across ``devices`` (:class:`Devices`)."""
+
     def plan(
         self, model: Model, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER
     ) -> PartitionPlan:
-        # IDevice::allocate exists from HAL 1.3 on (every AIDL level keeps it).
-        domains = [forms.modern(d.remote) for d in self.devices]
-        return plan_model(model, self.devices, preference, self._fallback, domains)
+        return plan_model(model, self.devices, preference, self._fallback, self.memory_domains())
 
     def prepare(
         self,
@@ -150,52 +242,27 @@ class Partitioner:
             self.devices[s.device].prepare_model(s.model, preference=preference, priority=priority, timeout=timeout)
             for s in plan.steps
         ]
-        prepared: list[PreparedModel] = []
-        error: HalError | None = None
+        results: list[PreparedModel | HalError] = []
         for cb in callbacks:
             try:
-                prepared.append(cb.get(timeout or DEFAULT_CALL_TIMEOUT))
+                results.append(cb.get(timeout or DEFAULT_CALL_TIMEOUT))
             except HalError as err:
-                error = error or err
-        if error is not None:
-            for pm in prepared:
-                pm.release()
-            raise error
-        try:
-            plan, buffers = _allocate(plan, self.devices, prepared)
-        except HalError:
-            for pm in prepared:
-                with contextlib.suppress(HalError):
-                    pm.release()
-            raise
+                results.append(err)
+        prepared = steps.drive(settled_call(results), _release)
+        devices = self.devices
+
+        def perform(step: Allocate | Release) -> Any:
+            if isinstance(step, Release):
+                return _release(step)
+            return devices[step.device].allocate(BufferDesc(), step.models, step.input_roles, step.output_roles)
+
+        plan, buffers = steps.drive(allocation_call(plan, prepared), perform)
         return PartitionedModel(plan, prepared, buffers)
 
 
-def _allocate(
-    plan: PartitionPlan, devices: Sequence[Device], prepared: Sequence[PreparedModel]
-) -> tuple[PartitionPlan, dict[int, Buffer]]:
-    """A driver-managed buffer per temporary the plan marks so, with the producing step's
-    output role and each consuming step's input role. A device refusing one (other than by
-    dying) leaves that temporary inline, the plan saying why; DEAD_OBJECT is raised (after
-    the buffers made so far are freed)."""
-    buffers: dict[int, Buffer] = {}
-    temporaries: list[Temporary] = []
-    for t in plan.temporaries:
-        if not t.driver_buffer:
-            temporaries.append(t)
-            continue
-        producer = plan.steps[t.producer]
-        models = [prepared[t.producer], *(prepared[c] for c in t.consumers)]
-        out_role = BufferRole(0, producer.outputs.index(t.operand), 1.0)
-        in_roles = [BufferRole(k + 1, plan.steps[c].inputs.index(t.operand), 1.0) for k, c in enumerate(t.consumers)]
-        try:
-            buffers[t.operand] = devices[producer.device].allocate(BufferDesc(), models, in_roles, [out_role])
-        except DeadObject:
-            for b in buffers.values():
-                with contextlib.suppress(HalError):
-                    b.release()
-            raise
-        except HalError as err:
-            t = replace(t, driver_buffer=False, why=f"allocate refused ({err.error_status.name}: {err.message})")
-        temporaries.append(t)
-    return replace(plan, temporaries=tuple(temporaries)), buffers
+def _run(run: Run) -> ExecutionOutcome:
+    return run.prepared.execute_request(run.request, timeout=run.timeout)  # type: ignore[no-any-return]
+
+
+def _release(step: Release) -> None:
+    step.obj.release()

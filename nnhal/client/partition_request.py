@@ -1,28 +1,49 @@
-"""One partition step's execution when some of its inputs or outputs are driver-managed buffers.
+"""One partition step's execution, its inputs and outputs inline or in driver-managed buffers.
 
-``run_step`` builds a canonical Request for the step's prepared model: inline inputs packed
+``step_call`` builds a canonical Request for the step's prepared model: inline inputs packed
 in one pool (each at a 64-byte aligned offset, as the numpy path does, for the server's
 zero-copy views), inline outputs in another, and one token pool per driver-managed buffer
 (offset 0, length 0, the buffer's own dimensions). It returns the step's inline outputs as
 numpy arrays by model operand; what the step writes into buffers stays in the server.
 An inline output of unknown shape is retried once with the sizes the driver reported
 (OUTPUT_INSUFFICIENT_SIZE), as ``PreparedModel.execute`` does. Raises the step's HalError.
+It is a call (:mod:`nnhal.client.steps`) yielding :class:`Run` steps, so that either client
+drives it: ``pm.execute_request`` blocking or awaited.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
-from nnhal.client.buffer import Buffer
+from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.partition_plan import Step
-from nnhal.client.prepared_model import PreparedModel
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.operand_types import DTYPE, INFO
-from nnhal.core.types import DataLocation, InlinePool, MemoryPool, Operand, Request, RequestArgument
+from nnhal.core.types import BufferTokenPool, DataLocation, InlinePool, MemoryPool, Operand, Request, RequestArgument
+
+
+class Buffer(Protocol):
+    """A driver-managed buffer of either client, as a request names it."""
+
+    token: int
+
+    def pool(self) -> BufferTokenPool: ...
+
+
+@dataclass(frozen=True)
+class Run:
+    """A step of :func:`step_call`: ``prepared.execute_request(request, timeout=timeout)``,
+    answered by its outcome."""
+
+    prepared: Any
+    request: Request
+    timeout: float | None
+
 
 _ALIGN = 64
 #: First guess for an inline output of unknown shape (grown on OUTPUT_INSUFFICIENT_SIZE).
@@ -93,21 +114,21 @@ def _request(
     return Request(tuple(inputs), tuple(outputs), tuple(pools)), out_pool, layout
 
 
-def run_step(
-    pm: PreparedModel,
+def step_call(
+    pm: Any,
     step: Step,
     operands: tuple[Operand, ...],
     values: Mapping[int, np.ndarray | None],
     buffers: Mapping[int, Buffer],
     timeout: float | None,
-) -> dict[int, np.ndarray]:
-    """Execute ``step`` on ``pm``: its inline outputs by model operand. ``values``: the
-    inline values of its inputs (None: omitted); ``buffers``: the driver-managed buffer of
-    each operand that has one."""
+) -> Generator[Run, ExecutionOutcome, dict[int, np.ndarray]]:
+    """Execute ``step`` on ``pm`` (a prepared model of either client): its inline outputs by
+    model operand. ``values``: the inline values of its inputs (None: omitted); ``buffers``:
+    the driver-managed buffer of each operand that has one."""
     sizes: dict[int, int] = {}
     for _attempt in range(2):
         request, out_pool, layout = _request(step, operands, values, buffers, sizes)
-        outcome = pm.execute_request(request, timeout=timeout)
+        outcome = yield Run(pm, request, timeout)
         if outcome.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and outcome.output_shapes and not sizes:
             for o, (k, _) in layout.items():
                 dims = outcome.output_shapes[k].dimensions

@@ -24,18 +24,18 @@ from nnhal.client.aidl_burst import AidlBurst
 from nnhal.client.burst import Burst
 from nnhal.client.fenced import FencedExecution
 from nnhal.client.numpy_io import Layout, NumpyIO, decode_outputs, decoder, numpy_execution
-from nnhal.client.outcome import ExecutionCallback, ExecutionOutcome
-from nnhal.client.remote import ExecutionOptions, RemoteSession
-from nnhal.client.remote.aidl import AidlCalls
+from nnhal.client.outcome import ExecutionCallback, ExecutionOutcome, outcome_of
+from nnhal.client.release import Releasable
+from nnhal.client.remote import ExecutionOptions, RemoteSession, aidl
 from nnhal.client.reusable_execution import ReusableExecution
 from nnhal.core.aidl_types import DEFAULT_EXECUTION_CONFIG, ExecutionConfig
-from nnhal.core.errors import DeadObject, HalError, InvalidArgument
+from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import Model, Request
 
 __all__ = ["Burst", "ExecutionCallback", "ExecutionOutcome", "FencedExecution", "PreparedModel"]
 
 
-class PreparedModel:
+class PreparedModel(Releasable):
     """A remote IPreparedModel. Thread-safe. Release explicitly, with ``with``, or on GC."""
 
     def __init__(self, remote: RemoteSession, handle: str, model: Model | None, model_cache: bytes = b"") -> None:
@@ -67,15 +67,6 @@ class PreparedModel:
         self._finalizer.detach()
         self._remote.release_prepared_model(self.handle)
 
-    def __enter__(self) -> PreparedModel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.release()
-        except DeadObject:
-            pass
-
     # -- canonical requests ------------------------------------------------------
     def execute_request(
         self,
@@ -89,11 +80,7 @@ class PreparedModel:
         """executeSynchronously_1_3 of a canonical Request; the status (transport failures
         included) is in the outcome."""
         options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns)
-        try:
-            result = forms.execute(self._remote, self.handle, request, options)
-        except HalError as err:
-            return ExecutionOutcome(err.error_status, err.message)
-        return ExecutionOutcome.of(result)
+        return self._remote.run(outcome_of(forms.execute_steps(self._remote, self.handle, request, options)))
 
     def execute_request_async(
         self,
@@ -188,16 +175,16 @@ class PreparedModel:
         gRPC stream (see :class:`Burst`)."""
         return Burst(self._remote, self.handle, fast=fast, ring_bytes=ring_bytes)
 
-    # -- AIDL forms ----------------------------------------------------------------
+    # -- AIDL forms (nnhal.client.remote.aidl) ---------------------------------------
+    def _sid(self) -> str:
+        return self._remote.session_id
+
     def execute_with_config(
         self, request: Request, config: ExecutionConfig = DEFAULT_EXECUTION_CONFIG, *, timeout: float | None = None
     ) -> ExecutionOutcome:
         """AIDL V4 executeSynchronouslyWithConfig; the outcome has ``timing_ns`` (AIDL Timing)."""
-        try:
-            result, timing = AidlCalls(self._remote).execute_with_config(self.handle, request, config, timeout, None)
-        except HalError as err:
-            return ExecutionOutcome(err.error_status, err.message)
-        return ExecutionOutcome.of(result, timing)
+        call = aidl.execute_with_config(self._sid(), self.handle, request, config, timeout, None)
+        return self._remote.run(outcome_of(call, ExecutionOutcome.of_timed))
 
     def execute_request_aidl(
         self,
@@ -210,12 +197,8 @@ class PreparedModel:
     ) -> ExecutionOutcome:
         """AIDL IPreparedModel::executeSynchronously (AIDL V1+); the outcome has ``timing_ns``.
         ``loop_timeout_ns`` None: the default."""
-        try:
-            calls = AidlCalls(self._remote)
-            result, timing = calls.execute(self.handle, request, measure, timeout, deadline_at, loop_timeout_ns)
-        except HalError as err:
-            return ExecutionOutcome(err.error_status, err.message)
-        return ExecutionOutcome.of(result, timing)
+        call = aidl.execute(self._sid(), self.handle, request, measure, timeout, deadline_at, loop_timeout_ns)
+        return self._remote.run(outcome_of(call, ExecutionOutcome.of_timed))
 
     def execute_fenced_aidl(
         self,
@@ -232,8 +215,10 @@ class PreparedModel:
         signalled and has ``duration_ns`` from then (MISSED_DEADLINE_* past it; None: no limit).
         Its ``get_execution_info`` answers with AIDL timings. Raises the launch error."""
         fences = [f.sync_fence for f in wait_for]
-        sync_fence, callback = AidlCalls(self._remote).execute_fenced(
-            self.handle, request, fences, measure, timeout, deadline_at, loop_timeout_ns, duration_ns
+        sync_fence, callback = self._remote.run(
+            aidl.execute_fenced(
+                self._sid(), self.handle, request, fences, measure, timeout, deadline_at, loop_timeout_ns, duration_ns
+            )
         )
         return FencedExecution(self._remote, sync_fence, callback, aidl=True)
 
@@ -249,8 +234,10 @@ class PreparedModel:
     ) -> FencedExecution:
         """AIDL V4 executeFencedWithConfig (as ``execute_fenced_aidl``, with an ExecutionConfig)."""
         fences = [f.sync_fence for f in wait_for]
-        sync_fence, callback = AidlCalls(self._remote).execute_fenced_with_config(
-            self.handle, request, fences, config, timeout, deadline_at, duration_ns
+        sync_fence, callback = self._remote.run(
+            aidl.execute_fenced_with_config(
+                self._sid(), self.handle, request, fences, config, timeout, deadline_at, duration_ns
+            )
         )
         return FencedExecution(self._remote, sync_fence, callback, aidl=True)
 

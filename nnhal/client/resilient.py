@@ -40,6 +40,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
+from nnhal.client import steps
 from nnhal.client.buffer import Buffer
 from nnhal.client.cache_files import CacheInput
 from nnhal.client.callbacks import Callback
@@ -47,12 +48,12 @@ from nnhal.client.device import Device
 from nnhal.client.interfaces import IBuffer, IDevice, IPreparedModel
 from nnhal.client.invalid_device import InvalidDevice
 from nnhal.client.prepared_model import PreparedModel
-from nnhal.client.recovery import Recoverer, dead_after_failed_recovery, in_background
+from nnhal.client.recovery import Attempt, Recover, Recoverer, in_background, protected
 from nnhal.client.remote import wait_bound
 from nnhal.client.remote.transport import TlsConfig
 from nnhal.client.resilient_prepared_model import ResilientPreparedModel
 from nnhal.core.enums import DeviceStatus, DeviceType, ExecutionPreference, Priority
-from nnhal.core.errors import DeadObject, HalError
+from nnhal.core.errors import HalError
 from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model
 
 __all__ = ["ResilientDevice", "ResilientPreparedModel"]
@@ -146,14 +147,13 @@ class ResilientDevice:
     def protect(self, fn: Callable[[IDevice], R]) -> R:
         """Run ``fn`` on the current device; on DEAD_OBJECT recover and retry once."""
         device, attempts = self._recoverer.snapshot()
-        try:
-            return fn(device)
-        except DeadObject as err:
-            try:
-                device = self._recoverer.recover(device, attempts)
-            except HalError as recovery:
-                raise dead_after_failed_recovery(err, "device", recovery) from recovery
-        return fn(device)
+
+        def perform(step: Attempt | Recover) -> Any:
+            if isinstance(step, Recover):
+                return self._recoverer.recover(step.failing, step.attempts)
+            return fn(step.target)
+
+        return steps.drive(protected(device, attempts, "device"), perform)  # type: ignore[no-any-return]
 
     @property
     def device(self) -> IDevice:

@@ -11,28 +11,31 @@ prepared model that existed when it was made.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
+from nnhal.client import steps
 from nnhal.client.burst import Burst
 from nnhal.client.callbacks import Callback
 from nnhal.client.fenced import FencedExecution
 from nnhal.client.interfaces import IPreparedModel, IResult
 from nnhal.client.outcome import ExecutionOutcome
-from nnhal.client.recovery import Recoverer, dead_after_failed_recovery
+from nnhal.client.recovery import Attempt, Recover, Recoverer, protected
+from nnhal.client.release import Releasable
 from nnhal.client.remote import wait_bound
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.errors import DeadObject, HalError
+from nnhal.core.errors import HalError
 from nnhal.core.types import Model, Request
 
 R = TypeVar("R")
 PreparedModelFactory = Callable[[], IPreparedModel]
 
 
-class ResilientPreparedModel:
+class ResilientPreparedModel(Releasable):
     """An IPreparedModel re-created on demand after its server died. Thread-safe.
 
     ``factory`` makes a fresh prepared model (``ResilientDevice`` passes one that
@@ -69,26 +72,13 @@ class ResilientPreparedModel:
         In-band results whose recovery fails come back as they were, with the
         recovery error appended to their message."""
         pm, attempts = self._recoverer.snapshot()
-        try:
-            result = fn(pm)
-        except DeadObject as err:
-            try:
-                pm = self._recoverer.recover(pm, attempts)
-            except HalError as recovery:
-                raise dead_after_failed_recovery(err, "prepared model", recovery) from recovery
-            return fn(pm)
-        if dead is None or not dead(result):
-            return result
-        try:
-            pm = self._recoverer.recover(pm, attempts)
-        except HalError as recovery:
-            if isinstance(result, ExecutionOutcome):
-                result.message += (
-                    f", and failed to recover dead prepared model with error "
-                    f"{recovery.error_status.name}: {recovery.message}"
-                )
-            return result
-        return fn(pm)
+
+        def perform(step: Attempt | Recover) -> Any:
+            if isinstance(step, Recover):
+                return self._recoverer.recover(step.failing, step.attempts)
+            return fn(step.target)
+
+        return steps.drive(protected(pm, attempts, "prepared model", dead), perform)  # type: ignore[no-any-return]
 
     # -- executions ----------------------------------------------------------------------
     def execute(
@@ -140,7 +130,7 @@ class ResilientPreparedModel:
             try:
                 cb = background()
             except HalError as err:
-                outer.notify(err.error_status, ExecutionOutcome(err.error_status, err.message), err.message)
+                outer.notify(err.error_status, ExecutionOutcome.failed(err), err.message)
                 return
             if not cb.done():
                 outer.notify(ErrorStatus.GENERAL_FAILURE, None, f"no result within {wait_bound(timeout)} s")
@@ -216,16 +206,8 @@ class ResilientPreparedModel:
     # -- lifetime ---------------------------------------------------------------------------
     def release(self) -> None:
         """Release the current prepared model; a dead one needs no release."""
-        try:
+        with contextlib.suppress(*Releasable.SWALLOWED):
             self.prepared_model.release()
-        except DeadObject:
-            pass
-
-    def __enter__(self) -> ResilientPreparedModel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def _outcome_dead(outcome: ExecutionOutcome) -> bool:

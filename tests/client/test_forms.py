@@ -2,22 +2,18 @@
 
 The method table (which level serves which form), the HIDL form for each level, the
 versioned wire round trip of a 1.0 model and request, AIDL Timing and durations,
-hint validation, and the burst's record of what the device caches.
+hint validation, (the burst's record of what the device caches: ``test_aidl_burst.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
-from typing import Any
 
 import pytest
 
-from nnhal.client.aidl_burst import AidlBurst
 from nnhal.client.remote.hidl import form_version, to_version
 from nnhal.core import versions, wire_hidl
 from nnhal.core.aidl_types import (
-    ExecutionConfig,
     TimingNs,
     TokenValuePair,
     accepted_hints,
@@ -27,7 +23,7 @@ from nnhal.core.aidl_types import (
 from nnhal.core.enums import LOOP_TIMEOUT_MAXIMUM_NS, ErrorStatus, HalVersion
 from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.core.methods import METHOD_LEVEL, require_method, serves
-from nnhal.core.types import ExecutionResult, ExtensionNameAndPrefix, InlinePool, Timing
+from nnhal.core.types import ExtensionNameAndPrefix, Timing
 from tests.conftest import add_model, one_io_request, ones
 
 V = HalVersion
@@ -93,39 +89,3 @@ def test_hints() -> None:
         accepted_hints((TokenValuePair(-7),), (), (), "hints")
     with pytest.raises(InvalidArgument, match="twice"):
         accepted_hints((), (*ext, ExtensionNameAndPrefix("vendor.a", 3)), (), "hints")
-
-
-class FakeCalls:
-    """Records what a burst sends; the device caches what was sent."""
-
-    def __init__(self, status: ErrorStatus = ErrorStatus.NONE) -> None:
-        self.sent: list[tuple[bool, ...]] = []
-        self.status = status
-
-    def burst_execute(self, burst: str, request: Any, send: tuple[bool, ...], *rest: Any) -> Any:
-        self.sent.append(send)
-        return ExecutionResult(self.status), TimingNs()
-
-    def release_memory(self, burst: str, token: int) -> None:
-        pass
-
-
-def test_a_burst_sends_each_tokens_pool_once() -> None:
-    burst = AidlBurst.__new__(AidlBurst)
-    calls = FakeCalls()
-    burst._calls, burst.handle, burst._sent = calls, "b", {}  # type: ignore[assignment]
-    burst._lock = threading.Lock()
-    request = one_io_request(ones())
-    for _ in range(3):
-        burst.execute(request, [1, -1])
-    assert calls.sent == [(True, True), (False, True), (False, True)]
-    changed = dataclasses.replace(request, pools=(InlinePool(b"\0" * 32, 32), request.pools[1]))
-    burst.execute(changed, [1, -1])  # another pool under token 1 travels again
-    burst.release_memory(1)
-    burst.execute(changed, [1, -1])
-    calls.status = ErrorStatus.GENERAL_FAILURE
-    burst.execute(changed, [1, -1])
-    calls.status = ErrorStatus.NONE
-    burst.execute(changed, [1, -1])  # after a failure: sent again
-    assert calls.sent[3:] == [(True, True), (True, True), (False, True), (True, True)]
-    assert ExecutionConfig().measure_timing is False

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from nnhal.client import steps
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.remote import ExecutionOptions
 from nnhal.core import wire
@@ -21,6 +22,7 @@ class FakeRemote:
     """Answers executions like the server would for ``add_model``; records the requests."""
 
     recorder = None  # a RemoteSession's: not recording
+    session_id = "s"
 
     def __init__(self, reject_first: bool = False) -> None:
         self.requests: list[tuple[Request, ExecutionOptions]] = []
@@ -37,6 +39,10 @@ class FakeRemote:
         pool = bytearray(request.pools[1].size)  # type: ignore[union-attr]
         pool[out.offset : out.offset + 32] = (a + b).tobytes()
         return ExecutionResult(output_shapes=(OutputShape((2, 4), True),), output_pools={1: bytes(pool)})
+
+    def run(self, call: Any) -> Any:
+        """A RemoteSession's driver: the 1.3 execution step answered by :meth:`execute`."""
+        return steps.drive(call, lambda step: self.execute(step.handle, step.request, step.options))
 
     def discard_prepared_model(self, handle: str) -> None:
         pass

@@ -22,6 +22,7 @@ from nnhal.client.remote import (
     DEFAULT_CALL_TIMEOUT,
     ExecutionOptions,
     RemoteSession,
+    calls,
     grpc_timeout,
     map_rpc_error,
     remaining_time,
@@ -186,7 +187,7 @@ def _via_unary(session: RemoteSession) -> ErrorStatus:
 
 
 def _via_stream(session: RemoteSession) -> ErrorStatus:
-    cb = session.execute_async("pm", EMPTY, NO_DEADLINE)
+    cb = session.launch_execute(calls.execute_launch(session.session_id, "pm", EMPTY, NO_DEADLINE))
     assert cb.wait(5.0)
     # A failure comes back as a result; a death releases the waiter first, with no value.
     assert cb.value.status == cb.status if cb.value is not None else cb.status == ErrorStatus.DEAD_OBJECT
@@ -247,7 +248,7 @@ def test_death_releases_a_pending_stream_waiter_once() -> None:
     stubs = SimpleNamespace(prepared_model=SimpleNamespace(execute_1_3=stuck))
     session = _offline_session(stubs)
     try:
-        cb = session.execute_async("pm", EMPTY, NO_DEADLINE)
+        cb = session.launch_execute(calls.execute_launch(session.session_id, "pm", EMPTY, NO_DEADLINE))
         threading.Timer(0.05, session._monitor.declare_dead, args=("killed",)).start()
         assert cb.wait(5.0) and cb.status == ErrorStatus.DEAD_OBJECT and cb.value is None
         release.put(None)

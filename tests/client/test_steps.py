@@ -7,7 +7,7 @@ from collections.abc import Generator
 
 import pytest
 
-from nnhal.client.steps import drive, drive_async
+from nnhal.client.steps import catching, drive, drive_async
 from nnhal.core.errors import DeadObject
 
 
@@ -46,3 +46,37 @@ def test_an_exception_of_a_step_ends_the_call_with_it() -> None:
         drive(_sum_of_two(), perform)
     with pytest.raises(DeadObject, match="gone at a"):
         asyncio.run(drive_async(_sum_of_two(), perform_async))
+
+
+def _known() -> Generator[str, int, int]:
+    return 7
+    yield "never"  # a call answered without a step
+
+
+def _recovering() -> Generator[str, int, str]:
+    try:
+        yield "a"
+    except DeadObject as err:
+        return f"caught {err.message}"
+    return "answered"
+
+
+def test_a_call_without_a_step_and_an_error_thrown_into_the_call() -> None:
+    def dead(step: str) -> int:
+        raise DeadObject("gone")
+
+    async def dead_async(step: str) -> int:
+        raise DeadObject("gone")
+
+    assert drive(_known(), dead) == 7
+    assert drive(_recovering(), dead) == "caught gone"
+    assert asyncio.run(drive_async(_recovering(), dead_async)) == "caught gone"
+
+
+def test_catching_turns_the_calls_hal_error_into_its_value() -> None:
+    def dead(step: str) -> int:
+        raise DeadObject("gone")
+
+    call = catching(_sum_of_two(), str, lambda err: f"failed: {err.error_status.name}")
+    assert drive(call, dead) == "failed: DEAD_OBJECT"
+    assert drive(catching(_sum_of_two(), str, lambda err: "x"), ANSWERS.__getitem__) == "42"

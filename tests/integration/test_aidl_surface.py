@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from nnhal.client.device import Device
-from nnhal.client.remote.aidl import AidlCalls
+from nnhal.client.remote import aidl
 from nnhal.core.aidl_types import ExecutionConfig, PrepareModelConfig, TokenValuePair
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, InvalidArgument
@@ -71,11 +71,11 @@ def test_objects_belong_to_their_session(server8: LocalServer, dev8: Device) -> 
     with dev8.prepare_model_sync(relu_chain(1, (2, 4))) as pm, Device.connect(server8.address) as other:
         execution = pm.create_reusable_execution(one_io_request(ones()))
         burst = pm.aidl_burst()
-        theirs = AidlCalls(other.remote)
-        result, _ = theirs.execution_run(execution.handle, None, None)
+        theirs = other.remote
+        result, _ = theirs.run(aidl.execution_run(theirs.session_id, execution.handle, None, None))
         assert result.status == ErrorStatus.INVALID_ARGUMENT and "unknown reusable execution" in result.message
         with pytest.raises(InvalidArgument, match="unknown burst"):
-            theirs.release_memory(burst.handle, 1)
+            theirs.run(aidl.release_memory(theirs.session_id, burst.handle, 1))
 
 
 def test_a_burst_reuses_a_memory_token(dev8: Device) -> None:
@@ -126,18 +126,17 @@ def test_hints_are_validated_as_the_aidl_says(dev8: Device) -> None:
 
 
 def test_fenced_with_config_and_buffer_role_probability(dev8: Device) -> None:
-    calls = AidlCalls(dev8.remote)
     with dev8.prepare_model_sync(relu_chain(1, (2, 4))) as pm:
-        _fence, callback = calls.execute_fenced_with_config(
-            pm.handle, one_io_request(ones()), [], ExecutionConfig(measure_timing=True), None, None
-        )
-        info, launched, fenced = calls.fenced_info(callback, True, 30)
-        assert info.status == ErrorStatus.NONE and fenced.time_on_device_ns >= 0 and launched.time_in_driver_ns >= 0
+        fenced_execution = pm.execute_fenced_with_config(one_io_request(ones()), ExecutionConfig(measure_timing=True))
+        outcome = fenced_execution.get_execution_info(True, 30)
+        launched, fenced = outcome.timing_launched_ns, outcome.timing_ns
+        assert outcome.status == ErrorStatus.NONE and fenced is not None and launched is not None
+        assert fenced.time_on_device_ns >= 0 and launched.time_in_driver_ns >= 0
         role = BufferRole(model_index=0, io_index=0, frequency=1.0)  # AIDL's probability
-        handle, token = calls.allocate(BufferDesc(), [pm.handle], [role], [role])
-        assert handle and token > 0
+        with dev8.allocate_aidl(BufferDesc(), [pm], [role], [role]) as buffer:
+            assert buffer.handle and buffer.token > 0
         with pytest.raises(InvalidArgument, match=r"\(0, 1\]"):
-            calls.allocate(BufferDesc(), [pm.handle], [BufferRole(0, 0, 0.0)], [])
+            dev8.allocate_aidl(BufferDesc(), [pm], [BufferRole(0, 0, 0.0)], [])
 
 
 def test_aidl_forms_are_refused_below_their_level() -> None:

@@ -18,7 +18,7 @@ import pytest
 from google.protobuf import message_factory
 
 from nnhal.client.device import Device
-from nnhal.client.remote.hidl import HidlCalls
+from nnhal.client.remote import hidl
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.methods import METHOD_LEVEL
@@ -153,8 +153,7 @@ def test_a_1_1_device_speaks_its_own_forms() -> None:
 
 def test_a_1_2_device_speaks_its_own_forms() -> None:
     with LocalServer("--feature-level", "1.2") as srv, Device.connect(srv.address) as dev:
-        hidl = HidlCalls(dev.remote)
-        assert hidl.capabilities(HalVersion.V1_2).operand_performance
+        assert dev.capabilities().operand_performance  # getCapabilities_1_2
         assert dev.supported_operations(add_model()) == [True]  # getSupportedOperations_1_2
         assert dev.type() is not None and dev.supported_extensions() == ()  # getType, getSupportedExtensions
         assert dev.number_of_cache_files_needed()[0] >= 0  # getNumberOfCacheFilesNeeded
@@ -179,12 +178,15 @@ def test_a_1_2_device_speaks_its_own_forms() -> None:
 
 def test_an_older_form_holds_its_model_to_its_version(device: Device) -> None:
     """On the shared 1.3 server: RELU of rank 5 needs 1.3, so a 1.0 model may not hold it."""
-    hidl, rank5 = HidlCalls(device.remote), relu_chain(1, (1, 2, 2, 2, 2))
-    cb = hidl.prepare_model(rank5, HalVersion.V1_0, ExecutionPreference.FAST_SINGLE_ANSWER, None)
+    r, rank5 = device.remote, relu_chain(1, (1, 2, 2, 2, 2))
+    cb = r.launch_prepare(
+        hidl.prepare_launch(r.session_id, rank5, HalVersion.V1_0, ExecutionPreference.FAST_SINGLE_ANSWER, None)
+    )
     assert cb.wait(30) and cb.status == ErrorStatus.INVALID_ARGUMENT and "needs NN HAL 1.3" in cb.message
     # An invalid model for the form's version: INVALID_ARGUMENT from getSupportedOperations too (VTS).
     with pytest.raises(InvalidArgument, match=r"needs NN HAL 1\.3"):
-        hidl.supported_operations(rank5, HalVersion.V1_0)
+        r.run(hidl.supported_operations(r.session_id, rank5, HalVersion.V1_0))
     assert device.supported_operations(rank5) == [True]  # the 1.3 form carries it
-    ref = hidl.prepare_model(add_model(), HalVersion.V1_2, ExecutionPreference.LOW_POWER, None).get(30)
-    device.remote.release_prepared_model(ref.handle)
+    step = hidl.prepare_launch(r.session_id, add_model(), HalVersion.V1_2, ExecutionPreference.LOW_POWER, None)
+    ref = r.launch_prepare(step).get(30)
+    r.release_prepared_model(ref.handle)

@@ -9,7 +9,10 @@ once. Many executions may be in flight at once from one event loop.
 Modules: :mod:`nnhal.client.remote.aio_session` (the channel, session stream, death, the one
 call path and the transport of the HAL calls, shared with the sync client),
 :mod:`.device` (``Device``), :mod:`.prepared_model` (``PreparedModel``), :mod:`.burst`
-(``Burst``), :mod:`.buffer` (``Buffer``).
+(``Burst``), :mod:`.buffer` (``Buffer``), :mod:`.fenced` (``FencedExecution``),
+:mod:`.reusable_execution` (``ReusableExecution``), :mod:`.aidl_burst` (``AidlBurst``),
+:mod:`.partition` (``Partitioner``). Every HAL call is the sync client's
+(:mod:`nnhal.client.forms`, :mod:`nnhal.client.remote.calls`, ``hidl``, ``aidl``), awaited.
 """
 
 from nnhal.client.aio.buffer import Buffer

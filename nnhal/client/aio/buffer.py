@@ -15,14 +15,18 @@ import numpy as np
 
 from nnhal.client.buffer import array_of, array_room, copy_source
 from nnhal.client.memory import SharedMemory
+from nnhal.client.release import AsyncReleasable
 from nnhal.client.remote import calls
 from nnhal.client.remote.aio_session import AioSession
 from nnhal.core.errors import HalError
 from nnhal.core.types import BufferTokenPool, MemoryPool
 
 
-class Buffer:
+class Buffer(AsyncReleasable):
     """A driver-managed buffer of one session."""
+
+    #: A dead or closed session freed the buffer: leaving ``async with`` drops any error of its release.
+    SWALLOWED = (HalError,)
 
     def __init__(self, session: AioSession, handle: str, token: int) -> None:
         self._session = session
@@ -56,15 +60,6 @@ class Buffer:
             return
         self._released = True
         await self._session.run(calls.release_buffer(self._session.session_id, self.handle))
-
-    async def __aenter__(self) -> Buffer:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        try:
-            await self.release()
-        except HalError:
-            pass  # a dead server: nothing left to free
 
     def __repr__(self) -> str:
         return f"Buffer(token={self.token})"

@@ -61,7 +61,7 @@ class Burst:
             try:
                 result = await self._stream.execute(self._handle, request, options)
             except HalError as err:
-                return ExecutionOutcome(err.error_status, err.message)
+                return ExecutionOutcome.failed(err)
             except asyncio.CancelledError:
                 self._ended = CANCELLED
                 raise

@@ -13,8 +13,9 @@ Preparations: ``await prepare_model(model)`` (the PreparedModel, or the HalError
 ``prepare_model_async(model)`` (an ``asyncio.Task`` started at once, as ``execute_async``),
 ``await prepare_model_from_cache(model_cache, token)`` (prepareModelFromCache_1_3 with the
 cache a preparation with ``cache_token`` returned). ``await allocate(...)``: a driver-managed
-buffer (:mod:`nnhal.client.aio.buffer`). The HAL 1.3 forms only: a device at a
-lower ``--feature-level`` refuses them saying so (the sync client speaks the older forms).
+buffer (:mod:`nnhal.client.aio.buffer`); ``prepare_model_with_config`` and ``allocate_aidl``
+are the AIDL forms. Every call takes the form of the device's level, as the sync client's
+(:mod:`nnhal.client.forms`): a 1.0-1.2 device is spoken to in its own version's forms.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ import os
 from collections.abc import Generator
 from typing import Any, Literal
 
+from nnhal.client import forms
 from nnhal.client.aio.buffer import Buffer
 from nnhal.client.aio.prepared_model import PreparedModel
 from nnhal.client.cache_files import CacheInput
 from nnhal.client.faults import Fault
-from nnhal.client.remote import calls
+from nnhal.client.remote import aidl, calls
 from nnhal.client.remote.aio_session import AioSession
-from nnhal.client.remote.transport import TlsConfig, remaining_time
+from nnhal.client.remote.transport import TlsConfig
+from nnhal.core.aidl_types import DEFAULT_PREPARE_CONFIG, PrepareModelConfig
 from nnhal.core.enums import DeviceStatus, DeviceType, ExecutionPreference, Priority
 from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model
 
@@ -105,32 +108,36 @@ class Device:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    # -- IDevice (the calls of nnhal.client.remote.calls, driven by the asyncio session) ----------
+    # -- IDevice (the calls of nnhal.client.forms in the form of the device's level) -------------
+    @property
+    def _level(self) -> int:
+        return forms.level_of(self._session)
+
     async def capabilities(self) -> Capabilities:
-        return await self._session.run(calls.capabilities(self.session_id))
+        return await self._session.run(forms.capabilities_call(self._level, self.session_id))
 
     async def version_string(self) -> str:
-        return await self._session.run(calls.version_string(self.session_id))
+        return await self._session.run(forms.version_string_call(self._level, self.session_id))
 
     async def type(self) -> DeviceType:
-        return await self._session.run(calls.device_type(self.session_id))
+        return await self._session.run(forms.device_type_call(self._level, self.session_id))
 
     async def supported_extensions(self) -> tuple[Extension, ...]:
-        return await self._session.run(calls.supported_extensions(self.session_id))
+        return await self._session.run(forms.supported_extensions_call(self._level, self.session_id))
 
     async def number_of_cache_files_needed(self) -> tuple[int, int]:
-        return await self._session.run(calls.number_of_cache_files_needed(self.session_id))
+        return await self._session.run(forms.number_of_cache_files_needed_call(self._level, self.session_id))
 
     async def status(self) -> DeviceStatus:
         return await self._session.run(calls.status(self.session_id))
 
     async def supported_operations(self, model: Model) -> list[bool]:
-        """getSupportedOperations_1_3: per operation of the main subgraph, whether it is supported."""
+        """getSupportedOperations in the level's form: per operation of the main subgraph, whether it is supported."""
         return [ok for ok, _ in await self.supported_operations_with_reasons(model)]
 
     async def supported_operations_with_reasons(self, model: Model) -> list[tuple[bool, str]]:
-        """getSupportedOperations_1_3 with the device's reason for each unsupported operation."""
-        return await self._session.run(calls.supported_operations(self.session_id, model))
+        """getSupportedOperations with the device's reason for each unsupported operation."""
+        return await self._session.run(forms.supported_operations_call(self._level, self.session_id, model))
 
     async def stats(self) -> dict[str, int]:
         """Server-wide object counts (nnhal extension): sessions, prepared_models, ..."""
@@ -170,8 +177,24 @@ class Device:
         ``timeout`` / ``deadline_at`` (``time.monotonic()``) set the HAL deadline;
         ``cache_token`` (32 bytes) asks for the model cache (``pm.model_cache``). Cancelling
         the caller lets the preparation end; the model it makes is then released."""
-        remaining = remaining_time(timeout, deadline_at)
-        ref = await self._session.prepare(model, preference, priority, cache_token, remaining)
+        step = forms.prepare_launch(
+            self._level, self.session_id, model, preference, priority, timeout, deadline_at, cache_token
+        )
+        ref = await self._session.prepare(step)
+        return PreparedModel(self._session, ref.handle, model, ref.model_cache)
+
+    async def prepare_model_with_config(
+        self,
+        model: Model,
+        config: PrepareModelConfig = DEFAULT_PREPARE_CONFIG,
+        *,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+    ) -> PreparedModel:
+        """AIDL V4 prepareModelWithConfig: preference, priority, cache token and compilation
+        hints in one PrepareModelConfig; the prepared model or the HalError raised."""
+        step = aidl.prepare_with_config_launch(self.session_id, model, config, timeout, deadline_at)
+        ref = await self._session.prepare(step)
         return PreparedModel(self._session, ref.handle, model, ref.model_cache)
 
     def prepare_model_async(self, model: Model, **kwargs: Any) -> asyncio.Task[PreparedModel]:
@@ -193,7 +216,8 @@ class Device:
         """prepareModelFromCache_1_3 with the model cache a preparation with ``cache_token``
         returned; a tampered or truncated cache is the server's error, raised. ``model``
         (optional) lets ``execute`` take numpy arrays."""
-        ref = await self._session.prepare_from_cache(model_cache, token, remaining_time(timeout, deadline_at))
+        step = forms.prepare_from_cache_launch(self._level, self.session_id, model_cache, token, timeout, deadline_at)
+        ref = await self._session.prepare(step)
         return PreparedModel(self._session, ref.handle, model, ref.model_cache)
 
     # -- memory domains ----------------------------------------------------------------------------
@@ -211,6 +235,19 @@ class Device:
             calls.allocate(self.session_id, desc, handles, input_roles, output_roles)
         )
         return Buffer(self._session, handle, token)
+
+    async def allocate_aidl(
+        self,
+        desc: BufferDesc,
+        prepared_models: list[PreparedModel],
+        input_roles: list[BufferRole],
+        output_roles: list[BufferRole],
+    ) -> Buffer:
+        """AIDL IDevice::allocate: as ``allocate``, each role's ``frequency`` being AIDL's
+        probability, in (0, 1] (INVALID_ARGUMENT otherwise)."""
+        handles = [pm.handle for pm in prepared_models]
+        call = aidl.allocate(self.session_id, desc, handles, input_roles, output_roles)
+        return Buffer(self._session, *await self._session.run(call))
 
 
 class Connecting:

@@ -44,16 +44,14 @@ import grpc
 import grpc.aio
 
 from nnhal.client import steps
-from nnhal.client.cache_files import CacheInput
 from nnhal.client.faults import current_fault_scope
-from nnhal.client.remote import DRAINING, calls, monitor as drain_rules
+from nnhal.client.outcome import result_of
+from nnhal.client.remote import DRAINING, calls, hidl, monitor as drain_rules
 from nnhal.client.remote.messages import (
     ExecutionOptions,
     PreparedRef,
     check_launch,
     execute_request,
-    prepare_from_cache_request,
-    prepare_request,
     prepared_of,
     raise_for_status,
 )
@@ -64,18 +62,17 @@ from nnhal.client.remote.transport import (
     Stubs,
     TlsConfig,
     channel_options,
-    grpc_timeout,
     map_rpc_error,
     new_request_id,
     tag_request_id,
     target_of,
 )
 from nnhal.core import wire, wire_session
-from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
+from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
 from nnhal.core.protocol import DEVICE_METADATA, REQUEST_ID_METADATA
-from nnhal.core.types import ExecutionResult, Model, Request
+from nnhal.core.types import ExecutionResult, Request
 from nnhal.proto import service_pb2 as spb
 
 T = TypeVar("T")
@@ -308,36 +305,30 @@ class AioSession:
         """Drive a HAL call (:mod:`nnhal.client.remote.calls`) on this session's one call path."""
         return await steps.drive_async(call, self._perform)
 
-    async def _perform(self, step: calls.Unary) -> Any:
+    async def _perform(self, step: calls.Step) -> Any:
+        if isinstance(step, calls.Unary):
+            rpc = getattr(getattr(self.stubs, step.service), step.method)
+            if step.checked:
+                return await self.checked(rpc, step.request, step.label, step.prefix, step.timeout)
+            return await self.unary(rpc, step.request, step.label, step.timeout)
+        if isinstance(step, calls.Execute):
+            return await self.run(calls.execute(step.session, step.handle, step.request, step.options))
+        return await self.launch(step)
+
+    async def launch(self, step: calls.Notify) -> Any:
+        """A launch / notify RPC of any form (:class:`~nnhal.client.remote.calls.Notify`): its
+        notify message, or the launch's / the transport's HalError raised."""
         rpc = getattr(getattr(self.stubs, step.service), step.method)
-        if step.checked:
-            return await self.checked(rpc, step.request, step.label, step.prefix, step.timeout)
-        return await self.unary(rpc, step.request, step.label, step.timeout)
+        return await self.notify(rpc, step.request, step.label, step.timeout)
 
-    async def prepare(
-        self,
-        model: Model,
-        preference: ExecutionPreference,
-        priority: Priority | int,
-        cache_token: bytes | None,
-        remaining: float | None,
-    ) -> PreparedRef:
-        """prepareModel_1_3 (a launch, then exactly one notify): the prepared model's reference,
-        or the HalError the preparation ended with."""
-        req = prepare_request(self.session_id, model, preference, priority, cache_token, remaining)
-        return await self._prepare(self.stubs.device.prepareModel_1_3, req, "prepareModel_1_3", remaining)
+    async def prepare(self, step: calls.Notify) -> PreparedRef:
+        """A preparation of any form (a launch, then exactly one notify): the prepared model's
+        reference, or the HalError the preparation ended with.
 
-    async def prepare_from_cache(self, model_cache: CacheInput, token: bytes, remaining: float | None) -> PreparedRef:
-        """prepareModelFromCache_1_3 with the model cache a preparation returned."""
-        req = prepare_from_cache_request(self.session_id, model_cache, token, remaining)
-        rpc = self.stubs.device.prepareModelFromCache_1_3
-        return await self._prepare(rpc, req, "prepareModelFromCache_1_3", remaining)
-
-    async def _prepare(self, rpc: Any, req: Any, what: str, remaining: float | None) -> PreparedRef:
-        """The prepare RPC runs to its notify even when the caller is cancelled (a HAL
+        The prepare RPC runs to its notify even when the caller is cancelled (a HAL
         preparation cannot be cancelled): the model it then makes, which nobody owns, is
         released — the sync client's discard of a prepared model whose waiter was released."""
-        rpc_task = asyncio.ensure_future(self.notify(rpc, req, what, grpc_timeout(remaining)))
+        rpc_task = asyncio.ensure_future(self.launch(step))
         try:
             notify = await asyncio.shield(rpc_task)
         except asyncio.CancelledError:
@@ -355,14 +346,9 @@ class AioSession:
         if ref is not None:
             self.spawn(self.run(calls.release_prepared_model(self.session_id, ref.handle)))
 
-    async def execute_stream(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult:
-        """execute_1_3; every failure comes back as a result carrying its status."""
-        msg, timeout = execute_request(self.session_id, handle, request, options)
-        try:
-            notify = await self.notify(self.stubs.prepared_model.execute_1_3, msg, "execute_1_3", timeout)
-        except HalError as err:
-            return ExecutionResult(err.error_status, err.message)
-        return wire.execution_result_from(notify)
+    async def execute_launched(self, step: calls.Notify) -> ExecutionResult:
+        """An asynchronous execution of any form; every failure comes back as a result carrying its status."""
+        return await self.run(result_of(_read_result(step)))
 
     def open_burst(self) -> AioBurstStream:
         """configureExecutionBurst: a stream for one burst; DEAD_OBJECT at once for a server known dead."""
@@ -409,6 +395,10 @@ class AioSession:
         self._tasks, self._session_call = [], None
         self._spawned.clear()
         await self._channel.close()
+
+
+def _read_result(step: calls.Notify) -> calls.Call[ExecutionResult]:
+    return hidl.result_of((yield step))
 
 
 class AioBurstStream:

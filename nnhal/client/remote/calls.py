@@ -19,6 +19,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from nnhal.client.cache_files import CacheInput
 from nnhal.client.remote.messages import (
     ExecutionOptions,
     copy_from_request,
@@ -26,10 +27,14 @@ from nnhal.client.remote.messages import (
     execute_request,
     fault_request,
     fill_allocate,
+    fill_execution,
+    prepare_from_cache_request,
+    prepare_request,
     stats_of,
 )
+from nnhal.client.remote.transport import grpc_timeout
 from nnhal.core import wire
-from nnhal.core.enums import DeviceStatus, DeviceType
+from nnhal.core.enums import DeviceStatus, DeviceType, ExecutionPreference, Priority
 from nnhal.core.faults import Fault
 from nnhal.core.types import (
     BufferDesc,
@@ -37,6 +42,7 @@ from nnhal.core.types import (
     Capabilities,
     ExecutionResult,
     Extension,
+    FencedExecutionInfo,
     MemoryPool,
     Model,
     Request,
@@ -66,8 +72,42 @@ class Unary:
         return self.what or self.method
 
 
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """A launch / notify / end RPC (DESIGN §2) of a call: its answer is the notify message (a
+    launch error raised). An asynchronous HAL call (a preparation, ``execute_1_3``, the HIDL
+    and AIDL forms) is one such step that a session launches its own way: the sync one on a
+    helper thread delivering a callback, the asyncio one as an awaited task."""
+
+    service: str
+    method: str
+    request: Any
+    timeout: float | None = None
+    what: str = ""
+
+    @property
+    def label(self) -> str:
+        """The name errors and logs give the call."""
+        return self.what or self.method
+
+
+@dataclass(frozen=True, slots=True)
+class Execute:
+    """An executeSynchronously_1_3 of a canonical request, which each session sends its own
+    way (the sync one streams large pools or takes the same-host path; :func:`execute` is the
+    plain message). The answer is the ExecutionResult."""
+
+    session: str
+    handle: str
+    request: Request
+    options: ExecutionOptions
+
+
+#: One step of a call.
+Step = Unary | Notify | Execute
+
 #: A HAL call: yields its RPCs, receives their answers, returns the canonical result.
-Call = Generator[Unary, Any, T]
+Call = Generator[Step, Any, T]
 
 
 # -- IDevice ---------------------------------------------------------------------------------------
@@ -138,12 +178,63 @@ def allocate(
     return str(msg.buffer), int(msg.token)
 
 
+def prepare_launch(
+    session: str,
+    model: Model,
+    preference: ExecutionPreference,
+    priority: Priority | int,
+    cache_token: bytes | None,
+    remaining: float | None,
+) -> Notify:
+    """prepareModel_1_3 (its notify reads with :func:`~nnhal.client.remote.messages.prepared_of`);
+    ``remaining``: the HAL deadline in seconds."""
+    req = prepare_request(session, model, preference, priority, cache_token, remaining)
+    return Notify("device", "prepareModel_1_3", req, grpc_timeout(remaining))
+
+
+def prepare_from_cache_launch(
+    session: str, model_cache: CacheInput, token: bytes, remaining: float | None, held: bool = False
+) -> Notify:
+    """prepareModelFromCache_1_3 with the model cache a preparation returned (``held``: a held
+    cache file goes by descriptor, the server reading this process's descriptors)."""
+    req = prepare_from_cache_request(session, model_cache, token, remaining, held)
+    return Notify("device", "prepareModelFromCache_1_3", req, grpc_timeout(remaining))
+
+
 # -- IPreparedModel ----------------------------------------------------------------------------------
 def execute(session: str, handle: str, request: Request, options: ExecutionOptions) -> Call[ExecutionResult]:
     """executeSynchronously_1_3 in one message. HAL errors are in the result."""
     msg, timeout = execute_request(session, handle, request, options)
     answer = yield Unary("prepared_model", "executeSynchronously_1_3", msg, timeout, checked=False)
     return wire.execution_result_from(answer)
+
+
+def execute_launch(session: str, handle: str, request: Request, options: ExecutionOptions) -> Notify:
+    """execute_1_3 (its notify reads with :func:`nnhal.core.wire.execution_result_from`)."""
+    msg, timeout = execute_request(session, handle, request, options)
+    return Notify("prepared_model", "execute_1_3", msg, timeout)
+
+
+def execute_fenced(
+    session: str,
+    handle: str,
+    request: Request,
+    wait_for: Sequence[str],
+    options: ExecutionOptions,
+    timeout_after_fence_ns: int,
+) -> Call[tuple[str, str]]:
+    """executeFenced: the sync fence and the fenced-execution callback's names (raises the launch error)."""
+    msg = spb.FencedExecuteRequest(session=session, timeout_after_fence_ns=timeout_after_fence_ns)
+    msg.wait_for.extend(wait_for)
+    timeout = fill_execution(msg, handle, request, options)
+    answer = yield Unary("prepared_model", "executeFenced", msg, timeout, prefix=False)
+    return str(answer.sync_fence), str(answer.callback)
+
+
+def fenced_info(session: str, callback: str, wait: bool, timeout: float) -> Call[FencedExecutionInfo]:
+    """IFencedExecutionCallback::getExecutionInfo (with ``wait``: once the fence signalled)."""
+    req = spb.FencedInfoRequest(session=session, callback=callback, wait=wait)
+    return wire.fenced_info_from((yield Unary("fenced", "getExecutionInfo", req, timeout, checked=False)))
 
 
 def release_prepared_model(session: str, handle: str, timeout: float | None = None) -> Call[None]:

@@ -210,7 +210,9 @@ class SessionChannel:
         """Drive a HAL call (:mod:`nnhal.client.remote.calls`) on this session's one call path."""
         return steps.drive(call, self._perform)
 
-    def _perform(self, step: calls.Unary) -> Any:
+    def _perform(self, step: calls.Step) -> Any:
+        """A unary step (a session with other transports overrides this for the others)."""
+        assert isinstance(step, calls.Unary), step
         rpc = getattr(getattr(self._stubs, step.service), step.method)
         if step.checked:
             return self.checked(rpc, step.request, step.label, step.timeout, step.prefix)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from nnhal.client.outcome import failed_result
 from nnhal.client.remote.messages import ExecutionOptions, fill_execution
 from nnhal.client.remote.transport import BURST_STREAM_TIMEOUT, remaining_time
 from nnhal.core import fastpacket, fastring, samehost, wire
@@ -241,7 +242,7 @@ class FastBurstLink:
             try:
                 self._remote.check("fast burst")
             except HalError as err:
-                return ExecutionResult(err.error_status, err.message)
+                return failed_result(err)
             if self._closed or self.doorbell.stopped:
                 return self._ended()
             try:
@@ -351,7 +352,7 @@ class FastBurstLink:
         try:
             event = self._remote.invoke(lambda: next(self._call, None), "fast burst")
         except HalError as err:  # the stream broke: DEAD_OBJECT for a vanished server
-            return ExecutionResult(err.error_status, err.message)
+            return failed_result(err)
         if event is not None and wire.status_from(event)[0] != ErrorStatus.NONE:
             status, message = wire.status_from(event)
             return ExecutionResult(status, f"fast burst: {message}")

@@ -10,15 +10,15 @@ canonical types (:mod:`nnhal.core.types`), converted with :mod:`nnhal.core.wire`
 from __future__ import annotations
 
 import queue
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import grpc
 
-from nnhal.client.cache_files import CacheInput, server_reads_held
 from nnhal.client.callbacks import Callback
 from nnhal.client.faults import Fault
-from nnhal.client.remote import calls
+from nnhal.client.outcome import failed_result
+from nnhal.client.remote import calls, hidl
 from nnhal.client.remote.channel import SessionChannel
 from nnhal.client.remote.messages import (
     BurstStream,
@@ -27,19 +27,15 @@ from nnhal.client.remote.messages import (
     drain,
     execute_request,
     fill_execution,
-    prepare_from_cache_request,
     prepared_of,
-    raise_for_status,
 )
 from nnhal.client.remote.transport import (
     BURST_STREAM_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
     GC_RELEASE_TIMEOUT,
-    grpc_timeout,
-    remaining_time,
 )
 from nnhal.core import wire, wire_stream
-from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Priority
+from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import (
     BufferDesc,
@@ -53,6 +49,12 @@ from nnhal.core.types import (
     Request,
 )
 from nnhal.proto import service_pb2 as spb
+
+T = TypeVar("T")
+
+
+def _deliver_notify(notify: Any, cb: Callback[Any]) -> None:
+    cb.notify(ErrorStatus.NONE, notify)
 
 
 class RemoteSession(SessionChannel):
@@ -96,44 +98,22 @@ class RemoteSession(SessionChannel):
         session's delays first. INVALID_ARGUMENT when the server refuses them."""
         self.run(calls.inject_faults(self._session_id, faults, clear))
 
-    def prepare_model(
+    def launch(
         self,
-        model: Model,
-        preference: ExecutionPreference,
-        priority: Priority | int,
-        timeout: float | None,
-        deadline_at: float | None,
-        cache_token: bytes | None,
-    ) -> Callback[PreparedRef]:
-        """prepareModel_1_3: the callback delivers the prepared model's reference exactly once."""
-        req = spb.PrepareModelRequest(session=self._session_id, preference=int(preference), priority=int(priority))  # type: ignore[arg-type]
-        wire.model_to(model, req.model)
-        if cache_token is not None:
-            req.token = cache_token
-            req.want_cache = True
-        return self._prepare(self._stubs.device.prepareModel_1_3, req, timeout, deadline_at, "prepareModel_1_3")
+        step: calls.Notify,
+        deliver: Callable[[Any, Callback[T]], None],
+        failure: Callable[[HalError], T | None],
+        thread_name: str,
+    ) -> Callback[T]:
+        """Start the launch / notify RPC of an asynchronous HAL call (any form) on this
+        session's one call path (:meth:`stream`): ``deliver`` turns its notify into the
+        callback's result, a failure reaches the callback with ``failure(err)``."""
+        rpc = getattr(getattr(self._stubs, step.service), step.method)
+        return self.stream(rpc, step.request, step.label, step.timeout, deliver, failure, thread_name)
 
-    def prepare_model_from_cache(
-        self, model_cache: CacheInput, token: bytes, timeout: float | None, deadline_at: float | None
-    ) -> Callback[PreparedRef]:
-        """prepareModelFromCache_1_3 with the model cache a previous preparation returned
-        (a held cache file goes by descriptor to a server that reads this process's)."""
-        remaining = remaining_time(timeout, deadline_at)
-        held = server_reads_held(self.shm_memfd)
-        req = prepare_from_cache_request(self._session_id, model_cache, token, remaining, held)
-        rpc = self._stubs.device.prepareModelFromCache_1_3
-        return self.prepare_stream(rpc, req, "prepareModelFromCache_1_3", grpc_timeout(remaining))
-
-    def _prepare(
-        self, rpc: Any, req: Any, timeout: float | None, deadline_at: float | None, what: str
-    ) -> Callback[PreparedRef]:
-        remaining = remaining_time(timeout, deadline_at)
-        wire.deadline_to(remaining, req.deadline)
-
-        return self.prepare_stream(rpc, req, what, grpc_timeout(remaining))
-
-    def prepare_stream(self, rpc: Any, req: Any, what: str, timeout: float | None) -> Callback[PreparedRef]:
-        """A launch / notify prepare stream (any method form) whose notify names the prepared model."""
+    def launch_prepare(self, step: calls.Notify) -> Callback[PreparedRef]:
+        """A preparation of any form: the callback delivers the prepared model's reference
+        exactly once (a model whose waiter was already released is discarded)."""
 
         def deliver(notify: Any, cb: Callback[PreparedRef]) -> None:
             status, message, ref = prepared_of(notify)
@@ -142,7 +122,31 @@ class RemoteSession(SessionChannel):
             elif not cb.notify(status, ref):  # the waiter was already released (death): nobody owns it
                 self.discard_prepared_model(ref.handle)
 
-        return self.stream(rpc, req, what, timeout, deliver, lambda _err: None, "nnhal-prepare")
+        return self.launch(step, deliver, lambda _err: None, "nnhal-prepare")
+
+    def launch_execute(self, step: calls.Notify) -> Callback[ExecutionResult]:
+        """An asynchronous execution of any form: the callback delivers the result exactly
+        once (a transport failure as a result carrying its status; a death with no value)."""
+
+        def deliver(notify: Any, cb: Callback[ExecutionResult]) -> None:
+            result = hidl.result_of(notify)
+            cb.notify(result.status, result, result.message)
+
+        return self.launch(step, deliver, failed_result, "nnhal-execute")
+
+    def _perform(self, step: calls.Step) -> Any:
+        """A step of a call: a unary RPC, an execution (:meth:`execute`'s route), or a launch
+        whose notify is waited for here (bounded by the default call timeout)."""
+        if isinstance(step, calls.Execute):
+            return self.execute(step.handle, step.request, step.options)
+        if isinstance(step, calls.Notify):
+            cb: Callback[Any] = self.launch(step, _deliver_notify, lambda _e: None, "nnhal-call")
+            if not cb.wait(DEFAULT_CALL_TIMEOUT):
+                raise GeneralFailure(f"{step.label}: no result within {DEFAULT_CALL_TIMEOUT} s")
+            if cb.value is None:
+                raise HalError.of(cb.status, cb.message)
+            return cb.value
+        return super()._perform(step)
 
     def allocate(
         self,
@@ -207,21 +211,6 @@ class RemoteSession(SessionChannel):
 
         return self.invoke(call, what, timeout is not None, md[0][1])
 
-    def execute_async(self, handle: str, request: Request, options: ExecutionOptions) -> Callback[ExecutionResult]:
-        """execute_1_3: the callback delivers the result exactly once (a transport failure
-        as a result carrying its status; a death with no value)."""
-        msg, timeout = self._execute_message(handle, request, options)
-
-        def deliver(notify: Any, cb: Callback[ExecutionResult]) -> None:
-            result = wire.execution_result_from(notify)
-            cb.notify(result.status, result, result.message)
-
-        def failure(err: HalError) -> ExecutionResult:
-            return ExecutionResult(err.error_status, err.message)
-
-        rpc = self._stubs.prepared_model.execute_1_3
-        return self.stream(rpc, msg, "execute_1_3", timeout, deliver, failure, "nnhal-execute")
-
     def execute_fenced(
         self,
         handle: str,
@@ -231,30 +220,32 @@ class RemoteSession(SessionChannel):
         timeout_after_fence_ns: int,
     ) -> tuple[str, str]:
         """executeFenced: the sync fence and the fenced-execution callback's names."""
-        msg = spb.FencedExecuteRequest(session=self._session_id, timeout_after_fence_ns=timeout_after_fence_ns)
-        msg.wait_for.extend(wait_for)
-        timeout = fill_execution(msg, handle, request, options)
-        result = self.unary(self._stubs.prepared_model.executeFenced, msg, "executeFenced", timeout)
-        raise_for_status(result)
-        return str(result.sync_fence), str(result.callback)
+        return self.run(
+            calls.execute_fenced(self._session_id, handle, request, wait_for, options, timeout_after_fence_ns)
+        )
 
     def fenced_info(self, callback: str, wait: bool, timeout: float) -> FencedExecutionInfo:
         """IFencedExecutionCallback::getExecutionInfo (with ``wait``: once the fence signalled)."""
-        req = spb.FencedInfoRequest(session=self._session_id, callback=callback, wait=wait)
-        return wire.fenced_info_from(self.unary(self._stubs.fenced.getExecutionInfo, req, "getExecutionInfo", timeout))
+        return self.run(calls.fenced_info(self._session_id, callback, wait, timeout))
 
     def release_prepared_model(self, handle: str) -> None:
         """Release a prepared model now; raises its HalError (DEAD_OBJECT for a dead server)."""
         self.run(calls.release_prepared_model(self._session_id, handle))
 
     def discard_prepared_model(self, handle: str) -> None:
-        """Best-effort release (garbage collection): nothing to do once the session is gone."""
+        """Best-effort release of a prepared model (garbage collection, one nobody owns)."""
+        self.discard(calls.release_prepared_model(self._session_id, handle, GC_RELEASE_TIMEOUT))
+
+    def discard(self, release: calls.Call[None]) -> None:
+        """Best-effort ``release`` (garbage collection): nothing to do once the session is
+        gone; its HalError dropped (the session's end releases the object anyway)."""
         if self._closed or self._monitor.dead:
+            release.close()
             return
         try:
-            self.run(calls.release_prepared_model(self._session_id, handle, GC_RELEASE_TIMEOUT))
+            self.run(release)
         except HalError:
-            pass  # the session's end releases it anyway
+            pass
 
     # -- bursts -------------------------------------------------------------------------------
     def open_burst(self) -> BurstStream:
@@ -283,7 +274,7 @@ class RemoteSession(SessionChannel):
             try:
                 response = self.invoke(lambda: next(stream.responses, None), "burst", had_deadline=False)
             except HalError as err:
-                return ExecutionResult(err.error_status, err.message)
+                return failed_result(err)
         if response is None:  # the server ended the stream: a refusal past its cap, or a drain
             return ExecutionResult(
                 ErrorStatus.GENERAL_FAILURE,

@@ -1,7 +1,7 @@
 """Transport: channel options, the table from gRPC failures to HAL errors, deadline arithmetic, stubs.
 
 Mapping (DESIGN §2), applied by :func:`map_rpc_error` only, which the session's
-one call path (``RemoteSession._invoke``) calls for every failed RPC:
+one call path (``SessionChannel.invoke``) calls for every failed RPC:
 
 ==========================  =============================================
 gRPC status                 HAL error

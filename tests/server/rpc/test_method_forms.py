@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nnhal.client.faults import Fault
-from nnhal.client.remote.aidl import AidlCalls
-from nnhal.client.remote.hidl import HidlCalls
+from nnhal.client.remote import aidl, hidl
 from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import GeneralFailure
 from tests.server.rpc.conftest import Served, add_request
@@ -16,32 +15,34 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_the_hidl_synchronous_form_answers_and_takes_injected_faults(served: Served) -> None:
-    hidl = HidlCalls(served.dev.remote)
-    assert hidl.execute_sync(served.handle, add_request(), False).status == ErrorStatus.NONE
+    r = served.dev.remote
+    assert r.run(hidl.execute_sync(r.session_id, served.handle, add_request(), False)).status == ErrorStatus.NONE
     served.dev.inject_faults(Fault.error("executeSynchronously", ErrorStatus.OUTPUT_INSUFFICIENT_SIZE))
-    result = hidl.execute_sync(served.handle, add_request(), False)
+    result = r.run(hidl.execute_sync(r.session_id, served.handle, add_request(), False))
     assert result.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and "injected fault" in result.message
-    assert hidl.execute_sync(served.handle, add_request(), False).status == ErrorStatus.NONE
+    assert r.run(hidl.execute_sync(r.session_id, served.handle, add_request(), False)).status == ErrorStatus.NONE
 
 
 def test_a_hidl_query_takes_injected_faults(served: Served) -> None:
-    hidl = HidlCalls(served.dev.remote)
+    r = served.dev.remote
     served.dev.inject_faults(Fault.error("getCapabilities_1_1", ErrorStatus.GENERAL_FAILURE))
     with pytest.raises(GeneralFailure, match="injected fault"):
-        hidl.capabilities(HalVersion.V1_1)
-    assert hidl.capabilities(HalVersion.V1_1).operand_performance is not None
+        r.run(hidl.capabilities(r.session_id, HalVersion.V1_1))
+    assert r.run(hidl.capabilities(r.session_id, HalVersion.V1_1)).operand_performance is not None
 
 
 def test_the_aidl_synchronous_form_takes_injected_faults(served: Served) -> None:
-    aidl = AidlCalls(served.dev.remote)
+    r = served.dev.remote
     served.dev.inject_faults(
         Fault.error("AIDL IPreparedModel.executeSynchronously", ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT)
     )
-    result, _ = aidl.execute(served.handle, add_request(), False, None, None, None)
+    result, _ = r.run(aidl.execute(r.session_id, served.handle, add_request(), False, None, None, None))
     assert result.status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT and "injected fault" in result.message
-    assert aidl.execute(served.handle, add_request(), False, None, None, None)[0].status == ErrorStatus.NONE
+    again, _ = r.run(aidl.execute(r.session_id, served.handle, add_request(), False, None, None, None))
+    assert again.status == ErrorStatus.NONE
 
 
 def test_an_aidl_form_on_a_12_device_is_refused_by_the_level_gate(served12: Served) -> None:
-    result, _ = AidlCalls(served12.dev.remote).execute(served12.handle, add_request(), False, None, None, None)
+    r = served12.dev.remote
+    result, _ = r.run(aidl.execute(r.session_id, served12.handle, add_request(), False, None, None, None))
     assert result.status == ErrorStatus.GENERAL_FAILURE and "needs NN HAL" in result.message
