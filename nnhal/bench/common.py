@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnhal.bench import zoo
 from nnhal.client.device import Device
 from nnhal.testing.local_server import LocalServer
 
@@ -84,38 +83,3 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     """(p50, p99) of ``samples``."""
     arr = np.sort(np.asarray(samples))
     return float(np.percentile(arr, 50)), float(np.percentile(arr, 99))
-
-
-def mobilenet_from_cache(server_args: Sequence[str], device: str, bound: str, quick: bool) -> BenchResult:
-    """Prepare MobileNet-v1 float32 on the device the server ``server_args`` start vs prepare
-    it from the cache that preparation returned (both interleaved; the cached model must give
-    the same output). ``bound``: the ratio the result is held to."""
-    model = zoo.mobilenet_v1(zoo.mobilenet_weights(), False)
-    image = zoo.mobilenet_input(False)
-    token = bytes(range(32))
-    rounds = 3 if quick else 7
-    with local_device(False, *server_args) as dev:
-        with dev.prepare_model_sync(model, cache_token=token) as first:
-            blob = first.model_cache
-            expected = first.execute([image], timeout=120).outputs[0]
-
-        def prepare() -> None:
-            dev.prepare_model_sync(model, cache_token=token).release()
-
-        def prepare_from_cache() -> None:
-            dev.prepare_model_from_cache(blob, token, model).get(120).release()
-
-        with dev.prepare_model_from_cache(blob, token, model).get(120) as cached:
-            check(np.array_equal(cached.execute([image], timeout=120).outputs[0], expected), "cached model differs")
-        t0 = time.perf_counter()
-        t_prepare, t_cache = interleaved(prepare, prepare_from_cache, rounds, 1)
-        elapsed = time.perf_counter() - t0
-    return BenchResult(
-        t_prepare * 1e3,
-        t_cache * 1e3,
-        t_prepare / t_cache,
-        "ms per preparation (value: prepare, anchor: from cache)",
-        bound,
-        f"MobileNet-v1 float32 on the {device} device, cache {len(blob) / 2**20:.1f} MiB, "
-        f"{rounds} interleaved rounds in {elapsed:.1f} s",
-    )
