@@ -252,6 +252,9 @@ def test_a_second_signal_ends_the_drain_time_at_once(draining_server: LocalServe
         assert cb.wait(WAIT_BOUND_S)  # far less than the 120 s drain and 60 s delay
         assert cb.status == ErrorStatus.DEVICE_UNAVAILABLE
         assert srv.proc.wait(EXIT_BOUND_S) == 0
+        log = srv.log()
+        assert "second interrupt: stopping now" in log  # says why the drain ended, not that its time ran out
+        assert "the drain time ran out: ending" not in log
     finally:
         dev.close()
 
