@@ -41,6 +41,26 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 _TRIM = _malloc_trim()
 
+#: ``mallopt``'s parameter for the mmap threshold (glibc ``malloc.h``).
+_M_MMAP_THRESHOLD = -3
+#: Blocks of at least this many bytes are mapped on their own and unmapped when freed.
+MMAP_THRESHOLD = 1 << 20
+
+
+def map_large_blocks(threshold: int = MMAP_THRESHOLD) -> bool:
+    """Serve every allocation of ``threshold`` bytes or more from a mapping of its own (glibc),
+    for the process's life: freed, it goes back to the kernel at once. Fixing the threshold also
+    stops glibc from raising it after a large free, which would keep the next large tensors and
+    messages on the heaps (where only a trim gives them back). False where there is no
+    ``mallopt`` (musl)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
+
 
 class Releaser:
     """Counts released bytes and trims the C heap when enough were (module docstring).
