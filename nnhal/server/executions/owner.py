@@ -59,6 +59,8 @@ RESULTS_WAITING = "results waiting to be written"
 #: this many more copies the transport makes — the serialized bytes and gRPC's own buffer —
 #: charged to the server's total.
 TRANSPORT_COPIES = 2
+#: ... but for an answer of at most this many bytes.
+SMALL_ANSWER_BYTES = 64 * 1024
 
 
 def _result_bytes(result: ExecutionResult) -> int:
@@ -471,7 +473,8 @@ class Executions:
         if not nbytes:
             return notify, None
         budget = self.driver.budget
-        copies = TRANSPORT_COPIES * nbytes
+        # A small answer's copies are not worth refusing it for (a victim's answer is small).
+        copies = TRANSPORT_COPIES * nbytes if nbytes > SMALL_ANSWER_BYTES else 0
         try:
             budget.charge(session, nbytes, RESULTS_WAITING)
             try:

@@ -17,8 +17,9 @@ message through an :class:`Inbound`:
   its place that long at most.
 - **holding**: the message read is charged to its client (the verified mTLS identity, else
   the connection) until its call ends, at most ``per_client`` bytes per client, and, when
-  larger than the flow-control window (``WINDOW_BYTES``), to the server's total
-  (``budget.charge_working``, leaving the fair-share reserve to the sessions' own charges).
+  larger than the flow-control window (``WINDOW_BYTES``), to the server's total, twice
+  (``REQUEST_COPIES``; ``budget.charge_working``, leaving the fair-share reserve to the
+  sessions' own charges).
   Past the total, a client below its fair share (the total less the reserve, divided among
   the clients holding any plus itself) makes room: the newest call of the client furthest
   above its share is ended (CANCELLED to that client). Otherwise the call is refused
@@ -26,7 +27,12 @@ message through an :class:`Inbound`:
   written) come on top, in the same budget.
 - **writing**: an answer message (``gated`` streams) that the transport has not written
   within ``write_timeout`` — its client grants no flow-control window, i.e. does not read —
-  ends the call (the stream is reset), so the call's request, result and place are freed.
+  ends the call, so the call's request, result and place are freed on the Python side.
+  grpc.aio cannot reset the HTTP/2 stream: the transport keeps the message it was given until
+  the client reads, cancels or its deadline or connection ends. So a connection's large
+  answers (over ``WINDOW_BYTES``) are written one at a time, and after a stalled one they are
+  refused (RESOURCE_EXHAUSTED) until a write on the connection completes: a client that does
+  not read leaves at most one large answer per connection in the transport.
 
 State lives on the server's event loop and is touched only there (no lock).
 """
@@ -59,6 +65,9 @@ WRITE_TIMEOUT_S = 10.0
 #: before it could be admitted, so it is held against its client's limit but never refused for
 #: the server's total (a small call always gets through).
 WINDOW_BYTES = 64 * 1024
+#: A request is held as its message and as the canonical request its handler decodes from it:
+#: the server's total is charged this many times its size (its client's limit once).
+REQUEST_COPIES = 2
 #: The budget's kind for request messages held by their calls.
 REQUESTS_IN_FLIGHT = "requests in flight"
 
@@ -70,6 +79,16 @@ class _Held:
     nbytes: int
     task: asyncio.Task[Any] | None
     released: bool = False
+
+
+@dataclass
+class _Writer:
+    """One connection's large answers: written one at a time; ``stalled`` once one was not
+    taken within the bound, until a write on the connection completes."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    stalled: bool = False
+    users: int = 0
 
 
 @dataclass
@@ -100,6 +119,7 @@ class Inbound:
         self._reading = 0
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._clients: dict[str, _Client] = {}
+        self._writers: dict[str, _Writer] = {}
         self._held = 0
         #: Calls ended to make room, and calls ended because their client did not read (counters).
         self.evicted = 0
@@ -154,6 +174,8 @@ class Inbound:
         assert isinstance(raw, bytes)
         refusal = self._hold(_client_of(context), len(raw), context)
         if refusal is not None:
+            # Not held by this frame while the abort's exception (and its traceback) lives.
+            del raw
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
         return raw
 
@@ -190,7 +212,7 @@ class Inbound:
         share = (budget.limit_total - budget.reserve) // max(1, holders)
         while True:
             try:
-                budget.charge_working(nbytes, REQUESTS_IN_FLIGHT, keep_reserve=True)
+                budget.charge_working(nbytes * REQUEST_COPIES, REQUESTS_IN_FLIGHT, keep_reserve=True)
                 return None
             except HalError as err:
                 refusal = err.message
@@ -213,7 +235,7 @@ class Inbound:
         entry.released = True
         self._held -= entry.nbytes
         if self.budget is not None and self.budget.limit_total and entry.nbytes > WINDOW_BYTES:
-            self.budget.uncharge_working(entry.nbytes, REQUESTS_IN_FLIGHT)
+            self.budget.uncharge_working(entry.nbytes * REQUEST_COPIES, REQUESTS_IN_FLIGHT)
         client = self._clients.get(key)
         if client is None:
             return
@@ -226,9 +248,24 @@ class Inbound:
             del self._clients[key]
 
     # -- writing -----------------------------------------------------------------------
-    def stalled_write(self, task: asyncio.Task[Any] | None, what: str) -> None:
-        """A message of ``task``'s call was not written within the bound: end the call."""
+    def writer(self, peer: str) -> _Writer:
+        """The large-answer state of connection ``peer`` (dropped when no call uses it)."""
+        w = self._writers.get(peer)
+        if w is None:
+            w = self._writers[peer] = _Writer()
+        w.users += 1
+        return w
+
+    def done_writing(self, peer: str, w: _Writer) -> None:
+        w.users -= 1
+        if w.users <= 0 and self._writers.get(peer) is w:
+            del self._writers[peer]
+
+    def stalled_write(self, task: asyncio.Task[Any] | None, w: _Writer, what: str) -> None:
+        """A message of ``task``'s call was not written within the bound: end the call, and
+        refuse its connection's large answers until one of its writes completes."""
         self.stalled += 1
+        w.stalled = True
         log.warning("%s: the client took no answer for %.0f s; ending the call", what, self.write_timeout)
         if task is not None:
             task.cancel()
@@ -264,17 +301,39 @@ def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.R
             del request
             task = asyncio.current_task()
             loop = asyncio.get_running_loop()
+            peer = context.peer() or ""
+            w = inbound.writer(peer)
             try:
                 if not hasattr(events, "__aiter__"):  # a coroutine writing to the context
                     await events
                     return
                 async for event in events:
-                    timer = loop.call_later(inbound.write_timeout, inbound.stalled_write, task, what)
-                    try:
-                        yield event
-                    finally:
-                        timer.cancel()
+                    large = event.ByteSize() > WINDOW_BYTES if hasattr(event, "ByteSize") else False
+                    if not large:
+                        timer = loop.call_later(inbound.write_timeout, inbound.stalled_write, task, w, what)
+                        try:
+                            yield event
+                        finally:
+                            timer.cancel()
+                        w.stalled = False
+                        continue
+                    # A large answer waits for the connection's previous one to be written: a
+                    # client that does not read leaves one answer in the transport, not many.
+                    async with w.lock:
+                        if w.stalled:
+                            await context.abort(
+                                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"this connection took no answer for {inbound.write_timeout:g} s: its large "
+                                "answers are refused until it reads",
+                            )
+                        timer = loop.call_later(inbound.write_timeout, inbound.stalled_write, task, w, what)
+                        try:
+                            yield event
+                        finally:
+                            timer.cancel()
+                        w.stalled = False
             finally:
+                inbound.done_writing(peer, w)
                 aclose = getattr(events, "aclose", None)
                 if aclose is not None:
                     await aclose()

@@ -45,6 +45,7 @@ import grpc
 from grpc import aio
 
 from nnhal.server.executions.faults import Abort
+from nnhal.server.rpc.ending import endable
 from nnhal.server.rpc.handler_shape import behaviour, like
 from nnhal.server.rpc.inbound import Inbound, gated
 from nnhal.server.rpc.request_id import with_request_id
@@ -273,7 +274,11 @@ class Collector(grpc.GenericRpcHandler):
         for method, handler in handlers.items():
             name = f"/{service}/{method}"
             served = with_request_id(asyncify(handler))
-            if self._inbound is not None and name not in self._ungated:
+            if handler.request_streaming:
+                # Long-lived calls (bursts, streamed executions): ended early with a status when
+                # room is made for a client below its fair share (``ending``).
+                served = endable(served)
+            elif self._inbound is not None and name not in self._ungated:
                 served = gated(served, self._inbound, method)
             self.table[name] = served
 
