@@ -158,20 +158,23 @@ class Inbound:
         """The call's one request message, read once admitted and held until the call ends;
         the call is aborted (RESOURCE_EXHAUSTED, INVALID_ARGUMENT without a message) instead."""
         await self._read_place()
+        read: object = None
         try:
-            raw = await asyncio.wait_for(context.read(), self.read_timeout)
+            read = await asyncio.wait_for(context.read(), self.read_timeout)
         except TimeoutError:
-            raw = None
+            pass
         finally:
             self._end_read()
-        if raw is None:
+        if read is None:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"the request message did not arrive within {self.read_timeout:g} s",
             )
-        if raw is aio.EOF or not isinstance(raw, bytes):
+        if not isinstance(read, bytes):  # aio.EOF: the client half-closed with no message
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call carried no request message")
-        assert isinstance(raw, bytes)
+            raise AssertionError("unreachable: abort raises")  # pragma: no cover
+        raw: bytes = read
+        del read
         refusal = self._hold(_client_of(context), len(raw), context)
         if refusal is not None:
             # Not held by this frame while the abort's exception (and its traceback) lives.
