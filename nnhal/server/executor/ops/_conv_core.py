@@ -9,11 +9,13 @@ once at prepare (where a failure only means "no bound kernel").
 from __future__ import annotations
 
 from collections.abc import Callable
+import math
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import numpy as np
 
+from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.errors import OP_FAILED, fail
 from nnhal.server.executor.ops._activations import check_activation
 from nnhal.server.executor.ops._fixed_point import requantize
@@ -22,7 +24,6 @@ from nnhal.server.executor.ops._padding import (
     implicit_padding,
     out_size,
     pad_spatial,
-    row_taps,
     window_patches,
 )
 
@@ -247,10 +248,10 @@ def float_requant(
     return FloatRequant(bias.astype(np.float64), scale, down, add, rounds, lo, hi)
 
 
-#: Float depthwise outputs of at least this many positions (OH*OW) take a pass per tap over whole
-#: rows; below it one einsum over the windows is faster (its cost grows with the positions, the
-#: passes' with the elements). Quantized ones always take the passes (exact int32 sums).
-ROW_TAPS_MIN = 1 << 10
+#: Strided float depthwise outputs of at least this many positions (OH*OW) take the einsums over
+#: whole rows of column phases; below it one einsum over the windows is faster (the phases cost a
+#: copy of the input). Quantized ones with int32 sums always take the rows.
+ROW_TAPS_MIN = 1 << 8
 
 
 def depthwise_sum(
@@ -269,8 +270,9 @@ def depthwise_sum(
 
     - horizontal stride 1: one einsum over a [KH, KW, N, OH, OW*C] view of ``xp`` (each element's
       products summed in one pass, no copy);
-    - else with ``rows``: per tap one multiply into a scratch buffer and one add over such rows
-      (column phases make the strided taps contiguous); without: one einsum over the windows.
+    - else with ``rows``: ``xp`` split into column phases (one copy), whose taps are runs of OW*C
+      contiguous elements again: one such einsum per phase, summed;
+    - else one einsum over the windows.
 
     The sum is written into ``out`` when given (a contiguous [N, OH, OW, C] array of the sum's
     dtype) and returned.
@@ -293,12 +295,28 @@ def depthwise_sum(
     if not rows:
         windows = window_patches(xp, (kh, kw), (oh, ow), stride, dilation)
         return np.asarray(np.einsum("nhwijc,ijc->nhwc", windows, wt, out=out))
-    taps = row_taps(xp, (kh, kw), (oh, ow), stride, dilation)
     if tiled is None:
         tiled = np.tile(wt, (1, 1, ow))
-    acc: np.ndarray = np.multiply(taps[0], tiled[0, 0], out=None if out is None else out.reshape(taps[0].shape))
-    tmp = np.empty_like(acc)
-    for k in range(1, len(taps)):
-        np.multiply(taps[k], tiled[k // kw, k % kw], out=tmp)
-        acc += tmp
-    return acc.reshape(xp.shape[0], oh, ow, oc)
+    n, sw, dw = xp.shape[0], g.stride_w, g.dilation_w
+    reserve_shape(xp.shape, xp.itemsize)
+    dest = np.empty((n, oh, ow * oc), np.result_type(xp, tiled)) if out is None else out.reshape(n, oh, ow * oc)
+    # Tap j reads padded columns j*dw + sw*k: column phase (j*dw) % sw, from its column (j*dw) // sw.
+    # The taps of one phase are evenly spaced (every sw / gcd(dw, sw)-th), their columns too.
+    step = sw // math.gcd(dw, sw)
+    first = True
+    for j0 in range(min(step, kw)):
+        phase = np.ascontiguousarray(xp[:, :, (j0 * dw) % sw :: sw, :])
+        s_n, s_h, s_w, s_c = phase.strides
+        taps = len(range(j0, kw, step))
+        view = np.lib.stride_tricks.as_strided(
+            phase[:, :, (j0 * dw) // sw :, :],
+            (kh, taps, n, oh, ow * oc),
+            (g.dilation_h * s_h, (step * dw // sw) * s_w, s_n, g.stride_h * s_h, s_c),
+            writeable=False,
+        )
+        if first:
+            np.einsum("ijnhq,ijq->nhq", view, tiled[:, j0::step], out=dest)
+            first = False
+        else:
+            dest += np.einsum("ijnhq,ijq->nhq", view, tiled[:, j0::step])
+    return dest.reshape(n, oh, ow, oc)

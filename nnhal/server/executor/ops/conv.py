@@ -478,7 +478,9 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
     g, x_shape, out_shape, kh, kw = st.g, st.x_shape, st.out_shape, st.kh, st.kw
     oc = out_shape[3]
     if isinstance(state, np.ndarray):
-        matrix, bias, clamp = state, st.bias, st.clamp
+        matrix, clamp = state, st.clamp
+        # The bias along whole output rows: numpy's inner loop runs over OW*OC elements, not OC.
+        row_bias, row = np.tile(st.bias, out_shape[2]), out_shape[2] * oc
 
         def run_float(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
             x = inputs[INPUT]
@@ -487,7 +489,8 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
             buffer = buffers[0]
             patches = im2col(x, g, kh, kw)[0]
             out: np.ndarray = np.matmul(patches, matrix, out=None if buffer is None else buffer.reshape(-1, oc))
-            out += bias
+            rows = out.reshape(-1, row)
+            np.add(rows, row_bias, out=rows)
             if clamp is not None:
                 clamp(out)
             return [out.reshape(out_shape)]
@@ -530,7 +533,9 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
     rows = oh * ow >= ROW_TAPS_MIN
     repeat = g.extra
     if st.out_dtype == np.float32:
-        wt, bias, clamp = w.reshape(st.kh, st.kw, oc), st.bias, st.clamp
+        wt, clamp = w.reshape(st.kh, st.kw, oc), st.clamp
+        # The bias along whole output rows: numpy's inner loop runs over OW*OC elements, not OC.
+        row_bias = np.tile(st.bias, ow)
         tiled = np.tile(wt, (1, 1, ow)) if rows or g.stride_w == 1 else None
         # The repeated input and a tap's products (padding and column phases reserve themselves).
         scratch_f = (math.prod(x_shape) * repeat if repeat > 1 else 0) * 4 + math.prod(out_shape) * 4
@@ -543,7 +548,8 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
             if repeat > 1:
                 x = np.repeat(x, repeat, axis=3)
             acc = depthwise_sum(pad(x, g), wt, g, oh, ow, rows, tiled, buffers[0])
-            acc += bias
+            sums = acc.reshape(-1, ow * oc)
+            np.add(sums, row_bias, out=sums)
             if clamp is not None:
                 clamp(acc)
             return [acc]
