@@ -8,8 +8,8 @@ once at prepare (where a failure only means "no bound kernel").
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
