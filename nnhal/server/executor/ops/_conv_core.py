@@ -248,6 +248,104 @@ def float_requant(
     return FloatRequant(bias.astype(np.float64), scale, down, add, rounds, lo, hi)
 
 
+#: The largest requantization table (entries, one byte each): it stays in the L2 cache.
+TABLE_MAX = 1 << 18
+#: Table requantization passes over rows of at least this many elements (per-channel offsets are
+#: tiled along them, so numpy's inner loops run over more than one pixel's channels).
+_ROW = 512
+
+
+@dataclass(frozen=True)
+class TableRequant:
+    """``finish_quant`` for one multiplier and shift shared by every channel, as a table.
+
+    The reference's requantization of ``h = acc + bias`` is a non-decreasing function of the
+    integer ``h`` alone, equal to ``lo`` below some ``h`` and to ``hi`` above another: ``table``
+    holds its values from ``base`` on, computed once by the reference arithmetic itself
+    (``requantize``), with the saturated values at both ends. An execution clips ``acc + bias -
+    base`` to the table and looks the values up: two passes and a gather, bit-identical by
+    construction.
+    """
+
+    table: np.ndarray
+    #: Per channel ``bias - base``, tiled ``tile`` times along a row, by accumulator dtype.
+    offsets: dict[np.dtype[Any], np.ndarray]
+    tile: int
+    #: ``acc + offsets`` is exact in float32 for float32 accumulators (else float64).
+    exact32: bool
+
+    def __call__(self, acc: np.ndarray, out_dtype: np.dtype[Any], out: np.ndarray | None = None) -> np.ndarray:
+        """Requantize ``acc`` (exact integers, any numeric dtype, channels last; overwritten
+        when float32 or int32) into ``out`` (made when None) of ``out_dtype``."""
+        channels = acc.shape[-1]
+        flat = acc.reshape(-1, channels)
+        total = flat.shape[0]
+        dest = np.empty(flat.shape, out_dtype) if out is None else out.reshape(flat.shape)
+        in_place = (flat.dtype == np.float32 and self.exact32) or flat.dtype == np.int32
+        offsets = self.offsets[flat.dtype if in_place else np.dtype(np.float64)]
+        tile = self.tile
+        rows = max(tile, REQUANT_CHUNK // max(channels, 1) // tile * tile)
+        index = np.empty(min(rows, total) * channels, np.int32)
+        work = None if in_place else np.empty(min(rows, total) * channels, np.float64)
+        last = self.table.shape[0] - 1
+        for start in range(0, total, rows):
+            a = flat[start : start + rows]
+            n = a.shape[0]
+            h = a if work is None else work[: n * channels].reshape(n, channels)
+            if n % tile == 0 and a.flags.c_contiguous:
+                wide = (n // tile, tile * channels)
+                np.add(a.reshape(wide), offsets, out=h.reshape(wide))
+            else:
+                np.add(a, offsets[:channels], out=h)
+            i = index[: n * channels].reshape(n, channels)
+            np.clip(h, 0, last, out=i, casting="unsafe")
+            # The indexes are in range: "clip" mode takes numpy's unbuffered path.
+            np.take(self.table, i, out=dest[start : start + rows], mode="clip")
+        return dest.reshape(acc.shape)
+
+
+def table_requant(
+    bound: np.ndarray,
+    bias: np.ndarray,
+    qm: np.ndarray,
+    sh: np.ndarray,
+    out_dtype: np.dtype[Any],
+    zo: int,
+    lo: int,
+    hi: int,
+) -> TableRequant | None:
+    """The table requantization for accumulators with |acc| <= ``bound`` (per channel) and
+    integer ``bias``, with one multiplier ``qm`` and shift ``sh`` for every channel, or None
+    when they differ, the multiplier is 0, or the table would exceed :data:`TABLE_MAX`."""
+    qm = np.asarray(qm, np.int64).reshape(-1)
+    sh = np.asarray(sh, np.int64).reshape(-1)
+    channels = bound.shape[0]
+    if channels == 0 or bias.shape != (channels,) or not (qm == qm[0]).all() or not (sh == sh[0]).all():
+        return None
+    m, shift = int(qm[0]), int(sh[0])
+    if m <= 0:
+        return None
+    scale = m * 2.0 ** (shift - 31)
+    # Beyond these the output saturates (checked below on the reference's own values).
+    first = math.floor((lo - zo - 2) / scale) - 1
+    last = math.ceil((hi - zo + 2) / scale) + 1
+    if last - first + 1 > TABLE_MAX:
+        return None
+    table = requantize(np.arange(first, last + 1, dtype=np.int64), np.int64(m), np.int64(shift), zero_point=zo)
+    table = np.clip(table, lo, hi)
+    if table[0] != lo or table[-1] != hi or (np.diff(table) < 0).any():
+        return None
+    h_max = float(np.ceil(bound).max(initial=0)) + float(np.abs(bias.astype(np.float64)).max(initial=0))
+    offsets = bias.astype(np.int64) - first
+    exact32 = h_max + float(np.abs(offsets).max(initial=0)) < 2.0**24
+    if h_max + float(np.abs(offsets).max(initial=0)) >= 2.0**31 - 1:
+        return None  # int32 accumulators would wrap
+    tile = max(1, _ROW // channels)
+    tiled = np.tile(offsets, tile)
+    by_dtype = {np.dtype(t): tiled.astype(t) for t in (np.float32, np.int32, np.float64)}
+    return TableRequant(table.astype(out_dtype), by_dtype, tile, exact32)
+
+
 #: Strided float depthwise outputs of at least this many positions (OH*OW) take the einsums over
 #: whole rows of column phases; below it one einsum over the windows is faster (the phases cost a
 #: copy of the input). Quantized ones with int32 sums always take the rows.

@@ -38,6 +38,7 @@ from nnhal.server.executor.ops._conv_core import (
     out_hw,
     pad,
     read_geometry,
+    table_requant,
 )
 from nnhal.server.executor.ops._fixed_point import channel_multipliers
 from nnhal.server.executor.ops._padding import transpose_padding
@@ -501,7 +502,9 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
     q, zp = state, v.inputs[INPUT].zero_point
     out_zp = v.outputs[0].zero_point
     bound = _x_max(v) * np.abs(q.weights).sum(axis=1)
-    requant = float_requant(bound, st.bias, q.multipliers, q.shifts, out_zp, st.lo, st.hi)
+    requant = table_requant(
+        bound, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi
+    ) or float_requant(bound, st.bias, q.multipliers, q.shifts, out_zp, st.lo, st.hi)
     # The input in the GEMM's dtype and the accumulator (padding and patches reserve themselves).
     scratch = (math.prod(x_shape) + math.prod(out_shape)) * q.weights.itemsize + _REQUANT_SCRATCH
 
@@ -562,7 +565,9 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
     wq = w.reshape(st.kh, st.kw, oc).astype(np.int32) - np.int32(wz)
     out_zp, q = v.outputs[0].zero_point, state
     bound = _x_max(v) * np.abs(wq).sum(axis=(0, 1)).astype(np.float64)
-    requant = float_requant(bound, st.bias, q.multipliers, q.shifts, out_zp, st.lo, st.hi)
+    requant = table_requant(
+        bound, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi
+    ) or float_requant(bound, st.bias, q.multipliers, q.shifts, out_zp, st.lo, st.hi)
     # Integer sums below 2^24 are exact in float32 in any order: then the taps take the float
     # kernel's faster passes (one einsum at stride 1).
     in_float = requant is not None and float(bound.max(initial=0)) < 2.0**24
