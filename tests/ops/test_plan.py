@@ -508,3 +508,38 @@ def test_dead_intermediates_share_slots_and_views_keep_theirs() -> None:
         mid = x0 + 6
         expected = (mid + 1) * 16 - mid
         np.testing.assert_array_equal(graph.run([x0.reshape(SHAPE)])[0], expected)
+
+
+def test_bound_reshape_views_keep_their_source_and_concatenation_matches() -> None:
+    """A bound RESHAPE returns a view of its input (no slot of its own), whose slot is then never
+    reused within the execution; a bound CONCATENATION writes into its slot."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, SHAPE)
+    one = b.const(T.TENSOR_FLOAT32, np.ones(SHAPE))
+    mid = b.temp(T.TENSOR_FLOAT32, SHAPE)
+    flat = b.temp(T.TENSOR_FLOAT32, (1, 48))
+    later = b.temp(T.TENSOR_FLOAT32, SHAPE)
+    later_flat = b.temp(T.TENSOR_FLOAT32, (1, 48))
+    out = b.output(T.TENSOR_FLOAT32, (2, 48))
+    b.op(Op.ADD, [x, one, b.const(T.INT32, 0)], [mid])
+    b.op(Op.RESHAPE, [mid, b.const(T.TENSOR_INT32, [1, -1])], [flat])
+    b.op(Op.ADD, [x, x, b.const(T.INT32, 0)], [later])  # would take mid's slot if it were free
+    b.op(Op.RESHAPE, [later, b.const(T.TENSOR_INT32, [1, 48])], [later_flat])
+    b.op(Op.CONCATENATION, [flat, later_flat, b.const(T.INT32, 0)], [out])
+    graph = _graph(b.build())
+    steps = graph.main.steps
+    assert all(step.fast is not None for step in steps)
+    assert steps[1].out_slots == (None,) and steps[4].out_slots == (None,)  # views; a model output
+    pool = graph.main.pool
+    assert pool is not None
+    placements = pool._layout.placements
+    first, second = steps[0].out_slots[0], steps[2].out_slots[0]
+    assert first is not None and second is not None
+    assert placements[first].slot != placements[second].slot
+    for seed in (0, 1):
+        inputs = _inputs(graph.model, seed)
+        got = graph.run(inputs)[0]
+        np.testing.assert_array_equal(got, _general(graph, inputs))
+        np.testing.assert_array_equal(
+            got, np.concatenate([(inputs[0] + 1).reshape(1, 48), (inputs[0] * 2).reshape(1, 48)])
+        )

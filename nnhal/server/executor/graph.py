@@ -165,9 +165,9 @@ def _copy_out(value: np.ndarray) -> np.ndarray:
 
 def _fresh_outputs(operation_type: OperationType) -> bool:
     """Whether the operation's kernels never return a view of an input: those of the families
-    with bound kernels (see registry.Binder)."""
+    with bound kernels, unless registered with ``views`` (see registry.Binder)."""
     spec = lookup(operation_type)
-    return spec is not None and spec.bind is not None
+    return spec is not None and spec.bind is not None and not spec.views
 
 
 def _arena_operand(operand: Operand) -> bool:
@@ -305,7 +305,7 @@ class PreparedGraph:
             )
             sizes = tuple(_static_bytes(o) for o in out_ops)
             out_slots: tuple[int | None, ...] = (None,) * len(out_ops)
-            if arena and fast is not None:
+            if arena and fast is not None and not spec.views:
                 out_slots = tuple(
                     layout.place(tuple(o.dimensions), np.dtype(DTYPE[o.type]))
                     if i not in keep and _arena_operand(o)
