@@ -10,8 +10,9 @@ Each side holds the read end of its inbox, the write end of the peer's inbox,
 and a write end of its own inbox, with which ``stop`` wakes a waiter of its own
 side (the burst is closing, or its liveness channel saw the peer die). Write
 ends are non-blocking: a pipe full of unread doorbells already wakes its reader,
-so a ring that finds it full drops its byte. Waiting is a blocking ``read``;
-nothing polls. Thread-safe: ``stop`` may run on any thread, also after ``close``.
+so a ring that finds it full drops its byte. Waiting is a blocking ``read`` (or an
+event loop's reader on the inbox, which then ``take``s what it holds); nothing polls.
+Thread-safe: ``stop`` may run on any thread, also after ``close``.
 """
 
 from __future__ import annotations
@@ -62,6 +63,22 @@ class Doorbell:
         if self._stopped:
             return 0
         if timeout is not None and not select.select([self._inbox_r], [], [], max(0.0, timeout))[0]:
+            return 0
+        data = os.read(self._inbox_r, 4096)
+        if not data or STOP in data or self._stop_asked:
+            self._stopped = True
+        return data.count(RING)
+
+    @property
+    def inbox(self) -> int:
+        """The descriptor a ring or a STOP makes readable (an event loop's reader watches it)."""
+        return self._inbox_r
+
+    def take(self) -> int:
+        """What :meth:`wait` reads, without blocking: for a waiter that an event loop wakes when
+        :attr:`inbox` is readable (the asyncio client). Only after it was reported readable:
+        the inbox reads block. 0 once stopped (a STOP read now or before)."""
+        if self._stopped:
             return 0
         data = os.read(self._inbox_r, 4096)
         if not data or STOP in data or self._stop_asked:

@@ -6,19 +6,22 @@ equal the gRPC path's, the server counts them under ``same_host``; a server star
 ``--no-fast-path`` keeps gRPC. Packets the server cannot trust are refused with a status
 and it serves on; a client whose results pile up unread loses its queue (rings given
 back) and its next calls take a new one; a SIGKILLed server releases a waiting sync or
-async execution with DEAD_OBJECT within the gRPC path's bound.
+async execution with DEAD_OBJECT within the gRPC path's bound. The asyncio client does
+the same on its own queue (its doorbell a reader of the event loop).
 """
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import numpy as np
 import pytest
 
+from nnhal.client import aio
 from nnhal.client.device import Device
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.remote import FastBurstLink
@@ -232,3 +235,143 @@ def test_sigkill_during_a_same_host_execution_is_dead_object(own_server: LocalSe
         assert time.monotonic() - t1 < 0.2, "calls on a dead server must fail at once"
     finally:
         dev.close()
+
+
+def _run(main: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+async def _every_form_aio(dev: aio.Device, a: np.ndarray, b: np.ndarray) -> list[tuple[object, ...]]:
+    """The asyncio client's ``_every_form``."""
+    out: list[tuple[object, ...]] = []
+    request = _add_request(a, b)
+    async with await dev.prepare_model(add_model()) as pm:
+        sync = await pm.execute([a, b])
+        out.append(("execute", sync.status, sync.outputs[0].tolist()))
+        raw = await pm.execute_request(request)
+        out.append(("execute_request", raw.status, raw.output_shapes, bytes(raw.output_pools[1])))
+        launched = await pm.execute_async([a, b])
+        out.append(("execute_async", launched.status, launched.outputs[0].tolist()))
+        fenced = await pm.execute_fenced(request)
+        info = await fenced.get_execution_info()
+        out.append(("execute_fenced", info.status, bytes(info.output_pools[1])))
+        reusable = await pm.create_reusable_execution([a, b])
+        for _ in range(2):
+            run = await reusable.compute()
+            out.append(("reusable", run.status, run.outputs[0].tolist()))
+        await reusable.release()
+        config = await pm.execute_with_config(request)
+        out.append(("config", config.status, bytes(config.output_pools[1])))
+        aidl = await pm.execute_request_aidl(request)
+        out.append(("aidl", aidl.status, bytes(aidl.output_pools[1])))
+        fenced_aidl = await pm.execute_fenced_aidl(request)
+        info = await fenced_aidl.get_execution_info()
+        out.append(("aidl fenced", info.status, bytes(info.output_pools[1])))
+        bad = Request(request.inputs, (RequestArgument(location=DataLocation(1, 0, 8)),), request.pools)
+        small = await pm.execute_request(bad)
+        out.append(("too small", small.status, small.output_shapes))
+    return out
+
+
+def test_every_form_of_the_asyncio_client_takes_the_queue_and_answers_as_grpc(
+    server: LocalServer, grpc_only: None
+) -> None:
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    b = np.full((2, 4), 0.5, np.float32)
+
+    async def main() -> None:
+        async with aio.Device.connect(server.address) as plain:
+            assert plain.remote.same_host is None
+            before = _aio_counts(await plain.stats())
+            over_grpc = await _every_form_aio(plain, a, b)
+            middle = _aio_counts(await plain.stats())
+            SameHostQueue.ENABLED = True
+            async with aio.Device.connect(server.address) as dev:
+                over_queue = await _every_form_aio(dev, a, b)
+                queue = dev.remote.same_host
+                assert queue is not None and queue.open
+            after = _aio_counts(await plain.stats())
+        assert over_queue == over_grpc
+        executions = len(over_grpc)
+        assert middle[0] - before[0] == 0 and middle[1] - before[1] >= executions
+        assert after[0] - middle[0] >= executions
+
+    _run(main)
+
+
+def _aio_counts(stats: dict[str, int]) -> tuple[int, int]:
+    return stats["executions_same_host"], stats["executions_grpc"]
+
+
+def test_the_asyncio_client_keeps_calls_concurrent_beside_its_queue(server: LocalServer) -> None:
+    """Executions started together from one loop all complete: one takes the queue at a time,
+    the others take gRPC meanwhile; every result is right."""
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+
+    async def main() -> None:
+        async with aio.Device.connect(server.address) as dev, await dev.prepare_model(add_model()) as pm:
+            outs = await asyncio.gather(*(pm.execute([a, np.full_like(a, k)]) for k in range(8)))
+            for k, out in enumerate(outs):
+                np.testing.assert_array_equal(out.outputs[0], a + k)
+            assert dev.remote.same_host is not None and dev.remote.same_host.open
+
+    _run(main)
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_sigkill_during_an_asyncio_same_host_execution_is_dead_object(own_server: LocalServer, form: str) -> None:
+    async def main() -> None:
+        dev = await aio.Device.connect(own_server.address)
+        try:
+            pm = await dev.prepare_model(add_model())
+            a = np.ones((2, 4), np.float32)
+            assert (await pm.execute([a, a])).status == ErrorStatus.NONE
+            queue = dev.remote.same_host
+            assert queue is not None and queue.open
+            await dev.set_faults(execute_delay_ms=10_000)
+            if form == "sync":
+                task = asyncio.ensure_future(pm.execute_request(_add_request(a, a)))
+            else:
+                task = pm.execute_request_async(_add_request(a, a))
+            await asyncio.sleep(0.3)
+            assert not task.done()
+            t0 = time.monotonic()
+            own_server.signal(signal.SIGKILL)
+            outcome = await asyncio.wait_for(task, 5.0)
+            assert time.monotonic() - t0 < 1.0, "released later than the gRPC path's bound for a killed server"
+            assert outcome.status == ErrorStatus.DEAD_OBJECT, outcome
+            t1 = time.monotonic()
+            with pytest.raises(DeadObject):
+                await pm.execute([a, a])
+            assert time.monotonic() - t1 < 0.2, "calls on a dead server must fail at once"
+        finally:
+            await dev.close()
+
+    _run(main)
+
+
+def test_cancelling_an_asyncio_queued_execution_closes_the_queue_and_the_next_opens_one(
+    own_server: LocalServer,
+) -> None:
+    """A cancelled call leaves the queue out of step (its answer may still come): the queue is
+    closed, the server gives its rings back, and the next call opens a new one."""
+
+    async def main() -> None:
+        async with aio.Device.connect(own_server.address) as dev, await dev.prepare_model(add_model()) as pm:
+            a = np.ones((2, 4), np.float32)
+            assert (await pm.execute([a, a])).status == ErrorStatus.NONE
+            queue = dev.remote.same_host
+            assert queue is not None and queue.open
+            await dev.set_faults(execute_delay_ms=1_000)
+            task = asyncio.ensure_future(pm.execute([a, a]))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert not queue.open
+            await dev.set_faults()
+            out = await pm.execute([a, 2 * a])
+            np.testing.assert_array_equal(out.outputs[0], 3 * a)
+            assert queue.open
+
+    _run(main)

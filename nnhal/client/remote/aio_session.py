@@ -47,14 +47,17 @@ from nnhal.client import steps
 from nnhal.client.faults import current_fault_scope
 from nnhal.client.outcome import result_of
 from nnhal.client.remote import DRAINING, calls, hidl, monitor as drain_rules
+from nnhal.client.remote.aio_samehost import AioSameHostQueue
 from nnhal.client.remote.messages import (
     ExecutionOptions,
     PreparedRef,
     check_launch,
     execute_request,
+    notify_of,
     prepared_of,
     raise_for_status,
 )
+from nnhal.client.remote.samehost import SameHostQueue
 from nnhal.client.remote.transport import (
     BURST_STREAM_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
@@ -67,7 +70,7 @@ from nnhal.client.remote.transport import (
     tag_request_id,
     target_of,
 )
-from nnhal.core import wire, wire_session
+from nnhal.core import telemetry, wire, wire_session
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
@@ -122,6 +125,8 @@ class AioSession:
         self._end_error: HalError | None = None
         self._session_call: Any = None
         self._tasks: list[asyncio.Task[None]] = []
+        #: The same-host execution queue (None: every call takes gRPC); set by the session's first event.
+        self._queue: AioSameHostQueue | None = None
         #: Best-effort clean-ups started by :meth:`spawn`, held until they end.
         self._spawned: set[asyncio.Task[Any]] = set()
 
@@ -172,6 +177,9 @@ class AioSession:
         self.device_name = first.device_name
         self.feature_level = int(first.feature_level)
         self._draining = bool(first.draining)
+        # Traced calls keep gRPC, as on the sync client: the queue carries no trace context.
+        if first.shm_dir and first.capabilities.fast_path and SameHostQueue.ENABLED and not telemetry.enabled():
+            self._queue = AioSameHostQueue(self)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._read_session(call)), loop.create_task(self._watch_channel())]
 
@@ -275,8 +283,20 @@ class AioSession:
         except asyncio.CancelledError:  # grpc cancelled the call under us (channel closed)
             raise tag_request_id(GeneralFailure(f"{what}: the call was cancelled"), rid) from None
 
+    @property
+    def same_host(self) -> AioSameHostQueue | None:
+        """The session's same-host execution queue (None: its calls take gRPC)."""
+        return self._queue
+
     async def unary(self, rpc: Any, request: Any, what: str, timeout: float | None = None) -> Any:
-        """One unary RPC through :meth:`call` (``timeout`` None: the default call bound)."""
+        """One unary RPC through :meth:`call` (``timeout`` None: the default call bound). An
+        execution form goes through the same-host queue when the session has one
+        (:mod:`nnhal.client.remote.aio_samehost`)."""
+        queue = self._queue
+        if queue is not None and queue.carries(rpc):
+            carried = await queue.call(rpc, request, what, timeout)
+            if carried is not None:
+                return carried[0]
         limit = DEFAULT_CALL_TIMEOUT if timeout is None else timeout
         return await self.call(what, timeout is not None, lambda md: rpc(request, timeout=limit, metadata=md))
 
@@ -292,7 +312,13 @@ class AioSession:
         return msg
 
     async def notify(self, rpc: Any, request: Any, what: str, timeout: float | None) -> Any:
-        """A launch / notify / end RPC (DESIGN §2) through :meth:`call`: its notify message."""
+        """A launch / notify / end RPC (DESIGN §2) through :meth:`call`: its notify message
+        (through the same-host queue when it carries the form)."""
+        queue = self._queue
+        if queue is not None and queue.carries(rpc):
+            events = await queue.call(rpc, request, what, timeout)
+            if events is not None:
+                return notify_of(events, what)
         limit = DEFAULT_CALL_TIMEOUT if timeout is None else timeout
 
         async def run(md: Metadata) -> Any:
@@ -312,6 +338,11 @@ class AioSession:
                 return await self.checked(rpc, step.request, step.label, step.prefix, step.timeout)
             return await self.unary(rpc, step.request, step.label, step.timeout)
         if isinstance(step, calls.Execute):
+            queue = self._queue
+            if queue is not None:
+                carried = await queue.execute(step.handle, step.request, step.options)
+                if carried is not None:
+                    return carried
             return await self.run(calls.execute(step.session, step.handle, step.request, step.options))
         return await self.launch(step)
 
@@ -382,6 +413,8 @@ class AioSession:
         await self._shutdown()
 
     async def _shutdown(self) -> None:
+        if self._queue is not None:
+            self._queue.close()
         tasks = [*self._tasks, *self._spawned]
         for task in tasks:
             task.cancel()

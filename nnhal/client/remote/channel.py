@@ -51,7 +51,7 @@ from nnhal.client.remote.messages import (
     raise_for_status,
 )
 from nnhal.client.remote.monitor import SessionMonitor
-from nnhal.client.remote.samehost import SameHostQueue
+from nnhal.client.remote.samehost import SameHostQueue, scope_of
 from nnhal.client.remote.transport import (
     DEFAULT_CALL_TIMEOUT,
     SESSION_STREAM_TIMEOUT,
@@ -197,7 +197,7 @@ class SessionChannel:
         queue = self._queue
         if queue is not None and queue.carries(rpc):
             carried = self.invoke(
-                lambda: queue.call(rpc, request, what, timeout, md[0][1], _scope_of(md)),
+                lambda: queue.call(rpc, request, what, timeout, md[0][1], scope_of(md)),
                 what,
                 timeout is not None,
                 md[0][1],
@@ -263,7 +263,7 @@ class SessionChannel:
                 events = None
                 if carried and queue is not None:
                     events = self.invoke(
-                        lambda: queue.call(rpc, request, what, timeout, rid, _scope_of(md)),
+                        lambda: queue.call(rpc, request, what, timeout, rid, scope_of(md)),
                         what,
                         timeout is not None,
                         rid,
@@ -366,8 +366,3 @@ class SessionChannel:
             self.close()
         except Exception:  # interpreter shutdown: nothing left to release
             pass
-
-
-def _scope_of(metadata: tuple[tuple[str, str], ...]) -> str | None:
-    """The fault scope a call's metadata carries (its second entry, when set)."""
-    return metadata[1][1] if len(metadata) > 1 else None

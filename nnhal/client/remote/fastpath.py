@@ -136,16 +136,18 @@ class QueueTimeout(Exception):
     """No answer came within the call's time."""
 
 
-class FastBurstLink:
-    """One fast burst of one prepared model. ``close`` it (idempotent)."""
+class QueueEnds:
+    """The client's ends of a collected queue, whatever waits on it (the sync link blocks on
+    its doorbell, the asyncio one awaits it through the event loop): the rings, the doorbell,
+    the layouts the server granted, and the packet codec of an execution. Not thread-safe:
+    its owner runs one exchange at a time."""
 
-    def __init__(self, remote: SessionChannel, call: Any, first: fpb.FastBurstEvent, executions: bool = False) -> None:
-        self._remote = remote
-        self._call = call
-        self.ring_bytes = int(first.ring_bytes)
-        if not fastring.MIN_RING_BYTES <= self.ring_bytes <= fastring.MAX_RING_BYTES:
-            raise GeneralFailure(f"the server granted {self.ring_bytes}-byte rings")
-        self._mm, self.doorbell = _collect(first.socket_path, first.token, self.ring_bytes)
+    def __init__(
+        self, first: fpb.FastBurstEvent, executions: bool, ends: tuple[mmap.mmap, Doorbell] | None = None
+    ) -> None:
+        """``ends``: what :meth:`collect` took for ``first`` (None: collect it now)."""
+        self.ring_bytes = QueueEnds._granted(first)
+        self._mm, self.doorbell = ends or QueueEnds.collect(first)
         #: The two rings (public for tests that break the protocol on purpose).
         self.requests = fastring.Producer(self._mm, self.ring_bytes, True)
         self.results = fastring.Consumer(
@@ -153,6 +155,123 @@ class FastBurstLink:
         )
         #: The layouts the server granted ids for (:mod:`nnhal.core.fastpacket`).
         self._layouts: dict[_Key, int] = {}
+
+    @staticmethod
+    def _granted(first: fpb.FastBurstEvent) -> int:
+        ring_bytes = int(first.ring_bytes)
+        if not fastring.MIN_RING_BYTES <= ring_bytes <= fastring.MAX_RING_BYTES:
+            raise GeneralFailure(f"the server granted {ring_bytes}-byte rings")
+        return ring_bytes
+
+    @staticmethod
+    def collect(first: fpb.FastBurstEvent) -> tuple[mmap.mmap, Doorbell]:
+        """Take the queue the server's first event names (blocks on a local socket, within
+        ``HANDOVER_TIMEOUT_S``): its checked region and the doorbell."""
+        return _collect(first.socket_path, first.token, QueueEnds._granted(first))
+
+    @staticmethod
+    def discard(ends: tuple[mmap.mmap, Doorbell]) -> None:
+        """Give back what :meth:`collect` took, unused."""
+        ends[1].close()
+        ends[0].close()
+
+    @property
+    def compact_layouts(self) -> int:
+        """How many request layouts travel as compact calls (the server granted their ids)."""
+        return len(self._layouts)
+
+    def _answer_fits(self, request: Request) -> bool:
+        outputs = sum(p.size for p in request.pools if isinstance(p, InlinePool) and not p.data)
+        return outputs + RESULT_ENVELOPE_BYTES <= self.results.max_payload
+
+    def execution_packet(
+        self, request: Request, options: ExecutionOptions, handle: str, session: str, tag: bytes
+    ) -> tuple[int, bytes, _Key | None] | None:
+        """The packet (kind, payload) of one execution and the layout key its answer may grant
+        an id for; None when it or its largest possible answer does not fit the rings."""
+        if not self._answer_fits(request):
+            return None
+        shape = None if options.profile else fastpacket.layout_key(request.inputs, request.outputs, request.pools)
+        key = None if shape is None else (handle, shape)
+        layout = self._layouts.get(key) if key is not None else None
+        if layout is not None:
+            # A layout the server knows: only the per-call scalars and the pools' bytes travel.
+            kind = fastpacket.CALL
+            remaining = fastpacket.remaining_ns(remaining_time(options.timeout, options.deadline_at))
+            payload = fastpacket.encode_call(
+                layout,
+                options.measure,
+                remaining,
+                options.loop_timeout_ns,
+                [p.data for p in request.pools],  # type: ignore[union-attr]  # all inline: layout_key
+            )
+        else:
+            kind = fastring.REQUEST if key is None or len(self._layouts) >= fastpacket.MAX_LAYOUTS else fastpacket.LEARN
+            msg = spb.ExecuteRequest(session=session, profile=options.profile)
+            fill_execution(msg, handle, request, options)  # a burst's server fills in the session and model
+            payload = msg.SerializeToString()
+        if tag:
+            payload = tag + payload
+        if not self.requests.fits(len(payload)):
+            return None
+        return kind, payload, key
+
+    def read_answer(self) -> tuple[int, bytes] | None:
+        """The next answer packet, None when none is waiting; GENERAL_FAILURE (the ring
+        resynchronised) for one that breaks the ring's rules."""
+        try:
+            return self.results.read()
+        except fastring.RingError as err:
+            self.results.resync()
+            raise GeneralFailure(f"same-host queue: a malformed answer packet: {err}") from None
+
+    def result_of(self, packet: tuple[int, bytes], key: _Key | None) -> ExecutionResult | None:
+        """The execution result an answer packet carries (a layout id it grants remembered for
+        ``key``); None when a session's queue steps aside, CarriedAbort when it ended the call
+        as gRPC would have. A malformed answer is a GENERAL_FAILURE result."""
+        kind, payload = packet
+        if kind == samehost.STEP_ASIDE:  # a session's queue: this call takes gRPC
+            return None
+        if kind == samehost.ABORTED:
+            try:
+                raise CarriedAbort(*samehost.decode_aborted(payload))
+            except fastpacket.PacketError as err:
+                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
+        if kind == fastpacket.ANSWER:
+            try:
+                return fastpacket.decode_answer(payload)
+            except fastpacket.PacketError as err:
+                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
+        if kind == fastpacket.LEARNED:
+            if len(payload) < fastpacket.LEARNED_HEADER.size:
+                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "fast burst: a malformed LEARNED packet")
+            (layout,) = fastpacket.LEARNED_HEADER.unpack_from(payload)
+            if layout and key is not None and len(self._layouts) < fastpacket.MAX_LAYOUTS:
+                self._layouts[key] = layout
+            payload = payload[fastpacket.LEARNED_HEADER.size :]
+        elif kind != fastring.RESULT:
+            return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: an answer of kind {kind}")
+        try:
+            result = spb.ExecuteResult.FromString(payload)
+        except DecodeError:
+            return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "fast burst: the result packet is not an ExecuteResult")
+        return wire.execution_result_from(result)
+
+    def _close_ends(self) -> None:
+        self.doorbell.close()
+        self.requests.close()
+        self.results.close()
+        self._mm.close()
+
+
+class FastBurstLink(QueueEnds):
+    """One fast burst of one prepared model (or a session's queue), waited on by blocking
+    doorbell reads. ``close`` it (idempotent)."""
+
+    def __init__(self, remote: SessionChannel, call: Any, first: fpb.FastBurstEvent, executions: bool = False) -> None:
+        super().__init__(first, executions)
+        self._remote = remote
+        self._call = call
         self._lock = threading.Lock()
         self._closed = False
         # The stream's end is the peer's death or the burst's end: wake whoever waits.
@@ -162,11 +281,6 @@ class FastBurstLink:
     def ended(self) -> bool:
         """Whether the liveness stream has ended (the server ended the queue, or died)."""
         return bool(self._call.done())
-
-    @property
-    def compact_layouts(self) -> int:
-        """How many request layouts travel as compact calls (the server granted their ids)."""
-        return len(self._layouts)
 
     @staticmethod
     def open(remote: SessionChannel, handle: str, ring_bytes: int = 0, executions: bool = False) -> FastBurstLink:
@@ -192,10 +306,6 @@ class FastBurstLink:
             call.cancel()
             raise
 
-    def _answer_fits(self, request: Request) -> bool:
-        outputs = sum(p.size for p in request.pools if isinstance(p, InlinePool) and not p.data)
-        return outputs + RESULT_ENVELOPE_BYTES <= self.results.max_payload
-
     def execute(
         self,
         request: Request,
@@ -213,31 +323,10 @@ class FastBurstLink:
         to wait for the answer, past which :class:`QueueTimeout` is raised (the queue is out
         of step then: close it); ``tag``: the call's request id and fault scope, which a
         session's queue takes before every packet (``samehost.encode_tag``)."""
-        if not self._answer_fits(request):
+        packet = self.execution_packet(request, options, handle, session, tag)
+        if packet is None or not self._lock.acquire(blocking=wait):
             return None
-        shape = None if options.profile else fastpacket.layout_key(request.inputs, request.outputs, request.pools)
-        key = None if shape is None else (handle, shape)
-        layout = self._layouts.get(key) if key is not None else None
-        if layout is not None:
-            # A layout the server knows: only the per-call scalars and the pools' bytes travel.
-            kind = fastpacket.CALL
-            remaining = fastpacket.remaining_ns(remaining_time(options.timeout, options.deadline_at))
-            payload = fastpacket.encode_call(
-                layout,
-                options.measure,
-                remaining,
-                options.loop_timeout_ns,
-                [p.data for p in request.pools],  # type: ignore[union-attr]  # all inline: layout_key
-            )
-        else:
-            kind = fastring.REQUEST if key is None or len(self._layouts) >= fastpacket.MAX_LAYOUTS else fastpacket.LEARN
-            msg = spb.ExecuteRequest(session=session, profile=options.profile)
-            fill_execution(msg, handle, request, options)  # a burst's server fills in the session and model
-            payload = msg.SerializeToString()
-        if tag:
-            payload = tag + payload
-        if not self.requests.fits(len(payload)) or not self._lock.acquire(blocking=wait):
-            return None
+        kind, payload, key = packet
         try:
             try:
                 self._remote.check("fast burst")
@@ -278,11 +367,7 @@ class FastBurstLink:
                 raise QueueEnded(self._ended()) from None
             end = time.monotonic() + timeout
             while True:
-                try:
-                    packet = self.results.read()
-                except fastring.RingError as err:
-                    self.results.resync()
-                    raise GeneralFailure(f"same-host queue: a malformed answer packet: {err}") from None
+                packet = self.read_answer()
                 if packet is not None:
                     return packet
                 left = end - time.monotonic()
@@ -303,47 +388,20 @@ class FastBurstLink:
         return result or ExecutionResult(ErrorStatus.GENERAL_FAILURE, "the queue stepped aside")
 
     def _await_result(self, key: _Key | None, end: float | None = None) -> ExecutionResult | None:
-        """Sleep until the result packet (or the burst's end; past ``end``, QueueTimeout); a
-        layout id it grants is remembered for ``key``; None when a session's queue steps aside,
-        CarriedAbort when it ended the call as gRPC would have. Holds ``_lock``."""
+        """Sleep until the result packet (or the burst's end; past ``end``, QueueTimeout): its
+        result (:meth:`result_of`). Holds ``_lock``."""
         while True:
             try:
-                packet = self.results.read()
-            except fastring.RingError as err:
-                self.results.resync()
-                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed result packet: {err}")
+                packet = self.read_answer()
+            except GeneralFailure as err:
+                return failed_result(err)
             if packet is not None:
-                break
+                return self.result_of(packet, key)
             left = None if end is None else end - time.monotonic()
             if left is not None and left <= 0:
                 raise QueueTimeout("no answer in time")
             if not self.doorbell.wait(left) and (left is None or self.doorbell.stopped):
                 return self._ended()
-        kind, payload = packet
-        if kind == samehost.STEP_ASIDE:  # a session's queue: this call takes gRPC
-            return None
-        if kind == samehost.ABORTED:
-            try:
-                raise CarriedAbort(*samehost.decode_aborted(payload))
-            except fastpacket.PacketError as err:
-                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
-        if kind == fastpacket.ANSWER:
-            try:
-                return fastpacket.decode_answer(payload)
-            except fastpacket.PacketError as err:
-                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
-        if kind == fastpacket.LEARNED:
-            if len(payload) < fastpacket.LEARNED_HEADER.size:
-                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "fast burst: a malformed LEARNED packet")
-            (layout,) = fastpacket.LEARNED_HEADER.unpack_from(payload)
-            if layout and key is not None and len(self._layouts) < fastpacket.MAX_LAYOUTS:
-                self._layouts[key] = layout
-            payload = payload[fastpacket.LEARNED_HEADER.size :]
-        try:
-            result = spb.ExecuteResult.FromString(payload)
-        except DecodeError:
-            return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "fast burst: the result packet is not an ExecuteResult")
-        return wire.execution_result_from(result)
 
     def _ended(self) -> ExecutionResult:
         """The result of an execution the burst's end cut short."""
@@ -353,12 +411,7 @@ class FastBurstLink:
             event = self._remote.invoke(lambda: next(self._call, None), "fast burst")
         except HalError as err:  # the stream broke: DEAD_OBJECT for a vanished server
             return failed_result(err)
-        if event is not None and wire.status_from(event)[0] != ErrorStatus.NONE:
-            status, message = wire.status_from(event)
-            return ExecutionResult(status, f"fast burst: {message}")
-        return ExecutionResult(
-            ErrorStatus.GENERAL_FAILURE, "the fast burst ended (closed by the server); open a new burst"
-        )
+        return ended_result(event)
 
     def close(self) -> None:
         """End the burst: the server stops serving it and every descriptor is closed."""
@@ -368,7 +421,13 @@ class FastBurstLink:
         self.doorbell.stop()  # a waiting execution returns first
         self._call.cancel()
         with self._lock:
-            self.doorbell.close()
-            self.requests.close()
-            self.results.close()
-            self._mm.close()
+            self._close_ends()
+
+
+def ended_result(event: fpb.FastBurstEvent | None) -> ExecutionResult:
+    """The result of an execution cut short by the end of a queue whose stream brought ``event``
+    last (None: it ended without one): the status the server ended it with."""
+    if event is not None and wire.status_from(event)[0] != ErrorStatus.NONE:
+        status, message = wire.status_from(event)
+        return ExecutionResult(status, f"fast burst: {message}")
+    return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "the fast burst ended (closed by the server); open a new burst")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,7 @@ from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.transport import DEFAULT_CALL_TIMEOUT, grpc_timeout, remaining_time
 from nnhal.core import fastpacket, fastring, samehost, wire
 from nnhal.core.errors import GeneralFailure, HalError
+from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
 from nnhal.core.types import ExecutionResult, Request
 from nnhal.proto import aidl_pb2 as apb, hidl_pb2 as hpb, service_pb2 as spb
 
@@ -100,16 +101,74 @@ def _expected_answer_bytes(request: Any) -> int:
     return sum(p.inline.size for p in inner.pools if p.WhichOneof("pool") == "inline")
 
 
+def scope_of(metadata: Sequence[tuple[str, str]]) -> str:
+    """The fault scope a call's metadata carries ("" when none)."""
+    return next((value for key, value in metadata if key == FAULT_SCOPE_KEY), "")
+
+
+class CarriedForms:
+    """The carried forms of a session's stubs and their packets, whatever transport waits on
+    the queue: what a call sends (:meth:`packet`) and how its answer reads (:meth:`answer`)."""
+
+    def __init__(self, stubs: Stubs) -> None:
+        self._forms = forms_of(stubs)
+
+    def carries(self, rpc: Any) -> bool:
+        """Whether calls of ``rpc`` (a stub's callable) may take the queue."""
+        return id(rpc) in self._forms
+
+    def packet(
+        self, rpc: Any, request: Message, request_id: str, scope: str, max_answer: int
+    ) -> tuple[_Form, bytes] | None:
+        """The METHOD packet's payload of one call of ``rpc``; None when the form is not carried
+        or its answer may not fit ``max_answer`` bytes (it takes gRPC)."""
+        form = self._forms.get(id(rpc))
+        if form is None or _expected_answer_bytes(request) + RESULT_ENVELOPE_BYTES > max_answer:
+            return None
+        return form, samehost.encode_method(form.number, request_id, request.SerializeToString(), scope)
+
+    @staticmethod
+    def answer(form: _Form, packet: tuple[int, bytes], what: str) -> list[Any] | None:
+        """The answer message(s) an answer packet carries (module docstring); None when the
+        server stepped aside. Raises the call's failure (HalError, CarriedAbort)."""
+        kind, body = packet
+        try:
+            if kind == samehost.REPLY:
+                parts = samehost.decode_reply(body, 2 if form.stream else 1)
+                return [form.answer(p) for p in parts]
+            if kind == samehost.STEP_ASIDE:
+                log.debug("%s: the same-host queue stepped aside (%s)", what, samehost.decode_text(body))
+                return None
+            if kind == samehost.ABORTED:
+                raise CarriedAbort(*samehost.decode_aborted(body))
+            if kind == fastring.RESULT:  # the server could not read the packet
+                status, message = wire.status_from(spb.ExecuteResult.FromString(body))
+                raise HalError.of(status, f"{what}: {message}")
+        except (fastpacket.PacketError, DecodeError) as err:
+            raise GeneralFailure(f"{what}: a malformed same-host answer: {err}") from None
+        raise GeneralFailure(f"{what}: a same-host answer of kind {kind}")
+
+
+def ended_error(ended: QueueEnded, what: str) -> HalError:
+    """The failure of a call whose queue ended before its answer (DEAD_OBJECT: the server died)."""
+    return HalError.of(ended.result.status, f"{what}: {ended.result.message}")
+
+
+def late_error(limit: float) -> CarriedAbort:
+    """The failure of a call whose answer did not come in time: the gRPC deadline's, mapped alike."""
+    return CarriedAbort(grpc.StatusCode.DEADLINE_EXCEEDED.value[0], f"no answer within {limit:.3g} s")
+
+
 class SameHostQueue:
     """The same-host execution queue of one session. Thread-safe; ``close`` it (idempotent)."""
 
     #: False: sessions opened from now on make no queue (every call takes gRPC; tests of the
-    #: gRPC path, ``NNHAL_SAME_HOST_QUEUE=0`` in the environment).
+    #: gRPC path, ``NNHAL_SAME_HOST_QUEUE=0`` in the environment). Both clients read it.
     ENABLED = os.environ.get("NNHAL_SAME_HOST_QUEUE", "1") != "0"
 
     def __init__(self, channel: SessionChannel) -> None:
         self._channel = channel
-        self._forms = forms_of(channel.stubs)
+        self._forms = CarriedForms(channel.stubs)
         self._link: FastBurstLink | None = None
         self._refused = False
         self._closed = False
@@ -117,7 +176,7 @@ class SameHostQueue:
 
     def carries(self, rpc: Any) -> bool:
         """Whether calls of ``rpc`` (a stub's callable) may take the queue."""
-        return not self._refused and id(rpc) in self._forms
+        return not self._refused and self._forms.carries(rpc)
 
     @property
     def open(self) -> bool:
@@ -147,42 +206,25 @@ class SameHostQueue:
         and the notify events for a stream — or None when it takes gRPC instead (module
         docstring). Raises its transport failure: a HalError, or a ``grpc.RpcError`` for the
         caller's mapping (an injected abort, no answer in time)."""
-        form = self._forms.get(id(rpc))
-        if form is None or self._refused:
+        if self._refused or not self._forms.carries(rpc):
             return None
         link = self._link or self._connect()
         if link is None:
             return None
-        if _expected_answer_bytes(request) + RESULT_ENVELOPE_BYTES > link.results.max_payload:
-            return None
-        payload = samehost.encode_method(form.number, request_id, request.SerializeToString(), scope or "")
-        limit = timeout or DEFAULT_CALL_TIMEOUT
-        try:
-            packet = link.exchange(samehost.METHOD, payload, limit)
-        except QueueEnded as ended:
-            self._drop(link)
-            raise HalError.of(ended.result.status, f"{what}: {ended.result.message}") from None
-        except QueueTimeout as late:
-            self._drop(link)  # its answer may still come: the queue is out of step
-            raise CarriedAbort(grpc.StatusCode.DEADLINE_EXCEEDED.value[0], str(late)) from None
+        packet = self._forms.packet(rpc, request, request_id, scope or "", link.results.max_payload)
         if packet is None:
             return None
-        kind, body = packet
+        form, payload = packet
+        limit = timeout or DEFAULT_CALL_TIMEOUT
         try:
-            if kind == samehost.REPLY:
-                parts = samehost.decode_reply(body, 2 if form.stream else 1)
-                return [form.answer(p) for p in parts]
-            if kind == samehost.STEP_ASIDE:
-                log.debug("%s: the same-host queue stepped aside (%s)", what, samehost.decode_text(body))
-                return None
-            if kind == samehost.ABORTED:
-                raise CarriedAbort(*samehost.decode_aborted(body))
-            if kind == fastring.RESULT:  # the server could not read the packet
-                status, message = wire.status_from(spb.ExecuteResult.FromString(body))
-                raise HalError.of(status, f"{what}: {message}")
-        except (fastpacket.PacketError, DecodeError) as err:
-            raise GeneralFailure(f"{what}: a malformed same-host answer: {err}") from None
-        raise GeneralFailure(f"{what}: a same-host answer of kind {kind}")
+            answer = link.exchange(samehost.METHOD, payload, limit)
+        except QueueEnded as ended:
+            self._drop(link)
+            raise ended_error(ended, what) from None
+        except QueueTimeout:
+            self._drop(link)  # its answer may still come: the queue is out of step
+            raise late_error(limit) from None
+        return None if answer is None else self._forms.answer(form, answer, what)
 
     def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
         """executeSynchronously_1_3 through the queue, as a fast burst's execution (a request
@@ -195,14 +237,14 @@ class SameHostQueue:
             return None
         channel = self._channel
         md = channel._metadata()  # this thread's request id, as a gRPC call's
-        tag = samehost.encode_tag(md[0][1], md[1][1] if len(md) > 1 else "")
+        tag = samehost.encode_tag(md[0][1], scope_of(md))
         bound = grpc_timeout(remaining_time(options.timeout, options.deadline_at))
         limit = bound or DEFAULT_CALL_TIMEOUT
         try:
             return link.execute(request, options, handle, channel.session_id, limit, wait=False, tag=tag)
         except QueueTimeout:
             self._drop(link)  # its answer may still come: the queue is out of step
-            late = CarriedAbort(grpc.StatusCode.DEADLINE_EXCEEDED.value[0], f"no answer within {limit:.3g} s")
+            late = late_error(limit)
         result: ExecutionResult = channel.invoke(_raise(late), "executeSynchronously_1_3", bound is not None)
         return result
 

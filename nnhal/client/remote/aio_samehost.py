@@ -1,0 +1,320 @@
+"""The session's same-host execution queue for the asyncio client: its doorbell on the event loop.
+
+The asyncio twin of :mod:`nnhal.client.remote.samehost`, with the same rules: when the
+server is on this host and offers the fast path, every call of a carried execution form
+(:data:`nnhal.core.samehost.METHODS`) that :class:`~nnhal.client.remote.aio_session.AioSession`
+makes goes through the session's queue, opened at the first such call (``openFastBurst``
+with ``executions``), and ``executeSynchronously_1_3`` travels as a fast burst's packets
+(full, learning and compact). What a call sends and how its answer reads is shared with
+the sync client (:class:`~nnhal.client.remote.samehost.CarriedForms`,
+:class:`~nnhal.client.remote.fastpath.QueueEnds`); only the waiting differs: the doorbell's
+inbox is a reader of the event loop, which wakes the awaiting call — no thread, no polling.
+
+A call takes gRPC instead (the user sees no difference) when the queue was refused (then
+every later call too), another task is using the queue or opening it (calls stay
+concurrent), the request or its answer does not fit a ring, or the server steps aside.
+
+Failures keep the gRPC path's statuses, through the session's one call path
+(:meth:`~nnhal.client.remote.aio_session.AioSession.call`, which races each call against
+the session's end): a killed server is DEAD_OBJECT as soon as the session sees it; the
+queue's liveness stream, read by a task of its own, ending (the server ended the queue:
+its last event's status) or breaking wakes the awaiting call at once; no answer within
+the call's time is the gRPC deadline's mapping. A call that is cancelled, or times out,
+leaves the queue out of step: it is closed, and a later call opens a new one. Every
+coroutine here runs on the session's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+import grpc.aio
+from google.protobuf.message import Message
+
+from nnhal.client.outcome import failed_result
+from nnhal.client.remote.fastpath import QueueEnded, QueueEnds, QueueTimeout, ended_result
+from nnhal.client.remote.messages import ExecutionOptions
+from nnhal.client.remote.samehost import RING_BYTES, CarriedForms, ended_error, late_error, scope_of
+from nnhal.client.remote.transport import (
+    BURST_STREAM_TIMEOUT,
+    DEFAULT_CALL_TIMEOUT,
+    grpc_timeout,
+    map_rpc_error,
+    remaining_time,
+)
+from nnhal.core import fastring, samehost, wire
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import DeadObject, GeneralFailure, HalError
+from nnhal.core.types import ExecutionResult, Request
+from nnhal.proto import fastpath_pb2 as fpb
+
+if TYPE_CHECKING:
+    from nnhal.client.remote.aio_session import AioSession
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Metadata = tuple[tuple[str, str], ...]
+
+
+class AioQueueLink(QueueEnds):
+    """A session's collected queue, awaited through the event loop. ``close`` it (idempotent)."""
+
+    def __init__(self, session: AioSession, call: Any, first: fpb.FastBurstEvent, ends: Any) -> None:
+        super().__init__(first, True, ends)
+        self._session = session
+        self._call = call
+        self._loop = asyncio.get_running_loop()
+        self._waiter: asyncio.Future[None] | None = None
+        self._busy = False
+        self._closed = False
+        #: The liveness stream's last event, or how it broke (read by ``_follow``).
+        self._last: fpb.FastBurstEvent | None = None
+        self._broken: HalError | None = None
+        self._loop.add_reader(self.doorbell.inbox, self._on_doorbell)
+        self._follower = self._loop.create_task(self._follow(), name="nnhal-same-host-queue")
+
+    @classmethod
+    async def open(cls, session: AioSession) -> AioQueueLink:
+        """Open the session's queue; raises the refusal's HalError."""
+        request = fpb.FastBurstRequest(session=session.session_id, ring_bytes=RING_BYTES, executions=True)
+        md = session.metadata()
+        call = session.stubs.fast_path.openFastBurst(request, timeout=BURST_STREAM_TIMEOUT, metadata=md)
+        try:
+            first = await session.call("openFastBurst", False, lambda _md: call.read(), md)
+            if first is grpc.aio.EOF:
+                raise GeneralFailure("openFastBurst: the stream ended without an answer")
+            status, message = wire.status_from(first)
+            if status != ErrorStatus.NONE:
+                raise HalError.of(status, f"openFastBurst: {message}")
+            ends = await asyncio.to_thread(QueueEnds.collect, first)  # a blocking socket handover
+            try:
+                return cls(session, call, first, ends)
+            except BaseException:
+                QueueEnds.discard(ends)
+                raise
+        except BaseException:
+            call.cancel()
+            raise
+
+    async def _follow(self) -> None:
+        """Read the liveness stream to its end, then wake whoever waits (DEAD_OBJECT for a
+        broken stream, the last event's status for one the server ended)."""
+        try:
+            while (event := await self._call.read()) is not grpc.aio.EOF:
+                self._last = event
+        except grpc.RpcError as err:
+            self._broken = map_rpc_error(err, what="same-host queue")
+        except asyncio.CancelledError:
+            pass
+        self.doorbell.stop()
+
+    def _on_doorbell(self) -> None:
+        if self._closed:
+            return
+        self.doorbell.take()
+        if self.doorbell.stopped:
+            self._loop.remove_reader(self.doorbell.inbox)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a call is using the queue now."""
+        return self._busy
+
+    async def exchange(self, kind: int, payload: bytes, timeout: float) -> tuple[int, bytes] | None:
+        """Send one packet and await the answer packet for up to ``timeout`` seconds; None
+        (nothing sent) when another task is using the queue or the packet does not fit the
+        ring. Raises :class:`QueueEnded` when the queue ended first, :class:`QueueTimeout`
+        when no answer came in time, GENERAL_FAILURE for an answer that breaks the ring's rules
+        (the sync link's ``exchange``). A timeout or a cancellation leaves the queue out of
+        step: close it."""
+        if self._busy or not self.requests.fits(len(payload)):
+            return None
+        self._busy = True
+        try:
+            if self._closed or self.doorbell.stopped:
+                raise QueueEnded(self._ended())
+            try:
+                self.requests.write(kind, payload)
+            except fastring.RingError as err:
+                raise GeneralFailure(f"same-host queue: {err}") from None
+            try:
+                self.doorbell.ring()
+            except OSError:  # the server closed its end: its stream is ending too
+                raise QueueEnded(self._ended()) from None
+            loop = self._loop
+            end = loop.time() + timeout
+            while True:
+                if self._closed:  # closed while this call awaited: its rings are gone
+                    raise QueueEnded(self._ended())
+                packet = self.read_answer()
+                if packet is not None:
+                    return packet
+                if self.doorbell.stopped:
+                    raise QueueEnded(self._ended())
+                left = end - loop.time()
+                if left <= 0:
+                    raise QueueTimeout(f"no answer within {timeout:.3g} s")
+                waiter = self._waiter = loop.create_future()
+                timer = loop.call_later(left, _wake, waiter)
+                try:
+                    await waiter
+                finally:
+                    timer.cancel()
+                    self._waiter = None
+        finally:
+            self._busy = False
+
+    def _ended(self) -> ExecutionResult:
+        """The result of a call the queue's end cut short."""
+        if self._closed:
+            return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "same-host queue: the queue is closed")
+        if self._broken is not None:
+            if isinstance(self._broken, DeadObject):
+                self._session.declare_dead(self._broken.message)
+            return failed_result(self._broken)
+        return ended_result(self._last)
+
+    def close(self) -> None:
+        """End the queue: the server stops serving it and every descriptor is closed; a call
+        awaiting its answer wakes and fails with GENERAL_FAILURE."""
+        if self._closed:
+            return
+        self._closed = True
+        self._call.cancel()
+        self._follower.cancel()
+        if not self.doorbell.stopped:
+            self._loop.remove_reader(self.doorbell.inbox)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        self._close_ends()
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class AioSameHostQueue:
+    """The same-host execution queue of one asyncio session. ``close`` it (idempotent)."""
+
+    def __init__(self, session: AioSession) -> None:
+        self._session = session
+        self._forms = CarriedForms(session.stubs)
+        self._link: AioQueueLink | None = None
+        self._opening = False
+        self._refused = False
+        self._closed = False
+
+    def carries(self, rpc: Any) -> bool:
+        """Whether calls of ``rpc`` (a stub's callable) may take the queue."""
+        return not self._refused and self._forms.carries(rpc)
+
+    @property
+    def open(self) -> bool:
+        """Whether the queue is open now (tests, benchmarks)."""
+        return self._link is not None
+
+    async def _ready(self) -> AioQueueLink | None:
+        """The open link, opened now if need be; None when it is busy, being opened, refused or closed."""
+        link = self._link
+        if link is not None:
+            return None if link.busy else link
+        if self._refused or self._closed or self._opening:
+            return None
+        self._opening = True
+        try:
+            link = await AioQueueLink.open(self._session)
+        except HalError as err:
+            if not self._session.dead and not self._session.closed:
+                self._refused = True
+                log.debug("no same-host queue for this session (%s); executions take gRPC", err.message)
+            return None
+        finally:
+            self._opening = False
+        if self._closed:
+            link.close()
+            return None
+        self._link = link
+        return link
+
+    async def _exchange(self, link: AioQueueLink, kind: int, payload: bytes, limit: float, what: str) -> Any:
+        """:meth:`AioQueueLink.exchange`, its queue's end and lateness raised as the gRPC path's
+        failures (the link closed when out of step)."""
+        try:
+            return await link.exchange(kind, payload, limit)
+        except QueueEnded as ended:
+            self._drop(link)
+            raise ended_error(ended, what) from None
+        except QueueTimeout:
+            self._drop(link)  # its answer may still come: the queue is out of step
+            raise late_error(limit) from None
+        except asyncio.CancelledError:
+            self._drop(link)  # likewise
+            raise
+
+    def _carry(
+        self, what: str, had_deadline: bool, fn: Callable[[Metadata], Awaitable[T | None]]
+    ) -> Awaitable[T | None]:
+        return self._session.call(what, had_deadline, fn)
+
+    async def call(self, rpc: Any, request: Message, what: str, timeout: float | None) -> list[Any] | None:
+        """Carry one call of ``rpc`` through the session's call path: its answer message(s) — one
+        for a unary form, the launch and the notify events for a stream — or None when it
+        takes gRPC instead (module docstring). Raises its mapped transport failure."""
+        link = await self._ready()
+        if link is None:
+            return None
+        limit = timeout or DEFAULT_CALL_TIMEOUT
+
+        async def run(md: Metadata) -> list[Any] | None:
+            packet = self._forms.packet(rpc, request, md[0][1], scope_of(md), link.results.max_payload)
+            if packet is None:
+                return None
+            form, payload = packet
+            answer = await self._exchange(link, samehost.METHOD, payload, limit, what)
+            return None if answer is None else self._forms.answer(form, answer, what)
+
+        return await self._carry(what, timeout is not None, run)
+
+    async def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
+        """executeSynchronously_1_3 as a fast burst's execution on the queue (a layout the server
+        granted an id travels as a compact call); None when it takes gRPC instead."""
+        link = await self._ready()
+        if link is None:
+            return None
+        what = "executeSynchronously_1_3"
+        bound = grpc_timeout(remaining_time(options.timeout, options.deadline_at))
+        limit = bound or DEFAULT_CALL_TIMEOUT
+        session = self._session
+
+        async def run(md: Metadata) -> ExecutionResult | None:
+            tag = samehost.encode_tag(md[0][1], scope_of(md))
+            packet = link.execution_packet(request, options, handle, session.session_id, tag)
+            if packet is None:
+                return None
+            kind, payload, key = packet
+            answer = await self._exchange(link, kind, payload, limit, what)
+            return None if answer is None else link.result_of(answer, key)
+
+        return await self._carry(what, bound is not None, run)
+
+    def _drop(self, link: AioQueueLink) -> None:
+        """Close a link that can no longer be used (a later call opens a new one)."""
+        if self._link is link:
+            self._link = None
+        link.close()
+
+    def close(self) -> None:
+        self._closed = True
+        link, self._link = self._link, None
+        if link is not None:
+            link.close()
