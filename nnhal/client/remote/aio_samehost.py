@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Seconds a call whose queue ended waits for the liveness stream to say why.
+_SETTLE_S = 1.0
+
 T = TypeVar("T")
 Metadata = tuple[tuple[str, str], ...]
 
@@ -76,12 +79,15 @@ class AioQueueLink(QueueEnds):
         self._last: fpb.FastBurstEvent | None = None
         self._broken: HalError | None = None
         self._loop.add_reader(self.doorbell.inbox, self._on_doorbell)
+        # Fires only when the server closed its end of the queue (ended it, or died).
+        self._loop.add_reader(self.doorbell.outbox, self._on_peer_gone)
+        self._watching = True
         self._follower = self._loop.create_task(self._follow(), name="nnhal-same-host-queue")
 
     @classmethod
-    async def open(cls, session: AioSession) -> AioQueueLink:
-        """Open the session's queue; raises the refusal's HalError."""
-        request = fpb.FastBurstRequest(session=session.session_id, ring_bytes=RING_BYTES, executions=True)
+    async def open(cls, session: AioSession, ring_bytes: int = RING_BYTES) -> AioQueueLink:
+        """Open a same-host execution queue of the session; raises the refusal's HalError."""
+        request = fpb.FastBurstRequest(session=session.session_id, ring_bytes=ring_bytes, executions=True)
         md = session.metadata()
         call = session.stubs.fast_path.openFastBurst(request, timeout=BURST_STREAM_TIMEOUT, metadata=md)
         try:
@@ -118,10 +124,29 @@ class AioQueueLink(QueueEnds):
             return
         self.doorbell.take()
         if self.doorbell.stopped:
-            self._loop.remove_reader(self.doorbell.inbox)
+            self._unwatch()
+        self._wake()
+
+    def _on_peer_gone(self) -> None:
+        self.doorbell.gone()
+        self._unwatch()
+        self._wake()
+
+    def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def _unwatch(self) -> None:
+        if self._watching:
+            self._watching = False
+            self._loop.remove_reader(self.doorbell.inbox)
+            self._loop.remove_reader(self.doorbell.outbox)
+
+    async def _settle(self) -> None:
+        """Let the liveness stream deliver why the queue ended (its last event, its error):
+        the server closes its end just before it ends the stream."""
+        await asyncio.wait((self._follower,), timeout=_SETTLE_S)
 
     @property
     def busy(self) -> bool:
@@ -139,7 +164,10 @@ class AioQueueLink(QueueEnds):
             return None
         self._busy = True
         try:
-            if self._closed or self.doorbell.stopped:
+            if self._closed:
+                raise QueueEnded(self._ended())
+            if self.doorbell.stopped:
+                await self._settle()
                 raise QueueEnded(self._ended())
             try:
                 self.requests.write(kind, payload)
@@ -148,29 +176,35 @@ class AioQueueLink(QueueEnds):
             try:
                 self.doorbell.ring()
             except OSError:  # the server closed its end: its stream is ending too
+                await self._settle()
                 raise QueueEnded(self._ended()) from None
-            loop = self._loop
-            end = loop.time() + timeout
-            while True:
-                if self._closed:  # closed while this call awaited: its rings are gone
-                    raise QueueEnded(self._ended())
-                packet = self.read_answer()
-                if packet is not None:
-                    return packet
-                if self.doorbell.stopped:
-                    raise QueueEnded(self._ended())
-                left = end - loop.time()
-                if left <= 0:
-                    raise QueueTimeout(f"no answer within {timeout:.3g} s")
-                waiter = self._waiter = loop.create_future()
-                timer = loop.call_later(left, _wake, waiter)
-                try:
-                    await waiter
-                finally:
-                    timer.cancel()
-                    self._waiter = None
+            return await self._await_packet(timeout)
         finally:
             self._busy = False
+
+    async def _await_packet(self, timeout: float) -> tuple[int, bytes]:
+        """Await the next answer packet for up to ``timeout`` seconds (:meth:`exchange`'s failures)."""
+        loop = self._loop
+        end = loop.time() + timeout
+        while True:
+            if self._closed:  # closed while this call awaited: its rings are gone
+                raise QueueEnded(self._ended())
+            packet = self.read_answer()
+            if packet is not None:
+                return packet
+            if self.doorbell.stopped:
+                await self._settle()
+                raise QueueEnded(self._ended())
+            left = end - loop.time()
+            if left <= 0:
+                raise QueueTimeout(f"no answer within {timeout:.3g} s")
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(left, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
 
     def _ended(self) -> ExecutionResult:
         """The result of a call the queue's end cut short."""
@@ -190,11 +224,8 @@ class AioQueueLink(QueueEnds):
         self._closed = True
         self._call.cancel()
         self._follower.cancel()
-        if not self.doorbell.stopped:
-            self._loop.remove_reader(self.doorbell.inbox)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._unwatch()
+        self._wake()
         self._close_ends()
 
 

@@ -92,7 +92,8 @@ def _collect(path: str, token: bytes, ring_bytes: int) -> tuple[mmap.mmap, Doorb
             raise GeneralFailure(f"the fast burst region: {err}") from None
         for fd in (req_w, res_w):
             os.set_blocking(fd, False)
-        return mm, Doorbell(res_r, res_w, req_w)
+        # Watching the server's end: a queue it ends (or its death) wakes a waiter at once.
+        return mm, Doorbell(res_r, res_w, req_w, watch_peer=True)
     except OSError as err:
         for fd in fds:
             os.close(fd)
@@ -365,18 +366,23 @@ class FastBurstLink(QueueEnds):
                 self.doorbell.ring()
             except OSError:  # the server closed its end: its stream is ending too
                 raise QueueEnded(self._ended()) from None
-            end = time.monotonic() + timeout
-            while True:
-                packet = self.read_answer()
-                if packet is not None:
-                    return packet
-                left = end - time.monotonic()
-                if left <= 0:
-                    raise QueueTimeout(f"no answer within {timeout:.3g} s")
-                if not self.doorbell.wait(left) and self.doorbell.stopped:
-                    raise QueueEnded(self._ended())
+            return self._await_packet(timeout)
         finally:
             self._lock.release()
+
+    def _await_packet(self, timeout: float) -> tuple[int, bytes]:
+        """Sleep until the next answer packet, for up to ``timeout`` seconds (:meth:`exchange`'s
+        failures). Holds ``_lock``."""
+        end = time.monotonic() + timeout
+        while True:
+            packet = self.read_answer()
+            if packet is not None:
+                return packet
+            left = end - time.monotonic()
+            if left <= 0:
+                raise QueueTimeout(f"no answer within {timeout:.3g} s")
+            if not self.doorbell.wait(left) and self.doorbell.stopped:
+                raise QueueEnded(self._ended())
 
     def send_raw(self, write: Callable[[fastring.Producer], None]) -> ExecutionResult:
         """Tests of the server's checks: ``write`` puts whatever it likes into the request
