@@ -47,6 +47,7 @@ from nnhal.client.remote.transport import (
     remaining_time,
 )
 from nnhal.core import fastring, samehost, wire
+from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError
 from nnhal.core.types import ExecutionResult, Request
@@ -75,14 +76,16 @@ class AioQueueLink(QueueEnds):
         self._waiter: asyncio.Future[None] | None = None
         self._busy = False
         self._closed = False
-        #: The liveness stream's last event, or how it broke (read by ``_follow``).
-        self._last: fpb.FastBurstEvent | None = None
-        self._broken: HalError | None = None
+        self._liveness = _Liveness()
         self._loop.add_reader(self.doorbell.inbox, self._on_doorbell)
         # Fires only when the server closed its end of the queue (ended it, or died).
         self._loop.add_reader(self.doorbell.outbox, self._on_peer_gone)
         self._watching = True
-        self._follower = self._loop.create_task(self._follow(), name="nnhal-same-host-queue")
+        # The task holds neither this link nor the session: a closed session's channel then goes
+        # with its last reference (``AioSession._shutdown`` says why that matters).
+        self._follower = self._loop.create_task(
+            _follow(call, self.doorbell, self._liveness), name="nnhal-same-host-queue"
+        )
 
     @classmethod
     async def open(cls, session: AioSession, ring_bytes: int = RING_BYTES) -> AioQueueLink:
@@ -106,18 +109,6 @@ class AioQueueLink(QueueEnds):
         except BaseException:
             call.cancel()
             raise
-
-    async def _follow(self) -> None:
-        """Read the liveness stream to its end, then wake whoever waits (DEAD_OBJECT for a
-        broken stream, the last event's status for one the server ended)."""
-        try:
-            while (event := await self._call.read()) is not grpc.aio.EOF:
-                self._last = event
-        except grpc.RpcError as err:
-            self._broken = map_rpc_error(err, what="same-host queue")
-        except asyncio.CancelledError:
-            pass
-        self.doorbell.stop()
 
     def _on_doorbell(self) -> None:
         if self._closed:
@@ -210,11 +201,12 @@ class AioQueueLink(QueueEnds):
         """The result of a call the queue's end cut short."""
         if self._closed:
             return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "same-host queue: the queue is closed")
-        if self._broken is not None:
-            if isinstance(self._broken, DeadObject):
-                self._session.declare_dead(self._broken.message)
-            return failed_result(self._broken)
-        return ended_result(self._last)
+        broken = self._liveness.broken
+        if broken is not None:
+            if isinstance(broken, DeadObject):
+                self._session.declare_dead(broken.message)
+            return failed_result(broken)
+        return ended_result(self._liveness.last)
 
     def close(self) -> None:
         """End the queue: the server stops serving it and every descriptor is closed; a call
@@ -227,6 +219,27 @@ class AioQueueLink(QueueEnds):
         self._unwatch()
         self._wake()
         self._close_ends()
+
+
+class _Liveness:
+    """What the liveness stream said last: its last event, or how it broke."""
+
+    def __init__(self) -> None:
+        self.last: fpb.FastBurstEvent | None = None
+        self.broken: HalError | None = None
+
+
+async def _follow(call: Any, doorbell: Doorbell, liveness: _Liveness) -> None:
+    """Read a queue's liveness stream to its end, then wake whoever waits (DEAD_OBJECT for a
+    broken stream, the last event's status for one the server ended)."""
+    try:
+        while (event := await call.read()) is not grpc.aio.EOF:
+            liveness.last = event
+    except grpc.RpcError as err:
+        liveness.broken = map_rpc_error(err, what="same-host queue")
+    except asyncio.CancelledError:
+        pass
+    doorbell.stop()
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
