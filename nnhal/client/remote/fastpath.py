@@ -22,7 +22,15 @@ keepalive (a frozen server, ``DEATH_DETECTION_BOUND_S``), the server ended the
 burst — stops the doorbell, so a waiting execution wakes and returns the
 status the stream ended with, through the session's one call path: a
 vanished server is DEAD_OBJECT and declares the session dead, as on the gRPC
-path. Thread-safe: one execution at a time (results come back in order).
+path. The doorbell also watches the server's end of the queue (``Doorbell``'s
+``watch_peer``): a queue the server ends on its own, or a server process that is gone,
+wakes the waiter at once, before gRPC has delivered the stream's end; the waiter then
+reads the stream's last event for the status. Thread-safe: one execution at a time
+(results come back in order).
+
+:class:`QueueEnds` is what both clients' links share (the rings, the doorbell, the
+granted layouts, an execution's packets); :class:`FastBurstLink` waits on it with
+blocking reads, the asyncio client's link (:mod:`.aio_samehost`) through its event loop.
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@ Failures keep the gRPC path's statuses: the queue's liveness stream ending
 no answer within the call's gRPC timeout is the DEADLINE_EXCEEDED mapping (and the queue,
 out of step, is closed: later calls reopen one); an injected abort ends the call with its
 gRPC code's mapping. Every answer packet is checked as untrusted input.
+
+What a call sends and how its answer reads (:class:`CarriedForms`, :func:`ended_error`,
+:func:`late_error`) is shared with the asyncio client's queue
+(:mod:`nnhal.client.remote.aio_samehost`), which differs only in how it waits.
 """
 
 from __future__ import annotations
