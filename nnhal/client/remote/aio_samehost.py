@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import mmap
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -68,7 +69,9 @@ Metadata = tuple[tuple[str, str], ...]
 class AioQueueLink(QueueEnds):
     """A session's collected queue, awaited through the event loop. ``close`` it (idempotent)."""
 
-    def __init__(self, session: AioSession, call: Any, first: fpb.FastBurstEvent, ends: Any) -> None:
+    def __init__(
+        self, session: AioSession, call: Any, first: fpb.FastBurstEvent, ends: tuple[mmap.mmap, Doorbell]
+    ) -> None:
         super().__init__(first, True, ends)
         self._session = session
         self._call = call
@@ -100,7 +103,13 @@ class AioQueueLink(QueueEnds):
             status, message = wire.status_from(first)
             if status != ErrorStatus.NONE:
                 raise HalError.of(status, f"openFastBurst: {message}")
-            ends = await asyncio.to_thread(QueueEnds.collect, first)  # a blocking socket handover
+            # A blocking socket handover, off the loop; what it took is given back if nobody waits.
+            taking = asyncio.get_running_loop().run_in_executor(None, QueueEnds.collect, first)
+            try:
+                ends = await asyncio.shield(taking)
+            except asyncio.CancelledError:
+                taking.add_done_callback(_discard_taken)
+                raise
             try:
                 return cls(session, call, first, ends)
             except BaseException:
@@ -219,6 +228,11 @@ class AioQueueLink(QueueEnds):
         self._unwatch()
         self._wake()
         self._close_ends()
+
+
+def _discard_taken(taking: asyncio.Future[Any]) -> None:
+    if not taking.cancelled() and taking.exception() is None:
+        QueueEnds.discard(taking.result())
 
 
 class _Liveness:
