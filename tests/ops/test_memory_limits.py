@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tracemalloc
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from nnhal.core.enums import OperandType as T, OperationType as Op
 from nnhal.core.errors import MissedDeadlinePersistent, ResourceExhaustedPersistent
 from nnhal.core.types import Model
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
+from nnhal.server.executor.registry import FastKernel
 from nnhal.server.executor.validate import validate_full
 from tests.fuzz.builder import ModelBuilder
 
@@ -143,3 +145,36 @@ def test_space_to_batch_paddings_are_reserved_before_padding() -> None:
     err, peak = _peak_during(lambda: graph.run([np.ones((1, 2, 2, 1), np.float32)], budget.control()))
     assert isinstance(err, ResourceExhaustedPersistent), err
     assert peak < 16 << 20, peak
+
+
+def test_bound_kernels_run_under_a_limit_counting_their_arena() -> None:
+    """A limit does not turn the bound kernels off: the arena is counted whole, and a limit below
+    it refuses the execution before the arena exists."""
+    model = _chain(4)
+    sized = replace(
+        model,
+        main=replace(model.main, operands=tuple(replace(o, dimensions=(1024,)) for o in model.main.operands)),
+    )
+    graph = PreparedGraph(sized, [])
+    calls: list[int] = []
+    for step in graph.main.steps:
+        fast = step.fast
+        assert fast is not None
+
+        def counting(
+            args: list[np.ndarray | None], buffers: Sequence[np.ndarray | None], _f: FastKernel = fast
+        ) -> list[np.ndarray] | None:
+            calls.append(1)
+            return _f(args, buffers)
+
+        step.fast = counting
+    x = np.linspace(-2, 2, 1024, dtype=np.float32)
+    budget = Budget(LIMIT)
+    (out,) = graph.run([x], budget.control())
+    np.testing.assert_array_equal(out, np.maximum(x, 0))
+    assert len(calls) == 4
+    pool = graph.main.pool
+    assert pool is not None
+    assert budget.peak >= pool.nbytes and budget.used == 0
+    with pytest.raises(ResourceExhaustedPersistent):
+        graph.run([x], Budget(pool.nbytes - 1).control())

@@ -112,6 +112,11 @@ class ArenaPool:
         self._idle: list[Arena] = []
         self._lock = threading.Lock()
 
+    @property
+    def nbytes(self) -> int:
+        """The memory one arena of this pool takes."""
+        return self._layout.nbytes + ALIGN
+
     def checkout(self) -> Arena:
         """An arena no other execution holds (made on first use, then reused)."""
         with self._lock:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -156,6 +157,12 @@ def constant_value(model: Model, pools: Sequence[Buffer], operand: Operand) -> n
     return None
 
 
+def _copy_out(value: np.ndarray) -> np.ndarray:
+    """A copy of ``value``, reserved first."""
+    allocation.reserve(value.nbytes)
+    return value.copy()
+
+
 def _fresh_outputs(operation_type: OperationType) -> bool:
     """Whether the operation's kernels never return a view of an input: those of the families
     with bound kernels (see registry.Binder)."""
@@ -173,6 +180,13 @@ def _arena_operand(operand: Operand) -> bool:
         and not has_unknown_dims(operand.type, operand.dimensions)
         and all(d > 0 for d in operand.dimensions)
     )
+
+
+def _static_bytes(operand: Operand) -> int:
+    """The bytes of a tensor or scalar of fixed shape (0 when its shape is not fixed)."""
+    if operand.type.name in ("OEM", "TENSOR_OEM_BYTE") or has_unknown_dims(operand.type, operand.dimensions):
+        return 0
+    return byte_size(operand.type, operand.dimensions)
 
 
 def unsupported(operation_type: OperationType) -> NoReturn:
@@ -201,6 +215,13 @@ class Step:
     out_slots: tuple[int | None, ...] = ()
     #: The output buffers handed to ``fast`` when the execution holds no arena: none.
     no_out: tuple[None, ...] = ()
+    #: Under memory accounting, per output the bytes ``fast`` allocates for it: in a run with an
+    #: arena (an output with a slot is written into it, counted with the arena) and without one.
+    fresh_in_arena: tuple[int, ...] = ()
+    fresh_alone: tuple[int, ...] = ()
+    #: Under memory accounting, the scratch reserved around ``fast``: the largest input, as the
+    #: general path reckons it (a bound kernel reserves larger scratch itself).
+    scratch: int = 0
 
 
 class PreparedSubgraph:
@@ -282,12 +303,7 @@ class PreparedGraph:
                 for i in set(operation.inputs)
                 if last_use.get(i) == n and i not in keep and operands[i].lifetime == OperandLifeTime.TEMPORARY_VARIABLE
             )
-            out_bytes = sum(
-                0
-                if o.type.name in ("OEM", "TENSOR_OEM_BYTE") or has_unknown_dims(o.type, o.dimensions)
-                else byte_size(o.type, o.dimensions)
-                for o in out_ops
-            )
+            sizes = tuple(_static_bytes(o) for o in out_ops)
             out_slots: tuple[int | None, ...] = (None,) * len(out_ops)
             if arena and fast is not None:
                 out_slots = tuple(
@@ -314,10 +330,13 @@ class PreparedGraph:
                     out_ops,
                     state,
                     release,
-                    out_bytes,
+                    sum(sizes),
                     fast,
                     out_slots,
                     (None,) * len(out_ops),
+                    tuple(0 if slot is not None else size for slot, size in zip(out_slots, sizes)),
+                    sizes,
+                    max((_static_bytes(o) for o in in_ops), default=0),
                 )
             )
         pool = None
@@ -343,22 +362,23 @@ class PreparedGraph:
         control = control or ExecutionControl()
         control.graph = self
         control.start()
+        accounting = control.reserve is not None
         try:
             # Floating-point overflow, NaN and division by zero are results of the reference
             # (inf, NaN), never errors or warnings: decided once per run, not per operation.
-            with np.errstate(all="ignore"):
-                if control.reserve is not None:
-                    with allocation.current(control):
-                        return self._run(self.main, inputs, control, output_operands, 0)
+            with np.errstate(all="ignore"), allocation.current(control) if accounting else nullcontext():
                 pool = self.main.pool
                 if pool is None or output_operands is not None:
                     return self._run(self.main, inputs, control, output_operands, 0)
+                if accounting:
+                    # The arena is this execution's while it runs: counted whole, before it exists.
+                    control.hold(pool.nbytes)
                 arena = pool.checkout()
                 try:
                     results = self._run(self.main, inputs, control, None, 0, arena)
                     # A result may be a view of an intermediate (an operation that returns its
                     # input reshaped): the next execution would overwrite it.
-                    return [value.copy() if arena.owns(value) else value for value in results]
+                    return [_copy_out(value) if arena.owns(value) else value for value in results]
                 finally:
                     pool.checkin(arena)
         except MemoryError:
@@ -383,7 +403,10 @@ class PreparedGraph:
     ) -> list[np.ndarray]:
         """Run ``prepared`` (subgraph ``number``: 0 the main one, i + 1 referenced subgraph i),
         its bound kernels writing into ``arena``'s slots when given (only for runs that take the
-        bound kernels: no memory accounting, no output overrides)."""
+        bound kernels: no output overrides).
+
+        Under memory accounting (``control.reserve``) each intermediate is counted while it
+        lives, except those in ``arena`` (counted whole by ``run``)."""
         sg = prepared.subgraph
         accounting = control.reserve is not None
         run_base = control.held
@@ -393,9 +416,11 @@ class PreparedGraph:
         overrides: dict[int, Operand] = {}
         if output_operands is not None:
             overrides = dict(zip(sg.output_indexes, output_operands))
-        # Bound kernels skip the context and the accounting: runs under a memory limit, or with
-        # outputs the request reshapes, take the general kernels.
-        fast_ok = not overrides and not accounting
+        # Bound kernels skip the context: runs with outputs the request reshapes take the general
+        # kernels.
+        fast_ok = not overrides
+        # Under accounting: the bytes counted for each live intermediate the run allocated.
+        counted: dict[int, int] = {}
         profile = control.profile
         for k, step in enumerate(prepared.steps):
             control.checkpoint()
@@ -411,15 +436,29 @@ class PreparedGraph:
             fast = step.fast
             if fast is not None and fast_ok:
                 buffers = step.no_out if arena is None else arena.outputs[k]
+                if accounting:
+                    step_base = control.held
+                    fresh = step.fresh_alone if arena is None else step.fresh_in_arena
+                    # Its outputs outside the arena (a bound kernel writes those with a buffer
+                    # into it) and its scratch, before it allocates them.
+                    control.hold(sum(fresh) + step.scratch)
                 if profile is None:
                     outs = fast(args, buffers)
                 else:
                     t0 = time.perf_counter_ns()
                     outs = fast(args, buffers)
                     control.note(step.operation_type.name, number, k, t0, time.perf_counter_ns())
+                if accounting:
+                    control.held = step_base
                 if outs is not None:
                     for i, result in zip(step.outputs, outs):
                         values[i] = result
+                    if accounting:
+                        control.hold(sum(fresh))
+                        for i, nbytes in zip(step.outputs, fresh):
+                            counted[i] = nbytes
+                        for i in step.release:
+                            control.held -= counted.pop(i, 0)
                     for i in step.release:
                         values[i] = None
                     control.operations_run += 1
@@ -456,10 +495,11 @@ class PreparedGraph:
                 # Scratch and the kernel's own reservations end with it; its outputs stay.
                 control.held = step_base
                 control.hold(sum(o.nbytes for o in ctx.outputs if o is not None))
+                for i, out in zip(step.outputs, ctx.outputs):
+                    if out is not None:
+                        counted[i] = out.nbytes
                 for i in step.release:
-                    value = values[i]
-                    if value is not None:
-                        control.held -= value.nbytes
+                    control.held -= counted.pop(i, 0)
             for i in step.release:
                 values[i] = None
             control.operations_run += 1

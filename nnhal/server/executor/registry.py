@@ -32,8 +32,10 @@ Preparer = Callable[["ValidationContext"], Any]
 #: input values (in operation order) and one buffer per output (an array of the output's dtype
 #: and declared shape, or None) it returns the outputs (of the operand dtypes and the declared
 #: shapes), or None when the inputs are not what it was bound to (then the general kernel runs).
-#: It may write an output into its buffer and return that buffer, or return a new array; it
-#: never writes into its inputs. It does no validation: its binder proved the operation valid.
+#: An output given a buffer is written into it (and that buffer returned); one given None is a new
+#: array. It never writes into its inputs, and reserves (executor.allocation) scratch beyond the
+#: size of its largest input before allocating it. It does no validation: its binder proved the
+#: operation valid.
 FastKernel = Callable[[list["np.ndarray | None"], "Sequence[np.ndarray | None]"], "list[np.ndarray] | None"]
 #: Optional, runs once at prepare after ``Preparer`` (whose state it receives): a FastKernel
 #: for this use of the operation, or None when it has none for it. A family that registers one

@@ -123,7 +123,7 @@ class QuantState:
 
 
 #: Elements requantized per chunk: the int64 passes stay in cache.
-_CHUNK = 1 << 16
+REQUANT_CHUNK = 1 << 16
 
 
 def finish_quant(
@@ -150,7 +150,7 @@ def finish_quant(
         flat += bias.astype(np.float64)
     else:
         b64 = bias.astype(np.int64)
-    rows = max(1, _CHUNK // max(channels, 1))
+    rows = max(1, REQUANT_CHUNK // max(channels, 1))
     for start in range(0, flat.shape[0], rows):
         a = flat[start : start + rows].astype(np.int64)
         if not floats:
@@ -193,7 +193,7 @@ class FloatRequant:
         channels = acc.shape[-1]
         flat = acc.reshape(-1, channels)
         dest = np.empty(flat.shape, out_dtype) if out is None else out.reshape(flat.shape)
-        rows = max(1, _CHUNK // max(channels, 1))
+        rows = max(1, REQUANT_CHUNK // max(channels, 1))
         f = np.empty((min(rows, flat.shape[0]), channels), np.float64)
         t = np.empty_like(f) if self.rounds else f
         for start in range(0, flat.shape[0], rows):

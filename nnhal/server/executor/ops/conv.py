@@ -9,6 +9,7 @@ Constant filters are re-laid-out once at prepare.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
@@ -17,7 +18,7 @@ import numpy as np
 
 from nnhal.core.enums import HalVersion, OperandType, OperationType
 from nnhal.core.operand_types import DTYPE
-from nnhal.server.executor.allocation import reserve_shape
+from nnhal.server.executor.allocation import reserve, reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.ops._activations import (
     activation_range_quant,
@@ -26,6 +27,7 @@ from nnhal.server.executor.ops._activations import (
     clamp_in_place,
 )
 from nnhal.server.executor.ops._conv_core import (
+    REQUANT_CHUNK,
     ROW_TAPS_MIN,
     Geometry,
     QuantState,
@@ -392,6 +394,10 @@ def execute_transpose(ctx: ExecutionContext) -> None:
 
 
 # -- bound kernels: constant filter, bias and parameters, static NHWC shapes ----------
+#: The float64 passes of one requantization chunk (see _conv_core).
+_REQUANT_SCRATCH = 2 * 8 * REQUANT_CHUNK
+
+
 class _NotBound(Exception):
     """A parameter the general kernel would refuse: no bound kernel (that one reports it)."""
 
@@ -493,11 +499,14 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
     out_zp = v.outputs[0].zero_point
     bound = _x_max(v) * np.abs(q.weights).sum(axis=1)
     requant = float_requant(bound, st.bias, q.multipliers, q.shifts, out_zp, st.lo, st.hi)
+    # The input in the GEMM's dtype and the accumulator (padding and patches reserve themselves).
+    scratch = (math.prod(x_shape) + math.prod(out_shape)) * q.weights.itemsize + _REQUANT_SCRATCH
 
     def run_quant(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != x_shape:
             return None
+        reserve(scratch)
         acc = im2col(x.astype(q.weights.dtype) - zp, g, kh, kw)[0] @ q.weights.T
         if requant is not None:
             out = requant(acc, st.out_dtype, buffers[0])
@@ -523,11 +532,14 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
     if st.out_dtype == np.float32:
         wt, bias, clamp = w.reshape(st.kh, st.kw, oc), st.bias, st.clamp
         tiled = np.tile(wt, (1, 1, ow)) if rows or g.stride_w == 1 else None
+        # The repeated input and a tap's products (padding and column phases reserve themselves).
+        scratch_f = (math.prod(x_shape) * repeat if repeat > 1 else 0) * 4 + math.prod(out_shape) * 4
 
         def run_float(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
             x = inputs[INPUT]
             if x is None or x.shape != x_shape:
                 return None
+            reserve(scratch_f)
             if repeat > 1:
                 x = np.repeat(x, repeat, axis=3)
             acc = depthwise_sum(pad(x, g), wt, g, oh, ow, rows, tiled, buffers[0])
@@ -553,11 +565,15 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
     zp_sum = sum_dtype(v.inputs[INPUT].zero_point)
     tiled_q = np.tile(wq, (1, 1, ow))
     rows_q = rows if in_float else True
+    # The input in the sums' dtype (repeated), the sums and a tap's products (padding and column
+    # phases reserve themselves).
+    scratch = (math.prod(x_shape) * repeat + 2 * math.prod(out_shape)) * 4 + _REQUANT_SCRATCH
 
     def run_quant(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != x_shape:
             return None
+        reserve(scratch)
         xs = x.astype(sum_dtype) - zp_sum
         if repeat > 1:
             xs = np.repeat(xs, repeat, axis=3)
