@@ -53,6 +53,7 @@ class Doorbell:
         #: True once the peer closed its inbox (``watch_peer``).
         self.peer_gone = False
         self._poll: select.poll | None = None
+        self._inbox_poll: select.poll | None = None  # a timed wait's, made at the first
         if watch_peer:
             self._poll = select.poll()
             self._poll.register(inbox_r, select.POLLIN)
@@ -82,8 +83,13 @@ class Doorbell:
             if all(fd != self._inbox_r for fd, _ in ready):  # only the peer's end reported
                 self.gone()
                 return 0
-        elif timeout is not None and not select.select([self._inbox_r], [], [], max(0.0, timeout))[0]:
-            return 0
+        elif timeout is not None:
+            # poll, not select: a server holding many queues has descriptors past FD_SETSIZE.
+            if self._inbox_poll is None:
+                self._inbox_poll = select.poll()
+                self._inbox_poll.register(self._inbox_r, select.POLLIN)
+            if not self._inbox_poll.poll(math.ceil(max(0.0, timeout) * 1000)):
+                return 0
         data = os.read(self._inbox_r, 4096)
         if not data or STOP in data or self._stop_asked:
             self._stopped = True

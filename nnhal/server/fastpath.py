@@ -14,16 +14,22 @@ client's pipe ends with SCM_RIGHTS and removes the socket file: from then on
 nothing of the queue lives in the file system, and it vanishes with the last of
 its descriptors, whichever side dies.
 
-``serve`` answers request packets (a full request, one asking for a layout
-id, a compact call: :mod:`nnhal.core.fastpacket`) until ``stop`` (any thread: the burst's gRPC
-stream ended, the server stops) or a STOP from the client. Every packet is
+An idle queue holds no thread: ``readable`` awaits its request doorbell on the
+server's event loop (a reader of the loop, no polling), and then ``serve_ready``,
+on a worker thread, answers the request packets waiting (a full request, one
+asking for a layout id, a compact call: :mod:`nnhal.core.fastpacket`) in order,
+one batch at a time — and, for a linger of a few milliseconds, those that keep
+arriving, so that a busy queue is served from the same thread without a hop
+through the loop per packet. Serving ends at ``stop`` (any thread: the burst's
+gRPC stream ended, the server stops) or a STOP from the client. Every packet is
 untrusted input: a RingError gets a refusal (``refuse``: the status packet of
 the caller's protocol) and the ring is resynchronised; an answer that does not
-fit the result ring is replaced by a refusal. One thread serves one queue.
+fit the result ring is replaced by a refusal.
 """
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import hmac
 import logging
@@ -159,24 +165,52 @@ class FastQueue:
                 raise GeneralFailure(f"handing the fast burst queue over failed: {err}") from err
         self._close_handed()
 
-    def serve(self, handle: Handle, refuse: Refuse) -> None:
-        """Answer request packets until ``stop`` or the client's STOP. ``handle`` turns a
-        request packet into the answer; it must not raise."""
+    async def readable(self) -> None:
+        """Return once the request doorbell holds something to read (a ring, a STOP) — at
+        once when stopping. Awaited on the running loop, as a reader of its inbox."""
         doorbell = self._doorbell
         assert doorbell is not None
-        while doorbell.wait():
-            while True:
-                try:
-                    packet = self._requests.read()
-                except fastring.RingError as err:
-                    log.warning("fast burst: refused a request packet: %s", err)
-                    self._requests.resync()
-                    refusal = refuse(ErrorStatus.INVALID_ARGUMENT, f"malformed fast burst packet: {err}")
-                    self._answer(fastring.RESULT, refusal, refuse)
-                    continue
-                if packet is None:
-                    break
-                self._answer(*handle(*packet), refuse)
+        if self.stopping:
+            return
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(doorbell.inbox, _settle, ready)
+        try:
+            await ready
+        finally:
+            loop.remove_reader(doorbell.inbox)
+
+    def serve_ready(self, handle: Handle, refuse: Refuse, linger: float = 0.0) -> bool:
+        """Answer the request packets waiting, then those arriving within ``linger`` seconds of
+        the last (a blocking wait on this thread); False once the queue is stopping (``stop``,
+        the client's STOP, a client that does not read its answers). ``handle`` turns a
+        request packet into the answer; it must not raise. Never blocks on an empty inbox
+        (it may be called without a ring: it then answers what is there)."""
+        doorbell = self._doorbell
+        assert doorbell is not None
+        doorbell.wait(0)  # the rings read before the ring is: none is missed
+        while True:
+            self._drain(handle, refuse)
+            if self.stopping:
+                return False
+            if linger <= 0 or not doorbell.wait(linger):
+                return not self.stopping
+
+    def _drain(self, handle: Handle, refuse: Refuse) -> None:
+        while True:
+            try:
+                packet = self._requests.read()
+            except fastring.RingError as err:
+                log.warning("fast burst: refused a request packet: %s", err)
+                self._requests.resync()
+                refusal = refuse(ErrorStatus.INVALID_ARGUMENT, f"malformed fast burst packet: {err}")
+                self._answer(fastring.RESULT, refusal, refuse)
+                continue
+            if packet is None:
+                return
+            self._answer(*handle(*packet), refuse)
+            if self.stopping:  # ended (or its client stopped reading): what is left is not run
+                return
 
     def _answer(self, kind: int, payload: bytes, refuse: Refuse) -> None:
         assert self._doorbell is not None
@@ -239,3 +273,8 @@ class FastQueue:
         if self._mm is not None:
             self._mm.close()
             self._mm = None
+
+
+def _settle(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)

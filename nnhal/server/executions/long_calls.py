@@ -18,12 +18,18 @@ below its share that asks makes room — the newest call that can be ended early
 a streamed execution: its transport ends it with RESOURCE_EXHAUSTED) of the client furthest above its
 share is ended — instead of being refused (work-conserving: nothing is ended while the
 total has room).
+
+Some kinds hold no thread and are bounded otherwise (``own_totals``): a session's same-host
+execution queue waits on the server's event loop while idle and its rings are charged to
+its client's memory. It is capped per client and by a total of its own (what the process's
+descriptors allow), outside the long-call total and its fair shares.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import resource
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,6 +52,12 @@ RESERVED_THREADS = 16
 _MIN_TOTAL = 8
 #: One in this many places of the total is kept for clients below their fair share.
 RESERVE_SHARE = 8
+#: The kind of a session's same-host execution queue (outside the total: ``own_totals``).
+QUEUE = "same-host queue"
+#: Descriptors a same-host queue holds on the server (its doorbell's three, with room for a
+#: handover's), and those kept for everything else when deriving the queues' total.
+_FDS_PER_QUEUE = 8
+_FDS_KEPT = 1024
 
 
 class Job(Protocol):
@@ -81,16 +93,30 @@ def default_long_call_total(config: DeviceConfig) -> int:
     return max(_MIN_TOTAL, config.max_threads - busy)
 
 
+def default_queue_total() -> int:
+    """The cap on same-host queues open at once: what the process's descriptor limit
+    (``RLIMIT_NOFILE``) leaves after :data:`_FDS_KEPT`, at :data:`_FDS_PER_QUEUE` each; at
+    least 16. (Their memory is bounded apart: the rings are charged to their client.)"""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, (soft - _FDS_KEPT) // _FDS_PER_QUEUE)
+
+
 class LongCalls:
     """Counts of long-lived calls by kind and client, capped. Thread-safe; its lock is a leaf.
 
     ``per_client``: kind -> cap for one client (a session's client, or for a burst or a
     streamed execution the connection that opened it: its session is only named by its
-    first request, which an idle stream never sends). ``total``: cap over every kind and client."""
+    first request, which an idle stream never sends). ``total``: cap over every kind and client
+    but those of ``own_totals``: kind -> its own cap over every client (module docstring)."""
 
-    def __init__(self, per_client: dict[str, int], total: int) -> None:
+    def __init__(self, per_client: dict[str, int], total: int, own_totals: dict[str, int] | None = None) -> None:
         self.per_client = dict(per_client)
         self.total = max(1, total)
+        self.own_totals = dict(own_totals or {})
+        #: Calls held by kind, for the kinds of ``own_totals``.
+        self._own_all: dict[str, int] = {}
         #: Places of the total only clients below their fair share may take.
         self.reserve = self.total // RESERVE_SHARE
         self._lock = threading.Lock()
@@ -110,12 +136,13 @@ class LongCalls:
             "burst": config.max_bursts_per_session,
             # An open executeStreamed holds a thread as a burst does, and is capped alike.
             "streamed execution": config.max_bursts_per_session,
-            # A session's same-host execution queue holds a thread for the session's life.
-            "same-host queue": config.max_bursts_per_session,
+            # A session's same-host execution queue: threadless while idle, outside the total.
+            QUEUE: config.max_bursts_per_session,
             "fence wait": config.max_fence_waits_per_session,
             "preparation": config.max_preparations_per_session,
         }
-        return cls(per_client, config.max_long_calls or default_long_call_total(config))
+        total = config.max_long_calls or default_long_call_total(config)
+        return cls(per_client, total, {QUEUE: default_queue_total()})
 
     @property
     def in_progress(self) -> int:
@@ -141,6 +168,9 @@ class LongCalls:
                         f"this client already has {mine} {kind}s in progress (the cap per client is {cap}); "
                         "end one first, or retry later"
                     )
+                own = self.own_totals.get(kind)
+                if own is not None:
+                    return self._enter_own(kind, client, mine, own)
                 theirs = self._by_client.get(client, 0)
                 holders = len(self._by_client) + 1  # one more: the newcomer the reserve is kept for
                 share = self.total // holders
@@ -164,6 +194,19 @@ class LongCalls:
         finally:
             for fn in ended:  # outside the lock: ending a call may take it (its leave)
                 fn()
+
+    def _enter_own(self, kind: str, client: str, mine: int, cap: int) -> int:
+        """``enter`` of a kind with a total of its own (``own_totals``). Holds ``_lock``."""
+        open_now = self._own_all.get(kind, 0)
+        if open_now >= cap:
+            raise ResourceExhaustedTransient(
+                f"the server already has {open_now} {kind}s open (the cap is {cap}); retry later"
+            )
+        self._held[(kind, client)] = mine + 1
+        self._own_all[kind] = open_now + 1
+        cid = next(self._ids)
+        self._calls.setdefault(client, {})[cid] = (kind, None)
+        return cid
 
     def _make_room(self, client: str, theirs: int, share: int, ended: list[Callable[[], None]]) -> bool:
         """With ``client`` (holding ``theirs``) below ``share``: uncount the newest call that can
@@ -204,6 +247,9 @@ class LongCalls:
             self._held[(kind, client)] = left
         else:
             self._held.pop((kind, client), None)  # nothing is kept for a client holding none
+        if kind in self.own_totals:
+            self._own_all[kind] -= 1
+            return True
         theirs = self._by_client.get(client, 0) - 1
         if theirs > 0:
             self._by_client[client] = theirs

@@ -45,13 +45,17 @@ client runs that call over gRPC).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
 from functools import partial
+from typing import Any, cast
 
-import grpc
 from google.protobuf.message import DecodeError
+from grpc import aio
 
 from nnhal.core import fastpacket, fastring, samehost, wire
 from nnhal.core.enums import ErrorStatus
@@ -59,18 +63,27 @@ from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import ExecutionResult, Request
 from nnhal.proto import fastpath_pb2 as fpb, fastpath_pb2_grpc as fpgrpc, service_pb2 as spb
 from nnhal.server import fastpath
+from nnhal.server.budget import MemoryBudget
 from nnhal.server.executions import Execution, Executions, Method, Refused
 from nnhal.server.executions.faults import BURST, KINDS, Liveness
+from nnhal.server.executions.long_calls import QUEUE, once
 from nnhal.server.executions.methods import CARRIER
 from nnhal.server.fastpath import FastQueue
 from nnhal.server.rpc.common import result_to, status_to
 from nnhal.server.rpc.prepared_model_servicer import EXECUTION_FAULTS, check_burst_fields, execution_from
 from nnhal.server.rpc.samehost import QueueCall, SameHostMethods
+from nnhal.server.rpc.sync_handlers import in_thread, pool_of
 from nnhal.server.session import Session, is_local_address
 
 #: The client collects its queue right after the first event; this is generous.
 HANDOVER_TIMEOUT_S = 10.0
 RINGS = "fast burst rings"
+#: How long a queue's batch keeps its worker thread for the next packet before the queue
+#: goes back to waiting on the loop: a busy queue is then served without a loop hop per
+#: packet (a client's next call comes within this in a loop of calls).
+LINGER_S = 0.003
+#: Queues whose batch may linger at once; the others go back to the loop at once.
+MAX_LINGERING = 16
 _METHOD = "openFastBurst"
 
 
@@ -89,9 +102,35 @@ def _step_aside(size: int) -> tuple[int, bytes]:
     return samehost.STEP_ASIDE, f"the answer ({size} bytes) does not fit the queue's ring".encode()
 
 
-def _serve_carried(queue: FastQueue, handle: fastpath.Handle) -> None:
-    CARRIER.set("same_host")
-    queue.serve(handle, _violation)
+class _Opened:
+    """What an open queue holds (``close``: given back once, on any thread)."""
+
+    def __init__(self, session: str, budget: MemoryBudget, leave: Callable[[], None]) -> None:
+        self._session = session
+        self._budget = budget
+        self._leave = leave
+        self.charged = 0
+        self.queue: FastQueue = cast(FastQueue, None)  # set once made (``FastPathServicer._open``)
+        self.handle: fastpath.Handle = cast(fastpath.Handle, None)
+        self.context = contextvars.Context()
+        self.close = once(self._close)
+
+    def _close(self) -> None:
+        try:
+            if self.queue is not None:
+                self.queue.close()
+        finally:
+            if self.charged:
+                self._budget.uncharge(self._session, self.charged, RINGS)
+            self._leave()
+
+
+def _after(step: Future[Any] | None, fn: Callable[[], None]) -> None:
+    """``fn()`` now, or once ``step`` (a worker thread's, perhaps still running) is done."""
+    if step is None or step.done():
+        fn()
+    else:
+        step.add_done_callback(lambda _step: fn())
 
 
 class FastPathServicer(fpgrpc.FastPathServicer):
@@ -103,6 +142,8 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         self._method = executions.method(_METHOD, "a fast burst execution", fault=BURST, transport="same_host")
         self._enabled = enabled and fastpath.available()
         self._methods: SameHostMethods | None = None  # the same-host queue's forms, made at its first use
+        self._lock = threading.Lock()  # a leaf: guards the two below
+        self._lingering = 0  # queues whose batch lingers for more packets now
 
     def _authorise(self, request: fpb.FastBurstRequest, peer: str) -> Session:
         policy = self.driver.config.shared_memory
@@ -132,52 +173,88 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             raise GeneralFailure("the fast path is for clients on the server's host (unix socket or loopback)")
         return session
 
-    def openFastBurst(
-        self, request: fpb.FastBurstRequest, context: grpc.ServicerContext
-    ) -> Iterator[fpb.FastBurstEvent]:
-        peer = context.peer() or ""
-        try:
-            session = self._authorise(request, peer)
-            leave = self.executions.long_calls.open("same-host queue" if request.executions else "burst", peer)
-        except HalError as err:
-            yield self._event(self.executions.refuse(self._method, err))
+    async def openFastBurst(
+        self, request: fpb.FastBurstRequest, context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[fpb.FastBurstEvent]:
+        opened = await in_thread(self._open, request, context.peer() or "")
+        if isinstance(opened, fpb.FastBurstEvent):
+            yield opened  # refused
             return
-        context.add_callback(leave)
-        ring_bytes = fastring.grant_ring_bytes(request.ring_bytes)
-        charged = 0
-        queue: FastQueue | None = None
+        queue = opened.queue
+        pool = pool_of(asyncio.get_running_loop())
+        step: Future[Any] | None = None  # what a worker thread does for the queue now
         try:
-            budget = self.driver.budget
-            budget.charge(session.id, 2 * ring_bytes, RINGS)
-            charged = 2 * ring_bytes
-            policy = self.driver.config.shared_memory
-            assert policy is not None  # checked by _authorise
-            kinds = (samehost.METHOD, *fastpath.REQUEST_KINDS) if request.executions else fastpath.REQUEST_KINDS
-            queue = FastQueue.create(policy.directory, policy.prefix, ring_bytes, kinds)
-            if not context.add_callback(queue.stop):
-                return  # the call ended already
-            yield fpb.FastBurstEvent(socket_path=str(queue.socket_path), token=queue.token, ring_bytes=ring_bytes)
-            queue.hand_over(HANDOVER_TIMEOUT_S)
-            if request.executions:
-                q = queue
-                methods = self._same_host()
-                call = QueueCall(lambda: not q.stopping, peer)
-                handle = methods.handler(session, call, self._handler(session, None, methods.sync, call))
-                q.oversize = _step_aside
-                # In a context of its own: the carrier and each packet's request id stay in it.
-                contextvars.Context().run(_serve_carried, q, handle)
-            else:
-                queue.serve(self._handler(session, request.prepared_model), _violation)
+            context.add_done_callback(lambda _context: queue.stop())
+            yield fpb.FastBurstEvent(socket_path=str(queue.socket_path), token=queue.token, ring_bytes=queue.ring_bytes)
+            step = pool.submit(queue.hand_over, HANDOVER_TIMEOUT_S)
+            await asyncio.wrap_future(step)
+            # While idle the queue holds no thread: its doorbell is a reader of this loop, and
+            # each wake-up serves a batch on a worker thread, in the queue's context (a
+            # queue's: the carrier and each packet's request id stay in it).
+            while not queue.stopping:
+                await queue.readable()
+                step = pool.submit(opened.context.run, self._serve_batch, opened)
+                if not await asyncio.wrap_future(step):
+                    break
+            step = None
             if queue.violation:
                 yield self._event(self.executions.refuse(self._method, InvalidArgument(queue.violation)))
         except HalError as err:
+            step = None
             yield self._event(self.executions.refuse(self._method, err))
         finally:
-            if queue is not None:
-                queue.close()
-            if charged:
-                self.driver.budget.uncharge(session.id, charged, RINGS)
-            leave()
+            queue.stop()
+            _after(step, opened.close)  # never under a batch still running
+
+    def _open(self, request: fpb.FastBurstRequest, peer: str) -> _Opened | fpb.FastBurstEvent:
+        """The authorised, admitted and charged queue (on a worker thread), or the refusal's event."""
+        try:
+            session = self._authorise(request, peer)
+            if request.executions:  # the session's: threadless while idle, its own caps
+                leave = self.executions.long_calls.open(QUEUE, session.client_key)
+            else:
+                leave = self.executions.long_calls.open("burst", peer)
+        except HalError as err:
+            return self._event(self.executions.refuse(self._method, err))
+        opened = _Opened(session.id, self.driver.budget, leave)
+        try:
+            ring_bytes = fastring.grant_ring_bytes(request.ring_bytes)
+            self.driver.budget.charge(session.id, 2 * ring_bytes, RINGS)
+            opened.charged = 2 * ring_bytes
+            policy = self.driver.config.shared_memory
+            assert policy is not None  # checked by _authorise
+            kinds = (samehost.METHOD, *fastpath.REQUEST_KINDS) if request.executions else fastpath.REQUEST_KINDS
+            opened.queue = queue = FastQueue.create(policy.directory, policy.prefix, ring_bytes, kinds)
+            if request.executions:
+                methods = self._same_host()
+                call = QueueCall(lambda: not queue.stopping, peer)
+                opened.handle = methods.handler(session, call, self._handler(session, None, methods.sync, call))
+                queue.oversize = _step_aside
+                opened.context = contextvars.Context()
+                opened.context.run(CARRIER.set, "same_host")
+            else:
+                opened.handle = self._handler(session, request.prepared_model)
+                opened.context = contextvars.copy_context()
+            return opened
+        except HalError as err:
+            opened.close()
+            return self._event(self.executions.refuse(self._method, err))
+        except BaseException:
+            opened.close()
+            raise
+
+    def _serve_batch(self, opened: _Opened) -> bool:
+        """One batch of a queue's packets (``FastQueue.serve_ready``), lingering for more while
+        fewer than :data:`MAX_LINGERING` queues do; False once the queue ended."""
+        with self._lock:
+            linger = self._lingering < MAX_LINGERING
+            self._lingering += linger
+        try:
+            return opened.queue.serve_ready(opened.handle, _violation, LINGER_S if linger else 0.0)
+        finally:
+            if linger:
+                with self._lock:
+                    self._lingering -= 1
 
     def _same_host(self) -> SameHostMethods:
         if self._methods is None:
