@@ -1,7 +1,7 @@
 """A session whose same-host queue is refused runs every execution over gRPC, silently.
 
 The queue is an optimisation: when the server refuses to open it — past its cap of
-queues per client (RESOURCE_EXHAUSTED_TRANSIENT) or because the client's memory cannot
+queues per session (RESOURCE_EXHAUSTED_TRANSIENT) or because the client's memory cannot
 hold its rings (RESOURCE_EXHAUSTED_*) — every execution form of both clients still
 answers correctly, over gRPC, and the server counts none under ``same_host``.
 """
@@ -24,7 +24,7 @@ from tests.conftest import add_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-#: A cap of one queue per client, taken by a queue the test opens by hand; or a client
+#: A cap of one queue per session, taken by a queue the test opens by hand; or a client
 #: memory too small for the rings (2 x 256 KiB) of the session's queue.
 CAPS = {"queue cap": ("--max-bursts-per-session", "1"), "memory": ("--memory-per-client", "256KiB")}
 

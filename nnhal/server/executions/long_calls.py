@@ -2,8 +2,8 @@
 
 An open burst (gRPC or same-host), a streamed execution, a ``getExecutionInfo(wait=True)``
 waiting for its fence and a preparation from its launch to its notify last as long as the
-client likes (or its model takes). A fence wait (and a same-host fast burst) holds a worker
-thread all that time, a preparation while it works; an idle burst stream or a parked
+client likes (or its model takes). A fence wait holds a worker thread all that time, a
+preparation while it works; an idle burst stream (gRPC or same-host) or a parked
 preparation holds none but still holds memory and a scheduler record. So they are capped
 (:class:`LongCalls`): per client and in total, leaving worker threads for executions,
 stats and releases whatever one client does. Past a cap the call is refused at once with
@@ -21,8 +21,9 @@ total has room).
 
 Some kinds hold no thread and are bounded otherwise (``own_totals``): a session's same-host
 execution queue waits on the server's event loop while idle and its rings are charged to
-its client's memory. It is capped per client and by a total of its own (what the process's
-descriptors allow), outside the long-call total and its fair shares.
+its client's memory. It is capped per holder (its server counts it per session) and by a
+total of its own (what the process's descriptors allow), outside the long-call total and
+its fair shares.
 """
 
 from __future__ import annotations

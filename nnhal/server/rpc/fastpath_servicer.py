@@ -11,14 +11,17 @@ the memory budget) and the stream ends:
   unix socket or loopback, and the server has a shared-memory directory (where
   the handover socket lives) — DESIGN §6's same-host rule;
 - the session is open and owns the prepared model;
-- the long-call caps admit one more burst (a fast burst holds a worker thread
-  for its life, serving its queue; an idle gRPC burst holds none) and the budget
-  admits its two rings
+- the long-call caps admit one more burst (an idle fast burst holds no thread,
+  as an idle gRPC burst holds none) and the budget admits its two rings
   (charged to the session as "fast burst rings").
 
 Then the first event names the handover socket and token
-(:mod:`nnhal.server.fastpath`), the client collects its queue, and this call's
-thread serves the queue: every full request packet is parsed as an
+(:mod:`nnhal.server.fastpath`), the client collects its queue, and the queue is
+served without a thread of its own: this call, a coroutine on the server's loop,
+awaits the request doorbell as a reader of the loop and hands each wake-up's
+packets to a worker thread — one batch at a time, in order, lingering for the
+next packet a few milliseconds (``LINGER_S``; at most ``MAX_LINGERING`` queues
+at once) so that a busy queue pays no loop hop per packet. Every full request packet is parsed as an
 ExecuteRequest (a packet that is not one, or names another session or model, is
 refused with INVALID_ARGUMENT) and runs exactly as a gRPC burst execution does —
 same launch checks, statuses, drain refusal and metrics — and its ExecuteResult
@@ -34,8 +37,10 @@ server ends on its own (the client broke the queue protocol) gets a last event
 with the status.
 
 With ``executions`` set, ``openFastBurst`` opens the session's same-host execution queue
-instead (no prepared model; not gated as a burst; counted among the client's long-lived
-calls as a "same-host queue"): its packets carry every execution form of the session
+instead (no prepared model; not gated as a burst; counted as a "same-host queue" of the
+session — capped per session and by a total of its own, outside the long-call total,
+since an idle queue holds no thread (``long_calls.QUEUE``); its rings are charged to the
+session's client): its packets carry every execution form of the session
 (:mod:`nnhal.server.rpc.samehost`), and ``executeSynchronously_1_3`` also as the burst's
 full, learning and compact packets above — each naming its prepared model, tagged with
 the call's request id and fault scope — served as ``executeSynchronously_1_3`` counted
@@ -211,7 +216,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         try:
             session = self._authorise(request, peer)
             if request.executions:  # the session's: threadless while idle, its own caps
-                leave = self.executions.long_calls.open(QUEUE, session.client_key)
+                leave = self.executions.long_calls.open(QUEUE, session.id)
             else:
                 leave = self.executions.long_calls.open("burst", peer)
         except HalError as err:

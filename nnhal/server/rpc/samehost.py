@@ -1,7 +1,8 @@
 """The session's same-host execution queue, server side: every execution form off gRPC.
 
 A queue opened with ``openFastBurst(executions=True)`` (:mod:`.fastpath_servicer`) is
-served here, one packet at a time on the queue's thread. A packet names one execution
+served here, one packet at a time, in order, on the worker thread serving the queue's
+current batch. A packet names one execution
 method form and carries its request message (:mod:`nnhal.core.samehost`); it runs through
 the same adapter a gRPC call of that form runs through — the servicer method, which
 converts the message and makes its one call on the device's ``Executions`` (the owner,
@@ -80,7 +81,7 @@ class QueueCall:
         return self._alive()
 
     def add_callback(self, callback: Callable[[], None]) -> bool:
-        # The queue drives each launch / notify call to its end on its own thread: a call is
+        # The queue drives each launch / notify call to its end on the batch's thread: a call is
         # never parked between its two events, so nothing is left for an end callback to do.
         return True
 

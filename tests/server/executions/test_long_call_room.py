@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from nnhal.core.errors import ResourceExhaustedTransient
-from nnhal.server.executions.long_calls import LongCalls
+from nnhal.server.executions.long_calls import QUEUE, LongCalls
 
 
 def test_a_newcomer_below_its_share_ends_the_newest_call_of_the_client_furthest_above() -> None:
@@ -52,3 +52,23 @@ def test_calls_that_cannot_be_ended_are_never_chosen() -> None:
     calls.enter("preparation", "b")
     with pytest.raises(ResourceExhaustedTransient, match="the cap is 8"):
         calls.enter("preparation", "c")
+
+
+def test_same_host_queues_have_caps_of_their_own_outside_the_total() -> None:
+    """A session's queue holds no thread while idle: it takes no place of the long-call total
+    (a full total refuses no queue, many queues refuse no preparation), only its own caps."""
+    calls = LongCalls({"burst": 100, QUEUE: 2, "preparation": 100}, total=8, own_totals={QUEUE: 3})
+    leaves = [calls.open(QUEUE, f"s{k}") for k in range(3)]
+    assert calls.in_progress == 0
+    with pytest.raises(ResourceExhaustedTransient, match="3 same-host queues open"):
+        calls.enter(QUEUE, "s3")
+    for _ in range(7):  # the total (less its reserve) is the other kinds' alone
+        calls.enter("preparation", "p")
+    leaves[0]()
+    second = calls.open(QUEUE, "s1")  # room again; the session's second
+    with pytest.raises(ResourceExhaustedTransient, match="per client is 2"):
+        calls.enter(QUEUE, "s1")
+    second()
+    for leave in leaves:
+        leave()  # leaving twice counts nothing twice
+    assert calls.held(QUEUE, "s1") == 0 and calls.in_progress == 7
