@@ -18,7 +18,7 @@ An idle queue holds no thread: ``readable`` awaits its request doorbell on the
 server's event loop (a reader of the loop, no polling), and then ``serve_ready``,
 on a worker thread, answers the request packets waiting (a full request, one
 asking for a layout id, a compact call: :mod:`nnhal.core.fastpacket`) in order,
-one batch at a time — and, for a linger of a few milliseconds, those that keep
+one batch at a time — and, for a linger of some milliseconds, those that keep
 arriving, so that a busy queue is served from the same thread without a hop
 through the loop per packet. Serving ends at ``stop`` (any thread: the burst's
 gRPC stream ended, the server stops) or a STOP from the client. Every packet is
@@ -197,7 +197,8 @@ class FastQueue:
                 return not self.stopping
 
     def _drain(self, handle: Handle, refuse: Refuse) -> None:
-        while True:
+        # Ended (or its client stopped reading its answers): what is left is not run.
+        while not self.stopping:
             try:
                 packet = self._requests.read()
             except fastring.RingError as err:
@@ -209,8 +210,6 @@ class FastQueue:
             if packet is None:
                 return
             self._answer(*handle(*packet), refuse)
-            if self.stopping:  # ended (or its client stopped reading): what is left is not run
-                return
 
     def _answer(self, kind: int, payload: bytes, refuse: Refuse) -> None:
         assert self._doorbell is not None
