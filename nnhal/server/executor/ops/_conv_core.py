@@ -24,6 +24,7 @@ from nnhal.server.executor.ops._padding import (
     implicit_padding,
     out_size,
     pad_spatial,
+    strided_view,
     window_patches,
 )
 
@@ -382,11 +383,8 @@ def depthwise_sum(
             tiled = np.tile(wt, (1, 1, ow))
         xp = np.ascontiguousarray(xp)
         s_n, s_h, s_w, s_c = xp.strides
-        view = np.lib.stride_tricks.as_strided(
-            xp,
-            (kh, kw, xp.shape[0], oh, ow * oc),
-            (g.dilation_h * s_h, g.dilation_w * s_w, s_n, g.stride_h * s_h, s_c),
-            writeable=False,
+        view = strided_view(
+            xp, (kh, kw, xp.shape[0], oh, ow * oc), (g.dilation_h * s_h, g.dilation_w * s_w, s_n, g.stride_h * s_h, s_c)
         )
         dest = None if out is None else out.reshape(xp.shape[0], oh, ow * oc)
         return np.asarray(np.einsum("ijnhq,ijq->nhq", view, tiled, out=dest)).reshape(xp.shape[0], oh, ow, oc)
@@ -406,11 +404,11 @@ def depthwise_sum(
         phase = np.ascontiguousarray(xp[:, :, (j0 * dw) % sw :: sw, :])
         s_n, s_h, s_w, s_c = phase.strides
         taps = len(range(j0, kw, step))
-        view = np.lib.stride_tricks.as_strided(
-            phase[:, :, (j0 * dw) // sw :, :],
+        view = strided_view(
+            phase,
             (kh, taps, n, oh, ow * oc),
             (g.dilation_h * s_h, (step * dw // sw) * s_w, s_n, g.stride_h * s_h, s_c),
-            writeable=False,
+            (j0 * dw) // sw * s_w,
         )
         if first:
             np.einsum("ijnhq,ijq->nhq", view, tiled[:, j0::step], out=dest)
