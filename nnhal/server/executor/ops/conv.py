@@ -523,12 +523,16 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
     # The input in the GEMM's dtype and the accumulator (padding and patches reserve themselves).
     scratch = (math.prod(x_shape) + math.prod(out_shape)) * q.weights.itemsize + _REQUANT_SCRATCH
 
+    gemm_dtype = q.weights.dtype
+    zp_w = gemm_dtype.type(zp)
+
     def run_quant(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != x_shape:
             return None
         reserve(scratch)
-        acc = patches(x.astype(q.weights.dtype) - zp) @ q.weights.T
+        # The zero point removed while converting: one pass (every value exact in the GEMM's dtype).
+        acc = patches(np.subtract(x, zp_w, dtype=gemm_dtype)) @ q.weights.T
         if requant is not None:
             out = requant(acc, st.out_dtype, buffers[0])
         else:
@@ -601,7 +605,7 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
         if x is None or x.shape != x_shape:
             return None
         reserve(scratch)
-        xs = x.astype(sum_dtype) - zp_sum
+        xs = np.subtract(x, zp_sum, dtype=sum_dtype)
         if repeat > 1:
             xs = np.repeat(xs, repeat, axis=3)
         acc = depthwise_sum(padder(xs), wq, g, oh, ow, rows_q, tiled_q)
