@@ -9,11 +9,13 @@ rounds (ours, anchor, ours, ...), so that machine noise hits both sides alike.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -53,6 +55,15 @@ def local_device(unix: bool = False, *server_args: str) -> Iterator[Device]:
     both are closed on exit."""
     with LocalServer(*server_args, unix=unix) as srv, Device.connect(srv.address, client_name="nnhal-bench") as dev:
         yield dev
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds process ``pid`` used so far (None where /proc is missing)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def interleaved(
