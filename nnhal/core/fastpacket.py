@@ -123,7 +123,7 @@ class Call:
     body: memoryview
 
 
-def decode_call(payload: bytes) -> Call:
+def decode_call(payload: bytes | memoryview) -> Call:
     if len(payload) < CALL_HEADER.size:
         raise PacketError(f"a compact call of {len(payload)} bytes is shorter than its header")
     layout, flags, deadline, loop = CALL_HEADER.unpack_from(payload)
