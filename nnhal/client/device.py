@@ -104,6 +104,11 @@ class Device:
         return self._remote
 
     @property
+    def session_id(self) -> str:
+        """The session this device proxy opened (its prepared models and buffers belong to it)."""
+        return self._remote.session_id
+
+    @property
     def name(self) -> str:
         return self._remote.device_name
 

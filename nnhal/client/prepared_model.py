@@ -175,6 +175,11 @@ class PreparedModel(Releasable):
         gRPC stream (see :class:`Burst`)."""
         return Burst(self._remote, self.handle, fast=fast, ring_bytes=ring_bytes)
 
+    @property
+    def session_id(self) -> str:
+        """The session this prepared model belongs to (it lives as long as that session)."""
+        return self._remote.session_id
+
     # -- AIDL forms (nnhal.client.remote.aidl) ---------------------------------------
     def _sid(self) -> str:
         return self._remote.session_id

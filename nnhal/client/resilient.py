@@ -22,7 +22,9 @@ thread, so a death during the call is recovered too. ``execute_fenced`` and
 ``burst`` are protected at launch only: a fence or burst belongs to the
 prepared model that existed when it was made. Driver-managed buffers
 (``allocate``) are not re-created: their contents lived in the dead server,
-so a buffer from before a death answers DEAD_OBJECT and must be allocated again.
+so a buffer from before a death answers DEAD_OBJECT and must be allocated again
+(``allocate`` re-creates first a resilient prepared model it names that was
+made before the death).
 
 A draining server (SIGTERM, DESIGN §12) is no death until it is gone: work it
 launched still finishes, new work gets DEVICE_UNAVAILABLE (passed through: a
@@ -288,10 +290,18 @@ class ResilientDevice:
         input_roles: list[BufferRole],
         output_roles: list[BufferRole],
     ) -> IBuffer:
-        """IDevice::allocate, protected. The buffer itself is not re-created after a death."""
+        """IDevice::allocate, protected. A resilient prepared model stands for its current one,
+        re-created first when it was made before a death the device recovered from. The
+        buffer itself is not re-created after a death."""
 
         def call(d: IDevice) -> IBuffer:
-            current = [pm.prepared_model if isinstance(pm, ResilientPreparedModel) else pm for pm in prepared_models]
+            session = getattr(d, "session_id", None)  # a remote proxy's; None: no sessions to match
+            current = [
+                (pm.prepared_model if session is None else pm.current_in(session))
+                if isinstance(pm, ResilientPreparedModel)
+                else pm
+                for pm in prepared_models
+            ]
             return d.allocate(desc, current, input_roles, output_roles)
 
         return self.protect(call)

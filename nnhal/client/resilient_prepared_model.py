@@ -62,6 +62,15 @@ class ResilientPreparedModel(Releasable):
     def recoveries(self) -> int:
         return self._recoverer.recoveries
 
+    def current_in(self, session_id: str) -> IPreparedModel:
+        """The current prepared model, re-created first (by the recover-once rule) when it
+        belongs to a session other than ``session_id``: one made before the device's death.
+        A prepared model that names no session (not a remote proxy) is returned as it is."""
+        pm, attempts = self._recoverer.snapshot()
+        if getattr(pm, "session_id", session_id) == session_id:
+            return pm
+        return self._recoverer.recover(pm, attempts)
+
     @property
     def model(self) -> Model | None:
         return self.prepared_model.model

@@ -26,7 +26,15 @@ from nnhal.client.invalid_device import InvalidDevice
 from nnhal.client.resilient import ResilientDevice, ResilientPreparedModel
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, InvalidArgument
-from nnhal.core.types import Capabilities, DataLocation, InlinePool, Request, RequestArgument
+from nnhal.core.types import (
+    BufferDesc,
+    BufferRole,
+    Capabilities,
+    DataLocation,
+    InlinePool,
+    Request,
+    RequestArgument,
+)
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, ones
 
@@ -237,6 +245,58 @@ def test_concurrent_callers_share_one_recovery(restartable: Restartable) -> None
     assert results == [16.0] * 8
     assert rd.recoveries == 1 and pm.recoveries == 1 and factory.calls == 2
     rd.close()
+
+
+# ---------------------------------------------------------------- prepareModelFromCache and allocate
+
+TOKEN = bytes(range(32))
+ROLE = BufferRole(model_index=0, io_index=0, frequency=1.0)
+
+
+def test_from_cache_and_allocate_in_the_four_cases(tmp_path: Path) -> None:
+    """ok; a HAL error passes through without recovery; dead + failed recovery is DEAD_OBJECT in
+    bounded time; dead + successful recovery: allocate re-creates the resilient prepared model
+    it names (from the same cache and token, on a server with the same cache secret) and the
+    buffer from before the death is DEAD_OBJECT (buffers are not re-created)."""
+    srv = Restartable("--cache-secret-file", str(tmp_path / "secret"))
+    try:
+        rd = ResilientDevice(CountingFactory(srv.address, timeout=2.0))
+        blob = rd.prepare_model_sync(add_model(), cache_token=TOKEN).prepared_model.model_cache
+        cached = rd.prepare_model_from_cache(blob, TOKEN, add_model()).get(BOUND_S)
+        assert isinstance(cached, ResilientPreparedModel)
+        np.testing.assert_array_equal(cached.execute([ones(), ones()]).outputs[0], 2 * ones())
+        buf = rd.allocate(BufferDesc(), [cached], [ROLE], [])
+        buf.copy_from(ones())
+
+        with pytest.raises(InvalidArgument):
+            rd.prepare_model_from_cache(blob[:8], TOKEN).get(BOUND_S)
+        with pytest.raises(InvalidArgument):
+            rd.allocate(BufferDesc(), [cached], [BufferRole(0, 5, 1.0)], [])
+        assert rd.recoveries == 0
+
+        srv.kill()
+        for call in (
+            lambda: rd.prepare_model_from_cache(blob, TOKEN).get(BOUND_S),
+            lambda: rd.allocate(BufferDesc(), [cached], [ROLE], []),
+        ):
+            with pytest.raises(DeadObject, match="failed to recover dead device"):
+                call()
+        assert rd.recoveries == 0 and cached.recoveries == 0
+
+        srv.start()
+        with pytest.raises(DeadObject):
+            buf.copy_from(ones())
+        again = rd.allocate(BufferDesc(), [cached], [ROLE], [])
+        assert rd.recoveries == 1 and cached.recoveries == 1
+        again.copy_from(3 * ones())
+        np.testing.assert_array_equal(again.copy_to_array(np.float32, (2, 4)), 3 * ones())
+        np.testing.assert_array_equal(cached.execute([ones(), 2 * ones()]).outputs[0], 3 * ones())
+        fresh = rd.prepare_model_from_cache(blob, TOKEN, add_model()).get(BOUND_S)
+        np.testing.assert_array_equal(fresh.execute([ones(), ones()]).outputs[0], 2 * ones())
+        assert rd.recoveries == 1 and cached.recoveries == 1
+        rd.close()
+    finally:
+        srv.close()
 
 
 # ---------------------------------------------------------------- recovered device differs

@@ -62,6 +62,11 @@ class PreparedModel(AsyncReleasable):
         self._numpy = NumpyIO(model) if model is not None else None
         self._released = False
 
+    @property
+    def session_id(self) -> str:
+        """The session this prepared model belongs to (it lives as long as that session)."""
+        return self._session.session_id
+
     # -- release -------------------------------------------------------------------------------
     async def release(self) -> None:
         """Release the server's object now (idempotent). Later executions: INVALID_ARGUMENT.

@@ -7,8 +7,11 @@ recovers, :class:`~nnhal.client.recovery.AsyncRecoverer`'s identity check makes 
 reuse what it obtained, and the call runs once more); a recovered device whose metadata
 differ from the original's is replaced by the :class:`~nnhal.client.invalid_device.InvalidDevice`
 null object (every operation GENERAL_FAILURE); a prepared model is re-prepared from the same
-Model with the same preference, priority and cache token. Driver buffers, fences and bursts
-belong to the prepared model that made them and are not re-created.
+Model with the same preference, priority and cache token (one from ``prepare_model_from_cache``:
+from the same cache and token). A re-preparation keeps the relative ``timeout``, not
+``deadline_at`` (an absolute time long past by then). Driver buffers (``allocate``, protected
+itself), fences and bursts belong to the prepared model that made them and are not re-created:
+a buffer from before a death answers DEAD_OBJECT and must be allocated again.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from typing import Any, Literal
 import numpy as np
 
 from nnhal.client import steps
+from nnhal.client.aio.buffer import Buffer
 from nnhal.client.aio.device import Device
 from nnhal.client.aio.prepared_model import PreparedModel
+from nnhal.client.cache_files import CacheInput
 from nnhal.client.invalid_device import InvalidDevice
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.recovery import AsyncRecoverer, Attempt, Recover, protected
@@ -31,7 +36,7 @@ from nnhal.client.release import AsyncReleasable
 from nnhal.client.remote.transport import TlsConfig
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Priority
 from nnhal.core.errors import HalError
-from nnhal.core.types import Capabilities, Extension, Model, Request
+from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model, Request
 
 log = logging.getLogger(__name__)
 
@@ -165,18 +170,65 @@ class ResilientDevice(AsyncReleasable):
         preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
         priority: Priority | int = Priority.MEDIUM,
         timeout: float | None = None,
+        deadline_at: float | None = None,
         cache_token: bytes | None = None,
     ) -> ResilientPreparedModel:
         """prepareModel, protected; the result re-prepares itself the same way after a death."""
 
-        async def prepare() -> PreparedModel:
+        async def prepare(deadline: float | None) -> PreparedModel:
             return await self.protect(  # type: ignore[no-any-return]
                 lambda d: d.prepare_model(
-                    model, preference=preference, priority=priority, timeout=timeout, cache_token=cache_token
+                    model,
+                    preference=preference,
+                    priority=priority,
+                    timeout=timeout,
+                    deadline_at=deadline,
+                    cache_token=cache_token,
                 )
             )
 
-        return ResilientPreparedModel(prepare, await prepare())
+        return ResilientPreparedModel(lambda: prepare(None), await prepare(deadline_at))
+
+    async def prepare_model_from_cache(
+        self,
+        model_cache: CacheInput,
+        token: bytes,
+        model: Model | None = None,
+        *,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+    ) -> ResilientPreparedModel:
+        """prepareModelFromCache_1_3, protected; the result re-prepares from the same cache and
+        token after a death (the restarted server must accept that cache: the same cache secret)."""
+
+        async def prepare(deadline: float | None) -> PreparedModel:
+            return await self.protect(  # type: ignore[no-any-return]
+                lambda d: d.prepare_model_from_cache(model_cache, token, model, timeout=timeout, deadline_at=deadline)
+            )
+
+        return ResilientPreparedModel(lambda: prepare(None), await prepare(deadline_at))
+
+    async def allocate(
+        self,
+        desc: BufferDesc,
+        prepared_models: Sequence[PreparedModel | ResilientPreparedModel],
+        input_roles: list[BufferRole],
+        output_roles: list[BufferRole],
+    ) -> Buffer:
+        """IDevice::allocate, protected. A resilient prepared model stands for its current one,
+        re-created first when it was made before a death the device recovered from. The
+        buffer itself is not re-created after a death."""
+
+        async def call(d: AnyDevice) -> Any:
+            if isinstance(d, InvalidDevice):
+                return d.allocate(desc, [], input_roles, output_roles)  # GENERAL_FAILURE
+            current = [
+                await pm.current_in(d.session_id) if isinstance(pm, ResilientPreparedModel) else pm
+                for pm in prepared_models
+            ]
+            return await d.allocate(desc, current, input_roles, output_roles)
+
+        return await self.protect(call)  # type: ignore[no-any-return]
 
     async def release(self) -> None:
         """Close the current device (the session's end releases what it created)."""
@@ -207,6 +259,14 @@ class ResilientPreparedModel(AsyncReleasable):
     @property
     def recoveries(self) -> int:
         return self._recoverer.recoveries
+
+    async def current_in(self, session_id: str) -> PreparedModel:
+        """The current prepared model, re-created first (by the recover-once rule) when it
+        belongs to a session other than ``session_id``: one made before the device's death."""
+        pm, attempts = self._recoverer.snapshot()
+        if pm.session_id == session_id:
+            return pm
+        return await self._recoverer.recover(pm, attempts)
 
     async def execute(self, inputs: Sequence[np.ndarray | None], **kwargs: Any) -> ExecutionOutcome:
         """``PreparedModel.execute``, protected."""
