@@ -230,12 +230,12 @@ class FastQueue:
             # The client does not read its answers (or broke its index): it gets nothing more.
             log.warning("fast burst: cannot answer (%s); ending the burst", err)
             self.violation = f"the fast burst's result ring cannot take the answer ({err}); the burst ended"
-            self._doorbell.stop()
+            self.stop()
             return
         try:
             self._doorbell.ring()
         except OSError:
-            self._doorbell.stop()
+            self.stop()
 
     @property
     def stopping(self) -> bool:
