@@ -158,3 +158,39 @@ def test_a_bias_of_the_wrong_length_at_run_time_fails_with_a_status(op: Op) -> N
     ins += [(I32, v) for v in ((2, 1, 1, 2, 0) if op == Op.DEPTHWISE_CONV_2D else (2, 1, 1, 0))]
     with pytest.raises(GeneralFailure, match="bias has shape"):
         run(op, ins, [tensor(T.TENSOR_FLOAT32)])
+
+
+@pytest.mark.parametrize(
+    ("stride", "dilation", "dtype"),
+    [
+        ((2, 2), (1, 1), np.float32),
+        ((1, 3), (1, 1), np.float32),
+        ((2, 2), (2, 2), np.int32),
+        ((3, 2), (1, 3), np.int32),
+    ],
+)
+def test_depthwise_sums_over_column_phases_match_the_taps(
+    stride: tuple[int, int], dilation: tuple[int, int], dtype: type
+) -> None:
+    """Strided depthwise sums over whole rows of column phases (outputs of ROW_TAPS_MIN positions
+    and more) equal the sum of the taps, for every phase a stride and a dilation make."""
+    from nnhal.server.executor.ops._conv_core import ROW_TAPS_MIN, Geometry, depthwise_sum, out_hw
+
+    rng = np.random.default_rng(7)
+    kh, kw, c = 3, 4, 5
+    xp = rng.integers(-20, 20, size=(2, 60, 47, c)).astype(dtype)
+    wt = rng.integers(-9, 9, size=(kh, kw, c)).astype(dtype)
+    g = Geometry(0, 0, 0, 0, stride[0], stride[1], dilation[0], dilation[1], 0, False)
+    oh, ow = out_hw(g, (60, 47), (kh, kw))
+    assert oh * ow >= ROW_TAPS_MIN
+    expected = np.zeros((2, oh, ow, c), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            r0, c0 = i * dilation[0], j * dilation[1]
+            taps = xp[:, r0 : r0 + (oh - 1) * stride[0] + 1 : stride[0], c0 : c0 + (ow - 1) * stride[1] + 1 : stride[1]]
+            expected += taps.astype(np.int64) * wt[i, j].astype(np.int64)
+    got = depthwise_sum(xp, wt, g, oh, ow, True)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, expected.astype(dtype))
+    windows = depthwise_sum(xp, wt, g, oh, ow, False)
+    np.testing.assert_array_equal(windows, expected.astype(dtype))

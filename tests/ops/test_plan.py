@@ -20,7 +20,7 @@ from nnhal.core.errors import HalError
 from nnhal.core.operand_types import DTYPE
 from nnhal.core.types import Model
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
-from nnhal.server.executor.ops._conv_core import finish_quant, float_requant
+from nnhal.server.executor.ops._conv_core import finish_quant, float_requant, table_requant
 from nnhal.server.executor.ops._fixed_point import quantize_multiplier
 from nnhal.server.executor.validate import validate_full
 from tests.fuzz.builder import ModelBuilder
@@ -437,6 +437,39 @@ def test_float_requantization_is_bit_identical() -> None:
     )
 
 
+def test_table_requantization_is_bit_identical() -> None:
+    """The table's values are the reference's own: every accumulator dtype, both output types,
+    ties (powers of two), saturation at both ends, tiled rows and a ragged last chunk."""
+    rng = np.random.default_rng(11)
+    checked = 0
+    for trial in range(200):
+        channels, rows = int(rng.integers(1, 70)), int(rng.integers(1, 3000))
+        bound = int(rng.choice([50, 3000, 2**20]))
+        acc = rng.integers(-bound, bound + 1, (rows, channels))
+        bias = rng.integers(-2000, 2000, channels).astype(np.int32)
+        real = float(rng.choice([2.0 ** -rng.integers(1, 12), rng.random() * 3, 10 ** rng.uniform(-5, 0)]))
+        qm, sh = (np.array([v]) for v in quantize_multiplier(real))
+        zo = int(rng.integers(-128, 256))
+        lo, hi, dt = (0, 255, np.dtype(np.uint8)) if trial % 2 else (-128, 127, np.dtype(np.int8))
+        if trial % 3 == 0:
+            lo = min(max(lo, zo), hi)  # a RELU-like lower bound
+        requant = table_requant(np.full(channels, float(bound)), bias, qm, sh, dt, zo, lo, hi)
+        if requant is None:
+            continue
+        checked += 1
+        expected = finish_quant(
+            acc.astype(np.float64), bias, np.repeat(qm, channels), np.repeat(sh, channels), dt, zo, lo, hi
+        )
+        for kind in (np.float64, np.float32, np.int32):
+            np.testing.assert_array_equal(requant(acc.astype(kind), dt), expected)
+    assert checked > 100
+    # Per-channel multipliers, and tables beyond TABLE_MAX entries, take the other forms.
+    two = np.array([2**30, 2**30 + 1])
+    assert table_requant(np.ones(2), np.zeros(2, np.int32), two, np.zeros(2), np.dtype(np.uint8), 0, 0, 255) is None
+    tiny = np.array([2**30]), np.array([-20])
+    assert table_requant(np.ones(1), np.zeros(1, np.int32), *tiny, np.dtype(np.uint8), 0, 0, 255) is None
+
+
 def test_dead_intermediates_share_slots_and_views_keep_theirs() -> None:
     """A chain reuses two slots; an intermediate a RESHAPE (which returns a view) read keeps its
     slot while later operations reuse the others, so the view still reads its values."""
@@ -475,3 +508,38 @@ def test_dead_intermediates_share_slots_and_views_keep_theirs() -> None:
         mid = x0 + 6
         expected = (mid + 1) * 16 - mid
         np.testing.assert_array_equal(graph.run([x0.reshape(SHAPE)])[0], expected)
+
+
+def test_bound_reshape_views_keep_their_source_and_concatenation_matches() -> None:
+    """A bound RESHAPE returns a view of its input (no slot of its own), whose slot is then never
+    reused within the execution; a bound CONCATENATION writes into its slot."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, SHAPE)
+    one = b.const(T.TENSOR_FLOAT32, np.ones(SHAPE))
+    mid = b.temp(T.TENSOR_FLOAT32, SHAPE)
+    flat = b.temp(T.TENSOR_FLOAT32, (1, 48))
+    later = b.temp(T.TENSOR_FLOAT32, SHAPE)
+    later_flat = b.temp(T.TENSOR_FLOAT32, (1, 48))
+    out = b.output(T.TENSOR_FLOAT32, (2, 48))
+    b.op(Op.ADD, [x, one, b.const(T.INT32, 0)], [mid])
+    b.op(Op.RESHAPE, [mid, b.const(T.TENSOR_INT32, [1, -1])], [flat])
+    b.op(Op.ADD, [x, x, b.const(T.INT32, 0)], [later])  # would take mid's slot if it were free
+    b.op(Op.RESHAPE, [later, b.const(T.TENSOR_INT32, [1, 48])], [later_flat])
+    b.op(Op.CONCATENATION, [flat, later_flat, b.const(T.INT32, 0)], [out])
+    graph = _graph(b.build())
+    steps = graph.main.steps
+    assert all(step.fast is not None for step in steps)
+    assert steps[1].out_slots == (None,) and steps[4].out_slots == (None,)  # views; a model output
+    pool = graph.main.pool
+    assert pool is not None
+    placements = pool._layout.placements
+    first, second = steps[0].out_slots[0], steps[2].out_slots[0]
+    assert first is not None and second is not None
+    assert placements[first].slot != placements[second].slot
+    for seed in (0, 1):
+        inputs = _inputs(graph.model, seed)
+        got = graph.run(inputs)[0]
+        np.testing.assert_array_equal(got, _general(graph, inputs))
+        np.testing.assert_array_equal(
+            got, np.concatenate([(inputs[0] + 1).reshape(1, 48), (inputs[0] * 2).reshape(1, 48)])
+        )

@@ -165,9 +165,9 @@ def _copy_out(value: np.ndarray) -> np.ndarray:
 
 def _fresh_outputs(operation_type: OperationType) -> bool:
     """Whether the operation's kernels never return a view of an input: those of the families
-    with bound kernels (see registry.Binder)."""
+    with bound kernels, unless registered with ``views`` (see registry.Binder)."""
     spec = lookup(operation_type)
-    return spec is not None and spec.bind is not None
+    return spec is not None and spec.bind is not None and not spec.views
 
 
 def _arena_operand(operand: Operand) -> bool:
@@ -305,7 +305,7 @@ class PreparedGraph:
             )
             sizes = tuple(_static_bytes(o) for o in out_ops)
             out_slots: tuple[int | None, ...] = (None,) * len(out_ops)
-            if arena and fast is not None:
+            if arena and fast is not None and not spec.views:
                 out_slots = tuple(
                     layout.place(tuple(o.dimensions), np.dtype(DTYPE[o.type]))
                     if i not in keep and _arena_operand(o)
@@ -422,47 +422,51 @@ class PreparedGraph:
         # Under accounting: the bytes counted for each live intermediate the run allocated.
         counted: dict[int, int] = {}
         profile = control.profile
+        checkpoint = control.checkpoint
         for k, step in enumerate(prepared.steps):
-            control.checkpoint()
+            checkpoint()
             args = [values[i] for i in step.inputs]
-            for n, value in enumerate(args):
-                # Shapes computed at run time (a RESHAPE to a request's shape) can pass the
-                # ranks validation saw: refuse them before a kernel meets what numpy cannot do.
-                if value is not None and value.ndim > MAX_RANK:
-                    fail(
-                        f"{step.operation_type.name} input {n} has rank {value.ndim}, "
-                        f"beyond the maximum rank {MAX_RANK} this driver supports"
-                    )
             fast = step.fast
             if fast is not None and fast_ok:
                 buffers = step.no_out if arena is None else arena.outputs[k]
                 if accounting:
                     step_base = control.held
                     fresh = step.fresh_alone if arena is None else step.fresh_in_arena
+                    fresh_bytes = sum(fresh)
                     # Its outputs outside the arena (a bound kernel writes those with a buffer
                     # into it) and its scratch, before it allocates them.
-                    control.hold(sum(fresh) + step.scratch)
+                    control.hold(fresh_bytes + step.scratch)
                 if profile is None:
                     outs = fast(args, buffers)
                 else:
                     t0 = time.perf_counter_ns()
                     outs = fast(args, buffers)
                     control.note(step.operation_type.name, number, k, t0, time.perf_counter_ns())
-                if accounting:
-                    control.held = step_base
                 if outs is not None:
                     for i, result in zip(step.outputs, outs):
                         values[i] = result
                     if accounting:
-                        control.hold(sum(fresh))
-                        for i, nbytes in zip(step.outputs, fresh):
-                            counted[i] = nbytes
+                        control.held = step_base + fresh_bytes
+                        if fresh_bytes:
+                            for i, nbytes in zip(step.outputs, fresh):
+                                counted[i] = nbytes
                         for i in step.release:
                             control.held -= counted.pop(i, 0)
                     for i in step.release:
                         values[i] = None
                     control.operations_run += 1
                     continue
+                if accounting:
+                    control.held = step_base
+            for n, value in enumerate(args):
+                # Shapes computed at run time (a RESHAPE to a request's shape) can pass the
+                # ranks validation saw: refuse them before a kernel meets what numpy cannot do
+                # (a bound kernel declines any shape but the one it was bound to).
+                if value is not None and value.ndim > MAX_RANK:
+                    fail(
+                        f"{step.operation_type.name} input {n} has rank {value.ndim}, "
+                        f"beyond the maximum rank {MAX_RANK} this driver supports"
+                    )
             out_ops = step.out_operands
             if overrides:
                 out_ops = tuple(overrides.get(i, op) for i, op in zip(step.outputs, out_ops))

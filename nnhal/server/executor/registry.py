@@ -39,8 +39,10 @@ Preparer = Callable[["ValidationContext"], Any]
 FastKernel = Callable[[list["np.ndarray | None"], "Sequence[np.ndarray | None]"], "list[np.ndarray] | None"]
 #: Optional, runs once at prepare after ``Preparer`` (whose state it receives): a FastKernel
 #: for this use of the operation, or None when it has none for it. A family that registers one
-#: promises that neither its bound nor its general kernel returns a view of an input: the
-#: executor's arena reuses an input's memory once its last such reader has run.
+#: promises that neither its bound nor its general kernel returns a view of an input (the
+#: executor's arena reuses an input's memory once its last such reader has run), unless it
+#: registers with ``views``: then its bound kernel may return a view of an input instead of
+#: writing into a buffer (it gets none), and its inputs keep their memory for the execution.
 Binder = Callable[["ValidationContext", Any], FastKernel | None]
 #: The HalError class an operation's execution-time checks raise.
 FailureStatus = type[HalError]
@@ -55,6 +57,8 @@ class OperationSpec:
     #: The status ``ExecutionContext.fail`` raises for this operation (see executor.errors).
     execution_failure: FailureStatus = OP_FAILED
     bind: Binder | None = None
+    #: Its kernels may return a view of an input (see Binder).
+    views: bool = False
 
 
 _REGISTRY: dict[OperationType, OperationSpec] = {}
@@ -68,16 +72,18 @@ def register(
     prepare: Preparer | None = None,
     execution_failure: type[HalError] = OP_FAILED,
     bind: Binder | None = None,
+    views: bool = False,
 ) -> None:
     """Register ``op_type``; registering one type twice is a programming error.
 
-    ``bind`` (optional) makes a FastKernel per use at prepare (see Binder).
+    ``bind`` (optional) makes a FastKernel per use at prepare (see Binder); ``views``: the
+    family's kernels may return views of their inputs.
     ``execution_failure`` is the status of the operation's execution-time checks
     (GENERAL_FAILURE unless the family says otherwise; see executor.errors).
     """
     if op_type in _REGISTRY:
         raise RuntimeError(f"operation {op_type.name} registered twice")
-    _REGISTRY[op_type] = OperationSpec(op_type, validate, execute, prepare, execution_failure, bind)
+    _REGISTRY[op_type] = OperationSpec(op_type, validate, execute, prepare, execution_failure, bind, views)
 
 
 def lookup(op_type: OperationType) -> OperationSpec | None:

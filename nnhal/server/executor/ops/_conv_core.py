@@ -8,12 +8,14 @@ once at prepare (where a failure only means "no bound kernel").
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import numpy as np
 
+from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.errors import OP_FAILED, fail
 from nnhal.server.executor.ops._activations import check_activation
 from nnhal.server.executor.ops._fixed_point import requantize
@@ -22,7 +24,6 @@ from nnhal.server.executor.ops._padding import (
     implicit_padding,
     out_size,
     pad_spatial,
-    row_taps,
     window_patches,
 )
 
@@ -247,10 +248,108 @@ def float_requant(
     return FloatRequant(bias.astype(np.float64), scale, down, add, rounds, lo, hi)
 
 
-#: Float depthwise outputs of at least this many positions (OH*OW) take a pass per tap over whole
-#: rows; below it one einsum over the windows is faster (its cost grows with the positions, the
-#: passes' with the elements). Quantized ones always take the passes (exact int32 sums).
-ROW_TAPS_MIN = 1 << 10
+#: The largest requantization table (entries, one byte each): it stays in the L2 cache.
+TABLE_MAX = 1 << 18
+#: Table requantization passes over rows of at least this many elements (per-channel offsets are
+#: tiled along them, so numpy's inner loops run over more than one pixel's channels).
+_ROW = 512
+
+
+@dataclass(frozen=True)
+class TableRequant:
+    """``finish_quant`` for one multiplier and shift shared by every channel, as a table.
+
+    The reference's requantization of ``h = acc + bias`` is a non-decreasing function of the
+    integer ``h`` alone, equal to ``lo`` below some ``h`` and to ``hi`` above another: ``table``
+    holds its values from ``base`` on, computed once by the reference arithmetic itself
+    (``requantize``), with the saturated values at both ends. An execution clips ``acc + bias -
+    base`` to the table and looks the values up: two passes and a gather, bit-identical by
+    construction.
+    """
+
+    table: np.ndarray
+    #: Per channel ``bias - base``, tiled ``tile`` times along a row, by accumulator dtype.
+    offsets: dict[np.dtype[Any], np.ndarray]
+    tile: int
+    #: ``acc + offsets`` is exact in float32 for float32 accumulators (else float64).
+    exact32: bool
+
+    def __call__(self, acc: np.ndarray, out_dtype: np.dtype[Any], out: np.ndarray | None = None) -> np.ndarray:
+        """Requantize ``acc`` (exact integers, any numeric dtype, channels last; overwritten
+        when float32 or int32) into ``out`` (made when None) of ``out_dtype``."""
+        channels = acc.shape[-1]
+        flat = acc.reshape(-1, channels)
+        total = flat.shape[0]
+        dest = np.empty(flat.shape, out_dtype) if out is None else out.reshape(flat.shape)
+        in_place = (flat.dtype == np.float32 and self.exact32) or flat.dtype == np.int32
+        offsets = self.offsets[flat.dtype if in_place else np.dtype(np.float64)]
+        tile = self.tile
+        rows = max(tile, REQUANT_CHUNK // max(channels, 1) // tile * tile)
+        index = np.empty(min(rows, total) * channels, np.int32)
+        work = None if in_place else np.empty(min(rows, total) * channels, np.float64)
+        last = self.table.shape[0] - 1
+        for start in range(0, total, rows):
+            a = flat[start : start + rows]
+            n = a.shape[0]
+            h = a if work is None else work[: n * channels].reshape(n, channels)
+            if n % tile == 0 and a.flags.c_contiguous:
+                wide = (n // tile, tile * channels)
+                np.add(a.reshape(wide), offsets, out=h.reshape(wide))
+            else:
+                np.add(a, offsets[:channels], out=h)
+            i = index[: n * channels].reshape(n, channels)
+            np.clip(h, 0, last, out=i, casting="unsafe")
+            # The indexes are in range: "clip" mode takes numpy's unbuffered path.
+            np.take(self.table, i, out=dest[start : start + rows], mode="clip")
+        return dest.reshape(acc.shape)
+
+
+def table_requant(
+    bound: np.ndarray,
+    bias: np.ndarray,
+    qm: np.ndarray,
+    sh: np.ndarray,
+    out_dtype: np.dtype[Any],
+    zo: int,
+    lo: int,
+    hi: int,
+) -> TableRequant | None:
+    """The table requantization for accumulators with |acc| <= ``bound`` (per channel) and
+    integer ``bias``, with one multiplier ``qm`` and shift ``sh`` for every channel, or None
+    when they differ, the multiplier is 0, or the table would exceed :data:`TABLE_MAX`."""
+    qm = np.asarray(qm, np.int64).reshape(-1)
+    sh = np.asarray(sh, np.int64).reshape(-1)
+    channels = bound.shape[0]
+    if channels == 0 or bias.shape != (channels,) or not (qm == qm[0]).all() or not (sh == sh[0]).all():
+        return None
+    m, shift = int(qm[0]), int(sh[0])
+    if m <= 0:
+        return None
+    scale = m * 2.0 ** (shift - 31)
+    # Beyond these the output saturates (checked below on the reference's own values).
+    first = math.floor((lo - zo - 2) / scale) - 1
+    last = math.ceil((hi - zo + 2) / scale) + 1
+    if last - first + 1 > TABLE_MAX:
+        return None
+    table = requantize(np.arange(first, last + 1, dtype=np.int64), np.int64(m), np.int64(shift), zero_point=zo)
+    table = np.clip(table, lo, hi)
+    if table[0] != lo or table[-1] != hi or (np.diff(table) < 0).any():
+        return None
+    h_max = float(np.ceil(bound).max(initial=0)) + float(np.abs(bias.astype(np.float64)).max(initial=0))
+    offsets = bias.astype(np.int64) - first
+    exact32 = h_max + float(np.abs(offsets).max(initial=0)) < 2.0**24
+    if h_max + float(np.abs(offsets).max(initial=0)) >= 2.0**31 - 1:
+        return None  # int32 accumulators would wrap
+    tile = max(1, _ROW // channels)
+    tiled = np.tile(offsets, tile)
+    by_dtype = {np.dtype(t): tiled.astype(t) for t in (np.float32, np.int32, np.float64)}
+    return TableRequant(table.astype(out_dtype), by_dtype, tile, exact32)
+
+
+#: Strided float depthwise outputs of at least this many positions (OH*OW) take the einsums over
+#: whole rows of column phases; below it one einsum over the windows is faster (the phases cost a
+#: copy of the input). Quantized ones with int32 sums always take the rows.
+ROW_TAPS_MIN = 1 << 8
 
 
 def depthwise_sum(
@@ -269,8 +368,9 @@ def depthwise_sum(
 
     - horizontal stride 1: one einsum over a [KH, KW, N, OH, OW*C] view of ``xp`` (each element's
       products summed in one pass, no copy);
-    - else with ``rows``: per tap one multiply into a scratch buffer and one add over such rows
-      (column phases make the strided taps contiguous); without: one einsum over the windows.
+    - else with ``rows``: ``xp`` split into column phases (one copy), whose taps are runs of OW*C
+      contiguous elements again: one such einsum per phase, summed;
+    - else one einsum over the windows.
 
     The sum is written into ``out`` when given (a contiguous [N, OH, OW, C] array of the sum's
     dtype) and returned.
@@ -293,12 +393,28 @@ def depthwise_sum(
     if not rows:
         windows = window_patches(xp, (kh, kw), (oh, ow), stride, dilation)
         return np.asarray(np.einsum("nhwijc,ijc->nhwc", windows, wt, out=out))
-    taps = row_taps(xp, (kh, kw), (oh, ow), stride, dilation)
     if tiled is None:
         tiled = np.tile(wt, (1, 1, ow))
-    acc: np.ndarray = np.multiply(taps[0], tiled[0, 0], out=None if out is None else out.reshape(taps[0].shape))
-    tmp = np.empty_like(acc)
-    for k in range(1, len(taps)):
-        np.multiply(taps[k], tiled[k // kw, k % kw], out=tmp)
-        acc += tmp
-    return acc.reshape(xp.shape[0], oh, ow, oc)
+    n, sw, dw = xp.shape[0], g.stride_w, g.dilation_w
+    reserve_shape(xp.shape, xp.itemsize)
+    dest = np.empty((n, oh, ow * oc), np.result_type(xp, tiled)) if out is None else out.reshape(n, oh, ow * oc)
+    # Tap j reads padded columns j*dw + sw*k: column phase (j*dw) % sw, from its column (j*dw) // sw.
+    # The taps of one phase are evenly spaced (every sw / gcd(dw, sw)-th), their columns too.
+    step = sw // math.gcd(dw, sw)
+    first = True
+    for j0 in range(min(step, kw)):
+        phase = np.ascontiguousarray(xp[:, :, (j0 * dw) % sw :: sw, :])
+        s_n, s_h, s_w, s_c = phase.strides
+        taps = len(range(j0, kw, step))
+        view = np.lib.stride_tricks.as_strided(
+            phase[:, :, (j0 * dw) // sw :, :],
+            (kh, taps, n, oh, ow * oc),
+            (g.dilation_h * s_h, (step * dw // sw) * s_w, s_n, g.stride_h * s_h, s_c),
+            writeable=False,
+        )
+        if first:
+            np.einsum("ijnhq,ijq->nhq", view, tiled[:, j0::step], out=dest)
+            first = False
+        else:
+            dest += np.einsum("ijnhq,ijq->nhq", view, tiled[:, j0::step])
+    return dest.reshape(n, oh, ow, oc)

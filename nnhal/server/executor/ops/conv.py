@@ -38,6 +38,7 @@ from nnhal.server.executor.ops._conv_core import (
     out_hw,
     pad,
     read_geometry,
+    table_requant,
 )
 from nnhal.server.executor.ops._fixed_point import channel_multipliers
 from nnhal.server.executor.ops._padding import transpose_padding
@@ -478,7 +479,9 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
     g, x_shape, out_shape, kh, kw = st.g, st.x_shape, st.out_shape, st.kh, st.kw
     oc = out_shape[3]
     if isinstance(state, np.ndarray):
-        matrix, bias, clamp = state, st.bias, st.clamp
+        matrix, clamp = state, st.clamp
+        # The bias along whole output rows: numpy's inner loop runs over OW*OC elements, not OC.
+        row_bias, row = np.tile(st.bias, out_shape[2]), out_shape[2] * oc
 
         def run_float(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
             x = inputs[INPUT]
@@ -487,7 +490,8 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
             buffer = buffers[0]
             patches = im2col(x, g, kh, kw)[0]
             out: np.ndarray = np.matmul(patches, matrix, out=None if buffer is None else buffer.reshape(-1, oc))
-            out += bias
+            rows = out.reshape(-1, row)
+            np.add(rows, row_bias, out=rows)
             if clamp is not None:
                 clamp(out)
             return [out.reshape(out_shape)]
@@ -498,7 +502,9 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
     q, zp = state, v.inputs[INPUT].zero_point
     out_zp = v.outputs[0].zero_point
     bound = _x_max(v) * np.abs(q.weights).sum(axis=1)
-    requant = float_requant(bound, st.bias, q.multipliers, q.shifts, out_zp, st.lo, st.hi)
+    requant = table_requant(
+        bound, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi
+    ) or float_requant(bound, st.bias, q.multipliers, q.shifts, out_zp, st.lo, st.hi)
     # The input in the GEMM's dtype and the accumulator (padding and patches reserve themselves).
     scratch = (math.prod(x_shape) + math.prod(out_shape)) * q.weights.itemsize + _REQUANT_SCRATCH
 
@@ -530,7 +536,9 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
     rows = oh * ow >= ROW_TAPS_MIN
     repeat = g.extra
     if st.out_dtype == np.float32:
-        wt, bias, clamp = w.reshape(st.kh, st.kw, oc), st.bias, st.clamp
+        wt, clamp = w.reshape(st.kh, st.kw, oc), st.clamp
+        # The bias along whole output rows: numpy's inner loop runs over OW*OC elements, not OC.
+        row_bias = np.tile(st.bias, ow)
         tiled = np.tile(wt, (1, 1, ow)) if rows or g.stride_w == 1 else None
         # The repeated input and a tap's products (padding and column phases reserve themselves).
         scratch_f = (math.prod(x_shape) * repeat if repeat > 1 else 0) * 4 + math.prod(out_shape) * 4
@@ -543,7 +551,8 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
             if repeat > 1:
                 x = np.repeat(x, repeat, axis=3)
             acc = depthwise_sum(pad(x, g), wt, g, oh, ow, rows, tiled, buffers[0])
-            acc += bias
+            sums = acc.reshape(-1, ow * oc)
+            np.add(sums, row_bias, out=sums)
             if clamp is not None:
                 clamp(acc)
             return [acc]
@@ -556,7 +565,9 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
     wq = w.reshape(st.kh, st.kw, oc).astype(np.int32) - np.int32(wz)
     out_zp, q = v.outputs[0].zero_point, state
     bound = _x_max(v) * np.abs(wq).sum(axis=(0, 1)).astype(np.float64)
-    requant = float_requant(bound, st.bias, q.multipliers, q.shifts, out_zp, st.lo, st.hi)
+    requant = table_requant(
+        bound, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi
+    ) or float_requant(bound, st.bias, q.multipliers, q.shifts, out_zp, st.lo, st.hi)
     # Integer sums below 2^24 are exact in float32 in any order: then the taps take the float
     # kernel's faster passes (one einsum at stride 1).
     in_float = requant is not None and float(bound.max(initial=0)) < 2.0**24

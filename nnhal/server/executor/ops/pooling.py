@@ -163,16 +163,26 @@ def bind_max_pool(v: ValidationContext, state: object) -> FastKernel | None:
     if (shape[0], oh, ow, shape[3]) != out_shape:
         return None
     clamp = clamp_in_place(act)
-    windows = row_taps if sw == 1 else window_taps
+    n, c = shape[0], shape[3]
+    wp = w + pl + pr
 
     def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != shape:
             return None
-        taps = windows(pad_spatial(x, pt, pb, pl, pr, -np.inf), (fh, fw), (oh, ow), (sh, sw))
+        xp = pad_spatial(x, pt, pb, pl, pr, -np.inf)
+        # Separable: the maxima over the window's rows (whole padded rows, contiguous), then over
+        # its columns; max is exact in any order.
+        rows = xp[:, 0 : (oh - 1) * sh + 1 : sh]
+        if fh > 1:
+            reserve_shape((n, oh, wp, c), 4)
+            rows = np.maximum(rows, xp[:, 1 : 1 + (oh - 1) * sh + 1 : sh])
+            for i in range(2, fh):
+                np.maximum(rows, xp[:, i : i + (oh - 1) * sh + 1 : sh], out=rows)
         out = buffers[0]
-        acc = np.empty(taps[0].shape, np.float32) if out is None else out.reshape(taps[0].shape)
-        if len(taps) == 1:
+        acc = np.empty(out_shape, np.float32) if out is None else out
+        taps = [rows[:, :, j : j + (ow - 1) * sw + 1 : sw] for j in range(fw)]
+        if fw == 1:
             np.copyto(acc, taps[0])
         else:
             np.maximum(taps[0], taps[1], out=acc)
@@ -180,7 +190,7 @@ def bind_max_pool(v: ValidationContext, state: object) -> FastKernel | None:
                 np.maximum(acc, tap, out=acc)
         if clamp is not None:
             clamp(acc)
-        return [acc.reshape(out_shape)]
+        return [acc]
 
     return run
 

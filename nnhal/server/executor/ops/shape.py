@@ -12,12 +12,14 @@ element count, an axis out of range) are the request's error: INVALID_ARGUMENT.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import partial
 
 import numpy as np
 
 from nnhal.core.enums import HalVersion, OperationType
+from nnhal.core.operand_types import DTYPE
 from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import INVALID
@@ -34,9 +36,10 @@ from nnhal.server.executor.ops.common import (
     QUANT8_TYPES,
     T,
     round_half_away,
+    static_shapes,
     version_for_types,
 )
-from nnhal.server.executor.registry import register
+from nnhal.server.executor.registry import FastKernel, register
 
 INPUT = 0
 OUTPUT = 0
@@ -75,6 +78,30 @@ def execute_reshape(ctx: ExecutionContext) -> None:
     x = ctx.tensor(INPUT)
     dims = reshape_target(ctx, x.size, int_vector(ctx, 1, what="shape"))
     ctx.set_output(OUTPUT, x.reshape(dims))
+
+
+def bind_reshape(v: ValidationContext, state: object) -> FastKernel | None:
+    """A static shape to the constant new shape: the view ``execute_reshape`` returns, nothing
+    re-checked (registered with ``views``)."""
+    shape, out_shape, target = v.input_dims(INPUT), v.outputs[OUTPUT].dimensions, v.constant(1)
+    if not static_shapes(shape, out_shape) or target is None or target.ndim != 1:
+        return None
+    dims = [int(d) for d in target]
+    if dims.count(-1) == 1:
+        known = math.prod(d for d in dims if d != -1)
+        if known <= 0 or math.prod(shape) % known:
+            return None
+        dims[dims.index(-1)] = math.prod(shape) // known
+    if tuple(dims) != out_shape or math.prod(shape) != math.prod(out_shape):
+        return None
+
+    def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+        x = inputs[INPUT]
+        if x is None or x.shape != shape:
+            return None
+        return [x.reshape(out_shape)]
+
+    return run
 
 
 # -- SQUEEZE ------------------------------------------------------------------------
@@ -189,6 +216,41 @@ def execute_concatenation(ctx: ExecutionContext) -> None:
         s, z = ctx.out_scale(OUTPUT), ctx.out_zero_point(OUTPUT)
         parts = [_requantize_to(p, ctx.scale(i), ctx.zero_point(i), s, z, t) for i, p in enumerate(parts)]
     ctx.set_output(OUTPUT, np.concatenate(parts, axis=axis))
+
+
+def bind_concatenation(v: ValidationContext, state: object) -> FastKernel | None:
+    """Static shapes along a constant axis, no requantization: one ``np.concatenate`` into the
+    output buffer, nothing re-checked."""
+    n = v.num_inputs - 1
+    shapes, out_shape, axis = [v.input_dims(i) for i in range(n)], v.outputs[OUTPUT].dimensions, v.constant_scalar(n)
+    if not static_shapes(*shapes, out_shape) or not isinstance(axis, int) or not 0 <= axis < len(out_shape):
+        return None
+    if any(
+        len(s) != len(out_shape) or any(a != b for d, (a, b) in enumerate(zip(s, out_shape)) if d != axis)
+        for s in shapes
+    ):
+        return None
+    if sum(s[axis] for s in shapes) != out_shape[axis]:
+        return None
+    out = v.outputs[OUTPUT]
+    if v.input_type(INPUT) in QUANT8_TYPES and any(
+        np.float32(v.inputs[i].scale) != np.float32(out.scale) or v.inputs[i].zero_point != out.zero_point
+        for i in range(n)
+    ):
+        return None
+    dtype = np.dtype(DTYPE[v.input_type(INPUT)])
+
+    def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+        parts = inputs[:n]
+        if any(p is None or p.shape != s for p, s in zip(parts, shapes)):
+            return None
+        dest = buffers[OUTPUT]
+        if dest is None:
+            dest = np.empty(out_shape, dtype)
+        np.concatenate(parts, axis=axis, out=dest)  # type: ignore[arg-type]
+        return [dest]
+
+    return run
 
 
 # -- SPLIT ------------------------------------------------------------------------------
@@ -380,11 +442,13 @@ def execute_reverse(ctx: ExecutionContext) -> None:
 
 # Runtime shapes and axes that do not fit the input are the request's error: INVALID_ARGUMENT.
 _register = partial(register, execution_failure=INVALID)
-_register(OperationType.RESHAPE, validate=validate_reshape, execute=execute_reshape)
+_register(OperationType.RESHAPE, validate=validate_reshape, execute=execute_reshape, bind=bind_reshape, views=True)
 _register(OperationType.SQUEEZE, validate=validate_with_optional_vector, execute=execute_squeeze)
 _register(OperationType.EXPAND_DIMS, validate=validate_expand_dims, execute=execute_expand_dims)
 _register(OperationType.TRANSPOSE, validate=validate_with_optional_vector, execute=execute_transpose)
-_register(OperationType.CONCATENATION, validate=validate_concatenation, execute=execute_concatenation)
+_register(
+    OperationType.CONCATENATION, validate=validate_concatenation, execute=execute_concatenation, bind=bind_concatenation
+)
 _register(OperationType.SPLIT, validate=validate_split, execute=execute_split)
 _register(OperationType.RANK, validate=validate_rank, execute=execute_rank)
 _register(OperationType.FILL, validate=validate_fill, execute=execute_fill)

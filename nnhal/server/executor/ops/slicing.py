@@ -20,7 +20,7 @@ from nnhal.core.operand_types import DTYPE
 from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import INVALID
-from nnhal.server.executor.ops._padding import constant_pad
+from nnhal.server.executor.ops._padding import border_slices, constant_pad, inner_slice
 from nnhal.server.executor.ops._validation import (
     axis_at_validation,
     expect_vector_input,
@@ -213,7 +213,7 @@ def execute_pad(ctx: ExecutionContext) -> None:
 
 
 def bind_pad(v: ValidationContext, state: object) -> FastKernel | None:
-    """PAD with constant paddings and a static shape: one fill and one copy, nothing re-checked
+    """PAD with constant paddings and a static shape: the border filled and one copy, nothing re-checked
     (the fill is the zero point for quantized tensors, as ``execute_pad``'s)."""
     t, shape, out_shape, pads = v.input_type(INPUT), v.input_dims(INPUT), v.outputs[OUTPUT].dimensions, v.constant(1)
     if v.op_type != OperationType.PAD or not static_shapes(shape, out_shape) or pads is None:
@@ -225,7 +225,7 @@ def bind_pad(v: ValidationContext, state: object) -> FastKernel | None:
         return None
     dtype = DTYPE[t]
     fill = np.array(v.inputs[INPUT].zero_point if t in QUANT8_TYPES else 0, dtype=dtype)
-    inner = tuple(slice(a, a + d) for d, (a, _) in zip(shape, widths))
+    inner, border = inner_slice(shape, widths), border_slices(shape, widths)
 
     def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
@@ -233,9 +233,9 @@ def bind_pad(v: ValidationContext, state: object) -> FastKernel | None:
             return None
         out = buffers[OUTPUT]
         if out is None:
-            out = np.full(out_shape, fill, dtype=dtype)
-        else:
-            out.fill(fill)
+            out = np.empty(out_shape, dtype=dtype)
+        for slab in border:
+            out[slab] = fill
         out[inner] = x
         return [out]
 
