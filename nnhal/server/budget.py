@@ -84,17 +84,24 @@ class MemoryBudget:
         self.releaser.released(freed)
         return freed
 
-    def charge_working(self, nbytes: int, what: str) -> None:
+    def charge_working(self, nbytes: int, what: str, keep_reserve: bool = False) -> None:
         """Reserve ``nbytes`` of an execution's working memory (its tensors while it runs)
         against the total limit only: the per-client quota is what a client holds between
         calls (models, buffers, request data), the total is what protects the host.
-        Raises RESOURCE_EXHAUSTED_PERSISTENT (over the limit on its own) or _TRANSIENT."""
+        ``keep_reserve``: bytes held for a client that may not read them (messages in flight,
+        answers waiting to be written) leave the fair-share reserve to the sessions' own
+        charges. Raises RESOURCE_EXHAUSTED_PERSISTENT (over the limit on its own) or _TRANSIENT."""
         total = self.limit_total
         if total and nbytes > total:
             raise ResourceExhaustedPersistent(
                 f"{what} need {nbytes} bytes, more than the server's total limit of {total}"
             )
         with self._lock:
+            if keep_reserve and total and self._total + nbytes > total - self.reserve:
+                raise ResourceExhaustedTransient(
+                    f"{what} need {nbytes} bytes; the server has {max(0, total - self.reserve - self._total)} of "
+                    f"{total} free for them (the last {self.reserve} are kept for the sessions); retry later"
+                )
             self._take_total(nbytes, what)
             self._total_by_kind[what] = self._total_by_kind.get(what, 0) + nbytes
 

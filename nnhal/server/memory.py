@@ -496,11 +496,16 @@ class BoundPools:
         raise InvalidArgument(f"pool {index} is not shared memory")
 
     def close(self) -> None:
+        """Close the shared pools and drop every buffer (results taken by ``inline_results``
+        keep their own views): a closed job held past its run, e.g. while its answer waits to
+        be written, holds no pool's bytes."""
         for p in self._shared:
             p.region.close()
             if self._cache is not None and p.staging is not None:
                 self._cache.give_back(p.staging)
         self._shared.clear()
+        self.buffers = []
+        self.inline_outputs = {}
 
 
 TokenResolver = Callable[[BufferTokenPool, str], memoryview]

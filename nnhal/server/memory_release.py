@@ -10,11 +10,16 @@ It is called through ``ctypes`` because nothing in the standard library exposes 
 only on glibc (elsewhere, e.g. musl, the symbol is absent and this does nothing). A trim
 walks the arenas under their locks, so it is rate-limited: at most once per
 :data:`MIN_INTERVAL_S`, once at least :data:`TRIM_AFTER_BYTES` were released since the last.
+Each trim first collects garbage cycles (``_collect_and_trim``: a call ended by an exception
+may hold its messages in one). The server also fixes the mmap threshold at start
+(:func:`map_large_blocks`): large messages and tensors are mapped on their own and go back
+to the kernel as soon as they are freed.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import threading
 import time
@@ -41,6 +46,26 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 _TRIM = _malloc_trim()
 
+#: ``mallopt``'s parameter for the mmap threshold (glibc ``malloc.h``).
+_M_MMAP_THRESHOLD = -3
+#: Blocks of at least this many bytes are mapped on their own and unmapped when freed.
+MMAP_THRESHOLD = 1 << 20
+
+
+def map_large_blocks(threshold: int = MMAP_THRESHOLD) -> bool:
+    """Serve every allocation of ``threshold`` bytes or more from a mapping of its own (glibc),
+    for the process's life: freed, it goes back to the kernel at once. Fixing the threshold also
+    stops glibc from raising it after a large free, which would keep the next large tensors and
+    messages on the heaps (where only a trim gives them back). False where there is no
+    ``mallopt`` (musl)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
+
 
 class Releaser:
     """Counts released bytes and trims the C heap when enough were (module docstring).
@@ -65,7 +90,7 @@ class Releaser:
             return
         try:
             self._pending, self._last = 0, now
-            _TRIM(0)
+            _collect_and_trim()
             self.trims += 1
         finally:
             self._lock.release()
@@ -76,6 +101,16 @@ class Releaser:
             return False
         with self._lock:
             self._pending, self._last = 0, time.monotonic()
-            _TRIM(0)
+            _collect_and_trim()
             self.trims += 1
         return True
+
+
+def _collect_and_trim() -> None:
+    """Collect garbage cycles, then trim. A call ended by an exception (cancelled, aborted,
+    refused) can leave its messages in a cycle — the exception's traceback holds the frames
+    that hold them — which only the cyclic collector frees, and it runs by allocation counts,
+    not bytes: an idle server would keep them."""
+    gc.collect()
+    if _TRIM is not None:
+        _TRIM(0)

@@ -13,11 +13,17 @@ Fair shares of the total: its last :data:`RESERVE_SHARE` is kept for clients hol
 long-lived calls than their fair share — the total divided among the clients holding any
 plus one, the newcomer it is kept for. One above its share is refused the reserve, so a
 newcomer can still prepare while another client sits on the rest; a client alone uses all
-but the reserve. Many clients each below its share can still fill the total.
+but the reserve. Many clients each below its share can still fill the total: then a client
+below its share that asks makes room — the newest call that can be ended early (a burst or
+a streamed execution: its transport ends it with RESOURCE_EXHAUSTED) of the client furthest above its
+share is ended — instead of being refused (work-conserving: nothing is ended while the
+total has room).
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +31,8 @@ from typing import Generic, Protocol, TypeVar
 
 from nnhal.core.errors import ResourceExhaustedTransient
 from nnhal.server.device_config import DeviceConfig
+
+log = logging.getLogger(__name__)
 
 #: Defaults of the caps (``DeviceConfig`` fields override them).
 MAX_BURSTS_PER_CLIENT = 16
@@ -90,6 +98,11 @@ class LongCalls:
         #: Calls held by client, every kind together (only clients holding any).
         self._by_client: dict[str, int] = {}
         self._all = 0
+        #: Per client, its calls in the order they entered: id -> (kind, how to end it early).
+        self._calls: dict[str, dict[int, tuple[str, Callable[[], None] | None]]] = {}
+        self._ids = itertools.count(1)
+        #: Calls ended to make room for a client below its fair share.
+        self.evicted = 0
 
     @classmethod
     def of(cls, config: DeviceConfig) -> LongCalls:
@@ -113,63 +126,112 @@ class LongCalls:
         with self._lock:
             return self._held.get((kind, client), 0)
 
-    def enter(self, kind: str, client: str) -> None:
-        """Count one call; RESOURCE_EXHAUSTED_TRANSIENT (naming the cap) past a cap."""
+    def enter(self, kind: str, client: str, end: Callable[[], None] | None = None) -> int:
+        """Count one call; its id (for ``leave``). RESOURCE_EXHAUSTED_TRANSIENT (naming the cap)
+        past a cap — unless the client is below its fair share and another, above its own,
+        holds a call that can be ended (``end``: thread-safe, ends the call early; None: it
+        cannot be): that client's newest such call is ended and its place given to this one."""
         cap = self.per_client[kind]
-        with self._lock:
-            mine = self._held.get((kind, client), 0)
-            if mine >= cap:
-                raise ResourceExhaustedTransient(
-                    f"this client already has {mine} {kind}s in progress (the cap per client is {cap}); "
-                    "end one first, or retry later"
-                )
-            if self._all >= self.total:
-                raise ResourceExhaustedTransient(
-                    f"the server already has {self._all} bursts, fence waits and preparations in progress (the "
-                    f"cap is {self.total}, so that other calls always find a thread); retry later"
-                )
-            theirs = self._by_client.get(client, 0)
-            if self._all >= self.total - self.reserve:
+        ended: list[Callable[[], None]] = []
+        try:
+            with self._lock:
+                mine = self._held.get((kind, client), 0)
+                if mine >= cap:
+                    raise ResourceExhaustedTransient(
+                        f"this client already has {mine} {kind}s in progress (the cap per client is {cap}); "
+                        "end one first, or retry later"
+                    )
+                theirs = self._by_client.get(client, 0)
                 holders = len(self._by_client) + 1  # one more: the newcomer the reserve is kept for
                 share = self.total // holders
-                if theirs + 1 > share:
+                if self._all >= self.total and not self._make_room(client, theirs, share, ended):
+                    raise ResourceExhaustedTransient(
+                        f"the server already has {self._all} bursts, fence waits and preparations in progress (the "
+                        f"cap is {self.total}, so that other calls always find a thread); retry later"
+                    )
+                if self._all >= self.total - self.reserve and theirs + 1 > share:
                     raise ResourceExhaustedTransient(
                         f"this client holds {theirs} long-lived calls, its fair share of the server's {self.total} "
                         f"among {holders} clients is {share}, and the last {self.reserve} are kept for clients "
                         "below theirs; end one first, or retry later"
                     )
-            self._held[(kind, client)] = mine + 1
-            self._by_client[client] = theirs + 1
-            self._all += 1
+                self._held[(kind, client)] = mine + 1
+                self._by_client[client] = theirs + 1
+                self._all += 1
+                cid = next(self._ids)
+                self._calls.setdefault(client, {})[cid] = (kind, end)
+                return cid
+        finally:
+            for fn in ended:  # outside the lock: ending a call may take it (its leave)
+                fn()
 
-    def leave(self, kind: str, client: str) -> None:
+    def _make_room(self, client: str, theirs: int, share: int, ended: list[Callable[[], None]]) -> bool:
+        """With ``client`` (holding ``theirs``) below ``share``: uncount the newest call that can
+        be ended of the client furthest above its share, its ``end`` put in ``ended``; True when
+        one was. Holds ``_lock``."""
+        if theirs + 1 > share:
+            return False
+        over = [
+            (held - share, other)
+            for other, held in self._by_client.items()
+            if other != client and held > share and any(e is not None for _, e in self._calls.get(other, {}).values())
+        ]
+        if not over:
+            return False
+        _, victim = max(over)
+        calls = self._calls[victim]
+        cid = next(c for c in reversed(calls) if calls[c][1] is not None)
+        kind, end = calls[cid]
+        self._forget(kind, victim, cid)
+        assert end is not None
+        ended.append(end)
+        self.evicted += 1
+        log.warning("ended a %s of client %s (above its fair share) to make room for client %s", kind, victim, client)
+        return True
+
+    def _forget(self, kind: str, client: str, cid: int | None) -> bool:
+        """Uncount call ``cid`` of ``client`` (None: its newest of ``kind``); False when it was
+        not counted (ended to make room already). Holds ``_lock``."""
+        calls = self._calls.get(client, {})
+        if cid is None:
+            cid = next((c for c in reversed(calls) if calls[c][0] == kind), None)
+        if cid is None or calls.pop(cid, None) is None:
+            return False
+        if not calls:
+            self._calls.pop(client, None)
+        left = self._held.get((kind, client), 0) - 1
+        if left > 0:
+            self._held[(kind, client)] = left
+        else:
+            self._held.pop((kind, client), None)  # nothing is kept for a client holding none
+        theirs = self._by_client.get(client, 0) - 1
+        if theirs > 0:
+            self._by_client[client] = theirs
+        else:
+            self._by_client.pop(client, None)
+        self._all -= 1
+        return True
+
+    def leave(self, kind: str, client: str, cid: int | None = None) -> None:
+        """Uncount call ``cid`` (``enter``'s id; None: the client's newest of ``kind``); nothing
+        when it was ended to make room (uncounted then)."""
         with self._lock:
-            left = self._held.get((kind, client), 0) - 1
-            if left > 0:
-                self._held[(kind, client)] = left
-            else:
-                self._held.pop((kind, client), None)  # nothing is kept for a client holding none
-            theirs = self._by_client.get(client, 0) - 1
-            if theirs > 0:
-                self._by_client[client] = theirs
-            else:
-                self._by_client.pop(client, None)
-            self._all -= 1
+            self._forget(kind, client, cid)
 
-    def open(self, kind: str, client: str) -> Callable[[], None]:
+    def open(self, kind: str, client: str, end: Callable[[], None] | None = None) -> Callable[[], None]:
         """``enter``; returns the ``leave`` of this call, which runs at most once (a stream
         gives its place back both when it ends and when the transport sees it end)."""
-        self.enter(kind, client)
-        return once(lambda: self.leave(kind, client))
+        cid = self.enter(kind, client, end)
+        return once(lambda: self.leave(kind, client, cid))
 
     @contextmanager
     def holding(self, kind: str, client: str) -> Iterator[None]:
         """``enter`` / ``leave`` around a block."""
-        self.enter(kind, client)
+        cid = self.enter(kind, client)
         try:
             yield
         finally:
-            self.leave(kind, client)
+            self.leave(kind, client, cid)
 
 
 class Held(Generic[J]):
@@ -189,10 +251,10 @@ class Held(Generic[J]):
 def held(calls: LongCalls, kind: str, client: str, launch: Callable[[], J]) -> Held[J]:
     """``launch()`` counted as a long-lived call of ``kind`` until the result is closed
     (RESOURCE_EXHAUSTED_TRANSIENT past a cap, before launching anything)."""
-    calls.enter(kind, client)
+    cid = calls.enter(kind, client)
     try:
         job = launch()
     except BaseException:
-        calls.leave(kind, client)
+        calls.leave(kind, client, cid)
         raise
-    return Held(job, lambda: calls.leave(kind, client))
+    return Held(job, lambda: calls.leave(kind, client, cid))

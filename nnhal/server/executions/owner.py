@@ -55,6 +55,12 @@ INFO_SLICE_S = 0.5
 _NO_LIMIT = 1 << 62
 #: The budget's kind for an answer's bytes waiting to be written to its client.
 RESULTS_WAITING = "results waiting to be written"
+#: An answer waiting to be written is held as its message (charged to its session) and as
+#: this many more copies the transport makes — the serialized bytes and gRPC's own buffer —
+#: charged to the server's total.
+TRANSPORT_COPIES = 2
+#: ... but for an answer of at most this many bytes.
+SMALL_ANSWER_BYTES = 64 * 1024
 
 
 def _result_bytes(result: ExecutionResult) -> int:
@@ -386,13 +392,16 @@ class Executions:
             yield Notify(refused.status, refused.message)
             return
 
+        close_job = once(job.close)
+
         def finish() -> None:
             try:
-                job.close()
+                close_job()
             finally:
                 self.lifecycle.leave()
 
         end = once(finish)
+        del build  # the call's request message: nothing here holds it past the launch
         waiting: Callable[[], None] | None = None
         # "parked": suspended at the launch event, the job held by no thread; "running": the
         # generator resumed; "abandoned": the call ended while parked and the job was closed.
@@ -422,6 +431,8 @@ class Executions:
             if obs is not None and call is not None:
                 obs.started(call)
             notify: Notify[A]
+            answer: A | None = None
+            answered: object = None
             try:
                 answer = run(job)
                 status = getattr(answer, "status", ErrorStatus.NONE)
@@ -429,6 +440,9 @@ class Executions:
             except Exception as err:
                 refused = Refused.of(err, f"during {method.what}")
                 notify = Notify(refused.status, refused.message)
+            # The job's bound pools (the request's data and the outputs) go before the answer
+            # waits to be written; the lifecycle still counts the call until it was.
+            close_job()
             if notify.answer is not None:
                 notify, waiting = self._hold_answer(method, getattr(args, "session", ""), notify, size)
             injected.before_reply(fault, live)
@@ -437,7 +451,10 @@ class Executions:
             if obs is not None and call is not None:
                 answered = notify.answer if notify.answer is not None else Refused(notify.status, notify.message)
                 self._tell(obs, call, notify.status, Timings(t0, t1, t2), answered)
-            yield notify
+            # Yielded from a box: while it waits to be written, no local here holds the answer.
+            box = [notify]
+            del notify, args, call, answer, answered
+            yield box.pop()
         finally:
             try:
                 if waiting is not None:
@@ -456,12 +473,24 @@ class Executions:
         if not nbytes:
             return notify, None
         budget = self.driver.budget
+        # A small answer's copies are not worth refusing it for (a victim's answer is small).
+        copies = TRANSPORT_COPIES * nbytes if nbytes > SMALL_ANSWER_BYTES else 0
         try:
             budget.charge(session, nbytes, RESULTS_WAITING)
+            try:
+                budget.charge_working(copies, RESULTS_WAITING, keep_reserve=True)
+            except HalError:
+                budget.uncharge(session, nbytes, RESULTS_WAITING)
+                raise
         except HalError as err:
             message = f"{method.what}'s answer ({nbytes} bytes) cannot wait to be written: {err.message}"
             return Notify(err.error_status, message), None
-        return notify, once(lambda: budget.uncharge(session, nbytes, RESULTS_WAITING))
+
+        def release() -> None:
+            budget.uncharge(session, nbytes, RESULTS_WAITING)
+            budget.uncharge_working(copies, RESULTS_WAITING)
+
+        return notify, once(release)
 
     # -- fenced executions ----------------------------------------------------------------
     def execute_fenced(

@@ -180,7 +180,11 @@ def _events_to(
             key = "notify"
         if version is not None:
             part.status = int(wire_hidl.status_for(wire.error_status_from(part.status), version))
-        yield event(**{key: part})
+        msg = event(**{key: part})
+        # While the message waits to be written, nothing here holds the answer it was made of.
+        del e, part
+        yield msg
+        del msg
 
 
 def cache_contents(

@@ -34,6 +34,7 @@ from nnhal.server import log_limits
 from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
 from nnhal.server.executions.faults import BURST, abort_of
 from nnhal.server.rpc.common import events_to, hal_method, result_to, status_to
+from nnhal.server.rpc.ending import current_ender
 from nnhal.server.rpc.sync_handlers import SyncContext, abort, in_thread, run_sync
 
 SYNC = "executeSynchronously_1_3"
@@ -114,7 +115,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         try:
             if arrival is not None and arrival.error is not None:
                 raise arrival.error
-            leave = x.long_calls.open("burst", peer)
+            leave = x.long_calls.open("burst", peer, current_ender())
         except HalError as err:
             await context.write(spb.BurstResponse(result=status_to(spb.ExecuteResult(), x.refuse(m, err))))
             return

@@ -81,6 +81,7 @@ def _async_generator(inner: Callable[..., AsyncIterator[Any]]) -> Callable[..., 
     async def call(request: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         _begin(context)
         events = inner(request, context)
+        del request  # the handler holds what it needs of it
         try:
             async for event in events:
                 yield event

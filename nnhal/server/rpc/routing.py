@@ -39,6 +39,7 @@ from nnhal.server.rpc.device_servicer import DeviceServicer
 from nnhal.server.rpc.fastpath_servicer import FastPathServicer
 from nnhal.server.rpc.forms import add_method_forms
 from nnhal.server.rpc.handler_shape import like
+from nnhal.server.rpc.inbound import Inbound
 from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer, PreparedModelServicer
 from nnhal.server.rpc.request_id import with_request_id
 from nnhal.server.rpc.streamed_servicer import StreamedExecutionServicer
@@ -122,12 +123,17 @@ class DeviceManagerServicer(dgrpc.DeviceManagerServicer):
         return reply
 
 
-def add_device_services(server: aio.Server, devices: Mapping[str, Executions], fast_path: bool = True) -> None:
+def add_device_services(
+    server: aio.Server, devices: Mapping[str, Executions], fast_path: bool = True, inbound: Inbound | None = None
+) -> None:
     """The HAL services of ``devices`` (each device's owner of its calls; the first is the
-    default device) and DeviceManager, every handler made async (``sync_handlers.asyncify``)."""
+    default device) and DeviceManager, every handler made async (``sync_handlers.asyncify``);
+    with ``inbound``, unary requests but ``openSession``'s are read once admitted by it
+    (``inbound.gated``: ``openSession`` keeps its unary request, which the refusal of an
+    unknown device reads)."""
     collectors: dict[str, Collector] = {}
     for name, executions in devices.items():
-        collectors[name] = Collector()
+        collectors[name] = Collector(inbound, (_OPEN_SESSION,))
         _add_servicers(collectors[name], executions, fast_path, tuple(devices))
     drivers = {name: executions.driver for name, executions in devices.items()}
     # A router also with one device: a name it does not have is refused as on any server.

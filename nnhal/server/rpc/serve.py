@@ -73,11 +73,13 @@ from nnhal.server.call_log import CallLog
 from nnhal.server.devices import DeviceSpec, make_backend
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Executions
+from nnhal.server.memory_release import map_large_blocks
 from nnhal.server.metrics import Metrics
 from nnhal.server.recorder import Recorder
 from nnhal.server.rpc.buffer_servicer import EchoServicer
 from nnhal.server.rpc.forms import SERVICE_NAMES as FORM_SERVICE_NAMES
 from nnhal.server.rpc.identity import IdentityInterceptor, ServerTls
+from nnhal.server.rpc.inbound import Inbound
 from nnhal.server.rpc.reflection import add_reflection
 from nnhal.server.rpc.routing import add_device_services
 from nnhal.server.rpc.sync_handlers import Collector, use_pool
@@ -99,6 +101,9 @@ _STOP_SLACK_S = 2.0
 #: the client reads the event on one thread and sees the connection close on another.
 _NOTICE_S = 0.25
 
+#: Requests being read may hold this share of the memory total (at least one request's).
+READ_SHARE = 4
+
 #: Clients ping every second to detect a frozen server; allow it, and pings on idle channels.
 SERVER_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -118,6 +123,10 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
     # ping, and waits 60 s by default: the frozen client's session then stayed ~60 s.
     ("grpc.http2.ping_timeout_ms", 2000),
     ("grpc.so_reuseport", 0),
+    # A stream's window stays the initial 64 KiB until its handler reads (the whole message is
+    # then granted): BDP probing would grow every stream's window, and with it the bytes the
+    # transport takes in before a request is admitted (``nnhal.server.rpc.inbound``).
+    ("grpc.http2.bdp_probe", 0),
 ]
 
 
@@ -192,6 +201,14 @@ class Server:
         self.driver = next(iter(self.drivers.values()))
         #: The largest message the server receives: what the most limited device's client may hold.
         self.receive_cap = min(d.config.receive_cap(MAX_MESSAGE_BYTES) for d in self.drivers.values())
+        #: The admission of request bytes and the bound on writes (``nnhal.server.rpc.inbound``):
+        #: the devices share the process's memory, so the default device's limits.
+        self.inbound = Inbound(
+            self.receive_cap,
+            base.memory_per_client,
+            self.driver.budget,
+            read_bytes=base.memory_total // READ_SHARE,
+        )
         self.metrics = Metrics(self.drivers)
         #: The one owner of each device's HAL calls, handed to every servicer of the device.
         self.executions = {name: Executions(d, self.metrics, max_inline_bytes) for name, d in self.drivers.items()}
@@ -250,7 +267,7 @@ class Server:
         server = aio.server(options=server_options(self.receive_cap), interceptors=interceptors)
         # Every device's HAL services: 1.3, the fast path, the HIDL 1.0-1.2 and AIDL forms.
         # Every handler is served through generic handlers (``sync_handlers.Collector`` says why).
-        add_device_services(server, self.executions, options.fast_path)
+        add_device_services(server, self.executions, options.fast_path, self.inbound)
         others = Collector()
         sgrpc.add_EchoServicer_to_server(EchoServicer(), others)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, others)
@@ -403,6 +420,8 @@ def run_forever(options: ServerOptions) -> None:
     # Kernels hold the GIL between numpy calls; a short switch interval lets the
     # gRPC threads of high-priority work in quickly (the default is 5 ms).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    # Large messages and tensors come and go with the calls: their memory goes back at once.
+    map_large_blocks()
     server = Server(options)
     server.start()
     done, hurry = threading.Event(), threading.Event()

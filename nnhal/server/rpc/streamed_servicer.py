@@ -32,6 +32,7 @@ from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb, streamed_pb2_g
 from nnhal.server import log_limits
 from nnhal.server.executions import Abort, Arrival, Execution, Executions, Method, Refused
 from nnhal.server.rpc.common import hal_method, status_to
+from nnhal.server.rpc.ending import current_ender
 from nnhal.server.rpc.prepared_model_servicer import execution_from
 from nnhal.server.rpc.sync_handlers import SyncContext, abort, in_thread
 
@@ -67,7 +68,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
         try:
             if arrival is not None and arrival.error is not None:
                 raise arrival.error  # the level of the method it shares
-            leave = x.long_calls.open("streamed execution", peer)
+            leave = x.long_calls.open("streamed execution", peer, current_ender())
         except HalError as err:
             yield _head(x.refuse(m, err, None, t0))
             return

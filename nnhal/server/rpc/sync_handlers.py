@@ -37,7 +37,7 @@ import inspect
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from typing import Any, NoReturn, TypeVar
 
@@ -45,7 +45,9 @@ import grpc
 from grpc import aio
 
 from nnhal.server.executions.faults import Abort
+from nnhal.server.rpc.ending import endable
 from nnhal.server.rpc.handler_shape import behaviour, like
+from nnhal.server.rpc.inbound import Inbound, gated
 from nnhal.server.rpc.request_id import with_request_id
 
 log = logging.getLogger(__name__)
@@ -197,6 +199,7 @@ def _stream(fn: Callable[[Any, grpc.ServicerContext], Iterator[Any]]) -> Callabl
         events: Iterator[Any] | None = None
         try:
             events = await loop.run_in_executor(pool, ctx.run, fn, request, sync)
+            del request  # the handler holds what it needs of it
             while True:
                 step = pool.submit(ctx.run, _next, events)
                 event = await asyncio.wrap_future(step)
@@ -257,15 +260,27 @@ class Collector(grpc.GenericRpcHandler):
     with a task of its own and, at every call, ``asyncio.wait``s on all of them, so the cost of
     every call would grow with the number of methods served."""
 
-    def __init__(self) -> None:
+    def __init__(self, inbound: Inbound | None = None, ungated: Collection[str] = ()) -> None:
         self.table: Table = {}
+        #: With an ``Inbound``, unary requests are read once admitted (``inbound.gated``), but for
+        #: the methods named in ``ungated``.
+        self._inbound = inbound
+        self._ungated = frozenset(ungated)
 
     def add_generic_rpc_handlers(self, handlers: Any) -> None:
         pass  # the same handlers arrive through add_registered_method_handlers
 
     def add_registered_method_handlers(self, service: str, handlers: Mapping[str, grpc.RpcMethodHandler]) -> None:
         for method, handler in handlers.items():
-            self.table[f"/{service}/{method}"] = with_request_id(asyncify(handler))
+            name = f"/{service}/{method}"
+            served = with_request_id(asyncify(handler))
+            if handler.request_streaming:
+                # Long-lived calls (bursts, streamed executions): ended early with a status when
+                # room is made for a client below its fair share (``ending``).
+                served = endable(served)
+            elif self._inbound is not None and name not in self._ungated:
+                served = gated(served, self._inbound, method)
+            self.table[name] = served
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         return self.table.get(handler_call_details.method)

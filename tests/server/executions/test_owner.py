@@ -29,9 +29,10 @@ from nnhal.server.executions import (
     Prepared,
     Refused,
     Timings,
+    owner as owner_module,
 )
 from nnhal.server.executions.hooks import Observers
-from nnhal.server.executions.owner import RESULTS_WAITING
+from nnhal.server.executions.owner import RESULTS_WAITING, TRANSPORT_COPIES
 from tests.conftest import add_model
 
 LOCAL = "unix:/tmp/nnhal-test.sock"
@@ -173,13 +174,15 @@ def test_a_written_launch_on_a_saturated_device_is_notified_resource_exhausted()
     assert list(events) == [] and x.driver.scheduler.in_flight == 0 and _held(x) == 0
 
 
-def test_an_answer_waiting_to_be_written_is_charged_to_its_client() -> None:
+def test_an_answer_waiting_to_be_written_is_charged_to_its_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(owner_module, "SMALL_ANSWER_BYTES", 0)  # this answer's 32 bytes count whole
     x, session, handle = _owner()
     events = x.execute_async(x.method("execute_1_3", "an execution"), lambda: Execution(session, handle, _request()))
     next(events)
     notify = next(events)
     assert isinstance(notify, Notify) and notify.status == ErrorStatus.NONE
-    assert x.driver.budget.by_kind()[RESULTS_WAITING] == 32  # until the notify was written
+    # Until the notify was written: the answer to its session, the transport's copies to the total.
+    assert x.driver.budget.by_kind()[RESULTS_WAITING] == 32 * (1 + TRANSPORT_COPIES)
     assert list(events) == []
     assert _held(x) == 0
 

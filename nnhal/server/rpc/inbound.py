@@ -1,0 +1,356 @@
+"""The bytes of calls in flight: a request is read only once admitted, and held against limits
+until its call ends; an answer the client does not take within a bound ends its call (issue #24).
+
+grpc.aio reads a unary request message whole before it runs the handler, so a server
+handling unary requests holds every arriving message, however many clients send at once.
+A handler of a request stream reads when it likes: before it reads, the HTTP/2 transport
+holds at most the stream's flow-control window of the message (64 KiB; BDP probing is off,
+``SERVER_OPTIONS``). The wire is the same for both (one message, then the half-close), so
+every unary-request method is served as a request stream (:func:`gated`) that reads its one
+message through an :class:`Inbound`:
+
+- **reading**: a message's size is known only once read, so a read holds a place of
+  ``receive_cap`` bytes (the largest message the server accepts) among ``read_bytes`` while
+  it is read; more reads wait, first come first served. One read may always start, so a
+  small message never waits for memory held elsewhere, and a read that does not finish
+  within ``read_timeout`` ends its call (RESOURCE_EXHAUSTED): a sender that stalls holds
+  its place that long at most.
+- **holding**: the message read is charged to its client (the verified mTLS identity, else
+  the connection) until its call ends, at most ``per_client`` bytes per client, and, when
+  larger than the flow-control window (``WINDOW_BYTES``), to the server's total, twice
+  (``REQUEST_COPIES``; ``budget.charge_working``, leaving the fair-share reserve to the
+  sessions' own charges).
+  Past the total, a client below its fair share (the total less the reserve, divided among
+  the clients holding any plus itself) makes room: the newest call of the client furthest
+  above its share is ended (CANCELLED to that client). Otherwise the call is refused
+  RESOURCE_EXHAUSTED. The handler's own charges (request data, results waiting to be
+  written) come on top, in the same budget.
+- **writing**: an answer message (``gated`` streams) that the transport has not written
+  within ``write_timeout`` — its client grants no flow-control window, i.e. does not read —
+  ends the call, so the call's request, result and place are freed on the Python side.
+  grpc.aio cannot reset the HTTP/2 stream: the transport keeps the message it was given until
+  the client reads, cancels or its deadline or connection ends. So a connection's large
+  answers (over ``WINDOW_BYTES``) are written one at a time, and after a stalled one they are
+  refused (RESOURCE_EXHAUSTED) until a write on the connection completes: a client that does
+  not read leaves at most one large answer per connection in the transport.
+
+State lives on the server's event loop and is touched only there (no lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from nnhal.core.errors import HalError
+from nnhal.server.budget import MemoryBudget
+from nnhal.server.log_limits import undecodable
+from nnhal.server.rpc.handler_shape import behaviour
+from nnhal.server.rpc.identity import peer_identity
+
+log = logging.getLogger(__name__)
+
+#: A message not read whole within this ends its call.
+READ_TIMEOUT_S = 10.0
+#: An answer message the client has not taken within this ends its call.
+WRITE_TIMEOUT_S = 10.0
+#: A stream's flow-control window before its handler reads: a message no larger was taken in
+#: before it could be admitted, so it is held against its client's limit but never refused for
+#: the server's total (a small call always gets through).
+WINDOW_BYTES = 64 * 1024
+#: A request is held as its message and as the canonical request its handler decodes from it:
+#: the server's total is charged this many times its size (its client's limit once).
+REQUEST_COPIES = 2
+#: The budget's kind for request messages held by their calls.
+REQUESTS_IN_FLIGHT = "requests in flight"
+
+
+@dataclass
+class _Held:
+    """One call's message held: its bytes and the task serving the call (ended to make room)."""
+
+    nbytes: int
+    task: asyncio.Task[Any] | None
+    released: bool = False
+
+
+@dataclass
+class _Writer:
+    """One connection's large answers: written one at a time; ``stalled`` once one was not
+    taken within the bound, until a write on the connection completes."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    stalled: bool = False
+    users: int = 0
+
+
+@dataclass
+class _Client:
+    held: int = 0
+    calls: list[_Held] = field(default_factory=list)
+
+
+class Inbound:
+    """Admission of request bytes and the write bound (module docstring). Loop-only."""
+
+    def __init__(
+        self,
+        receive_cap: int,
+        per_client: int = 0,
+        budget: MemoryBudget | None = None,
+        read_bytes: int = 0,
+        read_timeout: float = READ_TIMEOUT_S,
+        write_timeout: float = WRITE_TIMEOUT_S,
+    ) -> None:
+        self.receive_cap = max(1, receive_cap)
+        self.per_client = per_client
+        self.budget = budget
+        #: Bytes of places for reads in progress (at least one read's).
+        self.read_bytes = max(self.receive_cap, read_bytes)
+        self.read_timeout = read_timeout
+        self.write_timeout = write_timeout
+        self._reading = 0
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._clients: dict[str, _Client] = {}
+        self._writers: dict[str, _Writer] = {}
+        self._held = 0
+        #: Calls ended to make room, and calls ended because their client did not read (counters).
+        self.evicted = 0
+        self.stalled = 0
+
+    @property
+    def held(self) -> int:
+        """Bytes of request messages held by calls in progress."""
+        return self._held
+
+    # -- reading -----------------------------------------------------------------------
+    async def _read_place(self) -> None:
+        if not self._waiting and (self._reading == 0 or self._reading + self.receive_cap <= self.read_bytes):
+            self._reading += self.receive_cap
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._end_read()  # the place was handed over as the call ended: pass it on
+            else:
+                self._waiting.remove(waiter)
+            raise
+
+    def _end_read(self) -> None:
+        self._reading -= self.receive_cap
+        while self._waiting and (self._reading == 0 or self._reading + self.receive_cap <= self.read_bytes):
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                self._reading += self.receive_cap
+                waiter.set_result(None)
+
+    async def receive(self, context: aio.ServicerContext[Any, Any]) -> bytes:
+        """The call's one request message, read once admitted and held until the call ends;
+        the call is aborted (RESOURCE_EXHAUSTED, INVALID_ARGUMENT without a message) instead."""
+        await self._read_place()
+        read: object = None
+        try:
+            read = await asyncio.wait_for(context.read(), self.read_timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._end_read()
+        if read is None:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the request message did not arrive within {self.read_timeout:g} s",
+            )
+        if not isinstance(read, bytes):  # aio.EOF: the client half-closed with no message
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call carried no request message")
+            raise AssertionError("unreachable: abort raises")  # pragma: no cover
+        raw: bytes = read
+        del read
+        refusal = self._hold(_client_of(context), len(raw), context)
+        if refusal is not None:
+            # Not held by this frame while the abort's exception (and its traceback) lives.
+            del raw
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
+        return raw
+
+    # -- holding -----------------------------------------------------------------------
+    def _hold(self, key: str, nbytes: int, context: aio.ServicerContext[Any, Any]) -> str | None:
+        """Charge ``nbytes`` to ``key`` until the call ends; the refusal's message, or None."""
+        client = self._clients.get(key)
+        mine = client.held if client is not None else 0
+        if self.per_client and mine + nbytes > self.per_client:
+            return (
+                f"this client already holds {mine} bytes of requests in progress; with this one's {nbytes} that "
+                f"is past its limit of {self.per_client}: wait for answers, or retry later"
+            )
+        refusal = self._charge(key, mine, nbytes)
+        if refusal is not None:
+            return refusal
+        if client is None:
+            client = self._clients[key] = _Client()
+        entry = _Held(nbytes, asyncio.current_task())
+        client.held += nbytes
+        client.calls.append(entry)
+        self._held += nbytes
+        context.add_done_callback(lambda _ctx: self._release(key, entry))
+        return None
+
+    def _charge(self, key: str, mine: int, nbytes: int) -> str | None:
+        """Charge ``nbytes`` to the server's total (the budget's, leaving its reserve to the
+        sessions), making room from clients above their fair share when ``key`` (holding
+        ``mine``) is within its own; the refusal's message, or None."""
+        budget = self.budget
+        if budget is None or not budget.limit_total or nbytes <= WINDOW_BYTES:
+            return None
+        holders = len(self._clients) + (0 if key in self._clients else 1)
+        share = (budget.limit_total - budget.reserve) // max(1, holders)
+        while True:
+            try:
+                budget.charge_working(nbytes * REQUEST_COPIES, REQUESTS_IN_FLIGHT, keep_reserve=True)
+                return None
+            except HalError as err:
+                refusal = err.message
+            if mine + nbytes > share:
+                return refusal
+            over = [(c.held - share, k) for k, c in self._clients.items() if k != key and c.held > share and c.calls]
+            if not over:
+                return refusal
+            _, victim = max(over)
+            entry = self._clients[victim].calls[-1]
+            self._release(victim, entry)
+            self.evicted += 1
+            if entry.task is not None:
+                entry.task.cancel()
+            log.warning("ended a call of client %s (above its fair share) to make room for another client", victim)
+
+    def _release(self, key: str, entry: _Held) -> None:
+        if entry.released:
+            return
+        entry.released = True
+        self._held -= entry.nbytes
+        if self.budget is not None and self.budget.limit_total and entry.nbytes > WINDOW_BYTES:
+            self.budget.uncharge_working(entry.nbytes * REQUEST_COPIES, REQUESTS_IN_FLIGHT)
+        client = self._clients.get(key)
+        if client is None:
+            return
+        client.held -= entry.nbytes
+        try:
+            client.calls.remove(entry)
+        except ValueError:
+            pass
+        if not client.calls:
+            del self._clients[key]
+
+    # -- writing -----------------------------------------------------------------------
+    def writer(self, peer: str) -> _Writer:
+        """The large-answer state of connection ``peer`` (dropped when no call uses it)."""
+        w = self._writers.get(peer)
+        if w is None:
+            w = self._writers[peer] = _Writer()
+        w.users += 1
+        return w
+
+    def done_writing(self, peer: str, w: _Writer) -> None:
+        w.users -= 1
+        if w.users <= 0 and self._writers.get(peer) is w:
+            del self._writers[peer]
+
+    def stalled_write(self, task: asyncio.Task[Any] | None, w: _Writer, what: str) -> None:
+        """A message of ``task``'s call was not written within the bound: end the call, and
+        refuse its connection's large answers until one of its writes completes."""
+        self.stalled += 1
+        w.stalled = True
+        log.warning("%s: the client took no answer for %.0f s; ending the call", what, self.write_timeout)
+        if task is not None:
+            task.cancel()
+
+
+def _client_of(context: aio.ServicerContext[Any, Any]) -> str:
+    """Whose bytes these are: the verified identity with mTLS, else the connection."""
+    identity = peer_identity(context)
+    return f"x509:{identity}" if identity is not None else f"peer:{context.peer()}"
+
+
+def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.RpcMethodHandler:
+    """``handler`` (async, unary request) served as a request stream whose one message is read
+    through ``inbound``; answer messages of a response stream are bounded in time (module
+    docstring). Handlers of request streams are returned as they are."""
+    if handler.request_streaming:
+        return handler
+    fn = behaviour(handler)
+    parse: Callable[[bytes], Any] = handler.request_deserializer or (lambda raw: raw)
+
+    async def deserialize(raw: bytes, context: aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            return parse(raw)
+        except Exception as err:  # as grpc answers (and logs) a request it cannot deserialize
+            undecodable(what, err)
+            await context.abort(grpc.StatusCode.INTERNAL, f"the request message could not be decoded: {err}")
+
+    if handler.response_streaming:
+
+        async def stream(_requests: object, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            request = await deserialize(await inbound.receive(context), context)
+            events = fn(request, context)
+            del request
+            task = asyncio.current_task()
+            loop = asyncio.get_running_loop()
+            peer = context.peer() or ""
+            w = inbound.writer(peer)
+            try:
+                if not hasattr(events, "__aiter__"):  # a coroutine writing to the context
+                    await events
+                    return
+                async for event in events:
+                    large = event.ByteSize() > WINDOW_BYTES if hasattr(event, "ByteSize") else False
+                    if not large:
+                        timer = loop.call_later(inbound.write_timeout, inbound.stalled_write, task, w, what)
+                        try:
+                            yield event
+                        finally:
+                            timer.cancel()
+                        w.stalled = False
+                        continue
+                    # A large answer waits for the connection's previous one to be written: a
+                    # client that does not read leaves one answer in the transport, not many.
+                    async with w.lock:
+                        if w.stalled:
+                            await context.abort(
+                                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"this connection took no answer for {inbound.write_timeout:g} s: its large "
+                                "answers are refused until it reads",
+                            )
+                        timer = loop.call_later(inbound.write_timeout, inbound.stalled_write, task, w, what)
+                        try:
+                            yield event
+                        finally:
+                            timer.cancel()
+                        w.stalled = False
+            finally:
+                inbound.done_writing(peer, w)
+                aclose = getattr(events, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+
+        return grpc.stream_stream_rpc_method_handler(
+            stream, request_deserializer=None, response_serializer=handler.response_serializer
+        )
+
+    unary_fn: Callable[[Any, aio.ServicerContext[Any, Any]], Awaitable[Any]] = fn
+
+    async def unary(_requests: object, context: aio.ServicerContext[Any, Any]) -> Any:
+        request = await deserialize(await inbound.receive(context), context)
+        return await unary_fn(request, context)
+
+    return grpc.stream_unary_rpc_method_handler(
+        unary, request_deserializer=None, response_serializer=handler.response_serializer
+    )

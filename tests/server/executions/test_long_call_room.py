@@ -1,0 +1,54 @@
+"""Work-conserving fair shares of the long-lived calls (issue #24): when the total is full and
+a client below its fair share asks, the newest call that can be ended of the client furthest
+above its share is ended and its place given, instead of refusing the newcomer."""
+
+from __future__ import annotations
+
+import pytest
+
+from nnhal.core.errors import ResourceExhaustedTransient
+from nnhal.server.executions.long_calls import LongCalls
+
+
+def test_a_newcomer_below_its_share_ends_the_newest_call_of_the_client_furthest_above() -> None:
+    calls = LongCalls({"burst": 100, "preparation": 100}, total=16)  # reserve: 2
+    ended: list[str] = []
+    # Many clients each below its share when it entered fill the total.
+    for k in range(9):
+        calls.enter("burst", "hog", lambda k=k: ended.append(f"hog {k}"))
+    for k in range(7):
+        calls.enter("burst", f"small{k}", lambda k=k: ended.append(f"small{k}"))
+    assert calls.in_progress == 16
+    leave = calls.open("preparation", "newcomer")  # 0 held, below its share of 16 / 9
+    assert ended == ["hog 8"] and calls.evicted == 1  # the hog's newest burst, not the others'
+    assert calls.in_progress == 16 and calls.held("burst", "hog") == 8
+    calls.leave("burst", "hog")  # the ended burst's own leave, when its stream ends, counts nothing twice
+    assert calls.held("burst", "hog") == 7 and calls.in_progress == 15
+    leave()
+    assert calls.in_progress == 14
+
+
+def test_nothing_is_ended_for_a_client_above_its_share_or_while_there_is_room() -> None:
+    calls = LongCalls({"burst": 100}, total=8)  # reserve: 1
+    ended: list[int] = []
+    for k in range(4):
+        calls.enter("burst", "a", lambda k=k: ended.append(k))
+    calls.enter("burst", "b", lambda: ended.append(-1))  # room left: nothing ended
+    for _ in range(2):
+        calls.enter("burst", "b")
+    assert ended == [] and calls.in_progress == 7
+    with pytest.raises(ResourceExhaustedTransient, match="fair share"):
+        calls.enter("burst", "b")  # b (3) is at its share (8 // 3 = 2): refused the reserve
+    calls.enter("burst", "c")  # below its share: the reserve
+    with pytest.raises(ResourceExhaustedTransient, match="the cap is 8"):
+        calls.enter("burst", "b")  # full, and b above its share: refused, nothing ended
+    assert ended == []
+
+
+def test_calls_that_cannot_be_ended_are_never_chosen() -> None:
+    calls = LongCalls({"preparation": 100}, total=8)
+    for _ in range(7):
+        calls.enter("preparation", "a")  # no way to end them early
+    calls.enter("preparation", "b")
+    with pytest.raises(ResourceExhaustedTransient, match="the cap is 8"):
+        calls.enter("preparation", "c")
