@@ -53,7 +53,7 @@ from nnhal.core.errors import HalError
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.log_limits import undecodable
 from nnhal.server.rpc.handler_shape import behaviour
-from nnhal.server.rpc.identity import peer_identity
+from nnhal.server.rpc.identity import stream_client
 
 log = logging.getLogger(__name__)
 
@@ -276,8 +276,7 @@ class Inbound:
 
 def _client_of(context: aio.ServicerContext[Any, Any]) -> str:
     """Whose bytes these are: the verified identity with mTLS, else the connection."""
-    identity = peer_identity(context)
-    return f"x509:{identity}" if identity is not None else f"peer:{context.peer()}"
+    return stream_client(context)
 
 
 def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.RpcMethodHandler:
