@@ -212,7 +212,8 @@ class Inbound:
         if budget is None or not budget.limit_total or nbytes <= WINDOW_BYTES:
             return None
         holders = len(self._clients) + (0 if key in self._clients else 1)
-        share = (budget.limit_total - budget.reserve) // max(1, holders)
+        # In bytes of messages (each charged REQUEST_COPIES times).
+        share = (budget.limit_total - budget.reserve) // REQUEST_COPIES // max(1, holders)
         while True:
             try:
                 budget.charge_working(nbytes * REQUEST_COPIES, REQUESTS_IN_FLIGHT, keep_reserve=True)
