@@ -54,8 +54,9 @@ def current_ender() -> Callable[[], None] | None:
 
 async def _aborted(context: aio.ServicerContext[Any, Any], ender: CallEnder) -> None:
     task = asyncio.current_task()
-    if task is not None:
-        task.uncancel()
+    uncancel = getattr(task, "uncancel", None)  # Python 3.11+; before, a caught cancel is simply over
+    if uncancel is not None:
+        uncancel()
     await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, ender.reason or "ended by the server")
 
 

@@ -161,7 +161,7 @@ class Inbound:
         read: object = None
         try:
             read = await asyncio.wait_for(context.read(), self.read_timeout)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
             pass
         finally:
             self._end_read()
