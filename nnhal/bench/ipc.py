@@ -25,10 +25,22 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 
 import numpy as np
 
-from nnhal.bench.common import Bench, BenchResult, check, interleaved, interleaved_all, local_device, transport
+from nnhal.bench.common import (
+    Bench,
+    BenchResult,
+    check,
+    cpu_note,
+    cpu_per_call,
+    interleaved,
+    interleaved_all,
+    local_device,
+    local_server,
+    transport,
+)
 from nnhal.bench.echo_anchor import EchoClient, EchoServer
 from nnhal.bench.echo_server import frame
 from nnhal.client.memory import SharedMemory
@@ -106,7 +118,8 @@ def _tiny(unix: bool, quick: bool) -> BenchResult:
     x = np.linspace(-1, 1, TINY_WIDTH, dtype=np.float32).reshape(1, TINY_WIDTH)
     req, rep = x.nbytes + TINY_ENVELOPE[0], 4 + TINY_ENVELOPE[1]
     payload = frame(req, rep)
-    with _served(tiny_model(), unix) as (pm, client):
+    with _served(tiny_model(), unix) as served:
+        pm, client = served.pm, served.client
 
         def ours() -> np.ndarray:
             out: np.ndarray = pm.execute([x]).outputs[0]
@@ -153,20 +166,28 @@ def _bandwidth(name: str, t_ours: float, t_anchor: float, goal: str, detail: str
     return {name: BenchResult(gib / t_ours, gib / t_anchor, t_anchor / t_ours, "GiB/s", goal, detail)}
 
 
+@dataclass
+class _Served:
+    """Our prepared model and the echo anchor's client, with the pid of each one's server."""
+
+    pm: PreparedModel
+    client: EchoClient
+    server_pid: int
+    echo_pid: int
+
+
 @contextmanager
-def _served(
-    model: Model, unix: bool = False, server_args: tuple[str, ...] = ()
-) -> Iterator[tuple[PreparedModel, EchoClient]]:
+def _served(model: Model, unix: bool = False, server_args: tuple[str, ...] = ()) -> Iterator[_Served]:
     """Our server (started with ``server_args``) and the echo anchor, each in its own process
     on the same transport."""
     with (
-        local_device(unix, *server_args) as dev,
+        local_server(unix, *server_args) as (srv, dev),
         dev.prepare_model_sync(model) as pm,
         EchoServer(unix) as echo,
         EchoClient(echo.address) as client,
     ):
         client.wait_ready()
-        yield pm, client
+        yield _Served(pm, client, srv.pid, echo.pid)
 
 
 def _server_note(server_args: tuple[str, ...]) -> str:
@@ -174,15 +195,15 @@ def _server_note(server_args: tuple[str, ...]) -> str:
 
 
 @contextmanager
-def _aio_echo(server_args: tuple[str, ...], unix: bool) -> Iterator[EchoClient | None]:
-    """On the remote path, a client of the echo served by ``grpc.aio`` (as ours is): what asyncio
-    serving costs by itself, measured in the same rounds; None otherwise."""
+def _aio_echo(server_args: tuple[str, ...], unix: bool) -> Iterator[tuple[EchoClient, int] | None]:
+    """On the remote path, a client of the echo served by ``grpc.aio`` (as ours is) and that
+    server's pid: what asyncio serving costs by itself, measured in the same rounds; None otherwise."""
     if not server_args:
         yield None
         return
     with EchoServer(unix, aio=True) as echo, EchoClient(echo.address) as client:
         client.wait_ready()
-        yield client
+        yield client, echo.pid
 
 
 def _aio_note(t_aio: list[float], t_echo: float) -> str:
@@ -191,10 +212,20 @@ def _aio_note(t_aio: list[float], t_echo: float) -> str:
     return f"; the same echo served by grpc.aio: {t_aio[0] * 1e6:.0f} us ({t_aio[0] / t_echo:.2f}x the anchor)"
 
 
+#: The sides of a remote benchmark, in the order of its CPU note.
+_CPU_SIDES = ("ours", "anchor", "grpc.aio echo")
+
+
+def _cpu_rounds(quick: bool) -> tuple[int, int]:
+    """Rounds and calls per round of a remote benchmark's CPU phase."""
+    return (10, 20) if quick else (20, 50)
+
+
 def _sync_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> BenchResult:
     a, b = _small_inputs()
     payload = _small_payload(SYNC_ENVELOPE)
-    with _served(_add_model(), unix, server_args) as (pm, client), _aio_echo(server_args, unix) as aio_client:
+    with _served(_add_model(), unix, server_args) as served, _aio_echo(server_args, unix) as aio:
+        pm, client = served.pm, served.client
 
         def ours() -> np.ndarray:
             out: np.ndarray = pm.execute([a, b]).outputs[0]
@@ -203,13 +234,21 @@ def _sync_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> B
         check(np.array_equal(ours(), a + b), "ADD through the server is wrong")
         rounds, per = (30, 20) if quick else (60, 50)
         sides = [ours, lambda: client.unary(payload, timeout=10)]
-        if aio_client is not None:
+        pids = [served.server_pid, served.echo_pid]
+        if aio is not None:
+            aio_client, aio_pid = aio
             sides.append(lambda: aio_client.unary(payload, timeout=10))
+            pids.append(aio_pid)
         t_ours, t_echo, *t_aio = interleaved_all(sides, rounds, per)
+        # The remote path's goals are missed on this machine: say where each side's CPU goes.
+        cpu = cpu_note(_CPU_SIDES, cpu_per_call(list(zip(sides, pids)), *_cpu_rounds(quick))) if server_args else ""
     path = "unary" if server_args else "the session's same-host queue"
     what = f"pm.execute([2x4, 2x4]) -> outputs[0], {path}" + _server_note(server_args) + _aio_note(t_aio, t_echo)
     # Issue #25's goal on the same host (the session's queue); the gRPC path's elsewhere.
-    return _per_call(t_ours, t_echo, what, SYNC_ENVELOPE, unix, "ratio <= 1.3" if server_args else "ratio <= 0.25")
+    goal = "ratio <= 1.3" if server_args else "ratio <= 0.25"
+    result = _per_call(t_ours, t_echo, what, SYNC_ENVELOPE, unix, goal)
+    result.detail += cpu
+    return result
 
 
 def sync_small(quick: bool) -> dict[str, BenchResult]:
@@ -240,11 +279,11 @@ def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> 
     payload = _small_payload(BURST_ENVELOPE)
     # The default: the same-host fast path where the server offers it, a gRPC stream otherwise.
     with (
-        _served(_add_model(), unix, server_args) as (pm, client),
-        pm.burst() as burst,
-        client.ping_pong() as stream,
-        _aio_echo(server_args, unix) as aio_client,
-        aio_client.ping_pong() if aio_client is not None else nullcontext() as aio_stream,
+        _served(_add_model(), unix, server_args) as served,
+        served.pm.burst() as burst,
+        served.client.ping_pong() as stream,
+        _aio_echo(server_args, unix) as aio,
+        aio[0].ping_pong() if aio is not None else nullcontext() as aio_stream,
     ):
 
         def ours() -> np.ndarray:
@@ -254,15 +293,20 @@ def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> 
         check(np.array_equal(ours(), a + b), "ADD through the burst is wrong")
         rounds, per = (30, 20) if quick else (60, 50)
         sides = [ours, lambda: stream.ping(payload)]
-        if aio_stream is not None:
+        pids = [served.server_pid, served.echo_pid]
+        if aio is not None and aio_stream is not None:
             sides.append(lambda: aio_stream.ping(payload))
+            pids.append(aio[1])
         t_ours, t_echo, *t_aio = interleaved_all(sides, rounds, per)
+        cpu = cpu_note(_CPU_SIDES, cpu_per_call(list(zip(sides, pids)), *_cpu_rounds(quick))) if server_args else ""
     # Issue #16's goal for a gRPC burst is tighter than for a unary call: no per-call stream set-up;
     # on the same host (the fast path) issue #25's.
     path = "bidi" if server_args else "same-host fast path"
     what = f"Burst.execute(Request of 2x4, 2x4) -> numpy, {path}" + _server_note(server_args) + _aio_note(t_aio, t_echo)
     goal = "ratio <= 1.2" if server_args else "ratio <= 0.35"
-    return _per_call(t_ours, t_echo, what, BURST_ENVELOPE, unix, goal)
+    result = _per_call(t_ours, t_echo, what, BURST_ENVELOPE, unix, goal)
+    result.detail += cpu
+    return result
 
 
 def burst_small(quick: bool) -> dict[str, BenchResult]:
@@ -281,7 +325,8 @@ def burst_small_remote(quick: bool) -> dict[str, BenchResult]:
 def _fast_burst_small(unix: bool, quick: bool) -> BenchResult:
     a, b = _small_inputs()
     payload = _small_payload(BURST_ENVELOPE)
-    with _served(_add_model(), unix) as (pm, client), pm.burst(fast=True) as burst:
+    with _served(_add_model(), unix) as served, served.pm.burst(fast=True) as burst:
+        client = served.client
 
         def ours() -> np.ndarray:
             outcome = burst.execute(_small_request(a, b))
@@ -329,7 +374,8 @@ def _inline_64m(unix: bool, quick: bool) -> BenchResult:
     # Request and reply the same size: the echo returns the bytes it received, no copy.
     payload = frame(BIG_BYTES, BIG_BYTES)
     rounds = 3 if quick else 7
-    with _served(_identity_model(), unix) as (pm, client):
+    with _served(_identity_model(), unix) as served:
+        pm, client = served.pm, served.client
         check(np.array_equal(_identity(pm, x), x), "the identity model changed the bytes")
         t_ours, t_echo, t_chunks = interleaved_all(
             [lambda: _identity(pm, x), lambda: client.unary(payload), lambda: client.chunks(payload, CHUNK_BYTES)],
@@ -354,7 +400,8 @@ def _inline_64m_chunked(unix: bool, quick: bool) -> BenchResult:
     x = np.random.default_rng(0).random((BIG_SIDE, BIG_SIDE), dtype=np.float32)
     payload = frame(BIG_BYTES, BIG_BYTES)
     rounds = 3 if quick else 7
-    with _served(_identity_model(), unix, REMOTE) as (pm, client):
+    with _served(_identity_model(), unix, REMOTE) as served:
+        pm, client = served.pm, served.client
         check(np.array_equal(_identity(pm, x), x), "the identity model changed the bytes")
         check(client.chunks(payload, CHUNK_BYTES) == payload, "the chunked echo changed the bytes")
         t_ours, t_chunks = interleaved(lambda: _identity(pm, x), lambda: client.chunks(payload, CHUNK_BYTES), rounds, 1)

@@ -17,6 +17,7 @@ Thread-safe: ``stop`` may run on any thread, also after ``close``.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import threading
@@ -34,9 +35,14 @@ def nonblocking_pipe() -> tuple[int, int]:
 
 class Doorbell:
     """One side's doorbells: ``inbox_r``/``inbox_w`` its own inbox, ``outbox_w`` the peer's.
-    Owns the three descriptors (``close``)."""
+    Owns the three descriptors (``close``).
 
-    def __init__(self, inbox_r: int, inbox_w: int, outbox_w: int) -> None:
+    With ``watch_peer``, a wait also ends when the peer closes its inbox (its end of the
+    queue: it ended the queue, or its process died), seen as an error on ``outbox_w`` —
+    no thread, no message: the kernel reports it. The doorbell is then stopped
+    (:attr:`peer_gone`)."""
+
+    def __init__(self, inbox_r: int, inbox_w: int, outbox_w: int, watch_peer: bool = False) -> None:
         self._inbox_r = inbox_r
         self._inbox_w = inbox_w
         self._outbox_w = outbox_w
@@ -44,6 +50,13 @@ class Doorbell:
         self._closed = False
         self._stop_asked = False
         self._stopped = False
+        #: True once the peer closed its inbox (``watch_peer``).
+        self.peer_gone = False
+        self._poll: select.poll | None = None
+        if watch_peer:
+            self._poll = select.poll()
+            self._poll.register(inbox_r, select.POLLIN)
+            self._poll.register(outbox_w, 0)  # POLLERR is always reported: the read end closed
 
     @property
     def stopped(self) -> bool:
@@ -62,7 +75,14 @@ class Doorbell:
         was called (or ``timeout`` seconds passed). Rings read with the STOP still count."""
         if self._stopped:
             return 0
-        if timeout is not None and not select.select([self._inbox_r], [], [], max(0.0, timeout))[0]:
+        if self._poll is not None:
+            ready = self._poll.poll(None if timeout is None else math.ceil(max(0.0, timeout) * 1000))
+            if not ready:
+                return 0
+            if all(fd != self._inbox_r for fd, _ in ready):  # only the peer's end reported
+                self.gone()
+                return 0
+        elif timeout is not None and not select.select([self._inbox_r], [], [], max(0.0, timeout))[0]:
             return 0
         data = os.read(self._inbox_r, 4096)
         if not data or STOP in data or self._stop_asked:
@@ -73,6 +93,17 @@ class Doorbell:
     def inbox(self) -> int:
         """The descriptor a ring or a STOP makes readable (an event loop's reader watches it)."""
         return self._inbox_r
+
+    @property
+    def outbox(self) -> int:
+        """The peer's inbox's write end: an event loop's reader on it fires when the peer closed
+        its inbox (the error a pipe reports then), never otherwise."""
+        return self._outbox_w
+
+    def gone(self) -> None:
+        """The peer closed its inbox: stop for good (a waiter on an event loop that saw it)."""
+        self.peer_gone = True
+        self._stopped = True
 
     def take(self) -> int:
         """What :meth:`wait` reads, without blocking: for a waiter that an event loop wakes when

@@ -162,7 +162,7 @@ class OperationTiming:
     duration_us: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: made on every execution's path, on both sides
 class ExecutionResult:
     """What an execution returns across the boundary: the callback's (or synchronous
     call's) status, output shapes and timing, plus the contents of the request's inline

@@ -4,6 +4,7 @@ got. Counts only, never times; the large-pool ones on a 4 MiB tensor (still stre
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from nnhal.bench import ipc
 from nnhal.bench.common import BenchResult, interleaved_all
 from nnhal.client.device import Device
+from nnhal.testing.local_server import LocalServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -23,11 +25,11 @@ class Spy:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.server_args: list[tuple[str, ...]] = []
         self.sides: list[int] = []
-        local_device = ipc.local_device
+        local_server = ipc.local_server
 
-        def spy_device(unix: bool = False, *args: str) -> AbstractContextManager[Device]:
+        def spy_server(unix: bool = False, *args: str) -> AbstractContextManager[tuple[LocalServer, Device]]:
             self.server_args.append(args)
-            return local_device(unix, *args)
+            return local_server(unix, *args)
 
         def spy_all(calls: Sequence[Callable[[], object]], rounds: int, per_round: int) -> list[float]:
             self.sides.append(len(calls))
@@ -39,7 +41,7 @@ class Spy:
             t_ours, t_anchor = spy_all([ours, anchor], rounds, per)
             return t_ours, t_anchor
 
-        monkeypatch.setattr(ipc, "local_device", spy_device)
+        monkeypatch.setattr(ipc, "local_server", spy_server)
         monkeypatch.setattr(ipc, "interleaved_all", spy_all)
         monkeypatch.setattr(ipc, "interleaved", spy_two)
 
@@ -71,6 +73,11 @@ def test_small_remote_benchmarks_start_servers_without_the_fast_path(spy: Spy) -
     assert spy.server_args == [ipc.REMOTE] * 4
     assert spy.sides == [3] * 4  # ours, the thread-pool echo (the anchor), the grpc.aio echo
     assert all("--no-fast-path" in r.detail and "served by grpc.aio" in r.detail for r in results.values())
+    # Each side's CPU per call, client and server, for a goal missed (figures not asserted).
+    assert all(
+        re.search(r"CPU per call, client / server \(us\): ours \S+ / \S+, anchor \S+ / \S+, grpc.aio echo", r.detail)
+        for r in results.values()
+    ), [r.detail for r in results.values()]
 
 
 def test_inline_64m_chunked_against_a_chunked_stream(spy: Spy, small_pool: None) -> None:

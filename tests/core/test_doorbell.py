@@ -55,3 +55,27 @@ def test_a_full_pipe_does_not_block_the_ringer() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_a_watched_peer_closing_its_inbox_wakes_a_waiter_for_good() -> None:
+    """With ``watch_peer``, the peer closing its end (it ended the queue, or died) wakes a waiter
+    at once, after the rings that came before; without a STOP from anyone."""
+    a_r, a_w = nonblocking_pipe()
+    b_r, b_w = nonblocking_pipe()
+    a = Doorbell(a_r, a_w, os.dup(b_w), watch_peer=True)
+    b = Doorbell(b_r, b_w, os.dup(a_w))
+    try:
+        woke: list[int] = []
+        waiter = threading.Thread(target=lambda: woke.append(a.wait(30.0)))
+        waiter.start()
+        b.ring()
+        waiter.join(5.0)
+        assert woke == [1] and not a.stopped
+        waiter = threading.Thread(target=lambda: woke.append(a.wait(30.0)))
+        waiter.start()
+        b.close()  # its inbox's read end too: the peer is gone
+        waiter.join(5.0)
+        assert not waiter.is_alive() and woke == [1, 0]
+        assert a.stopped and a.peer_gone and a.wait() == 0
+    finally:
+        a.close()

@@ -25,6 +25,8 @@ from nnhal.client import aio
 from nnhal.client.device import Device
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.remote import FastBurstLink
+from nnhal.client.remote.aio_samehost import AioQueueLink
+from nnhal.client.remote.fastpath import QueueEnded
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.samehost import SameHostQueue
 from nnhal.core import fastring, samehost, wire
@@ -33,7 +35,7 @@ from nnhal.core.errors import DeadObject
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.proto import service_pb2 as spb
 from nnhal.testing.local_server import LocalServer
-from tests.conftest import add_model
+from tests.conftest import add_model, ones
 
 pytestmark = pytest.mark.integration
 
@@ -194,6 +196,76 @@ def test_a_client_that_stops_reading_loses_its_queue(device: Device) -> None:
         finally:
             link.close()
         assert pm.execute([a, a]).status == ErrorStatus.NONE
+
+
+def _flood(requests: fastring.Producer, ring: Callable[[], None], payload: bytes) -> int:
+    """Write request packets without reading an answer until the server stops taking them
+    (it ended the queue: its answers no longer fit the result ring); how many were sent."""
+    sent = full = 0
+    end = time.monotonic() + 10.0
+    while full < 20 and time.monotonic() < end:
+        try:
+            requests.write(samehost.METHOD, payload)
+            sent += 1
+            full = 0
+            ring()
+        except (fastring.RingError, OSError):
+            full += 1
+            time.sleep(0.01)
+    return sent
+
+
+def _method_payload(session: str, handle: str) -> bytes:
+    a = np.ones((2, 4), np.float32)
+    msg = spb.ExecuteRequest(session=session, prepared_model=handle)
+    wire.request_to(_add_request(a, a), msg.request)
+    return samehost.encode_method(1, "", msg.SerializeToString())
+
+
+def _drain_answers(results: fastring.Consumer) -> None:
+    while results.read() is not None:
+        pass
+
+
+def test_a_queue_the_server_ends_wakes_its_waiting_sync_client_at_once(device: Device) -> None:
+    """The server ends a queue on its own (here: its answers no longer fit): a client waiting on
+    it wakes at once — the server's end of the doorbell closing is seen by the waiter — with
+    the status the server ended it with, not at its call timeout."""
+    with device.prepare_model_sync(add_model()) as pm:
+        link = FastBurstLink.open(device.remote, "", ring_bytes=fastring.MIN_RING_BYTES, executions=True)
+        try:
+            assert _flood(link.requests, link.doorbell.ring, _method_payload(device.remote.session_id, pm.handle))
+            _drain_answers(link.results)  # what was answered before the end: not the point here
+            t0 = time.monotonic()
+            with pytest.raises(QueueEnded) as ended:
+                link._await_packet(30.0)
+            assert time.monotonic() - t0 < 5.0, "the waiter slept on after the server ended its queue"
+            assert ended.value.result.status == ErrorStatus.INVALID_ARGUMENT
+            assert "result ring" in ended.value.result.message
+        finally:
+            link.close()
+
+
+def test_a_queue_the_server_ends_wakes_its_waiting_asyncio_client_at_once(server: LocalServer) -> None:
+    async def main() -> None:
+        async with aio.Device.connect(server.address) as dev, await dev.prepare_model(add_model()) as pm:
+            link = await AioQueueLink.open(dev.remote, fastring.MIN_RING_BYTES)
+            try:
+                payload = _method_payload(dev.session_id, pm.handle)
+                assert _flood(link.requests, link.doorbell.ring, payload)
+                _drain_answers(link.results)
+                t0 = time.monotonic()
+                with pytest.raises(QueueEnded) as ended:
+                    await link._await_packet(30.0)
+                assert time.monotonic() - t0 < 5.0, "the waiter slept on after the server ended its queue"
+                assert ended.value.result.status == ErrorStatus.INVALID_ARGUMENT
+                assert "result ring" in ended.value.result.message
+            finally:
+                link.close()
+            out = await pm.execute([ones(), ones()])  # the session's own queue serves on
+            np.testing.assert_array_equal(out.outputs[0], 2 * ones())
+
+    _run(main)
 
 
 @pytest.mark.parametrize("form", ["sync", "async"])

@@ -97,20 +97,22 @@ def test_shrinking_a_region_during_an_execution(shm_server: tuple[LocalServer, P
 
 
 @pytest.mark.timeout(300)
-def test_shrinking_a_region_while_the_server_copies_it(shm_server: tuple[LocalServer, Path]) -> None:
-    """No injected delay: a thread shrinks 8 MiB regions at random moments while real
-    executions read and write them (TRIALS trials, input and output in turn). Whatever the
-    moment, an answer comes (success if the copy won, an error status if the shrink
-    did) and the server lives."""
+@pytest.mark.parametrize("backing", ["file", "unsealed_memfd"])
+def test_shrinking_a_region_while_the_server_copies_it(shm_server: tuple[LocalServer, Path], backing: str) -> None:
+    """No injected delay: a thread shrinks 8 MiB regions (files, or memfds without the seals,
+    which the server copies through) at random moments while real executions read and write
+    them (TRIALS trials, input and output in turn). Whatever the moment, an answer comes
+    (success if the copy won, an error status if the shrink did) and the server lives."""
     srv, _ = shm_server
     n = 2 << 20
     rng = random.Random(12)
     shape = (1, n)
+    memfd = backing == "unsealed_memfd"
     with Device.connect(srv.address, client_name="racer") as dev, dev.prepare_model_sync(add_model(shape)) as pm:
         for trial in range(TRIALS):
             with (
-                SharedMemory.create(dev, 8 * n, memfd=False) as inp,
-                SharedMemory.create(dev, 4 * n, memfd=False) as out,
+                SharedMemory.create(dev, 8 * n, memfd=memfd, seal=False) as inp,
+                SharedMemory.create(dev, 4 * n, memfd=memfd, seal=False) as out,
             ):
                 request = Request(
                     (

@@ -117,3 +117,19 @@ def test_requests_naming_driver_buffers_are_not_remembered(prepared: tuple[Drive
         np.testing.assert_array_equal(np.frombuffer(result.output_pools[1], np.float32), np.full(8, 6.0))
         # Rewritten per execution from the buffer's current shape: planned, never remembered.
         assert pm.plans.get(request) is None
+
+
+def test_the_same_argument_tuples_find_their_plan_again(prepared: tuple[Driver, Session, str]) -> None:
+    """A request rebuilt around the very argument tuples of the last one found (the same-host
+    queue's compact calls) finds the same plan as an equal request built anew."""
+    driver, session, handle = prepared
+    pm = driver.prepared(session, handle)
+    first = _request()
+    assert _execute(driver, session, handle, first).status == ErrorStatus.NONE
+    plan = pm.plans.get(_request())  # equal, not the same tuples
+    assert plan is not None
+    again = Request(first.inputs, first.outputs, _request(2.0).pools)
+    assert pm.plans.get(again) is plan and pm.plans.get(again) is plan
+    assert pm.plans.get(_request(out_offset=16)) is None  # another layout: not mistaken for it
+    result = _execute(driver, session, handle, again)
+    np.testing.assert_array_equal(np.frombuffer(result.output_pools[1], np.float32), np.full(8, 4.0))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import mmap
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -47,6 +48,7 @@ from nnhal.client.remote.transport import (
     remaining_time,
 )
 from nnhal.core import fastring, samehost, wire
+from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError
 from nnhal.core.types import ExecutionResult, Request
@@ -57,6 +59,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Seconds a call whose queue ended waits for the liveness stream to say why.
+_SETTLE_S = 1.0
+
 T = TypeVar("T")
 Metadata = tuple[tuple[str, str], ...]
 
@@ -64,7 +69,9 @@ Metadata = tuple[tuple[str, str], ...]
 class AioQueueLink(QueueEnds):
     """A session's collected queue, awaited through the event loop. ``close`` it (idempotent)."""
 
-    def __init__(self, session: AioSession, call: Any, first: fpb.FastBurstEvent, ends: Any) -> None:
+    def __init__(
+        self, session: AioSession, call: Any, first: fpb.FastBurstEvent, ends: tuple[mmap.mmap, Doorbell]
+    ) -> None:
         super().__init__(first, True, ends)
         self._session = session
         self._call = call
@@ -72,16 +79,21 @@ class AioQueueLink(QueueEnds):
         self._waiter: asyncio.Future[None] | None = None
         self._busy = False
         self._closed = False
-        #: The liveness stream's last event, or how it broke (read by ``_follow``).
-        self._last: fpb.FastBurstEvent | None = None
-        self._broken: HalError | None = None
+        self._liveness = _Liveness()
         self._loop.add_reader(self.doorbell.inbox, self._on_doorbell)
-        self._follower = self._loop.create_task(self._follow(), name="nnhal-same-host-queue")
+        # Fires only when the server closed its end of the queue (ended it, or died).
+        self._loop.add_reader(self.doorbell.outbox, self._on_peer_gone)
+        self._watching = True
+        # The task holds neither this link nor the session: a closed session's channel then goes
+        # with its last reference (``AioSession._shutdown`` says why that matters).
+        self._follower = self._loop.create_task(
+            _follow(call, self.doorbell, self._liveness), name="nnhal-same-host-queue"
+        )
 
     @classmethod
-    async def open(cls, session: AioSession) -> AioQueueLink:
-        """Open the session's queue; raises the refusal's HalError."""
-        request = fpb.FastBurstRequest(session=session.session_id, ring_bytes=RING_BYTES, executions=True)
+    async def open(cls, session: AioSession, ring_bytes: int = RING_BYTES) -> AioQueueLink:
+        """Open a same-host execution queue of the session; raises the refusal's HalError."""
+        request = fpb.FastBurstRequest(session=session.session_id, ring_bytes=ring_bytes, executions=True)
         md = session.metadata()
         call = session.stubs.fast_path.openFastBurst(request, timeout=BURST_STREAM_TIMEOUT, metadata=md)
         try:
@@ -91,7 +103,13 @@ class AioQueueLink(QueueEnds):
             status, message = wire.status_from(first)
             if status != ErrorStatus.NONE:
                 raise HalError.of(status, f"openFastBurst: {message}")
-            ends = await asyncio.to_thread(QueueEnds.collect, first)  # a blocking socket handover
+            # A blocking socket handover, off the loop; what it took is given back if nobody waits.
+            taking = asyncio.get_running_loop().run_in_executor(None, QueueEnds.collect, first)
+            try:
+                ends = await asyncio.shield(taking)
+            except asyncio.CancelledError:
+                taking.add_done_callback(_discard_taken)
+                raise
             try:
                 return cls(session, call, first, ends)
             except BaseException:
@@ -101,27 +119,34 @@ class AioQueueLink(QueueEnds):
             call.cancel()
             raise
 
-    async def _follow(self) -> None:
-        """Read the liveness stream to its end, then wake whoever waits (DEAD_OBJECT for a
-        broken stream, the last event's status for one the server ended)."""
-        try:
-            while (event := await self._call.read()) is not grpc.aio.EOF:
-                self._last = event
-        except grpc.RpcError as err:
-            self._broken = map_rpc_error(err, what="same-host queue")
-        except asyncio.CancelledError:
-            pass
-        self.doorbell.stop()
-
     def _on_doorbell(self) -> None:
         if self._closed:
             return
         self.doorbell.take()
         if self.doorbell.stopped:
-            self._loop.remove_reader(self.doorbell.inbox)
+            self._unwatch()
+        self._wake()
+
+    def _on_peer_gone(self) -> None:
+        self.doorbell.gone()
+        self._unwatch()
+        self._wake()
+
+    def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def _unwatch(self) -> None:
+        if self._watching:
+            self._watching = False
+            self._loop.remove_reader(self.doorbell.inbox)
+            self._loop.remove_reader(self.doorbell.outbox)
+
+    async def _settle(self) -> None:
+        """Let the liveness stream deliver why the queue ended (its last event, its error):
+        the server closes its end just before it ends the stream."""
+        await asyncio.wait((self._follower,), timeout=_SETTLE_S)
 
     @property
     def busy(self) -> bool:
@@ -139,7 +164,10 @@ class AioQueueLink(QueueEnds):
             return None
         self._busy = True
         try:
-            if self._closed or self.doorbell.stopped:
+            if self._closed:
+                raise QueueEnded(self._ended())
+            if self.doorbell.stopped:
+                await self._settle()
                 raise QueueEnded(self._ended())
             try:
                 self.requests.write(kind, payload)
@@ -148,39 +176,46 @@ class AioQueueLink(QueueEnds):
             try:
                 self.doorbell.ring()
             except OSError:  # the server closed its end: its stream is ending too
+                await self._settle()
                 raise QueueEnded(self._ended()) from None
-            loop = self._loop
-            end = loop.time() + timeout
-            while True:
-                if self._closed:  # closed while this call awaited: its rings are gone
-                    raise QueueEnded(self._ended())
-                packet = self.read_answer()
-                if packet is not None:
-                    return packet
-                if self.doorbell.stopped:
-                    raise QueueEnded(self._ended())
-                left = end - loop.time()
-                if left <= 0:
-                    raise QueueTimeout(f"no answer within {timeout:.3g} s")
-                waiter = self._waiter = loop.create_future()
-                timer = loop.call_later(left, _wake, waiter)
-                try:
-                    await waiter
-                finally:
-                    timer.cancel()
-                    self._waiter = None
+            return await self._await_packet(timeout)
         finally:
             self._busy = False
+
+    async def _await_packet(self, timeout: float) -> tuple[int, bytes]:
+        """Await the next answer packet for up to ``timeout`` seconds (:meth:`exchange`'s failures)."""
+        loop = self._loop
+        end = loop.time() + timeout
+        while True:
+            if self._closed:  # closed while this call awaited: its rings are gone
+                raise QueueEnded(self._ended())
+            packet = self.read_answer()
+            if packet is not None:
+                return packet
+            if self.doorbell.stopped:
+                await self._settle()
+                raise QueueEnded(self._ended())
+            left = end - loop.time()
+            if left <= 0:
+                raise QueueTimeout(f"no answer within {timeout:.3g} s")
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(left, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
 
     def _ended(self) -> ExecutionResult:
         """The result of a call the queue's end cut short."""
         if self._closed:
             return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "same-host queue: the queue is closed")
-        if self._broken is not None:
-            if isinstance(self._broken, DeadObject):
-                self._session.declare_dead(self._broken.message)
-            return failed_result(self._broken)
-        return ended_result(self._last)
+        broken = self._liveness.broken
+        if broken is not None:
+            if isinstance(broken, DeadObject):
+                self._session.declare_dead(broken.message)
+            return failed_result(broken)
+        return ended_result(self._liveness.last)
 
     def close(self) -> None:
         """End the queue: the server stops serving it and every descriptor is closed; a call
@@ -190,12 +225,35 @@ class AioQueueLink(QueueEnds):
         self._closed = True
         self._call.cancel()
         self._follower.cancel()
-        if not self.doorbell.stopped:
-            self._loop.remove_reader(self.doorbell.inbox)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._unwatch()
+        self._wake()
         self._close_ends()
+
+
+def _discard_taken(taking: asyncio.Future[Any]) -> None:
+    if not taking.cancelled() and taking.exception() is None:
+        QueueEnds.discard(taking.result())
+
+
+class _Liveness:
+    """What the liveness stream said last: its last event, or how it broke."""
+
+    def __init__(self) -> None:
+        self.last: fpb.FastBurstEvent | None = None
+        self.broken: HalError | None = None
+
+
+async def _follow(call: Any, doorbell: Doorbell, liveness: _Liveness) -> None:
+    """Read a queue's liveness stream to its end, then wake whoever waits (DEAD_OBJECT for a
+    broken stream, the last event's status for one the server ended)."""
+    try:
+        while (event := await call.read()) is not grpc.aio.EOF:
+            liveness.last = event
+    except grpc.RpcError as err:
+        liveness.broken = map_rpc_error(err, what="same-host queue")
+    except asyncio.CancelledError:
+        pass
+    doorbell.stop()
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

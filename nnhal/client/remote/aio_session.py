@@ -415,6 +415,7 @@ class AioSession:
     async def _shutdown(self) -> None:
         if self._queue is not None:
             self._queue.close()
+            self._queue = None  # it holds this session: no cycle left for the collector
         tasks = [*self._tasks, *self._spawned]
         for task in tasks:
             task.cancel()

@@ -22,6 +22,10 @@ Failures keep the gRPC path's statuses: the queue's liveness stream ending
 no answer within the call's gRPC timeout is the DEADLINE_EXCEEDED mapping (and the queue,
 out of step, is closed: later calls reopen one); an injected abort ends the call with its
 gRPC code's mapping. Every answer packet is checked as untrusted input.
+
+What a call sends and how its answer reads (:class:`CarriedForms`, :func:`ended_error`,
+:func:`late_error`) is shared with the asyncio client's queue
+(:mod:`nnhal.client.remote.aio_samehost`), which differs only in how it waits.
 """
 
 from __future__ import annotations
@@ -240,12 +244,19 @@ class SameHostQueue:
         tag = samehost.encode_tag(md[0][1], scope_of(md))
         bound = grpc_timeout(remaining_time(options.timeout, options.deadline_at))
         limit = bound or DEFAULT_CALL_TIMEOUT
+        what = "executeSynchronously_1_3"
         try:
-            return link.execute(request, options, handle, channel.session_id, limit, wait=False, tag=tag)
+            # Through the one call path: an abort the server carried back maps as gRPC's would.
+            return channel.invoke(
+                lambda: link.execute(request, options, handle, channel.session_id, limit, wait=False, tag=tag),
+                what,
+                bound is not None,
+                md[0][1],
+            )
         except QueueTimeout:
             self._drop(link)  # its answer may still come: the queue is out of step
             late = late_error(limit)
-        result: ExecutionResult = channel.invoke(_raise(late), "executeSynchronously_1_3", bound is not None)
+        result: ExecutionResult = channel.invoke(_raise(late), what, bound is not None, md[0][1])
         return result
 
     def _drop(self, link: FastBurstLink) -> None:
