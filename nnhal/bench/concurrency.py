@@ -11,15 +11,13 @@ at once, on the same server, give ours; the ratio is the scaling (goal ≥ 1.6 o
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-from nnhal.bench.common import Bench, BenchError, BenchResult, check
+from nnhal.bench.common import Bench, BenchError, BenchResult, check, cpu_seconds
 from nnhal.client.device import Device
 from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O
@@ -36,15 +34,6 @@ def _small_model() -> Model:
     x = b.input(T.TENSOR_FLOAT32, [2, 4])
     y = b.input(T.TENSOR_FLOAT32, [2, 4])
     return b.outputs(b.op(O.ADD, [x, y, b.int32(0)], T.TENSOR_FLOAT32, [2, 4])).finish()
-
-
-def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds process ``pid`` used so far (None where /proc is missing)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _executions_per_second(address: str, server_pid: int, clients: int, seconds: float) -> tuple[float, float | None]:
@@ -64,7 +53,7 @@ def _executions_per_second(address: str, server_pid: int, clients: int, seconds:
             assert p.stdout is not None
             line = p.stdout.readline().strip()  # bounded: each client gives up after its own timeout
             check(line == "ready", f"a client process did not start ({line!r})")
-        cpu0, t0 = _cpu_seconds(server_pid), time.monotonic()
+        cpu0, t0 = cpu_seconds(server_pid), time.monotonic()
         for p in procs:
             assert p.stdin is not None
             p.stdin.write("go\n")
@@ -73,7 +62,7 @@ def _executions_per_second(address: str, server_pid: int, clients: int, seconds:
         for p in procs:
             assert p.stdout is not None
             counts.append(int(p.stdout.readline().strip()))
-        cpu1, t1 = _cpu_seconds(server_pid), time.monotonic()
+        cpu1, t1 = cpu_seconds(server_pid), time.monotonic()
         for p in procs:
             p.wait(_READY_TIMEOUT_S)
         cores = None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / (t1 - t0)

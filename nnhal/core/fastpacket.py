@@ -123,7 +123,7 @@ class Call:
     body: memoryview
 
 
-def decode_call(payload: bytes) -> Call:
+def decode_call(payload: bytes | memoryview) -> Call:
     if len(payload) < CALL_HEADER.size:
         raise PacketError(f"a compact call of {len(payload)} bytes is shorter than its header")
     layout, flags, deadline, loop = CALL_HEADER.unpack_from(payload)
@@ -143,13 +143,15 @@ class Layout:
         self._total = sum(n for n, _ in self._sizes)
 
     def pools(self, body: memoryview) -> tuple[InlinePool, ...]:
-        """The request's pools cut from a CALL's body; PacketError unless its length is the layout's."""
+        """The request's pools cut from a CALL's body: views into it, not copies (the body is the
+        reader's private copy of the packet, and immutable); PacketError unless its length is
+        the layout's."""
         if len(body) != self._total:
             raise PacketError(f"a compact call carries {len(body)} bytes of pools; its layout has {self._total}")
         pools = []
         at = 0
         for n, size in self._sizes:
-            pools.append(InlinePool(bytes(body[at : at + n]), size))
+            pools.append(InlinePool(body[at : at + n], size))
             at += n
         return tuple(pools)
 

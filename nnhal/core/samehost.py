@@ -109,8 +109,9 @@ def encode_tag(request_id: str, scope: str = "") -> bytes:
     return TAG_HEADER.pack(len(rid), len(sc)) + rid + sc
 
 
-def split_tag(payload: bytes) -> tuple[str, str, bytes]:
-    """The request id, fault scope and the rest of a tagged packet's payload."""
+def split_tag(payload: bytes) -> tuple[str, str, memoryview]:
+    """The request id, fault scope and the rest of a tagged packet's payload (a view: an
+    execution's inputs are not copied again)."""
     if len(payload) < TAG_HEADER.size:
         raise PacketError(f"a tagged packet of {len(payload)} bytes is shorter than its tag")
     rid_len, scope_len = TAG_HEADER.unpack_from(payload)
@@ -122,7 +123,7 @@ def split_tag(payload: bytes) -> tuple[str, str, bytes]:
         scope = payload[at + rid_len : at + rid_len + scope_len].decode("ascii")
     except UnicodeDecodeError:
         raise PacketError("a tagged packet's request id or fault scope is not ASCII") from None
-    return rid, scope, payload[at + rid_len + scope_len :]
+    return rid, scope, memoryview(payload)[at + rid_len + scope_len :]
 
 
 def encode_reply(messages: Sequence[bytes]) -> bytes:

@@ -67,4 +67,4 @@ class LiteRtRunner:
         for index, value in zip(self._inputs, inputs, strict=True):
             self._interpreter.set_tensor(index, value)
         self._interpreter.invoke()
-        return [np.array(self._interpreter.get_tensor(i)) for i in self._outputs]
+        return [self._interpreter.get_tensor(i) for i in self._outputs]  # get_tensor copies

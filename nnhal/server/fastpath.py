@@ -49,6 +49,8 @@ _ACCEPT_SLICE_S = 0.25
 Refuse = Callable[[ErrorStatus, str], bytes]
 #: Turns a request packet (kind, payload) into the answer packet (kind, payload); never raises.
 Handle = Callable[[int, bytes], tuple[int, bytes]]
+#: A Handle that also takes a view of a packet's payload (a part of a larger packet, not copied).
+ViewHandle = Callable[[int, bytes | memoryview], tuple[int, bytes]]
 #: The request kinds a queue takes: a full request, one asking for a layout id, a compact call.
 REQUEST_KINDS = (fastring.REQUEST, fastpacket.LEARN, fastpacket.CALL)
 

@@ -617,7 +617,9 @@ def bind_model_pools(
     if bound.has_shared:
         try:
             bound.check_shared()
+            # Copied before the close, which drops every buffer of the regions it unmaps.
+            copied: list[memoryview | bytes | bytearray] = [bytes(b) for b in bound.buffers]
         finally:
             bound.close()
-        bound.buffers = [bytes(b) for b in bound.buffers]
+        bound.buffers = copied
     return bound

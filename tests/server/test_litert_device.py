@@ -12,10 +12,10 @@ import pytest
 from nnhal.client.builder import ModelBuilder
 from nnhal.core.enums import HalVersion, OperandType as T, OperationType as O, Priority
 from nnhal.core.errors import GeneralFailure
-from nnhal.core.types import InlinePool, Model, SymmPerChannelQuantParams
+from nnhal.core.types import Model, SymmPerChannelQuantParams
 from nnhal.models import FACE_DETECTION, tflite_model
 from nnhal.server.artifacts import open_cache, sealer
-from nnhal.server.backend import ReferenceBackend
+from tests.server.conftest import CompilingDeviceCheck
 
 pytest.importorskip("ai_edge_litert")
 from nnhal.importers.litert import LiteRtRunner
@@ -32,10 +32,6 @@ RNG = np.random.default_rng(0)
 LITERT = LiteRtBackend(1, measure_capabilities=False)
 TOKEN, SECRET = bytes(32), b"s" * 32
 MODELS = tflite_model(FACE_DETECTION).parent
-
-
-def _pools(model: Model) -> list[bytes]:
-    return [p.data for p in model.pools if isinstance(p, InlinePool)]
 
 
 def conv_f32_explicit_padding() -> Model:
@@ -107,44 +103,21 @@ CASES: list[Callable[[], Model]] = [
 ]
 
 
-def _inputs(model: Model) -> list[np.ndarray]:
-    arrays = []
-    for i in model.main.input_indexes:
-        op = model.main.operands[i]
-        if op.type == Q8:
-            arrays.append(RNG.integers(0, 255, op.dimensions, dtype=np.uint8))
-        elif op.type == I8:
-            arrays.append(RNG.integers(-128, 127, op.dimensions, dtype=np.int8))
-        else:
-            arrays.append(RNG.standard_normal(op.dimensions).astype(np.float32))
-    return arrays
-
-
 @pytest.mark.parametrize("make", CASES, ids=lambda f: f.__name__)
-def test_conversion_matches_the_reference_within_conformance_tolerance(make: Callable[[], Model]) -> None:
-    model = make()
-    pools = _pools(model)
-    supported, reasons = LITERT.supported_operations(model, pools, HalVersion.V1_3)
-    assert all(supported), reasons
-    inputs = _inputs(model)
-    expected = ReferenceBackend().compile(model, pools)[0].run(inputs)
-    graph, artifact = LITERT.compile(model, pools)
-    assert artifact[4:8] == b"TFL3"
-    for got in (graph.run(inputs), LITERT.load(model, pools, artifact).run(inputs)):
-        for g, e in zip(got, expected):
-            assert g.shape == e.shape and g.dtype == e.dtype
-            if e.dtype.kind in "iu":
-                assert np.abs(g.astype(int) - e.astype(int)).max() <= 1
-            else:
-                np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+def test_conversion_matches_the_reference_within_conformance_tolerance(
+    make: Callable[[], Model], compiling: CompilingDeviceCheck
+) -> None:
+    assert compiling.matches_reference(LITERT, make(), RNG)[4:8] == b"TFL3"
 
 
 @pytest.mark.parametrize("name", ["face_detection_short_range", "face_landmark"])
-def test_a_real_model_round_trips_to_what_litert_computes_on_the_original_file(name: str) -> None:
+def test_a_real_model_round_trips_to_what_litert_computes_on_the_original_file(
+    name: str, compiling: CompilingDeviceCheck
+) -> None:
     path = MODELS / f"{name}.tflite"
     imported = import_tflite(path)
     model = imported.model
-    pools = _pools(model)
+    pools = compiling.pools(model)
     assert all(LITERT.supported_operations(model, pools, HalVersion.V1_3)[0])
     inputs = imported.random_inputs(0)
     ours = LITERT.compile(model, pools)[0].run(inputs)
@@ -153,7 +126,7 @@ def test_a_real_model_round_trips_to_what_litert_computes_on_the_original_file(n
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_unsupported_operations_say_why() -> None:
+def test_unsupported_operations_say_why(compiling: CompilingDeviceCheck) -> None:
     b = ModelBuilder()
     x = b.input(F32, (1, 4))
     n = b.op(O.LOCAL_RESPONSE_NORMALIZATION, [x, b.int32(1), *(b.float32(v) for v in (1.0, 1.0, 0.5))], F32, (1, 4))
@@ -168,20 +141,20 @@ def test_unsupported_operations_say_why() -> None:
         (1, 1, 1, 4),
     )
     model = b.outputs(nchw).finish()
-    supported, reasons = LITERT.supported_operations(model, _pools(model), HalVersion.V1_3)
+    supported, reasons = LITERT.supported_operations(model, compiling.pools(model), HalVersion.V1_3)
     assert supported == [False, True, False]
     assert "LOCAL_RESPONSE_NORMALIZATION has no LiteRT conversion" in reasons[0]
     assert "NCHW" in reasons[2]
     with pytest.raises(GeneralFailure, match="operation 0 is not supported"):
-        LITERT.compile(model, _pools(model))
+        LITERT.compile(model, compiling.pools(model))
 
 
-def test_the_cache_carries_the_flatbuffer_and_the_device_kind() -> None:
+def test_the_cache_carries_the_flatbuffer_and_the_device_kind(compiling: CompilingDeviceCheck) -> None:
     model = depthwise_s8_per_channel()
-    _, artifact = LITERT.compile(model, _pools(model))
+    _, artifact = LITERT.compile(model, compiling.pools(model))
     blob = sealer(LITERT, SECRET, TOKEN, HalVersion.V1_3)(model, Priority.HIGH, artifact)
     skeleton, priority, opened = open_cache(LITERT, SECRET, TOKEN, blob, HalVersion.V1_3)
     assert opened == artifact and priority == Priority.HIGH and skeleton.operand_values == b""
-    inputs = _inputs(model)
-    expected = LITERT.compile(model, _pools(model))[0].run(inputs)
+    inputs = compiling.inputs(model, RNG)
+    expected = LITERT.compile(model, compiling.pools(model))[0].run(inputs)
     np.testing.assert_array_equal(LITERT.load(skeleton, [], opened).run(inputs)[0], expected[0])

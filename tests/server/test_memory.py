@@ -43,6 +43,18 @@ def test_only_the_arguments_bytes_cross(tmp_path: Path) -> None:
     assert data[40:48] == b"client!!" and data[:16] == bytes(range(16))
 
 
+def test_a_models_shared_pool_is_copied_whole_before_its_region_is_closed(tmp_path: Path) -> None:
+    """A model's constants in a shared region are kept as bytes of its own: the region is
+    unmapped at once, but the copy stays (the close drops the region's buffers)."""
+    region = tmp_path / "nnhal-m"
+    region.write_bytes(bytes(range(48)))
+    bound = memory.bind_model_pools((SharedMemoryPool("ashmem", "nnhal-m", 8, 32),), SharedMemoryPolicy(tmp_path), True)
+    assert [bytes(b) for b in bound.buffers] == [bytes(range(8, 40))]
+    region.write_bytes(bytes(48))  # the client reuses its region: the model's copy is unmoved
+    assert bytes(bound.buffers[0]) == bytes(range(8, 40))
+    bound.close()
+
+
 @pytest.mark.parametrize("side", ["read", "write"])
 def test_a_region_shrunk_after_binding_is_invalid_argument(tmp_path: Path, side: str) -> None:
     region = tmp_path / "nnhal-r"

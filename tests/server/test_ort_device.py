@@ -11,9 +11,10 @@ import pytest
 from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import HalVersion, OperandType as T, OperationType as O, Priority
 from nnhal.core.errors import GeneralFailure, InvalidArgument
-from nnhal.core.types import InlinePool, Model, SymmPerChannelQuantParams
+from nnhal.core.types import Model, SymmPerChannelQuantParams
 from nnhal.server.artifacts import open_cache, sealer
 from nnhal.server.backend import ReferenceBackend
+from tests.server.conftest import CompilingDeviceCheck
 
 pytest.importorskip("onnxruntime")
 from nnhal.server.ort.runtime import OrtBackend
@@ -22,10 +23,6 @@ F32, Q8, S8 = T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_SYMM_PER_
 RNG = np.random.default_rng(0)
 ORT = OrtBackend(1, measure_capabilities=False)
 TOKEN, SECRET = bytes(32), b"s" * 32
-
-
-def _pools(model: Model) -> list[bytes]:
-    return [p.data for p in model.pools if isinstance(p, InlinePool)]
 
 
 def conv_f32_explicit_nchw() -> Model:
@@ -122,36 +119,11 @@ CASES: list[Callable[[], Model]] = [
 ]
 
 
-def _inputs(model: Model) -> list[np.ndarray]:
-    arrays = []
-    for i in model.main.input_indexes:
-        op = model.main.operands[i]
-        if op.type == Q8:
-            arrays.append(RNG.integers(0, 255, op.dimensions, dtype=np.uint8))
-        else:
-            arrays.append(
-                RNG.standard_normal(op.dimensions).astype(np.float16 if op.type == T.TENSOR_FLOAT16 else np.float32)
-            )
-    return arrays
-
-
 @pytest.mark.parametrize("make", CASES, ids=lambda f: f.__name__)
-def test_conversion_matches_the_reference_within_conformance_tolerance(make: Callable[[], Model]) -> None:
-    model = make()
-    pools = _pools(model)
-    supported, reasons = ORT.supported_operations(model, pools, HalVersion.V1_3)
-    assert all(supported), reasons
-    inputs = _inputs(model)
-    expected = ReferenceBackend().compile(model, pools)[0].run(inputs)
-    graph, artifact = ORT.compile(model, pools)
-    assert artifact
-    for got in (graph.run(inputs), ORT.load(model, pools, artifact).run(inputs)):
-        for g, e in zip(got, expected):
-            assert g.shape == e.shape and g.dtype == e.dtype
-            if e.dtype == np.uint8:
-                assert np.abs(g.astype(int) - e.astype(int)).max() <= 1
-            else:
-                np.testing.assert_allclose(g, e, rtol=5e-3 if e.dtype == np.float16 else 1e-5, atol=1e-5)
+def test_conversion_matches_the_reference_within_conformance_tolerance(
+    make: Callable[[], Model], compiling: CompilingDeviceCheck
+) -> None:
+    assert compiling.matches_reference(ORT, make(), RNG)
 
 
 def test_unsupported_operations_say_why() -> None:
@@ -174,9 +146,9 @@ def test_unknown_output_dimensions_are_unsupported_with_the_reason() -> None:
     assert supported == [False] and "static graph" in reasons[0]
 
 
-def test_the_cache_carries_the_compiled_artifact_and_the_device_kind() -> None:
+def test_the_cache_carries_the_compiled_artifact_and_the_device_kind(compiling: CompilingDeviceCheck) -> None:
     model = depthwise_q8_per_channel()
-    _, artifact = ORT.compile(model, _pools(model))
+    _, artifact = ORT.compile(model, compiling.pools(model))
     blob = sealer(ORT, SECRET, TOKEN, HalVersion.V1_3)(model, Priority.HIGH, artifact)
     skeleton, priority, opened = open_cache(ORT, SECRET, TOKEN, blob, HalVersion.V1_3)
     assert opened == artifact and priority == Priority.HIGH and skeleton.operand_values == b""

@@ -56,10 +56,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Bytes of each of the queue's rings (charged to the session on the server while it lives):
-#: a small execution's request and answer take a few hundred bytes; what does not fit a
-#: ring (large inline tensors: shared memory is the way for those) takes gRPC.
-RING_BYTES = 256 << 10
+#: Bytes of each of the queue's rings (charged to the session on the server while it lives;
+#: pages never written stay unallocated): a small execution's request and answer take a few
+#: hundred bytes, an image model's input up to a few hundred KiB (224x224x3 float32: 588 KiB);
+#: what does not fit a ring (larger inline tensors: shared memory is the way for those) takes gRPC.
+RING_BYTES = 1 << 20
 
 #: The Stubs attribute of each carried service.
 _STUB = {

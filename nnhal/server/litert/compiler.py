@@ -256,9 +256,16 @@ def _pad_input(g: TfliteGraph, x: int, tensor: int, dims: tuple[int, ...], pads:
     return padded
 
 
-def conv_2d(g: TfliteGraph, operation: Operation) -> None:
+def _conv_operands(
+    g: TfliteGraph, operation: Operation, params: int
+) -> tuple[list[int], int, Callable[[], None], list[int], dict[str, int]]:
+    """What a 2-D convolution (``params`` scalars after the strides: 0 for CONV_2D, the
+    multiplier for DEPTHWISE_CONV_2D) gives TFLite: its input tensors (NHWC input, explicitly
+    padded when TFLite's padding cannot say it; filter; bias), its output tensor and the
+    ``finish`` that lays it out, the ``params`` values, and the options both builtins share."""
     x, w, b = operation.inputs[:3]
-    pad, (sw, sh), tail = _spatial(g, operation, 0)
+    pad, values, tail = _spatial(g, operation, params)
+    sw, sh = values[:2]
     fuse, dw, dh, nchw = _layout_dilation(g, tail)
     _check_filter(g, x, w)
     _, fh, fw, _ = g.dims(w)
@@ -266,44 +273,26 @@ def conv_2d(g: TfliteGraph, operation: Operation) -> None:
     padding, pads = _conv_padding(xdims, pad, (fw, fh, sw, sh), (dw, dh))
     inputs = [_pad_input(g, x, xt, xdims, pads), g.tensor(w), _bias(g, b, x, w)]
     out, finish = _nhwc_out(g, operation.outputs[0], nchw)
-    g.emit(
-        "CONV_2D",
-        inputs,
-        [out],
-        "Conv2DOptions",
-        Padding=padding,
-        StrideW=sw,
-        StrideH=sh,
-        FusedActivationFunction=g.activation(fuse),
-        DilationWFactor=dw,
-        DilationHFactor=dh,
-    )
+    options = {
+        "Padding": padding,
+        "StrideW": sw,
+        "StrideH": sh,
+        "FusedActivationFunction": g.activation(fuse),
+        "DilationWFactor": dw,
+        "DilationHFactor": dh,
+    }
+    return inputs, out, finish, values[2:], options
+
+
+def conv_2d(g: TfliteGraph, operation: Operation) -> None:
+    inputs, out, finish, _, options = _conv_operands(g, operation, 0)
+    g.emit("CONV_2D", inputs, [out], "Conv2DOptions", **options)
     finish()
 
 
 def depthwise_conv_2d(g: TfliteGraph, operation: Operation) -> None:
-    x, w, b = operation.inputs[:3]
-    pad, (sw, sh, multiplier), tail = _spatial(g, operation, 1)
-    fuse, dw, dh, nchw = _layout_dilation(g, tail)
-    _check_filter(g, x, w)
-    _, fh, fw, _ = g.dims(w)
-    xt, xdims = _nhwc_in(g, x, nchw)
-    padding, pads = _conv_padding(xdims, pad, (fw, fh, sw, sh), (dw, dh))
-    inputs = [_pad_input(g, x, xt, xdims, pads), g.tensor(w), _bias(g, b, x, w)]
-    out, finish = _nhwc_out(g, operation.outputs[0], nchw)
-    g.emit(
-        "DEPTHWISE_CONV_2D",
-        inputs,
-        [out],
-        "DepthwiseConv2DOptions",
-        Padding=padding,
-        StrideW=sw,
-        StrideH=sh,
-        DepthMultiplier=multiplier,
-        FusedActivationFunction=g.activation(fuse),
-        DilationWFactor=dw,
-        DilationHFactor=dh,
-    )
+    inputs, out, finish, (multiplier,), options = _conv_operands(g, operation, 1)
+    g.emit("DEPTHWISE_CONV_2D", inputs, [out], "DepthwiseConv2DOptions", DepthMultiplier=multiplier, **options)
     finish()
 
 

@@ -68,8 +68,9 @@ class LiteRtGraph:
             for index, value in zip(self._inputs, inputs):
                 self._interpreter.set_tensor(index, value)
             self._interpreter.invoke()
-            # Copies: the interpreter's tensors are overwritten by the next execution.
-            return [np.array(self._interpreter.get_tensor(i)) for i in self._outputs]
+            # get_tensor returns a copy (one, made under the lock): the interpreter's tensors
+            # are overwritten by the next execution.
+            return [self._interpreter.get_tensor(i) for i in self._outputs]
 
 
 class LiteRtBackend:

@@ -2,9 +2,11 @@
 
 ``OrtBackend.compile`` converts the model (``compiler``), lets onnxruntime optimize
 it (every graph optimization, transposes cancelled, layouts chosen) and keeps the
-optimized model's bytes as the cache artifact; ``load`` builds a session from such
-bytes with optimizations off, so a preparation from cache neither converts nor
-optimizes. The bytes are only ever produced by this server and are sealed by the
+optimized model, saved in onnxruntime's own (ORT, flatbuffer) format, as the cache
+artifact; ``load`` builds a session from such bytes with optimizations off, reading
+the model and its initializers in place (no protobuf to parse, no copy of the
+weights: the graph keeps the bytes alive), so a preparation from cache neither
+converts nor optimizes. The bytes are only ever produced by this server and are sealed by the
 compilation cache before a client holds them.
 
 Sessions run with ``threads`` intra-op threads (default 1) and one inter-op thread;
@@ -40,6 +42,9 @@ def _ort() -> Any:
 
 
 def session_options(threads: int, optimize: bool) -> Any:
+    """Options of the device's sessions. ``optimize``: a session that optimizes the model
+    it is given (``compile``); otherwise one that loads an optimized ORT-format model
+    straight from its bytes, which must outlive the session (``load``)."""
     ort = _ort()
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
@@ -51,14 +56,21 @@ def session_options(threads: int, optimize: bool) -> Any:
     )
     if threads == 1:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if optimize:
+        opts.add_session_config_entry("session.save_model_format", "ORT")
+    else:
+        opts.add_session_config_entry("session.load_model_format", "ORT")
+        opts.add_session_config_entry("session.use_ort_model_bytes_directly", "1")
     return opts
 
 
 class OrtGraph:
     """One onnxruntime session computing a model's main subgraph."""
 
-    def __init__(self, session: Any, n_inputs: int) -> None:
+    def __init__(self, session: Any, n_inputs: int, model_bytes: bytes = b"") -> None:
         self._session = session
+        #: What a session loaded in place reads its model and weights from, for as long as it lives.
+        self._model_bytes = model_bytes
         self._inputs = [f"in{k}" for k in range(n_inputs)]
         self._outputs = [o.name for o in session.get_outputs()]
 
@@ -96,7 +108,7 @@ class OrtBackend:
         onnx_bytes = compiler.compile_model(model, pools)
         opts = session_options(self.threads, optimize=True)
         with tempfile.TemporaryDirectory(prefix="nnhal-ort-") as tmp:
-            path = os.path.join(tmp, "optimized.onnx")
+            path = os.path.join(tmp, "optimized.ort")
             opts.optimized_model_filepath = path
             session = self._session(onnx_bytes, opts)
             with open(path, "rb") as f:
@@ -104,8 +116,10 @@ class OrtBackend:
         return OrtGraph(session, len(model.main.input_indexes)), artifact
 
     def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
-        session = self._session(bytes(artifact), session_options(self.threads, optimize=False))
-        return OrtGraph(session, len(model.main.input_indexes))
+        # The session reads these bytes in place: they must be its own, alive as long as it is.
+        model_bytes = bytes(artifact)
+        session = self._session(model_bytes, session_options(self.threads, optimize=False))
+        return OrtGraph(session, len(model.main.input_indexes), model_bytes)
 
     def _session(self, model_bytes: bytes, opts: Any) -> Any:
         ort = _ort()

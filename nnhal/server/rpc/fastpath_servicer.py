@@ -192,7 +192,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
 
     def _handler(
         self, session: Session, handle: str | None, method: Method | None = None, live: Liveness | None = None
-    ) -> fastpath.Handle:
+    ) -> fastpath.ViewHandle:
         """The packet handler of one fast burst: full requests, requests asking for a layout
         id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`). With
         ``handle`` None, those of a session's same-host queue: executions of any prepared
@@ -246,7 +246,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 layouts[granted] = (msg.prepared_model, fastpacket.Layout(key))
             return fastpacket.LEARNED, fastpacket.LEARNED_HEADER.pack(granted) + answer.SerializeToString()
 
-        def run_call(payload: bytes) -> tuple[int, bytes]:
+        def run_call(payload: bytes | memoryview) -> tuple[int, bytes]:
             try:
                 call = fastpacket.decode_call(payload)
                 known = layouts.get(call.layout)
@@ -277,9 +277,9 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 return fastpacket.ANSWER, fastpacket.encode_answer(result)
             return fastring.RESULT, result_to(result).SerializeToString()
 
-        def handle_packet(kind: int, payload: bytes) -> tuple[int, bytes]:
+        def handle_packet(kind: int, payload: bytes | memoryview) -> tuple[int, bytes]:
             if kind == fastpacket.CALL:
-                return run_call(payload)
-            return run_full(kind, payload)
+                return run_call(payload)  # read in place: the inputs are not copied again
+            return run_full(kind, bytes(payload))
 
         return handle_packet

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,8 +162,8 @@ class Inbound:
         await self._read_place()
         read: object = None
         try:
-            read = await asyncio.wait_for(context.read(), self.read_timeout)
-        except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
+            read = await _read_within(context, self.read_timeout)
+        except asyncio.TimeoutError:  # the builtin TimeoutError from 3.11; asyncio's before
             pass
         finally:
             self._end_read()
@@ -274,6 +275,17 @@ class Inbound:
         log.warning("%s: the client took no answer for %.0f s; ending the call", what, self.write_timeout)
         if task is not None:
             task.cancel()
+
+
+async def _read_within(context: aio.ServicerContext[Any, Any], seconds: float) -> object:
+    """The call's next read; TimeoutError when it does not complete within ``seconds``.
+
+    On 3.11+ a timeout scope on the handler's own task: ``asyncio.wait_for`` wraps the read in
+    a task of its own, which costs every call a task and several more turns of the loop."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await context.read()
+    return await asyncio.wait_for(context.read(), seconds)  # pragma: no cover - Python 3.10
 
 
 def _client_of(context: aio.ServicerContext[Any, Any]) -> str:

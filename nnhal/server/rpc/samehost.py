@@ -125,7 +125,7 @@ class SameHostMethods:
         #: executeSynchronously_1_3 as the queue serves it.
         self.sync = executions.method(SYNC, timer="execute", transport="same_host")
 
-    def handler(self, session: Session, call: QueueCall, compact: fastpath.Handle) -> fastpath.Handle:
+    def handler(self, session: Session, call: QueueCall, compact: fastpath.ViewHandle) -> fastpath.Handle:
         """The packet handler of one session's queue; ``compact`` handles the sync executions
         that travel as a fast burst's (full requests, layouts, compact calls)."""
         x = self.executions

@@ -24,6 +24,7 @@ from nnhal.server.executor.ops._padding import (
     implicit_padding,
     out_size,
     pad_spatial,
+    strided_view,
     window_patches,
 )
 
@@ -187,31 +188,48 @@ class FloatRequant:
     rounds: bool
     lo: int
     hi: int
+    #: bias, scale, down and add repeated ``tile`` times along a row (per-channel values then
+    #: broadcast over rows of tile * channels elements: numpy's inner loops run over those).
+    tile: int = 1
+    wide: tuple[np.ndarray, ...] = ()
 
     def __call__(self, acc: np.ndarray, out_dtype: np.dtype[Any], out: np.ndarray | None = None) -> np.ndarray:
         """Requantize ``acc`` (exact integers, any numeric dtype, channels last) into ``out``
         (made when None) of ``out_dtype``, clamped to [lo, hi]."""
         channels = acc.shape[-1]
         flat = acc.reshape(-1, channels)
+        total = flat.shape[0]
         dest = np.empty(flat.shape, out_dtype) if out is None else out.reshape(flat.shape)
-        rows = max(1, REQUANT_CHUNK // max(channels, 1))
-        f = np.empty((min(rows, flat.shape[0]), channels), np.float64)
+        tile = self.tile
+        rows = max(tile, REQUANT_CHUNK // max(channels, 1) // tile * tile)
+        f = np.empty(min(rows, total) * channels, np.float64)
         t = np.empty_like(f) if self.rounds else f
-        for start in range(0, flat.shape[0], rows):
+        for start in range(0, total, rows):
             a = flat[start : start + rows]
-            g = f[: a.shape[0]]
-            np.add(a, self.bias, out=g)
-            g *= self.scale
+            n = a.shape[0]
+            d = dest[start : start + rows]
+            if self.wide and n % tile == 0:
+                shape = (n // tile, tile * channels)
+                bias, scale, down, add = self.wide
+                a, d = a.reshape(shape), d.reshape(shape)
+            else:
+                shape = (n, channels)
+                bias, scale, down, add = self.bias, self.scale, self.down, self.add
+            g = f[: n * channels].reshape(shape)
+            # The conversion alone, then the bias in float64 (a mixed-type add is buffered).
+            np.copyto(g, a, casting="unsafe")
+            g += bias
+            g *= scale
             g += 0.5
             np.floor(g, out=g)
             if self.rounds:
-                c = t[: a.shape[0]]
+                c = t[: n * channels].reshape(shape)
                 np.clip(g, -1.0, 0.0, out=c)
                 g += c
-            g *= self.down
-            g += self.add
+            g *= down
+            g += add
             np.floor(g, out=g)
-            np.clip(g, self.lo, self.hi, out=dest[start : start + rows], casting="unsafe")
+            np.clip(g, self.lo, self.hi, out=d, casting="unsafe")
         return dest.reshape(acc.shape)
 
 
@@ -245,7 +263,10 @@ def float_requant(
     if (qm == qm[0]).all() and (sh == sh[0]).all():
         # One multiplier for the tensor: the passes broadcast a single value.
         scale, down, add = scale[:1], down[:1], add[:1]
-    return FloatRequant(bias.astype(np.float64), scale, down, add, rounds, lo, hi)
+    bias64 = bias.astype(np.float64)
+    tile = max(1, _ROW // channels)
+    wide = tuple(v if v.shape[0] == 1 else np.tile(v, tile) for v in (bias64, scale, down, add))
+    return FloatRequant(bias64, scale, down, add, rounds, lo, hi, tile, wide)
 
 
 #: The largest requantization table (entries, one byte each): it stays in the L2 cache.
@@ -382,11 +403,8 @@ def depthwise_sum(
             tiled = np.tile(wt, (1, 1, ow))
         xp = np.ascontiguousarray(xp)
         s_n, s_h, s_w, s_c = xp.strides
-        view = np.lib.stride_tricks.as_strided(
-            xp,
-            (kh, kw, xp.shape[0], oh, ow * oc),
-            (g.dilation_h * s_h, g.dilation_w * s_w, s_n, g.stride_h * s_h, s_c),
-            writeable=False,
+        view = strided_view(
+            xp, (kh, kw, xp.shape[0], oh, ow * oc), (g.dilation_h * s_h, g.dilation_w * s_w, s_n, g.stride_h * s_h, s_c)
         )
         dest = None if out is None else out.reshape(xp.shape[0], oh, ow * oc)
         return np.asarray(np.einsum("ijnhq,ijq->nhq", view, tiled, out=dest)).reshape(xp.shape[0], oh, ow, oc)
@@ -406,11 +424,11 @@ def depthwise_sum(
         phase = np.ascontiguousarray(xp[:, :, (j0 * dw) % sw :: sw, :])
         s_n, s_h, s_w, s_c = phase.strides
         taps = len(range(j0, kw, step))
-        view = np.lib.stride_tricks.as_strided(
-            phase[:, :, (j0 * dw) // sw :, :],
+        view = strided_view(
+            phase,
             (kh, taps, n, oh, ow * oc),
             (g.dilation_h * s_h, (step * dw // sw) * s_w, s_n, g.stride_h * s_h, s_c),
-            writeable=False,
+            (j0 * dw) // sw * s_w,
         )
         if first:
             np.einsum("ijnhq,ijq->nhq", view, tiled[:, j0::step], out=dest)

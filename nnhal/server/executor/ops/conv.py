@@ -41,7 +41,7 @@ from nnhal.server.executor.ops._conv_core import (
     table_requant,
 )
 from nnhal.server.executor.ops._fixed_point import channel_multipliers
-from nnhal.server.executor.ops._padding import transpose_padding
+from nnhal.server.executor.ops._padding import Padder, transpose_padding, window_patches
 from nnhal.server.executor.ops.common import (
     FLOAT_TYPES,
     QUANT8_TYPES,
@@ -469,6 +469,21 @@ def _x_max(v: ValidationContext) -> int:
     return max(zp - lo, hi - zp)
 
 
+def _bound_patches(st: _Static) -> Callable[[np.ndarray], np.ndarray]:
+    """``im2col`` for the input shape and geometry of ``st`` (the padding worked out once)."""
+    g, (n, h, w, c), kh, kw = st.g, st.x_shape, st.kh, st.kw
+    _, oh, ow, _ = st.out_shape
+    padder = Padder(st.x_shape, g.pad_top, g.pad_bottom, g.pad_left, g.pad_right)
+    if kh == kw == 1 and g.stride_h == g.stride_w == 1 and not padder.elements:
+        return lambda x: x.reshape(n * h * w, c)
+    kernel, out, stride, dilation = (kh, kw), (oh, ow), (g.stride_h, g.stride_w), (g.dilation_h, g.dilation_w)
+
+    def patches(x: np.ndarray) -> np.ndarray:
+        return window_patches(padder(x), kernel, out, stride, dilation).reshape(n * oh * ow, kh * kw * c)
+
+    return patches
+
+
 def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
     """NHWC CONV_2D with constant filter, bias and parameters and static shapes: im2col, one
     GEMM with the prepared filter, the bias and the activation in place."""
@@ -476,8 +491,9 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
     st = _static(v, n >= 10 and v.input_type(7) == T.INT32, False)
     if st is None:
         return None
-    g, x_shape, out_shape, kh, kw = st.g, st.x_shape, st.out_shape, st.kh, st.kw
+    x_shape, out_shape = st.x_shape, st.out_shape
     oc = out_shape[3]
+    patches = _bound_patches(st)
     if isinstance(state, np.ndarray):
         matrix, clamp = state, st.clamp
         # The bias along whole output rows: numpy's inner loop runs over OW*OC elements, not OC.
@@ -488,8 +504,7 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
             if x is None or x.shape != x_shape:
                 return None
             buffer = buffers[0]
-            patches = im2col(x, g, kh, kw)[0]
-            out: np.ndarray = np.matmul(patches, matrix, out=None if buffer is None else buffer.reshape(-1, oc))
+            out: np.ndarray = np.matmul(patches(x), matrix, out=None if buffer is None else buffer.reshape(-1, oc))
             rows = out.reshape(-1, row)
             np.add(rows, row_bias, out=rows)
             if clamp is not None:
@@ -508,12 +523,16 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
     # The input in the GEMM's dtype and the accumulator (padding and patches reserve themselves).
     scratch = (math.prod(x_shape) + math.prod(out_shape)) * q.weights.itemsize + _REQUANT_SCRATCH
 
+    gemm_dtype = q.weights.dtype
+    zp_w = gemm_dtype.type(zp)
+
     def run_quant(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != x_shape:
             return None
         reserve(scratch)
-        acc = im2col(x.astype(q.weights.dtype) - zp, g, kh, kw)[0] @ q.weights.T
+        # The zero point removed while converting: one pass (every value exact in the GEMM's dtype).
+        acc = patches(np.subtract(x, zp_w, dtype=gemm_dtype)) @ q.weights.T
         if requant is not None:
             out = requant(acc, st.out_dtype, buffers[0])
         else:
@@ -535,6 +554,7 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
     _, oh, ow, oc = out_shape
     rows = oh * ow >= ROW_TAPS_MIN
     repeat = g.extra
+    padder = Padder((*x_shape[:3], oc), g.pad_top, g.pad_bottom, g.pad_left, g.pad_right)
     if st.out_dtype == np.float32:
         wt, clamp = w.reshape(st.kh, st.kw, oc), st.clamp
         # The bias along whole output rows: numpy's inner loop runs over OW*OC elements, not OC.
@@ -550,7 +570,7 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
             reserve(scratch_f)
             if repeat > 1:
                 x = np.repeat(x, repeat, axis=3)
-            acc = depthwise_sum(pad(x, g), wt, g, oh, ow, rows, tiled, buffers[0])
+            acc = depthwise_sum(padder(x), wt, g, oh, ow, rows, tiled, buffers[0])
             sums = acc.reshape(-1, ow * oc)
             np.add(sums, row_bias, out=sums)
             if clamp is not None:
@@ -585,10 +605,10 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
         if x is None or x.shape != x_shape:
             return None
         reserve(scratch)
-        xs = x.astype(sum_dtype) - zp_sum
+        xs = np.subtract(x, zp_sum, dtype=sum_dtype)
         if repeat > 1:
             xs = np.repeat(xs, repeat, axis=3)
-        acc = depthwise_sum(pad(xs, g), wq, g, oh, ow, rows_q, tiled_q)
+        acc = depthwise_sum(padder(xs), wq, g, oh, ow, rows_q, tiled_q)
         if requant is not None:
             return [requant(acc, st.out_dtype, buffers[0])]
         return [finish_quant(acc, st.bias, q.multipliers, q.shifts, st.out_dtype, out_zp, st.lo, st.hi, buffers[0])]

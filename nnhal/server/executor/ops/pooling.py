@@ -24,6 +24,7 @@ from nnhal.server.executor.ops._activations import (
 )
 from nnhal.server.executor.ops._padding import (
     PADDING_CODES,
+    Padder,
     implicit_padding,
     out_size,
     pad_spatial,
@@ -165,12 +166,13 @@ def bind_max_pool(v: ValidationContext, state: object) -> FastKernel | None:
     clamp = clamp_in_place(act)
     n, c = shape[0], shape[3]
     wp = w + pl + pr
+    padder = Padder(shape, pt, pb, pl, pr, np.float32(-np.inf))
 
     def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != shape:
             return None
-        xp = pad_spatial(x, pt, pb, pl, pr, -np.inf)
+        xp = padder(x)
         # Separable: the maxima over the window's rows (whole padded rows, contiguous), then over
         # its columns; max is exact in any order.
         rows = xp[:, 0 : (oh - 1) * sh + 1 : sh]
