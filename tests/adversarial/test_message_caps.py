@@ -69,7 +69,8 @@ def test_a_message_over_the_cap_is_refused_persistent_and_the_session_lives_on()
             assert cb.value.status == ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT, cb.value.message
         with prepared_small(dev) as small:
             assert set(victim_runs(small, 4)) == {ErrorStatus.NONE}
-        assert dev.stats()["bytes_in_use"] < MiB  # nothing of the refused requests stays charged
+        # Nothing of the refused 9 MiB requests stays charged (a same-host queue's rings may: 2 MiB).
+        assert dev.stats()["bytes_in_use"] <= 2 * MiB
 
 
 @pytest.mark.timeout(240)
