@@ -64,6 +64,7 @@ from nnhal.server.executions.faults import BURST, KINDS, Liveness
 from nnhal.server.executions.methods import CARRIER
 from nnhal.server.fastpath import FastQueue
 from nnhal.server.rpc.common import result_to, status_to
+from nnhal.server.rpc.identity import stream_client
 from nnhal.server.rpc.prepared_model_servicer import EXECUTION_FAULTS, check_burst_fields, execution_from
 from nnhal.server.rpc.samehost import QueueCall, SameHostMethods
 from nnhal.server.session import Session, is_local_address
@@ -138,7 +139,8 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         peer = context.peer() or ""
         try:
             session = self._authorise(request, peer)
-            leave = self.executions.long_calls.open("same-host queue" if request.executions else "burst", peer)
+            kind = "same-host queue" if request.executions else "burst"
+            leave = self.executions.long_calls.open(kind, stream_client(context))
         except HalError as err:
             yield self._event(self.executions.refuse(self._method, err))
             return
