@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnhal.bench import zoo
 from nnhal.bench.common import Bench, BenchResult, interleaved, local_device
 
 
@@ -37,17 +36,12 @@ def mobilenet_against_onnx(
     ``profile``: then once more for the server's per-operation profile."""
     from nnhal.bench import onnx_anchor  # onnx and onnxruntime only when this runs
 
-    weights = zoo.mobilenet_weights()
-    model = zoo.mobilenet_v1(weights, quant8)
-    image = zoo.mobilenet_input(quant8)
-    sess = onnx_anchor.session(onnx_anchor.mobilenet_onnx(weights, quant8))
-    feed = {"input": np.ascontiguousarray(image.transpose(0, 3, 1, 2))}
-    with local_device(False, *server_args) as dev, dev.prepare_model_sync(model) as pm:
+    case = onnx_anchor.mobilenet_case(quant8)
+    image = case.image
+    with local_device(False, *server_args) as dev, dev.prepare_model_sync(case.model) as pm:
         ours_out = pm.execute([image], timeout=120).outputs[0].reshape(-1)
-        anchor_out = np.asarray(sess.run(None, feed)[0]).reshape(-1)
-        t_ours, t_anchor = interleaved(
-            lambda: pm.execute([image], timeout=120), lambda: sess.run(None, feed), rounds, per_round
-        )
+        anchor_out = case.anchor_output()
+        t_ours, t_anchor = interleaved(lambda: pm.execute([image], timeout=120), case.run_anchor, rounds, per_round)
         prof = pm.execute([image], timeout=120, profile=True).profile if profile else []
     ours = ours_out.astype(np.float32) / 256.0 if quant8 else ours_out
     return AnchorRun(ours, anchor_out, t_ours, t_anchor, prof)

@@ -6,11 +6,13 @@ Needs the ``bench`` extra (onnx, onnxruntime); imported only by ``nnhal bench``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from nnhal.bench import zoo
+from nnhal.core.types import Model
 
 
 def _helpers() -> tuple[Any, Any, Any]:
@@ -124,3 +126,34 @@ def session(model: bytes) -> Any:
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+
+
+@dataclass(frozen=True)
+class MobileNetCase:
+    """One MobileNet-v1 benchmark's inputs: our model and its NHWC image, and the anchor's
+    session with the same image as its NCHW feed."""
+
+    model: Model
+    image: np.ndarray
+    session: Any
+    feed: dict[str, np.ndarray]
+
+    def run_anchor(self) -> Any:
+        """One inference of the anchor (what the benchmarks time)."""
+        return self.session.run(None, self.feed)
+
+    def anchor_output(self) -> np.ndarray:
+        """The anchor's answer, flattened."""
+        return np.asarray(self.run_anchor()[0]).reshape(-1)
+
+
+def mobilenet_case(quant8: bool) -> MobileNetCase:
+    """MobileNet-v1 (``quant8`` or float32) on the zoo's weights, for us and for the anchor."""
+    weights = zoo.mobilenet_weights()
+    image = zoo.mobilenet_input(quant8)
+    return MobileNetCase(
+        zoo.mobilenet_v1(weights, quant8),
+        image,
+        session(mobilenet_onnx(weights, quant8)),
+        {"input": np.ascontiguousarray(image.transpose(0, 3, 1, 2))},
+    )

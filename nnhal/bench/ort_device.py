@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.bench import zoo
 from nnhal.bench.common import Bench, BenchResult, check
 from nnhal.bench.compiling import prepare_vs_from_cache, versus_in_process
 
@@ -26,15 +25,11 @@ from nnhal.bench.compiling import prepare_vs_from_cache, versus_in_process
 def _exec(quant8: bool, quick: bool) -> dict[str, BenchResult]:
     from nnhal.bench import onnx_anchor  # onnx and onnxruntime only when this runs
 
-    weights = zoo.mobilenet_weights()
-    model = zoo.mobilenet_v1(weights, quant8)
-    image = zoo.mobilenet_input(quant8)
-    sess = onnx_anchor.session(onnx_anchor.mobilenet_onnx(weights, quant8))
-    feed = {"input": np.ascontiguousarray(image.transpose(0, 3, 1, 2))}
+    case = onnx_anchor.mobilenet_case(quant8)
 
     def agree(ours: list[np.ndarray]) -> str:
         out = ours[0].reshape(-1)
-        anchor_out = np.asarray(sess.run(None, feed)[0]).reshape(-1)
+        anchor_out = case.anchor_output()
         probs = out.astype(np.float32) / 256.0 if quant8 else out
         worst = float(np.max(np.abs(probs - anchor_out)))
         check(worst < (0.02 if quant8 else 1e-4), f"the ort device and the anchor disagree by {worst}")
@@ -43,9 +38,7 @@ def _exec(quant8: bool, quick: bool) -> dict[str, BenchResult]:
     what = f"MobileNet-v1 {'quant8' if quant8 else 'float32'}, anchor: onnxruntime in-process on its NCHW graph"
     goal = "ratio <= 1.3" if quant8 else "ratio <= 1.15"
     name = f"exec.mobilenet_{'q8' if quant8 else 'f32'}_ort"
-    return versus_in_process(
-        name, "ort", model, [image], lambda: sess.run(None, feed), agree, quick, what, (goal, goal)
-    )
+    return versus_in_process(name, "ort", case.model, [case.image], case.run_anchor, agree, quick, what, (goal, goal))
 
 
 def mobilenet_f32_ort(quick: bool) -> dict[str, BenchResult]:

@@ -6,20 +6,26 @@ reuse what it obtained, and callers that queued behind a *failed* attempt share
 its error instead of repeating it. Lock order: ``_recovery_lock``, then
 ``_state_lock`` (never the other way); reading the current object never waits
 for a recovery in progress. The rule itself (:class:`RecoveryState`, :func:`protected`)
-is shared with the asyncio wrappers (:class:`AsyncRecoverer`, ``nnhal.client.aio.resilient``).
+is shared with the asyncio wrappers (:class:`AsyncRecoverer`, ``nnhal.client.aio.resilient``),
+and so is the device replacement rule (:func:`replacement`: a device that comes back
+different becomes the :class:`~nnhal.client.invalid_device.InvalidDevice` null object).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from nnhal.client.callbacks import Callback
+from nnhal.client.invalid_device import InvalidDevice
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, HalError
+
+log = logging.getLogger(__name__)
 
 
 class Releasable(Protocol):
@@ -194,6 +200,53 @@ def protected(
         )
         return result
     return (yield Attempt(target))
+
+
+@dataclass(frozen=True)
+class Connect:
+    """A step of :func:`replacement`: connect a fresh device (the wrapper's factory), answered by it."""
+
+
+@dataclass(frozen=True)
+class Describe:
+    """A step of :func:`replacement`: ``device``'s metadata as the wrapper keeps them (name,
+    version string, feature level, type, extensions, capabilities), answered by that tuple."""
+
+    device: Any
+
+
+@dataclass(frozen=True)
+class Close:
+    """A step of :func:`replacement`: close ``device``; ``quiet``: an error doing so is dropped
+    (a dead device's channel may already be gone)."""
+
+    device: Any
+    quiet: bool = False
+
+
+def replacement(
+    failing: Any, metadata: tuple[Any, ...], cache_files: tuple[int, int]
+) -> Generator[Connect | Describe | Close, Any, tuple[Any, bool]]:
+    """The device that replaces ``failing`` after its death, for either client's wrapper, and
+    whether it is valid: a fresh connection whose metadata equal the original's ``metadata``;
+    one that differs is closed and replaced by an ``InvalidDevice`` answering the original's
+    metadata (every other call GENERAL_FAILURE). A HalError connecting or describing is raised
+    (the fresh device closed). ``failing`` is closed once replaced."""
+    device = yield Connect()
+    try:
+        same = (yield Describe(device)) == metadata
+    except HalError:
+        yield Close(device)
+        raise
+    valid = same
+    if not same:
+        name, version, _, kind, extensions, caps = metadata
+        log.error("the recovered device %r differs from the original; marking it invalid", name)
+        yield Close(device)
+        device = InvalidDevice(name, version, failing.feature_level, kind, extensions, caps, cache_files)
+    yield Close(failing, quiet=True)
+    log.info("recovered device %r", metadata[0])
+    return device, valid
 
 
 def in_background(fn: Callable[[], V], name: str) -> Callback[V]:

@@ -50,12 +50,21 @@ from nnhal.client.device import Device
 from nnhal.client.interfaces import IBuffer, IDevice, IPreparedModel
 from nnhal.client.invalid_device import InvalidDevice
 from nnhal.client.prepared_model import PreparedModel
-from nnhal.client.recovery import Attempt, Recover, Recoverer, in_background, protected
+from nnhal.client.recovery import (
+    Attempt,
+    Close,
+    Connect,
+    Describe,
+    Recover,
+    Recoverer,
+    in_background,
+    protected,
+    replacement,
+)
 from nnhal.client.remote import wait_bound
 from nnhal.client.remote.transport import TlsConfig
 from nnhal.client.resilient_prepared_model import ResilientPreparedModel
 from nnhal.core.enums import DeviceStatus, DeviceType, ExecutionPreference, Priority
-from nnhal.core.errors import HalError
 from nnhal.core.types import BufferDesc, BufferRole, Capabilities, Extension, Model
 
 __all__ = ["ResilientDevice", "ResilientPreparedModel"]
@@ -120,31 +129,22 @@ class ResilientDevice:
         )
 
     def _make_device(self, failing: IDevice) -> IDevice:
-        device = self._factory()
-        try:
-            same = self._metadata_of(device) == self._metadata
-        except HalError:
-            device.close()
-            raise
-        if not same:
-            log.error("the recovered device %r differs from the original; marking it invalid", self._name)
-            device.close()
-            device = InvalidDevice(
-                self._name,
-                self._version_string,
-                failing.feature_level,
-                self._metadata[3],
-                self._extensions,
-                self._capabilities,
-                self._cache_files_needed,
-            )
-            self._valid = False
-        try:
-            failing.close()
-        except Exception:  # a dead device's channel may already be gone
-            log.debug("closing the dead device failed", exc_info=True)
-        log.info("recovered device %r", self._name)
-        return device
+        def perform(step: Connect | Describe | Close) -> Any:
+            if isinstance(step, Connect):
+                return self._factory()
+            if isinstance(step, Describe):
+                return self._metadata_of(step.device)
+            try:
+                step.device.close()
+            except Exception:
+                if not step.quiet:
+                    raise
+                log.debug("closing the dead device failed", exc_info=True)
+            return None
+
+        device, valid = steps.drive(replacement(failing, self._metadata, self._cache_files_needed), perform)
+        self._valid = self._valid and valid
+        return device  # type: ignore[no-any-return]
 
     def protect(self, fn: Callable[[IDevice], R]) -> R:
         """Run ``fn`` on the current device; on DEAD_OBJECT recover and retry once."""

@@ -31,6 +31,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from nnhal.core import fastring
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import (
@@ -107,9 +108,16 @@ def encode_call(
     layout: int, measure: bool, deadline_ns: int | None, loop_timeout_ns: int, datas: Sequence[PoolData]
 ) -> bytes:
     """A CALL packet's payload: the header and the pools' bytes."""
+    return call_parts(layout, measure, deadline_ns, loop_timeout_ns, datas).joined()
+
+
+def call_parts(
+    layout: int, measure: bool, deadline_ns: int | None, loop_timeout_ns: int, datas: Sequence[PoolData]
+) -> fastring.Gathered:
+    """``encode_call``'s payload in parts (the header, then each pool's bytes), for a ring to
+    copy without joining them first."""
     flags = (MEASURE if measure else 0) | (0 if deadline_ns is None else HAS_DEADLINE)
-    header = CALL_HEADER.pack(layout, flags, deadline_ns or 0, loop_timeout_ns)
-    return header + b"".join(datas)
+    return fastring.Gathered([CALL_HEADER.pack(layout, flags, deadline_ns or 0, loop_timeout_ns), *datas])
 
 
 @dataclass(frozen=True, slots=True)

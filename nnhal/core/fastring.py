@@ -40,7 +40,7 @@ import mmap
 import struct
 import sys
 import zlib
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 MAGIC = b"NNFQ"
 VERSION = 1
@@ -99,6 +99,28 @@ def check_region(mm: mmap.mmap, ring_bytes: int) -> None:
         raise RingError(f"not a version {VERSION} queue region of {ring_bytes}-byte rings")
 
 
+class Gathered:
+    """A packet's payload in parts (a header, then an execution's pools), which the producer
+    checksums and copies into the ring one after the other: the parts are never joined into
+    one buffer first. ``len()`` is the payload's length in bytes."""
+
+    __slots__ = ("_length", "parts")
+
+    def __init__(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        self.parts = [p.cast("B") if isinstance(p, memoryview) else p for p in parts]
+        self._length = sum(len(p) for p in self.parts)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def joined(self) -> bytes:
+        return b"".join(self.parts)
+
+
+#: What a producer writes as one packet's payload.
+Payload = bytes | bytearray | memoryview | Gathered
+
+
 def _padded(length: int) -> int:
     return HEADER_BYTES + (-(-length // HEADER_BYTES)) * HEADER_BYTES
 
@@ -147,11 +169,14 @@ class Producer(_Ring):
         """Whether a payload of ``length`` bytes can ever travel in one packet."""
         return length <= self.max_payload
 
-    def write(self, kind: int, payload: bytes | bytearray | memoryview, *, crc: int | None = None) -> None:
+    def write(self, kind: int, payload: Payload, *, crc: int | None = None) -> None:
         """Append one packet; RingError when it does not fit (the consumer is behind, or it is
         larger than ``max_payload``) or the consumer's index is corrupt. ``crc`` overrides
         the checksum (tests of the consumer's checks)."""
         size, mm, data, head = self.ring_bytes, self._mm, self._data, self._head
+        if isinstance(payload, Gathered):
+            self._write_gathered(kind, payload, crc)
+            return
         if isinstance(payload, memoryview):
             payload = payload.cast("B")
         length = len(payload)
@@ -174,6 +199,39 @@ class Producer(_Ring):
         else:
             mm[data + start : data + size] = payload[:first]
             mm[data : data + length - first] = payload[first:]
+        self._head = head = head + need
+        self._seq += 1
+        self._slots[self._head_slot] = head
+
+    def _write_gathered(self, kind: int, payload: Gathered, crc: int | None) -> None:
+        """``write`` of a payload in parts: the same packet, each part copied in turn."""
+        size, mm, data, head = self.ring_bytes, self._mm, self._data, self._head
+        length = len(payload)
+        if length > self.max_payload:
+            raise RingError(f"a packet of {length} bytes exceeds the ring's limit of {self.max_payload}")
+        used = head - self._slots[self._tail_slot]
+        if not 0 <= used <= size:
+            raise RingError("the consumer's ring index is corrupt")
+        need = HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN)
+        if size - used < need:
+            raise RingError(f"the ring is full ({used} of {size} bytes unread)")
+        if crc is None:
+            crc = 0
+            for part in payload.parts:
+                crc = zlib.crc32(part, crc)
+        pos = head % size
+        _PACKET.pack_into(mm, data + pos, length, self._seq & 0xFFFFFFFF, crc, kind)
+        at = (pos + HEADER_BYTES) % size
+        for part in payload.parts:
+            n = len(part)
+            first = size - at
+            if n <= first:
+                mm[data + at : data + at + n] = part
+            else:
+                view = memoryview(part)
+                mm[data + at : data + size] = view[:first]
+                mm[data : data + n - first] = view[first:]
+            at = (at + n) % size
         self._head = head = head + need
         self._seq += 1
         self._slots[self._head_slot] = head

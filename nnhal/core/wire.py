@@ -114,21 +114,29 @@ def priority_from_wire(value: int) -> Priority:
 
 
 # -- model ----------------------------------------------------------------------
-def _loc_to(loc: DataLocation, msg: pb.DataLocation) -> None:
+def location_to(loc: Any, msg: pb.DataLocation) -> None:
+    """A DataLocation (canonical or of any HAL version: the same fields), left unset when all zero."""
     if loc.pool_index or loc.offset or loc.length:
         msg.pool_index = loc.pool_index
         msg.offset = loc.offset
         msg.length = loc.length
 
 
-def operand_to(op: Operand, msg: pb.Operand) -> None:
+def operand_fields_to(op: Any, msg: Any) -> None:
+    """The fields every version's Operand shares (type, dimensions, consumers, scale, zero
+    point, lifetime, location) into an Operand message of ``types.proto`` or ``hidl.proto``;
+    the extra parameters are each caller's (they differ by version)."""
     msg.type = int(op.type)
     msg.dimensions.extend(op.dimensions)
     msg.number_of_consumers = op.number_of_consumers
     msg.scale = op.scale
     msg.zero_point = op.zero_point
     msg.lifetime = int(op.lifetime)
-    _loc_to(op.location, msg.location)
+    location_to(op.location, msg.location)
+
+
+def operand_to(op: Operand, msg: pb.Operand) -> None:
+    operand_fields_to(op, msg)
     if op.channel_quant is not None:
         msg.extra_params.channel_quant.scales.extend(op.channel_quant.scales)
         msg.extra_params.channel_quant.channel_dim = op.channel_quant.channel_dim
@@ -149,17 +157,25 @@ def subgraph_to(sg: Subgraph, msg: pb.Subgraph) -> None:
 
 
 def pool_to(pool: MemoryPool, msg: pb.MemoryPool) -> None:
+    if isinstance(pool, BufferTokenPool):
+        msg.token = pool.token
+    else:
+        memory_to(pool, msg)
+
+
+def memory_to(pool: InlinePool | SharedMemoryPool, msg: Any) -> None:
+    """An inline or shared-memory pool into ``msg``: a MemoryPool of ``types.proto`` or a
+    HIDL memory of ``hidl.proto`` (the same ``inline`` / ``shared`` fields)."""
     if isinstance(pool, InlinePool):
         inline = msg.inline
         inline.data = pool.data if isinstance(pool.data, bytes) else bytes(pool.data)
         inline.size = pool.size
-    elif isinstance(pool, SharedMemoryPool):
-        msg.shared.kind = pool.kind
-        msg.shared.name = pool.name
-        msg.shared.offset = pool.offset
-        msg.shared.size = pool.size
     else:
-        msg.token = pool.token
+        shared = msg.shared
+        shared.kind = pool.kind
+        shared.name = pool.name
+        shared.offset = pool.offset
+        shared.size = pool.size
 
 
 def model_to(model: Model, msg: pb.Model | None = None) -> pb.Model:
@@ -250,7 +266,7 @@ def _args_to(args: Iterable[RequestArgument], out: object) -> None:
         m = out.add()  # type: ignore[attr-defined]
         if a.has_no_value:
             m.has_no_value = True
-        _loc_to(a.location, m.location)
+        location_to(a.location, m.location)
         if a.dimensions:
             m.dimensions.extend(a.dimensions)
 

@@ -15,7 +15,7 @@ import enum
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from nnhal.core import enums as c
+from nnhal.core import enums as c, wire
 from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import ExtensionNameAndPrefix, InlinePool, SharedMemoryPool
@@ -36,16 +36,9 @@ def _member(version: HalVersion, canonical: type[enum.IntEnum], value: int, what
 
 # -- memory ---------------------------------------------------------------------------
 def memory_to(pool: Any, msg: hpb.HidlMemory) -> None:
-    if isinstance(pool, InlinePool):
-        msg.inline.data = bytes(pool.data)
-        msg.inline.size = pool.size
-    elif isinstance(pool, SharedMemoryPool):
-        msg.shared.kind = pool.kind
-        msg.shared.name = pool.name
-        msg.shared.offset = pool.offset
-        msg.shared.size = pool.size
-    else:
+    if not isinstance(pool, InlinePool | SharedMemoryPool):
         raise InvalidArgument(f"hidl_memory cannot hold {type(pool).__name__} (a driver-managed token needs 1.3)")
+    wire.memory_to(pool, msg)
 
 
 def memory_from(msg: hpb.HidlMemory, where: str) -> InlinePool | SharedMemoryPool:
@@ -59,19 +52,8 @@ def memory_from(msg: hpb.HidlMemory, where: str) -> InlinePool | SharedMemoryPoo
 
 
 # -- model ---------------------------------------------------------------------------
-def _location_to(loc: Any, msg: pb.DataLocation) -> None:
-    if loc.pool_index or loc.offset or loc.length:
-        msg.pool_index, msg.offset, msg.length = loc.pool_index, loc.offset, loc.length
-
-
 def _operand_to(op: Any, msg: Any) -> None:
-    msg.type = int(op.type)
-    msg.dimensions.extend(op.dimensions)
-    msg.number_of_consumers = op.number_of_consumers
-    msg.scale = op.scale
-    msg.zero_point = op.zero_point
-    msg.lifetime = int(op.lifetime)
-    _location_to(op.location, msg.location)
+    wire.operand_fields_to(op, msg)
     extra = getattr(op, "extra_params", None)
     if isinstance(extra, V1_2.SymmPerChannelQuantParams):
         msg.extra_params.channel_quant.scales.extend(extra.scales)
@@ -157,7 +139,7 @@ def model_from(msg: HidlModel) -> Any:
 def _args_to(args: Iterable[Any], out: Any) -> None:
     for a in args:
         m = out.add(has_no_value=a.has_no_value, dimensions=a.dimensions)
-        _location_to(a.location, m.location)
+        wire.location_to(a.location, m.location)
 
 
 def request_to(request: V1_0.Request, msg: hpb.RequestV1_0) -> hpb.RequestV1_0:

@@ -307,4 +307,4 @@ class ExecutionJob:
         bound pools. Idempotent."""
         self._release_ticket()
         self._drop_data()
-        self.bound.close()
+        self.bound.drop()

@@ -496,14 +496,17 @@ class BoundPools:
         raise InvalidArgument(f"pool {index} is not shared memory")
 
     def close(self) -> None:
-        """Close the shared pools and drop every buffer (results taken by ``inline_results``
-        keep their own views): a closed job held past its run, e.g. while its answer waits to
-        be written, holds no pool's bytes."""
         for p in self._shared:
             p.region.close()
             if self._cache is not None and p.staging is not None:
                 self._cache.give_back(p.staging)
         self._shared.clear()
+
+    def drop(self) -> None:
+        """Close, and drop every buffer (results taken by ``inline_results`` keep their own
+        views): a request's job held past its run, e.g. while its answer waits to be written,
+        holds no pool's bytes. Not for a model's pools, which outlive their close."""
+        self.close()
         self.buffers = []
         self.inline_outputs = {}
 

@@ -17,6 +17,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+#: How long a child may take to announce its address. Generous: on a loaded machine (two
+#: cores, many runnable processes) importing numpy and grpc alone can take tens of seconds; a
+#: child that exits is reported at once whatever the bound.
+START_TIMEOUT_S = 90.0
+
 
 class ChildServer:
     """Start ``make_command(listen, port_file)`` and wait for its address.
@@ -29,7 +34,7 @@ class ChildServer:
         *,
         unix: bool = False,
         listen: str | None = None,
-        start_timeout: float = 30.0,
+        start_timeout: float = START_TIMEOUT_S,
         log_file: Path | None = None,
         prefix: str = "nnhal-",
         on_failure: Callable[[str], Exception] = RuntimeError,

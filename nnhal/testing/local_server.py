@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from nnhal.core.errors import DeadObject
-from nnhal.testing.child import ChildServer
+from nnhal.testing.child import START_TIMEOUT_S, ChildServer
 
 
 class LocalServer(ChildServer):
@@ -19,7 +19,7 @@ class LocalServer(ChildServer):
         *args: str,
         unix: bool = False,
         listen: str | None = None,
-        start_timeout: float = 30.0,
+        start_timeout: float = START_TIMEOUT_S,
         log_file: Path | None = None,
     ) -> None:
         def command(address: str, port_file: Path) -> list[str]:

@@ -1,6 +1,7 @@
 """The recover-once rule both resilient wrappers share (``nnhal.client.recovery``), without
 servers: ``protected``'s steps for a raised and an in-band DEAD_OBJECT, one recovery for
-callers that saw the same death (threads and tasks), a failed attempt's error shared, and
+callers that saw the same death (threads and tasks), a failed attempt's error shared,
+``replacement``'s choice between the fresh device and the invalid null object, and
 ``in_background``'s one delivery. The wrappers' four cases across processes are in
 ``tests/integration/test_resilient.py`` and ``tests/client/aio/test_resilient.py``."""
 
@@ -14,9 +15,22 @@ from typing import Any
 import pytest
 
 from nnhal.client import steps
-from nnhal.client.recovery import AsyncRecoverer, Attempt, Recover, Recoverer, in_background, protected
-from nnhal.core.enums import ErrorStatus
+from nnhal.client.invalid_device import InvalidDevice
+from nnhal.client.recovery import (
+    AsyncRecoverer,
+    Attempt,
+    Close,
+    Connect,
+    Describe,
+    Recover,
+    Recoverer,
+    in_background,
+    protected,
+    replacement,
+)
+from nnhal.core.enums import DeviceType, ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
+from nnhal.core.types import Capabilities
 
 BOUND_S = 10.0
 
@@ -203,3 +217,61 @@ def test_in_background_releases_a_value_nobody_can_receive() -> None:
     go.set()
     assert value.released.wait(BOUND_S)
     assert cb.status == ErrorStatus.GENERAL_FAILURE and cb.notifications == 2
+
+
+META = ("dev", "v1", 80, DeviceType.CPU, (), Capabilities())
+
+
+class Old:
+    feature_level = 80
+
+
+def _replace(describe: Any) -> tuple[tuple[Any, bool], list[Any]]:
+    """Drive ``replacement`` for a device that died: the fresh device is "fresh"; its
+    description is ``describe`` (raised when an exception); every Close is recorded, a quiet
+    one (whose error the client drops) as ``(device, "quiet")``."""
+    old = Old()
+    closed: list[Any] = []
+
+    def perform(step: Connect | Describe | Close) -> Any:
+        if isinstance(step, Connect):
+            return "fresh"
+        if isinstance(step, Describe):
+            assert step.device == "fresh"
+            if isinstance(describe, BaseException):
+                raise describe
+            return describe
+        name = "old" if step.device is old else step.device
+        closed.append((name, "quiet") if step.quiet else name)
+        return None
+
+    return steps.drive(replacement(old, META, (1, 0)), perform), closed
+
+
+def test_a_device_that_comes_back_the_same_replaces_the_dead_one() -> None:
+    (device, valid), closed = _replace(META)
+    assert device == "fresh" and valid and closed == [("old", "quiet")]  # its channel may be gone
+
+
+def test_a_device_that_comes_back_different_becomes_the_invalid_null_object() -> None:
+    (device, valid), closed = _replace(("dev", "v2", 80, DeviceType.CPU, (), Capabilities()))
+    assert not valid and closed == ["fresh", ("old", "quiet")]
+    assert isinstance(device, InvalidDevice)
+    assert (device.name, device.version_string(), device.number_of_cache_files_needed()) == ("dev", "v1", (1, 0))
+    with pytest.raises(GeneralFailure, match="InvalidDevice"):
+        device.status()
+
+
+def test_a_device_that_cannot_describe_itself_is_closed_and_the_error_raised() -> None:
+    closed: list[Any] = []
+
+    def perform(step: Connect | Describe | Close) -> Any:
+        if isinstance(step, Describe):
+            raise DeadObject("gone again")
+        if isinstance(step, Close):
+            closed.append(step.device)
+        return "fresh"
+
+    with pytest.raises(DeadObject, match="gone again"):
+        steps.drive(replacement(Old(), META, (1, 0)), perform)
+    assert closed == ["fresh"]  # the dead one stays for the next attempt

@@ -35,6 +35,18 @@ def test_packets_round_trip_across_the_end_of_the_ring(region: mmap.mmap) -> Non
     assert cons.read() is None
 
 
+def test_a_payload_in_parts_is_the_packet_of_its_joined_bytes(region: mmap.mmap) -> None:
+    prod, cons = _pair(region)
+    for i in range(40):  # parts of several sizes, the ring's end falling inside and between them
+        parts = [bytes([i]) * 7, memoryview(bytes(range(200)) * (2 + i % 5)), bytearray(b"z" * (13 * i)), b""]
+        gathered = fastring.Gathered(parts)
+        assert len(gathered) == sum(len(p) for p in parts)
+        prod.write(REQUEST, gathered)
+        assert cons.read() == (REQUEST, gathered.joined())
+    with pytest.raises(RingError, match="exceeds"):
+        prod.write(REQUEST, fastring.Gathered([bytes(RING // 2), bytes(RING // 2)]))
+
+
 def test_the_largest_packet_fills_an_empty_ring(region: mmap.mmap) -> None:
     prod, cons = _pair(region)
     prod.write(REQUEST, b"x" * 100)

@@ -28,6 +28,13 @@ from tests.conftest import Connector, add_model, holding_client, ones
 
 pytestmark = pytest.mark.integration
 
+#: How long a client process may take to exit: the hangs these tests catch last forever, and a
+#: loaded machine (two cores, many runnable processes) takes seconds just to import the client.
+#: A child still running later than that prints its threads' stacks (``faulthandler``).
+EXIT_BOUND_S = 90.0
+#: The child's stack dump comes before the test's bound.
+_DUMP_STACKS = f"import faulthandler; faulthandler.dump_traceback_later({EXIT_BOUND_S - 15}, exit=True)\n"
+
 
 def _fired(cb: Callback) -> list[int]:  # type: ignore[type-arg]
     """Count user-visible deliveries of ``cb``."""
@@ -167,13 +174,16 @@ def test_connect_to_nothing_is_dead_object(connect: Connector) -> None:
 
 # A client whose connect fails; the error (and so, through its traceback, the half-made
 # session) lives until the interpreter exits: the session is collected at shutdown.
-_FREE_PORT = """
+_FREE_PORT = (
+    _DUMP_STACKS
+    + """
 import socket, sys
 s = socket.socket()
 s.bind(("127.0.0.1", 0))
 port = s.getsockname()[1]
 s.close()  # a free loopback port: nothing listens there
 """
+)
 _FAILED_CONNECT_CLIENT = {
     "sync": _FREE_PORT
     + textwrap.dedent(
@@ -219,7 +229,7 @@ def test_a_client_whose_connect_failed_exits_promptly(how: str, client: str) -> 
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
-        timeout=20,
+        timeout=EXIT_BOUND_S,
     )
     assert proc.returncode == (2 if how == "caught" else 1), proc.stderr
     assert "DeadObject" in proc.stderr and "no nnhal server answered" in proc.stderr, proc.stderr
@@ -267,7 +277,7 @@ def test_a_client_exits_promptly_with_an_unclosed_session_to_a_dead_server(
     # Seen hanging at exit: the session's __del__ at interpreter shutdown closed its channel,
     # which waits for gRPC's threads (frozen by then) or starts a thread that never runs.
     proc = subprocess.Popen(
-        [sys.executable, "-c", _UNCLOSED_CLIENT[client], own_server.address],
+        [sys.executable, "-c", _DUMP_STACKS + _UNCLOSED_CLIENT[client], own_server.address],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -277,7 +287,7 @@ def test_a_client_exits_promptly_with_an_unclosed_session_to_a_dead_server(
         assert proc.stdout is not None and proc.stdout.readline().strip() == "connected"
         own_server.proc.kill()
         own_server.proc.wait(10)
-        out, err = proc.communicate("\n", timeout=20)
+        out, err = proc.communicate("\n", timeout=EXIT_BOUND_S)
         assert proc.returncode == 0 and out.strip() == "dead", err
     finally:
         if proc.poll() is None:

@@ -31,7 +31,7 @@ from nnhal.client.aio.prepared_model import PreparedModel
 from nnhal.client.cache_files import CacheInput
 from nnhal.client.invalid_device import InvalidDevice
 from nnhal.client.outcome import ExecutionOutcome
-from nnhal.client.recovery import AsyncRecoverer, Attempt, Recover, protected
+from nnhal.client.recovery import AsyncRecoverer, Attempt, Close, Connect, Describe, Recover, protected, replacement
 from nnhal.client.release import AsyncReleasable
 from nnhal.client.remote.transport import TlsConfig
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Priority
@@ -105,20 +105,22 @@ class ResilientDevice(AsyncReleasable):
         return self
 
     async def _make_device(self, failing: AnyDevice) -> AnyDevice:
-        device: AnyDevice = await self._factory()
-        try:
-            same = await _metadata_of(device) == self._metadata  # type: ignore[arg-type]
-        except HalError:
-            await device.close()  # type: ignore[misc]
-            raise
-        if not same:
-            log.error("the recovered device %r differs from the original; marking it invalid", self.name)
-            await device.close()  # type: ignore[misc]
-            name, version, _, kind, extensions, caps = self._metadata
-            device = InvalidDevice(name, version, failing.feature_level, kind, extensions, caps, self._cache_files)
-            self._valid = False
-        await _awaited(failing.close())
-        return device
+        async def perform(step: Connect | Describe | Close) -> Any:
+            if isinstance(step, Connect):
+                return await self._factory()
+            if isinstance(step, Describe):
+                return await _metadata_of(step.device)
+            try:
+                await _awaited(step.device.close())
+            except Exception:
+                if not step.quiet:
+                    raise
+                log.debug("closing the dead device failed", exc_info=True)
+            return None
+
+        device, valid = await steps.drive_async(replacement(failing, self._metadata, self._cache_files), perform)
+        self._valid = self._valid and valid
+        return device  # type: ignore[no-any-return]
 
     def protect(self, fn: Callable[[AnyDevice], Any]) -> Awaitable[Any]:
         """Run ``fn`` (a coroutine's maker) on the current device; on DEAD_OBJECT recover and retry once."""

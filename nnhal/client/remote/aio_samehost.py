@@ -153,7 +153,7 @@ class AioQueueLink(QueueEnds):
         """Whether a call is using the queue now."""
         return self._busy
 
-    async def exchange(self, kind: int, payload: bytes, timeout: float) -> tuple[int, bytes] | None:
+    async def exchange(self, kind: int, payload: fastring.Payload, timeout: float) -> tuple[int, bytes] | None:
         """Send one packet and await the answer packet for up to ``timeout`` seconds; None
         (nothing sent) when another task is using the queue or the packet does not fit the
         ring. Raises :class:`QueueEnded` when the queue ended first, :class:`QueueTimeout`
@@ -304,7 +304,7 @@ class AioSameHostQueue:
         self._link = link
         return link
 
-    async def _exchange(self, link: AioQueueLink, kind: int, payload: bytes, limit: float, what: str) -> Any:
+    async def _exchange(self, link: AioQueueLink, kind: int, payload: fastring.Payload, limit: float, what: str) -> Any:
         """:meth:`AioQueueLink.exchange`, its queue's end and lateness raised as the gRPC path's
         failures (the link closed when out of step)."""
         try:

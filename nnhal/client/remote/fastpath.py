@@ -197,9 +197,11 @@ class QueueEnds:
 
     def execution_packet(
         self, request: Request, options: ExecutionOptions, handle: str, session: str, tag: bytes
-    ) -> tuple[int, bytes, _Key | None] | None:
+    ) -> tuple[int, fastring.Gathered, _Key | None] | None:
         """The packet (kind, payload) of one execution and the layout key its answer may grant
-        an id for; None when it or its largest possible answer does not fit the rings."""
+        an id for; None when it or its largest possible answer does not fit the rings. The
+        payload is in parts (``tag``, the header, the pools' bytes as the request holds them):
+        the ring copies each once."""
         if not self._answer_fits(request):
             return None
         shape = None if options.profile else fastpacket.layout_key(request.inputs, request.outputs, request.pools)
@@ -220,23 +222,22 @@ class QueueEnds:
             # A layout the server knows: only the per-call scalars and the pools' bytes travel.
             kind = fastpacket.CALL
             remaining = fastpacket.remaining_ns(remaining_time(options.timeout, options.deadline_at))
-            payload = fastpacket.encode_call(
+            payload = fastpacket.call_parts(
                 layout,
                 options.measure,
                 remaining,
                 options.loop_timeout_ns,
                 [p.data for p in request.pools],  # type: ignore[union-attr]  # all inline: layout_key
-            )
+            ).parts
         else:
             kind = fastring.REQUEST if key is None or len(self._layouts) >= fastpacket.MAX_LAYOUTS else fastpacket.LEARN
             msg = spb.ExecuteRequest(session=session, profile=options.profile)
             fill_execution(msg, handle, request, options)  # a burst's server fills in the session and model
-            payload = msg.SerializeToString()
-        if tag:
-            payload = tag + payload
-        if not self.requests.fits(len(payload)):
+            payload = [msg.SerializeToString()]
+        packet = fastring.Gathered([tag, *payload] if tag else payload)
+        if not self.requests.fits(len(packet)):
             return None
-        return kind, payload, key
+        return kind, packet, key
 
     def read_answer(self) -> tuple[int, bytes] | None:
         """The next answer packet, None when none is waiting; GENERAL_FAILURE (the ring
@@ -368,7 +369,7 @@ class FastBurstLink(QueueEnds):
         finally:
             self._lock.release()
 
-    def exchange(self, kind: int, payload: bytes, timeout: float) -> tuple[int, bytes] | None:
+    def exchange(self, kind: int, payload: fastring.Payload, timeout: float) -> tuple[int, bytes] | None:
         """Send one packet and wait up to ``timeout`` seconds for the answer packet; None (nothing
         sent) when another thread is using the queue or the packet does not fit the ring.
         Raises :class:`QueueEnded` when the queue ended first (the status it ended with),

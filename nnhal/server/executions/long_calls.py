@@ -108,9 +108,10 @@ class LongCalls:
     """Counts of long-lived calls by kind and client, capped. Thread-safe; its lock is a leaf.
 
     ``per_client``: kind -> cap for one client (a session's client, or for a burst or a
-    streamed execution the connection that opened it: its session is only named by its
-    first request, which an idle stream never sends). ``total``: cap over every kind and client
-    but those of ``own_totals``: kind -> its own cap over every client (module docstring)."""
+    streamed execution the mTLS identity, else the connection, that opened it: its session is
+    only named by its first request, which an idle stream never sends). ``total``: cap over every
+    kind and client but those of ``own_totals``: kind -> its own cap over every client (module
+    docstring)."""
 
     def __init__(self, per_client: dict[str, int], total: int, own_totals: dict[str, int] | None = None) -> None:
         self.per_client = dict(per_client)
@@ -149,6 +150,11 @@ class LongCalls:
     def in_progress(self) -> int:
         with self._lock:
             return self._all
+
+    def held_by(self, client: str) -> int:
+        """Calls of every kind ``client`` holds."""
+        with self._lock:
+            return self._by_client.get(client, 0)
 
     def held(self, kind: str, client: str) -> int:
         with self._lock:

@@ -321,7 +321,8 @@ class DeviceServicer(sgrpc.DeviceServicer):
                 operations_on_fallback=on_fallback,
             )
         key = client_key_of(identity)
-        mine = self._long_calls.held("fence wait", key) + self._long_calls.held("preparation", key)
+        # Bursts and streamed executions of an mTLS client are its identity's too (``stream_client``).
+        mine = self._long_calls.held_by(key)
         counts = {**self.driver.client_stats(key), "long_calls": mine}
         by_priority = self.driver.priorities(key)
         return spb.StatsResponse(**counts, identity=identity, limits=limits, prepared_models_by_priority=by_priority)

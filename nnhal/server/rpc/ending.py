@@ -52,10 +52,37 @@ def current_ender() -> Callable[[], None] | None:
     return ender.end if ender is not None else None
 
 
+def call_ender() -> CallEnder | None:
+    """The ender of the call the running task serves, made on first use (None off a task).
+    The handler must then catch the cancellation (:func:`ended`, :func:`abort_ended`)."""
+    task = asyncio.current_task()
+    if task is None:
+        return None
+    ender = _CURRENT.get()
+    if ender is None or ender._task is not task:
+        ender = CallEnder(task)
+        _CURRENT.set(ender)
+    return ender
+
+
+def ended() -> bool:
+    """Whether the running call's cancellation is its ender's (else it is the transport's: re-raise)."""
+    ender = _CURRENT.get()
+    return ender is not None and ender.reason is not None and ender._task is asyncio.current_task()
+
+
+async def abort_ended(context: aio.ServicerContext[Any, Any]) -> None:
+    """Abort the call its ender ended (after :func:`ended`), with the ender's reason."""
+    ender = _CURRENT.get()
+    assert ender is not None
+    await _aborted(context, ender)
+
+
 async def _aborted(context: aio.ServicerContext[Any, Any], ender: CallEnder) -> None:
     task = asyncio.current_task()
-    if task is not None:
-        task.uncancel()
+    uncancel = getattr(task, "uncancel", None)  # Python 3.11+; before, a caught cancel is simply over
+    if uncancel is not None:
+        uncancel()
     await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, ender.reason or "ended by the server")
 
 

@@ -77,6 +77,7 @@ from nnhal.server.executions.long_calls import QUEUE, once
 from nnhal.server.executions.methods import CARRIER
 from nnhal.server.fastpath import FastQueue
 from nnhal.server.rpc.common import result_to, status_to
+from nnhal.server.rpc.identity import stream_client
 from nnhal.server.rpc.prepared_model_servicer import EXECUTION_FAULTS, check_burst_fields, execution_from
 from nnhal.server.rpc.samehost import QueueCall, SameHostMethods
 from nnhal.server.rpc.sync_handlers import pool_of
@@ -196,7 +197,8 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         self, request: fpb.FastBurstRequest, context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[fpb.FastBurstEvent]:
         pool = pool_of(asyncio.get_running_loop())
-        opening = pool.submit(contextvars.copy_context().run, self._open, request, context.peer() or "")
+        peer, client = context.peer() or "", stream_client(context)
+        opening = pool.submit(contextvars.copy_context().run, self._open, request, peer, client)
         try:
             opened = await asyncio.wrap_future(opening)
         except asyncio.CancelledError:
@@ -230,14 +232,15 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             queue.stop()
             _after(step, opened.close)  # never under a batch still running
 
-    def _open(self, request: fpb.FastBurstRequest, peer: str) -> _Opened | fpb.FastBurstEvent:
-        """The authorised, admitted and charged queue (on a worker thread), or the refusal's event."""
+    def _open(self, request: fpb.FastBurstRequest, peer: str, client: str) -> _Opened | fpb.FastBurstEvent:
+        """The authorised, admitted and charged queue (on a worker thread), or the refusal's event.
+        ``client``: whose burst it is for the long-call caps (``identity.stream_client``)."""
         try:
             session = self._authorise(request, peer)
             if request.executions:  # the session's: threadless while idle, its own caps
                 leave = self.executions.long_calls.open(QUEUE, session.id)
             else:
-                leave = self.executions.long_calls.open("burst", peer)
+                leave = self.executions.long_calls.open("burst", client)
         except HalError as err:
             return self._event(self.executions.refuse(self._method, err))
         opened = _Opened(session.id, self.driver.budget, leave)

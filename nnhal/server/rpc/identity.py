@@ -27,7 +27,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from nnhal.server.session import VERIFIED_CLIENT
+from nnhal.server.session import VERIFIED_CLIENT, client_key_of
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,15 @@ def peer_identity(context: grpc.ServicerContext | aio.ServicerContext[Any, Any])
         if values:
             return bytes(values[0]).decode("utf-8", "replace")
     return None
+
+
+def stream_client(context: grpc.ServicerContext | aio.ServicerContext[Any, Any]) -> str:
+    """Who a stream opened before naming its session (a burst, a streamed execution) belongs
+    to for the caps on long-lived calls: with mTLS the verified identity — the same key as its
+    sessions' (``session.client_key_of``), so no number of connections multiplies its share —
+    else its connection."""
+    identity = peer_identity(context)
+    return client_key_of(identity) if identity is not None else context.peer() or ""
 
 
 class IdentityInterceptor(aio.ServerInterceptor):

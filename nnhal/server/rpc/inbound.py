@@ -22,7 +22,7 @@ message through an :class:`Inbound`:
   sessions' own charges).
   Past the total, a client below its fair share (the total less the reserve, divided among
   the clients holding any plus itself) makes room: the newest call of the client furthest
-  above its share is ended (CANCELLED to that client). Otherwise the call is refused
+  above its share is ended (RESOURCE_EXHAUSTED to that client, ``ending``). Otherwise the call is refused
   RESOURCE_EXHAUSTED. The handler's own charges (request data, results waiting to be
   written) come on top, in the same budget.
 - **writing**: an answer message (``gated`` streams) that the transport has not written
@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,8 +53,9 @@ from grpc import aio
 from nnhal.core.errors import HalError
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.log_limits import undecodable
+from nnhal.server.rpc.ending import CallEnder, abort_ended, call_ender, ended
 from nnhal.server.rpc.handler_shape import behaviour
-from nnhal.server.rpc.identity import peer_identity
+from nnhal.server.rpc.identity import stream_client
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +79,7 @@ class _Held:
     """One call's message held: its bytes and the task serving the call (ended to make room)."""
 
     nbytes: int
-    task: asyncio.Task[Any] | None
+    ender: CallEnder | None
     released: bool = False
 
 
@@ -160,8 +162,8 @@ class Inbound:
         await self._read_place()
         read: object = None
         try:
-            read = await asyncio.wait_for(context.read(), self.read_timeout)
-        except TimeoutError:
+            read = await _read_within(context, self.read_timeout)
+        except asyncio.TimeoutError:  # the builtin TimeoutError from 3.11; asyncio's before
             pass
         finally:
             self._end_read()
@@ -197,7 +199,7 @@ class Inbound:
             return refusal
         if client is None:
             client = self._clients[key] = _Client()
-        entry = _Held(nbytes, asyncio.current_task())
+        entry = _Held(nbytes, call_ender())
         client.held += nbytes
         client.calls.append(entry)
         self._held += nbytes
@@ -212,7 +214,8 @@ class Inbound:
         if budget is None or not budget.limit_total or nbytes <= WINDOW_BYTES:
             return None
         holders = len(self._clients) + (0 if key in self._clients else 1)
-        share = (budget.limit_total - budget.reserve) // max(1, holders)
+        # In bytes of messages (each charged REQUEST_COPIES times).
+        share = (budget.limit_total - budget.reserve) // REQUEST_COPIES // max(1, holders)
         while True:
             try:
                 budget.charge_working(nbytes * REQUEST_COPIES, REQUESTS_IN_FLIGHT, keep_reserve=True)
@@ -228,8 +231,8 @@ class Inbound:
             entry = self._clients[victim].calls[-1]
             self._release(victim, entry)
             self.evicted += 1
-            if entry.task is not None:
-                entry.task.cancel()
+            if entry.ender is not None:
+                entry.ender.end("the server ended this call to make room for another client's request")
             log.warning("ended a call of client %s (above its fair share) to make room for another client", victim)
 
     def _release(self, key: str, entry: _Held) -> None:
@@ -274,10 +277,20 @@ class Inbound:
             task.cancel()
 
 
+async def _read_within(context: aio.ServicerContext[Any, Any], seconds: float) -> object:
+    """The call's next read; TimeoutError when it does not complete within ``seconds``.
+
+    On 3.11+ a timeout scope on the handler's own task: ``asyncio.wait_for`` wraps the read in
+    a task of its own, which costs every call a task and several more turns of the loop."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await context.read()
+    return await asyncio.wait_for(context.read(), seconds)  # pragma: no cover - Python 3.10
+
+
 def _client_of(context: aio.ServicerContext[Any, Any]) -> str:
     """Whose bytes these are: the verified identity with mTLS, else the connection."""
-    identity = peer_identity(context)
-    return f"x509:{identity}" if identity is not None else f"peer:{context.peer()}"
+    return stream_client(context)
 
 
 def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.RpcMethodHandler:
@@ -335,6 +348,10 @@ def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.R
                         finally:
                             timer.cancel()
                         w.stalled = False
+            except asyncio.CancelledError:
+                if not ended():  # the transport's cancellation
+                    raise
+                await abort_ended(context)
             finally:
                 inbound.done_writing(peer, w)
                 aclose = getattr(events, "aclose", None)
@@ -348,8 +365,13 @@ def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.R
     unary_fn: Callable[[Any, aio.ServicerContext[Any, Any]], Awaitable[Any]] = fn
 
     async def unary(_requests: object, context: aio.ServicerContext[Any, Any]) -> Any:
-        request = await deserialize(await inbound.receive(context), context)
-        return await unary_fn(request, context)
+        try:
+            request = await deserialize(await inbound.receive(context), context)
+            return await unary_fn(request, context)
+        except asyncio.CancelledError:
+            if not ended():  # the transport's cancellation
+                raise
+            await abort_ended(context)
 
     return grpc.stream_unary_rpc_method_handler(
         unary, request_deserializer=None, response_serializer=handler.response_serializer

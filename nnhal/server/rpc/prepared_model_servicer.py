@@ -35,6 +35,7 @@ from nnhal.server.executions import Arrival, Execution, Executions, FencedExecut
 from nnhal.server.executions.faults import BURST, abort_of
 from nnhal.server.rpc.common import events_to, hal_method, result_to, status_to
 from nnhal.server.rpc.ending import current_ender
+from nnhal.server.rpc.identity import stream_client
 from nnhal.server.rpc.sync_handlers import SyncContext, abort, in_thread, run_sync
 
 SYNC = "executeSynchronously_1_3"
@@ -104,18 +105,18 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         """A burst: one stream, many executions, answered in order. A coroutine on the
         server's loop: an idle burst holds no thread; a short execution runs inline
         (``runs_inline``), any other on a worker thread. Counted against the caps from its
-        start, keyed by its connection.
+        start, keyed by its client (``identity.stream_client``: the mTLS identity, else the
+        connection).
 
         It reads and writes the call itself (``context.read`` / ``context.write``) instead of
         iterating ``request_iterator`` and yielding answers: each of those is an async
         generator (grpc.aio's request iterator, this handler, the request-id wrapper) whose
         steps cost more per execution than a small model's whole run."""
         x = self.executions
-        peer = context.peer() or ""
         try:
             if arrival is not None and arrival.error is not None:
                 raise arrival.error
-            leave = x.long_calls.open("burst", peer, current_ender())
+            leave = x.long_calls.open("burst", stream_client(context), current_ender())
         except HalError as err:
             await context.write(spb.BurstResponse(result=status_to(spb.ExecuteResult(), x.refuse(m, err))))
             return

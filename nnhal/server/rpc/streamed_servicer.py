@@ -33,6 +33,7 @@ from nnhal.server import log_limits
 from nnhal.server.executions import Abort, Arrival, Execution, Executions, Method, Refused
 from nnhal.server.rpc.common import hal_method, status_to
 from nnhal.server.rpc.ending import current_ender
+from nnhal.server.rpc.identity import stream_client
 from nnhal.server.rpc.prepared_model_servicer import execution_from
 from nnhal.server.rpc.sync_handlers import SyncContext, abort, in_thread
 
@@ -63,12 +64,11 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
         arrival: Arrival | None,
     ) -> AsyncIterator[stpb.StreamedExecuteResult]:
         x = self.executions
-        peer = context.peer() or ""
         t0 = time.perf_counter()
         try:
             if arrival is not None and arrival.error is not None:
                 raise arrival.error  # the level of the method it shares
-            leave = x.long_calls.open("streamed execution", peer, current_ender())
+            leave = x.long_calls.open("streamed execution", stream_client(context), current_ender())
         except HalError as err:
             yield _head(x.refuse(m, err, None, t0))
             return

@@ -1,0 +1,81 @@
+"""The read of a gated call's one request message: admitted, bounded in time, held."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+import pytest
+
+from nnhal.server.rpc.inbound import Inbound
+
+
+class Aborted(Exception):
+    pass
+
+
+class FakeContext:
+    """What ``Inbound.receive`` uses of a grpc.aio servicer context."""
+
+    def __init__(self, delay: float, message: object = b"abc") -> None:
+        self.delay = delay
+        self.message = message
+        self.aborted: tuple[grpc.StatusCode, str] | None = None
+        self.done: list[Any] = []
+
+    async def read(self) -> object:
+        await asyncio.sleep(self.delay)
+        return self.message
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.aborted = (code, details)
+        raise Aborted(details)
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {}
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+    def add_done_callback(self, fn: Any) -> None:
+        self.done.append(fn)
+
+
+def test_a_message_read_in_time_is_held() -> None:
+    inbound = Inbound(1024, read_timeout=5.0)
+    ctx = FakeContext(0.0)
+    assert asyncio.run(inbound.receive(ctx)) == b"abc"  # type: ignore[arg-type]
+    assert inbound.held == 3 and len(ctx.done) == 1
+
+
+def test_a_read_past_the_timeout_ends_the_call_and_frees_its_place() -> None:
+    inbound = Inbound(1024, read_timeout=0.05)
+    ctx = FakeContext(5.0)
+
+    async def main() -> None:
+        with pytest.raises(Aborted):
+            await inbound.receive(ctx)  # type: ignore[arg-type]
+        # The place is given back: the next read starts at once.
+        assert await inbound.receive(FakeContext(0.0)) == b"abc"  # type: ignore[arg-type]
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert ctx.aborted is not None
+    assert ctx.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "did not arrive within 0.05 s" in ctx.aborted[1]
+
+
+def test_a_cancelled_read_is_a_cancellation_not_a_timeout() -> None:
+    inbound = Inbound(1024, read_timeout=5.0)
+    ctx = FakeContext(5.0)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(inbound.receive(ctx))  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert ctx.aborted is None
+    assert inbound.held == 0

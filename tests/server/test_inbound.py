@@ -1,0 +1,93 @@
+"""Requests in flight held against their client and the total (``rpc.inbound``, issue #24):
+a client past its limit is refused; past the total, a client below its fair share makes room
+by ending the newest call of the client furthest above its own; a call's end gives its bytes back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from nnhal.server.budget import MemoryBudget
+from nnhal.server.rpc.inbound import REQUEST_COPIES, REQUESTS_IN_FLIGHT, Inbound
+
+MiB = 1 << 20
+
+
+class _Context:
+    """The parts of a grpc.aio servicer context the inbound reads."""
+
+    def __init__(self, peer: str) -> None:
+        self._peer = peer
+        self.done: list[Callable[[Any], None]] = []
+
+    def peer(self) -> str:
+        return self._peer
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {}
+
+    def add_done_callback(self, fn: Callable[[Any], None]) -> None:
+        self.done.append(fn)
+
+    def end(self) -> None:
+        for fn in self.done:
+            fn(self)
+
+
+async def _hold(inbound: Inbound, ctx: _Context, nbytes: int) -> tuple[str | None, asyncio.Task[None]]:
+    """``nbytes`` held for ``ctx``'s call on a task of its own (its ender cancels that task)."""
+    result: list[str | None] = []
+    started = asyncio.Event()
+
+    async def call() -> None:
+        result.append(inbound._hold(f"peer:{ctx.peer()}", nbytes, ctx))  # type: ignore[arg-type]
+        started.set()
+        await asyncio.sleep(60)
+
+    task = asyncio.ensure_future(call())
+    await started.wait()
+    return result[0], task
+
+
+def test_a_client_past_its_limit_is_refused_and_a_newcomer_makes_room() -> None:
+    async def scenario() -> None:
+        budget = MemoryBudget(per_client=64 * MiB, total=256 * MiB)
+        inbound = Inbound(64 * MiB, 64 * MiB, budget)
+        a, b, c = _Context("a"), _Context("b"), _Context("c")
+        held_a = [await _hold(inbound, a, 20 * MiB) for _ in range(3)]
+        assert all(refusal is None for refusal, _ in held_a)
+        refusal, _ = await _hold(inbound, a, 20 * MiB)
+        assert refusal is not None and "past its limit" in refusal  # 80 MiB > 64 per client
+        held_b = [await _hold(inbound, b, 20 * MiB) for _ in range(2)]
+        assert all(refusal is None for refusal, _ in held_b)
+        assert budget.by_kind()[REQUESTS_IN_FLIGHT] == 5 * 20 * MiB * REQUEST_COPIES
+        # 200 of the 224 MiB outside the reserve: c's 40 do not fit; c is below its share
+        # (112 MiB of messages among 3 clients): a's newest call (a is furthest above) ends.
+        refusal, task_c = await _hold(inbound, c, 20 * MiB)
+        assert refusal is None and inbound.evicted == 1
+        await asyncio.wait([held_a[-1][1]], timeout=10)  # a bound, not a timing: it ends at once
+        assert held_a[-1][1].cancelled()
+        assert not any(t.done() for _, t in held_a[:-1] + held_b)
+        assert inbound.held == 5 * 20 * MiB
+        for ctx in (a, b, c):
+            ctx.end()
+        assert inbound.held == 0 and budget.by_kind()[REQUESTS_IN_FLIGHT] == 0
+        for _, t in [*held_a, *held_b, (None, task_c)]:
+            t.cancel()
+        await asyncio.gather(*(t for _, t in [*held_a, *held_b, (None, task_c)]), return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_small_messages_are_never_refused_for_the_total() -> None:
+    async def scenario() -> None:
+        budget = MemoryBudget(per_client=64 * MiB, total=64 * MiB)
+        budget.charge_working(64 * MiB, "execution tensors")  # the total is full
+        inbound = Inbound(64 * MiB, 64 * MiB, budget)
+        refusal, task = await _hold(inbound, _Context("v"), 1024)
+        assert refusal is None
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
