@@ -617,7 +617,8 @@ def bind_model_pools(
     if bound.has_shared:
         try:
             bound.check_shared()
-            # Copied before the close, which drops every buffer of the regions it unmaps.
+            # Copied while the regions are open, so the copy never depends on what a close
+            # leaves of their buffers (a request's ``drop`` empties them).
             copied: list[memoryview | bytes | bytearray] = [bytes(b) for b in bound.buffers]
         finally:
             bound.close()
