@@ -26,7 +26,9 @@ from nnhal.client.device import Device
 from nnhal.client.remote.messages import ExecutionOptions, execute_request
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject
+from nnhal.core.wire import MAX_MESSAGE_BYTES
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
+from nnhal.server.device_config import DeviceConfig
 from nnhal.testing.child import ChildServer
 from tests.adversarial.conftest import prepared_small, rss_bytes, victim_runs
 from tests.adversarial.raw_h2 import ZeroWindowClient
@@ -36,6 +38,8 @@ from tests.conftest import one_io_request, ones, relu_chain
 MiB = 1 << 20
 PER_CLIENT, TOTAL = 64 * MiB, 256 * MiB
 LIMITS = ("--memory-per-client", str(PER_CLIENT), "--memory-total", str(TOTAL))
+#: The largest single message the server receives at these limits.
+RECEIVE_CAP = DeviceConfig(memory_per_client=PER_CLIENT, memory_total=TOTAL).message_cap(MAX_MESSAGE_BYTES)
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 1 << 30), ("grpc.use_local_subchannel_pool", 1)]
 EXECUTE_1_3 = "/nnhal.v1.PreparedModel/execute_1_3"
 VICTIM_RUNS = 200
@@ -84,8 +88,9 @@ def _spread_victim(address: str, attack_done: threading.Event) -> list[ErrorStat
 
 
 def inline(address: str, seen: Outcome) -> list[ErrorStatus]:
-    """16 sessions, each sending (receive cap - 1 MiB) inline requests, both forms."""
-    x = np.ones((1, (PER_CLIENT - MiB) // 4), np.float32)
+    """16 sessions, each sending (receive cap - 1 MiB) inline requests, both forms (the
+    synchronous one travels in chunks, ``execute_1_3`` as one message)."""
+    x = np.ones((1, (RECEIVE_CAP - MiB) // 4), np.float32)
     model, request = relu_chain(1, x.shape), one_io_request(x)
     done = threading.Event()
 
