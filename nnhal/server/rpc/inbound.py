@@ -36,7 +36,9 @@ message through an :class:`Inbound`:
   the client reads, cancels or its deadline or connection ends. So a connection's large
   answers (over ``WINDOW_BYTES``) are written one at a time, and after a stalled one they are
   refused (RESOURCE_EXHAUSTED) until a write on the connection completes: a client that does
-  not read leaves at most one large answer per connection in the transport.
+  not read leaves at most one large answer per connection in the transport. A unary answer is
+  written by gRPC with its call's status once the handler returned: a large one first waits
+  (``hand_over``, at most ``write_timeout``) until the connection's previous one was taken.
 
 State lives on the server's event loop and is touched only there (no lock).
 """
@@ -297,6 +299,39 @@ class Inbound:
         if w.users <= 0 and self._writers.get(peer) is w:
             del self._writers[peer]
 
+    async def hand_over(self, context: aio.ServicerContext[Any, Any], what: str) -> None:
+        """Before a large unary answer is returned (gRPC then writes it with the call's status):
+        wait until the connection's previous large answer was taken, at most ``write_timeout``;
+        the call's end lets the next one go. Past that, and on a connection whose answer was not
+        taken in time, the call is aborted (RESOURCE_EXHAUSTED), its answer dropped: a client
+        that does not read leaves at most one large unary answer per connection in the
+        transport."""
+        peer = context.peer() or ""
+        w = self.writer(peer)
+        if not w.stalled:
+            try:
+                await _within(w.lock.acquire(), self.write_timeout)
+            except asyncio.TimeoutError:
+                w.stalled = True
+                self.stalled += 1
+                log.warning("%s: the client took no answer for %.0f s; refusing the next", what, self.write_timeout)
+            else:
+
+                def end(ctx: aio.ServicerContext[Any, Any]) -> None:
+                    w.lock.release()
+                    if not ctx.cancelled():  # written: the connection reads again
+                        w.stalled = False
+                    self.done_writing(peer, w)
+
+                context.add_done_callback(end)
+                return
+        self.done_writing(peer, w)
+        await context.abort(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"this connection took no answer for {self.write_timeout:g} s: its large answers are refused "
+            "until it reads",
+        )
+
     def stalled_write(self, task: asyncio.Task[Any] | None, w: _Writer, what: str) -> None:
         """A message of ``task``'s call was not written within the bound: end the call, and
         refuse its connection's large answers until one of its writes completes."""
@@ -316,6 +351,14 @@ async def _read_within(context: aio.ServicerContext[Any, Any], seconds: float) -
         async with asyncio.timeout(seconds):
             return await context.read()
     return await asyncio.wait_for(context.read(), seconds)  # pragma: no cover - Python 3.10
+
+
+async def _within(step: Awaitable[Any], seconds: float) -> Any:
+    """``step`` awaited; TimeoutError when it does not complete within ``seconds``."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await step
+    return await asyncio.wait_for(step, seconds)  # pragma: no cover - Python 3.10
 
 
 def _client_of(context: aio.ServicerContext[Any, Any]) -> str:
@@ -390,7 +433,11 @@ def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.R
     async def unary(_requests: object, context: aio.ServicerContext[Any, Any]) -> Any:
         try:
             request = await inbound.receive(context, parse, what)
-            return await unary_fn(request, context)
+            answer = await unary_fn(request, context)
+            del request
+            if hasattr(answer, "ByteSize") and answer.ByteSize() > WINDOW_BYTES:
+                await inbound.hand_over(context, what)
+            return answer
         except asyncio.CancelledError:
             if not ended():  # the transport's cancellation
                 raise
