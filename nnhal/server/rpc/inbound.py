@@ -315,6 +315,9 @@ class Inbound:
                 w.stalled = True
                 self.stalled += 1
                 log.warning("%s: the client took no answer for %.0f s; refusing the next", what, self.write_timeout)
+            except BaseException:  # the call was cancelled while it waited
+                self.done_writing(peer, w)
+                raise
             else:
 
                 def end(ctx: aio.ServicerContext[Any, Any]) -> None:
