@@ -105,9 +105,10 @@ def open_sealed(secret: bytes, token: bytes, blob: bytes, level: HalVersion) -> 
 #: ``_KEY_LABEL | nonce | token``) with a random nonce per seal: a MAC as strong as the
 #: reference's, at several times its speed over a large artifact (the CPU's vector units,
 #: not its SHA extensions).
-MAGIC_COMPILED = b"NNHALC4\0"
-#: Compiling devices' caches of earlier formats (HMAC-SHA256 of the whole body): refused, prepare afresh.
-_FORMER_COMPILED = (b"NNHALC3\0",)
+MAGIC_COMPILED = b"NNHALC5\0"
+#: Compiling devices' caches of earlier formats (3: HMAC-SHA256 of the whole body; 4: the ort
+#: device's artifact in ORT format): refused, prepare afresh.
+_FORMER_COMPILED = (b"NNHALC3\0", b"NNHALC4\0")
 _KEY_LABEL = b"nnhal compiled cache: poly1305 key\0"
 _NONCE = 16
 _TAG = 16
