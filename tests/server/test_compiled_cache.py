@@ -85,3 +85,11 @@ def test_the_reference_cache_is_not_opened_as_a_compiled_one() -> None:
     blob = cache.seal(SECRET, TOKEN, add_model(), Priority.LOW, LEVEL)
     with pytest.raises(InvalidArgument, match="another kind of device"):
         cache.open_compiled(SECRET, TOKEN, blob, LEVEL, "ort")
+
+
+def test_the_artifact_starts_at_an_aligned_offset_of_the_cache() -> None:
+    for size in (0, 1, 63, 64, 1000):
+        artifact = bytes(range(7)) * size
+        blob = cache.seal_compiled(SECRET, TOKEN, add_model(), Priority.LOW, LEVEL, "litert", artifact)
+        opened = cache.open_compiled(SECRET, TOKEN, blob, LEVEL, "litert")[2]
+        assert opened == artifact and (len(blob) - len(artifact)) % 64 == 0
