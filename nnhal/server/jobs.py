@@ -41,7 +41,7 @@ from nnhal.core.errors import (
 from nnhal.core.types import ExecutionResult, Model
 from nnhal.server.backend import ExecutableGraph
 from nnhal.server.budget import MemoryBudget
-from nnhal.server.executor.graph import Buffer, ExecutionControl, PreparedGraph
+from nnhal.server.executor.graph import RESERVE_CHUNK, Buffer, ExecutionControl, PreparedGraph
 from nnhal.server.handles import HandleTable
 from nnhal.server.memory import BoundPools
 from nnhal.server.prepared_model import PreparedModel, execution_result
@@ -238,7 +238,10 @@ class ExecutionJob:
         self._budget.charge_working(nbytes, EXECUTION_TENSORS)
 
     def _release(self, nbytes: int) -> None:
-        self._budget.uncharge_working(nbytes, EXECUTION_TENSORS)
+        # One reservation chunk is what a small model's execution takes and gives back each
+        # time: the heap reuses its tensors for the next call, so it owes no trim (whose
+        # garbage collection would otherwise run every second under a stream of small calls).
+        self._budget.uncharge_working(nbytes, EXECUTION_TENSORS, 0 if nbytes <= RESERVE_CHUNK else nbytes)
 
     def run(self) -> ExecutionResult:
         """Execute; every HAL failure is the result's status (a job launched unadmitted is

@@ -5,12 +5,15 @@ itself with the last queue."""
 from __future__ import annotations
 
 import contextvars
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from nnhal.client.remote.fastpath import _collect
 from nnhal.core import fastpacket, fastring
@@ -46,8 +49,8 @@ class _Client:
 
 
 @contextmanager
-def _queue(tmp_path: Path) -> Iterator[tuple[FastQueue, _Client]]:
-    queue = FastQueue.create(tmp_path, "t", RING)
+def _queue(directory: Path) -> Iterator[tuple[FastQueue, _Client]]:
+    queue = FastQueue.create(directory, "t", RING)
     handing = threading.Thread(target=queue.hand_over, args=(_BOUND_S,))
     handing.start()
     mm, doorbell = _collect(str(queue.socket_path), queue.token, RING)
@@ -63,11 +66,18 @@ def _queue(tmp_path: Path) -> Iterator[tuple[FastQueue, _Client]]:
         queue.close()
 
 
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    """A short directory for the handover sockets (a unix socket's path is at most 107 bytes)."""
+    with tempfile.TemporaryDirectory(prefix="nq") as d:
+        yield Path(d)
+
+
 def _refuse(status: ErrorStatus, message: str) -> bytes:
     return message.encode()
 
 
-def test_quick_packets_on_its_thread_others_on_workers_in_order(tmp_path: Path) -> None:
+def test_quick_packets_on_its_thread_others_on_workers_in_order(sock_dir: Path) -> None:
     where: list[tuple[bytes, str]] = []
 
     def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
@@ -77,8 +87,8 @@ def test_quick_packets_on_its_thread_others_on_workers_in_order(tmp_path: Path) 
     ended: list[int] = []
     with (
         ThreadPoolExecutor(2, thread_name_prefix="worker") as pool,
-        _queue(tmp_path) as (q1, c1),
-        _queue(tmp_path) as (q2, c2),
+        _queue(sock_dir) as (q1, c1),
+        _queue(sock_dir) as (q2, c2),
     ):
         server = QueueServer(pool.submit)
         for i, q in enumerate((q1, q2)):
@@ -106,12 +116,12 @@ def test_quick_packets_on_its_thread_others_on_workers_in_order(tmp_path: Path) 
         assert not any(t.name == "nnhal-queues" for t in threading.enumerate())
 
 
-def test_a_malformed_packet_is_refused_and_the_queue_serves_on(tmp_path: Path) -> None:
+def test_a_malformed_packet_is_refused_and_the_queue_serves_on(sock_dir: Path) -> None:
     def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
         return fastring.RESULT, payload
 
     ended: list[bool] = []
-    with ThreadPoolExecutor(1) as pool, _queue(tmp_path) as (q, c):
+    with ThreadPoolExecutor(1) as pool, _queue(sock_dir) as (q, c):
         server = QueueServer(pool.submit)
         server.serve(q, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda: ended.append(True))
         c.requests.write(fastring.RESULT, b"wrong kind")  # not a request kind: refused
