@@ -50,11 +50,11 @@ from nnhal.core.errors import GeneralFailure, InvalidArgument
 
 log = logging.getLogger(__name__)
 
-#: A queue whose last packet took at least this long has its packets answered on a worker
+#: A queue whose last packets took at least this long has its packets answered on a worker
 #: (:class:`QueueServer`), as an execution this slow does not run on the event loop's thread.
 INLINE_MAX_NS = 1_000_000
-#: ... and so does one whose last packet kept it waiting this long, whatever CPU it took.
-_WAIT_MAX_NS = 10 * INLINE_MAX_NS
+#: ... each of its last this many packets.
+_SLOW_PACKETS = 2
 #: What a turn of a served queue leaves to do (``QueueServer._answer``).
 _ARM, _END = object(), object()
 
@@ -283,9 +283,9 @@ class _Served:
     quick: Callable[[int], bool]
     run: Callable[..., object]
     ended: Callable[[], None]
-    #: How long the queue's last packet took (ns; ``QueueServer._answer``): a slow queue's
-    #: packets go to a worker.
-    last_ns: int = 0
+    #: How many of the queue's last packets in a row were slow (``QueueServer._answer``):
+    #: a slow queue's packets go to a worker.
+    slow: int = 0
 
 
 class QueueServer:
@@ -293,17 +293,17 @@ class QueueServer:
 
     A thread of its own waits on all their request doorbells at once (an epoll set, each
     queue armed once: a queue being served is not polled) and answers each ready queue's
-    packets in turn. A quick packet (``quick(kind)``, and the queue's previous packet took
-    less than :data:`INLINE_MAX_NS` of CPU and kept it waiting less than ten times that)
-    is answered on this thread, so that many busy queues cost no thread switch per packet
-    and the server's threads do not contend for the GIL. Any other packet goes to a worker
-    (``submit``), which then answers the rest of that queue's waiting packets and hands
-    the queue back. A quick packet that turns out slow holds the other queues up by that
-    one execution, after which its queue's packets go to workers. The thread exists while
-    a queue is served (started at the first, ending with the last). A queue ends once it
-    is stopping (``FastQueue.stop``, the client's STOP, a protocol violation): it leaves
-    the set and its ``ended`` is called, on whichever thread held it, after which nothing
-    here touches it. Thread-safe."""
+    packets in turn. A quick packet (``quick(kind)``, unless each of the queue's last two
+    packets took :data:`INLINE_MAX_NS` or longer) is answered on this thread, so that many
+    busy queues cost no thread switch per packet and the server's threads do not contend
+    for the GIL. Any other packet goes to a worker (``submit``), which then answers the
+    rest of that queue's waiting packets and hands the queue back. A quick packet that
+    turns out slow holds the other queues up by that one execution (by two for a queue's
+    first slow ones), after which its queue's packets go to workers. The thread exists
+    while a queue is served (started at the first, ending with the last). A queue ends
+    once it is stopping (``FastQueue.stop``, the client's STOP, a protocol violation): it
+    leaves the set and its ``ended`` is called, on whichever thread held it, after which
+    nothing here touches it. Thread-safe."""
 
     def __init__(self, submit: Callable[[Callable[[], object]], object], name: str = "nnhal-queues") -> None:
         self._submit = submit
@@ -393,15 +393,14 @@ class QueueServer:
                 packet = queue.next_packet(refuse)
                 if packet is None:
                     return _END if queue.stopping else _ARM
-                quick = served.last_ns < INLINE_MAX_NS and served.quick(packet[0])
+                quick = served.slow < _SLOW_PACKETS and served.quick(packet[0])
                 if handed is None and not quick:
                     return packet
-            t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            t0 = time.perf_counter_ns()
             queue.answer(*handle(*packet), refuse)
-            wall, cpu = time.perf_counter_ns() - t0, time.thread_time_ns() - c0
-            # Slow by the CPU it took, or by far too long a wait: a loaded machine's preemption
+            # Slow after two slow packets in a row: one preempted packet of a loaded machine
             # alone does not send a small model's queue to the workers.
-            served.last_ns = cpu if wall < _WAIT_MAX_NS else wall
+            served.slow = served.slow + 1 if time.perf_counter_ns() - t0 >= INLINE_MAX_NS else 0
             packet = None
 
     def _end(self, served: _Served) -> None:

@@ -135,3 +135,29 @@ def test_a_malformed_packet_is_refused_and_the_queue_serves_on(sock_dir: Path) -
         while not ended and time.monotonic() < end:
             time.sleep(0.01)
         assert ended == [True]
+
+
+def test_a_queue_whose_packets_run_slow_goes_to_the_workers(sock_dir: Path) -> None:
+    where: list[str] = []
+
+    def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+        where.append(threading.current_thread().name)
+        if payload == b"slow":
+            time.sleep(0.005)  # past INLINE_MAX_NS, on whichever thread
+        return fastring.RESULT, payload
+
+    ended: list[bool] = []
+    with ThreadPoolExecutor(1, thread_name_prefix="worker") as pool, _queue(sock_dir) as (q, c):
+        server = QueueServer(pool.submit)
+        server.serve(q, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda: ended.append(True))
+        for payload in (b"slow", b"slow", b"fast", b"fast"):
+            c.send(fastpacket.CALL, payload)
+            assert c.answers(1) == [payload]
+        # Two slow packets in a row on the queue server's thread, then a worker's (where a
+        # fast one brings the queue back, unless the machine's load made it slow too).
+        assert where[:2] == ["nnhal-queues", "nnhal-queues"] and where[2].startswith("worker")
+        q.stop()
+        end = time.monotonic() + _BOUND_S
+        while not ended and time.monotonic() < end:
+            time.sleep(0.01)
+        assert ended == [True]
