@@ -106,14 +106,12 @@ class MemoryBudget:
             self._total_by_kind[what] = self._total_by_kind.get(what, 0) + nbytes
 
     def uncharge_working(self, nbytes: int, what: str, freed: int | None = None) -> None:
-        """Give back what ``charge_working`` reserved; ``freed``: of it, the bytes that count
-        toward the next heap trim (default all; ``memory_release``)."""
+        """Give back what ``charge_working`` reserved. ``freed``: how many of those bytes were
+        really allocated and are now free (default: all), what the releaser counts towards a trim."""
         with self._lock:
             self._total -= nbytes
             self._total_by_kind[what] = self._total_by_kind.get(what, 0) - nbytes
-        freed = nbytes if freed is None else freed
-        if freed:
-            self.releaser.released(freed)
+        self.releaser.released(nbytes if freed is None else freed)
 
     def charge(self, session: str, nbytes: int, what: str = "model constants") -> None:
         """Reserve ``nbytes`` for ``session``. Raises RESOURCE_EXHAUSTED_PERSISTENT (over a

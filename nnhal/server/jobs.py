@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from nnhal.core.enums import Priority
 from nnhal.core.errors import (
@@ -41,7 +42,7 @@ from nnhal.core.errors import (
 from nnhal.core.types import ExecutionResult, Model
 from nnhal.server.backend import ExecutableGraph
 from nnhal.server.budget import MemoryBudget
-from nnhal.server.executor.graph import RESERVE_CHUNK, Buffer, ExecutionControl, PreparedGraph
+from nnhal.server.executor.graph import Buffer, ExecutionControl, PreparedGraph
 from nnhal.server.handles import HandleTable
 from nnhal.server.memory import BoundPools
 from nnhal.server.prepared_model import PreparedModel, execution_result
@@ -237,11 +238,12 @@ class ExecutionJob:
     def _reserve(self, nbytes: int) -> None:
         self._budget.charge_working(nbytes, EXECUTION_TENSORS)
 
-    def _release(self, nbytes: int) -> None:
-        # One reservation chunk is what a small model's execution takes and gives back each
-        # time: the heap reuses its tensors for the next call, so it owes no trim (whose
-        # garbage collection would otherwise run every second under a stream of small calls).
-        self._budget.uncharge_working(nbytes, EXECUTION_TENSORS, 0 if nbytes <= RESERVE_CHUNK else nbytes)
+    def _release(self, control: ExecutionControl, nbytes: int) -> None:
+        # The grant is given back whole, but only the bytes the execution really held at its
+        # peak were freed: a grant is made in chunks (1 MiB at least), and counting the chunk
+        # had a small model's executions trim the heap (a full garbage collection, then
+        # ``malloc_trim``) every second under load, with nothing to give back.
+        self._budget.uncharge_working(nbytes, EXECUTION_TENSORS, freed=control.peak)
 
     def run(self) -> ExecutionResult:
         """Execute; every HAL failure is the result's status (a job launched unadmitted is
@@ -271,8 +273,9 @@ class ExecutionJob:
                     # Every tensor the executor allocates is charged to the server's total before
                     # it exists; without a total limit nothing is counted (no hot-path cost).
                     reserve=self._reserve if self._budget.limit_total else None,
-                    release=self._release if self._budget.limit_total else None,
                 )
+                if self._budget.limit_total:
+                    control.release = partial(self._release, control)
                 result = self.pm.execute(self.plan, self.bound, control, self.measure)
             finally:
                 self._release_ticket()

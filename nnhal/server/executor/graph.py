@@ -73,6 +73,9 @@ class ExecutionControl:
     #: Bytes granted by ``reserve`` (the execution's high-water mark, in chunks) and held now.
     reserved: int = 0
     held: int = 0
+    #: The most bytes held at once (kept by ``release_all``): what the execution really
+    #: allocated at its peak, where ``reserved`` counts whole chunks.
+    peak: int = 0
     #: The server's limit on time.monotonic_ns, set by ``start`` when there is no deadline.
     limit_ns: int | None = None
 
@@ -121,6 +124,8 @@ class ExecutionControl:
                 self.reserve(grow)
             self.reserved += grow
         self.held = held
+        if held > self.peak:
+            self.peak = held
 
     def drop(self, nbytes: int) -> None:
         """``nbytes`` held are free again (the grant stays: it is the high-water mark)."""
