@@ -182,6 +182,36 @@ def execute_sigmoid_like(ctx: ExecutionContext) -> None:
             ctx.set_output(OUTPUT, _FLOAT_FUNC[ctx.op_type](to_compute(x)))
 
 
+def bind_sigmoid_like(v: ValidationContext, state: object) -> FastKernel | None:
+    """Float32 with a static shape: the general kernel's ufuncs, in place in the output buffer
+    (LOGISTIC: negate, exp, add 1, divide 1 by it); nothing re-checked."""
+    shape = v.input_dims(INPUT)
+    if v.input_type(INPUT) != T.TENSOR_FLOAT32 or not static_shapes(shape) or v.outputs[OUTPUT].dimensions != shape:
+        return None
+    if v.op_type == OperationType.TANH:
+
+        def tanh(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+            x = inputs[INPUT]
+            if x is None or x.shape != shape:
+                return None
+            out: np.ndarray = np.tanh(x, out=buffers[OUTPUT])
+            return [out]
+
+        return tanh
+
+    def logistic(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+        x = inputs[INPUT]
+        if x is None or x.shape != shape:
+            return None
+        out: np.ndarray = np.negative(x, out=buffers[OUTPUT])
+        np.exp(out, out=out)
+        np.add(1, out, out=out)
+        np.divide(1, out, out=out)
+        return [out]
+
+    return logistic
+
+
 # -- ELU -----------------------------------------------------------------------
 ALPHA = 1
 
@@ -270,7 +300,7 @@ def execute_hard_swish(ctx: ExecutionContext) -> None:
         ctx.set_output(OUTPUT, xf * np.minimum(six, np.maximum(np.float32(0), xf + np.float32(3))) / six)
 
 
-register(OperationType.LOGISTIC, validate=validate_sigmoid_like, execute=execute_sigmoid_like)
-register(OperationType.TANH, validate=validate_sigmoid_like, execute=execute_sigmoid_like)
+register(OperationType.LOGISTIC, validate=validate_sigmoid_like, execute=execute_sigmoid_like, bind=bind_sigmoid_like)
+register(OperationType.TANH, validate=validate_sigmoid_like, execute=execute_sigmoid_like, bind=bind_sigmoid_like)
 register(OperationType.ELU, validate=validate_elu, execute=execute_elu)
 register(OperationType.HARD_SWISH, validate=validate_hard_swish, execute=execute_hard_swish)
