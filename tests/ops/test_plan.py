@@ -140,6 +140,23 @@ def test_bound_arithmetic_matches_the_general_kernel(op: Op, act: int) -> None:
     assert fast.dtype == np.float32 and fast.shape == SHAPE
 
 
+@pytest.mark.parametrize("op", [Op.ADD, Op.SUB, Op.MUL, Op.DIV])
+@pytest.mark.parametrize("const_first", [False, True])
+def test_bound_arithmetic_with_a_broadcast_constant_matches_the_general_kernel(op: Op, const_first: bool) -> None:
+    """A small constant operand is kept broadcast to the output's shape: the same values."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, SHAPE)
+    c = b.const(T.TENSOR_FLOAT32, np.array([0.5, -0.0, np.inf], np.float32))
+    out = b.output(T.TENSOR_FLOAT32, SHAPE)
+    b.op(op, [c, x, b.const(T.INT32, 0)] if const_first else [x, c, b.const(T.INT32, 0)], [out])
+    graph = _graph(b.build())
+    assert graph.main.steps[0].fast is not None
+    for seed in (0, 1):
+        inputs = _inputs(graph.model, seed)
+        inputs[0].reshape(-1)[3:6] = [0.0, -0.0, 1e38]
+        np.testing.assert_array_equal(graph.run(inputs)[0], _general(graph, inputs))
+
+
 def test_bound_kernel_declines_other_shapes() -> None:
     b = ModelBuilder()
     x, y = b.input(T.TENSOR_FLOAT32, SHAPE), b.input(T.TENSOR_FLOAT32, SHAPE)

@@ -19,7 +19,7 @@ import numpy as np
 from nnhal.core.enums import FusedActivationFunc, HalVersion, OperationType
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import OP_FAILED, fail
-from nnhal.server.executor.ops._activations import CLIP, FUSED_BOUNDS, activation_range_quant, sigmoid
+from nnhal.server.executor.ops._activations import CLIP, FUSED_BOUNDS, activation_range_quant, scalar32, sigmoid
 from nnhal.server.executor.ops._fixed_point import (
     INT32_MAX,
     multiply_by_quantized_multiplier,
@@ -86,7 +86,7 @@ def bind_relu(v: ValidationContext, state: object) -> FastKernel | None:
     shape = v.input_dims(INPUT)
     if v.input_type(INPUT) != T.TENSOR_FLOAT32 or not static_shapes(shape) or v.outputs[OUTPUT].dimensions != shape:
         return None
-    lo, hi = (np.float32(b) for b in FUSED_BOUNDS[_RELU_FUNC[v.op_type]])
+    lo, hi = (scalar32(b) for b in FUSED_BOUNDS[_RELU_FUNC[v.op_type]])
 
     def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
@@ -199,14 +199,16 @@ def bind_sigmoid_like(v: ValidationContext, state: object) -> FastKernel | None:
 
         return tanh
 
+    one = scalar32(1)
+
     def logistic(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != shape:
             return None
-        out: np.ndarray = np.negative(x, out=buffers[OUTPUT])
-        np.exp(out, out=out)
-        np.add(1, out, out=out)
-        np.divide(1, out, out=out)
+        out: np.ndarray = np.negative(x, buffers[OUTPUT])
+        np.exp(out, out)
+        np.add(one, out, out)
+        np.divide(one, out, out)
         return [out]
 
     return logistic

@@ -115,14 +115,15 @@ def bind_fully_connected(v: ValidationContext, state: object) -> FastKernel | No
     bias_constant = v.constant(BIAS)
     clamp = clamp_in_place(act)
     flat = (batch, input_size)
+    flat_input = x_shape == flat
 
     def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         bias = inputs[BIAS] if bias_constant is None else bias_constant
         if x is None or x.shape != x_shape or bias is None or bias.shape != (units,):
             return None
-        out: np.ndarray = np.matmul(x.reshape(flat), matrix, out=buffers[0])
-        np.add(out, bias, out=out)
+        out: np.ndarray = np.matmul(x if flat_input else x.reshape(flat), matrix, buffers[0])
+        np.add(out, bias, out)
         if clamp is not None:
             clamp(out)
         return [out]

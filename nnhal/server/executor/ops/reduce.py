@@ -20,6 +20,7 @@ from nnhal.core.enums import HalVersion, OperationType
 from nnhal.core.operand_types import DTYPE
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import INVALID
+from nnhal.server.executor.ops._activations import scalar32
 from nnhal.server.executor.ops._validation import (
     axis_at_execution,
     axis_at_validation,
@@ -113,7 +114,7 @@ def bind_mean(v: ValidationContext, state: object) -> FastKernel | None:
         return None
     # The sum's own shape (no kept dimensions): a view of the output buffer is written through it.
     summed = tuple(n for d, n in enumerate(shape) if d not in axes)
-    count = np.float32(math.prod(shape[a] for a in axes))
+    count = scalar32(math.prod(shape[a] for a in axes))
 
     def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
