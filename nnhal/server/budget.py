@@ -105,12 +105,13 @@ class MemoryBudget:
             self._take_total(nbytes, what)
             self._total_by_kind[what] = self._total_by_kind.get(what, 0) + nbytes
 
-    def uncharge_working(self, nbytes: int, what: str) -> None:
-        """Give back what ``charge_working`` reserved."""
+    def uncharge_working(self, nbytes: int, what: str, freed: int | None = None) -> None:
+        """Give back what ``charge_working`` reserved. ``freed``: how much of it was memory
+        allocated and now freed (default: all of it); only that counts toward trimming the heap."""
         with self._lock:
             self._total -= nbytes
             self._total_by_kind[what] = self._total_by_kind.get(what, 0) - nbytes
-        self.releaser.released(nbytes)
+        self.releaser.released(nbytes if freed is None else freed)
 
     def charge(self, session: str, nbytes: int, what: str = "model constants") -> None:
         """Reserve ``nbytes`` for ``session``. Raises RESOURCE_EXHAUSTED_PERSISTENT (over a

@@ -211,6 +211,8 @@ class ExecutionJob:
         self._holds_ticket = ticket is not None
         #: Request data bytes charged to the session (``hold_data``, or ``run`` while it runs).
         self._charged = 0
+        #: The control of the execution ``run`` runs (its ``freed`` is read when it releases).
+        self._control: ExecutionControl | None = None
 
     def admit(self) -> Ticket:
         """The job's scheduler ticket, taken now if it was launched without one
@@ -238,7 +240,11 @@ class ExecutionJob:
         self._budget.charge_working(nbytes, EXECUTION_TENSORS)
 
     def _release(self, nbytes: int) -> None:
-        self._budget.uncharge_working(nbytes, EXECUTION_TENSORS)
+        # A grant is mostly reservation: only what the execution freed counts toward a heap trim
+        # (steady small executions would otherwise trim, and collect garbage, every second).
+        control = self._control
+        freed = nbytes if control is None else min(nbytes, control.freed)
+        self._budget.uncharge_working(nbytes, EXECUTION_TENSORS, freed)
 
     def run(self) -> ExecutionResult:
         """Execute; every HAL failure is the result's status (a job launched unadmitted is
@@ -270,6 +276,7 @@ class ExecutionJob:
                     reserve=self._reserve if self._budget.limit_total else None,
                     release=self._release if self._budget.limit_total else None,
                 )
+                self._control = control
                 result = self.pm.execute(self.plan, self.bound, control, self.measure)
             finally:
                 self._release_ticket()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -44,7 +43,7 @@ RESERVE_CHUNK = 1 << 20
 HOOK_INTERVAL_NS = 50_000
 
 
-@dataclass
+@dataclass(slots=True)
 class ExecutionControl:
     """Per-execution limits, consulted at every operation boundary.
 
@@ -85,6 +84,10 @@ class ExecutionControl:
     #: Bytes granted by ``reserve`` (the execution's high-water mark, in chunks) and held now.
     reserved: int = 0
     held: int = 0
+    #: The most ``held`` reached, and how much of ``held`` are buffers kept for the next
+    #: execution (an arena): see ``freed``.
+    peak: int = 0
+    kept: int = 0
     #: The server's limit on time.monotonic_ns, set by ``start`` when there is no deadline.
     limit_ns: int | None = None
     #: On time.monotonic_ns: before this a checkpoint has nothing to do (``due`` sets it).
@@ -158,16 +161,27 @@ class ExecutionControl:
                 self.reserve(grow)
             self.reserved += grow
         self.held = held
+        if held > self.peak:
+            self.peak = held
 
     def drop(self, nbytes: int) -> None:
         """``nbytes`` held are free again (the grant stays: it is the high-water mark)."""
         self.held -= nbytes
 
+    @property
+    def freed(self) -> int:
+        """Of what the execution held, the bytes that were memory allocated for it and freed
+        when it ends, at most: its high-water mark less the buffers kept (the rest of a grant
+        is a reservation that was never allocated)."""
+        return max(0, self.peak - self.kept)
+
     def release_all(self) -> None:
-        """Give back every byte ``reserve`` granted (the execution is over)."""
+        """Give back every byte ``reserve`` granted (the execution is over); ``release`` may read
+        ``freed``."""
         granted, self.reserved, self.held = self.reserved, 0, 0
         if granted and self.release is not None:
             self.release(granted)
+        self.peak = self.kept = 0
 
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run referenced subgraph ``index`` (control flow) with the same control."""
@@ -296,6 +310,9 @@ class PreparedSubgraph:
         self.no_outputs = [(None,) * len(step.outputs) for step in steps]
         #: How many leading steps have bound kernels, and what they hold at most under memory
         #: accounting in a run with an arena (see ``PreparedGraph._run_bound``).
+        #: Whether a result may be a view of an arena slot: some operation may return a view of
+        #: its input (a bound kernel registered with ``views``, or a general kernel).
+        self.may_view = any(step.spec.views or not _fresh_outputs(step.operation_type) for step in steps)
         self.bound = next((k for k, step in enumerate(steps) if step.fast is None), len(steps))
         self.bound_peak = _bound_peak(steps[: self.bound])
         #: The arenas of the bound kernels' intermediate outputs; None when there are none.
@@ -429,19 +446,24 @@ class PreparedGraph:
         control.graph = self
         control.start()
         accounting = control.reserve is not None
+        outer = allocation.make_current(control) if accounting else None
         try:
             # Floating-point overflow, NaN and division by zero are results of the reference
             # (inf, NaN), never errors or warnings: decided once per run, not per operation.
-            with np.errstate(all="ignore"), allocation.current(control) if accounting else nullcontext():
-                pool = self.main.pool
+            with np.errstate(all="ignore"):
+                main = self.main
+                pool = main.pool
                 if pool is None or output_operands is not None:
-                    return self._run(self.main, inputs, control, output_operands, 0)
+                    return self._run(main, inputs, control, output_operands, 0)
                 if accounting:
                     # The arena is this execution's while it runs: counted whole, before it exists.
                     control.hold(pool.nbytes)
+                    control.kept += pool.nbytes
                 arena = pool.checkout()
                 try:
-                    results = self._run(self.main, inputs, control, None, 0, arena)
+                    results = self._run(main, inputs, control, None, 0, arena)
+                    if not main.may_view:
+                        return results
                     # A result may be a view of an intermediate (an operation that returns its
                     # input reshaped): the next execution would overwrite it.
                     return [_copy_out(value) if arena.owns(value) else value for value in results]
@@ -451,6 +473,8 @@ class PreparedGraph:
             # The last line of defence: an allocation no reservation foresaw failed.
             raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
         finally:
+            if accounting:
+                allocation.make_current(outer)
             control.release_all()
 
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray], control: ExecutionControl) -> list[np.ndarray]:
