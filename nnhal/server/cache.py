@@ -8,6 +8,11 @@ truncated or foreign cache is INVALID_ARGUMENT and never executes. Because
 only this server's secret can seal a cache, a model read from one was already
 validated when it was sealed.
 
+A compiling device's cache (``seal_compiled``) also carries the compiled artifact, often
+tens of MiB of weights, so it is authenticated with Poly1305 under a one-time key derived
+from the secret (``open_compiled``): as strong a MAC, and several times faster than
+HMAC-SHA256 over the artifact. Caches of its earlier format are refused (prepare afresh).
+
 The secret persists in a 0600 file (default ``~/.cache/nnhal/cache-secret``)
 so caches survive driver restarts, as the HAL intends.
 """
@@ -20,11 +25,12 @@ import os
 import secrets
 import struct
 from pathlib import Path
+from typing import Any
 
 from nnhal import __version__
 from nnhal.core import wire
 from nnhal.core.enums import BYTE_SIZE_OF_CACHE_TOKEN, HalVersion, Priority
-from nnhal.core.errors import InvalidArgument
+from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.core.types import Model
 
 MAGIC = b"NNHALC2\0"
@@ -72,7 +78,7 @@ def open_sealed(secret: bytes, token: bytes, blob: bytes, level: HalVersion) -> 
     """The model and priority in ``blob``, authenticated before anything in it is parsed.
     INVALID_ARGUMENT for a bad token, a foreign, tampered, truncated or stale cache."""
     check_token(token)
-    if blob.startswith(MAGIC_COMPILED):
+    if blob.startswith((MAGIC_COMPILED, *_FORMER_COMPILED)):
         raise InvalidArgument("model cache was written by another kind of device (a compiling one)")
     if len(blob) < len(MAGIC) + _MAC + _HEADER.size or not blob.startswith(MAGIC):
         raise InvalidArgument("model cache is not an nnhal cache or is truncated")
@@ -93,10 +99,50 @@ def open_sealed(secret: bytes, token: bytes, blob: bytes, level: HalVersion) -> 
 
 
 # -- caches of a compiling device (nnhal.server.backend) ------------------------------------
-#: A compiling device's cache: the same MAC, and a body that also names the device kind and
-#: carries the compiled artifact after the model (``_LENGTHS``: kind and model lengths).
-MAGIC_COMPILED = b"NNHALC3\0"
+#: A compiling device's cache: ``MAGIC_COMPILED | nonce | tag | body``, the body naming the
+#: device kind and carrying the compiled artifact after the model (``_LENGTHS``: kind and model
+#: lengths). The tag is Poly1305 of the body under a one-time key, HMAC-SHA256(secret,
+#: ``_KEY_LABEL | nonce | token``) with a random nonce per seal: a MAC as strong as the
+#: reference's, at several times its speed over a large artifact (the CPU's vector units,
+#: not its SHA extensions).
+MAGIC_COMPILED = b"NNHALC4\0"
+#: Compiling devices' caches of earlier formats (HMAC-SHA256 of the whole body): refused, prepare afresh.
+_FORMER_COMPILED = (b"NNHALC3\0",)
+_KEY_LABEL = b"nnhal compiled cache: poly1305 key\0"
+_NONCE = 16
+_TAG = 16
 _LENGTHS = struct.Struct("<BQ")
+
+
+def _poly1305() -> Any:
+    """cryptography's Poly1305 (the compiling devices' extras install it)."""
+    try:
+        from cryptography.hazmat.primitives.poly1305 import Poly1305
+    except ImportError:  # pragma: no cover - the device's extra is not installed
+        raise GeneralFailure(
+            "compilation caches of this device need the cryptography package "
+            "(pip install 'nnhal[ort]' or 'nnhal[litert]')"
+        ) from None
+    return Poly1305
+
+
+def _authentic(key: bytes, body: memoryview, tag: bytes) -> bool:
+    """Whether ``tag`` is Poly1305 of ``body`` under ``key`` (compared in constant time)."""
+    poly1305 = _poly1305()
+    from cryptography.exceptions import InvalidSignature
+
+    try:
+        poly1305.verify_tag(key, body, tag)
+    except InvalidSignature:
+        return False
+    return True
+
+
+def _one_time_key(secret: bytes, token: bytes, nonce: bytes | memoryview) -> bytes:
+    """The Poly1305 key of one sealed cache: never the same for two seals (a fresh nonce).
+    No reference cache's MAC is such a key: its HMAC input is a token then a priority
+    byte (0-2), where the label has a letter (its byte 32)."""
+    return hmac.new(secret, _KEY_LABEL + bytes(nonce) + token, hashlib.sha256).digest()
 
 
 def seal_compiled(
@@ -114,14 +160,9 @@ def seal_compiled(
             artifact,
         )
     )
-    return MAGIC_COMPILED + _mac(secret, token, body) + body
-
-
-def _mac(secret: bytes, token: bytes, body: bytes | memoryview) -> bytes:
-    """HMAC-SHA256 of ``token | body`` without copying the (large) body."""
-    mac = hmac.new(secret, token, hashlib.sha256)
-    mac.update(body)
-    return mac.digest()
+    nonce = secrets.token_bytes(_NONCE)
+    tag: bytes = _poly1305().generate_tag(_one_time_key(secret, token, nonce), body)
+    return MAGIC_COMPILED + nonce + tag + body
 
 
 def open_compiled(
@@ -134,11 +175,16 @@ def open_compiled(
     check_token(token)
     if blob.startswith(MAGIC):
         raise InvalidArgument(f"model cache was written by another kind of device, not this {kind} device")
-    if len(blob) < len(MAGIC_COMPILED) + _MAC + _HEADER.size + _LENGTHS.size or not blob.startswith(MAGIC_COMPILED):
+    if blob.startswith(_FORMER_COMPILED):
+        raise InvalidArgument(
+            "model cache was written by an earlier nnhal in a format this one does not read: prepare the model afresh"
+        )
+    start = len(MAGIC_COMPILED) + _NONCE + _TAG
+    if len(blob) < start + _HEADER.size + _LENGTHS.size or not blob.startswith(MAGIC_COMPILED):
         raise InvalidArgument("model cache is not an nnhal cache or is truncated")
-    mac = blob[len(MAGIC_COMPILED) : len(MAGIC_COMPILED) + _MAC]
-    body = memoryview(blob)[len(MAGIC_COMPILED) + _MAC :]
-    if not hmac.compare_digest(mac, _mac(secret, token, body)):
+    view = memoryview(blob)
+    nonce, tag, body = view[len(MAGIC_COMPILED) : start - _TAG], view[start - _TAG : start], view[start:]
+    if not _authentic(_one_time_key(secret, token, nonce), body, bytes(tag)):
         raise InvalidArgument(
             "model cache failed authentication (tampered, truncated, another token or another server)"
         )

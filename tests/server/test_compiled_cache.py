@@ -1,0 +1,86 @@
+"""A compiling device's compilation cache (nnhal.server.cache.seal_compiled / open_compiled):
+what it carries, and that nothing but an untouched cache this server sealed for that token,
+kind and level is opened."""
+
+from __future__ import annotations
+
+import pytest
+
+from nnhal.core.enums import HalVersion, Priority
+from nnhal.core.errors import InvalidArgument
+from nnhal.server import cache
+from tests.conftest import add_model
+
+pytest.importorskip("cryptography")
+
+SECRET, TOKEN = b"s" * 32, bytes(range(32))
+ARTIFACT = bytes(range(256)) * 64
+LEVEL = HalVersion.V1_3
+
+
+def _sealed(token: bytes = TOKEN, kind: str = "ort") -> bytes:
+    return cache.seal_compiled(SECRET, token, add_model(), Priority.HIGH, LEVEL, kind, ARTIFACT)
+
+
+def test_round_trip_carries_the_model_priority_and_artifact() -> None:
+    model, priority, artifact = cache.open_compiled(SECRET, TOKEN, _sealed(), LEVEL, "ort")
+    assert model == add_model() and priority == Priority.HIGH and artifact == ARTIFACT
+
+
+def test_every_seal_has_its_own_key_and_each_opens() -> None:
+    first, second = _sealed(), _sealed()
+    assert first != second  # a fresh nonce, so a fresh one-time key and tag
+    for blob in (first, second):
+        assert cache.open_compiled(SECRET, TOKEN, blob, LEVEL, "ort")[2] == ARTIFACT
+
+
+@pytest.mark.parametrize("where", ["nonce", "tag", "header", "model", "artifact", "last"])
+def test_a_flipped_bit_anywhere_is_refused(where: str) -> None:
+    blob = bytearray(_sealed())
+    start = len(cache.MAGIC_COMPILED)
+    at = {
+        "nonce": start,
+        "tag": start + 16,
+        "header": start + 32,
+        "model": start + 32 + 40,
+        "artifact": len(blob) - len(ARTIFACT) // 2,
+        "last": len(blob) - 1,
+    }[where]
+    blob[at] ^= 0x10
+    with pytest.raises(InvalidArgument, match="failed authentication"):
+        cache.open_compiled(SECRET, TOKEN, bytes(blob), LEVEL, "ort")
+
+
+@pytest.mark.parametrize("keep", [0, 7, 8, 40, 60, -1, -len(ARTIFACT)])
+def test_a_truncated_cache_is_refused(keep: int) -> None:
+    blob = _sealed()
+    with pytest.raises(InvalidArgument, match=r"truncated|failed authentication"):
+        cache.open_compiled(SECRET, TOKEN, blob[:keep], LEVEL, "ort")
+
+
+def test_another_token_secret_kind_or_level_is_refused() -> None:
+    blob = _sealed()
+    with pytest.raises(InvalidArgument, match="failed authentication"):
+        cache.open_compiled(SECRET, bytes(32), blob, LEVEL, "ort")
+    with pytest.raises(InvalidArgument, match="failed authentication"):
+        cache.open_compiled(b"t" * 32, TOKEN, blob, LEVEL, "ort")
+    with pytest.raises(InvalidArgument, match="a ort device"):
+        cache.open_compiled(SECRET, TOKEN, blob, LEVEL, "litert")
+    with pytest.raises(InvalidArgument, match="feature level"):
+        cache.open_compiled(SECRET, TOKEN, blob, HalVersion.V1_2, "ort")
+
+
+def test_a_cache_of_the_earlier_format_is_refused_with_the_way_out() -> None:
+    # The earlier format: its magic, an HMAC-SHA256 tag, then the body.
+    earlier = b"NNHALC3\0" + bytes(32) + _sealed()[len(cache.MAGIC_COMPILED) + 32 :]
+    with pytest.raises(InvalidArgument, match=r"earlier nnhal.*prepare the model afresh"):
+        cache.open_compiled(SECRET, TOKEN, earlier, LEVEL, "ort")
+    for blob in (earlier, _sealed()):  # and the reference device names it another kind's
+        with pytest.raises(InvalidArgument, match="another kind of device"):
+            cache.open_sealed(SECRET, TOKEN, blob, LEVEL)
+
+
+def test_the_reference_cache_is_not_opened_as_a_compiled_one() -> None:
+    blob = cache.seal(SECRET, TOKEN, add_model(), Priority.LOW, LEVEL)
+    with pytest.raises(InvalidArgument, match="another kind of device"):
+        cache.open_compiled(SECRET, TOKEN, blob, LEVEL, "ort")
