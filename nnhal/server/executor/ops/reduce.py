@@ -112,9 +112,12 @@ def bind_mean(v: ValidationContext, state: object) -> FastKernel | None:
     out_shape = _output_shape(shape, axes, keep > 0)
     if v.outputs[OUTPUT].dimensions != out_shape:
         return None
-    # The sum's own shape (no kept dimensions): a view of the output buffer is written through it.
+    # The sum's own shape: the output's when it keeps the reduced dimensions, else a view of the
+    # output buffer is written through.
+    kept = bool(keep > 0)
     summed = tuple(n for d, n in enumerate(shape) if d not in axes)
     count = scalar32(math.prod(shape[a] for a in axes))
+    axis: int | tuple[int, ...] = axes[0] if len(axes) == 1 else axes  # one axis: numpy's quicker form
 
     def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
@@ -122,8 +125,8 @@ def bind_mean(v: ValidationContext, state: object) -> FastKernel | None:
             return None
         buffer = buffers[OUTPUT]
         out = np.empty(out_shape, np.float32) if buffer is None else buffer
-        total = np.add.reduce(x, axis=axes, dtype=np.float32, out=out.reshape(summed))
-        np.divide(total, count, out=total)
+        total = np.add.reduce(x, axis=axis, dtype=np.float32, out=out if kept else out.reshape(summed), keepdims=kept)
+        np.divide(total, count, total)
         return [out]
 
     return run
