@@ -314,20 +314,42 @@ _ARGS_SEEN: dict[bytes, RequestArgument] = {}
 _ARGS_SEEN_MAX = 4096
 
 
+#: Only arguments (and argument lists) serialized to at most this many bytes are remembered:
+#: the caches hold their keys, and a peer's message may carry long dimension lists.
+_SEEN_KEY_MAX = 1024
+
+
 def _arg_from(a: pb.RequestArgument) -> RequestArgument:
     key = a.SerializeToString()
     arg = _ARGS_SEEN.get(key)
     if arg is None:
         loc = a.location
         arg = RequestArgument(a.has_no_value, DataLocation(loc.pool_index, loc.offset, loc.length), tuple(a.dimensions))
-        if len(_ARGS_SEEN) >= _ARGS_SEEN_MAX:
-            _ARGS_SEEN.clear()
-        _ARGS_SEEN[key] = arg
+        if len(key) <= _SEEN_KEY_MAX:
+            if len(_ARGS_SEEN) >= _ARGS_SEEN_MAX:
+                _ARGS_SEEN.clear()
+            _ARGS_SEEN[key] = arg
     return arg
 
 
+#: Argument tuples by their arguments' wire bytes: a repeated layout gets back the very tuple
+#: it got before, so that the prepared model's plan cache finds its plan by identity
+#: (``request_plan.PlanCache``) instead of hashing every argument. Bounded as ``_ARGS_SEEN``.
+_LISTS_SEEN: dict[tuple[bytes, ...], tuple[RequestArgument, ...]] = {}
+_LISTS_SEEN_MAX = 256
+_serialized = pb.RequestArgument.SerializeToString
+
+
 def _args_from(args: Sequence[pb.RequestArgument]) -> tuple[RequestArgument, ...]:
-    return tuple(map(_arg_from, args))
+    key = tuple(map(_serialized, args))
+    seen = _LISTS_SEEN.get(key)
+    if seen is None:
+        seen = tuple(map(_arg_from, args))
+        if sum(map(len, key)) <= _SEEN_KEY_MAX:
+            if len(_LISTS_SEEN) >= _LISTS_SEEN_MAX:
+                _LISTS_SEEN.clear()
+            _LISTS_SEEN[key] = seen
+    return seen
 
 
 def _request_pool_from(msg: pb.MemoryPool, index: int) -> MemoryPool:

@@ -106,8 +106,8 @@ class MemoryBudget:
             self._total_by_kind[what] = self._total_by_kind.get(what, 0) + nbytes
 
     def uncharge_working(self, nbytes: int, what: str, freed: int | None = None) -> None:
-        """Give back what ``charge_working`` reserved. ``freed``: how much of it was memory
-        allocated and now freed (default: all of it); only that counts toward trimming the heap."""
+        """Give back what ``charge_working`` reserved. ``freed``: how many of those bytes were
+        really allocated and are now free (default: all), what the releaser counts towards a trim."""
         with self._lock:
             self._total -= nbytes
             self._total_by_kind[what] = self._total_by_kind.get(what, 0) - nbytes

@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from nnhal.core.enums import Priority
 from nnhal.core.errors import (
@@ -211,8 +212,6 @@ class ExecutionJob:
         self._holds_ticket = ticket is not None
         #: Request data bytes charged to the session (``hold_data``, or ``run`` while it runs).
         self._charged = 0
-        #: The control of the execution ``run`` runs (its ``freed`` is read when it releases).
-        self._control: ExecutionControl | None = None
 
     def admit(self) -> Ticket:
         """The job's scheduler ticket, taken now if it was launched without one
@@ -239,12 +238,12 @@ class ExecutionJob:
     def _reserve(self, nbytes: int) -> None:
         self._budget.charge_working(nbytes, EXECUTION_TENSORS)
 
-    def _release(self, nbytes: int) -> None:
-        # A grant is mostly reservation: only what the execution freed counts toward a heap trim
-        # (steady small executions would otherwise trim, and collect garbage, every second).
-        control = self._control
-        freed = nbytes if control is None else min(nbytes, control.freed)
-        self._budget.uncharge_working(nbytes, EXECUTION_TENSORS, freed)
+    def _release(self, control: ExecutionControl, nbytes: int) -> None:
+        # The grant is given back whole, but only the bytes the execution really held at its
+        # peak were freed: a grant is made in chunks (1 MiB at least), and counting the chunk
+        # had a small model's executions trim the heap (a full garbage collection, then
+        # ``malloc_trim``) every second under load, with nothing to give back.
+        self._budget.uncharge_working(nbytes, EXECUTION_TENSORS, freed=control.peak)
 
     def run(self) -> ExecutionResult:
         """Execute; every HAL failure is the result's status (a job launched unadmitted is
@@ -274,9 +273,9 @@ class ExecutionJob:
                     # Every tensor the executor allocates is charged to the server's total before
                     # it exists; without a total limit nothing is counted (no hot-path cost).
                     reserve=self._reserve if self._budget.limit_total else None,
-                    release=self._release if self._budget.limit_total else None,
                 )
-                self._control = control
+                if self._budget.limit_total:
+                    control.release = partial(self._release, control)
                 result = self.pm.execute(self.plan, self.bound, control, self.measure)
             finally:
                 self._release_ticket()

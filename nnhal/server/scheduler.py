@@ -104,10 +104,15 @@ class Scheduler:
         """Whether an execution of ``client`` at ``priority`` admitted now would get a slot
         without waiting. A racy answer (others may come first), for a caller choosing where
         to run a short execution (the RPC layer's event loop must not wait)."""
-        with self._cond:
+        with self._lock:
             if self._shut is not None or self._waiting or len(self._running) >= self.slots:
                 return False
-            return not self._outranked(Ticket(client, priority, -1), admitted=False)
+            if priority >= Priority.HIGH:
+                return True
+            # ``_outranked`` for a ticket not admitted yet, without making one.
+            if any(u.client == client and u.priority > priority for u in self._admitted):
+                return False
+            return self._hold_off_left_of(client, priority) >= 1.0
 
     # -- lifecycle ----------------------------------------------------------
     def forget(self, client: str) -> None:
@@ -221,12 +226,12 @@ class Scheduler:
                 return True
         return False
 
-    def _outranked(self, ticket: Ticket, admitted: bool = True) -> bool:
-        """Higher-priority work of the same client is in flight, or ended within the hold-off.
-        ``admitted``: ``ticket`` is among the admitted (then it alone cannot outrank itself)."""
+    def _outranked(self, ticket: Ticket) -> bool:
+        """Higher-priority work of the same client is in flight, or ended within the hold-off
+        (``ticket`` is among the admitted: it alone cannot outrank itself)."""
         if ticket.priority >= Priority.HIGH:
             return False
-        if len(self._admitted) > int(admitted) and any(
+        if len(self._admitted) > 1 and any(
             u is not ticket and u.client == ticket.client and u.priority > ticket.priority for u in self._admitted
         ):
             return True
@@ -235,15 +240,19 @@ class Scheduler:
     def _hold_off_left(self, ticket: Ticket) -> float:
         """Seconds until the same client's recent higher-priority work stops holding ``ticket`` off
         (1.0 when nothing holds it off). Expired entries are dropped."""
+        return self._hold_off_left_of(ticket.client, ticket.priority)
+
+    def _hold_off_left_of(self, client: str, priority: Priority) -> float:
+        """``_hold_off_left`` of a ticket of ``client`` at ``priority``."""
         now = time.monotonic_ns()
         left = 1.0
-        for p in range(int(ticket.priority) + 1, int(Priority.HIGH) + 1):
-            ended = self._recent.get((ticket.client, p))
+        for p in range(int(priority) + 1, int(Priority.HIGH) + 1):
+            ended = self._recent.get((client, p))
             if ended is None:
                 continue
             remaining = ended + self.hold_off_ns - now
             if remaining <= 0:
-                del self._recent[(ticket.client, p)]
+                del self._recent[(client, p)]
             else:
                 left = min(left, remaining / 1e9)
         return left

@@ -147,6 +147,22 @@ def test_request_keeps_has_no_value_and_dimensions() -> None:
     assert back == request
 
 
+def test_repeated_layout_gives_back_the_same_argument_tuples() -> None:
+    """A repeated layout converts to the very tuples of the first conversion (the plan cache
+    finds its plan by their identity); arguments with long dimension lists are converted
+    alike but not remembered."""
+    args = (RequestArgument(location=DataLocation(0, 0, 32), dimensions=(2, 4)),)
+    first = wire.request_from(over_the_wire(wire.request_to(Request(args, args, ()))))
+    again = wire.request_from(over_the_wire(wire.request_to(Request(args, args, ()))))
+    assert again.inputs is first.inputs and again.outputs is first.outputs and again.inputs == args
+    other = (RequestArgument(location=DataLocation(0, 32, 32), dimensions=(2, 4)),)
+    assert wire.request_from(over_the_wire(wire.request_to(Request(other, args, ())))).inputs == other
+    long = (RequestArgument(dimensions=tuple(range(1, 2000))),)
+    a = wire.request_from(over_the_wire(wire.request_to(Request(long, (), ()))))
+    b = wire.request_from(over_the_wire(wire.request_to(Request(long, (), ()))))
+    assert a.inputs == b.inputs == long and a.inputs is not b.inputs
+
+
 @FEW
 @given(ws.execution_results)
 def test_execution_result_round_trip(result: ExecutionResult) -> None:

@@ -214,3 +214,22 @@ def test_sessions_are_capped_per_remote_host_and_identity_not_on_this_host() -> 
             driver.open_session("t", "unix:/tmp/x")
     finally:
         VERIFIED_CLIENT.reset(token)
+
+
+def test_an_execution_counts_towards_a_heap_trim_what_it_held_not_its_grant() -> None:
+    """The executor's grants come in chunks of a MiB or more; the releaser is told what the
+    execution held at its peak, so a small model's executions do not trim the heap (a full
+    garbage collection) over and over with nothing to give back."""
+    driver = Driver(DeviceConfig(memory_per_client=64 << 20, memory_total=256 << 20))
+    freed: list[int] = []
+    driver.budget.releaser.released = freed.append  # type: ignore[method-assign]
+    session = driver.open_session("t", LOCAL)
+    handle, _ = _prepare(driver, session)
+    freed.clear()
+    job = driver.begin_execute(session, handle, _request(2.0), measure=False, deadline_ns=None)
+    try:
+        assert job.run().status == ErrorStatus.NONE
+    finally:
+        job.close()
+    assert freed and max(freed) < 1 << 10, freed  # the ADD's 32-byte output, not the 1 MiB grant
+    assert driver.budget.total == driver.budget.used(session.id)  # the grant was given back whole

@@ -84,10 +84,9 @@ class ExecutionControl:
     #: Bytes granted by ``reserve`` (the execution's high-water mark, in chunks) and held now.
     reserved: int = 0
     held: int = 0
-    #: The most ``held`` reached, and how much of ``held`` are buffers kept for the next
-    #: execution (an arena): see ``freed``.
+    #: The most bytes held at once (kept by ``release_all``): what the execution really
+    #: allocated at its peak, where ``reserved`` counts whole chunks.
     peak: int = 0
-    kept: int = 0
     #: The server's limit on time.monotonic_ns, set by ``start`` when there is no deadline.
     limit_ns: int | None = None
     #: On time.monotonic_ns: before this a checkpoint has nothing to do (``due`` sets it).
@@ -168,20 +167,11 @@ class ExecutionControl:
         """``nbytes`` held are free again (the grant stays: it is the high-water mark)."""
         self.held -= nbytes
 
-    @property
-    def freed(self) -> int:
-        """Of what the execution held, the bytes that were memory allocated for it and freed
-        when it ends, at most: its high-water mark less the buffers kept (the rest of a grant
-        is a reservation that was never allocated)."""
-        return max(0, self.peak - self.kept)
-
     def release_all(self) -> None:
-        """Give back every byte ``reserve`` granted (the execution is over); ``release`` may read
-        ``freed``."""
+        """Give back every byte ``reserve`` granted (the execution is over)."""
         granted, self.reserved, self.held = self.reserved, 0, 0
         if granted and self.release is not None:
             self.release(granted)
-        self.peak = self.kept = 0
 
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run referenced subgraph ``index`` (control flow) with the same control."""
@@ -458,7 +448,6 @@ class PreparedGraph:
                 if accounting:
                     # The arena is this execution's while it runs: counted whole, before it exists.
                     control.hold(pool.nbytes)
-                    control.kept += pool.nbytes
                 arena = pool.checkout()
                 try:
                     results = self._run(main, inputs, control, None, 0, arena)

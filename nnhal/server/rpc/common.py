@@ -52,11 +52,12 @@ def status_to(msg: M, refused: Refused) -> M:
     return out
 
 
-def result_to(result: ExecutionResult | Refused) -> spb.ExecuteResult:
-    """The 1.3 answer of a synchronous execution: its result, or its refusal's status."""
+def result_to(result: ExecutionResult | Refused, msg: spb.ExecuteResult | None = None) -> spb.ExecuteResult:
+    """The 1.3 answer of a synchronous execution: its result, or its refusal's status (in
+    ``msg`` when given, e.g. a burst answer's ``result`` field: filled in place, not copied)."""
     if isinstance(result, Refused):
-        return status_to(spb.ExecuteResult(), result)
-    return wire.execution_result_to(result)
+        return status_to(spb.ExecuteResult() if msg is None else msg, result)
+    return wire.execution_result_to(result, msg)
 
 
 def as_result(result: ExecutionResult | Refused) -> ExecutionResult:

@@ -57,7 +57,9 @@ def execution_from(msg: spb.ExecuteRequest, request: Request | None = None) -> E
 
 
 def inline_bytes(msg: spb.ExecuteRequest) -> int:
-    return sum(len(p.inline.data) for p in msg.request.pools)
+    """At least the bytes ``msg``'s pools carry inline: its request's serialized size (one C
+    call that copies no pool, where reading each pool's ``data`` makes a bytes object of it)."""
+    return msg.request.ByteSize()
 
 
 def check_burst_fields(executions: Executions, msg: spb.ExecuteRequest) -> None:
@@ -142,18 +144,23 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
                 if req is aio.EOF:
                     return
                 msg = req.execute
+                # The answer is filled in place (a BurstResponse made around a finished
+                # ExecuteResult copies it).
+                answer = spb.BurstResponse()
                 try:
                     check_burst_fields(x, msg)
                 except HalError as err:
-                    result = status_to(spb.ExecuteResult(), x.refuse(m, err))
+                    status_to(answer.result, x.refuse(m, err))
                 else:
                     build = partial(execution_from, msg)
                     run = x.arrive(m, EXECUTION_FAULTS)
                     if run is None and x.runs_inline(msg.session, msg.prepared_model, partial(inline_bytes, msg)):
-                        result = result_to(x.execute(m, build))
+                        result_to(x.execute(m, build), answer.result)
                     else:
-                        result = await in_thread(_execute_to_wire, x, m, build, sync, run)
-                await context.write(spb.BurstResponse(result=result))
+                        await in_thread(_execute_to_wire, x, m, build, sync, run, answer.result)
+                del req, msg
+                await context.write(answer)
+                del answer
                 sent += 1
                 if injected is not None and injected.after == sent:
                     await abort(context, abort_of(injected))
@@ -184,9 +191,9 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
 
 
 def _execute_to_wire(
-    x: Executions, m: Method, build: Any, live: SyncContext, arrival: Arrival | None
+    x: Executions, m: Method, build: Any, live: SyncContext, arrival: Arrival | None, msg: spb.ExecuteResult
 ) -> spb.ExecuteResult:
-    return result_to(x.execute(m, build, live, arrival))
+    return result_to(x.execute(m, build, live, arrival), msg)
 
 
 class FencedExecutionCallbackServicer(sgrpc.FencedExecutionCallbackServicer):
