@@ -97,7 +97,7 @@ class MemoryBudget:
                 f"{what} need {nbytes} bytes, more than the server's total limit of {total}"
             )
         with self._lock:
-            if keep_reserve and total and self._total + nbytes > total - self.reserve:
+            if keep_reserve and total and nbytes and self._total + nbytes > total - self.reserve:
                 raise ResourceExhaustedTransient(
                     f"{what} need {nbytes} bytes; the server has {max(0, total - self.reserve - self._total)} of "
                     f"{total} free for them (the last {self.reserve} are kept for the sessions); retry later"

@@ -101,17 +101,28 @@ def open_sealed(secret: bytes, token: bytes, blob: bytes, level: HalVersion) -> 
 # -- caches of a compiling device (nnhal.server.backend) ------------------------------------
 #: A compiling device's cache: ``MAGIC_COMPILED | nonce | tag | body``, the body naming the
 #: device kind and carrying the compiled artifact after the model (``_LENGTHS``: kind and model
-#: lengths). The tag is Poly1305 of the body under a one-time key, HMAC-SHA256(secret,
-#: ``_KEY_LABEL | nonce | token``) with a random nonce per seal: a MAC as strong as the
-#: reference's, at several times its speed over a large artifact (the CPU's vector units,
-#: not its SHA extensions).
-MAGIC_COMPILED = b"NNHALC4\0"
-#: Compiling devices' caches of earlier formats (HMAC-SHA256 of the whole body): refused, prepare afresh.
-_FORMER_COMPILED = (b"NNHALC3\0",)
+#: lengths), after zero bytes up to an aligned offset (``_padding``). The tag is Poly1305 of
+#: the body under a one-time key, HMAC-SHA256(secret, ``_KEY_LABEL | nonce | token``) with a
+#: random nonce per seal: a MAC as strong as the reference's, at several times its speed over
+#: a large artifact (the CPU's vector units, not its SHA extensions).
+MAGIC_COMPILED = b"NNHALC5\0"
+#: Compiling devices' caches of earlier formats (3: HMAC-SHA256 of the whole body; 4: the ort
+#: device's artifact in ORT format): refused, prepare afresh.
+_FORMER_COMPILED = (b"NNHALC3\0", b"NNHALC4\0")
 _KEY_LABEL = b"nnhal compiled cache: poly1305 key\0"
 _NONCE = 16
 _TAG = 16
 _LENGTHS = struct.Struct("<BQ")
+#: Where the body starts in a compiling device's cache.
+_START = len(MAGIC_COMPILED) + _NONCE + _TAG
+#: The artifact starts at a multiple of this in the cache (zero bytes before it), so that
+#: arrays a library reads in place from it are aligned as in memory of its own.
+_ARTIFACT_ALIGN = 64
+
+
+def _padding(offset: int) -> int:
+    """Zero bytes from ``offset`` in the cache to where the artifact starts."""
+    return -offset % _ARTIFACT_ALIGN
 
 
 def _poly1305() -> Any:
@@ -150,16 +161,16 @@ def seal_compiled(
 ) -> bytes:
     """The model cache of a device of ``kind`` that compiled ``model`` into ``artifact``."""
     version, name, model_bytes = __version__.encode(), kind.encode(), wire.model_to_bytes(model)
-    body = b"".join(
+    head = b"".join(
         (
             _HEADER.pack(int(priority), int(level), len(version)),
             version,
             _LENGTHS.pack(len(name), len(model_bytes)),
             name,
             model_bytes,
-            artifact,
         )
     )
+    body = head + bytes(_padding(_START + len(head))) + artifact
     nonce = secrets.token_bytes(_NONCE)
     tag: bytes = _poly1305().generate_tag(_one_time_key(secret, token, nonce), body)
     return MAGIC_COMPILED + nonce + tag + body
@@ -179,7 +190,7 @@ def open_compiled(
         raise InvalidArgument(
             "model cache was written by an earlier nnhal in a format this one does not read: prepare the model afresh"
         )
-    start = len(MAGIC_COMPILED) + _NONCE + _TAG
+    start = _START
     if len(blob) < start + _HEADER.size + _LENGTHS.size or not blob.startswith(MAGIC_COMPILED):
         raise InvalidArgument("model cache is not an nnhal cache or is truncated")
     view = memoryview(blob)
@@ -201,4 +212,5 @@ def open_compiled(
             f"this is nnhal {__version__}, a {kind} device at level {int(level)}: prepare the model afresh"
         )
     model = wire.model_from_bytes(bytes(body[at : at + n_model]))
-    return model, Priority(priority), body[at + n_model :]
+    at += n_model
+    return model, Priority(priority), body[at + _padding(start + at) :]

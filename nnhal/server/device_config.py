@@ -16,6 +16,13 @@ from nnhal.server.memory import SharedMemoryPolicy
 #: The vendor extensions a device can offer (``DeviceConfig.extensions``), by name.
 AVAILABLE_EXTENSIONS = {example_extension.NAME: example_extension.DEFINITION}
 
+#: Requests being read may hold this share of the memory total (at least one request's).
+READ_SHARE = 4
+#: gRPC's Python server holds a message being read about three times: the transport's slices,
+#: the buffer they are gathered into and the ``bytes`` made of it; then the ``bytes`` and the
+#: message parsed from them. A read's place is this many times the largest message.
+READ_COPIES = 3
+
 
 @dataclass
 class DeviceConfig:
@@ -70,6 +77,18 @@ class DeviceConfig:
         limit) could never be charged, so the transport refuses it before buffering it."""
         limits = [n for n in (self.memory_per_client, self.memory_total) if n > 0]
         return min([transport_max, *limits])
+
+    def message_cap(self, transport_max: int) -> int:
+        """The largest single message a client of this device may send (at most
+        ``receive_cap``): one whose read, :data:`READ_COPIES` times its size while the
+        transport hands it over and it is parsed, fits in the :data:`READ_SHARE` of the memory
+        total kept for reads. A larger request travels in chunks (``executeStreamed``, charged
+        chunk by chunk) or in shared memory; sent as one message, the transport refuses it
+        before buffering it."""
+        cap = self.receive_cap(transport_max)
+        if self.memory_total > 0:
+            cap = min(cap, max(1, self.memory_total // (READ_SHARE * READ_COPIES)))
+        return cap
 
     def limits(self) -> dict[str, int]:
         return {

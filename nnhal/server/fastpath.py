@@ -14,13 +14,12 @@ client's pipe ends with SCM_RIGHTS and removes the socket file: from then on
 nothing of the queue lives in the file system, and it vanishes with the last of
 its descriptors, whichever side dies.
 
-An idle queue holds no thread: ``readable`` awaits its request doorbell on the
-server's event loop (a reader of the loop, no polling), and then ``serve_ready``,
-on a worker thread, answers the request packets waiting (a full request, one
-asking for a layout id, a compact call: :mod:`nnhal.core.fastpacket`) in order,
-one batch at a time — and, for a linger of some milliseconds, those that keep
-arriving, so that a busy queue is served from the same thread without a hop
-through the loop per packet. Serving ends at ``stop`` (any thread: the burst's
+An idle queue holds no thread of its own: the :class:`QueueServer` (one thread
+per device) waits on every queue's request doorbell at once (epoll, no polling)
+and answers each queue's request packets (a full request, one asking for a
+layout id, a compact call: :mod:`nnhal.core.fastpacket`) in order — quick ones
+on its own thread, so that busy queues pay no thread switch per packet, the
+others on a worker thread. Serving ends at ``stop`` (any thread: the burst's
 gRPC stream ended, the server stops) or a STOP from the client. Every packet is
 untrusted input: a RingError gets a refusal (``refuse``: the status packet of
 the caller's protocol) and the ring is resynchronised; an answer that does not
@@ -29,16 +28,19 @@ fit the result ring is replaced by a refusal.
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import hmac
 import logging
 import mmap
 import os
 import secrets
+import select
 import socket
+import threading
 import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from nnhal.core import fastpacket, fastring
@@ -47,6 +49,14 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, InvalidArgument
 
 log = logging.getLogger(__name__)
+
+#: A queue whose last packets took at least this long has its packets answered on a worker
+#: (:class:`QueueServer`), as an execution this slow does not run on the event loop's thread.
+INLINE_MAX_NS = 1_000_000
+#: ... each of its last this many packets.
+_SLOW_PACKETS = 2
+#: What a turn of a served queue leaves to do (``QueueServer._answer``).
+_ARM, _END = object(), object()
 
 #: How often a handover waiting for its client looks whether it should stop.
 _ACCEPT_SLICE_S = 0.25
@@ -167,51 +177,26 @@ class FastQueue:
                 raise GeneralFailure(f"handing the fast burst queue over failed: {err}") from err
         self._close_handed()
 
-    async def readable(self) -> None:
-        """Return once the request doorbell holds something to read (a ring, a STOP) — at
-        once when stopping. Awaited on the running loop, as a reader of its inbox."""
-        doorbell = self._doorbell
-        assert doorbell is not None
-        if self.stopping:
-            return
-        loop = asyncio.get_running_loop()
-        ready: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(doorbell.inbox, _settle, ready)
-        try:
-            await ready
-        finally:
-            loop.remove_reader(doorbell.inbox)
-
-    def serve_ready(self, handle: Handle, refuse: Refuse, linger: float = 0.0) -> bool:
-        """Answer the request packets waiting, then those arriving within ``linger`` seconds of
-        the last (a blocking wait on this thread); False once the queue is stopping (``stop``,
-        the client's STOP, a client that does not read its answers). ``handle`` turns a
-        request packet into the answer; it must not raise. Never blocks on an empty inbox
-        (it may be called without a ring: it then answers what is there)."""
-        doorbell = self._doorbell
-        assert doorbell is not None
-        doorbell.wait(0)  # the rings read before the ring is: none is missed
-        while True:
-            self._drain(handle, refuse)
-            if self.stopping:
-                return False
-            if linger <= 0 or not doorbell.wait(linger):
-                return not self.stopping
-
-    def _drain(self, handle: Handle, refuse: Refuse) -> None:
-        # Ended (or its client stopped reading its answers): what is left is not run.
+    def next_packet(self, refuse: Refuse) -> tuple[int, bytes] | None:
+        """The next request packet (kind, a private copy of its payload); None when the ring
+        is empty or the queue is stopping (``stop``, the client's STOP, a client that does not
+        read its answers: what is left is not run). A packet breaking the ring's rules is
+        answered with ``refuse``'s refusal here, and the ring resynchronised."""
         while not self.stopping:
             try:
-                packet = self._requests.read()
+                return self._requests.read()
             except fastring.RingError as err:
                 log.warning("fast burst: refused a request packet: %s", err)
                 self._requests.resync()
                 refusal = refuse(ErrorStatus.INVALID_ARGUMENT, f"malformed fast burst packet: {err}")
                 self._answer(fastring.RESULT, refusal, refuse)
-                continue
-            if packet is None:
-                return
-            self._answer(*handle(*packet), refuse)
+        return None
+
+    def answer(self, kind: int, payload: bytes, refuse: Refuse) -> None:
+        """Write one answer packet and ring the client (an answer too large for the result
+        ring is replaced: ``oversize``, else ``refuse``'s refusal). A client that does not
+        read its answers ends the queue (:attr:`violation`)."""
+        self._answer(kind, payload, refuse)
 
     def _answer(self, kind: int, payload: bytes, refuse: Refuse) -> None:
         assert self._doorbell is not None
@@ -236,6 +221,18 @@ class FastQueue:
             self._doorbell.ring()
         except OSError:
             self.stop()
+
+    @property
+    def inbox(self) -> int:
+        """The descriptor a ring or a STOP makes readable (what a serving thread polls)."""
+        assert self._doorbell is not None
+        return self._doorbell.inbox
+
+    def take_rings(self) -> None:
+        """Read the request doorbell's bytes once :attr:`inbox` was reported readable (a STOP
+        among them stops the queue); the packets they announce are read with ``next_packet``."""
+        assert self._doorbell is not None
+        self._doorbell.take()
 
     @property
     def stopping(self) -> bool:
@@ -276,6 +273,165 @@ class FastQueue:
             self._mm = None
 
 
-def _settle(ready: asyncio.Future[None]) -> None:
-    if not ready.done():
-        ready.set_result(None)
+@dataclass(eq=False)
+class _Served:
+    """One queue as the :class:`QueueServer` holds it."""
+
+    queue: FastQueue
+    handle: Handle
+    refuse: Refuse
+    quick: Callable[[int], bool]
+    run: Callable[..., object]
+    ended: Callable[[], None]
+    #: How many of the queue's last packets in a row were slow (``QueueServer._answer``):
+    #: a slow queue's packets go to a worker.
+    slow: int = 0
+
+
+class QueueServer:
+    """The one thread that serves every queue handed to it (``serve``), each in order.
+
+    A thread of its own waits on all their request doorbells at once (an epoll set, each
+    queue armed once: a queue being served is not polled) and answers each ready queue's
+    packets in turn. A quick packet (``quick(kind)``, unless each of the queue's last two
+    packets took :data:`INLINE_MAX_NS` or longer) is answered on this thread, so that many
+    busy queues cost no thread switch per packet and the server's threads do not contend
+    for the GIL. Any other packet goes to a worker (``submit``), which then answers the
+    rest of that queue's waiting packets and hands the queue back. A quick packet that
+    turns out slow holds the other queues up by that one execution (by two for a queue's
+    first slow ones), after which its queue's packets go to workers. The thread exists
+    while a queue is served (started at the first, ending with the last). A queue ends
+    once it is stopping (``FastQueue.stop``, the client's STOP, a protocol violation): it
+    leaves the set and its ``ended`` is called, on whichever thread held it, after which
+    nothing here touches it. Thread-safe."""
+
+    def __init__(self, submit: Callable[[Callable[[], object]], object], name: str = "nnhal-queues") -> None:
+        self._submit = submit
+        self._name = name
+        self._lock = threading.Lock()  # a leaf: guards the set, the epoll and the thread
+        self._served: dict[int, _Served] = {}
+        self._epoll: select.epoll | None = None
+        self._wake: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def queues(self) -> int:
+        """Queues served now."""
+        return len(self._served)
+
+    def serve(
+        self,
+        queue: FastQueue,
+        handle: Handle,
+        refuse: Refuse,
+        quick: Callable[[int], bool],
+        run: Callable[..., object],
+        ended: Callable[[], None],
+    ) -> None:
+        """Serve ``queue`` until it stops, then call ``ended()`` (once, on a serving thread).
+        ``handle`` answers a packet and must not raise; ``run(fn, *args)`` runs the queue's
+        work (in its context: ``contextvars.Context.run``)."""
+        served = _Served(queue, handle, refuse, quick, run, ended)
+        with self._lock:
+            if self._epoll is None:
+                self._epoll = select.epoll()
+                self._wake = nonblocking_pipe()
+                self._epoll.register(self._wake[0], select.EPOLLIN)
+            self._served[queue.inbox] = served
+            self._epoll.register(queue.inbox, select.EPOLLIN | select.EPOLLONESHOT)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, args=(self._epoll,), name=self._name, daemon=True)
+                self._thread.start()
+
+    def _loop(self, epoll: select.epoll) -> None:
+        while True:
+            with self._lock:
+                if not self._served:  # the last queue ended: so does the thread
+                    self._close_epoll()
+                    return
+            for fd, _events in epoll.poll():
+                served = self._served.get(fd)
+                if served is None:  # the wake pipe
+                    self._drain_wake()
+                    continue
+                served.queue.take_rings()  # what woke it: read, or the inbox would stay readable
+                self._turn(served, None)
+
+    def _turn(self, served: _Served, handed: tuple[int, bytes] | None) -> None:
+        """One turn of ``served`` on this thread (``_answer``), then — outside the queue's
+        context, which the next turn enters, maybe on another thread — arm it again or end it."""
+        try:
+            state = served.run(self._answer, served, handed)
+        except Exception:  # a bug: the queue ends, the others are served on
+            log.exception("fast burst: serving a queue failed; ending it")
+            served.queue.stop()
+            state = _END
+        if isinstance(state, tuple):  # for a worker, entering the context now that it was left
+            try:
+                self._submit(partial(self._turn, served, state))
+            except RuntimeError:  # no worker takes work (the server is stopping): answered here
+                self._turn(served, state)
+        elif state is _ARM:
+            epoll = self._epoll
+            if epoll is not None:
+                try:
+                    epoll.modify(served.queue.inbox, select.EPOLLIN | select.EPOLLONESHOT)
+                except OSError:  # the set was closed under a racing end: nothing left to arm
+                    pass
+        elif state is _END:
+            self._end(served)
+
+    def _answer(self, served: _Served, handed: tuple[int, bytes] | None) -> object:
+        """Answer ``served``'s waiting packets — on a worker (``handed``: the packet it was
+        given, answered first) all of them, on the serving thread the quick ones: ``_ARM``
+        once none waits, ``_END`` once the queue is stopping, or the first packet that is not
+        quick, for a worker."""
+        queue, handle, refuse = served.queue, served.handle, served.refuse
+        packet = handed
+        while True:
+            if packet is None:
+                packet = queue.next_packet(refuse)
+                if packet is None:
+                    return _END if queue.stopping else _ARM
+                quick = served.slow < _SLOW_PACKETS and served.quick(packet[0])
+                if handed is None and not quick:
+                    return packet
+            t0 = time.perf_counter_ns()
+            queue.answer(*handle(*packet), refuse)
+            # Slow after two slow packets in a row: one preempted packet of a loaded machine
+            # alone does not send a small model's queue to the workers.
+            served.slow = served.slow + 1 if time.perf_counter_ns() - t0 >= INLINE_MAX_NS else 0
+            packet = None
+
+    def _end(self, served: _Served) -> None:
+        fd = served.queue.inbox
+        with self._lock:
+            if self._served.pop(fd, None) is None:
+                return
+            if self._epoll is not None:
+                self._epoll.unregister(fd)
+            if not self._served and self._wake is not None:
+                try:
+                    os.write(self._wake[1], b"\x00")  # the serving thread looks whether it should end
+                except BlockingIOError:
+                    pass
+        served.ended()
+
+    def _drain_wake(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            try:
+                os.read(wake[0], 4096)
+            except (BlockingIOError, OSError):
+                pass
+
+    def _close_epoll(self) -> None:
+        """Under the lock: the thread ends; the next ``serve`` makes a new set and thread."""
+        if self._epoll is not None:
+            self._epoll.close()
+            self._epoll = None
+        if self._wake is not None:
+            for fd in self._wake:
+                os.close(fd)
+            self._wake = None
+        self._thread = None

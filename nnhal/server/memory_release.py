@@ -12,11 +12,13 @@ walks the arenas under their locks, so it is rate-limited: at most once per
 :data:`MIN_INTERVAL_S`, once at least :data:`TRIM_AFTER_BYTES` were released since the last.
 Each trim first collects garbage cycles (``_collect_and_trim``: a call ended by an exception
 may hold its messages in one). The server also fixes the mmap threshold at start
-(:func:`map_large_blocks`) at 32 MiB, glibc's own ceiling for it: larger messages and tensors
-are mapped on their own and go back to the kernel as soon as they are freed, while smaller
-blocks (a stream's chunks, gRPC's slices) stay on the heaps, reused from call to call and
-given back by the trims — a threshold of 1 MiB mapped and faulted in every chunk afresh and
-cut large transfers to about a third.
+(:func:`map_large_blocks`) at 4 MiB: larger messages and tensors are mapped on their own and
+go back to the kernel as soon as they are freed, while smaller blocks (a stream's 1 MiB
+chunks, gRPC's slices) stay on the heaps, reused from call to call and given back by the
+trims. A threshold of 1 MiB mapped and faulted in every chunk afresh and cut large transfers
+to about a third; one of 32 MiB (glibc's ceiling) left tensors and messages of a few to 32 MiB
+on the heaps between the chunks, where freed holes too small for the next tensor kept
+concurrent executions' memory resident far past what the budget charged.
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ _TRIM = _malloc_trim()
 
 #: ``mallopt``'s parameter for the mmap threshold (glibc ``malloc.h``).
 _M_MMAP_THRESHOLD = -3
-#: Blocks of at least this many bytes are mapped on their own and unmapped when freed (glibc's
-#: DEFAULT_MMAP_THRESHOLD_MAX on 64-bit; the dynamic threshold never rises above it anyway).
-MMAP_THRESHOLD = 32 << 20
+#: Blocks of at least this many bytes are mapped on their own and unmapped when freed: above a
+#: stream's chunks (``wire_stream.CHUNK_BYTES``), which stay on the heaps (module docstring).
+MMAP_THRESHOLD = 4 << 20
 
 
 def map_large_blocks(threshold: int = MMAP_THRESHOLD) -> bool:

@@ -2,7 +2,7 @@
 limits (64 MiB per client, 256 MiB total), a victim executing meanwhile; prints one line
 per attack: peak server RSS, RSS at the start and after release, the victim's statuses.
 
-    python -m tests.adversarial.acceptance [inline|unread|zero-window|mass|all] [--as BYTES]
+    python -m tests.adversarial.acceptance [inline|unread|zero-window|mass|silent-queue|all] [--as BYTES]
 
 ``--as`` starts the server under that address-space limit (``prlimit``) and counts the
 GENERAL_FAILUREs the attackers met. A measuring tool, not a test: it asserts nothing (the
@@ -23,10 +23,14 @@ import grpc
 import numpy as np
 
 from nnhal.client.device import Device
+from nnhal.client.remote import FastBurstLink
 from nnhal.client.remote.messages import ExecutionOptions, execute_request
+from nnhal.core import fastring, samehost, wire
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject
+from nnhal.core.wire import MAX_MESSAGE_BYTES
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
+from nnhal.server.device_config import DeviceConfig
 from nnhal.testing.child import ChildServer
 from tests.adversarial.conftest import prepared_small, rss_bytes, victim_runs
 from tests.adversarial.raw_h2 import ZeroWindowClient
@@ -36,6 +40,8 @@ from tests.conftest import one_io_request, ones, relu_chain
 MiB = 1 << 20
 PER_CLIENT, TOTAL = 64 * MiB, 256 * MiB
 LIMITS = ("--memory-per-client", str(PER_CLIENT), "--memory-total", str(TOTAL))
+#: The largest single message the server receives at these limits.
+RECEIVE_CAP = DeviceConfig(memory_per_client=PER_CLIENT, memory_total=TOTAL).message_cap(MAX_MESSAGE_BYTES)
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 1 << 30), ("grpc.use_local_subchannel_pool", 1)]
 EXECUTE_1_3 = "/nnhal.v1.PreparedModel/execute_1_3"
 VICTIM_RUNS = 200
@@ -84,8 +90,9 @@ def _spread_victim(address: str, attack_done: threading.Event) -> list[ErrorStat
 
 
 def inline(address: str, seen: Outcome) -> list[ErrorStatus]:
-    """16 sessions, each sending (receive cap - 1 MiB) inline requests, both forms."""
-    x = np.ones((1, (PER_CLIENT - MiB) // 4), np.float32)
+    """16 sessions, each sending (receive cap - 1 MiB) inline requests, both forms (the
+    synchronous one travels in chunks, ``execute_1_3`` as one message)."""
+    x = np.ones((1, (RECEIVE_CAP - MiB) // 4), np.float32)
     model, request = relu_chain(1, x.shape), one_io_request(x)
     done = threading.Event()
 
@@ -209,11 +216,65 @@ def mass(address: str, seen: Outcome, sessions: int = 50, calls: int = 8) -> lis
             dev.close()
 
 
+def _flood_unread(link: FastBurstLink, payload: bytes, seconds: float = 20.0) -> tuple[int, float]:
+    """Request packets on ``link``'s queue, answers never read, until the server takes no more
+    (it ended the queue); how many were sent and the seconds that took."""
+    sent = full = 0
+    t0 = time.monotonic()
+    while full < 50 and time.monotonic() < t0 + seconds:
+        try:
+            link.requests.write(samehost.METHOD, payload)
+            sent, full = sent + 1, 0
+            link.doorbell.ring()
+        except (fastring.RingError, OSError):
+            full += 1
+            time.sleep(0.01)
+    return sent, time.monotonic() - t0
+
+
+def silent_queue(address: str, seen: Outcome, attackers: int = 8) -> list[ErrorStatus]:
+    """Same-host queues whose clients send executions and never read an answer: each queue
+    must end within its bound, and the server's execution count stop growing."""
+    done = threading.Event()
+    out: list[list[ErrorStatus]] = []
+    victim = threading.Thread(target=lambda: out.append(_spread_victim(address, done)))
+    victim.start()
+    devices, links = [], []
+    try:
+        ends: list[float] = []
+        for _ in range(attackers):
+            dev = Device.connect(address, client_name="silent")
+            devices.append(dev)
+            pm = dev.prepare_model_sync(relu_chain(1, (2, 4)))
+            link = FastBurstLink.open(dev.remote, "", ring_bytes=fastring.MIN_RING_BYTES, executions=True)
+            links.append(link)
+            msg = spb.ExecuteRequest(session=dev.remote.session_id, prepared_model=pm.handle)
+            wire.request_to(one_io_request(ones()), msg.request)
+            sent, took = _flood_unread(link, samehost.encode_method(1, "", msg.SerializeToString()))
+            seen["packets sent"] += sent
+            ends.append(took)
+        seen[f"slowest queue ended after {max(ends):.1f} s"] += 1
+        done.set()
+        victim.join(300)
+        with Device.connect(address, client_name="observer") as observer:
+            before = observer.stats()["executions"]
+            time.sleep(3)
+            seen[f"executions in the 3 s after: {observer.stats()['executions'] - before}"] += 1
+    finally:
+        done.set()
+        for link in links:
+            link.close()
+        for dev in devices:
+            dev.close()
+    return out[0] if out else []
+
+
 ATTACKS: dict[str, Callable[[str, Outcome], list[ErrorStatus]]] = {
     "inline": inline,
     "unread": unread,
     "zero-window": zero_window,
     "mass": mass,
+    "silent-queue": silent_queue,
 }
 
 

@@ -127,3 +127,14 @@ def test_the_last_of_the_total_is_kept_for_sessions_below_their_fair_share() -> 
     b.uncharge("hog", 600)
     b.charge("hog", 50)  # back below its share: allowed again
     assert b.total == 200
+
+
+def test_nothing_to_keep_is_never_refused_for_the_reserve() -> None:
+    """A small answer charges no transport copies (0 bytes): refusing it once the total is
+    past the reserve failed small executions of a victim while attackers filled the total."""
+    b = MemoryBudget(total=800)  # reserve: 100
+    b.charge_working(700, "results waiting to be written", keep_reserve=True)
+    b.charge_working(0, "results waiting to be written", keep_reserve=True)
+    with pytest.raises(ResourceExhaustedTransient):
+        b.charge_working(1, "results waiting to be written", keep_reserve=True)
+    assert b.total == 700

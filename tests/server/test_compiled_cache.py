@@ -70,9 +70,10 @@ def test_another_token_secret_kind_or_level_is_refused() -> None:
         cache.open_compiled(SECRET, TOKEN, blob, HalVersion.V1_2, "ort")
 
 
-def test_a_cache_of_the_earlier_format_is_refused_with_the_way_out() -> None:
-    # The earlier format: its magic, an HMAC-SHA256 tag, then the body.
-    earlier = b"NNHALC3\0" + bytes(32) + _sealed()[len(cache.MAGIC_COMPILED) + 32 :]
+@pytest.mark.parametrize("magic", [b"NNHALC3\0", b"NNHALC4\0"])
+def test_a_cache_of_an_earlier_format_is_refused_with_the_way_out(magic: bytes) -> None:
+    # 3: its magic, an HMAC-SHA256 tag, then the body; 4: this layout, the ort artifact in ORT format.
+    earlier = magic + _sealed()[len(cache.MAGIC_COMPILED) :]
     with pytest.raises(InvalidArgument, match=r"earlier nnhal.*prepare the model afresh"):
         cache.open_compiled(SECRET, TOKEN, earlier, LEVEL, "ort")
     for blob in (earlier, _sealed()):  # and the reference device names it another kind's
@@ -84,3 +85,11 @@ def test_the_reference_cache_is_not_opened_as_a_compiled_one() -> None:
     blob = cache.seal(SECRET, TOKEN, add_model(), Priority.LOW, LEVEL)
     with pytest.raises(InvalidArgument, match="another kind of device"):
         cache.open_compiled(SECRET, TOKEN, blob, LEVEL, "ort")
+
+
+def test_the_artifact_starts_at_an_aligned_offset_of_the_cache() -> None:
+    for size in (0, 1, 63, 64, 1000):
+        artifact = bytes(range(7)) * size
+        blob = cache.seal_compiled(SECRET, TOKEN, add_model(), Priority.LOW, LEVEL, "litert", artifact)
+        opened = cache.open_compiled(SECRET, TOKEN, blob, LEVEL, "litert")[2]
+        assert opened == artifact and (len(blob) - len(artifact)) % 64 == 0

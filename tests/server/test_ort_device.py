@@ -17,7 +17,7 @@ from nnhal.server.backend import ReferenceBackend
 from tests.server.conftest import CompilingDeviceCheck
 
 pytest.importorskip("onnxruntime")
-from nnhal.server.ort.runtime import OrtBackend
+from nnhal.server.ort.runtime import OrtBackend, unpack
 
 F32, Q8, S8 = T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL
 RNG = np.random.default_rng(0)
@@ -161,3 +161,38 @@ def test_the_cache_carries_the_compiled_artifact_and_the_device_kind(compiling: 
     tampered = blob[:-1] + bytes([blob[-1] ^ 1])
     with pytest.raises(InvalidArgument, match="authentication"):
         open_cache(ORT, SECRET, TOKEN, tampered, HalVersion.V1_3)
+
+
+def conv_f32_large_filter() -> Model:
+    """A convolution whose filter (16x3x3x3 float32, 1728 bytes) is large enough to live in
+    the artifact's weights, not in its graph."""
+    b = ModelBuilder()
+    x = b.input(F32, (1, 6, 6, 3))
+    w = b.constant(RNG.standard_normal((16, 3, 3, 3)).astype(np.float32))
+    bias = b.constant(RNG.standard_normal(16).astype(np.float32))
+    args = [x, w, bias, *b.ints(1, 1, 1, 1, 1, 1, 0)]  # pads l r t b, stride w h, no activation
+    return b.outputs(b.op(O.CONV_2D, args, F32, (1, 6, 6, 16))).finish()
+
+
+def test_the_artifact_carries_the_weights_that_the_session_reads_in_place(compiling: CompilingDeviceCheck) -> None:
+    model = conv_f32_large_filter()
+    artifact = compiling.matches_reference(ORT, model, RNG)
+    graph, names, values = unpack(artifact)
+    assert names and all(not v.flags.writeable for v in values)
+    assert len(graph) < len(artifact) and sum(v.nbytes for v in values) >= 16 * 3 * 3 * 3 * 4
+    inputs = compiling.inputs(model, RNG)
+    expected = ORT.load(model, [], artifact).run(inputs)[0]
+    # Loaded from a private copy that only the graph holds afterwards, then memory reused.
+    loaded = ORT.load(model, [], memoryview(bytes(bytearray(artifact))))
+    churn = [bytearray(1 << 20) for _ in range(32)]
+    del churn
+    assert np.array_equal(loaded.run(inputs)[0], expected)
+
+
+@pytest.mark.parametrize("cut", [0, 8, 16, -1])
+def test_an_artifact_that_is_not_this_devices_is_a_general_failure(cut: int, compiling: CompilingDeviceCheck) -> None:
+    artifact = compiling.matches_reference(ORT, conv_f32_large_filter(), RNG)
+    with pytest.raises(GeneralFailure, match="artifact"):
+        ORT.load(conv_f32_large_filter(), [], artifact[:cut])
+    with pytest.raises(GeneralFailure, match="not one of this ort device's"):
+        ORT.load(conv_f32_large_filter(), [], b"NNORTX0\0" + artifact[8:])

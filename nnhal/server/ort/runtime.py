@@ -2,12 +2,15 @@
 
 ``OrtBackend.compile`` converts the model (``compiler``), lets onnxruntime optimize
 it (every graph optimization, transposes cancelled, layouts chosen) and keeps the
-optimized model, saved in onnxruntime's own (ORT, flatbuffer) format, as the cache
-artifact; ``load`` builds a session from such bytes with optimizations off, reading
-the model and its initializers in place (no protobuf to parse, no copy of the
-weights: the graph keeps the bytes alive), so a preparation from cache neither
-converts nor optimizes. The bytes are only ever produced by this server and are sealed by the
-compilation cache before a client holds them.
+optimized model as the cache artifact (``pack``): the ONNX graph without its large
+initializers, then those initializers' bytes, each where the graph's external-data
+entry says. ``load`` builds a session from an artifact with optimizations off and hands
+onnxruntime the weights as tensors over the artifact's own bytes (``OrtValue`` views,
+``add_external_initializers``): no protobuf of weights to parse, no copy of them to make,
+so a preparation from cache neither converts nor optimizes, and a preparation afresh runs
+the same session as one from its cache. The bytes are only ever produced by this server
+and are sealed by the compilation cache before a client holds them; the graph keeps them
+alive.
 
 Sessions run with ``threads`` intra-op threads (default 1) and one inter-op thread;
 ``InferenceSession.run`` is thread-safe, so concurrent executions share one session.
@@ -18,8 +21,10 @@ before and after the graph, not inside it.
 from __future__ import annotations
 
 import os
+import struct
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,10 +46,20 @@ def _ort() -> Any:
     return onnxruntime
 
 
+#: An artifact: magic, the optimized ONNX graph's length; the graph; the weights from the
+#: next multiple of ``_ALIGN`` (offsets within the artifact) on.
+ARTIFACT_MAGIC = b"NNORTX1\0"
+_ARTIFACT = struct.Struct("<8sQ")
+_ALIGN = 64
+#: Initializers of fewer bytes stay in the graph: shape inference reads some (a Reshape's shape).
+_EXTERNAL_MIN_BYTES = 1024
+_WEIGHTS_FILE = "weights.bin"
+
+
 def session_options(threads: int, optimize: bool) -> Any:
     """Options of the device's sessions. ``optimize``: a session that optimizes the model
-    it is given (``compile``); otherwise one that loads an optimized ORT-format model
-    straight from its bytes, which must outlive the session (``load``)."""
+    it is given and saves it with its large initializers apart (``compile``); otherwise
+    one that runs an optimized model as it is (``load``)."""
     ort = _ort()
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
@@ -57,20 +72,60 @@ def session_options(threads: int, optimize: bool) -> Any:
     if threads == 1:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if optimize:
-        opts.add_session_config_entry("session.save_model_format", "ORT")
-    else:
-        opts.add_session_config_entry("session.load_model_format", "ORT")
-        opts.add_session_config_entry("session.use_ort_model_bytes_directly", "1")
+        opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", _WEIGHTS_FILE)
+        opts.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", str(_EXTERNAL_MIN_BYTES)
+        )
     return opts
+
+
+def pack(graph: bytes, weights: bytes) -> bytes:
+    """The artifact of an optimized ONNX ``graph`` whose external initializers lie in ``weights``."""
+    head = _ARTIFACT.pack(ARTIFACT_MAGIC, len(graph)) + graph
+    return head + bytes(-len(head) % _ALIGN) + weights
+
+
+def unpack(artifact: bytes | memoryview) -> tuple[bytes, list[str], list[np.ndarray]]:
+    """The graph of an artifact, and its external initializers' names and values: read-only
+    arrays over ``artifact`` (not copied; they keep it alive). GeneralFailure for bytes that
+    are not such an artifact."""
+    from onnx import ModelProto, TensorProto, helper
+
+    view = memoryview(artifact).cast("B")
+    if len(view) < _ARTIFACT.size or bytes(view[:8]) != ARTIFACT_MAGIC:
+        raise GeneralFailure("the cached artifact is not one of this ort device's: prepare the model afresh")
+    _, n = _ARTIFACT.unpack_from(view)
+    end = _ARTIFACT.size + n
+    start = end + (-end % _ALIGN)
+    if start > len(view):
+        raise GeneralFailure("the cached artifact is truncated")
+    graph, weights = bytes(view[_ARTIFACT.size : end]), view[start:]
+    try:
+        proto = ModelProto.FromString(graph)
+    except Exception:  # protobuf's DecodeError (this device does not import protobuf itself)
+        raise GeneralFailure("the cached artifact's graph does not decode") from None
+    names, values = [], []
+    for t in proto.graph.initializer:
+        if t.data_location != TensorProto.EXTERNAL:
+            continue
+        where = {e.key: e.value for e in t.external_data}
+        dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+        offset, length = int(where.get("offset", 0)), int(where.get("length", -1))
+        count = int(np.prod(t.dims, dtype=np.int64))
+        if length != count * dtype.itemsize or offset < 0 or offset + length > len(weights):
+            raise GeneralFailure(f"the cached artifact's initializer {t.name!r} lies outside its weights")
+        names.append(t.name)
+        values.append(np.frombuffer(weights, dtype=dtype, count=count, offset=offset).reshape(tuple(t.dims)))
+    return graph, names, values
 
 
 class OrtGraph:
     """One onnxruntime session computing a model's main subgraph."""
 
-    def __init__(self, session: Any, n_inputs: int, model_bytes: bytes = b"") -> None:
+    def __init__(self, session: Any, n_inputs: int, weights: Sequence[Any] = ()) -> None:
         self._session = session
-        #: What a session loaded in place reads its model and weights from, for as long as it lives.
-        self._model_bytes = model_bytes
+        #: The tensors over the artifact's bytes the session reads its weights from, for as long as it lives.
+        self._weights = tuple(weights)
         self._inputs = [f"in{k}" for k in range(n_inputs)]
         self._outputs = [o.name for o in session.get_outputs()]
 
@@ -108,18 +163,26 @@ class OrtBackend:
         onnx_bytes = compiler.compile_model(model, pools)
         opts = session_options(self.threads, optimize=True)
         with tempfile.TemporaryDirectory(prefix="nnhal-ort-") as tmp:
-            path = os.path.join(tmp, "optimized.ort")
-            opts.optimized_model_filepath = path
-            session = self._session(onnx_bytes, opts)
-            with open(path, "rb") as f:
-                artifact = f.read()
-        return OrtGraph(session, len(model.main.input_indexes)), artifact
+            opts.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
+            self._session(onnx_bytes, opts)
+            weights = Path(tmp, _WEIGHTS_FILE)  # absent when no initializer is large enough
+            artifact = pack(
+                Path(opts.optimized_model_filepath).read_bytes(), weights.read_bytes() if weights.exists() else b""
+            )
+        # The session a preparation from this artifact would build: afresh and from cache run alike.
+        return self.load(model, pools, artifact), artifact
 
     def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
-        # The session reads these bytes in place: they must be its own, alive as long as it is.
-        model_bytes = bytes(artifact)
-        session = self._session(model_bytes, session_options(self.threads, optimize=False))
-        return OrtGraph(session, len(model.main.input_indexes), model_bytes)
+        # The weights are views of the artifact's bytes, which the caller never changes afterwards
+        # (they come from a sealed cache read into private memory, or were just made).
+        graph, names, values = unpack(artifact)
+        ort = _ort()
+        opts = session_options(self.threads, optimize=False)
+        tensors = [ort.OrtValue.ortvalue_from_numpy(v) for v in values]
+        if names:
+            opts.add_external_initializers(names, tensors)
+        session = self._session(graph, opts)
+        return OrtGraph(session, len(model.main.input_indexes), tensors)
 
     def _session(self, model_bytes: bytes, opts: Any) -> Any:
         ort = _ort()

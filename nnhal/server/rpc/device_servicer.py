@@ -176,7 +176,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
         offers.streamed_execution = True
         offers.close_session = True
         offers.devices.extend(self._devices or (self.driver.config.name,))
-        offers.max_message_bytes = self.driver.config.receive_cap(wire.MAX_MESSAGE_BYTES)
+        offers.max_message_bytes = self.driver.config.message_cap(wire.MAX_MESSAGE_BYTES)
         offers.fast_path = bool(
             session is not None
             and self._fast_path

@@ -17,14 +17,14 @@ the memory budget) and the stream ends:
 
 Then the first event names the handover socket and token
 (:mod:`nnhal.server.fastpath`), the client collects its queue, and the queue is
-served without a thread of its own: this call, a coroutine on the server's loop,
-awaits the request doorbell as a reader of the loop and hands each wake-up's
-packets to a worker thread — one batch at a time, in order; a queue in use
-(``IN_USE_S``) lingers for the next packet some milliseconds (``LINGER_S``; at
-most ``MAX_LINGERING`` queues at once) so that a busy queue pays no loop hop per
-packet. Every full request packet is parsed as an
-ExecuteRequest (a packet that is not one, or names another session or model, is
-refused with INVALID_ARGUMENT) and runs exactly as a gRPC burst execution does —
+served without a thread of its own: the device's one queue server thread
+(:class:`nnhal.server.fastpath.QueueServer`) waits on every open queue's doorbell and
+answers each queue's packets in order — a compact call of a queue whose packets run
+short (no fault armed, no injected delay) on that thread, any other packet on a worker
+thread — so that busy queues pay no thread hop per packet, however many there are.
+Every full request packet is parsed as an ExecuteRequest (a packet that is not one, or
+names another session or model, is refused with INVALID_ARGUMENT) and runs exactly as
+a gRPC burst execution does —
 same launch checks, statuses, drain refusal and metrics — and its ExecuteResult
 goes back through the result ring. A full request asking for a layout id (kind
 ``fastpacket.LEARN``) is granted one when it passed validation and all its pools
@@ -53,11 +53,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import math
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from functools import partial
 from typing import Any, cast
 
@@ -75,7 +74,7 @@ from nnhal.server.executions import Execution, Executions, Method, Refused
 from nnhal.server.executions.faults import BURST, KINDS, Liveness
 from nnhal.server.executions.long_calls import QUEUE, once
 from nnhal.server.executions.methods import CARRIER
-from nnhal.server.fastpath import FastQueue
+from nnhal.server.fastpath import FastQueue, QueueServer
 from nnhal.server.rpc.common import result_to, status_to
 from nnhal.server.rpc.identity import stream_client
 from nnhal.server.rpc.prepared_model_servicer import EXECUTION_FAULTS, check_burst_fields, execution_from
@@ -86,16 +85,6 @@ from nnhal.server.session import Session, is_local_address
 #: The client collects its queue right after the first event; this is generous.
 HANDOVER_TIMEOUT_S = 10.0
 RINGS = "fast burst rings"
-#: How long a queue's batch keeps its worker thread for the next packet before the queue
-#: goes back to waiting on the loop: a busy queue is then served without a loop hop per
-#: packet (a client's next call comes within this in a loop of calls, or at a steady pace
-#: of up to 50 calls a second). It holds no CPU: the thread waits in ``poll``.
-LINGER_S = 0.02
-#: Only a queue in use lingers: one whose previous batch ended within this many seconds (a
-#: session that executes now and then gives its thread back at once).
-IN_USE_S = 0.25
-#: Queues whose batch may linger at once; the others go back to the loop at once.
-MAX_LINGERING = 16
 _METHOD = "openFastBurst"
 
 
@@ -114,6 +103,18 @@ def _step_aside(size: int) -> tuple[int, bytes]:
     return samehost.STEP_ASIDE, f"the answer ({size} bytes) does not fit the queue's ring".encode()
 
 
+def _quick(x: Executions, session: Session, kind: int) -> bool:
+    """Whether a packet of ``kind`` may run on the queue server's thread: a compact call (a
+    validated layout of inline pools: a small sync execution), with no fault armed and no
+    injected delay to hold that thread up."""
+    return kind == fastpacket.CALL and not x.faults.armed and not session.faults.execute_delay_ms
+
+
+def _settle(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
+
+
 class _Opened:
     """What an open queue holds (``close``: given back once, on any thread)."""
 
@@ -125,8 +126,8 @@ class _Opened:
         self.queue: FastQueue = cast(FastQueue, None)  # set once made (``FastPathServicer._open``)
         self.handle: fastpath.Handle = cast(fastpath.Handle, None)
         self.context = contextvars.Context()
-        #: When the queue's previous batch ended (``time.monotonic``): whether it is in use.
-        self.last_batch = -math.inf
+        #: Whether a packet of this kind may be answered on the queue server's thread.
+        self.quick: Callable[[int], bool] = lambda kind: False
         self.close = once(self._close)
 
     def _close(self) -> None:
@@ -162,8 +163,8 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         self._method = executions.method(_METHOD, "a fast burst execution", fault=BURST, transport="same_host")
         self._enabled = enabled and fastpath.available()
         self._methods: SameHostMethods | None = None  # the same-host queue's forms, made at its first use
-        self._lock = threading.Lock()  # a leaf: guards the two below
-        self._lingering = 0  # queues whose batch lingers for more packets now
+        self._lock = threading.Lock()  # a leaf: guards the one below
+        self._server: QueueServer | None = None  # serves every open queue, made at the first
 
     def _authorise(self, request: fpb.FastBurstRequest, peer: str) -> Session:
         policy = self.driver.config.shared_memory
@@ -209,28 +210,38 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             return
         queue = opened.queue
         step: Future[Any] | None = None  # what a worker thread does for the queue now
+        served = False  # handed to the queue server, which then gives it back (``opened.close``)
         try:
             context.add_done_callback(lambda _context: queue.stop())
             yield fpb.FastBurstEvent(socket_path=str(queue.socket_path), token=queue.token, ring_bytes=queue.ring_bytes)
             step = pool.submit(queue.hand_over, HANDOVER_TIMEOUT_S)
             await asyncio.wrap_future(step)
-            # While idle the queue holds no thread: its doorbell is a reader of this loop, and
-            # each wake-up serves a batch on a worker thread, in the queue's context (a
-            # queue's: the carrier and each packet's request id stay in it).
-            while not queue.stopping:
-                await queue.readable()
-                step = pool.submit(opened.context.run, self._serve_batch, opened)
-                if not await asyncio.wrap_future(step):
-                    break
             step = None
+            # While idle the queue holds no thread of its own: the queue server's one thread
+            # waits on every queue's doorbell and answers their packets, in each queue's context
+            # (a queue's: the carrier and each packet's request id stay in it).
+            loop = asyncio.get_running_loop()
+            ended: asyncio.Future[None] = loop.create_future()
+
+            def on_end() -> None:
+                opened.close()
+                try:
+                    loop.call_soon_threadsafe(_settle, ended)
+                except RuntimeError:  # the loop is closed: the server stopped
+                    pass
+
+            self._queue_server(pool).serve(queue, opened.handle, _violation, opened.quick, opened.context.run, on_end)
+            served = True
+            await ended
             if queue.violation:
                 yield self._event(self.executions.refuse(self._method, InvalidArgument(queue.violation)))
         except HalError as err:
             step = None
             yield self._event(self.executions.refuse(self._method, err))
         finally:
-            queue.stop()
-            _after(step, opened.close)  # never under a batch still running
+            queue.stop()  # a served queue ends on the queue server's thread, which closes it
+            if not served:
+                _after(step, opened.close)  # never under a handover still running
 
     def _open(self, request: fpb.FastBurstRequest, peer: str, client: str) -> _Opened | fpb.FastBurstEvent:
         """The authorised, admitted and charged queue (on a worker thread), or the refusal's event.
@@ -262,6 +273,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             else:
                 opened.handle = self._handler(session, request.prepared_model)
                 opened.context = contextvars.copy_context()
+            opened.quick = partial(_quick, self.executions, session)
             return opened
         except HalError as err:
             opened.close()
@@ -270,21 +282,11 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             opened.close()
             raise
 
-    def _serve_batch(self, opened: _Opened) -> bool:
-        """One batch of a queue's packets (``FastQueue.serve_ready``), lingering for more when
-        the queue is in use (:data:`IN_USE_S`) and fewer than :data:`MAX_LINGERING` queues
-        linger; False once the queue ended."""
-        in_use = time.monotonic() - opened.last_batch < IN_USE_S
+    def _queue_server(self, pool: Executor) -> QueueServer:
         with self._lock:
-            linger = in_use and self._lingering < MAX_LINGERING
-            self._lingering += linger
-        try:
-            return opened.queue.serve_ready(opened.handle, _violation, LINGER_S if linger else 0.0)
-        finally:
-            opened.last_batch = time.monotonic()
-            if linger:
-                with self._lock:
-                    self._lingering -= 1
+            if self._server is None:
+                self._server = QueueServer(pool.submit)
+            return self._server
 
     def _same_host(self) -> SameHostMethods:
         if self._methods is None:

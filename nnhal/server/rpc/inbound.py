@@ -10,11 +10,15 @@ every unary-request method is served as a request stream (:func:`gated`) that re
 message through an :class:`Inbound`:
 
 - **reading**: a message's size is known only once read, so a read holds a place of
-  ``receive_cap`` bytes (the largest message the server accepts) among ``read_bytes`` while
-  it is read; more reads wait, first come first served. One read may always start, so a
-  small message never waits for memory held elsewhere, and a read that does not finish
-  within ``read_timeout`` ends its call (RESOURCE_EXHAUSTED): a sender that stalls holds
-  its place that long at most.
+  ``READ_COPIES`` times ``receive_cap`` bytes (the largest message the server accepts, read
+  as the transport's slices, the buffer gathering them and the ``bytes`` made of it, then
+  parsed from those ``bytes``) among ``read_bytes`` until its message is parsed and the
+  ``bytes`` dropped; more reads wait, first come first served. One read may always start, so
+  a small message never waits for memory held elsewhere (``DeviceConfig.message_cap`` keeps
+  one place within the reads' share of the total), and a read that does not finish within
+  ``read_timeout`` ends its call (RESOURCE_EXHAUSTED): a sender that stalls holds its place
+  that long at most. The transport's freed slices are counted as released memory (the
+  budget's releaser trims the heap they stay on).
 - **holding**: the message read is charged to its client (the verified mTLS identity, else
   the connection) until its call ends, at most ``per_client`` bytes per client, and, when
   larger than the flow-control window (``WINDOW_BYTES``), to the server's total, twice
@@ -32,7 +36,9 @@ message through an :class:`Inbound`:
   the client reads, cancels or its deadline or connection ends. So a connection's large
   answers (over ``WINDOW_BYTES``) are written one at a time, and after a stalled one they are
   refused (RESOURCE_EXHAUSTED) until a write on the connection completes: a client that does
-  not read leaves at most one large answer per connection in the transport.
+  not read leaves at most one large answer per connection in the transport. A unary answer is
+  written by gRPC with its call's status once the handler returned: a large one first waits
+  (``hand_over``, at most ``write_timeout``) until the connection's previous one was taken.
 
 State lives on the server's event loop and is touched only there (no lock).
 """
@@ -52,6 +58,7 @@ from grpc import aio
 
 from nnhal.core.errors import HalError
 from nnhal.server.budget import MemoryBudget
+from nnhal.server.device_config import READ_COPIES
 from nnhal.server.log_limits import undecodable
 from nnhal.server.rpc.ending import CallEnder, abort_ended, call_ender, ended
 from nnhal.server.rpc.handler_shape import behaviour
@@ -114,8 +121,10 @@ class Inbound:
         self.receive_cap = max(1, receive_cap)
         self.per_client = per_client
         self.budget = budget
+        #: What one read holds at most, until its message is parsed (module docstring).
+        self.place = READ_COPIES * self.receive_cap
         #: Bytes of places for reads in progress (at least one read's).
-        self.read_bytes = max(self.receive_cap, read_bytes)
+        self.read_bytes = max(self.place, read_bytes)
         self.read_timeout = read_timeout
         self.write_timeout = write_timeout
         self._reading = 0
@@ -134,8 +143,8 @@ class Inbound:
 
     # -- reading -----------------------------------------------------------------------
     async def _read_place(self) -> None:
-        if not self._waiting and (self._reading == 0 or self._reading + self.receive_cap <= self.read_bytes):
-            self._reading += self.receive_cap
+        if not self._waiting and (self._reading == 0 or self._reading + self.place <= self.read_bytes):
+            self._reading += self.place
             return
         waiter = asyncio.get_running_loop().create_future()
         self._waiting.append(waiter)
@@ -149,40 +158,63 @@ class Inbound:
             raise
 
     def _end_read(self) -> None:
-        self._reading -= self.receive_cap
-        while self._waiting and (self._reading == 0 or self._reading + self.receive_cap <= self.read_bytes):
+        self._reading -= self.place
+        while self._waiting and (self._reading == 0 or self._reading + self.place <= self.read_bytes):
             waiter = self._waiting.popleft()
             if not waiter.done():
-                self._reading += self.receive_cap
+                self._reading += self.place
                 waiter.set_result(None)
 
-    async def receive(self, context: aio.ServicerContext[Any, Any]) -> bytes:
-        """The call's one request message, read once admitted and held until the call ends;
-        the call is aborted (RESOURCE_EXHAUSTED, INVALID_ARGUMENT without a message) instead."""
+    async def receive(
+        self,
+        context: aio.ServicerContext[Any, Any],
+        parse: Callable[[bytes], Any] | None = None,
+        what: str = "a request",
+    ) -> Any:
+        """The call's one request message, read once admitted, parsed by ``parse`` within its
+        read's place (None: the bytes themselves) and held until the call ends; the call is aborted instead
+        (RESOURCE_EXHAUSTED; INVALID_ARGUMENT without a message; INTERNAL when it cannot be
+        parsed)."""
         await self._read_place()
-        read: object = None
         try:
-            read = await _read_within(context, self.read_timeout)
-        except asyncio.TimeoutError:  # the builtin TimeoutError from 3.11; asyncio's before
-            pass
+            read: object = None
+            try:
+                read = await _read_within(context, self.read_timeout)
+            except asyncio.TimeoutError:  # the builtin TimeoutError from 3.11; asyncio's before
+                pass
+            if read is None:
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"the request message did not arrive within {self.read_timeout:g} s",
+                )
+            if not isinstance(read, bytes):  # aio.EOF: the client half-closed with no message
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call carried no request message")
+                raise AssertionError("unreachable: abort raises")  # pragma: no cover
+            raw: bytes = read
+            del read
+            nbytes = len(raw)
+            refusal = self._hold(_client_of(context), nbytes, context)
+            failure: str | None = None
+            message: Any = None
+            if refusal is None:
+                try:
+                    message = parse(raw) if parse is not None else raw
+                except Exception as err:  # as grpc answers (and logs) a request it cannot deserialize
+                    undecodable(what, err)
+                    failure = f"the request message could not be decoded: {err}"
+            # Not held by this frame while an abort's exception (and its traceback) lives, nor
+            # past the place that charged for it.
+            del raw
         finally:
             self._end_read()
-        if read is None:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"the request message did not arrive within {self.read_timeout:g} s",
-            )
-        if not isinstance(read, bytes):  # aio.EOF: the client half-closed with no message
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call carried no request message")
-            raise AssertionError("unreachable: abort raises")  # pragma: no cover
-        raw: bytes = read
-        del read
-        refusal = self._hold(_client_of(context), len(raw), context)
+        if self.budget is not None and nbytes > WINDOW_BYTES:
+            # The transport's slices and the buffer that gathered them were freed.
+            self.budget.releaser.released((READ_COPIES - 1) * nbytes)
         if refusal is not None:
-            # Not held by this frame while the abort's exception (and its traceback) lives.
-            del raw
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
-        return raw
+        if failure is not None:
+            await context.abort(grpc.StatusCode.INTERNAL, failure)
+        return message
 
     # -- holding -----------------------------------------------------------------------
     def _hold(self, key: str, nbytes: int, context: aio.ServicerContext[Any, Any]) -> str | None:
@@ -267,6 +299,39 @@ class Inbound:
         if w.users <= 0 and self._writers.get(peer) is w:
             del self._writers[peer]
 
+    async def hand_over(self, context: aio.ServicerContext[Any, Any], what: str) -> None:
+        """Before a large unary answer is returned (gRPC then writes it with the call's status):
+        wait until the connection's previous large answer was taken, at most ``write_timeout``;
+        the call's end lets the next one go. Past that, and on a connection whose answer was not
+        taken in time, the call is aborted (RESOURCE_EXHAUSTED), its answer dropped: a client
+        that does not read leaves at most one large unary answer per connection in the
+        transport."""
+        peer = context.peer() or ""
+        w = self.writer(peer)
+        if not w.stalled:
+            try:
+                await _within(w.lock.acquire(), self.write_timeout)
+            except asyncio.TimeoutError:
+                w.stalled = True
+                self.stalled += 1
+                log.warning("%s: the client took no answer for %.0f s; refusing the next", what, self.write_timeout)
+            else:
+
+                def end(ctx: aio.ServicerContext[Any, Any]) -> None:
+                    w.lock.release()
+                    if not ctx.cancelled():  # written: the connection reads again
+                        w.stalled = False
+                    self.done_writing(peer, w)
+
+                context.add_done_callback(end)
+                return
+        self.done_writing(peer, w)
+        await context.abort(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"this connection took no answer for {self.write_timeout:g} s: its large answers are refused "
+            "until it reads",
+        )
+
     def stalled_write(self, task: asyncio.Task[Any] | None, w: _Writer, what: str) -> None:
         """A message of ``task``'s call was not written within the bound: end the call, and
         refuse its connection's large answers until one of its writes completes."""
@@ -288,6 +353,14 @@ async def _read_within(context: aio.ServicerContext[Any, Any], seconds: float) -
     return await asyncio.wait_for(context.read(), seconds)  # pragma: no cover - Python 3.10
 
 
+async def _within(step: Awaitable[Any], seconds: float) -> Any:
+    """``step`` awaited; TimeoutError when it does not complete within ``seconds``."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await step
+    return await asyncio.wait_for(step, seconds)  # pragma: no cover - Python 3.10
+
+
 def _client_of(context: aio.ServicerContext[Any, Any]) -> str:
     """Whose bytes these are: the verified identity with mTLS, else the connection."""
     return stream_client(context)
@@ -302,17 +375,10 @@ def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.R
     fn = behaviour(handler)
     parse: Callable[[bytes], Any] = handler.request_deserializer or (lambda raw: raw)
 
-    async def deserialize(raw: bytes, context: aio.ServicerContext[Any, Any]) -> Any:
-        try:
-            return parse(raw)
-        except Exception as err:  # as grpc answers (and logs) a request it cannot deserialize
-            undecodable(what, err)
-            await context.abort(grpc.StatusCode.INTERNAL, f"the request message could not be decoded: {err}")
-
     if handler.response_streaming:
 
         async def stream(_requests: object, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            request = await deserialize(await inbound.receive(context), context)
+            request = await inbound.receive(context, parse, what)
             events = fn(request, context)
             del request
             task = asyncio.current_task()
@@ -366,8 +432,12 @@ def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.R
 
     async def unary(_requests: object, context: aio.ServicerContext[Any, Any]) -> Any:
         try:
-            request = await deserialize(await inbound.receive(context), context)
-            return await unary_fn(request, context)
+            request = await inbound.receive(context, parse, what)
+            answer = await unary_fn(request, context)
+            del request
+            if hasattr(answer, "ByteSize") and answer.ByteSize() > WINDOW_BYTES:
+                await inbound.hand_over(context, what)
+            return answer
         except asyncio.CancelledError:
             if not ended():  # the transport's cancellation
                 raise

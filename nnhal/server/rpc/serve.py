@@ -70,6 +70,7 @@ from nnhal.proto import (
     streamed_pb2 as stpb,
 )
 from nnhal.server.call_log import CallLog
+from nnhal.server.device_config import READ_SHARE
 from nnhal.server.devices import DeviceSpec, make_backend
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Executions
@@ -101,9 +102,6 @@ _STOP_SLACK_S = 2.0
 #: the client reads the event on one thread and sees the connection close on another.
 _NOTICE_S = 0.25
 
-#: Requests being read may hold this share of the memory total (at least one request's).
-READ_SHARE = 4
-
 #: Clients ping every second to detect a frozen server; allow it, and pings on idle channels.
 SERVER_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -132,7 +130,8 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
 
 def server_options(receive_cap: int) -> list[tuple[str, int]]:
     """:data:`SERVER_OPTIONS` with messages received capped at ``receive_cap`` bytes
-    (``DeviceConfig.receive_cap``: what one client may hold), so that a larger one is refused
+    (``DeviceConfig.message_cap``: what one client may hold, read within the reads'
+    share), so that a larger one is refused
     (RESOURCE_EXHAUSTED) before the server buffers it."""
     return [(k, receive_cap if k == "grpc.max_receive_message_length" else v) for k, v in SERVER_OPTIONS]
 
@@ -199,8 +198,9 @@ class Server:
             config = dataclasses.replace(base, name=spec.name, executor=backend.description)
             self.drivers[spec.name] = Driver(config, backend)
         self.driver = next(iter(self.drivers.values()))
-        #: The largest message the server receives: what the most limited device's client may hold.
-        self.receive_cap = min(d.config.receive_cap(MAX_MESSAGE_BYTES) for d in self.drivers.values())
+        #: The largest message the server receives: what the most limited device's client may
+        #: hold, read within the share of the memory total kept for reads (``message_cap``).
+        self.receive_cap = min(d.config.message_cap(MAX_MESSAGE_BYTES) for d in self.drivers.values())
         #: The admission of request bytes and the bound on writes (``nnhal.server.rpc.inbound``):
         #: the devices share the process's memory, so the default device's limits.
         self.inbound = Inbound(

@@ -18,8 +18,9 @@ RESOURCE_EXHAUSTED_TRANSIENT.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -31,6 +32,7 @@ from nnhal.core.errors import HalError, ResourceExhaustedPersistent
 from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb, streamed_pb2_grpc as stgrpc
 from nnhal.server import log_limits
 from nnhal.server.executions import Abort, Arrival, Execution, Executions, Method, Refused
+from nnhal.server.executions.owner import RESULTS_WAITING
 from nnhal.server.rpc.common import hal_method, status_to
 from nnhal.server.rpc.ending import current_ender
 from nnhal.server.rpc.identity import stream_client
@@ -120,8 +122,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                 yield _head(refused)
                 return
 
-            def build() -> Execution:
-                return execution_from(head, request)
+            build: Callable[[], Execution] = functools.partial(execution_from, head, request)
 
             # The execution charges its request data itself, from its launch on.
             give_back()
@@ -129,13 +130,27 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                 result = await in_thread(x.execute, m, build, sync, arrival, t0)
             except Abort as aborted:
                 await abort(context, aborted)
+            # The request's data is not needed to answer: not held while the answer is written.
+            del build, head, request, reader, first
             if isinstance(result, Refused):
                 yield _head(result)
                 return
             kept, large = wire_stream.split_result(result)
-            yield stpb.StreamedExecuteResult(head=wire.execution_result_to(kept))
-            for chunk in wire_stream.chunks(stpb.StreamedExecuteResult, large):
-                yield chunk
+            del result
+            # The output pools wait to be written, charged to the session until they are.
+            waiting = sum(len(data) for data in large.values())
+            try:
+                budget.charge(session, waiting, RESULTS_WAITING)
+            except HalError as err:
+                yield _head(Refused(err.error_status, f"{METHOD}'s answer cannot wait to be written: {err.message}"))
+                return
+            try:
+                yield stpb.StreamedExecuteResult(head=wire.execution_result_to(kept))
+                for chunk in wire_stream.chunks(stpb.StreamedExecuteResult, large):
+                    yield chunk
+            finally:
+                del large
+                budget.uncharge(session, waiting, RESULTS_WAITING)
         finally:
             give_back()
             leave()

@@ -1,0 +1,163 @@
+"""The queue server: one thread answers every queue's quick packets in order, hands any
+other packet (and the rest of its queue) to a worker, ends a stopped queue, and ends
+itself with the last queue."""
+
+from __future__ import annotations
+
+import contextvars
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from nnhal.client.remote.fastpath import _collect
+from nnhal.core import fastpacket, fastring
+from nnhal.core.doorbell import Doorbell
+from nnhal.core.enums import ErrorStatus
+from nnhal.server.fastpath import FastQueue, QueueServer
+
+RING = 4 * fastring.MIN_RING_BYTES
+_BOUND_S = 10.0
+
+
+class _Client:
+    def __init__(self, mm: object, doorbell: Doorbell) -> None:
+        self.mm = mm
+        self.doorbell = doorbell
+        self.requests = fastring.Producer(mm, RING, True)  # type: ignore[arg-type]
+        self.results = fastring.Consumer(mm, RING, False, (fastring.RESULT,))  # type: ignore[arg-type]
+
+    def send(self, kind: int, payload: bytes) -> None:
+        self.requests.write(kind, payload)
+        self.doorbell.ring()
+
+    def answers(self, count: int) -> list[bytes]:
+        got: list[bytes] = []
+        end = time.monotonic() + _BOUND_S
+        while len(got) < count and time.monotonic() < end:
+            packet = self.results.read()
+            if packet is None:
+                self.doorbell.wait(0.05)
+                continue
+            got.append(packet[1])
+        return got
+
+
+@contextmanager
+def _queue(directory: Path) -> Iterator[tuple[FastQueue, _Client]]:
+    queue = FastQueue.create(directory, "t", RING)
+    handing = threading.Thread(target=queue.hand_over, args=(_BOUND_S,))
+    handing.start()
+    mm, doorbell = _collect(str(queue.socket_path), queue.token, RING)
+    handing.join(_BOUND_S)
+    client = _Client(mm, doorbell)
+    try:
+        yield queue, client
+    finally:
+        doorbell.close()
+        client.requests.close()
+        client.results.close()
+        mm.close()
+        queue.close()
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    """A short directory for the handover sockets (a unix socket's path is at most 107 bytes)."""
+    with tempfile.TemporaryDirectory(prefix="nq") as d:
+        yield Path(d)
+
+
+def _refuse(status: ErrorStatus, message: str) -> bytes:
+    return message.encode()
+
+
+def test_quick_packets_on_its_thread_others_on_workers_in_order(sock_dir: Path) -> None:
+    where: list[tuple[bytes, str]] = []
+
+    def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+        where.append((payload, threading.current_thread().name))
+        return fastring.RESULT, payload
+
+    ended: list[int] = []
+    with (
+        ThreadPoolExecutor(2, thread_name_prefix="worker") as pool,
+        _queue(sock_dir) as (q1, c1),
+        _queue(sock_dir) as (q2, c2),
+    ):
+        server = QueueServer(pool.submit)
+        for i, q in enumerate((q1, q2)):
+            ctx = contextvars.Context()
+            server.serve(q, handle, _refuse, lambda kind: kind == fastpacket.CALL, ctx.run, lambda i=i: ended.append(i))
+        sent = [(fastpacket.CALL, b"a1"), (fastring.REQUEST, b"a2"), (fastpacket.CALL, b"a3")]
+        for kind, payload in sent:
+            c1.send(kind, payload)
+        c2.send(fastpacket.CALL, b"b1")
+        assert c1.answers(3) == [b"a1", b"a2", b"a3"]  # in order, whoever answered
+        assert c2.answers(1) == [b"b1"]
+        threads = dict(where)
+        assert threads[b"a1"] == threads[b"b1"] == "nnhal-queues"
+        assert threads[b"a2"].startswith("worker")
+        q1.stop()
+        q2.stop()
+        end = time.monotonic() + _BOUND_S
+        while (server.queues or len(ended) < 2) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert sorted(ended) == [0, 1] and server.queues == 0
+        # The thread ends with the last queue.
+        end = time.monotonic() + _BOUND_S
+        while any(t.name == "nnhal-queues" for t in threading.enumerate()) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert not any(t.name == "nnhal-queues" for t in threading.enumerate())
+
+
+def test_a_malformed_packet_is_refused_and_the_queue_serves_on(sock_dir: Path) -> None:
+    def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+        return fastring.RESULT, payload
+
+    ended: list[bool] = []
+    with ThreadPoolExecutor(1) as pool, _queue(sock_dir) as (q, c):
+        server = QueueServer(pool.submit)
+        server.serve(q, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda: ended.append(True))
+        c.requests.write(fastring.RESULT, b"wrong kind")  # not a request kind: refused
+        c.doorbell.ring()
+        (refusal,) = c.answers(1)
+        assert b"malformed fast burst packet" in refusal
+        c.send(fastpacket.CALL, b"after")
+        assert c.answers(1) == [b"after"]
+        q.stop()
+        end = time.monotonic() + _BOUND_S
+        while not ended and time.monotonic() < end:
+            time.sleep(0.01)
+        assert ended == [True]
+
+
+def test_a_queue_whose_packets_run_slow_goes_to_the_workers(sock_dir: Path) -> None:
+    where: list[str] = []
+
+    def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+        where.append(threading.current_thread().name)
+        if payload == b"slow":
+            time.sleep(0.005)  # past INLINE_MAX_NS, on whichever thread
+        return fastring.RESULT, payload
+
+    ended: list[bool] = []
+    with ThreadPoolExecutor(1, thread_name_prefix="worker") as pool, _queue(sock_dir) as (q, c):
+        server = QueueServer(pool.submit)
+        server.serve(q, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda: ended.append(True))
+        for payload in (b"slow", b"slow", b"fast", b"fast"):
+            c.send(fastpacket.CALL, payload)
+            assert c.answers(1) == [payload]
+        # Two slow packets in a row on the queue server's thread, then a worker's (where a
+        # fast one brings the queue back, unless the machine's load made it slow too).
+        assert where[:2] == ["nnhal-queues", "nnhal-queues"] and where[2].startswith("worker")
+        q.stop()
+        end = time.monotonic() + _BOUND_S
+        while not ended and time.monotonic() < end:
+            time.sleep(0.01)
+        assert ended == [True]
