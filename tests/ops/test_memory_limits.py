@@ -178,3 +178,32 @@ def test_bound_kernels_run_under_a_limit_counting_their_arena() -> None:
     assert budget.peak >= pool.nbytes and budget.used == 0
     with pytest.raises(ResourceExhaustedPersistent):
         graph.run([x], Budget(pool.nbytes - 1).control())
+
+
+def test_a_bound_kernel_declining_mid_run_hands_the_rest_to_the_general_loop() -> None:
+    """The leading bound steps run in their own loop; one that declines (returns None) has its
+    general kernel run instead, and so do the steps after it — the same values, every byte given
+    back."""
+    model = _chain(6)
+    sized = replace(
+        model,
+        main=replace(model.main, operands=tuple(replace(o, dimensions=(256,)) for o in model.main.operands)),
+    )
+    graph = PreparedGraph(sized, [])
+    assert graph.main.bound == 6
+    declined: list[int] = []
+    step = graph.main.steps[3]
+    fast = step.fast
+    assert fast is not None
+
+    def declining(args: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+        declined.append(1)
+        return None
+
+    step.fast = declining
+    x = np.linspace(-2, 2, 256, dtype=np.float32)
+    budget = Budget(LIMIT)
+    (out,) = graph.run([x], budget.control())
+    np.testing.assert_array_equal(out, np.maximum(x, 0))
+    assert len(declined) == 2  # the lean loop, then the general loop, which runs the general kernel
+    assert budget.used == 0 and budget.peak > 0

@@ -8,6 +8,7 @@ bit-identical.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -137,6 +138,23 @@ def test_bound_arithmetic_matches_the_general_kernel(op: Op, act: int) -> None:
     general = _general(graph, inputs)
     np.testing.assert_array_equal(fast, general)
     assert fast.dtype == np.float32 and fast.shape == SHAPE
+
+
+@pytest.mark.parametrize("op", [Op.ADD, Op.SUB, Op.MUL, Op.DIV])
+@pytest.mark.parametrize("const_first", [False, True])
+def test_bound_arithmetic_with_a_broadcast_constant_matches_the_general_kernel(op: Op, const_first: bool) -> None:
+    """A small constant operand is kept broadcast to the output's shape: the same values."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, SHAPE)
+    c = b.const(T.TENSOR_FLOAT32, np.array([0.5, -0.0, np.inf], np.float32))
+    out = b.output(T.TENSOR_FLOAT32, SHAPE)
+    b.op(op, [c, x, b.const(T.INT32, 0)] if const_first else [x, c, b.const(T.INT32, 0)], [out])
+    graph = _graph(b.build())
+    assert graph.main.steps[0].fast is not None
+    for seed in (0, 1):
+        inputs = _inputs(graph.model, seed)
+        inputs[0].reshape(-1)[3:6] = [0.0, -0.0, 1e38]
+        np.testing.assert_array_equal(graph.run(inputs)[0], _general(graph, inputs))
 
 
 def test_bound_kernel_declines_other_shapes() -> None:
@@ -543,3 +561,103 @@ def test_bound_reshape_views_keep_their_source_and_concatenation_matches() -> No
         np.testing.assert_array_equal(
             got, np.concatenate([(inputs[0] + 1).reshape(1, 48), (inputs[0] * 2).reshape(1, 48)])
         )
+
+
+def _op_then_add_zero(b: ModelBuilder, op: Op, inputs: list[int], shape: tuple[int, ...], via_temp: bool) -> None:
+    """``op`` writing a float32 result of ``shape``: with ``via_temp`` into an intermediate (an
+    arena slot) then ADD of zeros to the model output, else the model output itself (fresh)."""
+    t = T.TENSOR_FLOAT32
+    if not via_temp:
+        b.op(op, inputs, [b.output(t, shape)])
+        return
+    mid = b.temp(t, shape)
+    b.op(op, inputs, [mid])
+    b.op(Op.ADD, [mid, b.const(t, np.zeros(shape)), b.const(T.INT32, 0)], [b.output(t, shape)])
+
+
+@pytest.mark.parametrize("act", [0, 1, 2, 3])
+@pytest.mark.parametrize("x_shape", [(1, 24), (3, 24), (2, 2, 3, 4)])
+@pytest.mark.parametrize("bias_input", [False, True])
+@pytest.mark.parametrize("via_temp", [False, True])
+def test_bound_fully_connected_matches_the_general_kernel(
+    act: int, x_shape: tuple[int, ...], bias_input: bool, via_temp: bool
+) -> None:
+    rng = np.random.default_rng(act)
+    units, batch = 7, math.prod(x_shape) // 24
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, x_shape)
+    w = b.const(T.TENSOR_FLOAT32, rng.normal(size=(units, 24)))
+    bias = b.input(T.TENSOR_FLOAT32, (units,)) if bias_input else b.const(T.TENSOR_FLOAT32, rng.normal(size=units))
+    _op_then_add_zero(b, Op.FULLY_CONNECTED, [x, w, bias, b.const(T.INT32, act)], (batch, units), via_temp)
+    graph = _graph(b.build())
+    assert graph.main.steps[0].fast is not None
+    assert graph.main.steps[0].out_slots == ((0,) if via_temp else (None,))
+    for seed in (0, 1):
+        inputs = _inputs(graph.model, seed)
+        inputs[0].reshape(-1)[:3] = [np.inf, -0.0, np.nan]
+        np.testing.assert_array_equal(graph.run(inputs)[0], _general(graph, inputs))
+
+
+@pytest.mark.parametrize("op", [Op.LOGISTIC, Op.TANH])
+@pytest.mark.parametrize("via_temp", [False, True])
+def test_bound_logistic_and_tanh_match_the_general_kernel(op: Op, via_temp: bool) -> None:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, SHAPE)
+    _op_then_add_zero(b, op, [x], SHAPE, via_temp)
+    graph = _graph(b.build())
+    assert graph.main.steps[0].fast is not None
+    for seed in (0, 1):
+        (value,) = _inputs(graph.model, seed)
+        value = value * 30  # deep into both tails, where exp overflows
+        value.reshape(-1)[:6] = [np.inf, -np.inf, np.nan, -0.0, 89.0, -104.0]
+        np.testing.assert_array_equal(graph.run([value])[0], _general(graph, [value]))
+
+
+@pytest.mark.parametrize(
+    ("axes", "keep"),
+    [([1], 1), ([1], 0), ([-1, 1], 0), ([0, 1, 2, 3], 0), ([0, 1, 2, 3], 1), ([2, 2, -2], 1)],
+)
+@pytest.mark.parametrize("via_temp", [False, True])
+def test_bound_mean_matches_the_general_kernel(axes: list[int], keep: int, via_temp: bool) -> None:
+    resolved = {a % 4 for a in axes}
+    if keep:
+        out_shape = tuple(1 if d in resolved else n for d, n in enumerate(SHAPE))
+    else:
+        out_shape = tuple(n for d, n in enumerate(SHAPE) if d not in resolved) or (1,)
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, SHAPE)
+    axes_operand = b.const(T.TENSOR_INT32, np.array(axes, np.int32))
+    _op_then_add_zero(b, Op.MEAN, [x, axes_operand, b.const(T.INT32, keep)], out_shape, via_temp)
+    graph = _graph(b.build())
+    assert graph.main.steps[0].fast is not None
+    for seed in (0, 1):
+        (value,) = _inputs(graph.model, seed)
+        value = value * 1e3
+        got = graph.run([value])[0]
+        assert got.shape == out_shape
+        np.testing.assert_array_equal(got, _general(graph, [value]))
+
+
+def test_the_tiny_benchmark_model_runs_bound_and_exact() -> None:
+    """Every operation of a model of FULLY_CONNECTED, MUL, ADD, LOGISTIC and MEAN takes its bound
+    kernel, and the run gives the general kernels' exact result."""
+    rng = np.random.default_rng(3)
+    n = 32
+    b = ModelBuilder()
+    h = b.input(T.TENSOR_FLOAT32, (1, n))
+    for _ in range(3):
+        fc, scaled, shifted, act, nxt = (b.temp(T.TENSOR_FLOAT32, (1, n)) for _ in range(5))
+        w = b.const(T.TENSOR_FLOAT32, rng.normal(size=(n, n)) / np.sqrt(n))
+        b.op(Op.FULLY_CONNECTED, [h, w, b.const(T.TENSOR_FLOAT32, np.zeros(n)), b.const(T.INT32, 0)], [fc])
+        b.op(Op.MUL, [fc, b.const(T.TENSOR_FLOAT32, rng.random(n)), b.const(T.INT32, 0)], [scaled])
+        b.op(Op.ADD, [scaled, b.const(T.TENSOR_FLOAT32, rng.random(n) - 0.5), b.const(T.INT32, 0)], [shifted])
+        b.op(Op.LOGISTIC, [shifted], [act])
+        b.op(Op.ADD, [h, act, b.const(T.INT32, 0)], [nxt])
+        h = nxt
+    out = b.output(T.TENSOR_FLOAT32, (1, 1))
+    b.op(Op.MEAN, [h, b.const(T.TENSOR_INT32, [1]), b.const(T.INT32, 1)], [out])
+    graph = _graph(b.build())
+    assert all(step.fast is not None for step in graph.main.steps)
+    for seed in (0, 1):
+        inputs = _inputs(graph.model, seed)
+        np.testing.assert_array_equal(graph.run(inputs)[0], _general(graph, inputs))

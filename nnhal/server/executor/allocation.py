@@ -62,6 +62,14 @@ def current(holder: Holder | None) -> Iterator[None]:
         _CURRENT.holder = outer
 
 
+def make_current(holder: Holder | None) -> Holder | None:
+    """``current`` without the context manager, for a hot path: make ``holder`` the target and
+    return the one it replaces (the caller restores it the same way, in a ``finally``)."""
+    outer = _CURRENT.holder
+    _CURRENT.holder = holder
+    return outer
+
+
 def reserve(nbytes: int) -> None:
     """Count ``nbytes`` about to be allocated until the current operation ends.
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -33,17 +32,29 @@ from nnhal.server.executor.registry import FastKernel, OperationSpec, lookup
 
 Buffer = bytes | bytearray | memoryview
 
+#: A time.monotonic_ns reading no execution reaches.
+_FOREVER = 1 << 126
+
 #: The budget is asked for at least this much at a time: small models take one
 #: reservation per execution, not one per operation.
 RESERVE_CHUNK = 1 << 20
+#: The checkpoint hook (the scheduler's pre-emption, the job's cancellation) runs at most once
+#: per this much execution time, at the first operation boundary past it.
+HOOK_INTERVAL_NS = 50_000
 
 
-@dataclass
+@dataclass(slots=True)
 class ExecutionControl:
     """Per-execution limits, consulted at every operation boundary.
 
     ``deadline_ns`` is on ``time.monotonic_ns``; ``checkpoint`` (optional) is the
     scheduler's pre-emption hook. Raises the HalError that ends the execution.
+
+    ``checkpoint`` runs at every operation boundary: the deadline and the server's limit
+    are checked at each; ``checkpoint_hook`` at the first and then once at least
+    :data:`HOOK_INTERVAL_NS` after the hook last ran (pre-emption and cancellation wait for
+    the next boundary past that: a model of many short operations asks the scheduler once per
+    interval, not once per operation).
 
     ``max_execution_ns`` bounds an execution the client gave no deadline: past it
     the next checkpoint raises MISSED_DEADLINE_PERSISTENT. ``reserve(n)`` is asked
@@ -78,6 +89,10 @@ class ExecutionControl:
     peak: int = 0
     #: The server's limit on time.monotonic_ns, set by ``start`` when there is no deadline.
     limit_ns: int | None = None
+    #: On time.monotonic_ns: before this a checkpoint has nothing to do (``due`` sets it).
+    next_ns: int = field(default=0, init=False)
+    #: When the hook runs next (0: at the next checkpoint).
+    _hook_ns: int = field(default=0, init=False)
 
     def note(self, name: str, subgraph: int, index: int, t0_ns: int, t1_ns: int) -> None:
         """Profile one operation run (``profile`` must be set): its type's totals, and the
@@ -97,15 +112,36 @@ class ExecutionControl:
             self.limit_ns = time.monotonic_ns() + self.max_execution_ns
 
     def checkpoint(self) -> None:
-        if self.deadline_ns is not None and time.monotonic_ns() >= self.deadline_ns:
+        """At an operation boundary: raise what ends the execution (see the class docstring)."""
+        now = time.monotonic_ns()
+        if now >= self.next_ns:
+            self.due(now)
+
+    def due(self, now: int) -> None:
+        """The checkpoint's work at ``now`` (a time.monotonic_ns reading no earlier than
+        ``next_ns``): the deadline, the server's limit, the hook when its time came; then
+        ``next_ns`` is set to the earliest of the three."""
+        deadline, limit = self.deadline_ns, self.limit_ns
+        if deadline is not None and now >= deadline:
             raise self.on_deadline()
-        if self.limit_ns is not None and time.monotonic_ns() >= self.limit_ns:
+        if limit is not None and now >= limit:
             assert self.max_execution_ns is not None
             raise MissedDeadlinePersistent(
                 f"the execution ran longer than the server's maximum of {self.max_execution_ns / 1e9:g} s"
             )
-        if self.checkpoint_hook is not None:
-            self.checkpoint_hook()
+        hook = self.checkpoint_hook
+        if hook is None:
+            next_ns = _FOREVER
+        else:
+            if now >= self._hook_ns:
+                hook()  # may wait (pre-empted): the interval counts from its return
+                self._hook_ns = time.monotonic_ns() + HOOK_INTERVAL_NS
+            next_ns = self._hook_ns
+        if deadline is not None:
+            next_ns = min(next_ns, deadline)
+        if limit is not None:
+            next_ns = min(next_ns, limit)
+        self.next_ns = next_ns
 
     def hold(self, nbytes: int) -> None:
         """Count ``nbytes`` more held; reserve from the budget what passes the grant."""
@@ -218,15 +254,35 @@ class Step:
     fast: FastKernel | None = None
     #: Per output, its slot in the subgraph's arena (executor.arena), or None.
     out_slots: tuple[int | None, ...] = ()
-    #: The output buffers handed to ``fast`` when the execution holds no arena: none.
-    no_out: tuple[None, ...] = ()
     #: Under memory accounting, per output the bytes ``fast`` allocates for it: in a run with an
-    #: arena (an output with a slot is written into it, counted with the arena) and without one.
+    #: arena (an output with a slot is written into it, counted with the arena) and without one;
+    #: and their sums.
     fresh_in_arena: tuple[int, ...] = ()
     fresh_alone: tuple[int, ...] = ()
+    fresh_in_arena_bytes: int = 0
+    fresh_alone_bytes: int = 0
     #: Under memory accounting, the scratch reserved around ``fast``: the largest input, as the
     #: general path reckons it (a bound kernel reserves larger scratch itself).
     scratch: int = 0
+    #: The output operand of a step with one output, else None.
+    single: int | None = None
+
+
+def _bound_peak(steps: Sequence[Step]) -> int:
+    """The most that ``steps``, run by their bound kernels into an arena, hold at once as
+    ``PreparedGraph._run`` counts it: each step's outputs outside the arena and its scratch,
+    then its outputs while they live."""
+    live: dict[int, int] = {}
+    held = peak = 0
+    for step in steps:
+        peak = max(peak, held + step.fresh_in_arena_bytes + step.scratch)
+        held += step.fresh_in_arena_bytes
+        for i, nbytes in zip(step.outputs, step.fresh_in_arena):
+            if nbytes:
+                live[i] = nbytes
+        for i in step.release:
+            held -= live.pop(i, 0)
+    return peak
 
 
 class PreparedSubgraph:
@@ -240,6 +296,15 @@ class PreparedSubgraph:
         self.subgraph = subgraph
         self.constants = constants
         self.steps = steps
+        #: Per step, the output buffers handed to its bound kernel in a run without an arena: none.
+        self.no_outputs = [(None,) * len(step.outputs) for step in steps]
+        #: How many leading steps have bound kernels, and what they hold at most under memory
+        #: accounting in a run with an arena (see ``PreparedGraph._run_bound``).
+        #: Whether a result may be a view of an arena slot: some operation may return a view of
+        #: its input (a bound kernel registered with ``views``, or a general kernel).
+        self.may_view = any(step.spec.views or not _fresh_outputs(step.operation_type) for step in steps)
+        self.bound = next((k for k, step in enumerate(steps) if step.fast is None), len(steps))
+        self.bound_peak = _bound_peak(steps[: self.bound])
         #: The arenas of the bound kernels' intermediate outputs; None when there are none.
         self.pool = pool
 
@@ -320,6 +385,7 @@ class PreparedGraph:
                 for i, placement in zip(operation.outputs, out_slots):
                     if placement is not None:
                         placed[i] = placement
+            in_arena = tuple(0 if slot is not None else size for slot, size in zip(out_slots, sizes))
             # Operands dead after this step give their slot back, unless an operation that may
             # return a view of its input read them (the view could outlive them).
             for i in dict.fromkeys((*operation.inputs, *operation.outputs)):
@@ -338,10 +404,12 @@ class PreparedGraph:
                     sum(sizes),
                     fast,
                     out_slots,
-                    (None,) * len(out_ops),
-                    tuple(0 if slot is not None else size for slot, size in zip(out_slots, sizes)),
+                    in_arena,
                     sizes,
+                    sum(in_arena),
+                    sum(sizes),
                     max((_static_bytes(o) for o in in_ops), default=0),
+                    operation.outputs[0] if len(operation.outputs) == 1 else None,
                 )
             )
         pool = None
@@ -368,19 +436,23 @@ class PreparedGraph:
         control.graph = self
         control.start()
         accounting = control.reserve is not None
+        outer = allocation.make_current(control) if accounting else None
         try:
             # Floating-point overflow, NaN and division by zero are results of the reference
             # (inf, NaN), never errors or warnings: decided once per run, not per operation.
-            with np.errstate(all="ignore"), allocation.current(control) if accounting else nullcontext():
-                pool = self.main.pool
+            with np.errstate(all="ignore"):
+                main = self.main
+                pool = main.pool
                 if pool is None or output_operands is not None:
-                    return self._run(self.main, inputs, control, output_operands, 0)
+                    return self._run(main, inputs, control, output_operands, 0)
                 if accounting:
                     # The arena is this execution's while it runs: counted whole, before it exists.
                     control.hold(pool.nbytes)
                 arena = pool.checkout()
                 try:
-                    results = self._run(self.main, inputs, control, None, 0, arena)
+                    results = self._run(main, inputs, control, None, 0, arena)
+                    if not main.may_view:
+                        return results
                     # A result may be a view of an intermediate (an operation that returns its
                     # input reshaped): the next execution would overwrite it.
                     return [_copy_out(value) if arena.owns(value) else value for value in results]
@@ -390,12 +462,57 @@ class PreparedGraph:
             # The last line of defence: an allocation no reservation foresaw failed.
             raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
         finally:
+            if accounting:
+                allocation.make_current(outer)
             control.release_all()
 
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray], control: ExecutionControl) -> list[np.ndarray]:
         if not 0 <= index < len(self.referenced):
             fail(f"no referenced subgraph {index}")
         return self._run(self.referenced[index], inputs, control, None, index + 1)
+
+    @staticmethod
+    def _run_bound(
+        prepared: PreparedSubgraph,
+        values: list[np.ndarray | None],
+        control: ExecutionControl,
+        arena: Arena,
+        accounting: bool,
+    ) -> int:
+        """Run the leading steps that have bound kernels (``prepared.bound``) into ``arena``, up to
+        the first whose kernel declines its inputs; return how many ran (the caller runs the rest).
+
+        Under memory accounting what those steps hold at most (``prepared.bound_peak``: their
+        outputs outside the arena and their scratch, as ``_run`` counts them) is held for the
+        whole prefix, and what a kernel reserves beyond it ends with that kernel."""
+        steps, outputs = prepared.steps, arena.outputs
+        clock = time.monotonic_ns
+        base = 0
+        if accounting:
+            control.hold(prepared.bound_peak)
+            base = control.held
+        ran = 0
+        for k in range(prepared.bound):
+            step = steps[k]
+            # control.checkpoint(), inlined: most boundaries have nothing to do.
+            now = clock()
+            if now >= control.next_ns:
+                control.due(now)
+            outs = step.fast([values[i] for i in step.inputs], outputs[k])  # type: ignore[misc]
+            if outs is None:
+                break
+            if step.single is not None:
+                values[step.single] = outs[0]
+            else:
+                for i, result in zip(step.outputs, outs):
+                    values[i] = result
+            for i in step.release:
+                values[i] = None
+            if accounting and control.held != base:
+                control.held = base
+            ran += 1
+        control.operations_run += ran
+        return ran
 
     def _run(
         self,
@@ -427,29 +544,40 @@ class PreparedGraph:
         # Under accounting: the bytes counted for each live intermediate the run allocated.
         counted: dict[int, int] = {}
         profile = control.profile
-        checkpoint = control.checkpoint
-        for k, step in enumerate(prepared.steps):
-            checkpoint()
+        clock = time.monotonic_ns
+        outputs = prepared.no_outputs if arena is None else arena.outputs
+        steps = prepared.steps
+        start = 0
+        if arena is not None and fast_ok and profile is None:
+            start = self._run_bound(prepared, values, control, arena, accounting)
+        for k in range(start, len(steps)):
+            step = steps[k]
+            # control.checkpoint(), inlined: most boundaries have nothing to do.
+            now = clock()
+            if now >= control.next_ns:
+                control.due(now)
             args = [values[i] for i in step.inputs]
             fast = step.fast
             if fast is not None and fast_ok:
-                buffers = step.no_out if arena is None else arena.outputs[k]
                 if accounting:
                     step_base = control.held
                     fresh = step.fresh_alone if arena is None else step.fresh_in_arena
-                    fresh_bytes = sum(fresh)
+                    fresh_bytes = step.fresh_alone_bytes if arena is None else step.fresh_in_arena_bytes
                     # Its outputs outside the arena (a bound kernel writes those with a buffer
                     # into it) and its scratch, before it allocates them.
                     control.hold(fresh_bytes + step.scratch)
                 if profile is None:
-                    outs = fast(args, buffers)
+                    outs = fast(args, outputs[k])
                 else:
                     t0 = time.perf_counter_ns()
-                    outs = fast(args, buffers)
+                    outs = fast(args, outputs[k])
                     control.note(step.operation_type.name, number, k, t0, time.perf_counter_ns())
                 if outs is not None:
-                    for i, result in zip(step.outputs, outs):
-                        values[i] = result
+                    if step.single is not None:
+                        values[step.single] = outs[0]
+                    else:
+                        for i, result in zip(step.outputs, outs):
+                            values[i] = result
                     if accounting:
                         control.held = step_base + fresh_bytes
                         if fresh_bytes:

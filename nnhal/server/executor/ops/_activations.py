@@ -44,13 +44,20 @@ def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
 CLIP: np.ufunc = (getattr(np, "_core", None) or np.core).umath.clip
 
 
+def scalar32(value: float) -> np.ndarray:
+    """``value`` as a 0-d float32 array: a bound kernel's constant operand of a ufunc. The same
+    values as the scalar, without the conversion a ufunc makes of a Python or numpy scalar on
+    every call (a few times the ufunc's own cost on small tensors)."""
+    return np.array(value, np.float32)
+
+
 def clamp_in_place(act: int) -> Callable[[np.ndarray], None] | None:
     """The fused activation ``act`` as an in-place clamp of a float array (None for NONE): the
     values of ``apply_activation``."""
     lo, hi = FUSED_BOUNDS[act]
     if lo == -math.inf and hi == math.inf:
         return None
-    low, high = np.float32(lo), np.float32(hi)
+    low, high = scalar32(lo), scalar32(hi)
 
     def clamp(x: np.ndarray) -> None:
         CLIP(x, low, high, out=x)

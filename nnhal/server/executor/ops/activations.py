@@ -19,7 +19,7 @@ import numpy as np
 from nnhal.core.enums import FusedActivationFunc, HalVersion, OperationType
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import OP_FAILED, fail
-from nnhal.server.executor.ops._activations import CLIP, FUSED_BOUNDS, activation_range_quant, sigmoid
+from nnhal.server.executor.ops._activations import CLIP, FUSED_BOUNDS, activation_range_quant, scalar32, sigmoid
 from nnhal.server.executor.ops._fixed_point import (
     INT32_MAX,
     multiply_by_quantized_multiplier,
@@ -86,7 +86,7 @@ def bind_relu(v: ValidationContext, state: object) -> FastKernel | None:
     shape = v.input_dims(INPUT)
     if v.input_type(INPUT) != T.TENSOR_FLOAT32 or not static_shapes(shape) or v.outputs[OUTPUT].dimensions != shape:
         return None
-    lo, hi = (np.float32(b) for b in FUSED_BOUNDS[_RELU_FUNC[v.op_type]])
+    lo, hi = (scalar32(b) for b in FUSED_BOUNDS[_RELU_FUNC[v.op_type]])
 
     def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
@@ -182,6 +182,38 @@ def execute_sigmoid_like(ctx: ExecutionContext) -> None:
             ctx.set_output(OUTPUT, _FLOAT_FUNC[ctx.op_type](to_compute(x)))
 
 
+def bind_sigmoid_like(v: ValidationContext, state: object) -> FastKernel | None:
+    """Float32 with a static shape: the general kernel's ufuncs, in place in the output buffer
+    (LOGISTIC: negate, exp, add 1, divide 1 by it); nothing re-checked."""
+    shape = v.input_dims(INPUT)
+    if v.input_type(INPUT) != T.TENSOR_FLOAT32 or not static_shapes(shape) or v.outputs[OUTPUT].dimensions != shape:
+        return None
+    if v.op_type == OperationType.TANH:
+
+        def tanh(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+            x = inputs[INPUT]
+            if x is None or x.shape != shape:
+                return None
+            out: np.ndarray = np.tanh(x, out=buffers[OUTPUT])
+            return [out]
+
+        return tanh
+
+    one = scalar32(1)
+
+    def logistic(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+        x = inputs[INPUT]
+        if x is None or x.shape != shape:
+            return None
+        out: np.ndarray = np.negative(x, buffers[OUTPUT])
+        np.exp(out, out)
+        np.add(one, out, out)
+        np.divide(one, out, out)
+        return [out]
+
+    return logistic
+
+
 # -- ELU -----------------------------------------------------------------------
 ALPHA = 1
 
@@ -270,7 +302,7 @@ def execute_hard_swish(ctx: ExecutionContext) -> None:
         ctx.set_output(OUTPUT, xf * np.minimum(six, np.maximum(np.float32(0), xf + np.float32(3))) / six)
 
 
-register(OperationType.LOGISTIC, validate=validate_sigmoid_like, execute=execute_sigmoid_like)
-register(OperationType.TANH, validate=validate_sigmoid_like, execute=execute_sigmoid_like)
+register(OperationType.LOGISTIC, validate=validate_sigmoid_like, execute=execute_sigmoid_like, bind=bind_sigmoid_like)
+register(OperationType.TANH, validate=validate_sigmoid_like, execute=execute_sigmoid_like, bind=bind_sigmoid_like)
 register(OperationType.ELU, validate=validate_elu, execute=execute_elu)
 register(OperationType.HARD_SWISH, validate=validate_hard_swish, execute=execute_hard_swish)

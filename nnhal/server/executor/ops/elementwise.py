@@ -175,6 +175,20 @@ def execute_arith(ctx: ExecutionContext) -> None:
             ctx.set_output(OUTPUT, apply_activation(_float_arith(op, a, b), act))
 
 
+#: A bound kernel keeps a constant operand broadcast to the output's shape when that copy is at
+#: most this large: a ufunc that broadcasts costs several times one that does not on small tensors.
+WIDEN_BYTES = 16 << 10
+
+
+def _widened(value: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    """Constant ``value`` broadcast to ``shape`` as an array of its own, when it is not of that
+    shape already and the copy is at most WIDEN_BYTES; else None. Each element of the result is
+    computed from the same pair of values either way."""
+    if value is None or value.shape == shape or math.prod(shape) * value.itemsize > WIDEN_BYTES:
+        return None
+    return np.ascontiguousarray(np.broadcast_to(value, shape))
+
+
 def bind_arith(v: ValidationContext, state: object) -> FastKernel | None:
     """Float32 ADD / SUB / MUL / DIV with a constant activation and static, non-empty shapes:
     the ufunc and the activation's clamp in place, nothing re-checked."""
@@ -191,12 +205,18 @@ def bind_arith(v: ValidationContext, state: object) -> FastKernel | None:
         return None  # the general kernel reports it, at execution as before
     ufunc = _FLOAT_ARITH[v.op_type]
     clamp = clamp_in_place(act)
+    wide_a, wide_b = _widened(v.constant(INPUT0), so), _widened(v.constant(INPUT1), so)
+    if wide_a is not None:
+        sa = so
+    if wide_b is not None:
+        sb = so
 
     def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
-        a, b = inputs[INPUT0], inputs[INPUT1]
+        a = inputs[INPUT0] if wide_a is None else wide_a
+        b = inputs[INPUT1] if wide_b is None else wide_b
         if a is None or b is None or a.shape != sa or b.shape != sb:
             return None
-        out: np.ndarray = ufunc(a, b, out=buffers[OUTPUT])
+        out: np.ndarray = ufunc(a, b, buffers[OUTPUT])  # out, given positionally: a little cheaper
         if clamp is not None:
             clamp(out)
         return [out]

@@ -7,6 +7,8 @@ fixed-point requantization and activation clamp.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -14,10 +16,16 @@ import numpy as np
 from nnhal.core.enums import HalVersion, OperationType
 from nnhal.server.executor.allocation import reserve_shape
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
-from nnhal.server.executor.ops._activations import activation_range_quant, apply_activation, check_activation
+from nnhal.server.executor.ops._activations import (
+    FUSED_BOUNDS,
+    activation_range_quant,
+    apply_activation,
+    check_activation,
+    clamp_in_place,
+)
 from nnhal.server.executor.ops._fixed_point import quantize_multiplier, requantize
-from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, to_compute
-from nnhal.server.executor.registry import register
+from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, static_shapes, to_compute
+from nnhal.server.executor.registry import FastKernel, register
 
 INPUT, WEIGHTS, BIAS, ACTIVATION = 0, 1, 2, 3
 
@@ -88,9 +96,45 @@ def execute_fully_connected(ctx: ExecutionContext) -> None:
     ctx.set_output(0, np.clip(out, lo, hi))
 
 
+def bind_fully_connected(v: ValidationContext, state: object) -> FastKernel | None:
+    """Float32 with constant weights and activation and static shapes: the general kernel's
+    matmul, bias add and clamp, written into the output buffer; nothing re-checked. The bias
+    may be a constant or an input of the bound shape."""
+    if v.input_type(INPUT) != T.TENSOR_FLOAT32 or not isinstance(state, np.ndarray):
+        return None
+    act = v.constant_scalar(ACTIVATION)
+    x_shape, out_shape = v.input_dims(INPUT), v.outputs[0].dimensions
+    if act not in FUSED_BOUNDS or not static_shapes(x_shape, out_shape):
+        return None
+    matrix = state
+    input_size, units = matrix.shape
+    size = math.prod(x_shape)
+    batch = size // input_size if input_size else 0
+    if not input_size or size % input_size or out_shape != (batch, units) or v.input_dims(BIAS) != (units,):
+        return None
+    bias_constant = v.constant(BIAS)
+    clamp = clamp_in_place(act)
+    flat = (batch, input_size)
+    flat_input = x_shape == flat
+
+    def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+        x = inputs[INPUT]
+        bias = inputs[BIAS] if bias_constant is None else bias_constant
+        if x is None or x.shape != x_shape or bias is None or bias.shape != (units,):
+            return None
+        out: np.ndarray = np.matmul(x if flat_input else x.reshape(flat), matrix, buffers[0])
+        np.add(out, bias, out)
+        if clamp is not None:
+            clamp(out)
+        return [out]
+
+    return run
+
+
 register(
     OperationType.FULLY_CONNECTED,
     validate=validate_fully_connected,
     execute=execute_fully_connected,
     prepare=prepare_fully_connected,
+    bind=bind_fully_connected,
 )

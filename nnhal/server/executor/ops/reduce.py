@@ -10,6 +10,8 @@ shape is [1], as the HAL specifies.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from functools import partial
 
 import numpy as np
@@ -18,6 +20,7 @@ from nnhal.core.enums import HalVersion, OperationType
 from nnhal.core.operand_types import DTYPE
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import INVALID
+from nnhal.server.executor.ops._activations import scalar32
 from nnhal.server.executor.ops._validation import (
     axis_at_execution,
     axis_at_validation,
@@ -33,10 +36,11 @@ from nnhal.server.executor.ops.common import (
     MOVE_TYPES_INT,
     QUANT8_TYPES,
     T,
+    static_shapes,
     to_compute,
     version_for_types,
 )
-from nnhal.server.executor.registry import register
+from nnhal.server.executor.registry import FastKernel, register
 
 INPUT = 0
 OUTPUT = 0
@@ -92,6 +96,40 @@ def execute_mean(ctx: ExecutionContext) -> None:
         total32 = np.sum(to_compute(x), axis=axes, dtype=np.float32)
         mean = np.asarray(total32 / np.float32(count) if count else np.zeros_like(total32))
     ctx.set_output(OUTPUT, np.reshape(mean, shape))
+
+
+def bind_mean(v: ValidationContext, state: object) -> FastKernel | None:
+    """Float32 with constant axes and keep_dims and a static shape: the general kernel's float32
+    sum and division, into the output buffer; nothing re-checked."""
+    shape = v.input_dims(INPUT)
+    axes_value, keep = v.constant(AXES), v.constant_scalar(KEEP_DIMS)
+    if v.input_type(INPUT) != T.TENSOR_FLOAT32 or not static_shapes(shape) or axes_value is None or keep is None:
+        return None
+    resolved = [resolve_axis(int(a), len(shape)) for a in axes_value.reshape(-1)]
+    if any(a is None for a in resolved):
+        return None
+    axes = tuple(sorted({a for a in resolved if a is not None}))
+    out_shape = _output_shape(shape, axes, keep > 0)
+    if v.outputs[OUTPUT].dimensions != out_shape:
+        return None
+    # The sum's own shape: the output's when it keeps the reduced dimensions, else a view of the
+    # output buffer is written through.
+    kept = bool(keep > 0)
+    summed = tuple(n for d, n in enumerate(shape) if d not in axes)
+    count = scalar32(math.prod(shape[a] for a in axes))
+    axis: int | tuple[int, ...] = axes[0] if len(axes) == 1 else axes  # one axis: numpy's quicker form
+
+    def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+        x = inputs[INPUT]
+        if x is None or x.shape != shape:
+            return None
+        buffer = buffers[OUTPUT]
+        out = np.empty(out_shape, np.float32) if buffer is None else buffer
+        total = np.add.reduce(x, axis=axis, dtype=np.float32, out=out if kept else out.reshape(summed), keepdims=kept)
+        np.divide(total, count, total)
+        return [out]
+
+    return run
 
 
 # -- REDUCE_* --------------------------------------------------------------------------------
@@ -202,7 +240,7 @@ def execute_topk(ctx: ExecutionContext) -> None:
 _register = partial(register, execution_failure=INVALID)
 for _op in _REDUCE_TYPES:
     _register(_op, validate=validate_reduce, execute=execute_reduce)
-_register(OperationType.MEAN, validate=validate_mean, execute=execute_mean)
+_register(OperationType.MEAN, validate=validate_mean, execute=execute_mean, bind=bind_mean)
 _register(OperationType.ARGMAX, validate=validate_arg_min_max, execute=execute_arg_min_max)
 _register(OperationType.ARGMIN, validate=validate_arg_min_max, execute=execute_arg_min_max)
 _register(OperationType.TOPK_V2, validate=validate_topk, execute=execute_topk)
