@@ -107,12 +107,7 @@ class Scheduler:
         with self._lock:
             if self._shut is not None or self._waiting or len(self._running) >= self.slots:
                 return False
-            if priority >= Priority.HIGH:
-                return True
-            # ``_outranked`` for a ticket not admitted yet, without making one.
-            if any(u.client == client and u.priority > priority for u in self._admitted):
-                return False
-            return self._hold_off_left_of(client, priority) >= 1.0
+            return not self._outranked_at(client, priority)  # no ticket made for the question
 
     # -- lifecycle ----------------------------------------------------------
     def forget(self, client: str) -> None:
@@ -171,7 +166,13 @@ class Scheduler:
                             raise MissedDeadlineTransient(
                                 "the deadline passed while the execution waited for the device"
                             )
-                    self._cond.wait(min(timeout if timeout is not None else 1.0, 1.0, self._hold_off_left(ticket)))
+                    self._cond.wait(
+                        min(
+                            timeout if timeout is not None else 1.0,
+                            1.0,
+                            self._hold_off_left(ticket.client, ticket.priority),
+                        )
+                    )
             except BaseException:
                 self._waiting.remove(ticket)
                 self._cond.notify_all()
@@ -229,21 +230,22 @@ class Scheduler:
     def _outranked(self, ticket: Ticket) -> bool:
         """Higher-priority work of the same client is in flight, or ended within the hold-off
         (``ticket`` is among the admitted: it alone cannot outrank itself)."""
-        if ticket.priority >= Priority.HIGH:
+        return self._outranked_at(ticket.client, ticket.priority, ticket)
+
+    def _outranked_at(self, client: str, priority: Priority, ticket: Ticket | None = None) -> bool:
+        """``_outranked`` of a ticket of ``client`` at ``priority``: ``ticket`` when it is among
+        the admitted, None for one not made yet."""
+        if priority >= Priority.HIGH:
             return False
-        if len(self._admitted) > 1 and any(
-            u is not ticket and u.client == ticket.client and u.priority > ticket.priority for u in self._admitted
+        if len(self._admitted) > (ticket is not None) and any(
+            u is not ticket and u.client == client and u.priority > priority for u in self._admitted
         ):
             return True
-        return self._hold_off_left(ticket) < 1.0
+        return self._hold_off_left(client, priority) < 1.0
 
-    def _hold_off_left(self, ticket: Ticket) -> float:
-        """Seconds until the same client's recent higher-priority work stops holding ``ticket`` off
-        (1.0 when nothing holds it off). Expired entries are dropped."""
-        return self._hold_off_left_of(ticket.client, ticket.priority)
-
-    def _hold_off_left_of(self, client: str, priority: Priority) -> float:
-        """``_hold_off_left`` of a ticket of ``client`` at ``priority``."""
+    def _hold_off_left(self, client: str, priority: Priority) -> float:
+        """Seconds until ``client``'s recent work above ``priority`` stops holding its work at
+        ``priority`` off (1.0 when nothing holds it off). Expired entries are dropped."""
         now = time.monotonic_ns()
         left = 1.0
         for p in range(int(priority) + 1, int(Priority.HIGH) + 1):

@@ -298,11 +298,11 @@ class PreparedSubgraph:
         self.steps = steps
         #: Per step, the output buffers handed to its bound kernel in a run without an arena: none.
         self.no_outputs = [(None,) * len(step.outputs) for step in steps]
-        #: How many leading steps have bound kernels, and what they hold at most under memory
-        #: accounting in a run with an arena (see ``PreparedGraph._run_bound``).
         #: Whether a result may be a view of an arena slot: some operation may return a view of
         #: its input (a bound kernel registered with ``views``, or a general kernel).
         self.may_view = any(step.spec.views or not _fresh_outputs(step.operation_type) for step in steps)
+        #: How many leading steps have bound kernels, and what they hold at most under memory
+        #: accounting in a run with an arena (see ``PreparedGraph._run_bound``).
         self.bound = next((k for k, step in enumerate(steps) if step.fast is None), len(steps))
         self.bound_peak = _bound_peak(steps[: self.bound])
         #: The arenas of the bound kernels' intermediate outputs; None when there are none.

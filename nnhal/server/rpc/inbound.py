@@ -179,7 +179,7 @@ class Inbound:
         try:
             read: object = None
             try:
-                read = await _read_within(context, self.read_timeout)
+                read = await _within(context.read(), self.read_timeout)
             except asyncio.TimeoutError:  # the builtin TimeoutError from 3.11; asyncio's before
                 pass
             if read is None:
@@ -345,19 +345,11 @@ class Inbound:
             task.cancel()
 
 
-async def _read_within(context: aio.ServicerContext[Any, Any], seconds: float) -> object:
-    """The call's next read; TimeoutError when it does not complete within ``seconds``.
-
-    On 3.11+ a timeout scope on the handler's own task: ``asyncio.wait_for`` wraps the read in
-    a task of its own, which costs every call a task and several more turns of the loop."""
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(seconds):
-            return await context.read()
-    return await asyncio.wait_for(context.read(), seconds)  # pragma: no cover - Python 3.10
-
-
 async def _within(step: Awaitable[Any], seconds: float) -> Any:
-    """``step`` awaited; TimeoutError when it does not complete within ``seconds``."""
+    """``step`` awaited; TimeoutError when it does not complete within ``seconds``.
+
+    On 3.11+ a timeout scope on the handler's own task: ``asyncio.wait_for`` wraps the step in
+    a task of its own, which costs every call a task and several more turns of the loop."""
     if sys.version_info >= (3, 11):
         async with asyncio.timeout(seconds):
             return await step

@@ -81,10 +81,19 @@ def execute_relu(ctx: ExecutionContext) -> None:
         ctx.set_output(OUTPUT, np.clip(x, lo_f, hi_f))
 
 
-def bind_relu(v: ValidationContext, state: object) -> FastKernel | None:
-    """Float32 with a static shape: one clamp into the output buffer, nothing re-checked."""
+def _bindable_shape(v: ValidationContext) -> tuple[int, ...] | None:
+    """The shape of an element-wise float32 operation a bound kernel may run: its input's,
+    static and the output's too; None otherwise."""
     shape = v.input_dims(INPUT)
     if v.input_type(INPUT) != T.TENSOR_FLOAT32 or not static_shapes(shape) or v.outputs[OUTPUT].dimensions != shape:
+        return None
+    return shape
+
+
+def bind_relu(v: ValidationContext, state: object) -> FastKernel | None:
+    """Float32 with a static shape: one clamp into the output buffer, nothing re-checked."""
+    shape = _bindable_shape(v)
+    if shape is None:
         return None
     lo, hi = (scalar32(b) for b in FUSED_BOUNDS[_RELU_FUNC[v.op_type]])
 
@@ -185,8 +194,8 @@ def execute_sigmoid_like(ctx: ExecutionContext) -> None:
 def bind_sigmoid_like(v: ValidationContext, state: object) -> FastKernel | None:
     """Float32 with a static shape: the general kernel's ufuncs, in place in the output buffer
     (LOGISTIC: negate, exp, add 1, divide 1 by it); nothing re-checked."""
-    shape = v.input_dims(INPUT)
-    if v.input_type(INPUT) != T.TENSOR_FLOAT32 or not static_shapes(shape) or v.outputs[OUTPUT].dimensions != shape:
+    shape = _bindable_shape(v)
+    if shape is None:
         return None
     if v.op_type == OperationType.TANH:
 
