@@ -32,7 +32,7 @@ from nnhal.core.wire import MAX_MESSAGE_BYTES
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server.device_config import DeviceConfig
 from nnhal.testing.child import ChildServer
-from tests.adversarial.conftest import prepared_small, rss_bytes, victim_runs
+from tests.adversarial.conftest import let_go, prepared_small, rss_bytes, victim_runs
 from tests.adversarial.raw_h2 import ZeroWindowClient
 from tests.adversarial.test_message_caps import PeakRss
 from tests.conftest import one_io_request, ones, relu_chain
@@ -147,12 +147,7 @@ def unread(address: str, seen: Outcome, attackers: int = 12, calls: int = 40) ->
         statuses = _victim(address)
         time.sleep(2)
     finally:
-        for call in pending:
-            call.cancel()
-        for channel in channels:
-            channel.close()
-        for dev in devices:
-            dev.close()
+        let_go(pending, channels, devices)
     seen["calls"] += len(pending)
     return statuses
 
@@ -208,12 +203,7 @@ def mass(address: str, seen: Outcome, sessions: int = 50, calls: int = 8) -> lis
         return _victim(address)
     finally:
         stop.set()
-        for call in pending:
-            call.cancel()
-        for channel in channels:
-            channel.close()
-        for dev in devices:
-            dev.close()
+        let_go(pending, channels, devices)
 
 
 def _flood_unread(link: FastBurstLink, payload: bytes, seconds: float = 20.0) -> tuple[int, float]:

@@ -7,8 +7,10 @@ Every test here starts its own server on loopback, bounds its loops in count and
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
+import grpc
 import pytest
 
 from nnhal.client.device import Device
@@ -54,3 +56,14 @@ def victim_runs(pm: PreparedModel, count: int) -> list[ErrorStatus]:
 def prepared_small(device: Device) -> PreparedModel:
     """A one-operation model (RELU on 2x4 float32) for ``victim_runs`` and the attackers."""
     return device.prepare_model_sync(relu_chain(1, (2, 4)))
+
+
+def let_go(pending: Iterable[grpc.Future], channels: Iterable[grpc.Channel], devices: Iterable[Device]) -> None:
+    """An attacker's teardown: its calls cancelled first, then its channels closed, then its
+    sessions (closing a session under its own calls would wait for them)."""
+    for call in pending:
+        call.cancel()
+    for channel in channels:
+        channel.close()
+    for dev in devices:
+        dev.close()

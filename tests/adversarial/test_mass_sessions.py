@@ -20,7 +20,7 @@ from nnhal.client.remote.messages import ExecutionOptions, execute_request
 from nnhal.core.enums import ErrorStatus
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.testing.local_server import LocalServer
-from tests.adversarial.conftest import chaos, prepared_small, victim_runs
+from tests.adversarial.conftest import chaos, let_go, prepared_small, victim_runs
 from tests.adversarial.test_message_caps import MARGIN, PeakRss
 from tests.conftest import one_io_request, relu_chain
 
@@ -69,12 +69,7 @@ def test_many_sessions_holding_unread_streams_and_bursts_leave_room_for_a_newcom
                 statuses = victim_runs(vpm, chaos(30, 200))
         finally:
             stop.set()
-            for call in pending:
-                call.cancel()
-            for channel in channels:
-                channel.close()
-            for dev in devices:
-                dev.close()
+            let_go(pending, channels, devices)
             top = peak.stop()
     print(f"peak RSS {top / MiB:.0f} MiB (start {start / MiB:.0f} MiB), newcomer {len(statuses)} executions")
     print(f"long-lived calls held by the attacker: {long_calls}")

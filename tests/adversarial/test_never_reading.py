@@ -18,7 +18,7 @@ from nnhal.client.remote.messages import ExecutionOptions, execute_request
 from nnhal.core.enums import ErrorStatus
 from nnhal.proto import service_pb2_grpc as sgrpc
 from nnhal.testing.local_server import LocalServer
-from tests.adversarial.conftest import chaos, prepared_small, victim_runs
+from tests.adversarial.conftest import chaos, let_go, prepared_small, victim_runs
 from tests.adversarial.test_message_caps import MARGIN, PeakRss
 from tests.conftest import one_io_request, relu_chain
 
@@ -53,12 +53,7 @@ def test_clients_that_never_read_large_results_leave_the_victim_served() -> None
                 statuses = victim_runs(vpm, chaos(40, 200))
                 held = victim.stats()["bytes_in_use"]
         finally:
-            for call in pending:
-                call.cancel()
-            for channel in channels:
-                channel.close()
-            for dev in devices:
-                dev.close()
+            let_go(pending, channels, devices)
             top = peak.stop()
     assert set(statuses) == {ErrorStatus.NONE}, statuses
     assert held <= TOTAL
