@@ -103,7 +103,8 @@ def _as_input(value: np.ndarray | None, dtype: np.dtype[Any]) -> np.ndarray | No
     """``value`` as a C-contiguous array of ``dtype`` (itself when it is one already)."""
     if value is None:
         return None
-    if type(value) is np.ndarray and value.dtype == dtype and value.flags.c_contiguous:
+    # ``is`` first: a builtin dtype is one object, and comparing dtypes costs more than the rest.
+    if type(value) is np.ndarray and (value.dtype is dtype or value.dtype == dtype) and value.flags.c_contiguous:
         return value
     return np.ascontiguousarray(value, dtype=dtype)
 

@@ -113,8 +113,10 @@ def check_region(mm: mmap.mmap, ring_bytes: int) -> None:
 
 class Gathered:
     """A packet's payload in parts (a header, then an execution's pools), which the producer
-    checksums and copies into the ring one after the other: the parts are never joined into
-    one buffer first. ``len()`` is the payload's length in bytes."""
+    checksums and copies into the ring one after the other: the parts of a large payload are
+    never joined into one buffer first (a payload of at most :data:`CHECKED_BYTES` is: one
+    copy of a few parts costs less than a checksum and a copy per part). ``len()`` is the
+    payload's length in bytes."""
 
     __slots__ = ("_length", "parts")
 
@@ -210,8 +212,10 @@ class Producer(_Ring):
         the checksum (tests of the consumer's checks)."""
         size, mm, data, head = self.ring_bytes, self._mm, self._data, self._head
         if isinstance(payload, Gathered):
-            self._write_gathered(kind, payload, crc)
-            return
+            if len(payload) > CHECKED_BYTES:
+                self._write_gathered(kind, payload, crc)
+                return
+            payload = b"".join(payload.parts)  # a small packet: one copy of a few parts is cheaper
         if isinstance(payload, memoryview):
             payload = payload.cast("B")
         length = len(payload)
