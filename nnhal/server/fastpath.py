@@ -192,13 +192,22 @@ class FastQueue:
                 self._answer(fastring.RESULT, refusal, refuse)
         return None
 
-    def answer(self, kind: int, payload: bytes, refuse: Refuse) -> None:
+    def answer(self, kind: int, payload: bytes, refuse: Refuse, ring: bool = True) -> None:
         """Write one answer packet and ring the client (an answer too large for the result
         ring is replaced: ``oversize``, else ``refuse``'s refusal). A client that does not
-        read its answers ends the queue (:attr:`violation`)."""
-        self._answer(kind, payload, refuse)
+        read its answers ends the queue (:attr:`violation`). Without ``ring`` the caller
+        must call :meth:`ring` later, before it waits for anything."""
+        self._answer(kind, payload, refuse, ring)
 
-    def _answer(self, kind: int, payload: bytes, refuse: Refuse) -> None:
+    def ring(self) -> None:
+        """Wake the client: answers are waiting (a closed client end stops the queue)."""
+        assert self._doorbell is not None
+        try:
+            self._doorbell.ring()
+        except OSError:
+            self.stop()
+
+    def _answer(self, kind: int, payload: bytes, refuse: Refuse, ring: bool = True) -> None:
         assert self._doorbell is not None
         if not self._results.fits(len(payload)):
             if self.oversize is not None:
@@ -218,10 +227,8 @@ class FastQueue:
             self.violation = f"the fast burst's result ring cannot take the answer ({err}); the burst ended"
             self.stop()
             return
-        try:
-            self._doorbell.ring()
-        except OSError:
-            self.stop()
+        if ring:
+            self.ring()
 
     @property
     def inbox(self) -> int:
@@ -289,6 +296,8 @@ class _Served:
     slow: int = 0
     #: Whether its inbox is in the epoll set (out of it while a worker holds the queue).
     polled: bool = True
+    #: Answers written on the serving thread whose client was not rung yet.
+    unrung: bool = False
 
 
 class QueueServer:
@@ -303,7 +312,10 @@ class QueueServer:
     for the GIL. Any other packet goes to a worker (``submit``), which then answers the
     rest of that queue's waiting packets and hands the queue back. A quick packet that
     turns out slow holds the other queues up by that one execution (by two for a queue's
-    first slow ones), after which its queue's packets go to workers. The thread exists
+    first slow ones), after which its queue's packets go to workers. Answers written on
+    this thread are rung once every queue one wait reported has had its turn: a client woken
+    by a doorbell is often put on the waker's core, and ringing it at once would hand that
+    core to it while other queues' packets wait. The thread exists
     while a queue is served (started at the first, ending with the last). A queue ends
     once it is stopping (``FastQueue.stop``, the client's STOP, a protocol violation): it
     leaves the set and its ``ended`` is called, on whichever thread held it, after which
@@ -353,6 +365,7 @@ class QueueServer:
                 if not self._served:  # the last queue ended: so does the thread
                     self._close_epoll()
                     return
+            rings: list[_Served] = []
             for fd, _events in epoll.poll():
                 served = self._served.get(fd)
                 if served is None:  # the wake pipe
@@ -360,6 +373,11 @@ class QueueServer:
                     continue
                 served.queue.take_rings()  # what woke it: read, or the inbox would stay readable
                 self._turn(served, None)
+                if served.unrung:
+                    rings.append(served)
+            for served in rings:
+                served.unrung = False
+                served.queue.ring()
 
     def _turn(self, served: _Served, handed: tuple[int, bytes] | None) -> None:
         """One turn of ``served`` (``_answer``) on the serving thread (``handed`` None) or a
@@ -372,6 +390,9 @@ class QueueServer:
             log.exception("fast burst: serving a queue failed; ending it")
             served.queue.stop()
             state = _END
+        if served.unrung and state is not _ARM:
+            served.unrung = False
+            served.queue.ring()
         if isinstance(state, tuple):  # for a worker, entering the context now that it was left
             self._poll(served, False)  # not polled while the worker holds it
             try:
@@ -414,7 +435,8 @@ class QueueServer:
                 if handed is None and not quick:
                     return packet
             t0 = time.perf_counter_ns()
-            queue.answer(*handle(*packet), refuse)
+            queue.answer(*handle(*packet), refuse, handed is not None)
+            served.unrung = handed is None
             # Slow after two slow packets in a row: one preempted packet of a loaded machine
             # alone does not send a small model's queue to the workers.
             served.slow = served.slow + 1 if time.perf_counter_ns() - t0 >= INLINE_MAX_NS else 0
