@@ -166,8 +166,12 @@ class Inbound:
         read_bytes: int = 0,
         read_timeout: float = READ_TIMEOUT_S,
         write_timeout: float = WRITE_TIMEOUT_S,
+        verified: bool = True,
     ) -> None:
+        """``verified``: whether a connection may carry a verified client certificate (mTLS);
+        without, a call's bytes are its connection's and its auth context is never read."""
         self.receive_cap = max(1, receive_cap)
+        self.verified = verified
         self.per_client = per_client
         self.budget = budget
         #: What one read holds at most, until its message is parsed (module docstring).
@@ -239,7 +243,8 @@ class Inbound:
             raw: bytes = read
             del read
             nbytes = len(raw)
-            refusal = self._hold(_client_of(context), nbytes, context)
+            client = stream_client(context) if self.verified else context.peer() or ""
+            refusal = self._hold(client, nbytes, context)
             failure: str | None = None
             message: Any = None
             if refusal is None:
@@ -422,11 +427,6 @@ async def _within(step: Awaitable[Any], seconds: float) -> Any:
         async with asyncio.timeout(seconds):
             return await step
     return await asyncio.wait_for(step, seconds)  # pragma: no cover - Python 3.10
-
-
-def _client_of(context: aio.ServicerContext[Any, Any]) -> str:
-    """Whose bytes these are: the verified identity with mTLS, else the connection."""
-    return stream_client(context)
 
 
 def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.RpcMethodHandler:
