@@ -22,7 +22,6 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, FencedExecutionInfo, OperationTiming, OutputShape, PoolData, Timing
 
-
 #: The timing of an execution that was not measured: one shared value (Timing is frozen).
 _NOT_MEASURED = Timing()
 
