@@ -410,12 +410,14 @@ class QueueServer:
         epoll = self._epoll
         if epoll is None:
             return
+        # The flag first: once registered, the serving thread may take the queue at once (and
+        # hand it to a worker, taking it out again) before this thread would have set it.
+        served.polled = on
         try:
             if on:
                 epoll.register(served.queue.inbox, select.EPOLLIN)
             else:
                 epoll.unregister(served.queue.inbox)
-            served.polled = on
         except (OSError, ValueError):  # the set was closed under a racing end: nothing left to do
             pass
 
