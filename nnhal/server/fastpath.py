@@ -209,15 +209,16 @@ class FastQueue:
 
     def _answer(self, kind: int, payload: bytes, refuse: Refuse, ring: bool = True) -> None:
         assert self._doorbell is not None
-        if not self._results.fits(len(payload)) and self.oversize is not None:
-            kind, payload = self.oversize(len(payload))
-        elif not self._results.fits(len(payload)):
-            kind = fastring.RESULT
-            payload = refuse(
-                ErrorStatus.INVALID_ARGUMENT,
-                f"the answer ({len(payload)} bytes) does not fit the fast burst's {self.ring_bytes}-byte ring; "
-                "open the burst with larger rings or use the gRPC burst",
-            )
+        if not self._results.fits(len(payload)):
+            if self.oversize is not None:
+                kind, payload = self.oversize(len(payload))
+            else:
+                kind = fastring.RESULT
+                payload = refuse(
+                    ErrorStatus.INVALID_ARGUMENT,
+                    f"the answer ({len(payload)} bytes) does not fit the fast burst's {self.ring_bytes}-byte ring; "
+                    "open the burst with larger rings or use the gRPC burst",
+                )
         try:
             self._results.write(kind, payload)
         except fastring.RingError as err:
@@ -293,6 +294,8 @@ class _Served:
     #: How many of the queue's last packets in a row were slow (``QueueServer._answer``):
     #: a slow queue's packets go to a worker.
     slow: int = 0
+    #: Whether its inbox is in the epoll set (out of it while a worker holds the queue).
+    polled: bool = True
     #: Answers written on the serving thread whose client was not rung yet.
     unrung: bool = False
 
@@ -300,9 +303,10 @@ class _Served:
 class QueueServer:
     """The one thread that serves every queue handed to it (``serve``), each in order.
 
-    A thread of its own waits on all their request doorbells at once (an epoll set, each
-    queue armed once: a queue being served is not polled) and answers each ready queue's
-    packets in turn. A quick packet (``quick(kind)``, unless each of the queue's last two
+    A thread of its own waits on all their request doorbells at once (an epoll set,
+    level-triggered: a queue answered on that thread stays in the set, so a packet costs no
+    epoll call of its own; a queue a worker holds is out of it until handed back) and answers
+    each ready queue's packets in turn. A quick packet (``quick(kind)``, unless each of the queue's last two
     packets took :data:`INLINE_MAX_NS` or longer) is answered on this thread, so that many
     busy queues cost no thread switch per packet and the server's threads do not contend
     for the GIL. Any other packet goes to a worker (``submit``), which then answers the
@@ -353,7 +357,7 @@ class QueueServer:
                 self._wake = nonblocking_pipe()
                 self._epoll.register(self._wake[0], select.EPOLLIN)
             self._served[queue.inbox] = served
-            self._epoll.register(queue.inbox, select.EPOLLIN | select.EPOLLONESHOT)
+            self._epoll.register(queue.inbox, select.EPOLLIN)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, args=(self._epoll,), name=self._name, daemon=True)
                 self._thread.start()
@@ -382,8 +386,10 @@ class QueueServer:
                 served.queue.ring()
 
     def _turn(self, served: _Served, handed: tuple[int, bytes] | None) -> None:
-        """One turn of ``served`` on this thread (``_answer``), then — outside the queue's
-        context, which the next turn enters, maybe on another thread — arm it again or end it."""
+        """One turn of ``served`` (``_answer``) on the serving thread (``handed`` None) or a
+        worker, then — outside the queue's context, which the next turn enters, maybe on
+        another thread — hand it to a worker (out of the epoll set meanwhile), put it back in
+        the set (after a worker's turn) or end it."""
         try:
             state = served.run(self._answer, served, handed)
         except Exception:  # a bug: the queue ends, the others are served on
@@ -394,19 +400,30 @@ class QueueServer:
             served.unrung = False
             served.queue.ring()
         if isinstance(state, tuple):  # for a worker, entering the context now that it was left
+            self._poll(served, False)  # not polled while the worker holds it
             try:
                 self._submit(partial(self._turn, served, state))
             except RuntimeError:  # no worker takes work (the server is stopping): answered here
                 self._turn(served, state)
         elif state is _ARM:
-            epoll = self._epoll
-            if epoll is not None:
-                try:
-                    epoll.modify(served.queue.inbox, select.EPOLLIN | select.EPOLLONESHOT)
-                except OSError:  # the set was closed under a racing end: nothing left to arm
-                    pass
+            if not served.polled:
+                self._poll(served, True)
         elif state is _END:
             self._end(served)
+
+    def _poll(self, served: _Served, on: bool) -> None:
+        """Put ``served``'s inbox in the epoll set or take it out (by the queue's holder)."""
+        epoll = self._epoll
+        if epoll is None:
+            return
+        try:
+            if on:
+                epoll.register(served.queue.inbox, select.EPOLLIN)
+            else:
+                epoll.unregister(served.queue.inbox)
+            served.polled = on
+        except (OSError, ValueError):  # the set was closed under a racing end: nothing left to do
+            pass
 
     def _answer(self, served: _Served, handed: tuple[int, bytes] | None) -> object:
         """Answer ``served``'s waiting packets — on a worker (``handed``: the packet it was
@@ -437,7 +454,8 @@ class QueueServer:
         with self._lock:
             if self._served.pop(fd, None) is None:
                 return
-            if self._epoll is not None:
+            if self._epoll is not None and served.polled:
+                served.polled = False
                 self._epoll.unregister(fd)
             if not self._served and self._wake is not None:
                 try:
