@@ -16,6 +16,7 @@ from nnhal.core.types import Model
 from nnhal.server import cache
 from nnhal.server.backend import Backend, ExecutableGraph, ReferenceBackend
 from nnhal.server.executor.graph import Buffer
+from nnhal.server.pieces import Pieces, contiguous
 
 
 def sealer(
@@ -30,24 +31,25 @@ def sealer(
         if backend.kind == ReferenceBackend.kind:
             return cache.seal(secret, token, model, priority, level)
         skeleton = dataclasses.replace(model, operand_values=b"", pools=())
-        return cache.seal_compiled(secret, token, skeleton, priority, level, backend.kind, artifact)
+        tail = backend.tail_start(artifact)
+        return cache.seal_compiled(secret, token, skeleton, priority, level, backend.kind, artifact, tail)
 
     return seal
 
 
 def open_cache(
-    backend: Backend, secret: bytes, token: bytes, blob: bytes, level: HalVersion
-) -> tuple[Model, Priority, memoryview | None]:
+    backend: Backend, secret: bytes, token: bytes, blob: bytes | Pieces, level: HalVersion
+) -> tuple[Model, Priority, memoryview | Pieces | None]:
     """The model, priority and compiled artifact (None for the reference) of a cache this
     server sealed for a device of ``backend``'s kind; INVALID_ARGUMENT otherwise."""
     if backend.kind == ReferenceBackend.kind:
-        model, priority = cache.open_sealed(secret, token, blob, level)
+        model, priority = cache.open_sealed(secret, token, bytes(contiguous(blob)), level)
         return model, priority, None
     return cache.open_compiled(secret, token, blob, level, backend.kind)
 
 
 def builder(
-    backend: Backend, artifact: memoryview | None
+    backend: Backend, artifact: memoryview | Pieces | None
 ) -> Callable[[Model, Sequence[Buffer]], tuple[ExecutableGraph, bytes]]:
     """The PrepareJob's ``build``: load ``artifact`` (from a cache) or compile afresh. A
     preparation from cache has no token, so it seals nothing: its artifact is not returned."""

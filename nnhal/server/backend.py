@@ -22,6 +22,7 @@ from nnhal.core.enums import HalVersion, OperandType
 from nnhal.core.types import Capabilities, Model, Operand, OperandPerformance, PerformanceInfo
 from nnhal.server.executor.graph import Buffer, ExecutionControl, PreparedGraph
 from nnhal.server.executor.validate import supported_operations
+from nnhal.server.pieces import Pieces
 
 
 class ExecutableGraph(Protocol):
@@ -45,8 +46,15 @@ class Backend(Protocol):
 
     def compile(self, model: Model, pools: Sequence[Buffer]) -> tuple[ExecutableGraph, bytes]: ...
 
-    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
-        """The graph of a ``compile`` artifact (``artifact`` may be a view into a cache)."""
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview | Pieces) -> ExecutableGraph:
+        """The graph of a ``compile`` artifact (``artifact`` may be a view into a cache, or the
+        pieces a cache was read in)."""
+        ...
+
+    def tail_start(self, artifact: bytes | memoryview) -> int | None:
+        """Where in a ``compile`` artifact the part ``load`` keeps as one bytes object starts
+        (a cache is read back cut there, so that part is read into its own object); None
+        when ``load`` keeps no such part."""
         ...
 
     def capabilities(self) -> Capabilities:
@@ -68,8 +76,11 @@ class ReferenceBackend:
     def compile(self, model: Model, pools: Sequence[Buffer]) -> tuple[ExecutableGraph, bytes]:
         return PreparedGraph(model, pools), b""
 
-    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview | Pieces) -> ExecutableGraph:
         return PreparedGraph(model, pools)
+
+    def tail_start(self, artifact: bytes | memoryview) -> int | None:
+        return None
 
     def capabilities(self) -> Capabilities:
         return reference_capabilities()

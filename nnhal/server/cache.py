@@ -32,6 +32,7 @@ from nnhal.core import wire
 from nnhal.core.enums import BYTE_SIZE_OF_CACHE_TOKEN, HalVersion, Priority
 from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.core.types import Model
+from nnhal.server.pieces import Pieces
 
 MAGIC = b"NNHALC2\0"
 _MAC = 32
@@ -101,18 +102,19 @@ def open_sealed(secret: bytes, token: bytes, blob: bytes, level: HalVersion) -> 
 # -- caches of a compiling device (nnhal.server.backend) ------------------------------------
 #: A compiling device's cache: ``MAGIC_COMPILED | nonce | tag | body``, the body naming the
 #: device kind and carrying the compiled artifact after the model (``_LENGTHS``: kind and model
-#: lengths), after zero bytes up to an aligned offset (``_padding``). The tag is Poly1305 of
+#: lengths, and where in the artifact the part its device keeps whole starts: ``read_cut``),
+#: after zero bytes up to an aligned offset (``_padding``). The tag is Poly1305 of
 #: the body under a one-time key, HMAC-SHA256(secret, ``_KEY_LABEL | nonce | token``) with a
 #: random nonce per seal: a MAC as strong as the reference's, at several times its speed over
 #: a large artifact (the CPU's vector units, not its SHA extensions).
-MAGIC_COMPILED = b"NNHALC5\0"
+MAGIC_COMPILED = b"NNHALC6\0"
 #: Compiling devices' caches of earlier formats (3: HMAC-SHA256 of the whole body; 4: the ort
-#: device's artifact in ORT format): refused, prepare afresh.
-_FORMER_COMPILED = (b"NNHALC3\0", b"NNHALC4\0")
+#: device's artifact in ORT format; 5: no cut): refused, prepare afresh.
+_FORMER_COMPILED = (b"NNHALC3\0", b"NNHALC4\0", b"NNHALC5\0")
 _KEY_LABEL = b"nnhal compiled cache: poly1305 key\0"
 _NONCE = 16
 _TAG = 16
-_LENGTHS = struct.Struct("<BQ")
+_LENGTHS = struct.Struct("<BQQ")
 #: Where the body starts in a compiling device's cache.
 _START = len(MAGIC_COMPILED) + _NONCE + _TAG
 #: The artifact starts at a multiple of this in the cache (zero bytes before it), so that
@@ -137,13 +139,16 @@ def _poly1305() -> Any:
     return Poly1305
 
 
-def _authentic(key: bytes, body: memoryview, tag: bytes) -> bool:
-    """Whether ``tag`` is Poly1305 of ``body`` under ``key`` (compared in constant time)."""
-    poly1305 = _poly1305()
+def _authentic(key: bytes, parts: tuple[memoryview, ...], tag: bytes) -> bool:
+    """Whether ``tag`` is Poly1305 of the concatenated ``parts`` under ``key`` (compared in
+    constant time)."""
+    mac = _poly1305()(key)
+    for part in parts:
+        mac.update(part)
     from cryptography.exceptions import InvalidSignature
 
     try:
-        poly1305.verify_tag(key, body, tag)
+        mac.verify(tag)
     except InvalidSignature:
         return False
     return True
@@ -157,15 +162,25 @@ def _one_time_key(secret: bytes, token: bytes, nonce: bytes | memoryview) -> byt
 
 
 def seal_compiled(
-    secret: bytes, token: bytes, model: Model, priority: Priority, level: HalVersion, kind: str, artifact: bytes
+    secret: bytes,
+    token: bytes,
+    model: Model,
+    priority: Priority,
+    level: HalVersion,
+    kind: str,
+    artifact: bytes,
+    tail: int | None = None,
 ) -> bytes:
-    """The model cache of a device of ``kind`` that compiled ``model`` into ``artifact``."""
+    """The model cache of a device of ``kind`` that compiled ``model`` into ``artifact``;
+    ``tail``: where in ``artifact`` the part its device keeps whole starts (None: nowhere),
+    recorded so that a read of the cache cuts there (``read_cut``)."""
     version, name, model_bytes = __version__.encode(), kind.encode(), wire.model_to_bytes(model)
+    cut = len(artifact) if tail is None else min(max(tail, 0), len(artifact))
     head = b"".join(
         (
             _HEADER.pack(int(priority), int(level), len(version)),
             version,
-            _LENGTHS.pack(len(name), len(model_bytes)),
+            _LENGTHS.pack(len(name), len(model_bytes), cut),
             name,
             model_bytes,
         )
@@ -176,41 +191,90 @@ def seal_compiled(
     return MAGIC_COMPILED + nonce + tag + body
 
 
+def _layout(body: bytes | memoryview) -> tuple[int, int, int, int] | None:
+    """From a compiled cache's body: where in the body the kind name and the model start,
+    the model's length and the recorded cut in the artifact; None when ``body`` is too short."""
+    if len(body) < _HEADER.size:
+        return None
+    at = _HEADER.size + body[2]
+    if len(body) < at + _LENGTHS.size:
+        return None
+    n_kind, n_model, cut = _LENGTHS.unpack_from(body, at)
+    at += _LENGTHS.size
+    return at, at + n_kind, n_model, cut
+
+
+def _artifact_at(prefix: bytes | memoryview) -> int | None:
+    """Where the artifact starts in a compiled cache beginning with ``prefix``; None when
+    ``prefix`` is too short to tell."""
+    layout = _layout(memoryview(prefix)[_START:])
+    if layout is None:
+        return None
+    _, model_at, n_model, _ = layout
+    end = _START + model_at + n_model
+    return end + _padding(end)
+
+
+def read_cut(prefix: bytes) -> int | None:
+    """Where a reader of the cache starting with ``prefix`` (its first bytes, up to the model:
+    under 600) best cuts it in two (``Pieces``), so that the part of the artifact its
+    device keeps whole is read into a bytes object of its own; None: read it whole. Read
+    before authentication: it only places the cut, and ``open_compiled`` authenticates both
+    pieces and parses nothing but what it authenticated."""
+    if not prefix.startswith(MAGIC_COMPILED):
+        return None
+    artifact_at = _artifact_at(prefix)
+    layout = _layout(memoryview(prefix)[_START:])
+    if artifact_at is None or layout is None:
+        return None
+    return artifact_at + layout[3]
+
+
 def open_compiled(
-    secret: bytes, token: bytes, blob: bytes, level: HalVersion, kind: str
-) -> tuple[Model, Priority, memoryview]:
+    secret: bytes, token: bytes, blob: bytes | Pieces, level: HalVersion, kind: str
+) -> tuple[Model, Priority, memoryview | Pieces]:
     """Model, priority and artifact of a cache sealed by ``seal_compiled`` for ``kind``,
     authenticated before anything is parsed; INVALID_ARGUMENT as ``open_sealed``, and for
-    a cache of another kind of device. The artifact is a view into ``blob`` (not copied:
-    whoever needs it whole makes the one copy it needs)."""
+    a cache of another kind of device. The artifact is a view into ``blob``, or its head's
+    part and its tail (not copied: whoever needs it whole makes the one copy it needs)."""
     check_token(token)
-    if blob.startswith(MAGIC):
+    if isinstance(blob, Pieces):
+        at = _artifact_at(blob.head) if bytes(blob.head[: len(MAGIC_COMPILED)]) == MAGIC_COMPILED else None
+        if at is None or at > len(blob.head):
+            # A cut before the artifact (never one this server places): read as one.
+            blob = bytes(blob.joined())
+    head = blob.head if isinstance(blob, Pieces) else blob
+    first = bytes(memoryview(head)[: len(MAGIC_COMPILED)])
+    if first == MAGIC:
         raise InvalidArgument(f"model cache was written by another kind of device, not this {kind} device")
-    if blob.startswith(_FORMER_COMPILED):
+    if first in _FORMER_COMPILED:
         raise InvalidArgument(
             "model cache was written by an earlier nnhal in a format this one does not read: prepare the model afresh"
         )
     start = _START
-    if len(blob) < start + _HEADER.size + _LENGTHS.size or not blob.startswith(MAGIC_COMPILED):
+    if len(head) < start + _HEADER.size + _LENGTHS.size or first != MAGIC_COMPILED:
         raise InvalidArgument("model cache is not an nnhal cache or is truncated")
-    view = memoryview(blob)
+    view = memoryview(head)
     nonce, tag, body = view[len(MAGIC_COMPILED) : start - _TAG], view[start - _TAG : start], view[start:]
-    if not _authentic(_one_time_key(secret, token, nonce), body, bytes(tag)):
+    parts = (body, memoryview(blob.tail)) if isinstance(blob, Pieces) else (body,)
+    if not _authentic(_one_time_key(secret, token, nonce), parts, bytes(tag)):
         raise InvalidArgument(
             "model cache failed authentication (tampered, truncated, another token or another server)"
         )
+    layout = _layout(body)
+    if layout is None or layout[1] + layout[2] > len(body):
+        raise InvalidArgument("model cache is truncated")
+    kind_at, at, n_model, _ = layout
     priority, cached_level, n = _HEADER.unpack_from(body)
-    at = _HEADER.size + n
-    version = bytes(body[_HEADER.size : at]).decode(errors="replace")
-    n_kind, n_model = _LENGTHS.unpack_from(body, at)
-    at += _LENGTHS.size
-    cached_kind = bytes(body[at : at + n_kind]).decode(errors="replace")
-    at += n_kind
+    version = bytes(body[_HEADER.size : _HEADER.size + n]).decode(errors="replace")
+    cached_kind = bytes(body[kind_at:at]).decode(errors="replace")
     if version != __version__ or cached_level != int(level) or cached_kind != kind:
         raise InvalidArgument(
             f"model cache was written by nnhal {version} for a {cached_kind} device at feature level {cached_level}; "
             f"this is nnhal {__version__}, a {kind} device at level {int(level)}: prepare the model afresh"
         )
     model = wire.model_from_bytes(bytes(body[at : at + n_model]))
-    at += n_model
-    return model, Priority(priority), body[at + _padding(start + at) :]
+    artifact = body[min(at + n_model + _padding(start + at + n_model), len(body)) :]
+    if isinstance(blob, Pieces):
+        return model, Priority(priority), Pieces(artifact, blob.tail)
+    return model, Priority(priority), artifact

@@ -68,6 +68,7 @@ from nnhal.server.jobs import Counter, ExecutionJob, PrepareJob, check_deadline
 from nnhal.server.lifecycle import DRAIN_EXPIRED, Lifecycle
 from nnhal.server.memory import bind_model_pools, bind_pools, token_placeholder
 from nnhal.server.partitioned import PartitionedBackend
+from nnhal.server.pieces import Pieces
 from nnhal.server.prepared_model import PreparedModel
 from nnhal.server.request_plan import output_pools
 from nnhal.server.scheduler import Scheduler
@@ -201,7 +202,7 @@ class Driver:
         deadline_ns: int | None,
         cache_token: bytes = b"",
         trusted: bool = False,
-        artifact: memoryview | None = None,
+        artifact: memoryview | Pieces | None = None,
     ) -> PrepareJob:
         """Launch checks of prepareModel: the cache token, deadline, pools and the whole
         model (unless ``trusted``: read from a cache this server sealed). Raises HalError.
@@ -240,8 +241,8 @@ class Driver:
     def prepare_from_cache(
         self,
         session: Session,
-        model_cache: Sequence[bytes],
-        data_cache: Sequence[bytes],
+        model_cache: Sequence[bytes | Pieces],
+        data_cache: Sequence[bytes | Pieces],
         token: bytes,
         deadline_ns: int | None,
     ) -> PrepareJob:

@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,7 @@ from nnhal.core.types import Capabilities, DataLocation, Model, Operand, Operati
 from nnhal.server.backend import Backend, ExecutableGraph
 from nnhal.server.executor.graph import Buffer, ExecutionControl, PreparedGraph, constant_value
 from nnhal.server.executor.validate import supported_operations as reference_support
+from nnhal.server.pieces import Pieces
 
 _log = logging.getLogger(__name__)
 BACKEND, FALLBACK = 0, 1
@@ -251,16 +253,14 @@ class PartitionedBackend:
         self._count(model, [s.placed for s in graphs])
         return PartitionedGraph(model, self.kind, graphs), artifact
 
-    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview | Pieces) -> ExecutableGraph:
         """The graph from a ``compile`` artifact (sealed by this server's cache). ``model``
         may be the skeleton (no constants)."""
-        view = memoryview(artifact)  # steps' payloads are views: the inner load copies what it keeps
-        if bytes(view[: len(_MAGIC)]) != _MAGIC:
-            raise GeneralFailure("the cached artifact is not a partitioned one")
-        (n,) = _LENGTH.unpack_from(view, len(_MAGIC))
-        at = len(_MAGIC) + _LENGTH.size
-        header = json.loads(bytes(view[at : at + n]))
-        at += n
+        # Steps' payloads are views (of a piece's tail when one lies there whole): the inner
+        # load copies what it keeps.
+        pieces = artifact if isinstance(artifact, Pieces) else Pieces(artifact, b"")
+        header, at = _header(pieces)
+        view = pieces.view
         graphs = []
         for entry in header:
             placed = PlacedStep(
@@ -269,8 +269,11 @@ class PartitionedBackend:
                 tuple(entry["inputs"]),
                 tuple(entry["outputs"]),
             )
-            payload = view[at : at + int(entry["size"])]
-            at += int(entry["size"])
+            size = int(entry["size"])
+            if size < 0 or at + size > len(pieces):
+                raise GeneralFailure("the cached partitioned artifact is truncated")
+            payload = view(at, at + size)
+            at += size
             sub = subgraphs.step_model(model, placed.operations, placed.inputs, placed.outputs)
             graph: ExecutableGraph
             if placed.place == BACKEND:
@@ -282,8 +285,32 @@ class PartitionedBackend:
         self._count(model, [s.placed for s in graphs])
         return PartitionedGraph(model, self.kind, graphs)
 
+    def tail_start(self, artifact: bytes | memoryview) -> int | None:
+        """Within the last step's payload when the library runs it (the largest, for a model
+        the library takes whole)."""
+        header, _ = _header(Pieces(artifact, b""))
+        if not header or int(header[-1]["place"]) != BACKEND:
+            return None
+        last = len(artifact) - int(header[-1]["size"])
+        inner = self.inner.tail_start(memoryview(artifact)[last:])
+        return None if inner is None else last + inner
+
     def capabilities(self) -> Capabilities:
         return self.inner.capabilities()
+
+
+def _header(artifact: Pieces) -> tuple[list[Any], int]:
+    """The steps' header of a partitioned artifact, and where its payloads start."""
+    if len(artifact) < len(_MAGIC) + _LENGTH.size or bytes(artifact.view(0, len(_MAGIC))) != _MAGIC:
+        raise GeneralFailure("the cached artifact is not a partitioned one")
+    at = len(_MAGIC) + _LENGTH.size
+    (n,) = _LENGTH.unpack_from(artifact.view(len(_MAGIC), at))
+    if at + n > len(artifact):
+        raise GeneralFailure("the cached partitioned artifact is truncated")
+    header = json.loads(bytes(artifact.view(at, at + n)))
+    if not isinstance(header, list):
+        raise GeneralFailure("the cached artifact is not a partitioned one")
+    return header, at + n
 
 
 def _step_header(placed: PlacedStep, size: int) -> dict[str, object]:

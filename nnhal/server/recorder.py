@@ -29,6 +29,7 @@ from nnhal.server.driver import Driver
 from nnhal.server.executions.calls import CachedPreparation, Execution, Preparation, Prepared
 from nnhal.server.executions.hooks import Call, Observer, Timings
 from nnhal.server.memory import open_region
+from nnhal.server.pieces import contiguous
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +172,8 @@ class Recorder(Observer):
         elif isinstance(args, CachedPreparation):
             entry["kind"] = "prepare_from_cache"
             entry["args"] = {
-                "model_cache": [blob(c) for c in args.model_cache],
-                "data_cache": [blob(c) for c in args.data_cache],
+                "model_cache": [blob(contiguous(c)) for c in args.model_cache],
+                "data_cache": [blob(contiguous(c)) for c in args.data_cache],
                 "token": args.token.hex(),
                 "deadline_us": _remaining_us(args.deadline_ns, timings),
             }

@@ -162,12 +162,13 @@ def test_bound_kernels_run_under_a_limit_counting_their_arena() -> None:
         assert fast is not None
 
         def counting(
-            args: list[np.ndarray | None], buffers: Sequence[np.ndarray | None], _f: FastKernel = fast
+            args: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None], _f: FastKernel = fast
         ) -> list[np.ndarray] | None:
             calls.append(1)
             return _f(args, buffers)
 
         step.fast = counting
+        step.emit = None  # every step through its bound kernel, none as fixed calls
     x = np.linspace(-2, 2, 1024, dtype=np.float32)
     budget = Budget(LIMIT)
     (out,) = graph.run([x], budget.control())
@@ -192,11 +193,13 @@ def test_a_bound_kernel_declining_mid_run_hands_the_rest_to_the_general_loop() -
     graph = PreparedGraph(sized, [])
     assert graph.main.bound == 6
     declined: list[int] = []
+    for each in graph.main.steps:
+        each.emit = None  # every step through its bound kernel, none as fixed calls
     step = graph.main.steps[3]
     fast = step.fast
     assert fast is not None
 
-    def declining(args: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+    def declining(args: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         declined.append(1)
         return None
 

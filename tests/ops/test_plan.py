@@ -658,6 +658,91 @@ def test_the_tiny_benchmark_model_runs_bound_and_exact() -> None:
     b.op(Op.MEAN, [h, b.const(T.TENSOR_INT32, [1]), b.const(T.INT32, 1)], [out])
     graph = _graph(b.build())
     assert all(step.fast is not None for step in graph.main.steps)
+    # Static but for the steps that read the model's input and the MEAN writing its output.
+    assert _static(graph) == [False, True, True, True, False, *([True] * 10), False]
     for seed in (0, 1):
         inputs = _inputs(graph.model, seed)
-        np.testing.assert_array_equal(graph.run(inputs)[0], _general(graph, inputs))
+        for _ in range(2):
+            np.testing.assert_array_equal(graph.run(inputs)[0], _general(graph, inputs))
+
+
+def _static(graph: PreparedGraph) -> list[bool]:
+    """Per leading bound step of the main subgraph, whether an arena runs it as fixed calls."""
+    pool = graph.main.pool
+    assert pool is not None
+    arena = pool.checkout()
+    try:
+        return [calls is not None for calls in arena.program]
+    finally:
+        pool.checkin(arena)
+
+
+def _between_copies(b: ModelBuilder, shape: tuple[int, ...], op: Op, inputs: Callable[[int], list[int]]) -> None:
+    """input x -> MUL by ones -> ``op`` (its inputs from that copy) -> MUL by ones -> output: the
+    operation reads and writes intermediates (arena buffers), so it can run as fixed calls; the
+    copies change no value (x * 1 is x, -0.0 and NaN included)."""
+    t = T.TENSOR_FLOAT32
+    ones = b.const(t, np.ones(shape))
+    x = b.input(t, shape)
+    copy, result = b.temp(t, shape), b.temp(t, shape)
+    b.op(Op.MUL, [x, ones, b.const(T.INT32, 0)], [copy])
+    b.op(op, inputs(copy), [result])
+    if op in (Op.RELU, Op.RELU1, Op.RELU6):
+        # The copy read twice: the activation is not folded into the MUL that makes it.
+        b.op(Op.ADD, [result, copy, b.const(T.INT32, 0)], [b.output(t, shape)])
+    else:
+        b.op(Op.MUL, [result, ones, b.const(T.INT32, 0)], [b.output(t, shape)])
+
+
+_STATIC_CASES: list[tuple[Op, int, bool]] = [
+    *(
+        (op, act, const_first)
+        for op in (Op.ADD, Op.SUB, Op.MUL, Op.DIV)
+        for act in (0, 1, 2, 3)
+        for const_first in (False, True)
+    ),
+    *((op, 0, False) for op in (Op.LOGISTIC, Op.TANH, Op.RELU, Op.RELU1, Op.RELU6)),
+    *((Op.FULLY_CONNECTED, act, False) for act in (0, 1, 2, 3)),
+]
+
+
+@pytest.mark.parametrize(("op", "act", "variant"), _STATIC_CASES)
+def test_static_steps_match_the_general_kernels(op: Op, act: int, variant: bool) -> None:
+    """An operation between intermediates runs as its fixed calls (registry.StaticKernel), and
+    gives the general kernel's exact values, the specials and the tails included, execution after
+    execution on one arena."""
+    rng = np.random.default_rng(act)
+    t = T.TENSOR_FLOAT32
+    shape = (2, 12)
+    b = ModelBuilder()
+
+    def inputs(x: int) -> list[int]:
+        if op == Op.FULLY_CONNECTED:
+            w = b.const(t, rng.normal(size=(12, 12)))
+            return [x, w, b.const(t, rng.normal(size=12)), b.const(T.INT32, act)]
+        if op in (Op.ADD, Op.SUB, Op.MUL, Op.DIV):
+            other = b.const(t, rng.normal(size=12))  # broadcast, and widened to the output's shape
+            return [other, x, b.const(T.INT32, act)] if variant else [x, other, b.const(T.INT32, act)]
+        return [x]
+
+    _between_copies(b, shape, op, inputs)
+    graph = _graph(b.build())
+    assert _static(graph) == [False, True, False]
+    for seed in (0, 1, 2):
+        (value,) = _inputs(graph.model, seed)
+        value = value * 30  # into the tails where exp overflows
+        value.reshape(-1)[:6] = [np.inf, -np.inf, np.nan, -0.0, 0.0, 89.0]
+        np.testing.assert_array_equal(graph.run([value])[0], _general(graph, [value]))
+
+
+def test_a_static_step_reads_what_a_declining_kernel_left_to_the_general_loop() -> None:
+    """When a bound kernel before static steps declines, the general loop runs the rest: the same
+    values as a run that never declined."""
+    b = ModelBuilder()
+    _between_copies(b, (2, 12), Op.LOGISTIC, lambda x: [x])
+    graph = _graph(b.build())
+    (value,) = _inputs(graph.model, 0)
+    expected = graph.run([value])[0]
+    graph.main.steps[0].fast = lambda args, buffers: None
+    np.testing.assert_array_equal(graph.run([value])[0], expected)
+    assert _static(graph) == [False, True, False]

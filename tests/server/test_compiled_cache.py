@@ -4,11 +4,17 @@ kind and level is opened."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from nnhal.core.enums import HalVersion, Priority
 from nnhal.core.errors import InvalidArgument
 from nnhal.server import cache
+from nnhal.server.cache_files import HeldFile, read_held
+from nnhal.server.memory import SharedMemoryPolicy
+from nnhal.server.pieces import Pieces, own_bytes
 from tests.conftest import add_model
 
 pytest.importorskip("cryptography")
@@ -70,7 +76,7 @@ def test_another_token_secret_kind_or_level_is_refused() -> None:
         cache.open_compiled(SECRET, TOKEN, blob, HalVersion.V1_2, "ort")
 
 
-@pytest.mark.parametrize("magic", [b"NNHALC3\0", b"NNHALC4\0"])
+@pytest.mark.parametrize("magic", [b"NNHALC3\0", b"NNHALC4\0", b"NNHALC5\0"])
 def test_a_cache_of_an_earlier_format_is_refused_with_the_way_out(magic: bytes) -> None:
     # 3: its magic, an HMAC-SHA256 tag, then the body; 4: this layout, the ort artifact in ORT format.
     earlier = magic + _sealed()[len(cache.MAGIC_COMPILED) :]
@@ -93,3 +99,59 @@ def test_the_artifact_starts_at_an_aligned_offset_of_the_cache() -> None:
         blob = cache.seal_compiled(SECRET, TOKEN, add_model(), Priority.LOW, LEVEL, "litert", artifact)
         opened = cache.open_compiled(SECRET, TOKEN, blob, LEVEL, "litert")[2]
         assert opened == artifact and (len(blob) - len(artifact)) % 64 == 0
+
+
+def _cut_in_two(tail: int | None) -> tuple[bytes, Pieces]:
+    blob = cache.seal_compiled(SECRET, TOKEN, add_model(), Priority.HIGH, LEVEL, "litert", ARTIFACT, tail)
+    cut = cache.read_cut(blob[:1024])
+    assert cut is not None
+    return blob, Pieces(blob[:cut], blob[cut:])
+
+
+@pytest.mark.parametrize("tail", [0, 100, len(ARTIFACT)])
+def test_read_at_its_cut_the_tail_is_the_artifacts_part_kept_whole(tail: int) -> None:
+    _, pieces = _cut_in_two(tail)
+    assert len(pieces.tail) == len(ARTIFACT) - tail
+    model, priority, artifact = cache.open_compiled(SECRET, TOKEN, pieces, LEVEL, "litert")
+    assert model == add_model() and priority == Priority.HIGH
+    assert isinstance(artifact, Pieces) and bytes(artifact.joined()) == ARTIFACT
+    assert artifact.tail is pieces.tail  # not copied
+    if tail == 0:
+        assert own_bytes(artifact) is pieces.tail
+
+
+def test_a_cache_without_a_cut_is_read_whole_and_others_are_not_cut() -> None:
+    blob = cache.seal_compiled(SECRET, TOKEN, add_model(), Priority.HIGH, LEVEL, "ort", ARTIFACT)
+    assert cache.read_cut(blob[:1024]) == len(blob)  # nothing after it: read_held reads it whole
+    assert cache.read_cut(cache.seal(SECRET, TOKEN, add_model(), Priority.LOW, LEVEL)) is None
+    assert cache.read_cut(blob[:20]) is None and cache.read_cut(b"") is None
+
+
+@pytest.mark.parametrize("where", ["head", "tail"])
+def test_a_flipped_bit_in_either_piece_is_refused(where: str) -> None:
+    _, pieces = _cut_in_two(0)
+    head, tail = bytearray(pieces.head), bytearray(pieces.tail)
+    (head if where == "head" else tail)[-1] ^= 1
+    with pytest.raises(InvalidArgument, match="failed authentication"):
+        cache.open_compiled(SECRET, TOKEN, Pieces(bytes(head), bytes(tail)), LEVEL, "litert")
+
+
+@pytest.mark.parametrize("cut", [0, 5, 60, 200])
+def test_pieces_cut_anywhere_else_open_as_the_whole(cut: int) -> None:
+    # A cut this server never places (inside the header or the model) reads as one buffer.
+    blob, _ = _cut_in_two(0)
+    artifact = cache.open_compiled(SECRET, TOKEN, Pieces(blob[:cut], blob[cut:]), LEVEL, "litert")[2]
+    assert own_bytes(artifact) == ARTIFACT
+
+
+def test_a_held_file_is_read_in_the_pieces_its_seal_names(tmp_path: Path) -> None:
+    blob, expected = _cut_in_two(0)
+    path = tmp_path / "model.cache"
+    path.write_bytes(blob)
+    policy = SharedMemoryPolicy(tmp_path)
+    with path.open("rb") as f:
+        st = os.fstat(f.fileno())
+        held = HeldFile(os.getpid(), f.fileno(), st.st_dev, st.st_ino, st.st_size)
+        pieces = read_held(held, policy, True, "model cache file 0", cache.read_cut)
+        whole = read_held(held, policy, True, "model cache file 0")
+    assert isinstance(pieces, Pieces) and pieces == expected and whole == blob

@@ -158,3 +158,26 @@ def test_the_cache_carries_the_flatbuffer_and_the_device_kind(compiling: Compili
     inputs = compiling.inputs(model, RNG)
     expected = LITERT.compile(model, compiling.pools(model))[0].run(inputs)
     np.testing.assert_array_equal(LITERT.load(skeleton, [], opened).run(inputs)[0], expected[0])
+
+
+def test_a_cache_read_at_its_cut_hands_litert_the_tail_itself(compiling: CompilingDeviceCheck) -> None:
+    # The device as served (the fallback around LiteRT): the cut lies where the flatbuffer of
+    # the last step starts, and the interpreter is built from the tail object (no copy).
+    from nnhal.server import cache
+    from nnhal.server.partitioned import PartitionedBackend
+    from nnhal.server.pieces import Pieces
+
+    device = PartitionedBackend(LITERT)
+    model = depthwise_s8_per_channel()
+    graph, artifact = device.compile(model, compiling.pools(model))
+    blob = sealer(device, SECRET, TOKEN, HalVersion.V1_3)(model, Priority.HIGH, artifact)
+    cut = cache.read_cut(blob[:1024])
+    assert cut is not None and blob[cut:].startswith(LITERT.compile(model, compiling.pools(model))[1][:8])
+    tail = blob[cut:]
+    skeleton, _, opened = open_cache(device, SECRET, TOKEN, Pieces(blob[:cut], tail), HalVersion.V1_3)
+    loaded = device.load(skeleton, [], opened)
+    inputs = compiling.inputs(model, RNG)
+    np.testing.assert_array_equal(loaded.run(inputs)[0], graph.run(inputs)[0])
+    assert any(getattr(s.graph, "_interpreter", None) is not None for s in loaded._steps)  # type: ignore[attr-defined]
+    interpreters = [s.graph._interpreter for s in loaded._steps]  # type: ignore[attr-defined]
+    assert any(i._model_content is tail for i in interpreters)

@@ -15,6 +15,7 @@ from typing import Generic, NamedTuple, TypeVar
 
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
 from nnhal.core.types import Model, Request
+from nnhal.server.pieces import Pieces
 
 A = TypeVar("A")
 
@@ -69,8 +70,8 @@ class CachedPreparation:
     """IDevice::prepareModelFromCache*: a model from its cache files."""
 
     session: str
-    model_cache: tuple[bytes, ...]
-    data_cache: tuple[bytes, ...]
+    model_cache: tuple[bytes | Pieces, ...]
+    data_cache: tuple[bytes | Pieces, ...]
     token: bytes
     deadline_ns: int | None = None
 

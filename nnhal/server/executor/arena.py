@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,6 +97,10 @@ class Arena:
         self.outputs: list[list[np.ndarray | None]] = [
             [None if n is None else views[n] for n in slots] for slots in step_slots
         ]
+        #: Set by the pool's ``on_new`` (the graph's static program on these buffers): per step,
+        #: fixed calls or None; and the values a run on this arena starts from.
+        self.program: list[tuple[Callable[[], object], ...] | None] = []
+        self.values: list[np.ndarray | None] | None = None
 
     def owns(self, value: np.ndarray) -> bool:
         """Whether ``value`` may share memory with this arena (then it must be copied out)."""
@@ -111,6 +115,8 @@ class ArenaPool:
         self._step_slots = list(step_slots)
         self._idle: list[Arena] = []
         self._lock = threading.Lock()
+        #: Called with each arena made, before its first use.
+        self.on_new: Callable[[Arena], None] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -122,7 +128,10 @@ class ArenaPool:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        return Arena(self._layout, self._step_slots)
+        arena = Arena(self._layout, self._step_slots)
+        if self.on_new is not None:
+            self.on_new(arena)
+        return arena
 
     def checkin(self, arena: Arena) -> None:
         """Give back ``arena``: the caller holds nothing that shares its memory any more."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from operator import itemgetter
 from typing import Any, NoReturn
 
 import numpy as np
@@ -28,7 +30,7 @@ from nnhal.server.executor.arena import Arena, ArenaLayout, ArenaPool
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
 from nnhal.server.executor.errors import OP_FAILED, fail
 from nnhal.server.executor.fusion import PlannedOperation, fold_activations
-from nnhal.server.executor.registry import FastKernel, OperationSpec, lookup
+from nnhal.server.executor.registry import Call, FastKernel, OperationSpec, StaticKernel, lookup
 
 Buffer = bytes | bytearray | memoryview
 
@@ -266,6 +268,20 @@ class Step:
     scratch: int = 0
     #: The output operand of a step with one output, else None.
     single: int | None = None
+    #: The step's input values picked out of a run's values, in operation order (a sequence).
+    take: Callable[[list[np.ndarray | None]], Sequence[np.ndarray | None]] | None = None
+    #: ``fast`` as fixed calls on fixed arrays (registry.StaticKernel), or None; read when an
+    #: arena is made (``_compile_static``).
+    emit: StaticKernel | None = None
+
+
+def _taker(inputs: tuple[int, ...]) -> Callable[[list[np.ndarray | None]], Sequence[np.ndarray | None]]:
+    """What picks the values of ``inputs`` out of a run's values as a sequence: one C call
+    where there are several (a list comprehension costs several times that per step)."""
+    if len(inputs) == 1:
+        (only,) = inputs
+        return lambda values: (values[only],)
+    return itemgetter(*inputs)
 
 
 def _bound_peak(steps: Sequence[Step]) -> int:
@@ -283,6 +299,38 @@ def _bound_peak(steps: Sequence[Step]) -> int:
         for i in step.release:
             held -= live.pop(i, 0)
     return peak
+
+
+def _compile_static(prepared: PreparedSubgraph, arena: Arena) -> None:
+    """Give ``arena`` its static program: per leading bound step (``prepared.bound``), its fixed
+    calls when it has them (else None), and the values a run of it starts from.
+
+    A step is static when its kernel emits fixed calls (Step.emit), every output has a buffer in
+    the arena, and every input is a constant or an output of an earlier step of the prefix that
+    has a buffer: a bound kernel writes such an output into its buffer (``_run_bound`` makes
+    sure of it), so the same arrays hold the step's inputs and outputs in every execution on
+    this arena, and its calls do what its bound kernel would do there. The prefix's outputs with
+    buffers are those buffers, so a run's values start with them (for the steps that read them
+    with their bound or general kernels)."""
+    constants = prepared.constants
+    values: list[np.ndarray | None] = list(constants)
+    fixed: set[int] = set()
+    program: list[tuple[Call, ...] | None] = []
+    for step, buffers in zip(prepared.bound_steps, arena.outputs):
+        calls = None
+        if (
+            step.emit is not None
+            and all(b is not None for b in buffers)
+            and all(i in fixed or constants[i] is not None for i in step.inputs)
+        ):
+            calls = step.emit([values[i] for i in step.inputs], buffers)  # type: ignore[arg-type]
+        for i, b in zip(step.outputs, buffers):
+            if b is not None:
+                values[i] = b
+                fixed.add(i)
+        program.append(calls)
+    arena.program = program
+    arena.values = values
 
 
 class PreparedSubgraph:
@@ -305,6 +353,8 @@ class PreparedSubgraph:
         #: accounting in a run with an arena (see ``PreparedGraph._run_bound``).
         self.bound = next((k for k, step in enumerate(steps) if step.fast is None), len(steps))
         self.bound_peak = _bound_peak(steps[: self.bound])
+        #: The steps of that prefix (the same Step objects).
+        self.bound_steps = steps[: self.bound]
         #: The arenas of the bound kernels' intermediate outputs; None when there are none.
         self.pool = pool
 
@@ -354,6 +404,7 @@ class PreparedGraph:
             out_ops = tuple(operands[i] for i in operation.outputs)
             state = None
             fast = None
+            emit = None
             if spec.prepare is not None or spec.bind is not None:
                 vctx = ValidationContext(
                     operation.type,
@@ -368,6 +419,8 @@ class PreparedGraph:
                     state = spec.prepare(vctx)
                 if spec.bind is not None:
                     fast = spec.bind(vctx, state)
+                if fast is not None and spec.emit is not None and arena:
+                    emit = spec.emit(vctx, state)
             release = tuple(
                 i
                 for i in set(operation.inputs)
@@ -410,12 +463,17 @@ class PreparedGraph:
                     sum(sizes),
                     max((_static_bytes(o) for o in in_ops), default=0),
                     operation.outputs[0] if len(operation.outputs) == 1 else None,
+                    _taker(operation.inputs),
+                    emit,
                 )
             )
         pool = None
         if layout.placements:
             pool = ArenaPool(layout, [step.out_slots for step in steps])
-        return PreparedSubgraph(sg, constants, steps, pool)
+        prepared = PreparedSubgraph(sg, constants, steps, pool)
+        if pool is not None:
+            pool.on_new = partial(_compile_static, prepared)
+        return prepared
 
     def _plan(self, sg: Subgraph) -> tuple[list[np.ndarray | None], list[PlannedOperation], list[Operand]]:
         """The subgraph's constants and operations after the exact rewrites of executor.fusion."""
@@ -481,31 +539,44 @@ class PreparedGraph:
     ) -> int:
         """Run the leading steps that have bound kernels (``prepared.bound``) into ``arena``, up to
         the first whose kernel declines its inputs; return how many ran (the caller runs the rest).
+        The arena's static steps (``_compile_static``) run as their fixed calls.
 
         Under memory accounting what those steps hold at most (``prepared.bound_peak``: their
         outputs outside the arena and their scratch, as ``_run`` counts them) is held for the
         whole prefix, and what a kernel reserves beyond it ends with that kernel."""
-        steps, outputs = prepared.steps, arena.outputs
         clock = time.monotonic_ns
         base = 0
         if accounting:
             control.hold(prepared.bound_peak)
             base = control.held
         ran = 0
-        for k in range(prepared.bound):
-            step = steps[k]
+        for step, buffers, calls in zip(prepared.bound_steps, arena.outputs, arena.program):
             # control.checkpoint(), inlined: most boundaries have nothing to do.
             now = clock()
             if now >= control.next_ns:
                 control.due(now)
-            outs = step.fast([values[i] for i in step.inputs], outputs[k])  # type: ignore[misc]
+            if calls is not None:
+                # A static step (``_compile_static``): its outputs are already its values.
+                for call in calls:
+                    call()
+                ran += 1
+                continue
+            outs = step.fast(step.take(values), buffers)  # type: ignore[misc]
             if outs is None:
                 break
             if step.single is not None:
-                values[step.single] = outs[0]
+                out = outs[0]
+                values[step.single] = out
+                buffer = buffers[0]
+                if buffer is not None and out is not buffer:
+                    # Static steps read this buffer: a kernel that answered in a new array
+                    # (against its contract) still leaves the value there.
+                    np.copyto(buffer, out)
             else:
-                for i, result in zip(step.outputs, outs):
+                for i, result, buffer in zip(step.outputs, outs, buffers):
                     values[i] = result
+                    if buffer is not None and result is not buffer:
+                        np.copyto(buffer, result)
             for i in step.release:
                 values[i] = None
             if accounting and control.held != base:
@@ -532,7 +603,8 @@ class PreparedGraph:
         sg = prepared.subgraph
         accounting = control.reserve is not None
         run_base = control.held
-        values: list[np.ndarray | None] = list(prepared.constants)
+        start_values = prepared.constants if arena is None or arena.values is None else arena.values
+        values: list[np.ndarray | None] = list(start_values)
         for idx, value in zip(sg.input_indexes, inputs):
             values[idx] = value
         overrides: dict[int, Operand] = {}

@@ -25,6 +25,7 @@ from nnhal.server.backend import ExecutableGraph
 from nnhal.server.compiling import backend_capabilities, run_compiled
 from nnhal.server.executor.graph import Buffer, ExecutionControl
 from nnhal.server.litert import compiler
+from nnhal.server.pieces import Pieces, own_bytes
 
 
 def _interpreter_class() -> Any:
@@ -93,14 +94,18 @@ class LiteRtBackend:
         flatbuffer = compiler.compile_model(model, pools)
         return self.load(model, pools, flatbuffer), flatbuffer
 
-    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview | Pieces) -> ExecutableGraph:
         try:
-            # LiteRT keeps a reference to the bytes it was built from: they must be its own.
-            interpreter = _interpreter_class()(model_content=bytes(artifact), num_threads=self.threads)
+            # LiteRT keeps a reference to the bytes object it was built from (and takes no
+            # other buffer): a cache's tail read into its own object is kept as it is.
+            interpreter = _interpreter_class()(model_content=own_bytes(artifact), num_threads=self.threads)
             interpreter.allocate_tensors()
         except Exception as err:  # LiteRT raises ValueError / RuntimeError
             raise GeneralFailure(f"LiteRT could not build an interpreter for the model: {err}") from None
         return LiteRtGraph(interpreter)
+
+    def tail_start(self, artifact: bytes | memoryview) -> int | None:
+        return 0
 
     def capabilities(self) -> Capabilities:
         return backend_capabilities(self, self._measure)

@@ -36,6 +36,7 @@ from nnhal.server.backend import ExecutableGraph
 from nnhal.server.compiling import backend_capabilities, run_compiled
 from nnhal.server.executor.graph import Buffer, ExecutionControl
 from nnhal.server.ort import compiler
+from nnhal.server.pieces import Pieces, contiguous
 
 
 def _ort() -> Any:
@@ -172,10 +173,10 @@ class OrtBackend:
         # The session a preparation from this artifact would build: afresh and from cache run alike.
         return self.load(model, pools, artifact), artifact
 
-    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview) -> ExecutableGraph:
+    def load(self, model: Model, pools: Sequence[Buffer], artifact: bytes | memoryview | Pieces) -> ExecutableGraph:
         # The weights are views of the artifact's bytes, which the caller never changes afterwards
         # (they come from a sealed cache read into private memory, or were just made).
-        graph, names, values = unpack(artifact)
+        graph, names, values = unpack(contiguous(artifact))
         ort = _ort()
         opts = session_options(self.threads, optimize=False)
         tensors = [ort.OrtValue.ortvalue_from_numpy(v) for v in values]
@@ -183,6 +184,9 @@ class OrtBackend:
             opts.add_external_initializers(names, tensors)
         session = self._session(graph, opts)
         return OrtGraph(session, len(model.main.input_indexes), tensors)
+
+    def tail_start(self, artifact: bytes | memoryview) -> int | None:
+        return None  # the weights are views of whatever buffer holds the artifact
 
     def _session(self, model_bytes: bytes, opts: Any) -> Any:
         ort = _ort()

@@ -30,11 +30,13 @@ from nnhal.core.enums import HalVersion
 from nnhal.core.types import ExecutionResult
 from nnhal.proto import service_pb2 as spb
 from nnhal.server import call_log
+from nnhal.server.cache import read_cut
 from nnhal.server.cache_files import HeldFile, read_held
 from nnhal.server.executions import Executions, Launch, Notify, Refused
 from nnhal.server.executions.faults import KINDS, before_reply
 from nnhal.server.executions.methods import SAME
 from nnhal.server.memory import SharedMemoryPolicy
+from nnhal.server.pieces import Pieces
 from nnhal.server.session import Session
 
 M = TypeVar("M")
@@ -190,15 +192,16 @@ def _events_to(
 
 def cache_contents(
     files: Collection[spb.CacheFile], session: Session, policy: SharedMemoryPolicy | None, what: str
-) -> tuple[bytes, ...]:
+) -> tuple[bytes | Pieces, ...]:
     """The bytes of each cache file of a request: its inline ``data``, or the file the client
-    holds open (``held``, same host only: ``cache_files.read_held``)."""
-    out = []
+    holds open (``held``, same host only: ``cache_files.read_held``), a compiled cache in
+    the pieces its seal names (``cache.read_cut``)."""
+    out: list[bytes | Pieces] = []
     for k, f in enumerate(files):
         if f.HasField("held"):
             h = f.held
             held = HeldFile(int(h.pid), int(h.fd), int(h.dev), int(h.ino), int(h.size))
-            out.append(read_held(held, policy, session.is_local, f"{what} {k}"))
+            out.append(read_held(held, policy, session.is_local, f"{what} {k}", read_cut))
         else:
             out.append(bytes(f.data))
     return tuple(out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -51,18 +52,34 @@ def scalar32(value: float) -> np.ndarray:
     return np.array(value, np.float32)
 
 
-def clamp_in_place(act: int) -> Callable[[np.ndarray], None] | None:
-    """The fused activation ``act`` as an in-place clamp of a float array (None for NONE): the
-    values of ``apply_activation``."""
+def clamp_bounds(act: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The float32 bounds of the fused activation ``act`` for :data:`CLIP` (None for NONE)."""
     lo, hi = FUSED_BOUNDS[act]
     if lo == -math.inf and hi == math.inf:
         return None
-    low, high = scalar32(lo), scalar32(hi)
+    return scalar32(lo), scalar32(hi)
+
+
+def clamp_in_place(act: int) -> Callable[[np.ndarray], None] | None:
+    """The fused activation ``act`` as an in-place clamp of a float array (None for NONE): the
+    values of ``apply_activation``."""
+    bounds = clamp_bounds(act)
+    if bounds is None:
+        return None
+    low, high = bounds
 
     def clamp(x: np.ndarray) -> None:
         CLIP(x, low, high, out=x)
 
     return clamp
+
+
+def clamp_calls(act: int, out: np.ndarray) -> tuple[Callable[[], object], ...]:
+    """``clamp_in_place(act)`` of ``out`` as fixed calls (none for NONE)."""
+    bounds = clamp_bounds(act)
+    if bounds is None:
+        return ()
+    return (partial(CLIP, out, bounds[0], bounds[1], out),)
 
 
 def activation_range_quant(act: int, scale: float, zero_point: int, t: OperandType) -> tuple[int, int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 
@@ -41,7 +42,7 @@ from nnhal.server.executor.ops.common import (
     to_compute,
     version_for_types,
 )
-from nnhal.server.executor.registry import FastKernel, register
+from nnhal.server.executor.registry import Call, FastKernel, StaticKernel, register
 
 INPUT = 0
 OUTPUT = 0
@@ -97,7 +98,7 @@ def bind_relu(v: ValidationContext, state: object) -> FastKernel | None:
         return None
     lo, hi = (scalar32(b) for b in FUSED_BOUNDS[_RELU_FUNC[v.op_type]])
 
-    def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+    def run(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != shape:
             return None
@@ -107,8 +108,24 @@ def bind_relu(v: ValidationContext, state: object) -> FastKernel | None:
     return run
 
 
+def emit_relu(v: ValidationContext, state: object) -> StaticKernel | None:
+    """``bind_relu``'s kernel as one fixed call."""
+    shape = _bindable_shape(v)
+    if shape is None:
+        return None
+    lo, hi = (scalar32(b) for b in FUSED_BOUNDS[_RELU_FUNC[v.op_type]])
+
+    def emit(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray]) -> tuple[Call, ...] | None:
+        x = inputs[INPUT]
+        if x is None or x.shape != shape:
+            return None
+        return (partial(CLIP, x, lo, hi, buffers[OUTPUT]),)
+
+    return emit
+
+
 for _op in _RELU_FUNC:
-    register(_op, validate=validate_relu, execute=execute_relu, bind=bind_relu)
+    register(_op, validate=validate_relu, execute=execute_relu, bind=bind_relu, emit=emit_relu)
 
 
 # -- LOGISTIC / TANH ---------------------------------------------------------------
@@ -199,7 +216,7 @@ def bind_sigmoid_like(v: ValidationContext, state: object) -> FastKernel | None:
         return None
     if v.op_type == OperationType.TANH:
 
-        def tanh(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+        def tanh(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
             x = inputs[INPUT]
             if x is None or x.shape != shape:
                 return None
@@ -210,7 +227,7 @@ def bind_sigmoid_like(v: ValidationContext, state: object) -> FastKernel | None:
 
     one = scalar32(1)
 
-    def logistic(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+    def logistic(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != shape:
             return None
@@ -221,6 +238,30 @@ def bind_sigmoid_like(v: ValidationContext, state: object) -> FastKernel | None:
         return [out]
 
     return logistic
+
+
+def emit_sigmoid_like(v: ValidationContext, state: object) -> StaticKernel | None:
+    """``bind_sigmoid_like``'s kernel as fixed calls (the same ufuncs in the same order)."""
+    shape = _bindable_shape(v)
+    if shape is None:
+        return None
+    tanh = v.op_type == OperationType.TANH
+    one = scalar32(1)
+
+    def emit(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray]) -> tuple[Call, ...] | None:
+        x, out = inputs[INPUT], buffers[OUTPUT]
+        if x is None or x.shape != shape:
+            return None
+        if tanh:
+            return (partial(np.tanh, x, out),)
+        return (
+            partial(np.negative, x, out),
+            partial(np.exp, out, out),
+            partial(np.add, one, out, out),
+            partial(np.divide, one, out, out),
+        )
+
+    return emit
 
 
 # -- ELU -----------------------------------------------------------------------
@@ -311,7 +352,13 @@ def execute_hard_swish(ctx: ExecutionContext) -> None:
         ctx.set_output(OUTPUT, xf * np.minimum(six, np.maximum(np.float32(0), xf + np.float32(3))) / six)
 
 
-register(OperationType.LOGISTIC, validate=validate_sigmoid_like, execute=execute_sigmoid_like, bind=bind_sigmoid_like)
-register(OperationType.TANH, validate=validate_sigmoid_like, execute=execute_sigmoid_like, bind=bind_sigmoid_like)
+for _op in (OperationType.LOGISTIC, OperationType.TANH):
+    register(
+        _op,
+        validate=validate_sigmoid_like,
+        execute=execute_sigmoid_like,
+        bind=bind_sigmoid_like,
+        emit=emit_sigmoid_like,
+    )
 register(OperationType.ELU, validate=validate_elu, execute=execute_elu)
 register(OperationType.HARD_SWISH, validate=validate_hard_swish, execute=execute_hard_swish)

@@ -499,7 +499,9 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
         # The bias along whole output rows: numpy's inner loop runs over OW*OC elements, not OC.
         row_bias, row = np.tile(st.bias, out_shape[2]), out_shape[2] * oc
 
-        def run_float(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+        def run_float(
+            inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]
+        ) -> list[np.ndarray] | None:
             x = inputs[INPUT]
             if x is None or x.shape != x_shape:
                 return None
@@ -526,7 +528,7 @@ def bind_conv(v: ValidationContext, state: Any) -> FastKernel | None:
     gemm_dtype = q.weights.dtype
     zp_w = gemm_dtype.type(zp)
 
-    def run_quant(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+    def run_quant(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != x_shape:
             return None
@@ -563,7 +565,9 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
         # The repeated input and a tap's products (padding and column phases reserve themselves).
         scratch_f = (math.prod(x_shape) * repeat if repeat > 1 else 0) * 4 + math.prod(out_shape) * 4
 
-        def run_float(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+        def run_float(
+            inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]
+        ) -> list[np.ndarray] | None:
             x = inputs[INPUT]
             if x is None or x.shape != x_shape:
                 return None
@@ -600,7 +604,7 @@ def bind_depthwise(v: ValidationContext, state: Any) -> FastKernel | None:
     # phases reserve themselves).
     scratch = (math.prod(x_shape) * repeat + 2 * math.prod(out_shape)) * 4 + _REQUANT_SCRATCH
 
-    def run_quant(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+    def run_quant(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != x_shape:
             return None

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -26,6 +28,7 @@ from nnhal.server.executor.ops._activations import (
     activation_range_quant,
     apply_activation,
     check_activation,
+    clamp_calls,
     clamp_in_place,
 )
 from nnhal.server.executor.ops._fixed_point import (
@@ -44,7 +47,7 @@ from nnhal.server.executor.ops.common import (
     to_compute,
     version_for_types,
 )
-from nnhal.server.executor.registry import FastKernel, register
+from nnhal.server.executor.registry import Call, FastKernel, StaticKernel, register
 
 Op = OperationType
 
@@ -189,9 +192,20 @@ def _widened(value: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | N
     return np.ascontiguousarray(np.broadcast_to(value, shape))
 
 
-def bind_arith(v: ValidationContext, state: object) -> FastKernel | None:
-    """Float32 ADD / SUB / MUL / DIV with a constant activation and static, non-empty shapes:
-    the ufunc and the activation's clamp in place, nothing re-checked."""
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """What a float32 ADD / SUB / MUL / DIV with static shapes is bound to: its ufunc, its
+    activation, the shapes its operands come in (a widened constant replaces its operand)."""
+
+    ufunc: np.ufunc
+    act: int
+    sa: tuple[int, ...]
+    sb: tuple[int, ...]
+    wide_a: np.ndarray | None
+    wide_b: np.ndarray | None
+
+
+def _bound(v: ValidationContext) -> _Bound | None:
     if v.input_type(INPUT0) != T.TENSOR_FLOAT32 or v.op_type not in _FLOAT_ARITH:
         return None
     act = v.constant_scalar(ACTIVATION)
@@ -203,15 +217,27 @@ def bind_arith(v: ValidationContext, state: object) -> FastKernel | None:
             return None
     except HalError:
         return None  # the general kernel reports it, at execution as before
-    ufunc = _FLOAT_ARITH[v.op_type]
-    clamp = clamp_in_place(act)
     wide_a, wide_b = _widened(v.constant(INPUT0), so), _widened(v.constant(INPUT1), so)
-    if wide_a is not None:
-        sa = so
-    if wide_b is not None:
-        sb = so
+    return _Bound(
+        _FLOAT_ARITH[v.op_type],
+        act,
+        sa if wide_a is None else so,
+        sb if wide_b is None else so,
+        wide_a,
+        wide_b,
+    )
 
-    def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+
+def bind_arith(v: ValidationContext, state: object) -> FastKernel | None:
+    """Float32 ADD / SUB / MUL / DIV with a constant activation and static, non-empty shapes:
+    the ufunc and the activation's clamp in place, nothing re-checked."""
+    bound = _bound(v)
+    if bound is None:
+        return None
+    ufunc, sa, sb, wide_a, wide_b = bound.ufunc, bound.sa, bound.sb, bound.wide_a, bound.wide_b
+    clamp = clamp_in_place(bound.act)
+
+    def run(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         a = inputs[INPUT0] if wide_a is None else wide_a
         b = inputs[INPUT1] if wide_b is None else wide_b
         if a is None or b is None or a.shape != sa or b.shape != sb:
@@ -222,6 +248,23 @@ def bind_arith(v: ValidationContext, state: object) -> FastKernel | None:
         return [out]
 
     return run
+
+
+def emit_arith(v: ValidationContext, state: object) -> StaticKernel | None:
+    """``bind_arith``'s kernel as fixed calls: the ufunc, then the clamp."""
+    bound = _bound(v)
+    if bound is None:
+        return None
+
+    def emit(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray]) -> tuple[Call, ...] | None:
+        a = inputs[INPUT0] if bound.wide_a is None else bound.wide_a
+        b = inputs[INPUT1] if bound.wide_b is None else bound.wide_b
+        if a is None or b is None or a.shape != bound.sa or b.shape != bound.sb:
+            return None
+        out = buffers[OUTPUT]
+        return (partial(bound.ufunc, a, b, out), *clamp_calls(bound.act, out))
+
+    return emit
 
 
 # -- MAXIMUM / MINIMUM -----------------------------------------------------------------
@@ -303,7 +346,7 @@ def execute_prelu(ctx: ExecutionContext) -> None:
 
 
 for _op in _ARITH_TYPES:
-    register(_op, validate=validate_arith, execute=execute_arith, bind=bind_arith)
+    register(_op, validate=validate_arith, execute=execute_arith, bind=bind_arith, emit=emit_arith)
 register(Op.MAXIMUM, validate=validate_min_max, execute=execute_min_max)
 register(Op.MINIMUM, validate=validate_min_max, execute=execute_min_max)
 register(Op.POW, validate=validate_pow, execute=execute_pow)

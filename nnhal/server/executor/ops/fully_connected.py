@@ -8,7 +8,9 @@ fixed-point requantization and activation clamp.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -21,11 +23,12 @@ from nnhal.server.executor.ops._activations import (
     activation_range_quant,
     apply_activation,
     check_activation,
+    clamp_calls,
     clamp_in_place,
 )
 from nnhal.server.executor.ops._fixed_point import quantize_multiplier, requantize
 from nnhal.server.executor.ops.common import FLOAT_TYPES, QUANT8_TYPES, T, static_shapes, to_compute
-from nnhal.server.executor.registry import FastKernel, register
+from nnhal.server.executor.registry import Call, FastKernel, StaticKernel, register
 
 INPUT, WEIGHTS, BIAS, ACTIVATION = 0, 1, 2, 3
 
@@ -96,33 +99,67 @@ def execute_fully_connected(ctx: ExecutionContext) -> None:
     ctx.set_output(0, np.clip(out, lo, hi))
 
 
-def bind_fully_connected(v: ValidationContext, state: object) -> FastKernel | None:
-    """Float32 with constant weights and activation and static shapes: the general kernel's
-    matmul, bias add and clamp, written into the output buffer; nothing re-checked. The bias
-    may be a constant or an input of the bound shape."""
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """What a float32 FULLY_CONNECTED with constant weights and static shapes is bound to."""
+
+    act: int
+    matrix: np.ndarray
+    x_shape: tuple[int, ...]
+    flat: tuple[int, int]
+    units: int
+    #: A constant bias as a row of the output's rank (numpy adds a same-rank row to each row
+    #: of the output with less set-up than a vector it must broadcast; the sums are the same).
+    bias_row: np.ndarray | None
+
+
+def _bound(v: ValidationContext, state: object) -> _Bound | None:
     if v.input_type(INPUT) != T.TENSOR_FLOAT32 or not isinstance(state, np.ndarray):
         return None
     act = v.constant_scalar(ACTIVATION)
     x_shape, out_shape = v.input_dims(INPUT), v.outputs[0].dimensions
     if act not in FUSED_BOUNDS or not static_shapes(x_shape, out_shape):
         return None
-    matrix = state
-    input_size, units = matrix.shape
+    input_size, units = state.shape
     size = math.prod(x_shape)
     batch = size // input_size if input_size else 0
     if not input_size or size % input_size or out_shape != (batch, units) or v.input_dims(BIAS) != (units,):
         return None
-    bias_constant = v.constant(BIAS)
-    clamp = clamp_in_place(act)
-    flat = (batch, input_size)
+    constant = v.constant(BIAS)
+    bias_row = None if constant is None else constant.reshape(1, units)
+    return _Bound(act, state, x_shape, (batch, input_size), units, bias_row)
+
+
+def _product(x2: np.ndarray) -> Callable[..., np.ndarray]:
+    """The matrix product for the flattened input ``x2``: np.dot makes the BLAS call np.matmul
+    makes for C-contiguous 2-D float32 operands (the same routine and arguments, so the same
+    sums) with less dispatch; any other input takes np.matmul, whose loops for other layouts
+    may sum in another order."""
+    return np.dot if x2.flags.c_contiguous else np.matmul
+
+
+def bind_fully_connected(v: ValidationContext, state: object) -> FastKernel | None:
+    """Float32 with constant weights and activation and static shapes: the general kernel's
+    matmul, bias add and clamp, written into the output buffer; nothing re-checked. The bias
+    may be a constant or an input of the bound shape."""
+    bound = _bound(v, state)
+    if bound is None:
+        return None
+    matrix, x_shape, flat, units, bias_row = bound.matrix, bound.x_shape, bound.flat, bound.units, bound.bias_row
+    clamp = clamp_in_place(bound.act)
     flat_input = x_shape == flat
 
-    def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+    def run(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
-        bias = inputs[BIAS] if bias_constant is None else bias_constant
-        if x is None or x.shape != x_shape or bias is None or bias.shape != (units,):
+        bias: np.ndarray | None = bias_row
+        if bias is None:
+            bias = inputs[BIAS]
+            if bias is None or bias.shape != (units,):
+                return None
+        if x is None or x.shape != x_shape:
             return None
-        out: np.ndarray = np.matmul(x if flat_input else x.reshape(flat), matrix, buffers[0])
+        x2 = x if flat_input else x.reshape(flat)
+        out: np.ndarray = _product(x2)(x2, matrix, buffers[0])
         np.add(out, bias, out)
         if clamp is not None:
             clamp(out)
@@ -131,10 +168,35 @@ def bind_fully_connected(v: ValidationContext, state: object) -> FastKernel | No
     return run
 
 
+def emit_fully_connected(v: ValidationContext, state: object) -> StaticKernel | None:
+    """``bind_fully_connected``'s kernel as fixed calls: product, bias add, clamp."""
+    bound = _bound(v, state)
+    if bound is None:
+        return None
+
+    def emit(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray]) -> tuple[Call, ...] | None:
+        x, bias, out = inputs[INPUT], bound.bias_row, buffers[0]
+        if bias is None:
+            bias = inputs[BIAS]
+            if bias is None or bias.shape != (bound.units,):
+                return None
+        if x is None or x.shape != bound.x_shape:
+            return None
+        x2 = x.reshape(bound.flat)
+        return (
+            partial(_product(x2), x2, bound.matrix, out),
+            partial(np.add, out, bias, out),
+            *clamp_calls(bound.act, out),
+        )
+
+    return emit
+
+
 register(
     OperationType.FULLY_CONNECTED,
     validate=validate_fully_connected,
     execute=execute_fully_connected,
     prepare=prepare_fully_connected,
     bind=bind_fully_connected,
+    emit=emit_fully_connected,
 )

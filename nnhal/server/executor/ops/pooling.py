@@ -168,7 +168,7 @@ def bind_max_pool(v: ValidationContext, state: object) -> FastKernel | None:
     wp = w + pl + pr
     padder = Padder(shape, pt, pb, pl, pr, np.float32(-np.inf))
 
-    def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+    def run(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != shape:
             return None

@@ -95,7 +95,7 @@ def bind_reshape(v: ValidationContext, state: object) -> FastKernel | None:
     if tuple(dims) != out_shape or math.prod(shape) != math.prod(out_shape):
         return None
 
-    def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+    def run(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != shape:
             return None
@@ -240,7 +240,7 @@ def bind_concatenation(v: ValidationContext, state: object) -> FastKernel | None
         return None
     dtype = np.dtype(DTYPE[v.input_type(INPUT)])
 
-    def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+    def run(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         parts = inputs[:n]
         if any(p is None or p.shape != s for p, s in zip(parts, shapes)):
             return None

@@ -227,7 +227,7 @@ def bind_pad(v: ValidationContext, state: object) -> FastKernel | None:
     fill = np.array(v.inputs[INPUT].zero_point if t in QUANT8_TYPES else 0, dtype=dtype)
     inner, border = inner_slice(shape, widths), border_slices(shape, widths)
 
-    def run(inputs: list[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+    def run(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
         if x is None or x.shape != shape:
             return None
