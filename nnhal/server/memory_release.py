@@ -111,12 +111,18 @@ class Releaser:
     runs; the thread ends when nothing is left pending."""
 
     def __init__(
-        self, after_bytes: int = TRIM_AFTER_BYTES, quiet_s: float = QUIET_S, max_hold_s: float = MAX_HOLD_S
+        self,
+        after_bytes: int = TRIM_AFTER_BYTES,
+        quiet_s: float = QUIET_S,
+        max_hold_s: float = MAX_HOLD_S,
+        trim: Callable[[], None] | None = None,
     ) -> None:
+        """``trim`` replaces the collection and ``malloc_trim`` (a test's recorder)."""
         self.after_bytes = after_bytes
         self.quiet_s = quiet_s
         self.max_hold_s = max_hold_s
         self.trims = 0
+        self._collect_and_trim = _collect_and_trim if trim is None else trim
         self._pending = 0
         #: When a byte was last released (monotonic seconds).
         self._last = 0.0
@@ -125,6 +131,11 @@ class Releaser:
         self._lock = threading.Lock()
         #: Held while trimming: one trim at a time.
         self._trimming = threading.Lock()
+
+    @property
+    def trimming(self) -> bool:
+        """Whether the trimmer thread runs (a trim is due)."""
+        return self._armed
 
     def released(self, nbytes: int) -> None:
         """``nbytes`` were given back; a trim follows once enough were (never on this thread)."""
@@ -175,7 +186,7 @@ class Releaser:
     def _trim(self) -> None:
         with self._trimming:
             self._pending = 0
-            _collect_and_trim()
+            self._collect_and_trim()
             self.trims += 1
 
 

@@ -11,15 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from nnhal.server import host_memory, memory_release
+from nnhal.server import host_memory
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.memory_release import Releaser
 
 HAS_TRIM = hasattr(ctypes.CDLL(None), "malloc_trim")
-
-
-def _trimmer_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "nnhal-trim"]
 
 
 def _wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
@@ -29,47 +25,44 @@ def _wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
     return predicate()
 
 
-@pytest.fixture
-def trims_seen(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the threads that trimmed (the trim itself is recorded, not run)."""
+def _recorder() -> tuple[list[str], Callable[[], None]]:
+    """The names of the threads that trimmed, and the trim recording them (instead of trimming)."""
     seen: list[str] = []
-    monkeypatch.setattr(memory_release, "_collect_and_trim", lambda: seen.append(threading.current_thread().name))
-    return seen
+    return seen, lambda: seen.append(threading.current_thread().name)
 
 
 @pytest.mark.skipif(not HAS_TRIM, reason="no glibc malloc_trim on this platform")
-def test_a_trim_follows_enough_released_bytes_once_the_releases_pause_off_the_callers_thread(
-    trims_seen: list[str],
-) -> None:
-    r = Releaser(after_bytes=100, quiet_s=0.05, max_hold_s=3600)
+def test_a_trim_follows_enough_released_bytes_once_the_releases_pause_off_the_callers_thread() -> None:
+    trims_seen, trim = _recorder()
+    r = Releaser(after_bytes=100, quiet_s=0.05, max_hold_s=3600, trim=trim)
     r.released(99)
-    assert not _trimmer_threads()  # not enough to be worth a trim
+    assert not r.trimming  # not enough to be worth a trim
     r.released(1)
     assert _wait_for(lambda: r.trims == 1)
     assert trims_seen == ["nnhal-trim"]  # never on the releasing thread
-    assert _wait_for(lambda: not _trimmer_threads())  # nothing pending: the trimmer ended
+    assert _wait_for(lambda: not r.trimming)  # nothing pending: the trimmer ended
     r.released(1000)  # a new round
     assert _wait_for(lambda: r.trims == 2)
-    assert _wait_for(lambda: not _trimmer_threads())
+    assert _wait_for(lambda: not r.trimming)
     assert r.trim_now() and r.trims == 3 and trims_seen[-1] == threading.current_thread().name
 
 
 @pytest.mark.skipif(not HAS_TRIM, reason="no glibc malloc_trim on this platform")
-def test_steady_releases_are_trimmed_within_the_hold_bound(trims_seen: list[str]) -> None:
+def test_steady_releases_are_trimmed_within_the_hold_bound() -> None:
     """Releases that never pause (a busy server) do not postpone the trim past ``max_hold_s``."""
-    r = Releaser(after_bytes=100, quiet_s=3600, max_hold_s=0.05)
+    trims_seen, trim = _recorder()
+    r = Releaser(after_bytes=100, quiet_s=3600, max_hold_s=0.05, trim=trim)
     r.released(100)
     end = time.monotonic() + 10
     while r.trims == 0 and time.monotonic() < end:
         r.released(1)  # never quiet
         time.sleep(0.005)
     assert r.trims >= 1 and trims_seen[0] == "nnhal-trim"
-    assert _wait_for(lambda: not _trimmer_threads())
+    assert _wait_for(lambda: not r.trimming)
 
 
 @pytest.mark.skipif(not HAS_TRIM, reason="no glibc malloc_trim on this platform")
-def test_bytes_released_while_trimming_get_a_trim_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    r = Releaser(after_bytes=100, quiet_s=0.01, max_hold_s=3600)
+def test_bytes_released_while_trimming_get_a_trim_of_their_own() -> None:
     calls: list[int] = []
 
     def trim() -> None:
@@ -77,10 +70,10 @@ def test_bytes_released_while_trimming_get_a_trim_of_their_own(monkeypatch: pyte
         if len(calls) == 1:
             r.released(500)  # released during the first trim: the trimmer is still armed
 
-    monkeypatch.setattr(memory_release, "_collect_and_trim", trim)
+    r = Releaser(after_bytes=100, quiet_s=0.01, max_hold_s=3600, trim=trim)
     r.released(100)
     assert _wait_for(lambda: r.trims == 2)
-    assert _wait_for(lambda: not _trimmer_threads())
+    assert _wait_for(lambda: not r.trimming)
     assert len(calls) == 2
 
 
@@ -99,13 +92,14 @@ def test_the_budget_tells_its_releaser_what_it_gives_back() -> None:
 
 
 @pytest.mark.skipif(not HAS_TRIM, reason="no glibc malloc_trim on this platform")
-def test_a_closed_session_is_followed_by_a_trim_whatever_it_held(trims_seen: list[str]) -> None:
+def test_a_closed_session_is_followed_by_a_trim_whatever_it_held() -> None:
     """What a session held outside the budget (its connection's buffers) is freed with it."""
-    r = Releaser(after_bytes=1 << 30, quiet_s=0.01, max_hold_s=3600)
+    trims_seen, trim = _recorder()
+    r = Releaser(after_bytes=1 << 30, quiet_s=0.01, max_hold_s=3600, trim=trim)
     r.released(100)
     r.session_closed(0)
     assert _wait_for(lambda: r.trims == 1) and trims_seen == ["nnhal-trim"]
-    assert _wait_for(lambda: not _trimmer_threads())
+    assert _wait_for(lambda: not r.trimming)
 
 
 def test_the_default_total_follows_the_cgroup_limit_else_physical_memory(tmp_path: Path) -> None:
