@@ -208,6 +208,7 @@ class Server:
             base.memory_per_client,
             self.driver.budget,
             read_bytes=base.memory_total // READ_SHARE,
+            verified=options.tls is not None and options.tls.client_ca is not None,
         )
         self.metrics = Metrics(self.drivers)
         #: The one owner of each device's HAL calls, handed to every servicer of the device.
