@@ -81,7 +81,7 @@ class MemoryBudget:
             self._total -= freed
             for kind, nbytes in self._kinds.pop(session, {}).items():
                 self._total_by_kind[kind] -= nbytes
-        self.releaser.released(freed)
+        self.releaser.session_closed(freed)
         return freed
 
     def charge_working(self, nbytes: int, what: str, keep_reserve: bool = False) -> None:

@@ -7,18 +7,33 @@ few hundred MiB for a while keeps that resident long after every byte was releas
 budget says 0). ``malloc_trim(0)`` returns the free pages of every arena to the kernel.
 
 It is called through ``ctypes`` because nothing in the standard library exposes it, and
-only on glibc (elsewhere, e.g. musl, the symbol is absent and this does nothing). A trim
-walks the arenas under their locks, so it is rate-limited: at most once per
-:data:`MIN_INTERVAL_S`, once at least :data:`TRIM_AFTER_BYTES` were released since the last.
-Each trim first collects garbage cycles (``_collect_and_trim``: a call ended by an exception
-may hold its messages in one). The server also fixes the mmap threshold at start
-(:func:`map_large_blocks`) at 4 MiB: larger messages and tensors are mapped on their own and
-go back to the kernel as soon as they are freed, while smaller blocks (a stream's 1 MiB
-chunks, gRPC's slices) stay on the heaps, reused from call to call and given back by the
-trims. A threshold of 1 MiB mapped and faulted in every chunk afresh and cut large transfers
-to about a third; one of 32 MiB (glibc's ceiling) left tensors and messages of a few to 32 MiB
-on the heaps between the chunks, where freed holes too small for the next tensor kept
-concurrent executions' memory resident far past what the budget charged.
+only on glibc (elsewhere, e.g. musl, the symbol is absent and this does nothing).
+
+**When a trim runs.** A trim walks the arenas under their locks and first collects garbage
+cycles (``_collect_and_trim``: a call ended by an exception may hold its messages in one),
+so it never runs on the thread of a call. Once :data:`TRIM_AFTER_BYTES` were released since
+the last trim, or a session closed (what it held outside the budget, e.g. its connection's
+buffers, is freed uncounted), a :class:`Releaser` starts its trimmer thread, which trims
+when no byte was released for :data:`QUIET_S` (the server went idle: what it freed goes back
+then), and at the latest :data:`MAX_HOLD_S` after it started (under steady load: freed memory
+is held that long at most). Back-to-back transfers thus reuse the same warm pages, and
+nothing freed stays resident past the bound.
+
+**Which blocks stay on the heaps.** The server sets glibc's allocator up at start
+(:func:`configure_allocator`). Blocks of 4 MiB or more (:data:`MMAP_THRESHOLD`) are mapped on
+their own and go back to the kernel as soon as they are freed, while smaller blocks (a
+stream's 1 MiB chunks, gRPC's slices) stay on the heaps, reused from call to call and given
+back by the trims. A threshold of 1 MiB mapped and faulted in every chunk afresh and cut large
+transfers to about a third; one of 32 MiB (glibc's ceiling) left tensors and messages of a few
+to 32 MiB on the heaps between the chunks, where freed holes too small for the next tensor kept
+concurrent executions' memory resident far past what the budget charged. Fixing the mmap
+threshold also fixes glibc's trim threshold (the free top of a heap that a ``free`` hands back
+at once) at its default of 128 KiB, so it is set beside it (:data:`TRIM_THRESHOLD`): at
+128 KiB every freed chunk of a large transfer went back to the kernel and the next transfer
+faulted it in afresh. ``malloc_trim``
+returns the free top of the main heap only, not of the arenas glibc adds for threads (up to 8
+per core), so the process has :data:`ARENAS` of them: the free top a trim cannot reach is one
+arena's :data:`TRIM_THRESHOLD` at most, and threads share fewer, less fragmented heaps.
 """
 
 from __future__ import annotations
@@ -34,8 +49,10 @@ log = logging.getLogger(__name__)
 
 #: Bytes released (budget uncharges, closed sessions) before a trim is worth its cost.
 TRIM_AFTER_BYTES = 16 << 20
-#: The least time between two trims.
-MIN_INTERVAL_S = 1.0
+#: A trim runs once no byte was released for this long (the server went idle) ...
+QUIET_S = 0.25
+#: ... and at the latest this long after enough bytes were released (the bound on holding them).
+MAX_HOLD_S = 1.0
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -51,65 +68,126 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 _TRIM = _malloc_trim()
 
-#: ``mallopt``'s parameter for the mmap threshold (glibc ``malloc.h``).
+#: ``mallopt``'s parameters (glibc ``malloc.h``).
+_M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 #: Blocks of at least this many bytes are mapped on their own and unmapped when freed: above a
 #: stream's chunks (``wire_stream.CHUNK_BYTES``), which stay on the heaps (module docstring).
 MMAP_THRESHOLD = 4 << 20
+#: The free top of a heap that a ``free`` leaves in place for the next allocations (the trims
+#: give it back): twice the mmap threshold, the pair glibc's own adjustment keeps.
+TRIM_THRESHOLD = 2 * MMAP_THRESHOLD
+#: How many heaps (arenas) the threads share: the main heap, which a trim returns whole, and one more.
+ARENAS = 2
 
 
-def map_large_blocks(threshold: int = MMAP_THRESHOLD) -> bool:
-    """Serve every allocation of ``threshold`` bytes or more from a mapping of its own (glibc),
-    for the process's life: freed, it goes back to the kernel at once. Fixing the threshold also
-    stops glibc from raising it after a large free, which would keep the next large tensors and
-    messages on the heaps (where only a trim gives them back). False where there is no
-    ``mallopt`` (musl)."""
+def configure_allocator(
+    mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_THRESHOLD, arenas: int = ARENAS
+) -> bool:
+    """Set glibc's allocator up for the process's life (module docstring): allocations of
+    ``mmap_threshold`` bytes or more get a mapping of their own, freed at once (a fixed
+    threshold: glibc no longer raises it after a large free, which kept the next large tensors
+    and messages on the heaps); a ``free`` leaves up to ``trim_threshold`` bytes of free heap
+    top in place, so back-to-back transfers reuse warm pages (the trims give them back); the
+    threads share at most ``arenas`` heaps. Call it before the server's threads start. False
+    where there is no ``mallopt`` (musl) or glibc refused a value."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (AttributeError, OSError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
+    settings = ((_M_MMAP_THRESHOLD, mmap_threshold), (_M_TRIM_THRESHOLD, trim_threshold), (_M_ARENA_MAX, arenas))
+    return all([bool(mallopt(param, value)) for param, value in settings])
 
 
 class Releaser:
-    """Counts released bytes and trims the C heap when enough were (module docstring).
-    Thread-safe: ``released`` is a counter add on the common path, a trim is taken by one
-    thread at a time (a non-blocking lock: another thread never waits for it)."""
+    """Counts released bytes and, once enough were, has its trimmer thread trim the C heap when
+    the releases pause or the bound on holding them is reached (module docstring).
 
-    def __init__(self, after_bytes: int = TRIM_AFTER_BYTES, interval_s: float = MIN_INTERVAL_S) -> None:
+    Thread-safe. ``released`` never trims on its caller's thread: it adds to a counter, and
+    once enough bytes are pending starts the trimmer thread (``nnhal-trim``, a daemon) unless it
+    runs; the thread ends when nothing is left pending."""
+
+    def __init__(
+        self,
+        after_bytes: int = TRIM_AFTER_BYTES,
+        quiet_s: float = QUIET_S,
+        max_hold_s: float = MAX_HOLD_S,
+        trim: Callable[[], None] | None = None,
+    ) -> None:
+        """``trim`` replaces the collection and ``malloc_trim`` (a test's recorder)."""
         self.after_bytes = after_bytes
-        self.interval_s = interval_s
+        self.quiet_s = quiet_s
+        self.max_hold_s = max_hold_s
         self.trims = 0
+        self._collect_and_trim = _collect_and_trim if trim is None else trim
         self._pending = 0
+        #: When a byte was last released (monotonic seconds).
         self._last = 0.0
+        #: Whether the trimmer thread runs (set and cleared under ``_lock``).
+        self._armed = False
         self._lock = threading.Lock()
+        #: Held while trimming: one trim at a time.
+        self._trimming = threading.Lock()
+
+    @property
+    def trimming(self) -> bool:
+        """Whether the trimmer thread runs (a trim is due)."""
+        return self._armed
 
     def released(self, nbytes: int) -> None:
-        """``nbytes`` were given back; maybe trim (on this thread)."""
-        self._pending += nbytes  # racy by design: a lost add only delays a trim
+        """``nbytes`` were given back; a trim follows once enough were (never on this thread)."""
+        self._last = time.monotonic()
+        # Racy by design: a lost add only delays a trim. The add comes before the check under
+        # the lock, so the trimmer, which looks at the count under the lock before it ends,
+        # either sees these bytes or is seen ended here.
+        self._pending += nbytes
         if self._pending < self.after_bytes or _TRIM is None:
             return
-        now = time.monotonic()
-        if now - self._last < self.interval_s or not self._lock.acquire(blocking=False):
-            return
-        try:
-            self._pending, self._last = 0, now
-            _collect_and_trim()
-            self.trims += 1
-        finally:
-            self._lock.release()
+        with self._lock:
+            if self._armed:
+                return
+            self._armed = True
+        threading.Thread(target=self._trimmer, name="nnhal-trim", daemon=True).start()
+
+    def session_closed(self, nbytes: int) -> None:
+        """A session ended, giving back ``nbytes`` of its budget: a trim follows whatever
+        ``nbytes`` (never on this thread), since what the session held outside the budget —
+        its connection's buffers, the free heaps its calls left — is freed with it, uncounted."""
+        self.released(max(nbytes, self.after_bytes))
 
     def trim_now(self) -> bool:
-        """Trim at once (a test, or a server going idle); False where there is no ``malloc_trim``."""
+        """Trim at once, on this thread (a test); False where there is no ``malloc_trim``."""
         if _TRIM is None:
             return False
-        with self._lock:
-            self._pending, self._last = 0, time.monotonic()
-            _collect_and_trim()
-            self.trims += 1
+        self._trim()
         return True
+
+    def _trimmer(self) -> None:
+        """Wait for the releases to pause (or the bound), trim, and again while enough bytes
+        were released meanwhile; then end."""
+        try:
+            while True:
+                armed = time.monotonic()
+                while (wait := min(self._last + self.quiet_s, armed + self.max_hold_s) - time.monotonic()) > 0:
+                    time.sleep(wait)
+                self._trim()
+                with self._lock:
+                    if self._pending < self.after_bytes:
+                        self._armed = False
+                        return
+        except Exception:  # a trim that failed must not stop the next ones
+            log.exception("trimming the heap failed")
+            with self._lock:
+                self._armed = False
+
+    def _trim(self) -> None:
+        with self._trimming:
+            self._pending = 0
+            self._collect_and_trim()
+            self.trims += 1
 
 
 def _collect_and_trim() -> None:

@@ -1,8 +1,12 @@
-"""Freed memory goes back to the kernel (glibc malloc_trim), rate-limited."""
+"""Freed memory goes back to the kernel (glibc malloc_trim), off the calls' threads, once the
+releases pause or within a bound."""
 
 from __future__ import annotations
 
 import ctypes
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,29 +18,88 @@ from nnhal.server.memory_release import Releaser
 HAS_TRIM = hasattr(ctypes.CDLL(None), "malloc_trim")
 
 
+def _wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    end = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < end:
+        time.sleep(0.01)
+    return predicate()
+
+
+def _recorder() -> tuple[list[str], Callable[[], None]]:
+    """The names of the threads that trimmed, and the trim recording them (instead of trimming)."""
+    seen: list[str] = []
+    return seen, lambda: seen.append(threading.current_thread().name)
+
+
 @pytest.mark.skipif(not HAS_TRIM, reason="no glibc malloc_trim on this platform")
-def test_a_trim_follows_enough_released_bytes_at_most_once_per_interval() -> None:
-    r = Releaser(after_bytes=100, interval_s=3600)
+def test_a_trim_follows_enough_released_bytes_once_the_releases_pause_off_the_callers_thread() -> None:
+    trims_seen, trim = _recorder()
+    r = Releaser(after_bytes=100, quiet_s=0.05, max_hold_s=3600, trim=trim)
     r.released(99)
-    assert r.trims == 0
+    assert not r.trimming  # not enough to be worth a trim
     r.released(1)
-    assert r.trims == 1
-    r.released(1000)  # within the interval: no second trim
-    assert r.trims == 1
-    assert r.trim_now() and r.trims == 2
+    assert _wait_for(lambda: r.trims == 1)
+    assert trims_seen == ["nnhal-trim"]  # never on the releasing thread
+    assert _wait_for(lambda: not r.trimming)  # nothing pending: the trimmer ended
+    r.released(1000)  # a new round
+    assert _wait_for(lambda: r.trims == 2)
+    assert _wait_for(lambda: not r.trimming)
+    assert r.trim_now() and r.trims == 3 and trims_seen[-1] == threading.current_thread().name
+
+
+@pytest.mark.skipif(not HAS_TRIM, reason="no glibc malloc_trim on this platform")
+def test_steady_releases_are_trimmed_within_the_hold_bound() -> None:
+    """Releases that never pause (a busy server) do not postpone the trim past ``max_hold_s``."""
+    trims_seen, trim = _recorder()
+    r = Releaser(after_bytes=100, quiet_s=3600, max_hold_s=0.05, trim=trim)
+    r.released(100)
+    end = time.monotonic() + 10
+    while r.trims == 0 and time.monotonic() < end:
+        r.released(1)  # never quiet
+        time.sleep(0.005)
+    assert r.trims >= 1 and trims_seen[0] == "nnhal-trim"
+    assert _wait_for(lambda: not r.trimming)
+
+
+@pytest.mark.skipif(not HAS_TRIM, reason="no glibc malloc_trim on this platform")
+def test_bytes_released_while_trimming_get_a_trim_of_their_own() -> None:
+    calls: list[int] = []
+
+    def trim() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            r.released(500)  # released during the first trim: the trimmer is still armed
+
+    r = Releaser(after_bytes=100, quiet_s=0.01, max_hold_s=3600, trim=trim)
+    r.released(100)
+    assert _wait_for(lambda: r.trims == 2)
+    assert _wait_for(lambda: not r.trimming)
+    assert len(calls) == 2
 
 
 def test_the_budget_tells_its_releaser_what_it_gives_back() -> None:
     b = MemoryBudget()
-    seen: list[int] = []
-    b.releaser.released = seen.append  # type: ignore[method-assign]
+    seen: list[tuple[str, int]] = []
+    b.releaser.released = lambda n: seen.append(("released", n))  # type: ignore[method-assign]
+    b.releaser.session_closed = lambda n: seen.append(("closed", n))  # type: ignore[method-assign]
     b.open_session("s")
     b.charge("s", 10)
     b.uncharge("s", 4)
     b.charge_working(7, "execution tensors")
     b.uncharge_working(7, "execution tensors")
     assert b.close_session("s") == 6
-    assert seen == [4, 7, 6]
+    assert seen == [("released", 4), ("released", 7), ("closed", 6)]
+
+
+@pytest.mark.skipif(not HAS_TRIM, reason="no glibc malloc_trim on this platform")
+def test_a_closed_session_is_followed_by_a_trim_whatever_it_held() -> None:
+    """What a session held outside the budget (its connection's buffers) is freed with it."""
+    trims_seen, trim = _recorder()
+    r = Releaser(after_bytes=1 << 30, quiet_s=0.01, max_hold_s=3600, trim=trim)
+    r.released(100)
+    r.session_closed(0)
+    assert _wait_for(lambda: r.trims == 1) and trims_seen == ["nnhal-trim"]
+    assert _wait_for(lambda: not r.trimming)
 
 
 def test_the_default_total_follows_the_cgroup_limit_else_physical_memory(tmp_path: Path) -> None:

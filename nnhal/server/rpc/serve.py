@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import os
 import signal
@@ -74,7 +75,7 @@ from nnhal.server.device_config import READ_SHARE
 from nnhal.server.devices import DeviceSpec, make_backend
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Executions
-from nnhal.server.memory_release import map_large_blocks
+from nnhal.server.memory_release import configure_allocator
 from nnhal.server.metrics import Metrics
 from nnhal.server.recorder import Recorder
 from nnhal.server.rpc.buffer_servicer import EchoServicer
@@ -422,9 +423,14 @@ def run_forever(options: ServerOptions) -> None:
     # gRPC threads of high-priority work in quickly (the default is 5 ms).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     # Large messages and tensors come and go with the calls: their memory goes back at once.
-    map_large_blocks()
+    configure_allocator()
     server = Server(options)
     server.start()
+    # What start made (modules, protobuf descriptors, devices) lives as long as the process:
+    # out of the collector's generations, a full collection (the trimmer's, or one the
+    # allocations trigger, both holding the GIL and so stalling every execution thread) walks
+    # only what calls made since.
+    gc.freeze()
     done, hurry = threading.Event(), threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
