@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from nnhal.core import fastring
 from nnhal.core.enums import ErrorStatus
@@ -120,9 +120,9 @@ def call_parts(
     return fastring.Gathered([CALL_HEADER.pack(layout, flags, deadline_ns or 0, loop_timeout_ns), *datas])
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
-    """A decoded CALL: ``body`` is every pool's bytes back to back."""
+class Call(NamedTuple):
+    """A decoded CALL: ``body`` is every pool's bytes back to back (a tuple: one is made per
+    call, and a frozen dataclass costs several times a tuple to make)."""
 
     layout: int
     measure: bool
@@ -137,7 +137,7 @@ def decode_call(payload: bytes | memoryview) -> Call:
     layout, flags, deadline, loop = CALL_HEADER.unpack_from(payload)
     if flags & ~_FLAGS:
         raise PacketError(f"unknown compact call flags {flags:#x}")
-    body = memoryview(payload)[CALL_HEADER.size :]
+    body = (payload if type(payload) is memoryview else memoryview(payload))[CALL_HEADER.size :]
     return Call(layout, bool(flags & MEASURE), deadline if flags & HAS_DEADLINE else None, loop, body)
 
 
@@ -189,6 +189,51 @@ def encode_answer(result: ExecutionResult) -> bytes:
 
 def decode_answer(payload: bytes) -> ExecutionResult:
     """The result an ANSWER carries; PacketError for anything that does not hold together."""
+    return _decode_answer(payload)[0]
+
+
+class AnswerReader:
+    """``decode_answer`` for a stream of answers, most of them alike: it remembers the
+    structure of the last answer it decoded — the bytes from its header to its first output
+    pool's bytes (status, message, timing, output shapes, the first pool's index and length),
+    each later pool's index and length, its total length — and reads an answer whose bytes
+    there are the same, of the same length, by slicing out its pools' bytes only. Comparing
+    those bytes with ones that were checked field by field checks them as well: nothing of
+    an answer is taken unchecked. Any other answer is decoded in full (and remembered). Not
+    thread-safe: one per queue, read by its owner."""
+
+    __slots__ = ("_end", "_head", "_marks", "_result", "_spans")
+
+    def __init__(self) -> None:
+        self._head: bytes | None = None
+        self._end = 0
+        self._marks: tuple[tuple[int, bytes], ...] = ()
+        self._spans: tuple[tuple[int, int, int], ...] = ()
+        self._result = ExecutionResult()
+
+    def read(self, payload: bytes) -> ExecutionResult:
+        """The result an ANSWER carries; PacketError for anything that does not hold together."""
+        head = self._head
+        if (
+            head is not None
+            and len(payload) == self._end
+            and payload.startswith(head)
+            and all(payload[at : at + 8] == pair for at, pair in self._marks)
+        ):
+            r = self._result
+            pools: dict[int, PoolData] = {index: payload[start:stop] for index, start, stop in self._spans}
+            return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, pools)
+        result, spans = _decode_answer(payload)
+        self._head = payload[: spans[0][1]] if spans else payload
+        self._end = len(payload)
+        self._marks = tuple((start - 8, payload[start - 8 : start]) for _, start, _ in spans[1:])
+        self._spans = tuple(spans)
+        self._result = result
+        return result
+
+
+def _decode_answer(payload: bytes) -> tuple[ExecutionResult, list[tuple[int, int, int]]]:
+    """``decode_answer``, with where each output pool's bytes are: (index, start, stop)."""
     end = len(payload)
     if end < ANSWER_HEADER.size:
         raise PacketError(f"an answer of {end} bytes is shorter than its header")
@@ -216,6 +261,7 @@ def decode_answer(payload: bytes) -> ExecutionResult:
         at += 4 * rank
         shapes.append(OutputShape(dims, bool(sufficient)))
     pools: dict[int, PoolData] = {}
+    spans = []
     for _ in range(npools):
         if at + 8 > end:
             raise PacketError("an answer's output pools run past its end")
@@ -224,8 +270,9 @@ def decode_answer(payload: bytes) -> ExecutionResult:
         if at + length > end or index in pools:
             raise PacketError("an answer's output pool does not hold together")
         pools[index] = payload[at : at + length]
+        spans.append((index, at, at + length))
         at += length
     if at != end:
         raise PacketError(f"an answer has {end - at} bytes beyond what it declares")
     timing = _UNMEASURED if on_device == in_driver == NO_TIMING else Timing(on_device, in_driver)
-    return ExecutionResult(answered, message, tuple(shapes), timing, pools)
+    return ExecutionResult(answered, message, tuple(shapes), timing, pools), spans

@@ -17,10 +17,19 @@ offset   contents
 =======  ===========================================================
 
 A packet is a 16-byte header — payload length u32, sequence u32 (the producer's
-count from 0, wrapping), CRC-32 of the payload u32, kind u32 — then the payload,
-padded to a multiple of 16 so that a header never straddles the ring's end (a
-payload may: it goes on at the ring's start). A packet of up to
-``ring_bytes - 16`` payload bytes fits an empty ring.
+count from 0, wrapping), CRC-32 of the payload's first :data:`CHECKED_BYTES` bytes
+u32, kind u32 — then the payload, padded to a multiple of 16 so that a header never
+straddles the ring's end (a payload may: it goes on at the ring's start). A packet
+of up to ``ring_bytes - 16`` payload bytes fits an empty ring.
+
+What the checksum is for: catching a producer that is out of step with its
+consumer (a bug, a packet written over a stale index), not an attacker — the peer
+writes the shared memory anyway and could give any bytes a matching checksum, so
+safety rests on the consumer's private copy and on every decoder checking every
+field. It covers the part of a payload that packets give structure to (every
+header, a small packet whole) and stops there: the raw tensor bytes of a large
+packet are opaque to both sides, and checksumming them cost more than the rest
+of the packet's way through the ring.
 
 Trust: each side keeps its own index privately and only reads the peer's from
 shared memory, so a peer can lie only about its own index and the bytes it
@@ -43,7 +52,10 @@ import zlib
 from collections.abc import Collection, Sequence
 
 MAGIC = b"NNFQ"
-VERSION = 1
+#: 2: the checksum covers the payload's first CHECKED_BYTES bytes (1: all of it).
+VERSION = 2
+#: How many of a payload's first bytes the packet's checksum covers (module docstring).
+CHECKED_BYTES = 4096
 #: Where the rings' data starts; everything before it is the region's header.
 DATA_OFFSET = 4096
 #: Ring sizes: a multiple of the page size, within these bounds.
@@ -106,9 +118,15 @@ class Gathered:
 
     __slots__ = ("_length", "parts")
 
-    def __init__(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
-        self.parts = [p.cast("B") if isinstance(p, memoryview) else p for p in parts]
-        self._length = sum(len(p) for p in self.parts)
+    def __init__(self, parts: Sequence[bytes | bytearray | memoryview], length: int | None = None) -> None:
+        """``length``: the parts' total bytes, when the caller knows it (then every memoryview
+        among them must be of bytes already)."""
+        if length is None:
+            self.parts = [p.cast("B") if isinstance(p, memoryview) else p for p in parts]
+            self._length = sum(map(len, self.parts))
+        else:
+            self.parts = list(parts) if type(parts) is not list else parts
+            self._length = length
 
     def __len__(self) -> int:
         return self._length
@@ -123,6 +141,23 @@ Payload = bytes | bytearray | memoryview | Gathered
 
 def _padded(length: int) -> int:
     return HEADER_BYTES + (-(-length // HEADER_BYTES)) * HEADER_BYTES
+
+
+def checksum(payload: bytes | bytearray | memoryview) -> int:
+    """The checksum a packet carrying ``payload`` (bytes, or a view of bytes) has."""
+    return zlib.crc32(payload if len(payload) <= CHECKED_BYTES else memoryview(payload)[:CHECKED_BYTES])
+
+
+def _gathered_checksum(parts: Sequence[bytes | bytearray | memoryview]) -> int:
+    crc = 0
+    left = CHECKED_BYTES
+    for part in parts:
+        n = len(part)
+        if n >= left:
+            return zlib.crc32(memoryview(part)[:left], crc)
+        crc = zlib.crc32(part, crc)
+        left -= n
+    return crc
 
 
 class _Ring:
@@ -190,7 +225,7 @@ class Producer(_Ring):
             raise RingError(f"the ring is full ({used} of {size} bytes unread)")
         pos = head % size
         _PACKET.pack_into(
-            mm, data + pos, length, self._seq & 0xFFFFFFFF, zlib.crc32(payload) if crc is None else crc, kind
+            mm, data + pos, length, self._seq & 0xFFFFFFFF, checksum(payload) if crc is None else crc, kind
         )
         start = (pos + HEADER_BYTES) % size
         first = size - start
@@ -216,9 +251,7 @@ class Producer(_Ring):
         if size - used < need:
             raise RingError(f"the ring is full ({used} of {size} bytes unread)")
         if crc is None:
-            crc = 0
-            for part in payload.parts:
-                crc = zlib.crc32(part, crc)
+            crc = _gathered_checksum(payload.parts)
         pos = head % size
         _PACKET.pack_into(mm, data + pos, length, self._seq & 0xFFFFFFFF, crc, kind)
         at = (pos + HEADER_BYTES) % size
@@ -270,7 +303,7 @@ class Consumer(_Ring):
             payload = mm[data + start : data + start + length]
         else:
             payload = mm[data + start : data + size] + mm[data : data + length - first]
-        if zlib.crc32(payload) != crc:
+        if checksum(payload) != crc:
             raise RingError("a packet's checksum does not match its bytes")
         self._tail = tail = tail + need
         self._seq = seq + 1

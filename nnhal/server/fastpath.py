@@ -192,23 +192,33 @@ class FastQueue:
                 self._answer(fastring.RESULT, refusal, refuse)
         return None
 
-    def answer(self, kind: int, payload: bytes, refuse: Refuse) -> None:
+    def answer(self, kind: int, payload: bytes, refuse: Refuse, ring: bool = True) -> None:
         """Write one answer packet and ring the client (an answer too large for the result
         ring is replaced: ``oversize``, else ``refuse``'s refusal). A client that does not
-        read its answers ends the queue (:attr:`violation`)."""
-        self._answer(kind, payload, refuse)
+        read its answers ends the queue (:attr:`violation`). Without ``ring`` the caller
+        must call :meth:`ring` later, before it waits for anything."""
+        self._answer(kind, payload, refuse, ring)
 
-    def _answer(self, kind: int, payload: bytes, refuse: Refuse) -> None:
+    def ring(self) -> None:
+        """Wake the client: answers are waiting (a closed client end stops the queue)."""
         assert self._doorbell is not None
-        if not self._results.fits(len(payload)) and self.oversize is not None:
-            kind, payload = self.oversize(len(payload))
-        elif not self._results.fits(len(payload)):
-            kind = fastring.RESULT
-            payload = refuse(
-                ErrorStatus.INVALID_ARGUMENT,
-                f"the answer ({len(payload)} bytes) does not fit the fast burst's {self.ring_bytes}-byte ring; "
-                "open the burst with larger rings or use the gRPC burst",
-            )
+        try:
+            self._doorbell.ring()
+        except OSError:
+            self.stop()
+
+    def _answer(self, kind: int, payload: bytes, refuse: Refuse, ring: bool = True) -> None:
+        assert self._doorbell is not None
+        if not self._results.fits(len(payload)):
+            if self.oversize is not None:
+                kind, payload = self.oversize(len(payload))
+            else:
+                kind = fastring.RESULT
+                payload = refuse(
+                    ErrorStatus.INVALID_ARGUMENT,
+                    f"the answer ({len(payload)} bytes) does not fit the fast burst's {self.ring_bytes}-byte ring; "
+                    "open the burst with larger rings or use the gRPC burst",
+                )
         try:
             self._results.write(kind, payload)
         except fastring.RingError as err:
@@ -217,10 +227,8 @@ class FastQueue:
             self.violation = f"the fast burst's result ring cannot take the answer ({err}); the burst ended"
             self.stop()
             return
-        try:
-            self._doorbell.ring()
-        except OSError:
-            self.stop()
+        if ring:
+            self.ring()
 
     @property
     def inbox(self) -> int:
@@ -286,20 +294,28 @@ class _Served:
     #: How many of the queue's last packets in a row were slow (``QueueServer._answer``):
     #: a slow queue's packets go to a worker.
     slow: int = 0
+    #: Whether its inbox is in the epoll set (out of it while a worker holds the queue).
+    polled: bool = True
+    #: Answers written on the serving thread whose client was not rung yet.
+    unrung: bool = False
 
 
 class QueueServer:
     """The one thread that serves every queue handed to it (``serve``), each in order.
 
-    A thread of its own waits on all their request doorbells at once (an epoll set, each
-    queue armed once: a queue being served is not polled) and answers each ready queue's
-    packets in turn. A quick packet (``quick(kind)``, unless each of the queue's last two
+    A thread of its own waits on all their request doorbells at once (an epoll set,
+    level-triggered: a queue answered on that thread stays in the set, so a packet costs no
+    epoll call of its own; a queue a worker holds is out of it until handed back) and answers
+    each ready queue's packets in turn. A quick packet (``quick(kind)``, unless each of the queue's last two
     packets took :data:`INLINE_MAX_NS` or longer) is answered on this thread, so that many
     busy queues cost no thread switch per packet and the server's threads do not contend
     for the GIL. Any other packet goes to a worker (``submit``), which then answers the
     rest of that queue's waiting packets and hands the queue back. A quick packet that
     turns out slow holds the other queues up by that one execution (by two for a queue's
-    first slow ones), after which its queue's packets go to workers. The thread exists
+    first slow ones), after which its queue's packets go to workers. Answers written on
+    this thread are rung once every queue one wait reported has had its turn: a client woken
+    by a doorbell is often put on the waker's core, and ringing it at once would hand that
+    core to it while other queues' packets wait. The thread exists
     while a queue is served (started at the first, ending with the last). A queue ends
     once it is stopping (``FastQueue.stop``, the client's STOP, a protocol violation): it
     leaves the set and its ``ended`` is called, on whichever thread held it, after which
@@ -338,7 +354,7 @@ class QueueServer:
                 self._wake = nonblocking_pipe()
                 self._epoll.register(self._wake[0], select.EPOLLIN)
             self._served[queue.inbox] = served
-            self._epoll.register(queue.inbox, select.EPOLLIN | select.EPOLLONESHOT)
+            self._epoll.register(queue.inbox, select.EPOLLIN)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, args=(self._epoll,), name=self._name, daemon=True)
                 self._thread.start()
@@ -349,6 +365,7 @@ class QueueServer:
                 if not self._served:  # the last queue ended: so does the thread
                     self._close_epoll()
                     return
+            rings: list[_Served] = []
             for fd, _events in epoll.poll():
                 served = self._served.get(fd)
                 if served is None:  # the wake pipe
@@ -356,30 +373,51 @@ class QueueServer:
                     continue
                 served.queue.take_rings()  # what woke it: read, or the inbox would stay readable
                 self._turn(served, None)
+                if served.unrung:
+                    rings.append(served)
+            for served in rings:
+                served.unrung = False
+                served.queue.ring()
 
     def _turn(self, served: _Served, handed: tuple[int, bytes] | None) -> None:
-        """One turn of ``served`` on this thread (``_answer``), then — outside the queue's
-        context, which the next turn enters, maybe on another thread — arm it again or end it."""
+        """One turn of ``served`` (``_answer``) on the serving thread (``handed`` None) or a
+        worker, then — outside the queue's context, which the next turn enters, maybe on
+        another thread — hand it to a worker (out of the epoll set meanwhile), put it back in
+        the set (after a worker's turn) or end it."""
         try:
             state = served.run(self._answer, served, handed)
         except Exception:  # a bug: the queue ends, the others are served on
             log.exception("fast burst: serving a queue failed; ending it")
             served.queue.stop()
             state = _END
+        if served.unrung and state is not _ARM:
+            served.unrung = False
+            served.queue.ring()
         if isinstance(state, tuple):  # for a worker, entering the context now that it was left
+            self._poll(served, False)  # not polled while the worker holds it
             try:
                 self._submit(partial(self._turn, served, state))
             except RuntimeError:  # no worker takes work (the server is stopping): answered here
                 self._turn(served, state)
         elif state is _ARM:
-            epoll = self._epoll
-            if epoll is not None:
-                try:
-                    epoll.modify(served.queue.inbox, select.EPOLLIN | select.EPOLLONESHOT)
-                except OSError:  # the set was closed under a racing end: nothing left to arm
-                    pass
+            if not served.polled:
+                self._poll(served, True)
         elif state is _END:
             self._end(served)
+
+    def _poll(self, served: _Served, on: bool) -> None:
+        """Put ``served``'s inbox in the epoll set or take it out (by the queue's holder)."""
+        epoll = self._epoll
+        if epoll is None:
+            return
+        try:
+            if on:
+                epoll.register(served.queue.inbox, select.EPOLLIN)
+            else:
+                epoll.unregister(served.queue.inbox)
+            served.polled = on
+        except (OSError, ValueError):  # the set was closed under a racing end: nothing left to do
+            pass
 
     def _answer(self, served: _Served, handed: tuple[int, bytes] | None) -> object:
         """Answer ``served``'s waiting packets — on a worker (``handed``: the packet it was
@@ -397,7 +435,8 @@ class QueueServer:
                 if handed is None and not quick:
                     return packet
             t0 = time.perf_counter_ns()
-            queue.answer(*handle(*packet), refuse)
+            queue.answer(*handle(*packet), refuse, handed is not None)
+            served.unrung = handed is None
             # Slow after two slow packets in a row: one preempted packet of a loaded machine
             # alone does not send a small model's queue to the workers.
             served.slow = served.slow + 1 if time.perf_counter_ns() - t0 >= INLINE_MAX_NS else 0
@@ -408,7 +447,8 @@ class QueueServer:
         with self._lock:
             if self._served.pop(fd, None) is None:
                 return
-            if self._epoll is not None:
+            if self._epoll is not None and served.polled:
+                served.polled = False
                 self._epoll.unregister(fd)
             if not self._served and self._wake is not None:
                 try:

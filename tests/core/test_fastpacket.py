@@ -113,3 +113,42 @@ def test_malformed_answers_are_refused() -> None:
     twice = fastpacket.ANSWER_HEADER.pack(0, 0, 0, 0, 0, 2) + (b"\x01\x00\x00\x00\x00\x00\x00\x00" * 2)
     with pytest.raises(PacketError, match="output pool"):
         fastpacket.decode_answer(twice)
+
+
+def _answer(first: bytes, second: bytes, shapes: tuple[OutputShape, ...] = (OutputShape((2,), True),)) -> bytes:
+    return fastpacket.encode_answer(ExecutionResult(output_shapes=shapes, output_pools={1: first, 3: second}))
+
+
+def test_an_answer_reader_reads_alike_answers_as_the_decoder_does() -> None:
+    reader = fastpacket.AnswerReader()
+    for payload in (
+        _answer(b"aaaa", b"bb"),
+        _answer(b"cccc", b"dd"),  # alike: only the pools' bytes differ
+        _answer(b"eeee", b"ff", (OutputShape((3,), True),)),  # another shape
+        _answer(b"gggggg", b"hh"),  # another first pool's length
+        _answer(b"iiii", b"jjj"),  # another second pool's length: its header is checked too
+        _answer(b"kkkk", b"ll"),
+    ):
+        got, want = reader.read(payload), fastpacket.decode_answer(payload)
+        assert (got.status, got.message, got.output_shapes, got.timing) == (
+            want.status,
+            want.message,
+            want.output_shapes,
+            want.timing,
+        )
+        assert {k: bytes(v) for k, v in got.output_pools.items()} == {k: bytes(v) for k, v in want.output_pools.items()}
+
+
+def test_an_answer_reader_refuses_what_the_decoder_refuses() -> None:
+    reader = fastpacket.AnswerReader()
+    good = _answer(b"aaaa", b"bb")
+    reader.read(good)
+    for bad in (good[:-1], good + b"\x00"):  # the remembered head, another length
+        with pytest.raises(PacketError):
+            reader.read(bad)
+    # The second pool's header changed under an unchanged head and length: decoded in full.
+    at = len(good) - 2 - 8
+    swapped = good[:at] + fastpacket._PAIR.pack(1, 2) + good[at + 8 :]
+    with pytest.raises(PacketError, match="output pool"):
+        reader.read(swapped)
+    assert bytes(reader.read(good).output_pools[3]) == b"bb"

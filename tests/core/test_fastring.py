@@ -126,3 +126,18 @@ def test_granted_sizes() -> None:
     assert fastring.grant_ring_bytes(1) == fastring.MIN_RING_BYTES
     assert fastring.grant_ring_bytes(5000) == 8192
     assert fastring.grant_ring_bytes(1 << 40) == fastring.MAX_RING_BYTES
+
+
+def test_the_checksum_covers_a_large_payloads_first_bytes() -> None:
+    ring = 4 * RING
+    mm = mmap.mmap(-1, fastring.region_bytes(ring))
+    fastring.write_region_header(mm, ring)
+    prod, cons = Producer(mm, ring, True), Consumer(mm, ring, True, (REQUEST,))
+    big = bytes(range(256)) * ((fastring.CHECKED_BYTES + 512) // 256)  # past what is checked
+    assert len(big) > fastring.CHECKED_BYTES
+    assert fastring.checksum(big) == fastring.checksum(big[: fastring.CHECKED_BYTES])
+    prod.write(REQUEST, fastring.Gathered([big[:100], memoryview(big)[100:]], len(big)))
+    assert cons.read() == (REQUEST, big)
+    prod.write(REQUEST, big, crc=fastring.checksum(big) ^ 1)
+    with pytest.raises(RingError, match="checksum"):
+        cons.read()

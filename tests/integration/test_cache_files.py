@@ -57,13 +57,18 @@ def test_read_held_checks_the_file_and_who_asks(tmp_path: Path) -> None:
         os.close(fd)
 
 
-def test_prepare_from_a_held_cache_file_on_a_fresh_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["cpu", "litert"])
+def test_prepare_from_a_held_cache_file_on_a_fresh_server(tmp_path: Path, kind: str) -> None:
+    # litert: the cache is read in two pieces, the flatbuffer straight into LiteRT's bytes.
+    if kind == "litert":
+        pytest.importorskip("ai_edge_litert")
     secret = tmp_path / "secret"
-    with LocalServer("--cache-secret-file", str(secret)) as srv, Device.connect(srv.address) as dev:
+    args = ("--cache-secret-file", str(secret), "--device", kind)
+    with LocalServer(*args) as srv, Device.connect(srv.address) as dev:
         saved = CacheFile.save(
             tmp_path / "model.cache", dev.prepare_model_sync(add_model(), cache_token=TOKEN).model_cache
         )
-    with saved, LocalServer("--cache-secret-file", str(secret)) as srv, Device.connect(srv.address) as dev:
+    with saved, LocalServer(*args) as srv, Device.connect(srv.address) as dev:
         if not server_reads_held(dev.shm_memfd):
             pytest.skip("this server cannot open this process's descriptors")
         with dev.prepare_model_from_cache(saved, TOKEN, add_model()).get(30) as pm:

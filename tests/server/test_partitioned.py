@@ -100,3 +100,22 @@ def test_placement_in_get_stats_and_nnhal_info() -> None:
     )
     assert placement_line(stats) == "2 on the backend, 1 on the CPU fallback (33 %): LOCAL_RESPONSE_NORMALIZATION 1"
     assert placement_line({"sessions": 1}) == ""
+
+
+def test_the_artifact_loads_from_pieces_cut_anywhere_and_names_its_last_steps_bytes() -> None:
+    # A cache read in two pieces (nnhal.server.pieces): cut where tail_start says (the last
+    # step's flatbuffer, kept as its own bytes object), or anywhere else (joined where needed).
+    from nnhal.server.pieces import Pieces
+
+    model = conv_lrn_conv()
+    pools = _pools(model)
+    backend = PartitionedBackend(LiteRtBackend(1, measure_capabilities=False))
+    graph, artifact = backend.compile(model, pools)
+    tail = backend.tail_start(artifact)
+    assert tail is not None and artifact[tail + 4 : tail + 8] == b"TFL3"  # a flatbuffer's identifier
+    x = RNG.standard_normal((1, 5, 5, 3)).astype(np.float32)
+    expected = graph.run([x])[0]
+    skeleton = dataclasses.replace(model, operand_values=b"", pools=())
+    for cut in (tail, 0, 1, tail - 1, len(artifact) // 2, len(artifact)):
+        loaded = backend.load(skeleton, [], Pieces(artifact[:cut], artifact[cut:]))
+        np.testing.assert_array_equal(loaded.run([x])[0], expected)

@@ -5,6 +5,7 @@ itself with the last queue."""
 from __future__ import annotations
 
 import contextvars
+import select
 import tempfile
 import threading
 import time
@@ -161,3 +162,45 @@ def test_a_queue_whose_packets_run_slow_goes_to_the_workers(sock_dir: Path) -> N
         while not ended and time.monotonic() < end:
             time.sleep(0.01)
         assert ended == [True]
+
+
+def test_the_queues_one_wait_reported_are_answered_before_any_is_rung(sock_dir: Path) -> None:
+    """Two queues ready at the same wake: neither client is rung before both are answered."""
+    holding, gate = threading.Event(), threading.Event()
+    rung_before: dict[bytes, bool] = {}
+    clients: dict[bytes, _Client] = {}
+
+    def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+        if payload == b"hold":
+            holding.set()
+            gate.wait(_BOUND_S)  # the thread is busy while the other two queues get their packets
+        else:
+            other = clients[b"b" if payload == b"a" else b"a"]
+            rung_before[payload] = bool(select.select([other.doorbell.inbox], [], [], 0)[0])
+        return fastring.RESULT, payload
+
+    ended: list[int] = []
+    with (
+        ThreadPoolExecutor(1) as pool,
+        _queue(sock_dir) as (q0, c0),
+        _queue(sock_dir) as (q1, c1),
+        _queue(sock_dir) as (q2, c2),
+    ):
+        clients.update({b"a": c1, b"b": c2})
+        server = QueueServer(pool.submit)
+        for i, q in enumerate((q0, q1, q2)):
+            server.serve(q, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda i=i: ended.append(i))
+        c0.send(fastpacket.CALL, b"hold")
+        assert holding.wait(_BOUND_S)
+        c1.send(fastpacket.CALL, b"a")
+        c2.send(fastpacket.CALL, b"b")
+        gate.set()
+        assert c0.answers(1) == [b"hold"]
+        assert c1.answers(1) == [b"a"] and c2.answers(1) == [b"b"]
+        assert rung_before == {b"a": False, b"b": False}
+        for q in (q0, q1, q2):
+            q.stop()
+        end = time.monotonic() + _BOUND_S
+        while len(ended) < 3 and time.monotonic() < end:
+            time.sleep(0.01)
+        assert sorted(ended) == [0, 1, 2]

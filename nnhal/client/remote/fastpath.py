@@ -55,7 +55,7 @@ from nnhal.core import fastpacket, fastring, samehost, wire
 from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError
-from nnhal.core.types import ExecutionResult, InlinePool, Request, RequestArgument
+from nnhal.core.types import ExecutionResult, InlinePool, MemoryPool, PoolData, Request
 from nnhal.proto import fastpath_pb2 as fpb, service_pb2 as spb
 
 if TYPE_CHECKING:
@@ -132,6 +132,49 @@ class CarriedAbort(grpc.RpcError):
 _Key = tuple[str, fastpacket.LayoutKey]
 
 
+class _CallTemplate:
+    """A granted layout's compact call as the client sends it (``QueueEnds.execution_packet``):
+    the argument tuples and model it is for, its pools' lengths and sizes, its id."""
+
+    __slots__ = ("body", "handle", "inputs", "key", "layout", "outputs", "sizes")
+
+    def __init__(self, key: _Key, layout: int) -> None:
+        self.key = key
+        self.handle, (self.inputs, self.outputs, self.sizes) = key
+        self.layout = layout
+        #: The pools' bytes a call carries.
+        self.body = sum(n for n, _ in self.sizes)
+
+    def datas(self, pools: tuple[MemoryPool, ...]) -> list[PoolData] | None:
+        """The pools' bytes (views of bytes) when they are inline and of this layout's
+        lengths and sizes, else None."""
+        sizes = self.sizes
+        if len(pools) != len(sizes):
+            return None
+        datas: list[PoolData] = []
+        for pool, (length, size) in zip(pools, sizes):
+            if type(pool) is not InlinePool:
+                return None
+            data = pool.data
+            if type(data) is memoryview:
+                if data.format != "B" or data.ndim != 1:
+                    data = data.cast("B")
+                n = data.nbytes
+            else:
+                n = len(data)
+            if n != length or max(pool.size, n) != size:
+                return None
+            datas.append(data)
+        return datas
+
+    def packet(self, tag: bytes, options: ExecutionOptions, datas: list[PoolData]) -> fastring.Gathered:
+        """The compact call's payload: ``tag``, the header of this call's scalars, the pools' bytes."""
+        deadline = fastpacket.remaining_ns(remaining_time(options.timeout, options.deadline_at))
+        flags = (fastpacket.MEASURE if options.measure else 0) | (0 if deadline is None else fastpacket.HAS_DEADLINE)
+        header = fastpacket.CALL_HEADER.pack(self.layout, flags, deadline or 0, options.loop_timeout_ns)
+        return fastring.Gathered([tag, header, *datas], len(tag) + len(header) + self.body)
+
+
 class QueueEnded(Exception):
     """The queue ended before the answer came: ``result`` carries the status it ended with
     (DEAD_OBJECT for a vanished server)."""
@@ -164,8 +207,9 @@ class QueueEnds:
         )
         #: The layouts the server granted ids for (:mod:`nnhal.core.fastpacket`).
         self._layouts: dict[_Key, int] = {}
-        #: The last layout found: its argument tuples (by identity), its key and id.
-        self._last: tuple[tuple[RequestArgument, ...], tuple[RequestArgument, ...], _Key, int] | None = None
+        #: The compact call of the last granted layout sent (``execution_packet``).
+        self._template: _CallTemplate | None = None
+        self._answers = fastpacket.AnswerReader()
 
     @staticmethod
     def _granted(first: fpb.FastBurstEvent) -> int:
@@ -202,6 +246,16 @@ class QueueEnds:
         an id for; None when it or its largest possible answer does not fit the rings. The
         payload is in parts (``tag``, the header, the pools' bytes as the request holds them):
         the ring copies each once."""
+        t = self._template
+        # The numpy client and a burst loop send the same argument tuples for a layout: its
+        # compact call is known by their identity and the pools' sizes, with nothing hashed
+        # (the arguments' dataclass hashes are most of a lookup's cost) and nothing re-checked
+        # that the template's first packet passed (the packet and its answer fit the rings).
+        if t is not None and request.inputs is t.inputs and request.outputs is t.outputs and handle == t.handle:
+            datas = None if options.profile else t.datas(request.pools)
+            if datas is not None:
+                packet = t.packet(tag, options, datas)
+                return (fastpacket.CALL, packet, t.key) if self.requests.fits(len(packet)) else None
         if not self._answer_fits(request):
             return None
         shape = None if options.profile else fastpacket.layout_key(request.inputs, request.outputs, request.pools)
@@ -209,26 +263,20 @@ class QueueEnds:
         layout = None
         if shape is not None:
             key = (handle, shape)
-            last = self._last
-            # The numpy client sends the same argument tuples for a layout: known by identity,
-            # without hashing them (their dataclass hashes are most of a lookup's cost).
-            if last is not None and last[0] is shape[0] and last[1] is shape[1] and last[2] == key:
-                layout = last[3]
+            if t is not None and key == t.key:  # equal arguments, not the same objects (a burst loop)
+                layout = t.layout
             else:
                 layout = self._layouts.get(key)
-                if layout is not None:
-                    self._last = (shape[0], shape[1], key, layout)
-        if layout is not None:
+                t = None if layout is None else _CallTemplate(key, layout)
+        if t is not None and layout is not None:
             # A layout the server knows: only the per-call scalars and the pools' bytes travel.
-            kind = fastpacket.CALL
-            remaining = fastpacket.remaining_ns(remaining_time(options.timeout, options.deadline_at))
-            payload = fastpacket.call_parts(
-                layout,
-                options.measure,
-                remaining,
-                options.loop_timeout_ns,
-                [p.data for p in request.pools],  # type: ignore[union-attr]  # all inline: layout_key
-            ).parts
+            datas = t.datas(request.pools)
+            assert datas is not None  # the layout's own pools
+            packet = t.packet(tag, options, datas)
+            if not self.requests.fits(len(packet)):
+                return None
+            self._template = t
+            return fastpacket.CALL, packet, t.key
         else:
             kind = fastring.REQUEST if key is None or len(self._layouts) >= fastpacket.MAX_LAYOUTS else fastpacket.LEARN
             msg = spb.ExecuteRequest(session=session, profile=options.profile)
@@ -262,7 +310,7 @@ class QueueEnds:
                 return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
         if kind == fastpacket.ANSWER:
             try:
-                return fastpacket.decode_answer(payload)
+                return self._answers.read(payload)
             except fastpacket.PacketError as err:
                 return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
         if kind == fastpacket.LEARNED:

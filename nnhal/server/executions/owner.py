@@ -237,9 +237,11 @@ class Executions:
                 return self.refuse(method, err, args, t0)
             self.metrics.execution(transport_of(method))
             t1 = 0.0
+            call = None
             if obs is not None:
                 t1 = time.perf_counter()
-                obs.started(Call(method.name, method.what, args))
+                call = Call(method.name, method.what, args)  # one for every hook of the call
+                obs.started(call)
             result: ExecutionResult | Refused
             try:
                 result = within_limit(job.run(), self._limit())
@@ -251,8 +253,8 @@ class Executions:
                 injected.before_reply(arrival.fault, live)
             t2 = time.perf_counter()
             method.record(result.status, t2 - t0)
-            if obs is not None:
-                self._tell(obs, Call(method.name, method.what, args), result.status, Timings(t0, t1, t2), result)
+            if obs is not None and call is not None:
+                self._tell(obs, call, result.status, Timings(t0, t1, t2), result)
             return result
         finally:
             self.lifecycle.leave()
