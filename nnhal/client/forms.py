@@ -281,7 +281,10 @@ def execute_steps(
 
 
 def execute(remote: RemoteSession, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult:
-    """:func:`execute_steps` driven by the sync session."""
+    """:func:`execute_steps` driven by the sync session. A 1.3 form that is not recorded is its
+    one ``calls.Execute`` step, handed to the session directly (what driving it does)."""
+    if remote.recorder is None and level_of(remote) >= V.V1_3:
+        return remote.execute(handle, request, options)
     return remote.run(execute_steps(remote, handle, request, options))
 
 

@@ -22,13 +22,16 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, FencedExecutionInfo, OperationTiming, OutputShape, PoolData, Timing
 
+#: The timing of an execution that was not measured: one shared value (Timing is frozen).
+_NOT_MEASURED = Timing()
+
 
 @dataclass
 class ExecutionOutcome:
     status: ErrorStatus
     message: str = ""
     output_shapes: tuple[OutputShape, ...] = ()
-    timing: Timing = field(default_factory=Timing)
+    timing: Timing = _NOT_MEASURED
     #: Returned contents of inline pools that hold outputs, by pool index.
     output_pools: dict[int, PoolData] = field(default_factory=dict)
     #: Decoded outputs (``execute`` / ``execute_async`` only).
@@ -38,7 +41,7 @@ class ExecutionOutcome:
     #: Every operation run, in order, when profiled (``nnhal.client.timeline`` draws it).
     timeline: tuple[OperationTiming, ...] = ()
     #: Fenced executions only: the timing up to launch (``timing`` is up to the fence's signal).
-    timing_launched: Timing = field(default_factory=Timing)
+    timing_launched: Timing = _NOT_MEASURED
     #: Fenced executions only: whether the fence has signalled.
     signalled: bool = False
     #: AIDL forms only: the Timing as the device sent it (nanoseconds, -1 when not available);
@@ -62,7 +65,7 @@ class ExecutionOutcome:
             output_shapes=result.output_shapes,
             timing=result.timing,
             output_pools=result.output_pools,
-            profile=[(p.operation, p.count, p.total_us) for p in result.profile],
+            profile=[(p.operation, p.count, p.total_us) for p in result.profile] if result.profile else [],
             timeline=result.timeline,
         )
 

@@ -352,20 +352,21 @@ def _args_from(args: Sequence[pb.RequestArgument]) -> tuple[RequestArgument, ...
     return seen
 
 
-def _request_pool_from(msg: pb.MemoryPool, index: int) -> MemoryPool:
-    if msg.WhichOneof("pool") == "inline":  # the common case first, with no message formatted
-        inline = msg.inline
-        data = inline.data
-        return InlinePool(data, max(inline.size, len(data)))
-    return pool_from(msg, f"request pool {index}")
-
-
 def request_from(msg: pb.Request) -> Request:
-    return Request(
-        inputs=_args_from(msg.inputs),
-        outputs=_args_from(msg.outputs),
-        pools=tuple(_request_pool_from(p, i) for i, p in enumerate(msg.pools)),
-    )
+    return Request(_args_from(msg.inputs), _args_from(msg.outputs), _request_pools_from(msg.pools))
+
+
+def _request_pools_from(msgs: Sequence[pb.MemoryPool]) -> tuple[MemoryPool, ...]:
+    pools: list[MemoryPool] = []
+    for i, p in enumerate(msgs):
+        if p.HasField("inline"):  # the common case first, with no message formatted
+            inline = p.inline
+            data = inline.data
+            size = inline.size
+            pools.append(InlinePool(data, size if size > len(data) else len(data)))
+        else:
+            pools.append(pool_from(p, f"request pool {i}"))
+    return tuple(pools)
 
 
 # -- results ---------------------------------------------------------------------
@@ -443,10 +444,16 @@ def _output_pools_to(pools: dict[int, PoolData], out: Any) -> None:
 
 def execution_result_to(result: ExecutionResult, msg: spb.ExecuteResult | None = None) -> spb.ExecuteResult:
     msg = spb.ExecuteResult() if msg is None else msg
-    status_to(msg, result.status, result.message)
+    if result.status or result.message:  # a success leaves both at their defaults
+        status_to(msg, result.status, result.message)
     output_shapes_to(result.output_shapes, msg.output_shapes)
     timing_to(result.timing, msg.timing)
-    _output_pools_to(result.output_pools, msg.output_pools)
+    pools = result.output_pools
+    if len(pools) == 1:  # the common case: one output pool, nothing to sort
+        for index, data in pools.items():
+            msg.output_pools.add(pool_index=index, data=bytes(data))
+    else:
+        _output_pools_to(pools, msg.output_pools)
     for p in result.profile:
         msg.profile.add(operation=p.operation, count=p.count, total_us=p.total_us)
     for t in result.timeline:

@@ -312,10 +312,10 @@ class QueueServer:
     for the GIL. Any other packet goes to a worker (``submit``), which then answers the
     rest of that queue's waiting packets and hands the queue back. A quick packet that
     turns out slow holds the other queues up by that one execution (by two for a queue's
-    first slow ones), after which its queue's packets go to workers. Answers written on
-    this thread are rung once every queue one wait reported has had its turn: a client woken
-    by a doorbell is often put on the waker's core, and ringing it at once would hand that
-    core to it while other queues' packets wait. The thread exists
+    first slow ones), after which its queue's packets go to workers. While several queues are
+    served, the answers written on this thread are rung once every queue one wait reported
+    has had its turn: a client woken by a doorbell is often put on the waker's core, and
+    ringing it at once would hand that core to it while the other queues' packets wait. The thread exists
     while a queue is served (started at the first, ending with the last). A queue ends
     once it is stopping (``FastQueue.stop``, the client's STOP, a protocol violation): it
     leaves the set and its ``ended`` is called, on whichever thread held it, after which
@@ -329,6 +329,9 @@ class QueueServer:
         self._epoll: select.epoll | None = None
         self._wake: tuple[int, int] | None = None
         self._thread: threading.Thread | None = None
+        #: Whether the serving thread rings the clients after the batch (more than one queue
+        #: is served). Only that thread reads or writes it.
+        self._batched = False
 
     @property
     def queues(self) -> int:
@@ -366,6 +369,9 @@ class QueueServer:
                     self._close_epoll()
                     return
             rings: list[_Served] = []
+            # A sole queue's client is rung at once (nobody else's packets wait; its next packet,
+            # should it come while this thread is still in the turn, is answered in that turn).
+            self._batched = len(self._served) > 1
             for fd, _events in epoll.poll():
                 served = self._served.get(fd)
                 if served is None:  # the wake pipe
@@ -435,8 +441,9 @@ class QueueServer:
                 if handed is None and not quick:
                     return packet
             t0 = time.perf_counter_ns()
-            queue.answer(*handle(*packet), refuse, handed is not None)
-            served.unrung = handed is None
+            batched = handed is None and self._batched
+            queue.answer(*handle(*packet), refuse, not batched)
+            served.unrung = served.unrung or batched
             # Slow after two slow packets in a row: one preempted packet of a loaded machine
             # alone does not send a small model's queue to the workers.
             served.slow = served.slow + 1 if time.perf_counter_ns() - t0 >= INLINE_MAX_NS else 0

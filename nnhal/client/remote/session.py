@@ -50,6 +50,8 @@ from nnhal.core.types import (
 )
 from nnhal.proto import service_pb2 as spb
 
+_SYNC = "executeSynchronously_1_3"
+
 T = TypeVar("T")
 
 
@@ -181,7 +183,10 @@ class RemoteSession(SessionChannel):
             result = self._execute_streamed(handle, request, options)
             if result is not None:
                 return result
-        return self.run(calls.execute(self._session_id, handle, request, options))
+        # ``calls.execute``'s one step, made here without driving a generator for it.
+        msg, timeout = self._execute_message(handle, request, options)
+        answer = self.unary(self._stubs.prepared_model.executeSynchronously_1_3, msg, _SYNC, timeout)
+        return wire.execution_result_from(answer)
 
     #: False once the server answered that it has no StreamedExecution service (an older server).
     _streams = True

@@ -61,7 +61,7 @@ def within_limit(answer: ExecutionResult | FencedExecutionInfo, limit: int) -> E
     """``answer``, or — when its output pools carry more than ``limit`` bytes — its
     INVALID_ARGUMENT refusal. Measured on the canonical answer (lengths of bytes, free),
     not on a message."""
-    size = sum(len(data) for data in answer.output_pools.values())
+    size = sum(map(len, answer.output_pools.values()))
     if size <= limit:
         return answer
     refused = Refused(

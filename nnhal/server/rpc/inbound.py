@@ -90,6 +90,55 @@ class _Held:
     released: bool = False
 
 
+@dataclass(eq=False, slots=True)
+class _Read:
+    """One read in progress: when it expires, and the task to end then (None once done)."""
+
+    deadline: float
+    task: asyncio.Task[Any] | None
+    expired: bool = False
+
+
+class _ReadClock:
+    """The deadlines of the reads in progress on one event loop. Every read gets the same
+    time, so reads expire in the order they started: one timer, armed for the oldest read
+    still open, stands for all of them. (A timer per read, ``asyncio.timeout``, costs every
+    call a timer handle pushed on the loop's heap and its cancellation.) Loop-only."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        self.loop = loop
+        self._seconds = seconds
+        self._reads: collections.deque[_Read] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> _Read:
+        """A read of the current task starting now: the task is cancelled (and the read marked
+        ``expired``) if it has not ``finish``ed within the clock's time."""
+        read = _Read(self.loop.time() + self._seconds, asyncio.current_task())
+        self._reads.append(read)
+        if self._timer is None:
+            self._timer = self.loop.call_at(read.deadline, self._expire)
+        return read
+
+    def finish(self, read: _Read) -> None:
+        read.task = None
+        reads = self._reads
+        while reads and reads[0].task is None:
+            reads.popleft()
+
+    def _expire(self) -> None:
+        self._timer = None
+        reads, now = self._reads, self.loop.time()
+        while reads and (reads[0].task is None or reads[0].deadline <= now):
+            read = reads.popleft()
+            if read.task is not None:
+                read.expired = True
+                read.task.cancel()
+                read.task = None
+        if reads:
+            self._timer = self.loop.call_at(reads[0].deadline, self._expire)
+
+
 @dataclass
 class _Writer:
     """One connection's large answers: written one at a time; ``stalled`` once one was not
@@ -117,8 +166,12 @@ class Inbound:
         read_bytes: int = 0,
         read_timeout: float = READ_TIMEOUT_S,
         write_timeout: float = WRITE_TIMEOUT_S,
+        verified: bool = True,
     ) -> None:
+        """``verified``: whether a connection may carry a verified client certificate (mTLS);
+        without, a call's bytes are its connection's and its auth context is never read."""
         self.receive_cap = max(1, receive_cap)
+        self.verified = verified
         self.per_client = per_client
         self.budget = budget
         #: What one read holds at most, until its message is parsed (module docstring).
@@ -127,6 +180,7 @@ class Inbound:
         self.read_bytes = max(self.place, read_bytes)
         self.read_timeout = read_timeout
         self.write_timeout = write_timeout
+        self._clock: _ReadClock | None = None
         self._reading = 0
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._clients: dict[str, _Client] = {}
@@ -177,11 +231,7 @@ class Inbound:
         parsed)."""
         await self._read_place()
         try:
-            read: object = None
-            try:
-                read = await _within(context.read(), self.read_timeout)
-            except asyncio.TimeoutError:  # the builtin TimeoutError from 3.11; asyncio's before
-                pass
+            read = await self._read(context)
             if read is None:
                 await context.abort(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -193,7 +243,8 @@ class Inbound:
             raw: bytes = read
             del read
             nbytes = len(raw)
-            refusal = self._hold(_client_of(context), nbytes, context)
+            client = stream_client(context) if self.verified else context.peer() or ""
+            refusal = self._hold(client, nbytes, context)
             failure: str | None = None
             message: Any = None
             if refusal is None:
@@ -215,6 +266,28 @@ class Inbound:
         if failure is not None:
             await context.abort(grpc.StatusCode.INTERNAL, failure)
         return message
+
+    async def _read(self, context: aio.ServicerContext[Any, Any]) -> object:
+        """The call's next message (``context.read()``), None when it did not arrive within
+        ``read_timeout`` (the call's own cancellation is raised)."""
+        loop = asyncio.get_running_loop()
+        clock = self._clock
+        if clock is None or clock.loop is not loop:
+            clock = self._clock = _ReadClock(loop, self.read_timeout)
+        pending = clock.start()
+        try:
+            return await context.read()
+        except asyncio.CancelledError:
+            if not pending.expired:
+                raise
+            # The clock's cancellation, taken back (as ``asyncio.timeout`` does); another one
+            # arriving meanwhile (the transport's) is kept.
+            uncancel = getattr(asyncio.current_task(), "uncancel", None)
+            if uncancel is not None and uncancel() > 0:
+                raise
+            return None
+        finally:
+            clock.finish(pending)
 
     # -- holding -----------------------------------------------------------------------
     def _hold(self, key: str, nbytes: int, context: aio.ServicerContext[Any, Any]) -> str | None:
@@ -354,11 +427,6 @@ async def _within(step: Awaitable[Any], seconds: float) -> Any:
         async with asyncio.timeout(seconds):
             return await step
     return await asyncio.wait_for(step, seconds)  # pragma: no cover - Python 3.10
-
-
-def _client_of(context: aio.ServicerContext[Any, Any]) -> str:
-    """Whose bytes these are: the verified identity with mTLS, else the connection."""
-    return stream_client(context)
 
 
 def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.RpcMethodHandler:

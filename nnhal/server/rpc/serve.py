@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import os
 import signal
@@ -208,6 +209,7 @@ class Server:
             base.memory_per_client,
             self.driver.budget,
             read_bytes=base.memory_total // READ_SHARE,
+            verified=options.tls is not None and options.tls.client_ca is not None,
         )
         self.metrics = Metrics(self.drivers)
         #: The one owner of each device's HAL calls, handed to every servicer of the device.
@@ -424,6 +426,11 @@ def run_forever(options: ServerOptions) -> None:
     configure_allocator()
     server = Server(options)
     server.start()
+    # What start made (modules, protobuf descriptors, devices) lives as long as the process:
+    # out of the collector's generations, a full collection (the trimmer's, or one the
+    # allocations trigger, both holding the GIL and so stalling every execution thread) walks
+    # only what calls made since.
+    gc.freeze()
     done, hurry = threading.Event(), threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:

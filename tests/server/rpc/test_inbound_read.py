@@ -79,3 +79,27 @@ def test_a_cancelled_read_is_a_cancellation_not_a_timeout() -> None:
     asyncio.run(asyncio.wait_for(main(), 10))
     assert ctx.aborted is None
     assert inbound.held == 0
+
+
+def test_reads_expire_in_turn_on_one_clock() -> None:
+    """A read that finished in time leaves the next one its own full time (the clock re-arms
+    for it), and that one still expires when its time is up."""
+    inbound = Inbound(1024, read_timeout=0.2)
+    quick, slow = FakeContext(0.05), FakeContext(5.0)
+
+    async def late_slow() -> object:
+        await asyncio.sleep(0.1)
+        return await inbound.receive(slow)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        started = asyncio.get_running_loop().time()
+        late = asyncio.ensure_future(late_slow())
+        assert await inbound.receive(quick) == b"abc"  # type: ignore[arg-type]
+        with pytest.raises(Aborted):
+            await late
+        # Not before its own 0.2 s (started at 0.1 s).
+        assert asyncio.get_running_loop().time() - started >= 0.29
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert quick.aborted is None
+    assert slow.aborted is not None and slow.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
