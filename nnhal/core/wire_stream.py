@@ -14,13 +14,21 @@ every chunk written at its offset; a stream carries at most as many chunk bytes 
 pools declare. Anything else is INVALID_ARGUMENT naming what was wrong (a server's
 answer breaking them is the client's GENERAL_FAILURE). Stateless functions; an
 :class:`Assembler` belongs to one stream.
+
+The chunk messages skip protobuf's message objects on both sides (:func:`parser`,
+:func:`write_part`): a received chunk in the form a protobuf writer gives it (the ``chunk``
+field alone; ``PoolChunk``'s fields in order, each at most once, nothing else; varints of
+at most the bytes their types need) is read in place as a :class:`Chunk` whose ``data`` is
+a view of the received bytes, and a :class:`Chunk` to send is written as its header and
+data joined once. Any other encoding is parsed by protobuf as before, so every stream means
+what it meant (and undecodable bytes fail as they did); the readers take either form.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -36,7 +44,106 @@ CHUNK_BYTES = 1 << 20
 #: choice; below it one message costs no more than a stream).
 STREAM_MIN_BYTES = 2 << 20
 
-M = TypeVar("M")
+#: Tags (field number << 3 | wire type): the ``chunk`` of a stream's message (field 2,
+#: length-delimited), and ``PoolChunk``'s ``pool_index`` (1, varint), ``offset`` (2,
+#: varint) and ``data`` (3, length-delimited).
+_CHUNK_TAG, _INDEX_TAG, _OFFSET_TAG, _DATA_TAG = 0x12, 0x08, 0x10, 0x1A
+_U32, _U64 = 1 << 32, 1 << 64
+
+
+class Chunk(NamedTuple):
+    """A ``PoolChunk`` without its protobuf message: ``data`` is a view of the received
+    message's bytes (read) or of the pool's (to write)."""
+
+    pool_index: int
+    offset: int
+    data: PoolData
+
+
+def _varint(raw: bytes, pos: int, most: int) -> tuple[int, int]:
+    """(value, position after it) of the varint at ``pos`` of at most ``most`` bytes;
+    (-1, pos) when it is longer or runs past the end."""
+    value = shift = 0
+    for i in range(pos, min(pos + most, len(raw))):
+        byte = raw[i]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, i + 1
+        shift += 7
+    return -1, pos
+
+
+def read_chunk(raw: bytes) -> Chunk | None:
+    """The chunk ``raw`` (a serialized stream message) carries when it is in the form a
+    protobuf writer gives it (module docstring), with the fields protobuf's parser would
+    read; None for any other bytes, which only protobuf's parser may judge. Reads every
+    length and varint within ``raw``."""
+    end = len(raw)
+    if end < 2 or raw[0] != _CHUNK_TAG:
+        return None
+    length, pos = _varint(raw, 1, 5)
+    if length < 0 or pos + length != end:  # the chunk field is the whole message
+        return None
+    index = offset = 0
+    if pos < end and raw[pos] == _INDEX_TAG:
+        index, pos = _varint(raw, pos + 1, 5)
+        if not 0 <= index < _U32:  # protobuf would truncate a larger value: its parser decides
+            return None
+    if pos < end and raw[pos] == _OFFSET_TAG:
+        offset, pos = _varint(raw, pos + 1, 10)
+        if not 0 <= offset < _U64:
+            return None
+    start = end
+    if pos < end and raw[pos] == _DATA_TAG:
+        length, start = _varint(raw, pos + 1, 5)
+        if length < 0 or start + length != end:
+            return None
+        pos = end
+    if pos != end:  # a field out of order, repeated, unknown or of another wire type
+        return None
+    return Chunk(index, offset, memoryview(raw)[start:end])
+
+
+def parser(message: Callable[[], Any]) -> Callable[[bytes], Any]:
+    """A deserializer of ``message`` (``StreamedExecuteRequest`` or ``StreamedExecuteResult``)
+    giving a :class:`Chunk` for a chunk in the usual encoding and the parsed message for
+    anything else (protobuf's DecodeError for undecodable bytes)."""
+    from_string: Callable[[bytes], Any] = message.FromString  # type: ignore[attr-defined]
+
+    def parse(raw: bytes) -> Any:
+        chunk = read_chunk(raw)
+        return from_string(raw) if chunk is None else chunk
+
+    return parse
+
+
+def _put_varint(out: bytearray, value: int) -> None:
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def write_part(part: Any) -> bytes:
+    """The serializer matching :func:`parser`: a :class:`Chunk` as the ``chunk`` of a stream's
+    message, fields at their defaults left out as protobuf leaves them; a message serialized."""
+    if not isinstance(part, Chunk):
+        return bytes(part.SerializeToString())
+    index, offset, data = part
+    size = len(data)
+    body = bytearray()
+    if index:
+        body.append(_INDEX_TAG)
+        _put_varint(body, index)
+    if offset:
+        body.append(_OFFSET_TAG)
+        _put_varint(body, offset)
+    if size:
+        body.append(_DATA_TAG)
+        _put_varint(body, size)
+    head = bytearray((_CHUNK_TAG,))
+    _put_varint(head, len(body) + size)
+    return b"".join((head, body, data))
 
 
 def split_pools(pools: Mapping[int, PoolData]) -> tuple[dict[int, PoolData], dict[int, PoolData]]:
@@ -77,18 +184,22 @@ def split_result(result: ExecutionResult) -> tuple[ExecutionResult, dict[int, Po
     return (replace(result, output_pools=kept) if chunked else result), chunked
 
 
-def chunks(make: Callable[[], M], pools: Mapping[int, PoolData]) -> Iterator[M]:
-    """``make()`` messages whose ``chunk`` carries ``pools``, filled in place (a message built
-    with ``chunk=PoolChunk(...)`` would copy the chunk once more)."""
+def chunks(pools: Mapping[int, PoolData]) -> Iterator[Chunk]:
+    """The chunks carrying ``pools``, views of their data (written by :func:`write_part`)."""
     for index, data in pools.items():
         view = memoryview(data).cast("B")
         for offset in range(0, len(view), CHUNK_BYTES):
-            msg = make()
-            chunk = msg.chunk  # type: ignore[attr-defined]
-            chunk.pool_index = index
-            chunk.offset = offset
-            chunk.data = view[offset : offset + CHUNK_BYTES].tobytes()
-            yield msg
+            yield Chunk(index, offset, view[offset : offset + CHUNK_BYTES])
+
+
+def chunk_of(part: Any, what: str) -> Any:
+    """The chunk a stream's message carries (a :class:`Chunk`, or a message's ``PoolChunk``);
+    InvalidArgument(``what``) for a message carrying something else."""
+    if isinstance(part, Chunk):
+        return part
+    if part.WhichOneof("part") != "chunk":
+        raise InvalidArgument(what)
+    return part.chunk
 
 
 class Assembler:
@@ -142,7 +253,7 @@ class RequestReader:
     server's stream): made with the first message, ``add`` each later one, then ``finish``."""
 
     def __init__(self, first: Any) -> None:
-        if first is None or first.WhichOneof("part") != "head":
+        if first is None or isinstance(first, Chunk) or first.WhichOneof("part") != "head":
             raise InvalidArgument("a streamed execution must start with its head (the ExecuteRequest)")
         self.head: spb.ExecuteRequest = first.head
         self._request = wire.request_from(self.head.request)
@@ -155,9 +266,7 @@ class RequestReader:
         self._assembler = Assembler({i: p.size for i, p in inline.items()}, {i: p.data for i, p in inline.items()})
 
     def add(self, msg: Any) -> None:
-        if msg.WhichOneof("part") != "chunk":
-            raise InvalidArgument("a streamed execution has one head, then only chunks")
-        self._assembler.add(msg.chunk)
+        self._assembler.add(chunk_of(msg, "a streamed execution has one head, then only chunks"))
 
     def finish(self) -> tuple[spb.ExecuteRequest, Request]:
         request, filled = self._request, self._assembler.pools()
@@ -174,14 +283,14 @@ class RequestReader:
 def request_messages(head: spb.ExecuteRequest, chunked: Mapping[int, PoolData]) -> Iterator[Any]:
     """The request: ``head`` (built from ``split_request``'s request), then the chunks."""
     yield stpb.StreamedExecuteRequest(head=head)
-    yield from chunks(stpb.StreamedExecuteRequest, chunked)
+    yield from chunks(chunked)
 
 
 def read_result(messages: Iterator[Any], request: Request) -> ExecutionResult:
     """The result with its output pools reassembled; InvalidArgument when the answer breaks
     the rules (an output pool the request has no inline pool for, a chunk out of range)."""
     first = next(messages, None)
-    if first is None or first.WhichOneof("part") != "head":
+    if first is None or isinstance(first, Chunk) or first.WhichOneof("part") != "head":
         raise InvalidArgument("the streamed answer did not start with its head (the ExecuteResult)")
     result = wire.execution_result_from(first.head)
     announced = [i for i, data in result.output_pools.items() if not len(data)]
@@ -193,9 +302,7 @@ def read_result(messages: Iterator[Any], request: Request) -> ExecutionResult:
         sizes[i] = pool.size
     assembler = Assembler(sizes)
     for msg in messages:
-        if msg.WhichOneof("part") != "chunk":
-            raise InvalidArgument("the streamed answer has one head, then only chunks")
-        assembler.add(msg.chunk)
+        assembler.add(chunk_of(msg, "the streamed answer has one head, then only chunks"))
     filled = assembler.pools()
     if not filled:
         return result

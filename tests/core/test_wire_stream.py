@@ -44,6 +44,11 @@ def _client_stream(request: Request) -> Iterator[Any]:
     return wire_stream.request_messages(_head(head_request), chunked)
 
 
+def _kind(part: Any) -> str:
+    """What a received part is: a chunk read in place, or what its message carries."""
+    return "chunk" if isinstance(part, wire_stream.Chunk) else str(part.WhichOneof("part"))
+
+
 def _chunk(index: int, offset: int, data: bytes) -> stpb.StreamedExecuteRequest:
     return stpb.StreamedExecuteRequest(chunk=stpb.PoolChunk(pool_index=index, offset=offset, data=data))
 
@@ -53,8 +58,9 @@ def test_a_large_pool_travels_in_chunks_and_arrives_whole() -> None:
     request = _request(data)
     head_request, chunked = wire_stream.split_request(request)
     assert head_request.pools[0] == InlinePool(b"", BIG) and list(chunked) == [0]
-    messages = list(wire_stream.request_messages(_head(head_request), chunked))
-    assert [m.WhichOneof("part") for m in messages] == ["head", "chunk", "chunk", "chunk"]
+    parse = wire_stream.parser(stpb.StreamedExecuteRequest)
+    messages = [parse(wire_stream.write_part(m)) for m in wire_stream.request_messages(_head(head_request), chunked)]
+    assert [_kind(m) for m in messages] == ["head", "chunk", "chunk", "chunk"]
     head, got = wire_stream.read_request(iter(messages))
     assert head.session == "s" and got.pools[0] == InlinePool(data, BIG)
     assert got.pools[1:] == request.pools[1:]  # small and shared pools as they were
@@ -116,15 +122,16 @@ def test_declared_sizes_over_the_inline_limit_are_refused_before_any_allocation(
 def _answer(result: ExecutionResult) -> list[Any]:
     kept, chunked = wire_stream.split_result(result)
     head = stpb.StreamedExecuteResult(head=wire.execution_result_to(kept))
-    return [head, *wire_stream.chunks(stpb.StreamedExecuteResult, chunked)]
+    return [head, *wire_stream.chunks(chunked)]
 
 
 def test_a_large_output_pool_comes_back_in_chunks() -> None:
     out = np.arange(BIG // 4, dtype=np.float32).tobytes()
     request = Request((), (), (InlinePool(b"in", 2), InlinePool(b"", len(out)), InlinePool(b"", 8)))
     result = ExecutionResult(ErrorStatus.NONE, output_pools={1: out, 2: b"12345678"})
-    messages = _answer(result)
-    assert [m.WhichOneof("part") for m in messages] == ["head", "chunk", "chunk", "chunk"]
+    parse = wire_stream.parser(stpb.StreamedExecuteResult)
+    messages = [parse(wire_stream.write_part(m)) for m in _answer(result)]
+    assert [_kind(m) for m in messages] == ["head", "chunk", "chunk", "chunk"]
     got = wire_stream.read_result(iter(messages), request)
     assert got.output_pools == {1: out, 2: b"12345678"} and got.status == ErrorStatus.NONE
 

@@ -17,7 +17,7 @@ import pytest
 from nnhal.client.device import Device
 from nnhal.client.remote import RemoteSession
 from nnhal.client.remote.transport import DEATH_DETECTION_BOUND_S
-from nnhal.core import wire_stream
+from nnhal.core import wire, wire_stream
 from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.errors import DeadObject, HalError
@@ -102,6 +102,49 @@ def test_a_malformed_stream_is_invalid_argument_and_the_server_serves_on(device:
         assert "whose size is 64" in answer[0].head.message
         x = np.ones((2, 4), np.float32)
         np.testing.assert_array_equal(pm.execute([x, x]).outputs[0], x * 2)
+
+
+class _Raw:
+    """Bytes the client's serializer sends as they are (a message it serializes)."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def SerializeToString(self) -> bytes:
+        return self.raw
+
+
+def _field(tag: int, body: bytes) -> bytes:
+    assert len(body) < 0x80
+    return bytes((tag, len(body))) + body
+
+
+def test_chunks_in_any_encoding_mean_what_protobuf_says_and_garbage_is_refused(device: Device) -> None:
+    remote = device._remote
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    data = x.tobytes()
+    with device.prepare_model_sync(_identity((4, 4))) as pm:
+
+        def run(*chunks: bytes) -> spb.ExecuteResult:
+            head = spb.ExecuteRequest(session=remote.session_id, prepared_model=pm.handle)
+            request = one_io_request(x)
+            wire.request_to(
+                Request(request.inputs, request.outputs, (InlinePool(b"", 64), InlinePool(b"", 64))), head.request
+            )
+            parts = [stpb.StreamedExecuteRequest(head=head), *(_Raw(c) for c in chunks)]
+            answer = list(remote.stubs.streamed.executeStreamed(iter(parts), timeout=30))
+            assert len(answer) == 1
+            return answer[0].head
+
+        # fields out of order, an unknown field: parsed by protobuf, served as ever
+        odd = _field(0x12, _field(0x1A, data[32:]) + b"\x10\x20" + b"\x78\x07")
+        usual = stpb.StreamedExecuteRequest(chunk=stpb.PoolChunk(offset=0, data=data[:32])).SerializeToString()
+        done = run(odd, usual)
+        assert done.status == ErrorStatus.NONE
+        assert wire.execution_result_from(done).output_pools[1] == data
+        refused = run(usual, b"\x12\x05\x08")  # a length past the end
+        assert refused.status == ErrorStatus.INVALID_ARGUMENT and "could not be decoded" in refused.message
+        np.testing.assert_array_equal(pm.execute([x]).outputs[0], x)  # the server serves on
 
 
 class _Unimplemented(grpc.RpcError):

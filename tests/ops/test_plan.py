@@ -746,3 +746,20 @@ def test_a_static_step_reads_what_a_declining_kernel_left_to_the_general_loop() 
     graph.main.steps[0].fast = lambda args, buffers: None
     np.testing.assert_array_equal(graph.run([value])[0], expected)
     assert _static(graph) == [False, True, False]
+
+
+def test_static_steps_read_a_bound_result_that_came_in_a_new_array() -> None:
+    """A bound kernel that answers in a new array instead of its buffer still leaves its value
+    where the static steps after it read it."""
+    b = ModelBuilder()
+    _between_copies(b, (2, 12), Op.TANH, lambda x: [x])
+    graph = _graph(b.build())
+    (first,) = _inputs(graph.model, 1)
+    graph.run([first])  # the buffers hold this run's values
+    step = graph.main.steps[0]
+    fast = step.fast
+    assert fast is not None
+    step.fast = lambda args, buffers: fast(args, [None])
+    (second,) = _inputs(graph.model, 2)
+    np.testing.assert_array_equal(graph.run([second])[0], _general(graph, [second]))
+    assert _static(graph) == [False, True, False]

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import grpc
 
+from nnhal.core import wire_stream
 from nnhal.core.errors import (
     DeadObject,
     GeneralFailure,
@@ -56,7 +57,7 @@ from nnhal.proto import (
     fastpath_pb2_grpc as fpgrpc,
     hidl_pb2_grpc as hgrpc,
     service_pb2_grpc as sgrpc,
-    streamed_pb2_grpc as stgrpc,
+    streamed_pb2 as stpb,
 )
 
 #: Seconds for calls with no HAL deadline: generous, but never unbounded.
@@ -243,4 +244,19 @@ class Stubs:
         self.execution = agrpc.ExecutionStub(channel)
         self.burst = agrpc.BurstStub(channel)
         self.fast_path = fpgrpc.FastPathStub(channel)
-        self.streamed = stgrpc.StreamedExecutionStub(channel)
+        self.streamed = StreamedStub(channel)
+
+
+class StreamedStub:
+    """``StreamedExecutionStub`` with ``wire_stream``'s (de)serializers: a chunk to send is
+    a view of the pool joined once with its header, a chunk received a view of the received
+    bytes; the same messages on the wire."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        service = stpb.DESCRIPTOR.services_by_name["StreamedExecution"].full_name
+        self.executeStreamed = channel.stream_stream(
+            f"/{service}/executeStreamed",
+            request_serializer=wire_stream.write_part,
+            response_deserializer=wire_stream.parser(stpb.StreamedExecuteResult),
+            _registered_method=True,
+        )

@@ -30,10 +30,10 @@ from nnhal.proto import (
     fastpath_pb2_grpc as fpgrpc,
     service_pb2 as spb,
     service_pb2_grpc as sgrpc,
-    streamed_pb2_grpc as stgrpc,
 )
 from nnhal.server.driver import Driver
 from nnhal.server.executions import Executions
+from nnhal.server.rpc import streamed_servicer
 from nnhal.server.rpc.buffer_servicer import BufferServicer
 from nnhal.server.rpc.device_servicer import DeviceServicer
 from nnhal.server.rpc.fastpath_servicer import FastPathServicer
@@ -53,7 +53,7 @@ def _add_servicers(server: Any, executions: Executions, fast_path: bool, devices
     sgrpc.add_DeviceServicer_to_server(DeviceServicer(executions, devices, fast_path), server)
     sgrpc.add_PreparedModelServicer_to_server(PreparedModelServicer(executions), server)
     fpgrpc.add_FastPathServicer_to_server(FastPathServicer(executions, fast_path), server)
-    stgrpc.add_StreamedExecutionServicer_to_server(StreamedExecutionServicer(executions), server)
+    streamed_servicer.add_to_server(StreamedExecutionServicer(executions), server)
     sgrpc.add_FencedExecutionCallbackServicer_to_server(FencedExecutionCallbackServicer(executions), server)
     sgrpc.add_BufferServicer_to_server(BufferServicer(executions), server)
     add_method_forms(server, executions)  # the HIDL 1.0-1.2 and AIDL method forms

@@ -13,6 +13,10 @@ loop: the chunks are taken in as they arrive (no thread waits on a slow sender),
 execution runs on a worker thread. An open stream counts among the long-lived calls of its
 connection (``executions.LongCalls``, kind ``streamed execution``): past the cap the head says
 RESOURCE_EXHAUSTED_TRANSIENT.
+
+The method is served with ``wire_stream``'s own (de)serializers (:func:`add_to_server`): a
+chunk arrives as a view of the received bytes and is copied once, into its pool; a chunk of
+the answer is a view of the output pool, joined once with its header.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
@@ -46,6 +51,10 @@ SYNC_METHOD = "executeSynchronously_1_3"
 ARRIVING = "request data arriving"
 
 
+_ONLY_CHUNKS = "a streamed execution has one head, then only chunks"
+SERVICE = stpb.DESCRIPTOR.services_by_name["StreamedExecution"].full_name
+
+
 def _head(refused: Refused) -> stpb.StreamedExecuteResult:
     """The one message answering a refused stream."""
     return stpb.StreamedExecuteResult(head=status_to(spb.ExecuteResult(), refused))
@@ -60,11 +69,11 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
     @hal_method(METHOD, timer="execute", fault=SYNC_METHOD, gate=SYNC_METHOD, transport="streamed")
     async def executeStreamed(
         self,
-        request_iterator: AsyncIterator[stpb.StreamedExecuteRequest],
+        request_iterator: AsyncIterator[stpb.StreamedExecuteRequest | wire_stream.Chunk],
         context: aio.ServicerContext[Any, Any],
         m: Method,
         arrival: Arrival | None,
-    ) -> AsyncIterator[stpb.StreamedExecuteResult]:
+    ) -> AsyncIterator[stpb.StreamedExecuteResult | wire_stream.Chunk]:
         x = self.executions
         t0 = time.perf_counter()
         try:
@@ -101,7 +110,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                     )
                 async for part in parts:
                     # Every chunk is charged to its session before it is kept (DESIGN.md §5).
-                    nbytes = len(part.chunk.data)
+                    nbytes = len(wire_stream.chunk_of(part, _ONLY_CHUNKS).data)
                     budget.charge(session, nbytes, ARRIVING)
                     charged += nbytes
                     reader.add(part)
@@ -146,7 +155,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                 return
             try:
                 yield stpb.StreamedExecuteResult(head=wire.execution_result_to(kept))
-                for chunk in wire_stream.chunks(stpb.StreamedExecuteResult, large):
+                for chunk in wire_stream.chunks(large):
                     yield chunk
             finally:
                 del large
@@ -154,3 +163,16 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
         finally:
             give_back()
             leave()
+
+
+def add_to_server(servicer: StreamedExecutionServicer, server: Any) -> None:
+    """``add_StreamedExecutionServicer_to_server`` with ``wire_stream``'s (de)serializers
+    (module docstring): the same method, the same messages on the wire."""
+    handler = grpc.stream_stream_rpc_method_handler(
+        servicer.executeStreamed,
+        request_deserializer=wire_stream.parser(stpb.StreamedExecuteRequest),
+        response_serializer=wire_stream.write_part,
+    )
+    handlers = {METHOD: handler}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
