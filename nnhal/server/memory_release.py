@@ -32,9 +32,7 @@ at once) at its default of 128 KiB, so it is set beside it (:data:`TRIM_THRESHOL
 128 KiB every freed chunk of a large transfer went back to the kernel and the next transfer
 faulted it in afresh. ``malloc_trim`` returns the free top of the main heap only, not of the
 arenas glibc adds for threads, so the trim threshold is kept at the mmap threshold: the free
-top a trim cannot reach stays below it per arena. (Capping the arenas at two made a victim's
-small calls stall under the inline attack of ``tests/adversarial``, so the arenas are left
-to glibc.)
+top a trim cannot reach stays below it per arena. The number of arenas is left to glibc.
 """
 
 from __future__ import annotations
