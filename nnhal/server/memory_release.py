@@ -30,10 +30,9 @@ concurrent executions' memory resident far past what the budget charged. Fixing 
 threshold also fixes glibc's trim threshold (the free top of a heap that a ``free`` hands back
 at once) at its default of 128 KiB, so it is set beside it (:data:`TRIM_THRESHOLD`): at
 128 KiB every freed chunk of a large transfer went back to the kernel and the next transfer
-faulted it in afresh. ``malloc_trim``
-returns the free top of the main heap only, not of the arenas glibc adds for threads (up to 8
-per core), so the process has :data:`ARENAS` of them: the free top a trim cannot reach is one
-arena's :data:`TRIM_THRESHOLD` at most, and threads share fewer, less fragmented heaps.
+faulted it in afresh. ``malloc_trim`` returns the free top of the main heap only, not of the
+arenas glibc adds for threads, so the trim threshold is kept at the mmap threshold: the free
+top a trim cannot reach stays below it per arena. The number of arenas is left to glibc.
 """
 
 from __future__ import annotations
@@ -71,26 +70,20 @@ _TRIM = _malloc_trim()
 #: ``mallopt``'s parameters (glibc ``malloc.h``).
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
-_M_ARENA_MAX = -8
 #: Blocks of at least this many bytes are mapped on their own and unmapped when freed: above a
 #: stream's chunks (``wire_stream.CHUNK_BYTES``), which stay on the heaps (module docstring).
 MMAP_THRESHOLD = 4 << 20
 #: The free top of a heap that a ``free`` leaves in place for the next allocations (the trims
-#: give it back): twice the mmap threshold, the pair glibc's own adjustment keeps.
-TRIM_THRESHOLD = 2 * MMAP_THRESHOLD
-#: How many heaps (arenas) the threads share: the main heap, which a trim returns whole, and one more.
-ARENAS = 2
+#: give the main heap's back; a thread arena's stays, so it is kept small).
+TRIM_THRESHOLD = MMAP_THRESHOLD
 
 
-def configure_allocator(
-    mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_THRESHOLD, arenas: int = ARENAS
-) -> bool:
+def configure_allocator(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_THRESHOLD) -> bool:
     """Set glibc's allocator up for the process's life (module docstring): allocations of
     ``mmap_threshold`` bytes or more get a mapping of their own, freed at once (a fixed
     threshold: glibc no longer raises it after a large free, which kept the next large tensors
     and messages on the heaps); a ``free`` leaves up to ``trim_threshold`` bytes of free heap
-    top in place, so back-to-back transfers reuse warm pages (the trims give them back); the
-    threads share at most ``arenas`` heaps. Call it before the server's threads start. False
+    top in place, so back-to-back transfers reuse warm pages (the trims give them back). False
     where there is no ``mallopt`` (musl) or glibc refused a value."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
@@ -98,7 +91,7 @@ def configure_allocator(
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    settings = ((_M_MMAP_THRESHOLD, mmap_threshold), (_M_TRIM_THRESHOLD, trim_threshold), (_M_ARENA_MAX, arenas))
+    settings = ((_M_MMAP_THRESHOLD, mmap_threshold), (_M_TRIM_THRESHOLD, trim_threshold))
     return all([bool(mallopt(param, value)) for param, value in settings])
 
 
