@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,16 @@ SOAK = os.environ.get("NNHAL_SOAK", "") not in ("", "0")
 def soak(quick: int, full: int) -> int:
     """``quick`` in ``make test``, ``full`` under ``NNHAL_SOAK=1`` (the counts issue notes quoted)."""
     return full if SOAK else quick
+
+
+def until(predicate: Callable[[], object], what: str, bound_s: float = 10.0, step_s: float = 0.01) -> None:
+    """Poll ``predicate`` every ``step_s`` until it holds; AssertionError naming ``what`` once
+    ``bound_s`` passed (every wait of the suite bounded in time)."""
+    end = time.monotonic() + bound_s
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(step_s)
 
 
 @pytest.fixture(scope="session")

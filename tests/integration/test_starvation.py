@@ -46,7 +46,7 @@ from nnhal.server.executions.long_calls import (
 )
 from nnhal.server.executions.refusals import within_limit
 from nnhal.testing import LocalServer
-from tests.conftest import add_model, soak
+from tests.conftest import add_model, soak, until
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -68,10 +68,7 @@ def _add_request() -> Request:
 
 
 def _until(predicate: Any, what: str) -> None:
-    end = time.monotonic() + SETTLE_BOUND_S
-    while not predicate():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    until(predicate, what, SETTLE_BOUND_S, 0.05)
 
 
 def _timed(fn: Any) -> float:

@@ -21,6 +21,7 @@ from nnhal.core import fastpacket, fastring
 from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.server.fastpath import FastQueue, QueueServer
+from tests.conftest import until
 
 RING = 4 * fastring.MIN_RING_BYTES
 _BOUND_S = 10.0
@@ -106,14 +107,10 @@ def test_quick_packets_on_its_thread_others_on_workers_in_order(sock_dir: Path) 
         assert threads[b"a2"].startswith("worker")
         q1.stop()
         q2.stop()
-        end = time.monotonic() + _BOUND_S
-        while (server.queues or len(ended) < 2) and time.monotonic() < end:
-            time.sleep(0.01)
+        until(lambda: not server.queues and len(ended) >= 2, "both queues' ends", _BOUND_S)
         assert sorted(ended) == [0, 1] and server.queues == 0
         # The thread ends with the last queue.
-        end = time.monotonic() + _BOUND_S
-        while any(t.name == "nnhal-queues" for t in threading.enumerate()) and time.monotonic() < end:
-            time.sleep(0.01)
+        until(lambda: not any(t.name == "nnhal-queues" for t in threading.enumerate()), "the thread's end", _BOUND_S)
         assert not any(t.name == "nnhal-queues" for t in threading.enumerate())
 
 
@@ -132,9 +129,7 @@ def test_a_malformed_packet_is_refused_and_the_queue_serves_on(sock_dir: Path) -
         c.send(fastpacket.CALL, b"after")
         assert c.answers(1) == [b"after"]
         q.stop()
-        end = time.monotonic() + _BOUND_S
-        while not ended and time.monotonic() < end:
-            time.sleep(0.01)
+        until(lambda: ended, "the queue's end", _BOUND_S)
         assert ended == [True]
 
 
@@ -158,9 +153,7 @@ def test_a_queue_whose_packets_run_slow_goes_to_the_workers(sock_dir: Path) -> N
         # fast one brings the queue back, unless the machine's load made it slow too).
         assert where[:2] == ["nnhal-queues", "nnhal-queues"] and where[2].startswith("worker")
         q.stop()
-        end = time.monotonic() + _BOUND_S
-        while not ended and time.monotonic() < end:
-            time.sleep(0.01)
+        until(lambda: ended, "the queue's end", _BOUND_S)
         assert ended == [True]
 
 
@@ -200,7 +193,5 @@ def test_the_queues_one_wait_reported_are_answered_before_any_is_rung(sock_dir: 
         assert rung_before == {b"a": False, b"b": False}
         for q in (q0, q1, q2):
             q.stop()
-        end = time.monotonic() + _BOUND_S
-        while len(ended) < 3 and time.monotonic() < end:
-            time.sleep(0.01)
+        until(lambda: len(ended) >= 3, "the three queues' ends", _BOUND_S)
         assert sorted(ended) == [0, 1, 2]

@@ -16,16 +16,13 @@ import pytest
 from nnhal.core.enums import Priority
 from nnhal.core.errors import MissedDeadlineTransient, ResourceExhaustedTransient
 from nnhal.server.scheduler import Scheduler, Ticket
+from tests.conftest import until
 
 WAIT_S = 10.0
 
 
 def _until(predicate: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + WAIT_S
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.001)
+    until(predicate, what, WAIT_S, 0.001)
 
 
 class Waiters:
