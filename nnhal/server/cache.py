@@ -204,15 +204,15 @@ def _layout(body: bytes | memoryview) -> tuple[int, int, int, int] | None:
     return at, at + n_kind, n_model, cut
 
 
-def _artifact_at(prefix: bytes | memoryview) -> int | None:
-    """Where the artifact starts in a compiled cache beginning with ``prefix``; None when
-    ``prefix`` is too short to tell."""
+def _artifact_at(prefix: bytes | memoryview) -> tuple[int, int] | None:
+    """Where the artifact starts in a compiled cache beginning with ``prefix``, and the cut
+    recorded in it; None when ``prefix`` is too short to tell."""
     layout = _layout(memoryview(prefix)[_START:])
     if layout is None:
         return None
-    _, model_at, n_model, _ = layout
+    _, model_at, n_model, cut = layout
     end = _START + model_at + n_model
-    return end + _padding(end)
+    return end + _padding(end), cut
 
 
 def read_cut(prefix: bytes) -> int | None:
@@ -223,11 +223,11 @@ def read_cut(prefix: bytes) -> int | None:
     pieces and parses nothing but what it authenticated."""
     if not prefix.startswith(MAGIC_COMPILED):
         return None
-    artifact_at = _artifact_at(prefix)
-    layout = _layout(memoryview(prefix)[_START:])
-    if artifact_at is None or layout is None:
+    places = _artifact_at(prefix)
+    if places is None:
         return None
-    return artifact_at + layout[3]
+    artifact_at, cut = places
+    return artifact_at + cut
 
 
 def open_compiled(
@@ -239,8 +239,8 @@ def open_compiled(
     part and its tail (not copied: whoever needs it whole makes the one copy it needs)."""
     check_token(token)
     if isinstance(blob, Pieces):
-        at = _artifact_at(blob.head) if bytes(blob.head[: len(MAGIC_COMPILED)]) == MAGIC_COMPILED else None
-        if at is None or at > len(blob.head):
+        places = _artifact_at(blob.head) if bytes(blob.head[: len(MAGIC_COMPILED)]) == MAGIC_COMPILED else None
+        if places is None or places[0] > len(blob.head):
             # A cut before the artifact (never one this server places): read as one.
             blob = bytes(blob.joined())
     head = blob.head if isinstance(blob, Pieces) else blob
