@@ -201,10 +201,12 @@ class NumpyIO:
         The parts are the arrays themselves: keep them unchanged until the call returns."""
         if len(inputs) != len(self.in_dtypes):
             return None
-        arrays = [_as_input(v, dtype) for v, dtype in zip(inputs, self.in_dtypes)]
-        plan = self._plans.get((tuple(None if a is None else a.shape for a in arrays), None))
+        arrays: list[Any] = [_as_input(v, dtype) for v, dtype in zip(inputs, self.in_dtypes)]
+        plan = self._plans.get((tuple([None if a is None else a.shape for a in arrays]), None))
         if plan is None:
             return None
+        if len(plan.pads) == len(arrays) and not any(plan.pads):  # every input given, none padded
+            return plan, arrays
         parts: list[Any] = []
         pads = iter(plan.pads)
         for arr in arrays:
@@ -212,8 +214,7 @@ class NumpyIO:
                 pad = next(pads)
                 if pad:
                     parts.append(_ZEROS[:pad])
-                if arr.nbytes:
-                    parts.append(arr)
+                parts.append(arr)
         return plan, parts
 
     @staticmethod
@@ -292,7 +293,8 @@ def settle(plan: _Plan, result: ExecutionResult) -> ExecutionOutcome | list[int]
     """What the result of a planned call (:meth:`NumpyIO.planned`) comes to: the outcome with
     ``outputs``, or the output sizes to retry with (:func:`numpy_execution` with them); raises
     the HalError it ended with otherwise — :func:`numpy_execution`'s first step."""
-    outcome = ExecutionOutcome.of(result)
+    # A planned call is never profiled: its result has no profile or timeline to carry over.
+    outcome = ExecutionOutcome(result.status, result.message, result.output_shapes, result.timing, result.output_pools)
     if outcome.status == ErrorStatus.NONE:
         outcome.outputs = plan.outputs_of(outcome.output_pools, outcome.output_shapes)
         return outcome

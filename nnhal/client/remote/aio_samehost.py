@@ -366,15 +366,22 @@ class AioSameHostQueue:
         return await self._carry(what, bound is not None, run)
 
     async def execute_planned(
-        self, handle: str, planned: fastpacket.Planned, parts: list[Any], options: ExecutionOptions
+        self,
+        handle: str,
+        planned: fastpacket.Planned,
+        parts: list[Any],
+        measure: bool,
+        timeout: float | None,
+        deadline_at: float | None,
+        loop_timeout_ns: int,
     ) -> ExecutionResult | None:
         """:meth:`execute` of a numpy call plan's layout, from its pools' bytes (``parts``, in
-        order): a compact call when the open queue granted the layout an id, else None (nothing
-        sent: the call takes :meth:`execute`, whose first call of a layout asks for the id).
-        The same failures as :meth:`execute`; the call is awaited here, not raced in a task of
-        its own: the queue's own end (its liveness stream, the server's end of the doorbell)
-        wakes it, and a session that ended meanwhile gives the session's end error, as the
-        race would have."""
+        order) and the options of an unprofiled execution: a compact call when the open queue
+        granted the layout an id, else None (nothing sent: the call takes :meth:`execute`, whose
+        first call of a layout asks for the id). The same failures as :meth:`execute`; the call
+        is awaited here, not raced in a task of its own: the queue's own end (its liveness
+        stream, the server's end of the doorbell) wakes it, and a session that ended meanwhile
+        gives the session's end error, as the race would have."""
         link = self._link
         if link is None or link.busy:
             return None
@@ -386,10 +393,9 @@ class AioSameHostQueue:
         session.check(what)
         md = session.metadata()
         rid = md[0][1]
-        remaining = remaining_time(options.timeout, options.deadline_at)
-        payload = link.planned_packet(
-            layout, samehost.encode_tag(rid, scope_of(md)), options, remaining, parts, planned.body
-        )
+        remaining = remaining_time(timeout, deadline_at)
+        tag = samehost.encode_tag(rid, scope_of(md))
+        payload = link.planned_packet(layout, tag, measure, loop_timeout_ns, remaining, parts, planned.body)
         if payload is None:
             return None
         bound = grpc_timeout(remaining)
