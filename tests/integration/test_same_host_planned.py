@@ -26,9 +26,9 @@ from nnhal.client.device import Device
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.remote.aio_samehost import AioSameHostQueue
 from nnhal.client.remote.samehost import SameHostQueue
+from nnhal.client.remote.transport import DEATH_DETECTION_BOUND_S
 from nnhal.core import fastpacket
 from nnhal.core.enums import ErrorStatus
-from nnhal.client.remote.transport import DEATH_DETECTION_BOUND_S
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model
