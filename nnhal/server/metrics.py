@@ -186,6 +186,9 @@ class DeviceMetrics:
 
     def observe(self, timer: str, method: str, status: int, seconds: float) -> None:
         """Time one launched call of ``method`` answered with ``status`` in histogram ``timer``."""
+        self._histogram(timer, method, status).observe(seconds)
+
+    def _histogram(self, timer: str, method: str, status: int) -> Histogram:
         child = self._timed.get((timer, method, status))
         if child is None:
             family = self._m.prepare_seconds if timer == "prepare" else self._m.execute_seconds
@@ -193,7 +196,28 @@ class DeviceMetrics:
                 child = self._timed.setdefault(
                     (timer, method, status), family.labels(self.device, method, _status_name(status))
                 )
-        child.observe(seconds)
+        return child
+
+    def recorder(self, method: str, timer: str | None) -> Callable[[int, float | None], None]:
+        """``record(status, seconds)`` of one method: ``rpc`` (and, with ``seconds`` not None,
+        ``observe`` in histogram ``timer``; None: not timed) with the series of each status
+        resolved once — a call pays plain increments, no label lookup."""
+        if timer is not None and timer not in TIMERS:
+            raise ValueError(f"unknown timer {timer!r} (one of {', '.join(TIMERS)})")
+        resolved: dict[int, tuple[tuple[Callable[[], None], ...], Callable[[float], None] | None]] = {}
+
+        def record(status: int, seconds: float | None) -> None:
+            series = resolved.get(status)
+            if series is None:
+                children = self._children.get((method, status)) or self._make_children(method, status)
+                timed = None if timer is None else self._histogram(timer, method, status).observe
+                series = resolved.setdefault(status, (tuple(c.inc for c in children), timed))
+            for inc in series[0]:
+                inc()
+            if seconds is not None and series[1] is not None:
+                series[1](seconds)
+
+        return record
 
     def timer(self, timer: str | None) -> Callable[[str, int, float], None] | None:
         """``observe`` bound to histogram ``timer`` (None: not timed)."""
