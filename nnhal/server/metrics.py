@@ -157,7 +157,6 @@ class DeviceMetrics:
         for reason in _REASONS:
             metrics.sessions_ended.labels(device, reason)
         self._by_transport = {t: metrics.executions.labels(device, t) for t in TRANSPORTS}
-        self._transport_counts = dict.fromkeys(TRANSPORTS, 0)
 
     @property
     def registry(self) -> CollectorRegistry:
@@ -232,14 +231,18 @@ class DeviceMetrics:
 
     def execution(self, transport: str) -> None:
         """Count one execution launched over ``transport`` (one of ``TRANSPORTS``)."""
-        self._by_transport[transport].inc()
-        with self._lock:
-            self._transport_counts[transport] += 1
+        self._by_transport[transport].inc()  # the series' own count is the one kept (no second)
 
     def executions_by_transport(self) -> dict[str, int]:
-        """The executions counted so far, by transport (every one of ``TRANSPORTS``)."""
-        with self._lock:
-            return dict(self._transport_counts)
+        """The executions counted so far, by transport (every one of ``TRANSPORTS``): read
+        from the ``nnhal_executions`` series, each of which is thread-safe."""
+        counts = dict.fromkeys(TRANSPORTS, 0)
+        for family in self._m.executions.collect():
+            for sample in family.samples:
+                labels = sample.labels
+                if sample.name.endswith("_total") and labels.get("device") == self.device:
+                    counts[labels["transport"]] = int(sample.value)
+        return counts
 
 
 class Metrics:
