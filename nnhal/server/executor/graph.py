@@ -400,6 +400,7 @@ def _compile_static(prepared: PreparedSubgraph, arena: Arena) -> None:
         segments.append(tuple(segment))
         arena.straight = tuple(segments)
         arena.results = tuple(values[i] for i in sg.output_indexes)  # type: ignore[misc]
+        prepared.straight_bytes = arena.block.nbytes + sum(r.nbytes for r in arena.results)
     prepared.straight = straight
 
 
@@ -444,6 +445,8 @@ class PreparedSubgraph:
         #: Whether the arenas run the whole subgraph as one straight program (known once the
         #: first arena is made: None before).
         self.straight: bool | None = None
+        #: What a straight run holds under memory accounting: its arena and its results' copies.
+        self.straight_bytes = 0
 
 
 class PreparedGraph:
@@ -603,13 +606,7 @@ class PreparedGraph:
         output operands (a request may specify dims the model left unknown)."""
         if control is None:
             control = ExecutionControl()
-        if (
-            self.main.straight
-            and output_operands is None
-            and control.reserve is None
-            and control.profile is None
-            and control.timeline is None
-        ):
+        if self.main.straight and output_operands is None and control.profile is None and control.timeline is None:
             results = self._run_straight(inputs, control)
             if results is not None:
                 return results
@@ -653,35 +650,50 @@ class PreparedGraph:
 
     def _run_straight(self, inputs: Sequence[np.ndarray | None], control: ExecutionControl) -> list[np.ndarray] | None:
         """Run the main subgraph as its arena's straight program (``_compile_static``), without
-        memory accounting or profiling: inputs copied into their buffers, the fixed calls in
-        order with a checkpoint before each segment, the results copied out of their buffers.
-        None (nothing ran) when an input does not fit its buffer."""
-        pool = self.main.pool
+        profiling: inputs copied into their buffers, the fixed calls in order with a checkpoint
+        before each segment, the results copied out of their buffers. None (nothing ran, nothing
+        held) when an input does not fit its buffer.
+
+        Under memory accounting the arena and the copies of the results are held before the
+        arena is taken (the fixed calls allocate nothing), and given back when the run ends."""
+        main = self.main
+        pool = main.pool
         assert pool is not None
-        arena = pool.checkout()
+        accounting = control.reserve is not None
+        if accounting:
+            control.hold(main.straight_bytes)
+        ran = False
         try:
-            segments = arena.straight
-            if segments is None or not arena.load(inputs):
-                return None
-            control.graph = self
-            control.start()
-            # Overflow, NaN and division by zero are results, never errors (as in ``run``):
-            # numpy's error state set as np.errstate sets it, from a value made once.
-            if _FP_STATE is None:
-                with np.errstate(all="ignore"):
-                    _run_segments(segments, control)
-            else:
-                token = _FP_STATE.set(_FP_IGNORE)
-                try:
-                    _run_segments(segments, control)
-                finally:
-                    _FP_STATE.reset(token)
-            control.operations_run += len(self.main.steps)
-            return [value.copy() for value in arena.results]
+            arena = pool.checkout()
+            try:
+                segments = arena.straight
+                if segments is None or not arena.load(inputs):
+                    if accounting:
+                        control.drop(main.straight_bytes)  # the general path holds its own
+                    return None
+                ran = True
+                control.graph = self
+                control.start()
+                # Overflow, NaN and division by zero are results, never errors (as in ``run``):
+                # numpy's error state set as np.errstate sets it, from a value made once.
+                if _FP_STATE is None:
+                    with np.errstate(all="ignore"):
+                        _run_segments(segments, control)
+                else:
+                    token = _FP_STATE.set(_FP_IGNORE)
+                    try:
+                        _run_segments(segments, control)
+                    finally:
+                        _FP_STATE.reset(token)
+                control.operations_run += len(main.steps)
+                return [value.copy() for value in arena.results]
+            finally:
+                pool.checkin(arena)
         except MemoryError:
             raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
         finally:
-            pool.checkin(arena)
+            if accounting and ran:
+                control.release_all()
 
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray], control: ExecutionControl) -> list[np.ndarray]:
         if not 0 <= index < len(self.referenced):
