@@ -342,3 +342,29 @@ def test_a_frozen_server_releases_a_planned_call_within_the_keepalive_bound(
         assert detected <= DEATH_DETECTION_BOUND_S, f"a frozen server detected after {detected:.1f} s"
     finally:
         own_server.signal(signal.SIGCONT)
+
+
+def test_closing_the_asyncio_session_ends_a_waiting_queued_call_with_its_end_error(
+    own_server: LocalServer, planned_aio: _Planned
+) -> None:
+    """The queued call is awaited without the session call path's race: closing the session
+    still ends it at once, with the error that race gave (the session's end error)."""
+
+    async def main() -> None:
+        dev = await aio.Device.connect(own_server.address)
+        pm = await dev.prepare_model(add_model())
+        a, b = _pair(2, 1)
+        for _ in range(2):
+            await pm.execute([a, b])
+        await dev.set_faults(execute_delay_ms=5_000)
+        planned = asyncio.ensure_future(pm.execute([a, b]))
+        await asyncio.sleep(0.3)
+        assert not planned.done()
+        t0 = time.monotonic()
+        await dev.close()
+        with pytest.raises(GeneralFailure, match="executeSynchronously_1_3: the device proxy is closed"):
+            await asyncio.wait_for(planned, 2.0)
+        assert time.monotonic() - t0 < 2.0
+        assert planned_aio.carried == 2  # the waiting call was planned
+
+    _run(main)
