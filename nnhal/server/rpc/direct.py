@@ -20,7 +20,9 @@ the answer the layered path gives it:
    ended to make room for another client aborted RESOURCE_EXHAUSTED with the reason.
 
 The request id is given before the read (the layered path gives it after): a call refused
-while its message is read also carries its id back.
+while its message is read also carries its id back. :func:`burst` does the same for the burst
+stream, which the layers serve with five nested coroutines: every message read and every
+answer written resumes each of them.
 """
 
 from __future__ import annotations
@@ -35,16 +37,18 @@ from grpc import aio
 
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.executions import Arrival, Execution, Executions, Method
-from nnhal.server.executions.faults import KINDS
+from nnhal.server.executions.faults import BURST, KINDS
 from nnhal.server.rpc.common import result_to
-from nnhal.server.rpc.ending import abort_ended, ended
+from nnhal.server.rpc.ending import abort_ended, call_ender, ended
 from nnhal.server.rpc.inbound import WINDOW_BYTES, Inbound
-from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, inline_bytes
+from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, inline_bytes, serve_burst
 from nnhal.server.rpc.request_id import begin
 from nnhal.server.rpc.sync_handlers import SyncContext, run_sync
 
-#: The full name of the method :func:`execute_sync` serves.
-EXECUTE_SYNC = f"/{spb.DESCRIPTOR.services_by_name['PreparedModel'].full_name}/{SYNC}"
+_SERVICE = spb.DESCRIPTOR.services_by_name["PreparedModel"].full_name
+#: The full names of the methods :func:`execute_sync` and :func:`burst` serve.
+EXECUTE_SYNC = f"/{_SERVICE}/{SYNC}"
+BURST_STREAM = f"/{_SERVICE}/configureExecutionBurst"
 
 
 def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHandler:
@@ -89,3 +93,34 @@ def _on_worker(
     x: Executions, m: Method, build: Callable[[], Execution], arrival: Arrival | None, sync: SyncContext
 ) -> spb.ExecuteResult:
     return result_to(x.execute(m, build, sync, arrival))
+
+
+def burst(executions: Executions) -> grpc.RpcMethodHandler:
+    """The handler of the burst stream (``configureExecutionBurst``) for ``executions``' device:
+    the steps of the layered path — the call's ender (``ending.endable``: a call ended to make
+    room for another client is aborted RESOURCE_EXHAUSTED with the reason), its request id, the
+    arrival of ``hal_method(BURST, what="a burst execution", timer="execute", kinds=("abort",))``
+    — then ``prepared_model_servicer.serve_burst``, with two coroutine frames where the layers
+    had five: every message read and every answer written resumes each of them."""
+    x = executions
+    m = x.method(BURST, "a burst execution", "execute")
+
+    async def stream(_requests: object, context: aio.ServicerContext[Any, Any]) -> None:
+        call_ender()
+        begin(context)
+        try:
+            await serve_burst(x, m, x.arrive(m, _OPEN_FAULTS), context)
+        except asyncio.CancelledError:
+            if not ended():  # the transport's cancellation
+                raise
+            await abort_ended(context)
+
+    return grpc.stream_stream_rpc_method_handler(
+        stream,
+        request_deserializer=spb.BurstRequest.FromString,
+        response_serializer=spb.BurstResponse.SerializeToString,
+    )
+
+
+#: The fault kinds a burst takes as it opens (the others per execution).
+_OPEN_FAULTS = ("abort",)

@@ -110,3 +110,43 @@ def test_injected_faults_are_taken_as_on_the_layered_path(served: Served) -> Non
 def test_a_12_device_refuses_the_13_form_in_band(served12: Served) -> None:
     result = served12.stubs.prepared_model.executeSynchronously_1_3(_execute(served12), timeout=TIMEOUT_S)
     assert result.status == ErrorStatus.GENERAL_FAILURE and "needs NN HAL 1.3" in result.message
+
+
+def test_the_burst_is_served_directly(served: Served) -> None:
+    server = _Server()
+    add_device_services(server, served.server.executions)  # type: ignore[arg-type]
+    router = next(h for h in server.handlers if isinstance(h, DeviceRouter))
+    handler = router._tables[next(iter(served.server.executions))][direct.BURST_STREAM]
+    assert handler.stream_stream is not None and "burst" in handler.stream_stream.__qualname__
+
+
+def test_a_burst_answers_in_order_with_its_request_id(served: Served) -> None:
+    requests = [spb.BurstRequest(execute=_execute(served, value=v)) for v in (1.0, 3.0, 5.0)]
+    missing = spb.BurstRequest(execute=_execute(served, "missing"))
+    call = served.stubs.prepared_model.configureExecutionBurst(
+        iter([*requests, missing]), timeout=TIMEOUT_S, metadata=((REQUEST_ID_METADATA, "direct-burst-1"),)
+    )
+    answers = list(call)
+    sums = [np.frombuffer(wire.execution_result_from(a.result).output_pools[1], np.float32)[0] for a in answers[:3]]
+    assert sums == [2.0, 6.0, 10.0]
+    assert answers[3].result.status == ErrorStatus.INVALID_ARGUMENT  # refused in band, the burst serves on
+    assert _trailing_id(call) == "direct-burst-1"
+
+
+def test_burst_garbage_is_answered_in_band_and_ends_the_stream(served: Served) -> None:
+    channel = grpc.insecure_channel(served.server.addresses[0])
+    raw = channel.stream_stream(direct.BURST_STREAM)
+    good = spb.BurstRequest(execute=_execute(served)).SerializeToString()
+    answers = [spb.BurstResponse.FromString(a) for a in raw(iter([good, b"\xff\x0a" * 5, good]), timeout=TIMEOUT_S)]
+    assert [a.result.status for a in answers] == [ErrorStatus.NONE, ErrorStatus.INVALID_ARGUMENT]
+    assert "could not be decoded" in answers[1].result.message
+
+
+def test_a_burst_takes_an_injected_abort_when_it_opens(served: Served) -> None:
+    served.dev.inject_faults(Fault.abort("configureExecutionBurst", code="UNAVAILABLE"))
+    requests = [spb.BurstRequest(execute=_execute(served))]
+    with pytest.raises(grpc.RpcError) as info:
+        list(served.stubs.prepared_model.configureExecutionBurst(iter(requests), timeout=TIMEOUT_S))
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    answers = list(served.stubs.prepared_model.configureExecutionBurst(iter(requests), timeout=TIMEOUT_S))
+    assert answers[0].result.status == ErrorStatus.NONE
