@@ -157,7 +157,6 @@ class DeviceMetrics:
         for reason in _REASONS:
             metrics.sessions_ended.labels(device, reason)
         self._by_transport = {t: metrics.executions.labels(device, t) for t in TRANSPORTS}
-        self._transport_counts = dict.fromkeys(TRANSPORTS, 0)
 
     @property
     def registry(self) -> CollectorRegistry:
@@ -186,6 +185,9 @@ class DeviceMetrics:
 
     def observe(self, timer: str, method: str, status: int, seconds: float) -> None:
         """Time one launched call of ``method`` answered with ``status`` in histogram ``timer``."""
+        self._histogram(timer, method, status).observe(seconds)
+
+    def _histogram(self, timer: str, method: str, status: int) -> Histogram:
         child = self._timed.get((timer, method, status))
         if child is None:
             family = self._m.prepare_seconds if timer == "prepare" else self._m.execute_seconds
@@ -193,7 +195,28 @@ class DeviceMetrics:
                 child = self._timed.setdefault(
                     (timer, method, status), family.labels(self.device, method, _status_name(status))
                 )
-        child.observe(seconds)
+        return child
+
+    def recorder(self, method: str, timer: str | None) -> Callable[[int, float | None], None]:
+        """``record(status, seconds)`` of one method: ``rpc`` (and, with ``seconds`` not None,
+        ``observe`` in histogram ``timer``; None: not timed) with the series of each status
+        resolved once — a call pays plain increments, no label lookup."""
+        if timer is not None and timer not in TIMERS:
+            raise ValueError(f"unknown timer {timer!r} (one of {', '.join(TIMERS)})")
+        resolved: dict[int, tuple[tuple[Callable[[], None], ...], Callable[[float], None] | None]] = {}
+
+        def record(status: int, seconds: float | None) -> None:
+            series = resolved.get(status)
+            if series is None:
+                children = self._children.get((method, status)) or self._make_children(method, status)
+                timed = None if timer is None else self._histogram(timer, method, status).observe
+                series = resolved.setdefault(status, (tuple(c.inc for c in children), timed))
+            for inc in series[0]:
+                inc()
+            if seconds is not None and series[1] is not None:
+                series[1](seconds)
+
+        return record
 
     def timer(self, timer: str | None) -> Callable[[str, int, float], None] | None:
         """``observe`` bound to histogram ``timer`` (None: not timed)."""
@@ -208,14 +231,18 @@ class DeviceMetrics:
 
     def execution(self, transport: str) -> None:
         """Count one execution launched over ``transport`` (one of ``TRANSPORTS``)."""
-        self._by_transport[transport].inc()
-        with self._lock:
-            self._transport_counts[transport] += 1
+        self._by_transport[transport].inc()  # the series' own count is the one kept (no second)
 
     def executions_by_transport(self) -> dict[str, int]:
-        """The executions counted so far, by transport (every one of ``TRANSPORTS``)."""
-        with self._lock:
-            return dict(self._transport_counts)
+        """The executions counted so far, by transport (every one of ``TRANSPORTS``): read
+        from the ``nnhal_executions`` series, each of which is thread-safe."""
+        counts = dict.fromkeys(TRANSPORTS, 0)
+        for family in self._m.executions.collect():
+            for sample in family.samples:
+                labels = sample.labels
+                if sample.name.endswith("_total") and labels.get("device") == self.device:
+                    counts[labels["transport"]] = int(sample.value)
+        return counts
 
 
 class Metrics:

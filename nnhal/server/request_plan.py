@@ -18,8 +18,9 @@ buffers' current shapes) is validated in full and planned afresh. Dynamic
 shapes keep their per-execution checks: output sizes are compared with what
 the execution produced every time (OUTPUT_INSUFFICIENT_SIZE).
 
-Thread-safety: plans are immutable; the cache is a small dict whose reads need
-no lock (one assignment publishes a plan) and whose writes take a leaf lock.
+Thread-safety: plans are immutable (but for the output shapes of their last
+execution, immutable values replaced whole by one assignment); the cache is a small dict
+whose reads need no lock (one assignment publishes a plan) and whose writes take a leaf lock.
 """
 
 from __future__ import annotations
@@ -68,9 +69,9 @@ class _Output:
 
 
 class RequestPlan:
-    """The layout-dependent half of executing one request (module docstring). Immutable."""
+    """The layout-dependent half of executing one request (module docstring)."""
 
-    __slots__ = ("_inputs", "_outputs", "overrides", "sizes", "writable")
+    __slots__ = ("_inputs", "_outputs", "_shapes", "overrides", "sizes", "writable")
 
     def __init__(
         self, request: Request, sizes: Sequence[int], inputs: Sequence[Operand], outputs: Sequence[Operand]
@@ -85,6 +86,8 @@ class RequestPlan:
             if not a.has_no_value:
                 users[a.location.pool_index] = users.get(a.location.pool_index, 0) + 1
         self._outputs = tuple(_plan_output(op, arg, users) for op, arg in zip(outputs, request.outputs))
+        #: The output shapes of the last execution whose outputs all fitted (shared, immutable).
+        self._shapes: list[OutputShape] | None = None
         #: The output operands with the request's dims where it gives them (None: the model's own).
         self.overrides: list[Operand] | None = None
         if any(a.dimensions for a in request.outputs):
@@ -98,11 +101,17 @@ class RequestPlan:
         return not bound.has_tokens and bound.sizes == self.sizes
 
     def bind_inputs(self, buffers: Sequence[bytes | bytearray | memoryview]) -> list[np.ndarray | None]:
-        """The input arrays: read-only views of the pools' bytes (None for an omitted input)."""
+        """The input arrays: views of the pools' bytes (None for an omitted input; read-only
+        but for a pool that also receives outputs)."""
+        # One array constructor per input (``np.frombuffer`` then ``reshape`` costs three times
+        # as much); an empty input, which may sit at its pool's very end, keeps ``frombuffer``.
+        nd = np.ndarray
         return [
             None
             if i is None
-            else np.frombuffer(buffers[i.pool], dtype=i.dtype, count=i.count, offset=i.offset).reshape(i.shape)
+            else nd(i.shape, i.dtype, buffers[i.pool], i.offset)
+            if i.count
+            else np.frombuffer(buffers[i.pool], dtype=i.dtype, count=0, offset=i.offset).reshape(i.shape)
             for i in self._inputs
         ]
 
@@ -110,13 +119,19 @@ class RequestPlan:
         """Check every output fits its location (OUTPUT_INSUFFICIENT_SIZE with the shapes
         otherwise), then write them: into driver-managed buffers, as the whole bytes of an
         inline pool an output fills alone, or into the pool's bytes."""
-        shapes: list[OutputShape] = []
         insufficient = False
         tokens = pools.token_outputs
+        last = self._shapes
+        shapes: list[OutputShape] = []
         for k, (out, value) in enumerate(zip(self._outputs, values)):
             ok = out.pool < 0 or value.nbytes <= out.length or k in tokens
             insufficient |= not ok
-            shapes.append(OutputShape(value.shape if out.is_tensor else (), ok))
+            dims = value.shape if out.is_tensor else ()
+            # A layout's outputs mostly keep their shapes: the last call's (immutable) values are reused.
+            shape = last[k] if last is not None and ok and last[k].dimensions == dims else OutputShape(dims, ok)
+            shapes.append(shape)
+        if not insufficient:
+            self._shapes = shapes
         if insufficient:
             err = OutputInsufficientSize(
                 "output buffer too small: "

@@ -19,8 +19,9 @@ and later acquisitions fail with DEVICE_UNAVAILABLE. Lock order: the scheduler's
 condition on it) is a leaf lock (nothing else is acquired while holding it).
 
 Cost: an uncontended execution (one client, nothing waiting) takes the plain lock three times
-(admit, acquire, release) and decides nothing; the condition is notified only when someone
-waits on it, and a checkpoint with nothing that could outrank its execution takes no lock.
+(admit, acquire, release) — twice through ``try_start`` — and decides nothing; the condition
+is notified only when someone waits on it, and a checkpoint with nothing that could outrank
+its execution takes no lock.
 """
 
 from __future__ import annotations
@@ -140,6 +141,27 @@ class Scheduler:
                 )
             ticket = Ticket(client, priority, next(self._seq))
             self._admitted.add(ticket)
+            return ticket
+
+    def try_start(self, client: str, priority: Priority) -> Ticket | None:
+        """Admit and start an execution of ``client`` at ``priority`` in one step when a slot
+        is free for it at once (nothing waiting, nothing of the client outranking it, not
+        shut); None otherwise, with nothing taken — the caller then goes through ``admit``
+        and ``acquire``, which decide, queue or refuse. The ticket is released by ``release``
+        as one from ``acquire`` is. One lock, no wait: the lean path of a small execution."""
+        with self._lock:
+            if (
+                self._shut is not None
+                or self._waiting
+                or len(self._running) >= self.slots
+                or len(self._admitted) >= self.slots + self.queue_depth
+                or self._outranked_at(client, priority)
+            ):
+                return None
+            ticket = Ticket(client, priority, next(self._seq), True)
+            self._admitted.add(ticket)
+            self._running.append(ticket)
+            self._mark_served(ticket)
             return ticket
 
     def acquire(self, ticket: Ticket, deadline_ns: int | None) -> None:

@@ -257,3 +257,40 @@ def test_forget_keeps_the_record_of_a_client_with_work_admitted() -> None:
     s.release(t)
     s.forget("a")
     assert s.clients_tracked() == 0
+
+
+def test_try_start_takes_a_free_slot_in_one_step_and_never_waits() -> None:
+    s = Scheduler(slots=1, queue_depth=4)
+    t = s.try_start("a", Priority.MEDIUM)
+    assert t is not None and t.running and s.in_flight == 1
+    # No free slot: nothing taken (admit/acquire decide, queue or refuse).
+    assert s.try_start("b", Priority.HIGH) is None
+    assert s.in_flight == 1
+    s.release(t)
+    assert s.in_flight == 0 and s.try_start("b", Priority.MEDIUM) is not None
+
+
+def test_try_start_defers_to_waiting_work_higher_priority_and_the_shut() -> None:
+    s = Scheduler(slots=2, queue_depth=4)
+    high = s.admit("a", Priority.HIGH)  # in flight, not yet running
+    assert s.try_start("a", Priority.LOW) is None  # outranked by its own client's work
+    other = s.try_start("b", Priority.LOW)  # another client is not
+    assert other is not None
+    s.release(other)
+    s.release(high)
+    assert s.try_start("a", Priority.LOW) is None  # the hold-off after HIGH work
+    s.hold_off_ns = 0
+    assert s.try_start("a", Priority.LOW) is not None
+    s.shut("draining")
+    assert s.try_start("c", Priority.HIGH) is None
+
+
+def test_try_start_respects_the_admission_cap() -> None:
+    s = Scheduler(slots=2, queue_depth=0)
+    first = s.admit("a", Priority.MEDIUM)  # admitted, not running: one slot left by the cap
+    second = s.try_start("b", Priority.MEDIUM)
+    assert second is not None
+    assert s.try_start("c", Priority.MEDIUM) is None  # the cap (slots + queue depth) is reached
+    for t in (first, second):
+        s.release(t)
+    assert s.in_flight == 0

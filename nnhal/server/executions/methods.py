@@ -33,7 +33,7 @@ class Method:
     histogram its durations go to; ``transport``: what carries its calls (``metrics.TRANSPORTS``),
     which the executions it launches are counted by."""
 
-    __slots__ = ("_count", "_observe", "fault", "level", "name", "transport", "what")
+    __slots__ = ("fault", "level", "name", "record", "transport", "what")
 
     def __init__(
         self,
@@ -41,20 +41,14 @@ class Method:
         what: str,
         level: HalVersion | None,
         fault: str | None,
-        count: Callable[[str, int], None],
-        observe: Callable[[str, int, float], None] | None,
+        record: Callable[[int, float | None], None],
         transport: str = "grpc",
     ) -> None:
         self.name, self.what, self.level, self.fault = name, what, level, fault
         self.transport = transport
-        self._count = count
-        self._observe = observe
-
-    def record(self, status: int, seconds: float | None) -> None:
-        """Count one answer with ``status``; time it when it was launched (``seconds``)."""
-        self._count(self.name, status)
-        if seconds is not None and self._observe is not None:
-            self._observe(self.name, status, seconds)
+        #: ``record(status, seconds)``: count one answer with ``status``; time it when it was
+        #: launched (``seconds`` not None). Its series are resolved once (``DeviceMetrics.recorder``).
+        self.record = record
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.methods import METHOD_LEVEL, require_field
 from nnhal.core.types import ExecutionResult, FencedExecutionInfo
 from nnhal.server.driver import Driver
-from nnhal.server.executions import faults as injected
+from nnhal.server.executions import faults as injected, lean
 from nnhal.server.executions.calls import (
     CachedPreparation,
     Execution,
@@ -31,6 +31,7 @@ from nnhal.server.executions.calls import (
 )
 from nnhal.server.executions.faults import FAULTABLE, KINDS, FaultPlan, Liveness
 from nnhal.server.executions.hooks import Call, Observer, Observers, Timings
+from nnhal.server.executions.lean import LeanRun
 from nnhal.server.executions.long_calls import Held, Job, LongCalls, held, once
 from nnhal.server.executions.methods import CARRIER, SAME, Arrival, Method, transport_of
 from nnhal.server.executions.refusals import Refused, within_limit
@@ -136,7 +137,7 @@ class Executions:
             if fault is SAME:
                 fault = name if name in FAULTABLE else None
             level = METHOD_LEVEL.get(name if gate is SAME else gate or "")
-            m = Method(name, what or name, level, fault, self.metrics.rpc, self.metrics.timer(timer), transport)
+            m = Method(name, what or name, level, fault, self.metrics.recorder(name, timer), transport)
             with self._lock:
                 m = self._methods.setdefault(key, m)
         return m
@@ -230,9 +231,13 @@ class Executions:
         except Exception as err:
             return self.refuse(method, err, None, t0)
         try:
+            job: ExecutionJob | LeanRun | None
             try:
                 args = build()
-                job = self._begin(args)
+                # A layout run before, with a free slot: the lean launch (``lean``); else the full one.
+                job = lean.launch(self.driver, args)
+                if job is None:
+                    job = self._begin(args)
             except Exception as err:
                 return self.refuse(method, err, args, t0)
             self.metrics.execution(transport_of(method))

@@ -1,0 +1,183 @@
+"""The lean launch of a synchronous execution: a request of a layout its model has run before.
+
+Most executions repeat one request layout (a loop, a burst, the same-host queue's compact
+calls): the model's ``PlanCache`` already holds the plan that layout was validated with,
+and a free slot is usually there. :func:`launch` then launches the execution with the
+fewest steps — the plan looked up (no validation), the pools bound, the scheduler's slot
+admitted and taken in one step (``Scheduler.try_start``), the request's data charged —
+and hands back a :class:`LeanRun`, which ``Executions.execute`` runs and closes as it
+does an ``ExecutionJob``.
+
+Contract: the lean launch answers exactly as ``Driver.begin_execute`` and the job's
+``run`` would. It refuses only where the full path refuses at the same step (an unknown
+session or model, a deadline already passed or too near for the model: raised before
+anything is held, as there); in every other case where it cannot go on — no plan for the
+layout (a new layout: validated in full), pools of other sizes, a driver-managed buffer,
+an injected execute delay, a profile asked for, no free slot at once (admission decides,
+queues or refuses), the request data over the memory limits (refused by the full path
+with its status) — it gives back everything it took and returns None, and the caller
+takes the full path. Admission and charges happen in the full path's order (slot, then
+request data), each byte charged before the execution holds it, and everything is given
+back when the run ends (``LeanRun.close``, idempotent, on every path).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+from nnhal.core.enums import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
+from nnhal.core.errors import GeneralFailure, HalError
+from nnhal.core.types import ExecutionResult
+from nnhal.server.budget import MemoryBudget
+from nnhal.server.driver import Driver
+from nnhal.server.executions.calls import Execution
+from nnhal.server.executor.graph import ExecutionControl
+from nnhal.server.jobs import EXECUTION_TENSORS, SESSION_ENDED, check_deadline, missed
+from nnhal.server.memory import BoundPools, bind_pools, token_placeholder
+from nnhal.server.prepared_model import PreparedModel, execution_result
+from nnhal.server.request_plan import RequestPlan
+from nnhal.server.scheduler import Ticket
+from nnhal.server.session import Session
+
+#: The budget's kind of a request's data (as ``ExecutionJob.hold_data`` charges it).
+REQUEST_DATA = "request data"
+
+
+class LeanRun:
+    """A launched lean execution (module docstring): admitted, started, its data charged and
+    its pools bound; ``run`` executes once, ``close`` gives back whatever is still held."""
+
+    __slots__ = ("_charged", "_driver", "_held", "bound", "call", "loop_timeout_ns", "plan", "pm", "session", "ticket")
+
+    def __init__(
+        self,
+        driver: Driver,
+        session: Session,
+        pm: PreparedModel,
+        plan: RequestPlan,
+        bound: BoundPools,
+        ticket: Ticket,
+        call: Execution,
+        loop_timeout_ns: int,
+    ) -> None:
+        self._driver = driver
+        self.session = session
+        self.pm = pm
+        self.plan = plan
+        self.bound = bound
+        self.ticket = ticket
+        self.call = call
+        self.loop_timeout_ns = loop_timeout_ns
+        self._held = True  # the ticket
+        self._charged = 0
+
+    def run(self) -> ExecutionResult:
+        """Execute; every HAL failure is the result's status. The slot and the request data's
+        charge are given back before this returns; the bound pools stay until ``close``."""
+        d = self._driver
+        budget = d.budget
+        call = self.call
+        try:
+            try:
+                control = ExecutionControl(
+                    deadline_ns=call.deadline_ns,
+                    loop_timeout_ns=self.loop_timeout_ns,
+                    checkpoint_hook=self._checkpoint,
+                    on_deadline=self._missed,
+                    max_execution_ns=int(d.config.max_execution_seconds * 1e9) or None,
+                    # As the job's: every tensor charged to the server's total before it exists.
+                    reserve=partial(budget.charge_working, what=EXECUTION_TENSORS) if budget.limit_total else None,
+                )
+                if budget.limit_total:
+                    control.release = partial(_release, budget, control)
+                result = self.pm.execute(self.plan, self.bound, control, call.measure)
+            finally:
+                self._give_back()
+        except HalError as err:
+            return execution_result(err.error_status, err.message)
+        d.executions.increment()
+        return result
+
+    def _missed(self) -> HalError:
+        ticket = self.ticket
+        return missed(ticket.delayed or ticket.preempted > 0)
+
+    def _checkpoint(self) -> None:
+        # As ``ExecutionJob._checkpoint``: a gone client, the drain's end, pre-emption.
+        if self.session.closed:
+            raise GeneralFailure(SESSION_ENDED)
+        d = self._driver
+        d.lifecycle.check()
+        d.scheduler.checkpoint(self.ticket, self.call.deadline_ns)
+
+    def _give_back(self) -> None:
+        d = self._driver
+        if self._held:
+            self._held = False
+            d.scheduler.release(self.ticket)
+        charged, self._charged = self._charged, 0
+        if charged:
+            d.budget.uncharge(self.session.id, charged, REQUEST_DATA)
+
+    def close(self) -> None:
+        """Give back the slot and the data's charge (if ``run`` never did) and the pools. Idempotent."""
+        self._give_back()
+        self.bound.drop()
+
+
+def _release(budget: MemoryBudget, control: ExecutionControl, nbytes: int) -> None:
+    # As ``ExecutionJob._release``: the whole grant back, counting only the peak as freed.
+    budget.uncharge_working(nbytes, EXECUTION_TENSORS, freed=control.peak)
+
+
+def launch(driver: Driver, call: Execution) -> LeanRun | None:
+    """``call`` launched the lean way, or None: take the full path (module docstring). Raises
+    the HalError the full path raises before it holds anything (unknown session or model, a
+    deadline passed or too near)."""
+    if call.profile:
+        return None
+    session = driver.session(call.session)
+    if session.faults.execute_delay_ms:
+        return None
+    pm = driver.prepared(session, call.prepared_model)
+    request = call.request
+    plan = pm.plans.get(request)
+    if plan is None:
+        return None
+    deadline_ns = call.deadline_ns
+    if deadline_ns is not None:
+        # ``Driver.begin_execute``'s checks, in its order and words.
+        check_deadline(deadline_ns, "execution")
+        fastest = pm.fastest_ns
+        if fastest is not None and deadline_ns - time.monotonic_ns() < fastest:
+            return None  # refused at launch: the full path words it
+    try:
+        bound = bind_pools(
+            request.pools,
+            driver.config.shared_memory,
+            plan.writable,
+            token_placeholder,
+            session.is_local,
+            session.regions,
+        )
+    except Exception:
+        return None  # the full path refuses it, after its admission, as it always did
+    if bound.has_tokens or not plan.fits(bound):
+        bound.close()
+        return None
+    bound.plan(request.inputs, request.outputs)  # a shared pool's ranges (``resolve_tokens`` does it there)
+    ticket = driver.scheduler.try_start(session.client_key, pm.priority)
+    if ticket is None:
+        bound.close()
+        return None
+    loop_timeout_ns = call.loop_timeout_ns or LOOP_TIMEOUT_DEFAULT_NS
+    run = LeanRun(driver, session, pm, plan, bound, ticket, call, min(loop_timeout_ns, LOOP_TIMEOUT_MAXIMUM_NS))
+    cost = bound.data_bytes
+    try:
+        driver.budget.charge(session.id, cost, REQUEST_DATA)
+    except HalError:
+        run.close()
+        return None  # over a limit: the full path refuses it with its status
+    run._charged = cost
+    return run

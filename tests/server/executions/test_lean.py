@@ -1,0 +1,197 @@
+"""The lean launch of a repeated request layout (``executions.lean``) keeps every contract of
+the full path: what it runs, what it refuses (same status, same message), what it counts,
+and that it holds nothing once a call ended. In process, no timing asserted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from nnhal.core.enums import ErrorStatus, ExecutionPreference
+from nnhal.core.types import DataLocation, ExecutionResult, InlinePool, Request, RequestArgument
+from nnhal.server.driver import DeviceConfig, Driver
+from nnhal.server.executions import Execution, Executions, Notify, Preparation, Prepared, Refused, lean
+from nnhal.server.session import Faults
+from tests.conftest import add_model
+
+LOCAL = "unix:/tmp/nnhal-test.sock"
+
+
+def _request(a: float = 1.0, size: int = 64) -> Request:
+    data = np.full(16, a, np.float32).tobytes()
+    return Request(
+        (RequestArgument(location=DataLocation(0, 0, 32)), RequestArgument(location=DataLocation(0, 32, 32))),
+        (RequestArgument(location=DataLocation(1, 0, 32)),),
+        (InlinePool(data, size), InlinePool(b"", 32)),
+    )
+
+
+def _owner(**config: object) -> tuple[Executions, str, str]:
+    x = Executions(Driver(DeviceConfig(**config)))  # type: ignore[arg-type]
+    session = x.driver.open_session("t", LOCAL)
+    prep = Preparation(session.id, add_model(), ExecutionPreference.FAST_SINGLE_ANSWER)
+    notify = list(x.prepare(x.method("prepareModel_1_3", timer="prepare"), lambda: prep))[-1]
+    assert isinstance(notify, Notify) and isinstance(notify.answer, Prepared)
+    return x, session.id, notify.answer.handle
+
+
+@pytest.fixture
+def launches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
+    """Whether each execution was launched the lean way (True) or took the full path."""
+    seen: list[bool] = []
+    real = lean.launch
+
+    def spy(driver: Driver, call: Execution) -> lean.LeanRun | None:
+        run = real(driver, call)
+        seen.append(run is not None)
+        return run
+
+    monkeypatch.setattr(lean, "launch", spy)
+    yield seen
+
+
+def _full(monkeypatch: pytest.MonkeyPatch, x: Executions, call: Execution) -> ExecutionResult | Refused:
+    """``call`` through the full path only (the lean launch switched off for it)."""
+    with monkeypatch.context() as m:
+        m.setattr(lean, "launch", lambda driver, call: None)
+        return x.execute(x.method("executeSynchronously_1_3"), lambda: call)
+
+
+def _idle(x: Executions, session: str) -> None:
+    """Nothing held once the calls ended: no slot, no request data, no counted work."""
+    d = x.driver
+    assert d.scheduler.in_flight == 0
+    assert d.budget.by_kind().get(lean.REQUEST_DATA, 0) == 0
+    assert x.lifecycle.active == 0
+
+
+def test_a_repeated_layout_runs_lean_and_answers_as_the_full_path(launches: list[bool]) -> None:
+    x, session, handle = _owner()
+    m = x.method("executeSynchronously_1_3", transport="same_host")
+    answers = [x.execute(m, lambda a=a: Execution(session, handle, _request(a))) for a in (1.0, 2.0, 3.0)]
+    assert launches == [False, True, True]  # the first layout is validated and planned, then reused
+    for a, r in zip((1.0, 2.0, 3.0), answers):
+        assert isinstance(r, ExecutionResult) and r.status == ErrorStatus.NONE
+        np.testing.assert_array_equal(np.frombuffer(r.output_pools[1], np.float32), np.full(8, 2 * a, np.float32))
+    # Counters count the lean executions as every other.
+    assert x.metrics.executions_by_transport()["same_host"] == 3
+    assert x.driver.executions.value == 3
+    _idle(x, session)
+
+
+def test_a_changed_layout_takes_the_full_path_and_is_validated(launches: list[bool]) -> None:
+    x, session, handle = _owner()
+    m = x.method("executeSynchronously_1_3")
+    assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    # Pools of other sizes (the same arguments): another layout, validated in full.
+    larger = _request(size=128)
+    assert x.execute(m, lambda: Execution(session, handle, larger)).status == ErrorStatus.NONE
+    # An argument past its pool's end, a missing input: never seen, validated, refused.
+    good = _request()
+    past = Request((good.inputs[0], RequestArgument(location=DataLocation(0, 40, 32))), good.outputs, good.pools)
+    missing = Request(good.inputs[:1], good.outputs, good.pools)
+    for bad in (past, missing):
+        result = x.execute(m, lambda bad=bad: Execution(session, handle, bad))
+        assert isinstance(result, Refused) and result.status == ErrorStatus.INVALID_ARGUMENT
+    assert launches == [False, False, False, False]
+    _idle(x, session)
+
+
+def test_request_data_over_the_clients_limit_is_refused_with_the_full_paths_status(
+    launches: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x, session, handle = _owner(memory_per_client=4096)
+    m = x.method("executeSynchronously_1_3")
+    assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    budget = x.driver.budget
+    budget.charge(session, 4096 - budget.used(session) - 10, "buffer contents")  # 96 bytes no longer fit
+    call = Execution(session, handle, _request())
+    result = x.execute(m, lambda: call)
+    expected = _full(monkeypatch, x, call)
+    assert result.status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
+    assert (result.status, result.message) == (expected.status, expected.message)
+    assert launches == [False, False]  # the lean launch gave back its slot and stepped aside
+    _idle(x, session)
+
+
+def test_a_saturated_device_refuses_as_before(launches: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    x, session, handle = _owner(slots=1, queue_depth=0)
+    m = x.method("executeSynchronously_1_3")
+    assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    other = x.driver.scheduler.admit("someone else", x.driver.prepared(x.driver.session(session), handle).priority)
+    try:
+        call = Execution(session, handle, _request())
+        result = x.execute(m, lambda: call)
+        assert isinstance(result, Refused) and result.status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
+        assert result == _full(monkeypatch, x, call)
+    finally:
+        x.driver.scheduler.release(other)
+    assert launches == [False, False]
+    assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    assert launches[-1] is True
+    _idle(x, session)
+
+
+def test_deadlines_keep_their_statuses_and_messages(launches: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    x, session, handle = _owner()
+    m = x.method("executeSynchronously_1_3")
+    assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    # A deadline far away runs lean; one already passed is refused as the full path refuses it.
+    far = Execution(session, handle, _request(), deadline_ns=time.monotonic_ns() + 60 * 10**9)
+    assert x.execute(m, lambda: far).status == ErrorStatus.NONE
+    passed = Execution(session, handle, _request(), deadline_ns=time.monotonic_ns() - 1)
+    result = x.execute(m, lambda: passed)
+    assert isinstance(result, Refused) and result.status == ErrorStatus.MISSED_DEADLINE_PERSISTENT
+    assert result == _full(monkeypatch, x, passed)
+    # Nearer than the model ever ran: the full path's launch refusal, word for word.
+    x.driver.prepared(x.driver.session(session), handle).fastest_ns = 10**9
+    near = Execution(session, handle, _request(), deadline_ns=time.monotonic_ns() + 10**8)
+    result = x.execute(m, lambda: near)
+    assert isinstance(result, Refused) and result.status == ErrorStatus.MISSED_DEADLINE_PERSISTENT
+    assert "refused at launch" in result.message
+    assert launches[:2] == [False, True]
+    _idle(x, session)
+
+
+def test_what_the_lean_launch_does_not_take(launches: list[bool]) -> None:
+    x, session, handle = _owner(fault_injection=True)
+    m = x.method("executeSynchronously_1_3")
+    assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    # A profile, an injected execution delay: the full path, answered as ever.
+    assert x.execute(m, lambda: Execution(session, handle, _request(), profile=True)).status == ErrorStatus.NONE
+    d = x.driver
+    d.set_faults(d.session(session), Faults(execute_delay_ms=1))
+    assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    assert launches == [False, False, False]
+    _idle(x, session)
+
+
+def test_a_closed_session_and_a_drained_server_refuse_as_before(launches: list[bool]) -> None:
+    x, session, handle = _owner()
+    m = x.method("executeSynchronously_1_3")
+    assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    x.lifecycle.begin_drain()
+    result = x.execute(m, lambda: Execution(session, handle, _request()))
+    assert isinstance(result, Refused) and result.status == ErrorStatus.DEVICE_UNAVAILABLE
+    x2, session2, handle2 = _owner()
+    assert x2.execute(m, lambda: Execution(session2, handle2, _request())).status == ErrorStatus.NONE
+    x2.driver.close_session(session2)
+    result = x2.execute(m, lambda: Execution(session2, handle2, _request()))
+    assert isinstance(result, Refused) and result.status == ErrorStatus.INVALID_ARGUMENT
+    _idle(x2, session2)
+
+
+def test_a_lean_run_closed_without_running_gives_everything_back() -> None:
+    x, session, handle = _owner(memory_total=1 << 20)
+    m = x.method("executeSynchronously_1_3")
+    assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    run = lean.launch(x.driver, Execution(session, handle, _request()))
+    assert run is not None
+    assert x.driver.scheduler.in_flight == 1 and x.driver.budget.by_kind()[lean.REQUEST_DATA] == 96
+    run.close()
+    run.close()  # idempotent
+    _idle(x, session)
