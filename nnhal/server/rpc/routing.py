@@ -130,8 +130,8 @@ def add_device_services(
     default device) and DeviceManager, every handler made async (``sync_handlers.asyncify``);
     with ``inbound``, unary requests but ``openSession``'s are read once admitted by it
     (``inbound.gated``: ``openSession`` keeps its unary request, which the refusal of an
-    unknown device reads), ``executeSynchronously_1_3`` by its direct handler (``direct``); the burst stream by its
-    direct handler in any case."""
+    unknown device reads), ``executeSynchronously_1_3``'s by its direct handler (``direct``);
+    the burst stream is served by its direct handler in any case."""
     collectors: dict[str, Collector] = {}
     for name, executions in devices.items():
         collectors[name] = Collector(inbound, (_OPEN_SESSION,))
