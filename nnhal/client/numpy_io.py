@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from nnhal.client.outcome import ExecutionOutcome
+from nnhal.core import fastpacket
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.errors import InvalidArgument
+from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.core.operand_types import DTYPE, INFO
 from nnhal.core.types import (
     DataLocation,
@@ -45,16 +45,54 @@ _MAX_PLANS = 16
 Layout = tuple[tuple[int, Operand], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """The shape-dependent part of a numpy request, built once and reused while shapes repeat."""
+#: How one output is read out of the output pool: dtype, element count, offset, shape.
+_Spec = tuple[np.dtype[Any], int, int, tuple[int, ...]]
 
-    #: Zero bytes before each given input in the input pool.
-    pads: tuple[int, ...]
-    inputs: tuple[RequestArgument, ...]
-    outputs: tuple[RequestArgument, ...]
-    output_pool: InlinePool
-    layout: Layout
+
+def _specs(layout: Layout, shapes: Sequence[OutputShape], nbytes: int) -> tuple[_Spec, ...]:
+    """How each output reads out of an output pool of ``nbytes`` bytes, by the output shapes an
+    answer reported (untrusted: GENERAL_FAILURE for an output that does not fit the pool)."""
+    specs: list[_Spec] = []
+    for k, ((offset, op), shape) in enumerate(zip(layout, shapes)):
+        dtype = DTYPE[op.type]
+        tensor = INFO[op.type].is_tensor
+        dims = tuple(shape.dimensions) if tensor else ()
+        count = math.prod(dims) if tensor else 1
+        if offset + count * dtype.itemsize > nbytes:
+            raise GeneralFailure(
+                f"the answer's output {k} ({count} x {dtype.name}) does not fit its {nbytes}-byte output pool"
+            )
+        specs.append((dtype, count, offset, dims))
+    return tuple(specs)
+
+
+class _Plan:
+    """The shape-dependent part of a numpy request, built once and reused while shapes repeat:
+    the request's arguments and output pool, where each output sits, and the compact-call
+    layout of the same-host queue (``compact``: the pools' lengths and sizes it carries)."""
+
+    __slots__ = ("_decoding", "compact", "inputs", "layout", "output_pool", "outputs", "pads")
+
+    def __init__(
+        self,
+        pads: tuple[int, ...],
+        inputs: tuple[RequestArgument, ...],
+        outputs: tuple[RequestArgument, ...],
+        output_pool: InlinePool,
+        layout: Layout,
+        input_bytes: int,
+    ) -> None:
+        #: Zero bytes before each given input in the input pool.
+        self.pads = pads
+        self.inputs = inputs
+        self.outputs = outputs
+        self.output_pool = output_pool
+        self.layout = layout
+        sizes = ((input_bytes, input_bytes), (0, output_pool.size))
+        self.compact = fastpacket.Planned((inputs, outputs, sizes), input_bytes)
+        #: The last answer's output shapes (by identity: a queue's answer reader hands back the
+        #: same tuple for an answer like the last), its pool's length, and how the outputs read.
+        self._decoding: tuple[Sequence[OutputShape], int, tuple[_Spec, ...]] | None = None
 
     @staticmethod
     def of(
@@ -96,7 +134,19 @@ class _Plan:
             layout.append((out_offset, op))
             out_offset += size
         output_pool = InlinePool(b"", max(out_offset, 1))
-        return _Plan(tuple(pads), tuple(in_args), tuple(out_args), output_pool, tuple(layout))
+        return _Plan(tuple(pads), tuple(in_args), tuple(out_args), output_pool, tuple(layout), offset)
+
+    def outputs_of(self, output_pools: dict[int, PoolData], output_shapes: Sequence[OutputShape]) -> list[np.ndarray]:
+        """The output arrays of a successful answer: read-only views of its output pool (the
+        answer's own bytes, which nothing reuses). The answer's shapes are checked against the
+        pool once per answer structure (GENERAL_FAILURE for outputs that do not fit)."""
+        data = output_pools.get(1, b"")
+        nbytes = len(data) if not isinstance(data, memoryview) else data.nbytes
+        decoding = self._decoding
+        if decoding is None or decoding[0] is not output_shapes or decoding[1] != nbytes:
+            shapes = output_shapes or [OutputShape(op.dimensions, True) for _, op in self.layout]
+            decoding = self._decoding = (output_shapes, nbytes, _specs(self.layout, shapes, nbytes))
+        return [np.frombuffer(data, dtype, count, offset).reshape(dims) for dtype, count, offset, dims in decoding[2]]
 
 
 def _as_input(value: np.ndarray | None, dtype: np.dtype[Any]) -> np.ndarray | None:
@@ -141,7 +191,33 @@ class NumpyIO:
             if len(self._plans) >= _MAX_PLANS:
                 self._plans.clear()
             self._plans[key] = plan
-        given = [a for a in arrays if a is not None]
+        return self._request(plan, [a for a in arrays if a is not None])
+
+    def planned(self, inputs: Sequence[np.ndarray | None]) -> tuple[_Plan, list[Any]] | None:
+        """The plan :meth:`request` made for these inputs' shapes (first sizes of the outputs)
+        and the pools' bytes of a compact call of it, in order (the given inputs, with the
+        zero pads of their alignment; the output pool carries none); None when there is no
+        such plan yet or the inputs do not fit the model (:meth:`request` then says why).
+        The parts are the arrays themselves: keep them unchanged until the call returns."""
+        if len(inputs) != len(self.in_dtypes):
+            return None
+        arrays = [_as_input(v, dtype) for v, dtype in zip(inputs, self.in_dtypes)]
+        plan = self._plans.get((tuple(None if a is None else a.shape for a in arrays), None))
+        if plan is None:
+            return None
+        parts: list[Any] = []
+        pads = iter(plan.pads)
+        for arr in arrays:
+            if arr is not None:
+                pad = next(pads)
+                if pad:
+                    parts.append(_ZEROS[:pad])
+                if arr.nbytes:
+                    parts.append(arr)
+        return plan, parts
+
+    @staticmethod
+    def _request(plan: _Plan, given: list[np.ndarray]) -> tuple[Request, Layout]:
         data: PoolData
         if len(given) == 1:
             # One input is the pool itself, uncopied: the one copy is where it is sent from
@@ -158,17 +234,15 @@ class NumpyIO:
 
 
 def decode_outputs(outcome: ExecutionOutcome, layout: Layout) -> list[np.ndarray]:
-    """The output arrays of a successful outcome (views of its output pool, no copy)."""
+    """The output arrays of a successful outcome (views of its output pool, no copy);
+    GENERAL_FAILURE when the shapes it reports do not fit the pool."""
     data = outcome.output_pools.get(1, b"")
-    outs: list[np.ndarray] = []
-    for (offset, op), shape in zip(
-        layout, outcome.output_shapes or [OutputShape(op.dimensions, True) for _, op in layout]
-    ):
-        dims = tuple(shape.dimensions)
-        count = math.prod(dims) if INFO[op.type].is_tensor else 1
-        arr = np.frombuffer(data, dtype=DTYPE[op.type], count=count, offset=offset)
-        outs.append(arr.reshape(dims) if INFO[op.type].is_tensor else arr.reshape(()))
-    return outs
+    nbytes = data.nbytes if isinstance(data, memoryview) else len(data)
+    shapes = outcome.output_shapes or [OutputShape(op.dimensions, True) for _, op in layout]
+    return [
+        np.frombuffer(data, dtype, count, offset).reshape(dims)
+        for dtype, count, offset, dims in _specs(layout, shapes, nbytes)
+    ]
 
 
 def decoder(layout: Layout) -> Callable[[ExecutionResult], ExecutionOutcome]:
@@ -194,13 +268,12 @@ def retry_sizes(outcome: ExecutionOutcome, layout: Layout) -> list[int] | None:
 
 
 def numpy_execution(
-    numpy_io: NumpyIO, inputs: Sequence[np.ndarray | None]
+    numpy_io: NumpyIO, inputs: Sequence[np.ndarray | None], sizes: list[int] | None = None
 ) -> Generator[Request, ExecutionResult, ExecutionOutcome]:
     """A synchronous execution on numpy arrays (a :mod:`nnhal.client.steps` call): yields each
     Request to execute and receives its result; returns the outcome with ``outputs``, or raises
     the HalError it ended with. Outputs of unknown shape are retried once with the sizes the
-    driver reported."""
-    sizes: list[int] | None = None
+    driver reported (``sizes``: the retry of a call already made, with those sizes)."""
     for _attempt in range(2):
         request, layout = numpy_io.request(inputs, sizes)
         outcome = ExecutionOutcome.of((yield request))
@@ -213,3 +286,17 @@ def numpy_execution(
         return outcome
     outcome.raise_for_status()
     return outcome
+
+
+def settle(plan: _Plan, result: ExecutionResult) -> ExecutionOutcome | list[int]:
+    """What the result of a planned call (:meth:`NumpyIO.planned`) comes to: the outcome with
+    ``outputs``, or the output sizes to retry with (:func:`numpy_execution` with them); raises
+    the HalError it ended with otherwise — :func:`numpy_execution`'s first step."""
+    outcome = ExecutionOutcome.of(result)
+    if outcome.status == ErrorStatus.NONE:
+        outcome.outputs = plan.outputs_of(outcome.output_pools, outcome.output_shapes)
+        return outcome
+    retry = retry_sizes(outcome, plan.layout)
+    if retry is None:
+        outcome.raise_for_status()  # a status other than NONE: raises
+    return outcome if retry is None else retry

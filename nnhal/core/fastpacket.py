@@ -120,6 +120,20 @@ def call_parts(
     return fastring.Gathered([CALL_HEADER.pack(layout, flags, deadline_ns or 0, loop_timeout_ns), *datas])
 
 
+class Planned:
+    """A request layout a client sends again and again (one numpy call plan): its layout key,
+    the bytes of pools a compact call of it carries, and ``grant``: the queue (a serial) that
+    granted it an id and that id, replaced in one assignment so that a thread reading it
+    never pairs one queue's serial with another's id ((0, 0): none yet)."""
+
+    __slots__ = ("body", "grant", "shape")
+
+    def __init__(self, shape: LayoutKey, body: int) -> None:
+        self.shape = shape
+        self.body = body
+        self.grant = (0, 0)
+
+
 class Call(NamedTuple):
     """A decoded CALL: ``body`` is every pool's bytes back to back (a tuple: one is made per
     call, and a frozen dataclass costs several times a tuple to make)."""
@@ -218,10 +232,17 @@ class AnswerReader:
             head is not None
             and len(payload) == self._end
             and payload.startswith(head)
-            and all(payload[at : at + 8] == pair for at, pair in self._marks)
+            and (not self._marks or all(payload[at : at + 8] == pair for at, pair in self._marks))
         ):
             r = self._result
-            pools: dict[int, PoolData] = {index: payload[start:stop] for index, start, stop in self._spans}
+            kept = self._spans
+            if len(kept) == 1:  # the usual answer: one output pool
+                index, start, stop = kept[0]
+                pools: dict[int, PoolData] = {index: payload[start:stop]}
+            else:
+                pools = {index: payload[start:stop] for index, start, stop in kept}
+            # The output shapes are the remembered tuple itself: a reader of the outputs may
+            # know them by identity.
             return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, pools)
         result, spans = _decode_answer(payload)
         self._head = payload[: spans[0][1]] if spans else payload

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnhal.client.numpy_io import NumpyIO, numpy_execution
+from nnhal.client.numpy_io import NumpyIO, numpy_execution, settle
+from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.steps import drive
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure
@@ -48,3 +49,67 @@ def test_too_small_outputs_are_retried_once_and_a_failure_is_raised() -> None:
             numpy_execution(NumpyIO(add_model()), [ones(), ones()]),
             lambda _r: ExecutionResult(ErrorStatus.GENERAL_FAILURE, "broken"),
         )
+
+
+def test_a_plan_is_offered_only_for_shapes_requested_before() -> None:
+    numpy_io = NumpyIO(add_model((0, 4)))
+    assert numpy_io.planned([ones(), ones()]) is None  # no plan yet: the general path makes it
+    request, _layout = numpy_io.request([ones(), ones()], None)
+    planned = numpy_io.planned([ones(), ones()])
+    assert planned is not None
+    plan, parts = planned
+    assert plan.inputs is request.inputs and plan.outputs is request.outputs
+    # The compact call carries the input pool's bytes, as the general request holds them.
+    assert b"".join(parts) == bytes(request.pools[0].data)
+    assert plan.compact.body == len(request.pools[0].data)
+    # The input pool: 32 B, a 32 B pad, 32 B; the output pool carries no bytes.
+    assert plan.compact.shape == (request.inputs, request.outputs, ((96, 96), (0, request.pools[1].size)))
+    # Other shapes: no plan until the general path made one, then a plan of their own.
+    assert numpy_io.planned([ones((3, 4)), ones((3, 4))]) is None
+    numpy_io.request([ones((3, 4)), ones((3, 4))], None)
+    other = numpy_io.planned([ones((3, 4)), ones((3, 4))])
+    assert other is not None and other[0] is not plan and other[0].compact.shape != plan.compact.shape
+    assert numpy_io.planned([ones()]) is None  # a wrong input count: the general path says why
+
+
+def test_a_planned_answer_decodes_into_outputs_of_its_own_bytes() -> None:
+    numpy_io = NumpyIO(add_model())
+    numpy_io.request([ones(), ones()], None)
+    planned = numpy_io.planned([ones(), ones()])
+    assert planned is not None
+    plan = planned[0]
+    shapes = (OutputShape((2, 4), True),)
+    first = settle(plan, ExecutionResult(ErrorStatus.NONE, "", shapes, output_pools={1: (2 * ones()).tobytes()}))
+    second = settle(plan, ExecutionResult(ErrorStatus.NONE, "", shapes, output_pools={1: (3 * ones()).tobytes()}))
+    assert isinstance(first, ExecutionOutcome) and isinstance(second, ExecutionOutcome)
+    np.testing.assert_array_equal(first.outputs[0], 2 * ones())  # unchanged by the next answer
+    np.testing.assert_array_equal(second.outputs[0], 3 * ones())
+    assert isinstance(first.outputs[0].base.base, bytes)  # a view of the answer's own bytes
+
+
+def test_a_planned_answer_that_does_not_hold_together_is_refused() -> None:
+    numpy_io = NumpyIO(add_model())
+    numpy_io.request([ones(), ones()], None)
+    planned = numpy_io.planned([ones(), ones()])
+    assert planned is not None
+    plan = planned[0]
+    pool = {1: (2 * ones()).tobytes()}
+    # Output shapes larger than the pool the answer carries: refused, whether the structure is
+    # new or was seen before with a pool that fitted.
+    settle(plan, ExecutionResult(ErrorStatus.NONE, "", (OutputShape((2, 4), True),), output_pools=pool))
+    with pytest.raises(GeneralFailure, match="does not fit"):
+        settle(plan, ExecutionResult(ErrorStatus.NONE, "", (OutputShape((4, 4), True),), output_pools=pool))
+    shapes = (OutputShape((2, 4), True),)
+    settle(plan, ExecutionResult(ErrorStatus.NONE, "", shapes, output_pools=pool))
+    with pytest.raises(GeneralFailure, match="does not fit"):
+        settle(plan, ExecutionResult(ErrorStatus.NONE, "", shapes, output_pools={1: pool[1][:16]}))
+    with pytest.raises(GeneralFailure, match="does not fit"):
+        drive(
+            numpy_execution(numpy_io, [ones(), ones()]),
+            lambda _r: ExecutionResult(ErrorStatus.NONE, "", (OutputShape((9, 9), True),), output_pools=pool),
+        )
+    # A status other than NONE is raised; OUTPUT_INSUFFICIENT_SIZE gives the sizes to retry with.
+    with pytest.raises(GeneralFailure, match="broken"):
+        settle(plan, ExecutionResult(ErrorStatus.GENERAL_FAILURE, "broken"))
+    retry = settle(plan, ExecutionResult(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "", (OutputShape((4, 4), False),)))
+    assert retry == [64]

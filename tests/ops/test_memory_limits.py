@@ -181,6 +181,31 @@ def test_bound_kernels_run_under_a_limit_counting_their_arena() -> None:
         graph.run([x], Budget(pool.nbytes - 1).control())
 
 
+def test_a_straight_program_runs_under_a_limit_counting_its_arena_and_results() -> None:
+    """Under a limit a model of fixed calls still runs as one straight program: its arena and the
+    copies of its results held before the arena is taken, every byte given back; a limit below
+    that refuses the execution before it runs; an input that leaves the straight program holds
+    only what the general path holds."""
+    graph = PreparedGraph(_chain(4), [])
+    x = np.linspace(-2, 2, 4, dtype=np.float32)
+    graph.run([x])  # the first run makes the arena and its program
+    assert graph.main.straight
+    need = graph.main.straight_bytes
+    pool = graph.main.pool
+    assert pool is not None and need == pool.nbytes + x.nbytes
+    budget = Budget(LIMIT)
+    control = budget.control()
+    (out,) = graph.run([x], control)
+    np.testing.assert_array_equal(out, np.maximum(x, 0))
+    assert control.operations_run == 4 and control.peak == need and budget.used == 0
+    with pytest.raises(ResourceExhaustedPersistent):
+        graph.run([x], Budget(need - 1).control())
+    other = budget.control()
+    (out,) = graph.run([x.astype(np.float64)], other)  # not the buffer's dtype: the general path
+    np.testing.assert_array_equal(out, np.maximum(x, 0))
+    assert budget.used == 0 and other.peak < 2 * need
+
+
 def test_a_bound_kernel_declining_mid_run_hands_the_rest_to_the_general_loop() -> None:
     """The leading bound steps run in their own loop; one that declines (returns None) has its
     general kernel run instead, and so do the steps after it — the same values, every byte given

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -17,9 +18,10 @@ import numpy as np
 import pytest
 
 from nnhal.core.enums import OperandType as T, OperationType as Op
-from nnhal.core.errors import HalError
+from nnhal.core.errors import HalError, MissedDeadlineTransient
 from nnhal.core.operand_types import DTYPE
 from nnhal.core.types import Model
+from nnhal.server.executor import graph as graph_module
 from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
 from nnhal.server.executor.ops._conv_core import finish_quant, float_requant, table_requant
 from nnhal.server.executor.ops._fixed_point import quantize_multiplier
@@ -29,6 +31,13 @@ from tests.fuzz.builder import ModelBuilder
 SHAPE = (1, 4, 4, 3)
 Q: tuple[float, int] = (0.05, 120)
 NO_Q: tuple[float, int] = (0.0, 0)
+
+
+@pytest.fixture
+def no_io_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Model inputs and outputs get no arena buffers: the steps that read or write them take their
+    bound kernels, the others between them their fixed calls."""
+    monkeypatch.setattr(graph_module, "ARENA_IO_BYTES", 0)
 
 
 def _graph(model: Model) -> PreparedGraph:
@@ -353,6 +362,7 @@ def _add_chain_then(last: Op) -> Model:
     return b.build()
 
 
+@pytest.mark.usefixtures("no_io_buffers")
 def test_intermediates_reuse_one_arena_and_results_do_not_share_it() -> None:
     graph = _graph(_add_chain_then(Op.ADD))
     pool = graph.main.pool
@@ -591,7 +601,10 @@ def test_bound_fully_connected_matches_the_general_kernel(
     _op_then_add_zero(b, Op.FULLY_CONNECTED, [x, w, bias, b.const(T.INT32, act)], (batch, units), via_temp)
     graph = _graph(b.build())
     assert graph.main.steps[0].fast is not None
-    assert graph.main.steps[0].out_slots == ((0,) if via_temp else (None,))
+    assert graph.main.steps[0].out_slots != (None,)  # an intermediate's buffer, or the output's
+    assert graph.main.straight is None  # known once an arena is made
+    graph.run(_inputs(graph.model, 0))
+    assert graph.main.straight
     for seed in (0, 1):
         inputs = _inputs(graph.model, seed)
         inputs[0].reshape(-1)[:3] = [np.inf, -0.0, np.nan]
@@ -658,8 +671,9 @@ def test_the_tiny_benchmark_model_runs_bound_and_exact() -> None:
     b.op(Op.MEAN, [h, b.const(T.TENSOR_INT32, [1]), b.const(T.INT32, 1)], [out])
     graph = _graph(b.build())
     assert all(step.fast is not None for step in graph.main.steps)
-    # Static but for the steps that read the model's input and the MEAN writing its output.
-    assert _static(graph) == [False, True, True, True, False, *([True] * 10), False]
+    # Every step static, the input copied in and the MEAN writing the output's buffer.
+    assert _static(graph) == [True] * 16
+    assert graph.main.straight
     for seed in (0, 1):
         inputs = _inputs(graph.model, seed)
         for _ in range(2):
@@ -706,11 +720,17 @@ _STATIC_CASES: list[tuple[Op, int, bool]] = [
 ]
 
 
+@pytest.mark.parametrize("io_buffers", [True, False])
 @pytest.mark.parametrize(("op", "act", "variant"), _STATIC_CASES)
-def test_static_steps_match_the_general_kernels(op: Op, act: int, variant: bool) -> None:
+def test_static_steps_match_the_general_kernels(
+    op: Op, act: int, variant: bool, io_buffers: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An operation between intermediates runs as its fixed calls (registry.StaticKernel), and
     gives the general kernel's exact values, the specials and the tails included, execution after
-    execution on one arena."""
+    execution on one arena: with the model's input and output in buffers of their own the whole
+    model is one straight program, else the first and last steps take their bound kernels."""
+    if not io_buffers:
+        monkeypatch.setattr(graph_module, "ARENA_IO_BYTES", 0)
     rng = np.random.default_rng(act)
     t = T.TENSOR_FLOAT32
     shape = (2, 12)
@@ -727,14 +747,22 @@ def test_static_steps_match_the_general_kernels(op: Op, act: int, variant: bool)
 
     _between_copies(b, shape, op, inputs)
     graph = _graph(b.build())
-    assert _static(graph) == [False, True, False]
+    assert _static(graph) == [io_buffers, True, io_buffers]
+    assert graph.main.straight is io_buffers
     for seed in (0, 1, 2):
         (value,) = _inputs(graph.model, seed)
         value = value * 30  # into the tails where exp overflows
         value.reshape(-1)[:6] = [np.inf, -np.inf, np.nan, -0.0, 0.0, 89.0]
-        np.testing.assert_array_equal(graph.run([value])[0], _general(graph, [value]))
+        _same_bits(graph.run([value])[0], _general(graph, [value]))
 
 
+def _same_bits(got: np.ndarray, expected: np.ndarray) -> None:
+    """The same shape, dtype and bits (-0.0 and the NaNs' signs and payloads included)."""
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    np.testing.assert_array_equal(got.view(np.uint8), expected.view(np.uint8))
+
+
+@pytest.mark.usefixtures("no_io_buffers")
 def test_a_static_step_reads_what_a_declining_kernel_left_to_the_general_loop() -> None:
     """When a bound kernel before static steps declines, the general loop runs the rest: the same
     values as a run that never declined."""
@@ -748,6 +776,7 @@ def test_a_static_step_reads_what_a_declining_kernel_left_to_the_general_loop() 
     assert _static(graph) == [False, True, False]
 
 
+@pytest.mark.usefixtures("no_io_buffers")
 def test_static_steps_read_a_bound_result_that_came_in_a_new_array() -> None:
     """A bound kernel that answers in a new array instead of its buffer still leaves its value
     where the static steps after it read it."""
@@ -763,3 +792,119 @@ def test_static_steps_read_a_bound_result_that_came_in_a_new_array() -> None:
     (second,) = _inputs(graph.model, 2)
     np.testing.assert_array_equal(graph.run([second])[0], _general(graph, [second]))
     assert _static(graph) == [False, True, False]
+
+
+_MEAN_CASES = [([1], 1), ([1], 0), ([0], 1), ([0, 1], 0), ([-1, 0], 1)]
+
+
+@pytest.mark.parametrize("io_buffers", [True, False])
+@pytest.mark.parametrize(("axes", "keep"), _MEAN_CASES)
+def test_static_mean_matches_the_general_kernel(
+    axes: list[int], keep: int, io_buffers: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A MEAN between intermediates runs as its fixed calls (the sum into its buffer, or a view of
+    it, then the division), bit for bit the general kernel's, NaN, inf and -0.0 rows included."""
+    if not io_buffers:
+        monkeypatch.setattr(graph_module, "ARENA_IO_BYTES", 0)
+    t, shape = T.TENSOR_FLOAT32, (3, 12)
+    resolved = {a % 2 for a in axes}
+    if keep:
+        out_shape = tuple(1 if d in resolved else n for d, n in enumerate(shape))
+    else:
+        out_shape = tuple(n for d, n in enumerate(shape) if d not in resolved) or (1,)
+    b = ModelBuilder()
+    x = b.input(t, shape)
+    copy, mean = b.temp(t, shape), b.temp(t, out_shape)
+    b.op(Op.MUL, [x, b.const(t, np.ones(shape)), b.const(T.INT32, 0)], [copy])
+    b.op(Op.MEAN, [copy, b.const(T.TENSOR_INT32, np.array(axes, np.int32)), b.const(T.INT32, keep)], [mean])
+    b.op(Op.MUL, [mean, b.const(t, np.ones(out_shape)), b.const(T.INT32, 0)], [b.output(t, out_shape)])
+    graph = _graph(b.build())
+    assert _static(graph) == [io_buffers, True, io_buffers]
+    assert graph.main.straight is io_buffers
+    for seed in (0, 1, 2):
+        (value,) = _inputs(graph.model, seed)
+        value = value * 1e37  # sums overflow to inf
+        value[1] = -0.0
+        value[2, :3] = [np.inf, -np.inf, 5.0] if seed else [np.nan, 1.0, 2.0]
+        _same_bits(graph.run([value])[0], _general(graph, [value]))
+
+
+def _chain(steps: int) -> Model:
+    """x + 1, ``steps`` times, through intermediates, to the output."""
+    b = ModelBuilder()
+    y = b.input(T.TENSOR_FLOAT32, SHAPE)
+    one = b.const(T.TENSOR_FLOAT32, np.ones(SHAPE))
+    for k in range(steps):
+        nxt = b.output(T.TENSOR_FLOAT32, SHAPE) if k == steps - 1 else b.temp(T.TENSOR_FLOAT32, SHAPE)
+        b.op(Op.ADD, [y, one, b.const(T.INT32, 0)], [nxt])
+        y = nxt
+    return b.build()
+
+
+def test_a_straight_program_copies_its_input_in_and_its_result_out() -> None:
+    """The caller's input is read, never written, and its result shares no memory with the
+    arena, execution after execution."""
+    graph = _graph(_chain(3))
+    x = np.zeros(SHAPE, np.float32)
+    first = graph.run([x])[0]
+    assert graph.main.straight
+    second = graph.run([x + 1])[0]
+    np.testing.assert_array_equal(x, np.zeros(SHAPE, np.float32))
+    np.testing.assert_array_equal(first, x + 3)
+    np.testing.assert_array_equal(second, x + 4)
+    pool = graph.main.pool
+    assert pool is not None
+    arena = pool.checkout()
+    pool.checkin(arena)
+    assert not arena.owns(first) and not arena.owns(second)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32])
+def test_an_input_of_another_dtype_leaves_the_straight_program(dtype: type) -> None:
+    """An input its buffer would have to cast runs as it did without buffers (the general
+    path), not converted into the buffer."""
+    graph = _graph(_chain(2))
+    graph.run([np.zeros(SHAPE, np.float32)])
+    assert graph.main.straight
+    value = np.arange(48).reshape(SHAPE).astype(dtype)
+    expected = _general(graph, [value])
+    np.testing.assert_array_equal(graph.run([value])[0], expected)
+
+
+def test_a_straight_program_checks_the_deadline_and_the_hook_at_its_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint before each segment: one for a small program, one per step when each step is
+    a segment; a deadline already passed ends the execution before any step, and the arena goes
+    back to its pool."""
+    graph = _graph(_chain(6))
+    x = np.zeros(SHAPE, np.float32)
+    graph.run([x])  # the first run makes the arena (and its program)
+    monkeypatch.setattr(graph_module, "HOOK_INTERVAL_NS", 0)  # the hook at every checkpoint
+    hooks: list[int] = []
+    np.testing.assert_array_equal(graph.run([x], ExecutionControl(checkpoint_hook=lambda: hooks.append(1)))[0], x + 6)
+    assert graph.main.straight and len(hooks) == 1
+    monkeypatch.setattr(graph_module, "STRAIGHT_SEGMENT", 1)
+    split = _graph(_chain(6))
+    split.run([x])
+    hooks.clear()
+    control = ExecutionControl(checkpoint_hook=lambda: hooks.append(1))
+    np.testing.assert_array_equal(split.run([x], control)[0], x + 6)
+    assert split.main.straight and len(hooks) == 6 and control.operations_run == 6
+    late = ExecutionControl(deadline_ns=time.monotonic_ns() - 1)
+    with pytest.raises(MissedDeadlineTransient):
+        split.run([x], late)
+    assert late.operations_run == 0
+    pool = split.main.pool
+    assert pool is not None
+    arena = pool.checkout()
+    assert pool.checkout() is not arena  # the one arena made so far was given back, then taken
+    assert arena.straight is not None and len(arena.straight) == 6
+
+
+def test_reciprocal_is_one_divided_by_the_value() -> None:
+    """LOGISTIC's bound kernels take np.reciprocal for 1 / x: the same bits on float32 (checked
+    on every float32 value once; here on a sample and the specials)."""
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 1 << 32, 1 << 18, dtype=np.uint64).astype(np.uint32)
+    x = np.concatenate([bits.view(np.float32), np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45], np.float32)])
+    with np.errstate(all="ignore"):
+        _same_bits(np.reciprocal(x), 1 / x)

@@ -47,7 +47,7 @@ from nnhal.client.remote.transport import (
     map_rpc_error,
     remaining_time,
 )
-from nnhal.core import fastring, samehost, wire
+from nnhal.core import fastpacket, fastring, samehost, wire
 from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError
@@ -364,6 +364,40 @@ class AioSameHostQueue:
             return None if answer is None else link.result_of(answer, key)
 
         return await self._carry(what, bound is not None, run)
+
+    async def execute_planned(
+        self, handle: str, planned: fastpacket.Planned, parts: list[Any], options: ExecutionOptions
+    ) -> ExecutionResult | None:
+        """:meth:`execute` of a numpy call plan's layout, from its pools' bytes (``parts``, in
+        order): a compact call when the open queue granted the layout an id, else None (nothing
+        sent: the call takes :meth:`execute`, whose first call of a layout asks for the id).
+        The same failures as :meth:`execute`; the call is awaited here, not raced in a task of
+        its own: the queue's own end (its liveness stream, the server's end of the doorbell)
+        wakes it, and a session that ended meanwhile gives the session's end error, as the
+        race would have."""
+        link = self._link
+        if link is None or link.busy:
+            return None
+        layout = link.granted(planned, handle)
+        if not layout:
+            return None
+        session = self._session
+        what = "executeSynchronously_1_3"
+        session.check(what)
+        md = session.metadata()
+        rid = md[0][1]
+        remaining = remaining_time(options.timeout, options.deadline_at)
+        payload = link.planned_packet(
+            layout, samehost.encode_tag(rid, scope_of(md)), options, remaining, parts, planned.body
+        )
+        if payload is None:
+            return None
+        bound = grpc_timeout(remaining)
+        try:
+            answer = await self._exchange(link, fastpacket.CALL, payload, bound or DEFAULT_CALL_TIMEOUT, what)
+            return None if answer is None else link.result_of(answer, (handle, planned.shape))
+        except (grpc.RpcError, HalError) as err:
+            raise session.failure(err, what, bound is not None, rid) from None
 
     def _drop(self, link: AioQueueLink) -> None:
         """Close a link that can no longer be used (a later call opens a new one)."""

@@ -283,6 +283,21 @@ class AioSession:
         except asyncio.CancelledError:  # grpc cancelled the call under us (channel closed)
             raise tag_request_id(GeneralFailure(f"{what}: the call was cancelled"), rid) from None
 
+    def failure(self, err: grpc.RpcError | HalError, what: str, had_deadline: bool, rid: str) -> HalError:
+        """What a call awaited outside :meth:`call` (the same-host queue's planned calls) raises
+        for ``err``: the session's end error when the session ended meanwhile (what the race
+        of :meth:`call` gives), else ``err`` mapped as :meth:`call` maps it (a death declared);
+        tagged with the call's request id."""
+        end = self._end_error
+        if end is not None:
+            return tag_request_id(type(end)(f"{what}: {end.message}"), rid)
+        if isinstance(err, HalError):
+            return tag_request_id(err, rid)
+        mapped = map_rpc_error(err, had_deadline=had_deadline, what=what)
+        if isinstance(mapped, DeadObject):
+            self.declare_dead(mapped.message)
+        return tag_request_id(mapped, rid)
+
     @property
     def same_host(self) -> AioSameHostQueue | None:
         """The session's same-host execution queue (None: its calls take gRPC)."""

@@ -36,6 +36,7 @@ blocking reads, the asyncio client's link (:mod:`.aio_samehost`) through its eve
 from __future__ import annotations
 
 import fcntl
+import itertools
 import logging
 import mmap
 import os
@@ -70,6 +71,8 @@ RESULT_ENVELOPE_BYTES = 16 << 10
 _RESULT_KINDS = (fastring.RESULT, fastpacket.LEARNED, fastpacket.ANSWER)
 _QUEUE_KINDS = (*_RESULT_KINDS, samehost.REPLY, samehost.ABORTED, samehost.STEP_ASIDE)
 _GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode}
+#: Serials of the queues a process collects (a planned layout's grant names its queue by one).
+_SERIALS = itertools.count(1)
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW if hasattr(fcntl, "F_SEAL_SHRINK") else 0
 
 
@@ -167,12 +170,16 @@ class _CallTemplate:
             datas.append(data)
         return datas
 
-    def packet(self, tag: bytes, options: ExecutionOptions, datas: list[PoolData]) -> fastring.Gathered:
-        """The compact call's payload: ``tag``, the header of this call's scalars, the pools' bytes."""
+    def packet(self, tag: bytes, options: ExecutionOptions, datas: list[PoolData]) -> fastring.Payload:
+        """The compact call's payload: ``tag``, the header of this call's scalars, the pools'
+        bytes (a small one joined at once: the ring copies it once)."""
         deadline = fastpacket.remaining_ns(remaining_time(options.timeout, options.deadline_at))
         flags = (fastpacket.MEASURE if options.measure else 0) | (0 if deadline is None else fastpacket.HAS_DEADLINE)
         header = fastpacket.CALL_HEADER.pack(self.layout, flags, deadline or 0, options.loop_timeout_ns)
-        return fastring.Gathered([tag, header, *datas], len(tag) + len(header) + self.body)
+        length = len(tag) + len(header) + self.body
+        if length <= fastring.CHECKED_BYTES:
+            return b"".join((tag, header, *datas))
+        return fastring.Gathered([tag, header, *datas], length)
 
 
 class QueueEnded(Exception):
@@ -210,6 +217,8 @@ class QueueEnds:
         #: The compact call of the last granted layout sent (``execution_packet``).
         self._template: _CallTemplate | None = None
         self._answers = fastpacket.AnswerReader()
+        #: This queue among the process's (:meth:`granted`): never reused, unlike ``id()``.
+        self.serial = next(_SERIALS)
 
     @staticmethod
     def _granted(first: fpb.FastBurstEvent) -> int:
@@ -241,18 +250,25 @@ class QueueEnds:
 
     def execution_packet(
         self, request: Request, options: ExecutionOptions, handle: str, session: str, tag: bytes
-    ) -> tuple[int, fastring.Gathered, _Key | None] | None:
+    ) -> tuple[int, fastring.Payload, _Key | None] | None:
         """The packet (kind, payload) of one execution and the layout key its answer may grant
         an id for; None when it or its largest possible answer does not fit the rings. The
         payload is in parts (``tag``, the header, the pools' bytes as the request holds them):
         the ring copies each once."""
         t = self._template
-        # The numpy client and a burst loop send the same argument tuples for a layout: its
-        # compact call is known by their identity and the pools' sizes, with nothing hashed
-        # (the arguments' dataclass hashes are most of a lookup's cost) and nothing re-checked
-        # that the template's first packet passed (the packet and its answer fit the rings).
-        if t is not None and request.inputs is t.inputs and request.outputs is t.outputs and handle == t.handle:
-            datas = None if options.profile else t.datas(request.pools)
+        # The numpy client sends the same argument tuples for a layout, a burst loop equal ones:
+        # its compact call is known by their identity (else equality) and the pools' sizes, with
+        # nothing hashed (the arguments' dataclass hashes are most of a lookup's cost) and
+        # nothing re-checked that the template's first packet passed (the packet and its answer
+        # fit the rings: the same output pools' sizes).
+        if (
+            t is not None
+            and handle == t.handle
+            and not options.profile
+            and (request.inputs is t.inputs or request.inputs == t.inputs)
+            and (request.outputs is t.outputs or request.outputs == t.outputs)
+        ):
+            datas = t.datas(request.pools)
             if datas is not None:
                 packet = t.packet(tag, options, datas)
                 return (fastpacket.CALL, packet, t.key) if self.requests.fits(len(packet)) else None
@@ -263,11 +279,8 @@ class QueueEnds:
         layout = None
         if shape is not None:
             key = (handle, shape)
-            if t is not None and key == t.key:  # equal arguments, not the same objects (a burst loop)
-                layout = t.layout
-            else:
-                layout = self._layouts.get(key)
-                t = None if layout is None else _CallTemplate(key, layout)
+            layout = self._layouts.get(key)
+            t = None if layout is None else _CallTemplate(key, layout)
         if t is not None and layout is not None:
             # A layout the server knows: only the per-call scalars and the pools' bytes travel.
             datas = t.datas(request.pools)
@@ -286,6 +299,41 @@ class QueueEnds:
         if not self.requests.fits(len(packet)):
             return None
         return kind, packet, key
+
+    def granted(self, planned: fastpacket.Planned, handle: str) -> int:
+        """The id this queue granted ``planned``'s layout of prepared model ``handle`` (0: none
+        yet — its next call travels as a full request and asks for one), remembered in
+        ``planned`` so that a later call looks nothing up."""
+        serial, layout = planned.grant
+        if serial == self.serial:
+            return layout
+        layout = self._layouts.get((handle, planned.shape), 0)
+        if layout:
+            planned.grant = (self.serial, layout)
+        return layout
+
+    def planned_packet(
+        self,
+        layout: int,
+        tag: bytes,
+        options: ExecutionOptions,
+        remaining: float | None,
+        parts: list[Any],
+        body: int,
+    ) -> fastring.Payload | None:
+        """The compact call of a granted ``layout`` (:meth:`granted`) whose pools' bytes are
+        ``parts`` (``body`` bytes in all, each part a C-contiguous buffer), ``remaining``
+        seconds left of its deadline (None: none); None when it does not fit the request ring.
+        A small packet is joined at once (the ring copies it once), a large one goes in parts."""
+        deadline = fastpacket.remaining_ns(remaining)
+        flags = (fastpacket.MEASURE if options.measure else 0) | (0 if deadline is None else fastpacket.HAS_DEADLINE)
+        header = fastpacket.CALL_HEADER.pack(layout, flags, deadline or 0, options.loop_timeout_ns)
+        length = len(tag) + fastpacket.CALL_HEADER.size + body
+        if length > self.requests.max_payload:
+            return None
+        if length <= fastring.CHECKED_BYTES:
+            return b"".join((tag, header, *parts))
+        return fastring.Gathered([tag, header, *(memoryview(p).cast("B") for p in parts)], length)
 
     def read_answer(self) -> tuple[int, bytes] | None:
         """The next answer packet, None when none is waiting; GENERAL_FAILURE (the ring
@@ -395,9 +443,16 @@ class FastBurstLink(QueueEnds):
         of step then: close it); ``tag``: the call's request id and fault scope, which a
         session's queue takes before every packet (``samehost.encode_tag``)."""
         packet = self.execution_packet(request, options, handle, session, tag)
-        if packet is None or not self._lock.acquire(blocking=wait):
+        return None if packet is None else self.send(*packet, limit, wait)
+
+    def send(
+        self, kind: int, payload: fastring.Payload, key: _Key | None, limit: float | None = None, wait: bool = True
+    ) -> ExecutionResult | None:
+        """:meth:`execute` of a packet already made (``execution_packet``, ``planned_packet``):
+        its result, or None (nothing sent) when, unless ``wait``, another thread is using the
+        rings."""
+        if not self._lock.acquire(blocking=wait):
             return None
-        kind, payload, key = packet
         try:
             try:
                 self._remote.check("fast burst")

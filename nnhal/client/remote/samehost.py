@@ -260,6 +260,42 @@ class SameHostQueue:
         result: ExecutionResult = channel.invoke(_raise(late), what, bound is not None, md[0][1])
         return result
 
+    def execute_planned(
+        self, handle: str, planned: fastpacket.Planned, parts: list[Any], options: ExecutionOptions
+    ) -> ExecutionResult | None:
+        """:meth:`execute` of a numpy call plan's layout, from its pools' bytes (``parts``, in
+        order): a compact call when the open queue granted the layout an id, else None (nothing
+        sent: the call takes :meth:`execute`, whose first call of a layout asks for the id).
+        The same failures as :meth:`execute`."""
+        link = self._link
+        if link is None:
+            return None
+        layout = link.granted(planned, handle)
+        if not layout:
+            return None
+        channel = self._channel
+        md = channel._metadata()  # this thread's request id, as a gRPC call's
+        rid = md[0][1]
+        remaining = remaining_time(options.timeout, options.deadline_at)
+        payload = link.planned_packet(
+            layout, samehost.encode_tag(rid, scope_of(md)), options, remaining, parts, planned.body
+        )
+        if payload is None:
+            return None
+        bound = grpc_timeout(remaining)
+        limit = bound or DEFAULT_CALL_TIMEOUT
+        failure: BaseException
+        try:
+            return link.send(fastpacket.CALL, payload, (handle, planned.shape), limit, wait=False)
+        except QueueTimeout:
+            self._drop(link)  # its answer may still come: the queue is out of step
+            failure = late_error(limit)
+        except (grpc.RpcError, HalError) as err:
+            failure = err
+        # Through the one call path, as :meth:`execute`'s: mapped, tagged, a death declared.
+        result: ExecutionResult = channel.invoke(_raise(failure), "executeSynchronously_1_3", bound is not None, rid)
+        return result
+
     def _drop(self, link: FastBurstLink) -> None:
         """Close a link that can no longer be used (a later call opens a new one, unless the
         session is dead: its calls then fail before reaching here)."""

@@ -15,16 +15,18 @@ Contracts:
   operation keeps its slot for the whole execution, since a view of it may live on. So no kernel
   writes into memory a live value uses, and a slot of recently used memory is reused while it
   is still in cache;
-- operands the model outputs (or takes as inputs) never get a slot, and ``PreparedGraph.run``
-  copies any result that still shares memory with the arena (a view an operation returned),
-  so nothing the caller receives is overwritten by a later execution;
+- a small model input of a fixed shape may get a slot of its own for the whole execution
+  (``Arena.load`` copies the caller's array into it, so the steps reading it can be bound to
+  fixed arrays), and so may a small model output a bound kernel writes; such slots are never
+  reused within an execution. ``PreparedGraph.run`` copies any result that still shares memory
+  with the arena (an output's slot, a view an operation returned), so nothing the caller
+  receives is overwritten by a later execution;
 - operands of unknown shape, and kernels that decline their buffer, allocate afresh.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -34,6 +36,8 @@ import numpy as np
 ALIGN = 64
 #: Idle arenas a pool keeps; executions beyond that many at once allocate one and drop it.
 KEPT = 4
+
+_copyto = np.copyto
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +87,15 @@ class Arena:
     """One block of ``layout.nbytes`` bytes and, per step, the views its kernel writes into.
 
     ``outputs[k]`` is the list of output buffers of step ``k`` (None where the step has no slot
-    for that output); ``block`` lets results be checked for sharing memory with the arena."""
+    for that output); ``inputs[n]`` the buffer of the model's input ``n`` (None where it has
+    none); ``block`` lets results be checked for sharing memory with the arena."""
 
-    def __init__(self, layout: ArenaLayout, step_slots: Sequence[tuple[int | None, ...]]) -> None:
+    def __init__(
+        self,
+        layout: ArenaLayout,
+        step_slots: Sequence[tuple[int | None, ...]],
+        input_slots: Sequence[int | None] = (),
+    ) -> None:
         self.block = np.empty(layout.nbytes + ALIGN, np.uint8)
         base = (-self.block.ctypes.data) % ALIGN
         views = []
@@ -97,10 +107,31 @@ class Arena:
         self.outputs: list[list[np.ndarray | None]] = [
             [None if n is None else views[n] for n in slots] for slots in step_slots
         ]
+        self.inputs: tuple[np.ndarray | None, ...] = tuple(None if n is None else views[n] for n in input_slots)
+        #: Per input with a buffer: its position, the buffer, its shape and dtype (``load``).
+        self._loads = tuple((n, view, view.shape, view.dtype) for n, view in enumerate(self.inputs) if view is not None)
         #: Set by the pool's ``on_new`` (the graph's static program on these buffers): per step,
         #: fixed calls or None; and the values a run on this arena starts from.
         self.program: list[tuple[Callable[[], object], ...] | None] = []
         self.values: list[np.ndarray | None] | None = None
+        #: Set by ``on_new`` when every step is static and the model's outputs are buffers: the
+        #: whole program as segments of fixed calls (a checkpoint before each), and the buffers
+        #: holding the model's outputs after it ran (PreparedGraph's straight run).
+        self.straight: tuple[tuple[Callable[[], object], ...], ...] | None = None
+        self.results: tuple[np.ndarray, ...] = ()
+
+    def load(self, inputs: Sequence[np.ndarray | None]) -> bool:
+        """Copy each model input that has a buffer into it; False (the arena's buffers then hold
+        nothing the caller may rely on) when one is missing or not of its buffer's shape and
+        dtype (then the execution cannot run on fixed arrays)."""
+        if len(inputs) != len(self.inputs):
+            return False
+        for n, view, shape, dtype in self._loads:
+            value = inputs[n]
+            if value is None or value.shape != shape or (value.dtype is not dtype and value.dtype != dtype):
+                return False
+            _copyto(view, value)
+        return True
 
     def owns(self, value: np.ndarray) -> bool:
         """Whether ``value`` may share memory with this arena (then it must be copied out)."""
@@ -108,13 +139,19 @@ class Arena:
 
 
 class ArenaPool:
-    """Arenas of one layout, checked out one per execution. Thread-safe."""
+    """Arenas of one layout, checked out one per execution. Thread-safe (``list.pop`` and
+    ``list.append`` are atomic)."""
 
-    def __init__(self, layout: ArenaLayout, step_slots: Sequence[tuple[int | None, ...]]) -> None:
+    def __init__(
+        self,
+        layout: ArenaLayout,
+        step_slots: Sequence[tuple[int | None, ...]],
+        input_slots: Sequence[int | None] = (),
+    ) -> None:
         self._layout = layout
         self._step_slots = list(step_slots)
+        self._input_slots = tuple(input_slots)
         self._idle: list[Arena] = []
-        self._lock = threading.Lock()
         #: Called with each arena made, before its first use.
         self.on_new: Callable[[Arena], None] | None = None
 
@@ -125,16 +162,17 @@ class ArenaPool:
 
     def checkout(self) -> Arena:
         """An arena no other execution holds (made on first use, then reused)."""
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
-        arena = Arena(self._layout, self._step_slots)
+        try:
+            return self._idle.pop()  # atomic: two executions never take one arena
+        except IndexError:
+            pass
+        arena = Arena(self._layout, self._step_slots, self._input_slots)
         if self.on_new is not None:
             self.on_new(arena)
         return arena
 
     def checkin(self, arena: Arena) -> None:
         """Give back ``arena``: the caller holds nothing that shares its memory any more."""
-        with self._lock:
-            if len(self._idle) < KEPT:
-                self._idle.append(arena)
+        # Unlocked: executions giving arenas back at once may keep a few beyond KEPT for a while.
+        if len(self._idle) < KEPT:
+            self._idle.append(arena)

@@ -7,8 +7,10 @@ The graph never sees gRPC or request pools: the driver binds those.
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
@@ -43,6 +45,30 @@ RESERVE_CHUNK = 1 << 20
 #: The checkpoint hook (the scheduler's pre-emption, the job's cancellation) runs at most once
 #: per this much execution time, at the first operation boundary past it.
 HOOK_INTERVAL_NS = 50_000
+#: Model inputs and outputs of at most this many bytes (and a fixed shape) get arena buffers:
+#: an input is copied in, an output copied out, and the steps between run as fixed calls.
+ARENA_IO_BYTES = 64 << 10
+#: A straight program (``PreparedGraph._run_straight``) checks the clock before its first step
+#: and then at the first step boundary past this many elements of work (each step counts the
+#: elements of its operands) since the last check.
+STRAIGHT_SEGMENT = 1 << 18
+
+
+def _numpy_error_state() -> tuple[ContextVar[object] | None, object]:
+    """numpy's context variable of floating-point error handling and its value under
+    ``np.errstate(all="ignore")``, or (None, None) when this numpy keeps it elsewhere. Setting
+    the variable is what entering ``np.errstate`` does, without building the state each time."""
+    try:
+        var = getattr(importlib.import_module("numpy._core._ufunc_config"), "_extobj_contextvar", None)
+    except ImportError:
+        return None, None
+    if not isinstance(var, ContextVar):
+        return None, None
+    with np.errstate(all="ignore"):
+        return var, var.get()
+
+
+_FP_STATE, _FP_IGNORE = _numpy_error_state()
 
 
 @dataclass(slots=True)
@@ -52,8 +78,9 @@ class ExecutionControl:
     ``deadline_ns`` is on ``time.monotonic_ns``; ``checkpoint`` (optional) is the
     scheduler's pre-emption hook. Raises the HalError that ends the execution.
 
-    ``checkpoint`` runs at every operation boundary: the deadline and the server's limit
-    are checked at each; ``checkpoint_hook`` at the first and then once at least
+    ``checkpoint`` runs at every operation boundary (in a straight program of fixed calls, at
+    the boundaries :data:`STRAIGHT_SEGMENT` elements of work apart): the deadline and the
+    server's limit are checked at each; ``checkpoint_hook`` at the first and then once at least
     :data:`HOOK_INTERVAL_NS` after the hook last ran (pre-emption and cancellation wait for
     the next boundary past that: a model of many short operations asks the scheduler once per
     interval, not once per operation).
@@ -225,6 +252,18 @@ def _arena_operand(operand: Operand) -> bool:
     )
 
 
+def _io_operand(operand: Operand) -> bool:
+    """Whether a model input or output can have an arena buffer: a non-empty tensor of a fixed
+    shape and a numpy dtype, of at most :data:`ARENA_IO_BYTES`."""
+    return (
+        operand.type in DTYPE
+        and INFO[operand.type].is_tensor
+        and not has_unknown_dims(operand.type, operand.dimensions)
+        and all(d > 0 for d in operand.dimensions)
+        and byte_size(operand.type, operand.dimensions) <= ARENA_IO_BYTES
+    )
+
+
 def _static_bytes(operand: Operand) -> int:
     """The bytes of a tensor or scalar of fixed shape (0 when its shape is not fixed)."""
     if operand.type.name in ("OEM", "TENSOR_OEM_BYTE") or has_unknown_dims(operand.type, operand.dimensions):
@@ -311,10 +350,20 @@ def _compile_static(prepared: PreparedSubgraph, arena: Arena) -> None:
     sure of it), so the same arrays hold the step's inputs and outputs in every execution on
     this arena, and its calls do what its bound kernel would do there. The prefix's outputs with
     buffers are those buffers, so a run's values start with them (for the steps that read them
-    with their bound or general kernels)."""
+    with their bound or general kernels). The model inputs with buffers (``Arena.load`` fills
+    them) count as such outputs.
+
+    When every step is static and every model output is a buffer, the arena also gets the whole
+    program in segments (``Arena.straight``) and the buffers of its results; the subgraph's
+    ``straight`` says whether its arenas have one."""
     constants = prepared.constants
     values: list[np.ndarray | None] = list(constants)
     fixed: set[int] = set()
+    sg = prepared.subgraph
+    for i, view in zip(sg.input_indexes, arena.inputs):
+        if view is not None:
+            values[i] = view
+            fixed.add(i)
     program: list[tuple[Call, ...] | None] = []
     for step, buffers in zip(prepared.bound_steps, arena.outputs):
         calls = None
@@ -331,6 +380,39 @@ def _compile_static(prepared: PreparedSubgraph, arena: Arena) -> None:
         program.append(calls)
     arena.program = program
     arena.values = values
+    straight = (
+        len(program) == len(prepared.steps)
+        and all(calls is not None for calls in program)
+        and all(i in fixed for i in sg.output_indexes)
+    )
+    if straight:
+        segments: list[tuple[Call, ...]] = []
+        segment: list[Call] = []
+        work = 0
+        for step, calls in zip(prepared.steps, program):
+            assert calls is not None
+            cost = sum(int(v.size) for i in (*step.inputs, *step.outputs) if (v := values[i]) is not None)
+            if segment and work + cost > STRAIGHT_SEGMENT:
+                segments.append(tuple(segment))
+                segment, work = [], 0
+            segment.extend(calls)
+            work += cost
+        segments.append(tuple(segment))
+        arena.straight = tuple(segments)
+        arena.results = tuple(values[i] for i in sg.output_indexes)  # type: ignore[misc]
+        prepared.straight_bytes = arena.block.nbytes + sum(r.nbytes for r in arena.results)
+    prepared.straight = straight
+
+
+def _run_segments(segments: tuple[tuple[Call, ...], ...], control: ExecutionControl) -> None:
+    """Each segment's calls, after a checkpoint (``ExecutionControl.checkpoint``, inlined)."""
+    clock = time.monotonic_ns
+    for segment in segments:
+        now = clock()
+        if now >= control.next_ns:
+            control.due(now)
+        for call in segment:
+            call()
 
 
 class PreparedSubgraph:
@@ -340,6 +422,7 @@ class PreparedSubgraph:
         constants: list[np.ndarray | None],
         steps: list[Step],
         pool: ArenaPool | None = None,
+        io_outputs: bool = False,
     ) -> None:
         self.subgraph = subgraph
         self.constants = constants
@@ -357,6 +440,13 @@ class PreparedSubgraph:
         self.bound_steps = steps[: self.bound]
         #: The arenas of the bound kernels' intermediate outputs; None when there are none.
         self.pool = pool
+        #: Whether some model output has an arena buffer (a result to copy out).
+        self.io_outputs = io_outputs
+        #: Whether the arenas run the whole subgraph as one straight program (known once the
+        #: first arena is made: None before).
+        self.straight: bool | None = None
+        #: What a straight run holds under memory accounting: its arena and its results' copies.
+        self.straight_bytes = 0
 
 
 class PreparedGraph:
@@ -389,10 +479,26 @@ class PreparedGraph:
         for n, operation in enumerate(operations):
             for i in operation.inputs:
                 last_use[i] = n
-        keep = set(sg.output_indexes) | set(sg.input_indexes)
+        model_inputs, model_outputs = set(sg.input_indexes), set(sg.output_indexes)
+        keep = model_inputs | model_outputs
         steps: list[Step] = []
         layout = ArenaLayout()
         placed: dict[int, int] = {}  # operand -> its placement while it lives
+        # Small model inputs that an operation with fixed calls reads get a buffer for the whole
+        # execution (the caller's array is copied in): that operation can then be static.
+        input_slots: list[int | None] = [None] * len(sg.input_indexes)
+        if arena:
+            readers = {
+                i
+                for operation in operations
+                if (spec := lookup(operation.type)) is not None and spec.emit is not None
+                for i in operation.inputs
+            }
+            for n, i in enumerate(sg.input_indexes):
+                o = operands[i]
+                if i in readers and i not in model_outputs and i not in sg.input_indexes[:n] and _io_operand(o):
+                    input_slots[n] = layout.place(tuple(o.dimensions), np.dtype(DTYPE[o.type]))
+        io_outputs = False
         # Operands some operation without a bound kernel reads: a general kernel may return a
         # view of them, so their slots are never reused within an execution.
         pinned = {i for operation in operations if not _fresh_outputs(operation.type) for i in operation.inputs}
@@ -429,20 +535,28 @@ class PreparedGraph:
             sizes = tuple(_static_bytes(o) for o in out_ops)
             out_slots: tuple[int | None, ...] = (None,) * len(out_ops)
             if arena and fast is not None and not spec.views:
+                # A small model output gets a buffer (copied out after the run) where the step
+                # has fixed calls: then it can be static too.
                 out_slots = tuple(
                     layout.place(tuple(o.dimensions), np.dtype(DTYPE[o.type]))
-                    if i not in keep and _arena_operand(o)
+                    if (
+                        _arena_operand(o)
+                        if i not in keep
+                        else emit is not None and i in model_outputs and i not in model_inputs and _io_operand(o)
+                    )
                     else None
                     for i, o in zip(operation.outputs, out_ops)
                 )
                 for i, placement in zip(operation.outputs, out_slots):
                     if placement is not None:
                         placed[i] = placement
+                        io_outputs |= i in model_outputs
             in_arena = tuple(0 if slot is not None else size for slot, size in zip(out_slots, sizes))
             # Operands dead after this step give their slot back, unless an operation that may
-            # return a view of its input read them (the view could outlive them).
+            # return a view of its input read them (the view could outlive them); a model
+            # output keeps its slot until it is copied out.
             for i in dict.fromkeys((*operation.inputs, *operation.outputs)):
-                if i in placed and last_use.get(i, n) == n and i not in pinned:
+                if i in placed and last_use.get(i, n) == n and i not in pinned and i not in keep:
                     layout.free(placed.pop(i))
             steps.append(
                 Step(
@@ -469,8 +583,8 @@ class PreparedGraph:
             )
         pool = None
         if layout.placements:
-            pool = ArenaPool(layout, [step.out_slots for step in steps])
-        prepared = PreparedSubgraph(sg, constants, steps, pool)
+            pool = ArenaPool(layout, [step.out_slots for step in steps], input_slots)
+        prepared = PreparedSubgraph(sg, constants, steps, pool, io_outputs)
         if pool is not None:
             pool.on_new = partial(_compile_static, prepared)
         return prepared
@@ -490,7 +604,12 @@ class PreparedGraph:
     ) -> list[np.ndarray]:
         """Execute the main subgraph. ``output_operands`` overrides the declared
         output operands (a request may specify dims the model left unknown)."""
-        control = control or ExecutionControl()
+        if control is None:
+            control = ExecutionControl()
+        if self.main.straight and output_operands is None and control.profile is None and control.timeline is None:
+            results = self._run_straight(inputs, control)
+            if results is not None:
+                return results
         control.graph = self
         control.start()
         accounting = control.reserve is not None
@@ -508,11 +627,16 @@ class PreparedGraph:
                     control.hold(pool.nbytes)
                 arena = pool.checkout()
                 try:
+                    if not arena.load(inputs):
+                        # An input not of the shape and dtype its buffer has: the arena's fixed
+                        # calls would not read it.
+                        return self._run(main, inputs, control, None, 0)
                     results = self._run(main, inputs, control, None, 0, arena)
-                    if not main.may_view:
+                    if not main.may_view and not main.io_outputs:
                         return results
-                    # A result may be a view of an intermediate (an operation that returns its
-                    # input reshaped): the next execution would overwrite it.
+                    # A result may be an output's buffer or a view of an intermediate (an
+                    # operation that returns its input reshaped): the next execution would
+                    # overwrite it.
                     return [_copy_out(value) if arena.owns(value) else value for value in results]
                 finally:
                     pool.checkin(arena)
@@ -523,6 +647,53 @@ class PreparedGraph:
             if accounting:
                 allocation.make_current(outer)
             control.release_all()
+
+    def _run_straight(self, inputs: Sequence[np.ndarray | None], control: ExecutionControl) -> list[np.ndarray] | None:
+        """Run the main subgraph as its arena's straight program (``_compile_static``), without
+        profiling: inputs copied into their buffers, the fixed calls in order with a checkpoint
+        before each segment, the results copied out of their buffers. None (nothing ran, nothing
+        held) when an input does not fit its buffer.
+
+        Under memory accounting the arena and the copies of the results are held before the
+        arena is taken (the fixed calls allocate nothing), and given back when the run ends."""
+        main = self.main
+        pool = main.pool
+        assert pool is not None
+        accounting = control.reserve is not None
+        if accounting:
+            control.hold(main.straight_bytes)
+        ran = False
+        try:
+            arena = pool.checkout()
+            try:
+                segments = arena.straight
+                if segments is None or not arena.load(inputs):
+                    if accounting:
+                        control.drop(main.straight_bytes)  # the general path holds its own
+                    return None
+                ran = True
+                control.graph = self
+                control.start()
+                # Overflow, NaN and division by zero are results, never errors (as in ``run``):
+                # numpy's error state set as np.errstate sets it, from a value made once.
+                if _FP_STATE is None:
+                    with np.errstate(all="ignore"):
+                        _run_segments(segments, control)
+                else:
+                    token = _FP_STATE.set(_FP_IGNORE)
+                    try:
+                        _run_segments(segments, control)
+                    finally:
+                        _FP_STATE.reset(token)
+                control.operations_run += len(main.steps)
+                return [value.copy() for value in arena.results]
+            finally:
+                pool.checkin(arena)
+        except MemoryError:
+            raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
+        finally:
+            if accounting and ran:
+                control.release_all()
 
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray], control: ExecutionControl) -> list[np.ndarray]:
         if not 0 <= index < len(self.referenced):

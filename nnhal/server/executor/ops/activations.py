@@ -210,7 +210,7 @@ def execute_sigmoid_like(ctx: ExecutionContext) -> None:
 
 def bind_sigmoid_like(v: ValidationContext, state: object) -> FastKernel | None:
     """Float32 with a static shape: the general kernel's ufuncs, in place in the output buffer
-    (LOGISTIC: negate, exp, add 1, divide 1 by it); nothing re-checked."""
+    (LOGISTIC: negate, exp, add 1, reciprocal: 1 divided by it); nothing re-checked."""
     shape = _bindable_shape(v)
     if shape is None:
         return None
@@ -234,7 +234,7 @@ def bind_sigmoid_like(v: ValidationContext, state: object) -> FastKernel | None:
         out: np.ndarray = np.negative(x, buffers[OUTPUT])
         np.exp(out, out)
         np.add(one, out, out)
-        np.divide(one, out, out)
+        np.reciprocal(out, out)  # 1 / out: the same division, without broadcasting the 1
         return [out]
 
     return logistic
@@ -258,7 +258,7 @@ def emit_sigmoid_like(v: ValidationContext, state: object) -> StaticKernel | Non
             partial(np.negative, x, out),
             partial(np.exp, out, out),
             partial(np.add, one, out, out),
-            partial(np.divide, one, out, out),
+            partial(np.reciprocal, out, out),
         )
 
     return emit

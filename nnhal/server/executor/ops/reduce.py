@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -40,7 +41,7 @@ from nnhal.server.executor.ops.common import (
     to_compute,
     version_for_types,
 )
-from nnhal.server.executor.registry import FastKernel, register
+from nnhal.server.executor.registry import Call, FastKernel, StaticKernel, register
 
 INPUT = 0
 OUTPUT = 0
@@ -101,9 +102,23 @@ def execute_mean(ctx: ExecutionContext) -> None:
 _ADD_REDUCE = np.add.reduce
 
 
-def bind_mean(v: ValidationContext, state: object) -> FastKernel | None:
-    """Float32 with constant axes and keep_dims and a static shape: the general kernel's float32
-    sum and division, into the output buffer; nothing re-checked."""
+@dataclass(frozen=True, slots=True)
+class _BoundMean:
+    """What a float32 MEAN with constant axes and keep_dims and a static shape is bound to."""
+
+    shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    #: The axis (one: numpy's quicker form) or axes summed, and whether they are kept.
+    axis: int | tuple[int, ...]
+    kept: bool
+    #: The sum's own shape: the output's when it keeps the reduced dimensions, else a view of
+    #: the output buffer is written through.
+    summed: tuple[int, ...]
+    #: The number of elements summed (a 0-d float32 array).
+    count: np.ndarray
+
+
+def _bound_mean(v: ValidationContext) -> _BoundMean | None:
     shape = v.input_dims(INPUT)
     axes_value, keep = v.constant(AXES), v.constant_scalar(KEEP_DIMS)
     if v.input_type(INPUT) != T.TENSOR_FLOAT32 or not static_shapes(shape) or axes_value is None or keep is None:
@@ -115,12 +130,30 @@ def bind_mean(v: ValidationContext, state: object) -> FastKernel | None:
     out_shape = _output_shape(shape, axes, keep > 0)
     if v.outputs[OUTPUT].dimensions != out_shape:
         return None
-    # The sum's own shape: the output's when it keeps the reduced dimensions, else a view of the
-    # output buffer is written through.
-    kept = bool(keep > 0)
-    summed = tuple(n for d, n in enumerate(shape) if d not in axes)
-    count = scalar32(math.prod(shape[a] for a in axes))
-    axis: int | tuple[int, ...] = axes[0] if len(axes) == 1 else axes  # one axis: numpy's quicker form
+    return _BoundMean(
+        shape,
+        out_shape,
+        axes[0] if len(axes) == 1 else axes,
+        bool(keep > 0),
+        tuple(n for d, n in enumerate(shape) if d not in axes),
+        scalar32(math.prod(shape[a] for a in axes)),
+    )
+
+
+def bind_mean(v: ValidationContext, state: object) -> FastKernel | None:
+    """Float32 with constant axes and keep_dims and a static shape: the general kernel's float32
+    sum and division, into the output buffer; nothing re-checked."""
+    bound = _bound_mean(v)
+    if bound is None:
+        return None
+    shape, out_shape, axis, kept, summed, count = (
+        bound.shape,
+        bound.out_shape,
+        bound.axis,
+        bound.kept,
+        bound.summed,
+        bound.count,
+    )
 
     def run(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         x = inputs[INPUT]
@@ -134,6 +167,28 @@ def bind_mean(v: ValidationContext, state: object) -> FastKernel | None:
         return [out]
 
     return run
+
+
+def emit_mean(v: ValidationContext, state: object) -> StaticKernel | None:
+    """``bind_mean``'s kernel as fixed calls: the sum into the output buffer (or its view of the
+    sum's shape), then the division in place."""
+    bound = _bound_mean(v)
+    if bound is None:
+        return None
+
+    def emit(inputs: Sequence[np.ndarray | None], buffers: Sequence[np.ndarray]) -> tuple[Call, ...] | None:
+        x, out = inputs[INPUT], buffers[OUTPUT]
+        if x is None or x.shape != bound.shape:
+            return None
+        total = out if bound.kept else out.reshape(bound.summed)
+        if not np.shares_memory(total, out):
+            return None  # a copy, not a view: the sum would not reach the buffer
+        return (
+            partial(_ADD_REDUCE, x, bound.axis, np.float32, out=total, keepdims=bound.kept),
+            partial(np.divide, total, bound.count, total),
+        )
+
+    return emit
 
 
 # -- REDUCE_* --------------------------------------------------------------------------------
@@ -244,7 +299,7 @@ def execute_topk(ctx: ExecutionContext) -> None:
 _register = partial(register, execution_failure=INVALID)
 for _op in _REDUCE_TYPES:
     _register(_op, validate=validate_reduce, execute=execute_reduce)
-_register(OperationType.MEAN, validate=validate_mean, execute=execute_mean, bind=bind_mean)
+_register(OperationType.MEAN, validate=validate_mean, execute=execute_mean, bind=bind_mean, emit=emit_mean)
 _register(OperationType.ARGMAX, validate=validate_arg_min_max, execute=execute_arg_min_max)
 _register(OperationType.ARGMIN, validate=validate_arg_min_max, execute=execute_arg_min_max)
 _register(OperationType.TOPK_V2, validate=validate_topk, execute=execute_topk)

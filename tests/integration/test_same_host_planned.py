@@ -1,0 +1,278 @@
+"""Planned numpy calls on the session's same-host queue, across processes.
+
+A numpy execution whose layout the queue granted an id goes from the arrays straight to a
+compact call and from its answer straight to the outputs (``NumpyIO.planned``,
+``SameHostQueue.execute_planned``), for the sync and the asyncio client: other shapes and
+a new queue are planned afresh (their first call asks for an id), the outputs are the
+caller's own (not views of a ring that is reused), an answer that does not hold together
+is refused with GENERAL_FAILURE and the queue serves on, and a SIGKILLed server releases a
+planned call with DEAD_OBJECT within the gRPC path's bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nnhal.client import aio
+from nnhal.client.device import Device
+from nnhal.client.prepared_model import PreparedModel
+from nnhal.client.remote.aio_samehost import AioSameHostQueue
+from nnhal.client.remote.samehost import SameHostQueue
+from nnhal.core import fastpacket
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import DeadObject, GeneralFailure, HalError
+from nnhal.testing.local_server import LocalServer
+from tests.conftest import add_model
+
+pytestmark = pytest.mark.integration
+
+
+class _Planned:
+    """Counts the planned calls a queue carried (a result, not None)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, cls: type[Any]) -> None:
+        self.carried = 0
+        real = cls.execute_planned
+        if asyncio.iscoroutinefunction(real):
+
+            async def spy_async(queue: Any, *args: Any) -> Any:
+                result = await real(queue, *args)
+                self.carried += result is not None
+                return result
+
+            monkeypatch.setattr(cls, "execute_planned", spy_async)
+        else:
+
+            def spy(queue: Any, *args: Any) -> Any:
+                result = real(queue, *args)
+                self.carried += result is not None
+                return result
+
+            monkeypatch.setattr(cls, "execute_planned", spy)
+
+
+@pytest.fixture
+def planned_sync(monkeypatch: pytest.MonkeyPatch) -> _Planned:
+    return _Planned(monkeypatch, SameHostQueue)
+
+
+@pytest.fixture
+def planned_aio(monkeypatch: pytest.MonkeyPatch) -> _Planned:
+    return _Planned(monkeypatch, AioSameHostQueue)
+
+
+def _pair(rows: int, k: float) -> tuple[np.ndarray, np.ndarray]:
+    a = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
+    return a, np.full((rows, 4), k, np.float32)
+
+
+def _base(arr: np.ndarray) -> object:
+    """The object whose memory ``arr`` views, at the end of its chain of bases."""
+    base: object = arr
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base
+
+
+@pytest.fixture
+def variable_pm(device: Device) -> Iterator[PreparedModel]:
+    with device.prepare_model_sync(add_model((0, 4))) as pm:
+        yield pm
+
+
+def test_repeated_layouts_take_planned_calls_and_other_shapes_are_planned_afresh(
+    device: Device, variable_pm: PreparedModel, planned_sync: _Planned
+) -> None:
+    results = []
+    for rows in (2, 2, 2, 3, 3, 3, 2, 5):
+        a, b = _pair(rows, rows)
+        out = variable_pm.execute([a, b]).outputs[0]
+        np.testing.assert_array_equal(out, a + b)
+        results.append((out, a + b))
+    # Each layout's first call asks for its id over the general path; the repeats are planned
+    # (the 2 rows again too: its id is still granted), the 5 rows are a layout of their own.
+    assert planned_sync.carried == 5
+    for out, expected in results:  # later calls left earlier outputs alone
+        np.testing.assert_array_equal(out, expected)
+        assert isinstance(_base(out), bytes)  # the answer's own bytes, not the ring
+    queue = device.remote.same_host
+    assert queue is not None and queue.open
+
+
+def test_a_new_queue_is_planned_afresh(device: Device, planned_sync: _Planned) -> None:
+    with device.prepare_model_sync(add_model()) as pm:
+        a, b = _pair(2, 1)
+        for _ in range(3):
+            np.testing.assert_array_equal(pm.execute([a, b]).outputs[0], a + b)
+        assert planned_sync.carried == 2
+        queue = device.remote.same_host
+        assert queue is not None and queue._link is not None
+        queue._drop(queue._link)  # as after a call that timed out: a later call opens a new queue
+        for k in range(3):
+            np.testing.assert_array_equal(pm.execute([a, b + k]).outputs[0], a + b + k)
+        # The new queue's first call asked for the layout's id again; the next two were planned.
+        assert planned_sync.carried == 4
+
+
+def _corrupt_next_answer(link: Any, corrupt: Callable[[bytes], bytes]) -> None:
+    """Have the link read its next answer through ``corrupt`` (the real packet is consumed, so
+    the queue stays in step)."""
+    real = link.results.read
+
+    def read() -> tuple[int, bytes] | None:
+        packet = real()
+        if packet is None:
+            return None
+        link.results.read = real
+        kind, payload = packet
+        assert kind == fastpacket.ANSWER
+        return kind, corrupt(payload)
+
+    link.results.read = read
+
+
+def _bigger_shape(payload: bytes) -> bytes:
+    """The answer's first output shape made [1000, 1000]: more than its output pool holds."""
+    _status, mlen, *_rest = fastpacket.ANSWER_HEADER.unpack_from(payload)
+    at = fastpacket.ANSWER_HEADER.size + mlen + 8  # the shape's rank and flag, then its dims
+    return payload[:at] + (1000).to_bytes(4, "little") * 2 + payload[at + 8 :]
+
+
+_CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
+    "shape beyond the pool": _bigger_shape,
+    "truncated": lambda p: p[:-1],
+    "trailing bytes": lambda p: p + b"\0",
+    "unknown status": lambda p: (77).to_bytes(4, "little") + p[4:],
+}
+
+
+@pytest.mark.parametrize("corruption", list(_CORRUPTIONS))
+def test_a_planned_answer_that_does_not_hold_together_is_refused(
+    device: Device, planned_sync: _Planned, corruption: str
+) -> None:
+    with device.prepare_model_sync(add_model()) as pm:
+        a, b = _pair(2, 1)
+        for _ in range(2):
+            pm.execute([a, b])
+        queue = device.remote.same_host
+        assert queue is not None and queue._link is not None
+        _corrupt_next_answer(queue._link, _CORRUPTIONS[corruption])
+        with pytest.raises(GeneralFailure):
+            pm.execute([a, b])
+        carried = planned_sync.carried
+        np.testing.assert_array_equal(pm.execute([a, b + 1]).outputs[0], a + b + 1)  # serves on
+        assert planned_sync.carried == carried + 1  # still planned: the queue stayed in step
+
+
+def _run(main: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_the_asyncio_client_plans_its_calls_alike(server: LocalServer, planned_aio: _Planned) -> None:
+    async def main() -> None:
+        async with aio.Device.connect(server.address) as dev, await dev.prepare_model(add_model((0, 4))) as pm:
+            results = []
+            for rows in (2, 2, 2, 3, 3):
+                a, b = _pair(rows, rows)
+                out = (await pm.execute([a, b])).outputs[0]
+                np.testing.assert_array_equal(out, a + b)
+                results.append((out, a + b))
+            assert planned_aio.carried == 3
+            for out, expected in results:
+                np.testing.assert_array_equal(out, expected)
+                assert isinstance(_base(out), bytes)
+            queue = dev.remote.same_host
+            assert queue is not None and queue._link is not None
+            _corrupt_next_answer(queue._link, _bigger_shape)
+            with pytest.raises(GeneralFailure):
+                await pm.execute([a, b])
+            carried = planned_aio.carried
+            a, b = _pair(3, 7)
+            np.testing.assert_array_equal((await pm.execute([a, b])).outputs[0], a + b)
+            assert planned_aio.carried == carried + 1  # still planned: the queue stayed in step
+
+    _run(main)
+
+
+def test_sigkill_during_a_planned_sync_call_is_dead_object(own_server: LocalServer, planned_sync: _Planned) -> None:
+    dev = Device.connect(own_server.address)
+    try:
+        pm = dev.prepare_model_sync(add_model())
+        a, b = _pair(2, 1)
+        for _ in range(2):
+            pm.execute([a, b])
+        assert planned_sync.carried == 1
+        dev.set_faults(execute_delay_ms=10_000)
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                pm.execute([a, b])
+            except BaseException as err:  # reported below
+                failure.append(err)
+
+        waiter = threading.Thread(target=run)
+        waiter.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        own_server.signal(signal.SIGKILL)
+        waiter.join(5.0)
+        assert not waiter.is_alive(), "the planned call's waiter was not released"
+        assert time.monotonic() - t0 < 1.0, "released later than the gRPC path's bound for a killed server"
+        assert failure and isinstance(failure[0], DeadObject), failure
+        with pytest.raises(DeadObject):
+            pm.execute([a, b])
+    finally:
+        dev.close()
+
+
+def test_sigkill_during_a_planned_asyncio_call_is_dead_object(own_server: LocalServer, planned_aio: _Planned) -> None:
+    async def main() -> None:
+        dev = await aio.Device.connect(own_server.address)
+        try:
+            pm = await dev.prepare_model(add_model())
+            a, b = _pair(2, 1)
+            for _ in range(2):
+                await pm.execute([a, b])
+            assert planned_aio.carried == 1
+            await dev.set_faults(execute_delay_ms=10_000)
+            task = asyncio.ensure_future(pm.execute([a, b]))
+            await asyncio.sleep(0.3)
+            assert not task.done()
+            t0 = time.monotonic()
+            own_server.signal(signal.SIGKILL)
+            with pytest.raises(DeadObject):
+                await asyncio.wait_for(task, 5.0)
+            assert time.monotonic() - t0 < 1.0, "released later than the gRPC path's bound for a killed server"
+            with pytest.raises(DeadObject):
+                await pm.execute([a, b])
+        finally:
+            await dev.close()
+
+    _run(main)
+
+
+def test_a_planned_call_past_its_deadline_keeps_the_grpc_mapping(device: Device, planned_sync: _Planned) -> None:
+    with device.prepare_model_sync(add_model()) as pm:
+        a, b = _pair(2, 1)
+        for _ in range(2):
+            pm.execute([a, b])
+        device.set_faults(execute_delay_ms=1_500)
+        try:
+            with pytest.raises(HalError) as err:
+                pm.execute([a, b], timeout=0.2)
+        finally:
+            device.set_faults(execute_delay_ms=0)
+        assert err.value.error_status in (
+            ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+            ErrorStatus.MISSED_DEADLINE_PERSISTENT,
+        ), err.value
+        np.testing.assert_array_equal(pm.execute([a, b]).outputs[0], a + b)
