@@ -26,6 +26,9 @@ from nnhal.core.types import Request
 
 log = logging.getLogger(__name__)
 
+#: The options of an execution that asks for nothing (one shared value: options are frozen).
+_PLAIN = ExecutionOptions()
+
 
 class Burst:
     """An execution burst of one prepared model. Close it, or use ``with``."""
@@ -61,7 +64,7 @@ class Burst:
     def execute(self, request: Request, *, measure: bool = False, timeout: float | None = None) -> ExecutionOutcome:
         """One execution; the status (transport failures included) is in the outcome.
         Raises DEAD_OBJECT at once when the server is known dead."""
-        options = ExecutionOptions(measure=measure, timeout=timeout)
+        options = _PLAIN if not measure and timeout is None else ExecutionOptions(measure=measure, timeout=timeout)
         if self._fast is not None:
             result = self._fast.execute(request, options)
             if result is not None:

@@ -45,8 +45,8 @@ _MAX_PLANS = 16
 Layout = tuple[tuple[int, Operand], ...]
 
 
-#: How one output is read out of the output pool: dtype, element count, offset, shape.
-_Spec = tuple[np.dtype[Any], int, int, tuple[int, ...]]
+#: How one output is read out of the output pool: its shape, dtype and offset.
+_Spec = tuple[tuple[int, ...], np.dtype[Any], int]
 
 
 def _specs(layout: Layout, shapes: Sequence[OutputShape], nbytes: int) -> tuple[_Spec, ...]:
@@ -58,11 +58,13 @@ def _specs(layout: Layout, shapes: Sequence[OutputShape], nbytes: int) -> tuple[
         tensor = INFO[op.type].is_tensor
         dims = tuple(shape.dimensions) if tensor else ()
         count = math.prod(dims) if tensor else 1
-        if offset + count * dtype.itemsize > nbytes:
+        if not count:
+            offset = 0  # an empty output reads nothing, wherever its room was
+        elif offset + count * dtype.itemsize > nbytes:
             raise GeneralFailure(
                 f"the answer's output {k} ({count} x {dtype.name}) does not fit its {nbytes}-byte output pool"
             )
-        specs.append((dtype, count, offset, dims))
+        specs.append((dims, dtype, offset))
     return tuple(specs)
 
 
@@ -146,7 +148,8 @@ class _Plan:
         if decoding is None or decoding[0] is not output_shapes or decoding[1] != nbytes:
             shapes = output_shapes or [OutputShape(op.dimensions, True) for _, op in self.layout]
             decoding = self._decoding = (output_shapes, nbytes, _specs(self.layout, shapes, nbytes))
-        return [np.frombuffer(data, dtype, count, offset).reshape(dims) for dtype, count, offset, dims in decoding[2]]
+        # An array over the pool's bytes at once (a view, like frombuffer's, without its reshape).
+        return [np.ndarray(dims, dtype, data, offset) for dims, dtype, offset in decoding[2]]
 
 
 def _as_input(value: np.ndarray | None, dtype: np.dtype[Any]) -> np.ndarray | None:
@@ -170,6 +173,8 @@ class NumpyIO:
         #: Per input: the dtype its array must have (converted only when it differs).
         self.in_dtypes = [DTYPE[op.type] for op in self.in_ops]
         self._plans: dict[tuple[Any, ...], _Plan] = {}
+        #: The input shapes of the last planned call and their plan (``planned``).
+        self._last: tuple[tuple[tuple[int, ...] | None, ...], _Plan] | None = None
 
     def request(
         self, inputs: Sequence[np.ndarray | None], output_sizes: Sequence[int] | None
@@ -199,12 +204,28 @@ class NumpyIO:
         zero pads of their alignment; the output pool carries none); None when there is no
         such plan yet or the inputs do not fit the model (:meth:`request` then says why).
         The parts are the arrays themselves: keep them unchanged until the call returns."""
-        if len(inputs) != len(self.in_dtypes):
+        dtypes = self.in_dtypes
+        if len(inputs) != len(dtypes):
             return None
-        arrays = [_as_input(v, dtype) for v, dtype in zip(inputs, self.in_dtypes)]
-        plan = self._plans.get((tuple(None if a is None else a.shape for a in arrays), None))
-        if plan is None:
-            return None
+        arrays: list[Any] = []
+        shapes: list[tuple[int, ...] | None] = []
+        for value, dtype in zip(inputs, dtypes):
+            if type(value) is not np.ndarray or value.dtype is not dtype or not value.flags.c_contiguous:
+                value = _as_input(value, dtype)
+            arrays.append(value)
+            shapes.append(None if value is None else value.shape)
+        key = tuple(shapes)
+        last = self._last
+        plan: _Plan | None
+        if last is not None and last[0] == key:  # the shapes of the last planned call: no hashing
+            plan = last[1]
+        else:
+            plan = self._plans.get((key, None))
+            if plan is None:
+                return None
+            self._last = (key, plan)
+        if len(plan.pads) == len(arrays) and not any(plan.pads):  # every input given, none padded
+            return plan, arrays
         parts: list[Any] = []
         pads = iter(plan.pads)
         for arr in arrays:
@@ -212,8 +233,7 @@ class NumpyIO:
                 pad = next(pads)
                 if pad:
                     parts.append(_ZEROS[:pad])
-                if arr.nbytes:
-                    parts.append(arr)
+                parts.append(arr)
         return plan, parts
 
     @staticmethod
@@ -239,10 +259,7 @@ def decode_outputs(outcome: ExecutionOutcome, layout: Layout) -> list[np.ndarray
     data = outcome.output_pools.get(1, b"")
     nbytes = data.nbytes if isinstance(data, memoryview) else len(data)
     shapes = outcome.output_shapes or [OutputShape(op.dimensions, True) for _, op in layout]
-    return [
-        np.frombuffer(data, dtype, count, offset).reshape(dims)
-        for dtype, count, offset, dims in _specs(layout, shapes, nbytes)
-    ]
+    return [np.ndarray(dims, dtype, data, offset) for dims, dtype, offset in _specs(layout, shapes, nbytes)]
 
 
 def decoder(layout: Layout) -> Callable[[ExecutionResult], ExecutionOutcome]:
@@ -292,7 +309,8 @@ def settle(plan: _Plan, result: ExecutionResult) -> ExecutionOutcome | list[int]
     """What the result of a planned call (:meth:`NumpyIO.planned`) comes to: the outcome with
     ``outputs``, or the output sizes to retry with (:func:`numpy_execution` with them); raises
     the HalError it ended with otherwise — :func:`numpy_execution`'s first step."""
-    outcome = ExecutionOutcome.of(result)
+    # A planned call is never profiled: its result has no profile or timeline to carry over.
+    outcome = ExecutionOutcome(result.status, result.message, result.output_shapes, result.timing, result.output_pools)
     if outcome.status == ErrorStatus.NONE:
         outcome.outputs = plan.outputs_of(outcome.output_pools, outcome.output_shapes)
         return outcome

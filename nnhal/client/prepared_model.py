@@ -136,7 +136,6 @@ class PreparedModel(Releasable):
 
         Outputs of unknown shape are retried once with the sizes the driver reported.
         ``profile`` asks the driver for time per operation type (``outcome.profile``)."""
-        options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns, profile)
         numpy_io = self._numpy_io()
         sizes = None
         queue = getattr(self._remote, "same_host", None)  # None: a session without one (a test double)
@@ -145,12 +144,16 @@ class PreparedModel(Releasable):
             # arrays straight to a compact call, and from its answer straight to the outputs.
             planned = numpy_io.planned(inputs)
             if planned is not None:
-                result = queue.execute_planned(self.handle, planned[0].compact, planned[1], options)
+                plan, parts = planned
+                result = queue.execute_planned(
+                    self.handle, plan.compact, parts, measure, timeout, deadline_at, loop_timeout_ns
+                )
                 if result is not None:
-                    settled = settle(planned[0], result)
+                    settled = settle(plan, result)
                     if isinstance(settled, ExecutionOutcome):
                         return settled
                     sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
+        options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns, profile)
         return steps.drive(
             numpy_execution(numpy_io, inputs, sizes),
             lambda request: forms.execute(self._remote, self.handle, request, options),

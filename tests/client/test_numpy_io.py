@@ -84,7 +84,7 @@ def test_a_planned_answer_decodes_into_outputs_of_its_own_bytes() -> None:
     assert isinstance(first, ExecutionOutcome) and isinstance(second, ExecutionOutcome)
     np.testing.assert_array_equal(first.outputs[0], 2 * ones())  # unchanged by the next answer
     np.testing.assert_array_equal(second.outputs[0], 3 * ones())
-    assert isinstance(first.outputs[0].base.base, bytes)  # a view of the answer's own bytes
+    assert isinstance(first.outputs[0].base, bytes)  # a view of the answer's own bytes
 
 
 def test_a_planned_answer_that_does_not_hold_together_is_refused() -> None:
@@ -113,3 +113,12 @@ def test_a_planned_answer_that_does_not_hold_together_is_refused() -> None:
         settle(plan, ExecutionResult(ErrorStatus.GENERAL_FAILURE, "broken"))
     retry = settle(plan, ExecutionResult(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "", (OutputShape((4, 4), False),)))
     assert retry == [64]
+
+
+def test_an_empty_output_reads_nothing_of_its_pool() -> None:
+    numpy_io = NumpyIO(add_model((0, 4)))
+    numpy_io.request([ones(), ones()], None)
+    planned = numpy_io.planned([ones(), ones()])
+    assert planned is not None
+    outcome = settle(planned[0], ExecutionResult(ErrorStatus.NONE, "", (OutputShape((0, 4), True),), output_pools={}))
+    assert isinstance(outcome, ExecutionOutcome) and outcome.outputs[0].shape == (0, 4)

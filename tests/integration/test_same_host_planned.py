@@ -5,8 +5,8 @@ compact call and from its answer straight to the outputs (``NumpyIO.planned``,
 ``SameHostQueue.execute_planned``), for the sync and the asyncio client: other shapes and
 a new queue are planned afresh (their first call asks for an id), the outputs are the
 caller's own (not views of a ring that is reused), an answer that does not hold together
-is refused with GENERAL_FAILURE and the queue serves on, and a SIGKILLed server releases a
-planned call with DEAD_OBJECT within the gRPC path's bound.
+is refused with GENERAL_FAILURE and the queue serves on, and a SIGKILLed or frozen server
+releases a planned call with DEAD_OBJECT within the gRPC path's bounds.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from nnhal.client.device import Device
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.remote.aio_samehost import AioSameHostQueue
 from nnhal.client.remote.samehost import SameHostQueue
+from nnhal.client.remote.transport import DEATH_DETECTION_BOUND_S
 from nnhal.core import fastpacket
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.integration
 
 
 class _Planned:
-    """Counts the planned calls a queue carried (a result, not None)."""
+    """Counts the planned calls a queue carried (a result, or a failure: not None)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, cls: type[Any]) -> None:
         self.carried = 0
@@ -44,7 +45,11 @@ class _Planned:
         if asyncio.iscoroutinefunction(real):
 
             async def spy_async(queue: Any, *args: Any) -> Any:
-                result = await real(queue, *args)
+                try:
+                    result = await real(queue, *args)
+                except HalError:
+                    self.carried += 1  # sent, and failed
+                    raise
                 self.carried += result is not None
                 return result
 
@@ -52,7 +57,11 @@ class _Planned:
         else:
 
             def spy(queue: Any, *args: Any) -> Any:
-                result = real(queue, *args)
+                try:
+                    result = real(queue, *args)
+                except HalError:
+                    self.carried += 1  # sent, and failed
+                    raise
                 self.carried += result is not None
                 return result
 
@@ -228,6 +237,7 @@ def test_sigkill_during_a_planned_sync_call_is_dead_object(own_server: LocalServ
         assert not waiter.is_alive(), "the planned call's waiter was not released"
         assert time.monotonic() - t0 < 1.0, "released later than the gRPC path's bound for a killed server"
         assert failure and isinstance(failure[0], DeadObject), failure
+        assert planned_sync.carried == 2  # the killed call was planned
         with pytest.raises(DeadObject):
             pm.execute([a, b])
     finally:
@@ -252,6 +262,7 @@ def test_sigkill_during_a_planned_asyncio_call_is_dead_object(own_server: LocalS
             with pytest.raises(DeadObject):
                 await asyncio.wait_for(task, 5.0)
             assert time.monotonic() - t0 < 1.0, "released later than the gRPC path's bound for a killed server"
+            assert planned_aio.carried == 2  # the killed call was planned
             with pytest.raises(DeadObject):
                 await pm.execute([a, b])
         finally:
@@ -276,3 +287,58 @@ def test_a_planned_call_past_its_deadline_keeps_the_grpc_mapping(device: Device,
             ErrorStatus.MISSED_DEADLINE_PERSISTENT,
         ), err.value
         np.testing.assert_array_equal(pm.execute([a, b]).outputs[0], a + b)
+
+
+@pytest.mark.parametrize("client", ["sync", "aio"])
+def test_a_frozen_server_releases_a_planned_call_within_the_keepalive_bound(
+    own_server: LocalServer, client: str, planned_sync: _Planned, planned_aio: _Planned
+) -> None:
+    a, b = _pair(2, 1)
+
+    def freeze() -> float:
+        time.sleep(0.3)
+        own_server.signal(signal.SIGSTOP)
+        return time.monotonic()
+
+    try:
+        if client == "sync":
+            with Device.connect(own_server.address) as dev:
+                pm = dev.prepare_model_sync(add_model())
+                for _ in range(2):
+                    pm.execute([a, b])
+                dev.set_faults(execute_delay_ms=30_000)
+                failure: list[BaseException] = []
+
+                def run() -> None:
+                    try:
+                        pm.execute([a, b])
+                    except BaseException as err:  # reported below
+                        failure.append(err)
+
+                waiter = threading.Thread(target=run)
+                waiter.start()
+                t0 = freeze()
+                waiter.join(DEATH_DETECTION_BOUND_S + 5)
+                assert not waiter.is_alive(), "the planned call's waiter was not released"
+                detected = time.monotonic() - t0
+                assert failure and isinstance(failure[0], DeadObject), failure
+                assert planned_sync.carried == 2  # the frozen call was planned
+        else:
+
+            async def main() -> float:
+                async with aio.Device.connect(own_server.address) as dev:
+                    pm = await dev.prepare_model(add_model())
+                    for _ in range(2):
+                        await pm.execute([a, b])
+                    await dev.set_faults(execute_delay_ms=30_000)
+                    task = asyncio.ensure_future(pm.execute([a, b]))
+                    t0 = await asyncio.get_running_loop().run_in_executor(None, freeze)
+                    with pytest.raises(DeadObject):
+                        await asyncio.wait_for(task, DEATH_DETECTION_BOUND_S + 5)
+                    assert planned_aio.carried == 2  # the frozen call was planned
+                    return time.monotonic() - t0
+
+            detected = asyncio.run(main())
+        assert detected <= DEATH_DETECTION_BOUND_S, f"a frozen server detected after {detected:.1f} s"
+    finally:
+        own_server.signal(signal.SIGCONT)

@@ -178,7 +178,6 @@ class PreparedModel(AsyncReleasable):
     ) -> ExecutionOutcome:
         """Synchronous execution on numpy arrays; raises the HalError it ends with.
         ``profile`` asks the driver for time per operation type (``outcome.profile``)."""
-        options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns, profile)
         numpy_io = self._io()
         sizes = None
         queue = getattr(self._session, "same_host", None)  # None: a session without one (a test double)
@@ -187,12 +186,16 @@ class PreparedModel(AsyncReleasable):
             # arrays straight to a compact call, and from its answer straight to the outputs.
             planned = numpy_io.planned(inputs)
             if planned is not None:
-                result = await queue.execute_planned(self.handle, planned[0].compact, planned[1], options)
+                plan, parts = planned
+                result = await queue.execute_planned(
+                    self.handle, plan.compact, parts, measure, timeout, deadline_at, loop_timeout_ns
+                )
                 if result is not None:
-                    settled = settle(planned[0], result)
+                    settled = settle(plan, result)
                     if isinstance(settled, ExecutionOutcome):
                         return settled
                     sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
+        options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns, profile)
         return await steps.drive_async(
             numpy_execution(numpy_io, inputs, sizes),
             lambda request: self._session.run(self._execute(request, options)),

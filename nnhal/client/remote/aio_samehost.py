@@ -16,7 +16,9 @@ concurrent), the request or its answer does not fit a ring, or the server steps 
 
 Failures keep the gRPC path's statuses, through the session's one call path
 (:meth:`~nnhal.client.remote.aio_session.AioSession.call`, which races each call against
-the session's end): a killed server is DEAD_OBJECT as soon as the session sees it; the
+the session's end; an execution is awaited without that race's task, its failure mapped
+alike by ``AioSession.failure``, the session's end error first): a killed server is
+DEAD_OBJECT as soon as the session sees it; the
 queue's liveness stream, read by a task of its own, ending (the server ended the queue:
 its last event's status) or breaking wakes the awaiting call at once; no answer within
 the call's time is the gRPC deadline's mapping. A call that is cancelled, or times out,
@@ -345,36 +347,41 @@ class AioSameHostQueue:
 
     async def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
         """executeSynchronously_1_3 as a fast burst's execution on the queue (a layout the server
-        granted an id travels as a compact call); None when it takes gRPC instead."""
+        granted an id travels as a compact call); None when it takes gRPC instead. Awaited as
+        :meth:`_carried` says."""
         link = await self._ready()
         if link is None:
             return None
-        what = "executeSynchronously_1_3"
-        bound = grpc_timeout(remaining_time(options.timeout, options.deadline_at))
-        limit = bound or DEFAULT_CALL_TIMEOUT
         session = self._session
-
-        async def run(md: Metadata) -> ExecutionResult | None:
-            tag = samehost.encode_tag(md[0][1], scope_of(md))
+        what = "executeSynchronously_1_3"
+        session.check(what)
+        md = session.metadata()
+        rid = md[0][1]
+        bound = grpc_timeout(remaining_time(options.timeout, options.deadline_at))
+        try:
+            tag = samehost.encode_tag(rid, scope_of(md))
             packet = link.execution_packet(request, options, handle, session.session_id, tag)
-            if packet is None:
-                return None
-            kind, payload, key = packet
-            answer = await self._exchange(link, kind, payload, limit, what)
-            return None if answer is None else link.result_of(answer, key)
-
-        return await self._carry(what, bound is not None, run)
+        except HalError as err:
+            raise session.failure(err, what, bound is not None, rid) from None
+        if packet is None:
+            return None
+        kind, payload, key = packet
+        return await self._carried(link, kind, payload, key, bound, what, rid)
 
     async def execute_planned(
-        self, handle: str, planned: fastpacket.Planned, parts: list[Any], options: ExecutionOptions
+        self,
+        handle: str,
+        planned: fastpacket.Planned,
+        parts: list[Any],
+        measure: bool,
+        timeout: float | None,
+        deadline_at: float | None,
+        loop_timeout_ns: int,
     ) -> ExecutionResult | None:
         """:meth:`execute` of a numpy call plan's layout, from its pools' bytes (``parts``, in
-        order): a compact call when the open queue granted the layout an id, else None (nothing
-        sent: the call takes :meth:`execute`, whose first call of a layout asks for the id).
-        The same failures as :meth:`execute`; the call is awaited here, not raced in a task of
-        its own: the queue's own end (its liveness stream, the server's end of the doorbell)
-        wakes it, and a session that ended meanwhile gives the session's end error, as the
-        race would have."""
+        order) and the options of an unprofiled execution: a compact call when the open queue
+        granted the layout an id, else None (nothing sent: the call takes :meth:`execute`, whose
+        first call of a layout asks for the id). The same failures as :meth:`execute`."""
         link = self._link
         if link is None or link.busy:
             return None
@@ -386,18 +393,39 @@ class AioSameHostQueue:
         session.check(what)
         md = session.metadata()
         rid = md[0][1]
-        remaining = remaining_time(options.timeout, options.deadline_at)
-        payload = link.planned_packet(
-            layout, samehost.encode_tag(rid, scope_of(md)), options, remaining, parts, planned.body
-        )
-        if payload is None:
-            return None
+        remaining = remaining_time(timeout, deadline_at)
         bound = grpc_timeout(remaining)
         try:
-            answer = await self._exchange(link, fastpacket.CALL, payload, bound or DEFAULT_CALL_TIMEOUT, what)
-            return None if answer is None else link.result_of(answer, (handle, planned.shape))
-        except (grpc.RpcError, HalError) as err:
+            tag = samehost.encode_tag(rid, scope_of(md))
+            payload = link.planned_packet(layout, tag, measure, loop_timeout_ns, remaining, parts, planned.body)
+        except HalError as err:
             raise session.failure(err, what, bound is not None, rid) from None
+        if payload is None:
+            return None
+        return await self._carried(link, fastpacket.CALL, payload, (handle, planned.shape), bound, what, rid)
+
+    async def _carried(
+        self,
+        link: AioQueueLink,
+        kind: int,
+        payload: fastring.Payload,
+        key: Any,
+        bound: float | None,
+        what: str,
+        rid: str,
+    ) -> ExecutionResult | None:
+        """One execution's packet through the queue and its result (None: nothing sent, or the
+        queue stepped aside), awaited here rather than raced in a task of its own against the
+        session's end (``AioSession.call``; an execution is the hottest call, and a task and a
+        wait cost more than the rest of it): the queue's own end (its liveness stream, on the
+        session's channel; the server's end of the doorbell) wakes it, and a session that ended
+        meanwhile gives the session's end error, as the race would have
+        (``AioSession.failure``)."""
+        try:
+            answer = await self._exchange(link, kind, payload, bound or DEFAULT_CALL_TIMEOUT, what)
+            return None if answer is None else link.result_of(answer, key)
+        except (grpc.RpcError, HalError) as err:
+            raise self._session.failure(err, what, bound is not None, rid) from None
 
     def _drop(self, link: AioQueueLink) -> None:
         """Close a link that can no longer be used (a later call opens a new one)."""

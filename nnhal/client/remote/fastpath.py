@@ -410,7 +410,8 @@ class QueueEnds:
         self,
         layout: int,
         tag: bytes,
-        options: ExecutionOptions,
+        measure: bool,
+        loop_timeout_ns: int,
         remaining: float | None,
         parts: list[Any],
         body: int,
@@ -420,8 +421,8 @@ class QueueEnds:
         seconds left of its deadline (None: none); None when it does not fit the request ring.
         A small packet is joined at once (the ring copies it once), a large one goes in parts."""
         deadline = fastpacket.remaining_ns(remaining)
-        flags = (fastpacket.MEASURE if options.measure else 0) | (0 if deadline is None else fastpacket.HAS_DEADLINE)
-        header = fastpacket.CALL_HEADER.pack(layout, flags, deadline or 0, options.loop_timeout_ns)
+        flags = (fastpacket.MEASURE if measure else 0) | (0 if deadline is None else fastpacket.HAS_DEADLINE)
+        header = fastpacket.CALL_HEADER.pack(layout, flags, deadline or 0, loop_timeout_ns)
         length = len(tag) + fastpacket.CALL_HEADER.size + body
         if length > self.requests.max_payload:
             return None

@@ -261,12 +261,20 @@ class SameHostQueue:
         return result
 
     def execute_planned(
-        self, handle: str, planned: fastpacket.Planned, parts: list[Any], options: ExecutionOptions
+        self,
+        handle: str,
+        planned: fastpacket.Planned,
+        parts: list[Any],
+        measure: bool,
+        timeout: float | None,
+        deadline_at: float | None,
+        loop_timeout_ns: int,
     ) -> ExecutionResult | None:
         """:meth:`execute` of a numpy call plan's layout, from its pools' bytes (``parts``, in
-        order): a compact call when the open queue granted the layout an id, else None (nothing
-        sent: the call takes :meth:`execute`, whose first call of a layout asks for the id).
-        The same failures as :meth:`execute`."""
+        order) and the options of an unprofiled execution (``ExecutionOptions``' fields, not
+        made into one: a call that takes this way needs none): a compact call when the open
+        queue granted the layout an id, else None (nothing sent: the call takes :meth:`execute`,
+        whose first call of a layout asks for the id). The same failures as :meth:`execute`."""
         link = self._link
         if link is None:
             return None
@@ -276,10 +284,9 @@ class SameHostQueue:
         channel = self._channel
         md = channel._metadata()  # this thread's request id, as a gRPC call's
         rid = md[0][1]
-        remaining = remaining_time(options.timeout, options.deadline_at)
-        payload = link.planned_packet(
-            layout, samehost.encode_tag(rid, scope_of(md)), options, remaining, parts, planned.body
-        )
+        remaining = remaining_time(timeout, deadline_at)
+        tag = samehost.encode_tag(rid, scope_of(md))
+        payload = link.planned_packet(layout, tag, measure, loop_timeout_ns, remaining, parts, planned.body)
         if payload is None:
             return None
         bound = grpc_timeout(remaining)
