@@ -288,6 +288,7 @@ def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> 
 
         def ours() -> np.ndarray:
             outcome = burst.execute(_small_request(a, b))
+            outcome.raise_for_status()  # a failed call says its status, not a missing pool
             return np.frombuffer(outcome.output_pools[1], np.float32, 8).reshape(SMALL_SHAPE)
 
         check(np.array_equal(ours(), a + b), "ADD through the burst is wrong")
@@ -330,6 +331,7 @@ def _fast_burst_small(unix: bool, quick: bool) -> BenchResult:
 
         def ours() -> np.ndarray:
             outcome = burst.execute(_small_request(a, b))
+            outcome.raise_for_status()  # a failed call says its status, not a missing pool
             return np.frombuffer(outcome.output_pools[1], np.float32, 8).reshape(SMALL_SHAPE)
 
         check(np.array_equal(ours(), a + b), "ADD through the fast burst is wrong")

@@ -283,6 +283,13 @@ class Consumer(_Ring):
         self._tail = self._index(self._tail_at)
         self._seq: int | None = 0
 
+    def pending(self) -> bool:
+        """Whether the producer's index moved past what was read (a packet, or a corrupt index,
+        waits): one load from shared memory, for a consumer watching the ring. It orders
+        nothing: read the packet only after a synchronising step that followed its
+        publication (the producer's doorbell byte, :mod:`nnhal.core.doorbell`)."""
+        return bool(self._slots[self._head_slot] != self._tail)
+
     def read(self) -> tuple[int, bytes] | None:
         """The next packet's kind and payload (a private copy), None when the ring is empty;
         RingError for anything the producer got wrong (module docstring)."""

@@ -908,3 +908,32 @@ def test_reciprocal_is_one_divided_by_the_value() -> None:
     x = np.concatenate([bits.view(np.float32), np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45], np.float32)])
     with np.errstate(all="ignore"):
         _same_bits(np.reciprocal(x), 1 / x)
+
+
+def test_an_output_a_later_step_reads_keeps_its_value() -> None:
+    """A model output that a later step reads again (both the input and the output have
+    buffers): the general kernels' results, bit for bit, run after run."""
+    t = T.TENSOR_FLOAT32
+    b = ModelBuilder()
+    x = b.input(t, SHAPE)
+    y = b.input(t, SHAPE)
+    first = b.output(t, SHAPE)
+    second = b.output(t, SHAPE)
+    b.op(Op.ADD, [x, y, b.const(T.INT32, 0)], [first])
+    b.op(Op.MUL, [first, x, b.const(T.INT32, 1)], [second])  # reads an output; fused RELU
+    graph = _graph(b.build())
+    outs = [graph.model.main.operands[i] for i in graph.model.main.output_indexes]
+    for seed in (0, 1, 2):
+        inputs = _inputs(graph.model, seed)
+        got = graph.run(inputs)
+        for g, e in zip(got, graph.run(inputs, None, outs), strict=True):
+            _same_bits(g, e)
+    assert graph.main.straight
+
+
+def test_an_omitted_input_leaves_the_straight_program() -> None:
+    graph = _graph(_chain(2))
+    graph.run([np.zeros(SHAPE, np.float32)])
+    assert graph.main.straight
+    with pytest.raises(HalError):
+        graph.run([None])  # type: ignore[list-item]

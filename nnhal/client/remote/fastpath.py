@@ -10,7 +10,24 @@ doorbell pipes.
 
 ``execute`` serializes the ExecuteRequest into the request ring, rings, and
 sleeps on its doorbell until the result packet arrives; the packet is checked
-as untrusted input (:mod:`nnhal.core.fastring`). A request whose layout the
+as untrusted input (:mod:`nnhal.core.fastring`). The answer is read only after a
+doorbell byte was: the server rings after each answer it publishes, and the pipe
+orders the answer's bytes before the client's reads on any architecture.
+
+The hybrid wait (opt-in: :attr:`FastBurstLink.HYBRID_WAIT`; the Linux block layer's
+hybrid polling is the model) is for a machine with a core to spare: the link keeps,
+per kind of call (prepared model and request layout, or method form), a running
+estimate of how long the server takes to answer; below :data:`POLL_MAX_S` it sleeps
+on a fine timer until a little before that time, then watches the result ring's head,
+yielding its core between looks, for a bounded time (:data:`POLL_WINDOW_S` past the
+expected time, :data:`POLL_LOOPS` looks), and only then sleeps on the doorbell. Once
+it sees the answer published it takes the doorbell byte (a read that finds it there,
+or waits the instant until the server writes it) and then the answer, as above: the
+server always rings, so no wake-up can be lost, but it wakes nobody — the waiter is
+not asleep on the pipe — so its ring does not put the client on its core. Every
+:data:`PROBE_EVERY` calls of a kind one waits the other way, and the watch is kept
+only while its calls wait clearly less (:data:`WATCH_GAIN`) than the doorbell's.
+A request whose layout the
 server granted an id (asked for at its first execution) travels as a compact
 call and comes back as a compact answer (:mod:`nnhal.core.fastpacket`). It returns None, before
 sending anything, when the request or its largest possible answer would not
@@ -53,7 +70,7 @@ from nnhal.client.outcome import failed_result
 from nnhal.client.remote.messages import ExecutionOptions, fill_execution
 from nnhal.client.remote.transport import BURST_STREAM_TIMEOUT, remaining_time
 from nnhal.core import fastpacket, fastring, samehost, wire
-from nnhal.core.doorbell import Doorbell
+from nnhal.core.doorbell import Doorbell, fine_timers
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import ExecutionResult, InlinePool, MemoryPool, PoolData, Request
@@ -66,6 +83,66 @@ log = logging.getLogger(__name__)
 
 #: Seconds to collect the queue once the server named its socket.
 HANDOVER_TIMEOUT_S = 10.0
+#: The hybrid wait (module docstring): calls expected to take longer than this block at once.
+POLL_MAX_S = 0.02
+#: How much earlier than the expected answer the watch starts: this share of the expected
+#: time, at most POLL_LEAD_MAX_S. An answer already there at the first look halves the
+#: estimate, so the watch follows a server that speeds up.
+POLL_LEAD_SHARE = 0.5
+POLL_LEAD_MAX_S = 100e-6
+#: Shorter sleeps than this are not taken (a timer's wake-up costs about as much).
+POLL_MIN_NAP_S = 30e-6
+#: How long the watch goes on past the expected time, at most (then the doorbell).
+POLL_WINDOW_S = 200e-6
+#: Most looks at the ring per call; between two the thread yields its core.
+POLL_LOOPS = 2000
+#: Every this many calls of a kind, one waits the other way (the watch or the doorbell
+#: alone), so that both ways' times stay known and the faster one is chosen.
+PROBE_EVERY = 16
+#: The watch is kept only while its calls wait less than this share of the doorbell's: on a
+#: machine whose cores are busy it wins little when it wins, and costs the server its core.
+WATCH_GAIN = 0.9
+#: Weight of the latest call in the running estimates.
+_WEIGHT = 0.25
+
+
+class _Pace:
+    """What the hybrid wait knows of one kind of call (seconds, 0.0 while unknown): how long
+    the server takes to answer, and how long a call waited with the watch and without."""
+
+    __slots__ = ("blocked", "calls", "expected", "watched")
+
+    def __init__(self) -> None:
+        self.expected = 0.0
+        self.watched = 0.0
+        self.blocked = 0.0
+        self.calls = 0
+
+    def watch(self) -> bool:
+        """Whether this call watches the ring: the faster way so far, the other for a probe."""
+        self.calls = calls = self.calls + 1
+        if not 0.0 < self.expected <= POLL_MAX_S:
+            return False
+        if not self.watched or not self.blocked:
+            return not self.watched
+        better = self.watched < self.blocked * WATCH_GAIN
+        return better != (calls % PROBE_EVERY == 0)
+
+    def took(self, watched: bool, waited: float, early: bool) -> None:
+        """Learn from a call that ``waited`` seconds for its answer."""
+        e = self.expected
+        if early:  # it came before the first look, by how much is unknown: halved, as a guess
+            self.expected = e * 0.5
+        else:
+            self.expected = waited if not e else e + (waited - e) * _WEIGHT
+        if watched:
+            w = self.watched
+            self.watched = waited if not w else w + (waited - w) * _WEIGHT
+        elif e:
+            bl = self.blocked
+            self.blocked = waited if not bl else bl + (waited - bl) * _WEIGHT
+
+
 #: Room kept in the result ring for what an answer carries besides its inline output pools.
 RESULT_ENVELOPE_BYTES = 16 << 10
 _RESULT_KINDS = (fastring.RESULT, fastpacket.LEARNED, fastpacket.ANSWER)
@@ -219,6 +296,23 @@ class QueueEnds:
         self._answers = fastpacket.AnswerReader()
         #: This queue among the process's (:meth:`granted`): never reused, unlike ``id()``.
         self.serial = next(_SERIALS)
+        #: The hybrid wait's paces by kind of call (the last key's looked up by identity
+        #: first: a layout key hashes slowly).
+        self._paces: dict[object, _Pace] = {}
+        self._pace_key: object = None
+        self._pace = _Pace()
+
+    def pace(self, key: object) -> _Pace:
+        """What the hybrid wait knows of calls of ``key``."""
+        if key is self._pace_key:
+            return self._pace
+        pace = self._paces.get(key)
+        if pace is None:
+            if len(self._paces) >= 4 * fastpacket.MAX_LAYOUTS:
+                self._paces.clear()
+            pace = self._paces[key] = _Pace()
+        self._pace_key, self._pace = key, pace
+        return pace
 
     @staticmethod
     def _granted(first: fpb.FastBurstEvent) -> int:
@@ -386,7 +480,13 @@ class QueueEnds:
 
 class FastBurstLink(QueueEnds):
     """One fast burst of one prepared model (or a session's queue), waited on by blocking
-    doorbell reads. ``close`` it (idempotent)."""
+    doorbell reads, or the hybrid wait (module docstring). ``close`` it (idempotent)."""
+
+    #: Whether links wait the hybrid way (module docstring); off unless
+    #: ``NNHAL_HYBRID_WAIT=1`` is in the environment: on a machine whose cores are all busy
+    #: the two processes take turns on one core, and a waiter that watches only takes the
+    #: core from the server (``docs/same-host.md``). Read per link (``hybrid_wait``).
+    HYBRID_WAIT = os.environ.get("NNHAL_HYBRID_WAIT", "0") == "1"
 
     def __init__(self, remote: SessionChannel, call: Any, first: fpb.FastBurstEvent, executions: bool = False) -> None:
         super().__init__(first, executions)
@@ -394,6 +494,8 @@ class FastBurstLink(QueueEnds):
         self._call = call
         self._lock = threading.Lock()
         self._closed = False
+        #: Whether this link waits the hybrid way (:attr:`HYBRID_WAIT` when it was made).
+        self.hybrid_wait = FastBurstLink.HYBRID_WAIT
         # The stream's end is the peer's death or the burst's end: wake whoever waits.
         call.add_done_callback(lambda _call: self.doorbell.stop())
 
@@ -469,13 +571,16 @@ class FastBurstLink(QueueEnds):
                 self.doorbell.ring()
             except OSError:  # the server closed its end: its stream is ending too
                 return self._ended()
-            return self._await_result(key, None if limit is None else time.monotonic() + limit)
+            return self._await_result(key, None if limit is None else time.monotonic() + limit, kind)
         finally:
             self._lock.release()
 
-    def exchange(self, kind: int, payload: fastring.Payload, timeout: float) -> tuple[int, bytes] | None:
+    def exchange(
+        self, kind: int, payload: fastring.Payload, timeout: float, key: object = None
+    ) -> tuple[int, bytes] | None:
         """Send one packet and wait up to ``timeout`` seconds for the answer packet; None (nothing
         sent) when another thread is using the queue or the packet does not fit the ring.
+        ``key``: what kind of call it is, for the hybrid wait's estimate (None: ``kind``).
         Raises :class:`QueueEnded` when the queue ended first (the status it ended with),
         :class:`QueueTimeout` when no answer came in time (the queue is out of step then:
         close it), GENERAL_FAILURE for an answer that breaks the ring's rules."""
@@ -492,23 +597,68 @@ class FastBurstLink(QueueEnds):
                 self.doorbell.ring()
             except OSError:  # the server closed its end: its stream is ending too
                 raise QueueEnded(self._ended()) from None
-            return self._await_packet(timeout)
+            return self._await_packet(timeout, kind if key is None else key)
         finally:
             self._lock.release()
 
-    def _await_packet(self, timeout: float) -> tuple[int, bytes]:
-        """Sleep until the next answer packet, for up to ``timeout`` seconds (:meth:`exchange`'s
+    def _await_packet(self, timeout: float, key: object = None) -> tuple[int, bytes]:
+        """Wait for the next answer packet, for up to ``timeout`` seconds (:meth:`exchange`'s
         failures). Holds ``_lock``."""
-        end = time.monotonic() + timeout
+        packet = self._wait(key, time.monotonic() + timeout)
+        if packet is None:
+            raise QueueEnded(self._ended())
+        return packet
+
+    def _wait(self, key: object, end: float | None) -> tuple[int, bytes] | None:
+        """The next answer packet (module docstring: the hybrid wait); None once the queue
+        ended (its doorbell stopped), QueueTimeout past ``end``, GENERAL_FAILURE for a
+        packet that breaks the ring's rules. Holds ``_lock``."""
+        rung = time.monotonic()
+        pace = self.pace(key) if self.hybrid_wait else None
+        doorbell = self.doorbell
+        watched = early = False
+        if pace is not None and pace.watch():
+            watched = True
+            early = self._watch(rung, pace.expected, end)
         while True:
+            left = None
+            if end is not None:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise QueueTimeout(f"no answer within {end - rung:.3g} s")
+            if not doorbell.wait(left):
+                if doorbell.stopped or left is None:
+                    return None
+                continue  # the time is up: raised above
             packet = self.read_answer()
             if packet is not None:
+                if pace is not None:
+                    pace.took(watched, time.monotonic() - rung, early)
                 return packet
-            left = end - time.monotonic()
-            if left <= 0:
-                raise QueueTimeout(f"no answer within {timeout:.3g} s")
-            if not self.doorbell.wait(left) and self.doorbell.stopped:
-                raise QueueEnded(self._ended())
+
+    def _watch(self, rung: float, expected: float, end: float | None) -> bool:
+        """The hybrid wait's watch: sleep until a little before the answer is expected, then
+        look at the result ring's head, yielding the core between looks, until a packet is
+        published (its doorbell byte follows or came: the caller's ``wait`` takes it), the
+        queue is stopping, or the bounded window passes. Whether the first look found it."""
+        lead = min(expected * POLL_LEAD_SHARE, POLL_LEAD_MAX_S)
+        last = rung + expected + POLL_WINDOW_S
+        if end is not None:
+            last = min(last, end)
+        pending, doorbell, monotonic = self.results.pending, self.doorbell, time.monotonic
+        nap = rung + expected - lead - monotonic()
+        if nap >= POLL_MIN_NAP_S:
+            fine_timers()
+            time.sleep(nap)
+        if pending():
+            return True
+        for _ in range(POLL_LOOPS):
+            if doorbell.stopping or monotonic() >= last:
+                break
+            os.sched_yield()
+            if pending():
+                break
+        return False
 
     def send_raw(self, write: Callable[[fastring.Producer], None]) -> ExecutionResult:
         """Tests of the server's checks: ``write`` puts whatever it likes into the request
@@ -519,21 +669,16 @@ class FastBurstLink(QueueEnds):
             result = self._await_result(None)
         return result or ExecutionResult(ErrorStatus.GENERAL_FAILURE, "the queue stepped aside")
 
-    def _await_result(self, key: _Key | None, end: float | None = None) -> ExecutionResult | None:
-        """Sleep until the result packet (or the burst's end; past ``end``, QueueTimeout): its
+    def _await_result(self, key: _Key | None, end: float | None = None, kind: int = 0) -> ExecutionResult | None:
+        """Wait for the result packet (or the burst's end; past ``end``, QueueTimeout): its
         result (:meth:`result_of`). Holds ``_lock``."""
-        while True:
-            try:
-                packet = self.read_answer()
-            except GeneralFailure as err:
-                return failed_result(err)
-            if packet is not None:
-                return self.result_of(packet, key)
-            left = None if end is None else end - time.monotonic()
-            if left is not None and left <= 0:
-                raise QueueTimeout("no answer in time")
-            if not self.doorbell.wait(left) and (left is None or self.doorbell.stopped):
-                return self._ended()
+        try:
+            packet = self._wait(kind if key is None else key, end)
+        except GeneralFailure as err:
+            return failed_result(err)
+        if packet is None:
+            return self._ended()
+        return self.result_of(packet, key)
 
     def _ended(self) -> ExecutionResult:
         """The result of an execution the burst's end cut short."""

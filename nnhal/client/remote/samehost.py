@@ -222,7 +222,7 @@ class SameHostQueue:
         form, payload = packet
         limit = timeout or DEFAULT_CALL_TIMEOUT
         try:
-            answer = link.exchange(samehost.METHOD, payload, limit)
+            answer = link.exchange(samehost.METHOD, payload, limit, form.number)
         except QueueEnded as ended:
             self._drop(link)
             raise ended_error(ended, what) from None

@@ -140,7 +140,7 @@ def launch(driver: Driver, call: Execution) -> LeanRun | None:
     session = driver.session(call.session)
     if session.faults.execute_delay_ms:
         return None
-    pm = driver.prepared(session, call.prepared_model)
+    pm = driver.prepared_models.get(session.id, call.prepared_model)  # ``Driver.prepared``'s one step
     request = call.request
     plan = pm.plans.get(request)
     if plan is None:
@@ -163,10 +163,11 @@ def launch(driver: Driver, call: Execution) -> LeanRun | None:
         )
     except Exception:
         return None  # the full path refuses it, after its admission, as it always did
-    if bound.has_tokens or not plan.fits(bound):
+    if bound.has_tokens or bound.sizes != plan.sizes:  # ``RequestPlan.fits``
         bound.close()
         return None
-    bound.plan(request.inputs, request.outputs)  # a shared pool's ranges (``resolve_tokens`` does it there)
+    if bound.has_shared:
+        bound.plan(request.inputs, request.outputs)  # a shared pool's ranges (``resolve_tokens`` does it there)
     ticket = driver.scheduler.try_start(session.client_key, pm.priority)
     if ticket is None:
         bound.close()

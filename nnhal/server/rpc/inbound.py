@@ -211,8 +211,10 @@ class Inbound:
                 self._waiting.remove(waiter)
             raise
 
-    def _end_read(self) -> None:
-        self._reading -= self.place
+    def _end_read(self, place: int | None = None) -> None:
+        """Give back a read's place (``place``: what is still to give back, the place by
+        default) and hand freed places to the reads waiting, first come first served."""
+        self._reading -= self.place if place is None else place
         while self._waiting and (self._reading == 0 or self._reading + self.place <= self.read_bytes):
             waiter = self._waiting.popleft()
             if not waiter.done():
@@ -229,7 +231,12 @@ class Inbound:
         read's place (None: the bytes themselves) and held until the call ends; the call is aborted instead
         (RESOURCE_EXHAUSTED; INVALID_ARGUMENT without a message; INTERNAL when it cannot be
         parsed)."""
-        await self._read_place()
+        # A place at once when none is waiting and one fits (``_read_place``), without awaiting it.
+        reading = self._reading
+        if not self._waiting and (reading == 0 or reading + self.place <= self.read_bytes):
+            self._reading = reading + self.place
+        else:
+            await self._read_place()
         try:
             read = await self._read(context)
             if read is None:
@@ -257,7 +264,9 @@ class Inbound:
             # past the place that charged for it.
             del raw
         finally:
-            self._end_read()
+            self._reading -= self.place
+            if self._waiting:
+                self._end_read(0)
         if self.budget is not None and nbytes > WINDOW_BYTES:
             # The transport's slices and the buffer that gathered them were freed.
             self.budget.releaser.released((READ_COPIES - 1) * nbytes)
@@ -299,9 +308,10 @@ class Inbound:
                 f"this client already holds {mine} bytes of requests in progress; with this one's {nbytes} that "
                 f"is past its limit of {self.per_client}: wait for answers, or retry later"
             )
-        refusal = self._charge(key, mine, nbytes)
-        if refusal is not None:
-            return refusal
+        if nbytes > WINDOW_BYTES:  # else never refused for the total (``_charge``)
+            refusal = self._charge(key, mine, nbytes)
+            if refusal is not None:
+                return refusal
         if client is None:
             client = self._clients[key] = _Client()
         entry = _Held(nbytes, call_ender())

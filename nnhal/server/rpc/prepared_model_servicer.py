@@ -114,58 +114,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         iterating ``request_iterator`` and yielding answers: each of those is an async
         generator (grpc.aio's request iterator, this handler, the request-id wrapper) whose
         steps cost more per execution than a small model's whole run."""
-        x = self.executions
-        try:
-            if arrival is not None and arrival.error is not None:
-                raise arrival.error
-            leave = x.long_calls.open("burst", stream_client(context), current_ender())
-        except HalError as err:
-            await context.write(spb.BurstResponse(result=status_to(spb.ExecuteResult(), x.refuse(m, err))))
-            return
-        # Given back when the stream ends, also when the call is cancelled mid-wait.
-        context.add_done_callback(lambda _context: leave())
-        sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the executions' context
-        try:
-            injected = arrival.fault if arrival is not None else None
-            if injected is not None and injected.after == 0:
-                await abort(context, abort_of(injected))
-            sent = 0
-            while True:
-                try:
-                    req = await context.read()
-                except DecodeError as err:
-                    # Garbage from the client: answered in band, one rate-limited log line, the
-                    # stream ended (raised into gRPC, it logged tracebacks, one printed to stderr).
-                    garbage = Refused(ErrorStatus.INVALID_ARGUMENT, f"a burst request could not be decoded: {err}")
-                    m.record(garbage.status, None)
-                    log_limits.undecodable("configureExecutionBurst", err)
-                    await context.write(spb.BurstResponse(result=status_to(spb.ExecuteResult(), garbage)))
-                    return
-                if req is aio.EOF:
-                    return
-                msg = req.execute
-                # The answer is filled in place (a BurstResponse made around a finished
-                # ExecuteResult copies it).
-                answer = spb.BurstResponse()
-                try:
-                    check_burst_fields(x, msg)
-                except HalError as err:
-                    status_to(answer.result, x.refuse(m, err))
-                else:
-                    build = partial(execution_from, msg)
-                    run = x.arrive(m, EXECUTION_FAULTS)
-                    if run is None and x.runs_inline(msg.session, msg.prepared_model, partial(inline_bytes, msg)):
-                        result_to(x.execute(m, build), answer.result)
-                    else:
-                        await in_thread(_execute_to_wire, x, m, build, sync, run, answer.result)
-                del req, msg
-                await context.write(answer)
-                del answer
-                sent += 1
-                if injected is not None and injected.after == sent:
-                    await abort(context, abort_of(injected))
-        finally:
-            leave()
+        await serve_burst(self.executions, m, arrival, context)
 
     @hal_method(make=spb.FencedExecuteResponse)
     def executeFenced(
@@ -188,6 +137,67 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
     def release(self, request: spb.ReleaseRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
         self.driver.release_prepared(self.driver.session(request.session), request.handle)
         return spb.StatusMessage()
+
+
+async def serve_burst(
+    x: Executions, m: Method, arrival: Arrival | None, context: aio.ServicerContext[Any, Any]
+) -> None:
+    """The burst stream ``context`` of ``x``'s device (``configureExecutionBurst``), its arrival
+    taken: read, execute and answer until the client half-closes."""
+    try:
+        if arrival is not None and arrival.error is not None:
+            raise arrival.error
+        leave = x.long_calls.open("burst", stream_client(context), current_ender())
+    except HalError as err:
+        await context.write(spb.BurstResponse(result=status_to(spb.ExecuteResult(), x.refuse(m, err))))
+        return
+    # Given back when the stream ends, also when the call is cancelled mid-wait.
+    context.add_done_callback(lambda _context: leave())
+    sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the executions' context
+    try:
+        injected = arrival.fault if arrival is not None else None
+        if injected is not None and injected.after == 0:
+            await abort(context, abort_of(injected))
+        sent = 0
+        # Only a device older than 1.3 refuses fields of a burst execution (``check_burst_fields``).
+        older = x.level < HalVersion.V1_3
+        while True:
+            try:
+                req = await context.read()
+            except DecodeError as err:
+                # Garbage from the client: answered in band, one rate-limited log line, the
+                # stream ended (raised into gRPC, it logged tracebacks, one printed to stderr).
+                garbage = Refused(ErrorStatus.INVALID_ARGUMENT, f"a burst request could not be decoded: {err}")
+                m.record(garbage.status, None)
+                log_limits.undecodable("configureExecutionBurst", err)
+                await context.write(spb.BurstResponse(result=status_to(spb.ExecuteResult(), garbage)))
+                return
+            if req is aio.EOF:
+                return
+            msg = req.execute
+            # The answer is filled in place (a BurstResponse made around a finished
+            # ExecuteResult copies it).
+            answer = spb.BurstResponse()
+            try:
+                if older:
+                    check_burst_fields(x, msg)
+            except HalError as err:
+                status_to(answer.result, x.refuse(m, err))
+            else:
+                build = partial(execution_from, msg)
+                run = x.arrive(m, EXECUTION_FAULTS)
+                if run is None and x.runs_inline(msg.session, msg.prepared_model, partial(inline_bytes, msg)):
+                    result_to(x.execute(m, build), answer.result)
+                else:
+                    await in_thread(_execute_to_wire, x, m, build, sync, run, answer.result)
+            del req, msg
+            await context.write(answer)
+            del answer
+            sent += 1
+            if injected is not None and injected.after == sent:
+                await abort(context, abort_of(injected))
+    finally:
+        leave()
 
 
 def _execute_to_wire(

@@ -59,7 +59,9 @@ def _id_of(metadata: Collection[tuple[str, object]]) -> str:
     return f"{_PREFIX}-{next(_COUNTER):x}"
 
 
-def _begin(context: aio.ServicerContext[Any, Any]) -> None:
+def begin(context: aio.ServicerContext[Any, Any]) -> None:
+    """Give the call served in the running task its id (module docstring): published, sent
+    back in its trailing metadata, and its fault scope noted."""
     # Read once: grpc.aio converts the call's metadata to Python anew at every read.
     metadata = context.invocation_metadata() or ()
     rid = _id_of(metadata)
@@ -71,7 +73,7 @@ def _begin(context: aio.ServicerContext[Any, Any]) -> None:
 
 def _coroutine(inner: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     async def call(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
-        _begin(context)
+        begin(context)
         return await inner(request, context)
 
     return call
@@ -79,7 +81,7 @@ def _coroutine(inner: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[
 
 def _async_generator(inner: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
     async def call(request: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-        _begin(context)
+        begin(context)
         events = inner(request, context)
         del request  # the handler holds what it needs of it
         try:

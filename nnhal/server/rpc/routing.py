@@ -33,7 +33,7 @@ from nnhal.proto import (
 )
 from nnhal.server.driver import Driver
 from nnhal.server.executions import Executions
-from nnhal.server.rpc import streamed_servicer
+from nnhal.server.rpc import direct, streamed_servicer
 from nnhal.server.rpc.buffer_servicer import BufferServicer
 from nnhal.server.rpc.device_servicer import DeviceServicer
 from nnhal.server.rpc.fastpath_servicer import FastPathServicer
@@ -130,11 +130,16 @@ def add_device_services(
     default device) and DeviceManager, every handler made async (``sync_handlers.asyncify``);
     with ``inbound``, unary requests but ``openSession``'s are read once admitted by it
     (``inbound.gated``: ``openSession`` keeps its unary request, which the refusal of an
-    unknown device reads)."""
+    unknown device reads), ``executeSynchronously_1_3``'s by its direct handler (``direct``);
+    the burst stream is served by its direct handler in any case."""
     collectors: dict[str, Collector] = {}
     for name, executions in devices.items():
         collectors[name] = Collector(inbound, (_OPEN_SESSION,))
         _add_servicers(collectors[name], executions, fast_path, tuple(devices))
+        # The hot methods served by one coroutine each (``direct``) instead of the layers.
+        collectors[name].table[direct.BURST_STREAM] = direct.burst(executions)
+        if inbound is not None:
+            collectors[name].table[direct.EXECUTE_SYNC] = direct.execute_sync(executions, inbound)
     drivers = {name: executions.driver for name, executions in devices.items()}
     # A router also with one device: a name it does not have is refused as on any server.
     tables = {name: c.table for name, c in collectors.items()}

@@ -52,7 +52,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,6 +257,16 @@ class Server:
     def _on_loop(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``work`` on the server's loop; its result (or exception)."""
         return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout)
+
+    def call_on_loop(self, fn: Callable[[], T], timeout: float | None = 10.0) -> T:
+        """``fn()`` run on the thread of the server's event loop (which serves every call's
+        grpc.aio side and the short executions); its result (or exception), waited for at most
+        ``timeout`` seconds (TimeoutError)."""
+
+        async def call() -> T:
+            return fn()
+
+        return self._on_loop(call(), timeout)
 
     async def _build(self) -> aio.Server:
         """The servers (made on the loop: grpc.aio binds a server to the loop it is made on)."""

@@ -10,6 +10,7 @@ from nnhal.client.faults import Fault
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus
 from nnhal.proto import service_pb2 as spb
+from nnhal.server.executions import lean
 from tests.server.rpc.conftest import Served, add_request
 
 pytestmark = pytest.mark.timeout(60)
@@ -70,3 +71,26 @@ def test_a_12_device_refuses_the_13_forms_and_fields(served12: Served) -> None:
     )
     assert answers[0].result.status == ErrorStatus.INVALID_ARGUMENT and "a deadline" in answers[0].result.message
     assert answers[1].result.status == ErrorStatus.NONE  # the burst serves on
+
+
+def test_unary_and_burst_executions_of_a_repeated_layout_take_the_lean_launch(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gRPC forms share the owner's lean launch (``executions.lean``) with the same-host queue."""
+    seen: list[bool] = []
+    real = lean.launch
+
+    def spy(driver: object, call: object) -> object:
+        run = real(driver, call)  # type: ignore[arg-type]
+        seen.append(run is not None)
+        return run
+
+    monkeypatch.setattr(lean, "launch", spy)
+    sync = served.stubs.prepared_model.executeSynchronously_1_3
+    for value in (1.0, 2.0, 3.0):
+        result = sync(_execute(served, value=value), timeout=TIMEOUT_S)
+        assert result.status == ErrorStatus.NONE and _sum(result) == [2 * value] * 8
+    requests = [spb.BurstRequest(execute=_execute(served, value=v)) for v in (1.0, 3.0)]
+    answers = list(served.stubs.prepared_model.configureExecutionBurst(iter(requests), timeout=TIMEOUT_S))
+    assert [_sum(a.result)[0] for a in answers] == [2.0, 6.0]
+    assert len(seen) == 5 and all(seen[1:])  # the first may be the layout's first: validated in full

@@ -1,0 +1,123 @@
+"""Python calls per small call on the server's event-loop thread: a figure of the server's work
+per call that the machine's load does not blur (wall and CPU times on a shared machine do).
+
+``python -m nnhal.bench.rpc_calls [--calls N]`` builds a server in this process with the
+same-host fast path off (every call over gRPC, as from another host), prepares ADD 2×4 float32
+from a client in this process, and after a warm-up counts, with a profile hook on the loop
+thread only, the Python function calls — coroutine resumptions included — made there per
+``pm.execute`` and per ``Burst.execute`` message. Printed: all of them, and nnhal's own by
+part (the gRPC layer ``nnhal.server.rpc``, the wire conversion ``nnhal.core.wire``, the rest of
+the server: the owner's pipeline; other: the rest of nnhal). The asyncio and grpc.aio share
+varies by a few calls with how completions batch; nnhal's is exact for a given path. Work done
+on other threads (a worker thread's execution, grpc's own threads, the client) is not counted:
+a small model's execution runs on the loop thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+
+from nnhal.bench.ipc import _add_model, _small_inputs, _small_request
+from nnhal.client.device import Device
+from nnhal.server.rpc.serve import Server, ServerOptions
+
+#: Calls made before counting: the model's first runs, the caches and plans.
+WARMUP = 30
+#: nnhal's parts, by the start of a code object's file path below the package.
+PARTS = (("rpc", "nnhal/server/rpc/"), ("wire", "nnhal/core/wire"), ("server", "nnhal/server/"))
+
+
+@dataclass
+class Calls:
+    """Python calls per call on the loop thread: all, nnhal's, and nnhal's by part (``PARTS``,
+    then "other")."""
+
+    all: float
+    nnhal: float
+    parts: dict[str, float]
+
+    def line(self, what: str) -> str:
+        parts = ", ".join(f"{name} {n:.0f}" for name, n in self.parts.items())
+        return f"{what:<28} all {self.all:.0f}, nnhal {self.nnhal:.0f} ({parts})"
+
+
+class _Counter:
+    """A ``sys.setprofile`` hook counting Python call events by the file of their code."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.by_file: collections.Counter[str] = collections.Counter()
+
+    def __call__(self, frame: FrameType, event: str, _arg: object) -> None:
+        if event == "call":
+            self.total += 1
+            self.by_file[frame.f_code.co_filename] += 1
+
+    def calls(self, n: int) -> Calls:
+        parts = dict.fromkeys((*(name for name, _ in PARTS), "other"), 0.0)
+        nnhal = 0
+        for path, count in self.by_file.items():
+            at = path.replace("\\", "/").rfind("/nnhal/")
+            if at < 0:
+                continue
+            nnhal += count
+            inner = path[at + 1 :].replace("\\", "/")
+            for name, prefix in PARTS:  # the first part that matches: rpc before server
+                if inner.startswith(prefix):
+                    parts[name] += count / n
+                    break
+            else:
+                parts["other"] += count / n
+        return Calls(self.total / n, nnhal / n, parts)
+
+
+def _counted(server: Server, call: Callable[[], object], n: int) -> Calls:
+    for _ in range(WARMUP):
+        call()
+    counter = _Counter()
+    server.call_on_loop(lambda: sys.setprofile(counter))
+    try:
+        for _ in range(n):
+            call()
+    finally:
+        server.call_on_loop(lambda: sys.setprofile(None))
+    return counter.calls(n)
+
+
+def count(n: int = 500) -> dict[str, Calls]:
+    """Python calls per call on the loop thread of a fresh server (module docstring), for
+    ``n`` calls of each kind: ``"pm.execute"`` and ``"Burst.execute"``."""
+    server = Server(ServerOptions(listen=["127.0.0.1:0"], fast_path=False, max_threads=8))
+    try:
+        server.start()
+        a, b = _small_inputs()
+        with (
+            Device.connect(server.addresses[0], client_name="nnhal-rpc-calls") as dev,
+            dev.prepare_model_sync(_add_model()) as pm,
+        ):
+            out = {"pm.execute": _counted(server, lambda: pm.execute([a, b]), n)}
+            with pm.burst() as burst:
+                out["Burst.execute"] = _counted(server, lambda: burst.execute(_small_request(a, b)), n)
+        return out
+    finally:
+        server.stop(grace=0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nnhal.bench.rpc_calls", description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=500, help="calls counted of each kind (default 500)")
+    args = parser.parse_args(argv)
+    if args.calls < 1:
+        parser.error("--calls must be at least 1")
+    for what, calls in count(args.calls).items():
+        print(calls.line(f"{what} (per call)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

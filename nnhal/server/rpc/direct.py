@@ -1,0 +1,126 @@
+"""Direct handlers: a hot unary HAL method served by one coroutine instead of a stack of wrappers.
+
+A unary method registered through ``sync_handlers.Collector`` is served by four nested
+coroutines: the admission of its request (``inbound.gated``), its request id
+(``request_id.with_request_id``), the method's arrival (``common.hal_method``) and the
+servicer's method. For ``executeSynchronously_1_3`` — a small model's whole execution costs
+less than those layers' frames, lookups and argument passing — :func:`execute_sync` makes
+one handler that takes the same steps in the same order of effect, so that every input gets
+the answer the layered path gives it:
+
+1. the call's request id (published, sent back in the trailing metadata, fault scope noted);
+2. the request read once admitted and held until the call ends (``Inbound.receive``: the
+   read's place, its time bound, the client's and the server's limits, RESOURCE_EXHAUSTED,
+   INVALID_ARGUMENT without a message, INTERNAL when it cannot be decoded);
+3. the owner's ``Method`` (looked up once, when the handler is made) and the arrival (level
+   gate, injected fault);
+4. the execution on the loop's thread when it is short (``Executions.runs_inline``), on a
+   worker thread otherwise (an injected abort there aborts the call);
+5. a large answer handed over one at a time per connection (``Inbound.hand_over``); a call
+   ended to make room for another client aborted RESOURCE_EXHAUSTED with the reason.
+
+The request id is given before the read (the layered path gives it after): a call refused
+while its message is read also carries its id back. :func:`burst` does the same for the burst
+stream, which the layers serve with five nested coroutines: every message read and every
+answer written resumes each of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from nnhal.proto import service_pb2 as spb
+from nnhal.server.executions import Arrival, Execution, Executions, Method
+from nnhal.server.executions.faults import BURST, KINDS
+from nnhal.server.rpc.common import result_to
+from nnhal.server.rpc.ending import abort_ended, call_ender, ended
+from nnhal.server.rpc.inbound import WINDOW_BYTES, Inbound
+from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, inline_bytes, serve_burst
+from nnhal.server.rpc.request_id import begin
+from nnhal.server.rpc.sync_handlers import SyncContext, run_sync
+
+_SERVICE = spb.DESCRIPTOR.services_by_name["PreparedModel"].full_name
+#: The full names of the methods :func:`execute_sync` and :func:`burst` serve.
+EXECUTE_SYNC = f"/{_SERVICE}/{SYNC}"
+BURST_STREAM = f"/{_SERVICE}/configureExecutionBurst"
+
+
+def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHandler:
+    """The handler of ``executeSynchronously_1_3`` for ``executions``' device, its request read
+    through ``inbound`` (module docstring)."""
+    x = executions
+    # The Method ``hal_method(SYNC, timer="execute")`` gives the layered path (made once per key).
+    m = x.method(SYNC, "", "execute")
+    parse = spb.ExecuteRequest.FromString
+
+    async def execute(_requests: object, context: aio.ServicerContext[Any, Any]) -> spb.ExecuteResult:
+        begin(context)
+        try:
+            request: spb.ExecuteRequest = await inbound.receive(context, parse, SYNC)
+            arrival = x.arrive(m, KINDS)
+            build = partial(execution_from, request)
+            if arrival is None:
+                if x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request)):
+                    answer = result_to(x.execute(m, build))
+                else:
+                    answer = await run_sync(context, partial(_on_worker, x, m, build, None))
+            elif arrival.fault is None:  # refused as it arrived: answered at once
+                answer = result_to(x.execute(m, build, None, arrival))
+            else:
+                answer = await run_sync(context, partial(_on_worker, x, m, build, arrival))
+            del request, build
+            if answer.ByteSize() > WINDOW_BYTES:
+                await inbound.hand_over(context, SYNC)
+            return answer
+        except asyncio.CancelledError:
+            if not ended():  # the transport's cancellation
+                raise
+            await abort_ended(context)
+            raise AssertionError("unreachable: abort raises") from None  # pragma: no cover
+
+    return grpc.stream_unary_rpc_method_handler(
+        execute, request_deserializer=None, response_serializer=spb.ExecuteResult.SerializeToString
+    )
+
+
+def _on_worker(
+    x: Executions, m: Method, build: Callable[[], Execution], arrival: Arrival | None, sync: SyncContext
+) -> spb.ExecuteResult:
+    return result_to(x.execute(m, build, sync, arrival))
+
+
+def burst(executions: Executions) -> grpc.RpcMethodHandler:
+    """The handler of the burst stream (``configureExecutionBurst``) for ``executions``' device:
+    the steps of the layered path — the call's ender (``ending.endable``: a call ended to make
+    room for another client is aborted RESOURCE_EXHAUSTED with the reason), its request id, the
+    arrival of ``hal_method(BURST, what="a burst execution", timer="execute", kinds=("abort",))``
+    — then ``prepared_model_servicer.serve_burst``, with two coroutine frames where the layers
+    had five: every message read and every answer written resumes each of them."""
+    x = executions
+    m = x.method(BURST, "a burst execution", "execute")
+
+    async def stream(_requests: object, context: aio.ServicerContext[Any, Any]) -> None:
+        call_ender()
+        begin(context)
+        try:
+            await serve_burst(x, m, x.arrive(m, _OPEN_FAULTS), context)
+        except asyncio.CancelledError:
+            if not ended():  # the transport's cancellation
+                raise
+            await abort_ended(context)
+
+    return grpc.stream_stream_rpc_method_handler(
+        stream,
+        request_deserializer=spb.BurstRequest.FromString,
+        response_serializer=spb.BurstResponse.SerializeToString,
+    )
+
+
+#: The fault kinds a burst takes as it opens (the others per execution).
+_OPEN_FAULTS = ("abort",)

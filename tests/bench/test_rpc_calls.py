@@ -1,0 +1,27 @@
+"""``nnhal.bench.rpc_calls``: the server's Python calls per small call on its loop thread."""
+
+from __future__ import annotations
+
+import pytest
+
+from nnhal.bench import rpc_calls
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_both_kinds_are_counted_and_the_parts_add_up() -> None:
+    counted = rpc_calls.count(20)
+    assert set(counted) == {"pm.execute", "Burst.execute"}
+    for calls in counted.values():
+        # A small execution runs on the loop thread: the owner's pipeline and the gRPC layer are there.
+        assert calls.parts["rpc"] > 0 and calls.parts["server"] > 0
+        assert calls.all > calls.nnhal
+        assert sum(calls.parts.values()) == pytest.approx(calls.nnhal)
+        assert calls.line("x").startswith("x")
+
+
+def test_a_count_below_one_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        rpc_calls.main(["--calls", "0"])
+    assert info.value.code == 2
+    assert "--calls must be at least 1" in capsys.readouterr().err

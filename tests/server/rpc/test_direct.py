@@ -1,0 +1,152 @@
+"""The direct handlers (``rpc.direct``): the answers and statuses of the layered path, for good
+and bad input alike, with the request id sent back."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+
+from nnhal.client.faults import Fault
+from nnhal.core import wire
+from nnhal.core.enums import ErrorStatus
+from nnhal.core.protocol import REQUEST_ID_METADATA
+from nnhal.proto import service_pb2 as spb
+from nnhal.server.rpc import direct
+from nnhal.server.rpc.inbound import Inbound
+from nnhal.server.rpc.routing import DeviceRouter, add_device_services
+from tests.server.rpc.conftest import Served, add_request
+
+pytestmark = pytest.mark.timeout(60)
+TIMEOUT_S = 20.0
+
+
+def _execute(served: Served, handle: str | None = None, value: float = 1.0) -> spb.ExecuteRequest:
+    msg = spb.ExecuteRequest(session=served.session, prepared_model=handle or served.handle)
+    wire.request_to(add_request(value), msg.request)
+    return msg
+
+
+def _raw(served: Served) -> grpc.UnaryUnaryMultiCallable:
+    channel = grpc.insecure_channel(served.server.addresses[0])
+    return channel.unary_unary(direct.EXECUTE_SYNC)
+
+
+def _trailing_id(err_or_call: grpc.Call) -> str:
+    return dict(err_or_call.trailing_metadata() or ()).get(REQUEST_ID_METADATA, "")
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.handlers: list[grpc.GenericRpcHandler] = []
+
+    def add_generic_rpc_handlers(self, handlers: tuple[grpc.GenericRpcHandler, ...]) -> None:
+        self.handlers.extend(handlers)
+
+
+def test_the_sync_execution_is_served_directly_when_requests_are_gated(served: Served) -> None:
+    executions = served.server.executions
+    for inbound, expected in ((Inbound(1 << 20), "execute_sync"), (None, "gated")):
+        server = _Server()
+        add_device_services(server, executions, inbound=inbound)  # type: ignore[arg-type]
+        router = next(h for h in server.handlers if isinstance(h, DeviceRouter))
+        handler = router._tables[next(iter(executions))][direct.EXECUTE_SYNC]
+        fn = handler.stream_unary or handler.unary_unary
+        assert fn is not None and (expected in fn.__qualname__) == (inbound is not None)
+
+
+def test_results_and_refusals_are_the_layered_paths(served: Served) -> None:
+    sync = served.stubs.prepared_model.executeSynchronously_1_3
+    for value in (1.0, 2.0, 3.0):  # the first may take a worker thread, the next the loop's
+        result, call = sync.with_call(_execute(served, value=value), timeout=TIMEOUT_S)
+        out = np.frombuffer(wire.execution_result_from(result).output_pools[1], np.float32)
+        assert result.status == ErrorStatus.NONE and out.tolist() == [2 * value] * 8
+        assert _trailing_id(call)
+    missing = sync(_execute(served, "missing"), timeout=TIMEOUT_S)
+    assert missing.status == ErrorStatus.INVALID_ARGUMENT and "unknown prepared model" in missing.message
+    unknown = sync(spb.ExecuteRequest(session="nope", prepared_model=served.handle), timeout=TIMEOUT_S)
+    assert unknown.status == ErrorStatus.INVALID_ARGUMENT
+
+
+def test_a_changed_layout_is_served_as_any_other(served: Served) -> None:
+    msg = _execute(served)
+    msg.request.inputs[1].location.offset = 0  # both inputs the same bytes: 1 + 1
+    result = served.stubs.prepared_model.executeSynchronously_1_3(msg, timeout=TIMEOUT_S)
+    assert result.status == ErrorStatus.NONE
+    msg = _execute(served)
+    msg.request.inputs[1].location.offset = 1 << 20  # past its pool
+    result = served.stubs.prepared_model.executeSynchronously_1_3(msg, timeout=TIMEOUT_S)
+    assert result.status == ErrorStatus.INVALID_ARGUMENT
+
+
+def test_undecodable_bytes_are_internal_with_the_request_id(served: Served) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        _raw(served)(b"\xff\x0a" * 7, timeout=TIMEOUT_S, metadata=((REQUEST_ID_METADATA, "direct-garbage-1"),))
+    err = info.value
+    assert err.code() == grpc.StatusCode.INTERNAL and "could not be decoded" in (err.details() or "")
+    assert _trailing_id(err) == "direct-garbage-1"  # type: ignore[arg-type]
+
+
+def test_a_call_without_a_message_is_invalid_argument(served: Served) -> None:
+    channel = grpc.insecure_channel(served.server.addresses[0])
+    empty = channel.stream_unary(direct.EXECUTE_SYNC)
+    with pytest.raises(grpc.RpcError) as info:
+        empty(iter(()), timeout=TIMEOUT_S)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+
+
+def test_injected_faults_are_taken_as_on_the_layered_path(served: Served) -> None:
+    sync = served.stubs.prepared_model.executeSynchronously_1_3
+    served.dev.inject_faults(Fault.error("executeSynchronously_1_3", ErrorStatus.MISSED_DEADLINE_TRANSIENT))
+    first, second = (sync(_execute(served), timeout=TIMEOUT_S) for _ in range(2))
+    assert first.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT and second.status == ErrorStatus.NONE
+    served.dev.inject_faults(Fault.abort("executeSynchronously_1_3", code="UNAVAILABLE"))
+    with pytest.raises(grpc.RpcError) as info:
+        sync(_execute(served), timeout=TIMEOUT_S)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    assert sync(_execute(served), timeout=TIMEOUT_S).status == ErrorStatus.NONE
+
+
+def test_a_12_device_refuses_the_13_form_in_band(served12: Served) -> None:
+    result = served12.stubs.prepared_model.executeSynchronously_1_3(_execute(served12), timeout=TIMEOUT_S)
+    assert result.status == ErrorStatus.GENERAL_FAILURE and "needs NN HAL 1.3" in result.message
+
+
+def test_the_burst_is_served_directly(served: Served) -> None:
+    server = _Server()
+    add_device_services(server, served.server.executions)  # type: ignore[arg-type]
+    router = next(h for h in server.handlers if isinstance(h, DeviceRouter))
+    handler = router._tables[next(iter(served.server.executions))][direct.BURST_STREAM]
+    assert handler.stream_stream is not None and "burst" in handler.stream_stream.__qualname__
+
+
+def test_a_burst_answers_in_order_with_its_request_id(served: Served) -> None:
+    requests = [spb.BurstRequest(execute=_execute(served, value=v)) for v in (1.0, 3.0, 5.0)]
+    missing = spb.BurstRequest(execute=_execute(served, "missing"))
+    call = served.stubs.prepared_model.configureExecutionBurst(
+        iter([*requests, missing]), timeout=TIMEOUT_S, metadata=((REQUEST_ID_METADATA, "direct-burst-1"),)
+    )
+    answers = list(call)
+    sums = [np.frombuffer(wire.execution_result_from(a.result).output_pools[1], np.float32)[0] for a in answers[:3]]
+    assert sums == [2.0, 6.0, 10.0]
+    assert answers[3].result.status == ErrorStatus.INVALID_ARGUMENT  # refused in band, the burst serves on
+    assert _trailing_id(call) == "direct-burst-1"
+
+
+def test_burst_garbage_is_answered_in_band_and_ends_the_stream(served: Served) -> None:
+    channel = grpc.insecure_channel(served.server.addresses[0])
+    raw = channel.stream_stream(direct.BURST_STREAM)
+    good = spb.BurstRequest(execute=_execute(served)).SerializeToString()
+    answers = [spb.BurstResponse.FromString(a) for a in raw(iter([good, b"\xff\x0a" * 5, good]), timeout=TIMEOUT_S)]
+    assert [a.result.status for a in answers] == [ErrorStatus.NONE, ErrorStatus.INVALID_ARGUMENT]
+    assert "could not be decoded" in answers[1].result.message
+
+
+def test_a_burst_takes_an_injected_abort_when_it_opens(served: Served) -> None:
+    served.dev.inject_faults(Fault.abort("configureExecutionBurst", code="UNAVAILABLE"))
+    requests = [spb.BurstRequest(execute=_execute(served))]
+    with pytest.raises(grpc.RpcError) as info:
+        list(served.stubs.prepared_model.configureExecutionBurst(iter(requests), timeout=TIMEOUT_S))
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    answers = list(served.stubs.prepared_model.configureExecutionBurst(iter(requests), timeout=TIMEOUT_S))
+    assert answers[0].result.status == ErrorStatus.NONE
