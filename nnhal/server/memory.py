@@ -550,7 +550,7 @@ def bind_pools(
             if isinstance(pool, InlinePool):  # the common case first
                 data = pool.data
                 if i in writable:
-                    buf = _output_buffer(pool)
+                    buf = output_buffer(data, pool.size)
                     bound.inline_outputs[i] = buf
                     buffers.append(buf)
                 elif len(data) < pool.size:
@@ -595,15 +595,15 @@ def bind_pools(
     return bound
 
 
-def _output_buffer(pool: InlinePool) -> bytearray | memoryview:
-    """A zeroed, writable buffer of the pool's size starting with its data."""
-    if pool.size < LARGE_POOL_BYTES:
-        small = bytearray(pool.size)
-        small[: len(pool.data)] = pool.data
+def output_buffer(data: PoolData, size: int) -> bytearray | memoryview:
+    """A zeroed, writable buffer of ``size`` bytes starting with ``data`` (an inline output pool's)."""
+    if size < LARGE_POOL_BYTES:
+        small = bytearray(size)
+        small[: len(data)] = data
         return small
-    large = np.zeros(pool.size, np.uint8)  # calloc: pages appear when written, not here
-    if len(pool.data):
-        large[: len(pool.data)] = np.frombuffer(pool.data, np.uint8)
+    large = np.zeros(size, np.uint8)  # calloc: pages appear when written, not here
+    if len(data):
+        large[: len(data)] = np.frombuffer(data, np.uint8)
     return large.data
 
 

@@ -208,12 +208,16 @@ class PlanCache:
 
     def get(self, request: Request) -> RequestPlan | None:
         """The plan remembered for ``request``'s arguments (check ``fits`` before using it)."""
+        return self.of(request.inputs, request.outputs)
+
+    def of(self, inputs: tuple[RequestArgument, ...], outputs: tuple[RequestArgument, ...]) -> RequestPlan | None:
+        """The plan remembered for these arguments (``get``, given the arguments only)."""
         last = self._last
-        if last is not None and last[0] is request.inputs and last[1] is request.outputs:
+        if last is not None and last[0] is inputs and last[1] is outputs:
             return last[2]
-        plan = self._plans.get((request.inputs, request.outputs))
+        plan = self._plans.get((inputs, outputs))
         if plan is not None:
-            self._last = (request.inputs, request.outputs, plan)
+            self._last = (inputs, outputs, plan)
         return plan
 
     def learn(self, request: Request, bound: BoundPools) -> RequestPlan:

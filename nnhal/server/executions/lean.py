@@ -24,17 +24,19 @@ back when the run ends (``LeanRun.close``, idempotent, on every path).
 from __future__ import annotations
 
 import time
+from collections.abc import Set as AbstractSet
 from functools import partial
 
+from nnhal.core import fastpacket, wire
 from nnhal.core.enums import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
 from nnhal.core.errors import GeneralFailure, HalError
-from nnhal.core.types import ExecutionResult
+from nnhal.core.types import ExecutionResult, InlinePool, Request
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.driver import Driver
 from nnhal.server.executions.calls import Execution
 from nnhal.server.executor.graph import ExecutionControl
 from nnhal.server.jobs import EXECUTION_TENSORS, SESSION_ENDED, check_deadline, missed
-from nnhal.server.memory import BoundPools, bind_pools, token_placeholder
+from nnhal.server.memory import BoundPools, bind_pools, output_buffer, token_placeholder
 from nnhal.server.prepared_model import PreparedModel, execution_result
 from nnhal.server.request_plan import RequestPlan
 from nnhal.server.scheduler import Ticket
@@ -48,7 +50,19 @@ class LeanRun:
     """A launched lean execution (module docstring): admitted, started, its data charged and
     its pools bound; ``run`` executes once, ``close`` gives back whatever is still held."""
 
-    __slots__ = ("_charged", "_driver", "_held", "bound", "call", "loop_timeout_ns", "plan", "pm", "session", "ticket")
+    __slots__ = (
+        "_charged",
+        "_driver",
+        "_held",
+        "bound",
+        "deadline_ns",
+        "loop_timeout_ns",
+        "measure",
+        "plan",
+        "pm",
+        "session",
+        "ticket",
+    )
 
     def __init__(
         self,
@@ -58,7 +72,8 @@ class LeanRun:
         plan: RequestPlan,
         bound: BoundPools,
         ticket: Ticket,
-        call: Execution,
+        measure: bool,
+        deadline_ns: int | None,
         loop_timeout_ns: int,
     ) -> None:
         self._driver = driver
@@ -67,7 +82,8 @@ class LeanRun:
         self.plan = plan
         self.bound = bound
         self.ticket = ticket
-        self.call = call
+        self.measure = measure
+        self.deadline_ns = deadline_ns
         self.loop_timeout_ns = loop_timeout_ns
         self._held = True  # the ticket
         self._charged = 0
@@ -77,11 +93,10 @@ class LeanRun:
         charge are given back before this returns; the bound pools stay until ``close``."""
         d = self._driver
         budget = d.budget
-        call = self.call
         try:
             try:
                 control = ExecutionControl(
-                    deadline_ns=call.deadline_ns,
+                    deadline_ns=self.deadline_ns,
                     loop_timeout_ns=self.loop_timeout_ns,
                     checkpoint_hook=self._checkpoint,
                     on_deadline=self._missed,
@@ -91,7 +106,7 @@ class LeanRun:
                 )
                 if budget.limit_total:
                     control.release = partial(_release, budget, control)
-                result = self.pm.execute(self.plan, self.bound, control, call.measure)
+                result = self.pm.execute(self.plan, self.bound, control, self.measure)
             finally:
                 self._give_back()
         except HalError as err:
@@ -109,7 +124,7 @@ class LeanRun:
             raise GeneralFailure(SESSION_ENDED)
         d = self._driver
         d.lifecycle.check()
-        d.scheduler.checkpoint(self.ticket, self.call.deadline_ns)
+        d.scheduler.checkpoint(self.ticket, self.deadline_ns)
 
     def _give_back(self) -> None:
         d = self._driver
@@ -146,12 +161,8 @@ def launch(driver: Driver, call: Execution) -> LeanRun | None:
     if plan is None:
         return None
     deadline_ns = call.deadline_ns
-    if deadline_ns is not None:
-        # ``Driver.begin_execute``'s checks, in its order and words.
-        check_deadline(deadline_ns, "execution")
-        fastest = pm.fastest_ns
-        if fastest is not None and deadline_ns - time.monotonic_ns() < fastest:
-            return None  # refused at launch: the full path words it
+    if deadline_ns is not None and not _deadline_fits(pm, deadline_ns):
+        return None
     try:
         bound = bind_pools(
             request.pools,
@@ -168,12 +179,36 @@ def launch(driver: Driver, call: Execution) -> LeanRun | None:
         return None
     if bound.has_shared:
         bound.plan(request.inputs, request.outputs)  # a shared pool's ranges (``resolve_tokens`` does it there)
+    return _start(driver, session, pm, plan, bound, call.measure, deadline_ns, call.loop_timeout_ns)
+
+
+def _deadline_fits(pm: PreparedModel, deadline_ns: int) -> bool:
+    """``Driver.begin_execute``'s deadline checks, in its order and words: raises for a
+    deadline passed; False for one too near for the model (refused at launch: the full
+    path words it)."""
+    check_deadline(deadline_ns, "execution")
+    fastest = pm.fastest_ns
+    return fastest is None or deadline_ns - time.monotonic_ns() >= fastest
+
+
+def _start(
+    driver: Driver,
+    session: Session,
+    pm: PreparedModel,
+    plan: RequestPlan,
+    bound: BoundPools,
+    measure: bool,
+    deadline_ns: int | None,
+    loop_timeout_ns: int,
+) -> LeanRun | None:
+    """The slot taken at once and the request data charged, in the full path's order; None
+    (everything given back, ``bound`` closed) when either is not had at once."""
     ticket = driver.scheduler.try_start(session.client_key, pm.priority)
     if ticket is None:
         bound.close()
         return None
-    loop_timeout_ns = call.loop_timeout_ns or LOOP_TIMEOUT_DEFAULT_NS
-    run = LeanRun(driver, session, pm, plan, bound, ticket, call, min(loop_timeout_ns, LOOP_TIMEOUT_MAXIMUM_NS))
+    loop = min(loop_timeout_ns or LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS)
+    run = LeanRun(driver, session, pm, plan, bound, ticket, measure, deadline_ns, loop)
     cost = bound.data_bytes
     try:
         driver.budget.charge(session.id, cost, REQUEST_DATA)
@@ -182,3 +217,79 @@ def launch(driver: Driver, call: Execution) -> LeanRun | None:
         return None  # over a limit: the full path refuses it with its status
     run._charged = cost
     return run
+
+
+class Compact:
+    """A request layout of inline pools only that the session's ``model`` ran (a compact
+    call's layout, ``nnhal.core.fastpacket``): its arguments and, per pool, the bytes a call
+    carries and the pool's size. :func:`launch_compact` launches a call of it from the
+    call's bytes alone — no pool, request or execution object made, no generic binding —
+    and :meth:`execution` makes the call's canonical execution for the full path."""
+
+    __slots__ = ("carried", "inline", "inputs", "model", "outputs", "session", "sizes", "spans")
+
+    def __init__(self, session: str, model: str, key: fastpacket.LayoutKey) -> None:
+        self.session = session
+        self.model = model
+        self.inputs, self.outputs, pools = key
+        spans = []
+        at = 0
+        for n, _ in pools:
+            spans.append((at, at + n))
+            at += n
+        #: Where each pool's bytes are in a call's body, and what every pool's buffer measures.
+        self.spans = tuple(spans)
+        self.sizes = tuple(size for _, size in pools)
+        self.inline = sum(self.sizes)
+        self.carried = at
+
+    def check(self, body: memoryview) -> None:
+        """PacketError unless ``body`` is of the layout's length (``fastpacket.Layout.pools``)."""
+        if len(body) != self.carried:
+            raise fastpacket.PacketError(
+                f"a compact call carries {len(body)} bytes of pools; its layout has {self.carried}"
+            )
+
+    def execution(self, body: memoryview, measure: bool, deadline_ns: int | None, loop_timeout_ns: int) -> Execution:
+        """The call as the full path takes it (its pools views into ``body``)."""
+        pools = tuple(InlinePool(body[a:b], size) for (a, b), size in zip(self.spans, self.sizes))
+        request = Request(self.inputs, self.outputs, pools)
+        return Execution(self.session, self.model, request, measure, deadline_ns, loop_timeout_ns)
+
+    def bind(self, body: memoryview, writable: AbstractSet[int]) -> BoundPools:
+        """The pools as ``bind_pools`` binds them: an output pool a zeroed buffer of its size
+        holding the call's bytes, any other the call's bytes (zero-padded to its size)."""
+        bound = BoundPools(None)
+        buffers = bound.buffers
+        for i, ((a, b), size) in enumerate(zip(self.spans, self.sizes)):
+            if i in writable:
+                buf = output_buffer(body[a:b], size)
+                bound.inline_outputs[i] = buf
+                buffers.append(buf)
+            elif b - a < size:
+                buffers.append(bytes(body[a:b]) + bytes(size - (b - a)))
+            else:
+                buffers.append(body[a:b])
+        bound.data_bytes = self.inline
+        return bound
+
+
+def launch_compact(
+    driver: Driver, compact: Compact, body: memoryview, measure: bool, deadline_ns: int | None, loop_timeout_ns: int
+) -> LeanRun | None:
+    """A compact call of ``compact`` (``body``: its pools' bytes, of the layout's length)
+    launched as :func:`launch` launches ``compact.execution(...)``, or None: take the full
+    path with it. Raises what ``launch`` raises, where it raises it."""
+    session = driver.session(compact.session)
+    if session.faults.execute_delay_ms:
+        return None
+    pm = driver.prepared_models.get(session.id, compact.model)
+    plan = pm.plans.of(compact.inputs, compact.outputs)
+    if plan is None or plan.sizes != compact.sizes:  # ``RequestPlan.fits``
+        return None
+    if deadline_ns is not None and not _deadline_fits(pm, deadline_ns):
+        return None
+    if compact.inline > wire.max_inline_bytes():
+        return None  # ``bind_pools`` refuses it: the full path words it
+    bound = compact.bind(body, plan.writable)
+    return _start(driver, session, pm, plan, bound, measure, deadline_ns, loop_timeout_ns)

@@ -213,13 +213,17 @@ class Executions:
         live: Liveness | None = None,
         arrival: Arrival | None = None,
         since: float | None = None,
+        lean_launch: Callable[[], LeanRun | None] | None = None,
     ) -> ExecutionResult | Refused:
         """One synchronous execution (also a burst's, a streamed one's, every form's): counted
         by the lifecycle from launch to result (DEVICE_UNAVAILABLE while draining), the job
         closed on every path. Its result — a result too large for one message is
         INVALID_ARGUMENT — or, when it was refused or failed without one, a ``Refused``.
         ``arrival``: what ``arrive`` returned for this call; ``since``: when it arrived
-        (``time.perf_counter()``, a streamed execution's start; default: now)."""
+        (``time.perf_counter()``, a streamed execution's start; default: now).
+        ``lean_launch``: the call's own lean launch (``lean.launch_compact``), tried first when
+        no hook observes the calls (the hooks are told the call's canonical arguments); when it
+        returns None, ``build()`` is called and the call launched as any other."""
         t0 = time.perf_counter() if since is None else since
         error = arrival.start() if arrival is not None else None  # an abort raises
         obs = self.observer
@@ -233,11 +237,13 @@ class Executions:
         try:
             job: ExecutionJob | LeanRun | None
             try:
-                args = build()
-                # A layout run before, with a free slot: the lean launch (``lean``); else the full one.
-                job = lean.launch(self.driver, args)
+                job = lean_launch() if lean_launch is not None and obs is None else None
                 if job is None:
-                    job = self._begin(args)
+                    args = build()
+                    # A layout run before, with a free slot: the lean launch (``lean``); else the full one.
+                    job = lean.launch(self.driver, args)
+                    if job is None:
+                        job = self._begin(args)
             except Exception as err:
                 return self.refuse(method, err, args, t0)
             self.metrics.execution(transport_of(method))

@@ -66,12 +66,13 @@ from grpc import aio
 from nnhal.core import fastpacket, fastring, samehost, wire
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
-from nnhal.core.types import ExecutionResult, Request
+from nnhal.core.types import ExecutionResult
 from nnhal.proto import fastpath_pb2 as fpb, fastpath_pb2_grpc as fpgrpc, service_pb2 as spb
 from nnhal.server import fastpath
 from nnhal.server.budget import MemoryBudget
-from nnhal.server.executions import Execution, Executions, Method, Refused
+from nnhal.server.executions import Executions, Method, Refused
 from nnhal.server.executions.faults import BURST, KINDS, Liveness
+from nnhal.server.executions.lean import Compact, launch_compact
 from nnhal.server.executions.long_calls import QUEUE, once
 from nnhal.server.executions.methods import CARRIER
 from nnhal.server.fastpath import FastQueue, QueueServer
@@ -306,12 +307,13 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         model of the session (each full request names it; a layout is granted for one), as
         ``method`` (executeSynchronously_1_3 there), alive while ``live`` is."""
         x = self.executions
+        driver = self.driver
         m: Method = method or self._method
         burst = handle is not None
         # The fault kinds an execution takes: a burst's per execution (its abort is taken
         # when it opens), any on a queue (whose abort steps aside before it gets here).
         kinds = EXECUTION_FAULTS if burst else KINDS
-        layouts: dict[int, tuple[str, fastpacket.Layout]] = {}  # granted layouts, by id (from 1)
+        layouts: dict[int, Compact] = {}  # granted layouts, by id (from 1)
 
         def refuse(message: str) -> tuple[int, bytes]:
             """A packet the burst cannot run (not counted: it names no execution)."""
@@ -350,17 +352,17 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             room = len(layouts) < fastpacket.MAX_LAYOUTS
             if room and key is not None and result.status in fastpacket.ANSWERED and not msg.profile:
                 granted = len(layouts) + 1
-                layouts[granted] = (msg.prepared_model, fastpacket.Layout(key))
+                layouts[granted] = Compact(session.id, msg.prepared_model, key)
             return fastpacket.LEARNED, fastpacket.LEARNED_HEADER.pack(granted) + answer.SerializeToString()
 
         def run_call(payload: bytes | memoryview) -> tuple[int, bytes]:
             try:
                 call = fastpacket.decode_call(payload)
-                known = layouts.get(call.layout)
-                if known is None:
+                compact = layouts.get(call.layout)
+                if compact is None:
                     return refuse(f"fast burst: unknown layout id {call.layout}")
-                model, layout = known
-                pools = layout.pools(call.body)
+                body = call.body
+                compact.check(body)
             except fastpacket.PacketError as err:
                 return refuse(f"malformed fast burst call: {err}")
             if burst:
@@ -371,15 +373,12 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             arrival = x.arrive(m, kinds)
             # The deadline travels as the time remaining, re-based on this host's clock at arrival.
             deadline = None if call.deadline_ns is None else time.monotonic_ns() + call.deadline_ns
-            execution = Execution(
-                session.id,
-                model,
-                Request(layout.inputs, layout.outputs, pools),
-                call.measure,
-                deadline,
-                call.loop_timeout_ns,
+            measure, loop = call.measure, call.loop_timeout_ns
+            # The lean launch from the call's bytes (no fault taken: a fault's path is the full one).
+            fast = (
+                None if arrival is not None else partial(launch_compact, driver, compact, body, measure, deadline, loop)
             )
-            result = x.execute(m, lambda: execution, live, arrival)
+            result = x.execute(m, partial(compact.execution, body, measure, deadline, loop), live, arrival, None, fast)
             if isinstance(result, ExecutionResult) and result.status in fastpacket.ANSWERED:
                 return fastpacket.ANSWER, fastpacket.encode_answer(result)
             return fastring.RESULT, result_to(result).SerializeToString()
