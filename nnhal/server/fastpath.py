@@ -58,6 +58,30 @@ _SLOW_PACKETS = 2
 #: What a turn of a served queue leaves to do (``QueueServer._answer``).
 _ARM, _END = object(), object()
 
+#: The most a serving thread may be told to look for the next rung doorbell (1 ms).
+SPIN_MAX_US = 1000
+
+
+def spin_from_env(value: str | None) -> float:
+    """Seconds the serving thread keeps looking for the next rung doorbell before it sleeps,
+    from ``NNHAL_QUEUE_SPIN_US`` (whole microseconds, 0 to :data:`SPIN_MAX_US`; unset or 0:
+    it sleeps at once). A value outside that is ignored with a warning: the queue serves as
+    if it were unset."""
+    if not value:
+        return 0.0
+    try:
+        us = int(value)
+    except ValueError:
+        us = -1
+    if not 0 <= us <= SPIN_MAX_US:
+        log.warning("NNHAL_QUEUE_SPIN_US=%r is not 0..%d microseconds: ignored", value, SPIN_MAX_US)
+        return 0.0
+    return us / 1e6
+
+
+#: How long the serving thread looks for the next rung doorbell before it sleeps (opt-in).
+SPIN_S = spin_from_env(os.environ.get("NNHAL_QUEUE_SPIN_US"))
+
 #: How often a handover waiting for its client looks whether it should stop.
 _ACCEPT_SLICE_S = 0.25
 
@@ -372,7 +396,7 @@ class QueueServer:
             # A sole queue's client is rung at once (nobody else's packets wait; its next packet,
             # should it come while this thread is still in the turn, is answered in that turn).
             self._batched = len(self._served) > 1
-            for fd, _events in epoll.poll():
+            for fd, _events in self._next_events(epoll):
                 served = self._served.get(fd)
                 if served is None:  # the wake pipe
                     self._drain_wake()
@@ -384,6 +408,24 @@ class QueueServer:
             for served in rings:
                 served.unrung = False
                 served.queue.ring()
+
+    def _next_events(self, epoll: select.epoll) -> list[tuple[int, int]]:
+        """The next doorbells rung: looked for without sleeping for up to :data:`SPIN_S`
+        (each look a non-blocking ``epoll_wait`` that lets other threads have the GIL, then
+        the core yielded), then waited for. A client that sends its next call within the
+        window finds this thread awake: no cross-core wake-up, which on a virtual machine
+        costs more than the call's own work."""
+        if SPIN_S > 0.0:
+            last = time.monotonic() + SPIN_S
+            poll, yield_core, monotonic = epoll.poll, os.sched_yield, time.monotonic
+            while True:
+                events = poll(0)
+                if events or monotonic() >= last:
+                    if events:
+                        return events
+                    break
+                yield_core()
+        return epoll.poll()
 
     def _turn(self, served: _Served, handed: tuple[int, bytes] | None) -> None:
         """One turn of ``served`` (``_answer``) on the serving thread (``handed`` None) or a
