@@ -303,8 +303,6 @@ def read_result(messages: Iterator[Any], request: Request) -> ExecutionResult:
     assembler = Assembler(sizes)
     for msg in messages:
         assembler.add(chunk_of(msg, "the streamed answer has one head, then only chunks"))
-        # Freed before the next message is received: one message's bytes at a time.
-        del msg
     filled = assembler.pools()
     if not filled:
         return result

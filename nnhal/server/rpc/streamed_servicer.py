@@ -9,10 +9,8 @@ back as its head, then the chunks of its large output pools. Each chunk is charg
 as it arrives (RESOURCE_EXHAUSTED_* in the head past a memory limit), until the execution,
 which charges its request data itself, takes over. A stream breaking the rules
 is answered with INVALID_ARGUMENT in the head. The handler is a coroutine on the server's
-loop: the chunks are taken in as they arrive (no thread waits on a slow sender), each
-chunk's read asked for before the one before is copied into its pool (:func:`read_ahead`:
-the sender is granted its window while the server works), the execution runs on a worker
-thread. An open stream counts among the long-lived calls of its
+loop: the chunks are taken in as they arrive (no thread waits on a slow sender), the
+execution runs on a worker thread. An open stream counts among the long-lived calls of its
 connection (``executions.LongCalls``, kind ``streamed execution``): past the cap the head says
 RESOURCE_EXHAUSTED_TRANSIENT.
 
@@ -24,10 +22,9 @@ the answer is a view of the output pool, joined once with its header.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -111,20 +108,12 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                         f"the stream's inline pools declare {reader.declared} bytes, more than one client "
                         f"may hold ({cap})"
                     )
-
-                def arrived(part: Any) -> Any:
-                    # Every chunk is charged to its session as it is read, before it is kept
-                    # (DESIGN.md §5).
-                    nonlocal charged
+                async for part in parts:
+                    # Every chunk is charged to its session before it is kept (DESIGN.md §5).
                     nbytes = len(wire_stream.chunk_of(part, _ONLY_CHUNKS).data)
                     budget.charge(session, nbytes, ARRIVING)
                     charged += nbytes
-                    return part
-
-                async with contextlib.aclosing(read_ahead(parts, arrived)) as arriving:
-                    async for part in arriving:
-                        reader.add(part)
-                        del part  # copied into its pool
+                    reader.add(part)
                 head, request = reader.finish()
             except (HalError, DecodeError) as err:
                 if isinstance(err, HalError) and first is not None:
@@ -174,50 +163,6 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
         finally:
             give_back()
             leave()
-
-
-async def read_ahead(messages: AsyncIterator[Any], take: Callable[[Any], Any]) -> AsyncGenerator[Any, None]:
-    """``take(m)`` of each message ``m`` of ``messages``, in order, the read of the next message
-    asked for before the caller gets the current one.
-
-    A read's message is granted its stream's flow-control window only while the read is
-    pending (BDP probing is off, ``serve.SERVER_OPTIONS``): reading in the caller's own loop,
-    the sender would wait a round trip for every message, after the caller's work on the one
-    before. Here a task of its own reads and ``take``s each message as it arrives and keeps at
-    most one more waiting for the caller, so a stream holds at most two taken messages beyond
-    the caller's. An error of a read or of ``take`` is raised to the caller after the messages
-    before it; the task is cancelled (and awaited) when the caller stops early."""
-    queue: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue(maxsize=1)
-
-    async def pump() -> None:
-        end: tuple[bool, Any] = (False, None)
-        try:
-            async for message in messages:
-                await queue.put((True, take(message)))
-                del message  # the caller's now: not held by this frame while the next is read
-        except Exception as err:  # the caller's to raise, in its place among the messages
-            end = (False, err)
-        # (Cancelled only by the caller, which then no longer reads the queue.)
-        await queue.put(end)
-
-    task = asyncio.ensure_future(pump())
-    try:
-        while True:
-            ok, item = await queue.get()
-            if not ok:
-                if item is not None:
-                    raise item
-                return
-            yield item
-            del item
-    finally:
-        if not task.done():
-            task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            if not task.cancelled():  # ours, not the pump's
-                raise
 
 
 def add_to_server(servicer: StreamedExecutionServicer, server: Any) -> None:
