@@ -5,8 +5,10 @@ per attack: peak server RSS, RSS at the start and after release, the victim's st
     python -m tests.adversarial.acceptance [inline|unread|zero-window|mass|silent-queue|all] [--as BYTES]
 
 ``--as`` starts the server under that address-space limit (``prlimit``) and counts the
-GENERAL_FAILUREs the attackers met. A measuring tool, not a test: it asserts nothing (the
-tests of this folder do, at smaller limits).
+GENERAL_FAILUREs the attackers met. A measuring tool, not a test (the tests of this folder
+assert at smaller counts); after each line it says whether the figures are within #24's
+bounds (peak at most the total limit + 150 MiB over the start, RSS back within 64 MiB of
+it, at least 200 victim executions all NONE, no GENERAL_FAILURE) and exits 1 if one is not.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from nnhal.server.device_config import DeviceConfig
 from nnhal.testing.child import ChildServer
 from tests.adversarial.conftest import let_go, prepared_small, rss_bytes, victim_runs
 from tests.adversarial.raw_h2 import ZeroWindowClient
-from tests.adversarial.test_message_caps import PeakRss
+from tests.adversarial.test_message_caps import MARGIN, PeakRss
 from tests.conftest import one_io_request, ones, relu_chain
 
 MiB = 1 << 20
@@ -268,7 +270,14 @@ ATTACKS: dict[str, Callable[[str, Outcome], list[ErrorStatus]]] = {
 }
 
 
-def run(name: str, address_space: int | None) -> None:
+#: After release, RSS within this much of its start (issue #24's acceptance).
+RELEASED_WITHIN = 64 * MiB
+#: Small executions the victim must have had, all NONE.
+VICTIM_CALLS = 200
+
+
+def run(name: str, address_space: int | None) -> bool:
+    """One attack; prints its line and whether its figures are within #24's bounds."""
     with Server(*LIMITS, address_space=address_space) as srv:
         time.sleep(1)
         peak = PeakRss(srv.pid)
@@ -286,6 +295,22 @@ def run(name: str, address_space: int | None) -> None:
         f"victim {dict(counts)}; attackers {dict(seen)}; GENERAL_FAILURE in log/attackers {failures}",
         flush=True,
     )
+    over = [
+        *(
+            [f"peak {(top - start) / MiB:.0f} MiB over start > {(TOTAL + MARGIN) / MiB:.0f}"]
+            if top - start > TOTAL + MARGIN
+            else []
+        ),
+        *(
+            [f"after release {(after - start) / MiB:.0f} MiB over start > 64"]
+            if after - start > RELEASED_WITHIN
+            else []
+        ),
+        *([f"victim {dict(counts)}"] if counts.get("NONE", 0) < VICTIM_CALLS or len(counts) > 1 else []),
+        *([f"GENERAL_FAILURE {failures}"] if failures else []),
+    ]
+    print(f"{name}: {'OVER: ' + '; '.join(over) if over else 'within bounds'}", flush=True)
+    return not over
 
 
 def main() -> None:
@@ -293,8 +318,9 @@ def main() -> None:
     parser.add_argument("attack", choices=[*ATTACKS, "all"])
     parser.add_argument("--as", dest="address_space", type=int, default=None)
     args = parser.parse_args()
-    for name in ATTACKS if args.attack == "all" else [args.attack]:
-        run(name, args.address_space)
+    verdicts = [run(name, args.address_space) for name in (ATTACKS if args.attack == "all" else [args.attack])]
+    if not all(verdicts):
+        sys.exit(1)
 
 
 if __name__ == "__main__":
