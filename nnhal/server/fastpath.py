@@ -420,9 +420,9 @@ class QueueServer:
             poll, yield_core, monotonic = epoll.poll, os.sched_yield, time.monotonic
             while True:
                 events = poll(0)
-                if events or monotonic() >= last:
-                    if events:
-                        return events
+                if events:
+                    return events
+                if monotonic() >= last:
                     break
                 yield_core()
         return epoll.poll()

@@ -548,16 +548,7 @@ def bind_pools(
     try:
         for i, pool in enumerate(pools):
             if isinstance(pool, InlinePool):  # the common case first
-                data = pool.data
-                if i in writable:
-                    buf = output_buffer(data, pool.size)
-                    bound.inline_outputs[i] = buf
-                    buffers.append(buf)
-                elif len(data) < pool.size:
-                    buffers.append(bytes(data) + bytes(pool.size - len(data)))
-                else:
-                    buffers.append(data)
-                bound.data_bytes += len(buffers[-1])
+                bound.data_bytes += len(bind_inline(bound, i, pool.data, pool.size, i in writable))
                 continue
             where = f"pool {i}"
             if isinstance(pool, SharedMemoryPool):
@@ -595,7 +586,23 @@ def bind_pools(
     return bound
 
 
-def output_buffer(data: PoolData, size: int) -> bytearray | memoryview:
+def bind_inline(bound: BoundPools, index: int, data: PoolData, size: int, writable: bool) -> PoolData | bytearray:
+    """Bind inline pool ``index`` into ``bound`` and return its buffer: an output pool
+    (``writable``) a zeroed buffer of ``size`` bytes holding ``data`` (kept as the pool's
+    output too), any other ``data`` itself, zero-padded to ``size`` when shorter."""
+    buf: PoolData | bytearray
+    if writable:
+        buf = _output_buffer(data, size)
+        bound.inline_outputs[index] = buf
+    elif len(data) < size:
+        buf = bytes(data) + bytes(size - len(data))
+    else:
+        buf = data
+    bound.buffers.append(buf)
+    return buf
+
+
+def _output_buffer(data: PoolData, size: int) -> bytearray | memoryview:
     """A zeroed, writable buffer of ``size`` bytes starting with ``data`` (an inline output pool's)."""
     if size < LARGE_POOL_BYTES:
         small = bytearray(size)

@@ -36,7 +36,7 @@ from nnhal.server.driver import Driver
 from nnhal.server.executions.calls import Execution
 from nnhal.server.executor.graph import ExecutionControl
 from nnhal.server.jobs import EXECUTION_TENSORS, SESSION_ENDED, check_deadline, missed
-from nnhal.server.memory import BoundPools, bind_pools, output_buffer, token_placeholder
+from nnhal.server.memory import BoundPools, bind_inline, bind_pools, token_placeholder
 from nnhal.server.prepared_model import PreparedModel, execution_result
 from nnhal.server.request_plan import RequestPlan
 from nnhal.server.scheduler import Ticket
@@ -260,16 +260,8 @@ class Compact:
         """The pools as ``bind_pools`` binds them: an output pool a zeroed buffer of its size
         holding the call's bytes, any other the call's bytes (zero-padded to its size)."""
         bound = BoundPools(None)
-        buffers = bound.buffers
         for i, ((a, b), size) in enumerate(zip(self.spans, self.sizes)):
-            if i in writable:
-                buf = output_buffer(body[a:b], size)
-                bound.inline_outputs[i] = buf
-                buffers.append(buf)
-            elif b - a < size:
-                buffers.append(bytes(body[a:b]) + bytes(size - (b - a)))
-            else:
-                buffers.append(body[a:b])
+            bind_inline(bound, i, body[a:b], size, i in writable)
         bound.data_bytes = self.inline
         return bound
 
