@@ -38,7 +38,7 @@ from nnhal.core.enums import (
     HalVersion,
     Priority,
 )
-from nnhal.core.errors import InvalidArgument, MissedDeadlinePersistent, ResourceExhaustedTransient
+from nnhal.core.errors import DeadObject, InvalidArgument, MissedDeadlinePersistent, ResourceExhaustedTransient
 from nnhal.core.operand_types import INFO
 from nnhal.core.types import (
     BufferDesc,
@@ -72,7 +72,7 @@ from nnhal.server.pieces import Pieces
 from nnhal.server.prepared_model import PreparedModel
 from nnhal.server.request_plan import output_pools
 from nnhal.server.scheduler import Scheduler
-from nnhal.server.session import CLOSED, VERIFIED_CLIENT, Faults, Session, peer_unit
+from nnhal.server.session import CLOSED, STOPPED, VERIFIED_CLIENT, Faults, Session, peer_unit
 
 log = logging.getLogger(__name__)
 
@@ -168,9 +168,13 @@ class Driver:
         return len(models)
 
     def session(self, sid: str) -> Session:
-        """The open session ``sid``; INVALID_ARGUMENT for an unknown or closed one."""
+        """The open session ``sid``; INVALID_ARGUMENT for an unknown or closed one, DEAD_OBJECT
+        once the server is stopping (a call gRPC took in just before its stop may run after the
+        sessions closed: the server is what went away, not the client's session)."""
         session = self._sessions.get(sid)  # one dict read, atomic by itself: no lock on this hot path
         if session is None:
+            if self.lifecycle.stopping:
+                raise DeadObject(STOPPED)
             raise InvalidArgument(CLOSED)
         return session
 

@@ -28,6 +28,7 @@ from nnhal.core.errors import InvalidArgument, MissedDeadlineTransient
 from nnhal.server.memory import RegionCache
 
 CLOSED = "unknown or closed session; open a session first"
+STOPPED = "the server is stopping and its sessions ended with it; reconnect once it restarted"
 #: The verified (mTLS) identity of the client whose session opens on this thread, if any.
 VERIFIED_CLIENT: ContextVar[str | None] = ContextVar("nnhal_verified_client", default=None)
 _LOCAL_PREFIXES = ("unix:", "ipv4:127.", "ipv6:[::1]", "ipv6:%5B::1%5D")

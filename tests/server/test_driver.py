@@ -11,7 +11,7 @@ import pytest
 
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
-from nnhal.core.errors import InvalidArgument, ResourceExhaustedTransient
+from nnhal.core.errors import DeadObject, InvalidArgument, ResourceExhaustedTransient
 from nnhal.core.types import (
     BufferDesc,
     BufferRole,
@@ -94,6 +94,17 @@ def test_closing_a_session_releases_everything(driver: Driver) -> None:
     assert driver.close_session(session.id) == 0
     driver.release_prepared(other, kept)
     assert driver.stats()["bytes_in_use"] == 0
+
+
+def test_a_call_on_a_session_a_stopping_server_ended_is_dead_object(driver: Driver) -> None:
+    # A call gRPC took in just before its stop can run after the stop closed the sessions:
+    # the server went away, so the client sees DEAD_OBJECT (its proxies' release drops it at
+    # the end of a ``with``), not INVALID_ARGUMENT as if it had named a wrong session.
+    session = driver.open_session("t", LOCAL)
+    driver.lifecycle.stop()
+    driver.close_session(session.id)
+    with pytest.raises(DeadObject, match="server is stopping"):
+        driver.session(session.id)
 
 
 def test_a_closed_session_takes_no_new_objects(driver: Driver) -> None:
