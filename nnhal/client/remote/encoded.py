@@ -17,6 +17,7 @@ fewer steps for the common answer (no profile, no timeline).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from nnhal.core import wire
 from nnhal.core.enums import MeasureTiming
@@ -57,15 +58,24 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
-#: Serialized arguments by (inputs, outputs): a few layouts repeat. Bounded: cleared when full.
-_ARGS: dict[tuple[tuple[RequestArgument, ...], tuple[RequestArgument, ...]], bytes] = {}
+#: Serialized arguments by their fields (:func:`_fields`): a few layouts repeat. Bounded:
+#: cleared when full.
+_ARGS: dict[tuple[tuple[tuple[Any, ...], ...], ...], bytes] = {}
 _ARGS_MAX = 64
+
+
+def _fields(args: tuple[RequestArgument, ...]) -> tuple[tuple[Any, ...], ...]:
+    """Every field of ``args`` in plain tuples (hashed and compared in C, where the
+    dataclasses' own hash and equality are Python calls per argument)."""
+    return tuple(
+        [(a.has_no_value, a.location.pool_index, a.location.offset, a.location.length, a.dimensions) for a in args]
+    )
 
 
 def args_bytes(inputs: tuple[RequestArgument, ...], outputs: tuple[RequestArgument, ...]) -> bytes:
     """The ``Request.inputs`` and ``Request.outputs`` fields of these arguments, serialized
-    (kept per arguments' value: a burst builds equal tuples for every call)."""
-    key = (inputs, outputs)
+    (kept per arguments' value: a burst builds equal arguments anew for every call)."""
+    key = (_fields(inputs), _fields(outputs))
     data = _ARGS.get(key)
     if data is None:
         msg = pb.Request()
