@@ -98,8 +98,8 @@ def test_garbage_on_the_queue_is_refused_and_the_device_serves_on(device_of: Dev
         for _ in range(2):
             _agree(pm.execute(inputs, timeout=60).outputs, lite.run(inputs))
         queue = device_of.remote.same_host
-        assert queue is not None and queue._link is not None
-        link = queue._link
+        assert queue is not None and len(queue.open_links) == 1  # one thread: one link
+        (link,) = queue.open_links
         (layout,) = link._layouts.values()
         body = inputs[0].tobytes()
         tag = samehost.encode_tag("garbage-1")
