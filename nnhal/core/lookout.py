@@ -82,7 +82,7 @@ class Load:
         self._runnable = runnable
         self._cpus = cpus
         self._online = online or os.cpu_count() or 1
-        self._sampled = float("-inf")
+        self._sampled = self._checked = float("-inf")
         #: The share of recent samples that found the machine busy.
         self.busy = 0.0
         #: CPUs this process may run on, at the last sample.
@@ -100,8 +100,12 @@ class Load:
         return self.allowed >= 2 and self.busy < 0.5
 
     def may_look(self) -> bool:
-        """Whether looking is allowed at all: at least two CPUs (also for a forced lookout)."""
-        self.spare()
+        """Whether looking is allowed at all, whatever the load (a forced lookout): at least
+        two CPUs allowed (looked up again at most every :data:`LOAD_EVERY_S`)."""
+        now = self._clock()
+        if now - self._checked >= LOAD_EVERY_S:
+            self._checked = now
+            self.allowed = self._cpus()
         return self.allowed >= 2
 
 
