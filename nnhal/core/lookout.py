@@ -47,11 +47,16 @@ LOOK_SHARE = 0.5
 CREDIT_MAX_S = 0.005
 
 
+_loadavg: list[int] = []  # the descriptor of /proc/loadavg, kept open once read
+
+
 def _runnable() -> int | None:
-    """Tasks runnable on the machine now (``/proc/loadavg``'s fourth field), None where unknown."""
+    """Tasks runnable on the machine now (``/proc/loadavg``'s fourth field), None where unknown.
+    The file stays open (a read at offset 0 renders it afresh): one system call per sample."""
     try:
-        with open("/proc/loadavg", "rb") as f:
-            fields = f.read().split()
+        if not _loadavg:
+            _loadavg.append(os.open("/proc/loadavg", os.O_RDONLY))
+        fields = os.pread(_loadavg[0], 128, 0).split()
         return int(fields[3].split(b"/")[0])
     except (OSError, IndexError, ValueError):
         return None
