@@ -327,7 +327,7 @@ class QueueEnds:
 
     def pace(self, key: object) -> _Pace:
         """What the hybrid wait knows of calls of ``key``."""
-        if key is self._pace_key:
+        if key is self._pace_key or key == self._pace_key:  # equal: a planned call's new tuple
             return self._pace
         pace = self._paces.get(key)
         if pace is None:
@@ -638,14 +638,14 @@ class FastBurstLink(QueueEnds):
         ended (its doorbell stopped), QueueTimeout past ``end``, GENERAL_FAILURE for a
         packet that breaks the ring's rules. Holds ``_lock``."""
         rung = time.monotonic()
-        pace = self.pace(key) if self.hybrid_wait else None
+        # A closed lookout (a busy machine, one CPU) costs the call nothing more.
+        allowed = self.lookout.window() if self.hybrid_wait else 0.0
+        pace = self.pace(key) if allowed > 0.0 else None
         doorbell = self.doorbell
         watched = early = False
         if pace is not None and pace.watch():
-            allowed = self.lookout.window()
-            if allowed > 0.0:
-                watched = True
-                early = self._watch(rung, pace.expected, end, allowed)
+            watched = True
+            early = self._watch(rung, pace.expected, end, allowed)
         while True:
             left = None
             if end is not None:
