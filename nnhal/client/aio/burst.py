@@ -1,65 +1,102 @@
-"""The asyncio execution burst: ``configureExecutionBurst`` on one bidirectional gRPC stream.
+"""The asyncio execution burst: ``configureExecutionBurst`` over the same-host fast path or one
+bidirectional gRPC stream.
 
 ``async with pm.burst() as burst: outcome = await burst.execute(request)`` — the
-asyncio twin of :class:`nnhal.client.burst.Burst` on its gRPC transport, with the same
-statuses: every failure is in the outcome (DEAD_OBJECT when the server dies meanwhile,
-released at once with every other awaiting call; DEVICE_UNAVAILABLE from a draining
-server; GENERAL_FAILURE once the server ended the stream), and DEAD_OBJECT comes back at
-once for a server known dead. Executions run one at a time, in call order (an
-``asyncio.Lock``): responses come back in request order.
+asyncio twin of :class:`nnhal.client.burst.Burst`, with the same transports and statuses:
 
-Cancelling a task awaiting ``execute`` cancels the whole stream (``grpc.aio`` cancels a
-call whose read is cancelled), and so the server's execution; later executions on this
-burst answer GENERAL_FAILURE saying so — open a new burst.
+- the same-host fast path (DESIGN §2): the burst's own shared-memory queue
+  (:class:`~nnhal.client.remote.aio_samehost.AioFastBurst`, its doorbell awaited through
+  the event loop), opened at the first execution when the server offers it to this client;
+- a bidirectional gRPC stream, in order, opened at the first execution that needs it: one
+  too large for the rings, or every one when the fast path is refused or not asked for.
 
-The same-host fast path (shared-memory rings, :mod:`nnhal.client.remote.fastpath`) is the
-sync client's: its waits are blocking doorbell reads on a thread, which an event loop would
-have to turn into ``loop.add_reader`` waits.
+``fast``: None (default) takes the fast path when offered, silently falling back to gRPC;
+True requires it (the refusal's status is the outcome of every execution); False uses gRPC
+only. Every failure is in the outcome (DEAD_OBJECT when the server dies meanwhile, released
+at once with every other awaiting call; DEVICE_UNAVAILABLE from a draining server;
+GENERAL_FAILURE once the server ended the burst), and DEAD_OBJECT comes back at once for a
+server known dead. Executions run one at a time, in call order (an ``asyncio.Lock``):
+responses come back in request order.
+
+Cancelling a task awaiting ``execute`` ends the burst: the gRPC stream is cancelled (and so
+the server's execution) — ``grpc.aio`` cancels a call whose read is cancelled — or the fast
+burst's queue, which the call left out of step, is closed; later executions on this burst
+answer GENERAL_FAILURE saying so — open a new burst.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from nnhal.client.outcome import ExecutionOutcome
-from nnhal.client.remote.aio_session import AioBurstStream
+from nnhal.client.remote.aio_samehost import AioFastBurst
+from nnhal.client.remote.aio_session import AioBurstStream, AioSession
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
-from nnhal.core.types import Request
+from nnhal.core.types import ExecutionResult, Request
+
+log = logging.getLogger(__name__)
 
 #: What an execution on a burst the server ended (or a cancelled one) answers.
 ENDED = "the burst stream ended (refused or closed by the server); open a new burst"
 CANCELLED = "an execution of this burst was cancelled, which ends its stream; open a new burst"
 
+#: The options of an execution that asks for nothing (one shared value: options are frozen).
+_PLAIN = ExecutionOptions()
+
 
 class Burst:
     """An execution burst of one prepared model. ``await close()``, or use ``async with``."""
 
-    def __init__(self, stream: AioBurstStream, handle: str) -> None:
-        self._stream = stream
+    def __init__(self, session: AioSession, handle: str, *, fast: bool | None = None, ring_bytes: int = 0) -> None:
+        """``ring_bytes``: the size asked for each fast-path ring (0: the server's default).
+        DEAD_OBJECT at once for a server known dead."""
+        session.check("configureExecutionBurst")
+        self._session = session
         self._handle = handle
+        self._want_fast = bool(fast) or (fast is None and session.fast_path)
+        self._require_fast = bool(fast)
+        self._ring_bytes = ring_bytes
+        self._fast: AioFastBurst | None = None
+        self._refusal: HalError | None = None  # the fast path's, when it is required
+        self._stream: AioBurstStream | None = None
         self._lock = asyncio.Lock()
         self._ended = ""
         self._closed = False
 
     @property
     def fast(self) -> bool:
-        """Always False: this burst runs on the gRPC stream (module docstring)."""
-        return False
+        """Whether executions that fit the rings take the same-host fast path (known once the
+        first execution, or ``async with``, opened it)."""
+        return self._fast is not None
+
+    async def _open_fast(self) -> None:
+        """Open the fast path once, if asked for (under the lock)."""
+        if not self._want_fast:
+            return
+        self._want_fast = False
+        try:
+            self._fast = await AioFastBurst.open(self._session, self._handle, self._ring_bytes)
+        except HalError as err:
+            if self._require_fast:
+                self._refusal = err
+            else:
+                log.debug("no fast path for this burst (%s); using the gRPC stream", err.message)
 
     async def execute(
         self, request: Request, *, measure: bool = False, timeout: float | None = None
     ) -> ExecutionOutcome:
         """One execution; every status (transport failures included) is in the outcome."""
-        options = ExecutionOptions(measure=measure, timeout=timeout)
+        options = _PLAIN if not measure and timeout is None else ExecutionOptions(measure=measure, timeout=timeout)
         async with self._lock:
             if self._closed:
                 return ExecutionOutcome(ErrorStatus.GENERAL_FAILURE, "burst: the burst is closed")
             if self._ended:
                 return ExecutionOutcome(ErrorStatus.GENERAL_FAILURE, self._ended)
             try:
-                result = await self._stream.execute(self._handle, request, options)
+                result = await self._run(request, options)
             except HalError as err:
                 return ExecutionOutcome.failed(err)
             except asyncio.CancelledError:
@@ -70,21 +107,43 @@ class Burst:
             return ExecutionOutcome(ErrorStatus.GENERAL_FAILURE, ENDED)
         return ExecutionOutcome.of(result)
 
+    async def _run(self, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
+        """One execution on the fast path when it fits, else on the gRPC stream (under the lock)."""
+        if self._want_fast:
+            await self._open_fast()
+        if self._refusal is not None:
+            raise self._refusal
+        if self._fast is not None:
+            result = await self._fast.execute(request, options)
+            if result is not None:
+                return result
+        if self._stream is None:
+            self._stream = self._session.open_burst()
+        return await self._stream.execute(self._handle, request, options)
+
     async def close(self) -> None:
-        """End the stream (idempotent): the server forgets the burst."""
+        """End the burst (idempotent): the server forgets it."""
         if self._closed:
             return
         self._closed = True
+        if self._fast is not None:
+            self._fast.close()  # an awaiting execution wakes first
         async with self._lock:
-            if self._ended or self._stream.session_over:
-                self._stream.cancel()
+            stream = self._stream
+            if stream is None:
+                return
+            if self._ended or stream.session_over:
+                stream.cancel()
                 return
             try:
-                await self._stream.finish()
+                await stream.finish()
             except HalError:
-                self._stream.cancel()  # a stream that broke holds nothing to release
+                stream.cancel()  # a stream that broke holds nothing to release
 
     async def __aenter__(self) -> Burst:
+        async with self._lock:
+            if self._want_fast and not self._closed:
+                await self._open_fast()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
