@@ -25,6 +25,7 @@ from nnhal.client.remote.aio_samehost import AioQueueLink
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.core import fastpacket, fastring
 from nnhal.core.enums import ErrorStatus
+from nnhal.core.errors import DeadObject, HalError, InvalidArgument
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model
@@ -191,6 +192,8 @@ def test_sigkill_during_a_fast_burst_is_dead_object(own_server: LocalServer) -> 
             assert dev.dead
             t1 = time.monotonic()
             assert (await burst.execute(_add_request(a, a))).status == ErrorStatus.DEAD_OBJECT
+            with pytest.raises(DeadObject):
+                await burst.execute_numpy([a, a])
             assert time.monotonic() - t1 < 0.2, "calls on a dead server must fail at once"
             await burst.close()
 
@@ -255,5 +258,36 @@ def test_an_inline_pool_of_another_size_is_a_new_layout(server: LocalServer) -> 
                 assert out.status == ErrorStatus.NONE
                 assert np.array_equal(np.frombuffer(out.output_pools[1], np.float32, 8).reshape(2, 4), a + a)
             assert _compact_layouts(burst) == 2
+
+    _run(main)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_numpy_executions_equal_pm_execute(server: LocalServer, fast: bool) -> None:
+    """``execute_numpy``: outputs as ``pm.execute``'s; on the fast path a repeated layout goes
+    from the arrays to a compact call; outputs of unknown shape are retried with their sizes."""
+    rng = np.random.default_rng(2)
+
+    async def main() -> None:
+        async with aio.Device.connect(server.address) as dev:
+            async with await dev.prepare_model(add_model()) as pm, pm.burst(fast=fast) as burst:
+                assert burst.fast is fast
+                for k in range(4):
+                    a, b = (rng.random((2, 4), dtype=np.float32) for _ in range(2))
+                    got = await burst.execute_numpy([a, b], measure=k == 3)
+                    assert got.status == ErrorStatus.NONE and np.array_equal(got.outputs[0], a + b)
+                    assert np.array_equal(got.outputs[0], (await pm.execute([a, b])).outputs[0])
+                assert got.timing.time_in_driver > 0
+                if fast:
+                    assert _compact_layouts(burst) == 1
+                with pytest.raises(HalError) as late:
+                    await burst.execute_numpy([a, b], timeout=-1.0)
+                assert late.value.error_status != ErrorStatus.NONE
+                with pytest.raises(InvalidArgument):
+                    await burst.execute_numpy([a])  # the model has two inputs
+            async with await dev.prepare_model(add_model((2, 0))) as pm, pm.burst(fast=fast) as burst:
+                for _ in range(3):
+                    got = await burst.execute_numpy([a, b])
+                    assert got.outputs[0].shape == (2, 4) and np.array_equal(got.outputs[0], a + b)
 
     _run(main)

@@ -28,13 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 
-from nnhal.client.outcome import ExecutionOutcome
+import numpy as np
+
+from nnhal.client import steps
+from nnhal.client.numpy_io import NumpyIO, numpy_execution, settle
+from nnhal.client.outcome import ExecutionOutcome, failed_result
 from nnhal.client.remote.aio_samehost import AioFastBurst
 from nnhal.client.remote.aio_session import AioBurstStream, AioSession
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.errors import HalError
+from nnhal.core.errors import HalError, InvalidArgument
 from nnhal.core.types import ExecutionResult, Request
 
 log = logging.getLogger(__name__)
@@ -47,15 +52,29 @@ CANCELLED = "an execution of this burst was cancelled, which ends its stream; op
 _PLAIN = ExecutionOptions()
 
 
+def _no_model() -> NumpyIO:
+    raise InvalidArgument("this burst's prepared model has no Model to read numpy arrays with; use execute")
+
+
 class Burst:
     """An execution burst of one prepared model. ``await close()``, or use ``async with``."""
 
-    def __init__(self, session: AioSession, handle: str, *, fast: bool | None = None, ring_bytes: int = 0) -> None:
-        """``ring_bytes``: the size asked for each fast-path ring (0: the server's default).
+    def __init__(
+        self,
+        session: AioSession,
+        handle: str,
+        *,
+        fast: bool | None = None,
+        ring_bytes: int = 0,
+        numpy_io: Callable[[], NumpyIO] = _no_model,
+    ) -> None:
+        """``ring_bytes``: the size asked for each fast-path ring (0: the server's default);
+        ``numpy_io``: the model's numpy side (``execute_numpy``; raises when there is none).
         DEAD_OBJECT at once for a server known dead."""
         session.check("configureExecutionBurst")
         self._session = session
         self._handle = handle
+        self._numpy_io = numpy_io
         self._want_fast = bool(fast) or (fast is None and session.fast_path)
         self._require_fast = bool(fast)
         self._ring_bytes = ring_bytes
@@ -90,22 +109,26 @@ class Burst:
     ) -> ExecutionOutcome:
         """One execution; every status (transport failures included) is in the outcome."""
         options = _PLAIN if not measure and timeout is None else ExecutionOptions(measure=measure, timeout=timeout)
+        return ExecutionOutcome.of(await self._result(request, options))
+
+    async def _result(self, request: Request, options: ExecutionOptions) -> ExecutionResult:
+        """One execution's result, every failure's status in it."""
         async with self._lock:
             if self._closed:
-                return ExecutionOutcome(ErrorStatus.GENERAL_FAILURE, "burst: the burst is closed")
+                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "burst: the burst is closed")
             if self._ended:
-                return ExecutionOutcome(ErrorStatus.GENERAL_FAILURE, self._ended)
+                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, self._ended)
             try:
                 result = await self._run(request, options)
             except HalError as err:
-                return ExecutionOutcome.failed(err)
+                return failed_result(err)
             except asyncio.CancelledError:
                 self._ended = CANCELLED
                 raise
         if result is None:  # the server ended the stream: a refusal past its cap, or a drain
             self._ended = ENDED
-            return ExecutionOutcome(ErrorStatus.GENERAL_FAILURE, ENDED)
-        return ExecutionOutcome.of(result)
+            return ExecutionResult(ErrorStatus.GENERAL_FAILURE, ENDED)
+        return result
 
     async def _run(self, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
         """One execution on the fast path when it fits, else on the gRPC stream (under the lock)."""
@@ -120,6 +143,36 @@ class Burst:
         if self._stream is None:
             self._stream = self._session.open_burst()
         return await self._stream.execute(self._handle, request, options)
+
+    async def execute_numpy(
+        self, inputs: Sequence[np.ndarray | None], *, measure: bool = False, timeout: float | None = None
+    ) -> ExecutionOutcome:
+        """One execution on numpy arrays, as ``PreparedModel.execute``: the outputs in
+        ``outcome.outputs`` (outputs of unknown shape retried once with the sizes the driver
+        reported); raises the HalError it ends with. On the fast path a layout the burst ran
+        before goes from the arrays straight to a compact call (the sync ``Burst``'s)."""
+        numpy_io = self._numpy_io()
+        options = _PLAIN if not measure and timeout is None else ExecutionOptions(measure=measure, timeout=timeout)
+        async with self._lock:
+            sizes = None
+            fast = self._fast
+            if fast is not None and not self._ended and not self._closed:
+                planned = numpy_io.planned(inputs)
+                if planned is not None:
+                    plan, parts = planned
+                    try:
+                        result = await fast.execute_planned(plan.compact, parts, measure, timeout)
+                    except asyncio.CancelledError:
+                        self._ended = CANCELLED
+                        raise
+                    if result is not None:
+                        settled = settle(plan, result)
+                        if isinstance(settled, ExecutionOutcome):
+                            return settled
+                        sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
+        return await steps.drive_async(
+            numpy_execution(numpy_io, inputs, sizes), lambda request: self._result(request, options)
+        )
 
     async def close(self) -> None:
         """End the burst (idempotent): the server forgets it."""

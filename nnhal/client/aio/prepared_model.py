@@ -140,7 +140,7 @@ class PreparedModel(AsyncReleasable):
         same-host fast path when the server offers it (``fast``: None), required (True) or not
         (False), else a gRPC stream (see :class:`Burst`). DEAD_OBJECT at once for a server
         known dead."""
-        return Burst(self._session, self.handle, fast=fast, ring_bytes=ring_bytes)
+        return Burst(self._session, self.handle, fast=fast, ring_bytes=ring_bytes, numpy_io=self._io)
 
     async def execute_fenced(
         self,

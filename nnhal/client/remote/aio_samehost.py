@@ -475,14 +475,37 @@ class AioFastBurst:
         """One execution: its result, or None (nothing sent) when it or its largest possible
         answer does not fit the rings (it takes the gRPC stream then). A cancelled call leaves
         the queue out of step: it is closed (later calls answer GENERAL_FAILURE)."""
-        link = self._link
-        what = "burst"
-        self._session.check(what)
-        packet = link.execution_packet(request, options, "", "", b"")
+        self._session.check("burst")
+        packet = self._link.execution_packet(request, options, "", "", b"")
         if packet is None:
             return None
         kind, payload, key = packet
-        bound = grpc_timeout(remaining_time(options.timeout, options.deadline_at))
+        return await self._exchange(
+            kind, payload, key, grpc_timeout(remaining_time(options.timeout, options.deadline_at))
+        )
+
+    async def execute_planned(
+        self, planned: fastpacket.Planned, parts: list[Any], measure: bool, timeout: float | None
+    ) -> ExecutionResult | None:
+        """:meth:`execute` of a numpy call plan's layout from its pools' bytes (``parts``, in
+        order): a compact call when the burst granted the layout an id, else None (nothing sent:
+        the call takes :meth:`execute`, whose first call of a layout asks for the id)."""
+        link = self._link
+        layout = link.granted(planned, "")
+        if not layout:
+            return None
+        self._session.check("burst")
+        payload = link.planned_packet(layout, b"", measure, 0, timeout, parts, planned.body)
+        if payload is None:
+            return None
+        return await self._exchange(fastpacket.CALL, payload, ("", planned.shape), grpc_timeout(timeout))
+
+    async def _exchange(
+        self, kind: int, payload: fastring.Payload, key: Any, bound: float | None
+    ) -> ExecutionResult | None:
+        """One packet through the burst's queue and its result (None: not sent)."""
+        link = self._link
+        what = "burst"
         limit = bound or BURST_STREAM_TIMEOUT
         try:
             answer = await link.exchange(kind, payload, limit)

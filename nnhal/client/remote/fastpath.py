@@ -548,6 +548,21 @@ class FastBurstLink(QueueEnds):
         packet = self.execution_packet(request, options, handle, session, tag)
         return None if packet is None else self.send(*packet, limit, wait)
 
+    def execute_planned(
+        self, planned: fastpacket.Planned, parts: list[Any], measure: bool, timeout: float | None
+    ) -> ExecutionResult | None:
+        """A burst's execution of a numpy call plan's layout from its pools' bytes (``parts``, in
+        order; :meth:`planned_packet`): a compact call when the burst granted the layout an id,
+        else None (nothing sent: the call takes :meth:`execute`, whose first call of a layout
+        asks for the id). Failures come back in the result, as :meth:`execute`'s."""
+        layout = self.granted(planned, "")
+        if not layout:
+            return None
+        payload = self.planned_packet(layout, b"", measure, 0, timeout, parts, planned.body)
+        if payload is None:
+            return None
+        return self.send(fastpacket.CALL, payload, ("", planned.shape))
+
     def send(
         self, kind: int, payload: fastring.Payload, key: _Key | None, limit: float | None = None, wait: bool = True
     ) -> ExecutionResult | None:
