@@ -61,6 +61,11 @@ class Timings:
 class Observer:
     """No-op hooks (module docstring); override those you need."""
 
+    #: Whether the hooks read ``Call.args``. When no observer does, a call the owner can launch
+    #: from its packet's bytes (a compact call: ``lean.launch_compact``) is launched so, and
+    #: told to the hooks with ``args`` None (as a call refused before its conversion is).
+    reads_args: bool = True
+
     def launch_written(self, call: Call) -> None:
         """The launch status of ``call`` reached the transport's client side."""
 
@@ -81,6 +86,7 @@ class Observers(Observer):
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)
+        self.reads_args = any(o.reads_args for o in self.observers)
 
         def overriding(hook: str) -> tuple[Callable[..., None], ...]:
             base = getattr(Observer, hook)

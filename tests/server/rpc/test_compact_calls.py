@@ -6,6 +6,7 @@ queue serves on. In process (the queue's packet handler driven as its thread dri
 from __future__ import annotations
 
 import contextvars
+import logging
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -16,6 +17,7 @@ from nnhal.core.enums import ErrorStatus, ExecutionPreference
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.proto import service_pb2 as spb
 from nnhal.server import fastpath
+from nnhal.server.call_log import CallLog
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Executions, Notify, Preparation, Prepared, lean
 from nnhal.server.executions.hooks import Call, Observer
@@ -158,3 +160,22 @@ def test_garbage_is_refused_and_the_queue_serves_on(make: Callable[[int], bytes]
     assert kind == fastpacket.ANSWER
     np.testing.assert_array_equal(np.frombuffer(fastpacket.decode_answer(payload).output_pools[1], np.float32), 4.0)
     assert q.x.metrics.executions_by_transport()["same_host"] == 2  # refusals name no execution
+
+
+def test_a_server_logging_failed_calls_still_launches_compact_calls_from_their_bytes(
+    compact_launches: list[bool], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The call log (every server observes with it) reads no arguments: compact calls launch
+    from their bytes, and a failed one is logged with its method, as any call."""
+    q = Queue()
+    q.x.observe(CallLog())
+    layout = q.learn()
+    kind, payload = q.call(layout, np.ones(16, np.float32))
+    assert kind == fastpacket.ANSWER and fastpacket.decode_answer(payload).status == ErrorStatus.NONE
+    assert compact_launches == [True]
+    deadline = fastpacket.encode_call(layout, False, 0, 0, [np.ones(16, np.float32).tobytes(), b""])  # passed
+    with caplog.at_level(logging.INFO, logger="nnhal.calls"):
+        kind, payload = q.send(fastpacket.CALL, TAG + deadline)
+    status = fastpacket.decode_answer(payload).status if kind == fastpacket.ANSWER else _refusal((kind, payload)).status
+    assert status in (ErrorStatus.MISSED_DEADLINE_PERSISTENT, ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+    assert f"executeSynchronously_1_3 failed: {ErrorStatus(status).name}" in caplog.text
