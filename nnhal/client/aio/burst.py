@@ -8,7 +8,8 @@ asyncio twin of :class:`nnhal.client.burst.Burst`, with the same transports and 
   (:class:`~nnhal.client.remote.aio_samehost.AioFastBurst`, its doorbell awaited through
   the event loop), opened at the first execution when the server offers it to this client;
 - a bidirectional gRPC stream, in order, opened at the first execution that needs it: one
-  too large for the rings, or every one when the fast path is refused or not asked for.
+  too large for the rings, or every one when the fast path is refused (opened then), or at once
+  when it is not asked for or not offered.
 
 ``fast``: None (default) takes the fast path when offered, silently falling back to gRPC;
 True requires it (the refusal's status is the outcome of every execution); False uses gRPC
@@ -80,7 +81,9 @@ class Burst:
         self._ring_bytes = ring_bytes
         self._fast: AioFastBurst | None = None
         self._refusal: HalError | None = None  # the fast path's, when it is required
-        self._stream: AioBurstStream | None = None
+        # Without the fast path, the stream at once (as the sync Burst's); with it, at the first
+        # execution that needs it.
+        self._stream: AioBurstStream | None = None if self._want_fast else session.open_burst()
         self._lock = asyncio.Lock()
         self._ended = ""
         self._closed = False

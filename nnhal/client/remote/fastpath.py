@@ -250,7 +250,10 @@ class _CallTemplate:
     def packet(self, tag: bytes, options: ExecutionOptions, datas: list[PoolData]) -> fastring.Payload:
         """The compact call's payload: ``tag``, the header of this call's scalars, the pools'
         bytes (a small one joined at once: the ring copies it once)."""
-        deadline = fastpacket.remaining_ns(remaining_time(options.timeout, options.deadline_at))
+        remaining = (
+            options.timeout if options.deadline_at is None else remaining_time(options.timeout, options.deadline_at)
+        )
+        deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
         flags = (fastpacket.MEASURE if options.measure else 0) | (0 if deadline is None else fastpacket.HAS_DEADLINE)
         header = fastpacket.CALL_HEADER.pack(self.layout, flags, deadline or 0, options.loop_timeout_ns)
         length = len(tag) + len(header) + self.body
@@ -420,7 +423,7 @@ class QueueEnds:
         ``parts`` (``body`` bytes in all, each part a C-contiguous buffer), ``remaining``
         seconds left of its deadline (None: none); None when it does not fit the request ring.
         A small packet is joined at once (the ring copies it once), a large one goes in parts."""
-        deadline = fastpacket.remaining_ns(remaining)
+        deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
         flags = (fastpacket.MEASURE if measure else 0) | (0 if deadline is None else fastpacket.HAS_DEADLINE)
         header = fastpacket.CALL_HEADER.pack(layout, flags, deadline or 0, loop_timeout_ns)
         length = len(tag) + fastpacket.CALL_HEADER.size + body
