@@ -46,7 +46,7 @@ def failed(method: str, status: int, message: str) -> None:
 
 class CallLog(Observer):
     """Logs each failed call the owner answers (an answer without a status, a ``Prepared``,
-    is a success). It reads the call's method only, not its arguments."""
+    is a success). It reads a call's method, never its arguments."""
 
     reads_args = False
 
