@@ -30,34 +30,36 @@ The listener answers ``GET /metrics`` only; any other path is 404.
 Session end reasons: ``client`` (the client ended its session stream — a close, a crash and a
 keepalive expiry look the same to gRPC's server API) and ``server`` (a drain or a stop).
 
-The cost of counting one answer is one dict lookup and two or three increments (children are
-cached per method and status). Thread-safe.
+Counting an answer costs one dict lookup, one lock and a few list increments: the counted
+series are plain numbers (``_Counts``), turned into Prometheus families only when scraped.
+Thread-safe.
 """
 
 from __future__ import annotations
 
+import itertools
 import platform
 import socket
 import threading
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import metadata
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import prometheus_client
 from prometheus_client import (
     PLATFORM_COLLECTOR,
     CollectorRegistry,
-    Counter,
     Gauge,
-    Histogram,
     PlatformCollector,
     ProcessCollector,
     make_wsgi_app,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from nnhal import __version__
 from nnhal.core.enums import ErrorStatus
@@ -76,12 +78,19 @@ TIMERS = ("prepare", "execute")
 _KINDS = ("transient", "persistent")
 _REASONS = ("client", "server")
 
-_KIND = {
-    ErrorStatus.MISSED_DEADLINE_TRANSIENT: ("deadline", "transient"),
-    ErrorStatus.MISSED_DEADLINE_PERSISTENT: ("deadline", "persistent"),
-    ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT: ("resource", "transient"),
-    ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT: ("resource", "persistent"),
+#: The (family, kind) an answer's status counts under too, by status name.
+_KIND_BY_NAME = {
+    ErrorStatus.MISSED_DEADLINE_TRANSIENT.name: ("deadline", "transient"),
+    ErrorStatus.MISSED_DEADLINE_PERSISTENT.name: ("deadline", "persistent"),
+    ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT.name: ("resource", "transient"),
+    ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT.name: ("resource", "persistent"),
 }
+#: A histogram's bucket bounds as its ``le`` labels (``+Inf`` last), as prometheus-client writes them.
+_LE = (*(floatToGoString(b) for b in BUCKETS), "+Inf")  # type: ignore[no-untyped-call]
+#: A histogram's cells: a count per bucket (``+Inf`` last), then the sum.
+_CELLS = len(BUCKETS) + 2
+_K = TypeVar("_K")
+_V = TypeVar("_V", int, float)
 
 
 def _status_name(status: int) -> str:
@@ -142,79 +151,159 @@ class _DriverCollector(Collector):
         yield limits
 
 
+class _Counts(Collector):
+    """The counted series of every device of one server, kept in plain lists under one lock
+    and exposed at scrape time as prometheus-client's ``Counter`` and ``Histogram`` expose them
+    (same names, help, labels, values, series order).
+
+    Why not those classes: one answer counted and timed through them is a dozen Python calls
+    (a label lookup, ``inc`` and ``observe``, a lock per value, the histogram's bucket walk);
+    here it is one lock taken and a few list increments. A series is a list: an answer count
+    ``[n]``; a histogram ``[bucket 0, …, bucket +Inf, sum]`` (non-cumulative buckets, the one an
+    observation falls in found by one ``bisect_left`` over ``BUCKETS``: the first bound ≥ it, as
+    prometheus-client's ``amount <= bound``). Every write to a series and every read of them is
+    under ``lock`` (a ``+=`` on a list item is several bytecodes: threads could lose counts);
+    series are added under it too, so a scrape never iterates a dict that grows. The deadline
+    and resource kinds are not kept: a scrape sums the answer counts of their statuses."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        #: Answer counts by (device, method, status name), in the order they were first counted.
+        self.rpcs: dict[tuple[str, str, str], list[int]] = {}
+        #: Sessions ended by (device, reason).
+        self.sessions_ended: dict[tuple[str, str], list[int]] = {}
+        #: Executions launched by (device, transport).
+        self.executions: dict[tuple[str, str], list[int]] = {}
+        #: Histograms by timer, then (device, method, status name).
+        self.timed: dict[str, dict[tuple[str, str, str], list[float]]] = {t: {} for t in TIMERS}
+        #: The devices, in the order they were added (the kinds' series' order).
+        self.devices: list[str] = []
+
+    def add_device(self, device: str) -> None:
+        with self.lock:
+            self.devices.append(device)
+            for reason in _REASONS:  # present from the start at 0
+                self.sessions_ended[(device, reason)] = [0]
+            for transport in TRANSPORTS:
+                self.executions[(device, transport)] = [0]
+
+    def series(self, table: dict[_K, list[_V]], key: _K, size: int) -> list[_V]:
+        """``table``'s series ``key``, added (``size`` zeros) when new."""
+        with self.lock:
+            return table.setdefault(key, [0] * size)
+
+    def collect(self) -> Iterator[Metric]:
+        with self.lock:  # a copy, so that the families are built without holding up a count
+            rpcs = [(k, v[0]) for k, v in self.rpcs.items()]
+            ended = [(k, v[0]) for k, v in self.sessions_ended.items()]
+            executions = [(k, v[0]) for k, v in self.executions.items()]
+            timed = {t: [(k, list(v)) for k, v in series.items()] for t, series in self.timed.items()}
+            devices = list(self.devices)
+        labels = ["device", "method", "status"]
+        answers = CounterMetricFamily("nnhal_rpcs", "Answers by device, RPC method and HAL ErrorStatus.", labels=labels)
+        kinds = {(d, family, kind): 0 for d in devices for family in ("deadline", "resource") for kind in _KINDS}
+        for (device, method, status), n in rpcs:
+            answers.add_metric([device, method, status], float(n))
+            family_kind = _KIND_BY_NAME.get(status)
+            if family_kind is not None:
+                kinds[(device, *family_kind)] += n
+        yield answers
+        for family, name, doc in (
+            ("deadline", "nnhal_deadline_misses", "MISSED_DEADLINE_* answers by kind."),
+            ("resource", "nnhal_resource_exhausted", "RESOURCE_EXHAUSTED_* refusals by kind."),
+        ):
+            counter = CounterMetricFamily(name, doc, labels=["device", "kind"])
+            for device in devices:
+                for kind in _KINDS:
+                    counter.add_metric([device, kind], float(kinds[(device, family, kind)]))
+            yield counter
+        for name, doc, label, values in (
+            ("nnhal_sessions_ended", "Sessions ended, by who ended them.", "reason", ended),
+            ("nnhal_executions", "Executions launched, by the transport that carried them.", "transport", executions),
+        ):
+            counter = CounterMetricFamily(name, doc, labels=["device", label])
+            for key, n in values:
+                counter.add_metric(list(key), float(n))
+            yield counter
+        for timer, doc in (
+            ("prepare", "Server time from a preparation's arrival to its notify."),
+            ("execute", "Server time from an execution's arrival to its result."),
+        ):
+            histogram = HistogramMetricFamily(f"nnhal_{timer}_seconds", doc, labels=labels)
+            for series, cells in timed[timer]:
+                cumulative = list(itertools.accumulate(cells[:-1]))
+                histogram.add_metric(list(series), [(le, float(n)) for le, n in zip(_LE, cumulative)], cells[-1])
+            yield histogram
+
+
 class DeviceMetrics:
     """The counted series of one device (module docstring). Thread-safe."""
 
     def __init__(self, metrics: Metrics, device: str) -> None:
         self._m = metrics
         self.device = device
-        self._lock = threading.Lock()
-        self._children: dict[tuple[str, int], tuple[Counter, ...]] = {}
-        self._timed: dict[tuple[str, str, int], Histogram] = {}
-        for kind in _KINDS:  # present from the start at 0
-            metrics.deadline_misses.labels(device, kind)
-            metrics.resource_exhausted.labels(device, kind)
-        for reason in _REASONS:
-            metrics.sessions_ended.labels(device, reason)
-        self._by_transport = {t: metrics.executions.labels(device, t) for t in TRANSPORTS}
+        self._counts = counts = metrics.counts
+        counts.add_device(device)
+        self._by_transport = {t: counts.executions[(device, t)] for t in TRANSPORTS}
+        self._answers: dict[tuple[str, int], list[int]] = {}
+        self._timed: dict[tuple[str, str, int], list[float]] = {}
 
     @property
     def registry(self) -> CollectorRegistry:
         """The server's registry, which holds these series."""
         return self._m.registry
 
+    def _answer(self, method: str, status: int) -> list[int]:
+        """The answer count of ``method`` and ``status`` (resolved once)."""
+        cell = self._answers.get((method, status))
+        if cell is None:
+            counts = self._counts
+            cell = counts.series(counts.rpcs, (self.device, method, _status_name(status)), 1)
+            self._answers[(method, status)] = cell
+        return cell
+
+    def _histogram(self, timer: str, method: str, status: int) -> list[float]:
+        """The histogram ``timer`` of ``method`` and ``status`` (resolved once)."""
+        cells = self._timed.get((timer, method, status))
+        if cells is None:
+            counts = self._counts
+            cells = counts.series(counts.timed[timer], (self.device, method, _status_name(status)), _CELLS)
+            self._timed[(timer, method, status)] = cells
+        return cells
+
     def rpc(self, method: str, status: int) -> None:
         """Count one answer of ``method`` with HAL ``status`` (and its miss or refusal kind)."""
-        children = self._children.get((method, status))
-        if children is None:
-            children = self._make_children(method, status)
-        for child in children:
-            child.inc()
-
-    def _make_children(self, method: str, status: int) -> tuple[Counter, ...]:
-        m = self._m
-        with self._lock:
-            children: tuple[Counter, ...] = (m.rpcs.labels(self.device, method, _status_name(status)),)
-            family, kind = _KIND.get(status, ("", ""))  # type: ignore[call-overload]
-            if family == "deadline":
-                children += (m.deadline_misses.labels(self.device, kind),)
-            elif family == "resource":
-                children += (m.resource_exhausted.labels(self.device, kind),)
-            self._children[(method, status)] = children
-            return children
+        cell = self._answer(method, status)
+        with self._counts.lock:
+            cell[0] += 1
 
     def observe(self, timer: str, method: str, status: int, seconds: float) -> None:
         """Time one launched call of ``method`` answered with ``status`` in histogram ``timer``."""
-        self._histogram(timer, method, status).observe(seconds)
-
-    def _histogram(self, timer: str, method: str, status: int) -> Histogram:
-        child = self._timed.get((timer, method, status))
-        if child is None:
-            family = self._m.prepare_seconds if timer == "prepare" else self._m.execute_seconds
-            with self._lock:
-                child = self._timed.setdefault(
-                    (timer, method, status), family.labels(self.device, method, _status_name(status))
-                )
-        return child
+        cells = self._histogram(timer, method, status)
+        with self._counts.lock:
+            cells[bisect_left(BUCKETS, seconds)] += 1
+            cells[-1] += seconds
 
     def recorder(self, method: str, timer: str | None) -> Callable[[int, float | None], None]:
         """``record(status, seconds)`` of one method: ``rpc`` (and, with ``seconds`` not None,
         ``observe`` in histogram ``timer``; None: not timed) with the series of each status
-        resolved once — a call pays plain increments, no label lookup."""
+        resolved once — a call pays one lock and plain increments, no label lookup."""
         if timer is not None and timer not in TIMERS:
             raise ValueError(f"unknown timer {timer!r} (one of {', '.join(TIMERS)})")
-        resolved: dict[int, tuple[tuple[Callable[[], None], ...], Callable[[float], None] | None]] = {}
+        resolved: dict[int, tuple[list[int], list[float] | None]] = {}
+        lock = self._counts.lock
 
         def record(status: int, seconds: float | None) -> None:
             series = resolved.get(status)
             if series is None:
-                children = self._children.get((method, status)) or self._make_children(method, status)
-                timed = None if timer is None else self._histogram(timer, method, status).observe
-                series = resolved.setdefault(status, (tuple(c.inc for c in children), timed))
-            for inc in series[0]:
-                inc()
-            if seconds is not None and series[1] is not None:
-                series[1](seconds)
+                timed = None if timer is None else self._histogram(timer, method, status)
+                series = resolved.setdefault(status, (self._answer(method, status), timed))
+            answers, cells = series
+            with lock:
+                answers[0] += 1
+                if seconds is not None and cells is not None:
+                    cells[bisect_left(BUCKETS, seconds)] += 1
+                    cells[-1] += seconds
 
         return record
 
@@ -227,22 +316,21 @@ class DeviceMetrics:
         return lambda method, status, seconds: self.observe(timer, method, status, seconds)
 
     def session_ended(self, reason: str) -> None:
-        self._m.sessions_ended.labels(self.device, reason).inc()
+        counts = self._counts
+        cell = counts.series(counts.sessions_ended, (self.device, reason), 1)
+        with counts.lock:
+            cell[0] += 1
 
     def execution(self, transport: str) -> None:
         """Count one execution launched over ``transport`` (one of ``TRANSPORTS``)."""
-        self._by_transport[transport].inc()  # the series' own count is the one kept (no second)
+        cell = self._by_transport[transport]
+        with self._counts.lock:
+            cell[0] += 1
 
     def executions_by_transport(self) -> dict[str, int]:
-        """The executions counted so far, by transport (every one of ``TRANSPORTS``): read
-        from the ``nnhal_executions`` series, each of which is thread-safe."""
-        counts = dict.fromkeys(TRANSPORTS, 0)
-        for family in self._m.executions.collect():
-            for sample in family.samples:
-                labels = sample.labels
-                if sample.name.endswith("_total") and labels.get("device") == self.device:
-                    counts[labels["transport"]] = int(sample.value)
-        return counts
+        """The executions counted so far, by transport (every one of ``TRANSPORTS``)."""
+        with self._counts.lock:
+            return {t: cell[0] for t, cell in self._by_transport.items()}
 
 
 class Metrics:
@@ -255,42 +343,9 @@ class Metrics:
         self.drivers = dict(drivers)
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.rpcs = Counter(
-            "nnhal_rpcs",
-            "Answers by device, RPC method and HAL ErrorStatus.",
-            ["device", "method", "status"],
-            registry=r,
-        )
-        self.deadline_misses = Counter(
-            "nnhal_deadline_misses", "MISSED_DEADLINE_* answers by kind.", ["device", "kind"], registry=r
-        )
-        self.resource_exhausted = Counter(
-            "nnhal_resource_exhausted", "RESOURCE_EXHAUSTED_* refusals by kind.", ["device", "kind"], registry=r
-        )
-        self.sessions_ended = Counter(
-            "nnhal_sessions_ended", "Sessions ended, by who ended them.", ["device", "reason"], registry=r
-        )
-        self.executions = Counter(
-            "nnhal_executions",
-            "Executions launched, by the transport that carried them.",
-            ["device", "transport"],
-            registry=r,
-        )
-        labels = ["device", "method", "status"]
-        self.prepare_seconds = Histogram(
-            "nnhal_prepare_seconds",
-            "Server time from a preparation's arrival to its notify.",
-            labels,
-            buckets=BUCKETS,
-            registry=r,
-        )
-        self.execute_seconds = Histogram(
-            "nnhal_execute_seconds",
-            "Server time from an execution's arrival to its result.",
-            labels,
-            buckets=BUCKETS,
-            registry=r,
-        )
+        #: Every device's counted series (registered first: the exposition's order as before).
+        self.counts = _Counts()
+        r.register(self.counts)
         build = Gauge(
             "nnhal_build_info", "nnhal's version and its runtime (always 1).", ["version", "python", "grpc"], registry=r
         )

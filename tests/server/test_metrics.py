@@ -4,16 +4,17 @@ memory by kind, and a listener that binds port 0 and stops cleanly."""
 
 from __future__ import annotations
 
+import threading
 import urllib.error
 import urllib.request
 
 import pytest
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from nnhal.core.enums import ErrorStatus, Priority
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.driver import DeviceConfig, Driver
-from nnhal.server.metrics import Metrics
+from nnhal.server.metrics import BUCKETS, TIMERS, TRANSPORTS, Metrics, _Counts
 
 #: The device label of a default Driver's series.
 DEVICE = Driver().config.name
@@ -135,3 +136,129 @@ def test_histograms_are_by_device_method_and_status() -> None:
     assert _value(m, "nnhal_execute_seconds_bucket", {**labels, "le": "0.0025"}) == 1
     with pytest.raises(ValueError):
         d.timer("compile")
+
+
+class _Reference:
+    """The counted series as prometheus-client's own ``Counter`` and ``Histogram`` keep them
+    (how ``Metrics`` counted before its store of plain numbers): what the store must expose."""
+
+    def __init__(self, devices: list[str]) -> None:
+        self.registry = r = CollectorRegistry()
+        docs = {f.name: f.documentation for f in _Counts().collect()}
+        labels = ["device", "method", "status"]
+        self.rpcs = Counter("nnhal_rpcs", docs["nnhal_rpcs"], labels, registry=r)
+        self.deadline = Counter("nnhal_deadline_misses", docs["nnhal_deadline_misses"], ["device", "kind"], registry=r)
+        self.resource = Counter(
+            "nnhal_resource_exhausted", docs["nnhal_resource_exhausted"], ["device", "kind"], registry=r
+        )
+        self.ended = Counter("nnhal_sessions_ended", docs["nnhal_sessions_ended"], ["device", "reason"], registry=r)
+        self.executions = Counter("nnhal_executions", docs["nnhal_executions"], ["device", "transport"], registry=r)
+        self.timed = {
+            t: Histogram(f"nnhal_{t}_seconds", docs[f"nnhal_{t}_seconds"], labels, buckets=BUCKETS, registry=r)
+            for t in TIMERS
+        }
+        for device in devices:
+            for kind in ("transient", "persistent"):
+                self.deadline.labels(device, kind)
+                self.resource.labels(device, kind)
+            for reason in ("client", "server"):
+                self.ended.labels(device, reason)
+            for transport in TRANSPORTS:
+                self.executions.labels(device, transport)
+
+    def answer(self, device: str, method: str, status: int, timer: str | None, seconds: float | None) -> None:
+        try:
+            name = ErrorStatus(status).name
+        except ValueError:
+            name = str(status)
+        self.rpcs.labels(device, method, name).inc()
+        if name.startswith(("MISSED_DEADLINE_", "RESOURCE_EXHAUSTED_")):
+            kinds = self.deadline if name.startswith("MISSED") else self.resource
+            kinds.labels(device, name.rsplit("_", 1)[1].lower()).inc()
+        if timer is not None:  # a timed method's refusal made its (empty) histogram too
+            histogram = self.timed[timer].labels(device, method, name)
+            if seconds is not None:
+                histogram.observe(seconds)
+
+
+def _exposition(m: Metrics) -> str:
+    """The text a scrape shows of ``m``'s counted series (those ``_Reference`` keeps)."""
+    r = CollectorRegistry()
+    r.register(m.counts)
+    return generate_latest(r).decode()
+
+
+#: Answers of every kind: statuses of each family, one outside the enum; durations on bucket
+#: bounds, between them, zero and past the last one.
+_ANSWERS = [
+    ("executeSynchronously_1_3", ErrorStatus.NONE, "execute", 0.0005),
+    ("executeSynchronously_1_3", ErrorStatus.NONE, "execute", 0.0007),
+    ("executeSynchronously_1_3", ErrorStatus.MISSED_DEADLINE_TRANSIENT, "execute", 1.0),
+    ("execute_1_3", ErrorStatus.MISSED_DEADLINE_PERSISTENT, "execute", 0.0),
+    ("execute_1_3", ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT, None, None),
+    ("prepareModel_1_3", ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT, "prepare", 61.5),
+    ("prepareModel_1_3", ErrorStatus.NONE, "prepare", 2.4999),
+    ("allocate", 99, None, None),
+    ("executeSynchronously_1_3", ErrorStatus.GENERAL_FAILURE, "execute", None),
+]
+
+
+def test_the_exposition_is_prometheus_clients_own_for_the_same_answers() -> None:
+    m = Metrics({"a": Driver(), "b": Driver()})
+    ref = _Reference(["a", "b"])
+    for device in ("b", "a"):
+        d = m.device(device)
+        for method, status, timer, seconds in _ANSWERS:
+            d.recorder(method, timer)(status, seconds)
+            ref.answer(device, method, status, timer, seconds)
+        d.rpc("openSession", ErrorStatus.NONE)
+        ref.answer(device, "openSession", ErrorStatus.NONE, None, None)
+        d.session_ended("client")
+        ref.ended.labels(device, "client").inc()
+        d.execution("streamed")
+        ref.executions.labels(device, "streamed").inc()
+    observe = m.device("a").timer("execute")
+    assert observe is not None
+    observe("execute_1_3", ErrorStatus.NONE, 30.0)
+    ref.answer("a", "execute_1_3", ErrorStatus.NONE, "execute", 30.0)
+    ref.rpcs.remove("a", "execute_1_3", "NONE")  # ``observe`` times without counting the answer
+    assert _exposition(m) == generate_latest(ref.registry).decode()
+    assert _value(m, "nnhal_deadline_misses_total", {"kind": "transient"}, "a") == 1
+    assert (
+        _value(m, "nnhal_prepare_seconds_bucket", {"method": "prepareModel_1_3", "status": "NONE", "le": "2.5"}, "b")
+        == 1
+    )
+
+
+def test_answers_from_several_threads_are_counted_exactly() -> None:
+    m = Metrics(Driver())
+    ref = _Reference([DEVICE])
+    d = m.device(DEVICE)
+    threads, per_thread = 4, 2000
+    # Durations of a few bits (k/1024 s): their sum is exact in any order, as the reference's.
+    durations = [k / 1024 for k in (0, 1, 2, 3, 5, 8, 13, 21, 100, 1000, 40000, 70000)]
+    record = d.recorder("executeSynchronously_1_3", "execute")
+
+    def work(t: int) -> None:
+        for i in range(per_thread):
+            status = ErrorStatus.NONE if (i + t) % 5 else ErrorStatus.MISSED_DEADLINE_TRANSIENT
+            d.execution("same_host")
+            record(status, durations[(i * 7 + t) % len(durations)])
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert not any(w.is_alive() for w in workers)
+    for t in range(threads):
+        for i in range(per_thread):
+            status = ErrorStatus.NONE if (i + t) % 5 else ErrorStatus.MISSED_DEADLINE_TRANSIENT
+            ref.executions.labels(DEVICE, "same_host").inc()
+            ref.answer(DEVICE, "executeSynchronously_1_3", status, "execute", durations[(i * 7 + t) % len(durations)])
+    assert d.executions_by_transport()["same_host"] == threads * per_thread
+    assert _value(m, "nnhal_execute_seconds_count", {"method": "executeSynchronously_1_3", "status": "NONE"}) == (
+        threads * per_thread * 4 // 5
+    )
+    # The first status each thread answers decides the series' order: compare them as sets of lines.
+    assert sorted(_exposition(m).splitlines()) == sorted(generate_latest(ref.registry).decode().splitlines())
