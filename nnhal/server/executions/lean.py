@@ -137,7 +137,8 @@ class LeanRun:
 
     def close(self) -> None:
         """Give back the slot and the data's charge (if ``run`` never did) and the pools. Idempotent."""
-        self._give_back()
+        if self._held or self._charged:  # ``run`` gave both back on its way out
+            self._give_back()
         self.bound.drop()
 
 
