@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from nnhal.proto import types_pb2 as nnhal_dot_proto_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1annhal/proto/fastpath.proto\x12\x08nnhal.v1\x1a\x17nnhal/proto/types.proto\"c\n\x10\x46\x61stBurstRequest\x12\x0f\n\x07session\x18\x01 \x01(\t\x12\x16\n\x0eprepared_model\x18\x02 \x01(\t\x12\x12\n\nring_bytes\x18\x03 \x01(\r\x12\x12\n\nexecutions\x18\x04 \x01(\x08\"\x80\x01\n\x0e\x46\x61stBurstEvent\x12%\n\x06status\x18\x01 \x01(\x0e\x32\x15.nnhal.v1.ErrorStatus\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x13\n\x0bsocket_path\x18\x03 \x01(\t\x12\r\n\x05token\x18\x04 \x01(\x0c\x12\x12\n\nring_bytes\x18\x05 \x01(\r2S\n\x08\x46\x61stPath\x12G\n\ropenFastBurst\x12\x1a.nnhal.v1.FastBurstRequest\x1a\x18.nnhal.v1.FastBurstEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1annhal/proto/fastpath.proto\x12\x08nnhal.v1\x1a\x17nnhal/proto/types.proto\"c\n\x10\x46\x61stBurstRequest\x12\x0f\n\x07session\x18\x01 \x01(\t\x12\x16\n\x0eprepared_model\x18\x02 \x01(\t\x12\x12\n\nring_bytes\x18\x03 \x01(\r\x12\x12\n\nexecutions\x18\x04 \x01(\x08\"\x94\x01\n\x0e\x46\x61stBurstEvent\x12%\n\x06status\x18\x01 \x01(\x0e\x32\x15.nnhal.v1.ErrorStatus\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x13\n\x0bsocket_path\x18\x03 \x01(\t\x12\r\n\x05token\x18\x04 \x01(\x0c\x12\x12\n\nring_bytes\x18\x05 \x01(\r\x12\x12\n\nmax_queues\x18\x06 \x01(\r2S\n\x08\x46\x61stPath\x12G\n\ropenFastBurst\x12\x1a.nnhal.v1.FastBurstRequest\x1a\x18.nnhal.v1.FastBurstEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,7 +35,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FASTBURSTREQUEST']._serialized_start=65
   _globals['_FASTBURSTREQUEST']._serialized_end=164
   _globals['_FASTBURSTEVENT']._serialized_start=167
-  _globals['_FASTBURSTEVENT']._serialized_end=295
-  _globals['_FASTPATH']._serialized_start=297
-  _globals['_FASTPATH']._serialized_end=380
+  _globals['_FASTBURSTEVENT']._serialized_end=315
+  _globals['_FASTPATH']._serialized_start=317
+  _globals['_FASTPATH']._serialized_end=400
 # @@protoc_insertion_point(module_scope)

@@ -123,8 +123,8 @@ def test_a_new_queue_is_planned_afresh(device: Device, planned_sync: _Planned) -
             np.testing.assert_array_equal(pm.execute([a, b]).outputs[0], a + b)
         assert planned_sync.carried == 2
         queue = device.remote.same_host
-        assert queue is not None and queue._link is not None
-        queue._drop(queue._link)  # as after a call that timed out: a later call opens a new queue
+        assert queue is not None and queue.open_links
+        queue._drop(queue.open_links[0])  # as after a call that timed out: a later call opens a new queue
         for k in range(3):
             np.testing.assert_array_equal(pm.execute([a, b + k]).outputs[0], a + b + k)
         # The new queue's first call asked for the layout's id again; the next two were planned.
@@ -172,8 +172,8 @@ def test_a_planned_answer_that_does_not_hold_together_is_refused(
         for _ in range(2):
             pm.execute([a, b])
         queue = device.remote.same_host
-        assert queue is not None and queue._link is not None
-        _corrupt_next_answer(queue._link, _CORRUPTIONS[corruption])
+        assert queue is not None and queue.open_links
+        _corrupt_next_answer(queue.open_links[0], _CORRUPTIONS[corruption])
         with pytest.raises(GeneralFailure):
             pm.execute([a, b])
         carried = planned_sync.carried
@@ -199,8 +199,8 @@ def test_the_asyncio_client_plans_its_calls_alike(server: LocalServer, planned_a
                 np.testing.assert_array_equal(out, expected)
                 assert isinstance(_base(out), bytes)
             queue = dev.remote.same_host
-            assert queue is not None and queue._link is not None
-            _corrupt_next_answer(queue._link, _bigger_shape)
+            assert queue is not None and queue.open_links
+            _corrupt_next_answer(queue.open_links[0], _bigger_shape)
             with pytest.raises(GeneralFailure):
                 await pm.execute([a, b])
             carried = planned_aio.carried

@@ -378,8 +378,8 @@ def _aio_counts(stats: dict[str, int]) -> tuple[int, int]:
 
 
 def test_the_asyncio_client_keeps_calls_concurrent_beside_its_queue(server: LocalServer) -> None:
-    """Executions started together from one loop all complete: one takes the queue at a time,
-    the others take gRPC meanwhile; every result is right."""
+    """Executions started together from one loop all complete, each on a link of the queue
+    (``test_same_host_links`` counts them); every result is right."""
     a = np.arange(8, dtype=np.float32).reshape(2, 4)
 
     async def main() -> None:

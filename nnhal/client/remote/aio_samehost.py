@@ -10,9 +10,13 @@ the sync client (:class:`~nnhal.client.remote.samehost.CarriedForms`,
 :class:`~nnhal.client.remote.fastpath.QueueEnds`); only the waiting differs: the doorbell's
 inbox is a reader of the event loop, which wakes the awaiting call — no thread, no polling.
 
-A call takes gRPC instead (the user sees no difference) when the queue was refused (then
-every later call too), another task is using the queue or opening it (calls stay
-concurrent), the request or its answer does not fit a ring, or the server steps aside.
+Concurrent calls (tasks) each take a link of their own, as the sync client's threads do
+(:class:`~nnhal.client.remote.samehost.LinkPool`): a call that finds every link busy opens
+another, up to the number the server says the session may hold; an extra link left unused
+for ``IDLE_S`` is closed (a timer of the event loop). A call takes gRPC instead (the user
+sees no difference) when the first link was refused (then every later call too), every
+link is busy and no other may be opened now, the request or its answer does not fit a
+ring, or the server steps aside.
 
 Failures keep the gRPC path's statuses, through the session's one call path
 (:meth:`~nnhal.client.remote.aio_session.AioSession.call`, which races each call against
@@ -31,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import mmap
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,7 +46,15 @@ from google.protobuf.message import Message
 from nnhal.client.outcome import failed_result
 from nnhal.client.remote.fastpath import QueueEnded, QueueEnds, QueueTimeout, ended_result
 from nnhal.client.remote.messages import ExecutionOptions
-from nnhal.client.remote.samehost import RING_BYTES, CarriedForms, ended_error, late_error, scope_of
+from nnhal.client.remote.samehost import (
+    IDLE_S,
+    RING_BYTES,
+    CarriedForms,
+    LinkPool,
+    ended_error,
+    late_error,
+    scope_of,
+)
 from nnhal.client.remote.transport import (
     BURST_STREAM_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
@@ -264,47 +277,65 @@ def _wake(waiter: asyncio.Future[None]) -> None:
 
 
 class AioSameHostQueue:
-    """The same-host execution queue of one asyncio session. ``close`` it (idempotent)."""
+    """The same-host execution queue of one asyncio session: a pool of links (module
+    docstring). ``close`` it (idempotent)."""
 
     def __init__(self, session: AioSession) -> None:
         self._session = session
         self._forms = CarriedForms(session.stubs)
-        self._link: AioQueueLink | None = None
-        self._opening = False
-        self._refused = False
-        self._closed = False
+        self._pool: LinkPool[AioQueueLink] = LinkPool()
+        self._timer: asyncio.TimerHandle | None = None  # closes the extra links left unused
 
     def carries(self, rpc: Any) -> bool:
         """Whether calls of ``rpc`` (a stub's callable) may take the queue."""
-        return not self._refused and self._forms.carries(rpc)
+        return not self._pool.refused and self._forms.carries(rpc)
 
     @property
     def open(self) -> bool:
-        """Whether the queue is open now (tests, benchmarks)."""
-        return self._link is not None
+        """Whether the queue has a link open now (tests, benchmarks)."""
+        return bool(self._pool.links)
 
-    async def _ready(self) -> AioQueueLink | None:
-        """The open link, opened now if need be; None when it is busy, being opened, refused or closed."""
-        link = self._link
-        if link is not None:
-            return None if link.busy else link
-        if self._refused or self._closed or self._opening:
-            return None
-        self._opening = True
+    @property
+    def open_links(self) -> tuple[AioQueueLink, ...]:
+        """The links open now, the first opened first (tests, benchmarks)."""
+        return tuple(self._pool.links)
+
+    async def _take(self) -> AioQueueLink | None:
+        """A free link, opened now if need be and allowed; None: the call takes gRPC."""
+        pool = self._pool
+        link, open_one = pool.take(time.monotonic())
+        if not open_one:
+            return link
         try:
             link = await AioQueueLink.open(self._session)
         except HalError as err:
-            if not self._session.dead and not self._session.closed:
-                self._refused = True
-                log.debug("no same-host queue for this session (%s); executions take gRPC", err.message)
+            if self._session.dead or self._session.closed:
+                pool.opening -= 1  # not a refusal: the session's calls fail on their own
+            else:
+                pool.failed(err, time.monotonic())
+                log.debug("no further same-host queue link for this session (%s); the call takes gRPC", err.message)
             return None
-        finally:
-            self._opening = False
-        if self._closed:
+        except BaseException:
+            pool.opening -= 1
+            raise
+        if not pool.opened(link, link.max_queues):
             link.close()
             return None
-        self._link = link
         return link
+
+    def _give_back(self, link: AioQueueLink) -> None:
+        pool = self._pool
+        pool.give_back(link, time.monotonic())
+        if pool.extras and self._timer is None and not pool.closed:
+            self._timer = asyncio.get_running_loop().call_later(IDLE_S, self._reap)
+
+    def _reap(self) -> None:
+        self._timer = None
+        pool = self._pool
+        for link in pool.stale(time.monotonic()):
+            link.close()  # the server gives its rings' charge back
+        if pool.extras and not pool.closed:
+            self._timer = asyncio.get_running_loop().call_later(IDLE_S, self._reap)
 
     async def _exchange(self, link: AioQueueLink, kind: int, payload: fastring.Payload, limit: float, what: str) -> Any:
         """:meth:`AioQueueLink.exchange`, its queue's end and lateness raised as the gRPC path's
@@ -315,7 +346,7 @@ class AioSameHostQueue:
             self._drop(link)
             raise ended_error(ended, what) from None
         except QueueTimeout:
-            self._drop(link)  # its answer may still come: the queue is out of step
+            self._drop(link)  # its answer may still come: the link is out of step
             raise late_error(limit) from None
         except asyncio.CancelledError:
             self._drop(link)  # likewise
@@ -330,43 +361,60 @@ class AioSameHostQueue:
         """Carry one call of ``rpc`` through the session's call path: its answer message(s) — one
         for a unary form, the launch and the notify events for a stream — or None when it
         takes gRPC instead (module docstring). Raises its mapped transport failure."""
-        link = await self._ready()
+        if self._pool.refused:
+            return None
+        link = await self._take()
         if link is None:
             return None
         limit = timeout or DEFAULT_CALL_TIMEOUT
+        started = False
 
         async def run(md: Metadata) -> list[Any] | None:
-            packet = self._forms.packet(rpc, request, md[0][1], scope_of(md), link.results.max_payload)
-            if packet is None:
-                return None
-            form, payload = packet
-            answer = await self._exchange(link, samehost.METHOD, payload, limit, what)
-            return None if answer is None else self._forms.answer(form, answer, what)
+            nonlocal started
+            started = True
+            try:  # given back when this task ends (the session's end may leave it running on)
+                packet = self._forms.packet(rpc, request, md[0][1], scope_of(md), link.results.max_payload)
+                if packet is None:
+                    return None
+                form, payload = packet
+                answer = await self._exchange(link, samehost.METHOD, payload, limit, what)
+                return None if answer is None else self._forms.answer(form, answer, what)
+            finally:
+                self._give_back(link)
 
-        return await self._carry(what, timeout is not None, run)
+        try:
+            return await self._carry(what, timeout is not None, run)
+        finally:
+            if not started:
+                self._give_back(link)
 
     async def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
-        """executeSynchronously_1_3 as a fast burst's execution on the queue (a layout the server
+        """executeSynchronously_1_3 as a fast burst's execution on the queue (a layout the link
         granted an id travels as a compact call); None when it takes gRPC instead. Awaited as
         :meth:`_carried` says."""
-        link = await self._ready()
+        if self._pool.refused:
+            return None
+        link = await self._take()
         if link is None:
             return None
-        session = self._session
-        what = "executeSynchronously_1_3"
-        session.check(what)
-        md = session.metadata()
-        rid = md[0][1]
-        bound = grpc_timeout(remaining_time(options.timeout, options.deadline_at))
         try:
-            tag = samehost.encode_tag(rid, scope_of(md))
-            packet = link.execution_packet(request, options, handle, session.session_id, tag)
-        except HalError as err:
-            raise session.failure(err, what, bound is not None, rid) from None
-        if packet is None:
-            return None
-        kind, payload, key = packet
-        return await self._carried(link, kind, payload, key, bound, what, rid)
+            session = self._session
+            what = "executeSynchronously_1_3"
+            session.check(what)
+            md = session.metadata()
+            rid = md[0][1]
+            bound = grpc_timeout(remaining_time(options.timeout, options.deadline_at))
+            try:
+                tag = samehost.encode_tag(rid, scope_of(md))
+                packet = link.execution_packet(request, options, handle, session.session_id, tag)
+            except HalError as err:
+                raise session.failure(err, what, bound is not None, rid) from None
+            if packet is None:
+                return None
+            kind, payload, key = packet
+            return await self._carried(link, kind, payload, key, bound, what, rid)
+        finally:
+            self._give_back(link)
 
     async def execute_planned(
         self,
@@ -379,30 +427,31 @@ class AioSameHostQueue:
         loop_timeout_ns: int,
     ) -> ExecutionResult | None:
         """:meth:`execute` of a numpy call plan's layout, from its pools' bytes (``parts``, in
-        order) and the options of an unprofiled execution: a compact call when the open queue
+        order) and the options of an unprofiled execution: a compact call on a free link that
         granted the layout an id, else None (nothing sent: the call takes :meth:`execute`, whose
-        first call of a layout asks for the id). The same failures as :meth:`execute`."""
-        link = self._link
-        if link is None or link.busy:
+        first call of a layout on a link asks it for an id). The same failures as :meth:`execute`."""
+        link = self._pool.take_idle(lambda held: held.granted(planned, handle) != 0)
+        if link is None:
             return None
-        layout = link.granted(planned, handle)
-        if not layout:
-            return None
-        session = self._session
-        what = "executeSynchronously_1_3"
-        session.check(what)
-        md = session.metadata()
-        rid = md[0][1]
-        remaining = remaining_time(timeout, deadline_at)
-        bound = grpc_timeout(remaining)
         try:
-            tag = samehost.encode_tag(rid, scope_of(md))
-            payload = link.planned_packet(layout, tag, measure, loop_timeout_ns, remaining, parts, planned.body)
-        except HalError as err:
-            raise session.failure(err, what, bound is not None, rid) from None
-        if payload is None:
-            return None
-        return await self._carried(link, fastpacket.CALL, payload, (handle, planned.shape), bound, what, rid)
+            layout = link.granted(planned, handle)  # this link's (``take_idle``)
+            session = self._session
+            what = "executeSynchronously_1_3"
+            session.check(what)
+            md = session.metadata()
+            rid = md[0][1]
+            remaining = remaining_time(timeout, deadline_at)
+            bound = grpc_timeout(remaining)
+            try:
+                tag = samehost.encode_tag(rid, scope_of(md))
+                payload = link.planned_packet(layout, tag, measure, loop_timeout_ns, remaining, parts, planned.body)
+            except HalError as err:
+                raise session.failure(err, what, bound is not None, rid) from None
+            if payload is None:
+                return None
+            return await self._carried(link, fastpacket.CALL, payload, (handle, planned.shape), bound, what, rid)
+        finally:
+            self._give_back(link)
 
     async def _carried(
         self,
@@ -414,10 +463,10 @@ class AioSameHostQueue:
         what: str,
         rid: str,
     ) -> ExecutionResult | None:
-        """One execution's packet through the queue and its result (None: nothing sent, or the
+        """One execution's packet through the link and its result (None: nothing sent, or the
         queue stepped aside), awaited here rather than raced in a task of its own against the
         session's end (``AioSession.call``; an execution is the hottest call, and a task and a
-        wait cost more than the rest of it): the queue's own end (its liveness stream, on the
+        wait cost more than the rest of it): the link's own end (its liveness stream, on the
         session's channel; the server's end of the doorbell) wakes it, and a session that ended
         meanwhile gives the session's end error, as the race would have
         (``AioSession.failure``)."""
@@ -429,12 +478,12 @@ class AioSameHostQueue:
 
     def _drop(self, link: AioQueueLink) -> None:
         """Close a link that can no longer be used (a later call opens a new one)."""
-        if self._link is link:
-            self._link = None
+        self._pool.drop(link)
         link.close()
 
     def close(self) -> None:
-        self._closed = True
-        link, self._link = self._link, None
-        if link is not None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        for link in self._pool.close():
             link.close()

@@ -283,6 +283,8 @@ class QueueEnds:
     ) -> None:
         """``ends``: what :meth:`collect` took for ``first`` (None: collect it now)."""
         self.ring_bytes = QueueEnds._granted(first)
+        #: How many queues the session may hold at once (a session's queue; 0: not said).
+        self.max_queues = int(first.max_queues)
         self._mm, self.doorbell = ends or QueueEnds.collect(first)
         #: The two rings (public for tests that break the protocol on purpose).
         self.requests = fastring.Producer(self._mm, self.ring_bytes, True)

@@ -5,22 +5,33 @@ names a shared-memory directory and the ``fast_path`` capability), the session's
 path (:class:`~nnhal.client.remote.channel.SessionChannel`'s ``unary`` and ``stream``)
 hands each call of an execution method form (:data:`nnhal.core.samehost.METHODS`: sync,
 async, fenced, reusable, the HIDL and AIDL forms) to this queue instead of gRPC. The
-queue is opened at the first such call (``openFastBurst`` with ``executions``; the server's
-side is :mod:`nnhal.server.rpc.samehost`) and lives as long as the session. The call's
-request message travels through the rings as it would through gRPC, and its answer
-comes back as the same message(s), so every form keeps its one conversion.
+queue's first link is opened at the first such call (``openFastBurst`` with ``executions``;
+the server's side is :mod:`nnhal.server.rpc.samehost`) and lives as long as the session.
+The call's request message travels through the rings as it would through gRPC, and its
+answer comes back as the same message(s), so every form keeps its one conversion.
 
-A call takes gRPC instead — the user sees no difference — when: the queue was refused
-(then every later call too), another thread is using the queue (calls stay concurrent),
-the request or its expected answer does not fit a ring, or the server steps aside
-(STEP_ASIDE). The request id and fault scope (``client.faults.fault_scope``), gRPC
-metadata on the other path, travel in each packet. A traced session (OpenTelemetry on)
+A link carries one call at a time, so concurrent calls of the session (threads) each take
+a link of their own: a call that finds every link busy opens another (:class:`LinkPool`),
+up to the number the server says the session may hold (its cap per session, each link's
+rings charged to the session's client: ``max_queues`` of the first link's first event).
+An extra link left unused for :data:`IDLE_S` is closed (its charge given back); the first
+stays. The server's refusal of an extra link (its cap, its memory budget) keeps the session
+from asking again for :data:`BACKOFF_S`. Layout ids are granted per link: a planned call
+takes a link that granted its layout, else the full request on any (which asks that link
+for one).
+
+A call takes gRPC instead — the user sees no difference — when: the first link was refused
+(then every later call too), every link is busy and no other may be opened now (the cap,
+a refusal's back-off), the request or its expected
+answer does not fit a ring, or the server steps aside (STEP_ASIDE). The request id and
+fault scope (``client.faults.fault_scope``), gRPC metadata on the other path, travel in
+each packet. A traced session (OpenTelemetry on)
 makes no queue: its calls' trace context spans the processes over gRPC only.
 
 Failures keep the gRPC path's statuses: the queue's liveness stream ending
 (the server died) is DEAD_OBJECT within the same bound and declares the session dead;
-no answer within the call's gRPC timeout is the DEADLINE_EXCEEDED mapping (and the queue,
-out of step, is closed: later calls reopen one); an injected abort ends the call with its
+no answer within the call's gRPC timeout is the DEADLINE_EXCEEDED mapping (and the link,
+out of step, is closed: later calls open another); an injected abort ends the call with its
 gRPC code's mapping. Every answer packet is checked as untrusted input.
 
 What a call sends and how its answer reads (:class:`CarriedForms`, :func:`ended_error`,
@@ -33,9 +44,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import grpc
 from google.protobuf import message_factory
@@ -45,6 +57,7 @@ from nnhal.client.remote.fastpath import RESULT_ENVELOPE_BYTES, CarriedAbort, Fa
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.transport import DEFAULT_CALL_TIMEOUT, grpc_timeout, remaining_time
 from nnhal.core import fastpacket, fastring, samehost, wire
+from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
 from nnhal.core.types import ExecutionResult, Request
@@ -61,6 +74,12 @@ log = logging.getLogger(__name__)
 #: hundred bytes, an image model's input up to a few hundred KiB (224x224x3 float32: 588 KiB);
 #: what does not fit a ring (larger inline tensors: shared memory is the way for those) takes gRPC.
 RING_BYTES = 1 << 20
+#: Seconds an extra link (beyond a session's first) stays open unused before it is closed.
+IDLE_S = 10.0
+#: Seconds a session opens no other link after the server refused one (its cap, its budget).
+BACKOFF_S = 2.0
+#: Links a session opens at most, whatever its server allows (each holds descriptors here).
+MAX_LINKS = 32
 
 #: The Stubs attribute of each carried service.
 _STUB = {
@@ -164,8 +183,122 @@ def late_error(limit: float) -> CarriedAbort:
     return CarriedAbort(grpc.StatusCode.DEADLINE_EXCEEDED.value[0], f"no answer within {limit:.3g} s")
 
 
+L = TypeVar("L")
+
+
+class LinkPool(Generic[L]):
+    """Which of a session's queue links are open and free (module docstring), for both
+    clients. Not thread-safe: its owner serialises the calls (a lock, or the event loop).
+
+    A call :meth:`take`s a free link or the right to open one (:meth:`opened` or
+    :meth:`failed` when done), and :meth:`give_back`s the link after its call; a link that
+    can no longer be used is :meth:`drop`ped (its owner closes it)."""
+
+    def __init__(self) -> None:
+        #: Every open link, the first opened first.
+        self.links: list[L] = []
+        #: The open links no call uses, with when each was given back (the latest last).
+        self._idle: list[tuple[L, float]] = []
+        #: Links being opened now.
+        self.opening = 0
+        #: How many links the session may hold (the server's ``max_queues`` once a link said
+        #: it; until then the server's refusal is the cap).
+        self.cap = MAX_LINKS
+        #: The first link was refused: every call takes gRPC.
+        self.refused = False
+        self.closed = False
+        #: No link is opened before this (``time.monotonic``): the server refused one.
+        self._quiet_until = 0.0
+        #: Links the server refused while the session held one (its cap, its budget).
+        self.refusals = 0
+
+    def take(self, now: float) -> tuple[L | None, bool]:
+        """A free link (the latest given back), or (None, True): the caller opens one, or
+        (None, False): the call takes gRPC (none free and none may be opened now)."""
+        if self._idle:
+            return self._idle.pop()[0], False
+        if self.refused or self.closed or now < self._quiet_until:
+            return None, False
+        # One per call that finds every link busy, up to the cap (calls that start together
+        # on a new session each open one: none waits for another's).
+        if len(self.links) + self.opening < self.cap:
+            self.opening += 1
+            return None, True
+        return None, False
+
+    def take_idle(self, fits: Callable[[L], bool]) -> L | None:
+        """The latest given back of the free links ``fits``, taken; None when none does."""
+        idle = self._idle
+        for i in range(len(idle) - 1, -1, -1):
+            link = idle[i][0]
+            if fits(link):
+                del idle[i]
+                return link
+        return None
+
+    def opened(self, link: L, max_queues: int) -> bool:
+        """Count a link the caller opened (its first event said ``max_queues``; 0: not said);
+        False when the pool was closed meanwhile (the caller closes the link)."""
+        self.opening -= 1
+        if self.closed:
+            return False
+        self.links.append(link)
+        self.refused = False  # another call's refusal at the same time was not the last word
+        if max_queues:
+            self.cap = min(max_queues, MAX_LINKS)
+        return True
+
+    def failed(self, err: HalError, now: float) -> None:
+        """A link the caller tried to open was refused with ``err``: a refusal of the only
+        link tried (the fast path is not offered) is final, one past the server's cap or
+        budget (RESOURCE_EXHAUSTED_TRANSIENT, or while a link is held) holds further links
+        back for :data:`BACKOFF_S`."""
+        self.opening -= 1
+        if self.links or err.error_status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT:
+            self.refusals += 1
+            self._quiet_until = now + BACKOFF_S
+        else:
+            self.refused = True
+
+    def give_back(self, link: L, now: float) -> None:
+        """The call using ``link`` ended (nothing when the link was dropped meanwhile)."""
+        if not self.closed and link in self.links:
+            self._idle.append((link, now))
+
+    def drop(self, link: L) -> bool:
+        """Forget ``link`` (it can no longer be used); whether it was held."""
+        self._idle = [(held, t) for held, t in self._idle if held is not link]
+        if link in self.links:
+            self.links.remove(link)
+            return True
+        return False
+
+    @property
+    def extras(self) -> bool:
+        """Whether the session holds more than its first link."""
+        return len(self.links) > 1
+
+    def stale(self, now: float) -> list[L]:
+        """The extra links unused for :data:`IDLE_S` or more, forgotten (close them); one
+        link always stays."""
+        out: list[L] = []
+        idle = self._idle
+        while idle and len(self.links) > 1 and now - idle[0][1] >= IDLE_S:
+            link = idle.pop(0)[0]
+            self.links.remove(link)
+            out.append(link)
+        return out
+
+    def close(self) -> list[L]:
+        """Every link, forgotten (close them); no link is opened from now on."""
+        self.closed = True
+        links, self.links, self._idle = self.links, [], []
+        return links
+
+
 class SameHostQueue:
-    """The same-host execution queue of one session. Thread-safe; ``close`` it (idempotent)."""
+    """The same-host execution queue of one session: a pool of links (module docstring).
+    Thread-safe; ``close`` it (idempotent)."""
 
     #: False: sessions opened from now on make no queue (every call takes gRPC; tests of the
     #: gRPC path, ``NNHAL_SAME_HOST_QUEUE=0`` in the environment). Both clients read it.
@@ -174,35 +307,80 @@ class SameHostQueue:
     def __init__(self, channel: SessionChannel) -> None:
         self._channel = channel
         self._forms = CarriedForms(channel.stubs)
-        self._link: FastBurstLink | None = None
-        self._refused = False
-        self._closed = False
-        self._lock = threading.Lock()  # opening and closing the link
+        self._pool: LinkPool[FastBurstLink] = LinkPool()
+        self._lock = threading.Lock()  # a leaf: guards the pool and the timer
+        self._timer: threading.Timer | None = None  # closes the extra links left unused
 
     def carries(self, rpc: Any) -> bool:
         """Whether calls of ``rpc`` (a stub's callable) may take the queue."""
-        return not self._refused and self._forms.carries(rpc)
+        return not self._pool.refused and self._forms.carries(rpc)
 
     @property
     def open(self) -> bool:
-        """Whether the queue is open now (tests, benchmarks)."""
-        return self._link is not None
+        """Whether the queue has a link open now (tests, benchmarks)."""
+        return bool(self._pool.links)
+
+    @property
+    def open_links(self) -> tuple[FastBurstLink, ...]:
+        """The links open now, the first opened first (tests, benchmarks)."""
+        return tuple(self._pool.links)
+
+    @property
+    def refusals(self) -> int:
+        """How many extra links the server refused (tests)."""
+        return self._pool.refusals
 
     @property
     def ring_bytes(self) -> int:
-        """Bytes of the rings the open queue holds (charged to the session on the server)."""
-        link = self._link
-        return 0 if link is None else 2 * link.ring_bytes
+        """Bytes of the rings the open links hold (charged to the session on the server)."""
+        return sum(2 * link.ring_bytes for link in list(self._pool.links))
 
-    def _connect(self) -> FastBurstLink | None:
+    def _take(self) -> FastBurstLink | None:
+        """A free link, opened now if need be and allowed; None: the call takes gRPC."""
         with self._lock:
-            if self._link is None and not self._refused and not self._closed:
-                try:
-                    self._link = FastBurstLink.open(self._channel, "", RING_BYTES, executions=True)
-                except HalError as err:
-                    self._refused = True
-                    log.debug("no same-host queue for this session (%s); executions take gRPC", err.message)
-            return self._link
+            link, open_one = self._pool.take(time.monotonic())
+        if not open_one:
+            return link
+        try:
+            link = FastBurstLink.open(self._channel, "", RING_BYTES, executions=True)
+        except HalError as err:
+            with self._lock:
+                self._pool.failed(err, time.monotonic())
+            log.debug("no further same-host queue link for this session (%s); the call takes gRPC", err.message)
+            return None
+        except BaseException:
+            with self._lock:
+                self._pool.opening -= 1
+            raise
+        with self._lock:
+            kept = self._pool.opened(link, link.max_queues)
+        if not kept:
+            link.close()
+            return None
+        return link
+
+    def _give_back(self, link: FastBurstLink) -> None:
+        with self._lock:
+            pool = self._pool
+            pool.give_back(link, time.monotonic())
+            if pool.extras and self._timer is None and not pool.closed:
+                self._arm()
+
+    def _arm(self) -> None:
+        """Check for extra links left unused in :data:`IDLE_S`. Holds ``_lock``."""
+        timer = self._timer = threading.Timer(IDLE_S, self._reap)
+        timer.daemon = True
+        timer.name = "nnhal-same-host-links"
+        timer.start()
+
+    def _reap(self) -> None:
+        with self._lock:
+            self._timer = None
+            stale = self._pool.stale(time.monotonic())
+            if self._pool.extras and not self._pool.closed:
+                self._arm()
+        for link in stale:
+            link.close()  # the server gives its rings' charge back
 
     def call(
         self, rpc: Any, request: Message, what: str, timeout: float | None, request_id: str, scope: str | None = None
@@ -211,33 +389,36 @@ class SameHostQueue:
         and the notify events for a stream — or None when it takes gRPC instead (module
         docstring). Raises its transport failure: a HalError, or a ``grpc.RpcError`` for the
         caller's mapping (an injected abort, no answer in time)."""
-        if self._refused or not self._forms.carries(rpc):
+        if self._pool.refused or not self._forms.carries(rpc):
             return None
-        link = self._link or self._connect()
+        link = self._take()
         if link is None:
             return None
-        packet = self._forms.packet(rpc, request, request_id, scope or "", link.results.max_payload)
-        if packet is None:
-            return None
-        form, payload = packet
-        limit = timeout or DEFAULT_CALL_TIMEOUT
         try:
-            answer = link.exchange(samehost.METHOD, payload, limit, form.number)
-        except QueueEnded as ended:
-            self._drop(link)
-            raise ended_error(ended, what) from None
-        except QueueTimeout:
-            self._drop(link)  # its answer may still come: the queue is out of step
-            raise late_error(limit) from None
-        return None if answer is None else self._forms.answer(form, answer, what)
+            packet = self._forms.packet(rpc, request, request_id, scope or "", link.results.max_payload)
+            if packet is None:
+                return None
+            form, payload = packet
+            limit = timeout or DEFAULT_CALL_TIMEOUT
+            try:
+                answer = link.exchange(samehost.METHOD, payload, limit, form.number)
+            except QueueEnded as ended:
+                self._drop(link)
+                raise ended_error(ended, what) from None
+            except QueueTimeout:
+                self._drop(link)  # its answer may still come: the link is out of step
+                raise late_error(limit) from None
+            return None if answer is None else self._forms.answer(form, answer, what)
+        finally:
+            self._give_back(link)
 
     def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
         """executeSynchronously_1_3 through the queue, as a fast burst's execution (a request
-        layout the server granted an id travels as a compact call: :mod:`nnhal.core.fastpacket`);
+        layout the link granted an id travels as a compact call: :mod:`nnhal.core.fastpacket`);
         None when it takes gRPC instead. Transport failures raise, as on gRPC."""
-        if self._refused:
+        if self._pool.refused:
             return None
-        link = self._link or self._connect()
+        link = self._take()
         if link is None:
             return None
         channel = self._channel
@@ -255,8 +436,10 @@ class SameHostQueue:
                 md[0][1],
             )
         except QueueTimeout:
-            self._drop(link)  # its answer may still come: the queue is out of step
+            self._drop(link)  # its answer may still come: the link is out of step
             late = late_error(limit)
+        finally:
+            self._give_back(link)
         result: ExecutionResult = channel.invoke(_raise(late), what, bound is not None, md[0][1])
         return result
 
@@ -272,33 +455,37 @@ class SameHostQueue:
     ) -> ExecutionResult | None:
         """:meth:`execute` of a numpy call plan's layout, from its pools' bytes (``parts``, in
         order) and the options of an unprofiled execution (``ExecutionOptions``' fields, not
-        made into one: a call that takes this way needs none): a compact call when the open
-        queue granted the layout an id, else None (nothing sent: the call takes :meth:`execute`,
-        whose first call of a layout asks for the id). The same failures as :meth:`execute`."""
-        link = self._link
+        made into one: a call that takes this way needs none): a compact call on a free link
+        that granted the layout an id, else None (nothing sent: the call takes :meth:`execute`,
+        whose first call of a layout on a link asks it for an id). The same failures as
+        :meth:`execute`."""
+        with self._lock:
+            link = self._pool.take_idle(lambda held: held.granted(planned, handle) != 0)
         if link is None:
             return None
-        layout = link.granted(planned, handle)
-        if not layout:
-            return None
-        channel = self._channel
-        md = channel._metadata()  # this thread's request id, as a gRPC call's
-        rid = md[0][1]
-        remaining = remaining_time(timeout, deadline_at)
-        tag = samehost.encode_tag(rid, scope_of(md))
-        payload = link.planned_packet(layout, tag, measure, loop_timeout_ns, remaining, parts, planned.body)
-        if payload is None:
-            return None
-        bound = grpc_timeout(remaining)
-        limit = bound or DEFAULT_CALL_TIMEOUT
-        failure: BaseException
         try:
-            return link.send(fastpacket.CALL, payload, (handle, planned.shape), limit, wait=False)
-        except QueueTimeout:
-            self._drop(link)  # its answer may still come: the queue is out of step
-            failure = late_error(limit)
-        except (grpc.RpcError, HalError) as err:
-            failure = err
+            # Granted by this link (``take_idle``): ``planned.grant`` now names it.
+            layout = link.granted(planned, handle)
+            channel = self._channel
+            md = channel._metadata()  # this thread's request id, as a gRPC call's
+            rid = md[0][1]
+            remaining = remaining_time(timeout, deadline_at)
+            tag = samehost.encode_tag(rid, scope_of(md))
+            payload = link.planned_packet(layout, tag, measure, loop_timeout_ns, remaining, parts, planned.body)
+            if payload is None:
+                return None
+            bound = grpc_timeout(remaining)
+            limit = bound or DEFAULT_CALL_TIMEOUT
+            failure: BaseException
+            try:
+                return link.send(fastpacket.CALL, payload, (handle, planned.shape), limit, wait=False)
+            except QueueTimeout:
+                self._drop(link)  # its answer may still come: the link is out of step
+                failure = late_error(limit)
+            except (grpc.RpcError, HalError) as err:
+                failure = err
+        finally:
+            self._give_back(link)
         # Through the one call path, as :meth:`execute`'s: mapped, tagged, a death declared.
         result: ExecutionResult = channel.invoke(_raise(failure), "executeSynchronously_1_3", bound is not None, rid)
         return result
@@ -307,13 +494,14 @@ class SameHostQueue:
         """Close a link that can no longer be used (a later call opens a new one, unless the
         session is dead: its calls then fail before reaching here)."""
         with self._lock:
-            if self._link is link:
-                self._link = None
+            self._pool.drop(link)
         link.close()
 
     def close(self) -> None:
         with self._lock:
-            self._closed = True
-            link, self._link = self._link, None
-        if link is not None:
+            links = self._pool.close()
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        for link in links:
             link.close()

@@ -170,6 +170,11 @@ class LongCalls:
         try:
             with self._lock:
                 mine = self._held.get((kind, client), 0)
+                if mine >= cap and kind == QUEUE:  # counted per session (``FastPathServicer``)
+                    raise ResourceExhaustedTransient(
+                        f"this session already holds {mine} {kind}s (the cap per session is {cap}); "
+                        "its other calls take gRPC"
+                    )
                 if mine >= cap:
                     raise ResourceExhaustedTransient(
                         f"this client already has {mine} {kind}s in progress (the cap per client is {cap}); "

@@ -41,7 +41,8 @@ With ``executions`` set, ``openFastBurst`` opens the session's same-host executi
 instead (no prepared model; not gated as a burst; counted as a "same-host queue" of the
 session — capped per session and by a total of its own, outside the long-call total,
 since an idle queue holds no thread (``long_calls.QUEUE``); its rings are charged to the
-session's client): its packets carry every execution form of the session
+session's client; its first event says the cap, ``max_queues``, so that a client carrying
+concurrent calls opens one queue per call in flight, up to it): its packets carry every execution form of the session
 (:mod:`nnhal.server.rpc.samehost`), and ``executeSynchronously_1_3`` also as the burst's
 full, learning and compact packets above — each naming its prepared model, tagged with
 the call's request id and fault scope — served as ``executeSynchronously_1_3`` counted
@@ -214,7 +215,12 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         served = False  # handed to the queue server, which then gives it back (``opened.close``)
         try:
             context.add_done_callback(lambda _context: queue.stop())
-            yield fpb.FastBurstEvent(socket_path=str(queue.socket_path), token=queue.token, ring_bytes=queue.ring_bytes)
+            # A session's queue says how many the session may hold: its client opens more
+            # to carry concurrent calls, up to that (the cap ``_open`` enforces).
+            cap = self.executions.long_calls.per_client[QUEUE] if request.executions else 0
+            yield fpb.FastBurstEvent(
+                socket_path=str(queue.socket_path), token=queue.token, ring_bytes=queue.ring_bytes, max_queues=cap
+            )
             step = pool.submit(queue.hand_over, HANDOVER_TIMEOUT_S)
             await asyncio.wrap_future(step)
             step = None

@@ -66,7 +66,7 @@ def test_same_host_queues_have_caps_of_their_own_outside_the_total() -> None:
         calls.enter("preparation", "p")
     leaves[0]()
     second = calls.open(QUEUE, "s1")  # room again; the session's second
-    with pytest.raises(ResourceExhaustedTransient, match="per client is 2"):
+    with pytest.raises(ResourceExhaustedTransient, match="cap per session is 2"):
         calls.enter(QUEUE, "s1")
     second()
     for leave in leaves:
