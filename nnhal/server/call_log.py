@@ -46,7 +46,9 @@ def failed(method: str, status: int, message: str) -> None:
 
 class CallLog(Observer):
     """Logs each failed call the owner answers (an answer without a status, a ``Prepared``,
-    is a success)."""
+    is a success). It reads a call's method, never its arguments."""
+
+    reads_args = False
 
     def answered(self, call: Call, answer: object) -> None:
         failed(call.method, int(getattr(answer, "status", ErrorStatus.NONE)), str(getattr(answer, "message", "")))

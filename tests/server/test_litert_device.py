@@ -181,3 +181,29 @@ def test_a_cache_read_at_its_cut_hands_litert_the_tail_itself(compiling: Compili
     assert any(getattr(s.graph, "_interpreter", None) is not None for s in loaded._steps)  # type: ignore[attr-defined]
     interpreters = [s.graph._interpreter for s in loaded._steps]  # type: ignore[attr-defined]
     assert any(i._model_content is tail for i in interpreters)
+
+
+def test_inputs_from_read_only_pools_are_copied_in_and_a_misfit_is_refused(compiling: CompilingDeviceCheck) -> None:
+    """A request's inputs are read-only views of its pools' bytes (at any offset): each is
+    copied straight into the interpreter's tensor; an input of another dtype or shape goes
+    to ``set_tensor``, whose refusal is GENERAL_FAILURE, and the graph runs on after it."""
+    path = MODELS / "face_detection_short_range.tflite"
+    imported = import_tflite(path)
+    model = imported.model
+    graph = LITERT.compile(model, compiling.pools(model))[0]
+    lite = LiteRtRunner(path)
+    for seed, offset in ((0, 0), (1, 4), (2, 3)):
+        x = imported.random_inputs(seed)[0]
+        pool = bytes(offset) + x.tobytes()
+        view = np.ndarray(x.shape, x.dtype, pool, offset)  # as ``RequestPlan.bind_inputs`` makes it
+        assert not view.flags.writeable
+        ours = graph.run([view])
+        for a, b, c in zip(ours, graph.run([x.copy()]), lite.run([x])):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-5)
+    x = imported.random_inputs(3)[0]
+    for misfit in (x.astype(np.float64), x.reshape(1, 128, 384, 1)):
+        with pytest.raises(GeneralFailure, match="LiteRT failed"):
+            graph.run([misfit])
+    for a, b in zip(graph.run([x]), lite.run([x])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

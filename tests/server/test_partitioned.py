@@ -119,3 +119,27 @@ def test_the_artifact_loads_from_pieces_cut_anywhere_and_names_its_last_steps_by
     for cut in (tail, 0, 1, tail - 1, len(artifact) // 2, len(artifact)):
         loaded = backend.load(skeleton, [], Pieces(artifact[:cut], artifact[cut:]))
         np.testing.assert_array_equal(loaded.run([x])[0], expected)
+
+
+def test_a_model_wholly_on_the_library_runs_as_its_one_step() -> None:
+    """Unprofiled, a model placed wholly on the library is that step's run; profiled, the
+    steps' loop runs it: the same outputs either way, and the profile still counts it."""
+    b = ModelBuilder()
+    x = b.input(F32, (1, 5, 5, 3))
+    w = b.constant(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    bias = b.constant(RNG.standard_normal(4).astype(np.float32))
+    c = b.op(O.CONV_2D, [x, w, bias, *b.ints(1, 1, 1, 0)], F32, (1, 5, 5, 4))
+    model = b.outputs(c, b.op(O.ADD, [c, c, b.int32(1)], F32, (1, 5, 5, 4))).finish()
+    pools = _pools(model)
+    graph, _ = PartitionedBackend(LiteRtBackend(1, measure_capabilities=False)).compile(model, pools)
+    assert graph._whole is not None  # type: ignore[attr-defined]
+    x_in = RNG.standard_normal((1, 5, 5, 3)).astype(np.float32)
+    expected = ReferenceBackend().compile(model, pools)[0].run([x_in])
+    plain = graph.run([x_in], ExecutionControl())
+    control = ExecutionControl(profile={})
+    profiled = graph.run([x_in], control)
+    assert len(plain) == len(profiled) == 2
+    for a, p, e in zip(plain, profiled, expected):
+        np.testing.assert_array_equal(a, p)
+        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4)
+    assert control.profile is not None and control.profile["litert"][0] == 2

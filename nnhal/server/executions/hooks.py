@@ -20,6 +20,11 @@ once (``finished``, ``answered``; their answers the fence's handle and the info)
 Hooks run on the call's own thread (a worker's, or the event loop's for an inline
 execution): they must be quick and must not raise (an exception is logged and dropped).
 With no observer set the owner pays one attribute read per call.
+
+An observer that never reads a call's canonical arguments says so (``reads_args`` False):
+while no observer of the owner reads them, a call that can launch from its bytes alone (a
+same-host compact call, ``lean.launch_compact``) launches so, with no arguments made, and
+the hooks are told it with ``args`` None.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ log = logging.getLogger(__name__)
 class Call:
     """One call as the hooks see it: its ``method`` (the name its metrics count it by),
     ``what`` it is (``"a burst execution"``) and its canonical ``args`` (``calls.Execution`` …;
-    None when it was refused before its arguments were converted)."""
+    None when it was refused before its arguments were converted, or launched from its
+    bytes while no observer reads them: module docstring)."""
 
     method: str
     what: str
@@ -61,6 +67,10 @@ class Timings:
 class Observer:
     """No-op hooks (module docstring); override those you need."""
 
+    #: Whether this observer reads ``Call.args`` (False: it never does, so calls may launch
+    #: without making their canonical arguments; module docstring).
+    reads_args: bool = True
+
     def launch_written(self, call: Call) -> None:
         """The launch status of ``call`` reached the transport's client side."""
 
@@ -81,6 +91,8 @@ class Observers(Observer):
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)
+        #: Whether any of them reads ``Call.args``.
+        self.reads_args = any(o.reads_args for o in self.observers)
 
         def overriding(hook: str) -> tuple[Callable[..., None], ...]:
             base = getattr(Observer, hook)

@@ -222,8 +222,9 @@ class Executions:
         ``arrival``: what ``arrive`` returned for this call; ``since``: when it arrived
         (``time.perf_counter()``, a streamed execution's start; default: now).
         ``lean_launch``: the call's own lean launch (``lean.launch_compact``), tried first when
-        no hook observes the calls (the hooks are told the call's canonical arguments); when it
-        returns None, ``build()`` is called and the call launched as any other."""
+        no hook reads the calls' canonical arguments (``Observer.reads_args``; the hooks are
+        then told the call with ``args`` None); when it returns None, ``build()`` is called
+        and the call launched as any other."""
         t0 = time.perf_counter() if since is None else since
         error = arrival.start() if arrival is not None else None  # an abort raises
         obs = self.observer
@@ -237,7 +238,8 @@ class Executions:
         try:
             job: ExecutionJob | LeanRun | None
             try:
-                job = lean_launch() if lean_launch is not None and obs is None else None
+                lean_ok = lean_launch is not None and (obs is None or not obs.reads_args)
+                job = lean_launch() if lean_ok and lean_launch is not None else None
                 if job is None:
                     args = build()
                     # A layout run before, with a free slot: the lean launch (``lean``); else the full one.

@@ -53,6 +53,10 @@ class LiteRtGraph:
         self._inputs = [d["index"] for d in interpreter.get_input_details()]
         self._outputs = [d["index"] for d in interpreter.get_output_details()]
         self._lock = threading.Lock()
+        # Bound once: an execution calls them per tensor.
+        self._set, self._get, self._run = interpreter.set_tensor, interpreter.get_tensor, interpreter.invoke
+        #: Per input: a function giving a view of the interpreter's own buffer (``_invoke``).
+        self._views = [interpreter.tensor(i) for i in self._inputs]
 
     def run(
         self,
@@ -65,13 +69,25 @@ class LiteRtGraph:
         return run_compiled("LiteRT", self._invoke, inputs, control)
 
     def _invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        set_tensor, get_tensor = self._set, self._get
         with self._lock:
-            for index, value in zip(self._inputs, inputs):
-                self._interpreter.set_tensor(index, value)
-            self._interpreter.invoke()
+            for index, view, value in zip(self._inputs, self._views, inputs):
+                # A request's input is a read-only view of its pool, which ``set_tensor`` would
+                # copy twice (into a writable array, then into the tensor): copied once here,
+                # straight into the tensor's buffer. The view is dropped at once — LiteRT
+                # refuses to run while one is held. Anything but an exact fit (dtype, shape)
+                # goes through ``set_tensor``, which says what is wrong.
+                tensor = view()
+                if tensor.dtype == value.dtype and tensor.shape == value.shape:
+                    np.copyto(tensor, value, casting="no")
+                    del tensor
+                else:
+                    del tensor
+                    set_tensor(index, value)
+            self._run()  # LiteRT lets go of the GIL while it computes
             # get_tensor returns a copy (one, made under the lock): the interpreter's tensors
             # are overwritten by the next execution.
-            return [self._interpreter.get_tensor(i) for i in self._outputs]
+            return [get_tensor(i) for i in self._outputs]
 
 
 class LiteRtBackend:

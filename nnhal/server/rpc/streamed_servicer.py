@@ -9,8 +9,11 @@ back as its head, then the chunks of its large output pools. Each chunk is charg
 as it arrives (RESOURCE_EXHAUSTED_* in the head past a memory limit), until the execution,
 which charges its request data itself, takes over. A stream breaking the rules
 is answered with INVALID_ARGUMENT in the head. The handler is a coroutine on the server's
-loop: the chunks are taken in as they arrive (no thread waits on a slow sender), the
-execution runs on a worker thread. An open stream counts among the long-lived calls of its
+loop: the chunks are taken in as they arrive (no thread waits on a slow sender), each
+chunk's read asked for, its bytes charged first, before the chunk before is copied into its
+pool (``chunk_reads.ChunkReads``: the sender is granted its window while the server works;
+a session the budget refuses that charge reads one chunk at a time), the execution runs on
+a worker thread. An open stream counts among the long-lived calls of its
 connection (``executions.LongCalls``, kind ``streamed execution``): past the cap the head says
 RESOURCE_EXHAUSTED_TRANSIENT.
 
@@ -38,6 +41,7 @@ from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb, streamed_pb2_g
 from nnhal.server import log_limits
 from nnhal.server.executions import Abort, Arrival, Execution, Executions, Method, Refused
 from nnhal.server.executions.owner import RESULTS_WAITING
+from nnhal.server.rpc.chunk_reads import ChunkReads
 from nnhal.server.rpc.common import hal_method, status_to
 from nnhal.server.rpc.ending import current_ender
 from nnhal.server.rpc.identity import stream_client
@@ -50,8 +54,6 @@ SYNC_METHOD = "executeSynchronously_1_3"
 #: The budget's kind for the chunks of a streamed request while it arrives.
 ARRIVING = "request data arriving"
 
-
-_ONLY_CHUNKS = "a streamed execution has one head, then only chunks"
 SERVICE = stpb.DESCRIPTOR.services_by_name["StreamedExecution"].full_name
 
 
@@ -86,34 +88,26 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
         # Given back when the stream ends, also when gRPC never resumes this generator.
         context.add_done_callback(lambda _context: leave())
         sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the execution's context
-        budget = x.driver.budget
-        charged, session = 0, ""  # bytes of chunks charged while the stream arrives, to whom
-
-        def give_back() -> None:
-            nonlocal charged
-            if charged:
-                budget.uncharge(session, charged, ARRIVING)
-                charged = 0
-
+        reads: ChunkReads | None = None  # the chunks' reads, charged to the session (module docstring)
         try:
             first = None
             try:
                 parts = aiter(request_iterator)
                 first = await anext(parts, None)
                 reader = wire_stream.RequestReader(first)
-                session = reader.head.session
                 cap = x.driver.config.receive_cap(wire.max_inline_bytes())
                 if reader.declared > cap:
                     raise ResourceExhaustedPersistent(
                         f"the stream's inline pools declare {reader.declared} bytes, more than one client "
                         f"may hold ({cap})"
                     )
-                async for part in parts:
-                    # Every chunk is charged to its session before it is kept (DESIGN.md §5).
-                    nbytes = len(wire_stream.chunk_of(part, _ONLY_CHUNKS).data)
-                    budget.charge(session, nbytes, ARRIVING)
-                    charged += nbytes
+                session = reader.head.session
+                reads = ChunkReads(parts, x.driver.budget, session, ARRIVING, reader.declared)
+                while (part := await reads.next()) is not None:
+                    if reads.ahead():
+                        await asyncio.sleep(0)  # the next read asked of gRPC before this copy
                     reader.add(part)
+                    del part  # copied into its pool
                 head, request = reader.finish()
             except (HalError, DecodeError) as err:
                 if isinstance(err, HalError) and first is not None:
@@ -134,7 +128,8 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
             build: Callable[[], Execution] = functools.partial(execution_from, head, request)
 
             # The execution charges its request data itself, from its launch on.
-            give_back()
+            if reads is not None:
+                await reads.close()
             try:
                 result = await in_thread(x.execute, m, build, sync, arrival, t0)
             except Abort as aborted:
@@ -147,6 +142,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
             kept, large = wire_stream.split_result(result)
             del result
             # The output pools wait to be written, charged to the session until they are.
+            budget = x.driver.budget
             waiting = sum(len(data) for data in large.values())
             try:
                 budget.charge(session, waiting, RESULTS_WAITING)
@@ -161,8 +157,11 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                 del large
                 budget.uncharge(session, waiting, RESULTS_WAITING)
         finally:
-            give_back()
-            leave()
+            try:
+                if reads is not None:
+                    await reads.close()
+            finally:
+                leave()
 
 
 def add_to_server(servicer: StreamedExecutionServicer, server: Any) -> None:

@@ -6,6 +6,7 @@ queue serves on. In process (the queue's packet handler driven as its thread dri
 from __future__ import annotations
 
 import contextvars
+import logging
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -16,6 +17,7 @@ from nnhal.core.enums import ErrorStatus, ExecutionPreference
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.proto import service_pb2 as spb
 from nnhal.server import fastpath
+from nnhal.server.call_log import CallLog
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Executions, Notify, Preparation, Prepared, lean
 from nnhal.server.executions.hooks import Call, Observer
@@ -158,3 +160,39 @@ def test_garbage_is_refused_and_the_queue_serves_on(make: Callable[[int], bytes]
     assert kind == fastpacket.ANSWER
     np.testing.assert_array_equal(np.frombuffer(fastpacket.decode_answer(payload).output_pools[1], np.float32), 4.0)
     assert q.x.metrics.executions_by_transport()["same_host"] == 2  # refusals name no execution
+
+
+def test_under_the_call_log_compact_calls_launch_from_their_bytes(
+    compact_launches: list[bool], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's call log reads no call's arguments: it leaves the lean launch on, and
+    still logs a failed call (its arguments then None)."""
+    q = Queue()
+    layout = q.learn()
+    q.x.observe(CallLog())
+    told: list[Call] = []
+
+    class Answers(Observer):
+        reads_args = False
+
+        def answered(self, call: Call, answer: object) -> None:
+            told.append(call)
+
+    q.x.observe(Answers())
+    for _ in range(3):
+        kind, _ = q.call(layout, np.ones(16, np.float32))
+        assert kind == fastpacket.ANSWER
+    assert compact_launches == [True] * 3
+    assert [c.args for c in told] == [None] * 3 and {c.method for c in told} == {"executeSynchronously_1_3"}
+    # A call that fails is logged: a deadline already passed.
+    late = TAG + fastpacket.encode_call(layout, False, 0, 0, [np.ones(16, np.float32).tobytes(), b""])
+    with caplog.at_level(logging.INFO, logger="nnhal.calls"):
+        kind, payload = q.send(fastpacket.CALL, late)
+    status = fastpacket.decode_answer(payload).status if kind == fastpacket.ANSWER else _refusal((kind, payload)).status
+    assert status != ErrorStatus.NONE
+    assert any("executeSynchronously_1_3 failed" in r.getMessage() for r in caplog.records)
+    # An observer that reads the arguments turns the lean launch off again.
+    before = len(compact_launches)
+    q.x.observe(Observer())
+    kind, _ = q.call(layout, np.ones(16, np.float32))
+    assert kind == fastpacket.ANSWER and len(compact_launches) == before
