@@ -213,7 +213,7 @@ class PreparedModel(Releasable):
         """configureExecutionBurst: many executions on one channel — the same-host fast path
         when the server offers it (``fast``: None), required (True) or not (False), else a
         gRPC stream (see :class:`Burst`)."""
-        return Burst(self._remote, self.handle, fast=fast, ring_bytes=ring_bytes)
+        return Burst(self._remote, self.handle, fast=fast, ring_bytes=ring_bytes, numpy_io=self._numpy_io)
 
     @property
     def session_id(self) -> str:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from nnhal.core import fastpacket, fastring
+from nnhal.core import fastpacket, fastring, lookout
 from nnhal.core.doorbell import Doorbell, nonblocking_pipe
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, InvalidArgument
@@ -60,27 +60,23 @@ _ARM, _END = object(), object()
 
 #: The most a serving thread may be told to look for the next rung doorbell (1 ms).
 SPIN_MAX_US = 1000
+#: How long the serving thread looks for the next rung doorbell by default, while looking pays
+#: (:class:`nnhal.core.lookout.Lookout`).
+SPIN_DEFAULT_US = 200
 
 
-def spin_from_env(value: str | None) -> float:
-    """Seconds the serving thread keeps looking for the next rung doorbell before it sleeps,
-    from ``NNHAL_QUEUE_SPIN_US`` (whole microseconds, 0 to :data:`SPIN_MAX_US`; unset or 0:
-    it sleeps at once). A value outside that is ignored with a warning: the queue serves as
-    if it were unset."""
-    if not value:
-        return 0.0
-    try:
-        us = int(value)
-    except ValueError:
-        us = -1
-    if not 0 <= us <= SPIN_MAX_US:
-        log.warning("NNHAL_QUEUE_SPIN_US=%r is not 0..%d microseconds: ignored", value, SPIN_MAX_US)
-        return 0.0
-    return us / 1e6
+def spin_from_env(value: str | None) -> tuple[float, bool]:
+    """Seconds the serving thread may look for the next rung doorbell before it sleeps, and
+    whether it always does, from ``NNHAL_QUEUE_SPIN_US``: unset, empty or ``auto`` —
+    :data:`SPIN_DEFAULT_US`, while looking pays (the lookout's policy); ``0`` or ``off`` — it
+    sleeps at once; whole microseconds 1 to :data:`SPIN_MAX_US` — that long, after every
+    batch (never with a single CPU allowed). Anything else is ignored with a warning: the
+    default."""
+    return lookout.window_from_env("NNHAL_QUEUE_SPIN_US", value, SPIN_DEFAULT_US, SPIN_MAX_US)
 
 
-#: How long the serving thread looks for the next rung doorbell before it sleeps (opt-in).
-SPIN_S = spin_from_env(os.environ.get("NNHAL_QUEUE_SPIN_US"))
+#: How long the serving thread may look for the next rung doorbell, and whether always.
+SPIN_S, SPIN_FORCED = spin_from_env(os.environ.get("NNHAL_QUEUE_SPIN_US"))
 
 #: How often a handover waiting for its client looks whether it should stop.
 _ACCEPT_SLICE_S = 0.25
@@ -339,7 +335,9 @@ class QueueServer:
     first slow ones), after which its queue's packets go to workers. While several queues are
     served, the answers written on this thread are rung once every queue one wait reported
     has had its turn: a client woken by a doorbell is often put on the waker's core, and
-    ringing it at once would hand that core to it while the other queues' packets wait. The thread exists
+    ringing it at once would hand that core to it while the other queues' packets wait. Before
+    it sleeps, the thread looks for the next rung doorbell while its
+    :class:`~nnhal.core.lookout.Lookout` allows (``NNHAL_QUEUE_SPIN_US``). The thread exists
     while a queue is served (started at the first, ending with the last). A queue ends
     once it is stopping (``FastQueue.stop``, the client's STOP, a protocol violation): it
     leaves the set and its ``ended`` is called, on whichever thread held it, after which
@@ -356,6 +354,8 @@ class QueueServer:
         #: Whether the serving thread rings the clients after the batch (more than one queue
         #: is served). Only that thread reads or writes it.
         self._batched = False
+        #: When the serving thread looks for the next doorbell before it sleeps (only it uses it).
+        self._lookout = lookout.Lookout(SPIN_S, SPIN_FORCED)
 
     @property
     def queues(self) -> int:
@@ -410,22 +410,31 @@ class QueueServer:
                 served.queue.ring()
 
     def _next_events(self, epoll: select.epoll) -> list[tuple[int, int]]:
-        """The next doorbells rung: looked for without sleeping for up to :data:`SPIN_S`
+        """The next doorbells rung: looked for without sleeping while the lookout allows
         (each look a non-blocking ``epoll_wait`` that lets other threads have the GIL, then
         the core yielded), then waited for. A client that sends its next call within the
         window finds this thread awake: no cross-core wake-up, which on a virtual machine
-        costs more than the call's own work."""
-        if SPIN_S > 0.0:
-            last = time.monotonic() + SPIN_S
-            poll, yield_core, monotonic = epoll.poll, os.sched_yield, time.monotonic
+        costs more than the call's own work. Every wait, looked or slept, teaches the lookout."""
+        watch = self._lookout
+        window = watch.window()
+        monotonic = time.monotonic
+        start = monotonic()
+        if window > 0.0:
+            last = start + window
+            poll, yield_core = epoll.poll, os.sched_yield
             while True:
                 events = poll(0)
                 if events:
+                    gap = monotonic() - start
+                    watch.waited(gap, gap)
                     return events
                 if monotonic() >= last:
                     break
                 yield_core()
-        return epoll.poll()
+        looked = monotonic() - start
+        events = epoll.poll()
+        watch.waited(monotonic() - start, looked)
+        return events
 
     def _turn(self, served: _Served, handed: tuple[int, bytes] | None) -> None:
         """One turn of ``served`` (``_answer``) on the serving thread (``handed`` None) or a

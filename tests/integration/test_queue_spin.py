@@ -1,7 +1,8 @@
-"""The serving thread's look for the next rung doorbell (``NNHAL_QUEUE_SPIN_US``, opt-in),
-across processes: with it on, and the client's hybrid wait on, every execution is answered
-right and on the same-host queue, a SIGKILLed server still releases a waiting call with
-DEAD_OBJECT, and a value outside 0..1000 µs is ignored (the queue serves as without it).
+"""The serving thread's look for the next rung doorbell (``NNHAL_QUEUE_SPIN_US``: adaptive by
+default, forced by a window in µs), across processes: with it forced, and the client's hybrid
+wait forced, every execution is answered right and on the same-host queue, a SIGKILLed server
+still releases a waiting call with DEAD_OBJECT, and a value outside auto, off and 0..1000 µs
+is ignored (the queue serves with the default).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from nnhal.client.device import Device
 from nnhal.client.remote.fastpath import FastBurstLink
+from nnhal.core import lookout
 from nnhal.core.errors import DeadObject
 from nnhal.server import fastpath
 from nnhal.testing.local_server import LocalServer
@@ -24,15 +26,30 @@ from tests.conftest import add_model
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize(("value", "seconds"), [(None, 0.0), ("", 0.0), ("0", 0.0), ("200", 200e-6), ("1000", 1e-3)])
-def test_the_spin_is_read_in_microseconds(value: str | None, seconds: float) -> None:
-    assert fastpath.spin_from_env(value) == pytest.approx(seconds)
+_DEFAULT = (fastpath.SPIN_DEFAULT_US / 1e6, False)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, _DEFAULT),
+        ("", _DEFAULT),
+        ("auto", _DEFAULT),
+        ("0", (0.0, False)),
+        ("off", (0.0, False)),
+        ("200", (200e-6, True)),
+        ("1000", (1e-3, True)),
+    ],
+)
+def test_the_spin_is_read_in_microseconds(value: str | None, expected: tuple[float, bool]) -> None:
+    seconds, forced = fastpath.spin_from_env(value)
+    assert (seconds, forced) == (pytest.approx(expected[0]), expected[1])
 
 
 @pytest.mark.parametrize("value", ["abc", "-1", "1001", "2.5"])
 def test_a_spin_outside_its_range_is_ignored_with_a_warning(value: str, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger=fastpath.__name__):
-        assert fastpath.spin_from_env(value) == 0.0
+    with caplog.at_level(logging.WARNING, logger=lookout.__name__):
+        assert fastpath.spin_from_env(value) == _DEFAULT
     assert "NNHAL_QUEUE_SPIN_US" in caplog.text
 
 
@@ -40,6 +57,7 @@ def test_a_spin_outside_its_range_is_ignored_with_a_warning(value: str, caplog: 
 def spinning_server(monkeypatch: pytest.MonkeyPatch) -> LocalServer:
     monkeypatch.setenv("NNHAL_QUEUE_SPIN_US", "300")
     monkeypatch.setattr(FastBurstLink, "HYBRID_WAIT", True)
+    monkeypatch.setattr(FastBurstLink, "HYBRID_FORCED", True)
     return LocalServer("--enable-fault-injection")
 
 

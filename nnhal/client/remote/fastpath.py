@@ -14,8 +14,11 @@ as untrusted input (:mod:`nnhal.core.fastring`). The answer is read only after a
 doorbell byte was: the server rings after each answer it publishes, and the pipe
 orders the answer's bytes before the client's reads on any architecture.
 
-The hybrid wait (opt-in: :attr:`FastBurstLink.HYBRID_WAIT`; the Linux block layer's
-hybrid polling is the model) is for a machine with a core to spare: the link keeps,
+The hybrid wait (on by default, :attr:`FastBurstLink.HYBRID_WAIT`; the Linux block layer's
+hybrid polling is the model) is for a machine with a core to spare — its watch runs only
+while the link's :class:`~nnhal.core.lookout.Lookout` allows (two CPUs allowed, the
+machine not busy, a share of the elapsed time), else the link sleeps on its doorbell at
+once: the link keeps,
 per kind of call (prepared model and request layout, or method form), a running
 estimate of how long the server takes to answer; below :data:`POLL_MAX_S` it sleeps
 on a fine timer until a little before that time, then watches the result ring's head,
@@ -73,6 +76,7 @@ from nnhal.core import fastpacket, fastring, samehost, wire
 from nnhal.core.doorbell import Doorbell, fine_timers
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError
+from nnhal.core.lookout import Lookout
 from nnhal.core.types import ExecutionResult, InlinePool, MemoryPool, PoolData, Request
 from nnhal.proto import fastpath_pb2 as fpb, service_pb2 as spb
 
@@ -104,6 +108,25 @@ PROBE_EVERY = 16
 WATCH_GAIN = 0.9
 #: Weight of the latest call in the running estimates.
 _WEIGHT = 0.25
+#: The longest a watch looks at the ring (after its nap): its lead and its window.
+WATCH_MAX_S = POLL_LEAD_MAX_S + POLL_WINDOW_S
+
+
+def hybrid_from_env(value: str | None) -> tuple[bool, bool]:
+    """Whether links wait the hybrid way and whether whatever the machine's load, from
+    ``NNHAL_HYBRID_WAIT``: unset, empty or ``auto`` — yes, while the machine has a core to
+    spare and within a share of the elapsed time (:class:`nnhal.core.lookout.Lookout`);
+    ``0`` or ``off`` — no (the doorbell alone); ``1`` or ``on`` — yes, whatever the load
+    (never with a single CPU allowed). Anything else is ignored with a warning: the default."""
+    text = (value or "").strip().lower()
+    if text in ("", "auto"):
+        return True, False
+    if text in ("0", "off"):
+        return False, False
+    if text in ("1", "on"):
+        return True, True
+    log.warning("NNHAL_HYBRID_WAIT=%r is not auto, on, off, 1 or 0: ignored", value)
+    return True, False
 
 
 class _Pace:
@@ -250,7 +273,10 @@ class _CallTemplate:
     def packet(self, tag: bytes, options: ExecutionOptions, datas: list[PoolData]) -> fastring.Payload:
         """The compact call's payload: ``tag``, the header of this call's scalars, the pools'
         bytes (a small one joined at once: the ring copies it once)."""
-        deadline = fastpacket.remaining_ns(remaining_time(options.timeout, options.deadline_at))
+        remaining = (
+            options.timeout if options.deadline_at is None else remaining_time(options.timeout, options.deadline_at)
+        )
+        deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
         flags = (fastpacket.MEASURE if options.measure else 0) | (0 if deadline is None else fastpacket.HAS_DEADLINE)
         header = fastpacket.CALL_HEADER.pack(self.layout, flags, deadline or 0, options.loop_timeout_ns)
         length = len(tag) + len(header) + self.body
@@ -306,7 +332,7 @@ class QueueEnds:
 
     def pace(self, key: object) -> _Pace:
         """What the hybrid wait knows of calls of ``key``."""
-        if key is self._pace_key:
+        if key is self._pace_key or key == self._pace_key:  # equal: a planned call's new tuple
             return self._pace
         pace = self._paces.get(key)
         if pace is None:
@@ -422,7 +448,7 @@ class QueueEnds:
         ``parts`` (``body`` bytes in all, each part a C-contiguous buffer), ``remaining``
         seconds left of its deadline (None: none); None when it does not fit the request ring.
         A small packet is joined at once (the ring copies it once), a large one goes in parts."""
-        deadline = fastpacket.remaining_ns(remaining)
+        deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
         flags = (fastpacket.MEASURE if measure else 0) | (0 if deadline is None else fastpacket.HAS_DEADLINE)
         header = fastpacket.CALL_HEADER.pack(layout, flags, deadline or 0, loop_timeout_ns)
         length = len(tag) + fastpacket.CALL_HEADER.size + body
@@ -484,11 +510,10 @@ class FastBurstLink(QueueEnds):
     """One fast burst of one prepared model (or a session's queue), waited on by blocking
     doorbell reads, or the hybrid wait (module docstring). ``close`` it (idempotent)."""
 
-    #: Whether links wait the hybrid way (module docstring); off unless
-    #: ``NNHAL_HYBRID_WAIT=1`` is in the environment: on a machine whose cores are all busy
-    #: the two processes take turns on one core, and a waiter that watches only takes the
-    #: core from the server (``docs/same-host.md``). Read per link (``hybrid_wait``).
-    HYBRID_WAIT = os.environ.get("NNHAL_HYBRID_WAIT", "0") == "1"
+    #: Whether links wait the hybrid way (module docstring), and whether whatever the machine's
+    #: load (:func:`hybrid_from_env`: ``NNHAL_HYBRID_WAIT``). Read per link (``hybrid_wait``,
+    #: ``lookout``).
+    HYBRID_WAIT, HYBRID_FORCED = hybrid_from_env(os.environ.get("NNHAL_HYBRID_WAIT"))
 
     def __init__(self, remote: SessionChannel, call: Any, first: fpb.FastBurstEvent, executions: bool = False) -> None:
         super().__init__(first, executions)
@@ -498,6 +523,8 @@ class FastBurstLink(QueueEnds):
         self._closed = False
         #: Whether this link waits the hybrid way (:attr:`HYBRID_WAIT` when it was made).
         self.hybrid_wait = FastBurstLink.HYBRID_WAIT
+        #: When its watch may spend CPU (the machine's load, a share of the elapsed time).
+        self.lookout = Lookout(WATCH_MAX_S, FastBurstLink.HYBRID_FORCED)
         # The stream's end is the peer's death or the burst's end: wake whoever waits.
         call.add_done_callback(lambda _call: self.doorbell.stop())
 
@@ -549,6 +576,21 @@ class FastBurstLink(QueueEnds):
         session's queue takes before every packet (``samehost.encode_tag``)."""
         packet = self.execution_packet(request, options, handle, session, tag)
         return None if packet is None else self.send(*packet, limit, wait)
+
+    def execute_planned(
+        self, planned: fastpacket.Planned, parts: list[Any], measure: bool, timeout: float | None
+    ) -> ExecutionResult | None:
+        """A burst's execution of a numpy call plan's layout from its pools' bytes (``parts``, in
+        order; :meth:`planned_packet`): a compact call when the burst granted the layout an id,
+        else None (nothing sent: the call takes :meth:`execute`, whose first call of a layout
+        asks for the id). Failures come back in the result, as :meth:`execute`'s."""
+        layout = self.granted(planned, "")
+        if not layout:
+            return None
+        payload = self.planned_packet(layout, b"", measure, 0, timeout, parts, planned.body)
+        if payload is None:
+            return None
+        return self.send(fastpacket.CALL, payload, ("", planned.shape))
 
     def send(
         self, kind: int, payload: fastring.Payload, key: _Key | None, limit: float | None = None, wait: bool = True
@@ -616,12 +658,14 @@ class FastBurstLink(QueueEnds):
         ended (its doorbell stopped), QueueTimeout past ``end``, GENERAL_FAILURE for a
         packet that breaks the ring's rules. Holds ``_lock``."""
         rung = time.monotonic()
-        pace = self.pace(key) if self.hybrid_wait else None
+        # A closed lookout (a busy machine, one CPU) costs the call nothing more.
+        allowed = self.lookout.window() if self.hybrid_wait else 0.0
+        pace = self.pace(key) if allowed > 0.0 else None
         doorbell = self.doorbell
         watched = early = False
         if pace is not None and pace.watch():
             watched = True
-            early = self._watch(rung, pace.expected, end)
+            early = self._watch(rung, pace.expected, end, allowed)
         while True:
             left = None
             if end is not None:
@@ -638,11 +682,12 @@ class FastBurstLink(QueueEnds):
                     pace.took(watched, time.monotonic() - rung, early)
                 return packet
 
-    def _watch(self, rung: float, expected: float, end: float | None) -> bool:
+    def _watch(self, rung: float, expected: float, end: float | None, allowed: float = WATCH_MAX_S) -> bool:
         """The hybrid wait's watch: sleep until a little before the answer is expected, then
         look at the result ring's head, yielding the core between looks, until a packet is
         published (its doorbell byte follows or came: the caller's ``wait`` takes it), the
-        queue is stopping, or the bounded window passes. Whether the first look found it."""
+        queue is stopping, or the bounded window passes (at most ``allowed`` seconds of
+        looking, charged to the lookout). Whether the first look found it."""
         lead = min(expected * POLL_LEAD_SHARE, POLL_LEAD_MAX_S)
         last = rung + expected + POLL_WINDOW_S
         if end is not None:
@@ -654,12 +699,15 @@ class FastBurstLink(QueueEnds):
             time.sleep(nap)
         if pending():
             return True
+        start = monotonic()
+        last = min(last, start + allowed)
         for _ in range(POLL_LOOPS):
             if doorbell.stopping or monotonic() >= last:
                 break
             os.sched_yield()
             if pending():
                 break
+        self.lookout.spend(monotonic() - start)
         return False
 
     def send_raw(self, write: Callable[[fastring.Producer], None]) -> ExecutionResult:

@@ -1,10 +1,13 @@
-"""The sync link's hybrid wait (``FastBurstLink.HYBRID_WAIT``): an answer published while the
-link watches its ring is taken then, a later one by the doorbell after the bounded watch, a
-server gone while the link watches is seen within the bound, and no answer is lost whichever
-way each call waits. The server's end is a real queue served by a thread of this process."""
+"""The sync link's hybrid wait (``FastBurstLink.HYBRID_WAIT``; forced here, whatever this
+machine's load): an answer published while the link watches its ring is taken then, a later
+one by the doorbell after the bounded watch, a server gone while the link watches is seen
+within the bound, and no answer is lost whichever way each call waits; the environment's
+override is read (auto, on, off). The server's end is a real queue served by a thread of
+this process."""
 
 from __future__ import annotations
 
+import logging
 import select
 import tempfile
 import threading
@@ -20,6 +23,7 @@ from nnhal.client.remote import fastpath
 from nnhal.client.remote.fastpath import FastBurstLink, QueueEnded
 from nnhal.core import fastring
 from nnhal.core.enums import ErrorStatus
+from nnhal.core.lookout import Lookout
 from nnhal.proto import fastpath_pb2 as fpb
 from nnhal.server.fastpath import FastQueue
 
@@ -105,6 +109,7 @@ def _link(delay: Callable[[bytes], float], close_after: int | None = None) -> It
         link = FastBurstLink(_Remote(), _Call(), first)  # type: ignore[arg-type]
         handing.join(_BOUND_S)
         link.hybrid_wait = True
+        link.lookout = Lookout(fastpath.WATCH_MAX_S, forced=True)  # whatever this machine's load
         server = _Server(queue, delay, close_after)
         try:
             yield link
@@ -119,8 +124,8 @@ def _watching(link: FastBurstLink) -> list[bool]:
     seen: list[bool] = []
     watch = link._watch
 
-    def recording(rung: float, expected: float, end: float | None) -> bool:
-        early = watch(rung, expected, end)
+    def recording(rung: float, expected: float, end: float | None, allowed: float = fastpath.WATCH_MAX_S) -> bool:
+        early = watch(rung, expected, end, allowed)
         seen.append(link.results.pending())
         return early
 
@@ -218,10 +223,31 @@ def test_no_answer_is_lost_whichever_way_each_call_waits(monkeypatch: pytest.Mon
         assert pace.watched > 0 and pace.blocked > 0  # both ways were taken
 
 
-def test_the_link_waits_on_its_doorbell_alone_by_default() -> None:
-    assert not FastBurstLink.HYBRID_WAIT or pytest.skip("NNHAL_HYBRID_WAIT=1 in the environment")
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, (True, False)),
+        ("", (True, False)),
+        ("auto", (True, False)),
+        ("0", (False, False)),
+        ("off", (False, False)),
+        ("1", (True, True)),
+        ("ON", (True, True)),
+    ],
+)
+def test_the_hybrid_wait_is_read_from_the_environment(value: str | None, expected: tuple[bool, bool]) -> None:
+    assert fastpath.hybrid_from_env(value) == expected
+
+
+def test_an_unknown_hybrid_wait_value_is_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger=fastpath.__name__):
+        assert fastpath.hybrid_from_env("sometimes") == (True, False)
+    assert "NNHAL_HYBRID_WAIT" in caplog.text
+
+
+def test_the_link_waits_on_its_doorbell_alone_when_turned_off() -> None:
     with _link(lambda _p: 0.0) as link:
-        link.hybrid_wait = FastBurstLink.HYBRID_WAIT
+        link.hybrid_wait = fastpath.hybrid_from_env("off")[0]
         seen = _watching(link)
         for i in range(5):
             _exchange(link, b"call %d" % i)
