@@ -274,7 +274,8 @@ def _small_request(a: np.ndarray, b: np.ndarray) -> Request:
     )
 
 
-def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> BenchResult:
+def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = (), arrays: bool = False) -> BenchResult:
+    """``arrays``: ``Burst.execute_numpy([a, b])`` instead of a Request built per call."""
     a, b = _small_inputs()
     payload = _small_payload(BURST_ENVELOPE)
     # The default: the same-host fast path where the server offers it, a gRPC stream otherwise.
@@ -286,11 +287,16 @@ def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> 
         aio[0].ping_pong() if aio is not None else nullcontext() as aio_stream,
     ):
 
-        def ours() -> np.ndarray:
+        def from_request() -> np.ndarray:
             outcome = burst.execute(_small_request(a, b))
             outcome.raise_for_status()  # a failed call says its status, not a missing pool
             return np.frombuffer(outcome.output_pools[1], np.float32, 8).reshape(SMALL_SHAPE)
 
+        def from_arrays() -> np.ndarray:
+            out: np.ndarray = burst.execute_numpy([a, b]).outputs[0]
+            return out
+
+        ours = from_arrays if arrays else from_request
         check(np.array_equal(ours(), a + b), "ADD through the burst is wrong")
         rounds, per = (30, 20) if quick else (60, 50)
         sides = [ours, lambda: stream.ping(payload)]
@@ -303,7 +309,8 @@ def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> 
     # Issue #16's goal for a gRPC burst is tighter than for a unary call: no per-call stream set-up;
     # on the same host (the fast path) issue #25's.
     path = "bidi" if server_args else "same-host fast path"
-    what = f"Burst.execute(Request of 2x4, 2x4) -> numpy, {path}" + _server_note(server_args) + _aio_note(t_aio, t_echo)
+    call = "Burst.execute_numpy([2x4, 2x4]) -> outputs[0]" if arrays else "Burst.execute(Request of 2x4, 2x4) -> numpy"
+    what = f"{call}, {path}" + _server_note(server_args) + _aio_note(t_aio, t_echo)
     goal = "ratio <= 1.2" if server_args else "ratio <= 0.35"
     result = _per_call(t_ours, t_echo, what, BURST_ENVELOPE, unix, goal)
     result.detail += cpu
@@ -313,6 +320,15 @@ def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> 
 def burst_small(quick: bool) -> dict[str, BenchResult]:
     """Burst.execute of ADD 2x4 float32 vs a raw gRPC bidi ping-pong of the same byte sizes."""
     return {"ipc.burst_small": _burst_small(False, quick), "ipc.burst_small.unix": _burst_small(True, quick)}
+
+
+def burst_numpy_small(quick: bool) -> dict[str, BenchResult]:
+    """``ipc.burst_small`` with numpy in (``Burst.execute_numpy``): a repeated layout from the
+    arrays straight to a compact call, as ``pm.execute``'s on the session's queue."""
+    return {
+        "ipc.burst_numpy_small": _burst_small(False, quick, arrays=True),
+        "ipc.burst_numpy_small.unix": _burst_small(True, quick, arrays=True),
+    }
 
 
 def burst_small_remote(quick: bool) -> dict[str, BenchResult]:
@@ -468,6 +484,7 @@ def shm_64m(quick: bool) -> dict[str, BenchResult]:
 BENCHMARKS: dict[str, Bench] = {
     "ipc.sync_small": sync_small,
     "ipc.burst_small": burst_small,
+    "ipc.burst_numpy_small": burst_numpy_small,
     "ipc.fast_burst_small": fast_burst_small,
     "ipc.inline_64m": inline_64m,
     "ipc.sync_small_remote": sync_small_remote,

@@ -12,17 +12,28 @@ Two transports, one behaviour (same statuses, same death handling):
 ``fast``: None (default) takes the fast path when offered, silently falling back
 to gRPC; True requires it (the refusal's HalError is raised); False uses gRPC
 only. The burst lives until ``close``. Thread-safe (one execution at a time).
+
+``execute`` takes a canonical Request and puts every status in the outcome;
+``execute_numpy`` takes numpy arrays as ``PreparedModel.execute`` does (outputs in
+``outcome.outputs``, the HalError it ends with raised), and on the fast path a layout
+the burst has run before goes from the arrays straight to a compact call and from its
+answer straight to the outputs (:meth:`NumpyIO.planned`), no Request made.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Sequence
 
+import numpy as np
+
+from nnhal.client import steps
+from nnhal.client.numpy_io import NumpyIO, numpy_execution, settle
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.remote import BurstStream, ExecutionOptions, FastBurstLink, RemoteSession
-from nnhal.core.errors import HalError
-from nnhal.core.types import Request
+from nnhal.core.errors import HalError, InvalidArgument
+from nnhal.core.types import ExecutionResult, Request
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +41,27 @@ log = logging.getLogger(__name__)
 _PLAIN = ExecutionOptions()
 
 
+def _no_model() -> NumpyIO:
+    raise InvalidArgument("this burst's prepared model has no Model to read numpy arrays with; use execute")
+
+
 class Burst:
     """An execution burst of one prepared model. Close it, or use ``with``."""
 
-    def __init__(self, remote: RemoteSession, handle: str, *, fast: bool | None = None, ring_bytes: int = 0) -> None:
-        """``ring_bytes``: the size asked for each fast-path ring (0: the server's default)."""
+    def __init__(
+        self,
+        remote: RemoteSession,
+        handle: str,
+        *,
+        fast: bool | None = None,
+        ring_bytes: int = 0,
+        numpy_io: Callable[[], NumpyIO] = _no_model,
+    ) -> None:
+        """``ring_bytes``: the size asked for each fast-path ring (0: the server's default);
+        ``numpy_io``: the model's numpy side (``execute_numpy``; raises when there is none)."""
         self._remote = remote
         self._handle = handle
+        self._numpy_io = numpy_io
         self._lock = threading.Lock()
         self._fast: FastBurstLink | None = None
         self._stream: BurstStream | None = None
@@ -65,11 +90,37 @@ class Burst:
         """One execution; the status (transport failures included) is in the outcome.
         Raises DEAD_OBJECT at once when the server is known dead."""
         options = _PLAIN if not measure and timeout is None else ExecutionOptions(measure=measure, timeout=timeout)
+        return ExecutionOutcome.of(self._run(request, options))
+
+    def _run(self, request: Request, options: ExecutionOptions) -> ExecutionResult:
         if self._fast is not None:
             result = self._fast.execute(request, options)
             if result is not None:
-                return ExecutionOutcome.of(result)
-        return ExecutionOutcome.of(self._remote.burst_execute(self._grpc_stream(), self._handle, request, options))
+                return result
+        return self._remote.burst_execute(self._grpc_stream(), self._handle, request, options)
+
+    def execute_numpy(
+        self, inputs: Sequence[np.ndarray | None], *, measure: bool = False, timeout: float | None = None
+    ) -> ExecutionOutcome:
+        """One execution on numpy arrays, as ``PreparedModel.execute``: the outputs in
+        ``outcome.outputs`` (outputs of unknown shape retried once with the sizes the driver
+        reported); raises the HalError it ends with (DEAD_OBJECT at once for a server known
+        dead; INVALID_ARGUMENT for a prepared model made from a cache without its Model)."""
+        numpy_io = self._numpy_io()
+        sizes = None
+        fast = self._fast
+        if fast is not None:
+            planned = numpy_io.planned(inputs)
+            if planned is not None:
+                plan, parts = planned
+                result = fast.execute_planned(plan.compact, parts, measure, timeout)
+                if result is not None:
+                    settled = settle(plan, result)
+                    if isinstance(settled, ExecutionOutcome):
+                        return settled
+                    sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
+        options = _PLAIN if not measure and timeout is None else ExecutionOptions(measure=measure, timeout=timeout)
+        return steps.drive(numpy_execution(numpy_io, inputs, sizes), lambda request: self._run(request, options))
 
     def close(self) -> None:
         if self._fast is not None:

@@ -92,8 +92,9 @@ class _Plan:
         self.layout = layout
         sizes = ((input_bytes, input_bytes), (0, output_pool.size))
         self.compact = fastpacket.Planned((inputs, outputs, sizes), input_bytes)
-        #: The last answer's output shapes (by identity: a queue's answer reader hands back the
-        #: same tuple for an answer like the last), its pool's length, and how the outputs read.
+        #: The last answer's output shapes (a queue's answer reader hands back the same tuple
+        #: for an answer like the last; ``wire`` the same shape objects), its pool's length, and
+        #: how the outputs read.
         self._decoding: tuple[Sequence[OutputShape], int, tuple[_Spec, ...]] | None = None
 
     @staticmethod
@@ -145,7 +146,11 @@ class _Plan:
         data = output_pools.get(1, b"")
         nbytes = len(data) if not isinstance(data, memoryview) else data.nbytes
         decoding = self._decoding
-        if decoding is None or decoding[0] is not output_shapes or decoding[1] != nbytes:
+        if (
+            decoding is None
+            or decoding[1] != nbytes
+            or (decoding[0] is not output_shapes and tuple(decoding[0]) != tuple(output_shapes))
+        ):
             shapes = output_shapes or [OutputShape(op.dimensions, True) for _, op in self.layout]
             decoding = self._decoding = (output_shapes, nbytes, _specs(self.layout, shapes, nbytes))
         # An array over the pool's bytes at once (a view, like frombuffer's, without its reshape).

@@ -31,7 +31,7 @@ from nnhal.client.reusable_execution import ReusableExecution
 from nnhal.core.aidl_types import DEFAULT_EXECUTION_CONFIG, ExecutionConfig
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import InvalidArgument
-from nnhal.core.types import Model, Request
+from nnhal.core.types import InlinePool, Model, Request
 
 __all__ = ["Burst", "ExecutionCallback", "ExecutionOutcome", "FencedExecution", "PreparedModel"]
 
@@ -138,16 +138,30 @@ class PreparedModel(Releasable):
         ``profile`` asks the driver for time per operation type (``outcome.profile``)."""
         numpy_io = self._numpy_io()
         sizes = None
-        queue = getattr(self._remote, "same_host", None)  # None: a session without one (a test double)
-        if queue is not None and not profile and self._remote.recorder is None and self._modern():
-            # A layout seen before, on the same-host queue that granted it an id: from the
-            # arrays straight to a compact call, and from its answer straight to the outputs.
+        remote = self._remote
+        queue = getattr(remote, "same_host", None)  # None: a session without one (a test double)
+        # A test double may have neither.
+        encoded = queue is None and getattr(remote, "execute_encoded", None) is not None
+        if (queue is not None or encoded) and not profile and remote.recorder is None and self._modern():
+            # A layout seen before: on the same-host queue that granted it an id, from the
+            # arrays straight to a compact call; over gRPC, to a message written from the
+            # plan's arguments (``remote.encoded``). From the answer straight to the outputs.
             planned = numpy_io.planned(inputs)
             if planned is not None:
                 plan, parts = planned
-                result = queue.execute_planned(
-                    self.handle, plan.compact, parts, measure, timeout, deadline_at, loop_timeout_ns
-                )
+                if queue is not None:
+                    result = queue.execute_planned(
+                        self.handle, plan.compact, parts, measure, timeout, deadline_at, loop_timeout_ns
+                    )
+                else:
+                    data = b"".join(parts)
+                    result = remote.execute_encoded(
+                        self.handle,
+                        plan.inputs,
+                        plan.outputs,
+                        (InlinePool(data, len(data)), plan.output_pool),
+                        ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns),
+                    )
                 if result is not None:
                     settled = settle(plan, result)
                     if isinstance(settled, ExecutionOutcome):
@@ -199,7 +213,7 @@ class PreparedModel(Releasable):
         """configureExecutionBurst: many executions on one channel — the same-host fast path
         when the server offers it (``fast``: None), required (True) or not (False), else a
         gRPC stream (see :class:`Burst`)."""
-        return Burst(self._remote, self.handle, fast=fast, ring_bytes=ring_bytes)
+        return Burst(self._remote, self.handle, fast=fast, ring_bytes=ring_bytes, numpy_io=self._numpy_io)
 
     @property
     def session_id(self) -> str:

@@ -505,11 +505,18 @@ def deadline_to(remaining_s: float | None, msg: pb.Deadline) -> None:
     Raises InvalidArgument for NaN."""
     if remaining_s is None:
         return
+    ns = remaining_ns(remaining_s)
+    msg.has_deadline = True
+    msg.remaining_ns = ns
+
+
+def remaining_ns(remaining_s: float) -> int:
+    """The ``Deadline.remaining_ns`` of a deadline ``remaining_s`` seconds away (saturated as
+    :func:`deadline_to` says). Raises InvalidArgument for NaN."""
     if math.isnan(remaining_s):
         raise InvalidArgument("the deadline is not a number (NaN)")
-    msg.has_deadline = True
     ns = remaining_s * 1e9
-    msg.remaining_ns = 0 if ns <= 0 else _UINT64_MAX if ns >= _UINT64_MAX else int(ns)
+    return 0 if ns <= 0 else _UINT64_MAX if ns >= _UINT64_MAX else int(ns)
 
 
 def deadline_from(msg: pb.Deadline) -> int | None:

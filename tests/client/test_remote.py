@@ -166,7 +166,8 @@ def _stubs(err: grpc.RpcError) -> Any:
         return _failing_stream(err)
 
     pm = SimpleNamespace(executeSynchronously_1_3=unary, execute_1_3=stream, configureExecutionBurst=burst)
-    return SimpleNamespace(device=SimpleNamespace(getType=unary), prepared_model=pm)
+    # The burst stream takes its requests serialized (``Stubs.burst_encoded``).
+    return SimpleNamespace(device=SimpleNamespace(getType=unary), prepared_model=pm, burst_encoded=burst)
 
 
 EMPTY = Request((), (), ())
@@ -295,7 +296,7 @@ def test_a_burst_the_server_ended_answers_with_a_status() -> None:
         return iter(())
 
     pm = SimpleNamespace(configureExecutionBurst=ended)
-    session = _offline_session(SimpleNamespace(device=SimpleNamespace(), prepared_model=pm))
+    session = _offline_session(SimpleNamespace(device=SimpleNamespace(), prepared_model=pm, burst_encoded=ended))
     try:
         stream = session.open_burst()
         result = session.burst_execute(stream, "pm", EMPTY, NO_DEADLINE)

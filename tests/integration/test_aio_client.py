@@ -214,13 +214,14 @@ def test_a_burst_answers_as_executions_do_and_a_cancelled_one_ends_only_itself(s
     async def main() -> None:
         async with aio.Device.connect(server.address) as dev, await dev.prepare_model(add_model()) as pm:
             rng = np.random.default_rng(0)
-            async with pm.burst() as burst:
-                assert not burst.fast
-                for _ in range(3):
-                    x = rng.random((2, 4), dtype=np.float32)
-                    got, want = await burst.execute(add_request(x)), await pm.execute_request(add_request(x))
-                    assert got.status == ErrorStatus.NONE
-                    assert (got.output_shapes, got.output_pools) == (want.output_shapes, want.output_pools)
+            for fast in (False, None):  # the gRPC stream, then the same-host fast path (the default)
+                async with pm.burst(fast=fast) as burst:
+                    assert burst.fast is (fast is None)
+                    for _ in range(3):
+                        x = rng.random((2, 4), dtype=np.float32)
+                        got, want = await burst.execute(add_request(x)), await pm.execute_request(add_request(x))
+                        assert got.status == ErrorStatus.NONE
+                        assert (got.output_shapes, got.output_pools) == (want.output_shapes, want.output_pools)
             await dev.set_faults(execute_delay_ms=5_000)
             try:
                 cut = pm.burst()

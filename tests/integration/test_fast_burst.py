@@ -27,7 +27,7 @@ from nnhal.client.remote import DEATH_DETECTION_BOUND_S, FastBurstLink
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.core import fastring
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.errors import DeadObject, GeneralFailure
+from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model
@@ -159,6 +159,8 @@ def test_sigkill_during_a_fast_burst_is_dead_object(own_server: LocalServer) -> 
         assert outcome[0].status == ErrorStatus.DEAD_OBJECT
         t1 = time.monotonic()
         assert burst.execute(_add_request(a, a)).status == ErrorStatus.DEAD_OBJECT
+        with pytest.raises(DeadObject):
+            burst.execute_numpy([a, a])
         with pytest.raises(DeadObject):
             pm.execute([a, a])
         assert time.monotonic() - t1 < 0.2, "calls on a dead server must fail at once"
@@ -368,3 +370,31 @@ def test_executions_are_counted_by_transport() -> None:
             assert pm.execute([big, big]).status == ErrorStatus.NONE
         after = dev.stats()
         assert (after["executions_grpc"], after["executions_streamed"], after["executions_same_host"]) == (1, 1, 4)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_numpy_executions_equal_pm_execute(device: Device, fast: bool) -> None:
+    """``execute_numpy``: outputs as ``pm.execute``'s; on the fast path a repeated layout goes
+    from the arrays to a compact call; outputs of unknown shape are retried with their sizes."""
+    rng = np.random.default_rng(2)
+    with device.prepare_model_sync(add_model()) as pm, pm.burst(fast=fast) as burst:
+        assert burst.fast is fast
+        for k in range(4):
+            a, b = (rng.random((2, 4), dtype=np.float32) for _ in range(2))
+            got = burst.execute_numpy([a, b], measure=k == 3)
+            assert got.status == ErrorStatus.NONE
+            assert np.array_equal(got.outputs[0], a + b) and np.array_equal(
+                got.outputs[0], pm.execute([a, b]).outputs[0]
+            )
+        assert got.timing.time_in_driver > 0
+        if fast:
+            assert burst._fast is not None and burst._fast.compact_layouts == 1
+        with pytest.raises(HalError) as late:
+            burst.execute_numpy([a, b], timeout=-1.0)
+        assert late.value.error_status != ErrorStatus.NONE
+        with pytest.raises(InvalidArgument):
+            burst.execute_numpy([a])  # the model has two inputs
+    with device.prepare_model_sync(add_model((2, 0))) as pm, pm.burst(fast=fast) as burst:
+        for _ in range(3):
+            got = burst.execute_numpy([a, b])
+            assert got.outputs[0].shape == (2, 4) and np.array_equal(got.outputs[0], a + b)

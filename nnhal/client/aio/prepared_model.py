@@ -135,9 +135,12 @@ class PreparedModel(AsyncReleasable):
         options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns)
         return self._execute_task(request, options, ExecutionOutcome.of)
 
-    def burst(self) -> Burst:
-        """configureExecutionBurst: many executions on one gRPC stream (``async with``)."""
-        return Burst(self._session.open_burst(), self.handle)
+    def burst(self, *, fast: bool | None = None, ring_bytes: int = 0) -> Burst:
+        """configureExecutionBurst: many executions on one channel (``async with``) — the
+        same-host fast path when the server offers it (``fast``: None), required (True) or not
+        (False), else a gRPC stream (see :class:`Burst`). DEAD_OBJECT at once for a server
+        known dead."""
+        return Burst(self._session, self.handle, fast=fast, ring_bytes=ring_bytes, numpy_io=self._io)
 
     async def execute_fenced(
         self,

@@ -127,6 +127,8 @@ class AioSession:
         self._tasks: list[asyncio.Task[None]] = []
         #: The same-host execution queue (None: every call takes gRPC); set by the session's first event.
         self._queue: AioSameHostQueue | None = None
+        #: Whether the server offers this session the same-host fast path (its first event).
+        self.fast_path = False
         #: Best-effort clean-ups started by :meth:`spawn`, held until they end.
         self._spawned: set[asyncio.Task[Any]] = set()
 
@@ -177,8 +179,9 @@ class AioSession:
         self.device_name = first.device_name
         self.feature_level = int(first.feature_level)
         self._draining = bool(first.draining)
+        self.fast_path = bool(first.shm_dir and first.capabilities.fast_path)
         # Traced calls keep gRPC, as on the sync client: the queue carries no trace context.
-        if first.shm_dir and first.capabilities.fast_path and SameHostQueue.ENABLED and not telemetry.enabled():
+        if self.fast_path and SameHostQueue.ENABLED and not telemetry.enabled():
             self._queue = AioSameHostQueue(self)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._read_session(call)), loop.create_task(self._watch_channel())]

@@ -273,7 +273,10 @@ class _CallTemplate:
     def packet(self, tag: bytes, options: ExecutionOptions, datas: list[PoolData]) -> fastring.Payload:
         """The compact call's payload: ``tag``, the header of this call's scalars, the pools'
         bytes (a small one joined at once: the ring copies it once)."""
-        deadline = fastpacket.remaining_ns(remaining_time(options.timeout, options.deadline_at))
+        remaining = (
+            options.timeout if options.deadline_at is None else remaining_time(options.timeout, options.deadline_at)
+        )
+        deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
         flags = (fastpacket.MEASURE if options.measure else 0) | (0 if deadline is None else fastpacket.HAS_DEADLINE)
         header = fastpacket.CALL_HEADER.pack(self.layout, flags, deadline or 0, options.loop_timeout_ns)
         length = len(tag) + len(header) + self.body
@@ -445,7 +448,7 @@ class QueueEnds:
         ``parts`` (``body`` bytes in all, each part a C-contiguous buffer), ``remaining``
         seconds left of its deadline (None: none); None when it does not fit the request ring.
         A small packet is joined at once (the ring copies it once), a large one goes in parts."""
-        deadline = fastpacket.remaining_ns(remaining)
+        deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
         flags = (fastpacket.MEASURE if measure else 0) | (0 if deadline is None else fastpacket.HAS_DEADLINE)
         header = fastpacket.CALL_HEADER.pack(layout, flags, deadline or 0, loop_timeout_ns)
         length = len(tag) + fastpacket.CALL_HEADER.size + body
@@ -573,6 +576,21 @@ class FastBurstLink(QueueEnds):
         session's queue takes before every packet (``samehost.encode_tag``)."""
         packet = self.execution_packet(request, options, handle, session, tag)
         return None if packet is None else self.send(*packet, limit, wait)
+
+    def execute_planned(
+        self, planned: fastpacket.Planned, parts: list[Any], measure: bool, timeout: float | None
+    ) -> ExecutionResult | None:
+        """A burst's execution of a numpy call plan's layout from its pools' bytes (``parts``, in
+        order; :meth:`planned_packet`): a compact call when the burst granted the layout an id,
+        else None (nothing sent: the call takes :meth:`execute`, whose first call of a layout
+        asks for the id). Failures come back in the result, as :meth:`execute`'s."""
+        layout = self.granted(planned, "")
+        if not layout:
+            return None
+        payload = self.planned_packet(layout, b"", measure, 0, timeout, parts, planned.body)
+        if payload is None:
+            return None
+        return self.send(fastpacket.CALL, payload, ("", planned.shape))
 
     def send(
         self, kind: int, payload: fastring.Payload, key: _Key | None, limit: float | None = None, wait: bool = True

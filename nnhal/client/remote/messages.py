@@ -45,9 +45,8 @@ class PreparedRef:
 class BurstStream:
     """One ``configureExecutionBurst`` stream; opaque to proxies (pass it back to the session)."""
 
-    def __init__(
-        self, requests: queue.Queue[spb.BurstRequest | None], responses: Iterator[Any], request_id: str = ""
-    ) -> None:
+    def __init__(self, requests: queue.Queue[bytes | None], responses: Iterator[Any], request_id: str = "") -> None:
+        """``requests``: the serialized BurstRequests to send (None ends the stream)."""
         self.requests = requests
         self.responses = responses
         #: The request id of the stream (every execution on it shares it).

@@ -18,7 +18,7 @@ import grpc
 from nnhal.client.callbacks import Callback
 from nnhal.client.faults import Fault
 from nnhal.client.outcome import failed_result
-from nnhal.client.remote import calls, hidl
+from nnhal.client.remote import calls, encoded, hidl
 from nnhal.client.remote.channel import SessionChannel
 from nnhal.client.remote.messages import (
     BurstStream,
@@ -33,6 +33,8 @@ from nnhal.client.remote.transport import (
     BURST_STREAM_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
     GC_RELEASE_TIMEOUT,
+    grpc_timeout,
+    remaining_time,
 )
 from nnhal.core import wire, wire_stream
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus
@@ -44,10 +46,13 @@ from nnhal.core.types import (
     ExecutionResult,
     Extension,
     FencedExecutionInfo,
+    InlinePool,
     MemoryPool,
     Model,
     Request,
+    RequestArgument,
 )
+from nnhal.core.wire_stream import STREAM_MIN_BYTES
 from nnhal.proto import service_pb2 as spb
 
 _SYNC = "executeSynchronously_1_3"
@@ -188,6 +193,34 @@ class RemoteSession(SessionChannel):
         answer = self.unary(self._stubs.prepared_model.executeSynchronously_1_3, msg, _SYNC, timeout)
         return wire.execution_result_from(answer)
 
+    def execute_encoded(
+        self,
+        handle: str,
+        inputs: tuple[RequestArgument, ...],
+        outputs: tuple[RequestArgument, ...],
+        pools: tuple[MemoryPool, ...],
+        options: ExecutionOptions,
+    ) -> ExecutionResult | None:
+        """:meth:`execute` of the request of these arguments and pools, its message written
+        as bytes (:mod:`.encoded`) for a layout the caller runs again and again; None — nothing
+        sent — when it takes another way there (the same-host queue, a streamed execution, a
+        pool that is not inline): the caller then calls :meth:`execute`."""
+        if self._queue is not None or any(isinstance(p, InlinePool) and p.size >= STREAM_MIN_BYTES for p in pools):
+            return None
+        remaining = remaining_time(options.timeout, options.deadline_at)
+        raw = encoded.execute_bytes(
+            encoded.head_bytes(self._session_id, handle),
+            encoded.args_bytes(inputs, outputs),
+            pools,
+            options.measure,
+            remaining,
+            options.loop_timeout_ns,
+            options.profile,
+        )
+        if raw is None:
+            return None
+        return encoded.result_from(self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining)))
+
     #: False once the server answered that it has no StreamedExecution service (an older server).
     _streams = True
 
@@ -256,22 +289,35 @@ class RemoteSession(SessionChannel):
     def open_burst(self) -> BurstStream:
         """configureExecutionBurst: a stream for ``burst_execute`` until ``close_burst``."""
         self.check("configureExecutionBurst")
-        requests: queue.Queue[spb.BurstRequest | None] = queue.Queue()
+        requests: queue.Queue[bytes | None] = queue.Queue()
         md = self._metadata()
-        responses = self._stubs.prepared_model.configureExecutionBurst(
-            iter(requests.get, None), timeout=BURST_STREAM_TIMEOUT, metadata=md
-        )
+        # The requests go as serialized BurstRequests (``burst_execute`` writes them).
+        responses = self._stubs.burst_encoded(iter(requests.get, None), timeout=BURST_STREAM_TIMEOUT, metadata=md)
         return BurstStream(requests, responses, md[0][1])
 
     def burst_execute(
         self, stream: BurstStream, handle: str, request: Request, options: ExecutionOptions
     ) -> ExecutionResult:
         """One execution on the burst stream; transport failures come back in the result."""
-        burst_request = spb.BurstRequest()
-        msg = burst_request.execute  # filled in place: BurstRequest(execute=msg) would copy it
-        msg.session = self._session_id
-        msg.profile = options.profile
-        fill_execution(msg, handle, request, options)
+        remaining = remaining_time(options.timeout, options.deadline_at)
+        raw = encoded.execute_bytes(
+            encoded.head_bytes(self._session_id, handle),
+            encoded.args_bytes(request.inputs, request.outputs),
+            request.pools,
+            options.measure,
+            remaining,
+            options.loop_timeout_ns,
+            options.profile,
+        )
+        if raw is not None:
+            burst_request = encoded.burst_bytes(raw)
+        else:  # a pool that is not inline: the message built field by field
+            message = spb.BurstRequest()
+            msg = message.execute  # filled in place: BurstRequest(execute=msg) would copy it
+            msg.session = self._session_id
+            msg.profile = options.profile
+            fill_execution(msg, handle, request, options)
+            burst_request = message.SerializeToString()
         self._ids.last = stream.request_id
         with stream.lock:
             self._monitor.check()
@@ -285,7 +331,7 @@ class RemoteSession(SessionChannel):
                 ErrorStatus.GENERAL_FAILURE,
                 "the burst stream ended (refused or closed by the server); open a new burst",
             )
-        return wire.execution_result_from(response.result)
+        return encoded.result_from(response.result)
 
     def close_burst(self, stream: BurstStream) -> None:
         stream.requests.put(None)

@@ -56,6 +56,7 @@ from nnhal.proto import (
     aidl_pb2_grpc as agrpc,
     fastpath_pb2_grpc as fpgrpc,
     hidl_pb2_grpc as hgrpc,
+    service_pb2 as spb,
     service_pb2_grpc as sgrpc,
     streamed_pb2 as stpb,
 )
@@ -245,6 +246,21 @@ class Stubs:
         self.burst = agrpc.BurstStub(channel)
         self.fast_path = fpgrpc.FastPathStub(channel)
         self.streamed = StreamedStub(channel)
+        # ``executeSynchronously_1_3`` and the burst stream taking requests already serialized
+        # (``nnhal.client.remote.encoded``): the same messages on the wire.
+        service = spb.DESCRIPTOR.services_by_name["PreparedModel"].full_name
+        self.execute_encoded = channel.unary_unary(
+            f"/{service}/executeSynchronously_1_3",
+            request_serializer=None,
+            response_deserializer=spb.ExecuteResult.FromString,
+            _registered_method=True,
+        )
+        self.burst_encoded = channel.stream_stream(
+            f"/{service}/configureExecutionBurst",
+            request_serializer=None,
+            response_deserializer=spb.BurstResponse.FromString,
+            _registered_method=True,
+        )
 
 
 class StreamedStub:

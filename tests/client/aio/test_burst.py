@@ -42,8 +42,23 @@ class _Stream:
 REQUEST = one_io_request(ones())
 
 
+class _Session:
+    """An AioSession double offering no fast path: the burst opens its stream at once."""
+
+    fast_path = False
+
+    def __init__(self, stream: _Stream) -> None:
+        self._stream = stream
+
+    def check(self, what: str = "call") -> None:
+        pass
+
+    def open_burst(self) -> _Stream:
+        return self._stream
+
+
 def _burst(stream: _Stream) -> Burst:
-    return Burst(stream, "pm1")  # type: ignore[arg-type]
+    return Burst(_Session(stream), "pm1")  # type: ignore[arg-type]
 
 
 def test_results_failures_and_the_streams_end_are_outcomes() -> None:

@@ -10,6 +10,7 @@ One thread, no waits, no timing asserted.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
@@ -77,7 +78,10 @@ def _prepared(driver: Driver) -> tuple[Session, str]:
     return session, handle
 
 
-def test_a_short_execution_runs_inline_once_its_model_has_run() -> None:
+def test_a_short_execution_runs_inline_once_its_model_has_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rule under test is "a model whose fastest run is known and short"; a loaded machine
+    # can stretch one ADD of 2x4 past the real 1 ms limit, so the limit is made roomy here.
+    monkeypatch.setattr(owner, "INLINE_MAX_NS", 60_000_000_000)
     driver = Driver(DeviceConfig(fault_injection=True))
     x = Executions(driver)
     session, handle = _prepared(driver)
@@ -85,7 +89,7 @@ def test_a_short_execution_runs_inline_once_its_model_has_run() -> None:
     assert not _inline(x, msg)  # never run: its duration is unknown
     result = x.execute(x.method("test"), lambda: msg)
     assert result.status == ErrorStatus.NONE
-    assert _inline(x, msg)  # ADD of 2x4 floats: far under a millisecond
+    assert _inline(x, msg)  # ADD of 2x4 floats: its fastest run is known and under the limit
     assert not _inline(x, _add_request(session.id, "missing"))  # the worker reports it
     driver.set_faults(session, Faults(execute_delay_ms=5))
     assert not _inline(x, msg)  # an injected delay would hold the loop

@@ -1,0 +1,111 @@
+"""Execution requests written as bytes (``nnhal.client.remote.encoded``): the same messages as
+the ones built field by field, for every option, pool form and deadline; results read back as
+``wire`` reads them. Through a real channel in ``tests/integration/test_remote_encoded.py``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from nnhal.client.remote import encoded
+from nnhal.client.remote.messages import ExecutionOptions, execute_request
+from nnhal.core import wire
+from nnhal.core.errors import InvalidArgument
+from nnhal.core.types import (
+    BufferTokenPool,
+    DataLocation,
+    InlinePool,
+    Request,
+    RequestArgument,
+    SharedMemoryPool,
+)
+from nnhal.proto import service_pb2 as spb
+
+INPUTS = (
+    RequestArgument(location=DataLocation(0, 0, 32), dimensions=(2, 4)),
+    RequestArgument(location=DataLocation(0, 64, 32)),
+    RequestArgument(has_no_value=True),
+)
+OUTPUTS = (RequestArgument(location=DataLocation(1, 0, 32)),)
+OPTIONS = [
+    ExecutionOptions(),
+    ExecutionOptions(measure=True, timeout=1.5, loop_timeout_ns=300),
+    ExecutionOptions(profile=True, timeout=0.0),
+    ExecutionOptions(timeout=-1.0),  # passed: travels as 0
+    ExecutionOptions(timeout=1e30),  # beyond uint64 ns: saturated
+    ExecutionOptions(loop_timeout_ns=1 << 40),
+]
+
+
+def _pools() -> list[tuple[InlinePool, ...]]:
+    out: list[tuple[InlinePool, ...]] = []
+    # Lengths and sizes on both sides of the one-, two- and three-byte varints.
+    for data in (b"", b"x" * 5, bytes(127), bytes(128), memoryview(bytes(20000)), bytes(1 << 21)):
+        n = memoryview(data).nbytes
+        for size in (0, n, n + 1000):
+            out.append((InlinePool(data, size), InlinePool(b"", 32), InlinePool(b"", 0)))
+    return out
+
+
+@pytest.mark.parametrize("options", OPTIONS)
+def test_the_bytes_are_the_message_built_field_by_field(options: ExecutionOptions) -> None:
+    head = encoded.head_bytes("session-id", "model-handle")
+    args = encoded.args_bytes(INPUTS, OUTPUTS)
+    for pools in _pools():
+        request = Request(INPUTS, OUTPUTS, pools)
+        expected, _timeout = execute_request("session-id", "model-handle", request, options)
+        raw = encoded.execute_bytes(
+            head, args, pools, options.measure, options.timeout, options.loop_timeout_ns, options.profile
+        )
+        assert raw is not None
+        if options.timeout is not None and 0 < options.timeout < 1e9:
+            # The remaining time is read at each encoding: compare it apart.
+            got = spb.ExecuteRequest.FromString(raw)
+            assert got.deadline.has_deadline and abs(got.deadline.remaining_ns - expected.deadline.remaining_ns) < 1e9
+            got.deadline.remaining_ns = expected.deadline.remaining_ns
+            assert got == expected
+        else:
+            assert raw == expected.SerializeToString()
+
+
+def test_a_burst_request_carries_the_execution() -> None:
+    raw = encoded.execute_bytes(
+        encoded.head_bytes("s", "pm"), encoded.args_bytes(INPUTS, OUTPUTS), _pools()[4], False, None, 0, False
+    )
+    assert raw is not None
+    burst = spb.BurstRequest.FromString(encoded.burst_bytes(raw))
+    assert burst.execute == spb.ExecuteRequest.FromString(raw) and not burst.session
+
+
+def test_a_pool_that_is_not_inline_is_left_to_the_message() -> None:
+    args = encoded.args_bytes(INPUTS, OUTPUTS)
+    for pool in (BufferTokenPool(3), SharedMemoryPool("file", "nnhal-x", 0, 64)):
+        assert encoded.execute_bytes(b"", args, (InlinePool(b"", 8), pool), False, None, 0, False) is None
+
+
+def test_a_nan_deadline_is_refused_as_the_message_refuses_it() -> None:
+    with pytest.raises(InvalidArgument, match="NaN"):
+        encoded.execute_bytes(b"", b"", (), False, math.nan, 0, False)
+
+
+def test_varints() -> None:
+    for n in (0, 1, 127, 128, 300, 1 << 21, (1 << 64) - 1):
+        msg = spb.ExecuteRequest(loop_timeout_ns=n)
+        assert encoded.varint(n) == (msg.SerializeToString()[1:] if n else b"\x00")
+
+
+def test_results_read_as_the_wire_reads_them() -> None:
+    plain = spb.ExecuteResult()
+    plain.output_shapes.add(dimensions=[2, 4], is_sufficient=True)
+    plain.output_pools.add(pool_index=1, data=bytes(32))
+    failed = spb.ExecuteResult(status=4, message="bad")
+    timed = spb.ExecuteResult()
+    timed.timing.time_on_device = 5
+    profiled = spb.ExecuteResult()
+    profiled.profile.add(operation="ADD", count=1, total_us=3)
+    traced = spb.ExecuteResult()
+    traced.timeline.add(index=0, operation="ADD", subgraph=0, start_us=1, duration_us=2)
+    unknown = spb.ExecuteResult(status=12345)
+    for msg in (plain, failed, timed, profiled, traced, unknown):
+        assert encoded.result_from(msg) == wire.execution_result_from(msg)
