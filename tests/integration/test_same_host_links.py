@@ -41,8 +41,9 @@ pytestmark = pytest.mark.integration
 
 #: Threads (or tasks) executing at once on one session.
 N = 4
-#: Each execution's injected delay: long enough that the N calls overlap on the server.
-DELAY_MS = 400
+#: Each execution's injected delay: long enough that the N calls overlap on the server
+#: (threads released together by a barrier), however loaded the machine.
+DELAY_MS = 1000
 
 
 @pytest.fixture
@@ -203,6 +204,15 @@ def test_planned_calls_use_only_the_ids_their_own_link_granted(server: LocalServ
 
 def test_extra_links_left_unused_are_closed_and_given_back(srv: LocalServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(samehost, "IDLE_S", 0.3)
+    opened: list[object] = []
+    real_open = FastBurstLink.open
+
+    def counted(*args: Any, **kwargs: Any) -> FastBurstLink:
+        link = real_open(*args, **kwargs)
+        opened.append(link)
+        return link
+
+    monkeypatch.setattr(FastBurstLink, "open", staticmethod(counted))
     with Device.connect(srv.address) as dev, dev.prepare_model_sync(add_model()) as pm:
         a = np.ones((2, 4), np.float32)
         assert pm.execute([a, a]).status == ErrorStatus.NONE
@@ -211,7 +221,7 @@ def test_extra_links_left_unused_are_closed_and_given_back(srv: LocalServer, mon
         _together([_forms(pm, 0) for _ in range(3)])
         dev.set_faults()
         queue = dev.remote.same_host
-        assert queue is not None and len(queue.open_links) > 1
+        assert queue is not None and len(opened) > 1  # extra links (perhaps already closed: see below)
         end = time.monotonic() + 10.0
         while (len(queue.open_links) > 1 or dev.stats()["bytes_in_use"] > alone) and time.monotonic() < end:
             time.sleep(0.05)
@@ -270,8 +280,12 @@ _CLIENT = textwrap.dedent(
     pm = dev.prepare_model_sync(add_model())
     a = np.ones((2, 4), np.float32)
     pm.execute([a, a])
-    dev.set_faults(execute_delay_ms=300)
-    threads = [threading.Thread(target=pm.execute, args=([a, a],)) for _ in range(3)]
+    dev.set_faults(execute_delay_ms=1000)
+    start = threading.Barrier(3)
+    def run():
+        start.wait(10)
+        pm.execute([a, a])
+    threads = [threading.Thread(target=run) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
@@ -290,7 +304,7 @@ def test_a_killed_clients_links_are_all_given_back(server: LocalServer, device: 
     try:
         assert proc.stdout is not None
         links = int(proc.stdout.readline().strip())
-        assert links == 3
+        assert links >= 2  # 3 when the three calls overlapped, as they do but on a stalled machine
         assert device.stats()["bytes_in_use"] >= before + links * 2 * samehost.RING_BYTES  # their rings
         proc.send_signal(signal.SIGKILL)
         proc.wait(5)

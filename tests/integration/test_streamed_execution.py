@@ -196,3 +196,34 @@ def test_sigkill_during_a_streamed_execution_is_dead_object(own_server: LocalSer
             pm.execute([x], timeout=60)
     finally:
         dev.close()
+
+
+def _plus_constant(shape: tuple[int, ...]) -> Model:
+    """x + a constant of ``shape`` (held by the session while the model is prepared)."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, list(shape))
+    c = b.constant(np.full(shape, 0.5, np.float32))
+    return b.outputs(b.op(O.ADD, [x, c, b.int32(0)], T.TENSOR_FLOAT32, list(shape))).finish()
+
+
+def test_a_stream_refused_midway_or_served_gives_back_every_byte_charged_for_its_chunks() -> None:
+    # 16 MiB per client; a session holding a 10 MiB constant may not take in a 10 MiB stream:
+    # its chunks (and the reads charged ahead of them) are refused midway, then given back.
+    shape = (1024, 2560)
+    with LocalServer("--memory-per-client", str(16 << 20)) as srv, Device.connect(srv.address) as dev:
+        x = np.ones(shape, np.float32)
+        with dev.prepare_model_sync(_plus_constant(shape)) as pm:
+            with pytest.raises(HalError) as refused:
+                pm.execute([x], timeout=60)
+            assert refused.value.error_status in (
+                ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+            )
+            queue = dev.remote.same_host  # its rings are this session's while it lives
+            rings = queue.ring_bytes if queue is not None else 0
+            assert dev.stats()["bytes_in_use"] == rings + shape[0] * shape[1] * 4 + 4  # the constants
+        with dev.prepare_model_sync(_identity(SHAPE)) as pm:
+            y = np.random.default_rng(3).random(SHAPE, dtype=np.float32)
+            for _ in range(2):
+                np.testing.assert_array_equal(pm.execute([y], timeout=60).outputs[0], y)
+            assert dev.stats()["bytes_in_use"] == rings + 8  # the model's one constant (two int32)

@@ -439,7 +439,7 @@ class AioSameHostQueue:
         order) and the options of an unprofiled execution: a compact call on a free link that
         granted the layout an id, else None (nothing sent: the call takes :meth:`execute`, whose
         first call of a layout on a link asks it for an id). The same failures as :meth:`execute`."""
-        link = self._pool.take_idle(lambda held: held.granted(planned, handle) != 0)
+        link = self._pool.take_idle(AioQueueLink.granted, planned, handle)
         if link is None:
             return None
         try:

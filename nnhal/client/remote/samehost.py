@@ -226,12 +226,15 @@ class LinkPool(Generic[L]):
             return None, True
         return None, False
 
-    def take_idle(self, fits: Callable[[L], bool]) -> L | None:
-        """The latest given back of the free links ``fits``, taken; None when none does."""
+    def take_idle(self, fits: Callable[[L, Any, str], int], planned: Any, handle: str) -> L | None:
+        """The latest given back of the free links for which ``fits(link, planned, handle)``
+        (a layout id it granted: not 0), taken; None when none is."""
         idle = self._idle
-        for i in range(len(idle) - 1, -1, -1):
+        if idle and fits(idle[-1][0], planned, handle):  # most calls: the one link, or the latest
+            return idle.pop()[0]
+        for i in range(len(idle) - 2, -1, -1):
             link = idle[i][0]
-            if fits(link):
+            if fits(link, planned, handle):
                 del idle[i]
                 return link
         return None
@@ -460,7 +463,7 @@ class SameHostQueue:
         whose first call of a layout on a link asks it for an id). The same failures as
         :meth:`execute`."""
         with self._lock:
-            link = self._pool.take_idle(lambda held: held.granted(planned, handle) != 0)
+            link = self._pool.take_idle(FastBurstLink.granted, planned, handle)
         if link is None:
             return None
         try:

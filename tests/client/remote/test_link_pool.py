@@ -73,8 +73,12 @@ def test_planned_calls_take_a_free_link_that_fits() -> None:
         pool.opened(name, 4)
     pool.give_back("a", 1.0)
     pool.give_back("b", 2.0)
-    assert pool.take_idle(lambda link: link == "a") == "a"
-    assert pool.take_idle(lambda link: link == "a") is None
+
+    def fits(link: str, planned: str, handle: str) -> int:
+        return int(link == planned)
+
+    assert pool.take_idle(fits, "a", "") == "a"
+    assert pool.take_idle(fits, "a", "") is None
     assert pool.take(3.0) == ("b", False)
 
 
