@@ -38,6 +38,9 @@ from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, ones
 
 pytestmark = pytest.mark.integration
+#: A killed server's socket closes at once; the waiter is released well under the keepalive
+#: bound (5 s) that a frozen server takes. Roomy, as a loaded 2-core machine once took over 1 s.
+KILLED_BOUND_S = 3.0
 
 
 def _add_request(a: np.ndarray, b: np.ndarray) -> Request:
@@ -300,7 +303,7 @@ def test_sigkill_during_a_same_host_execution_is_dead_object(own_server: LocalSe
         own_server.signal(signal.SIGKILL)
         waiter.join(5.0)
         assert not waiter.is_alive(), "the same-host execution's waiter was not released"
-        assert time.monotonic() - t0 < 1.0, "released later than the gRPC path's bound for a killed server"
+        assert time.monotonic() - t0 < KILLED_BOUND_S, "released as a keepalive would: the closed socket unseen"
         result = outcome[0]
         assert isinstance(result, ExecutionOutcome) and result.status == ErrorStatus.DEAD_OBJECT, result
         t1 = time.monotonic()
@@ -412,7 +415,7 @@ def test_sigkill_during_an_asyncio_same_host_execution_is_dead_object(own_server
             t0 = time.monotonic()
             own_server.signal(signal.SIGKILL)
             outcome = await asyncio.wait_for(task, 5.0)
-            assert time.monotonic() - t0 < 1.0, "released later than the gRPC path's bound for a killed server"
+            assert time.monotonic() - t0 < KILLED_BOUND_S, "released as a keepalive would: the closed socket unseen"
             assert outcome.status == ErrorStatus.DEAD_OBJECT, outcome
             t1 = time.monotonic()
             with pytest.raises(DeadObject):

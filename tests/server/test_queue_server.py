@@ -1,6 +1,7 @@
 """The queue server: one thread answers every queue's quick packets in order, hands any
 other packet (and the rest of its queue) to a worker, ends a stopped queue, and ends
-itself with the last queue."""
+itself with the last queue; before each wait it looks as long as its lookout allows, and
+tells the lookout every wait."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from nnhal.client.remote.fastpath import _collect
 from nnhal.core import fastpacket, fastring
 from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
+from nnhal.core.lookout import Load, Lookout
 from nnhal.server.fastpath import FastQueue, QueueServer
 from tests.conftest import until
 
@@ -195,3 +197,54 @@ def test_the_queues_one_wait_reported_are_answered_before_any_is_rung(sock_dir: 
             q.stop()
         until(lambda: len(ended) >= 3, "the three queues' ends", _BOUND_S)
         assert sorted(ended) == [0, 1, 2]
+
+
+class _SpyLookout(Lookout):
+    """A forced lookout on a fake two-CPU machine that records the windows it gave and the
+    waits it was told of."""
+
+    def __init__(self, window_s: float) -> None:
+        super().__init__(window_s, forced=True, load=Load(runnable=lambda: 1, cpus=lambda: 2))
+        self.windows: list[float] = []
+        self.waits: list[tuple[float, float]] = []
+
+    def window(self) -> float:
+        given = super().window()
+        self.windows.append(given)
+        return given
+
+    def waited(self, gap: float, looked: float) -> None:
+        self.waits.append((gap, looked))
+        super().waited(gap, looked)
+
+
+def test_the_queue_thread_looks_while_its_lookout_allows_and_tells_it_every_wait(sock_dir: Path) -> None:
+    def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+        return fastring.RESULT, payload
+
+    ended: list[bool] = []
+    with ThreadPoolExecutor(1) as pool, _queue(sock_dir) as (q, c):
+        server = QueueServer(pool.submit)
+        spy = _SpyLookout(0.02)
+        server._lookout = spy
+        server.serve(q, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda: ended.append(True))
+
+        def call(payload: bytes) -> None:
+            asked = len(spy.windows)
+            c.send(fastpacket.CALL, payload)
+            assert c.answers(1) == [payload]
+            # Each answer is followed by the thread's next wait, which asks its lookout first.
+            until(lambda: len(spy.windows) > asked, "the next wait", _BOUND_S)
+
+        for i in range(5):
+            call(b"look %d" % i)
+        assert len(spy.waits) >= 5 and set(spy.windows) == {0.02}
+        assert all(0.0 <= looked <= gap for gap, looked in spy.waits)
+        spy.window_s = 0.0  # the lookout says no: the thread sleeps at once, and serves alike
+        told = len(spy.windows)
+        for i in range(3):
+            call(b"sleep %d" % i)
+        assert spy.windows[told + 1 :] and all(w == 0.0 for w in spy.windows[told + 1 :])
+        q.stop()
+        until(lambda: ended, "the queue's end", _BOUND_S)
+        assert ended == [True]

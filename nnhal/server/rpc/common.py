@@ -26,14 +26,15 @@ from typing import Any, Protocol, TypeVar, cast
 import grpc
 
 from nnhal.core import wire, wire_hidl
-from nnhal.core.enums import HalVersion
+from nnhal.core.enums import ErrorStatus, HalVersion
+from nnhal.core.errors import DeadObject
 from nnhal.core.types import ExecutionResult
 from nnhal.proto import service_pb2 as spb
 from nnhal.server import call_log
 from nnhal.server.cache import read_cut
 from nnhal.server.cache_files import HeldFile, read_held
 from nnhal.server.executions import Executions, Launch, Notify, Refused
-from nnhal.server.executions.faults import KINDS, before_reply
+from nnhal.server.executions.faults import KINDS, UNAVAILABLE, Abort, before_reply
 from nnhal.server.executions.methods import SAME
 from nnhal.server.memory import SharedMemoryPolicy
 from nnhal.server.pieces import Pieces
@@ -102,6 +103,12 @@ def hal_method(
                 if error is not None:
                     raise error
                 msg = fn(self, request, context)
+            except DeadObject as err:
+                # This server is going away (a call on a session its stop ended): no status in
+                # band says so — DEAD_OBJECT is the client's verdict — so the call ends as a
+                # stopped server's calls do, with UNAVAILABLE, which the client reads as DEAD_OBJECT.
+                m.record(int(ErrorStatus.DEAD_OBJECT), None)
+                raise Abort(UNAVAILABLE, err.message) from None
             except Exception as err:
                 msg = status_to(make(), Refused.of(err, f"in {method}"))
             if arrival is not None:

@@ -7,10 +7,11 @@ import grpc
 import pytest
 
 from nnhal.core import wire
-from nnhal.core.enums import ErrorStatus
+from nnhal.core.enums import ErrorStatus, HalVersion
+from nnhal.core.errors import DeadObject
 from nnhal.proto import service_pb2 as spb
 from tests.conftest import add_model
-from tests.server.rpc.conftest import Served
+from tests.server.rpc.conftest import Served, serve
 
 pytestmark = pytest.mark.timeout(60)
 TIMEOUT_S = 20.0
@@ -52,3 +53,22 @@ def test_an_injected_abort_ends_the_call_with_its_grpc_status(served: Served) ->
     with pytest.raises(grpc.RpcError) as err:
         served.stubs.device.getVersionString(spb.DeviceRequest(session=served.session), timeout=TIMEOUT_S)
     assert err.value.code() == grpc.StatusCode.INTERNAL
+
+
+def test_a_call_on_a_session_a_stopping_server_ended_ends_unavailable() -> None:
+    # A call gRPC took in just before its server's stop may run after the stop closed the
+    # sessions: it ends as a stopped server's calls do (UNAVAILABLE: the client's DEAD_OBJECT),
+    # and a proxy leaving its ``with`` block drops that, instead of raising "unknown session".
+    served = serve(HalVersion.AIDL_V4)
+    s = next(served)
+    try:
+        (driver,) = s.server.drivers.values()
+        driver.lifecycle.stop()
+        driver.close_session(s.session)
+        with pytest.raises(grpc.RpcError) as err:
+            s.stubs.device.getVersionString(spb.DeviceRequest(session=s.session), timeout=TIMEOUT_S)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "server is stopping" in str(err.value.details())
+        with pytest.raises(DeadObject):  # what a proxy's ``with`` drops (``nnhal.client.release``)
+            s.dev.remote.release_prepared_model(s.handle)
+    finally:
+        served.close()
