@@ -29,7 +29,7 @@ import pytest
 from nnhal.client import aio
 from nnhal.client.device import Device
 from nnhal.client.outcome import ExecutionOutcome
-from nnhal.client.remote import FastBurstLink, aio_samehost, samehost
+from nnhal.client.remote import FastBurstLink, link_pool, samehost
 from nnhal.core import fastring
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, ResourceExhaustedTransient
@@ -203,7 +203,7 @@ def test_planned_calls_use_only_the_ids_their_own_link_granted(server: LocalServ
 
 
 def test_extra_links_left_unused_are_closed_and_given_back(srv: LocalServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(samehost, "IDLE_S", 0.3)
+    monkeypatch.setattr(link_pool, "IDLE_S", 0.3)
     opened: list[object] = []
     real_open = FastBurstLink.open
 
@@ -327,8 +327,7 @@ def _run(main: Callable[[], Awaitable[None]]) -> None:
 def test_asyncio_tasks_executing_at_once_all_take_the_same_host_queue(
     srv: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(aio_samehost, "IDLE_S", 0.3)
-    monkeypatch.setattr(samehost, "IDLE_S", 0.3)
+    monkeypatch.setattr(link_pool, "IDLE_S", 0.3)
 
     async def main() -> None:
         async with aio.Device.connect(srv.address) as dev, await dev.prepare_model(add_model()) as pm:

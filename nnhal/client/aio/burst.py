@@ -5,7 +5,7 @@ bidirectional gRPC stream.
 asyncio twin of :class:`nnhal.client.burst.Burst`, with the same transports and statuses:
 
 - the same-host fast path (DESIGN §2): the burst's own shared-memory queue
-  (:class:`~nnhal.client.remote.aio_samehost.AioFastBurst`, its doorbell awaited through
+  (:class:`~nnhal.client.remote.aio_fastburst.AioFastBurst`, its doorbell awaited through
   the event loop), opened at the first execution when the server offers it to this client;
 - a bidirectional gRPC stream, in order, opened at the first execution that needs it: one
   too large for the rings, or every one when the fast path is refused (opened then), or at once
@@ -36,7 +36,7 @@ import numpy as np
 from nnhal.client import steps
 from nnhal.client.numpy_io import NumpyIO, numpy_execution, settle
 from nnhal.client.outcome import ExecutionOutcome, failed_result
-from nnhal.client.remote.aio_samehost import AioFastBurst
+from nnhal.client.remote.aio_fastburst import AioFastBurst
 from nnhal.client.remote.aio_session import AioBurstStream, AioSession
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.core.enums import ErrorStatus

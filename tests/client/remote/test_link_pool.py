@@ -1,11 +1,11 @@
-"""Which of a session's same-host queue links are open and free (``samehost.LinkPool``)."""
+"""Which of a session's same-host queue links are open and free (``link_pool.LinkPool``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from nnhal.client.remote import samehost
-from nnhal.client.remote.samehost import BACKOFF_S, IDLE_S, MAX_LINKS, LinkPool
+from nnhal.client.remote import link_pool
+from nnhal.client.remote.link_pool import BACKOFF_S, IDLE_S, MAX_LINKS, LinkPool
 from nnhal.core.errors import GeneralFailure, ResourceExhaustedTransient
 
 
@@ -93,7 +93,7 @@ def test_extra_links_unused_for_a_while_go_and_one_always_stays(monkeypatch: pyt
     assert pool.stale(1.0 + IDLE_S / 2) == []
     assert pool.stale(1.0 + IDLE_S) == ["a", "b"]  # "c" stays, the last link
     assert pool.links == ["c"] and not pool.extras
-    monkeypatch.setattr(samehost, "IDLE_S", 0.0)
+    monkeypatch.setattr(link_pool, "IDLE_S", 0.0)
     assert pool.stale(1e9) == []
 
 
