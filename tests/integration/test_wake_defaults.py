@@ -18,7 +18,7 @@ import pytest
 
 from nnhal.client import aio
 from nnhal.client.device import Device
-from nnhal.client.remote import fastpath
+from nnhal.client.remote import pace as pacing
 from nnhal.client.remote.fastpath import FastBurstLink
 from nnhal.client.remote.transport import DEATH_DETECTION_BOUND_S
 from nnhal.core import lookout
@@ -38,8 +38,8 @@ def shipped(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """The defaults on both sides; the client's machine quiet. Yields how often sync links watched."""
     monkeypatch.delenv("NNHAL_QUEUE_SPIN_US", raising=False)
     monkeypatch.delenv("NNHAL_HYBRID_WAIT", raising=False)
-    monkeypatch.setattr(FastBurstLink, "HYBRID_WAIT", fastpath.hybrid_from_env(None)[0])
-    monkeypatch.setattr(FastBurstLink, "HYBRID_FORCED", fastpath.hybrid_from_env(None)[1])
+    monkeypatch.setattr(FastBurstLink, "HYBRID_WAIT", pacing.hybrid_from_env(None)[0])
+    monkeypatch.setattr(FastBurstLink, "HYBRID_FORCED", pacing.hybrid_from_env(None)[1])
     monkeypatch.setattr(lookout, "LOAD", lookout.Load(runnable=lambda: 1, cpus=lambda: 2))
     watches = [0]
     real = FastBurstLink._watch

@@ -71,6 +71,16 @@ from google.protobuf.message import DecodeError
 
 from nnhal.client.outcome import failed_result
 from nnhal.client.remote.messages import ExecutionOptions, fill_execution
+from nnhal.client.remote.pace import (
+    POLL_LEAD_MAX_S,
+    POLL_LEAD_SHARE,
+    POLL_LOOPS,
+    POLL_MIN_NAP_S,
+    POLL_WINDOW_S,
+    WATCH_MAX_S,
+    Pace,
+    hybrid_from_env,
+)
 from nnhal.client.remote.transport import BURST_STREAM_TIMEOUT, remaining_time
 from nnhal.core import fastpacket, fastring, samehost, wire
 from nnhal.core.doorbell import Doorbell, fine_timers
@@ -87,85 +97,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds to collect the queue once the server named its socket.
 HANDOVER_TIMEOUT_S = 10.0
-#: The hybrid wait (module docstring): calls expected to take longer than this block at once.
-POLL_MAX_S = 0.02
-#: How much earlier than the expected answer the watch starts: this share of the expected
-#: time, at most POLL_LEAD_MAX_S. An answer already there at the first look halves the
-#: estimate, so the watch follows a server that speeds up.
-POLL_LEAD_SHARE = 0.5
-POLL_LEAD_MAX_S = 100e-6
-#: Shorter sleeps than this are not taken (a timer's wake-up costs about as much).
-POLL_MIN_NAP_S = 30e-6
-#: How long the watch goes on past the expected time, at most (then the doorbell).
-POLL_WINDOW_S = 200e-6
-#: Most looks at the ring per call; between two the thread yields its core.
-POLL_LOOPS = 2000
-#: Every this many calls of a kind, one waits the other way (the watch or the doorbell
-#: alone), so that both ways' times stay known and the faster one is chosen.
-PROBE_EVERY = 16
-#: The watch is kept only while its calls wait less than this share of the doorbell's: on a
-#: machine whose cores are busy it wins little when it wins, and costs the server its core.
-WATCH_GAIN = 0.9
-#: Weight of the latest call in the running estimates.
-_WEIGHT = 0.25
-#: The longest a watch looks at the ring (after its nap): its lead and its window.
-WATCH_MAX_S = POLL_LEAD_MAX_S + POLL_WINDOW_S
-
-
-def hybrid_from_env(value: str | None) -> tuple[bool, bool]:
-    """Whether links wait the hybrid way and whether whatever the machine's load, from
-    ``NNHAL_HYBRID_WAIT``: unset, empty or ``auto`` — yes, while the machine has a core to
-    spare and within a share of the elapsed time (:class:`nnhal.core.lookout.Lookout`);
-    ``0`` or ``off`` — no (the doorbell alone); ``1`` or ``on`` — yes, whatever the load
-    (never with a single CPU allowed). Anything else is ignored with a warning: the default."""
-    text = (value or "").strip().lower()
-    if text in ("", "auto"):
-        return True, False
-    if text in ("0", "off"):
-        return False, False
-    if text in ("1", "on"):
-        return True, True
-    log.warning("NNHAL_HYBRID_WAIT=%r is not auto, on, off, 1 or 0: ignored", value)
-    return True, False
-
-
-class _Pace:
-    """What the hybrid wait knows of one kind of call (seconds, 0.0 while unknown): how long
-    the server takes to answer, and how long a call waited with the watch and without."""
-
-    __slots__ = ("blocked", "calls", "expected", "watched")
-
-    def __init__(self) -> None:
-        self.expected = 0.0
-        self.watched = 0.0
-        self.blocked = 0.0
-        self.calls = 0
-
-    def watch(self) -> bool:
-        """Whether this call watches the ring: the faster way so far, the other for a probe."""
-        self.calls = calls = self.calls + 1
-        if not 0.0 < self.expected <= POLL_MAX_S:
-            return False
-        if not self.watched or not self.blocked:
-            return not self.watched
-        better = self.watched < self.blocked * WATCH_GAIN
-        return better != (calls % PROBE_EVERY == 0)
-
-    def took(self, watched: bool, waited: float, early: bool) -> None:
-        """Learn from a call that ``waited`` seconds for its answer."""
-        e = self.expected
-        if early:  # it came before the first look, by how much is unknown: halved, as a guess
-            self.expected = e * 0.5
-        else:
-            self.expected = waited if not e else e + (waited - e) * _WEIGHT
-        if watched:
-            w = self.watched
-            self.watched = waited if not w else w + (waited - w) * _WEIGHT
-        elif e:
-            bl = self.blocked
-            self.blocked = waited if not bl else bl + (waited - bl) * _WEIGHT
-
-
 #: Room kept in the result ring for what an answer carries besides its inline output pools.
 RESULT_ENVELOPE_BYTES = 16 << 10
 _RESULT_KINDS = (fastring.RESULT, fastpacket.LEARNED, fastpacket.ANSWER)
@@ -326,11 +257,11 @@ class QueueEnds:
         self.serial = next(_SERIALS)
         #: The hybrid wait's paces by kind of call (the last key's looked up by identity
         #: first: a layout key hashes slowly).
-        self._paces: dict[object, _Pace] = {}
+        self._paces: dict[object, Pace] = {}
         self._pace_key: object = None
-        self._pace = _Pace()
+        self._pace = Pace()
 
-    def pace(self, key: object) -> _Pace:
+    def pace(self, key: object) -> Pace:
         """What the hybrid wait knows of calls of ``key``."""
         if key is self._pace_key or key == self._pace_key:  # equal: a planned call's new tuple
             return self._pace
@@ -338,7 +269,7 @@ class QueueEnds:
         if pace is None:
             if len(self._paces) >= 4 * fastpacket.MAX_LAYOUTS:
                 self._paces.clear()
-            pace = self._paces[key] = _Pace()
+            pace = self._paces[key] = Pace()
         self._pace_key, self._pace = key, pace
         return pace
 

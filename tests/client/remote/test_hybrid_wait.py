@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from nnhal.client.remote import fastpath
+from nnhal.client.remote import pace as pacing
 from nnhal.client.remote.fastpath import FastBurstLink, QueueEnded
 from nnhal.core import fastring
 from nnhal.core.enums import ErrorStatus
@@ -109,7 +109,7 @@ def _link(delay: Callable[[bytes], float], close_after: int | None = None) -> It
         link = FastBurstLink(_Remote(), _Call(), first)  # type: ignore[arg-type]
         handing.join(_BOUND_S)
         link.hybrid_wait = True
-        link.lookout = Lookout(fastpath.WATCH_MAX_S, forced=True)  # whatever this machine's load
+        link.lookout = Lookout(pacing.WATCH_MAX_S, forced=True)  # whatever this machine's load
         server = _Server(queue, delay, close_after)
         try:
             yield link
@@ -124,7 +124,7 @@ def _watching(link: FastBurstLink) -> list[bool]:
     seen: list[bool] = []
     watch = link._watch
 
-    def recording(rung: float, expected: float, end: float | None, allowed: float = fastpath.WATCH_MAX_S) -> bool:
+    def recording(rung: float, expected: float, end: float | None, allowed: float = pacing.WATCH_MAX_S) -> bool:
         early = watch(rung, expected, end, allowed)
         seen.append(link.results.pending())
         return early
@@ -133,7 +133,7 @@ def _watching(link: FastBurstLink) -> list[bool]:
     return seen
 
 
-class _Forced(fastpath._Pace):
+class _Forced(pacing.Pace):
     """A pace that always watches and learns nothing."""
 
     def watch(self) -> bool:
@@ -210,7 +210,7 @@ def test_a_stop_while_the_link_watches_ends_the_wait() -> None:
 def test_no_answer_is_lost_whichever_way_each_call_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     """Calls alternate between the watch and the doorbell, and the server answers at once, after
     a yield or after a short or a longer sleep: every answer arrives, in order."""
-    monkeypatch.setattr(fastpath, "PROBE_EVERY", 3)
+    monkeypatch.setattr(pacing, "PROBE_EVERY", 3)
     delays = (0.0, 0.0, 20e-6, 0.0, 300e-6, 0.0, 2e-3)
     with _link(lambda p: delays[int(p.split()[1]) % len(delays)]) as link:
         end = time.monotonic() + 60.0
@@ -236,18 +236,18 @@ def test_no_answer_is_lost_whichever_way_each_call_waits(monkeypatch: pytest.Mon
     ],
 )
 def test_the_hybrid_wait_is_read_from_the_environment(value: str | None, expected: tuple[bool, bool]) -> None:
-    assert fastpath.hybrid_from_env(value) == expected
+    assert pacing.hybrid_from_env(value) == expected
 
 
 def test_an_unknown_hybrid_wait_value_is_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger=fastpath.__name__):
-        assert fastpath.hybrid_from_env("sometimes") == (True, False)
+    with caplog.at_level(logging.WARNING, logger=pacing.__name__):
+        assert pacing.hybrid_from_env("sometimes") == (True, False)
     assert "NNHAL_HYBRID_WAIT" in caplog.text
 
 
 def test_the_link_waits_on_its_doorbell_alone_when_turned_off() -> None:
     with _link(lambda _p: 0.0) as link:
-        link.hybrid_wait = fastpath.hybrid_from_env("off")[0]
+        link.hybrid_wait = pacing.hybrid_from_env("off")[0]
         seen = _watching(link)
         for i in range(5):
             _exchange(link, b"call %d" % i)
