@@ -137,8 +137,7 @@ class LeanRun:
 
     def close(self) -> None:
         """Give back the slot and the data's charge (if ``run`` never did) and the pools. Idempotent."""
-        if self._held or self._charged:  # ``run`` gave both back on its way out
-            self._give_back()
+        self._give_back()
         self.bound.drop()
 
 
@@ -156,7 +155,7 @@ def launch(driver: Driver, call: Execution) -> LeanRun | None:
     session = driver.session(call.session)
     if session.faults.execute_delay_ms:
         return None
-    pm = driver.prepared_models.get(session.id, call.prepared_model)  # ``Driver.prepared``'s one step
+    pm = driver.prepared(session, call.prepared_model)
     request = call.request
     plan = pm.plans.get(request)
     if plan is None:
@@ -175,7 +174,7 @@ def launch(driver: Driver, call: Execution) -> LeanRun | None:
         )
     except Exception:
         return None  # the full path refuses it, after its admission, as it always did
-    if bound.has_tokens or bound.sizes != plan.sizes:  # ``RequestPlan.fits``
+    if not plan.fits(bound):
         bound.close()
         return None
     if bound.has_shared:
@@ -276,7 +275,7 @@ def launch_compact(
     session = driver.session(compact.session)
     if session.faults.execute_delay_ms:
         return None
-    pm = driver.prepared_models.get(session.id, compact.model)
+    pm = driver.prepared(session, compact.model)
     plan = pm.plans.of(compact.inputs, compact.outputs)
     if plan is None or plan.sizes != compact.sizes:  # ``RequestPlan.fits``
         return None

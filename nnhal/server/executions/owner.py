@@ -238,8 +238,9 @@ class Executions:
         try:
             job: ExecutionJob | LeanRun | None
             try:
-                lean_ok = lean_launch is not None and (obs is None or not obs.reads_args)
-                job = lean_launch() if lean_ok and lean_launch is not None else None
+                job = None
+                if lean_launch is not None and (obs is None or not obs.reads_args):
+                    job = lean_launch()
                 if job is None:
                     args = build()
                     # A layout run before, with a free slot: the lean launch (``lean``); else the full one.
@@ -248,7 +249,7 @@ class Executions:
                         job = self._begin(args)
             except Exception as err:
                 return self.refuse(method, err, args, t0)
-            self.metrics.execution(CARRIER.get() or method.transport)  # ``transport_of``, one call less
+            self.metrics.execution(transport_of(method))
             t1 = 0.0
             call = None
             if obs is not None:
