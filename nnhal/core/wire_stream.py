@@ -117,11 +117,21 @@ def parser(message: Callable[[], Any]) -> Callable[[bytes], Any]:
     return parse
 
 
-def _put_varint(out: bytearray, value: int) -> None:
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
+#: The one-byte varints (the common lengths and sizes), made once.
+_VARINTS = tuple(bytes([n]) for n in range(128))
+
+
+def varint(n: int) -> bytes:
+    """``n`` (0 <= n < 2**64) as a protobuf varint (also the client's request writer's:
+    ``nnhal.client.remote.encoded``)."""
+    if n < 128:
+        return _VARINTS[n]
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def write_part(part: Any) -> bytes:
@@ -134,15 +144,15 @@ def write_part(part: Any) -> bytes:
     body = bytearray()
     if index:
         body.append(_INDEX_TAG)
-        _put_varint(body, index)
+        body += varint(index)
     if offset:
         body.append(_OFFSET_TAG)
-        _put_varint(body, offset)
+        body += varint(offset)
     if size:
         body.append(_DATA_TAG)
-        _put_varint(body, size)
+        body += varint(size)
     head = bytearray((_CHUNK_TAG,))
-    _put_varint(head, len(body) + size)
+    head += varint(len(body) + size)
     return b"".join((head, body, data))
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from nnhal.core import wire
 from nnhal.core.enums import MeasureTiming
 from nnhal.core.types import ExecutionResult, InlinePool, MemoryPool, PoolData, Request, RequestArgument
+from nnhal.core.wire_stream import varint
 from nnhal.proto import service_pb2 as spb, types_pb2 as pb
 
 # Tags (field number << 3 | wire type) of the fields written here; wire type 0 is a varint,
@@ -42,20 +43,6 @@ _REMAINING = b"\x10"  # Deadline.remaining_ns = 2
 _EXECUTE = b"\x1a"  # BurstRequest.execute = 3
 
 _MEASURE_YES = _MEASURE + bytes([int(MeasureTiming.YES)])
-#: Small varints, the common lengths and sizes, made once.
-_VARINTS = tuple(bytes([n]) for n in range(128))
-
-
-def varint(n: int) -> bytes:
-    """``n`` (0 <= n < 2**64) as a protobuf varint."""
-    if n < 128:
-        return _VARINTS[n]
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 #: Serialized arguments by their fields (:func:`_fields`): a few layouts repeat. Bounded:
@@ -147,9 +134,9 @@ def execute_bytes(
         ns = wire.remaining_ns(remaining_s)
         if ns:
             value = varint(ns)
-            out += (_DEADLINE, _VARINTS[3 + len(value)], _HAS_DEADLINE, _REMAINING, value)
+            out += (_DEADLINE, varint(3 + len(value)), _HAS_DEADLINE, _REMAINING, value)
         else:
-            out += (_DEADLINE, _VARINTS[2], _HAS_DEADLINE)
+            out += (_DEADLINE, varint(2), _HAS_DEADLINE)
     if loop_timeout_ns:
         out += (_LOOP, varint(loop_timeout_ns))
     if profile:

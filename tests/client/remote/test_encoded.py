@@ -10,7 +10,7 @@ import pytest
 
 from nnhal.client.remote import encoded
 from nnhal.client.remote.messages import ExecutionOptions, execute_request
-from nnhal.core import wire
+from nnhal.core import wire, wire_stream
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import (
     BufferTokenPool,
@@ -92,7 +92,7 @@ def test_a_nan_deadline_is_refused_as_the_message_refuses_it() -> None:
 def test_varints() -> None:
     for n in (0, 1, 127, 128, 300, 1 << 21, (1 << 64) - 1):
         msg = spb.ExecuteRequest(loop_timeout_ns=n)
-        assert encoded.varint(n) == (msg.SerializeToString()[1:] if n else b"\x00")
+        assert wire_stream.varint(n) == (msg.SerializeToString()[1:] if n else b"\x00")
 
 
 def test_results_read_as_the_wire_reads_them() -> None:
