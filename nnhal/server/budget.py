@@ -132,21 +132,13 @@ class MemoryBudget:
                     f"{what} need {nbytes} bytes; this client already uses {used} "
                     f"of its {per_client}; release prepared models or buffers and retry"
                 )
-            if total:
-                if self._total + nbytes > total - self.reserve and nbytes:
-                    self._check_share(used, nbytes, what)
-                self._take_total(nbytes, what)
-            else:
-                self._total += nbytes  # ``_take_total`` without a limit, inlined: every execution charges
+            if total and self._total + nbytes > total - self.reserve and nbytes:
+                self._check_share(used, nbytes, what)
+            self._take_total(nbytes, what)
             if not used and nbytes:
                 self._holders += 1
             self._used[session] = used + nbytes
-            kinds = self._kinds.get(session)
-            if kinds is None:
-                kinds = self._kinds[session] = {}
-            kinds[what] = kinds.get(what, 0) + nbytes
-            by_kind = self._total_by_kind
-            by_kind[what] = by_kind.get(what, 0) + nbytes
+            self._add_kind(session, what, nbytes)
 
     def _check_share(self, used: int, nbytes: int, what: str) -> None:
         """RESOURCE_EXHAUSTED_TRANSIENT when a session holding ``used`` bytes would go past its
@@ -179,13 +171,13 @@ class MemoryBudget:
             if used > 0 and used - nbytes <= 0:
                 self._holders -= 1
             self._total -= nbytes
-            kinds = self._kinds.get(session)  # by kind, inlined: every execution gives back
-            if kinds is None:
-                kinds = self._kinds[session] = {}
-            kinds[what] = kinds.get(what, 0) - nbytes
-            by_kind = self._total_by_kind
-            by_kind[what] = by_kind.get(what, 0) - nbytes
+            self._add_kind(session, what, -nbytes)
         self.releaser.released(nbytes)
+
+    def _add_kind(self, session: str, what: str, delta: int) -> None:
+        kinds = self._kinds.setdefault(session, {})
+        kinds[what] = kinds.get(what, 0) + delta
+        self._total_by_kind[what] = self._total_by_kind.get(what, 0) + delta
 
     def account(self, session: str, delta: int, what: str) -> None:
         """Charge a positive ``delta``, give back a negative one (a buffer's contents changing size)."""

@@ -53,8 +53,6 @@ class Ticket:
 HOLD_OFF_NS = 3_000_000
 #: Entries of ``Scheduler._served`` kept before those of idle clients are dropped.
 SERVED_BOUND = 1024
-#: The priorities above each priority (what may hold its work off).
-_ABOVE: dict[int, tuple[int, ...]] = {int(p): tuple(range(int(p) + 1, int(Priority.HIGH) + 1)) for p in Priority}
 
 
 class Scheduler:
@@ -151,34 +149,19 @@ class Scheduler:
         shut); None otherwise, with nothing taken — the caller then goes through ``admit``
         and ``acquire``, which decide, queue or refuse. The ticket is released by ``release``
         as one from ``acquire`` is. One lock, no wait: the lean path of a small execution."""
-        admitted = self._admitted
-        above = _ABOVE[priority]
         with self._lock:
             if (
                 self._shut is not None
                 or self._waiting
                 or len(self._running) >= self.slots
-                or len(admitted) >= self.slots + self.queue_depth
+                or len(self._admitted) >= self.slots + self.queue_depth
+                or self._outranked_at(client, priority)
             ):
                 return None
-            if above:
-                # ``_outranked_at``, inlined (this is every small execution's path): the client's
-                # higher-priority work in flight, or ended within the hold-off.
-                if admitted and any(u.client == client and u.priority > priority for u in admitted):
-                    return None
-                recent = self._recent
-                if recent:
-                    now = time.monotonic_ns()
-                    for p in above:
-                        ended = recent.get((client, p))
-                        if ended is not None and 0 < ended + self.hold_off_ns - now < 1_000_000_000:
-                            return None
             ticket = Ticket(client, priority, next(self._seq), True)
-            admitted.add(ticket)
+            self._admitted.add(ticket)
             self._running.append(ticket)
-            self._served[client] = next(self._tick)  # ``_mark_served``
-            if len(self._served) > SERVED_BOUND:
-                self._mark_served(ticket)
+            self._mark_served(ticket)
             return ticket
 
     def acquire(self, ticket: Ticket, deadline_ns: int | None) -> None:
