@@ -464,7 +464,7 @@ def execution_result_to(result: ExecutionResult, msg: spb.ExecuteResult | None =
 
 
 def execution_result_from(msg: spb.ExecuteResult) -> ExecutionResult:
-    profile = msg.profile
+    profile, timeline = msg.profile, msg.timeline  # most answers have neither: no tuples built
     return ExecutionResult(
         error_status_from(msg.status),
         msg.message,
@@ -472,7 +472,9 @@ def execution_result_from(msg: spb.ExecuteResult) -> ExecutionResult:
         timing_from(msg.timing),
         {p.pool_index: p.data for p in msg.output_pools},
         tuple(OperationProfile(p.operation, p.count, p.total_us) for p in profile) if profile else (),
-        tuple(OperationTiming(t.index, t.operation, t.subgraph, t.start_us, t.duration_us) for t in msg.timeline),
+        tuple(OperationTiming(t.index, t.operation, t.subgraph, t.start_us, t.duration_us) for t in timeline)
+        if timeline
+        else (),
     )
 
 

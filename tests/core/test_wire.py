@@ -45,6 +45,8 @@ from nnhal.core.types import (
     Model,
     Operand,
     Operation,
+    OperationProfile,
+    OperationTiming,
     OutputShape,
     Request,
     RequestArgument,
@@ -460,3 +462,19 @@ def test_a_remainder_too_far_to_send_saturates(remaining_s: float, sent_ns: int)
 def test_a_nan_deadline_is_invalid_argument() -> None:
     with pytest.raises(InvalidArgument, match="NaN"):
         wire.deadline_to(float("nan"), pb.Deadline())
+
+
+def test_results_read_with_profile_and_timeline_only_when_they_have_them() -> None:
+    plain = spb.ExecuteResult()
+    plain.output_shapes.add(dimensions=[2, 4], is_sufficient=True)
+    plain.output_pools.add(pool_index=1, data=bytes(32))
+    read = wire.execution_result_from(plain)
+    assert (read.status, read.output_pools, read.profile, read.timeline) == (ErrorStatus.NONE, {1: bytes(32)}, (), ())
+    assert read.output_shapes[0].dimensions == (2, 4) and read.output_shapes[0].is_sufficient
+    profiled = spb.ExecuteResult()
+    profiled.profile.add(operation="ADD", count=1, total_us=3)
+    assert wire.execution_result_from(profiled).profile == (OperationProfile("ADD", 1, 3),)
+    traced = spb.ExecuteResult()
+    traced.timeline.add(index=0, operation="ADD", subgraph=0, start_us=1, duration_us=2)
+    assert wire.execution_result_from(traced).timeline == (OperationTiming(0, "ADD", 0, 1, 2),)
+    assert wire.execution_result_from(spb.ExecuteResult(status=4, message="bad")).status == ErrorStatus.INVALID_ARGUMENT

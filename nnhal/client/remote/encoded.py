@@ -9,9 +9,6 @@ message field by field through the protobuf API costs several times more. The by
 the message ``messages.execute_request`` builds (same fields and values, fields in number
 order); a request with a pool that is not inline is not written here (None: the caller
 builds the message). :func:`burst_bytes` frames it as a ``BurstRequest``.
-
-:func:`result_from` reads an ``ExecuteResult`` as ``wire.execution_result_from`` does, in
-fewer steps for the common answer (no profile, no timeline).
 """
 
 from __future__ import annotations
@@ -21,9 +18,9 @@ from typing import Any
 
 from nnhal.core import wire
 from nnhal.core.enums import MeasureTiming
-from nnhal.core.types import ExecutionResult, InlinePool, MemoryPool, PoolData, Request, RequestArgument
+from nnhal.core.types import InlinePool, MemoryPool, PoolData, Request, RequestArgument
 from nnhal.core.wire_stream import varint
-from nnhal.proto import service_pb2 as spb, types_pb2 as pb
+from nnhal.proto import types_pb2 as pb
 
 # Tags (field number << 3 | wire type) of the fields written here; wire type 0 is a varint,
 # 2 a length-delimited field.
@@ -147,17 +144,3 @@ def execute_bytes(
 def burst_bytes(execute: bytes) -> bytes:
     """A ``BurstRequest`` carrying the serialized ExecuteRequest ``execute``."""
     return b"".join((_EXECUTE, varint(len(execute)), execute))
-
-
-def result_from(msg: spb.ExecuteResult) -> ExecutionResult:
-    """``wire.execution_result_from(msg)``, the common answer (no profile, no timeline) read
-    in fewer steps."""
-    if msg.profile or msg.timeline:
-        return wire.execution_result_from(msg)
-    return ExecutionResult(
-        wire.error_status_from(msg.status),
-        msg.message,
-        wire.output_shapes_from(msg.output_shapes),
-        wire.timing_from(msg.timing),
-        {p.pool_index: p.data for p in msg.output_pools},
-    )

@@ -219,7 +219,7 @@ class RemoteSession(SessionChannel):
         )
         if raw is None:
             return None
-        return encoded.result_from(self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining)))
+        return wire.execution_result_from(self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining)))
 
     #: False once the server answered that it has no StreamedExecution service (an older server).
     _streams = True
@@ -331,7 +331,7 @@ class RemoteSession(SessionChannel):
                 ErrorStatus.GENERAL_FAILURE,
                 "the burst stream ended (refused or closed by the server); open a new burst",
             )
-        return encoded.result_from(response.result)
+        return wire.execution_result_from(response.result)
 
     def close_burst(self, stream: BurstStream) -> None:
         stream.requests.put(None)

@@ -1,6 +1,6 @@
 """Execution requests written as bytes (``nnhal.client.remote.encoded``): the same messages as
-the ones built field by field, for every option, pool form and deadline; results read back as
-``wire`` reads them. Through a real channel in ``tests/integration/test_remote_encoded.py``."""
+the ones built field by field, for every option, pool form and deadline. Through a real
+channel in ``tests/integration/test_remote_encoded.py``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from nnhal.client.remote import encoded
 from nnhal.client.remote.messages import ExecutionOptions, execute_request
-from nnhal.core import wire, wire_stream
+from nnhal.core import wire_stream
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import (
     BufferTokenPool,
@@ -93,19 +93,3 @@ def test_varints() -> None:
     for n in (0, 1, 127, 128, 300, 1 << 21, (1 << 64) - 1):
         msg = spb.ExecuteRequest(loop_timeout_ns=n)
         assert wire_stream.varint(n) == (msg.SerializeToString()[1:] if n else b"\x00")
-
-
-def test_results_read_as_the_wire_reads_them() -> None:
-    plain = spb.ExecuteResult()
-    plain.output_shapes.add(dimensions=[2, 4], is_sufficient=True)
-    plain.output_pools.add(pool_index=1, data=bytes(32))
-    failed = spb.ExecuteResult(status=4, message="bad")
-    timed = spb.ExecuteResult()
-    timed.timing.time_on_device = 5
-    profiled = spb.ExecuteResult()
-    profiled.profile.add(operation="ADD", count=1, total_us=3)
-    traced = spb.ExecuteResult()
-    traced.timeline.add(index=0, operation="ADD", subgraph=0, start_us=1, duration_us=2)
-    unknown = spb.ExecuteResult(status=12345)
-    for msg in (plain, failed, timed, profiled, traced, unknown):
-        assert encoded.result_from(msg) == wire.execution_result_from(msg)
