@@ -56,16 +56,11 @@ def refusal(status: ErrorStatus, message: str) -> bytes:
     return status_to(spb.ExecuteResult(), Refused(status, message)).SerializeToString()
 
 
-def _fresh_id() -> str:
-    """The request id of a call whose client's is not sane."""
-    return f"{_ID_PREFIX}-{secrets.token_hex(4)}"
-
-
 def _tagged(rid: str, scope: str, run: Callable[[], tuple[int, bytes]]) -> tuple[int, bytes]:
     """``run()`` with the call's request id (the client's when sane) and fault scope published
     (what the gRPC path takes from the call's metadata). Not a context manager: this is on
     every packet's path, and a generator-based one costs more than the rest of it."""
-    token = REQUEST_ID.set(rid if _SANE_ID.fullmatch(rid) else _fresh_id())
+    token = REQUEST_ID.set(rid if _SANE_ID.fullmatch(rid) else f"{_ID_PREFIX}-{secrets.token_hex(4)}")
     scoped = CALL_SCOPE.set(scope or None)  # a seeded fault schedule decides by it
     try:
         return run()
@@ -148,14 +143,7 @@ class SameHostMethods:
                     rid, scope, rest = samehost.split_tag(payload)
                 except fastpacket.PacketError as err:
                     return refuse(f"same-host queue: {err}")
-                # ``_tagged``'s steps inlined: the compact calls' path, the hottest of the queue.
-                token = REQUEST_ID.set(rid if _SANE_ID.fullmatch(rid) else _fresh_id())
-                scoped = CALL_SCOPE.set(scope or None)
-                try:
-                    return compact(kind, rest)
-                finally:
-                    CALL_SCOPE.reset(scoped)
-                    REQUEST_ID.reset(token)
+                return _tagged(rid, scope, partial(compact, kind, rest))
             try:
                 number, rid, scope, body = samehost.decode_method(payload)
             except fastpacket.PacketError as err:
