@@ -196,10 +196,19 @@ class Inbound:
         return self._held
 
     # -- reading -----------------------------------------------------------------------
-    async def _read_place(self) -> None:
-        if not self._waiting and (self._reading == 0 or self._reading + self.place <= self.read_bytes):
-            self._reading += self.place
-            return
+    def _fits(self) -> bool:
+        """Whether one more read's place fits (a lone read always does)."""
+        return self._reading == 0 or self._reading + self.place <= self.read_bytes
+
+    def _take_place(self) -> bool:
+        """Take a read's place now when none is waiting and one fits; False otherwise."""
+        if self._waiting or not self._fits():
+            return False
+        self._reading += self.place
+        return True
+
+    async def _wait_place(self) -> None:
+        """Wait for a read's place, first come first served (``_end_read`` hands it over)."""
         waiter = asyncio.get_running_loop().create_future()
         self._waiting.append(waiter)
         try:
@@ -211,11 +220,11 @@ class Inbound:
                 self._waiting.remove(waiter)
             raise
 
-    def _end_read(self, place: int | None = None) -> None:
-        """Give back a read's place (``place``: what is still to give back, the place by
-        default) and hand freed places to the reads waiting, first come first served."""
-        self._reading -= self.place if place is None else place
-        while self._waiting and (self._reading == 0 or self._reading + self.place <= self.read_bytes):
+    def _end_read(self) -> None:
+        """Give back a read's place and hand freed places to the reads waiting, first come
+        first served."""
+        self._reading -= self.place
+        while self._waiting and self._fits():
             waiter = self._waiting.popleft()
             if not waiter.done():
                 self._reading += self.place
@@ -231,12 +240,8 @@ class Inbound:
         read's place (None: the bytes themselves) and held until the call ends; the call is aborted instead
         (RESOURCE_EXHAUSTED; INVALID_ARGUMENT without a message; INTERNAL when it cannot be
         parsed)."""
-        # A place at once when none is waiting and one fits (``_read_place``), without awaiting it.
-        reading = self._reading
-        if not self._waiting and (reading == 0 or reading + self.place <= self.read_bytes):
-            self._reading = reading + self.place
-        else:
-            await self._read_place()
+        if not self._take_place():
+            await self._wait_place()
         try:
             read = await self._read(context)
             if read is None:
@@ -264,9 +269,7 @@ class Inbound:
             # past the place that charged for it.
             del raw
         finally:
-            self._reading -= self.place
-            if self._waiting:
-                self._end_read(0)
+            self._end_read()
         if self.budget is not None and nbytes > WINDOW_BYTES:
             # The transport's slices and the buffer that gathered them were freed.
             self.budget.releaser.released((READ_COPIES - 1) * nbytes)
