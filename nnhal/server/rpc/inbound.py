@@ -311,10 +311,9 @@ class Inbound:
                 f"this client already holds {mine} bytes of requests in progress; with this one's {nbytes} that "
                 f"is past its limit of {self.per_client}: wait for answers, or retry later"
             )
-        if nbytes > WINDOW_BYTES:  # else never refused for the total (``_charge``)
-            refusal = self._charge(key, mine, nbytes)
-            if refusal is not None:
-                return refusal
+        refusal = self._charge(key, mine, nbytes)
+        if refusal is not None:
+            return refusal
         if client is None:
             client = self._clients[key] = _Client()
         entry = _Held(nbytes, call_ender())
