@@ -159,8 +159,6 @@ async def serve_burst(
         if injected is not None and injected.after == 0:
             await abort(context, abort_of(injected))
         sent = 0
-        # Only a device older than 1.3 refuses fields of a burst execution (``check_burst_fields``).
-        older = x.level < HalVersion.V1_3
         while True:
             try:
                 req = await context.read()
@@ -179,8 +177,7 @@ async def serve_burst(
             # ExecuteResult copies it).
             answer = spb.BurstResponse()
             try:
-                if older:
-                    check_burst_fields(x, msg)
+                check_burst_fields(x, msg)
             except HalError as err:
                 status_to(answer.result, x.refuse(m, err))
             else:
