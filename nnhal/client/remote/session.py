@@ -208,7 +208,23 @@ class RemoteSession(SessionChannel):
         if self._queue is not None or any(isinstance(p, InlinePool) and p.size >= STREAM_MIN_BYTES for p in pools):
             return None
         remaining = remaining_time(options.timeout, options.deadline_at)
-        raw = encoded.execute_bytes(
+        raw = self._execute_bytes(handle, inputs, outputs, pools, options, remaining)
+        if raw is None:
+            return None
+        return wire.execution_result_from(self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining)))
+
+    def _execute_bytes(
+        self,
+        handle: str,
+        inputs: tuple[RequestArgument, ...],
+        outputs: tuple[RequestArgument, ...],
+        pools: tuple[MemoryPool, ...],
+        options: ExecutionOptions,
+        remaining: float | None,
+    ) -> bytes | None:
+        """This session's serialized ExecuteRequest of model ``handle`` (``encoded.execute_bytes``:
+        None for a pool that is not inline), its deadline ``remaining`` seconds away."""
+        return encoded.execute_bytes(
             encoded.head_bytes(self._session_id, handle),
             encoded.args_bytes(inputs, outputs),
             pools,
@@ -217,9 +233,6 @@ class RemoteSession(SessionChannel):
             options.loop_timeout_ns,
             options.profile,
         )
-        if raw is None:
-            return None
-        return wire.execution_result_from(self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining)))
 
     #: False once the server answered that it has no StreamedExecution service (an older server).
     _streams = True
@@ -300,15 +313,7 @@ class RemoteSession(SessionChannel):
     ) -> ExecutionResult:
         """One execution on the burst stream; transport failures come back in the result."""
         remaining = remaining_time(options.timeout, options.deadline_at)
-        raw = encoded.execute_bytes(
-            encoded.head_bytes(self._session_id, handle),
-            encoded.args_bytes(request.inputs, request.outputs),
-            request.pools,
-            options.measure,
-            remaining,
-            options.loop_timeout_ns,
-            options.profile,
-        )
+        raw = self._execute_bytes(handle, request.inputs, request.outputs, request.pools, options, remaining)
         if raw is not None:
             burst_request = encoded.burst_bytes(raw)
         else:  # a pool that is not inline: the message built field by field
