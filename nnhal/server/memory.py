@@ -44,6 +44,7 @@ import numpy as np
 
 from nnhal.core import wire
 from nnhal.core.errors import InvalidArgument, ResourceExhaustedPersistent
+from nnhal.core.shared_pages import map_shared
 from nnhal.core.types import BufferTokenPool, InlinePool, MemoryPool, PoolData, RequestArgument, SharedMemoryPool
 
 if TYPE_CHECKING:
@@ -88,8 +89,6 @@ def _served() -> list[SharedMemoryPolicy]:
 
 #: The seals that make a region safe to map: its size can never change again.
 SIZE_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW if hasattr(fcntl, "F_SEAL_SHRINK") else 0
-_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-_PROT = mmap.PROT_READ | mmap.PROT_WRITE
 #: ``<prefix>memfd.<pid>.<fd>.<nonce>``: a client's memfd (after the prefix).
 _MEMFD_NAME = re.compile(r"memfd\.([1-9][0-9]{0,9})\.([0-9]{1,9})\.([0-9a-f]{8,64})")
 
@@ -236,7 +235,7 @@ def open_region(
             base = pool.offset - pool.offset % mmap.ALLOCATIONGRANULARITY
             try:
                 # Only the pool's pages, populated: one pass in the kernel instead of a fault per page.
-                mapping = mmap.mmap(fd, pool.offset + pool.size - base, _MAP_FLAGS, _PROT, offset=base)
+                mapping = map_shared(fd, pool.offset + pool.size - base, base, populate=True)
             except OSError:
                 pass  # sealed against writes, or no address space: the copy path decides
             else:
@@ -332,7 +331,7 @@ class RegionCache:
         if st.st_size > self.LIMIT_MAPPED_BYTES:
             return None
         try:
-            mapping = mmap.mmap(fd, st.st_size, _MAP_FLAGS, _PROT)
+            mapping = map_shared(fd, st.st_size, populate=True)
         except OSError:
             return None
         with self._lock:
