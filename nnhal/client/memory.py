@@ -43,7 +43,7 @@ from nnhal.core.shared_pages import map_shared
 from nnhal.core.types import SharedMemoryPool
 
 KINDS = ("ashmem", "mmap_fd", "hardware_buffer_blob")
-#: The suffix of files held by their creator (``nnhal.server.memory.HELD_SUFFIX``, equal).
+#: The suffix of files held by their creator (``nnhal.server.shared_regions.HELD_SUFFIX``, equal).
 HELD_SUFFIX = ".held"
 _CREATE_ATTEMPTS = 8
 #: The server's sweep holds an exclusive lock for microseconds; longer is another process.
