@@ -217,13 +217,15 @@ class NumpyIO:
         dtypes = self.in_dtypes
         if len(inputs) != len(dtypes):
             return None
-        arrays = [
-            value
-            if type(value) is np.ndarray and value.dtype is dtype and value.flags.c_contiguous
-            else _as_input(value, dtype)
-            for value, dtype in zip(inputs, dtypes)
-        ]
-        key = tuple([None if a is None else a.shape for a in arrays])
+        # One loop, no comprehension: each would make a function object on every call.
+        arrays: list[Any] = []
+        shapes: list[tuple[int, ...] | None] = []
+        for value, dtype in zip(inputs, dtypes):
+            if type(value) is not np.ndarray or value.dtype is not dtype or not value.flags.c_contiguous:
+                value = _as_input(value, dtype)
+            arrays.append(value)
+            shapes.append(None if value is None else value.shape)
+        key = tuple(shapes)
         last = self._last
         plan: _Plan | None
         if last is not None and last[0] == key:  # the shapes of the last planned call: no hashing
