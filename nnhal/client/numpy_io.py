@@ -158,8 +158,12 @@ class _Plan:
         ):
             shapes = output_shapes or [OutputShape(op.dimensions, True) for _, op in self.layout]
             decoding = self._decoding = (output_shapes, nbytes, _specs(self.layout, shapes, nbytes))
-        # An array over the pool's bytes at once (a view, like frombuffer's, without its reshape).
-        return [np.ndarray(dims, dtype, data, offset) for dims, dtype, offset in decoding[2]]
+        # An array over the pool's bytes at once (a view, like frombuffer's, without its reshape);
+        # a loop, not a comprehension, which would make a function object per call.
+        outputs: list[np.ndarray] = []
+        for dims, dtype, offset in decoding[2]:
+            outputs.append(np.ndarray(dims, dtype, data, offset))
+        return outputs
 
 
 def _as_input(value: np.ndarray | None, dtype: np.dtype[Any]) -> np.ndarray | None:
