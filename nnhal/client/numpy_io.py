@@ -323,10 +323,10 @@ def settle(plan: _Plan, result: ExecutionResult) -> ExecutionOutcome | list[int]
     ``outputs``, or the output sizes to retry with (:func:`numpy_execution` with them); raises
     the HalError it ended with otherwise — :func:`numpy_execution`'s first step."""
     # A planned call is never profiled: its result has no profile or timeline to carry over.
-    outcome = ExecutionOutcome(result.status, result.message, result.output_shapes, result.timing, result.output_pools)
-    if outcome.status == ErrorStatus.NONE:
-        outcome.outputs = plan.outputs_of(outcome.output_pools, outcome.output_shapes)
-        return outcome
+    status, pools, shapes = result.status, result.output_pools, result.output_shapes
+    if status == ErrorStatus.NONE:
+        return ExecutionOutcome(status, result.message, shapes, result.timing, pools, plan.outputs_of(pools, shapes))
+    outcome = ExecutionOutcome(status, result.message, shapes, result.timing, pools)
     retry = retry_sizes(outcome, plan.layout)
     if retry is None:
         outcome.raise_for_status()  # a status other than NONE: raises
