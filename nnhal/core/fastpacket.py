@@ -180,6 +180,13 @@ class Layout:
 
 def encode_answer(result: ExecutionResult) -> bytes:
     """An ANSWER's payload (``result.status`` in :data:`ANSWERED`, no profile)."""
+    payload = answer_parts(result)
+    return payload.joined() if isinstance(payload, fastring.Gathered) else payload
+
+
+def answer_parts(result: ExecutionResult) -> bytes | fastring.Gathered:
+    """``encode_answer``'s payload, a large one in parts (the output pools' bytes as they
+    are), for a ring to copy without joining them first."""
     message = result.message.encode()
     parts: list[bytes | memoryview] = [
         ANSWER_HEADER.pack(
@@ -195,14 +202,20 @@ def encode_answer(result: ExecutionResult) -> bytes:
     for shape in result.output_shapes:
         parts.append(_PAIR.pack(len(shape.dimensions), int(shape.is_sufficient)))
         parts.append(struct.pack(f"<{len(shape.dimensions)}I", *shape.dimensions))
+    length = 0
     for index, data in result.output_pools.items():
-        parts.append(_PAIR.pack(index, _nbytes(data)))
+        n = _nbytes(data)
+        parts.append(_PAIR.pack(index, n))
         parts.append(data)
-    return b"".join(parts)
+        length += n
+    if length <= fastring.CHECKED_BYTES:
+        return b"".join(parts)
+    return fastring.Gathered(parts)
 
 
 def decode_answer(payload: bytes) -> ExecutionResult:
-    """The result an ANSWER carries; PacketError for anything that does not hold together."""
+    """The result an ANSWER carries (its output pools views of ``payload``); PacketError for
+    anything that does not hold together."""
     return _decode_answer(payload)[0]
 
 
@@ -226,7 +239,8 @@ class AnswerReader:
         self._result = ExecutionResult()
 
     def read(self, payload: bytes) -> ExecutionResult:
-        """The result an ANSWER carries; PacketError for anything that does not hold together."""
+        """The result an ANSWER carries (its output pools views of ``payload``); PacketError
+        for anything that does not hold together."""
         head = self._head
         if (
             head is not None
@@ -236,11 +250,13 @@ class AnswerReader:
         ):
             r = self._result
             kept = self._spans
+            # Views of the answer's own bytes (a private copy nothing reuses), not copies.
+            view = memoryview(payload)
             if len(kept) == 1:  # the usual answer: one output pool
                 index, start, stop = kept[0]
-                pools: dict[int, PoolData] = {index: payload[start:stop]}
+                pools: dict[int, PoolData] = {index: view[start:stop]}
             else:
-                pools = {index: payload[start:stop] for index, start, stop in kept}
+                pools = {index: view[start:stop] for index, start, stop in kept}
             # The output shapes are the remembered tuple itself: a reader of the outputs may
             # know them by identity.
             return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, pools)
@@ -283,6 +299,7 @@ def _decode_answer(payload: bytes) -> tuple[ExecutionResult, list[tuple[int, int
         shapes.append(OutputShape(dims, bool(sufficient)))
     pools: dict[int, PoolData] = {}
     spans = []
+    view = memoryview(payload)  # the pools are views of the answer's bytes, not copies
     for _ in range(npools):
         if at + 8 > end:
             raise PacketError("an answer's output pools run past its end")
@@ -290,7 +307,7 @@ def _decode_answer(payload: bytes) -> tuple[ExecutionResult, list[tuple[int, int
         at += 8
         if at + length > end or index in pools:
             raise PacketError("an answer's output pool does not hold together")
-        pools[index] = payload[at : at + length]
+        pools[index] = view[at : at + length]
         spans.append((index, at, at + length))
         at += length
     if at != end:

@@ -141,14 +141,16 @@ class PartitionedGraph:
         inputs: Sequence[np.ndarray | None],
         control: ExecutionControl | None = None,
         output_operands: Sequence[Operand] | None = None,
+        into: Sequence[np.ndarray | None] | None = None,
     ) -> list[np.ndarray]:
         """The outputs in model order; ``output_operands`` (a request's dims) apply to the
-        steps writing model outputs."""
+        steps writing model outputs; ``into`` goes to a step that computes the whole model
+        (``ExecutableGraph.run``), the only one whose outputs are the model's in its order."""
         whole = self._whole
         if whole is not None and (control is None or control.profile is None):
             # The same call the loop below makes for this one step, without its bookkeeping.
             wanted = whole.output_operands if output_operands is None else output_operands
-            outs = whole.graph.run(inputs, control, wanted)
+            outs = whole.graph.run(inputs, control, wanted, into)
             n = len(self._outputs)
             if len(outs) < n:
                 raise GeneralFailure(f"output operand {self._outputs[len(outs)]} was never written")
