@@ -102,6 +102,10 @@ class Observers(Observer):
         self._started = overriding("started")
         self._finished = overriding("finished")
         self._answered = overriding("answered")
+        #: Whether any of them hears ``started`` / ``finished``: the owner neither calls a hook
+        #: nobody overrides nor makes its arguments (a :class:`Timings`) for it.
+        self.hears_started = bool(self._started)
+        self.hears_finished = bool(self._finished)
 
     def launch_written(self, call: Call) -> None:
         for hook in self._launch_written:

@@ -109,7 +109,7 @@ class Executions:
         config = driver.config
         self.faults = FaultPlan(config.fault_seed if config.fault_injection else None, config.fault_rate)
         #: The hooks (``hooks.Observer``); None: none, and the calls pay one attribute read.
-        self.observer: Observer | None = None
+        self.observer: Observers | None = None
         self._observers: list[Observer] = []
         self._limit = message_limit or (lambda: _NO_LIMIT)
         self._methods: dict[tuple[str, str, str | None, str | None, str | None, str], Method] = {}
@@ -255,7 +255,8 @@ class Executions:
             if obs is not None:
                 t1 = time.perf_counter()
                 call = Call(method.name, method.what, args)  # one for every hook of the call
-                obs.started(call)
+                if obs.hears_started:
+                    obs.started(call)
             result: ExecutionResult | Refused
             try:
                 result = within_limit(job.run(), self._limit())
@@ -268,7 +269,7 @@ class Executions:
             t2 = time.perf_counter()
             method.record(result.status, t2 - t0)
             if obs is not None and call is not None:
-                self._tell(obs, call, result.status, Timings(t0, t1, t2), result)
+                self._tell(obs, call, result.status, (t0, t1, t2), result)
             return result
         finally:
             self.lifecycle.leave()
@@ -295,13 +296,17 @@ class Executions:
         obs = self.observer
         if obs is not None:
             t = time.perf_counter()
-            timings = Timings(t if since is None else since, None, t)
-            self._tell(obs, Call(method.name, method.what, args), refused.status, timings, refused)
+            times = (t if since is None else since, None, t)
+            self._tell(obs, Call(method.name, method.what, args), refused.status, times, refused)
         return refused
 
     @staticmethod
-    def _tell(obs: Observer, call: Call, status: ErrorStatus, timings: Timings, answer: object) -> None:
-        obs.finished(call, status, timings)
+    def _tell(
+        obs: Observers, call: Call, status: ErrorStatus, times: tuple[float, float | None, float], answer: object
+    ) -> None:
+        """Tell the hooks ``call`` finished (``times``: its :class:`Timings`) and was answered."""
+        if obs.hears_finished:
+            obs.finished(call, status, Timings(*times))
         obs.answered(call, answer)
 
     # -- asynchronous calls: launch, then notify ------------------------------------------
@@ -444,7 +449,7 @@ class Executions:
                 obs.launch_written(call)
             injected.after_message(fault, 1)  # an abort raises: the finally ends the job
             t1 = time.perf_counter()
-            if obs is not None and call is not None:
+            if obs is not None and call is not None and obs.hears_started:
                 obs.started(call)
             notify: Notify[A]
             answer: A | None = None
@@ -466,7 +471,7 @@ class Executions:
             method.record(notify.status, t2 - t0)
             if obs is not None and call is not None:
                 answered = notify.answer if notify.answer is not None else Refused(notify.status, notify.message)
-                self._tell(obs, call, notify.status, Timings(t0, t1, t2), answered)
+                self._tell(obs, call, notify.status, (t0, t1, t2), answered)
             # Yielded from a box: while it waits to be written, no local here holds the answer.
             box = [notify]
             del notify, args, call, answer, answered
@@ -571,7 +576,7 @@ class Executions:
         if obs is not None:
             t = time.perf_counter()
             status = getattr(answer, "status", ErrorStatus.NONE)
-            self._tell(obs, call, status, Timings(t0, None if isinstance(answer, Refused) else t0, t), answer)
+            self._tell(obs, call, status, (t0, None if isinstance(answer, Refused) else t0, t), answer)
 
     # -- other work --------------------------------------------------------------------------
     def admit(self, what: str) -> None:
