@@ -27,10 +27,10 @@ from nnhal.server.cache import load_secret
 from nnhal.server.driver import DeviceConfig
 from nnhal.server.executor import example_extension
 from nnhal.server.host_memory import default_memory_total
-from nnhal.server.memory import SharedMemoryPolicy
 from nnhal.server.rpc.identity import ServerTls, load_server_tls
 from nnhal.server.rpc.request_id import install_log_filter
 from nnhal.server.rpc.serve import ServerOptions, run_forever
+from nnhal.server.shared_regions import SharedMemoryPolicy
 
 log = logging.getLogger(__name__)
 

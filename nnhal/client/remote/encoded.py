@@ -101,24 +101,33 @@ def head_bytes(session: str, handle: str) -> bytes:
     return head
 
 
-#: Pool frames by (data bytes, size) (:func:`_frame`): a layout's pools repeat. Bounded: cleared when full.
+#: An inline pool's framing by (data bytes, declared size) (:func:`_pool_frame`): a layout's
+#: pools keep their sizes from call to call. Bounded: cleared when full.
 _FRAMES: dict[tuple[int, int], tuple[bytes, bytes, int]] = {}
 _FRAMES_MAX = 256
 
 
-def _frame(n: int, size: int) -> tuple[bytes, bytes, int]:
-    """The bytes of a ``Request.pools`` field holding an inline pool of ``n`` bytes of data and
-    ``size`` — what goes before the data and after it — and the field's whole length (kept)."""
+def _pool_frame(n: int, size: int) -> tuple[bytes, bytes, int]:
+    """The ``Request.pools`` field of an inline pool of ``n`` data bytes declaring ``size``:
+    its bytes before the data and after it, and the field's whole length (kept per pair)."""
     # The InlineMemory message: its data (when any), then its size (when not 0).
-    head = _DATA + varint(n) if n else b""
-    tail = _SIZE + varint(size) if size else b""
-    inline = len(head) + n + len(tail)
+    before = b""
+    inline = 0
+    if n:
+        prefix = varint(n)
+        before = _DATA + prefix
+        inline = 1 + len(prefix) + n
+    after = b""
+    if size:
+        value = varint(size)
+        after = _SIZE + value
+        inline += 1 + len(value)
     inner = varint(inline)
     outer = varint(1 + len(inner) + inline)  # the MemoryPool message
-    frame = (b"".join((_POOL, outer, _INLINE, inner, head)), tail, 2 + len(outer) + len(inner) + inline)
+    frame = (_POOL + outer + _INLINE + inner + before, after, 2 + len(outer) + len(inner) + inline)
     if len(_FRAMES) >= _FRAMES_MAX:
         _FRAMES.clear()
-    _FRAMES[(n, size)] = frame
+    _FRAMES[n, size] = frame
     return frame
 
 
@@ -144,10 +153,10 @@ def execute_bytes(
         n = len(data) if type(data) is bytes else memoryview(data).nbytes
         frame = _FRAMES.get((n, size))
         if frame is None:
-            frame = _frame(n, size)
-        before, after, framed = frame
-        parts += (before, data, after) if n else (before, after)
-        length += framed
+            frame = _pool_frame(n, size)
+        before, after, field = frame
+        parts += (before, data, after)
+        length += field
     out: list[PoolData] = [head, _REQUEST, varint(length), *parts]
     if measure:
         out.append(_MEASURE_YES)

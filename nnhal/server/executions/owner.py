@@ -109,7 +109,7 @@ class Executions:
         config = driver.config
         self.faults = FaultPlan(config.fault_seed if config.fault_injection else None, config.fault_rate)
         #: The hooks (``hooks.Observer``); None: none, and the calls pay one attribute read.
-        self.observer: Observers | None = None
+        self.observer: Observer | None = None
         self._observers: list[Observer] = []
         self._limit = message_limit or (lambda: _NO_LIMIT)
         self._methods: dict[tuple[str, str, str | None, str | None, str | None, str], Method] = {}
@@ -251,11 +251,11 @@ class Executions:
                 return self.refuse(method, err, args, t0)
             self.metrics.execution(transport_of(method))
             t1 = 0.0
-            call = None
+            call = None  # one for every hook of the call, made when one is told
             if obs is not None:
                 t1 = time.perf_counter()
-                call = Call(method.name, method.what, args)  # one for every hook of the call
-                if obs.hears_started:
+                if not obs.failures_only:
+                    call = Call(method.name, method.what, args)
                     obs.started(call)
             result: ExecutionResult | Refused
             try:
@@ -268,8 +268,10 @@ class Executions:
                 injected.before_reply(arrival.fault, live)
             t2 = time.perf_counter()
             method.record(result.status, t2 - t0)
-            if obs is not None and call is not None:
-                self._tell(obs, call, result.status, (t0, t1, t2), result)
+            if obs is not None and (call is not None or result.status != ErrorStatus.NONE):
+                if call is None:
+                    call = Call(method.name, method.what, args)
+                self._tell(obs, call, result.status, Timings(t0, t1, t2), result)
             return result
         finally:
             self.lifecycle.leave()
@@ -296,17 +298,13 @@ class Executions:
         obs = self.observer
         if obs is not None:
             t = time.perf_counter()
-            times = (t if since is None else since, None, t)
-            self._tell(obs, Call(method.name, method.what, args), refused.status, times, refused)
+            timings = Timings(t if since is None else since, None, t)
+            self._tell(obs, Call(method.name, method.what, args), refused.status, timings, refused)
         return refused
 
     @staticmethod
-    def _tell(
-        obs: Observers, call: Call, status: ErrorStatus, times: tuple[float, float | None, float], answer: object
-    ) -> None:
-        """Tell the hooks ``call`` finished (``times``: its :class:`Timings`) and was answered."""
-        if obs.hears_finished:
-            obs.finished(call, status, Timings(*times))
+    def _tell(obs: Observer, call: Call, status: ErrorStatus, timings: Timings, answer: object) -> None:
+        obs.finished(call, status, timings)
         obs.answered(call, answer)
 
     # -- asynchronous calls: launch, then notify ------------------------------------------
@@ -444,12 +442,12 @@ class Executions:
                 if state[0] == "abandoned":
                     return
                 state[0] = "running"
-            call = Call(method.name, method.what, args) if obs is not None else None
+            call = Call(method.name, method.what, args) if obs is not None and not obs.failures_only else None
             if obs is not None and call is not None:
                 obs.launch_written(call)
             injected.after_message(fault, 1)  # an abort raises: the finally ends the job
             t1 = time.perf_counter()
-            if obs is not None and call is not None and obs.hears_started:
+            if obs is not None and call is not None:
                 obs.started(call)
             notify: Notify[A]
             answer: A | None = None
@@ -469,9 +467,11 @@ class Executions:
             injected.before_reply(fault, live)
             t2 = time.perf_counter()
             method.record(notify.status, t2 - t0)
-            if obs is not None and call is not None:
+            if obs is not None and (call is not None or notify.status != ErrorStatus.NONE):
+                if call is None:
+                    call = Call(method.name, method.what, args)
                 answered = notify.answer if notify.answer is not None else Refused(notify.status, notify.message)
-                self._tell(obs, call, notify.status, (t0, t1, t2), answered)
+                self._tell(obs, call, notify.status, Timings(t0, t1, t2), answered)
             # Yielded from a box: while it waits to be written, no local here holds the answer.
             box = [notify]
             del notify, args, call, answer, answered
@@ -573,10 +573,10 @@ class Executions:
     def _observed(self, call: Call, t0: float, answer: object) -> None:
         """Tell the hooks of a call answered at once (``answer``: its canonical answer)."""
         obs = self.observer
-        if obs is not None:
+        status = getattr(answer, "status", ErrorStatus.NONE)
+        if obs is not None and (not obs.failures_only or status != ErrorStatus.NONE):
             t = time.perf_counter()
-            status = getattr(answer, "status", ErrorStatus.NONE)
-            self._tell(obs, call, status, (t0, None if isinstance(answer, Refused) else t0, t), answer)
+            self._tell(obs, call, status, Timings(t0, None if isinstance(answer, Refused) else t0, t), answer)
 
     # -- other work --------------------------------------------------------------------------
     def admit(self, what: str) -> None:
