@@ -180,8 +180,13 @@ class Layout:
 
 def encode_answer(result: ExecutionResult) -> bytes:
     """An ANSWER's payload (``result.status`` in :data:`ANSWERED`, no profile)."""
+    return _with_pools(_answer_head(result), result.output_pools)
+
+
+def _answer_head(result: ExecutionResult) -> bytes:
+    """An ANSWER's bytes before its output pools: the header, the message, the output shapes."""
     message = result.message.encode()
-    parts: list[bytes | memoryview] = [
+    parts = [
         ANSWER_HEADER.pack(
             int(result.status),
             len(message),
@@ -195,10 +200,49 @@ def encode_answer(result: ExecutionResult) -> bytes:
     for shape in result.output_shapes:
         parts.append(_PAIR.pack(len(shape.dimensions), int(shape.is_sufficient)))
         parts.append(struct.pack(f"<{len(shape.dimensions)}I", *shape.dimensions))
-    for index, data in result.output_pools.items():
+    return b"".join(parts)
+
+
+def _with_pools(head: bytes, pools: dict[int, PoolData]) -> bytes:
+    """An ANSWER's payload: ``head`` (``_answer_head``), then each output pool."""
+    parts: list[bytes | memoryview] = [head]
+    for index, data in pools.items():
         parts.append(_PAIR.pack(index, _nbytes(data)))
         parts.append(data)
     return b"".join(parts)
+
+
+class AnswerWriter:
+    """``encode_answer`` for a stream of answers, most of them alike (the answers to one
+    request layout's calls): it keeps the bytes before the output pools of the last answer
+    it encoded, with the status, message, timing and output shapes they were made from and
+    how many pools followed, and writes an answer made of the very same timing and shapes
+    objects (a request plan hands its last shapes back while they hold; an unmeasured
+    answer's timing is one shared value), the same status and message and as many pools
+    with those bytes, so that only the pools are encoded. Not thread-safe: one per layout,
+    used by its queue's serving thread."""
+
+    __slots__ = ("_head", "_made")
+
+    def __init__(self) -> None:
+        self._head = b""
+        self._made: tuple[ErrorStatus, str, object, object, int] | None = None
+
+    def write(self, result: ExecutionResult) -> bytes:
+        """``encode_answer(result)``."""
+        pools = result.output_pools
+        made = self._made
+        if (
+            made is None
+            or made[2] is not result.output_shapes
+            or made[3] is not result.timing
+            or made[0] is not result.status
+            or made[4] != len(pools)
+            or made[1] != result.message
+        ):
+            self._head = _answer_head(result)
+            self._made = (result.status, result.message, result.output_shapes, result.timing, len(pools))
+        return _with_pools(self._head, pools)
 
 
 def decode_answer(payload: bytes) -> ExecutionResult:
