@@ -361,7 +361,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 layouts[granted] = Compact(session.id, msg.prepared_model, key)
             return fastpacket.LEARNED, fastpacket.LEARNED_HEADER.pack(granted) + answer.SerializeToString()
 
-        def run_call(payload: bytes | memoryview) -> tuple[int, bytes]:
+        def run_call(payload: bytes | memoryview) -> tuple[int, fastring.Payload]:
             try:
                 call = fastpacket.decode_call(payload)
                 compact = layouts.get(call.layout)
@@ -389,7 +389,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 return fastpacket.ANSWER, compact.answers.write(result)
             return fastring.RESULT, result_to(result).SerializeToString()
 
-        def handle_packet(kind: int, payload: bytes | memoryview) -> tuple[int, bytes]:
+        def handle_packet(kind: int, payload: bytes | memoryview) -> tuple[int, fastring.Payload]:
             if kind == fastpacket.CALL:
                 return run_call(payload)  # read in place: the inputs are not copied again
             return run_full(kind, bytes(payload))
