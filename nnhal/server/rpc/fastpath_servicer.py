@@ -386,7 +386,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             )
             result = x.execute(m, partial(compact.execution, body, measure, deadline, loop), live, arrival, None, fast)
             if isinstance(result, ExecutionResult) and result.status in fastpacket.ANSWERED:
-                return fastpacket.ANSWER, fastpacket.answer_parts(result)
+                return fastpacket.ANSWER, compact.answers.write(result)
             return fastring.RESULT, result_to(result).SerializeToString()
 
         def handle_packet(kind: int, payload: bytes | memoryview) -> tuple[int, fastring.Payload]:
