@@ -34,7 +34,7 @@ from nnhal.core.types import ExecutionResult, InlinePool, Request
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.driver import Driver
 from nnhal.server.executions.calls import Execution
-from nnhal.server.executor.graph import ExecutionControl
+from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.jobs import EXECUTION_TENSORS, SESSION_ENDED, check_deadline, missed
 from nnhal.server.memory import BoundPools, bind_inline, bind_pools, token_placeholder
 from nnhal.server.prepared_model import PreparedModel, execution_result
