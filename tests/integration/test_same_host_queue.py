@@ -26,8 +26,8 @@ from nnhal.client.device import Device
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.remote import FastBurstLink
 from nnhal.client.remote.aio_samehost import AioQueueLink
-from nnhal.client.remote.fastpath import QueueEnded, QueueTimeout
 from nnhal.client.remote.messages import ExecutionOptions
+from nnhal.client.remote.queue_ends import QueueEnded, QueueTimeout
 from nnhal.client.remote.samehost import SameHostQueue
 from nnhal.core import fastring, samehost, wire
 from nnhal.core.enums import ErrorStatus

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nnhal.client.remote.fastpath import _collect
+from nnhal.client.remote.queue_ends import _collect
 from nnhal.core import fastpacket, fastring
 from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from nnhal.client.outcome import failed_result
 from nnhal.client.remote.aio_samehost import AioQueueLink
-from nnhal.client.remote.fastpath import CarriedAbort, QueueEnded, QueueTimeout
 from nnhal.client.remote.messages import ExecutionOptions
+from nnhal.client.remote.queue_ends import CarriedAbort, QueueEnded, QueueTimeout
 from nnhal.client.remote.samehost import late_error
 from nnhal.client.remote.transport import BURST_STREAM_TIMEOUT, grpc_timeout, remaining_time
 from nnhal.core import fastpacket, fastring

@@ -7,7 +7,7 @@ makes goes through the session's queue, opened at the first such call (``openFas
 with ``executions``), and ``executeSynchronously_1_3`` travels as a fast burst's packets
 (full, learning and compact). What a call sends and how its answer reads is shared with
 the sync client (:class:`~nnhal.client.remote.samehost.CarriedForms`,
-:class:`~nnhal.client.remote.fastpath.QueueEnds`); only the waiting differs: the doorbell's
+:class:`~nnhal.client.remote.queue_ends.QueueEnds`); only the waiting differs: the doorbell's
 inbox is a reader of the event loop, which wakes the awaiting call — no thread, no polling.
 
 Concurrent calls (tasks) each take a link of their own, as the sync client's threads do
@@ -46,9 +46,10 @@ from google.protobuf.message import Message
 
 from nnhal.client.outcome import failed_result
 from nnhal.client.remote import link_pool
-from nnhal.client.remote.fastpath import QueueEnded, QueueEnds, QueueTimeout, ended_result
+from nnhal.client.remote.fastpath import ended_result
 from nnhal.client.remote.link_pool import LinkPool
 from nnhal.client.remote.messages import ExecutionOptions
+from nnhal.client.remote.queue_ends import QueueEnded, QueueEnds, QueueTimeout
 from nnhal.client.remote.samehost import (
     RING_BYTES,
     CarriedForms,

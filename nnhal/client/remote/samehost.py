@@ -54,9 +54,10 @@ from google.protobuf import message_factory
 from google.protobuf.message import DecodeError, Message
 
 from nnhal.client.remote import link_pool
-from nnhal.client.remote.fastpath import RESULT_ENVELOPE_BYTES, CarriedAbort, FastBurstLink, QueueEnded, QueueTimeout
+from nnhal.client.remote.fastpath import FastBurstLink
 from nnhal.client.remote.link_pool import LinkPool
 from nnhal.client.remote.messages import ExecutionOptions
+from nnhal.client.remote.queue_ends import RESULT_ENVELOPE_BYTES, CarriedAbort, QueueEnded, QueueTimeout
 from nnhal.client.remote.transport import DEFAULT_CALL_TIMEOUT, grpc_timeout, remaining_time
 from nnhal.core import fastpacket, fastring, samehost, wire
 from nnhal.core.errors import GeneralFailure, HalError

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from nnhal.client.remote import pace as pacing
-from nnhal.client.remote.fastpath import FastBurstLink, QueueEnded
+from nnhal.client.remote.fastpath import FastBurstLink
+from nnhal.client.remote.queue_ends import QueueEnded
 from nnhal.core import fastring
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.lookout import Lookout
