@@ -46,7 +46,7 @@ class PingPong:
     pay for the same stream plumbing. One ping at a time."""
 
     def __init__(self, channel: grpc.Channel, timeout: float) -> None:
-        self._requests: queue.Queue[bytes | None] = queue.Queue()
+        self._requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         call = channel.stream_stream(PING_PONG)
         self._responses: Iterator[bytes] = call(iter(self._requests.get, None), timeout=timeout)
 

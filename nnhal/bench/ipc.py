@@ -440,6 +440,16 @@ def inline_64m_chunked(quick: bool) -> dict[str, BenchResult]:
     }
 
 
+def _shmem_huge_pages() -> str:
+    """The host's huge-page policy for shared memory (``shmem_enabled``'s chosen value)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/shmem_enabled") as policy:
+            chosen = [word.strip("[]") for word in policy.read().split() if word.startswith("[")]
+    except OSError:
+        return "4 KiB (no transparent huge pages)"
+    return f"shmem_enabled={chosen[0] if chosen else '?'}"
+
+
 def shm_64m(quick: bool) -> dict[str, BenchResult]:
     """64 MiB in and out through shared memory vs a numpy memcpy of the same bytes."""
     count = BIG_BYTES // 4
@@ -476,7 +486,7 @@ def shm_64m(quick: bool) -> dict[str, BenchResult]:
     detail = (
         "ours: write the input view, pm.execute_request, the output read in place (2 copies of 64 MiB: the "
         "client's write, the identity model's output in the server); copying the output view out too: "
-        f"{t_copy / t_copied:.2f}x; anchor: one np.copyto"
+        f"{t_copy / t_copied:.2f}x; anchor: one np.copyto; shared pages: {_shmem_huge_pages()}"
     )
     return _bandwidth("ipc.shm_64m", t_ours, t_copy, "ratio >= 0.5", detail)
 

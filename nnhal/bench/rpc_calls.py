@@ -7,10 +7,13 @@ from a client in this process, and after a warm-up counts, with a profile hook o
 thread only, the Python function calls — coroutine resumptions included — made there per
 ``pm.execute`` and per ``Burst.execute`` message. Printed: all of them, and nnhal's own by
 part (the gRPC layer ``nnhal.server.rpc``, the wire conversion ``nnhal.core.wire``, the rest of
-the server: the owner's pipeline; other: the rest of nnhal). The asyncio and grpc.aio share
-varies by a few calls with how completions batch; nnhal's is exact for a given path. Work done
-on other threads (a worker thread's execution, grpc's own threads, the client) is not counted:
-a small model's execution runs on the loop thread.
+the server: the owner's pipeline; other: the rest of nnhal), then those of the client's
+calling thread over the same calls (its parts: the client ``nnhal.client``, the wire
+conversion, other: the rest of nnhal, the benchmark's own request among it). The asyncio and
+grpc.aio share varies by a few calls with how completions batch; nnhal's is exact for a given
+path. Work done on other threads (a worker thread's execution, grpc's own threads: the
+client's request and completion threads) is not counted: a small model's execution runs on
+the loop thread.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from nnhal.server.rpc.serve import Server, ServerOptions
 WARMUP = 30
 #: nnhal's parts, by the start of a code object's file path below the package.
 PARTS = (("rpc", "nnhal/server/rpc/"), ("wire", "nnhal/core/wire"), ("server", "nnhal/server/"))
+#: The parts of the client's calling thread, likewise.
+CLIENT_PARTS = (("client", "nnhal/client/"), ("wire", "nnhal/core/wire"))
 
 
 @dataclass
@@ -40,18 +45,29 @@ class Calls:
     all: float
     nnhal: float
     parts: dict[str, float]
+    #: The client's calling thread over the same calls (its parts ``CLIENT_PARTS``); None: not counted.
+    client: Calls | None = None
 
     def line(self, what: str) -> str:
-        parts = ", ".join(f"{name} {n:.0f}" for name, n in self.parts.items())
-        return f"{what:<28} all {self.all:.0f}, nnhal {self.nnhal:.0f} ({parts})"
+        text = f"{what:<28} all {self.all:.0f}, nnhal {self.nnhal:.0f} ({_parts(self)})"
+        client = self.client
+        if client is not None:
+            text += f"; client's thread: all {client.all:.0f}, nnhal {client.nnhal:.0f} ({_parts(client)})"
+        return text
+
+
+def _parts(calls: Calls) -> str:
+    return ", ".join(f"{name} {n:.0f}" for name, n in calls.parts.items())
 
 
 class _Counter:
-    """A ``sys.setprofile`` hook counting Python call events by the file of their code."""
+    """A ``sys.setprofile`` hook counting Python call events by the file of their code; nnhal's
+    by ``parts`` (name, path prefix below the package; the first that matches)."""
 
-    def __init__(self) -> None:
+    def __init__(self, parts: tuple[tuple[str, str], ...] = PARTS) -> None:
         self.total = 0
         self.by_file: collections.Counter[str] = collections.Counter()
+        self._parts = parts
 
     def __call__(self, frame: FrameType, event: str, _arg: object) -> None:
         if event == "call":
@@ -59,7 +75,7 @@ class _Counter:
             self.by_file[frame.f_code.co_filename] += 1
 
     def calls(self, n: int) -> Calls:
-        parts = dict.fromkeys((*(name for name, _ in PARTS), "other"), 0.0)
+        parts = dict.fromkeys((*(name for name, _ in self._parts), "other"), 0.0)
         nnhal = 0
         for path, count in self.by_file.items():
             at = path.replace("\\", "/").rfind("/nnhal/")
@@ -67,7 +83,7 @@ class _Counter:
                 continue
             nnhal += count
             inner = path[at + 1 :].replace("\\", "/")
-            for name, prefix in PARTS:  # the first part that matches: rpc before server
+            for name, prefix in self._parts:  # the first part that matches: rpc before server
                 if inner.startswith(prefix):
                     parts[name] += count / n
                     break
@@ -80,13 +96,18 @@ def _counted(server: Server, call: Callable[[], object], n: int) -> Calls:
     for _ in range(WARMUP):
         call()
     counter = _Counter()
+    caller = _Counter(CLIENT_PARTS)
     server.call_on_loop(lambda: sys.setprofile(counter))
+    sys.setprofile(caller)
     try:
         for _ in range(n):
             call()
     finally:
+        sys.setprofile(None)
         server.call_on_loop(lambda: sys.setprofile(None))
-    return counter.calls(n)
+    calls = counter.calls(n)
+    calls.client = caller.calls(n)
+    return calls
 
 
 def count(n: int = 500) -> dict[str, Calls]:

@@ -81,8 +81,8 @@ def server_options(r: config.Resolved) -> ServerOptions:
     from nnhal.server.driver import DeviceConfig
     from nnhal.server.executor import example_extension
     from nnhal.server.host_memory import default_memory_total
-    from nnhal.server.memory import SharedMemoryPolicy
     from nnhal.server.rpc.serve import ServerOptions
+    from nnhal.server.shared_regions import SharedMemoryPolicy
 
     shm = None
     if r["shm_dir"] != "none":

@@ -81,6 +81,9 @@ class Burst:
         return self._fast is not None
 
     def _grpc_stream(self) -> BurstStream:
+        stream = self._stream  # open: read without the lock (one attribute read is atomic)
+        if stream is not None:
+            return stream
         with self._lock:
             if self._stream is None:
                 self._stream = self._remote.open_burst()

@@ -40,6 +40,8 @@ class DeathMonitor:
         self._waiters: set[Callback] = set()  # type: ignore[type-arg]
         self._hooks: list[Callable[[str], None]] = []
         self._dead = threading.Event()
+        #: ``_dead`` as a plain flag, set with it: ``check`` runs before every call.
+        self._known_dead = False
         self._reason = ""
         self._was_ready = False
         self._closing = False
@@ -60,7 +62,7 @@ class DeathMonitor:
 
     def check(self) -> None:
         """Raise DEAD_OBJECT if the server is known dead."""
-        if self._dead.is_set():
+        if self._known_dead:
             raise DeadObject(f"{self._what}: {self._reason}")
 
     def mark_ready(self) -> None:
@@ -116,6 +118,7 @@ class DeathMonitor:
             if self._dead.is_set() or self._closing:
                 return
             self._reason = reason
+            self._known_dead = True
             self._dead.set()
             waiters = list(self._waiters)
             self._waiters.clear()

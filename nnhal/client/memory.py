@@ -39,10 +39,11 @@ import numpy as np
 
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.host import memfd_identity
+from nnhal.core.shared_pages import map_shared
 from nnhal.core.types import SharedMemoryPool
 
 KINDS = ("ashmem", "mmap_fd", "hardware_buffer_blob")
-#: The suffix of files held by their creator (``nnhal.server.memory.HELD_SUFFIX``, equal).
+#: The suffix of files held by their creator (``nnhal.server.shared_regions.HELD_SUFFIX``, equal).
 HELD_SUFFIX = ".held"
 _CREATE_ATTEMPTS = 8
 #: The server's sweep holds an exclusive lock for microseconds; longer is another process.
@@ -135,7 +136,7 @@ class SharedMemory:
             if name is None:
                 # Held while the region lives: the server never removes a file a live process holds.
                 _hold(fd, path)
-            self._map: mmap.mmap | None = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            self._map: mmap.mmap | None = map_shared(fd, size)
         except BaseException:
             os.close(fd)
             raise

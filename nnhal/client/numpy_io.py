@@ -73,7 +73,7 @@ class _Plan:
     the request's arguments and output pool, where each output sits, and the compact-call
     layout of the same-host queue (``compact``: the pools' lengths and sizes it carries)."""
 
-    __slots__ = ("_decoding", "compact", "inputs", "layout", "output_pool", "outputs", "pads")
+    __slots__ = ("_decoding", "compact", "inputs", "layout", "output_pool", "outputs", "pads", "plain", "spacers")
 
     def __init__(
         self,
@@ -86,6 +86,11 @@ class _Plan:
     ) -> None:
         #: Zero bytes before each given input in the input pool.
         self.pads = pads
+        #: Per input: the zero bytes before it in the input pool (b"": none), None for an omitted
+        #: input; and whether every input is given and none padded (its arrays are the parts).
+        given = iter(pads)
+        self.spacers = tuple(None if arg.has_no_value else _ZEROS[: next(given)] for arg in inputs)
+        self.plain = all(s == b"" for s in self.spacers)
         self.inputs = inputs
         self.outputs = outputs
         self.output_pool = output_pool
@@ -212,14 +217,13 @@ class NumpyIO:
         dtypes = self.in_dtypes
         if len(inputs) != len(dtypes):
             return None
-        arrays: list[Any] = []
-        shapes: list[tuple[int, ...] | None] = []
-        for value, dtype in zip(inputs, dtypes):
-            if type(value) is not np.ndarray or value.dtype is not dtype or not value.flags.c_contiguous:
-                value = _as_input(value, dtype)
-            arrays.append(value)
-            shapes.append(None if value is None else value.shape)
-        key = tuple(shapes)
+        arrays = [
+            value
+            if type(value) is np.ndarray and value.dtype is dtype and value.flags.c_contiguous
+            else _as_input(value, dtype)
+            for value, dtype in zip(inputs, dtypes)
+        ]
+        key = tuple([None if a is None else a.shape for a in arrays])
         last = self._last
         plan: _Plan | None
         if last is not None and last[0] == key:  # the shapes of the last planned call: no hashing
@@ -229,15 +233,13 @@ class NumpyIO:
             if plan is None:
                 return None
             self._last = (key, plan)
-        if len(plan.pads) == len(arrays) and not any(plan.pads):  # every input given, none padded
+        if plan.plain:
             return plan, arrays
         parts: list[Any] = []
-        pads = iter(plan.pads)
-        for arr in arrays:
+        for arr, spacer in zip(arrays, plan.spacers):
+            if spacer:
+                parts.append(spacer)
             if arr is not None:
-                pad = next(pads)
-                if pad:
-                    parts.append(_ZEROS[:pad])
                 parts.append(arr)
         return plan, parts
 

@@ -113,7 +113,10 @@ class Doorbell:
             ready = self._poll.poll(None if timeout is None else math.ceil(max(0.0, timeout) * 1000))
             if not ready:
                 return 0
-            if all(fd != self._inbox_r for fd, _ in ready):  # only the peer's end reported
+            for fd, _ in ready:  # a loop, not a generator: every wait of a small call passes here
+                if fd == self._inbox_r:
+                    break
+            else:  # only the peer's end reported
                 self.gone()
                 return 0
         elif timeout is not None:

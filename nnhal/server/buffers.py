@@ -34,7 +34,8 @@ from nnhal.core.types import (
     RequestArgument,
 )
 from nnhal.server.handles import HandleTable, new_handle, new_token
-from nnhal.server.memory import BoundPools, SharedMemoryPolicy, bind_pools, reject_token
+from nnhal.server.memory import BoundPools, bind_pools, reject_token
+from nnhal.server.shared_regions import SharedMemoryPolicy
 
 UNKNOWN = "unknown buffer handle or token for this session"
 

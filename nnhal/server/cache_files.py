@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nnhal.core.errors import InvalidArgument
-from nnhal.server.memory import SharedMemoryPolicy
 from nnhal.server.pieces import Pieces
+from nnhal.server.shared_regions import SharedMemoryPolicy
 
 #: The largest cache file read through a descriptor: what an inline one may be (the 1 GiB message limit).
 MAX_BYTES = 1 << 30

@@ -46,9 +46,10 @@ def failed(method: str, status: int, message: str) -> None:
 
 class CallLog(Observer):
     """Logs each failed call the owner answers (an answer without a status, a ``Prepared``,
-    is a success). It reads a call's method, never its arguments."""
+    is a success). It reads a call's method, never its arguments, and wants only failures."""
 
     reads_args = False
+    failures_only = True
 
     def answered(self, call: Call, answer: object) -> None:
         failed(call.method, int(getattr(answer, "status", ErrorStatus.NONE)), str(getattr(answer, "message", "")))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from nnhal import __version__
 from nnhal.core.enums import DeviceType, HalVersion
 from nnhal.server.executor import example_extension
-from nnhal.server.memory import SharedMemoryPolicy
+from nnhal.server.shared_regions import SharedMemoryPolicy
 
 #: The vendor extensions a device can offer (``DeviceConfig.extensions``), by name.
 AVAILABLE_EXTENSIONS = {example_extension.NAME: example_extension.DEFINITION}

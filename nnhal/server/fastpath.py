@@ -103,7 +103,8 @@ class FastQueue:
         self.ring_bytes = ring_bytes
         self.socket_path = socket_path
         self.token = secrets.token_bytes(fastring.TOKEN_BYTES)
-        self._stopping = False
+        #: True once ``stop`` was called or the client's STOP was read (``take_rings``).
+        self.stopping = False
         #: Why ``serve`` ended the burst on its own ("" when it did not): the client broke the protocol.
         self.violation = ""
         self._fds: list[int] = []  # handed over, then closed here
@@ -173,7 +174,7 @@ class FastQueue:
                     conn, _ = listener.accept()
                     break
                 except TimeoutError:
-                    if self._stopping or time.monotonic() >= end:
+                    if self.stopping or time.monotonic() >= end:
                         raise GeneralFailure(
                             f"the client did not collect its fast burst queue within {timeout} s"
                         ) from None
@@ -209,15 +210,8 @@ class FastQueue:
                 log.warning("fast burst: refused a request packet: %s", err)
                 self._requests.resync()
                 refusal = refuse(ErrorStatus.INVALID_ARGUMENT, f"malformed fast burst packet: {err}")
-                self._answer(fastring.RESULT, refusal, refuse)
+                self.answer(fastring.RESULT, refusal, refuse)
         return None
-
-    def answer(self, kind: int, payload: bytes, refuse: Refuse, ring: bool = True) -> None:
-        """Write one answer packet and ring the client (an answer too large for the result
-        ring is replaced: ``oversize``, else ``refuse``'s refusal). A client that does not
-        read its answers ends the queue (:attr:`violation`). Without ``ring`` the caller
-        must call :meth:`ring` later, before it waits for anything."""
-        self._answer(kind, payload, refuse, ring)
 
     def ring(self) -> None:
         """Wake the client: answers are waiting (a closed client end stops the queue)."""
@@ -227,7 +221,11 @@ class FastQueue:
         except OSError:
             self.stop()
 
-    def _answer(self, kind: int, payload: bytes, refuse: Refuse, ring: bool = True) -> None:
+    def answer(self, kind: int, payload: bytes, refuse: Refuse, ring: bool = True) -> None:
+        """Write one answer packet and ring the client (an answer too large for the result
+        ring is replaced: ``oversize``, else ``refuse``'s refusal). A client that does not
+        read its answers ends the queue (:attr:`violation`). Without ``ring`` the caller
+        must call :meth:`ring` later, before it waits for anything."""
         assert self._doorbell is not None
         if not self._results.fits(len(payload)):
             if self.oversize is not None:
@@ -259,17 +257,15 @@ class FastQueue:
     def take_rings(self) -> None:
         """Read the request doorbell's bytes once :attr:`inbox` was reported readable (a STOP
         among them stops the queue); the packets they announce are read with ``next_packet``."""
-        assert self._doorbell is not None
-        self._doorbell.take()
-
-    @property
-    def stopping(self) -> bool:
-        """True once ``stop`` was called (or the client sent its STOP)."""
-        return self._stopping or (self._doorbell is not None and self._doorbell.stopped)
+        doorbell = self._doorbell
+        assert doorbell is not None
+        doorbell.take()
+        if doorbell.stopped:
+            self.stopping = True
 
     def stop(self) -> None:
         """End ``serve``, or a ``hand_over`` still waiting for its client (any thread, idempotent)."""
-        self._stopping = True
+        self.stopping = True
         if self._doorbell is not None:
             self._doorbell.stop()
 

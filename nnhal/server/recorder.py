@@ -28,8 +28,8 @@ from nnhal.core.types import ExecutionResult, SharedMemoryPool
 from nnhal.server.driver import Driver
 from nnhal.server.executions.calls import CachedPreparation, Execution, Preparation, Prepared
 from nnhal.server.executions.hooks import Call, Observer, Timings
-from nnhal.server.memory import open_region
 from nnhal.server.pieces import contiguous
+from nnhal.server.shared_regions import open_region
 
 log = logging.getLogger(__name__)
 

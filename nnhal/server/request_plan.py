@@ -118,7 +118,9 @@ class RequestPlan:
     def write_outputs(self, pools: BoundPools, values: Sequence[np.ndarray]) -> tuple[OutputShape, ...]:
         """Check every output fits its location (OUTPUT_INSUFFICIENT_SIZE with the shapes
         otherwise), then write them: into driver-managed buffers, as the whole bytes of an
-        inline pool an output fills alone, or into the pool's bytes."""
+        inline pool an output fills alone, or into the pool's bytes. ``pools`` had its
+        ``check_shared`` (a shared output pool's staging buffer holds the region's bytes, which
+        an output shorter than its range leaves as they were)."""
         insufficient = False
         tokens = pools.token_outputs
         last = self._shapes
@@ -143,7 +145,6 @@ class RequestPlan:
             )
             err.shapes = tuple(shapes)  # type: ignore[attr-defined]
             raise err
-        pools.check_shared()
         inline = pools.inline_outputs
         for k, (out, value) in enumerate(zip(self._outputs, values)):
             if k in tokens:  # zero-sized results too: they initialize the buffer

@@ -25,7 +25,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from nnhal.core.errors import InvalidArgument, MissedDeadlineTransient
-from nnhal.server.memory import RegionCache
+from nnhal.server.shared_regions import RegionCache
 
 CLOSED = "unknown or closed session; open a session first"
 STOPPED = "the server is stopping and its sessions ended with it; reconnect once it restarted"

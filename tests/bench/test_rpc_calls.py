@@ -1,4 +1,5 @@
-"""``nnhal.bench.rpc_calls``: the server's Python calls per small call on its loop thread."""
+"""``nnhal.bench.rpc_calls``: the Python calls per small call on the server's loop thread and
+the client's calling thread."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ def test_both_kinds_are_counted_and_the_parts_add_up() -> None:
         assert calls.all > calls.nnhal
         assert sum(calls.parts.values()) == pytest.approx(calls.nnhal)
         assert calls.line("x").startswith("x")
+        # The client's calling thread, over the same calls: the client's own code is there.
+        client = calls.client
+        assert client is not None and client.parts["client"] > 0
+        assert client.all > client.nnhal
+        assert sum(client.parts.values()) == pytest.approx(client.nnhal)
+        assert "client's thread" in calls.line("x")
 
 
 def test_a_count_below_one_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

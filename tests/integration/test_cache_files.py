@@ -14,7 +14,7 @@ from nnhal.client.remote.messages import prepare_from_cache_request
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import InvalidArgument
 from nnhal.server.cache_files import HeldFile, read_held
-from nnhal.server.memory import SharedMemoryPolicy
+from nnhal.server.shared_regions import SharedMemoryPolicy
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, ones
 

@@ -26,7 +26,7 @@ from nnhal.client.device import Device
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.remote import FastBurstLink
 from nnhal.client.remote.aio_samehost import AioQueueLink
-from nnhal.client.remote.fastpath import QueueEnded
+from nnhal.client.remote.fastpath import QueueEnded, QueueTimeout
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.samehost import SameHostQueue
 from nnhal.core import fastring, samehost, wire
@@ -269,6 +269,33 @@ def test_a_queue_the_server_ends_wakes_its_waiting_asyncio_client_at_once(server
                 link.close()
             out = await pm.execute([ones(), ones()])  # the session's own queue serves on
             np.testing.assert_array_equal(out.outputs[0], 2 * ones())
+
+    _run(main)
+
+
+def test_an_asyncio_waits_time_is_its_own_whatever_the_links_timer_was_armed_for(server: LocalServer) -> None:
+    """The asyncio link keeps one timer across calls: a call whose time ends before the armed
+    timer's is woken at its own end, and one woken early by an earlier call's timer waits on to
+    its own end (nothing is sent here: no answer comes)."""
+
+    async def main() -> None:
+        async with aio.Device.connect(server.address) as dev:
+            link = await AioQueueLink.open(dev.remote, fastring.MIN_RING_BYTES)
+            try:
+                for armed, own in ((30.0, 0.2), (0.2, 0.6)):
+                    earlier = asyncio.ensure_future(link._await_packet(armed))
+                    await asyncio.sleep(0.05)
+                    earlier.cancel()  # its timer stays armed for the link's next call
+                    with pytest.raises(asyncio.CancelledError):
+                        await earlier
+                    t0 = time.monotonic()
+                    with pytest.raises(QueueTimeout):
+                        await link._await_packet(own)
+                    waited = time.monotonic() - t0
+                    assert waited >= own * 0.9, f"a {own} s wait ended after {waited:.3f} s"
+                    assert waited < own + 5.0, f"a {own} s wait took {waited:.3f} s"
+            finally:
+                link.close()
 
     _run(main)
 

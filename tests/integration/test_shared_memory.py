@@ -135,8 +135,9 @@ def test_shared_pools_are_refused_from_remote_peers(tmp_path: Path) -> None:
     """Only same-host peers may name shared regions (unless --shm-allow-remote). No test
     may use a non-loopback address, so the peer check and the binding are tested directly."""
     from nnhal.core.errors import InvalidArgument
-    from nnhal.server.memory import SharedMemoryPolicy, bind_pools
+    from nnhal.server.memory import bind_pools
     from nnhal.server.session import is_local_address
+    from nnhal.server.shared_regions import SharedMemoryPolicy
 
     def peer(address: str) -> bool:
         return is_local_address(address)

@@ -13,8 +13,8 @@ from nnhal.core.enums import HalVersion, Priority
 from nnhal.core.errors import InvalidArgument
 from nnhal.server import cache
 from nnhal.server.cache_files import HeldFile, read_held
-from nnhal.server.memory import SharedMemoryPolicy
 from nnhal.server.pieces import Pieces, own_bytes
+from nnhal.server.shared_regions import SharedMemoryPolicy
 from tests.conftest import add_model
 
 pytest.importorskip("cryptography")

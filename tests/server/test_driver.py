@@ -24,9 +24,9 @@ from nnhal.core.types import (
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Executions
-from nnhal.server.memory import SharedMemoryPolicy
 from nnhal.server.rpc.prepared_model_servicer import PreparedModelServicer
 from nnhal.server.session import VERIFIED_CLIENT, Session
+from nnhal.server.shared_regions import SharedMemoryPolicy
 from tests.conftest import add_model
 
 LOCAL = "unix:/tmp/nnhal-test.sock"

@@ -14,8 +14,9 @@ import pytest
 from nnhal.client.memory import HELD_SUFFIX
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import DataLocation, RequestArgument, SharedMemoryPool
-from nnhal.server import memory
-from nnhal.server.memory import RegionCache, SharedMemoryPolicy, bind_pools, remove_orphans
+from nnhal.server import memory, shared_regions
+from nnhal.server.memory import bind_pools
+from nnhal.server.shared_regions import RegionCache, SharedMemoryPolicy, remove_orphans
 
 
 def _arg(offset: int, length: int) -> RequestArgument:
@@ -74,7 +75,7 @@ def test_a_region_shrunk_after_binding_is_invalid_argument(tmp_path: Path, side:
 
 def test_region_file_suffix_is_the_clients() -> None:
     """Client and server cannot import each other; the two constants must agree."""
-    assert HELD_SUFFIX == memory.HELD_SUFFIX
+    assert HELD_SUFFIX == shared_regions.HELD_SUFFIX
 
 
 def test_orphans_are_removed_only_when_no_process_holds_them(tmp_path: Path) -> None:

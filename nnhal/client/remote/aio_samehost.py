@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import mmap
 import time
 from collections.abc import Awaitable, Callable
@@ -97,6 +98,10 @@ class AioQueueLink(QueueEnds):
         self._call = call
         self._loop = asyncio.get_running_loop()
         self._waiter: asyncio.Future[None] | None = None
+        #: The timer that wakes a call whose time is up (``_await_packet``): one per link, kept
+        #: armed across calls — a call re-arms it only when it would fire after the call's end.
+        self._timer: asyncio.TimerHandle | None = None
+        self._alarm = math.inf  # when it fires (the loop's time; inf: not armed)
         self._busy = False
         self._closed = False
         self._liveness = _Liveness()
@@ -223,13 +228,25 @@ class AioQueueLink(QueueEnds):
             left = end - loop.time()
             if left <= 0:
                 raise QueueTimeout(f"no answer within {timeout:.3g} s")
+            # The link's timer fires by the end of this call's time: armed already (an earlier
+            # call's, earlier still: it wakes this one early, which waits on) or now. A timer per
+            # wait would cost more than the rest of a small call's wait.
+            if self._alarm > end:
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._timer = loop.call_at(end, self._on_timer)
+                self._alarm = end
             waiter = self._waiter = loop.create_future()
-            timer = loop.call_later(left, _wake, waiter)
             try:
                 await waiter
             finally:
-                timer.cancel()
                 self._waiter = None
+
+    def _on_timer(self) -> None:
+        """The link's timer fired: wake the awaiting call, which checks its own time."""
+        self._timer = None
+        self._alarm = math.inf
+        self._wake()
 
     def _ended(self) -> ExecutionResult:
         """The result of a call the queue's end cut short."""
@@ -248,6 +265,9 @@ class AioQueueLink(QueueEnds):
         if self._closed:
             return
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._call.cancel()
         self._follower.cancel()
         self._unwatch()
@@ -279,11 +299,6 @@ async def _follow(call: Any, doorbell: Doorbell, liveness: _Liveness) -> None:
     except asyncio.CancelledError:
         pass
     doorbell.stop()
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 class AioSameHostQueue:

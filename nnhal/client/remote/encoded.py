@@ -89,6 +89,36 @@ def head_bytes(session: str, handle: str) -> bytes:
     return head
 
 
+#: An inline pool's framing by (data bytes, declared size) (:func:`_pool_frame`): a layout's
+#: pools keep their sizes from call to call. Bounded: cleared when full.
+_FRAMES: dict[tuple[int, int], tuple[bytes, bytes, int]] = {}
+_FRAMES_MAX = 256
+
+
+def _pool_frame(n: int, size: int) -> tuple[bytes, bytes, int]:
+    """The ``Request.pools`` field of an inline pool of ``n`` data bytes declaring ``size``:
+    its bytes before the data and after it, and the field's whole length (kept per pair)."""
+    # The InlineMemory message: its data (when any), then its size (when not 0).
+    before = b""
+    inline = 0
+    if n:
+        prefix = varint(n)
+        before = _DATA + prefix
+        inline = 1 + len(prefix) + n
+    after = b""
+    if size:
+        value = varint(size)
+        after = _SIZE + value
+        inline += 1 + len(value)
+    inner = varint(inline)
+    outer = varint(1 + len(inner) + inline)  # the MemoryPool message
+    frame = (_POOL + outer + _INLINE + inner + before, after, 2 + len(outer) + len(inner) + inline)
+    if len(_FRAMES) >= _FRAMES_MAX:
+        _FRAMES.clear()
+    _FRAMES[n, size] = frame
+    return frame
+
+
 def execute_bytes(
     head: bytes,
     args: bytes,
@@ -109,21 +139,12 @@ def execute_bytes(
             return None
         data, size = pool.data, pool.size
         n = len(data) if type(data) is bytes else memoryview(data).nbytes
-        # The InlineMemory message: its data (when any), then its size (when not 0).
-        fields: tuple[PoolData, ...] = ()
-        inline = 0
-        if n:
-            prefix = varint(n)
-            fields = (_DATA, prefix, data)
-            inline = 1 + len(prefix) + n
-        if size:
-            value = varint(size)
-            fields += (_SIZE, value)
-            inline += 1 + len(value)
-        inner = varint(inline)
-        outer = varint(1 + len(inner) + inline)  # the MemoryPool message
-        parts += (_POOL, outer, _INLINE, inner, *fields)
-        length += 2 + len(outer) + len(inner) + inline
+        frame = _FRAMES.get((n, size))
+        if frame is None:
+            frame = _pool_frame(n, size)
+        before, after, field = frame
+        parts += (before, data, after)
+        length += field
     out: list[PoolData] = [head, _REQUEST, varint(length), *parts]
     if measure:
         out.append(_MEASURE_YES)

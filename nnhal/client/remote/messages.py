@@ -45,8 +45,12 @@ class PreparedRef:
 class BurstStream:
     """One ``configureExecutionBurst`` stream; opaque to proxies (pass it back to the session)."""
 
-    def __init__(self, requests: queue.Queue[bytes | None], responses: Iterator[Any], request_id: str = "") -> None:
-        """``requests``: the serialized BurstRequests to send (None ends the stream)."""
+    def __init__(
+        self, requests: queue.SimpleQueue[bytes | None], responses: Iterator[Any], request_id: str = ""
+    ) -> None:
+        """``requests``: the serialized BurstRequests to send (None ends the stream), read by
+        gRPC's request thread (a ``SimpleQueue``: its put and get are C calls, where
+        ``queue.Queue``'s are a dozen Python calls on each thread per message)."""
         self.requests = requests
         self.responses = responses
         #: The request id of the stream (every execution on it shares it).

@@ -121,7 +121,10 @@ def _expected_answer_bytes(request: Any) -> int:
 
 def scope_of(metadata: Sequence[tuple[str, str]]) -> str:
     """The fault scope a call's metadata carries ("" when none)."""
-    return next((value for key, value in metadata if key == FAULT_SCOPE_KEY), "")
+    for key, value in metadata:  # a loop, not a generator: every execution asks
+        if key == FAULT_SCOPE_KEY:
+            return value
+    return ""
 
 
 class CarriedForms:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import grpc
@@ -302,7 +303,7 @@ class RemoteSession(SessionChannel):
     def open_burst(self) -> BurstStream:
         """configureExecutionBurst: a stream for ``burst_execute`` until ``close_burst``."""
         self.check("configureExecutionBurst")
-        requests: queue.Queue[bytes | None] = queue.Queue()
+        requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         md = self._metadata()
         # The requests go as serialized BurstRequests (``burst_execute`` writes them).
         responses = self._stubs.burst_encoded(iter(requests.get, None), timeout=BURST_STREAM_TIMEOUT, metadata=md)
@@ -328,7 +329,7 @@ class RemoteSession(SessionChannel):
             self._monitor.check()
             stream.requests.put(burst_request)
             try:
-                response = self.invoke(lambda: next(stream.responses, None), "burst", had_deadline=False)
+                response = self.invoke(partial(next, stream.responses, None), "burst", had_deadline=False)
             except HalError as err:
                 return failed_result(err)
         if response is None:  # the server ended the stream: a refusal past its cap, or a drain

@@ -25,6 +25,11 @@ An observer that never reads a call's canonical arguments says so (``reads_args`
 while no observer of the owner reads them, a call that can launch from its bytes alone (a
 same-host compact call, ``lean.launch_compact``) launches so, with no arguments made, and
 the hooks are told it with ``args`` None.
+
+An observer that wants only the calls that failed says so (``failures_only``): it is told
+``finished`` and ``answered`` of a call whose status is not NONE, and nothing else. While
+every observer of the owner wants only failures, a call that succeeds costs no hook and
+no ``Call`` or ``Timings`` made (``Observers.failures_only``).
 """
 
 from __future__ import annotations
@@ -70,6 +75,9 @@ class Observer:
     #: Whether this observer reads ``Call.args`` (False: it never does, so calls may launch
     #: without making their canonical arguments; module docstring).
     reads_args: bool = True
+    #: Whether this observer wants only the calls that failed (module docstring): told
+    #: ``finished`` and ``answered`` of those alone, never ``launch_written`` or ``started``.
+    failures_only: bool = False
 
     def launch_written(self, call: Call) -> None:
         """The launch status of ``call`` reached the transport's client side."""
@@ -87,21 +95,32 @@ class Observer:
 class Observers(Observer):
     """Several observers, each told in the order given; one that raises is logged and skipped.
     A hook an observer does not override is not called on it (the owner calls every hook of
-    every call: most observers want one or two)."""
+    every call: most observers want one or two), nor one of an observer that wants only
+    failures (``failures_only``) for a call that succeeded (an answer without a status, a
+    ``Prepared`` or a fence's handle, is a success)."""
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)
         #: Whether any of them reads ``Call.args``.
         self.reads_args = any(o.reads_args for o in self.observers)
+        #: Whether every one of them wants only failures: the owner then tells a call that
+        #: succeeded to none of them, and makes no ``Call`` for it.
+        self.failures_only = all(o.failures_only for o in self.observers)
 
-        def overriding(hook: str) -> tuple[Callable[..., None], ...]:
+        def overriding(hook: str, failures_only: bool) -> tuple[Callable[..., None], ...]:
             base = getattr(Observer, hook)
-            return tuple(getattr(o, hook) for o in self.observers if getattr(type(o), hook) is not base)
+            return tuple(
+                getattr(o, hook)
+                for o in self.observers
+                if getattr(type(o), hook) is not base and o.failures_only == failures_only
+            )
 
-        self._launch_written = overriding("launch_written")
-        self._started = overriding("started")
-        self._finished = overriding("finished")
-        self._answered = overriding("answered")
+        self._launch_written = overriding("launch_written", False)
+        self._started = overriding("started", False)
+        self._finished = overriding("finished", False)
+        self._answered = overriding("answered", False)
+        self._failed = overriding("finished", True)
+        self._failed_answers = overriding("answered", True)
 
     def launch_written(self, call: Call) -> None:
         for hook in self._launch_written:
@@ -114,10 +133,16 @@ class Observers(Observer):
     def finished(self, call: Call, status: ErrorStatus, timings: Timings) -> None:
         for hook in self._finished:
             _safely(hook, call, status, timings)
+        if status != ErrorStatus.NONE:
+            for hook in self._failed:
+                _safely(hook, call, status, timings)
 
     def answered(self, call: Call, answer: object) -> None:
         for hook in self._answered:
             _safely(hook, call, answer)
+        if self._failed_answers and getattr(answer, "status", ErrorStatus.NONE) != ErrorStatus.NONE:
+            for hook in self._failed_answers:
+                _safely(hook, call, answer)
 
 
 def _safely(hook: object, *args: object) -> None:

@@ -251,11 +251,12 @@ class Executions:
                 return self.refuse(method, err, args, t0)
             self.metrics.execution(transport_of(method))
             t1 = 0.0
-            call = None
+            call = None  # one for every hook of the call, made when one is told
             if obs is not None:
                 t1 = time.perf_counter()
-                call = Call(method.name, method.what, args)  # one for every hook of the call
-                obs.started(call)
+                if not obs.failures_only:
+                    call = Call(method.name, method.what, args)
+                    obs.started(call)
             result: ExecutionResult | Refused
             try:
                 result = within_limit(job.run(), self._limit())
@@ -267,7 +268,9 @@ class Executions:
                 injected.before_reply(arrival.fault, live)
             t2 = time.perf_counter()
             method.record(result.status, t2 - t0)
-            if obs is not None and call is not None:
+            if obs is not None and (call is not None or result.status != ErrorStatus.NONE):
+                if call is None:
+                    call = Call(method.name, method.what, args)
                 self._tell(obs, call, result.status, Timings(t0, t1, t2), result)
             return result
         finally:
@@ -439,7 +442,7 @@ class Executions:
                 if state[0] == "abandoned":
                     return
                 state[0] = "running"
-            call = Call(method.name, method.what, args) if obs is not None else None
+            call = Call(method.name, method.what, args) if obs is not None and not obs.failures_only else None
             if obs is not None and call is not None:
                 obs.launch_written(call)
             injected.after_message(fault, 1)  # an abort raises: the finally ends the job
@@ -464,7 +467,9 @@ class Executions:
             injected.before_reply(fault, live)
             t2 = time.perf_counter()
             method.record(notify.status, t2 - t0)
-            if obs is not None and call is not None:
+            if obs is not None and (call is not None or notify.status != ErrorStatus.NONE):
+                if call is None:
+                    call = Call(method.name, method.what, args)
                 answered = notify.answer if notify.answer is not None else Refused(notify.status, notify.message)
                 self._tell(obs, call, notify.status, Timings(t0, t1, t2), answered)
             # Yielded from a box: while it waits to be written, no local here holds the answer.
@@ -568,9 +573,9 @@ class Executions:
     def _observed(self, call: Call, t0: float, answer: object) -> None:
         """Tell the hooks of a call answered at once (``answer``: its canonical answer)."""
         obs = self.observer
-        if obs is not None:
+        status = getattr(answer, "status", ErrorStatus.NONE)
+        if obs is not None and (not obs.failures_only or status != ErrorStatus.NONE):
             t = time.perf_counter()
-            status = getattr(answer, "status", ErrorStatus.NONE)
             self._tell(obs, call, status, Timings(t0, None if isinstance(answer, Refused) else t0, t), answer)
 
     # -- other work --------------------------------------------------------------------------

@@ -37,8 +37,6 @@ ALIGN = 64
 #: Idle arenas a pool keeps; executions beyond that many at once allocate one and drop it.
 KEPT = 4
 
-_copyto = np.copyto
-
 
 @dataclass(frozen=True, slots=True)
 class Placement:
@@ -130,7 +128,7 @@ class Arena:
             value = inputs[n]
             if value is None or value.shape != shape or (value.dtype is not dtype and value.dtype != dtype):
                 return False
-            _copyto(view, value)
+            view[...] = value  # of its buffer's shape and dtype: np.copyto's copy, without its dispatch
         return True
 
     def owns(self, value: np.ndarray) -> bool:

@@ -80,10 +80,12 @@ class ExecutionControl:
 
     ``checkpoint`` runs at every operation boundary (in a straight program of fixed calls, at
     the boundaries :data:`STRAIGHT_SEGMENT` elements of work apart): the deadline and the
-    server's limit are checked at each; ``checkpoint_hook`` at the first and then once at least
-    :data:`HOOK_INTERVAL_NS` after the hook last ran (pre-emption and cancellation wait for
-    the next boundary past that: a model of many short operations asks the scheduler once per
-    interval, not once per operation).
+    server's limit are checked at each; ``checkpoint_hook`` at the first boundary at least
+    :data:`HOOK_INTERVAL_NS` after ``start`` (whose caller has just made the hook's checks:
+    admitted the run, looked its session up) and then once at least that long after the hook
+    last ran (pre-emption and cancellation wait for the next boundary past that: a model of
+    many short operations asks the scheduler once per interval, not once per operation, and
+    a run shorter than the interval not at all).
 
     ``max_execution_ns`` bounds an execution the client gave no deadline: past it
     the next checkpoint raises MISSED_DEADLINE_PERSISTENT. ``reserve(n)`` is asked
@@ -135,10 +137,15 @@ class ExecutionControl:
             self.timeline.append(OperationTiming(index, name, subgraph, start, (t1_ns - t0_ns) // 1000))
 
     def start(self) -> None:
+        """The run starts: the server's limit counts from now, and the first checkpoint that
+        has work to do is set (``next_ns``: the deadline, the limit, the hook's first time)."""
         if self.timeline is not None and not self.timeline_t0_ns:
             self.timeline_t0_ns = time.perf_counter_ns()
+        now = time.monotonic_ns()
         if self.deadline_ns is None and self.max_execution_ns is not None and self.limit_ns is None:
-            self.limit_ns = time.monotonic_ns() + self.max_execution_ns
+            self.limit_ns = now + self.max_execution_ns
+        self._hook_ns = now + HOOK_INTERVAL_NS
+        self._plan_next()
 
     def checkpoint(self) -> None:
         """At an operation boundary: raise what ends the execution (see the class docstring)."""
@@ -159,13 +166,16 @@ class ExecutionControl:
                 f"the execution ran longer than the server's maximum of {self.max_execution_ns / 1e9:g} s"
             )
         hook = self.checkpoint_hook
-        if hook is None:
-            next_ns = _FOREVER
-        else:
-            if now >= self._hook_ns:
-                hook()  # may wait (pre-empted): the interval counts from its return
-                self._hook_ns = time.monotonic_ns() + HOOK_INTERVAL_NS
-            next_ns = self._hook_ns
+        if hook is not None and now >= self._hook_ns:
+            hook()  # may wait (pre-empted): the interval counts from its return
+            self._hook_ns = time.monotonic_ns() + HOOK_INTERVAL_NS
+        self._plan_next()
+
+    def _plan_next(self) -> None:
+        """Set ``next_ns``: the earliest of the deadline, the server's limit and the hook's
+        next time (only those that are set)."""
+        next_ns = _FOREVER if self.checkpoint_hook is None else self._hook_ns
+        deadline, limit = self.deadline_ns, self.limit_ns
         if deadline is not None:
             next_ns = min(next_ns, deadline)
         if limit is not None:

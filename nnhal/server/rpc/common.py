@@ -36,9 +36,9 @@ from nnhal.server.cache_files import HeldFile, read_held
 from nnhal.server.executions import Executions, Launch, Notify, Refused
 from nnhal.server.executions.faults import KINDS, UNAVAILABLE, Abort, before_reply
 from nnhal.server.executions.methods import SAME
-from nnhal.server.memory import SharedMemoryPolicy
 from nnhal.server.pieces import Pieces
 from nnhal.server.session import Session
+from nnhal.server.shared_regions import SharedMemoryPolicy
 
 M = TypeVar("M")
 A = TypeVar("A")

@@ -308,6 +308,27 @@ def test_an_observer_is_told_only_the_hooks_it_overrides() -> None:
     assert only.answers == ["e"]
 
 
+def test_an_observer_of_failures_is_told_only_the_calls_that_failed() -> None:
+    class Failures(Recorder):
+        failures_only = True
+
+    failures, every = Failures(), Recorder()
+    x, session, handle = _owner()
+    x.observe(failures)
+    assert isinstance(x.observer, Observers) and x.observer.failures_only
+    ok = x.execute(x.method("e"), lambda: Execution(session, handle, _request()))
+    events = x.execute_async(x.method("a"), lambda: Execution(session, handle, _request()))
+    assert [type(e).__name__ for e in events] == ["Launch", "Notify"]
+    assert ok.status == ErrorStatus.NONE and failures.seen == []
+    x.observe(every)  # one observer of every call: the other still sees failures only
+    assert x.observer is not None and not x.observer.failures_only
+    assert x.execute(x.method("e"), lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    bad = x.execute(x.method("e"), lambda: Execution(session, "missing", _request()))
+    assert bad.status == ErrorStatus.INVALID_ARGUMENT
+    assert failures.seen == [("finished", "e", ErrorStatus.INVALID_ARGUMENT), ("answered", "e", "Refused")]
+    assert [s[0] for s in every.seen] == ["started", "finished", "answered", "finished", "answered"]
+
+
 def test_a_fenced_execution_and_its_info_are_told_to_the_hooks() -> None:
     x, session, handle = _owner()
     seen = Recorder()
