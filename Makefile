@@ -11,8 +11,10 @@ ADDR   ?= 127.0.0.1:50051
 # of them compiled every module it imports again, half of a server's start-up CPU time.
 unexport PYTHONDONTWRITEBYTECODE
 # pytest-xdist workers for the suite (the tests use port 0 and private temporary folders);
-# WORKERS=0 runs it in one process. The 20 slowest tests are listed after each run (keep it quick).
-WORKERS ?= 2
+# WORKERS=0 runs it in one process. One more worker than the two cores we test on: a test often
+# waits (for a server to start or drain, a keepalive, a deadline) and another one runs meanwhile.
+# The 20 slowest tests are listed after each run (keep it quick).
+WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist worksteal --durations=20
 
 .PHONY: setup js-setup run test checks docs test-fast soak chaos proto proto-check lint format bench conformance fuzz clean
