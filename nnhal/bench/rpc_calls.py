@@ -1,9 +1,10 @@
 """Python calls per small call on the server's event-loop thread: a figure of the server's work
 per call that the machine's load does not blur (wall and CPU times on a shared machine do).
 
-``python -m nnhal.bench.rpc_calls [--calls N]`` builds a server in this process with the
-same-host fast path off (every call over gRPC, as from another host), prepares ADD 2×4 float32
-from a client in this process, and after a warm-up counts, with a profile hook on the loop
+``python -m nnhal.bench.rpc_calls [--calls N] [--event-loop KIND]`` builds a server in this
+process (on the event loop ``KIND``: ``serve.new_event_loop``) with the same-host fast path
+off (every call over gRPC, as from another host), prepares ADD 2×4 float32 from a client in
+this process, and after a warm-up counts, with a profile hook on the loop
 thread only, the Python function calls — coroutine resumptions included — made there per
 ``pm.execute`` and per ``Burst.execute`` message. Printed: all of them, and nnhal's own by
 part (the gRPC layer ``nnhal.server.rpc``, the wire conversion ``nnhal.core.wire``, the rest of
@@ -27,6 +28,7 @@ from types import FrameType
 
 from nnhal.bench.ipc import _add_model, _small_inputs, _small_request
 from nnhal.client.device import Device
+from nnhal.server.defaults import EVENT_LOOPS
 from nnhal.server.rpc.serve import Server, ServerOptions
 
 #: Calls made before counting: the model's first runs, the caches and plans.
@@ -110,10 +112,11 @@ def _counted(server: Server, call: Callable[[], object], n: int) -> Calls:
     return calls
 
 
-def count(n: int = 500) -> dict[str, Calls]:
-    """Python calls per call on the loop thread of a fresh server (module docstring), for
-    ``n`` calls of each kind: ``"pm.execute"`` and ``"Burst.execute"``."""
-    server = Server(ServerOptions(listen=["127.0.0.1:0"], fast_path=False, max_threads=8))
+def count(n: int = 500, event_loop: str = "auto") -> dict[str, Calls]:
+    """Python calls per call on the loop thread of a fresh server on ``event_loop`` (module
+    docstring), for ``n`` calls of each kind: ``"pm.execute"`` and ``"Burst.execute"``."""
+    options = ServerOptions(listen=["127.0.0.1:0"], fast_path=False, max_threads=8, event_loop=event_loop)
+    server = Server(options)
     try:
         server.start()
         a, b = _small_inputs()
@@ -132,10 +135,13 @@ def count(n: int = 500) -> dict[str, Calls]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nnhal.bench.rpc_calls", description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=500, help="calls counted of each kind (default 500)")
+    parser.add_argument(
+        "--event-loop", choices=EVENT_LOOPS, default="auto", help="the server's event loop (default auto)"
+    )
     args = parser.parse_args(argv)
     if args.calls < 1:
         parser.error("--calls must be at least 1")
-    for what, calls in count(args.calls).items():
+    for what, calls in count(args.calls, args.event_loop).items():
         print(calls.line(f"{what} (per call)"))
     return 0
 

@@ -38,7 +38,7 @@ from nnhal.cli.usage import (
     whole,
 )
 from nnhal.core.enums import HalVersion
-from nnhal.server.defaults import DEFAULT_SECRET_FILE, DEFAULT_SHM_DIR
+from nnhal.server.defaults import DEFAULT_SECRET_FILE, DEFAULT_SHM_DIR, EVENT_LOOPS
 from nnhal.server.devices import DeviceSpec, parse_device
 
 if sys.version_info >= (3, 11):
@@ -304,6 +304,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("shm_prefix", _name, "nnhal-", "required prefix of shared-memory region names", "PREFIX"),
     Setting("shm_allow_remote", _switch, False, "accept shared pools from non-local peers", switch=True),
     Setting("fast_path", _switch, True, "offer same-host clients bursts over shared memory", switch=True),
+    Setting(
+        "event_loop",
+        _choice(*EVENT_LOOPS),
+        "auto",
+        "the event loop serving gRPC: uvloop (fewer Python calls per RPC), asyncio, or auto (uvloop where installed)",
+        "KIND",
+    ),
     Setting(
         "cache_secret_file",
         _cache_secret_file,

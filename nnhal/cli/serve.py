@@ -37,6 +37,7 @@ OPTIONAL_FIELDS: dict[str, Callable[[Any], Any]] = {
     "metrics_listen": lambda v: v or None,
     "health_listen": lambda v: v or None,
     "fast_path": lambda v: v,
+    "event_loop": lambda v: v,
     "record": lambda v: Path(v) if v else None,
 }
 

@@ -158,8 +158,12 @@ class _Plan:
         ):
             shapes = output_shapes or [OutputShape(op.dimensions, True) for _, op in self.layout]
             decoding = self._decoding = (output_shapes, nbytes, _specs(self.layout, shapes, nbytes))
-        # An array over the pool's bytes at once (a view, like frombuffer's, without its reshape).
-        return [np.ndarray(dims, dtype, data, offset) for dims, dtype, offset in decoding[2]]
+        # An array over the pool's bytes at once (a view, like frombuffer's, without its reshape);
+        # a loop, not a comprehension, which would make a function object per call.
+        outputs: list[np.ndarray] = []
+        for dims, dtype, offset in decoding[2]:
+            outputs.append(np.ndarray(dims, dtype, data, offset))
+        return outputs
 
 
 def _as_input(value: np.ndarray | None, dtype: np.dtype[Any]) -> np.ndarray | None:
@@ -217,13 +221,15 @@ class NumpyIO:
         dtypes = self.in_dtypes
         if len(inputs) != len(dtypes):
             return None
-        arrays = [
-            value
-            if type(value) is np.ndarray and value.dtype is dtype and value.flags.c_contiguous
-            else _as_input(value, dtype)
-            for value, dtype in zip(inputs, dtypes)
-        ]
-        key = tuple([None if a is None else a.shape for a in arrays])
+        # One loop, no comprehension: each would make a function object on every call.
+        arrays: list[Any] = []
+        shapes: list[tuple[int, ...] | None] = []
+        for value, dtype in zip(inputs, dtypes):
+            if type(value) is not np.ndarray or value.dtype is not dtype or not value.flags.c_contiguous:
+                value = _as_input(value, dtype)
+            arrays.append(value)
+            shapes.append(None if value is None else value.shape)
+        key = tuple(shapes)
         last = self._last
         plan: _Plan | None
         if last is not None and last[0] == key:  # the shapes of the last planned call: no hashing
@@ -317,10 +323,10 @@ def settle(plan: _Plan, result: ExecutionResult) -> ExecutionOutcome | list[int]
     ``outputs``, or the output sizes to retry with (:func:`numpy_execution` with them); raises
     the HalError it ended with otherwise — :func:`numpy_execution`'s first step."""
     # A planned call is never profiled: its result has no profile or timeline to carry over.
-    outcome = ExecutionOutcome(result.status, result.message, result.output_shapes, result.timing, result.output_pools)
-    if outcome.status == ErrorStatus.NONE:
-        outcome.outputs = plan.outputs_of(outcome.output_pools, outcome.output_shapes)
-        return outcome
+    status, pools, shapes = result.status, result.output_pools, result.output_shapes
+    if status == ErrorStatus.NONE:
+        return ExecutionOutcome(status, result.message, shapes, result.timing, pools, plan.outputs_of(pools, shapes))
+    outcome = ExecutionOutcome(status, result.message, shapes, result.timing, pools)
     retry = retry_sizes(outcome, plan.layout)
     if retry is None:
         outcome.raise_for_status()  # a status other than NONE: raises

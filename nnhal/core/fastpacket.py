@@ -8,7 +8,9 @@ inline, it answers :data:`LEARNED`: a layout id (u32, 0: not granted) then the
 ExecuteResult. Later executions of the same layout — the same arguments and
 the same inline pool lengths and sizes — send :data:`CALL`: the
 :data:`CALL_HEADER` (layout id, flags, deadline remaining ns, loop timeout ns)
-then the pools' bytes back to back, in pool order. The server answers a
+padded to :data:`CALL_HEAD_BYTES`, then the *body*: the pools' bytes in pool order,
+each pool that carries bytes starting at a multiple of :data:`ALIGN` from the body's
+start (zero bytes pad the pool before it; :func:`body_spans`). The server answers a
 :data:`CALL` whose execution completed or found an output too small (the
 statuses with output shapes) with :data:`ANSWER`, otherwise with the usual
 ExecuteResult (kind ``fastring.RESULT``). An ANSWER, little-endian:
@@ -17,7 +19,14 @@ ExecuteResult (kind ``fastring.RESULT``). An ANSWER, little-endian:
   time in driver u64, output shapes u32, output pools u32;
 - the message (UTF-8);
 - per output shape: rank u32, sufficient u32, then rank u32 dimensions;
-- per output pool: pool index u32, length u32, then the bytes.
+- per output pool: pool index u32, length u32, zero bytes up to the next multiple of
+  :data:`ALIGN` from the payload's start, then the bytes.
+
+Alignment: a tensor's bytes start at a multiple of :data:`ALIGN` from their packet's
+payload start (a session's queue pads the tag in front of a packet to a multiple of it
+too: ``samehost.encode_tag``), so a private copy of a payload made at an aligned address
+(any allocator's, 16 bytes or more) holds every tensor aligned for its element type, and
+the copies into and out of it run at full speed. The pads' contents are not read.
 
 Every field is untrusted: the decoders raise :class:`PacketError` for a packet
 too short or too long for what it declares, unknown flags, a length that does
@@ -54,7 +63,13 @@ ANSWER = 6
 #: How many layouts one fast burst remembers (a client typically uses one or two).
 MAX_LAYOUTS = 16
 
+#: Where a tensor's bytes start in a packet: at a multiple of this many bytes (module docstring).
+ALIGN = 64
 CALL_HEADER = struct.Struct("<IIQQ")
+#: The CALL header's bytes with its pad: where a call's body starts.
+CALL_HEAD_BYTES = ALIGN
+_CALL_PAD = bytes(CALL_HEAD_BYTES - CALL_HEADER.size)
+_ZEROS = bytes(ALIGN)
 LEARNED_HEADER = struct.Struct("<I")
 ANSWER_HEADER = struct.Struct("<IIQQII")
 _PAIR = struct.Struct("<II")
@@ -93,6 +108,42 @@ def layout_key(
     return inputs, outputs, tuple(sizes)
 
 
+def aligned(at: int) -> int:
+    """``at`` rounded up to a multiple of :data:`ALIGN`."""
+    return (at + ALIGN - 1) & -ALIGN
+
+
+def body_spans(lengths: Sequence[int]) -> tuple[tuple[tuple[int, int], ...], int]:
+    """Where the bytes of pools carrying ``lengths`` bytes are in a CALL's body — (start,
+    stop) per pool, a pool that carries bytes at a multiple of :data:`ALIGN` — and the
+    body's length (the end of the last pool's bytes)."""
+    spans = []
+    at = 0
+    for n in lengths:
+        if n:
+            at = aligned(at)
+        spans.append((at, at + n))
+        at += n
+    return tuple(spans), at
+
+
+def body_parts(datas: Sequence[PoolData]) -> list[PoolData]:
+    """The pools' bytes as a CALL's body carries them: each with the zero pad in front of it
+    that :func:`body_spans` puts there."""
+    parts: list[PoolData] = []
+    at = 0
+    for data in datas:
+        n = _nbytes(data)
+        if n:
+            pad = -at % ALIGN
+            if pad:
+                parts.append(_ZEROS[:pad])
+                at += pad
+            parts.append(data)
+            at += n
+    return parts
+
+
 def remaining_ns(remaining_s: float | None) -> int | None:
     """A deadline's remainder as it travels (``wire.deadline_to``'s saturation); None for none.
     InvalidArgument for NaN."""
@@ -107,22 +158,28 @@ def remaining_ns(remaining_s: float | None) -> int | None:
 def encode_call(
     layout: int, measure: bool, deadline_ns: int | None, loop_timeout_ns: int, datas: Sequence[PoolData]
 ) -> bytes:
-    """A CALL packet's payload: the header and the pools' bytes."""
+    """A CALL packet's payload: the header, its pad and the body (the pools' bytes, aligned)."""
     return call_parts(layout, measure, deadline_ns, loop_timeout_ns, datas).joined()
 
 
 def call_parts(
     layout: int, measure: bool, deadline_ns: int | None, loop_timeout_ns: int, datas: Sequence[PoolData]
 ) -> fastring.Gathered:
-    """``encode_call``'s payload in parts (the header, then each pool's bytes), for a ring to
-    copy without joining them first."""
+    """``encode_call``'s payload in parts (the header with its pad, then each pool's bytes
+    with theirs), for a ring to copy without joining them first."""
+    return fastring.Gathered([call_head(layout, measure, deadline_ns, loop_timeout_ns), *body_parts(datas)])
+
+
+def call_head(layout: int, measure: bool, deadline_ns: int | None, loop_timeout_ns: int) -> bytes:
+    """A CALL's header with its pad (:data:`CALL_HEAD_BYTES`): what comes before its body."""
     flags = (MEASURE if measure else 0) | (0 if deadline_ns is None else HAS_DEADLINE)
-    return fastring.Gathered([CALL_HEADER.pack(layout, flags, deadline_ns or 0, loop_timeout_ns), *datas])
+    return CALL_HEADER.pack(layout, flags, deadline_ns or 0, loop_timeout_ns) + _CALL_PAD
 
 
 class Planned:
     """A request layout a client sends again and again (one numpy call plan): its layout key,
-    the bytes of pools a compact call of it carries, and ``grant``: the queue (a serial) that
+    ``body``: the length of a compact call's body (:func:`body_spans`: the pools' bytes with
+    the pads aligning them), and ``grant``: the queue (a serial) that
     granted it an id and that id, replaced in one assignment so that a thread reading it
     never pairs one queue's serial with another's id ((0, 0): none yet)."""
 
@@ -151,18 +208,20 @@ def decode_call(payload: bytes | memoryview) -> Call:
     layout, flags, deadline, loop = CALL_HEADER.unpack_from(payload)
     if flags & ~_FLAGS:
         raise PacketError(f"unknown compact call flags {flags:#x}")
-    body = (payload if type(payload) is memoryview else memoryview(payload))[CALL_HEADER.size :]
+    if len(payload) < CALL_HEAD_BYTES:
+        raise PacketError(f"a compact call of {len(payload)} bytes is shorter than its padded header")
+    body = (payload if type(payload) is memoryview else memoryview(payload))[CALL_HEAD_BYTES:]
     return Call(layout, bool(flags & MEASURE), deadline if flags & HAS_DEADLINE else None, loop, body)
 
 
 class Layout:
     """A layout the server validated: the request's arguments and its pools' lengths and sizes."""
 
-    __slots__ = ("_sizes", "_total", "inputs", "outputs")
+    __slots__ = ("_sizes", "_spans", "_total", "inputs", "outputs")
 
     def __init__(self, key: LayoutKey) -> None:
         self.inputs, self.outputs, self._sizes = key
-        self._total = sum(n for n, _ in self._sizes)
+        self._spans, self._total = body_spans([n for n, _ in self._sizes])
 
     def pools(self, body: memoryview) -> tuple[InlinePool, ...]:
         """The request's pools cut from a CALL's body: views into it, not copies (the body is the
@@ -170,16 +229,18 @@ class Layout:
         the layout's."""
         if len(body) != self._total:
             raise PacketError(f"a compact call carries {len(body)} bytes of pools; its layout has {self._total}")
-        pools = []
-        at = 0
-        for n, size in self._sizes:
-            pools.append(InlinePool(body[at : at + n], size))
-            at += n
-        return tuple(pools)
+        return tuple(InlinePool(body[a:b], size) for (a, b), (_, size) in zip(self._spans, self._sizes))
 
 
 def encode_answer(result: ExecutionResult) -> bytes:
     """An ANSWER's payload (``result.status`` in :data:`ANSWERED`, no profile)."""
+    payload = answer_parts(result)
+    return payload.joined() if isinstance(payload, fastring.Gathered) else payload
+
+
+def answer_parts(result: ExecutionResult) -> bytes | fastring.Gathered:
+    """``encode_answer``'s payload, a large one in parts (the output pools' bytes as they
+    are), for a ring to copy without joining them first."""
     message = result.message.encode()
     parts: list[bytes | memoryview] = [
         ANSWER_HEADER.pack(
@@ -195,14 +256,22 @@ def encode_answer(result: ExecutionResult) -> bytes:
     for shape in result.output_shapes:
         parts.append(_PAIR.pack(len(shape.dimensions), int(shape.is_sufficient)))
         parts.append(struct.pack(f"<{len(shape.dimensions)}I", *shape.dimensions))
+    at = sum(map(len, parts))
     for index, data in result.output_pools.items():
-        parts.append(_PAIR.pack(index, _nbytes(data)))
+        n = _nbytes(data)
+        at += _PAIR.size
+        pad = -at % ALIGN
+        parts.append(_PAIR.pack(index, n) + _ZEROS[:pad])
         parts.append(data)
-    return b"".join(parts)
+        at += pad + n
+    if at <= fastring.CHECKED_BYTES:
+        return b"".join(parts)
+    return fastring.Gathered(parts)
 
 
 def decode_answer(payload: bytes) -> ExecutionResult:
-    """The result an ANSWER carries; PacketError for anything that does not hold together."""
+    """The result an ANSWER carries (its output pools views of ``payload``); PacketError for
+    anything that does not hold together."""
     return _decode_answer(payload)[0]
 
 
@@ -226,7 +295,8 @@ class AnswerReader:
         self._result = ExecutionResult()
 
     def read(self, payload: bytes) -> ExecutionResult:
-        """The result an ANSWER carries; PacketError for anything that does not hold together."""
+        """The result an ANSWER carries (its output pools views of ``payload``); PacketError
+        for anything that does not hold together."""
         head = self._head
         if (
             head is not None
@@ -236,25 +306,28 @@ class AnswerReader:
         ):
             r = self._result
             kept = self._spans
+            # Views of the answer's own bytes (a private copy nothing reuses), not copies.
+            view = memoryview(payload)
             if len(kept) == 1:  # the usual answer: one output pool
                 index, start, stop = kept[0]
-                pools: dict[int, PoolData] = {index: payload[start:stop]}
+                pools: dict[int, PoolData] = {index: view[start:stop]}
             else:
-                pools = {index: payload[start:stop] for index, start, stop in kept}
+                pools = {index: view[start:stop] for index, start, stop in kept}
             # The output shapes are the remembered tuple itself: a reader of the outputs may
             # know them by identity.
             return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, pools)
-        result, spans = _decode_answer(payload)
+        result, spans, pairs = _decode_answer(payload)
         self._head = payload[: spans[0][1]] if spans else payload
         self._end = len(payload)
-        self._marks = tuple((start - 8, payload[start - 8 : start]) for _, start, _ in spans[1:])
+        self._marks = tuple((at, payload[at : at + 8]) for at in pairs[1:])
         self._spans = tuple(spans)
         self._result = result
         return result
 
 
-def _decode_answer(payload: bytes) -> tuple[ExecutionResult, list[tuple[int, int, int]]]:
-    """``decode_answer``, with where each output pool's bytes are: (index, start, stop)."""
+def _decode_answer(payload: bytes) -> tuple[ExecutionResult, list[tuple[int, int, int]], list[int]]:
+    """``decode_answer``, with where each output pool's bytes are — (index, start, stop) —
+    and where each pool's index and length are."""
     end = len(payload)
     if end < ANSWER_HEADER.size:
         raise PacketError(f"an answer of {end} bytes is shorter than its header")
@@ -283,17 +356,20 @@ def _decode_answer(payload: bytes) -> tuple[ExecutionResult, list[tuple[int, int
         shapes.append(OutputShape(dims, bool(sufficient)))
     pools: dict[int, PoolData] = {}
     spans = []
+    pairs = []
+    view = memoryview(payload)  # the pools are views of the answer's bytes, not copies
     for _ in range(npools):
         if at + 8 > end:
             raise PacketError("an answer's output pools run past its end")
         index, length = _PAIR.unpack_from(payload, at)
-        at += 8
+        pairs.append(at)
+        at = aligned(at + 8)
         if at + length > end or index in pools:
             raise PacketError("an answer's output pool does not hold together")
-        pools[index] = payload[at : at + length]
+        pools[index] = view[at : at + length]
         spans.append((index, at, at + length))
         at += length
     if at != end:
         raise PacketError(f"an answer has {end - at} bytes beyond what it declares")
     timing = _UNMEASURED if on_device == in_driver == NO_TIMING else Timing(on_device, in_driver)
-    return ExecutionResult(answered, message, tuple(shapes), timing, pools), spans
+    return ExecutionResult(answered, message, tuple(shapes), timing, pools), spans, pairs

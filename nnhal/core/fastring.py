@@ -52,8 +52,9 @@ import zlib
 from collections.abc import Collection, Sequence
 
 MAGIC = b"NNFQ"
-#: 2: the checksum covers the payload's first CHECKED_BYTES bytes (1: all of it).
-VERSION = 2
+#: 2: the checksum covers the payload's first CHECKED_BYTES bytes (1: all of it). 3: the
+#: compact packets' tensors start aligned in their payloads (``fastpacket.ALIGN``).
+VERSION = 3
 #: How many of a payload's first bytes the packet's checksum covers (module docstring).
 CHECKED_BYTES = 4096
 #: Where the rings' data starts; everything before it is the region's header.

@@ -23,7 +23,9 @@ Packets, little-endian:
 On a session's queue, ``executeSynchronously_1_3`` may also travel as a fast burst's
 packets (``fastring.REQUEST``, ``fastpacket.LEARN`` / ``CALL``, answered as on a burst),
 each payload then prefixed with :data:`TAG_HEADER` (request id bytes u32, fault scope
-bytes u32), the request id and the fault scope: :func:`encode_tag`.
+bytes u32), the request id and the fault scope, zero bytes up to a multiple of
+``fastpacket.ALIGN`` (so that the tensors of the packet behind it stay aligned in the
+payload): :func:`encode_tag`.
 
 A packet the server cannot read is answered with a ``fastring.RESULT`` (an
 ExecuteResult carrying INVALID_ARGUMENT), as on a fast burst. Every field is untrusted:
@@ -36,7 +38,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from nnhal.core.fastpacket import PacketError
+from nnhal.core.fastpacket import ALIGN, PacketError, aligned
 
 #: Packet kinds (beside those of ``fastring`` and ``fastpacket``).
 METHOD = 7
@@ -103,15 +105,16 @@ def decode_method(payload: bytes) -> tuple[int, str, str, bytes]:
 
 
 def encode_tag(request_id: str, scope: str = "") -> bytes:
-    """The prefix of a fast burst packet on a session's queue."""
+    """The prefix of a fast burst packet on a session's queue (a multiple of ``ALIGN`` bytes)."""
     rid = request_id.encode("ascii", "replace")[:MAX_REQUEST_ID]
     sc = scope.encode("ascii", "replace")[:MAX_REQUEST_ID]
-    return TAG_HEADER.pack(len(rid), len(sc)) + rid + sc
+    tag = TAG_HEADER.pack(len(rid), len(sc)) + rid + sc
+    return tag + bytes(-len(tag) % ALIGN)
 
 
 def split_tag(payload: bytes) -> tuple[str, str, memoryview]:
-    """The request id, fault scope and the rest of a tagged packet's payload (a view: an
-    execution's inputs are not copied again)."""
+    """The request id, fault scope and the rest of a tagged packet's payload, after the tag's
+    pad (a view: an execution's inputs are not copied again)."""
     if len(payload) < TAG_HEADER.size:
         raise PacketError(f"a tagged packet of {len(payload)} bytes is shorter than its tag")
     rid_len, scope_len = TAG_HEADER.unpack_from(payload)
@@ -123,7 +126,10 @@ def split_tag(payload: bytes) -> tuple[str, str, memoryview]:
         scope = payload[at + rid_len : at + rid_len + scope_len].decode("ascii")
     except UnicodeDecodeError:
         raise PacketError("a tagged packet's request id or fault scope is not ASCII") from None
-    return rid, scope, memoryview(payload)[at + rid_len + scope_len :]
+    end = aligned(at + rid_len + scope_len)
+    if end > len(payload):
+        raise PacketError("a tagged packet's tag is not padded to its alignment")
+    return rid, scope, memoryview(payload)[end:]
 
 
 def encode_reply(messages: Sequence[bytes]) -> bytes:

@@ -31,7 +31,13 @@ class ExecutableGraph(Protocol):
         inputs: Sequence[np.ndarray | None],
         control: ExecutionControl | None = None,
         output_operands: Sequence[Operand] | None = None,
-    ) -> list[np.ndarray]: ...
+        into: Sequence[np.ndarray | None] | None = None,
+    ) -> list[np.ndarray]:
+        """The outputs in model order. ``into``: per output, a writable array where the caller
+        puts that output (None: nowhere known), of the shape and dtype it would have; a graph
+        may write an output of exactly that shape and dtype there and return that very array,
+        which the caller then does not copy again (a graph that ignores ``into`` is correct)."""
+        ...
 
 
 class Backend(Protocol):

@@ -1,5 +1,6 @@
-"""Default places on disk of the server's settings, in a module that imports nothing heavy:
-the command line reads them to build its flags' help before it knows which command runs."""
+"""Default places on disk of the server's settings and the choices of its event loop, in a
+module that imports nothing heavy: the command line reads them to build its flags' help
+before it knows which command runs."""
 
 from __future__ import annotations
 
@@ -12,3 +13,6 @@ DEFAULT_SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempd
 
 #: The key that seals compilation caches (created if missing).
 DEFAULT_SECRET_FILE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nnhal" / "cache-secret"
+
+#: The event loops a server may run on (``nnhal.server.rpc.serve.new_event_loop``).
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")

@@ -51,7 +51,7 @@ from nnhal.core.errors import GeneralFailure, InvalidArgument
 log = logging.getLogger(__name__)
 
 #: A queue whose last packets took at least this long has its packets answered on a worker
-#: (:class:`QueueServer`), as an execution this slow does not run on the event loop's thread.
+#: while other queues are served (:class:`QueueServer`), so that they do not wait behind it.
 INLINE_MAX_NS = 1_000_000
 #: ... each of its last this many packets.
 _SLOW_PACKETS = 2
@@ -84,9 +84,9 @@ _ACCEPT_SLICE_S = 0.25
 #: Turns a refusal (status, message) into the answer packet's payload (kind ``fastring.RESULT``).
 Refuse = Callable[[ErrorStatus, str], bytes]
 #: Turns a request packet (kind, payload) into the answer packet (kind, payload); never raises.
-Handle = Callable[[int, bytes], tuple[int, bytes]]
+Handle = Callable[[int, bytes], tuple[int, fastring.Payload]]
 #: A Handle that also takes a view of a packet's payload (a part of a larger packet, not copied).
-ViewHandle = Callable[[int, bytes | memoryview], tuple[int, bytes]]
+ViewHandle = Callable[[int, bytes | memoryview], tuple[int, fastring.Payload]]
 #: The request kinds a queue takes: a full request, one asking for a layout id, a compact call.
 REQUEST_KINDS = (fastring.REQUEST, fastpacket.LEARN, fastpacket.CALL)
 
@@ -128,7 +128,7 @@ class FastQueue:
             raise
         self._requests = fastring.Consumer(self._mm, ring_bytes, True, kinds)
         #: What answers an answer too large for the result ring (None: a refusal, ``refuse``).
-        self.oversize: Callable[[int], tuple[int, bytes]] | None = None
+        self.oversize: Callable[[int], tuple[int, fastring.Payload]] | None = None
         self._results = fastring.Producer(self._mm, ring_bytes, False)
 
     @staticmethod
@@ -221,7 +221,7 @@ class FastQueue:
         except OSError:
             self.stop()
 
-    def answer(self, kind: int, payload: bytes, refuse: Refuse, ring: bool = True) -> None:
+    def answer(self, kind: int, payload: fastring.Payload, refuse: Refuse, ring: bool = True) -> None:
         """Write one answer packet and ring the client (an answer too large for the result
         ring is replaced: ``oversize``, else ``refuse``'s refusal). A client that does not
         read its answers ends the queue (:attr:`violation`). Without ``ring`` the caller
@@ -323,12 +323,14 @@ class QueueServer:
     level-triggered: a queue answered on that thread stays in the set, so a packet costs no
     epoll call of its own; a queue a worker holds is out of it until handed back) and answers
     each ready queue's packets in turn. A quick packet (``quick(kind)``, unless each of the queue's last two
-    packets took :data:`INLINE_MAX_NS` or longer) is answered on this thread, so that many
+    packets took :data:`INLINE_MAX_NS` or longer while another queue is served) is answered on
+    this thread, so that many
     busy queues cost no thread switch per packet and the server's threads do not contend
     for the GIL. Any other packet goes to a worker (``submit``), which then answers the
     rest of that queue's waiting packets and hands the queue back. A quick packet that
     turns out slow holds the other queues up by that one execution (by two for a queue's
-    first slow ones), after which its queue's packets go to workers. While several queues are
+    first slow ones), after which its queue's packets go to workers while other queues are
+    served (a sole queue's stay on this thread: nobody waits behind them). While several queues are
     served, the answers written on this thread are rung once every queue one wait reported
     has had its turn: a client woken by a doorbell is often put on the waker's core, and
     ringing it at once would hand that core to it while the other queues' packets wait. Before
@@ -486,7 +488,10 @@ class QueueServer:
                 packet = queue.next_packet(refuse)
                 if packet is None:
                     return _END if queue.stopping else _ARM
-                quick = served.slow < _SLOW_PACKETS and served.quick(packet[0])
+                # A slow queue's packets go to a worker only while another queue is served:
+                # alone, nobody waits behind it, and the hop to a worker and back costs its
+                # client more than the turn it frees.
+                quick = (served.slow < _SLOW_PACKETS or len(self._served) < 2) and served.quick(packet[0])
                 if handed is None and not quick:
                     return packet
             t0 = time.perf_counter_ns()

@@ -100,8 +100,9 @@ class BoundPools:
         back to their files (INVALID_ARGUMENT if a region shrank meanwhile; the
         driver-managed buffers the execution wrote are then uninitialized, as after any
         failure), and the inline pools that received outputs are returned by pool index
-        (a small one copied out of its bytearray; a large one as a read-only view of its
-        buffer, which nothing else writes; a pool an output filled whole is already bytes)."""
+        (as a read-only view of its buffer, which nothing writes once the execution ended —
+        an answer's writer copies it once, into its message or ring; a pool an output filled
+        whole is already bytes)."""
         if not self._stored:
             self._stored = True
             try:
@@ -115,7 +116,7 @@ class BoundPools:
                 for buf in self.token_outputs.values():
                     buf.invalidate()
                 raise
-        return {i: b.toreadonly() if isinstance(b, memoryview) else bytes(b) for i, b in self.inline_outputs.items()}
+        return {i: b if type(b) is bytes else memoryview(b).toreadonly() for i, b in self.inline_outputs.items()}
 
     @property
     def sizes(self) -> tuple[int, ...]:

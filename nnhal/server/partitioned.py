@@ -129,26 +129,35 @@ class PartitionedGraph:
             if s.placed.place == FALLBACK
         }
         #: The one step of a model placed wholly on the library, taking the model's inputs and
-        #: giving its outputs in their order (None otherwise): an unprofiled run is that step's.
+        #: giving its outputs (None otherwise): an unprofiled run is that step's.
         self._whole: _Step | None = None
+        #: Where each model output is among that step's outputs, when not the same order (the
+        #: library's graph may list them in another).
+        self._pick: tuple[int, ...] | None = None
         if len(steps) == 1:
             only = steps[0].placed
-            if only.place == BACKEND and only.inputs == tuple(self._inputs) and only.outputs == tuple(self._outputs):
+            if only.place == BACKEND and only.inputs == tuple(self._inputs) and set(self._outputs) <= set(only.outputs):
                 self._whole = steps[0]
+                pick = tuple(only.outputs.index(o) for o in self._outputs)
+                self._pick = None if pick == tuple(range(len(pick))) else pick
 
     def run(
         self,
         inputs: Sequence[np.ndarray | None],
         control: ExecutionControl | None = None,
         output_operands: Sequence[Operand] | None = None,
+        into: Sequence[np.ndarray | None] | None = None,
     ) -> list[np.ndarray]:
         """The outputs in model order; ``output_operands`` (a request's dims) apply to the
-        steps writing model outputs."""
+        steps writing model outputs; ``into`` goes to a step that computes the whole model
+        (``ExecutableGraph.run``), the only one whose outputs are the model's in its order."""
         whole = self._whole
         if whole is not None and (control is None or control.profile is None):
             # The same call the loop below makes for this one step, without its bookkeeping.
+            if self._pick is not None:
+                return self._run_picked(whole, self._pick, inputs, control, output_operands, into)
             wanted = whole.output_operands if output_operands is None else output_operands
-            outs = whole.graph.run(inputs, control, wanted)
+            outs = whole.graph.run(inputs, control, wanted, into)
             n = len(self._outputs)
             if len(outs) < n:
                 raise GeneralFailure(f"output operand {self._outputs[len(outs)]} was never written")
@@ -202,6 +211,30 @@ class PartitionedGraph:
                 raise GeneralFailure(f"output operand {i} was never written")
             results.append(value)
         return results
+
+    def _run_picked(
+        self,
+        whole: _Step,
+        pick: tuple[int, ...],
+        inputs: Sequence[np.ndarray | None],
+        control: ExecutionControl | None,
+        output_operands: Sequence[Operand] | None,
+        into: Sequence[np.ndarray | None] | None,
+    ) -> list[np.ndarray]:
+        """The whole step's run when it lists the model's outputs in another order (``pick``):
+        the request's dims and the outputs' places handed over in its order, its outputs
+        taken back in the model's."""
+        wanted = list(whole.output_operands)
+        step_into: list[np.ndarray | None] | None = None if into is None else [None] * len(wanted)
+        for k, at in enumerate(pick):
+            if output_operands is not None:
+                wanted[at] = output_operands[k]
+            if step_into is not None and into is not None:
+                step_into[at] = into[k]
+        outs = whole.graph.run(inputs, control, wanted, step_into)
+        if len(outs) < len(wanted):
+            raise GeneralFailure(f"output operand {whole.placed.outputs[len(outs)]} was never written")
+        return [outs[at] for at in pick]
 
 
 class PartitionedBackend:

@@ -93,12 +93,13 @@ class PreparedModel:
         try:
             pools.check_shared()
             inputs = plan.bind_inputs(pools.buffers)
+            into = plan.output_targets(pools)
             t1 = time.perf_counter_ns()
-            outputs = self.graph.run(inputs, control, plan.overrides)
+            outputs = self.graph.run(inputs, control, plan.overrides, into)
             t2 = time.perf_counter_ns()
             if control.graph is not None or control.operations_run:
                 self._ran(t2 - t1)
-            shapes = plan.write_outputs(pools, outputs)
+            shapes = plan.write_outputs(pools, outputs, into)
         except OutputInsufficientSize as err:
             self._invalidate(pools)
             return execution_result(err.error_status, err.message, getattr(err, "shapes", ()), control=control)

@@ -71,7 +71,7 @@ class _Output:
 class RequestPlan:
     """The layout-dependent half of executing one request (module docstring)."""
 
-    __slots__ = ("_inputs", "_outputs", "_shapes", "overrides", "sizes", "writable")
+    __slots__ = ("_inputs", "_outputs", "_shapes", "_targets", "overrides", "sizes", "writable")
 
     def __init__(
         self, request: Request, sizes: Sequence[int], inputs: Sequence[Operand], outputs: Sequence[Operand]
@@ -86,6 +86,9 @@ class RequestPlan:
             if not a.has_no_value:
                 users[a.location.pool_index] = users.get(a.location.pool_index, 0) + 1
         self._outputs = tuple(_plan_output(op, arg, users) for op, arg in zip(outputs, request.outputs))
+        targets = tuple(_plan_target(op, arg) for op, arg in zip(outputs, request.outputs))
+        #: Per output, the place a graph may write it in (``output_targets``); None when none has one.
+        self._targets = targets if any(targets) else None
         #: The output shapes of the last execution whose outputs all fitted (shared, immutable).
         self._shapes: list[OutputShape] | None = None
         #: The output operands with the request's dims where it gives them (None: the model's own).
@@ -115,12 +118,27 @@ class RequestPlan:
             for i in self._inputs
         ]
 
-    def write_outputs(self, pools: BoundPools, values: Sequence[np.ndarray]) -> tuple[OutputShape, ...]:
+    def output_targets(self, pools: BoundPools) -> list[np.ndarray | None] | None:
+        """Per output, a writable array over its place in its inline output pool, of the shape
+        and dtype the model (or the request) fixes for it — None for an output with no such
+        place (no value, a shape not fully known, a bool, too small a location); None when no
+        output has one or the request has driver-managed buffers. What a graph may write its
+        outputs into (``ExecutableGraph.run``'s ``into``)."""
+        targets = self._targets
+        if targets is None or pools.token_outputs:
+            return None
+        inline, nd = pools.inline_outputs, np.ndarray
+        return [None if t is None or (buf := inline.get(t[0])) is None else nd(t[2], t[3], buf, t[1]) for t in targets]
+
+    def write_outputs(
+        self, pools: BoundPools, values: Sequence[np.ndarray], into: Sequence[np.ndarray | None] | None = None
+    ) -> tuple[OutputShape, ...]:
         """Check every output fits its location (OUTPUT_INSUFFICIENT_SIZE with the shapes
         otherwise), then write them: into driver-managed buffers, as the whole bytes of an
-        inline pool an output fills alone, or into the pool's bytes. ``pools`` had its
-        ``check_shared`` (a shared output pool's staging buffer holds the region's bytes, which
-        an output shorter than its range leaves as they were)."""
+        inline pool an output fills alone, or into the pool's bytes — but for an output that
+        is its ``into`` array itself (``output_targets``), which is there already. ``pools`` had
+        its ``check_shared`` (a shared output pool's staging buffer holds the region's bytes,
+        which an output shorter than its range leaves as they were)."""
         insufficient = False
         tokens = pools.token_outputs
         last = self._shapes
@@ -150,7 +168,7 @@ class RequestPlan:
             if k in tokens:  # zero-sized results too: they initialize the buffer
                 tokens[k].store(value.tobytes(), value.shape)  # C order
                 continue
-            if out.pool < 0 or value.nbytes == 0:
+            if out.pool < 0 or value.nbytes == 0 or (into is not None and value is into[k]):
                 continue
             pool = inline.get(out.pool)
             if out.alone and isinstance(pool, bytearray) and value.nbytes == len(pool) and value.dtype != np.bool_:
@@ -191,6 +209,19 @@ def _plan_output(operand: Operand, arg: RequestArgument, users: dict[int, int]) 
         operand.type in _BOOL_TYPES,
         users.get(loc.pool_index) == 1 and loc.offset == 0,
     )
+
+
+def _plan_target(operand: Operand, arg: RequestArgument) -> tuple[int, int, tuple[int, ...], np.dtype] | None:
+    """Where an output may be written in place (``RequestPlan.output_targets``): its pool,
+    offset, shape and dtype, when its shape is fully known and fits its location."""
+    if arg.has_no_value or not INFO[operand.type].is_tensor or operand.type in _BOOL_TYPES:
+        return None
+    dims = tuple(arg.dimensions or operand.dimensions)
+    dtype = DTYPE[operand.type]
+    nbytes = math.prod(dims) * dtype.itemsize
+    if not dims or 0 in dims or nbytes > arg.location.length:
+        return None
+    return arg.location.pool_index, arg.location.offset, dims, dtype
 
 
 class PlanCache:

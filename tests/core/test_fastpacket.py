@@ -147,8 +147,35 @@ def test_an_answer_reader_refuses_what_the_decoder_refuses() -> None:
         with pytest.raises(PacketError):
             reader.read(bad)
     # The second pool's header changed under an unchanged head and length: decoded in full.
-    at = len(good) - 2 - 8
+    at = good.rindex(fastpacket._PAIR.pack(3, 2))  # the second pool's index and length
     swapped = good[:at] + fastpacket._PAIR.pack(1, 2) + good[at + 8 :]
     with pytest.raises(PacketError, match="output pool"):
         reader.read(swapped)
     assert bytes(reader.read(good).output_pools[3]) == b"bb"
+
+
+def test_every_tensor_of_a_call_and_an_answer_starts_aligned() -> None:
+    # A call's pools: each that carries bytes at a multiple of ALIGN from the payload's start.
+    datas = [b"abc", b"", b"defgh", b"ij"]
+    payload = fastpacket.encode_call(7, True, 5, 0, datas)
+    call = fastpacket.decode_call(payload)
+    spans, total = fastpacket.body_spans([len(d) for d in datas])
+    assert len(call.body) == total
+    for (a, b), data in zip(spans, datas):
+        assert (fastpacket.CALL_HEAD_BYTES + a) % fastpacket.ALIGN == 0 or not data
+        assert bytes(call.body[a:b]) == data
+    key = ((), (), tuple((len(d), len(d)) for d in datas))
+    assert [bytes(p.data) for p in fastpacket.Layout(key).pools(call.body)] == datas
+    # An answer's pools, whatever the message's length before them.
+    result = ExecutionResult(
+        ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "x" * 5, (OutputShape((2,), False),), output_pools={1: b"1234", 3: b"56"}
+    )
+    answer = fastpacket.encode_answer(result)
+    for data in (b"1234", b"56"):
+        assert answer.index(data) % fastpacket.ALIGN == 0
+    assert {k: bytes(v) for k, v in fastpacket.decode_answer(answer).output_pools.items()} == {1: b"1234", 3: b"56"}
+    # A call of a body not its layout's length is refused; so is one without its header's pad.
+    with pytest.raises(PacketError, match="bytes of pools"):
+        fastpacket.Layout(key).pools(call.body[:-1])
+    with pytest.raises(PacketError, match="padded header"):
+        fastpacket.decode_call(payload[: fastpacket.CALL_HEAD_BYTES - 1])

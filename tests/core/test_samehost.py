@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nnhal.core import samehost
+from nnhal.core import fastpacket, samehost
 from nnhal.core.fastpacket import PacketError
 
 
@@ -93,3 +93,13 @@ def test_aborted_and_step_aside_packets() -> None:
     assert samehost.decode_text(b"an abort waits") == "an abort waits"
     with pytest.raises(PacketError, match="not UTF-8"):
         samehost.decode_text(b"\xc3")
+
+
+def test_a_tag_is_padded_to_the_alignment_and_a_tag_without_its_pad_is_refused() -> None:
+    for rid in ("", "a", "req-12345", "x" * samehost.MAX_REQUEST_ID):
+        tag = samehost.encode_tag(rid, "scope")
+        assert len(tag) % fastpacket.ALIGN == 0
+        assert samehost.split_tag(tag + b"body") == (rid, "scope", b"body")
+    bare = samehost.TAG_HEADER.pack(3, 0) + b"abc"
+    with pytest.raises(PacketError, match="not padded"):
+        samehost.split_tag(bare)

@@ -207,3 +207,30 @@ def test_inputs_from_read_only_pools_are_copied_in_and_a_misfit_is_refused(compi
             graph.run([misfit])
     for a, b in zip(graph.run([x]), lite.run([x])):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_outputs_are_written_once_straight_into_their_places(compiling: CompilingDeviceCheck) -> None:
+    """An output whose place (``into``) has its exact shape and dtype is copied there and that
+    array returned — through the device's partitioned graph too, whose library graph lists
+    the face model's outputs in another order; a place of another shape is left alone."""
+    from nnhal.server.partitioned import PartitionedBackend
+
+    path = MODELS / "face_detection_short_range.tflite"
+    imported = import_tflite(path)
+    model = imported.model
+    x = imported.random_inputs(0)[0]
+    theirs = LiteRtRunner(path).run([x])
+    graph = PartitionedBackend(LITERT).compile(model, compiling.pools(model))[0]
+    pool = bytearray(sum(t.nbytes for t in theirs) + 64)
+    into, at = [], 0
+    for t in theirs:
+        into.append(np.ndarray(t.shape, t.dtype, pool, at))
+        at += t.nbytes + 64 - t.nbytes % 64
+    ours = graph.run([x], None, None, into)
+    for a, place, b in zip(ours, into, theirs):
+        assert a is place
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    misfit = np.zeros((theirs[0].size,), theirs[0].dtype)
+    ours = graph.run([x], None, None, [misfit, None])
+    assert ours[0] is not misfit and not misfit.any()
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-5)

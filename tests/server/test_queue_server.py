@@ -145,15 +145,45 @@ def test_a_queue_whose_packets_run_slow_goes_to_the_workers(sock_dir: Path) -> N
         return fastring.RESULT, payload
 
     ended: list[bool] = []
-    with ThreadPoolExecutor(1, thread_name_prefix="worker") as pool, _queue(sock_dir) as (q, c):
+    with (
+        ThreadPoolExecutor(1, thread_name_prefix="worker") as pool,
+        _queue(sock_dir) as (q, c),
+        _queue(sock_dir) as (other, _idle),
+    ):
         server = QueueServer(pool.submit)
         server.serve(q, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda: ended.append(True))
+        # Another queue served: the slow queue's packets would hold it up.
+        server.serve(other, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda: ended.append(True))
         for payload in (b"slow", b"slow", b"fast", b"fast"):
             c.send(fastpacket.CALL, payload)
             assert c.answers(1) == [payload]
         # Two slow packets in a row on the queue server's thread, then a worker's (where a
         # fast one brings the queue back, unless the machine's load made it slow too).
         assert where[:2] == ["nnhal-queues", "nnhal-queues"] and where[2].startswith("worker")
+        q.stop()
+        other.stop()
+        until(lambda: len(ended) == 2, "the queues' end", _BOUND_S)
+        assert ended == [True, True]
+
+
+def test_a_sole_queue_stays_on_the_queue_thread_however_slow(sock_dir: Path) -> None:
+    where: list[str] = []
+
+    def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+        where.append(threading.current_thread().name)
+        if payload == b"slow":
+            time.sleep(0.005)  # past INLINE_MAX_NS
+        return fastring.RESULT, payload
+
+    ended: list[bool] = []
+    with ThreadPoolExecutor(1, thread_name_prefix="worker") as pool, _queue(sock_dir) as (q, c):
+        server = QueueServer(pool.submit)
+        server.serve(q, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda: ended.append(True))
+        for payload in (b"slow", b"slow", b"slow", b"fast"):
+            c.send(fastpacket.CALL, payload)
+            assert c.answers(1) == [payload]
+        # Nobody waits behind it: no hop to a worker and back.
+        assert where == ["nnhal-queues"] * 4
         q.stop()
         until(lambda: ended, "the queue's end", _BOUND_S)
         assert ended == [True]

@@ -133,3 +133,32 @@ def test_the_same_argument_tuples_find_their_plan_again(prepared: tuple[Driver, 
     assert pm.plans.get(_request(out_offset=16)) is None  # another layout: not mistaken for it
     result = _execute(driver, session, handle, again)
     np.testing.assert_array_equal(np.frombuffer(result.output_pools[1], np.float32), np.full(8, 4.0))
+
+
+def test_an_output_of_known_shape_has_a_place_to_be_written_in(prepared: tuple[Driver, Session, str]) -> None:
+    """``output_targets``: a writable array of the output's shape and dtype over its place in
+    the bound output pool (what a graph may write it into); none for an output whose location
+    is too small for its shape."""
+    from nnhal.server.memory import bind_pools, token_placeholder
+
+    driver, session, handle = prepared
+    pm = driver.prepared(session, handle)
+    request = _request(out_offset=16)
+    assert _execute(driver, session, handle, request).status == ErrorStatus.NONE
+    plan = pm.plans.get(request)
+    assert plan is not None
+    bound = bind_pools(request.pools, None, plan.writable, token_placeholder, True, session.regions)
+    targets = plan.output_targets(bound)
+    assert targets is not None
+    (target,) = targets
+    assert target is not None and target.shape == (2, 4) and target.dtype == np.float32 and target.flags.writeable
+    target[...] = 7.0
+    assert np.frombuffer(bound.inline_outputs[1], np.float32, 8, 16).tolist() == [7.0] * 8
+    bound.close()
+    small = _request(out_length=N - 4)
+    assert _execute(driver, session, handle, small).status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
+    plan = pm.plans.get(small)
+    assert plan is not None
+    bound = bind_pools(small.pools, None, plan.writable, token_placeholder, True, session.regions)
+    assert plan.output_targets(bound) is None
+    bound.close()

@@ -170,18 +170,22 @@ class _CallTemplate:
     """A granted layout's compact call as the client sends it (``QueueEnds.execution_packet``):
     the argument tuples and model it is for, its pools' lengths and sizes, its id."""
 
-    __slots__ = ("body", "handle", "inputs", "key", "layout", "outputs", "sizes")
+    __slots__ = ("body", "handle", "inputs", "key", "layout", "outputs", "padded", "sizes")
 
     def __init__(self, key: _Key, layout: int) -> None:
         self.key = key
         self.handle, (self.inputs, self.outputs, self.sizes) = key
         self.layout = layout
-        #: The pools' bytes a call carries.
-        self.body = sum(n for n, _ in self.sizes)
+        lengths = [n for n, _ in self.sizes]
+        body = fastpacket.body_spans(lengths)[1]
+        #: The length of a call's body (the pools' bytes and the pads aligning them).
+        self.body = body
+        #: Whether the body has pads (else it is the pools' bytes back to back).
+        self.padded = body != sum(lengths)
 
     def datas(self, pools: tuple[MemoryPool, ...]) -> list[PoolData] | None:
-        """The pools' bytes (views of bytes) when they are inline and of this layout's
-        lengths and sizes, else None."""
+        """The pools' bytes (views of bytes) as the call's body carries them (with the pads
+        aligning them) when they are inline and of this layout's lengths and sizes, else None."""
         sizes = self.sizes
         if len(pools) != len(sizes):
             return None
@@ -199,17 +203,16 @@ class _CallTemplate:
             if n != length or max(pool.size, n) != size:
                 return None
             datas.append(data)
-        return datas
+        return fastpacket.body_parts(datas) if self.padded else datas
 
     def packet(self, tag: bytes, options: ExecutionOptions, datas: list[PoolData]) -> fastring.Payload:
-        """The compact call's payload: ``tag``, the header of this call's scalars, the pools'
-        bytes (a small one joined at once: the ring copies it once)."""
+        """The compact call's payload: ``tag``, the header of this call's scalars (padded), the
+        body ``datas`` (a small one joined at once: the ring copies it once)."""
         remaining = (
             options.timeout if options.deadline_at is None else remaining_time(options.timeout, options.deadline_at)
         )
         deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
-        flags = (fastpacket.MEASURE if options.measure else 0) | (0 if deadline is None else fastpacket.HAS_DEADLINE)
-        header = fastpacket.CALL_HEADER.pack(self.layout, flags, deadline or 0, options.loop_timeout_ns)
+        header = fastpacket.call_head(self.layout, options.measure, deadline, options.loop_timeout_ns)
         length = len(tag) + len(header) + self.body
         if length <= fastring.CHECKED_BYTES:
             return b"".join((tag, header, *datas))
@@ -380,9 +383,8 @@ class QueueEnds:
         seconds left of its deadline (None: none); None when it does not fit the request ring.
         A small packet is joined at once (the ring copies it once), a large one goes in parts."""
         deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
-        flags = (fastpacket.MEASURE if measure else 0) | (0 if deadline is None else fastpacket.HAS_DEADLINE)
-        header = fastpacket.CALL_HEADER.pack(layout, flags, deadline or 0, loop_timeout_ns)
-        length = len(tag) + fastpacket.CALL_HEADER.size + body
+        header = fastpacket.call_head(layout, measure, deadline, loop_timeout_ns)
+        length = len(tag) + fastpacket.CALL_HEAD_BYTES + body
         if length > self.requests.max_payload:
             return None
         if length <= fastring.CHECKED_BYTES:

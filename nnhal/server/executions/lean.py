@@ -232,16 +232,11 @@ class Compact:
         self.session = session
         self.model = model
         self.inputs, self.outputs, pools = key
-        spans = []
-        at = 0
-        for n, _ in pools:
-            spans.append((at, at + n))
-            at += n
-        #: Where each pool's bytes are in a call's body, and what every pool's buffer measures.
-        self.spans = tuple(spans)
+        #: Where each pool's bytes are in a call's body (``fastpacket.body_spans``), the body's
+        #: length, and what every pool's buffer measures.
+        self.spans, self.carried = fastpacket.body_spans([n for n, _ in pools])
         self.sizes = tuple(size for _, size in pools)
         self.inline = sum(self.sizes)
-        self.carried = at
 
     def check(self, body: memoryview) -> None:
         """PacketError unless ``body`` is of the layout's length (``fastpacket.Layout.pools``)."""

@@ -611,9 +611,11 @@ class PreparedGraph:
         inputs: Sequence[np.ndarray | None],
         control: ExecutionControl | None = None,
         output_operands: Sequence[Operand] | None = None,
+        into: Sequence[np.ndarray | None] | None = None,
     ) -> list[np.ndarray]:
         """Execute the main subgraph. ``output_operands`` overrides the declared
-        output operands (a request may specify dims the model left unknown)."""
+        output operands (a request may specify dims the model left unknown); ``into`` is not
+        used (``ExecutableGraph.run``)."""
         if control is None:
             control = ExecutionControl()
         if self.main.straight and output_operands is None and control.profile is None and control.timeline is None:

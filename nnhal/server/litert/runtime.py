@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -55,20 +56,25 @@ class LiteRtGraph:
         self._lock = threading.Lock()
         # Bound once: an execution calls them per tensor.
         self._set, self._get, self._run = interpreter.set_tensor, interpreter.get_tensor, interpreter.invoke
-        #: Per input: a function giving a view of the interpreter's own buffer (``_invoke``).
+        #: Per input, per output: a function giving a view of the interpreter's own buffer (``_invoke``).
         self._views = [interpreter.tensor(i) for i in self._inputs]
+        self._out_views = [interpreter.tensor(i) for i in self._outputs]
 
     def run(
         self,
         inputs: Sequence[np.ndarray | None],
         control: ExecutionControl | None = None,
         output_operands: Sequence[Operand] | None = None,
+        into: Sequence[np.ndarray | None] | None = None,
     ) -> list[np.ndarray]:
         """The outputs in model order. The graph's shapes are static: ``output_operands``
-        (a request's dims) were checked against them by request validation."""
-        return run_compiled("LiteRT", self._invoke, inputs, control)
+        (a request's dims) were checked against them by request validation. An output whose
+        tensor fits its ``into`` array exactly (shape, dtype) is copied there, and that array
+        returned (``ExecutableGraph.run``)."""
+        invoke = self._invoke if into is None else partial(self._invoke, into=into)
+        return run_compiled("LiteRT", invoke, inputs, control)
 
-    def _invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def _invoke(self, inputs: Sequence[np.ndarray], into: Sequence[np.ndarray | None] = ()) -> list[np.ndarray]:
         set_tensor, get_tensor = self._set, self._get
         with self._lock:
             for index, view, value in zip(self._inputs, self._views, inputs):
@@ -85,9 +91,24 @@ class LiteRtGraph:
                     del tensor
                     set_tensor(index, value)
             self._run()  # LiteRT lets go of the GIL while it computes
-            # get_tensor returns a copy (one, made under the lock): the interpreter's tensors
-            # are overwritten by the next execution.
-            return [get_tensor(i) for i in self._outputs]
+            # Taken under the lock: the interpreter's tensors are overwritten by the next
+            # execution. An output with a place of its exact shape is copied once, straight
+            # there; any other is ``get_tensor``'s copy.
+            if not into:
+                return [get_tensor(i) for i in self._outputs]
+            outputs = []
+            for k, (index, view) in enumerate(zip(self._outputs, self._out_views)):
+                target = into[k] if k < len(into) else None
+                if target is not None:
+                    tensor = view()
+                    if tensor.dtype == target.dtype and tensor.shape == target.shape:
+                        np.copyto(target, tensor, casting="no")
+                        del tensor
+                        outputs.append(target)
+                        continue
+                    del tensor
+                outputs.append(get_tensor(index))
+            return outputs
 
 
 class LiteRtBackend:

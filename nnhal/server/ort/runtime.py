@@ -135,9 +135,11 @@ class OrtGraph:
         inputs: Sequence[np.ndarray | None],
         control: ExecutionControl | None = None,
         output_operands: Sequence[Operand] | None = None,
+        into: Sequence[np.ndarray | None] | None = None,
     ) -> list[np.ndarray]:
         """The outputs in model order. The graph's shapes are static: ``output_operands``
-        (a request's dims) were checked against them by request validation."""
+        (a request's dims) were checked against them by request validation. ``into`` is not
+        used (``ExecutableGraph.run``)."""
         return run_compiled("onnxruntime", self._invoke, inputs, control)
 
     def _invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

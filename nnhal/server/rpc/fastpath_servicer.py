@@ -361,7 +361,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 layouts[granted] = Compact(session.id, msg.prepared_model, key)
             return fastpacket.LEARNED, fastpacket.LEARNED_HEADER.pack(granted) + answer.SerializeToString()
 
-        def run_call(payload: bytes | memoryview) -> tuple[int, bytes]:
+        def run_call(payload: bytes | memoryview) -> tuple[int, fastring.Payload]:
             try:
                 call = fastpacket.decode_call(payload)
                 compact = layouts.get(call.layout)
@@ -386,10 +386,10 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             )
             result = x.execute(m, partial(compact.execution, body, measure, deadline, loop), live, arrival, None, fast)
             if isinstance(result, ExecutionResult) and result.status in fastpacket.ANSWERED:
-                return fastpacket.ANSWER, fastpacket.encode_answer(result)
+                return fastpacket.ANSWER, fastpacket.answer_parts(result)
             return fastring.RESULT, result_to(result).SerializeToString()
 
-        def handle_packet(kind: int, payload: bytes | memoryview) -> tuple[int, bytes]:
+        def handle_packet(kind: int, payload: bytes | memoryview) -> tuple[int, fastring.Payload]:
             if kind == fastpacket.CALL:
                 return run_call(payload)  # read in place: the inputs are not copied again
             return run_full(kind, bytes(payload))

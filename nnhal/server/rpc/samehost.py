@@ -56,7 +56,7 @@ def refusal(status: ErrorStatus, message: str) -> bytes:
     return status_to(spb.ExecuteResult(), Refused(status, message)).SerializeToString()
 
 
-def _tagged(rid: str, scope: str, run: Callable[[], tuple[int, bytes]]) -> tuple[int, bytes]:
+def _tagged(rid: str, scope: str, run: Callable[[], tuple[int, fastring.Payload]]) -> tuple[int, fastring.Payload]:
     """``run()`` with the call's request id (the client's when sane) and fault scope published
     (what the gRPC path takes from the call's metadata). Not a context manager: this is on
     every packet's path, and a generator-based one costs more than the rest of it."""
@@ -134,7 +134,7 @@ class SameHostMethods:
         def refuse(message: str) -> tuple[int, bytes]:
             return fastring.RESULT, refusal(ErrorStatus.INVALID_ARGUMENT, message)
 
-        def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+        def handle(kind: int, payload: bytes) -> tuple[int, fastring.Payload]:
             faults = x.faults
             if faults.armed and any(f.kind == "abort" for f in faults.pending()):
                 return samehost.STEP_ASIDE, b"an injected abort is pending: it happens on gRPC"
@@ -157,7 +157,7 @@ class SameHostMethods:
                 return refuse("same-host queue: a call for another session than the queue's")
             return _tagged(rid, scope, partial(run, number, form, msg))
 
-        def run(number: int, form: _Form, msg: Any) -> tuple[int, bytes]:
+        def run(number: int, form: _Form, msg: Any) -> tuple[int, fastring.Payload]:
             try:
                 if number == _SYNC_NUMBER:
                     m = self.sync

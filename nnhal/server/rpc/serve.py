@@ -71,6 +71,7 @@ from nnhal.proto import (
     streamed_pb2 as stpb,
 )
 from nnhal.server.call_log import CallLog
+from nnhal.server.defaults import EVENT_LOOPS
 from nnhal.server.device_config import READ_SHARE
 from nnhal.server.devices import DeviceSpec, make_backend
 from nnhal.server.driver import DeviceConfig, Driver
@@ -171,6 +172,28 @@ class ServerOptions:
     ort_threads: int = 1
     #: Record every session's HAL calls into this folder (``nnhal.server.recorder``); None: off.
     record: Path | None = None
+    #: The event loop the gRPC servers run on (one of :data:`EVENT_LOOPS`; :func:`new_event_loop`).
+    event_loop: str = "auto"
+
+
+def new_event_loop(kind: str = "auto") -> asyncio.AbstractEventLoop:
+    """A new event loop of ``kind``: ``"uvloop"`` (libuv's, written in C: its scheduling,
+    polling and timers cost no Python calls, where asyncio's own loop makes about a hundred
+    per RPC), ``"asyncio"`` (the standard library's), or ``"auto"``: uvloop where it is
+    installed, else asyncio. Both serve the same: one thread, the same coroutines, handles
+    and futures. ValueError for another kind, or for ``"uvloop"`` where it is not installed."""
+    if kind not in EVENT_LOOPS:
+        raise ValueError(f"unknown event loop {kind!r} (one of {', '.join(EVENT_LOOPS)})")
+    if kind != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if kind == "uvloop":
+                raise ValueError("the uvloop event loop is not installed (pip install uvloop)") from None
+        else:
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+            return loop
+    return asyncio.new_event_loop()
 
 
 def is_loopback_host(host: str) -> bool:
@@ -235,7 +258,7 @@ class Server:
         self.addresses: list[str] = []
         self._health_grpc: aio.Server | None = None
         self._pool = futures.ThreadPoolExecutor(max_workers=options.max_threads, thread_name_prefix="nnhal-rpc")
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_event_loop(options.event_loop)
         use_pool(self._loop, self._pool)
         self._thread = threading.Thread(target=self._serve_loop, name="nnhal-aio", daemon=True)
         self._thread.start()
