@@ -17,8 +17,9 @@ A variant is a handler form and the elements it adds, joined by ``+``:
 
 and, after ``@``, how the server process runs: ``opts`` (our server's channel options),
 ``thread`` (its event loop on a thread of its own, the main thread waiting, as our server
-runs), ``switch`` (our server's GIL switch interval). Imports nothing of nnhal but the
-server's options (``opts``) and the CPU reader.
+runs), ``switch`` (our server's GIL switch interval), ``uvloop`` (the loop our server runs on
+where uvloop is installed). Imports nothing of nnhal but the server's options (``opts``), its
+loop (``uvloop``) and the CPU reader.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def parse(variant: str) -> tuple[str, set[str], set[str]]:
 
 
 _ELEMENTS = {"id", "trail", "cb"}
-_SETTINGS = {"opts", "thread", "switch"}
+_SETTINGS = {"opts", "thread", "switch", "uvloop"}
 
 
 def serve(variant: str) -> None:
@@ -122,10 +123,18 @@ def serve(variant: str) -> None:
         from nnhal.server.rpc.serve import SWITCH_INTERVAL_S
 
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-    if "thread" not in process:
+    if "thread" not in process and "uvloop" not in process:
         asyncio.run(run())
         return
-    loop = asyncio.new_event_loop()
+    if "uvloop" in process:
+        from nnhal.server.rpc.serve import new_event_loop
+
+        loop = new_event_loop("uvloop")
+    else:
+        loop = asyncio.new_event_loop()
+    if "thread" not in process:
+        loop.run_until_complete(run())
+        return
     threading.Thread(target=loop.run_until_complete, args=(run(),), daemon=True).start()
     while not threading.Event().wait(0.5):
         pass

@@ -241,8 +241,13 @@ def encode_answer(result: ExecutionResult) -> bytes:
 def answer_parts(result: ExecutionResult) -> bytes | fastring.Gathered:
     """``encode_answer``'s payload, a large one in parts (the output pools' bytes as they
     are), for a ring to copy without joining them first."""
+    return _with_pools(_answer_head(result), result.output_pools)
+
+
+def _answer_head(result: ExecutionResult) -> bytes:
+    """An ANSWER's bytes before its output pools: the header, the message, the output shapes."""
     message = result.message.encode()
-    parts: list[bytes | memoryview] = [
+    parts = [
         ANSWER_HEADER.pack(
             int(result.status),
             len(message),
@@ -256,8 +261,15 @@ def answer_parts(result: ExecutionResult) -> bytes | fastring.Gathered:
     for shape in result.output_shapes:
         parts.append(_PAIR.pack(len(shape.dimensions), int(shape.is_sufficient)))
         parts.append(struct.pack(f"<{len(shape.dimensions)}I", *shape.dimensions))
-    at = sum(map(len, parts))
-    for index, data in result.output_pools.items():
+    return b"".join(parts)
+
+
+def _with_pools(head: bytes, pools: dict[int, PoolData]) -> bytes | fastring.Gathered:
+    """``answer_parts``: ``head`` (``_answer_head``), then each output pool — its index and
+    length, padded so that its bytes start at a multiple of :data:`ALIGN`, then the bytes."""
+    parts: list[bytes | memoryview] = [head]
+    at = len(head)
+    for index, data in pools.items():
         n = _nbytes(data)
         at += _PAIR.size
         pad = -at % ALIGN
@@ -267,6 +279,39 @@ def answer_parts(result: ExecutionResult) -> bytes | fastring.Gathered:
     if at <= fastring.CHECKED_BYTES:
         return b"".join(parts)
     return fastring.Gathered(parts)
+
+
+class AnswerWriter:
+    """``answer_parts`` for a stream of answers, most of them alike (the answers to one
+    request layout's calls): it keeps the bytes before the output pools of the last answer
+    it encoded, with the status, message, timing and output shapes they were made from and
+    how many pools followed, and writes an answer made of the very same timing and shapes
+    objects (a request plan hands its last shapes back while they hold; an unmeasured
+    answer's timing is one shared value), the same status and message and as many pools
+    with those bytes, so that only the pools are encoded. Not thread-safe: one per layout,
+    used by its queue's serving thread."""
+
+    __slots__ = ("_head", "_made")
+
+    def __init__(self) -> None:
+        self._head = b""
+        self._made: tuple[ErrorStatus, str, object, object, int] | None = None
+
+    def write(self, result: ExecutionResult) -> bytes | fastring.Gathered:
+        """``answer_parts(result)``."""
+        pools = result.output_pools
+        made = self._made
+        if (
+            made is None
+            or made[2] is not result.output_shapes
+            or made[3] is not result.timing
+            or made[0] is not result.status
+            or made[4] != len(pools)
+            or made[1] != result.message
+        ):
+            self._head = _answer_head(result)
+            self._made = (result.status, result.message, result.output_shapes, result.timing, len(pools))
+        return _with_pools(self._head, pools)
 
 
 def decode_answer(payload: bytes) -> ExecutionResult:

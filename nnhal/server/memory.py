@@ -116,7 +116,12 @@ class BoundPools:
                 for buf in self.token_outputs.values():
                     buf.invalidate()
                 raise
-        return {i: b if type(b) is bytes else memoryview(b).toreadonly() for i, b in self.inline_outputs.items()}
+        # A loop, not a comprehension: on every execution's path, where a comprehension's own
+        # call costs as much as the one or two pools it makes.
+        results: dict[int, PoolData] = {}
+        for i, b in self.inline_outputs.items():
+            results[i] = b if type(b) is bytes else memoryview(b).toreadonly()
+        return results
 
     @property
     def sizes(self) -> tuple[int, ...]:

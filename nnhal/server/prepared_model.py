@@ -18,7 +18,7 @@ from nnhal.core.enums import ErrorStatus, Priority
 from nnhal.core.errors import HalError, OutputInsufficientSize
 from nnhal.core.types import ExecutionResult, Model, Operand, OperationProfile, OutputShape, Timing
 from nnhal.server.backend import ExecutableGraph
-from nnhal.server.executor.graph import ExecutionControl
+from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.memory import BoundPools
 from nnhal.server.request_plan import PlanCache, RequestPlan
 

@@ -89,8 +89,9 @@ class RequestPlan:
         targets = tuple(_plan_target(op, arg) for op, arg in zip(outputs, request.outputs))
         #: Per output, the place a graph may write it in (``output_targets``); None when none has one.
         self._targets = targets if any(targets) else None
-        #: The output shapes of the last execution whose outputs all fitted (shared, immutable).
-        self._shapes: list[OutputShape] | None = None
+        #: The output shapes of the last execution whose outputs all fitted and were written
+        #: (shared, immutable; handed back whole while the shapes stay: ``write_outputs``).
+        self._shapes: tuple[OutputShape, ...] | None = None
         #: The output operands with the request's dims where it gives them (None: the model's own).
         self.overrides: list[Operand] | None = None
         if any(a.dimensions for a in request.outputs):
@@ -142,16 +143,18 @@ class RequestPlan:
         insufficient = False
         tokens = pools.token_outputs
         last = self._shapes
+        kept = last is not None
         shapes: list[OutputShape] = []
         for k, (out, value) in enumerate(zip(self._outputs, values)):
             ok = out.pool < 0 or value.nbytes <= out.length or k in tokens
             insufficient |= not ok
             dims = value.shape if out.is_tensor else ()
             # A layout's outputs mostly keep their shapes: the last call's (immutable) values are reused.
-            shape = last[k] if last is not None and ok and last[k].dimensions == dims else OutputShape(dims, ok)
-            shapes.append(shape)
-        if not insufficient:
-            self._shapes = shapes
+            if last is not None and ok and last[k].dimensions == dims:
+                shapes.append(last[k])
+            else:
+                shapes.append(OutputShape(dims, ok))
+                kept = False
         if insufficient:
             err = OutputInsufficientSize(
                 "output buffer too small: "
@@ -182,7 +185,10 @@ class RequestPlan:
             if out.as_uint8:
                 value = value.astype(np.uint8)
             dst[:] = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
-        return tuple(shapes)
+        if kept and last is not None:
+            return last  # the very tuple the last call returned: a reader may know it by identity
+        self._shapes = answer = tuple(shapes)
+        return answer
 
 
 def output_pools(request: Request) -> frozenset[int]:

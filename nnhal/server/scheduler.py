@@ -53,6 +53,9 @@ class Ticket:
 HOLD_OFF_NS = 3_000_000
 #: Entries of ``Scheduler._served`` kept before those of idle clients are dropped.
 SERVED_BOUND = 1024
+#: Per priority, the numbers of the priorities above it: the work of the same client that
+#: holds it off (made once: the hold-off is looked at by every execution's launch).
+_ABOVE = {p: tuple(range(int(p) + 1, int(Priority.HIGH) + 1)) for p in Priority}
 
 
 class Scheduler:
@@ -243,7 +246,7 @@ class Scheduler:
         """Whether the same client has higher-priority work that ended within the hold-off
         (read-only: safe without the lock, for a pre-check)."""
         now = time.monotonic_ns()
-        for p in range(int(ticket.priority) + 1, int(Priority.HIGH) + 1):
+        for p in _ABOVE[ticket.priority]:
             ended = self._recent.get((ticket.client, p))
             if ended is not None and ended + self.hold_off_ns > now:
                 return True
@@ -270,7 +273,7 @@ class Scheduler:
         ``priority`` off (1.0 when nothing holds it off). Expired entries are dropped."""
         now = time.monotonic_ns()
         left = 1.0
-        for p in range(int(priority) + 1, int(Priority.HIGH) + 1):
+        for p in _ABOVE[priority]:
             ended = self._recent.get((client, p))
             if ended is None:
                 continue

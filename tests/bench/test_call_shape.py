@@ -3,6 +3,7 @@ and per side, and a variant it does not know is refused on the command line (exi
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -15,6 +16,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 def test_each_variant_is_served_and_measured() -> None:
     variants = ["unary+id+trail+cb", "stream1+id+trail+cb@opts+thread+switch"]
+    if importlib.util.find_spec("uvloop") is not None:
+        variants.append("stream1+id+trail+cb@thread+uvloop")
     results = call_shape.measure(variants, calls=20, rounds=1)
     assert list(results) == variants
     for server, client in results.values():

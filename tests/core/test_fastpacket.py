@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from nnhal.core import fastpacket
+from nnhal.core import fastpacket, fastring
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.fastpacket import PacketError
@@ -137,6 +137,27 @@ def test_an_answer_reader_reads_alike_answers_as_the_decoder_does() -> None:
             want.timing,
         )
         assert {k: bytes(v) for k, v in got.output_pools.items()} == {k: bytes(v) for k, v in want.output_pools.items()}
+
+
+def test_an_answer_writer_writes_what_the_encoder_writes() -> None:
+    """Alike answers (the same shapes and timing objects) reuse the encoded head; anything else
+    is encoded afresh, so every answer is the encoder's bytes."""
+    shapes = (OutputShape((2,), True),)
+    timing = Timing()
+    writer = fastpacket.AnswerWriter()
+    for result in (
+        ExecutionResult(ErrorStatus.NONE, "", shapes, timing, {1: b"aaaa"}),
+        ExecutionResult(ErrorStatus.NONE, "", shapes, timing, {1: memoryview(b"bbbbbb")}),  # alike
+        ExecutionResult(ErrorStatus.NONE, "", shapes, timing, {1: b"cc", 3: b"d"}),  # one pool more
+        ExecutionResult(ErrorStatus.NONE, "", (OutputShape((2,), True),), timing, {1: b"e"}),  # equal, not the same
+        ExecutionResult(ErrorStatus.NONE, "", shapes, Timing(1, 2), {1: b"f"}),  # another timing
+        ExecutionResult(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "", shapes, timing, {1: b"g"}),
+        ExecutionResult(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "too small", shapes, timing, {1: b"h"}),
+        ExecutionResult(ErrorStatus.NONE, "", shapes, timing, {1: b"i"}),
+        ExecutionResult(ErrorStatus.NONE, "", shapes, timing, {1: b"j" * 10_000}),  # large: in parts
+    ):
+        got = writer.write(result)
+        assert (got.joined() if isinstance(got, fastring.Gathered) else got) == fastpacket.encode_answer(result)
 
 
 def test_an_answer_reader_refuses_what_the_decoder_refuses() -> None:

@@ -40,7 +40,8 @@ from nnhal.core.types import (
     SymmPerChannelQuantParams,
 )
 from nnhal.core.validation import validate_request
-from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
+from nnhal.server.executor.control import ExecutionControl
+from nnhal.server.executor.graph import PreparedGraph
 from nnhal.server.executor.validate import supported_operations, validate_full
 
 VECTORS = Path(__file__).resolve().parents[2] / "conformance" / "vectors"

@@ -19,14 +19,14 @@ from nnhal.client.device import Device
 from nnhal.client.remote.fastpath import FastBurstLink
 from nnhal.core import lookout
 from nnhal.core.errors import DeadObject
-from nnhal.server import fastpath
+from nnhal.server import queue_server
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model
 
 pytestmark = pytest.mark.integration
 
 
-_DEFAULT = (fastpath.SPIN_DEFAULT_US / 1e6, False)
+_DEFAULT = (queue_server.SPIN_DEFAULT_US / 1e6, False)
 
 
 @pytest.mark.parametrize(
@@ -42,14 +42,14 @@ _DEFAULT = (fastpath.SPIN_DEFAULT_US / 1e6, False)
     ],
 )
 def test_the_spin_is_read_in_microseconds(value: str | None, expected: tuple[float, bool]) -> None:
-    seconds, forced = fastpath.spin_from_env(value)
+    seconds, forced = queue_server.spin_from_env(value)
     assert (seconds, forced) == (pytest.approx(expected[0]), expected[1])
 
 
 @pytest.mark.parametrize("value", ["abc", "-1", "1001", "2.5"])
 def test_a_spin_outside_its_range_is_ignored_with_a_warning(value: str, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger=lookout.__name__):
-        assert fastpath.spin_from_env(value) == _DEFAULT
+        assert queue_server.spin_from_env(value) == _DEFAULT
     assert "NNHAL_QUEUE_SPIN_US" in caplog.text
 
 

@@ -14,7 +14,7 @@ from nnhal.core.enums import HalVersion, OperandLifeTime, OperandType, Operation
 from nnhal.core.operand_types import DTYPE, INFO
 from nnhal.core.types import Operand, SymmPerChannelQuantParams
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
-from nnhal.server.executor.graph import ExecutionControl
+from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.executor.registry import lookup
 
 T = OperandType

@@ -12,7 +12,8 @@ from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.errors import InvalidArgument, MissedDeadlinePersistent
 from nnhal.core.types import InlinePool, Model
-from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
+from nnhal.server.executor.control import ExecutionControl
+from nnhal.server.executor.graph import PreparedGraph
 from nnhal.server.executor.validate import validate_full
 
 

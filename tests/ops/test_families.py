@@ -15,7 +15,7 @@ import nnhal.server.executor.ops as ops_package
 from nnhal.core.enums import OperationType as Op
 from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument, MissedDeadlinePersistent
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
-from nnhal.server.executor.graph import ExecutionControl
+from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.executor.registry import lookup
 from tests.ops.elementwise_runner import T, tensor
 

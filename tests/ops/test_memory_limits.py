@@ -19,7 +19,8 @@ import pytest
 from nnhal.core.enums import OperandType as T, OperationType as Op
 from nnhal.core.errors import MissedDeadlinePersistent, ResourceExhaustedPersistent
 from nnhal.core.types import Model
-from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
+from nnhal.server.executor.control import ExecutionControl
+from nnhal.server.executor.graph import PreparedGraph
 from nnhal.server.executor.registry import FastKernel
 from nnhal.server.executor.validate import validate_full
 from tests.fuzz.builder import ModelBuilder

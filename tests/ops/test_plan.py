@@ -21,8 +21,9 @@ from nnhal.core.enums import OperandType as T, OperationType as Op
 from nnhal.core.errors import HalError, MissedDeadlineTransient
 from nnhal.core.operand_types import DTYPE
 from nnhal.core.types import Model
-from nnhal.server.executor import graph as graph_module
-from nnhal.server.executor.graph import ExecutionControl, PreparedGraph
+from nnhal.server.executor import control as control_module, graph as graph_module
+from nnhal.server.executor.control import ExecutionControl
+from nnhal.server.executor.graph import PreparedGraph
 from nnhal.server.executor.ops._conv_core import finish_quant, float_requant, table_requant
 from nnhal.server.executor.ops._fixed_point import quantize_multiplier
 from nnhal.server.executor.validate import validate_full
@@ -878,7 +879,7 @@ def test_a_straight_program_checks_the_deadline_and_the_hook_at_its_segments(mon
     graph = _graph(_chain(6))
     x = np.zeros(SHAPE, np.float32)
     graph.run([x])  # the first run makes the arena (and its program)
-    monkeypatch.setattr(graph_module, "HOOK_INTERVAL_NS", 0)  # the hook at every checkpoint
+    monkeypatch.setattr(control_module, "HOOK_INTERVAL_NS", 0)  # the hook at every checkpoint
     hooks: list[int] = []
     np.testing.assert_array_equal(graph.run([x], ExecutionControl(checkpoint_hook=lambda: hooks.append(1)))[0], x + 6)
     assert graph.main.straight and len(hooks) == 1

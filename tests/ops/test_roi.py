@@ -121,7 +121,7 @@ def test_roi_pooling_loops_observe_the_execution_time_limit() -> None:
     the loop now checkpoints, so the server's maximum execution time ends it."""
     from nnhal.core.errors import MissedDeadlinePersistent
     from nnhal.server.executor.context import ExecutionContext
-    from nnhal.server.executor.graph import ExecutionControl
+    from nnhal.server.executor.control import ExecutionControl
     from nnhal.server.executor.registry import lookup
 
     ins = _roi_pool_inputs((tensor(F, [1, 2, 2, 1]), [1, 2, 3, 4]), (tensor(F, [1, 4]), [0, 0, 1, 1]), 64)

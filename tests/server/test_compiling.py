@@ -12,7 +12,7 @@ from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import Model, Operand
 from nnhal.server.compiling import Unsupported, convert_all, guarded, io_reason, run_compiled
-from nnhal.server.executor.graph import ExecutionControl
+from nnhal.server.executor.control import ExecutionControl
 
 
 def _relu(dims: tuple[int, ...]) -> Model:

@@ -13,7 +13,7 @@ from nnhal.core.enums import HalVersion, OperandType as T, OperationType as O
 from nnhal.core.types import InlinePool, Model
 from nnhal.server.backend import ReferenceBackend
 from nnhal.server.devices import make_backend, parse_device
-from nnhal.server.executor.graph import ExecutionControl
+from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.partitioned import BACKEND, FALLBACK, FALLBACK_PROFILE, FALLBACK_REASON, PartitionedBackend
 
 pytest.importorskip("ai_edge_litert")

@@ -22,7 +22,8 @@ from nnhal.core import fastpacket, fastring
 from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.lookout import Load, Lookout
-from nnhal.server.fastpath import FastQueue, QueueServer
+from nnhal.server.fastpath import FastQueue
+from nnhal.server.queue_server import QueueServer
 from tests.conftest import until
 
 RING = 4 * fastring.MIN_RING_BYTES

@@ -73,6 +73,8 @@ def test_a_layout_is_planned_once_and_reused(prepared: tuple[Driver, Session, st
     for result, value in ((first, 2.0), (second, 6.0)):
         assert result.status == ErrorStatus.NONE
         np.testing.assert_array_equal(np.frombuffer(result.output_pools[1], np.float32), np.full(8, value))
+    # The shapes stayed: the plan hands back the very tuple it returned before.
+    assert second.output_shapes is _execute(driver, session, handle, _request(2.0)).output_shapes
 
 
 def test_other_pool_sizes_are_validated_again(prepared: tuple[Driver, Session, str]) -> None:

@@ -206,8 +206,11 @@ class RemoteSession(SessionChannel):
         as bytes (:mod:`.encoded`) for a layout the caller runs again and again; None — nothing
         sent — when it takes another way there (the same-host queue, a streamed execution, a
         pool that is not inline): the caller then calls :meth:`execute`."""
-        if self._queue is not None or any(isinstance(p, InlinePool) and p.size >= STREAM_MIN_BYTES for p in pools):
+        if self._queue is not None:
             return None
+        for p in pools:  # a loop, not ``any`` over a generator: no frame resumed per pool
+            if isinstance(p, InlinePool) and p.size >= STREAM_MIN_BYTES:
+                return None
         remaining = remaining_time(options.timeout, options.deadline_at)
         raw = self._execute_bytes(handle, inputs, outputs, pools, options, remaining)
         if raw is None:

@@ -34,7 +34,7 @@ from nnhal.core.types import ExecutionResult, InlinePool, Request
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.driver import Driver
 from nnhal.server.executions.calls import Execution
-from nnhal.server.executor.graph import ExecutionControl
+from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.jobs import EXECUTION_TENSORS, SESSION_ENDED, check_deadline, missed
 from nnhal.server.memory import BoundPools, bind_inline, bind_pools, token_placeholder
 from nnhal.server.prepared_model import PreparedModel, execution_result
@@ -224,9 +224,11 @@ class Compact:
     call's layout, ``nnhal.core.fastpacket``): its arguments and, per pool, the bytes a call
     carries and the pool's size. :func:`launch_compact` launches a call of it from the
     call's bytes alone — no pool, request or execution object made, no generic binding —
-    and :meth:`execution` makes the call's canonical execution for the full path."""
+    and :meth:`execution` makes the call's canonical execution for the full path. ``answers``
+    encodes the answers to its calls (most of them alike: ``fastpacket.AnswerWriter``), on the
+    thread serving the queue that granted it."""
 
-    __slots__ = ("carried", "inline", "inputs", "model", "outputs", "session", "sizes", "spans")
+    __slots__ = ("answers", "carried", "inline", "inputs", "model", "outputs", "session", "sizes", "spans")
 
     def __init__(self, session: str, model: str, key: fastpacket.LayoutKey) -> None:
         self.session = session
@@ -237,6 +239,7 @@ class Compact:
         self.spans, self.carried = fastpacket.body_spans([n for n, _ in pools])
         self.sizes = tuple(size for _, size in pools)
         self.inline = sum(self.sizes)
+        self.answers = fastpacket.AnswerWriter()
 
     def check(self, body: memoryview) -> None:
         """PacketError unless ``body`` is of the layout's length (``fastpacket.Layout.pools``)."""

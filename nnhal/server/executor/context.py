@@ -22,7 +22,7 @@ from nnhal.server.executor.errors import INVALID, OP_FAILED, fail
 from nnhal.server.executor.registry import lookup
 
 if TYPE_CHECKING:
-    from nnhal.server.executor.graph import ExecutionControl
+    from nnhal.server.executor.control import ExecutionControl
 
 _CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
 

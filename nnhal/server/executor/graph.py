@@ -11,7 +11,7 @@ import importlib
 import time
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from operator import itemgetter
 from typing import Any, NoReturn
@@ -19,32 +19,23 @@ from typing import Any, NoReturn
 import numpy as np
 
 from nnhal.core.enums import (
-    LOOP_TIMEOUT_DEFAULT_NS,
     OperandLifeTime,
     OperationType,
 )
-from nnhal.core.errors import HalError, MissedDeadlinePersistent, MissedDeadlineTransient, ResourceExhaustedTransient
+from nnhal.core.errors import ResourceExhaustedTransient
 from nnhal.core.operand_types import DTYPE, INFO, byte_size, has_unknown_dims
-from nnhal.core.types import Model, Operand, OperationTiming, Subgraph
+from nnhal.core.types import Model, Operand, Subgraph
 from nnhal.core.validation import MAX_RANK
 from nnhal.server.executor import allocation
 from nnhal.server.executor.arena import Arena, ArenaLayout, ArenaPool
 from nnhal.server.executor.context import ExecutionContext, ValidationContext
+from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.executor.errors import OP_FAILED, fail
 from nnhal.server.executor.fusion import PlannedOperation, fold_activations
 from nnhal.server.executor.registry import Call, FastKernel, OperationSpec, StaticKernel, lookup
 
 Buffer = bytes | bytearray | memoryview
 
-#: A time.monotonic_ns reading no execution reaches.
-_FOREVER = 1 << 126
-
-#: The budget is asked for at least this much at a time: small models take one
-#: reservation per execution, not one per operation.
-RESERVE_CHUNK = 1 << 20
-#: The checkpoint hook (the scheduler's pre-emption, the job's cancellation) runs at most once
-#: per this much execution time, at the first operation boundary past it.
-HOOK_INTERVAL_NS = 50_000
 #: Model inputs and outputs of at most this many bytes (and a fixed shape) get arena buffers:
 #: an input is copied in, an output copied out, and the steps between run as fixed calls.
 ARENA_IO_BYTES = 64 << 10
@@ -69,153 +60,6 @@ def _numpy_error_state() -> tuple[ContextVar[object] | None, object]:
 
 
 _FP_STATE, _FP_IGNORE = _numpy_error_state()
-
-
-@dataclass(slots=True)
-class ExecutionControl:
-    """Per-execution limits, consulted at every operation boundary.
-
-    ``deadline_ns`` is on ``time.monotonic_ns``; ``checkpoint`` (optional) is the
-    scheduler's pre-emption hook. Raises the HalError that ends the execution.
-
-    ``checkpoint`` runs at every operation boundary (in a straight program of fixed calls, at
-    the boundaries :data:`STRAIGHT_SEGMENT` elements of work apart): the deadline and the
-    server's limit are checked at each; ``checkpoint_hook`` at the first boundary at least
-    :data:`HOOK_INTERVAL_NS` after ``start`` (whose caller has just made the hook's checks:
-    admitted the run, looked its session up) and then once at least that long after the hook
-    last ran (pre-emption and cancellation wait for the next boundary past that: a model of
-    many short operations asks the scheduler once per interval, not once per operation, and
-    a run shorter than the interval not at all).
-
-    ``max_execution_ns`` bounds an execution the client gave no deadline: past it
-    the next checkpoint raises MISSED_DEADLINE_PERSISTENT. ``reserve(n)`` is asked
-    for ``n`` more bytes before the executor allocates them (outputs, intermediates,
-    scratch; see executor.allocation) and raises RESOURCE_EXHAUSTED_* when they
-    cannot fit; ``release(n)`` gives back everything granted when ``run`` ends.
-    None means no limit (and no accounting cost).
-    """
-
-    deadline_ns: int | None = None
-    loop_timeout_ns: int = LOOP_TIMEOUT_DEFAULT_NS
-    checkpoint_hook: Callable[[], None] | None = None
-    #: Missed deadlines raise this class (the scheduler picks TRANSIENT/PERSISTENT).
-    on_deadline: Callable[[], Exception] = field(
-        default=lambda: MissedDeadlineTransient("deadline passed during execution")
-    )
-    operations_run: int = 0
-    graph: PreparedGraph | None = None
-    #: When set, operation type name -> [count, total ns] is accumulated here.
-    profile: dict[str, list[int]] | None = None
-    #: With ``profile``: every operation run, in order (its start from the run's start).
-    timeline: list[OperationTiming] | None = None
-    timeline_t0_ns: int = 0
-    max_execution_ns: int | None = None
-    reserve: Callable[[int], None] | None = None
-    release: Callable[[int], None] | None = None
-    #: Bytes granted by ``reserve`` (the execution's high-water mark, in chunks) and held now.
-    reserved: int = 0
-    held: int = 0
-    #: The most bytes held at once (kept by ``release_all``): what the execution really
-    #: allocated at its peak, where ``reserved`` counts whole chunks.
-    peak: int = 0
-    #: The server's limit on time.monotonic_ns, set by ``start`` when there is no deadline.
-    limit_ns: int | None = None
-    #: On time.monotonic_ns: before this a checkpoint has nothing to do (``due`` sets it).
-    next_ns: int = field(default=0, init=False)
-    #: When the hook runs next (0: at the next checkpoint).
-    _hook_ns: int = field(default=0, init=False)
-
-    def note(self, name: str, subgraph: int, index: int, t0_ns: int, t1_ns: int) -> None:
-        """Profile one operation run (``profile`` must be set): its type's totals, and the
-        timeline when kept."""
-        assert self.profile is not None
-        entry = self.profile.setdefault(name, [0, 0])
-        entry[0] += 1
-        entry[1] += t1_ns - t0_ns
-        if self.timeline is not None:
-            start = (t0_ns - self.timeline_t0_ns) // 1000
-            self.timeline.append(OperationTiming(index, name, subgraph, start, (t1_ns - t0_ns) // 1000))
-
-    def start(self) -> None:
-        """The run starts: the server's limit counts from now, and the first checkpoint that
-        has work to do is set (``next_ns``: the deadline, the limit, the hook's first time)."""
-        if self.timeline is not None and not self.timeline_t0_ns:
-            self.timeline_t0_ns = time.perf_counter_ns()
-        now = time.monotonic_ns()
-        if self.deadline_ns is None and self.max_execution_ns is not None and self.limit_ns is None:
-            self.limit_ns = now + self.max_execution_ns
-        self._hook_ns = now + HOOK_INTERVAL_NS
-        self._plan_next()
-
-    def checkpoint(self) -> None:
-        """At an operation boundary: raise what ends the execution (see the class docstring)."""
-        now = time.monotonic_ns()
-        if now >= self.next_ns:
-            self.due(now)
-
-    def due(self, now: int) -> None:
-        """The checkpoint's work at ``now`` (a time.monotonic_ns reading no earlier than
-        ``next_ns``): the deadline, the server's limit, the hook when its time came; then
-        ``next_ns`` is set to the earliest of the three."""
-        deadline, limit = self.deadline_ns, self.limit_ns
-        if deadline is not None and now >= deadline:
-            raise self.on_deadline()
-        if limit is not None and now >= limit:
-            assert self.max_execution_ns is not None
-            raise MissedDeadlinePersistent(
-                f"the execution ran longer than the server's maximum of {self.max_execution_ns / 1e9:g} s"
-            )
-        hook = self.checkpoint_hook
-        if hook is not None and now >= self._hook_ns:
-            hook()  # may wait (pre-empted): the interval counts from its return
-            self._hook_ns = time.monotonic_ns() + HOOK_INTERVAL_NS
-        self._plan_next()
-
-    def _plan_next(self) -> None:
-        """Set ``next_ns``: the earliest of the deadline, the server's limit and the hook's
-        next time (only those that are set)."""
-        next_ns = _FOREVER if self.checkpoint_hook is None else self._hook_ns
-        deadline, limit = self.deadline_ns, self.limit_ns
-        if deadline is not None:
-            next_ns = min(next_ns, deadline)
-        if limit is not None:
-            next_ns = min(next_ns, limit)
-        self.next_ns = next_ns
-
-    def hold(self, nbytes: int) -> None:
-        """Count ``nbytes`` more held; reserve from the budget what passes the grant."""
-        held = self.held + nbytes
-        if held > self.reserved and self.reserve is not None:
-            need = held - self.reserved
-            grow = max(need, RESERVE_CHUNK)
-            try:
-                self.reserve(grow)
-            except HalError:
-                if grow == need:
-                    raise
-                # The chunk only saves trips to the budget: a client whose limit or free
-                # share is below it gets exactly what it needs (or the budget's verdict on that).
-                grow = need
-                self.reserve(grow)
-            self.reserved += grow
-        self.held = held
-        if held > self.peak:
-            self.peak = held
-
-    def drop(self, nbytes: int) -> None:
-        """``nbytes`` held are free again (the grant stays: it is the high-water mark)."""
-        self.held -= nbytes
-
-    def release_all(self) -> None:
-        """Give back every byte ``reserve`` granted (the execution is over)."""
-        granted, self.reserved, self.held = self.reserved, 0, 0
-        if granted and self.release is not None:
-            self.release(granted)
-
-    def run_subgraph(self, index: int, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Run referenced subgraph ``index`` (control flow) with the same control."""
-        assert self.graph is not None
-        return self.graph.run_subgraph(index, inputs, self)
 
 
 def operand_value(operand: Operand, raw: Buffer) -> np.ndarray:

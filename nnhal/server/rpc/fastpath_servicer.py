@@ -18,7 +18,7 @@ the memory budget) and the stream ends:
 Then the first event names the handover socket and token
 (:mod:`nnhal.server.fastpath`), the client collects its queue, and the queue is
 served without a thread of its own: the device's one queue server thread
-(:class:`nnhal.server.fastpath.QueueServer`) waits on every open queue's doorbell and
+(:class:`nnhal.server.queue_server.QueueServer`) waits on every open queue's doorbell and
 answers each queue's packets in order — a compact call of a queue whose packets run
 short (no fault armed, no injected delay) on that thread, any other packet on a worker
 thread — so that busy queues pay no thread hop per packet, however many there are.
@@ -76,7 +76,8 @@ from nnhal.server.executions.faults import BURST, KINDS, Liveness
 from nnhal.server.executions.lean import Compact, launch_compact
 from nnhal.server.executions.long_calls import QUEUE, once
 from nnhal.server.executions.methods import CARRIER
-from nnhal.server.fastpath import FastQueue, QueueServer
+from nnhal.server.fastpath import FastQueue
+from nnhal.server.queue_server import QueueServer
 from nnhal.server.rpc.common import result_to, status_to
 from nnhal.server.rpc.identity import stream_client
 from nnhal.server.rpc.prepared_model_servicer import EXECUTION_FAULTS, check_burst_fields, execution_from
@@ -386,7 +387,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             )
             result = x.execute(m, partial(compact.execution, body, measure, deadline, loop), live, arrival, None, fast)
             if isinstance(result, ExecutionResult) and result.status in fastpacket.ANSWERED:
-                return fastpacket.ANSWER, fastpacket.answer_parts(result)
+                return fastpacket.ANSWER, compact.answers.write(result)
             return fastring.RESULT, result_to(result).SerializeToString()
 
         def handle_packet(kind: int, payload: bytes | memoryview) -> tuple[int, fastring.Payload]:

@@ -51,6 +51,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import grpc
@@ -320,7 +321,7 @@ class Inbound:
         client.held += nbytes
         client.calls.append(entry)
         self._held += nbytes
-        context.add_done_callback(lambda _ctx: self._release(key, entry))
+        context.add_done_callback(partial(self._release, key, entry))  # called with the context
         return None
 
     def _charge(self, key: str, mine: int, nbytes: int) -> str | None:
@@ -352,7 +353,7 @@ class Inbound:
                 entry.ender.end("the server ended this call to make room for another client's request")
             log.warning("ended a call of client %s (above its fair share) to make room for another client", victim)
 
-    def _release(self, key: str, entry: _Held) -> None:
+    def _release(self, key: str, entry: _Held, _context: object = None) -> None:
         if entry.released:
             return
         entry.released = True

@@ -1,0 +1,291 @@
+"""The one thread per device that serves every same-host queue (``QueueServer``): waits on
+all their request doorbells at once and answers each queue's packets in order, quick ones on
+its own thread, slow ones on a worker while other queues are served. The queue itself (its
+memfd, handover and packets): :mod:`nnhal.server.fastpath`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from nnhal.core import lookout
+from nnhal.core.doorbell import nonblocking_pipe
+from nnhal.server.fastpath import FastQueue, Handle, Refuse
+
+log = logging.getLogger(__name__)
+
+#: A queue whose last packets took at least this long has its packets answered on a worker
+#: while other queues are served (:class:`QueueServer`), so that they do not wait behind it.
+INLINE_MAX_NS = 1_000_000
+#: ... each of its last this many packets.
+_SLOW_PACKETS = 2
+#: What a turn of a served queue leaves to do (``QueueServer._answer``).
+_ARM, _END = object(), object()
+
+#: The most a serving thread may be told to look for the next rung doorbell (1 ms).
+SPIN_MAX_US = 1000
+#: How long the serving thread looks for the next rung doorbell by default, while looking pays
+#: (:class:`nnhal.core.lookout.Lookout`).
+SPIN_DEFAULT_US = 200
+
+
+def spin_from_env(value: str | None) -> tuple[float, bool]:
+    """Seconds the serving thread may look for the next rung doorbell before it sleeps, and
+    whether it always does, from ``NNHAL_QUEUE_SPIN_US``: unset, empty or ``auto`` —
+    :data:`SPIN_DEFAULT_US`, while looking pays (the lookout's policy); ``0`` or ``off`` — it
+    sleeps at once; whole microseconds 1 to :data:`SPIN_MAX_US` — that long, after every
+    batch (never with a single CPU allowed). Anything else is ignored with a warning: the
+    default."""
+    return lookout.window_from_env("NNHAL_QUEUE_SPIN_US", value, SPIN_DEFAULT_US, SPIN_MAX_US)
+
+
+#: How long the serving thread may look for the next rung doorbell, and whether always.
+SPIN_S, SPIN_FORCED = spin_from_env(os.environ.get("NNHAL_QUEUE_SPIN_US"))
+
+
+@dataclass(eq=False)
+class _Served:
+    """One queue as the :class:`QueueServer` holds it."""
+
+    queue: FastQueue
+    handle: Handle
+    refuse: Refuse
+    quick: Callable[[int], bool]
+    run: Callable[..., object]
+    ended: Callable[[], None]
+    #: How many of the queue's last packets in a row were slow (``QueueServer._answer``):
+    #: a slow queue's packets go to a worker.
+    slow: int = 0
+    #: Whether its inbox is in the epoll set (out of it while a worker holds the queue).
+    polled: bool = True
+    #: Answers written on the serving thread whose client was not rung yet.
+    unrung: bool = False
+
+
+class QueueServer:
+    """The one thread that serves every queue handed to it (``serve``), each in order.
+
+    A thread of its own waits on all their request doorbells at once (an epoll set,
+    level-triggered: a queue answered on that thread stays in the set, so a packet costs no
+    epoll call of its own; a queue a worker holds is out of it until handed back) and answers
+    each ready queue's packets in turn. A quick packet (``quick(kind)``, unless each of the queue's last two
+    packets took :data:`INLINE_MAX_NS` or longer while another queue is served) is answered on
+    this thread, so that many
+    busy queues cost no thread switch per packet and the server's threads do not contend
+    for the GIL. Any other packet goes to a worker (``submit``), which then answers the
+    rest of that queue's waiting packets and hands the queue back. A quick packet that
+    turns out slow holds the other queues up by that one execution (by two for a queue's
+    first slow ones), after which its queue's packets go to workers while other queues are
+    served (a sole queue's stay on this thread: nobody waits behind them). While several queues are
+    served, the answers written on this thread are rung once every queue one wait reported
+    has had its turn: a client woken by a doorbell is often put on the waker's core, and
+    ringing it at once would hand that core to it while the other queues' packets wait. Before
+    it sleeps, the thread looks for the next rung doorbell while its
+    :class:`~nnhal.core.lookout.Lookout` allows (``NNHAL_QUEUE_SPIN_US``). The thread exists
+    while a queue is served (started at the first, ending with the last). A queue ends
+    once it is stopping (``FastQueue.stop``, the client's STOP, a protocol violation): it
+    leaves the set and its ``ended`` is called, on whichever thread held it, after which
+    nothing here touches it. Thread-safe."""
+
+    def __init__(self, submit: Callable[[Callable[[], object]], object], name: str = "nnhal-queues") -> None:
+        self._submit = submit
+        self._name = name
+        self._lock = threading.Lock()  # a leaf: guards the set, the epoll and the thread
+        self._served: dict[int, _Served] = {}
+        self._epoll: select.epoll | None = None
+        self._wake: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+        #: Whether the serving thread rings the clients after the batch (more than one queue
+        #: is served). Only that thread reads or writes it.
+        self._batched = False
+        #: When the serving thread looks for the next doorbell before it sleeps (only it uses it).
+        self._lookout = lookout.Lookout(SPIN_S, SPIN_FORCED)
+
+    @property
+    def queues(self) -> int:
+        """Queues served now."""
+        return len(self._served)
+
+    def serve(
+        self,
+        queue: FastQueue,
+        handle: Handle,
+        refuse: Refuse,
+        quick: Callable[[int], bool],
+        run: Callable[..., object],
+        ended: Callable[[], None],
+    ) -> None:
+        """Serve ``queue`` until it stops, then call ``ended()`` (once, on a serving thread).
+        ``handle`` answers a packet and must not raise; ``run(fn, *args)`` runs the queue's
+        work (in its context: ``contextvars.Context.run``)."""
+        served = _Served(queue, handle, refuse, quick, run, ended)
+        with self._lock:
+            if self._epoll is None:
+                self._epoll = select.epoll()
+                self._wake = nonblocking_pipe()
+                self._epoll.register(self._wake[0], select.EPOLLIN)
+            self._served[queue.inbox] = served
+            self._epoll.register(queue.inbox, select.EPOLLIN)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, args=(self._epoll,), name=self._name, daemon=True)
+                self._thread.start()
+
+    def _loop(self, epoll: select.epoll) -> None:
+        while True:
+            with self._lock:
+                if not self._served:  # the last queue ended: so does the thread
+                    self._close_epoll()
+                    return
+            rings: list[_Served] = []
+            # A sole queue's client is rung at once (nobody else's packets wait; its next packet,
+            # should it come while this thread is still in the turn, is answered in that turn).
+            self._batched = len(self._served) > 1
+            for fd, _events in self._next_events(epoll):
+                served = self._served.get(fd)
+                if served is None:  # the wake pipe
+                    self._drain_wake()
+                    continue
+                served.queue.take_rings()  # what woke it: read, or the inbox would stay readable
+                self._turn(served, None)
+                if served.unrung:
+                    rings.append(served)
+            for served in rings:
+                served.unrung = False
+                served.queue.ring()
+
+    def _next_events(self, epoll: select.epoll) -> list[tuple[int, int]]:
+        """The next doorbells rung: looked for without sleeping while the lookout allows
+        (each look a non-blocking ``epoll_wait`` that lets other threads have the GIL, then
+        the core yielded), then waited for. A client that sends its next call within the
+        window finds this thread awake: no cross-core wake-up, which on a virtual machine
+        costs more than the call's own work. Every wait, looked or slept, teaches the lookout."""
+        watch = self._lookout
+        window = watch.window()
+        monotonic = time.monotonic
+        start = monotonic()
+        if window > 0.0:
+            last = start + window
+            poll, yield_core = epoll.poll, os.sched_yield
+            while True:
+                events = poll(0)
+                if events:
+                    gap = monotonic() - start
+                    watch.waited(gap, gap)
+                    return events
+                if monotonic() >= last:
+                    break
+                yield_core()
+        looked = monotonic() - start
+        events = epoll.poll()
+        watch.waited(monotonic() - start, looked)
+        return events
+
+    def _turn(self, served: _Served, handed: tuple[int, bytes] | None) -> None:
+        """One turn of ``served`` (``_answer``) on the serving thread (``handed`` None) or a
+        worker, then — outside the queue's context, which the next turn enters, maybe on
+        another thread — hand it to a worker (out of the epoll set meanwhile), put it back in
+        the set (after a worker's turn) or end it."""
+        try:
+            state = served.run(self._answer, served, handed)
+        except Exception:  # a bug: the queue ends, the others are served on
+            log.exception("fast burst: serving a queue failed; ending it")
+            served.queue.stop()
+            state = _END
+        if served.unrung and state is not _ARM:
+            served.unrung = False
+            served.queue.ring()
+        if isinstance(state, tuple):  # for a worker, entering the context now that it was left
+            self._poll(served, False)  # not polled while the worker holds it
+            try:
+                self._submit(partial(self._turn, served, state))
+            except RuntimeError:  # no worker takes work (the server is stopping): answered here
+                self._turn(served, state)
+        elif state is _ARM:
+            if not served.polled:
+                self._poll(served, True)
+        elif state is _END:
+            self._end(served)
+
+    def _poll(self, served: _Served, on: bool) -> None:
+        """Put ``served``'s inbox in the epoll set or take it out (by the queue's holder)."""
+        epoll = self._epoll
+        if epoll is None:
+            return
+        # The flag first: once registered, the serving thread may take the queue at once (and
+        # hand it to a worker, taking it out again) before this thread would have set it.
+        served.polled = on
+        try:
+            if on:
+                epoll.register(served.queue.inbox, select.EPOLLIN)
+            else:
+                epoll.unregister(served.queue.inbox)
+        except (OSError, ValueError):  # the set was closed under a racing end: nothing left to do
+            pass
+
+    def _answer(self, served: _Served, handed: tuple[int, bytes] | None) -> object:
+        """Answer ``served``'s waiting packets — on a worker (``handed``: the packet it was
+        given, answered first) all of them, on the serving thread the quick ones: ``_ARM``
+        once none waits, ``_END`` once the queue is stopping, or the first packet that is not
+        quick, for a worker."""
+        queue, handle, refuse = served.queue, served.handle, served.refuse
+        packet = handed
+        while True:
+            if packet is None:
+                packet = queue.next_packet(refuse)
+                if packet is None:
+                    return _END if queue.stopping else _ARM
+                # A slow queue's packets go to a worker only while another queue is served:
+                # alone, nobody waits behind it, and the hop to a worker and back costs its
+                # client more than the turn it frees.
+                quick = (served.slow < _SLOW_PACKETS or len(self._served) < 2) and served.quick(packet[0])
+                if handed is None and not quick:
+                    return packet
+            t0 = time.perf_counter_ns()
+            batched = handed is None and self._batched
+            queue.answer(*handle(*packet), refuse, not batched)
+            served.unrung = served.unrung or batched
+            # Slow after two slow packets in a row: one preempted packet of a loaded machine
+            # alone does not send a small model's queue to the workers.
+            served.slow = served.slow + 1 if time.perf_counter_ns() - t0 >= INLINE_MAX_NS else 0
+            packet = None
+
+    def _end(self, served: _Served) -> None:
+        fd = served.queue.inbox
+        with self._lock:
+            if self._served.pop(fd, None) is None:
+                return
+            if self._epoll is not None and served.polled:
+                served.polled = False
+                self._epoll.unregister(fd)
+            if not self._served and self._wake is not None:
+                try:
+                    os.write(self._wake[1], b"\x00")  # the serving thread looks whether it should end
+                except BlockingIOError:
+                    pass
+        served.ended()
+
+    def _drain_wake(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            try:
+                os.read(wake[0], 4096)
+            except (BlockingIOError, OSError):
+                pass
+
+    def _close_epoll(self) -> None:
+        """Under the lock: the thread ends; the next ``serve`` makes a new set and thread."""
+        if self._epoll is not None:
+            self._epoll.close()
+            self._epoll = None
+        if self._wake is not None:
+            for fd in self._wake:
+                os.close(fd)
+            self._wake = None
+        self._thread = None
