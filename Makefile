@@ -17,7 +17,7 @@ unexport PYTHONDONTWRITEBYTECODE
 WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist worksteal --durations=20
 
-.PHONY: setup js-setup run test checks docs test-fast soak chaos proto proto-check lint format bench conformance fuzz clean
+.PHONY: setup js-setup run test docs test-fast soak chaos proto proto-check lint format bench conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -49,13 +49,8 @@ run: setup
 	$(PY) -m nnhal run --start
 
 # Everything CI runs: generated code is fresh, lint + types clean, the site builds, the whole suite.
-# The checks need nothing of each other and each is one process (mypy the longest), so they run
-# side by side, each one's output printed whole when it ends; the suite runs once they all passed.
-test: setup
-	$(MAKE) --no-print-directory -j 4 --output-sync=target checks
+test: setup js-setup proto-check lint docs
 	$(PYTEST)
-
-checks: js-setup proto-check lint docs
 
 test-fast: setup js-setup
 	$(PYTEST) -m "not slow"
