@@ -5,9 +5,16 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard protos/nnhal/proto/*.proto)
 ADDR   ?= 127.0.0.1:50051
+# Python caches the modules it compiles (__pycache__, git-ignored; pip installs with --no-compile,
+# so they compile on first use). The suite starts hundreds of Python processes (servers, CLI
+# runs, clients): with PYTHONDONTWRITEBYTECODE set in the environment nothing is cached and each
+# of them compiled every module it imports again, half of a server's start-up CPU time.
+unexport PYTHONDONTWRITEBYTECODE
 # pytest-xdist workers for the suite (the tests use port 0 and private temporary folders);
-# WORKERS=0 runs it in one process. The 20 slowest tests are listed after each run (keep it quick).
-WORKERS ?= 2
+# WORKERS=0 runs it in one process. One more worker than the two cores we test on: a test often
+# waits (for a server to start or drain, a keepalive, a deadline) and another one runs meanwhile.
+# The 20 slowest tests are listed after each run (keep it quick).
+WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist worksteal --durations=20
 
 .PHONY: setup js-setup run test docs test-fast soak chaos proto proto-check lint format bench conformance fuzz clean

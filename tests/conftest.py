@@ -19,6 +19,12 @@ from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestAr
 from nnhal.testing.local_server import LocalServer
 from tests import aio_bridge
 
+# The suite starts hundreds of Python processes (servers, command-line runs, clients): they cache
+# compiled modules (__pycache__, git-ignored) even where PYTHONDONTWRITEBYTECODE is set, or each
+# would compile every module it imports from source (the Makefile does the same for its commands).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 #: ``NNHAL_SOAK=1`` (``make soak``): the stress loops run their full counts and the whole
 #: conformance set runs end to end; ``make test`` runs smaller counts that still show a leak.
 SOAK = os.environ.get("NNHAL_SOAK", "") not in ("", "0")

@@ -14,23 +14,16 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from threadpoolctl import threadpool_limits
+from typing import TYPE_CHECKING, Any
 
 from nnhal.cli import config
 from nnhal.cli.logs import configure
 from nnhal.cli.usage import UsageError, check_bindable
 from nnhal.core.enums import HalVersion
-from nnhal.server import log_limits
-from nnhal.server.cache import load_secret
-from nnhal.server.driver import DeviceConfig
-from nnhal.server.executor import example_extension
-from nnhal.server.host_memory import default_memory_total
-from nnhal.server.rpc.identity import ServerTls, load_server_tls
-from nnhal.server.rpc.request_id import install_log_filter
-from nnhal.server.rpc.serve import ServerOptions, run_forever
-from nnhal.server.shared_regions import SharedMemoryPolicy
+
+if TYPE_CHECKING:
+    from nnhal.server.rpc.identity import ServerTls
+    from nnhal.server.rpc.serve import ServerOptions
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +52,8 @@ def _fault_seed(r: config.Resolved) -> int | None:
 
 
 def _cache_secret(setting: str) -> bytes:
+    from nnhal.server.cache import load_secret
+
     try:
         return load_secret(None if setting == "none" else Path(setting))
     except OSError as err:
@@ -72,6 +67,8 @@ def _tls(r: config.Resolved) -> ServerTls | None:
     """The server's TLS material, read and checked (UsageError naming the bad file)."""
     if not r["tls_cert"]:
         return None
+    from nnhal.server.rpc.identity import load_server_tls
+
     try:
         return load_server_tls(
             Path(r["tls_cert"]), Path(r["tls_key"]), Path(r["tls_client_ca"]) if r["tls_client_ca"] else None
@@ -82,6 +79,12 @@ def _tls(r: config.Resolved) -> ServerTls | None:
 
 def server_options(r: config.Resolved) -> ServerOptions:
     """The ServerOptions for resolved settings (the cache secret is read or created here)."""
+    from nnhal.server.driver import DeviceConfig
+    from nnhal.server.executor import example_extension
+    from nnhal.server.host_memory import default_memory_total
+    from nnhal.server.rpc.serve import ServerOptions
+    from nnhal.server.shared_regions import SharedMemoryPolicy
+
     shm = None
     if r["shm_dir"] != "none":
         shm = SharedMemoryPolicy(Path(r["shm_dir"]).resolve(), r["shm_prefix"], r["shm_allow_remote"])
@@ -131,18 +134,26 @@ def run(args: argparse.Namespace) -> int:
         print(config.render(resolved))
         return 0
     configure(logging.INFO, resolved["log_format"])
-    # numpy's BLAS starts one thread per core for each matmul; with several slots running at
-    # once that oversubscribes the cores (a 64x96x96 matmul went from 0.18 ms to 15 ms on a
-    # loaded 2-core machine). The limit holds for the life of the process.
-    threadpool_limits(limits=resolved["compute_threads"])
-    install_log_filter()  # the request id on every log line of a call
-    log_limits.install()  # garbage in one line, repeated warnings rate-limited
     for addr in resolved["listen"]:
         check_bindable(addr)
     if resolved["metrics_listen"]:
         check_bindable(resolved["metrics_listen"], "--metrics-listen")
     if resolved["health_listen"]:
         check_bindable(resolved["health_listen"], "--health-listen")
+    # The server's modules (numpy, gRPC, the executor) load only now: settings refused above,
+    # and --print-config, answer without that start-up cost.
+    from threadpoolctl import threadpool_limits
+
+    from nnhal.server import log_limits
+    from nnhal.server.rpc.request_id import install_log_filter
+    from nnhal.server.rpc.serve import run_forever
+
+    # numpy's BLAS starts one thread per core for each matmul; with several slots running at
+    # once that oversubscribes the cores (a 64x96x96 matmul went from 0.18 ms to 15 ms on a
+    # loaded 2-core machine). The limit holds for the life of the process.
+    threadpool_limits(limits=resolved["compute_threads"])
+    install_log_filter()  # the request id on every log line of a call
+    log_limits.install()  # garbage in one line, repeated warnings rate-limited
     options = server_options(resolved)
     try:
         run_forever(options)
