@@ -72,6 +72,11 @@ class MemoryBudget:
             self._used.setdefault(session, 0)
             self._kinds.setdefault(session, {})
 
+    def open_client_session(self, session: str, client: str | None) -> None:
+        """Open ``session``'s account; ``client`` (its verified identity, or None) matters only
+        to a per-client limit across sessions (``client_quotas.ClientQuotas``): none here."""
+        self.open_session(session)
+
     def close_session(self, session: str) -> int:
         """Give back everything ``session`` held; returns how many bytes that was."""
         with self._lock:

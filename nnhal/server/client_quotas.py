@@ -16,7 +16,9 @@ from nnhal.server.budget import MemoryBudget
 class ClientQuotas(MemoryBudget):
     """A MemoryBudget whose per-client limit covers every session of one verified identity
     together (sessions opened with ``client`` None keep the per-session check). Only
-    kept with a per-client limit; sessions without a client pay no extra lock.
+    kept with a per-client limit; sessions without a client pay no extra lock. A driver
+    without a per-client limit keeps a plain ``MemoryBudget`` (``Driver``): its charges then
+    pass through no layer of this class.
     Lock order: this class's lock, then the base budget's (a leaf)."""
 
     def __init__(self, per_client: int = 0, total: int = 0) -> None:
@@ -27,6 +29,7 @@ class ClientQuotas(MemoryBudget):
         self._client_sessions: dict[str, int] = {}
 
     def open_client_session(self, session: str, client: str | None) -> None:
+        """Open ``session``'s account, counted with its ``client``'s other sessions (if any)."""
         self.open_session(session)
         if client is None or not self.per_client:
             return

@@ -54,6 +54,7 @@ from nnhal.server import cache
 from nnhal.server.aidl_objects import AidlObjects
 from nnhal.server.artifacts import builder, open_cache, sealer
 from nnhal.server.backend import Backend, ReferenceBackend
+from nnhal.server.budget import MemoryBudget
 from nnhal.server.buffers import BufferRegistry, copy_from_pool, copy_to, resolve_tokens
 from nnhal.server.client_quotas import ClientQuotas
 from nnhal.server.device_config import AVAILABLE_EXTENSIONS, DeviceConfig
@@ -95,7 +96,9 @@ class Driver:
         #: Open sessions by client unit (``session.peer_unit``), only units holding any.
         self._per_peer: dict[str, int] = {}
         self.scheduler = Scheduler(self.config.slots, self.config.queue_depth)
-        self.budget = ClientQuotas(self.config.memory_per_client, self.config.memory_total)
+        per_client, total = self.config.memory_per_client, self.config.memory_total
+        #: The per-client layer across a client's sessions only with a per-client limit to keep.
+        self.budget: MemoryBudget = ClientQuotas(per_client, total) if per_client else MemoryBudget(per_client, total)
         self.prepared_models: HandleTable[str, PreparedModel] = HandleTable(
             "unknown prepared model handle for this session", new_handle
         )

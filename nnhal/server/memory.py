@@ -166,7 +166,8 @@ class BoundPools:
         """Close, and drop every buffer (results taken by ``inline_results`` keep their own
         views): a request's job held past its run, e.g. while its answer waits to be written,
         holds no pool's bytes. Not for a model's pools, which outlive their close."""
-        self.close()
+        if self._shared:  # else nothing to close: an inline request's, on every execution's path
+            self.close()
         self.buffers = []
         self.inline_outputs = {}
 

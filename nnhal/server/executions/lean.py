@@ -45,6 +45,11 @@ from nnhal.server.session import Session
 #: The budget's kind of a request's data (as ``ExecutionJob.hold_data`` charges it).
 REQUEST_DATA = "request data"
 
+#: An execution's session and prepared model as a caller already found them (``Executions.runs_inline``
+#: looks them up to decide where the execution runs): handed to :func:`launch`, which then looks
+#: them up no more. A plain tuple: made per execution, where a named tuple costs a call.
+Found = tuple[Session, PreparedModel]
+
 
 class LeanRun:
     """A launched lean execution (module docstring): admitted, started, its data charged and
@@ -137,7 +142,8 @@ class LeanRun:
 
     def close(self) -> None:
         """Give back the slot and the data's charge (if ``run`` never did) and the pools. Idempotent."""
-        self._give_back()
+        if self._held or self._charged:  # ``run`` gave them back already, mostly
+            self._give_back()
         self.bound.drop()
 
 
@@ -146,16 +152,22 @@ def _release(budget: MemoryBudget, control: ExecutionControl, nbytes: int) -> No
     budget.uncharge_working(nbytes, EXECUTION_TENSORS, freed=control.peak)
 
 
-def launch(driver: Driver, call: Execution) -> LeanRun | None:
+def launch(driver: Driver, call: Execution, found: Found | None = None) -> LeanRun | None:
     """``call`` launched the lean way, or None: take the full path (module docstring). Raises
     the HalError the full path raises before it holds anything (unknown session or model, a
-    deadline passed or too near)."""
+    deadline passed or too near). ``found``: ``call``'s session and prepared model as the
+    caller found them for ``call``'s names (not looked up again; None: looked up here)."""
     if call.profile:
         return None
-    session = driver.session(call.session)
+    if found is None:
+        session = driver.session(call.session)
+        pm = None
+    else:
+        session, pm = found
     if session.faults.execute_delay_ms:
         return None
-    pm = driver.prepared(session, call.prepared_model)
+    if pm is None:
+        pm = driver.prepared(session, call.prepared_model)
     request = call.request
     plan = pm.plans.get(request)
     if plan is None:

@@ -179,8 +179,9 @@ class Executions:
                 require_field(self.level, HalVersion.V1_3, what, "configureExecutionBurst")
 
     # -- synchronous executions -----------------------------------------------------------
-    def runs_inline(self, session: str, handle: str, inline_bytes: Callable[[], int]) -> bool:
-        """Whether an execution may run on the event loop's thread instead of a worker's.
+    def runs_inline(self, session: str, handle: str, inline_bytes: Callable[[], int]) -> lean.Found | None:
+        """Where an execution may run: on the event loop's thread (the session and prepared
+        model it found, to hand to :meth:`execute` as ``found``) or on a worker's (None).
 
         Handing a call to a worker thread and its answer back to the loop costs two thread
         switches under the GIL — more than a small model's whole execution. So an execution
@@ -193,18 +194,18 @@ class Executions:
         client's higher-priority work arriving mid-run may pause it: both bounded by one
         execution, and rare.)"""
         if self.faults.armed:
-            return False
+            return None
         try:
             s = self.driver.session(session)
             pm = self.driver.prepared(s, handle)
         except HalError:
-            return False  # the worker's path reports it
+            return None  # the worker's path reports it
         fastest = pm.fastest_ns
         if fastest is None or fastest >= INLINE_MAX_NS or s.faults.execute_delay_ms:
-            return False
+            return None
         if inline_bytes() > INLINE_MAX_BYTES:
-            return False
-        return self.driver.scheduler.starts_at_once(s.client_key, pm.priority)
+            return None
+        return (s, pm) if self.driver.scheduler.starts_at_once(s.client_key, pm.priority) else None
 
     def execute(
         self,
@@ -214,6 +215,7 @@ class Executions:
         arrival: Arrival | None = None,
         since: float | None = None,
         lean_launch: Callable[[], LeanRun | None] | None = None,
+        found: lean.Found | None = None,
     ) -> ExecutionResult | Refused:
         """One synchronous execution (also a burst's, a streamed one's, every form's): counted
         by the lifecycle from launch to result (DEVICE_UNAVAILABLE while draining), the job
@@ -224,7 +226,8 @@ class Executions:
         ``lean_launch``: the call's own lean launch (``lean.launch_compact``), tried first when
         no hook reads the calls' canonical arguments (``Observer.reads_args``; the hooks are
         then told the call with ``args`` None); when it returns None, ``build()`` is called
-        and the call launched as any other."""
+        and the call launched as any other. ``found``: what ``runs_inline`` returned for
+        this call (its session and prepared model, handed to the lean launch)."""
         t0 = time.perf_counter() if since is None else since
         error = arrival.start() if arrival is not None else None  # an abort raises
         obs = self.observer
@@ -244,7 +247,7 @@ class Executions:
                 if job is None:
                     args = build()
                     # A layout run before, with a free slot: the lean launch (``lean``); else the full one.
-                    job = lean.launch(self.driver, args)
+                    job = lean.launch(self.driver, args, found)
                     if job is None:
                         job = self._begin(args)
             except Exception as err:

@@ -66,8 +66,9 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
             arrival = x.arrive(m, KINDS)
             build = partial(execution_from, request)
             if arrival is None:
-                if x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request)):
-                    answer = result_to(x.execute(m, build))
+                found = x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request))
+                if found is not None:
+                    answer = result_to(x.execute(m, build, found=found))
                 else:
                     answer = await run_sync(context, partial(_on_worker, x, m, build, None))
             elif arrival.fault is None:  # refused as it arrived: answered at once

@@ -85,8 +85,10 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         build = partial(execution_from, request)
         if arrival is not None and arrival.fault is None:  # refused: answered at once
             return result_to(x.execute(m, build, None, arrival))
-        if arrival is None and x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request)):
-            return result_to(x.execute(m, build))
+        if arrival is None:
+            found = x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request))
+            if found is not None:
+                return result_to(x.execute(m, build, found=found))
         return await run_sync(context, lambda sync: result_to(x.execute(m, build, sync, arrival)))
 
     @hal_method("execute_1_3", what="an execution", timer="execute")
@@ -183,8 +185,13 @@ async def serve_burst(
             else:
                 build = partial(execution_from, msg)
                 run = x.arrive(m, EXECUTION_FAULTS)
-                if run is None and x.runs_inline(msg.session, msg.prepared_model, partial(inline_bytes, msg)):
-                    result_to(x.execute(m, build), answer.result)
+                found = (
+                    None
+                    if run is not None
+                    else x.runs_inline(msg.session, msg.prepared_model, partial(inline_bytes, msg))
+                )
+                if found is not None:
+                    result_to(x.execute(m, build, found=found), answer.result)
                 else:
                     await in_thread(_execute_to_wire, x, m, build, sync, run, answer.result)
             del req, msg

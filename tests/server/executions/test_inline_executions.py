@@ -64,7 +64,7 @@ def _add_request(session: str, handle: str, floats: int = 8) -> Execution:
 def _inline(x: Executions, call: Execution) -> bool:
     """``x.runs_inline`` of ``call``, as a transport asks it."""
     size = sum(len(p.data) for p in call.request.pools if isinstance(p, InlinePool))
-    return x.runs_inline(call.session, call.prepared_model, lambda: size)
+    return x.runs_inline(call.session, call.prepared_model, lambda: size) is not None
 
 
 def _prepared(driver: Driver) -> tuple[Session, str]:

@@ -45,8 +45,8 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
     seen: list[bool] = []
     real = lean.launch
 
-    def spy(driver: Driver, call: Execution) -> lean.LeanRun | None:
-        run = real(driver, call)
+    def spy(driver: Driver, call: Execution, found: lean.Found | None = None) -> lean.LeanRun | None:
+        run = real(driver, call, found)
         seen.append(run is not None)
         return run
 
@@ -57,7 +57,7 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
 def _full(monkeypatch: pytest.MonkeyPatch, x: Executions, call: Execution) -> ExecutionResult | Refused:
     """``call`` through the full path only (the lean launch switched off for it)."""
     with monkeypatch.context() as m:
-        m.setattr(lean, "launch", lambda driver, call: None)
+        m.setattr(lean, "launch", lambda driver, call, found=None: None)
         return x.execute(x.method("executeSynchronously_1_3"), lambda: call)
 
 

@@ -80,8 +80,8 @@ def test_unary_and_burst_executions_of_a_repeated_layout_take_the_lean_launch(
     seen: list[bool] = []
     real = lean.launch
 
-    def spy(driver: object, call: object) -> object:
-        run = real(driver, call)  # type: ignore[arg-type]
+    def spy(driver: object, call: object, found: object = None) -> object:
+        run = real(driver, call, found)  # type: ignore[arg-type]
         seen.append(run is not None)
         return run
 
