@@ -109,15 +109,18 @@ class RequestPlan:
         but for a pool that also receives outputs)."""
         # One array constructor per input (``np.frombuffer`` then ``reshape`` costs three times
         # as much); an empty input, which may sit at its pool's very end, keeps ``frombuffer``.
+        # A loop, not a comprehension: on every execution's path, where a comprehension's own
+        # call costs as much as the one or two arrays it makes.
         nd = np.ndarray
-        return [
-            None
-            if i is None
-            else nd(i.shape, i.dtype, buffers[i.pool], i.offset)
-            if i.count
-            else np.frombuffer(buffers[i.pool], dtype=i.dtype, count=0, offset=i.offset).reshape(i.shape)
-            for i in self._inputs
-        ]
+        arrays: list[np.ndarray | None] = []
+        for i in self._inputs:
+            if i is None:
+                arrays.append(None)
+            elif i.count:
+                arrays.append(nd(i.shape, i.dtype, buffers[i.pool], i.offset))
+            else:
+                arrays.append(np.frombuffer(buffers[i.pool], dtype=i.dtype, count=0, offset=i.offset).reshape(i.shape))
+        return arrays
 
     def output_targets(self, pools: BoundPools) -> list[np.ndarray | None] | None:
         """Per output, a writable array over its place in its inline output pool, of the shape
@@ -129,7 +132,10 @@ class RequestPlan:
         if targets is None or pools.token_outputs:
             return None
         inline, nd = pools.inline_outputs, np.ndarray
-        return [None if t is None or (buf := inline.get(t[0])) is None else nd(t[2], t[3], buf, t[1]) for t in targets]
+        arrays: list[np.ndarray | None] = []
+        for t in targets:  # a loop: see ``bind_inputs``
+            arrays.append(None if t is None or (buf := inline.get(t[0])) is None else nd(t[2], t[3], buf, t[1]))
+        return arrays
 
     def write_outputs(
         self, pools: BoundPools, values: Sequence[np.ndarray], into: Sequence[np.ndarray | None] | None = None

@@ -72,6 +72,9 @@ class Scheduler:
         self._admitted: set[Ticket] = set()
         #: (client, priority) -> when its last execution ended (monotonic ns).
         self._recent: dict[tuple[str, int], int] = {}
+        #: At least the highest priority among ``_recent``'s keys (LOW when it holds none): work
+        #: at or above it is held off by nothing, which a launch then decides without looking.
+        self._recent_top = int(Priority.LOW)
         self.hold_off_ns = HOLD_OFF_NS
         self._served: dict[str, int] = {}
         self._seq = itertools.count()
@@ -220,11 +223,13 @@ class Scheduler:
                 now = time.monotonic_ns()
                 if ticket.priority > Priority.LOW:
                     self._recent[(ticket.client, int(ticket.priority))] = now
+                    self._recent_top = max(self._recent_top, int(ticket.priority))
                 if now >= self._next_sweep_ns:
                     # Expired hold-offs are also dropped where they are read; this bounds the rest.
                     self._next_sweep_ns = now + self.hold_off_ns
                     for key in [k for k, ended in self._recent.items() if ended + self.hold_off_ns <= now]:
                         del self._recent[key]
+                    self._recent_top = max((p for _, p in self._recent), default=int(Priority.LOW))
             if self._waiting:  # every waiter on the condition is in ``_waiting``
                 self._cond.notify_all()
 
@@ -266,6 +271,8 @@ class Scheduler:
             u is not ticket and u.client == client and u.priority > priority for u in self._admitted
         ):
             return True
+        if priority >= self._recent_top:  # no recent work above it, of any client
+            return False
         return self._hold_off_left(client, priority) < 1.0
 
     def _hold_off_left(self, client: str, priority: Priority) -> float:

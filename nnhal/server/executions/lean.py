@@ -169,7 +169,7 @@ def launch(driver: Driver, call: Execution, found: Found | None = None) -> LeanR
     if pm is None:
         pm = driver.prepared(session, call.prepared_model)
     request = call.request
-    plan = pm.plans.get(request)
+    plan = pm.plans.of(request.inputs, request.outputs)
     if plan is None:
         return None
     deadline_ns = call.deadline_ns
