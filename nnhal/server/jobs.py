@@ -239,13 +239,6 @@ class ExecutionJob:
     def _reserve(self, nbytes: int) -> None:
         self._budget.charge_working(nbytes, EXECUTION_TENSORS)
 
-    def _release(self, control: ExecutionControl, nbytes: int) -> None:
-        # The grant is given back whole, but only the bytes the execution really held at its
-        # peak were freed: a grant is made in chunks (1 MiB at least), and counting the chunk
-        # had a small model's executions trim the heap (a full garbage collection, then
-        # ``malloc_trim``) every second under load, with nothing to give back.
-        self._budget.uncharge_working(nbytes, EXECUTION_TENSORS, freed=control.peak)
-
     def run(self) -> ExecutionResult:
         """Execute; every HAL failure is the result's status (a job launched unadmitted is
         admitted first: RESOURCE_EXHAUSTED_TRANSIENT when the device is saturated). The
@@ -276,7 +269,11 @@ class ExecutionJob:
                     reserve=self._reserve if self._budget.limit_total else None,
                 )
                 if self._budget.limit_total:
-                    control.release = partial(self._release, control)
+                    # The grant given back whole, but only the bytes the execution really held at
+                    # its peak counted as freed (``freed``): a grant is made in chunks (1 MiB at
+                    # least), and counting the chunk had a small model's executions trim the heap
+                    # (a full garbage collection, then ``malloc_trim``) every second under load.
+                    control.release = partial(self._budget.uncharge_working, what=EXECUTION_TENSORS)
                 result = self.pm.execute(self.plan, self.bound, control, self.measure)
             finally:
                 self._release_ticket()

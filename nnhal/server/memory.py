@@ -196,7 +196,10 @@ def bind_pools(
     """Bind every pool; ``writable`` names the pools that receive outputs. A shared pool
     gets a private staging buffer of its size (pages only its arguments' bytes touch);
     RESOURCE_EXHAUSTED_PERSISTENT when even the address space for it is refused."""
-    inline = sum([p.size for p in pools if isinstance(p, InlinePool)])
+    inline = 0
+    for p in pools:  # a loop, not a comprehension: on every execution's path (``inline_results``)
+        if isinstance(p, InlinePool):
+            inline += p.size
     limit = wire.max_inline_bytes()
     if inline > limit:
         # Checked before anything is allocated: a declared size is only a number, and the

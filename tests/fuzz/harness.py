@@ -280,7 +280,7 @@ class Budget:
             raise ResourceExhaustedPersistent(f"execution tensors need {nbytes} more bytes (limit {self.limit})")
         self.used += nbytes
 
-    def release(self, nbytes: int) -> None:
+    def release(self, nbytes: int, freed: int = 0) -> None:
         self.used -= nbytes
 
 

@@ -42,7 +42,7 @@ class Budget:
         self.used += nbytes
         self.peak = max(self.peak, self.used)
 
-    def release(self, nbytes: int) -> None:
+    def release(self, nbytes: int, freed: int = 0) -> None:
         self.used -= nbytes
 
     def control(self) -> ExecutionControl:

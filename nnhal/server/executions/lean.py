@@ -31,7 +31,6 @@ from nnhal.core import fastpacket, wire
 from nnhal.core.enums import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import ExecutionResult, InlinePool, Request
-from nnhal.server.budget import MemoryBudget
 from nnhal.server.driver import Driver
 from nnhal.server.executions.calls import Execution
 from nnhal.server.executor.control import ExecutionControl
@@ -109,8 +108,8 @@ class LeanRun:
                     # As the job's: every tensor charged to the server's total before it exists.
                     reserve=partial(budget.charge_working, what=EXECUTION_TENSORS) if budget.limit_total else None,
                 )
-                if budget.limit_total:
-                    control.release = partial(_release, budget, control)
+                if budget.limit_total:  # as the job's: the grant back whole, the peak counted as freed
+                    control.release = partial(budget.uncharge_working, what=EXECUTION_TENSORS)
                 result = self.pm.execute(self.plan, self.bound, control, self.measure)
             finally:
                 self._give_back()
@@ -145,11 +144,6 @@ class LeanRun:
         if self._held or self._charged:  # ``run`` gave them back already, mostly
             self._give_back()
         self.bound.drop()
-
-
-def _release(budget: MemoryBudget, control: ExecutionControl, nbytes: int) -> None:
-    # As ``ExecutionJob._release``: the whole grant back, counting only the peak as freed.
-    budget.uncharge_working(nbytes, EXECUTION_TENSORS, freed=control.peak)
 
 
 def launch(driver: Driver, call: Execution, found: Found | None = None) -> LeanRun | None:

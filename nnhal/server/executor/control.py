@@ -50,7 +50,9 @@ class ExecutionControl:
     the next checkpoint raises MISSED_DEADLINE_PERSISTENT. ``reserve(n)`` is asked
     for ``n`` more bytes before the executor allocates them (outputs, intermediates,
     scratch; see executor.allocation) and raises RESOURCE_EXHAUSTED_* when they
-    cannot fit; ``release(n)`` gives back everything granted when ``run`` ends.
+    cannot fit; ``release(n, freed=p)`` gives back everything granted (``n``) when ``run``
+    ends, ``p`` of which were really held at the peak (what was freed: a grant is made in
+    chunks).
     None means no limit (and no accounting cost).
     """
 
@@ -70,7 +72,7 @@ class ExecutionControl:
     timeline_t0_ns: int = 0
     max_execution_ns: int | None = None
     reserve: Callable[[int], None] | None = None
-    release: Callable[[int], None] | None = None
+    release: Callable[..., None] | None = None
     #: Bytes granted by ``reserve`` (the execution's high-water mark, in chunks) and held now.
     reserved: int = 0
     held: int = 0
@@ -166,10 +168,11 @@ class ExecutionControl:
         self.held -= nbytes
 
     def release_all(self) -> None:
-        """Give back every byte ``reserve`` granted (the execution is over)."""
+        """Give back every byte ``reserve`` granted (the execution is over), telling
+        ``release`` how many were held at the peak."""
         granted, self.reserved, self.held = self.reserved, 0, 0
         if granted and self.release is not None:
-            self.release(granted)
+            self.release(granted, freed=self.peak)
 
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run referenced subgraph ``index`` (control flow) with the same control."""
