@@ -26,7 +26,7 @@ what it meant (and undecodable bytes fail as they did); the readers take either 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -34,7 +34,7 @@ import numpy as np
 
 from nnhal.core import wire
 from nnhal.core.errors import InvalidArgument
-from nnhal.core.types import ExecutionResult, InlinePool, PoolData, Request
+from nnhal.core.types import ExecutionResult, InlinePool, MemoryPool, PoolData, Request
 from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb
 
 #: Bytes of pool contents per chunk message: large enough that per-message costs vanish,
@@ -172,7 +172,15 @@ def split_pools(pools: Mapping[int, PoolData]) -> tuple[dict[int, PoolData], dic
 
 def worth_streaming(request: Request) -> bool:
     """True when an inline pool of ``request`` (inputs or room for outputs) is large."""
-    return any(isinstance(p, InlinePool) and p.size >= STREAM_MIN_BYTES for p in request.pools)
+    return pools_worth_streaming(request.pools)
+
+
+def pools_worth_streaming(pools: Sequence[MemoryPool]) -> bool:
+    """True when one of ``pools`` is an inline pool of :data:`STREAM_MIN_BYTES` or more."""
+    for p in pools:  # noqa: SIM110 (a loop, not ``any`` over a generator: asked on every remote execution)
+        if isinstance(p, InlinePool) and p.size >= STREAM_MIN_BYTES:
+            return True
+    return False
 
 
 def split_request(request: Request) -> tuple[Request, dict[int, PoolData]]:

@@ -47,13 +47,11 @@ from nnhal.core.types import (
     ExecutionResult,
     Extension,
     FencedExecutionInfo,
-    InlinePool,
     MemoryPool,
     Model,
     Request,
     RequestArgument,
 )
-from nnhal.core.wire_stream import STREAM_MIN_BYTES
 from nnhal.proto import service_pb2 as spb
 
 _SYNC = "executeSynchronously_1_3"
@@ -208,9 +206,8 @@ class RemoteSession(SessionChannel):
         pool that is not inline): the caller then calls :meth:`execute`."""
         if self._queue is not None:
             return None
-        for p in pools:  # a loop, not ``any`` over a generator: no frame resumed per pool
-            if isinstance(p, InlinePool) and p.size >= STREAM_MIN_BYTES:
-                return None
+        if wire_stream.pools_worth_streaming(pools):
+            return None
         remaining = remaining_time(options.timeout, options.deadline_at)
         raw = self._execute_bytes(handle, inputs, outputs, pools, options, remaining)
         if raw is None:
