@@ -29,20 +29,16 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from nnhal.client import steps
-from nnhal.client.numpy_io import NumpyIO, numpy_execution, settle
+from nnhal.client.numpy_io import NumpyIO, no_model, numpy_execution, settle
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.remote import BurstStream, ExecutionOptions, FastBurstLink, RemoteSession
-from nnhal.core.errors import HalError, InvalidArgument
+from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, Request
 
 log = logging.getLogger(__name__)
 
 #: The options of an execution that asks for nothing (one shared value: options are frozen).
 _PLAIN = ExecutionOptions()
-
-
-def _no_model() -> NumpyIO:
-    raise InvalidArgument("this burst's prepared model has no Model to read numpy arrays with; use execute")
 
 
 class Burst:
@@ -55,7 +51,7 @@ class Burst:
         *,
         fast: bool | None = None,
         ring_bytes: int = 0,
-        numpy_io: Callable[[], NumpyIO] = _no_model,
+        numpy_io: Callable[[], NumpyIO] = no_model,
     ) -> None:
         """``ring_bytes``: the size asked for each fast-path ring (0: the server's default);
         ``numpy_io``: the model's numpy side (``execute_numpy``; raises when there is none)."""

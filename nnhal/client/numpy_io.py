@@ -266,6 +266,12 @@ class NumpyIO:
         return Request(plan.inputs, plan.outputs, (InlinePool(data, len(data)), plan.output_pool)), plan.layout
 
 
+def no_model() -> NumpyIO:
+    """The numpy side of a burst whose prepared model has no Model to read arrays with (made
+    from a cache or a handle): ``execute_numpy`` refuses with INVALID_ARGUMENT."""
+    raise InvalidArgument("this burst's prepared model has no Model to read numpy arrays with; use execute")
+
+
 def decode_outputs(outcome: ExecutionOutcome, layout: Layout) -> list[np.ndarray]:
     """The output arrays of a successful outcome (views of its output pool, no copy);
     GENERAL_FAILURE when the shapes it reports do not fit the pool."""

@@ -34,13 +34,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from nnhal.client import steps
-from nnhal.client.numpy_io import NumpyIO, numpy_execution, settle
+from nnhal.client.numpy_io import NumpyIO, no_model, numpy_execution, settle
 from nnhal.client.outcome import ExecutionOutcome, failed_result
 from nnhal.client.remote.aio_fastburst import AioFastBurst
 from nnhal.client.remote.aio_session import AioBurstStream, AioSession
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.errors import HalError, InvalidArgument
+from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, Request
 
 log = logging.getLogger(__name__)
@@ -53,10 +53,6 @@ CANCELLED = "an execution of this burst was cancelled, which ends its stream; op
 _PLAIN = ExecutionOptions()
 
 
-def _no_model() -> NumpyIO:
-    raise InvalidArgument("this burst's prepared model has no Model to read numpy arrays with; use execute")
-
-
 class Burst:
     """An execution burst of one prepared model. ``await close()``, or use ``async with``."""
 
@@ -67,7 +63,7 @@ class Burst:
         *,
         fast: bool | None = None,
         ring_bytes: int = 0,
-        numpy_io: Callable[[], NumpyIO] = _no_model,
+        numpy_io: Callable[[], NumpyIO] = no_model,
     ) -> None:
         """``ring_bytes``: the size asked for each fast-path ring (0: the server's default);
         ``numpy_io``: the model's numpy side (``execute_numpy``; raises when there is none).
