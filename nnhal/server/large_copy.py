@@ -31,8 +31,9 @@ __all__ = ["CHUNK", "IDLE_S", "MOST_HELPERS", "THRESHOLD", "copy", "helpers_aliv
 #: Copies of fewer bytes are one ``np.copyto`` on the calling thread (handing work over
 #: costs a thread wake-up, tens of microseconds).
 THRESHOLD = 8 << 20
-#: What one thread claims at a time (a huge page: slices of huge-page-backed memory stay whole pages).
-CHUNK = 2 << 20
+#: What one thread claims at a time: the caller's last wait is for at most one chunk a helper
+#: is copying (half a huge page: slices of huge-page-backed memory stay within one page).
+CHUNK = 1 << 20
 MOST_HELPERS = 3
 #: A helper with nothing to do for this long ends.
 IDLE_S = 1.0
