@@ -86,7 +86,11 @@ class _Job:
 
 
 class _Helpers:
-    """The helper threads and the jobs offered to them. Thread-safe; its lock is a leaf."""
+    """The helper threads and the jobs handed to them. Thread-safe; its lock is a leaf.
+
+    A job is handed only to a helper that waits for one (``_idle`` counts the waiting helpers
+    no job was handed to yet) or to one started for it: nothing waits in the queue for a
+    helper that is busy, so no job outlives its copy there."""
 
     def __init__(self, most: int) -> None:
         self.most = most
@@ -100,28 +104,33 @@ class _Helpers:
         return self._alive
 
     def offer(self, job: _Job) -> None:
-        """Let up to ``most`` helpers join ``job``: the idle ones are woken, and helpers are
-        started while fewer than ``most`` live."""
+        """Let the waiting helpers join ``job``, and as many new ones as keep at most ``most`` alive."""
         with self._lock:
+            wake, self._idle = self._idle, 0
             start = self.most - self._alive
             self._alive += start
-        for _ in range(self.most):
+        for _ in range(wake):
             self._jobs.put(job)
         for _ in range(start):
-            threading.Thread(target=self._serve, name="nnhal-copy", daemon=True).start()
+            threading.Thread(target=self._serve, args=(job,), name="nnhal-copy", daemon=True).start()
 
-    def _serve(self) -> None:
+    def _serve(self, job: _Job) -> None:
         while True:
-            try:
-                job = self._jobs.get(timeout=IDLE_S)
-            except queue.Empty:
-                with self._lock:
-                    # A job offered between the timeout and this lock still finds a helper:
-                    # the caller copies whatever no helper claims.
-                    self._alive -= 1
-                return
             job.work()
             del job
+            with self._lock:
+                self._idle += 1
+            while True:
+                try:
+                    job = self._jobs.get(timeout=IDLE_S)
+                    break
+                except queue.Empty:
+                    with self._lock:
+                        if self._idle > 0:  # no job was handed to this helper meanwhile: it ends
+                            self._idle -= 1
+                            self._alive -= 1
+                            return
+                    # An offer counted this helper (its job is in the queue, or about to be): take it.
 
 
 _HELPERS = _Helpers(min(MOST_HELPERS, _cpus() - 1))
