@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nnhal.cli import setting_checks as checks
 from nnhal.cli.usage import (
     UsageError,
     for_argparse,
@@ -34,10 +35,8 @@ from nnhal.cli.usage import (
     seconds,
     server_address,
     size,
-    split_host_port,
     whole,
 )
-from nnhal.core.enums import HalVersion
 from nnhal.server.defaults import DEFAULT_SECRET_FILE, DEFAULT_SHM_DIR, EVENT_LOOPS
 from nnhal.server.devices import DeviceSpec, parse_device
 
@@ -47,22 +46,6 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 ENV_PREFIX = "NNHAL_"
-#: ``--feature-level`` values: the HIDL versions, then the AIDL versions by NNAPI feature level
-#: (AIDL V1..V4 = 5..8). The default is the highest.
-FEATURE_LEVELS: dict[str, HalVersion] = {
-    "1.0": HalVersion.V1_0,
-    "1.1": HalVersion.V1_1,
-    "1.2": HalVersion.V1_2,
-    "1.3": HalVersion.V1_3,
-    "5": HalVersion.AIDL_V1,
-    "6": HalVersion.AIDL_V2,
-    "7": HalVersion.AIDL_V3,
-    "8": HalVersion.AIDL_V4,
-}
-#: Other spellings of the AIDL levels, normalised to the level number.
-_FEATURE_LEVEL_ALIASES = {f"aidl-v{n - 4}": str(n) for n in range(5, 9)}
-DEFAULT_FEATURE_LEVEL = "8"
-LOG_FORMATS = ("text", "json")
 
 
 @dataclass(frozen=True)
@@ -89,120 +72,6 @@ class Setting:
         return self.env_name or ENV_PREFIX + self.key.upper()
 
 
-def _choice(*allowed: str) -> Callable[[str], str]:
-    def check(text: str) -> str:
-        if text not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}, got {text!r}")
-        return text
-
-    return check
-
-
-def feature_level(text: str) -> str:
-    """A ``--feature-level`` value, normalised (``aidl-v4`` -> ``8``); ValueError naming the choices."""
-    return _feature_level(text)
-
-
-def _feature_level(text: str) -> str:
-    level = _FEATURE_LEVEL_ALIASES.get(text.strip().lower(), text.strip())
-    if level not in FEATURE_LEVELS:
-        raise ValueError(
-            f"must be one of {', '.join(FEATURE_LEVELS)} (HIDL 1.x, or the AIDL feature levels; "
-            f"also aidl-v1..aidl-v4), got {text!r}"
-        )
-    return level
-
-
-def _switch(text: str) -> bool:
-    low = text.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"must be true or false, got {text!r}")
-
-
-def _fault_seed(text: str) -> int | str:
-    """A seed (a whole number >= 0), or "" for none (as other settings say off)."""
-    if not text.strip():
-        return ""
-    if not text.strip().isdigit():
-        raise ValueError(f"must be a whole number >= 0 (or empty: no seeded faults), got {text!r}")
-    return int(text.strip())
-
-
-def _fault_rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"must be a share from 0 to 1, got {text!r}")
-    return value
-
-
-def _name(text: str) -> str:
-    if not text.strip():
-        raise ValueError("must not be empty")
-    return text
-
-
-def _text(text: str) -> str:
-    return text
-
-
-def _metrics_address(text: str) -> str:
-    """Off (""), or host:port / [IPv6]:port: the metrics are plain HTTP on TCP."""
-    if not text.strip():
-        return ""
-    if text.strip().startswith("unix:"):
-        raise ValueError(f"{text!r}: the metrics listener is HTTP on TCP; give host:port, e.g. 127.0.0.1:9464")
-    split_host_port(text.strip(), unix=False)
-    return text.strip()
-
-
-def _health_address(text: str) -> str:
-    """Off (""), or host:port / unix:PATH of the plaintext health-only listener."""
-    if not text.strip():
-        return ""
-    return server_address(text.strip())
-
-
-def _port_file(text: str) -> str:
-    if text and not Path(text).parent.is_dir():
-        raise ValueError(f"the folder of {text!r} does not exist; create it or choose another path")
-    return text
-
-
-def _shm_dir(text: str) -> str:
-    if text != "none" and not Path(text).is_dir():
-        raise ValueError(f"{text!r} is not a folder; name an existing one (e.g. /dev/shm) or 'none' to disable")
-    return text
-
-
-def _cache_secret_file(text: str) -> str:
-    if text != "none" and Path(text).is_dir():
-        raise ValueError(f"{text!r} is a folder; name a file (created if missing) or 'none' for a per-process key")
-    return text
-
-
-def _record_dir(text: str) -> str:
-    """Off (""), or a folder to record into (made if missing; its parent must exist)."""
-    if not text.strip():
-        return ""
-    path = Path(text.strip())
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{text!r} is not a folder; name a folder to write the recordings into")
-    if not path.exists() and not path.parent.is_dir():
-        raise ValueError(f"the folder holding {text!r} does not exist; create it or choose another path")
-    return str(path)
-
-
-def _device(text: str) -> str:
-    parse_device(text)  # ValueError saying what is allowed
-    return text.strip()
-
-
 def device_specs(r: Resolved) -> list[DeviceSpec]:
     """The ``--device`` specs, names unique (UsageError naming the source otherwise)."""
     specs = [parse_device(text) for text in r["device"]]
@@ -214,22 +83,15 @@ def device_specs(r: Resolved) -> list[DeviceSpec]:
     return specs
 
 
-def _tls_file(text: str) -> str:
-    """Off (""), or a path; its contents are checked when the server's TLS is loaded."""
-    if text.strip() and Path(text).is_dir():
-        raise ValueError(f"{text!r} is a folder; name a PEM file")
-    return text.strip()
-
-
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "listen", server_address, ["127.0.0.1:50051"], "host:port, [IPv6]:port or unix:PATH; repeatable", "ADDR", True
     ),
-    Setting("port_file", _port_file, "", "write the bound address(es) here once listening", "FILE"),
-    Setting("name", _name, "nnhal-cpu", "device name (of the one CPU device when no --device is given)", "NAME"),
+    Setting("port_file", checks.port_file, "", "write the bound address(es) here once listening", "FILE"),
+    Setting("name", checks.name, "nnhal-cpu", "device name (of the one CPU device when no --device is given)", "NAME"),
     Setting(
         "device",
-        _device,
+        checks.device,
         [],
         "a hosted device: KIND or NAME=KIND, KIND cpu, ort or litert (KIND:strict: no CPU fallback inside); "
         "repeatable, the first is the default "
@@ -240,8 +102,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("ort_threads", positive_int, 1, "threads of each ort and litert device (>= 1)", "N"),
     Setting(
         "feature_level",
-        _feature_level,
-        DEFAULT_FEATURE_LEVEL,
+        checks.feature_level,
+        checks.DEFAULT_FEATURE_LEVEL,
         "NN HAL served: HIDL 1.0, 1.1, 1.2, 1.3, or AIDL V1-V4 as feature level 5, 6, 7, 8 (aidl-v1..aidl-v4)",
         "V",
     ),
@@ -296,46 +158,48 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "shm_dir",
-        _shm_dir,
+        checks.shm_dir,
         DEFAULT_SHM_DIR,
         "folder of shared-memory regions clients may name ('none' disables)",
         "DIR",
     ),
-    Setting("shm_prefix", _name, "nnhal-", "required prefix of shared-memory region names", "PREFIX"),
-    Setting("shm_allow_remote", _switch, False, "accept shared pools from non-local peers", switch=True),
-    Setting("fast_path", _switch, True, "offer same-host clients bursts over shared memory", switch=True),
+    Setting("shm_prefix", checks.name, "nnhal-", "required prefix of shared-memory region names", "PREFIX"),
+    Setting("shm_allow_remote", checks.switch, False, "accept shared pools from non-local peers", switch=True),
+    Setting("fast_path", checks.switch, True, "offer same-host clients bursts over shared memory", switch=True),
     Setting(
         "event_loop",
-        _choice(*EVENT_LOOPS),
+        checks.choice(*EVENT_LOOPS),
         "auto",
         "the event loop serving gRPC: uvloop (fewer Python calls per RPC), asyncio, or auto (uvloop where installed)",
         "KIND",
     ),
     Setting(
         "cache_secret_file",
-        _cache_secret_file,
+        checks.cache_secret_file,
         str(DEFAULT_SECRET_FILE),
         "key that seals compilation caches, created if missing ('none': a per-process key)",
         "FILE",
     ),
     Setting(
         "record",
-        _record_dir,
+        checks.record_dir,
         "",
         "record every session's HAL calls (models and data included) into DIR, one file per session",
         "DIR",
     ),
-    Setting("enable_fault_injection", _switch, False, "honour test-only setFaults", switch=True),
+    Setting("enable_fault_injection", checks.switch, False, "honour test-only setFaults", switch=True),
     Setting(
         "fault_seed",
-        _fault_seed,
+        checks.fault_seed,
         "",
         "with --enable-fault-injection: also fault calls made in a client's fault scope, each decided by "
         "(seed, scope, method, call ordinal) alone, so a run replays exactly",
         "S",
     ),
-    Setting("fault_rate", _fault_rate, 0.1, "share of scoped calls a --fault-seed schedule faults (0 .. 1)", "P"),
-    Setting("example_extension", _switch, False, "offer the example vendor extension com.example.nnhal", switch=True),
+    Setting("fault_rate", checks.fault_rate, 0.1, "share of scoped calls a --fault-seed schedule faults (0 .. 1)", "P"),
+    Setting(
+        "example_extension", checks.switch, False, "offer the example vendor extension com.example.nnhal", switch=True
+    ),
     Setting(
         "max_execution_seconds",
         seconds,
@@ -344,27 +208,31 @@ SETTINGS: tuple[Setting, ...] = (
         "S",
     ),
     Setting("drain_seconds", seconds, 10.0, "on SIGTERM/SIGINT, time in-flight work gets to finish", "S"),
-    Setting("metrics_listen", _metrics_address, "", "serve Prometheus metrics here (default: off)", "ADDR"),
+    Setting("metrics_listen", checks.metrics_address, "", "serve Prometheus metrics here (default: off)", "ADDR"),
     Setting(
         "health_listen",
-        _health_address,
+        checks.health_address,
         "",
         "also serve grpc.health.v1 only, in plaintext, here (probes that cannot speak TLS; default: off)",
         "ADDR",
     ),
-    Setting("log_format", _choice(*LOG_FORMATS), "text", "text, or json: one JSON object per line", "FORMAT"),
+    Setting(
+        "log_format", checks.choice(*checks.LOG_FORMATS), "text", "text, or json: one JSON object per line", "FORMAT"
+    ),
     Setting(
         "tls_cert",
-        _tls_file,
+        checks.tls_file,
         "",
         "PEM certificate chain: every TCP listener serves TLS (unix sockets stay plaintext)",
         "FILE",
         env_name=ENV_PREFIX + "SERVE_TLS_CERT",
     ),
-    Setting("tls_key", _tls_file, "", "PEM private key of --tls-cert", "FILE", env_name=ENV_PREFIX + "SERVE_TLS_KEY"),
+    Setting(
+        "tls_key", checks.tls_file, "", "PEM private key of --tls-cert", "FILE", env_name=ENV_PREFIX + "SERVE_TLS_KEY"
+    ),
     Setting(
         "tls_client_ca",
-        _tls_file,
+        checks.tls_file,
         "",
         "PEM CA: require client certificates it signed (mTLS); the certificate's CN/SAN is the client",
         "FILE",

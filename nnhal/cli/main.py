@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nnhal import __version__
-from nnhal.cli import config
+from nnhal.cli import config, setting_checks
 from nnhal.cli.connect import DEFAULT_TIMEOUT, add_tls_arguments
 from nnhal.cli.logs import configure
 from nnhal.cli.usage import (
@@ -120,7 +120,7 @@ def _replay_arguments(sub: Any) -> None:
     r.add_argument("--device", metavar="NAME", help="replay on this device (with --start: a server of this kind)")
     r.add_argument(
         "--feature-level",
-        type=for_argparse(config.feature_level),
+        type=for_argparse(setting_checks.feature_level),
         metavar="LEVEL",
         help="with --start: the level the started server serves (1.0 .. 1.3, 5 .. 8)",
     )
@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--feature-level",
-        type=for_argparse(config.feature_level),
+        type=for_argparse(setting_checks.feature_level),
         metavar="LEVEL",
         help="with --start: the level the started server serves (1.0 .. 1.3, 5 .. 8; default 8)",
     )

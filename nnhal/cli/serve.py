@@ -16,10 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnhal.cli import config
+from nnhal.cli import config, setting_checks
 from nnhal.cli.logs import configure
 from nnhal.cli.usage import UsageError, check_bindable
-from nnhal.core.enums import HalVersion
 
 if TYPE_CHECKING:
     from nnhal.server.rpc.identity import ServerTls
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: ``--feature-level`` text -> the level served (the table lives with the setting).
-FEATURE_LEVELS: dict[str, HalVersion] = config.FEATURE_LEVELS
+
 
 #: Settings that map to a ServerOptions field of the same name, passed when the field exists
 #: (with the value the server expects: None for "off").
@@ -90,7 +89,7 @@ def server_options(r: config.Resolved) -> ServerOptions:
         shm = SharedMemoryPolicy(Path(r["shm_dir"]).resolve(), r["shm_prefix"], r["shm_allow_remote"])
     device = DeviceConfig(
         name=r["name"],
-        feature_level=FEATURE_LEVELS[r["feature_level"]],
+        feature_level=setting_checks.FEATURE_LEVELS[r["feature_level"]],
         shared_memory=shm,
         slots=r["slots"],
         queue_depth=r["queue_depth"],

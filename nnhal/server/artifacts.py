@@ -15,7 +15,7 @@ from nnhal.core.enums import HalVersion, Priority
 from nnhal.core.types import Model
 from nnhal.server import cache
 from nnhal.server.backend import Backend, ExecutableGraph, ReferenceBackend
-from nnhal.server.executor.graph import Buffer
+from nnhal.server.executor.constants import Buffer
 from nnhal.server.pieces import Pieces, contiguous
 
 

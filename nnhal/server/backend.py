@@ -20,8 +20,9 @@ import numpy as np
 
 from nnhal.core.enums import HalVersion, OperandType
 from nnhal.core.types import Capabilities, Model, Operand, OperandPerformance, PerformanceInfo
+from nnhal.server.executor.constants import Buffer
 from nnhal.server.executor.control import ExecutionControl
-from nnhal.server.executor.graph import Buffer, PreparedGraph
+from nnhal.server.executor.graph import PreparedGraph
 from nnhal.server.executor.validate import supported_operations
 from nnhal.server.pieces import Pieces
 

@@ -27,8 +27,8 @@ from nnhal.core.errors import GeneralFailure, ResourceExhaustedTransient, alloca
 from nnhal.core.operand_types import INFO
 from nnhal.core.types import Capabilities, Model, Operand
 from nnhal.server.backend import Backend, reference_capabilities
+from nnhal.server.executor.constants import Buffer
 from nnhal.server.executor.control import ExecutionControl
-from nnhal.server.executor.graph import Buffer
 from nnhal.server.executor.validate import supported_operations as reference_support
 
 G = TypeVar("G")

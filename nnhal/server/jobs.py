@@ -42,8 +42,9 @@ from nnhal.core.errors import (
 from nnhal.core.types import ExecutionResult, Model
 from nnhal.server.backend import ExecutableGraph
 from nnhal.server.budget import MemoryBudget
+from nnhal.server.executor.constants import Buffer
 from nnhal.server.executor.control import ExecutionControl
-from nnhal.server.executor.graph import Buffer, PreparedGraph
+from nnhal.server.executor.graph import PreparedGraph
 from nnhal.server.handles import HandleTable
 from nnhal.server.memory import BoundPools
 from nnhal.server.prepared_model import PreparedModel, execution_result

@@ -40,8 +40,9 @@ from nnhal.core.enums import HalVersion, OperandLifeTime
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import Capabilities, DataLocation, Model, Operand, OperationTiming, Subgraph
 from nnhal.server.backend import Backend, ExecutableGraph
+from nnhal.server.executor.constants import Buffer, constant_value
 from nnhal.server.executor.control import ExecutionControl
-from nnhal.server.executor.graph import Buffer, PreparedGraph, constant_value
+from nnhal.server.executor.graph import PreparedGraph
 from nnhal.server.executor.validate import supported_operations as reference_support
 from nnhal.server.pieces import Pieces
 

@@ -68,8 +68,11 @@ class PreparedModel:
         self._outputs = [main.operands[i] for i in main.output_indexes]
         #: The plans of the request layouts this model executed last (``request_plan``).
         self.plans = PlanCache(self._inputs, self._outputs)
+        #: Set once released (``release``): whoever kept this object looks it up again.
+        self.released = False
 
     def release(self) -> None:
+        self.released = True
         self._bound.close()
 
     @property

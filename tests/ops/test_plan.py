@@ -21,7 +21,7 @@ from nnhal.core.enums import OperandType as T, OperationType as Op
 from nnhal.core.errors import HalError, MissedDeadlineTransient
 from nnhal.core.operand_types import DTYPE
 from nnhal.core.types import Model
-from nnhal.server.executor import control as control_module, graph as graph_module
+from nnhal.server.executor import control as control_module, subgraph as subgraph_module
 from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.executor.graph import PreparedGraph
 from nnhal.server.executor.ops._conv_core import finish_quant, float_requant, table_requant
@@ -38,7 +38,7 @@ NO_Q: tuple[float, int] = (0.0, 0)
 def no_io_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Model inputs and outputs get no arena buffers: the steps that read or write them take their
     bound kernels, the others between them their fixed calls."""
-    monkeypatch.setattr(graph_module, "ARENA_IO_BYTES", 0)
+    monkeypatch.setattr(subgraph_module, "ARENA_IO_BYTES", 0)
 
 
 def _graph(model: Model) -> PreparedGraph:
@@ -731,7 +731,7 @@ def test_static_steps_match_the_general_kernels(
     execution on one arena: with the model's input and output in buffers of their own the whole
     model is one straight program, else the first and last steps take their bound kernels."""
     if not io_buffers:
-        monkeypatch.setattr(graph_module, "ARENA_IO_BYTES", 0)
+        monkeypatch.setattr(subgraph_module, "ARENA_IO_BYTES", 0)
     rng = np.random.default_rng(act)
     t = T.TENSOR_FLOAT32
     shape = (2, 12)
@@ -806,7 +806,7 @@ def test_static_mean_matches_the_general_kernel(
     """A MEAN between intermediates runs as its fixed calls (the sum into its buffer, or a view of
     it, then the division), bit for bit the general kernel's, NaN, inf and -0.0 rows included."""
     if not io_buffers:
-        monkeypatch.setattr(graph_module, "ARENA_IO_BYTES", 0)
+        monkeypatch.setattr(subgraph_module, "ARENA_IO_BYTES", 0)
     t, shape = T.TENSOR_FLOAT32, (3, 12)
     resolved = {a % 2 for a in axes}
     if keep:
@@ -883,7 +883,7 @@ def test_a_straight_program_checks_the_deadline_and_the_hook_at_its_segments(mon
     hooks: list[int] = []
     np.testing.assert_array_equal(graph.run([x], ExecutionControl(checkpoint_hook=lambda: hooks.append(1)))[0], x + 6)
     assert graph.main.straight and len(hooks) == 1
-    monkeypatch.setattr(graph_module, "STRAIGHT_SEGMENT", 1)
+    monkeypatch.setattr(subgraph_module, "STRAIGHT_SEGMENT", 1)
     split = _graph(_chain(6))
     split.run([x])
     hooks.clear()

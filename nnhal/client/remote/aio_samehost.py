@@ -459,8 +459,8 @@ class AioSameHostQueue:
         link = self._pool.take_idle(AioQueueLink.granted, planned, handle)
         if link is None:
             return None
+        layout = planned.grant[1]  # the id ``granted`` found for the link taken, remembered there
         try:
-            layout = link.granted(planned, handle)  # this link's (``take_idle``)
             session = self._session
             what = "executeSynchronously_1_3"
             session.check(what)

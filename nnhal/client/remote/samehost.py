@@ -346,11 +346,12 @@ class SameHostQueue:
         :meth:`execute`."""
         with self._lock:
             link = self._pool.take_idle(FastBurstLink.granted, planned, handle)
+            # The id ``granted`` found for the link taken, remembered in ``planned.grant``: read
+            # under the lock, before another thread's call of the plan takes another link.
+            layout = planned.grant[1]
         if link is None:
             return None
         try:
-            # Granted by this link (``take_idle``): ``planned.grant`` now names it.
-            layout = link.granted(planned, handle)
             channel = self._channel
             md = channel._metadata()  # this thread's request id, as a gRPC call's
             rid = md[0][1]

@@ -234,11 +234,14 @@ class Compact:
     encodes the answers to its calls (most of them alike: ``fastpacket.AnswerWriter``), on the
     thread serving the queue that granted it."""
 
-    __slots__ = ("answers", "carried", "inline", "inputs", "model", "outputs", "session", "sizes", "spans")
+    __slots__ = ("answers", "carried", "found", "inline", "inputs", "model", "outputs", "session", "sizes", "spans")
 
     def __init__(self, session: str, model: str, key: fastpacket.LayoutKey) -> None:
         self.session = session
         self.model = model
+        #: The session and prepared model its calls ran with last (:func:`launch_compact` keeps
+        #: them while the session is open and the model not released; None: looked up at the next).
+        self.found: Found | None = None
         self.inputs, self.outputs, pools = key
         #: Where each pool's bytes are in a call's body (``fastpacket.body_spans``), the body's
         #: length, and what every pool's buffer measures.
@@ -275,11 +278,20 @@ def launch_compact(
 ) -> LeanRun | None:
     """A compact call of ``compact`` (``body``: its pools' bytes, of the layout's length)
     launched as :func:`launch` launches ``compact.execution(...)``, or None: take the full
-    path with it. Raises what ``launch`` raises, where it raises it."""
-    session = driver.session(compact.session)
+    path with it. Raises what ``launch`` raises, where it raises it. The session and prepared
+    model are looked up once and kept in ``compact.found`` while the session is open and the
+    model not released (a closed or released one is looked up again, which refuses it)."""
+    found = compact.found
+    if found is None or found[0].closed or found[1].released:
+        # Looked up again: an ended session or a released model is refused as the full path
+        # words it (the driver's lookups raise), and a later call of the layout finds them here.
+        session = driver.session(compact.session)
+        if session.faults.execute_delay_ms:
+            return None
+        found = compact.found = (session, driver.prepared(session, compact.model))
+    session, pm = found
     if session.faults.execute_delay_ms:
         return None
-    pm = driver.prepared(session, compact.model)
     plan = pm.plans.of(compact.inputs, compact.outputs)
     if plan is None or plan.sizes != compact.sizes:  # ``RequestPlan.fits``
         return None

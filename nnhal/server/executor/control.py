@@ -38,7 +38,7 @@ class ExecutionControl:
     scheduler's pre-emption hook. Raises the HalError that ends the execution.
 
     ``checkpoint`` runs at every operation boundary (in a straight program of fixed calls, at
-    the boundaries :data:`nnhal.server.executor.graph.STRAIGHT_SEGMENT` elements of work apart): the deadline and the
+    the boundaries :data:`nnhal.server.executor.subgraph.STRAIGHT_SEGMENT` elements of work apart): the deadline and the
     server's limit are checked at each; ``checkpoint_hook`` at the first boundary at least
     :data:`HOOK_INTERVAL_NS` after ``start`` (whose caller has just made the hook's checks:
     admitted the run, looked its session up) and then once at least that long after the hook

@@ -17,8 +17,9 @@ from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import Model, Operation, Subgraph
 from nnhal.core.validation import OperationValidator, validate_model
 from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
+from nnhal.server.executor.constants import Buffer, constant_value
 from nnhal.server.executor.context import ValidationContext
-from nnhal.server.executor.graph import Buffer, constant_value, unsupported
+from nnhal.server.executor.graph import unsupported
 from nnhal.server.executor.registry import lookup
 
 

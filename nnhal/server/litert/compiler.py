@@ -27,7 +27,7 @@ import numpy as np
 from nnhal.core.enums import HalVersion, OperandLifeTime, OperandType as T, OperationType as O
 from nnhal.core.types import Model, Operand, Operation
 from nnhal.server.compiling import Unsupported, convert_all, guarded, io_reason, supported_by_conversion
-from nnhal.server.executor.graph import Buffer
+from nnhal.server.executor.constants import Buffer
 from nnhal.server.litert.graph import TfliteGraph, quant_of, tensor_type
 from nnhal.server.litert.spatial import conv_2d, depthwise_conv_2d, fully_connected, pooling
 from nnhal.tflite_map.tables import BUILTIN_NAME, FUSED_BINARY, SAME_OPERANDS, TENSOR_TYPE

@@ -13,7 +13,7 @@ from nnhal.core.enums import OperandLifeTime, OperandType as T
 from nnhal.core.operand_types import INFO
 from nnhal.core.types import Model, Operand
 from nnhal.server.compiling import Unsupported
-from nnhal.server.executor.graph import Buffer, constant_value
+from nnhal.server.executor.constants import Buffer, constant_value
 from nnhal.tflite_map.tables import ACTIVATION, TENSOR_TYPE
 from nnhal.tflite_map.writer import FlatModel, FlatOperator, FlatTensor, Quant
 

@@ -24,8 +24,8 @@ from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import Capabilities, Model, Operand
 from nnhal.server.backend import ExecutableGraph
 from nnhal.server.compiling import backend_capabilities, run_compiled
+from nnhal.server.executor.constants import Buffer
 from nnhal.server.executor.control import ExecutionControl
-from nnhal.server.executor.graph import Buffer
 from nnhal.server.litert import compiler
 from nnhal.server.pieces import Pieces, own_bytes
 

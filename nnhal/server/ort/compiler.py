@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from nnhal.core.enums import HalVersion, OperandLifeTime, OperationType
 from nnhal.core.types import Model, Operand
 from nnhal.server.compiling import convert_all, guarded, io_reason, supported_by_conversion
-from nnhal.server.executor.graph import Buffer
+from nnhal.server.executor.constants import Buffer
 from nnhal.server.ort import dense, elementwise, misc, shape, spatial
 from nnhal.server.ort.emit import ONNX_ELEM, Converter, GraphBuilder, OpView
 

@@ -27,7 +27,7 @@ from nnhal.core.enums import OperandLifeTime, OperandType
 from nnhal.core.operand_types import INFO
 from nnhal.core.types import Model, Operand, Operation, Subgraph
 from nnhal.server import compiling
-from nnhal.server.executor.graph import Buffer, constant_value
+from nnhal.server.executor.constants import Buffer, constant_value
 from nnhal.server.executor.ops._activations import FUSED_BOUNDS, activation_range_quant
 
 T = OperandType

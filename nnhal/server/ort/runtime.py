@@ -34,8 +34,8 @@ from nnhal.core.errors import GeneralFailure, ResourceExhaustedTransient, alloca
 from nnhal.core.types import Capabilities, Model, Operand
 from nnhal.server.backend import ExecutableGraph
 from nnhal.server.compiling import backend_capabilities, run_compiled
+from nnhal.server.executor.constants import Buffer
 from nnhal.server.executor.control import ExecutionControl
-from nnhal.server.executor.graph import Buffer
 from nnhal.server.ort import compiler
 from nnhal.server.pieces import Pieces, contiguous
 
