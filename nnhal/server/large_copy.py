@@ -53,6 +53,7 @@ class _Job:
     def __init__(self, dst: np.ndarray, src: np.ndarray) -> None:
         self._dst: np.ndarray | None = dst
         self._src: np.ndarray | None = src
+        self._chunk = CHUNK
         self._chunks = -(-src.nbytes // CHUNK)
         self._next = 0
         self._left = self._chunks
@@ -69,9 +70,9 @@ class _Job:
                     return
                 self._next = k + 1
                 dst, src = self._dst, self._src
-            start = k * CHUNK
+            start, end = k * self._chunk, (k + 1) * self._chunk
             try:
-                np.copyto(dst[start : start + CHUNK], src[start : start + CHUNK])
+                np.copyto(dst[start:end], src[start:end])
             except Exception as err:  # handed to the caller, which raises it
                 self.error = err
             finally:
@@ -139,8 +140,8 @@ _HELPERS = _Helpers(min(MOST_HELPERS, _cpus() - 1))
 def copy(dst: np.ndarray, src: np.ndarray) -> None:
     """``dst[...] = src`` for two one-dimensional ``uint8`` arrays of the same length that do
     not overlap; from :data:`THRESHOLD` bytes on, shared with the helper threads while the
-    machine has a core to spare. Returns once
-    every byte is copied; an error of any chunk is raised here."""
+    machine has a core to spare. Returns once every byte is copied (no helper touches either
+    array afterwards); an error of any chunk is raised here."""
     if src.nbytes < THRESHOLD or _HELPERS.most <= 0 or not LOAD.spare():
         np.copyto(dst, src)
         return
