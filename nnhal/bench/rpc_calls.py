@@ -1,7 +1,7 @@
 """Python calls per small call on the server's event-loop thread: a figure of the server's work
 per call that the machine's load does not blur (wall and CPU times on a shared machine do).
 
-``python -m nnhal.bench.rpc_calls [--calls N] [--event-loop KIND]`` builds a server in this
+``python -m nnhal.bench.rpc_calls [--calls N] [--event-loop KIND] [--bytecodes]`` builds a server in this
 process (on the event loop ``KIND``: ``serve.new_event_loop``) with the same-host fast path
 off (every call over gRPC, as from another host), prepares ADD 2×4 float32 from a client in
 this process, and after a warm-up counts, with a profile hook on the loop
@@ -15,6 +15,12 @@ grpc.aio share varies by a few calls with how completions batch; nnhal's is exac
 path. Work done on other threads (a worker thread's execution, grpc's own threads: the
 client's request and completion threads) is not counted: a small model's execution runs on
 the loop thread.
+
+``--bytecodes`` counts, in a second pass over the same calls, the bytecode instructions run on
+the loop thread per call instead (a trace hook's opcode events), by the same parts: a finer
+load-independent figure, proportional to the interpreter's work where a count of calls weighs
+a one-line function like a long one. A few branches of nnhal's own depend on the time between
+calls (a sweep once per interval), which the hook stretches: within a few percent.
 """
 
 from __future__ import annotations
@@ -94,9 +100,31 @@ class _Counter:
         return Calls(self.total / n, nnhal / n, parts)
 
 
-def _counted(server: Server, call: Callable[[], object], n: int) -> Calls:
+class _BytecodeCounter(_Counter):
+    """A ``sys.settrace`` hook counting the bytecode instructions run (opcode events), by the
+    file of their code, as ``_Counter`` counts calls."""
+
+    def __call__(self, frame: FrameType, event: str, _arg: object) -> _BytecodeCounter:  # type: ignore[override]
+        if event == "opcode":
+            self.total += 1
+            self.by_file[frame.f_code.co_filename] += 1
+        elif event == "call":
+            frame.f_trace_opcodes = True
+        return self
+
+
+def _counted(server: Server, call: Callable[[], object], n: int, bytecodes: bool = False) -> Calls:
     for _ in range(WARMUP):
         call()
+    if bytecodes:
+        ops = _BytecodeCounter()
+        server.call_on_loop(lambda: sys.settrace(ops))
+        try:
+            for _ in range(n):
+                call()
+        finally:
+            server.call_on_loop(lambda: sys.settrace(None))
+        return ops.calls(n)
     counter = _Counter()
     caller = _Counter(CLIENT_PARTS)
     server.call_on_loop(lambda: sys.setprofile(counter))
@@ -112,9 +140,11 @@ def _counted(server: Server, call: Callable[[], object], n: int) -> Calls:
     return calls
 
 
-def count(n: int = 500, event_loop: str = "auto") -> dict[str, Calls]:
+def count(n: int = 500, event_loop: str = "auto", bytecodes: bool = False) -> dict[str, Calls]:
     """Python calls per call on the loop thread of a fresh server on ``event_loop`` (module
-    docstring), for ``n`` calls of each kind: ``"pm.execute"`` and ``"Burst.execute"``."""
+    docstring), for ``n`` calls of each kind: ``"pm.execute"`` and ``"Burst.execute"``;
+    ``bytecodes``: the bytecode instructions run there per call instead (the loop thread
+    only: ``client`` is None)."""
     options = ServerOptions(listen=["127.0.0.1:0"], fast_path=False, max_threads=8, event_loop=event_loop)
     server = Server(options)
     try:
@@ -124,9 +154,9 @@ def count(n: int = 500, event_loop: str = "auto") -> dict[str, Calls]:
             Device.connect(server.addresses[0], client_name="nnhal-rpc-calls") as dev,
             dev.prepare_model_sync(_add_model()) as pm,
         ):
-            out = {"pm.execute": _counted(server, lambda: pm.execute([a, b]), n)}
+            out = {"pm.execute": _counted(server, lambda: pm.execute([a, b]), n, bytecodes)}
             with pm.burst() as burst:
-                out["Burst.execute"] = _counted(server, lambda: burst.execute(_small_request(a, b)), n)
+                out["Burst.execute"] = _counted(server, lambda: burst.execute(_small_request(a, b)), n, bytecodes)
         return out
     finally:
         server.stop(grace=0)
@@ -138,11 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--event-loop", choices=EVENT_LOOPS, default="auto", help="the server's event loop (default auto)"
     )
+    parser.add_argument(
+        "--bytecodes",
+        action="store_true",
+        help="count the bytecode instructions run on the loop thread per call instead of the calls",
+    )
     args = parser.parse_args(argv)
     if args.calls < 1:
         parser.error("--calls must be at least 1")
-    for what, calls in count(args.calls, args.event_loop).items():
-        print(calls.line(f"{what} (per call)"))
+    unit = "bytecodes" if args.bytecodes else "calls"
+    for what, calls in count(args.calls, args.event_loop, args.bytecodes).items():
+        print(calls.line(f"{what} ({unit} per call)"))
     return 0
 
 

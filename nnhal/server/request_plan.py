@@ -36,6 +36,7 @@ from nnhal.core.enums import OperandType
 from nnhal.core.errors import InvalidArgument, OutputInsufficientSize
 from nnhal.core.operand_types import DTYPE, INFO
 from nnhal.core.types import Operand, OutputShape, Request, RequestArgument
+from nnhal.server import large_copy
 from nnhal.server.memory import BoundPools
 
 #: How many layouts one prepared model remembers (a client typically sends one or two).
@@ -190,7 +191,7 @@ class RequestPlan:
                 raise InvalidArgument(f"output pool {out.pool} is not writable")
             if out.as_uint8:
                 value = value.astype(np.uint8)
-            dst[:] = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+            large_copy.copy(dst, np.ascontiguousarray(value).reshape(-1).view(np.uint8))
         if kept and last is not None:
             return last  # the very tuple the last call returned: a reader may know it by identity
         self._shapes = answer = tuple(shapes)

@@ -32,3 +32,15 @@ def test_a_count_below_one_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
         rpc_calls.main(["--calls", "0"])
     assert info.value.code == 2
     assert "--calls must be at least 1" in capsys.readouterr().err
+
+
+def test_bytecodes_are_counted_by_the_same_parts_on_the_loop_thread_only() -> None:
+    counted = rpc_calls.count(20, bytecodes=True)
+    assert set(counted) == {"pm.execute", "Burst.execute"}
+    for ops in counted.values():
+        # Many bytecodes per call: more than the calls on the same thread (about 90 of nnhal's).
+        assert ops.parts["rpc"] > 0 and ops.parts["server"] > 200
+        assert ops.all > ops.nnhal
+        assert sum(ops.parts.values()) == pytest.approx(ops.nnhal)
+        assert ops.client is None
+        assert "client's thread" not in ops.line("x")

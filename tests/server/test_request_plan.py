@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
+from nnhal.core.builder import ModelBuilder
+from nnhal.core.enums import ErrorStatus, ExecutionPreference, OperandType as T, OperationType as O, Priority
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import (
     BufferDesc,
@@ -21,6 +22,7 @@ from nnhal.core.types import (
     Request,
     RequestArgument,
 )
+from nnhal.server import large_copy
 from nnhal.server.driver import Driver
 from nnhal.server.request_plan import CACHED_LAYOUTS
 from nnhal.server.session import Session
@@ -164,3 +166,42 @@ def test_an_output_of_known_shape_has_a_place_to_be_written_in(prepared: tuple[D
     bound = bind_pools(small.pools, None, plan.writable, token_placeholder, True, session.regions)
     assert plan.output_targets(bound) is None
     bound.close()
+
+
+def test_a_large_output_is_written_whole_at_its_offset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An output of many megabytes is written with ``large_copy`` (helpers allowed here): every
+    byte at its place, the pool's other bytes left as they were."""
+    monkeypatch.setattr(large_copy, "LOAD", _Spare())
+    count = large_copy.THRESHOLD // 4 + 1000
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [count])
+    model = b.outputs(b.op(O.RESHAPE, [x, b.constant(np.array([count], np.int32))], T.TENSOR_FLOAT32, [count])).finish()
+    data = np.random.default_rng(0).random(count, dtype=np.float32)
+    offset, size = 32, data.nbytes + 64
+    request = Request(
+        (RequestArgument(location=DataLocation(0, 0, data.nbytes)),),
+        (RequestArgument(location=DataLocation(1, offset, data.nbytes)),),
+        (InlinePool(data.tobytes(), data.nbytes), InlinePool(b"", size)),
+    )
+    driver = Driver()
+    session = driver.open_session("t", LOCAL)
+    try:
+        job = driver.begin_prepare(session, model, ExecutionPreference.SUSTAINED_SPEED, Priority.MEDIUM, None)
+        try:
+            handle, _ = job.run()
+        finally:
+            job.close()
+        for _ in range(2):  # planned, then the plan reused
+            result = _execute(driver, session, handle, request)
+            assert result.status == ErrorStatus.NONE
+            out = np.frombuffer(result.output_pools[1], np.uint8)
+            assert len(out) == size
+            assert not out[:offset].any() and not out[offset + data.nbytes :].any()
+            np.testing.assert_array_equal(out[offset : offset + data.nbytes].view(np.float32), data)
+    finally:
+        driver.close_session(session.id)
+
+
+class _Spare:
+    def spare(self) -> bool:
+        return True

@@ -1,0 +1,149 @@
+"""Copies of large buffers shared with helper threads: one thread copying does not use the
+memory bandwidth a second core adds.
+
+A copy of many megabytes is bound by how many cache-line transfers one core keeps in flight,
+not by the memory itself, so the same bytes copied from two cores at once take less time.
+``copy`` splits a copy of at least :data:`THRESHOLD` bytes into chunks of :data:`CHUNK` bytes
+that the calling thread and the idle helpers claim in turn (numpy releases the GIL while it
+copies), while the machine has a core to spare (``nnhal.core.lookout.LOAD``): on a busy
+machine a helper would take its core from other work, and one preempted in the middle of its
+chunk would hold the copy up until it runs again. The caller never waits for a helper to
+start: a helper the machine does not run soon claims nothing, and the caller copies every
+chunk itself; it waits only for the chunks a helper is copying. Helpers are few (one fewer
+than the CPUs this process may run on, at most :data:`MOST_HELPERS`), started when a large
+copy finds fewer alive, and each ends once it has had nothing to do for :data:`IDLE_S`
+seconds: no thread outlives the copies by more. Nothing is allocated: the copy holds no
+memory of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+
+import numpy as np
+
+from nnhal.core.lookout import LOAD
+
+__all__ = ["CHUNK", "IDLE_S", "MOST_HELPERS", "THRESHOLD", "copy", "helpers_alive"]
+
+#: Copies of fewer bytes are one ``np.copyto`` on the calling thread (handing work over
+#: costs a thread wake-up, tens of microseconds).
+THRESHOLD = 8 << 20
+#: What one thread claims at a time (a huge page: slices of huge-page-backed memory stay whole pages).
+CHUNK = 2 << 20
+MOST_HELPERS = 3
+#: A helper with nothing to do for this long ends.
+IDLE_S = 1.0
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class _Job:
+    """One copy in chunks; any number of threads call ``work``; ``finished`` once every chunk
+    was copied (each by exactly one thread)."""
+
+    def __init__(self, dst: np.ndarray, src: np.ndarray) -> None:
+        self._dst: np.ndarray | None = dst
+        self._src: np.ndarray | None = src
+        self._chunks = -(-src.nbytes // CHUNK)
+        self._next = 0
+        self._left = self._chunks
+        self._lock = threading.Lock()  # a leaf
+        self.finished = threading.Event()
+        self.error: BaseException | None = None
+
+    def work(self) -> None:
+        """Copy chunks until none is left to claim."""
+        while True:
+            with self._lock:
+                k = self._next
+                if k >= self._chunks or self._dst is None or self._src is None:
+                    return
+                self._next = k + 1
+                dst, src = self._dst, self._src
+            start = k * CHUNK
+            try:
+                np.copyto(dst[start : start + CHUNK], src[start : start + CHUNK])
+            except Exception as err:  # handed to the caller, which raises it
+                self.error = err
+            finally:
+                del dst, src
+                with self._lock:
+                    self._left -= 1
+                    if self._left == 0:
+                        # A helper that takes this job late holds neither buffer (a mapping
+                        # its caller unmaps next is not kept alive by it).
+                        self._dst = self._src = None
+                        self.finished.set()
+
+
+class _Helpers:
+    """The helper threads and the jobs offered to them. Thread-safe; its lock is a leaf."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._alive = 0
+        self._idle = 0
+
+    @property
+    def alive(self) -> int:
+        return self._alive
+
+    def offer(self, job: _Job) -> None:
+        """Let up to ``most`` helpers join ``job``: the idle ones are woken, and helpers are
+        started while fewer than ``most`` live."""
+        with self._lock:
+            start = self.most - self._alive
+            self._alive += start
+        for _ in range(self.most):
+            self._jobs.put(job)
+        for _ in range(start):
+            threading.Thread(target=self._serve, name="nnhal-copy", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    # A job offered between the timeout and this lock still finds a helper:
+                    # the caller copies whatever no helper claims.
+                    self._alive -= 1
+                return
+            job.work()
+            del job
+
+
+_HELPERS = _Helpers(min(MOST_HELPERS, _cpus() - 1))
+
+
+def copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` for two one-dimensional ``uint8`` arrays of the same length that do
+    not overlap; from :data:`THRESHOLD` bytes on, shared with the helper threads while the
+    machine has a core to spare. Returns once
+    every byte is copied; an error of any chunk is raised here."""
+    if src.nbytes < THRESHOLD or _HELPERS.most <= 0 or not LOAD.spare():
+        np.copyto(dst, src)
+        return
+    job = _Job(dst, src)
+    _HELPERS.offer(job)
+    job.work()
+    # Only chunks a running helper claimed are left: each ends as soon as its copy does, so
+    # this wait needs no bound of its own.
+    job.finished.wait()
+    if job.error is not None:
+        raise job.error
+
+
+def helpers_alive() -> int:
+    """How many helper threads live now (a test's view)."""
+    return _HELPERS.alive
