@@ -37,9 +37,6 @@ from nnhal.core.types import ExecutionResult, Request
 
 log = logging.getLogger(__name__)
 
-#: The options of an execution that asks for nothing (one shared value: options are frozen).
-_PLAIN = ExecutionOptions()
-
 
 class Burst:
     """An execution burst of one prepared model. Close it, or use ``with``."""
@@ -88,7 +85,7 @@ class Burst:
     def execute(self, request: Request, *, measure: bool = False, timeout: float | None = None) -> ExecutionOutcome:
         """One execution; the status (transport failures included) is in the outcome.
         Raises DEAD_OBJECT at once when the server is known dead."""
-        options = _PLAIN if not measure and timeout is None else ExecutionOptions(measure=measure, timeout=timeout)
+        options = ExecutionOptions.of(measure, timeout)
         return ExecutionOutcome.of(self._run(request, options))
 
     def _run(self, request: Request, options: ExecutionOptions) -> ExecutionResult:
@@ -118,7 +115,7 @@ class Burst:
                     if isinstance(settled, ExecutionOutcome):
                         return settled
                     sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
-        options = _PLAIN if not measure and timeout is None else ExecutionOptions(measure=measure, timeout=timeout)
+        options = ExecutionOptions.of(measure, timeout)
         return steps.drive(numpy_execution(numpy_io, inputs, sizes), lambda request: self._run(request, options))
 
     def close(self) -> None:

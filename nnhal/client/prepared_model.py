@@ -160,14 +160,14 @@ class PreparedModel(Releasable):
                         plan.inputs,
                         plan.outputs,
                         (InlinePool(data, len(data)), plan.output_pool),
-                        ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns),
+                        ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns),
                     )
                 if result is not None:
                     settled = settle(plan, result)
                     if isinstance(settled, ExecutionOutcome):
                         return settled
                     sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
-        options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns, profile)
+        options = ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns, profile)
         return steps.drive(
             numpy_execution(numpy_io, inputs, sizes),
             lambda request: forms.execute(self._remote, self.handle, request, options),

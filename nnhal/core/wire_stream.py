@@ -60,7 +60,7 @@ class Chunk(NamedTuple):
     data: PoolData
 
 
-def _varint(raw: bytes, pos: int, most: int) -> tuple[int, int]:
+def read_varint(raw: bytes, pos: int, most: int) -> tuple[int, int]:
     """(value, position after it) of the varint at ``pos`` of at most ``most`` bytes;
     (-1, pos) when it is longer or runs past the end."""
     value = shift = 0
@@ -81,21 +81,21 @@ def read_chunk(raw: bytes) -> Chunk | None:
     end = len(raw)
     if end < 2 or raw[0] != _CHUNK_TAG:
         return None
-    length, pos = _varint(raw, 1, 5)
+    length, pos = read_varint(raw, 1, 5)
     if length < 0 or pos + length != end:  # the chunk field is the whole message
         return None
     index = offset = 0
     if pos < end and raw[pos] == _INDEX_TAG:
-        index, pos = _varint(raw, pos + 1, 5)
+        index, pos = read_varint(raw, pos + 1, 5)
         if not 0 <= index < _U32:  # protobuf would truncate a larger value: its parser decides
             return None
     if pos < end and raw[pos] == _OFFSET_TAG:
-        offset, pos = _varint(raw, pos + 1, 10)
+        offset, pos = read_varint(raw, pos + 1, 10)
         if not 0 <= offset < _U64:
             return None
     start = end
     if pos < end and raw[pos] == _DATA_TAG:
-        length, start = _varint(raw, pos + 1, 5)
+        length, start = read_varint(raw, pos + 1, 5)
         if length < 0 or start + length != end:
             return None
         pos = end

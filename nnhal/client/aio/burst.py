@@ -49,9 +49,6 @@ log = logging.getLogger(__name__)
 ENDED = "the burst stream ended (refused or closed by the server); open a new burst"
 CANCELLED = "an execution of this burst was cancelled, which ends its stream; open a new burst"
 
-#: The options of an execution that asks for nothing (one shared value: options are frozen).
-_PLAIN = ExecutionOptions()
-
 
 class Burst:
     """An execution burst of one prepared model. ``await close()``, or use ``async with``."""
@@ -107,7 +104,7 @@ class Burst:
         self, request: Request, *, measure: bool = False, timeout: float | None = None
     ) -> ExecutionOutcome:
         """One execution; every status (transport failures included) is in the outcome."""
-        options = _PLAIN if not measure and timeout is None else ExecutionOptions(measure=measure, timeout=timeout)
+        options = ExecutionOptions.of(measure, timeout)
         return ExecutionOutcome.of(await self._result(request, options))
 
     async def _result(self, request: Request, options: ExecutionOptions) -> ExecutionResult:
@@ -151,7 +148,7 @@ class Burst:
         reported); raises the HalError it ends with. On the fast path a layout the burst ran
         before goes from the arrays straight to a compact call (the sync ``Burst``'s)."""
         numpy_io = self._numpy_io()
-        options = _PLAIN if not measure and timeout is None else ExecutionOptions(measure=measure, timeout=timeout)
+        options = ExecutionOptions.of(measure, timeout)
         async with self._lock:
             sizes = None
             fast = self._fast

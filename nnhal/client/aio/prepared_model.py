@@ -198,7 +198,7 @@ class PreparedModel(AsyncReleasable):
                     if isinstance(settled, ExecutionOutcome):
                         return settled
                     sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
-        options = ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns, profile)
+        options = ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns, profile)
         return await steps.drive_async(
             numpy_execution(numpy_io, inputs, sizes),
             lambda request: self._session.run(self._execute(request, options)),

@@ -33,6 +33,24 @@ class ExecutionOptions:
     loop_timeout_ns: int = 0
     profile: bool = False
 
+    @staticmethod
+    def of(
+        measure: bool = False,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        loop_timeout_ns: int = 0,
+        profile: bool = False,
+    ) -> ExecutionOptions:
+        """These options: one shared value when they ask for nothing (options are frozen), a
+        new one otherwise."""
+        if measure or timeout is not None or deadline_at is not None or loop_timeout_ns or profile:
+            return ExecutionOptions(measure, timeout, deadline_at, loop_timeout_ns, profile)
+        return _PLAIN
+
+
+#: The options of an execution that asks for nothing.
+_PLAIN = ExecutionOptions()
+
 
 @dataclass(frozen=True, slots=True)
 class PreparedRef:

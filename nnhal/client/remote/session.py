@@ -212,7 +212,8 @@ class RemoteSession(SessionChannel):
         raw = self._execute_bytes(handle, inputs, outputs, pools, options, remaining)
         if raw is None:
             return None
-        return wire.execution_result_from(self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining)))
+        result: ExecutionResult = self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining))
+        return result  # read by the stub's deserializer (``encoded.execute_answer``)
 
     def _execute_bytes(
         self,
@@ -305,7 +306,8 @@ class RemoteSession(SessionChannel):
         self.check("configureExecutionBurst")
         requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         md = self._metadata()
-        # The requests go as serialized BurstRequests (``burst_execute`` writes them).
+        # The requests go as serialized BurstRequests (``burst_execute`` writes them); the
+        # answers come read as ExecutionResults (``encoded.burst_answer``).
         responses = self._stubs.burst_encoded(iter(requests.get, None), timeout=BURST_STREAM_TIMEOUT, metadata=md)
         return BurstStream(requests, responses, md[0][1])
 
@@ -337,7 +339,8 @@ class RemoteSession(SessionChannel):
                 ErrorStatus.GENERAL_FAILURE,
                 "the burst stream ended (refused or closed by the server); open a new burst",
             )
-        return wire.execution_result_from(response.result)
+        result: ExecutionResult = response  # read by the stream's deserializer (``encoded.burst_answer``)
+        return result
 
     def close_burst(self, stream: BurstStream) -> None:
         stream.requests.put(None)

@@ -1,16 +1,19 @@
 """Execution requests written as bytes (``nnhal.client.remote.encoded``): the same messages as
-the ones built field by field, for every option, pool form and deadline. Through a real
-channel in ``tests/integration/test_remote_encoded.py``."""
+the ones built field by field, for every option, pool form and deadline; answers read back from
+their bytes: what protobuf reads from them, answer after answer. Through a real channel in
+``tests/integration/test_remote_encoded.py``."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+from google.protobuf.message import DecodeError
 
 from nnhal.client.remote import encoded
 from nnhal.client.remote.messages import ExecutionOptions, execute_request
-from nnhal.core import wire_stream
+from nnhal.core import wire, wire_stream
+from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import (
     BufferTokenPool,
@@ -93,3 +96,72 @@ def test_varints() -> None:
     for n in (0, 1, 127, 128, 300, 1 << 21, (1 << 64) - 1):
         msg = spb.ExecuteRequest(loop_timeout_ns=n)
         assert wire_stream.varint(n) == (msg.SerializeToString()[1:] if n else b"\x00")
+
+
+def _answer(
+    data: bytes,
+    *,
+    index: int = 1,
+    status: int = 0,
+    on_device: int | None = None,
+    pools: int = 1,
+    dims: tuple[int, ...] = (2, 4),
+) -> bytes:
+    msg = spb.ExecuteResult(status=status, message="m" if status else "")
+    shape = msg.output_shapes.add(dimensions=dims, is_sufficient=True)
+    assert shape.is_sufficient
+    msg.timing.time_on_device = (1 << 64) - 1 if on_device is None else on_device
+    msg.timing.time_in_driver = (1 << 64) - 1
+    for k in range(pools):
+        msg.output_pools.add(pool_index=index + k, data=data)
+    return msg.SerializeToString()
+
+
+def _burst(execute: bytes) -> bytes:
+    return spb.BurstResponse(result=spb.ExecuteResult.FromString(execute)).SerializeToString()
+
+
+@pytest.mark.parametrize("burst", [False, True])
+def test_answers_read_back_are_what_protobuf_reads(burst: bool) -> None:
+    read = encoded.burst_answer if burst else encoded.execute_answer
+    known = encoded._BURST_KNOWN if burst else encoded._EXECUTE_KNOWN
+    known.clear()
+    answers = [
+        _answer(bytes(range(32))),
+        _answer(bytes(32)),  # the same form, other data: read from the answer kept
+        _answer(b"\x2a" * 32),  # data that looks like the tags around it
+        _answer(bytes(range(32)), index=3),  # the same length, another pool: read anew
+        _answer(bytes(40)),
+        _answer(bytes(32), on_device=5),  # measured: not kept
+        _answer(bytes(32), on_device=7),
+        _answer(bytes(32), pools=2),  # two output pools: not kept
+        _answer(b"", status=3),  # a failure: no output pool
+        _answer(bytes(300)),  # a two-byte length
+        _answer(bytes(range(32))),
+    ]
+    for raw in answers:
+        raw = _burst(raw) if burst else raw
+        message = spb.BurstResponse.FromString(raw).result if burst else spb.ExecuteResult.FromString(raw)
+        assert read(raw) == wire.execution_result_from(message)
+        assert read(raw) == wire.execution_result_from(message)  # the second time from what it kept
+    assert sorted(known) == sorted({len(_burst(a) if burst else a) for a in answers[:5] + answers[9:]})
+
+
+def test_an_answer_kept_is_read_only_from_bytes_equal_around_its_data() -> None:
+    encoded._EXECUTE_KNOWN.clear()
+    raw = _answer(bytes(32))
+    encoded.execute_answer(raw)
+    assert list(encoded._EXECUTE_KNOWN) == [len(raw)]
+    other = _answer(bytes(32), dims=(4, 2))  # the same length, other bytes before the data
+    assert len(other) == len(raw)
+    assert encoded.execute_answer(other).output_shapes[0].dimensions == (4, 2)
+    assert encoded.execute_answer(raw).output_shapes[0].dimensions == (2, 4)
+    failed = _answer(b"", status=int(ErrorStatus.INVALID_ARGUMENT))
+    assert encoded.execute_answer(failed).status == ErrorStatus.INVALID_ARGUMENT
+
+
+def test_undecodable_answers_fail_as_protobuf_fails() -> None:
+    with pytest.raises(DecodeError):
+        encoded.execute_answer(b"\xff\x0a" * 5)
+    with pytest.raises(DecodeError):
+        encoded.burst_answer(b"\x0a\x05\x01")

@@ -12,8 +12,9 @@ from functools import partial
 import numpy as np
 import pytest
 
-from nnhal.core import fastpacket
+from nnhal.core import fastpacket, wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference
+from nnhal.core.errors import HalError
 from nnhal.core.types import DataLocation, ExecutionResult, InlinePool, Request, RequestArgument
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Execution, Executions, Notify, Preparation, Prepared, Refused, lean
@@ -233,3 +234,57 @@ def test_a_compact_layout_keeps_its_model_until_it_is_released_or_its_session_cl
     assert isinstance(full, Refused) and isinstance(refused, Refused)
     assert (refused.status, refused.message) == (full.status, full.message)
     assert refused.status == ErrorStatus.INVALID_ARGUMENT
+
+
+def _parts(request: Request) -> list[tuple[bytes, int]]:
+    """A request's inline pools as ``wire.inline_pools_from`` gives them: bytes and size."""
+    return [(bytes(p.data), p.size) for p in request.pools if isinstance(p, InlinePool)]
+
+
+def test_an_all_inline_call_launched_from_its_parts_answers_as_launch_does() -> None:
+    x, session, handle = _owner(fault_injection=True)
+    m = x.method("executeSynchronously_1_3")
+    assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    d = x.driver
+    found = (d.session(session), d.prepared(d.session(session), handle))
+    call = Execution(session, handle, _request(2.0))
+    ran: list[bool] = []
+
+    def from_parts() -> lean.LeanRun | None:
+        run = lean.launch_inline(
+            d, found, call.request.inputs, call.request.outputs, _parts(call.request), False, None, 0
+        )
+        ran.append(run is not None)
+        return run
+
+    lean_result = x.execute(m, lambda: call, lean_launch=from_parts)
+    full_result = x.execute(m, lambda: call)
+    assert ran == [True]
+    assert isinstance(lean_result, ExecutionResult) and isinstance(full_result, ExecutionResult)
+    assert lean_result.status == full_result.status == ErrorStatus.NONE
+    assert lean_result.output_shapes == full_result.output_shapes
+    assert (
+        bytes(lean_result.output_pools[1])
+        == bytes(full_result.output_pools[1])
+        == np.full(8, 4.0, np.float32).tobytes()
+    )
+    _idle(x, session)
+    # What it does not take, holding nothing: pools of other sizes (another layout), more than
+    # travels inline, an injected delay.
+    req = call.request
+    assert lean.launch_inline(d, found, req.inputs, req.outputs, _parts(_request(size=128)), False, None, 0) is None
+    over = [(b"", wire.max_inline_bytes()), (b"", 32)]
+    assert lean.launch_inline(d, found, req.inputs, req.outputs, over, False, None, 0) is None
+    # A deadline passed raises what ``launch`` raises.
+    passed = time.monotonic_ns() - 1
+    with pytest.raises(HalError) as inline_err:
+        lean.launch_inline(d, found, req.inputs, req.outputs, _parts(req), False, passed, 0)
+    with pytest.raises(HalError) as launch_err:
+        lean.launch(d, call._replace(deadline_ns=passed), found)
+    assert (inline_err.value.error_status, inline_err.value.message) == (
+        launch_err.value.error_status,
+        launch_err.value.message,
+    )
+    d.set_faults(d.session(session), Faults(execute_delay_ms=1))
+    assert lean.launch_inline(d, found, req.inputs, req.outputs, _parts(req), False, None, 0) is None
+    _idle(x, session)
