@@ -340,7 +340,8 @@ _LISTS_SEEN_MAX = 256
 _serialized = pb.RequestArgument.SerializeToString
 
 
-def _args_from(args: Sequence[pb.RequestArgument]) -> tuple[RequestArgument, ...]:
+def args_from(args: Sequence[pb.RequestArgument]) -> tuple[RequestArgument, ...]:
+    """A request's inputs or outputs (a repeated layout's very tuple of the last time)."""
     key = tuple(map(_serialized, args))
     seen = _LISTS_SEEN.get(key)
     if seen is None:
@@ -353,20 +354,36 @@ def _args_from(args: Sequence[pb.RequestArgument]) -> tuple[RequestArgument, ...
 
 
 def request_from(msg: pb.Request) -> Request:
-    return Request(_args_from(msg.inputs), _args_from(msg.outputs), _request_pools_from(msg.pools))
+    return Request(args_from(msg.inputs), args_from(msg.outputs), _request_pools_from(msg.pools))
+
+
+def _inline_part(inline: pb.InlineMemory) -> tuple[bytes, int]:
+    """An inline pool's bytes and size: the size it declares, at least its bytes' length."""
+    data = inline.data
+    size = inline.size
+    return data, size if size > len(data) else len(data)
 
 
 def _request_pools_from(msgs: Sequence[pb.MemoryPool]) -> tuple[MemoryPool, ...]:
     pools: list[MemoryPool] = []
     for i, p in enumerate(msgs):
         if p.HasField("inline"):  # the common case first, with no message formatted
-            inline = p.inline
-            data = inline.data
-            size = inline.size
-            pools.append(InlinePool(data, size if size > len(data) else len(data)))
+            pools.append(InlinePool(*_inline_part(p.inline)))
         else:
             pools.append(pool_from(p, f"request pool {i}"))
     return tuple(pools)
+
+
+def inline_pools_from(msgs: Sequence[pb.MemoryPool]) -> list[tuple[bytes, int]] | None:
+    """Each pool's bytes and size (``request_from`` makes an ``InlinePool`` of them) when every
+    pool of ``msgs`` is inline; None when one is not."""
+    # A loop, not a comprehension: on every execution's path.
+    parts: list[tuple[bytes, int]] = []
+    for p in msgs:
+        if not p.HasField("inline"):
+            return None
+        parts.append(_inline_part(p.inline))
+    return parts
 
 
 # -- results ---------------------------------------------------------------------

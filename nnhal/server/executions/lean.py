@@ -18,23 +18,24 @@ queues or refuses), the request data over the memory limits (refused by the full
 with its status) — it gives back everything it took and returns None, and the caller
 takes the full path. Admission and charges happen in the full path's order (slot, then
 request data), each byte charged before the execution holds it, and everything is given
-back when the run ends (``LeanRun.close``, idempotent, on every path).
+back when the run ends (``LeanRun.close``, idempotent, on every path). :func:`launch_inline`
+is the same launch for a call whose pools are all inline, from their bytes and sizes (a gRPC
+message's: no canonical request, pool or execution object made).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Set as AbstractSet
-from functools import partial
+from collections.abc import Sequence, Set as AbstractSet
 
 from nnhal.core import fastpacket, wire
 from nnhal.core.enums import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
 from nnhal.core.errors import GeneralFailure, HalError
-from nnhal.core.types import ExecutionResult, InlinePool, Request
+from nnhal.core.types import ExecutionResult, InlinePool, PoolData, Request, RequestArgument
 from nnhal.server.driver import Driver
 from nnhal.server.executions.calls import Execution
 from nnhal.server.executor.control import ExecutionControl
-from nnhal.server.jobs import EXECUTION_TENSORS, SESSION_ENDED, check_deadline, missed
+from nnhal.server.jobs import SESSION_ENDED, check_deadline, missed
 from nnhal.server.memory import BoundPools, bind_inline, bind_pools, token_placeholder
 from nnhal.server.prepared_model import PreparedModel, execution_result
 from nnhal.server.request_plan import RequestPlan
@@ -105,11 +106,11 @@ class LeanRun:
                     checkpoint_hook=self._checkpoint,
                     on_deadline=self._missed,
                     max_execution_ns=int(d.config.max_execution_seconds * 1e9) or None,
-                    # As the job's: every tensor charged to the server's total before it exists.
-                    reserve=partial(budget.charge_working, what=EXECUTION_TENSORS) if budget.limit_total else None,
+                    # As the job's: every tensor charged to the server's total before it exists,
+                    # the grant given back whole, the peak counted as freed.
+                    reserve=budget.reserve_tensors,
+                    release=budget.release_tensors,
                 )
-                if budget.limit_total:  # as the job's: the grant back whole, the peak counted as freed
-                    control.release = partial(budget.uncharge_working, what=EXECUTION_TENSORS)
                 result = self.pm.execute(self.plan, self.bound, control, self.measure)
             finally:
                 self._give_back()
@@ -186,6 +187,46 @@ def launch(driver: Driver, call: Execution, found: Found | None = None) -> LeanR
     if bound.has_shared:
         bound.plan(request.inputs, request.outputs)  # a shared pool's ranges (``resolve_tokens`` does it there)
     return _start(driver, session, pm, plan, bound, call.measure, deadline_ns, call.loop_timeout_ns)
+
+
+def launch_inline(
+    driver: Driver,
+    found: Found,
+    inputs: tuple[RequestArgument, ...],
+    outputs: tuple[RequestArgument, ...],
+    pools: Sequence[tuple[PoolData, int]],
+    measure: bool,
+    deadline_ns: int | None,
+    loop_timeout_ns: int,
+) -> LeanRun | None:
+    """A call with no profile whose pools are all inline (``pools``: each one's bytes and
+    size, the size at least the bytes' length: ``wire.inline_pools_from``) launched as
+    :func:`launch` launches its canonical execution — with no request, pool or execution
+    object made and no generic binding — or None: take the full path. ``found``: the call's
+    session and prepared model (``Executions.runs_inline``). Raises what ``launch`` raises,
+    where it raises it."""
+    session, pm = found
+    if session.faults.execute_delay_ms:
+        return None
+    plan = pm.plans.of(inputs, outputs)
+    if plan is None:
+        return None
+    if deadline_ns is not None and not _deadline_fits(pm, deadline_ns):
+        return None
+    inline = 0
+    for _, size in pools:
+        inline += size
+    if inline > wire.max_inline_bytes():
+        return None  # ``bind_pools`` refuses it: the full path words it
+    bound = BoundPools(None)
+    writable = plan.writable
+    for i, (data, size) in enumerate(pools):
+        bind_inline(bound, i, data, size, i in writable)
+    bound.data_bytes = inline
+    if not plan.fits(bound):
+        bound.close()
+        return None
+    return _start(driver, session, pm, plan, bound, measure, deadline_ns, loop_timeout_ns)
 
 
 def _deadline_fits(pm: PreparedModel, deadline_ns: int) -> bool:

@@ -41,7 +41,7 @@ from nnhal.server.executions.faults import BURST, KINDS
 from nnhal.server.rpc.common import result_to
 from nnhal.server.rpc.ending import abort_ended, call_ender, ended
 from nnhal.server.rpc.inbound import WINDOW_BYTES, Inbound
-from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, inline_bytes, serve_burst
+from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, inline_bytes, lean_launch, serve_burst
 from nnhal.server.rpc.request_id import begin
 from nnhal.server.rpc.sync_handlers import SyncContext, run_sync
 
@@ -68,7 +68,9 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
             if arrival is None:
                 found = x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request))
                 if found is not None:
-                    answer = result_to(x.execute(m, build, found=found))
+                    lean = partial(lean_launch, x, found, request)  # the call's own, tried first
+                    answer = result_to(x.execute(m, build, lean_launch=lean, found=found))
+                    del lean
                 else:
                     answer = await run_sync(context, partial(_on_worker, x, m, build, None))
             elif arrival.fault is None:  # refused as it arrived: answered at once

@@ -33,6 +33,7 @@ from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server import log_limits
 from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
 from nnhal.server.executions.faults import BURST, abort_of
+from nnhal.server.executions.lean import Found, LeanRun, launch_inline
 from nnhal.server.rpc.common import events_to, hal_method, result_to, status_to
 from nnhal.server.rpc.ending import current_ender
 from nnhal.server.rpc.identity import stream_client
@@ -54,6 +55,22 @@ def execution_from(msg: spb.ExecuteRequest, request: Request | None = None) -> E
         msg.loop_timeout_ns,
         msg.profile,
     )
+
+
+def lean_launch(x: Executions, found: Found, msg: spb.ExecuteRequest) -> LeanRun | None:
+    """``msg`` launched with no canonical objects made (``lean.launch_inline``) when it asks
+    no profile and its pools are all inline, ``found`` its session and prepared model
+    (``Executions.runs_inline``); None: the full path (``execution_from``). For
+    ``Executions.execute``'s ``lean_launch``."""
+    if msg.profile:
+        return None
+    request = msg.request
+    pools = wire.inline_pools_from(request.pools)
+    if pools is None:
+        return None
+    inputs, outputs = wire.args_from(request.inputs), wire.args_from(request.outputs)
+    deadline = wire.deadline_from(msg.deadline)
+    return launch_inline(x.driver, found, inputs, outputs, pools, msg.measure == 1, deadline, msg.loop_timeout_ns)
 
 
 def inline_bytes(msg: spb.ExecuteRequest) -> int:
@@ -191,7 +208,9 @@ async def serve_burst(
                     else x.runs_inline(msg.session, msg.prepared_model, partial(inline_bytes, msg))
                 )
                 if found is not None:
-                    result_to(x.execute(m, build, found=found), answer.result)
+                    lean = partial(lean_launch, x, found, msg)  # the call's own, tried first
+                    result_to(x.execute(m, build, lean_launch=lean, found=found), answer.result)
+                    del lean
                 else:
                     await in_thread(_execute_to_wire, x, m, build, sync, run, answer.result)
             del req, msg

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from functools import partial
 
 import numpy as np
 import pytest
 
+from nnhal.core import fastpacket, wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference
+from nnhal.core.errors import HalError
 from nnhal.core.types import DataLocation, ExecutionResult, InlinePool, Request, RequestArgument
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Execution, Executions, Notify, Preparation, Prepared, Refused, lean
@@ -194,4 +197,94 @@ def test_a_lean_run_closed_without_running_gives_everything_back() -> None:
     assert x.driver.scheduler.in_flight == 1 and x.driver.budget.by_kind()[lean.REQUEST_DATA] == 96
     run.close()
     run.close()  # idempotent
+    _idle(x, session)
+
+
+def _compact_call(x: Executions, compact: lean.Compact, body: memoryview) -> ExecutionResult | Refused:
+    """A compact call of ``compact`` as the same-host queue makes it (its own lean launch first)."""
+    m = x.method("executeSynchronously_1_3")
+    build = partial(compact.execution, body, False, None, 0)
+    return x.execute(m, build, None, None, None, partial(lean.launch_compact, x.driver, compact, body, False, None, 0))
+
+
+@pytest.mark.parametrize("end", ["release", "close"])
+def test_a_compact_layout_keeps_its_model_until_it_is_released_or_its_session_closes(end: str) -> None:
+    """The layout looks its session and model up once; a released model or a closed session is
+    refused as the full path refuses it (same status and message), never run from the kept ones."""
+    x, session, handle = _owner()
+    m = x.method("executeSynchronously_1_3")
+    request = _request()
+    assert x.execute(m, lambda: Execution(session, handle, request)).status == ErrorStatus.NONE  # its plan learned
+    key = fastpacket.layout_key(request.inputs, request.outputs, request.pools)
+    assert key is not None
+    compact = lean.Compact(session, handle, key)
+    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools])))
+    for _ in range(2):
+        result = _compact_call(x, compact, body)
+        assert isinstance(result, ExecutionResult) and result.status == ErrorStatus.NONE
+        assert np.array_equal(np.frombuffer(result.output_pools[1], np.float32), np.full(8, 2.0, np.float32))
+    assert compact.found is not None
+    d = x.driver
+    if end == "release":
+        d.release_prepared(d.session(session), handle)
+    else:
+        d.close_session(session)
+    full = x.execute(m, lambda: Execution(session, handle, request))
+    refused = _compact_call(x, compact, body)
+    assert isinstance(full, Refused) and isinstance(refused, Refused)
+    assert (refused.status, refused.message) == (full.status, full.message)
+    assert refused.status == ErrorStatus.INVALID_ARGUMENT
+
+
+def _parts(request: Request) -> list[tuple[bytes, int]]:
+    """A request's inline pools as ``wire.inline_pools_from`` gives them: bytes and size."""
+    return [(bytes(p.data), p.size) for p in request.pools if isinstance(p, InlinePool)]
+
+
+def test_an_all_inline_call_launched_from_its_parts_answers_as_launch_does() -> None:
+    x, session, handle = _owner(fault_injection=True)
+    m = x.method("executeSynchronously_1_3")
+    assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    d = x.driver
+    found = (d.session(session), d.prepared(d.session(session), handle))
+    call = Execution(session, handle, _request(2.0))
+    ran: list[bool] = []
+
+    def from_parts() -> lean.LeanRun | None:
+        run = lean.launch_inline(
+            d, found, call.request.inputs, call.request.outputs, _parts(call.request), False, None, 0
+        )
+        ran.append(run is not None)
+        return run
+
+    lean_result = x.execute(m, lambda: call, lean_launch=from_parts)
+    full_result = x.execute(m, lambda: call)
+    assert ran == [True]
+    assert isinstance(lean_result, ExecutionResult) and isinstance(full_result, ExecutionResult)
+    assert lean_result.status == full_result.status == ErrorStatus.NONE
+    assert lean_result.output_shapes == full_result.output_shapes
+    assert (
+        bytes(lean_result.output_pools[1])
+        == bytes(full_result.output_pools[1])
+        == np.full(8, 4.0, np.float32).tobytes()
+    )
+    _idle(x, session)
+    # What it does not take, holding nothing: pools of other sizes (another layout), more than
+    # travels inline, an injected delay.
+    req = call.request
+    assert lean.launch_inline(d, found, req.inputs, req.outputs, _parts(_request(size=128)), False, None, 0) is None
+    over = [(b"", wire.max_inline_bytes()), (b"", 32)]
+    assert lean.launch_inline(d, found, req.inputs, req.outputs, over, False, None, 0) is None
+    # A deadline passed raises what ``launch`` raises.
+    passed = time.monotonic_ns() - 1
+    with pytest.raises(HalError) as inline_err:
+        lean.launch_inline(d, found, req.inputs, req.outputs, _parts(req), False, passed, 0)
+    with pytest.raises(HalError) as launch_err:
+        lean.launch(d, call._replace(deadline_ns=passed), found)
+    assert (inline_err.value.error_status, inline_err.value.message) == (
+        launch_err.value.error_status,
+        launch_err.value.message,
+    )
+    d.set_faults(d.session(session), Faults(execute_delay_ms=1))
+    assert lean.launch_inline(d, found, req.inputs, req.outputs, _parts(req), False, None, 0) is None
     _idle(x, session)

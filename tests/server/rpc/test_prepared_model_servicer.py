@@ -3,6 +3,8 @@ answered in-band (results, refusals, injected faults)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.executions import lean
+from nnhal.server.rpc import prepared_model_servicer
 from tests.server.rpc.conftest import Served, add_request
 
 pytestmark = pytest.mark.timeout(60)
@@ -76,16 +79,18 @@ def test_a_12_device_refuses_the_13_forms_and_fields(served12: Served) -> None:
 def test_unary_and_burst_executions_of_a_repeated_layout_take_the_lean_launch(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The gRPC forms share the owner's lean launch (``executions.lean``) with the same-host queue."""
+    """The gRPC forms share the owner's lean launch (``executions.lean``) with the same-host queue:
+    an all-inline request is launched from its message's parts (``lean.launch_inline``), tried
+    first; ``lean.launch`` only when that returns None."""
     seen: list[bool] = []
-    real = lean.launch
+    real = lean.launch_inline
 
-    def spy(driver: object, call: object, found: object = None) -> object:
-        run = real(driver, call, found)  # type: ignore[arg-type]
+    def spy(*args: Any) -> object:
+        run = real(*args)
         seen.append(run is not None)
         return run
 
-    monkeypatch.setattr(lean, "launch", spy)
+    monkeypatch.setattr(prepared_model_servicer, "launch_inline", spy)
     sync = served.stubs.prepared_model.executeSynchronously_1_3
     for value in (1.0, 2.0, 3.0):
         result = sync(_execute(served, value=value), timeout=TIMEOUT_S)
