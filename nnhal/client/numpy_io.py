@@ -144,6 +144,11 @@ class _Plan:
         output_pool = InlinePool(b"", max(out_offset, 1))
         return _Plan(tuple(pads), tuple(in_args), tuple(out_args), output_pool, tuple(layout), offset)
 
+    def pools(self, data: PoolData) -> tuple[InlinePool, InlinePool]:
+        """The pools of a request of this plan whose inputs' pool holds ``data``: that pool
+        (pool 0), then the room for the outputs (pool 1)."""
+        return InlinePool(data, len(data)), self.output_pool
+
     def outputs_of(self, output_pools: dict[int, PoolData], output_shapes: Sequence[OutputShape]) -> list[np.ndarray]:
         """The output arrays of a successful answer: read-only views of its output pool (the
         answer's own bytes, which nothing reuses). The answer's shapes are checked against the
@@ -263,7 +268,7 @@ class NumpyIO:
                     chunks.append(_ZEROS[:pad])
                 chunks.append(arr)  # contiguous: joined through the buffer protocol, no tobytes() copy
             data = b"".join(chunks)
-        return Request(plan.inputs, plan.outputs, (InlinePool(data, len(data)), plan.output_pool)), plan.layout
+        return Request(plan.inputs, plan.outputs, plan.pools(data)), plan.layout
 
 
 def no_model() -> NumpyIO:

@@ -31,7 +31,7 @@ from nnhal.client.reusable_execution import ReusableExecution
 from nnhal.core.aidl_types import DEFAULT_EXECUTION_CONFIG, ExecutionConfig
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import InvalidArgument
-from nnhal.core.types import InlinePool, Model, Request
+from nnhal.core.types import Model, Request
 
 __all__ = ["Burst", "ExecutionCallback", "ExecutionOutcome", "FencedExecution", "PreparedModel"]
 
@@ -154,12 +154,11 @@ class PreparedModel(Releasable):
                         self.handle, plan.compact, parts, measure, timeout, deadline_at, loop_timeout_ns
                     )
                 else:
-                    data = b"".join(parts)
                     result = remote.execute_encoded(
                         self.handle,
                         plan.inputs,
                         plan.outputs,
-                        (InlinePool(data, len(data)), plan.output_pool),
+                        plan.pools(b"".join(parts)),
                         ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns),
                     )
                 if result is not None:

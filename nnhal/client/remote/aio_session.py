@@ -53,6 +53,7 @@ from nnhal.client.remote.messages import (
     PreparedRef,
     burst_request,
     check_launch,
+    execute_request_bytes,
     notify_of,
     prepared_of,
     raise_for_status,
@@ -75,11 +76,13 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
 from nnhal.core.protocol import DEVICE_METADATA, REQUEST_ID_METADATA
-from nnhal.core.types import ExecutionResult, Request
+from nnhal.core.types import ExecutionResult, MemoryPool, Request, RequestArgument
 from nnhal.proto import service_pb2 as spb
 
 T = TypeVar("T")
 Metadata = tuple[tuple[str, str], ...]
+
+_SYNC = "executeSynchronously_1_3"
 
 
 def open_aio_channel(address: str, options: list[tuple[str, int]], tls: TlsConfig | None) -> grpc.aio.Channel:
@@ -363,6 +366,31 @@ class AioSession:
                     return carried
             return await self.run(calls.execute(step.session, step.handle, step.request, step.options))
         return await self.launch(step)
+
+    async def execute_encoded(
+        self,
+        handle: str,
+        inputs: tuple[RequestArgument, ...],
+        outputs: tuple[RequestArgument, ...],
+        pools: tuple[MemoryPool, ...],
+        options: ExecutionOptions,
+    ) -> ExecutionResult | None:
+        """executeSynchronously_1_3 of the request of these arguments and pools, its message
+        written as bytes and its answer read from them (:mod:`.encoded`), for a layout the
+        caller runs again and again — the sync session's ``execute_encoded``. Transport
+        failures raise; HAL errors are in the result. None — nothing sent — when it takes
+        another way (the same-host queue, a pool that is not inline): the caller then runs
+        :func:`~nnhal.client.remote.calls.execute`."""
+        if self._queue is not None:
+            return None
+        encoded = execute_request_bytes(self.session_id, handle, inputs, outputs, pools, options)
+        if encoded is None:
+            return None
+        raw, timeout = encoded
+        result: ExecutionResult | None = await self.unary(self.stubs.execute_encoded, raw, _SYNC, timeout)
+        if result is None:  # grpc.aio hands back None for an answer its deserializer failed to read
+            raise tag_request_id(GeneralFailure(f"{_SYNC}: protocol error: an unreadable answer"), self.last_request_id)
+        return result
 
     async def launch(self, step: calls.Notify) -> Any:
         """A launch / notify RPC of any form (:class:`~nnhal.client.remote.calls.Notify`): its

@@ -150,6 +150,22 @@ def execute_bytes(
     )
 
 
+def execute_request_bytes(
+    session: str,
+    handle: str,
+    inputs: tuple[RequestArgument, ...],
+    outputs: tuple[RequestArgument, ...],
+    pools: Sequence[MemoryPool],
+    options: ExecutionOptions,
+) -> tuple[bytes, float | None] | None:
+    """:func:`execute_request` written as bytes (:func:`execute_bytes`) for the request of these
+    arguments and pools, and its gRPC timeout; None — the caller builds the message — for a
+    pool that is not inline. The sync and the asyncio sessions' encoded executions alike."""
+    remaining = remaining_time(options.timeout, options.deadline_at)
+    raw = execute_bytes(session, handle, inputs, outputs, pools, options, remaining)
+    return None if raw is None else (raw, grpc_timeout(remaining))
+
+
 def burst_request(session: str, handle: str, request: Request, options: ExecutionOptions) -> bytes:
     """The serialized BurstRequest of one execution on a burst stream: written as bytes
     (:func:`execute_bytes`), or, for a pool that is not inline, the message built field by field."""

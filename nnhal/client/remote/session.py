@@ -27,16 +27,14 @@ from nnhal.client.remote.messages import (
     PreparedRef,
     burst_request,
     drain,
-    execute_bytes,
     execute_request,
+    execute_request_bytes,
     prepared_of,
 )
 from nnhal.client.remote.transport import (
     BURST_STREAM_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
     GC_RELEASE_TIMEOUT,
-    grpc_timeout,
-    remaining_time,
 )
 from nnhal.core import wire, wire_stream
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus
@@ -209,11 +207,11 @@ class RemoteSession(SessionChannel):
             return None
         if wire_stream.pools_worth_streaming(pools):
             return None
-        remaining = remaining_time(options.timeout, options.deadline_at)
-        raw = execute_bytes(self._session_id, handle, inputs, outputs, pools, options, remaining)
-        if raw is None:
+        encoded = execute_request_bytes(self._session_id, handle, inputs, outputs, pools, options)
+        if encoded is None:
             return None
-        result: ExecutionResult = self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining))
+        raw, timeout = encoded
+        result: ExecutionResult = self.unary(self._stubs.execute_encoded, raw, _SYNC, timeout)
         return result  # read by the stub's deserializer (``encoded.execute_answer``)
 
     #: False once the server answered that it has no StreamedExecution service (an older server).
