@@ -105,17 +105,22 @@ class Burst:
         numpy_io = self._numpy_io()
         sizes = None
         fast = self._fast
-        if fast is not None:
-            planned = numpy_io.planned(inputs)
-            if planned is not None:
-                plan, parts = planned
-                result = fast.execute_planned(plan.compact, parts, measure, timeout)
-                if result is not None:
-                    settled = settle(plan, result)
-                    if isinstance(settled, ExecutionOutcome):
-                        return settled
-                    sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
         options = ExecutionOptions.of(measure, timeout)
+        # A layout seen before: on the fast path, from the arrays straight to a compact call;
+        # over gRPC, to the request of the plan (no planning again). From the answer straight
+        # to the outputs.
+        planned = numpy_io.planned(inputs)
+        if planned is not None:
+            plan, parts = planned
+            if fast is not None:
+                result = fast.execute_planned(plan.compact, parts, measure, timeout)
+            else:
+                result = self._run(plan.request(plan.pool_data(parts)), options)
+            if result is not None:
+                settled = settle(plan, result)
+                if isinstance(settled, ExecutionOutcome):
+                    return settled
+                sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
         return steps.drive(numpy_execution(numpy_io, inputs, sizes), lambda request: self._run(request, options))
 
     def close(self) -> None:

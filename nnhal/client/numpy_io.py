@@ -149,6 +149,20 @@ class _Plan:
         (pool 0), then the room for the outputs (pool 1)."""
         return InlinePool(data, len(data)), self.output_pool
 
+    def request(self, data: PoolData) -> Request:
+        """The request of this plan whose inputs' pool holds ``data`` (:meth:`pools`)."""
+        return Request(self.inputs, self.outputs, self.pools(data))
+
+    @staticmethod
+    def pool_data(parts: list[Any]) -> PoolData:
+        """The inputs' pool of a call of these parts (:meth:`NumpyIO.planned`'s): joined, one
+        copy; a single array is the pool itself, uncopied (the one copy is where it is sent
+        from: into the message, or its chunks)."""
+        if len(parts) == 1 and type(parts[0]) is np.ndarray:
+            only: np.ndarray = parts[0]
+            return only.data.cast("B") if only.nbytes else b""
+        return b"".join(parts)  # contiguous arrays: joined through the buffer protocol, no tobytes() copy
+
     def outputs_of(self, output_pools: dict[int, PoolData], output_shapes: Sequence[OutputShape]) -> list[np.ndarray]:
         """The output arrays of a successful answer: read-only views of its output pool (the
         answer's own bytes, which nothing reuses). The answer's shapes are checked against the
@@ -256,19 +270,12 @@ class NumpyIO:
 
     @staticmethod
     def _request(plan: _Plan, given: list[np.ndarray]) -> tuple[Request, Layout]:
-        data: PoolData
-        if len(given) == 1:
-            # One input is the pool itself, uncopied: the one copy is where it is sent from
-            # (into the message, or its chunks).
-            data = given[0].data.cast("B") if given[0].nbytes else b""
-        else:
-            chunks: list[Any] = []
-            for arr, pad in zip(given, plan.pads):
-                if pad:
-                    chunks.append(_ZEROS[:pad])
-                chunks.append(arr)  # contiguous: joined through the buffer protocol, no tobytes() copy
-            data = b"".join(chunks)
-        return Request(plan.inputs, plan.outputs, plan.pools(data)), plan.layout
+        chunks: list[Any] = []
+        for arr, pad in zip(given, plan.pads):
+            if pad:
+                chunks.append(_ZEROS[:pad])
+            chunks.append(arr)
+        return plan.request(plan.pool_data(chunks)), plan.layout
 
 
 def no_model() -> NumpyIO:

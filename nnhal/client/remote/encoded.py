@@ -111,15 +111,9 @@ def head_bytes(session: str, handle: str) -> bytes:
     return head
 
 
-#: An inline pool's framing by (data bytes, declared size) (:func:`_pool_frame`): a layout's
-#: pools keep their sizes from call to call. Bounded: cleared when full.
-_FRAMES: dict[tuple[int, int], tuple[bytes, bytes, int]] = {}
-_FRAMES_MAX = 256
-
-
 def _pool_frame(n: int, size: int) -> tuple[bytes, bytes, int]:
     """The ``Request.pools`` field of an inline pool of ``n`` data bytes declaring ``size``:
-    its bytes before the data and after it, and the field's whole length (kept per pair)."""
+    its bytes before the data and after it, and the field's whole length."""
     # The InlineMemory message: its data (when any), then its size (when not 0).
     before = b""
     inline = 0
@@ -134,11 +128,50 @@ def _pool_frame(n: int, size: int) -> tuple[bytes, bytes, int]:
         inline += 1 + len(value)
     inner = varint(inline)
     outer = varint(1 + len(inner) + inline)  # the MemoryPool message
-    frame = (_POOL + outer + _INLINE + inner + before, after, 2 + len(outer) + len(inner) + inline)
-    if len(_FRAMES) >= _FRAMES_MAX:
-        _FRAMES.clear()
-    _FRAMES[n, size] = frame
-    return frame
+    return _POOL + outer + _INLINE + inner + before, after, 2 + len(outer) + len(inner) + inline
+
+
+class _Layout(NamedTuple):
+    """The bytes of the requests of one layout around their pools' data (:func:`_layout`)."""
+
+    head: bytes
+    args: bytes
+    #: (data bytes, declared size) of each inline pool.
+    sizes: tuple[tuple[int, int], ...]
+    #: The bytes before each pool's data, then those after the last one's (or the whole
+    #: request message's, for no pools).
+    parts: tuple[bytes, ...]
+
+
+#: Layouts by (head, arguments, pool sizes) (:func:`_layout`). Bounded: cleared when full.
+_LAYOUTS: dict[tuple[bytes, bytes, tuple[tuple[int, int], ...]], _Layout] = {}
+_LAYOUTS_MAX = 64
+#: The last layout written: a loop of one layout hands the same head and arguments every call.
+#: Read and replaced whole (threads share it).
+_LAST_LAYOUT: _Layout | None = None
+
+
+def _layout(head: bytes, args: bytes, sizes: tuple[tuple[int, int], ...]) -> _Layout:
+    """The layout of requests of ``head`` (:func:`head_bytes`), ``args`` (:func:`args_bytes`)
+    and inline pools of these ``sizes``: made once per layout, then kept."""
+    global _LAST_LAYOUT
+    key = (head, args, sizes)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        frames = [_pool_frame(n, size) for n, size in sizes]
+        length = len(args) + sum(field for _, _, field in frames)  # of the Request message
+        first = head + _REQUEST + varint(length) + args
+        parts: list[bytes] = []
+        for before, after, _ in frames:
+            parts.append(first + before)
+            first = after
+        parts.append(first)
+        layout = _Layout(head, args, sizes, tuple(parts))
+        if len(_LAYOUTS) >= _LAYOUTS_MAX:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = layout
+    _LAST_LAYOUT = layout
+    return layout
 
 
 def execute_bytes(
@@ -153,21 +186,24 @@ def execute_bytes(
     """The serialized ExecuteRequest of ``head`` (:func:`head_bytes`), ``args``
     (:func:`args_bytes`) and ``pools``, with its deadline ``remaining_s`` seconds away (None:
     none; saturated as ``wire.deadline_to`` does); None when a pool is not inline. Raises
-    InvalidArgument for a NaN deadline (as ``wire.deadline_to``)."""
-    parts: list[PoolData] = [args]
-    length = len(args)  # of the Request message
+    InvalidArgument for a NaN deadline (as ``wire.deadline_to``). The bytes around the pools'
+    data are made once per layout (:func:`_layout`)."""
+    sizes: list[tuple[int, int]] = []
     for pool in pools:
         if type(pool) is not InlinePool:
             return None
-        data, size = pool.data, pool.size
-        n = len(data) if type(data) is bytes else memoryview(data).nbytes
-        frame = _FRAMES.get((n, size))
-        if frame is None:
-            frame = _pool_frame(n, size)
-        before, after, field = frame
-        parts += (before, data, after)
-        length += field
-    out: list[PoolData] = [head, _REQUEST, varint(length), *parts]
+        data = pool.data
+        sizes.append((len(data) if type(data) is bytes else memoryview(data).nbytes, pool.size))
+    key = tuple(sizes)
+    layout = _LAST_LAYOUT
+    if layout is None or layout.head is not head or layout.args is not args or layout.sizes != key:
+        layout = _layout(head, args, key)
+    parts = layout.parts
+    out: list[PoolData] = [parts[0]]
+    k = 0
+    for pool in pools:
+        k += 1
+        out += (pool.data, parts[k])
     if measure:
         out.append(_MEASURE_YES)
     if remaining_s is not None:

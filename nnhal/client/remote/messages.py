@@ -128,28 +128,6 @@ def execute_request(
     return msg, fill_execution(msg, handle, request, options)
 
 
-def execute_bytes(
-    session: str,
-    handle: str,
-    inputs: tuple[RequestArgument, ...],
-    outputs: tuple[RequestArgument, ...],
-    pools: Sequence[MemoryPool],
-    options: ExecutionOptions,
-    remaining: float | None,
-) -> bytes | None:
-    """The serialized ExecuteRequest of model ``handle`` in ``session`` (``encoded.execute_bytes``:
-    None for a pool that is not inline), its deadline ``remaining`` seconds away."""
-    return encoded.execute_bytes(
-        encoded.head_bytes(session, handle),
-        encoded.args_bytes(inputs, outputs),
-        pools,
-        options.measure,
-        remaining,
-        options.loop_timeout_ns,
-        options.profile,
-    )
-
-
 def execute_request_bytes(
     session: str,
     handle: str,
@@ -158,21 +136,30 @@ def execute_request_bytes(
     pools: Sequence[MemoryPool],
     options: ExecutionOptions,
 ) -> tuple[bytes, float | None] | None:
-    """:func:`execute_request` written as bytes (:func:`execute_bytes`) for the request of these
-    arguments and pools, and its gRPC timeout; None — the caller builds the message — for a
-    pool that is not inline. The sync and the asyncio sessions' encoded executions alike."""
+    """:func:`execute_request` written as bytes (``encoded.execute_bytes``) for the request of
+    these arguments and pools, and its gRPC timeout; None — the caller builds the message —
+    for a pool that is not inline. The sync and the asyncio sessions' encoded executions and
+    both clients' bursts alike."""
     remaining = remaining_time(options.timeout, options.deadline_at)
-    raw = execute_bytes(session, handle, inputs, outputs, pools, options, remaining)
+    raw = encoded.execute_bytes(
+        encoded.head_bytes(session, handle),
+        encoded.args_bytes(inputs, outputs),
+        pools,
+        options.measure,
+        remaining,
+        options.loop_timeout_ns,
+        options.profile,
+    )
     return None if raw is None else (raw, grpc_timeout(remaining))
 
 
 def burst_request(session: str, handle: str, request: Request, options: ExecutionOptions) -> bytes:
     """The serialized BurstRequest of one execution on a burst stream: written as bytes
-    (:func:`execute_bytes`), or, for a pool that is not inline, the message built field by field."""
-    remaining = remaining_time(options.timeout, options.deadline_at)
-    raw = execute_bytes(session, handle, request.inputs, request.outputs, request.pools, options, remaining)
-    if raw is not None:
-        return encoded.burst_bytes(raw)
+    (:func:`execute_request_bytes`), or, for a pool that is not inline, the message built field
+    by field."""
+    written = execute_request_bytes(session, handle, request.inputs, request.outputs, request.pools, options)
+    if written is not None:
+        return encoded.burst_bytes(written[0])
     message = spb.BurstRequest()
     msg = message.execute  # filled in place: BurstRequest(execute=msg) would copy it
     msg.session = session
