@@ -200,9 +200,7 @@ def execute_bytes(
         layout = _layout(head, args, key)
     parts = layout.parts
     out: list[PoolData] = [parts[0]]
-    k = 0
-    for pool in pools:
-        k += 1
+    for k, pool in enumerate(pools, 1):
         out += (pool.data, parts[k])
     if measure:
         out.append(_MEASURE_YES)
