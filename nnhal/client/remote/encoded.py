@@ -189,10 +189,12 @@ def execute_bytes(
     InvalidArgument for a NaN deadline (as ``wire.deadline_to``). The bytes around the pools'
     data are made once per layout (:func:`_layout`)."""
     sizes: list[tuple[int, int]] = []
+    datas: list[PoolData] = []
     for pool in pools:
         if type(pool) is not InlinePool:
             return None
         data = pool.data
+        datas.append(data)
         sizes.append((len(data) if type(data) is bytes else memoryview(data).nbytes, pool.size))
     key = tuple(sizes)
     layout = _LAST_LAYOUT
@@ -200,8 +202,8 @@ def execute_bytes(
         layout = _layout(head, args, key)
     parts = layout.parts
     out: list[PoolData] = [parts[0]]
-    for k, pool in enumerate(pools, 1):
-        out += (pool.data, parts[k])
+    for k, data in enumerate(datas, 1):
+        out += (data, parts[k])
     if measure:
         out.append(_MEASURE_YES)
     if remaining_s is not None:
