@@ -115,7 +115,7 @@ class Burst:
             if fast is not None:
                 result = fast.execute_planned(plan.compact, parts, measure, timeout)
             else:
-                result = self._run(plan.request(plan.pool_data(parts)), options)
+                result = self._run(plan.request(parts), options)
             if result is not None:
                 settled = settle(plan, result)
                 if isinstance(settled, ExecutionOutcome):

@@ -144,24 +144,22 @@ class _Plan:
         output_pool = InlinePool(b"", max(out_offset, 1))
         return _Plan(tuple(pads), tuple(in_args), tuple(out_args), output_pool, tuple(layout), offset)
 
-    def pools(self, data: PoolData) -> tuple[InlinePool, InlinePool]:
-        """The pools of a request of this plan whose inputs' pool holds ``data``: that pool
-        (pool 0), then the room for the outputs (pool 1)."""
-        return InlinePool(data, len(data)), self.output_pool
-
-    def request(self, data: PoolData) -> Request:
-        """The request of this plan whose inputs' pool holds ``data`` (:meth:`pools`)."""
-        return Request(self.inputs, self.outputs, self.pools(data))
-
-    @staticmethod
-    def pool_data(parts: list[Any]) -> PoolData:
-        """The inputs' pool of a call of these parts (:meth:`NumpyIO.planned`'s): joined, one
+    def pools(self, parts: list[Any]) -> tuple[InlinePool, InlinePool]:
+        """The pools of the request of a call of these parts (:meth:`NumpyIO.planned`'s): the
+        inputs' pool (pool 0), then the room for the outputs (pool 1). The parts are joined, one
         copy; a single array is the pool itself, uncopied (the one copy is where it is sent
         from: into the message, or its chunks)."""
+        data: PoolData
         if len(parts) == 1 and type(parts[0]) is np.ndarray:
             only: np.ndarray = parts[0]
-            return only.data.cast("B") if only.nbytes else b""
-        return b"".join(parts)  # contiguous arrays: joined through the buffer protocol, no tobytes() copy
+            data = only.data.cast("B") if only.nbytes else b""
+        else:
+            data = b"".join(parts)  # contiguous arrays: joined through the buffer protocol, no tobytes() copy
+        return InlinePool(data, len(data)), self.output_pool
+
+    def request(self, parts: list[Any]) -> Request:
+        """The request of a call of these parts (:meth:`pools`)."""
+        return Request(self.inputs, self.outputs, self.pools(parts))
 
     def outputs_of(self, output_pools: dict[int, PoolData], output_shapes: Sequence[OutputShape]) -> list[np.ndarray]:
         """The output arrays of a successful answer: read-only views of its output pool (the
@@ -275,7 +273,7 @@ class NumpyIO:
             if pad:
                 chunks.append(_ZEROS[:pad])
             chunks.append(arr)
-        return plan.request(plan.pool_data(chunks)), plan.layout
+        return plan.request(chunks), plan.layout
 
 
 def no_model() -> NumpyIO:

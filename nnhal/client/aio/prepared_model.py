@@ -203,7 +203,7 @@ class PreparedModel(AsyncReleasable):
                         self.handle,
                         plan.inputs,
                         plan.outputs,
-                        plan.pools(plan.pool_data(parts)),
+                        plan.pools(parts),
                         ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns),
                     )
                 if result is not None:
