@@ -94,6 +94,16 @@ def _nbytes(data: PoolData) -> int:
     return data.nbytes if isinstance(data, memoryview) else len(data)
 
 
+def _bytes_of(data: PoolData) -> tuple[bytes | memoryview, int]:
+    """``data`` as bytes or a view of bytes (format ``B``: what ``fastring.Gathered`` takes with
+    its length given), and its length in bytes."""
+    if isinstance(data, memoryview):
+        if data.format != "B":
+            data = data.cast("B")
+        return data, data.nbytes
+    return data, len(data)
+
+
 def layout_key(
     inputs: tuple[RequestArgument, ...], outputs: tuple[RequestArgument, ...], pools: Sequence[MemoryPool]
 ) -> LayoutKey | None:
@@ -267,18 +277,24 @@ def _answer_head(result: ExecutionResult) -> bytes:
 def _with_pools(head: bytes, pools: dict[int, PoolData]) -> bytes | fastring.Gathered:
     """``answer_parts``: ``head`` (``_answer_head``), then each output pool — its index and
     length, padded so that its bytes start at a multiple of :data:`ALIGN`, then the bytes."""
-    parts: list[bytes | memoryview] = [head]
+    # The bytes before each pool's bytes (the head, the pair and pad) are one part, so a ring
+    # checksums and copies two parts per pool, not three.
+    parts: list[bytes | memoryview] = []
+    before = head
     at = len(head)
     for index, data in pools.items():
-        n = _nbytes(data)
+        view, n = _bytes_of(data)
         at += _PAIR.size
         pad = -at % ALIGN
-        parts.append(_PAIR.pack(index, n) + _ZEROS[:pad])
-        parts.append(data)
+        parts.append(before + _PAIR.pack(index, n) + _ZEROS[:pad])
+        parts.append(view)
+        before = b""
         at += pad + n
+    if before:
+        parts.append(before)
     if at <= fastring.CHECKED_BYTES:
         return b"".join(parts)
-    return fastring.Gathered(parts)
+    return fastring.Gathered(parts, at)
 
 
 class AnswerWriter:
