@@ -26,6 +26,8 @@ free pages to the kernel once enough was released (the process gives freed memor
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from functools import partial
 
 from nnhal.core.errors import InvalidArgument, ResourceExhaustedPersistent, ResourceExhaustedTransient
 from nnhal.server.memory_release import Releaser
@@ -33,6 +35,8 @@ from nnhal.server.session import CLOSED
 
 #: The share of the total limit kept for sessions below their fair share (module docstring).
 RESERVE_SHARE = 8
+#: The kind of what an execution allocates (intermediates, outputs, scratch).
+EXECUTION_TENSORS = "execution tensors"
 
 
 class MemoryBudget:
@@ -51,6 +55,14 @@ class MemoryBudget:
         self._total_by_kind: dict[str, int] = {}
         #: Told of every byte given back (outside the lock).
         self.releaser = Releaser()
+        #: What an execution's control reserves its tensors with (``ExecutionControl.reserve``:
+        #: ``charge_working`` of :data:`EXECUTION_TENSORS`) and gives them back with (``release``:
+        #: ``uncharge_working``), made once; None without a total limit: nothing is counted.
+        self.reserve_tensors: Callable[[int], None] | None = None
+        self.release_tensors: Callable[..., None] | None = None
+        if total:
+            self.reserve_tensors = partial(self.charge_working, what=EXECUTION_TENSORS)
+            self.release_tensors = partial(self.uncharge_working, what=EXECUTION_TENSORS)
 
     @property
     def total(self) -> int:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
 
 from nnhal.core.enums import Priority
 from nnhal.core.errors import (
@@ -168,8 +167,6 @@ class PrepareJob:
 
 #: How an execution whose client went away (its session closed) ends.
 SESSION_ENDED = "the client's session ended during the execution"
-#: The budget's kind for what an execution allocates (intermediates, outputs, scratch).
-EXECUTION_TENSORS = "execution tensors"
 
 
 class ExecutionJob:
@@ -237,9 +234,6 @@ class ExecutionJob:
         if cost:
             self._budget.uncharge(self.session.id, cost, "request data")
 
-    def _reserve(self, nbytes: int) -> None:
-        self._budget.charge_working(nbytes, EXECUTION_TENSORS)
-
     def run(self) -> ExecutionResult:
         """Execute; every HAL failure is the result's status (a job launched unadmitted is
         admitted first: RESOURCE_EXHAUSTED_TRANSIENT when the device is saturated). The
@@ -267,14 +261,13 @@ class ExecutionJob:
                     max_execution_ns=self._max_execution_ns,
                     # Every tensor the executor allocates is charged to the server's total before
                     # it exists; without a total limit nothing is counted (no hot-path cost).
-                    reserve=self._reserve if self._budget.limit_total else None,
-                )
-                if self._budget.limit_total:
+                    reserve=self._budget.reserve_tensors,
                     # The grant given back whole, but only the bytes the execution really held at
                     # its peak counted as freed (``freed``): a grant is made in chunks (1 MiB at
                     # least), and counting the chunk had a small model's executions trim the heap
                     # (a full garbage collection, then ``malloc_trim``) every second under load.
-                    control.release = partial(self._budget.uncharge_working, what=EXECUTION_TENSORS)
+                    release=self._budget.release_tensors,
+                )
                 result = self.pm.execute(self.plan, self.bound, control, self.measure)
             finally:
                 self._release_ticket()

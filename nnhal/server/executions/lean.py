@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence, Set as AbstractSet
-from functools import partial
 
 from nnhal.core import fastpacket, wire
 from nnhal.core.enums import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
@@ -36,7 +35,7 @@ from nnhal.core.types import ExecutionResult, InlinePool, PoolData, Request, Req
 from nnhal.server.driver import Driver
 from nnhal.server.executions.calls import Execution
 from nnhal.server.executor.control import ExecutionControl
-from nnhal.server.jobs import EXECUTION_TENSORS, SESSION_ENDED, check_deadline, missed
+from nnhal.server.jobs import SESSION_ENDED, check_deadline, missed
 from nnhal.server.memory import BoundPools, bind_inline, bind_pools, token_placeholder
 from nnhal.server.prepared_model import PreparedModel, execution_result
 from nnhal.server.request_plan import RequestPlan
@@ -107,11 +106,11 @@ class LeanRun:
                     checkpoint_hook=self._checkpoint,
                     on_deadline=self._missed,
                     max_execution_ns=int(d.config.max_execution_seconds * 1e9) or None,
-                    # As the job's: every tensor charged to the server's total before it exists.
-                    reserve=partial(budget.charge_working, what=EXECUTION_TENSORS) if budget.limit_total else None,
+                    # As the job's: every tensor charged to the server's total before it exists,
+                    # the grant given back whole, the peak counted as freed.
+                    reserve=budget.reserve_tensors,
+                    release=budget.release_tensors,
                 )
-                if budget.limit_total:  # as the job's: the grant back whole, the peak counted as freed
-                    control.release = partial(budget.uncharge_working, what=EXECUTION_TENSORS)
                 result = self.pm.execute(self.plan, self.bound, control, self.measure)
             finally:
                 self._give_back()

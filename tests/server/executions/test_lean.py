@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from functools import partial
 
 import numpy as np
 import pytest
 
-from nnhal.core import wire
+from nnhal.core import fastpacket, wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference
 from nnhal.core.errors import HalError
 from nnhal.core.types import DataLocation, ExecutionResult, InlinePool, Request, RequestArgument
@@ -197,6 +198,42 @@ def test_a_lean_run_closed_without_running_gives_everything_back() -> None:
     run.close()
     run.close()  # idempotent
     _idle(x, session)
+
+
+def _compact_call(x: Executions, compact: lean.Compact, body: memoryview) -> ExecutionResult | Refused:
+    """A compact call of ``compact`` as the same-host queue makes it (its own lean launch first)."""
+    m = x.method("executeSynchronously_1_3")
+    build = partial(compact.execution, body, False, None, 0)
+    return x.execute(m, build, None, None, None, partial(lean.launch_compact, x.driver, compact, body, False, None, 0))
+
+
+@pytest.mark.parametrize("end", ["release", "close"])
+def test_a_compact_layout_keeps_its_model_until_it_is_released_or_its_session_closes(end: str) -> None:
+    """The layout looks its session and model up once; a released model or a closed session is
+    refused as the full path refuses it (same status and message), never run from the kept ones."""
+    x, session, handle = _owner()
+    m = x.method("executeSynchronously_1_3")
+    request = _request()
+    assert x.execute(m, lambda: Execution(session, handle, request)).status == ErrorStatus.NONE  # its plan learned
+    key = fastpacket.layout_key(request.inputs, request.outputs, request.pools)
+    assert key is not None
+    compact = lean.Compact(session, handle, key)
+    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools])))
+    for _ in range(2):
+        result = _compact_call(x, compact, body)
+        assert isinstance(result, ExecutionResult) and result.status == ErrorStatus.NONE
+        assert np.array_equal(np.frombuffer(result.output_pools[1], np.float32), np.full(8, 2.0, np.float32))
+    assert compact.found is not None
+    d = x.driver
+    if end == "release":
+        d.release_prepared(d.session(session), handle)
+    else:
+        d.close_session(session)
+    full = x.execute(m, lambda: Execution(session, handle, request))
+    refused = _compact_call(x, compact, body)
+    assert isinstance(full, Refused) and isinstance(refused, Refused)
+    assert (refused.status, refused.message) == (full.status, full.message)
+    assert refused.status == ErrorStatus.INVALID_ARGUMENT
 
 
 def _parts(request: Request) -> list[tuple[bytes, int]]:
