@@ -111,6 +111,11 @@ class Scheduler:
         """Whether an execution of ``client`` at ``priority`` admitted now would get a slot
         without waiting. A racy answer (others may come first), for a caller choosing where
         to run a short execution (the RPC layer's event loop must not wait)."""
+        # Nothing admitted (so nothing running or waiting) and no recent work above it: a
+        # slot is free and nothing outranks it, read without the lock (the answer is racy
+        # anyway) — the common case of a client's calls one after another.
+        if not self._admitted and self._shut is None and priority >= self._recent_top:
+            return True
         with self._lock:
             if self._shut is not None or self._waiting or len(self._running) >= self.slots:
                 return False

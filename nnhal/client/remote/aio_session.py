@@ -51,8 +51,8 @@ from nnhal.client.remote.aio_samehost import AioSameHostQueue
 from nnhal.client.remote.messages import (
     ExecutionOptions,
     PreparedRef,
+    burst_request,
     check_launch,
-    execute_request,
     notify_of,
     prepared_of,
     raise_for_status,
@@ -70,7 +70,7 @@ from nnhal.client.remote.transport import (
     tag_request_id,
     target_of,
 )
-from nnhal.core import telemetry, wire, wire_session
+from nnhal.core import telemetry, wire_session
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
@@ -403,7 +403,9 @@ class AioSession:
         """configureExecutionBurst: a stream for one burst; DEAD_OBJECT at once for a server known dead."""
         self.check("configureExecutionBurst")
         md = self.metadata()
-        call = self.stubs.prepared_model.configureExecutionBurst(timeout=BURST_STREAM_TIMEOUT, metadata=md)
+        # Requests written as serialized BurstRequests, answers read as ExecutionResults
+        # (``messages.burst_request``, ``encoded.burst_answer``), as the sync session's.
+        call = self.stubs.burst_encoded(timeout=BURST_STREAM_TIMEOUT, metadata=md)
         return AioBurstStream(self, call, md)
 
     def spawn(self, cleanup: Coroutine[Any, Any, Any]) -> None:
@@ -466,14 +468,16 @@ class AioBurstStream:
     async def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
         """One execution through the session's call path: its result, None once the server
         ended the stream; raises the HalError of a transport failure."""
-        msg, _ = execute_request(self._session.session_id, handle, request, options)
-        response = await self._session.call("burst", False, lambda _md: self._exchange(msg), self._md)
-        return None if response is None else wire.execution_result_from(response.result)
+        data = burst_request(self._session.session_id, handle, request, options)
+        result: ExecutionResult | None = await self._session.call(
+            "burst", False, lambda _md: self._exchange(data), self._md
+        )
+        return result
 
-    async def _exchange(self, msg: spb.ExecuteRequest) -> Any:
-        """Send one request and read its response (None: the server ended the stream)."""
+    async def _exchange(self, data: bytes) -> Any:
+        """Send one serialized request and read its result (None: the server ended the stream)."""
         try:
-            await self._call.write(spb.BurstRequest(execute=msg))
+            await self._call.write(data)
         except asyncio.InvalidStateError:  # the call finished with OK: the server ended it
             return None
         response = await self._call.read()

@@ -58,9 +58,12 @@ _ARGS_MAX = 64
 def _fields(args: tuple[RequestArgument, ...]) -> tuple[tuple[Any, ...], ...]:
     """Every field of ``args`` in plain tuples (hashed and compared in C, where the
     dataclasses' own hash and equality are Python calls per argument)."""
-    return tuple(
-        [(a.has_no_value, a.location.pool_index, a.location.offset, a.location.length, a.dimensions) for a in args]
-    )
+    # A loop, not a comprehension, which would make a function object per call.
+    fields: list[tuple[Any, ...]] = []
+    for a in args:
+        location = a.location
+        fields.append((a.has_no_value, location.pool_index, location.offset, location.length, a.dimensions))
+    return tuple(fields)
 
 
 #: The last arguments serialized and their bytes: a numpy plan hands the same tuples every call.

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from nnhal.client.cache_files import CacheFile, CacheInput, as_bytes
+from nnhal.client.remote import encoded
 from nnhal.client.remote.transport import grpc_timeout, remaining_time
 from nnhal.core import wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.faults import Fault
-from nnhal.core.types import BufferDesc, BufferRole, MemoryPool, Model, Request
+from nnhal.core.types import BufferDesc, BufferRole, MemoryPool, Model, Request, RequestArgument
 from nnhal.proto import service_pb2 as spb
 
 
@@ -125,6 +126,43 @@ def execute_request(
     """The ExecuteRequest of executeSynchronously_1_3 / execute_1_3 and its gRPC timeout."""
     msg = spb.ExecuteRequest(session=session, profile=options.profile)
     return msg, fill_execution(msg, handle, request, options)
+
+
+def execute_bytes(
+    session: str,
+    handle: str,
+    inputs: tuple[RequestArgument, ...],
+    outputs: tuple[RequestArgument, ...],
+    pools: Sequence[MemoryPool],
+    options: ExecutionOptions,
+    remaining: float | None,
+) -> bytes | None:
+    """The serialized ExecuteRequest of model ``handle`` in ``session`` (``encoded.execute_bytes``:
+    None for a pool that is not inline), its deadline ``remaining`` seconds away."""
+    return encoded.execute_bytes(
+        encoded.head_bytes(session, handle),
+        encoded.args_bytes(inputs, outputs),
+        pools,
+        options.measure,
+        remaining,
+        options.loop_timeout_ns,
+        options.profile,
+    )
+
+
+def burst_request(session: str, handle: str, request: Request, options: ExecutionOptions) -> bytes:
+    """The serialized BurstRequest of one execution on a burst stream: written as bytes
+    (:func:`execute_bytes`), or, for a pool that is not inline, the message built field by field."""
+    remaining = remaining_time(options.timeout, options.deadline_at)
+    raw = execute_bytes(session, handle, request.inputs, request.outputs, request.pools, options, remaining)
+    if raw is not None:
+        return encoded.burst_bytes(raw)
+    message = spb.BurstRequest()
+    msg = message.execute  # filled in place: BurstRequest(execute=msg) would copy it
+    msg.session = session
+    msg.profile = options.profile
+    fill_execution(msg, handle, request, options)
+    return message.SerializeToString()
 
 
 def prepare_request(

@@ -19,15 +19,16 @@ import grpc
 from nnhal.client.callbacks import Callback
 from nnhal.client.faults import Fault
 from nnhal.client.outcome import failed_result
-from nnhal.client.remote import calls, encoded, hidl
+from nnhal.client.remote import calls, hidl
 from nnhal.client.remote.channel import SessionChannel
 from nnhal.client.remote.messages import (
     BurstStream,
     ExecutionOptions,
     PreparedRef,
+    burst_request,
     drain,
+    execute_bytes,
     execute_request,
-    fill_execution,
     prepared_of,
 )
 from nnhal.client.remote.transport import (
@@ -209,32 +210,11 @@ class RemoteSession(SessionChannel):
         if wire_stream.pools_worth_streaming(pools):
             return None
         remaining = remaining_time(options.timeout, options.deadline_at)
-        raw = self._execute_bytes(handle, inputs, outputs, pools, options, remaining)
+        raw = execute_bytes(self._session_id, handle, inputs, outputs, pools, options, remaining)
         if raw is None:
             return None
         result: ExecutionResult = self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining))
         return result  # read by the stub's deserializer (``encoded.execute_answer``)
-
-    def _execute_bytes(
-        self,
-        handle: str,
-        inputs: tuple[RequestArgument, ...],
-        outputs: tuple[RequestArgument, ...],
-        pools: tuple[MemoryPool, ...],
-        options: ExecutionOptions,
-        remaining: float | None,
-    ) -> bytes | None:
-        """This session's serialized ExecuteRequest of model ``handle`` (``encoded.execute_bytes``:
-        None for a pool that is not inline), its deadline ``remaining`` seconds away."""
-        return encoded.execute_bytes(
-            encoded.head_bytes(self._session_id, handle),
-            encoded.args_bytes(inputs, outputs),
-            pools,
-            options.measure,
-            remaining,
-            options.loop_timeout_ns,
-            options.profile,
-        )
 
     #: False once the server answered that it has no StreamedExecution service (an older server).
     _streams = True
@@ -315,21 +295,11 @@ class RemoteSession(SessionChannel):
         self, stream: BurstStream, handle: str, request: Request, options: ExecutionOptions
     ) -> ExecutionResult:
         """One execution on the burst stream; transport failures come back in the result."""
-        remaining = remaining_time(options.timeout, options.deadline_at)
-        raw = self._execute_bytes(handle, request.inputs, request.outputs, request.pools, options, remaining)
-        if raw is not None:
-            burst_request = encoded.burst_bytes(raw)
-        else:  # a pool that is not inline: the message built field by field
-            message = spb.BurstRequest()
-            msg = message.execute  # filled in place: BurstRequest(execute=msg) would copy it
-            msg.session = self._session_id
-            msg.profile = options.profile
-            fill_execution(msg, handle, request, options)
-            burst_request = message.SerializeToString()
+        data = burst_request(self._session_id, handle, request, options)
         self._ids.last = stream.request_id
         with stream.lock:
             self._monitor.check()
-            stream.requests.put(burst_request)
+            stream.requests.put(data)
             try:
                 response = self.invoke(partial(next, stream.responses, None), "burst", had_deadline=False)
             except HalError as err:

@@ -23,8 +23,9 @@ With no observer set the owner pays one attribute read per call.
 
 An observer that never reads a call's canonical arguments says so (``reads_args`` False):
 while no observer of the owner reads them, a call that can launch from its bytes alone (a
-same-host compact call, ``lean.launch_compact``) launches so, with no arguments made, and
-the hooks are told it with ``args`` None.
+same-host compact call, ``lean.launch_compact``; an all-inline gRPC execution,
+``lean.launch_inline``) launches so, with no arguments made, and the hooks are told it with
+``args`` None.
 
 An observer that wants only the calls that failed says so (``failures_only``): it is told
 ``finished`` and ``answered`` of a call whose status is not NONE, and nothing else. While

@@ -223,9 +223,10 @@ class Executions:
         INVALID_ARGUMENT — or, when it was refused or failed without one, a ``Refused``.
         ``arrival``: what ``arrive`` returned for this call; ``since``: when it arrived
         (``time.perf_counter()``, a streamed execution's start; default: now).
-        ``lean_launch``: the call's own lean launch (``lean.launch_compact``), tried first when
-        no hook reads the calls' canonical arguments (``Observer.reads_args``; the hooks are
-        then told the call with ``args`` None); when it returns None, ``build()`` is called
+        ``lean_launch``: the call's own lean launch (``lean.launch_compact``,
+        ``lean.launch_inline``), tried first when no hook reads the calls' canonical arguments
+        (``Observer.reads_args``; the hooks are then told the call with ``args`` None); when
+        it returns None, ``build()`` is called
         and the call launched as any other. ``found``: what ``runs_inline`` returned for
         this call (its session and prepared model, handed to the lean launch)."""
         t0 = time.perf_counter() if since is None else since

@@ -44,6 +44,17 @@ def test_the_same_clients_higher_priority_work_holds_it_off() -> None:
     sched.release(high)
 
 
+def test_the_same_clients_recent_higher_priority_work_holds_it_off_with_nothing_admitted() -> None:
+    sched = Scheduler(slots=2, queue_depth=4)
+    sched.release(sched.admit("a", Priority.HIGH))
+    assert sched.in_flight == 0
+    assert not sched.starts_at_once("a", Priority.LOW)  # within the hold-off
+    assert sched.starts_at_once("a", Priority.HIGH)
+    assert sched.starts_at_once("b", Priority.LOW)  # another client's work is not held off
+    sched.hold_off_ns = 0
+    assert sched.starts_at_once("a", Priority.LOW)  # the hold-off over
+
+
 def test_a_shut_scheduler_starts_nothing() -> None:
     sched = Scheduler(slots=1, queue_depth=0)
     sched.shut("draining")
