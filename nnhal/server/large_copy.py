@@ -18,31 +18,24 @@ memory of its own.
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 
 import numpy as np
 
-from nnhal.core.lookout import LOAD
+from nnhal.core.lookout import LOAD, allowed_cpus
 
 __all__ = ["CHUNK", "IDLE_S", "MOST_HELPERS", "THRESHOLD", "copy", "helpers_alive"]
 
 #: Copies of fewer bytes are one ``np.copyto`` on the calling thread (handing work over
 #: costs a thread wake-up, tens of microseconds).
 THRESHOLD = 8 << 20
-#: What one thread claims at a time (a huge page: slices of huge-page-backed memory stay whole pages).
-CHUNK = 2 << 20
+#: What one thread claims at a time: the caller's last wait is for at most one chunk a helper
+#: is copying (half a huge page: slices of huge-page-backed memory stay within one page).
+CHUNK = 1 << 20
 MOST_HELPERS = 3
 #: A helper with nothing to do for this long ends.
 IDLE_S = 1.0
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 class _Job:
@@ -52,6 +45,7 @@ class _Job:
     def __init__(self, dst: np.ndarray, src: np.ndarray) -> None:
         self._dst: np.ndarray | None = dst
         self._src: np.ndarray | None = src
+        self._chunk = CHUNK
         self._chunks = -(-src.nbytes // CHUNK)
         self._next = 0
         self._left = self._chunks
@@ -68,9 +62,9 @@ class _Job:
                     return
                 self._next = k + 1
                 dst, src = self._dst, self._src
-            start = k * CHUNK
+            start, end = k * self._chunk, (k + 1) * self._chunk
             try:
-                np.copyto(dst[start : start + CHUNK], src[start : start + CHUNK])
+                np.copyto(dst[start:end], src[start:end])
             except Exception as err:  # handed to the caller, which raises it
                 self.error = err
             finally:
@@ -85,7 +79,11 @@ class _Job:
 
 
 class _Helpers:
-    """The helper threads and the jobs offered to them. Thread-safe; its lock is a leaf."""
+    """The helper threads and the jobs handed to them. Thread-safe; its lock is a leaf.
+
+    A job is handed only to a helper that waits for one (``_idle`` counts the waiting helpers
+    no job was handed to yet) or to one started for it: nothing waits in the queue for a
+    helper that is busy, so no job outlives its copy there."""
 
     def __init__(self, most: int) -> None:
         self.most = most
@@ -99,38 +97,43 @@ class _Helpers:
         return self._alive
 
     def offer(self, job: _Job) -> None:
-        """Let up to ``most`` helpers join ``job``: the idle ones are woken, and helpers are
-        started while fewer than ``most`` live."""
+        """Let the waiting helpers join ``job``, and as many new ones as keep at most ``most`` alive."""
         with self._lock:
+            wake, self._idle = self._idle, 0
             start = self.most - self._alive
             self._alive += start
-        for _ in range(self.most):
+        for _ in range(wake):
             self._jobs.put(job)
         for _ in range(start):
-            threading.Thread(target=self._serve, name="nnhal-copy", daemon=True).start()
+            threading.Thread(target=self._serve, args=(job,), name="nnhal-copy", daemon=True).start()
 
-    def _serve(self) -> None:
+    def _serve(self, job: _Job) -> None:
         while True:
-            try:
-                job = self._jobs.get(timeout=IDLE_S)
-            except queue.Empty:
-                with self._lock:
-                    # A job offered between the timeout and this lock still finds a helper:
-                    # the caller copies whatever no helper claims.
-                    self._alive -= 1
-                return
             job.work()
             del job
+            with self._lock:
+                self._idle += 1
+            while True:
+                try:
+                    job = self._jobs.get(timeout=IDLE_S)
+                    break
+                except queue.Empty:
+                    with self._lock:
+                        if self._idle > 0:  # no job was handed to this helper meanwhile: it ends
+                            self._idle -= 1
+                            self._alive -= 1
+                            return
+                    # An offer counted this helper (its job is in the queue, or about to be): take it.
 
 
-_HELPERS = _Helpers(min(MOST_HELPERS, _cpus() - 1))
+_HELPERS = _Helpers(min(MOST_HELPERS, allowed_cpus() - 1))
 
 
 def copy(dst: np.ndarray, src: np.ndarray) -> None:
     """``dst[...] = src`` for two one-dimensional ``uint8`` arrays of the same length that do
     not overlap; from :data:`THRESHOLD` bytes on, shared with the helper threads while the
-    machine has a core to spare. Returns once
-    every byte is copied; an error of any chunk is raised here."""
+    machine has a core to spare. Returns once every byte is copied (no helper touches either
+    array afterwards); an error of any chunk is raised here."""
     if src.nbytes < THRESHOLD or _HELPERS.most <= 0 or not LOAD.spare():
         np.copyto(dst, src)
         return

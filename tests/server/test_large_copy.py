@@ -94,3 +94,31 @@ def test_helpers_end_once_idle(load: _Load) -> None:
     # A copy after they ended starts one again.
     large_copy.copy(dst, src[::-1].copy())
     assert np.array_equal(dst, src[::-1])
+
+
+def test_concurrent_copies_share_the_helpers_and_leave_no_job_behind(
+    load: _Load, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    helpers = large_copy._Helpers(2)
+    monkeypatch.setattr(large_copy, "_HELPERS", helpers)
+    failures: list[str] = []
+
+    def copies(seed: int) -> None:
+        for k in range(3):
+            src, dst = _pair(large_copy.THRESHOLD + 4096 * seed, seed * 10 + k)
+            large_copy.copy(dst, src)
+            if not np.array_equal(dst, src):
+                failures.append(f"copier {seed}, copy {k}")
+
+    threads = [threading.Thread(target=copies, args=(seed,)) for seed in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30.0)
+    assert not failures
+    assert helpers.alive <= 2
+    # Every job handed out goes to a helper that takes it (one may still be waking up).
+    deadline = time.monotonic() + 5.0
+    while not helpers._jobs.empty() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert helpers._jobs.empty()
