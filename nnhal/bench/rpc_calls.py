@@ -7,7 +7,7 @@ off (every call over gRPC, as from another host), prepares ADD 2×4 float32 from
 this process, and after a warm-up counts, with a profile hook on the loop
 thread only, the Python function calls — coroutine resumptions included — made there per
 ``pm.execute`` and per ``Burst.execute`` message. Printed: all of them, and nnhal's own by
-part (the gRPC layer ``nnhal.server.rpc``, the wire conversion ``nnhal.core.wire``, the rest of
+part (the gRPC layer ``nnhal.server.rpc``, the wire conversion ``nnhal.core.wire*``, the rest of
 the server: the owner's pipeline; other: the rest of nnhal), then those of the client's
 calling thread over the same calls (its parts: the client ``nnhal.client``, the wire
 conversion, other: the rest of nnhal, the benchmark's own request among it). The asyncio and

@@ -64,7 +64,7 @@ from nnhal.client.remote.transport import (
     map_rpc_error,
     remaining_time,
 )
-from nnhal.core import fastpacket, fastring, samehost, wire
+from nnhal.core import fastpacket, fastring, samehost, wire_status
 from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError
@@ -131,7 +131,7 @@ class AioQueueLink(QueueEnds):
             first = await session.call("openFastBurst", False, lambda _md: call.read(), md)
             if first is grpc.aio.EOF:
                 raise GeneralFailure("openFastBurst: the stream ended without an answer")
-            status, message = wire.status_from(first)
+            status, message = wire_status.status_from(first)
             if status != ErrorStatus.NONE:
                 raise HalError.of(status, f"openFastBurst: {message}")
             # A blocking socket handover, off the loop; what it took is given back if nobody waits.

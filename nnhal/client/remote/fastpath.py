@@ -74,7 +74,7 @@ from nnhal.client.remote.pace import (
     hybrid_from_env,
 )
 from nnhal.client.remote.transport import BURST_STREAM_TIMEOUT
-from nnhal.core import fastpacket, fastring, wire
+from nnhal.core import fastpacket, fastring, wire_status
 from nnhal.core.doorbell import fine_timers
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError
@@ -134,7 +134,7 @@ class FastBurstLink(QueueEnds):
             first = remote.invoke(lambda: next(call, None), "openFastBurst")
             if first is None:
                 raise GeneralFailure("openFastBurst: the stream ended without an answer")
-            status, message = wire.status_from(first)
+            status, message = wire_status.status_from(first)
             if status != ErrorStatus.NONE:
                 raise HalError.of(status, f"openFastBurst: {message}")
             return FastBurstLink(remote, call, first, executions)
@@ -339,7 +339,7 @@ class FastBurstLink(QueueEnds):
 def ended_result(event: fpb.FastBurstEvent | None) -> ExecutionResult:
     """The result of an execution cut short by the end of a queue whose stream brought ``event``
     last (None: it ended without one): the status the server ended it with."""
-    if event is not None and wire.status_from(event)[0] != ErrorStatus.NONE:
-        status, message = wire.status_from(event)
+    if event is not None and wire_status.status_from(event)[0] != ErrorStatus.NONE:
+        status, message = wire_status.status_from(event)
         return ExecutionResult(status, f"fast burst: {message}")
     return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "the fast burst ended (closed by the server); open a new burst")

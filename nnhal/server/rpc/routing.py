@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from nnhal.core import wire, wire_session
+from nnhal.core import wire_device, wire_session
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.protocol import DEVICE_METADATA
 from nnhal.proto import (
@@ -119,7 +119,7 @@ class DeviceManagerServicer(dgrpc.DeviceManagerServicer):
                 version_string=driver.config.version_string,
                 status=int(driver.status()),
             )
-            wire.capabilities_to(driver.capabilities, entry.capabilities)
+            wire_device.capabilities_to(driver.capabilities, entry.capabilities)
         return reply
 
 
