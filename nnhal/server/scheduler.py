@@ -232,9 +232,11 @@ class Scheduler:
                 if now >= self._next_sweep_ns:
                     # Expired hold-offs are also dropped where they are read; this bounds the rest.
                     self._next_sweep_ns = now + self.hold_off_ns
-                    for key in [k for k, ended in self._recent.items() if ended + self.hold_off_ns <= now]:
-                        del self._recent[key]
-                    self._recent_top = max((p for _, p in self._recent), default=int(Priority.LOW))
+                    expired = [k for k, ended in self._recent.items() if ended + self.hold_off_ns <= now]
+                    if expired:  # what is left keeps the top when nothing was dropped
+                        for key in expired:
+                            del self._recent[key]
+                        self._recent_top = max((p for _, p in self._recent), default=int(Priority.LOW))
             if self._waiting:  # every waiter on the condition is in ``_waiting``
                 self._cond.notify_all()
 
@@ -255,6 +257,8 @@ class Scheduler:
     def _recently_above(self, ticket: Ticket) -> bool:
         """Whether the same client has higher-priority work that ended within the hold-off
         (read-only: safe without the lock, for a pre-check)."""
+        if ticket.priority >= self._recent_top:  # no recent work above it, of any client
+            return False
         now = time.monotonic_ns()
         for p in _ABOVE[ticket.priority]:
             ended = self._recent.get((ticket.client, p))
