@@ -25,7 +25,7 @@ from nnhal.client import aio
 from nnhal.client.device import Device
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.remote import FastBurstLink
-from nnhal.client.remote.aio_samehost import AioQueueLink
+from nnhal.client.remote.aio_queue_link import AioQueueLink
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.queue_ends import QueueEnded, QueueTimeout
 from nnhal.client.remote.samehost import SameHostQueue

@@ -50,7 +50,7 @@ reads the stream's last event for the status. Thread-safe: one execution at a ti
 
 :class:`~nnhal.client.remote.queue_ends.QueueEnds` is what both clients' links share (the rings, the doorbell, the
 granted layouts, an execution's packets); :class:`FastBurstLink` waits on it with
-blocking reads, the asyncio client's link (:mod:`.aio_samehost`) through its event loop.
+blocking reads, the asyncio client's link (:mod:`.aio_queue_link`) through its event loop.
 """
 
 from __future__ import annotations

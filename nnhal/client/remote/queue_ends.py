@@ -3,7 +3,7 @@ the server's handover socket (its descriptors checked before they are mapped), t
 the doorbell, the granted request layouts and an execution's packets, each checked as
 untrusted input. The sync client's link waits with blocking reads
 (:class:`nnhal.client.remote.fastpath.FastBurstLink`), the asyncio client's through its
-event loop (:mod:`nnhal.client.remote.aio_samehost`).
+event loop (:mod:`nnhal.client.remote.aio_queue_link`).
 """
 
 from __future__ import annotations
