@@ -61,6 +61,7 @@ def _inline_part(inline: pb.InlineMemory) -> tuple[bytes, int]:
 
 
 def request_pools_from(msgs: Sequence[pb.MemoryPool]) -> tuple[MemoryPool, ...]:
+    """A request's pools (``wire_request.request_from``); as :func:`pool_from` names them."""
     pools: list[MemoryPool] = []
     for i, p in enumerate(msgs):
         if p.HasField("inline"):  # the common case first, with no message formatted
@@ -71,7 +72,7 @@ def request_pools_from(msgs: Sequence[pb.MemoryPool]) -> tuple[MemoryPool, ...]:
 
 
 def inline_pools_from(msgs: Sequence[pb.MemoryPool]) -> list[tuple[bytes, int]] | None:
-    """Each pool's bytes and size (``request_from`` makes an ``InlinePool`` of them) when every
+    """Each pool's bytes and size (``wire_request.request_from`` makes an ``InlinePool`` of them) when every
     pool of ``msgs`` is inline; None when one is not."""
     # A loop, not a comprehension: on every execution's path.
     parts: list[tuple[bytes, int]] = []
