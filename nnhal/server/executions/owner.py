@@ -179,20 +179,22 @@ class Executions:
                 require_field(self.level, HalVersion.V1_3, what, "configureExecutionBurst")
 
     # -- synchronous executions -----------------------------------------------------------
-    def runs_inline(self, session: str, handle: str, inline_bytes: Callable[[], int]) -> lean.Found | None:
-        """Where an execution may run: on the event loop's thread (the session and prepared
-        model it found, to hand to :meth:`execute` as ``found``) or on a worker's (None).
+    def runs_inline(self, session: str, handle: str, inline_bytes: Callable[[], int]) -> lean.Inline | None:
+        """Where an execution may run: on the event loop's thread — the session and prepared
+        model it found and the slot it took (``lean.Inline``), to hand to :meth:`execute` as
+        ``inline``, which gives the slot back on every path — or on a worker's (None, nothing
+        taken).
 
         Handing a call to a worker thread and its answer back to the loop costs two thread
         switches under the GIL — more than a small model's whole execution. So an execution
         runs inline when it cannot hold the loop up: its model's fastest run so far is under
         :data:`INLINE_MAX_NS`, its inline data (``inline_bytes()``, asked last: reading a
         message's pools may copy them) under :data:`INLINE_MAX_BYTES`,
-        a slot is free for it at once (``Scheduler.starts_at_once``), and no fault or injected
-        delay is set. Anything else — a model never run, a large one, a busy device — goes to
-        a worker. (A racing admission may still make it wait for a slot, and the same
-        client's higher-priority work arriving mid-run may pause it: both bounded by one
-        execution, and rare.)"""
+        a slot is free for it at once (``Scheduler.try_start``: taken then, so the scheduler
+        is asked once per call), and no fault or injected delay is set. Anything else — a
+        model never run, a large one, a busy device — goes to a worker. (The same client's
+        higher-priority work arriving mid-run may pause it: bounded by one execution, and
+        rare.)"""
         if self.faults.armed:
             return None
         try:
@@ -205,7 +207,8 @@ class Executions:
             return None
         if inline_bytes() > INLINE_MAX_BYTES:
             return None
-        return (s, pm) if self.driver.scheduler.starts_at_once(s.client_key, pm.priority) else None
+        ticket = self.driver.scheduler.try_start(s.client_key, pm.priority)
+        return None if ticket is None else ((s, pm), ticket)
 
     def execute(
         self,
@@ -215,7 +218,7 @@ class Executions:
         arrival: Arrival | None = None,
         since: float | None = None,
         lean_launch: Callable[[], LeanRun | None] | None = None,
-        found: lean.Found | None = None,
+        inline: lean.Inline | None = None,
     ) -> ExecutionResult | Refused:
         """One synchronous execution (also a burst's, a streamed one's, every form's): counted
         by the lifecycle from launch to result (DEVICE_UNAVAILABLE while draining), the job
@@ -227,17 +230,25 @@ class Executions:
         ``lean.launch_inline``), tried first when no hook reads the calls' canonical arguments
         (``Observer.reads_args``; the hooks are then told the call with ``args`` None); when
         it returns None, ``build()`` is called
-        and the call launched as any other. ``found``: what ``runs_inline`` returned for
-        this call (its session and prepared model, handed to the lean launch)."""
+        and the call launched as any other. ``inline``: what ``runs_inline`` returned for
+        this call (its session and prepared model, and its slot: this call's own lean launch
+        was handed it too, and ``lean.launch`` is). The slot is given back exactly once: by
+        the run that took it, else here — on a refusal, on a raise, and before the full path
+        (which admits the call afresh)."""
         t0 = time.perf_counter() if since is None else since
         error = arrival.start() if arrival is not None else None  # an abort raises
         obs = self.observer
         args: Execution | None = None
+        found = ticket = None
+        if inline is not None:
+            found, ticket = inline
         try:
             if error is not None:
                 raise error
             self.lifecycle.enter(method.what)
         except Exception as err:
+            if ticket is not None:
+                self.driver.scheduler.release(ticket)
             return self.refuse(method, err, None, t0)
         try:
             job: ExecutionJob | LeanRun | None
@@ -248,10 +259,15 @@ class Executions:
                 if job is None:
                     args = build()
                     # A layout run before, with a free slot: the lean launch (``lean``); else the full one.
-                    job = lean.launch(self.driver, args, found)
+                    job = lean.launch(self.driver, args, found, ticket)
                     if job is None:
+                        if ticket is not None:  # the full path admits the call afresh
+                            self.driver.scheduler.release(ticket)
+                            ticket = None
                         job = self._begin(args)
             except Exception as err:
+                if ticket is not None:  # no run took it (one that did raises nothing after)
+                    self.driver.scheduler.release(ticket)
                 return self.refuse(method, err, args, t0)
             self.metrics.execution(transport_of(method))
             t1 = 0.0
