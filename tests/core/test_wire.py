@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from enum import IntEnum
 from typing import Any, TypeVar
 
@@ -478,3 +479,31 @@ def test_results_read_with_profile_and_timeline_only_when_they_have_them() -> No
     traced.timeline.add(index=0, operation="ADD", subgraph=0, start_us=1, duration_us=2)
     assert wire.execution_result_from(traced).timeline == (OperationTiming(0, "ADD", 0, 1, 2),)
     assert wire.execution_result_from(spb.ExecuteResult(status=4, message="bad")).status == ErrorStatus.INVALID_ARGUMENT
+
+
+def _built_per_field(result: ExecutionResult) -> spb.ExecuteResult:
+    """``result``'s answer built field by field (what its encoded output shapes must equal)."""
+    msg = spb.ExecuteResult(status=wire.error_status_to(result.status), message=result.message)
+    wire.output_shapes_to(result.output_shapes, msg.output_shapes)
+    wire.timing_to(result.timing, msg.timing)
+    for index, data in sorted(result.output_pools.items()):
+        msg.output_pools.add(pool_index=index, data=bytes(data))
+    return msg
+
+
+@FEW
+@given(ws.execution_results)
+def test_an_answer_with_its_shapes_merged_from_their_part_is_the_answer_built_field_by_field(
+    result: ExecutionResult,
+) -> None:
+    """The output shapes' encoded part, kept per shapes tuple, makes the same bytes whatever the
+    timing (unmeasured or measured), the second time as the first, also into a burst answer."""
+    result = replace(result, profile=(), timeline=())
+    expected = _built_per_field(result).SerializeToString()
+    for _ in range(2):
+        assert wire.execution_result_to(result).SerializeToString() == expected
+    burst = spb.BurstResponse()
+    wire.execution_result_to(result, burst.result)
+    assert burst.result.SerializeToString() == expected
+    measured = replace(result, timing=Timing(5, 7))
+    assert wire.execution_result_to(measured).SerializeToString() == _built_per_field(measured).SerializeToString()
