@@ -72,6 +72,11 @@ _CALL_PAD = bytes(CALL_HEAD_BYTES - CALL_HEADER.size)
 _ZEROS = bytes(ALIGN)
 LEARNED_HEADER = struct.Struct("<I")
 ANSWER_HEADER = struct.Struct("<IIQQII")
+#: The answer header's timing (time on device, time in driver) and where it starts: the one
+#: field of the answers to a layout's measured calls that differs from call to call.
+_TIMING = struct.Struct("<QQ")
+_TIMING_AT = struct.calcsize("<II")
+_TIMING_END = _TIMING_AT + _TIMING.size
 _PAIR = struct.Struct("<II")
 _UINT64_MAX = (1 << 64) - 1
 #: CALL flags.
@@ -92,6 +97,16 @@ class PacketError(ValueError):
 
 def _nbytes(data: PoolData) -> int:
     return data.nbytes if isinstance(data, memoryview) else len(data)
+
+
+def _bytes_of(data: PoolData) -> tuple[bytes | memoryview, int]:
+    """``data`` as bytes or a view of bytes (format ``B``: what ``fastring.Gathered`` takes with
+    its length given), and its length in bytes."""
+    if isinstance(data, memoryview):
+        if data.format != "B":
+            data = data.cast("B")
+        return data, data.nbytes
+    return data, len(data)
 
 
 def layout_key(
@@ -267,18 +282,24 @@ def _answer_head(result: ExecutionResult) -> bytes:
 def _with_pools(head: bytes, pools: dict[int, PoolData]) -> bytes | fastring.Gathered:
     """``answer_parts``: ``head`` (``_answer_head``), then each output pool — its index and
     length, padded so that its bytes start at a multiple of :data:`ALIGN`, then the bytes."""
-    parts: list[bytes | memoryview] = [head]
+    # The bytes before each pool's bytes (the head, the pair and pad) are one part, so a ring
+    # checksums and copies two parts per pool, not three.
+    parts: list[bytes | memoryview] = []
+    before = head
     at = len(head)
     for index, data in pools.items():
-        n = _nbytes(data)
+        view, n = _bytes_of(data)
         at += _PAIR.size
         pad = -at % ALIGN
-        parts.append(_PAIR.pack(index, n) + _ZEROS[:pad])
-        parts.append(data)
+        parts.append(before + _PAIR.pack(index, n) + _ZEROS[:pad])
+        parts.append(view)
+        before = b""
         at += pad + n
+    if before:
+        parts.append(before)
     if at <= fastring.CHECKED_BYTES:
         return b"".join(parts)
-    return fastring.Gathered(parts)
+    return fastring.Gathered(parts, at)
 
 
 class AnswerWriter:
@@ -288,8 +309,9 @@ class AnswerWriter:
     how many pools followed, and writes an answer made of the very same timing and shapes
     objects (a request plan hands its last shapes back while they hold; an unmeasured
     answer's timing is one shared value), the same status and message and as many pools
-    with those bytes, so that only the pools are encoded. Not thread-safe: one per layout,
-    used by its queue's serving thread."""
+    with those bytes, so that only the pools are encoded; an answer that differs from the
+    last in its timing alone (a measured call's) gets the kept bytes with the new timing
+    written in. Not thread-safe: one per layout, used by its queue's serving thread."""
 
     __slots__ = ("_head", "_made")
 
@@ -301,16 +323,22 @@ class AnswerWriter:
         """``answer_parts(result)``."""
         pools = result.output_pools
         made = self._made
+        timing = result.timing
         if (
             made is None
             or made[2] is not result.output_shapes
-            or made[3] is not result.timing
             or made[0] is not result.status
             or made[4] != len(pools)
             or made[1] != result.message
         ):
             self._head = _answer_head(result)
-            self._made = (result.status, result.message, result.output_shapes, result.timing, len(pools))
+            self._made = (result.status, result.message, result.output_shapes, timing, len(pools))
+        elif made[3] is not timing:
+            head = self._head
+            self._head = (
+                head[:_TIMING_AT] + _TIMING.pack(timing.time_on_device, timing.time_in_driver) + head[_TIMING_END:]
+            )
+            self._made = (made[0], made[1], made[2], timing, made[4])
         return _with_pools(self._head, pools)
 
 
@@ -325,15 +353,20 @@ class AnswerReader:
     structure of the last answer it decoded — the bytes from its header to its first output
     pool's bytes (status, message, timing, output shapes, the first pool's index and length),
     each later pool's index and length, its total length — and reads an answer whose bytes
-    there are the same, of the same length, by slicing out its pools' bytes only. Comparing
+    there are the same but for the timing (a measured call's, read from its bytes), of the
+    same length, by slicing out its pools' bytes and that timing only. Comparing
     those bytes with ones that were checked field by field checks them as well: nothing of
     an answer is taken unchecked. Any other answer is decoded in full (and remembered). Not
     thread-safe: one per queue, read by its owner."""
 
-    __slots__ = ("_end", "_head", "_marks", "_result", "_spans")
+    __slots__ = ("_end", "_head", "_marks", "_result", "_spans", "_tail", "_timed")
 
     def __init__(self) -> None:
+        #: The remembered bytes before the timing, the timing's bytes, and those after it up
+        #: to the first pool's bytes.
         self._head: bytes | None = None
+        self._timed = b""
+        self._tail = b""
         self._end = 0
         self._marks: tuple[tuple[int, bytes], ...] = ()
         self._spans: tuple[tuple[int, int, int], ...] = ()
@@ -347,9 +380,13 @@ class AnswerReader:
             head is not None
             and len(payload) == self._end
             and payload.startswith(head)
+            and payload.startswith(self._tail, _TIMING_END)
             and (not self._marks or all(payload[at : at + 8] == pair for at, pair in self._marks))
         ):
             r = self._result
+            timing = r.timing
+            if payload[_TIMING_AT:_TIMING_END] != self._timed:
+                timing = _timing_of(*_TIMING.unpack_from(payload, _TIMING_AT))
             kept = self._spans
             # Views of the answer's own bytes (a private copy nothing reuses), not copies.
             view = memoryview(payload)
@@ -360,9 +397,12 @@ class AnswerReader:
                 pools = {index: view[start:stop] for index, start, stop in kept}
             # The output shapes are the remembered tuple itself: a reader of the outputs may
             # know them by identity.
-            return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, pools)
+            return ExecutionResult(r.status, r.message, r.output_shapes, timing, pools)
         result, spans, pairs = _decode_answer(payload)
-        self._head = payload[: spans[0][1]] if spans else payload
+        head = payload[: spans[0][1]] if spans else payload
+        self._head = head[:_TIMING_AT]
+        self._timed = head[_TIMING_AT:_TIMING_END]
+        self._tail = head[_TIMING_END:]
         self._end = len(payload)
         self._marks = tuple((at, payload[at : at + 8]) for at in pairs[1:])
         self._spans = tuple(spans)
@@ -416,5 +456,9 @@ def _decode_answer(payload: bytes) -> tuple[ExecutionResult, list[tuple[int, int
         at += length
     if at != end:
         raise PacketError(f"an answer has {end - at} bytes beyond what it declares")
-    timing = _UNMEASURED if on_device == in_driver == NO_TIMING else Timing(on_device, in_driver)
-    return ExecutionResult(answered, message, tuple(shapes), timing, pools), spans, pairs
+    return ExecutionResult(answered, message, tuple(shapes), _timing_of(on_device, in_driver), pools), spans, pairs
+
+
+def _timing_of(on_device: int, in_driver: int) -> Timing:
+    """The timing an answer's two timing fields stand for (one shared value when unmeasured)."""
+    return _UNMEASURED if on_device == in_driver == NO_TIMING else Timing(on_device, in_driver)

@@ -62,7 +62,7 @@ def _runnable() -> int | None:
         return None
 
 
-def _allowed_cpus() -> int:
+def allowed_cpus() -> int:
     """CPUs this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
@@ -80,7 +80,7 @@ class Load:
         self,
         clock: Callable[[], float] = time.monotonic,
         runnable: Callable[[], int | None] = _runnable,
-        cpus: Callable[[], int] = _allowed_cpus,
+        cpus: Callable[[], int] = allowed_cpus,
         online: int | None = None,
     ) -> None:
         self._clock = clock

@@ -18,13 +18,12 @@ memory of its own.
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 
 import numpy as np
 
-from nnhal.core.lookout import LOAD
+from nnhal.core.lookout import LOAD, allowed_cpus
 
 __all__ = ["CHUNK", "IDLE_S", "MOST_HELPERS", "THRESHOLD", "copy", "helpers_alive"]
 
@@ -37,13 +36,6 @@ CHUNK = 1 << 20
 MOST_HELPERS = 3
 #: A helper with nothing to do for this long ends.
 IDLE_S = 1.0
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 class _Job:
@@ -134,7 +126,7 @@ class _Helpers:
                     # An offer counted this helper (its job is in the queue, or about to be): take it.
 
 
-_HELPERS = _Helpers(min(MOST_HELPERS, _cpus() - 1))
+_HELPERS = _Helpers(min(MOST_HELPERS, allowed_cpus() - 1))
 
 
 def copy(dst: np.ndarray, src: np.ndarray) -> None:

@@ -265,6 +265,8 @@ class Scheduler:
     def _recently_above(self, ticket: Ticket) -> bool:
         """Whether the same client has higher-priority work that ended within the hold-off
         (read-only: safe without the lock, for a pre-check)."""
+        if ticket.priority >= self._recent_top:  # no recent work above it, of any client
+            return False
         now = time.monotonic_ns()
         for p in _ABOVE[ticket.priority]:
             ended = self._recent.get((ticket.client, p))

@@ -160,6 +160,31 @@ def test_an_answer_writer_writes_what_the_encoder_writes() -> None:
         assert (got.joined() if isinstance(got, fastring.Gathered) else got) == fastpacket.encode_answer(result)
 
 
+def test_measured_answers_differ_in_their_timing_alone() -> None:
+    """A layout's measured answers (a new timing each) are the encoder's bytes and read as the
+    decoder reads them, an unmeasured one among them included; a large answer whose pool is a
+    view of other than bytes goes in parts of the right length."""
+    shapes = (OutputShape((2,), True),)
+    writer, reader = fastpacket.AnswerWriter(), fastpacket.AnswerReader()
+    floats = memoryview(bytearray(8192)).cast("f")
+    for timing, pool in (
+        (Timing(10, 20), b"aaaa"),
+        (Timing(11, 21), b"bbbb"),
+        (Timing(), b"cccc"),
+        (Timing(12, NO_TIMING), b"dddd"),
+        (Timing(13, 23), floats),
+        (Timing(14, 24), floats),
+    ):
+        result = ExecutionResult(ErrorStatus.NONE, "", shapes, timing, {1: pool})
+        got = writer.write(result)
+        payload = got.joined() if isinstance(got, fastring.Gathered) else got
+        assert payload == fastpacket.encode_answer(result)
+        assert len(got) == len(payload)
+        back, want = reader.read(payload), fastpacket.decode_answer(payload)
+        assert (back.status, back.output_shapes, back.timing) == (want.status, want.output_shapes, timing)
+        assert bytes(back.output_pools[1]) == bytes(want.output_pools[1]) == bytes(pool)
+
+
 def test_an_answer_reader_refuses_what_the_decoder_refuses() -> None:
     reader = fastpacket.AnswerReader()
     good = _answer(b"aaaa", b"bb")

@@ -124,9 +124,18 @@ def test_corrupted_packets_are_refused_and_the_server_survives(device: Device) -
 
             # A header claiming more than the ring holds, and a producer index far ahead.
             def oversized(ring: fastring.Producer) -> None:
-                ring.write(fastring.REQUEST, b"x" * 16)
-                mm = ring._mm  # breaking the protocol on purpose
-                struct.pack_into("<I", mm, fastring.DATA_OFFSET + (ring._head - 32) % ring.ring_bytes, 1 << 30)
+                # Breaking the protocol on purpose: the packet is written with its index published
+                # to a copy, its header's length made a lie, and only then published, so that the
+                # server, which may still be looking at the ring, never sees the packet intact.
+                slots = ring._slots
+                ring._slots = list(slots)  # type: ignore[assignment]
+                try:
+                    ring.write(fastring.REQUEST, b"x" * 16)
+                    head = ring._slots[ring._head_slot]
+                finally:
+                    ring._slots = slots
+                struct.pack_into("<I", ring._mm, fastring.DATA_OFFSET + (head - 32) % ring.ring_bytes, 1 << 30)
+                slots[ring._head_slot] = head
 
             refused = link.send_raw(oversized)
             assert refused.status == ErrorStatus.INVALID_ARGUMENT and "claims" in refused.message

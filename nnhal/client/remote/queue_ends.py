@@ -157,7 +157,8 @@ class _CallTemplate:
         length = len(tag) + len(header) + self.body
         if length <= fastring.CHECKED_BYTES:
             return b"".join((tag, header, *datas))
-        return fastring.Gathered([tag, header, *datas], length)
+        # The tag and header are one part: the ring checksums and copies one part fewer.
+        return fastring.Gathered([tag + header, *datas], length)
 
 
 class QueueEnded(Exception):
@@ -330,7 +331,8 @@ class QueueEnds:
             return None
         if length <= fastring.CHECKED_BYTES:
             return b"".join((tag, header, *parts))
-        return fastring.Gathered([tag, header, *(memoryview(p).cast("B") for p in parts)], length)
+        # The tag and header are one part: the ring checksums and copies one part fewer.
+        return fastring.Gathered([tag + header, *(memoryview(p).cast("B") for p in parts)], length)
 
     def read_answer(self) -> tuple[int, bytes] | None:
         """The next answer packet, None when none is waiting; GENERAL_FAILURE (the ring
