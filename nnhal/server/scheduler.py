@@ -110,8 +110,9 @@ class Scheduler:
 
     def starts_at_once(self, client: str, priority: Priority) -> bool:
         """Whether an execution of ``client`` at ``priority`` admitted now would get a slot
-        without waiting. A racy answer (others may come first), for a caller choosing where
-        to run a short execution (the RPC layer's event loop must not wait)."""
+        without waiting. A racy answer (others may come first), for a caller that wants to
+        know without taking the slot (one that takes it at once asks ``try_start``, as
+        ``Executions.runs_inline`` does)."""
         # Nothing admitted (so nothing running or waiting) and no recent work above it: a
         # slot is free and nothing outranks it, read without the lock (the answer is racy
         # anyway) — the common case of a client's calls one after another.

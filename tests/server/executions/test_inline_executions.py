@@ -2,8 +2,9 @@
 
 The owner lets a short execution run on the loop's thread (``Executions.runs_inline``) only when
 its model has run before, fast, with little inline data, no fault or delay set, and it
-would get a slot without waiting (``Scheduler.starts_at_once``): a free slot, nobody
-queued, and no higher-priority work of the same client in flight (which would pause it).
+would get a slot without waiting — a free slot, nobody queued, and no higher-priority work of
+the same client in flight (which would pause it): ``Scheduler.starts_at_once`` answers that,
+and ``runs_inline`` takes the slot then (``Scheduler.try_start``).
 One thread, no waits, no timing asserted.
 """
 
