@@ -17,7 +17,16 @@ import pytest
 from google.protobuf.message import Message
 from hypothesis import given, settings, strategies as st
 
-from nnhal.core import wire_deadline, wire_device, wire_model, wire_pool, wire_request, wire_result, wire_status
+from nnhal.core import (
+    wire_deadline,
+    wire_device,
+    wire_model,
+    wire_pool,
+    wire_request,
+    wire_result,
+    wire_session,
+    wire_status,
+)
 from nnhal.core.enums import (
     EXTENSION_TYPE_LOW_BITS,
     DeviceStatus,
@@ -280,14 +289,14 @@ def test_a_peer_cannot_send_dead_object() -> None:
 @pytest.mark.parametrize("priority", list(Priority), ids=lambda p: p.name)
 def test_every_priority_round_trips(priority: Priority) -> None:
     msg = over_the_wire(spb.PrepareModelRequest(priority=int(priority)))
-    assert wire_model.priority_from_wire(msg.priority) is priority
+    assert wire_session.priority_from_wire(msg.priority) is priority
 
 
 @FEW
 @given(st.integers(3, 2**32 - 1))
 def test_unknown_priority_is_invalid_argument(value: int) -> None:
     with pytest.raises(InvalidArgument, match=f"priority {value} "):
-        wire_model.priority_from_wire(value)
+        wire_session.priority_from_wire(value)
 
 
 @pytest.mark.parametrize("device_type", list(DeviceType), ids=lambda t: t.name)
