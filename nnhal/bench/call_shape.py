@@ -107,7 +107,7 @@ def serve(variant: str) -> None:
     async def run() -> None:
         options: list[tuple[str, int]] = [("grpc.so_reuseport", 0)]
         if "opts" in process:
-            from nnhal.server.rpc.serve import SERVER_OPTIONS
+            from nnhal.server.rpc.channel_args import SERVER_OPTIONS
 
             options = list(SERVER_OPTIONS)
         server = aio.server(options=options)
@@ -127,7 +127,7 @@ def serve(variant: str) -> None:
         asyncio.run(run())
         return
     if "uvloop" in process:
-        from nnhal.server.rpc.serve import new_event_loop
+        from nnhal.server.rpc.event_loop import new_event_loop
 
         loop = new_event_loop("uvloop")
     else:

@@ -2,12 +2,12 @@
 per call that the machine's load does not blur (wall and CPU times on a shared machine do).
 
 ``python -m nnhal.bench.rpc_calls [--calls N] [--event-loop KIND] [--bytecodes]`` builds a server in this
-process (on the event loop ``KIND``: ``serve.new_event_loop``) with the same-host fast path
+process (on the event loop ``KIND``: ``event_loop.new_event_loop``) with the same-host fast path
 off (every call over gRPC, as from another host), prepares ADD 2×4 float32 from a client in
 this process, and after a warm-up counts, with a profile hook on the loop
 thread only, the Python function calls — coroutine resumptions included — made there per
 ``pm.execute`` and per ``Burst.execute`` message. Printed: all of them, and nnhal's own by
-part (the gRPC layer ``nnhal.server.rpc``, the wire conversion ``nnhal.core.wire``, the rest of
+part (the gRPC layer ``nnhal.server.rpc``, the wire conversion ``nnhal.core.wire*``, the rest of
 the server: the owner's pipeline; other: the rest of nnhal), then those of the client's
 calling thread over the same calls (its parts: the client ``nnhal.client``, the wire
 conversion, other: the rest of nnhal, the benchmark's own request among it). The asyncio and
@@ -35,7 +35,8 @@ from types import FrameType
 from nnhal.bench.ipc import _add_model, _small_inputs, _small_request
 from nnhal.client.device import Device
 from nnhal.server.defaults import EVENT_LOOPS
-from nnhal.server.rpc.serve import Server, ServerOptions
+from nnhal.server.rpc.serve import Server
+from nnhal.server.rpc.server_options import ServerOptions
 
 #: Calls made before counting: the model's first runs, the caches and plans.
 WARMUP = 30

@@ -22,7 +22,7 @@ from nnhal.cli.usage import UsageError, check_bindable
 
 if TYPE_CHECKING:
     from nnhal.server.rpc.identity import ServerTls
-    from nnhal.server.rpc.serve import ServerOptions
+    from nnhal.server.rpc.server_options import ServerOptions
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def server_options(r: config.Resolved) -> ServerOptions:
     from nnhal.server.driver import DeviceConfig
     from nnhal.server.executor import example_extension
     from nnhal.server.host_memory import default_memory_total
-    from nnhal.server.rpc.serve import ServerOptions
+    from nnhal.server.rpc.server_options import ServerOptions
     from nnhal.server.shared_regions import SharedMemoryPolicy
 
     shm = None

@@ -160,7 +160,7 @@ def body_parts(datas: Sequence[PoolData]) -> list[PoolData]:
 
 
 def remaining_ns(remaining_s: float | None) -> int | None:
-    """A deadline's remainder as it travels (``wire.deadline_to``'s saturation); None for none.
+    """A deadline's remainder as it travels (``wire_deadline.deadline_to``'s saturation); None for none.
     InvalidArgument for NaN."""
     if remaining_s is None:
         return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nnhal.core import wire
+from nnhal.core import wire_model
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
 from nnhal.core.recording import Entry, Recording, RecordingError
 from nnhal.core.types import (
@@ -70,7 +70,7 @@ def request_entry(request: Request, blob: Blob, shared: Mapping[int, bytes] | No
 
 def model_entry(model: Model, blob: Blob) -> str:
     """The blob holding ``model`` (its wire form: the one encoding every side reads)."""
-    return blob(wire.model_to_bytes(model))
+    return blob(wire_model.model_to_bytes(model))
 
 
 def outputs_entry(
@@ -143,7 +143,7 @@ def model_from(rec: Recording, name: Any, where: str) -> Model:
     """The model held in blob ``name``; RecordingError when it does not decode."""
     data = rec.blob(name, where)
     try:
-        return wire.model_from_bytes(data)
+        return wire_model.model_from_bytes(data)
     except Exception as err:  # a protobuf decode error or a canonical conversion's
         raise RecordingError(f"{where}: the recorded model does not decode ({err})") from None
 

@@ -1,7 +1,7 @@
 """Canonical NN HAL value types (frozen dataclasses), shared by server and client.
 
 They mirror ``neuralnetworks/1.3/types.hal`` one to one; every other layer speaks
-these, and only ``nnhal.core.wire`` converts them to and from protobuf.
+these, and only the ``nnhal.core.wire*`` modules convert them to and from protobuf.
 """
 
 from __future__ import annotations

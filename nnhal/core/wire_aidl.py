@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nnhal.core import wire
+from nnhal.core import wire_pool, wire_request, wire_result, wire_status
 from nnhal.core.aidl_types import ExecutionConfig, PrepareModelConfig, TimingNs, TokenValuePair
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.types import (
@@ -94,9 +94,9 @@ def timing_from(msg: apb.TimingNs) -> TimingNs:
 
 def execution_result_to(result: ExecutionResult, msg: apb.AidlExecutionResult | None = None) -> apb.AidlExecutionResult:
     msg = apb.AidlExecutionResult() if msg is None else msg
-    wire.status_to(msg, result.status, result.message)
+    wire_status.status_to(msg, result.status, result.message)
     msg.output_sufficient_size = result.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
-    wire.output_shapes_to(result.output_shapes, msg.output_shapes)
+    wire_result.output_shapes_to(result.output_shapes, msg.output_shapes)
     timing_to(TimingNs.of(result.timing), msg.timing)
     for index, data in sorted(result.output_pools.items()):
         msg.output_pools.add(pool_index=index, data=bytes(data))
@@ -107,9 +107,9 @@ def execution_result_from(msg: apb.AidlExecutionResult) -> tuple[ExecutionResult
     """The canonical result (timing in microseconds) and the AIDL timing as sent."""
     timing = timing_from(msg.timing) if msg.HasField("timing") else TimingNs()
     result = ExecutionResult(
-        status=wire.error_status_from(msg.status),
+        status=wire_status.error_status_from(msg.status),
         message=msg.message,
-        output_shapes=wire.output_shapes_from(msg.output_shapes),
+        output_shapes=wire_result.output_shapes_from(msg.output_shapes),
         timing=timing.canonical(),
         output_pools={p.pool_index: p.data for p in msg.output_pools},
     )
@@ -117,7 +117,7 @@ def execution_result_from(msg: apb.AidlExecutionResult) -> tuple[ExecutionResult
 
 
 def fenced_info_to(info: FencedExecutionInfo, msg: apb.AidlFencedInfoResponse) -> apb.AidlFencedInfoResponse:
-    wire.status_to(msg, info.status, info.message)
+    wire_status.status_to(msg, info.status, info.message)
     msg.signalled = info.signalled
     timing_to(TimingNs.of(info.timing_launched), msg.timing_launched)
     timing_to(TimingNs.of(info.timing_fenced), msg.timing_fenced)
@@ -130,7 +130,7 @@ def fenced_info_from(msg: apb.AidlFencedInfoResponse) -> tuple[FencedExecutionIn
     launched, fenced = timing_from(msg.timing_launched), timing_from(msg.timing_fenced)
     info = FencedExecutionInfo(
         signalled=msg.signalled,
-        status=wire.error_status_from(msg.status),
+        status=wire_status.error_status_from(msg.status),
         message=msg.message,
         timing_launched=launched.canonical(),
         timing_fenced=fenced.canonical(),
@@ -143,9 +143,9 @@ def fenced_info_from(msg: apb.AidlFencedInfoResponse) -> tuple[FencedExecutionIn
 def burst_pools_from(msg: pb.Request) -> tuple[Request, tuple[MemoryPool | None, ...]]:
     """The request's arguments (with no pools) and its pools, None for a pool sent empty
     (named only by its memory identifier token)."""
-    args = wire.request_from(pb.Request(inputs=msg.inputs, outputs=msg.outputs))
+    args = wire_request.request_from(pb.Request(inputs=msg.inputs, outputs=msg.outputs))
     pools = tuple(
-        None if p.WhichOneof("pool") is None else wire.pool_from(p, f"request pool {i}")
+        None if p.WhichOneof("pool") is None else wire_pool.pool_from(p, f"request pool {i}")
         for i, p in enumerate(msg.pools)
     )
     return args, pools
@@ -153,11 +153,11 @@ def burst_pools_from(msg: pb.Request) -> tuple[Request, tuple[MemoryPool | None,
 
 def burst_request_to(request: Request, send: tuple[bool, ...], msg: pb.Request) -> None:
     """``request`` into ``msg``, pools whose ``send`` is False left empty (cached by token)."""
-    wire.request_to(Request(request.inputs, request.outputs, ()), msg)
+    wire_request.request_to(Request(request.inputs, request.outputs, ()), msg)
     for pool, sent in zip(request.pools, send):
         m = msg.pools.add()
         if sent:
-            wire.pool_to(pool, m)
+            wire_pool.pool_to(pool, m)
 
 
 def buffer_role_from(msg: apb.AidlBufferRole) -> BufferRole:

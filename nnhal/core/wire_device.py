@@ -1,7 +1,7 @@
 """Protobuf <-> canonical values of the device's facts: capabilities, extensions, device
 type and status, buffer descriptors and roles (``IDevice`` queries and ``allocate``).
 
-Part of :mod:`nnhal.core.wire`, which re-exports every name here; the same contract holds:
+Part of the ``wire`` family (:mod:`nnhal.core.wire` states its contract):
 ``*_to`` fill messages, ``*_from`` build canonical values and raise InvalidArgument naming
 the field for a value with no canonical meaning, except device types and states, which read
 unknown numbers as OTHER / UNKNOWN. Stateless.

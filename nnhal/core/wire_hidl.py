@@ -15,7 +15,7 @@ import enum
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from nnhal.core import enums as c, wire
+from nnhal.core import enums as c, wire_model, wire_pool
 from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import ExtensionNameAndPrefix, InlinePool, SharedMemoryPool
@@ -38,7 +38,7 @@ def _member(version: HalVersion, canonical: type[enum.IntEnum], value: int, what
 def memory_to(pool: Any, msg: hpb.HidlMemory) -> None:
     if not isinstance(pool, InlinePool | SharedMemoryPool):
         raise InvalidArgument(f"hidl_memory cannot hold {type(pool).__name__} (a driver-managed token needs 1.3)")
-    wire.memory_to(pool, msg)
+    wire_pool.memory_to(pool, msg)
 
 
 def memory_from(msg: hpb.HidlMemory, where: str) -> InlinePool | SharedMemoryPool:
@@ -53,7 +53,7 @@ def memory_from(msg: hpb.HidlMemory, where: str) -> InlinePool | SharedMemoryPoo
 
 # -- model ---------------------------------------------------------------------------
 def _operand_to(op: Any, msg: Any) -> None:
-    wire.operand_fields_to(op, msg)
+    wire_model.operand_fields_to(op, msg)
     extra = getattr(op, "extra_params", None)
     if isinstance(extra, V1_2.SymmPerChannelQuantParams):
         msg.extra_params.channel_quant.scales.extend(extra.scales)
@@ -139,7 +139,7 @@ def model_from(msg: HidlModel) -> Any:
 def _args_to(args: Iterable[Any], out: Any) -> None:
     for a in args:
         m = out.add(has_no_value=a.has_no_value, dimensions=a.dimensions)
-        wire.location_to(a.location, m.location)
+        wire_model.location_to(a.location, m.location)
 
 
 def request_to(request: V1_0.Request, msg: hpb.RequestV1_0) -> hpb.RequestV1_0:

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from nnhal.core import wire
+from nnhal.core import wire, wire_request, wire_result
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import ExecutionResult, InlinePool, MemoryPool, PoolData, Request
 from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb
@@ -274,7 +274,7 @@ class RequestReader:
         if first is None or isinstance(first, Chunk) or first.WhichOneof("part") != "head":
             raise InvalidArgument("a streamed execution must start with its head (the ExecuteRequest)")
         self.head: spb.ExecuteRequest = first.head
-        self._request = wire.request_from(self.head.request)
+        self._request = wire_request.request_from(self.head.request)
         inline = {i: p for i, p in enumerate(self._request.pools) if isinstance(p, InlinePool)}
         declared, limit = sum(p.size for p in inline.values()), wire.max_inline_bytes()
         #: Bytes the stream's inline pools declare (what its chunks may fill).
@@ -310,7 +310,7 @@ def read_result(messages: Iterator[Any], request: Request) -> ExecutionResult:
     first = next(messages, None)
     if first is None or isinstance(first, Chunk) or first.WhichOneof("part") != "head":
         raise InvalidArgument("the streamed answer did not start with its head (the ExecuteResult)")
-    result = wire.execution_result_from(first.head)
+    result = wire_result.execution_result_from(first.head)
     announced = [i for i, data in result.output_pools.items() if not len(data)]
     sizes: dict[int, int] = {}
     for i in announced:

@@ -6,7 +6,7 @@ Layout (all little-endian)::
     version u32      FORMAT_VERSION (1)
     header  u32 n, then n bytes of UTF-8 JSON: {"source", "operators", "inputs", "outputs"}
                      (each input/output: name, shape, dtype, scale, zero_point)
-    model   the rest: the canonical Model as the wire protobuf (``nnhal.core.wire.model_to_bytes``)
+    model   the rest: the canonical Model as the wire protobuf (``nnhal.core.wire_model.model_to_bytes``)
 
 ``load`` checks the magic, the version, the header and the model, and raises TfliteImportError
 naming what is wrong; nothing in the file is executed or unpickled.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nnhal.core.errors import HalError
-from nnhal.core.wire import model_from_bytes, model_to_bytes
+from nnhal.core.wire_model import model_from_bytes, model_to_bytes
 from nnhal.importers.errors import TfliteImportError
 from nnhal.importers.tflite_model import ImportedModel, TensorSpec
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nnhal import __version__
-from nnhal.core import wire
+from nnhal.core import wire_model
 from nnhal.core.enums import BYTE_SIZE_OF_CACHE_TOKEN, HalVersion, Priority
 from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.core.types import Model
@@ -71,7 +71,7 @@ def seal(secret: bytes, token: bytes, model: Model, priority: Priority, level: H
     """The model cache of a validated ``model``. Precondition: ``check_token(token)`` passed
     (at the launch of the preparation, so that a bad token is the launch status)."""
     version = __version__.encode()
-    body = _HEADER.pack(int(priority), int(level), len(version)) + version + wire.model_to_bytes(model)
+    body = _HEADER.pack(int(priority), int(level), len(version)) + version + wire_model.model_to_bytes(model)
     return MAGIC + hmac.new(secret, token + body, hashlib.sha256).digest() + body
 
 
@@ -96,7 +96,7 @@ def open_sealed(secret: bytes, token: bytes, blob: bytes, level: HalVersion) -> 
             f"model cache was written by nnhal {version} for feature level {cached_level}; "
             f"this is nnhal {__version__} at level {int(level)}: prepare the model afresh"
         )
-    return wire.model_from_bytes(body[_HEADER.size + n :]), Priority(priority)
+    return wire_model.model_from_bytes(body[_HEADER.size + n :]), Priority(priority)
 
 
 # -- caches of a compiling device (nnhal.server.backend) ------------------------------------
@@ -174,7 +174,7 @@ def seal_compiled(
     """The model cache of a device of ``kind`` that compiled ``model`` into ``artifact``;
     ``tail``: where in ``artifact`` the part its device keeps whole starts (None: nowhere),
     recorded so that a read of the cache cuts there (``read_cut``)."""
-    version, name, model_bytes = __version__.encode(), kind.encode(), wire.model_to_bytes(model)
+    version, name, model_bytes = __version__.encode(), kind.encode(), wire_model.model_to_bytes(model)
     cut = len(artifact) if tail is None else min(max(tail, 0), len(artifact))
     head = b"".join(
         (
@@ -273,7 +273,7 @@ def open_compiled(
             f"model cache was written by nnhal {version} for a {cached_kind} device at feature level {cached_level}; "
             f"this is nnhal {__version__}, a {kind} device at level {int(level)}: prepare the model afresh"
         )
-    model = wire.model_from_bytes(bytes(body[at : at + n_model]))
+    model = wire_model.model_from_bytes(bytes(body[at : at + n_model]))
     artifact = body[min(at + n_model + _padding(start + at + n_model), len(body)) :]
     if isinstance(blob, Pieces):
         return model, Priority(priority), Pieces(artifact, blob.tail)

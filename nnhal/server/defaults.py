@@ -14,5 +14,5 @@ DEFAULT_SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempd
 #: The key that seals compilation caches (created if missing).
 DEFAULT_SECRET_FILE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nnhal" / "cache-secret"
 
-#: The event loops a server may run on (``nnhal.server.rpc.serve.new_event_loop``).
+#: The event loops a server may run on (``nnhal.server.rpc.event_loop.new_event_loop``).
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")

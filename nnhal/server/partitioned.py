@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.core import subgraphs, wire
+from nnhal.core import subgraphs, wire_model
 from nnhal.core.enums import HalVersion, OperandLifeTime
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import Capabilities, DataLocation, Model, Operand, OperationTiming, Subgraph
@@ -295,7 +295,7 @@ class PartitionedBackend:
                     placed = replace(placed, place=FALLBACK)
             if placed.place == FALLBACK:
                 sub = self_contained(sub, pools)
-                graph, payload = PreparedGraph(sub, ()), wire.model_to_bytes(sub)
+                graph, payload = PreparedGraph(sub, ()), wire_model.model_to_bytes(sub)
             graphs.append(_Step(placed, graph, [sub.main.operands[i] for i in sub.main.output_indexes]))
             header.append(_step_header(placed, len(payload)))
             payloads.append(payload)
@@ -330,7 +330,7 @@ class PartitionedBackend:
             if placed.place == BACKEND:
                 graph = self.inner.load(sub, pools, payload)
             else:
-                sub = wire.model_from_bytes(bytes(payload))
+                sub = wire_model.model_from_bytes(bytes(payload))
                 graph = PreparedGraph(sub, ())
             graphs.append(_Step(placed, graph, [sub.main.operands[i] for i in sub.main.output_indexes]))
         self._count(model, [s.placed for s in graphs])

@@ -27,7 +27,7 @@ import numpy as np
 from nnhal.client.device import Device
 from nnhal.client.remote import FastBurstLink
 from nnhal.client.remote.messages import ExecutionOptions, execute_request
-from nnhal.core import fastring, samehost, wire
+from nnhal.core import fastring, samehost, wire_request
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject
 from nnhal.core.wire import MAX_MESSAGE_BYTES
@@ -241,7 +241,7 @@ def silent_queue(address: str, seen: Outcome, attackers: int = 8) -> list[ErrorS
             link = FastBurstLink.open(dev.remote, "", ring_bytes=fastring.MIN_RING_BYTES, executions=True)
             links.append(link)
             msg = spb.ExecuteRequest(session=dev.remote.session_id, prepared_model=pm.handle)
-            wire.request_to(one_io_request(ones()), msg.request)
+            wire_request.request_to(one_io_request(ones()), msg.request)
             sent, took = _flood_unread(link, samehost.encode_method(1, "", msg.SerializeToString()))
             seen["packets sent"] += sent
             ends.append(took)

@@ -11,7 +11,7 @@ import pytest
 from nnhal.client import steps
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.remote import ExecutionOptions
-from nnhal.core import wire
+from nnhal.core import wire_request
 from nnhal.core.enums import ErrorStatus, OperandType as T
 from nnhal.core.errors import InvalidArgument, OutputInsufficientSize
 from nnhal.core.types import ExecutionResult, InlinePool, OutputShape, Request
@@ -65,7 +65,9 @@ def test_inputs_share_one_aligned_inline_pool_and_outputs_another() -> None:
     assert request.outputs[0].location.pool_index == 1 and request.pools[1] == InlinePool(b"", 32)
     main = add_model().main
     assert layout == ((0, main.operands[main.output_indexes[0]]),)
-    assert wire.request_from(wire.request_to(request)) == request  # the same conversion as execute_request
+    assert (
+        wire_request.request_from(wire_request.request_to(request)) == request
+    )  # the same conversion as execute_request
 
 
 def test_execute_decodes_outputs_and_passes_the_options() -> None:

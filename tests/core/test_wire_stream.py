@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nnhal.core import wire, wire_stream
+from nnhal.core import wire, wire_request, wire_result, wire_stream
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import (
@@ -35,7 +35,7 @@ def _request(data: bytes) -> Request:
 
 def _head(request: Request) -> spb.ExecuteRequest:
     msg = spb.ExecuteRequest(session="s", prepared_model="p")
-    wire.request_to(request, msg.request)
+    wire_request.request_to(request, msg.request)
     return msg
 
 
@@ -121,7 +121,7 @@ def test_declared_sizes_over_the_inline_limit_are_refused_before_any_allocation(
 
 def _answer(result: ExecutionResult) -> list[Any]:
     kept, chunked = wire_stream.split_result(result)
-    head = stpb.StreamedExecuteResult(head=wire.execution_result_to(kept))
+    head = stpb.StreamedExecuteResult(head=wire_result.execution_result_to(kept))
     return [head, *wire_stream.chunks(chunked)]
 
 

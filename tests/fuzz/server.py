@@ -43,7 +43,7 @@ from hypothesis.errors import HypothesisException
 
 from nnhal.client.device import Device
 from nnhal.conformance.mutations import MODEL_FAMILIES, request_mutations
-from nnhal.core import wire
+from nnhal.core import wire_model, wire_request
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.types import InlinePool, Model, Request
 from nnhal.proto import service_pb2 as spb
@@ -171,8 +171,8 @@ class Tally:
             n = sum(len(v) for v in self.findings.values())
         if count == 0 and drawn is not None and self.out is not None:
             stem = self.out / f"{kind.replace(' ', '-')}-{n}"
-            stem.with_suffix(".model.pb").write_bytes(wire.model_to_bytes(drawn.model))
-            stem.with_suffix(".request.pb").write_bytes(wire.request_to(drawn.request).SerializeToString())
+            stem.with_suffix(".model.pb").write_bytes(wire_model.model_to_bytes(drawn.model))
+            stem.with_suffix(".request.pb").write_bytes(wire_request.request_to(drawn.request).SerializeToString())
             stem.with_suffix(".txt").write_text(f"{key}\n{example}\n")
 
     def total(self, kind: str) -> int:
@@ -302,7 +302,7 @@ def _seed_handle(tally: Tally, target: Target, example: Example) -> str:
     handle = target.seed_models.get(name)
     if handle is None:
         msg = spb.PrepareModelRequest(session=target.device.remote.session_id)
-        wire.model_to(example.case.model, msg.model)
+        wire_model.model_to(example.case.model, msg.model)
         events = _call(
             tally,
             target,
@@ -319,7 +319,7 @@ def exercise(tally: Tally, target: Target, example: Example, pools: list[bytearr
     session = target.device.remote.session_id
     stubs = target.device.remote.stubs
     try:
-        model_msg = wire.model_to(example.model)
+        model_msg = wire_model.model_to(example.model)
     except (ValueError, TypeError, OverflowError):
         tally.add("model not representable on the wire")
         return
@@ -357,7 +357,7 @@ def exercise(tally: Tally, target: Target, example: Example, pools: list[bytearr
     execute = spb.ExecuteRequest(session=session, prepared_model=handle, loop_timeout_ns=500_000_000)
     request = replace(example.request, pools=tuple(InlinePool(bytes(p), len(p)) for p in pools))
     try:
-        wire.request_to(request, execute.request)
+        wire_request.request_to(request, execute.request)
     except (ValueError, TypeError, OverflowError):
         tally.add("request not representable on the wire")
         execute = None  # type: ignore[assignment]

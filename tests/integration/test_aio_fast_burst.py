@@ -21,7 +21,7 @@ import pytest
 from nnhal.client import aio
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.remote import DEATH_DETECTION_BOUND_S
-from nnhal.client.remote.aio_samehost import AioQueueLink
+from nnhal.client.remote.aio_queue_link import AioQueueLink
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.core import fastpacket, fastring
 from nnhal.core.enums import ErrorStatus

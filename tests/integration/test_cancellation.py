@@ -33,7 +33,7 @@ import pytest
 
 from nnhal.client import aio
 from nnhal.client.device import Device
-from nnhal.core import wire
+from nnhal.core import wire_deadline, wire_request
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.proto import service_pb2 as spb
@@ -73,8 +73,8 @@ def _add_request(session: str, handle: str, timeout_s: float | None = None) -> s
         (InlinePool(a + b, 64), InlinePool(b"", 32)),
     )
     msg = spb.ExecuteRequest(session=session, prepared_model=handle)
-    wire.request_to(request, msg.request)
-    wire.deadline_to(timeout_s, msg.deadline)
+    wire_request.request_to(request, msg.request)
+    wire_deadline.deadline_to(timeout_s, msg.deadline)
     return msg
 
 

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from nnhal.client.callbacks import Callback
 from nnhal.client.device import Device
 from nnhal.conformance.variants import output_bytes
-from nnhal.core import wire
+from nnhal.core import wire_model
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus, OperandType, Priority
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import NO_TIMING, DataLocation, InlinePool, Request, RequestArgument
@@ -108,7 +108,7 @@ def test_invalid_request_over_grpc(device: Device, name: str) -> None:
 
 def test_invalid_wire_values(device: Device) -> None:
     msg = spb.PrepareModelRequest(session=device.remote.session_id)
-    wire.model_to(add_model(), msg.model)
+    wire_model.model_to(add_model(), msg.model)
     msg.model.main.operands[0].type = 77
     events = list(device.remote.stubs.device.prepareModel_1_3(msg, timeout=10))
     assert events[0].launch.status == ErrorStatus.INVALID_ARGUMENT

@@ -424,7 +424,8 @@ def test_a_call_after_the_sessions_closed_at_stop_is_dead_object() -> None:
     a call gets what a gone server gives (UNAVAILABLE: DEAD_OBJECT to the client). The window
     is opened deterministically: the call is sent on the raw stub once the sessions closed."""
     from nnhal.proto import service_pb2 as spb
-    from nnhal.server.rpc.serve import Server, ServerOptions
+    from nnhal.server.rpc.serve import Server
+    from nnhal.server.rpc.server_options import ServerOptions
 
     server = Server(ServerOptions(listen=["127.0.0.1:0"]))
     server.start()

@@ -280,10 +280,10 @@ def test_copy_with_dynamic_shape(device: Device, kind: Kind) -> None:
 
 
 def test_copy_sources_must_be_memory(device: Device, kind: Kind, pm: PreparedModel) -> None:
-    from nnhal.core import wire
+    from nnhal.core import wire_pool
     from nnhal.proto import service_pb2 as spb
 
     with device.allocate(BufferDesc(), [pm], [role(0)], [role(0)]) as buf:
         req = spb.CopyFromRequest(session=device.remote.session_id, buffer=buf.handle)
-        wire.pool_to(BufferTokenPool(buf.token), req.src)
+        wire_pool.pool_to(BufferTokenPool(buf.token), req.src)
         assert status_of(device.remote.buffer_call, "copyFrom", req) == ErrorStatus.INVALID_ARGUMENT

@@ -16,7 +16,7 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from nnhal.client.device import Device
-from nnhal.core import wire, wire_session
+from nnhal.core import wire, wire_model, wire_session
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import InvalidArgument
 from nnhal.proto import (
@@ -62,7 +62,7 @@ def _open(
 
 def _prepare(channel: grpc.Channel, session: str, **fields: int) -> str:
     request = spb.PrepareModelRequest(session=session, **fields)  # type: ignore[arg-type]
-    wire.model_to(add_model(), request.model)
+    wire_model.model_to(add_model(), request.model)
     launch, notify = list(sgrpc.DeviceStub(channel).prepareModel_1_3(request, timeout=TIMEOUT))
     assert launch.launch.status == notify.notify.status == ErrorStatus.NONE, notify.notify.message
     return str(notify.notify.prepared_model.handle)

@@ -18,7 +18,8 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError, InvalidArgument, MissedDeadlineTransient
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.server.driver import DeviceConfig
-from nnhal.server.rpc.serve import Server, ServerOptions
+from nnhal.server.rpc.serve import Server
+from nnhal.server.rpc.server_options import ServerOptions
 from tests.conftest import add_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

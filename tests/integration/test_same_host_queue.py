@@ -25,11 +25,11 @@ from nnhal.client import aio
 from nnhal.client.device import Device
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.remote import FastBurstLink
-from nnhal.client.remote.aio_samehost import AioQueueLink
+from nnhal.client.remote.aio_queue_link import AioQueueLink
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.queue_ends import QueueEnded, QueueTimeout
 from nnhal.client.remote.samehost import SameHostQueue
-from nnhal.core import fastring, samehost, wire
+from nnhal.core import fastring, samehost, wire_request
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
@@ -175,7 +175,7 @@ def test_a_client_that_stops_reading_loses_its_queue(device: Device) -> None:
         link = FastBurstLink.open(device.remote, "", ring_bytes=fastring.MIN_RING_BYTES, executions=True)
         try:
             msg = spb.ExecuteRequest(session=device.remote.session_id, prepared_model=pm.handle)
-            wire.request_to(_add_request(a, a), msg.request)
+            wire_request.request_to(_add_request(a, a), msg.request)
             payload = samehost.encode_method(1, "", msg.SerializeToString())
             assert device.stats()["bytes_in_use"] >= before + 2 * fastring.MIN_RING_BYTES
             sent = full = 0
@@ -223,7 +223,7 @@ def _flood(requests: fastring.Producer, ring: Callable[[], None], payload: bytes
 def _method_payload(session: str, handle: str) -> bytes:
     a = np.ones((2, 4), np.float32)
     msg = spb.ExecuteRequest(session=session, prepared_model=handle)
-    wire.request_to(_add_request(a, a), msg.request)
+    wire_request.request_to(_add_request(a, a), msg.request)
     return samehost.encode_method(1, "", msg.SerializeToString())
 
 

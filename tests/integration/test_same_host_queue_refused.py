@@ -17,7 +17,7 @@ import pytest
 from nnhal.client import aio
 from nnhal.client.device import Device
 from nnhal.client.remote import FastBurstLink
-from nnhal.client.remote.aio_samehost import AioQueueLink
+from nnhal.client.remote.aio_queue_link import AioQueueLink
 from nnhal.core.enums import ErrorStatus
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model

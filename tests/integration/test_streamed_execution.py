@@ -17,7 +17,7 @@ import pytest
 from nnhal.client.device import Device
 from nnhal.client.remote import RemoteSession
 from nnhal.client.remote.transport import DEATH_DETECTION_BOUND_S
-from nnhal.core import wire, wire_stream
+from nnhal.core import wire_request, wire_result, wire_stream
 from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.errors import DeadObject, HalError
@@ -128,7 +128,7 @@ def test_chunks_in_any_encoding_mean_what_protobuf_says_and_garbage_is_refused(d
         def run(*chunks: bytes) -> spb.ExecuteResult:
             head = spb.ExecuteRequest(session=remote.session_id, prepared_model=pm.handle)
             request = one_io_request(x)
-            wire.request_to(
+            wire_request.request_to(
                 Request(request.inputs, request.outputs, (InlinePool(b"", 64), InlinePool(b"", 64))), head.request
             )
             parts = [stpb.StreamedExecuteRequest(head=head), *(_Raw(c) for c in chunks)]
@@ -141,7 +141,7 @@ def test_chunks_in_any_encoding_mean_what_protobuf_says_and_garbage_is_refused(d
         usual = stpb.StreamedExecuteRequest(chunk=stpb.PoolChunk(offset=0, data=data[:32])).SerializeToString()
         done = run(odd, usual)
         assert done.status == ErrorStatus.NONE
-        assert wire.execution_result_from(done).output_pools[1] == data
+        assert wire_result.execution_result_from(done).output_pools[1] == data
         refused = run(usual, b"\x12\x05\x08")  # a length past the end
         assert refused.status == ErrorStatus.INVALID_ARGUMENT and "could not be decoded" in refused.message
         np.testing.assert_array_equal(pm.execute([x]).outputs[0], x)  # the server serves on

@@ -32,8 +32,9 @@ from nnhal.core.errors import DeadObject, ResourceExhaustedTransient
 from nnhal.core.types import Model
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.driver import ClientQuotas
-from nnhal.server.rpc import serve
+from nnhal.server.rpc import listeners, serve
 from nnhal.server.rpc.identity import load_server_tls
+from nnhal.server.rpc.server_options import ServerOptions
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model
 
@@ -286,18 +287,18 @@ def test_plaintext_on_a_reachable_address_warns(
     pki: Pki, tls: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Only loopback is ever bound in tests: the address is made to look reachable instead.
-    monkeypatch.setattr(serve, "is_loopback_host", lambda host: False)
+    monkeypatch.setattr(listeners, "is_loopback_host", lambda host: False)
     server_tls = load_server_tls(*pki.server) if tls else None
-    with caplog.at_level(logging.WARNING, logger=serve.__name__):
-        server = serve.Server(serve.ServerOptions(listen=["127.0.0.1:0"], tls=server_tls))
+    with caplog.at_level(logging.WARNING, logger=listeners.__name__):
+        server = serve.Server(ServerOptions(listen=["127.0.0.1:0"], tls=server_tls))
         server.stop(0)
     warned = [r.getMessage() for r in caplog.records if "PLAINTEXT" in r.getMessage()]
     assert bool(warned) != tls, warned
 
 
 def test_loopback_hosts() -> None:
-    assert all(serve.is_loopback_host(h) for h in ("127.0.0.1", "127.1.2.3", "localhost", "[::1]", "::1"))
-    assert not any(serve.is_loopback_host(h) for h in ("0.0.0.0", "[::]", "10.0.0.1", "example.com"))
+    assert all(listeners.is_loopback_host(h) for h in ("127.0.0.1", "127.1.2.3", "localhost", "[::1]", "::1"))
+    assert not any(listeners.is_loopback_host(h) for h in ("0.0.0.0", "[::]", "10.0.0.1", "example.com"))
 
 
 def test_client_quotas_share_the_limit_and_give_back_per_session() -> None:

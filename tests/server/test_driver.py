@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnhal.core import wire
+from nnhal.core import wire_request, wire_status
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
 from nnhal.core.errors import DeadObject, InvalidArgument, ResourceExhaustedTransient
 from nnhal.core.types import (
@@ -146,11 +146,11 @@ def test_execute_stream_cancelled_after_launch_leaks_no_ticket(driver: Driver) -
     session = driver.open_session("t", LOCAL)
     handle, _ = _prepare(driver, session)
     msg = spb.ExecuteRequest(session=session.id, prepared_model=handle)
-    wire.request_to(_request(), msg.request)
+    wire_request.request_to(_request(), msg.request)
     stream = PreparedModelServicer(Executions(driver)).execute_1_3(msg, None)  # type: ignore[arg-type]
     assert isinstance(stream, Generator)
     launch = next(stream)
-    assert launch.WhichOneof("event") == "launch" and wire.status_from(launch.launch)[0] == ErrorStatus.NONE
+    assert launch.WhichOneof("event") == "launch" and wire_status.status_from(launch.launch)[0] == ErrorStatus.NONE
     assert driver.scheduler.in_flight == 0  # admitted only once the launch was written (issue #24)
     assert driver.budget.by_kind()["request data"] > 0  # its request data is held meanwhile, and charged
     stream.close()  # what grpc does to the handler's generator on cancellation
@@ -160,10 +160,10 @@ def test_execute_stream_cancelled_after_launch_leaks_no_ticket(driver: Driver) -
 def test_execute_stream_sends_launch_then_one_notify(driver: Driver) -> None:
     session = driver.open_session("t", LOCAL)
     msg = spb.ExecuteRequest(session=session.id, prepared_model="missing")
-    wire.request_to(_request(), msg.request)
+    wire_request.request_to(_request(), msg.request)
     events = list(PreparedModelServicer(Executions(driver)).execute_1_3(msg, None))  # type: ignore[arg-type]
     assert [e.WhichOneof("event") for e in events] == ["launch", "notify"]
-    statuses = {wire.status_from(events[0].launch)[0], wire.status_from(events[1].notify)[0]}
+    statuses = {wire_status.status_from(events[0].launch)[0], wire_status.status_from(events[1].notify)[0]}
     assert statuses == {ErrorStatus.INVALID_ARGUMENT}
 
 

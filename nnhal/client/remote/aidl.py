@@ -17,7 +17,7 @@ from typing import Any
 from nnhal.client.remote.calls import Call, Notify, Unary
 from nnhal.client.remote.messages import fill_allocate
 from nnhal.client.remote.transport import grpc_timeout, remaining_time
-from nnhal.core import wire, wire_aidl
+from nnhal.core import wire_aidl, wire_deadline, wire_model, wire_request
 from nnhal.core.aidl_types import ExecutionConfig, PrepareModelConfig, TimingNs
 from nnhal.core.types import BufferDesc, BufferRole, ExecutionResult, FencedExecutionInfo, Model, Request
 from nnhal.proto import aidl_pb2 as apb, service_pb2 as spb
@@ -30,7 +30,7 @@ KINDS = {"execution": "execution", "burst": "burst"}
 def _deadline(msg: Any, timeout: float | None, deadline_at: float | None) -> float | None:
     """Fill ``msg.deadline`` (time remaining); the gRPC timeout that covers it."""
     remaining = remaining_time(timeout, deadline_at)
-    wire.deadline_to(remaining, msg.deadline)
+    wire_deadline.deadline_to(remaining, msg.deadline)
     return grpc_timeout(remaining)
 
 
@@ -45,7 +45,7 @@ def prepare_with_config_launch(
 ) -> Notify:
     """prepareModelWithConfig (its notify reads as a 1.3 preparation's)."""
     req = apb.PrepareModelWithConfigRequest(session=session)
-    wire.model_to(model, req.model)
+    wire_model.model_to(model, req.model)
     wire_aidl.prepare_config_to(config, req.config)
     limit = _deadline(req.config, timeout, deadline_at)
     return Notify("aidl_device", "prepareModelWithConfig", req, limit)
@@ -76,7 +76,7 @@ def execute(
     loop_timeout_ns: int | None,
 ) -> Call[Result]:
     msg = apb.AidlExecuteRequest(session=session, prepared_model=handle, measure_timing=measure)
-    wire.request_to(request, msg.request)
+    wire_request.request_to(request, msg.request)
     if loop_timeout_ns is not None:
         msg.loop_timeout_duration_ns = loop_timeout_ns
     limit = _deadline(msg, timeout, deadline_at)
@@ -92,7 +92,7 @@ def execute_with_config(
     deadline_at: float | None,
 ) -> Call[Result]:
     msg = apb.ExecuteWithConfigRequest(session=session, prepared_model=handle)
-    wire.request_to(request, msg.request)
+    wire_request.request_to(request, msg.request)
     wire_aidl.execution_config_to(config, msg.config)
     limit = _deadline(msg, timeout, deadline_at)
     return (yield from _result("aidl_prepared_model", "executeSynchronouslyWithConfig", msg, limit))
@@ -117,7 +117,7 @@ def execute_fenced(
     """AIDL IPreparedModel::executeFenced: the sync fence and callback handles (raises the
     launch error). ``duration_ns``: the time the execution has once the fences signalled."""
     msg = apb.AidlFencedExecuteRequest(session=session, prepared_model=handle, measure_timing=measure)
-    wire.request_to(request, msg.request)
+    wire_request.request_to(request, msg.request)
     msg.wait_for.extend(wait_for)
     if loop_timeout_ns is not None:
         msg.loop_timeout_duration_ns = loop_timeout_ns
@@ -139,7 +139,7 @@ def execute_fenced_with_config(
 ) -> Call[tuple[str, str]]:
     """executeFencedWithConfig: the sync fence and callback handles (raises the launch error)."""
     msg = apb.FencedExecuteWithConfigRequest(session=session, prepared_model=handle)
-    wire.request_to(request, msg.request)
+    wire_request.request_to(request, msg.request)
     msg.wait_for.extend(wait_for)
     wire_aidl.execution_config_to(config, msg.config)
     if duration_ns is not None:
@@ -160,7 +160,7 @@ def fenced_info(
 # -- IExecution ---------------------------------------------------------------------------------
 def create_reusable_execution(session: str, handle: str, request: Request, config: ExecutionConfig) -> Call[str]:
     msg = apb.CreateReusableExecutionRequest(session=session, prepared_model=handle)
-    wire.request_to(request, msg.request)
+    wire_request.request_to(request, msg.request)
     wire_aidl.execution_config_to(config, msg.config)
     return str((yield Unary("aidl_prepared_model", "createReusableExecution", msg)).handle)
 

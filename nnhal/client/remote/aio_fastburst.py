@@ -7,7 +7,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from nnhal.client.outcome import failed_result
-from nnhal.client.remote.aio_samehost import AioQueueLink
+from nnhal.client.remote.aio_queue_link import AioQueueLink
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.queue_ends import CarriedAbort, QueueEnded, QueueTimeout
 from nnhal.client.remote.samehost import late_error

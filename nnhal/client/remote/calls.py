@@ -2,7 +2,7 @@
 
 Each call here is a generator (:data:`Call`): it builds its request, yields one
 :class:`Unary` step per RPC, receives the answer message and returns the canonical value
-(:mod:`nnhal.core.wire` conversions). It does no I/O. A session drives it on its
+(the ``nnhal.core.wire*`` conversions). It does no I/O. A session drives it on its
 transport with the :mod:`nnhal.client.steps` drivers: the sync
 :class:`~nnhal.client.remote.session.RemoteSession` on blocking stubs, the asyncio
 :class:`~nnhal.client.remote.aio_session.AioSession` on ``grpc.aio`` stubs. Both map
@@ -33,7 +33,7 @@ from nnhal.client.remote.messages import (
     stats_of,
 )
 from nnhal.client.remote.transport import grpc_timeout
-from nnhal.core import wire
+from nnhal.core import wire_device, wire_model, wire_result
 from nnhal.core.enums import DeviceStatus, DeviceType, ExecutionPreference, Priority
 from nnhal.core.faults import Fault
 from nnhal.core.types import (
@@ -117,7 +117,7 @@ def device_query(session: str, method: str, checked: bool = True) -> Call[Any]:
 
 
 def capabilities(session: str) -> Call[Capabilities]:
-    return wire.capabilities_from((yield from device_query(session, "getCapabilities_1_3")).capabilities)
+    return wire_device.capabilities_from((yield from device_query(session, "getCapabilities_1_3")).capabilities)
 
 
 def version_string(session: str) -> Call[str]:
@@ -125,12 +125,12 @@ def version_string(session: str) -> Call[str]:
 
 
 def device_type(session: str) -> Call[DeviceType]:
-    return wire.device_type_from((yield from device_query(session, "getType")).type)
+    return wire_device.device_type_from((yield from device_query(session, "getType")).type)
 
 
 def supported_extensions(session: str) -> Call[tuple[Extension, ...]]:
     msg = yield from device_query(session, "getSupportedExtensions")
-    return tuple(wire.extension_from(e) for e in msg.extensions)
+    return tuple(wire_device.extension_from(e) for e in msg.extensions)
 
 
 def number_of_cache_files_needed(session: str) -> Call[tuple[int, int]]:
@@ -139,13 +139,13 @@ def number_of_cache_files_needed(session: str) -> Call[tuple[int, int]]:
 
 
 def status(session: str) -> Call[DeviceStatus]:
-    return wire.device_status_from((yield from device_query(session, "getStatus", checked=False)).status)
+    return wire_device.device_status_from((yield from device_query(session, "getStatus", checked=False)).status)
 
 
 def supported_operations(session: str, model: Model) -> Call[list[tuple[bool, str]]]:
     """getSupportedOperations_1_3: per operation of the main subgraph, supported and why not."""
     req = spb.SupportedOperationsRequest(session=session)
-    wire.model_to(model, req.model)
+    wire_model.model_to(model, req.model)
     msg = yield Unary("device", "getSupportedOperations_1_3", req)
     return [(bool(ok), str(why)) for ok, why in zip(msg.supported, msg.reasons)]
 
@@ -173,7 +173,7 @@ def allocate(
 ) -> Call[tuple[str, int]]:
     """IDevice::allocate: the new buffer's handle and token."""
     req = spb.AllocateRequest(session=session)
-    fill_allocate(req, desc, prepared_models, input_roles, output_roles, wire.buffer_role_to)
+    fill_allocate(req, desc, prepared_models, input_roles, output_roles, wire_device.buffer_role_to)
     msg = yield Unary("device", "allocate", req)
     return str(msg.buffer), int(msg.token)
 
@@ -206,11 +206,11 @@ def execute(session: str, handle: str, request: Request, options: ExecutionOptio
     """executeSynchronously_1_3 in one message. HAL errors are in the result."""
     msg, timeout = execute_request(session, handle, request, options)
     answer = yield Unary("prepared_model", "executeSynchronously_1_3", msg, timeout, checked=False)
-    return wire.execution_result_from(answer)
+    return wire_result.execution_result_from(answer)
 
 
 def execute_launch(session: str, handle: str, request: Request, options: ExecutionOptions) -> Notify:
-    """execute_1_3 (its notify reads with :func:`nnhal.core.wire.execution_result_from`)."""
+    """execute_1_3 (its notify reads with :func:`nnhal.core.wire_result.execution_result_from`)."""
     msg, timeout = execute_request(session, handle, request, options)
     return Notify("prepared_model", "execute_1_3", msg, timeout)
 
@@ -234,7 +234,7 @@ def execute_fenced(
 def fenced_info(session: str, callback: str, wait: bool, timeout: float) -> Call[FencedExecutionInfo]:
     """IFencedExecutionCallback::getExecutionInfo (with ``wait``: once the fence signalled)."""
     req = spb.FencedInfoRequest(session=session, callback=callback, wait=wait)
-    return wire.fenced_info_from((yield Unary("fenced", "getExecutionInfo", req, timeout, checked=False)))
+    return wire_result.fenced_info_from((yield Unary("fenced", "getExecutionInfo", req, timeout, checked=False)))
 
 
 def release_prepared_model(session: str, handle: str, timeout: float | None = None) -> Call[None]:

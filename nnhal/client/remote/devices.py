@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from nnhal.client.remote.transport import TlsConfig, channel_options, map_rpc_error, open_channel
-from nnhal.core import wire
+from nnhal.core import wire_device
 from nnhal.core.enums import DeviceStatus, DeviceType
 from nnhal.core.protocol import DEVICE_METADATA
 from nnhal.core.types import Capabilities
@@ -92,7 +92,7 @@ def list_devices(address: str, *, tls: TlsConfig | None = None, timeout: float =
             DeviceType(e.type),
             int(e.feature_level),
             e.version_string,
-            wire.capabilities_from(e.capabilities),
+            wire_device.capabilities_from(e.capabilities),
             DeviceStatus(e.status),
         )
         for e in reply.devices

@@ -15,7 +15,7 @@ and :func:`burst_answer` (the deserializers of those calls) read an answer whose
 those of an answer read before everywhere but in its one output pool's data as that answer
 with this data — the same parse, as protobuf's parser gives the same fields for the same
 bytes around a bytes field's contents. Any other answer is parsed by protobuf and read by
-``wire.execution_result_from`` as before (undecodable bytes fail as they did).
+``wire_result.execution_result_from`` as before (undecodable bytes fail as they did).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from nnhal.core import wire
+from nnhal.core import wire_deadline, wire_request, wire_result
 from nnhal.core.enums import MeasureTiming
 from nnhal.core.types import NO_TIMING, ExecutionResult, InlinePool, MemoryPool, PoolData, Request, RequestArgument
 from nnhal.core.wire_stream import read_varint, varint
@@ -84,7 +84,7 @@ def args_bytes(inputs: tuple[RequestArgument, ...], outputs: tuple[RequestArgume
     data = _ARGS.get(key)
     if data is None:
         msg = pb.Request()
-        wire.request_to(Request(inputs, outputs, ()), msg)
+        wire_request.request_to(Request(inputs, outputs, ()), msg)
         data = msg.SerializeToString()
         if len(_ARGS) >= _ARGS_MAX:
             _ARGS.clear()
@@ -152,8 +152,8 @@ def execute_bytes(
 ) -> bytes | None:
     """The serialized ExecuteRequest of ``head`` (:func:`head_bytes`), ``args``
     (:func:`args_bytes`) and ``pools``, with its deadline ``remaining_s`` seconds away (None:
-    none; saturated as ``wire.deadline_to`` does); None when a pool is not inline. Raises
-    InvalidArgument for a NaN deadline (as ``wire.deadline_to``)."""
+    none; saturated as ``wire_deadline.deadline_to`` does); None when a pool is not inline. Raises
+    InvalidArgument for a NaN deadline (as ``wire_deadline.deadline_to``)."""
     parts: list[PoolData] = [args]
     length = len(args)  # of the Request message
     for pool in pools:
@@ -171,7 +171,7 @@ def execute_bytes(
     if measure:
         out.append(_MEASURE_YES)
     if remaining_s is not None:
-        ns = wire.remaining_ns(remaining_s)
+        ns = wire_deadline.remaining_ns(remaining_s)
         if ns:
             value = varint(ns)
             out += (_DEADLINE, varint(3 + len(value)), _HAS_DEADLINE, _REMAINING, value)
@@ -261,13 +261,13 @@ def _rest(result: ExecutionResult) -> tuple[Any, ...]:
 
 def _parse_execute(raw: bytes) -> tuple[ExecutionResult, tuple[int, int] | None]:
     """The answer read by protobuf, and where its ExecuteResult lies in ``raw`` (all of it)."""
-    return wire.execution_result_from(spb.ExecuteResult.FromString(raw)), (0, len(raw))
+    return wire_result.execution_result_from(spb.ExecuteResult.FromString(raw)), (0, len(raw))
 
 
 def _parse_burst(raw: bytes) -> tuple[ExecutionResult, tuple[int, int] | None]:
     """The answer read by protobuf, and where its ExecuteResult lies in ``raw`` when the
     ``result`` field is all of it (None otherwise)."""
-    result = wire.execution_result_from(spb.BurstResponse.FromString(raw).result)
+    result = wire_result.execution_result_from(spb.BurstResponse.FromString(raw).result)
     if len(raw) < 2 or raw[0] != _BURST_RESULT:
         return result, None
     length, pos = read_varint(raw, 1, 5)

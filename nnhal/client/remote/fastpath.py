@@ -50,7 +50,7 @@ reads the stream's last event for the status. Thread-safe: one execution at a ti
 
 :class:`~nnhal.client.remote.queue_ends.QueueEnds` is what both clients' links share (the rings, the doorbell, the
 granted layouts, an execution's packets); :class:`FastBurstLink` waits on it with
-blocking reads, the asyncio client's link (:mod:`.aio_samehost`) through its event loop.
+blocking reads, the asyncio client's link (:mod:`.aio_queue_link`) through its event loop.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ from nnhal.client.remote.pace import (
     hybrid_from_env,
 )
 from nnhal.client.remote.transport import BURST_STREAM_TIMEOUT
-from nnhal.core import fastpacket, fastring, wire
+from nnhal.core import fastpacket, fastring, wire_status
 from nnhal.core.doorbell import fine_timers
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError
@@ -134,7 +134,7 @@ class FastBurstLink(QueueEnds):
             first = remote.invoke(lambda: next(call, None), "openFastBurst")
             if first is None:
                 raise GeneralFailure("openFastBurst: the stream ended without an answer")
-            status, message = wire.status_from(first)
+            status, message = wire_status.status_from(first)
             if status != ErrorStatus.NONE:
                 raise HalError.of(status, f"openFastBurst: {message}")
             return FastBurstLink(remote, call, first, executions)
@@ -339,7 +339,7 @@ class FastBurstLink(QueueEnds):
 def ended_result(event: fpb.FastBurstEvent | None) -> ExecutionResult:
     """The result of an execution cut short by the end of a queue whose stream brought ``event``
     last (None: it ended without one): the status the server ended it with."""
-    if event is not None and wire.status_from(event)[0] != ErrorStatus.NONE:
-        status, message = wire.status_from(event)
+    if event is not None and wire_status.status_from(event)[0] != ErrorStatus.NONE:
+        status, message = wire_status.status_from(event)
         return ExecutionResult(status, f"fast burst: {message}")
     return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "the fast burst ended (closed by the server); open a new burst")

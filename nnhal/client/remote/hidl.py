@@ -16,7 +16,7 @@ from typing import Any
 from nnhal.client.cache_files import CacheInput
 from nnhal.client.remote.calls import Call, Notify, Unary
 from nnhal.client.remote.messages import add_cache_file
-from nnhal.core import versions, wire, wire_hidl
+from nnhal.core import versions, wire_hidl, wire_result, wire_status
 from nnhal.core.enums import ExecutionPreference, HalVersion, MeasureTiming
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import Capabilities, ExecutionResult, Model, Request
@@ -117,15 +117,15 @@ def execute_sync(session: str, handle: str, request: Request, measure: bool) -> 
     )
     req.request.CopyFrom(_request(request, "executeSynchronously"))
     answer = yield Unary("hidl_prepared_model", "executeSynchronously", req, checked=False)
-    return wire.execution_result_from(answer)
+    return wire_result.execution_result_from(answer)
 
 
 def result_of(msg: Any) -> ExecutionResult:
     """The result an execute notify of any form (1.0, 1.2, 1.3) carries."""
     if isinstance(msg, hpb.ExecuteResultV1_0):
         return ExecutionResult(
-            wire.error_status_from(msg.status),
+            wire_status.error_status_from(msg.status),
             msg.message,
             output_pools={p.pool_index: p.data for p in msg.output_pools},
         )
-    return wire.execution_result_from(msg)
+    return wire_result.execution_result_from(msg)

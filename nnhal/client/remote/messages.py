@@ -16,7 +16,7 @@ from typing import Any
 from nnhal.client.cache_files import CacheFile, CacheInput, as_bytes
 from nnhal.client.remote import encoded
 from nnhal.client.remote.transport import grpc_timeout, remaining_time
-from nnhal.core import wire
+from nnhal.core import wire_deadline, wire_model, wire_pool, wire_request, wire_status
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.faults import Fault
@@ -101,7 +101,7 @@ def drain(events: Iterator[Any]) -> None:
 
 
 def raise_for_status(msg: Any, what: str = "") -> None:
-    status, message = wire.status_from(msg)
+    status, message = wire_status.status_from(msg)
     if status != ErrorStatus.NONE:
         if what:
             message = f"{what}: {message}" if message else what
@@ -111,12 +111,12 @@ def raise_for_status(msg: Any, what: str = "") -> None:
 def fill_execution(msg: Any, handle: str, request: Request, options: ExecutionOptions) -> float | None:
     """Fill the fields ExecuteRequest and FencedExecuteRequest share; returns the gRPC timeout."""
     msg.prepared_model = handle
-    wire.request_to(request, msg.request)
+    wire_request.request_to(request, msg.request)
     if options.measure:
         msg.measure = int(MeasureTiming.YES)
     msg.loop_timeout_ns = options.loop_timeout_ns
     remaining = remaining_time(options.timeout, options.deadline_at)
-    wire.deadline_to(remaining, msg.deadline)
+    wire_deadline.deadline_to(remaining, msg.deadline)
     return grpc_timeout(remaining)
 
 
@@ -175,11 +175,11 @@ def prepare_request(
 ) -> spb.PrepareModelRequest:
     """The prepareModel_1_3 request; ``remaining`` is the HAL deadline in seconds (None: none)."""
     req = spb.PrepareModelRequest(session=session, preference=int(preference), priority=int(priority))  # type: ignore[arg-type]
-    wire.model_to(model, req.model)
+    wire_model.model_to(model, req.model)
     if cache_token is not None:
         req.token = cache_token
         req.want_cache = True
-    wire.deadline_to(remaining, req.deadline)
+    wire_deadline.deadline_to(remaining, req.deadline)
     return req
 
 
@@ -201,14 +201,14 @@ def prepare_from_cache_request(
     ``held``: whether the server reads this process's cache files by descriptor."""
     req = spb.PrepareModelFromCacheRequest(session=session, token=token)
     add_cache_file(req.model_cache, model_cache, held)
-    wire.deadline_to(remaining, req.deadline)
+    wire_deadline.deadline_to(remaining, req.deadline)
     return req
 
 
 def copy_from_request(session: str, handle: str, src: MemoryPool, dimensions: Sequence[int]) -> spb.CopyFromRequest:
     """IBuffer::copyFrom's request: ``src`` into buffer ``handle``, with its dimensions."""
     req = spb.CopyFromRequest(session=session, buffer=handle)
-    wire.pool_to(src, req.src)
+    wire_pool.pool_to(src, req.src)
     req.dimensions.extend(dimensions)
     return req
 
@@ -216,7 +216,7 @@ def copy_from_request(session: str, handle: str, src: MemoryPool, dimensions: Se
 def copy_to_request(session: str, handle: str, dst: MemoryPool) -> spb.CopyToRequest:
     """IBuffer::copyTo's request (an inline ``dst`` comes back in the answer's ``data``)."""
     req = spb.CopyToRequest(session=session, buffer=handle)
-    wire.pool_to(dst, req.dst)
+    wire_pool.pool_to(dst, req.dst)
     return req
 
 
@@ -247,7 +247,7 @@ def stats_of(msg: Any) -> tuple[dict[str, int], dict[str, int]]:
 
 def prepared_of(notify: Any) -> tuple[ErrorStatus, str, PreparedRef | None]:
     """A prepare notify's status, message and (when it succeeded) the prepared model's reference."""
-    status, message = wire.status_from(notify)
+    status, message = wire_status.status_from(notify)
     if status != ErrorStatus.NONE:
         return status, message, None
     cache = bytes(notify.model_cache[0].data) if notify.model_cache else b""

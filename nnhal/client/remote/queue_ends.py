@@ -3,7 +3,7 @@ the server's handover socket (its descriptors checked before they are mapped), t
 the doorbell, the granted request layouts and an execution's packets, each checked as
 untrusted input. The sync client's link waits with blocking reads
 (:class:`nnhal.client.remote.fastpath.FastBurstLink`), the asyncio client's through its
-event loop (:mod:`nnhal.client.remote.aio_samehost`).
+event loop (:mod:`nnhal.client.remote.aio_queue_link`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from nnhal.client.remote.pace import (
     Pace,
 )
 from nnhal.client.remote.transport import remaining_time
-from nnhal.core import fastpacket, fastring, samehost, wire
+from nnhal.core import fastpacket, fastring, samehost, wire_result
 from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure
@@ -373,7 +373,7 @@ class QueueEnds:
             result = spb.ExecuteResult.FromString(payload)
         except DecodeError:
             return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "fast burst: the result packet is not an ExecuteResult")
-        return wire.execution_result_from(result)
+        return wire_result.execution_result_from(result)
 
     def _close_ends(self) -> None:
         self.doorbell.close()

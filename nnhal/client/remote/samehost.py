@@ -59,7 +59,7 @@ from nnhal.client.remote.link_pool import LinkPool
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.queue_ends import RESULT_ENVELOPE_BYTES, CarriedAbort, QueueEnded, QueueTimeout
 from nnhal.client.remote.transport import DEFAULT_CALL_TIMEOUT, grpc_timeout, remaining_time
-from nnhal.core import fastpacket, fastring, samehost, wire
+from nnhal.core import fastpacket, fastring, samehost, wire_status
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
 from nnhal.core.types import ExecutionResult, Request
@@ -164,7 +164,7 @@ class CarriedForms:
             if kind == samehost.ABORTED:
                 raise CarriedAbort(*samehost.decode_aborted(body))
             if kind == fastring.RESULT:  # the server could not read the packet
-                status, message = wire.status_from(spb.ExecuteResult.FromString(body))
+                status, message = wire_status.status_from(spb.ExecuteResult.FromString(body))
                 raise HalError.of(status, f"{what}: {message}")
         except (fastpacket.PacketError, DecodeError) as err:
             raise GeneralFailure(f"{what}: a malformed same-host answer: {err}") from None

@@ -4,7 +4,7 @@
 stream, the death monitor and the one call path (``invoke``: transport failures as HAL
 errors, a death declared on DEAD_OBJECT; request ids; drains). RemoteSession adds the
 IDevice, IPreparedModel, burst and IBuffer calls: its public methods take and return
-canonical types (:mod:`nnhal.core.types`), converted with :mod:`nnhal.core.wire`.
+canonical types (:mod:`nnhal.core.types`), converted with the ``nnhal.core.wire*`` modules.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from nnhal.client.remote.transport import (
     grpc_timeout,
     remaining_time,
 )
-from nnhal.core import wire, wire_stream
+from nnhal.core import wire_result, wire_stream
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import (
@@ -191,7 +191,7 @@ class RemoteSession(SessionChannel):
         # ``calls.execute``'s one step, made here without driving a generator for it.
         msg, timeout = self._execute_message(handle, request, options)
         answer = self.unary(self._stubs.prepared_model.executeSynchronously_1_3, msg, _SYNC, timeout)
-        return wire.execution_result_from(answer)
+        return wire_result.execution_result_from(answer)
 
     def execute_encoded(
         self,

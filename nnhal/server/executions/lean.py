@@ -210,7 +210,7 @@ def launch_inline(
     ticket: Ticket | None = None,
 ) -> LeanRun | None:
     """A call with no profile whose pools are all inline (``pools``: each one's bytes and
-    size, the size at least the bytes' length: ``wire.inline_pools_from``) launched as
+    size, the size at least the bytes' length: ``wire_pool.inline_pools_from``) launched as
     :func:`launch` launches its canonical execution — with no request, pool or execution
     object made and no generic binding — or None: take the full path. ``found``: the call's
     session and prepared model, ``ticket`` the running slot taken for it (``Inline``; as

@@ -19,7 +19,7 @@ import time
 
 import grpc
 
-from nnhal.core import wire, wire_aidl
+from nnhal.core import wire_aidl, wire_deadline
 from nnhal.core.aidl_types import loop_timeout_for_driver, optional_duration
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import Request
@@ -62,7 +62,7 @@ class ExecutionServicer(agrpc.ExecutionServicer):
                 raise arrival.error
             session = self.driver.session(request.session)
             e = self.driver.aidl.executions.get(session.id, request.execution)
-            deadline = wire.deadline_from(request.deadline)
+            deadline = wire_deadline.deadline_from(request.deadline)
             _hold(e, deadline, m.name)
         except HalError as err:
             return wire_aidl.execution_result_to(x.refuse(m, err).result())
@@ -80,7 +80,7 @@ class ExecutionServicer(agrpc.ExecutionServicer):
         session = self.driver.session(request.session)
         e = self.driver.aidl.executions.get(session.id, request.execution)
         duration = optional_duration(wire_aidl.optional_from(request, "duration_ns"), "durationNs")
-        deadline = wire.deadline_from(request.deadline)
+        deadline = wire_deadline.deadline_from(request.deadline)
         _hold(e, deadline, "IExecution.executeFenced")
         # Held until the fence signals (the worker releases it); given back here if the launch fails.
         call = FencedExecution(
@@ -138,7 +138,7 @@ class BurstServicer(agrpc.BurstServicer):
         except HalError as err:
             return wire_aidl.execution_result_to(x.refuse(m, err).result())
         tokens = list(request.memory_identifier_tokens)
-        deadline = wire.deadline_from(request.deadline)
+        deadline = wire_deadline.deadline_from(request.deadline)
 
         def build() -> Execution:
             canonical = Request(args.inputs, args.outputs, burst.resolve(pools, tokens))

@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from nnhal.core import wire, wire_aidl
+from nnhal.core import wire_aidl, wire_deadline, wire_device, wire_model, wire_request
 from nnhal.core.aidl_types import ExecutionConfig, accepted_hints, loop_timeout_for_driver, optional_duration
 from nnhal.core.types import Request
 from nnhal.proto import aidl_pb2 as apb, aidl_pb2_grpc as agrpc, service_pb2 as spb
@@ -50,7 +50,7 @@ class AidlDeviceServicer(agrpc.AidlDeviceServicer):
         self.executions.admit("allocate")
         buffer, token = self.driver.allocate(
             session,
-            wire.buffer_desc_from(request.desc),
+            wire_device.buffer_desc_from(request.desc),
             [r.handle for r in request.prepared_models],
             [wire_aidl.buffer_role_from(r) for r in request.input_roles],
             [wire_aidl.buffer_role_from(r) for r in request.output_roles],
@@ -74,10 +74,10 @@ class AidlDeviceServicer(agrpc.AidlDeviceServicer):
             accepted_hints(config.compilation_hints, config.extension_name_to_prefix, names, "compilationHints")
             return Preparation(
                 request.session,
-                wire.model_from(request.model),
+                wire_model.model_from(request.model),
                 config.preference,
                 config.priority,
-                wire.deadline_from(msg.deadline),
+                wire_deadline.deadline_from(msg.deadline),
                 # The AIDL ignores the token when no cache is asked for.
                 config.cache_token if msg.want_cache else b"",
                 msg.want_cache,
@@ -103,8 +103,8 @@ class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
         def build() -> Execution:
             self.driver.session(request.session)
             measure, loop_ns = options()
-            canonical = wire.request_from(request.request)
-            deadline = wire.deadline_from(request.deadline)
+            canonical = wire_request.request_from(request.request)
+            deadline = wire_deadline.deadline_from(request.deadline)
             return Execution(request.session, request.prepared_model, canonical, measure, deadline, loop_ns)
 
         return wire_aidl.execution_result_to(as_result(self.executions.execute(m, build, live, arrival)))
@@ -134,10 +134,10 @@ class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
         call = FencedExecution(
             request.session,
             request.prepared_model,
-            wire.request_from(request.request),
+            wire_request.request_from(request.request),
             tuple(request.wait_for),
             measure,
-            wire.deadline_from(request.deadline),
+            wire_deadline.deadline_from(request.deadline),
             loop_ns,
             duration,
         )
@@ -180,7 +180,7 @@ class AidlPreparedModelServicer(agrpc.AidlPreparedModelServicer):
     ) -> apb.ObjectResponse:
         session = self.driver.session(request.session)
         config, loop_ns = checked_config(self.driver, request.config, "createReusableExecution")
-        canonical: Request = wire.request_from(request.request)
+        canonical: Request = wire_request.request_from(request.request)
         # Validated once now (INVALID_ARGUMENT here, as the AIDL asks); each run binds afresh.
         self.driver.begin_execute(
             session, request.prepared_model, canonical, config.measure_timing, None, loop_ns

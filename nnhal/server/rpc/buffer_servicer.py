@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from nnhal.core import wire
+from nnhal.core import wire_pool
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server.executions import Executions
 from nnhal.server.rpc.common import hal_method
@@ -18,14 +18,14 @@ class BufferServicer(sgrpc.BufferServicer):
     @hal_method(make=spb.CopyToResponse)
     def copyTo(self, request: spb.CopyToRequest, context: grpc.ServicerContext) -> spb.CopyToResponse:
         session = self.driver.session(request.session)
-        data = self.driver.buffer_copy_to(session, request.buffer, wire.pool_from(request.dst, "dst"))
+        data = self.driver.buffer_copy_to(session, request.buffer, wire_pool.pool_from(request.dst, "dst"))
         return spb.CopyToResponse(data=data)
 
     @hal_method(make=spb.StatusMessage)
     def copyFrom(self, request: spb.CopyFromRequest, context: grpc.ServicerContext) -> spb.StatusMessage:
         session = self.driver.session(request.session)
         self.driver.buffer_copy_from(
-            session, request.buffer, wire.pool_from(request.src, "src"), tuple(request.dimensions)
+            session, request.buffer, wire_pool.pool_from(request.src, "src"), tuple(request.dimensions)
         )
         return spb.StatusMessage()
 

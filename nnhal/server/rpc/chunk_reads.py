@@ -1,6 +1,6 @@
 """The chunk reads of one streamed request, each charged before gRPC is asked for it.
 
-With BDP probing off (``serve.SERVER_OPTIONS``) the HTTP/2 transport grants a stream's
+With BDP probing off (``channel_args.SERVER_OPTIONS``) the HTTP/2 transport grants a stream's
 sender more than its 64 KiB window only while a read of that stream is pending, and then
 for the message being read. Read one after the other, each chunk of a streamed request
 waits until the server has worked on the chunk before (copied it into its pool). A

@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 import grpc
 
-from nnhal.core import wire, wire_hidl
+from nnhal.core import wire_hidl, wire_result, wire_status
 from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import DeadObject
 from nnhal.core.types import ExecutionResult
@@ -51,7 +51,7 @@ class Servicer(Protocol):
 
 def status_to(msg: M, refused: Refused) -> M:
     """``msg`` carrying ``refused``'s status and message."""
-    out: M = wire.status_to(msg, refused.status, refused.message)
+    out: M = wire_status.status_to(msg, refused.status, refused.message)
     return out
 
 
@@ -60,7 +60,7 @@ def result_to(result: ExecutionResult | Refused, msg: spb.ExecuteResult | None =
     ``msg`` when given, e.g. a burst answer's ``result`` field: filled in place, not copied)."""
     if isinstance(result, Refused):
         return status_to(spb.ExecuteResult() if msg is None else msg, result)
-    return wire.execution_result_to(result, msg)
+    return wire_result.execution_result_to(result, msg)
 
 
 def as_result(result: ExecutionResult | Refused) -> ExecutionResult:
@@ -114,7 +114,7 @@ def hal_method(
             if arrival is not None:
                 before_reply(arrival.fault, context)
             if version is not None:
-                msg.status = int(wire_hidl.status_for(wire.error_status_from(msg.status), version))
+                msg.status = int(wire_hidl.status_for(wire_status.error_status_from(msg.status), version))
             m.record(getattr(msg, "status", 0), None)
             call_log.failed(method, getattr(msg, "status", 0), getattr(msg, "message", ""))
             return msg
@@ -183,13 +183,13 @@ def _events_to(
 ) -> Iterator[M]:
     for e in events:
         if isinstance(e, Launch):
-            part = wire.status_to(spb.StatusMessage(), e.status, e.message)
+            part = wire_status.status_to(spb.StatusMessage(), e.status, e.message)
             key = "launch"
         else:
-            part = notify(e.answer) if e.answer is not None else wire.status_to(empty(), e.status, e.message)
+            part = notify(e.answer) if e.answer is not None else wire_status.status_to(empty(), e.status, e.message)
             key = "notify"
         if version is not None:
-            part.status = int(wire_hidl.status_for(wire.error_status_from(part.status), version))
+            part.status = int(wire_hidl.status_for(wire_status.error_status_from(part.status), version))
         msg = event(**{key: part})
         # While the message waits to be written, nothing here holds the answer it was made of.
         del e, part

@@ -33,7 +33,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from nnhal.core import methods, wire, wire_session
+from nnhal.core import methods, wire, wire_deadline, wire_device, wire_model, wire_session
 from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import DeviceUnavailable, HalError, InvalidArgument
 from nnhal.core.host import memfd_identity
@@ -207,7 +207,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
     ) -> spb.CapabilitiesResponse:
         self._session(request.session)
         msg = spb.CapabilitiesResponse()
-        wire.capabilities_to(self.driver.capabilities, msg.capabilities)
+        wire_device.capabilities_to(self.driver.capabilities, msg.capabilities)
         return msg
 
     @hal_method(make=spb.VersionStringResponse)
@@ -227,7 +227,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
         self._session(request.session)
         msg = spb.ExtensionsResponse()
         for e in self.driver.extensions():
-            wire.extension_to(e, msg.extensions.add())
+            wire_device.extension_to(e, msg.extensions.add())
         return msg
 
     @hal_method(make=spb.CacheFilesResponse)
@@ -246,7 +246,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
         self, request: spb.SupportedOperationsRequest, context: grpc.ServicerContext
     ) -> spb.SupportedOperationsResponse:
         session = self._session(request.session)
-        supported, reasons = self.driver.supported_operations(session, wire.model_from(request.model))
+        supported, reasons = self.driver.supported_operations(session, wire_model.model_from(request.model))
         return spb.SupportedOperationsResponse(supported=supported, reasons=reasons)
 
     # -- preparation ------------------------------------------------------------
@@ -258,10 +258,10 @@ class DeviceServicer(sgrpc.DeviceServicer):
             protocol = self._session(request.session).protocol_version
             return Preparation(
                 request.session,
-                wire.model_from(request.model),
+                wire_model.model_from(request.model),
                 wire_session.preference_of(request, protocol),
                 wire_session.priority_of(request, protocol),
-                wire.deadline_from(request.deadline),
+                wire_deadline.deadline_from(request.deadline),
                 bytes(request.token),
                 request.want_cache,
             )
@@ -284,7 +284,7 @@ class DeviceServicer(sgrpc.DeviceServicer):
                 cache_contents(request.model_cache, session, shm, "model cache file"),
                 cache_contents(request.data_cache, session, shm, "data cache file"),
                 bytes(request.token),
-                wire.deadline_from(request.deadline),
+                wire_deadline.deadline_from(request.deadline),
             )
 
         return prepare_events(self.executions.prepare(m, build, context, arrival))
@@ -296,10 +296,10 @@ class DeviceServicer(sgrpc.DeviceServicer):
         self.executions.admit("allocate")
         buffer, token = self.driver.allocate(
             session,
-            wire.buffer_desc_from(request.desc),
+            wire_device.buffer_desc_from(request.desc),
             [r.handle for r in request.prepared_models],
-            [wire.buffer_role_from(r) for r in request.input_roles],
-            [wire.buffer_role_from(r) for r in request.output_roles],
+            [wire_device.buffer_role_from(r) for r in request.input_roles],
+            [wire_device.buffer_role_from(r) for r in request.output_roles],
         )
         return spb.AllocateResponse(buffer=buffer, token=token)
 

@@ -1,7 +1,7 @@
 """Direct handlers: a hot unary HAL method served by one coroutine instead of a stack of wrappers.
 
 A unary method registered through ``sync_handlers.Collector`` is served by four nested
-coroutines: the admission of its request (``inbound.gated``), its request id
+coroutines: the admission of its request (``gated_handlers.gated``), its request id
 (``request_id.with_request_id``), the method's arrival (``common.hal_method``) and the
 servicer's method. For ``executeSynchronously_1_3`` — a small model's whole execution costs
 less than those layers' frames, lookups and argument passing — :func:`execute_sync` makes
@@ -16,7 +16,7 @@ the answer the layered path gives it:
    gate, injected fault);
 4. the execution on the loop's thread when it is short (``Executions.runs_inline``), on a
    worker thread otherwise (an injected abort there aborts the call);
-5. a large answer handed over one at a time per connection (``Inbound.hand_over``); a call
+5. a large answer handed over one at a time per connection (``AnswerWrites.hand_over``); a call
    ended to make room for another client aborted RESOURCE_EXHAUSTED with the reason.
 
 The request id is given before the read (the layered path gives it after): a call refused
@@ -79,7 +79,7 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
                 answer = await run_sync(context, partial(_on_worker, x, m, build, arrival))
             del request, build
             if answer.ByteSize() > WINDOW_BYTES:
-                await inbound.hand_over(context, SYNC)
+                await inbound.writes.hand_over(context, SYNC)
             return answer
         except asyncio.CancelledError:
             if not ended():  # the transport's cancellation

@@ -64,7 +64,7 @@ from typing import Any, cast
 from google.protobuf.message import DecodeError
 from grpc import aio
 
-from nnhal.core import fastpacket, fastring, samehost, wire
+from nnhal.core import fastpacket, fastring, samehost, wire_request
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import ExecutionResult
@@ -348,7 +348,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 result = x.execute(m, partial(execution_from, msg), live, arrival)
                 return fastring.RESULT, result_to(result).SerializeToString()
             try:
-                canonical = wire.request_from(msg.request)
+                canonical = wire_request.request_from(msg.request)
             except HalError as err:
                 return _packet(x.refuse(m, err))
             result = x.execute(m, partial(execution_from, msg, canonical), live, arrival)

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from nnhal.core import versions, wire, wire_hidl, wire_session
+from nnhal.core import versions, wire_hidl, wire_result, wire_session, wire_status
 from nnhal.core.enums import ExecutionPreference, HalVersion
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import ExecutionResult, Model, Request
@@ -197,7 +197,7 @@ class HidlDeviceServicer(hgrpc.HidlDeviceServicer):
 
 
 def _result_v1_0(result: ExecutionResult) -> hpb.ExecuteResultV1_0:
-    msg: hpb.ExecuteResultV1_0 = wire.status_to(
+    msg: hpb.ExecuteResultV1_0 = wire_status.status_to(
         hpb.ExecuteResultV1_0(), wire_hidl.status_for(result.status, V.V1_0), result.message
     )
     for index, data in sorted(result.output_pools.items()):
@@ -206,7 +206,7 @@ def _result_v1_0(result: ExecutionResult) -> hpb.ExecuteResultV1_0:
 
 
 def _result_v1_2(result: ExecutionResult) -> spb.ExecuteResult:
-    msg = wire.execution_result_to(result)
+    msg = wire_result.execution_result_to(result)
     msg.status = int(wire_hidl.status_for(result.status, V.V1_2))  # type: ignore[assignment]
     return msg
 

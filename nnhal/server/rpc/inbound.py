@@ -1,13 +1,14 @@
 """The bytes of calls in flight: a request is read only once admitted, and held against limits
-until its call ends; an answer the client does not take within a bound ends its call (issue #24).
+until its call ends (issue #24).
 
 grpc.aio reads a unary request message whole before it runs the handler, so a server
 handling unary requests holds every arriving message, however many clients send at once.
 A handler of a request stream reads when it likes: before it reads, the HTTP/2 transport
 holds at most the stream's flow-control window of the message (64 KiB; BDP probing is off,
-``SERVER_OPTIONS``). The wire is the same for both (one message, then the half-close), so
-every unary-request method is served as a request stream (:func:`gated`) that reads its one
-message through an :class:`Inbound`:
+``channel_args.SERVER_OPTIONS``). The wire is the same for both (one message, then the half-close), so
+every unary-request method is served as a request stream
+(:func:`nnhal.server.rpc.gated_handlers.gated`) that reads its one message through an
+:class:`Inbound`:
 
 - **reading**: a message's size is known only once read, so a read holds a place of
   ``READ_COPIES`` times ``receive_cap`` bytes (the largest message the server accepts, read
@@ -29,16 +30,8 @@ message through an :class:`Inbound`:
   above its share is ended (RESOURCE_EXHAUSTED to that client, ``ending``). Otherwise the call is refused
   RESOURCE_EXHAUSTED. The handler's own charges (request data, results waiting to be
   written) come on top, in the same budget.
-- **writing**: an answer message (``gated`` streams) that the transport has not written
-  within ``write_timeout`` — its client grants no flow-control window, i.e. does not read —
-  ends the call, so the call's request, result and place are freed on the Python side.
-  grpc.aio cannot reset the HTTP/2 stream: the transport keeps the message it was given until
-  the client reads, cancels or its deadline or connection ends. So a connection's large
-  answers (over ``WINDOW_BYTES``) are written one at a time, and after a stalled one they are
-  refused (RESOURCE_EXHAUSTED) until a write on the connection completes: a client that does
-  not read leaves at most one large answer per connection in the transport. A unary answer is
-  written by gRPC with its call's status once the handler returned: a large one first waits
-  (``hand_over``, at most ``write_timeout``) until the connection's previous one was taken.
+- **writing**: the bound on answers the client does not take is
+  :mod:`nnhal.server.rpc.answer_writes` (``Inbound.writes``).
 
 State lives on the server's event loop and is touched only there (no lock).
 """
@@ -48,8 +41,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -61,9 +53,10 @@ from nnhal.core.errors import HalError
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.device_config import READ_COPIES
 from nnhal.server.log_limits import undecodable
-from nnhal.server.rpc.ending import CallEnder, abort_ended, call_ender, ended
-from nnhal.server.rpc.handler_shape import behaviour
+from nnhal.server.rpc.answer_writes import AnswerWrites
+from nnhal.server.rpc.ending import CallEnder, call_ender
 from nnhal.server.rpc.identity import stream_client
+from nnhal.server.rpc.read_clock import ReadClock
 
 log = logging.getLogger(__name__)
 
@@ -91,65 +84,6 @@ class _Held:
     released: bool = False
 
 
-@dataclass(eq=False, slots=True)
-class _Read:
-    """One read in progress: when it expires, and the task to end then (None once done)."""
-
-    deadline: float
-    task: asyncio.Task[Any] | None
-    expired: bool = False
-
-
-class _ReadClock:
-    """The deadlines of the reads in progress on one event loop. Every read gets the same
-    time, so reads expire in the order they started: one timer, armed for the oldest read
-    still open, stands for all of them. (A timer per read, ``asyncio.timeout``, costs every
-    call a timer handle pushed on the loop's heap and its cancellation.) Loop-only."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
-        self.loop = loop
-        self._seconds = seconds
-        self._reads: collections.deque[_Read] = collections.deque()
-        self._timer: asyncio.TimerHandle | None = None
-
-    def start(self) -> _Read:
-        """A read of the current task starting now: the task is cancelled (and the read marked
-        ``expired``) if it has not ``finish``ed within the clock's time."""
-        read = _Read(self.loop.time() + self._seconds, asyncio.current_task())
-        self._reads.append(read)
-        if self._timer is None:
-            self._timer = self.loop.call_at(read.deadline, self._expire)
-        return read
-
-    def finish(self, read: _Read) -> None:
-        read.task = None
-        reads = self._reads
-        while reads and reads[0].task is None:
-            reads.popleft()
-
-    def _expire(self) -> None:
-        self._timer = None
-        reads, now = self._reads, self.loop.time()
-        while reads and (reads[0].task is None or reads[0].deadline <= now):
-            read = reads.popleft()
-            if read.task is not None:
-                read.expired = True
-                read.task.cancel()
-                read.task = None
-        if reads:
-            self._timer = self.loop.call_at(reads[0].deadline, self._expire)
-
-
-@dataclass
-class _Writer:
-    """One connection's large answers: written one at a time; ``stalled`` once one was not
-    taken within the bound, until a write on the connection completes."""
-
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    stalled: bool = False
-    users: int = 0
-
-
 @dataclass
 class _Client:
     held: int = 0
@@ -157,7 +91,7 @@ class _Client:
 
 
 class Inbound:
-    """Admission of request bytes and the write bound (module docstring). Loop-only."""
+    """Admission of request bytes (module docstring); ``writes`` bounds the answers. Loop-only."""
 
     def __init__(
         self,
@@ -180,16 +114,15 @@ class Inbound:
         #: Bytes of places for reads in progress (at least one read's).
         self.read_bytes = max(self.place, read_bytes)
         self.read_timeout = read_timeout
-        self.write_timeout = write_timeout
-        self._clock: _ReadClock | None = None
+        #: The bound on writing answers (``nnhal.server.rpc.answer_writes``).
+        self.writes = AnswerWrites(write_timeout)
+        self._clock: ReadClock | None = None
         self._reading = 0
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._clients: dict[str, _Client] = {}
-        self._writers: dict[str, _Writer] = {}
         self._held = 0
-        #: Calls ended to make room, and calls ended because their client did not read (counters).
+        #: Calls ended to make room (a counter).
         self.evicted = 0
-        self.stalled = 0
 
     @property
     def held(self) -> int:
@@ -286,7 +219,7 @@ class Inbound:
         loop = asyncio.get_running_loop()
         clock = self._clock
         if clock is None or clock.loop is not loop:
-            clock = self._clock = _ReadClock(loop, self.read_timeout)
+            clock = self._clock = ReadClock(loop, self.read_timeout)
         pending = clock.start()
         try:
             return await context.read()
@@ -370,155 +303,3 @@ class Inbound:
             pass
         if not client.calls:
             del self._clients[key]
-
-    # -- writing -----------------------------------------------------------------------
-    def writer(self, peer: str) -> _Writer:
-        """The large-answer state of connection ``peer`` (dropped when no call uses it)."""
-        w = self._writers.get(peer)
-        if w is None:
-            w = self._writers[peer] = _Writer()
-        w.users += 1
-        return w
-
-    def done_writing(self, peer: str, w: _Writer) -> None:
-        w.users -= 1
-        if w.users <= 0 and self._writers.get(peer) is w:
-            del self._writers[peer]
-
-    async def hand_over(self, context: aio.ServicerContext[Any, Any], what: str) -> None:
-        """Before a large unary answer is returned (gRPC then writes it with the call's status):
-        wait until the connection's previous large answer was taken, at most ``write_timeout``;
-        the call's end lets the next one go. Past that, and on a connection whose answer was not
-        taken in time, the call is aborted (RESOURCE_EXHAUSTED), its answer dropped: a client
-        that does not read leaves at most one large unary answer per connection in the
-        transport."""
-        peer = context.peer() or ""
-        w = self.writer(peer)
-        if not w.stalled:
-            try:
-                await _within(w.lock.acquire(), self.write_timeout)
-            except asyncio.TimeoutError:
-                w.stalled = True
-                self.stalled += 1
-                log.warning("%s: the client took no answer for %.0f s; refusing the next", what, self.write_timeout)
-            except BaseException:  # the call was cancelled while it waited
-                self.done_writing(peer, w)
-                raise
-            else:
-
-                def end(ctx: aio.ServicerContext[Any, Any]) -> None:
-                    w.lock.release()
-                    if not ctx.cancelled():  # written: the connection reads again
-                        w.stalled = False
-                    self.done_writing(peer, w)
-
-                context.add_done_callback(end)
-                return
-        self.done_writing(peer, w)
-        await context.abort(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"this connection took no answer for {self.write_timeout:g} s: its large answers are refused "
-            "until it reads",
-        )
-
-    def stalled_write(self, task: asyncio.Task[Any] | None, w: _Writer, what: str) -> None:
-        """A message of ``task``'s call was not written within the bound: end the call, and
-        refuse its connection's large answers until one of its writes completes."""
-        self.stalled += 1
-        w.stalled = True
-        log.warning("%s: the client took no answer for %.0f s; ending the call", what, self.write_timeout)
-        if task is not None:
-            task.cancel()
-
-
-async def _within(step: Awaitable[Any], seconds: float) -> Any:
-    """``step`` awaited; TimeoutError when it does not complete within ``seconds``.
-
-    On 3.11+ a timeout scope on the handler's own task: ``asyncio.wait_for`` wraps the step in
-    a task of its own, which costs every call a task and several more turns of the loop."""
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(seconds):
-            return await step
-    return await asyncio.wait_for(step, seconds)  # pragma: no cover - Python 3.10
-
-
-def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.RpcMethodHandler:
-    """``handler`` (async, unary request) served as a request stream whose one message is read
-    through ``inbound``; answer messages of a response stream are bounded in time (module
-    docstring). Handlers of request streams are returned as they are."""
-    if handler.request_streaming:
-        return handler
-    fn = behaviour(handler)
-    parse: Callable[[bytes], Any] = handler.request_deserializer or (lambda raw: raw)
-
-    if handler.response_streaming:
-
-        async def stream(_requests: object, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            request = await inbound.receive(context, parse, what)
-            events = fn(request, context)
-            del request
-            task = asyncio.current_task()
-            loop = asyncio.get_running_loop()
-            peer = context.peer() or ""
-            w = inbound.writer(peer)
-            try:
-                if not hasattr(events, "__aiter__"):  # a coroutine writing to the context
-                    await events
-                    return
-                async for event in events:
-                    large = event.ByteSize() > WINDOW_BYTES if hasattr(event, "ByteSize") else False
-                    if not large:
-                        timer = loop.call_later(inbound.write_timeout, inbound.stalled_write, task, w, what)
-                        try:
-                            yield event
-                        finally:
-                            timer.cancel()
-                        w.stalled = False
-                        continue
-                    # A large answer waits for the connection's previous one to be written: a
-                    # client that does not read leaves one answer in the transport, not many.
-                    async with w.lock:
-                        if w.stalled:
-                            await context.abort(
-                                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"this connection took no answer for {inbound.write_timeout:g} s: its large "
-                                "answers are refused until it reads",
-                            )
-                        timer = loop.call_later(inbound.write_timeout, inbound.stalled_write, task, w, what)
-                        try:
-                            yield event
-                        finally:
-                            timer.cancel()
-                        w.stalled = False
-            except asyncio.CancelledError:
-                if not ended():  # the transport's cancellation
-                    raise
-                await abort_ended(context)
-            finally:
-                inbound.done_writing(peer, w)
-                aclose = getattr(events, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-
-        return grpc.stream_stream_rpc_method_handler(
-            stream, request_deserializer=None, response_serializer=handler.response_serializer
-        )
-
-    unary_fn: Callable[[Any, aio.ServicerContext[Any, Any]], Awaitable[Any]] = fn
-
-    async def unary(_requests: object, context: aio.ServicerContext[Any, Any]) -> Any:
-        try:
-            request = await inbound.receive(context, parse, what)
-            answer = await unary_fn(request, context)
-            del request
-            if hasattr(answer, "ByteSize") and answer.ByteSize() > WINDOW_BYTES:
-                await inbound.hand_over(context, what)
-            return answer
-        except asyncio.CancelledError:
-            if not ended():  # the transport's cancellation
-                raise
-            await abort_ended(context)
-
-    return grpc.stream_unary_rpc_method_handler(
-        unary, request_deserializer=None, response_serializer=handler.response_serializer
-    )

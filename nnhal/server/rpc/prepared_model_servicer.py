@@ -25,7 +25,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
-from nnhal.core import wire
+from nnhal.core import wire_deadline, wire_pool, wire_request, wire_result
 from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import HalError
 from nnhal.core.types import Request
@@ -49,9 +49,9 @@ def execution_from(msg: spb.ExecuteRequest, request: Request | None = None) -> E
     return Execution(
         msg.session,
         msg.prepared_model,
-        wire.request_from(msg.request) if request is None else request,
+        wire_request.request_from(msg.request) if request is None else request,
         msg.measure == 1,
-        wire.deadline_from(msg.deadline),
+        wire_deadline.deadline_from(msg.deadline),
         msg.loop_timeout_ns,
         msg.profile,
     )
@@ -65,11 +65,11 @@ def lean_launch(x: Executions, inline: Inline, msg: spb.ExecuteRequest) -> LeanR
     if msg.profile:
         return None
     request = msg.request
-    pools = wire.inline_pools_from(request.pools)
+    pools = wire_pool.inline_pools_from(request.pools)
     if pools is None:
         return None
-    inputs, outputs = wire.args_from(request.inputs), wire.args_from(request.outputs)
-    deadline = wire.deadline_from(msg.deadline)
+    inputs, outputs = wire_request.args_from(request.inputs), wire_request.args_from(request.outputs)
+    deadline = wire_deadline.deadline_from(msg.deadline)
     found, ticket = inline
     return launch_inline(
         x.driver, found, inputs, outputs, pools, msg.measure == 1, deadline, msg.loop_timeout_ns, ticket
@@ -116,7 +116,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         self, request: spb.ExecuteRequest, context: grpc.ServicerContext, m: Method, arrival: Arrival | None
     ) -> Iterator[spb.ExecuteEvent]:
         events = self.executions.execute_async(m, partial(execution_from, request), context, arrival)
-        return events_to(events, spb.ExecuteEvent, wire.execution_result_to, spb.ExecuteResult)
+        return events_to(events, spb.ExecuteEvent, wire_result.execution_result_to, spb.ExecuteResult)
 
     @hal_method(BURST, what="a burst execution", timer="execute", kinds=("abort",))
     async def configureExecutionBurst(
@@ -145,10 +145,10 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         call = FencedExecution(
             request.session,
             request.prepared_model,
-            wire.request_from(request.request),
+            wire_request.request_from(request.request),
             tuple(request.wait_for),
             request.measure == 1,
-            wire.deadline_from(request.deadline),
+            wire_deadline.deadline_from(request.deadline),
             request.loop_timeout_ns,
             request.timeout_after_fence_ns or None,
         )
@@ -239,4 +239,4 @@ class FencedExecutionCallbackServicer(sgrpc.FencedExecutionCallbackServicer):
     @hal_method(make=spb.FencedInfoResponse)
     def getExecutionInfo(self, request: spb.FencedInfoRequest, context: grpc.ServicerContext) -> spb.FencedInfoResponse:
         info = self.executions.fenced_info(request.session, request.callback, request.wait, context)
-        return wire.fenced_info_to(info)
+        return wire_result.fenced_info_to(info)

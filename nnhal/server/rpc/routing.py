@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from nnhal.core import wire, wire_session
+from nnhal.core import wire_device, wire_session
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.protocol import DEVICE_METADATA
 from nnhal.proto import (
@@ -119,7 +119,7 @@ class DeviceManagerServicer(dgrpc.DeviceManagerServicer):
                 version_string=driver.config.version_string,
                 status=int(driver.status()),
             )
-            wire.capabilities_to(driver.capabilities, entry.capabilities)
+            wire_device.capabilities_to(driver.capabilities, entry.capabilities)
         return reply
 
 
@@ -129,7 +129,7 @@ def add_device_services(
     """The HAL services of ``devices`` (each device's owner of its calls; the first is the
     default device) and DeviceManager, every handler made async (``sync_handlers.asyncify``);
     with ``inbound``, unary requests but ``openSession``'s are read once admitted by it
-    (``inbound.gated``: ``openSession`` keeps its unary request, which the refusal of an
+    (``gated_handlers.gated``: ``openSession`` keeps its unary request, which the refusal of an
     unknown device reads), ``executeSynchronously_1_3``'s by its direct handler (``direct``);
     the burst stream is served by its direct handler in any case."""
     collectors: dict[str, Collector] = {}

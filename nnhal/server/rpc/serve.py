@@ -1,4 +1,4 @@
-"""Starting and stopping the gRPC server: listeners, keepalive, health, reflection, metrics, drain.
+"""Assembling, starting and stopping the gRPC server: services, health, reflection, metrics, drain.
 
 Lifecycle (DESIGN.md §12): SIGTERM or SIGINT starts a drain — health answers
 NOT_SERVING at once, every session stream gets an event with ``draining`` set,
@@ -11,23 +11,17 @@ monitor then notifies it, once, with DEAD_OBJECT). Then the session streams end,
 the sessions' objects are released and the process exits with status 0. A
 second signal during the drain ends the drain time at once.
 
-Keepalive: the server pings a client after 2 s without hearing from it (also
-with no data flowing: a session stream is silent after its first event) and
-drops a connection whose ping, or any other ping, is not acknowledged within
-2 s; the streams on it end, so a frozen or vanished client's sessions and
-objects are released within the documented bound of 10 s.
+The settings are :class:`~nnhal.server.rpc.server_options.ServerOptions`; the channel
+arguments (message sizes, keepalive) :mod:`nnhal.server.rpc.channel_args`; the listeners
+are bound by :mod:`nnhal.server.rpc.listeners` (TLS on every TCP listener when configured)
+and the bound addresses written by :mod:`nnhal.server.rpc.port_files`.
 
-TLS (``tls``, ``nnhal.server.rpc.identity``): with a certificate and key every TCP
-listener serves TLS, loopback included (one rule, and a client configured for TLS
-works on any of them); unix sockets stay plaintext, guarded by the socket file's
-permissions. With a client CA clients must present a certificate it signed (mTLS)
-and that certificate's identity is the HAL client of the sessions they open.
-Serving plaintext on a TCP address that is not loopback logs a warning.
+TLS (``tls``, ``nnhal.server.rpc.identity``): with a client CA clients must present a
+certificate it signed (mTLS) and that certificate's identity is the HAL client of the
+sessions they open.
 
 Metrics (``metrics_listen``, off by default): ``nnhal.server.metrics`` on an
-HTTP listener of their own. With a ``port_file`` the bound metrics address is
-written to the file next to it named ``<port_file>.metrics`` (one line), so the
-port file itself keeps one gRPC address per line.
+HTTP listener of their own.
 
 Health-only listener (``health_listen``, off by default): a plaintext gRPC listener
 serving ``grpc.health.v1`` and nothing else (any HAL RPC there is UNIMPLEMENTED), for
@@ -48,14 +42,11 @@ import gc
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
 from concurrent import futures
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 from grpc import aio
@@ -71,20 +62,24 @@ from nnhal.proto import (
     streamed_pb2 as stpb,
 )
 from nnhal.server.call_log import CallLog
-from nnhal.server.defaults import EVENT_LOOPS
 from nnhal.server.device_config import READ_SHARE
 from nnhal.server.devices import DeviceSpec, make_backend
-from nnhal.server.driver import DeviceConfig, Driver
+from nnhal.server.driver import Driver
 from nnhal.server.executions import Executions
 from nnhal.server.memory_release import configure_allocator
 from nnhal.server.metrics import Metrics
 from nnhal.server.recorder import Recorder
 from nnhal.server.rpc.buffer_servicer import EchoServicer
+from nnhal.server.rpc.channel_args import server_options
+from nnhal.server.rpc.event_loop import new_event_loop
 from nnhal.server.rpc.forms import SERVICE_NAMES as FORM_SERVICE_NAMES
-from nnhal.server.rpc.identity import IdentityInterceptor, ServerTls
+from nnhal.server.rpc.identity import IdentityInterceptor
 from nnhal.server.rpc.inbound import Inbound
+from nnhal.server.rpc.listeners import bind, bind_plaintext
+from nnhal.server.rpc.port_files import remove_port_files, write_port_files
 from nnhal.server.rpc.reflection import add_reflection
 from nnhal.server.rpc.routing import add_device_services
+from nnhal.server.rpc.server_options import ServerOptions
 from nnhal.server.rpc.sync_handlers import Collector, use_pool
 from nnhal.server.rpc.tracing import server_interceptors
 from nnhal.server.tracing import SpanObserver
@@ -104,40 +99,6 @@ _STOP_SLACK_S = 2.0
 #: the client reads the event on one thread and sees the connection close on another.
 _NOTICE_S = 0.25
 
-#: Clients ping every second to detect a frozen server; allow it, and pings on idle channels.
-SERVER_OPTIONS: list[tuple[str, int]] = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 200),
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 200),
-    ("grpc.http2.max_ping_strikes", 0),
-    # The server also pings clients, so a frozen or vanished client's session ends.
-    ("grpc.keepalive_time_ms", 2000),
-    ("grpc.keepalive_timeout_ms", 2000),
-    # By default gRPC stops pinging after 2 pings with no data sent; a session stream
-    # sends none after its first event, so a client that sends no pings of its own and
-    # freezes later would go unnoticed.
-    ("grpc.http2.max_pings_without_data", 0),
-    # A flow-control (BDP) ping outstanding when the client froze blocks the keepalive
-    # ping, and waits 60 s by default: the frozen client's session then stayed ~60 s.
-    ("grpc.http2.ping_timeout_ms", 2000),
-    ("grpc.so_reuseport", 0),
-    # A stream's window stays the initial 64 KiB until its handler reads (the whole message is
-    # then granted): BDP probing would grow every stream's window, and with it the bytes the
-    # transport takes in before a request is admitted (``nnhal.server.rpc.inbound``).
-    ("grpc.http2.bdp_probe", 0),
-]
-
-
-def server_options(receive_cap: int) -> list[tuple[str, int]]:
-    """:data:`SERVER_OPTIONS` with messages received capped at ``receive_cap`` bytes
-    (``DeviceConfig.message_cap``: what one client may hold, read within the reads'
-    share), so that a larger one is refused
-    (RESOURCE_EXHAUSTED) before the server buffers it."""
-    return [(k, receive_cap if k == "grpc.max_receive_message_length" else v) for k, v in SERVER_OPTIONS]
-
-
 SERVICE_NAMES = (
     *(
         spb.DESCRIPTOR.services_by_name[name].full_name
@@ -147,59 +108,6 @@ SERVICE_NAMES = (
     stpb.DESCRIPTOR.services_by_name["StreamedExecution"].full_name,
     dpb.DESCRIPTOR.services_by_name["DeviceManager"].full_name,
 )
-
-
-@dataclass
-class ServerOptions:
-    listen: list[str] = field(default_factory=lambda: ["127.0.0.1:50051"])
-    port_file: Path | None = None
-    max_threads: int = 256
-    device: DeviceConfig = field(default_factory=DeviceConfig)
-    #: Seconds launched work may take to finish after SIGTERM / SIGINT.
-    drain_seconds: float = 10.0
-    #: host:port of the Prometheus metrics listener; None: no listener.
-    metrics_listen: str | None = None
-    #: Certificate, key and optional client CA (mTLS) for the TCP listeners; None: plaintext.
-    tls: ServerTls | None = None
-    #: host:port of a plaintext listener serving only grpc.health.v1; None: no such listener.
-    health_listen: str | None = None
-    #: Offer same-host clients bursts over shared memory (``openFastBurst``).
-    fast_path: bool = True
-    #: The devices hosted (``nnhal.server.devices``), the first the default; empty: one CPU
-    #: device named ``device.name``. Each gets ``device``'s settings under its own name.
-    devices: list[DeviceSpec] = field(default_factory=list)
-    #: Intra-op threads of each ort device's sessions.
-    ort_threads: int = 1
-    #: Record every session's HAL calls into this folder (``nnhal.server.recorder``); None: off.
-    record: Path | None = None
-    #: The event loop the gRPC servers run on (one of :data:`EVENT_LOOPS`; :func:`new_event_loop`).
-    event_loop: str = "auto"
-
-
-def new_event_loop(kind: str = "auto") -> asyncio.AbstractEventLoop:
-    """A new event loop of ``kind``: ``"uvloop"`` (libuv's, written in C: its scheduling,
-    polling and timers cost no Python calls, where asyncio's own loop makes about a hundred
-    per RPC), ``"asyncio"`` (the standard library's), or ``"auto"``: uvloop where it is
-    installed, else asyncio. Both serve the same: one thread, the same coroutines, handles
-    and futures. ValueError for another kind, or for ``"uvloop"`` where it is not installed."""
-    if kind not in EVENT_LOOPS:
-        raise ValueError(f"unknown event loop {kind!r} (one of {', '.join(EVENT_LOOPS)})")
-    if kind != "asyncio":
-        try:
-            import uvloop
-        except ImportError:
-            if kind == "uvloop":
-                raise ValueError("the uvloop event loop is not installed (pip install uvloop)") from None
-        else:
-            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-            return loop
-    return asyncio.new_event_loop()
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for a listen host only this machine can reach."""
-    host = host.strip("[]").lower()
-    return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
 class Server:
@@ -309,34 +217,15 @@ class Server:
         add_reflection(others, (*SERVICE_NAMES, *FORM_SERVICE_NAMES, health.SERVICE_NAME))
         server.add_generic_rpc_handlers((others,))
         for addr in options.listen:
-            self.addresses.append(self._bind(server, addr))
+            self.addresses.append(bind(server, addr, self._credentials))
         if options.health_listen is not None:
             # Health checks are coroutines on the loop: the probes never wait for a worker thread.
             self._health_grpc = aio.server(options=[("grpc.so_reuseport", 0)])
             probes = Collector()
             health_pb2_grpc.add_HealthServicer_to_server(self.health, probes)
             self._health_grpc.add_generic_rpc_handlers((probes,))
-            self.health_address = _bind_plaintext(self._health_grpc, options.health_listen)
+            self.health_address = bind_plaintext(self._health_grpc, options.health_listen)
         return server
-
-    def _bind(self, server: aio.Server, addr: str) -> str:
-        if addr.startswith("unix:"):
-            return _bind_plaintext(server, addr)
-        host, _, port = addr.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"listen address {addr!r} must be host:port or unix:PATH")
-        if self._credentials is None:
-            if not is_loopback_host(host):
-                log.warning(
-                    "serving PLAINTEXT on %s, reachable from other hosts: anyone who reaches it can use the "
-                    "device; give --tls-cert and --tls-key (and --tls-client-ca to require client certificates)",
-                    addr,
-                )
-            return _bind_plaintext(server, addr)
-        bound = server.add_secure_port(addr, self._credentials)
-        if bound == 0:
-            raise OSError(f"could not listen on {addr}")
-        return f"{host}:{bound}"
 
     def start(self) -> None:
         """Serve; with ``metrics_listen`` also the metrics (ValueError / OSError when that
@@ -344,13 +233,8 @@ class Server:
         if self.options.metrics_listen is not None:
             self.metrics_address = self.metrics.serve(self.options.metrics_listen)
         self._on_loop(self._start())
-        port_file = self.options.port_file
-        if port_file is not None:
-            if self.metrics_address is not None:
-                _write_atomically(port_file.with_name(port_file.name + ".metrics"), self.metrics_address + "\n")
-            if self.health_address is not None:
-                _write_atomically(port_file.with_name(port_file.name + ".health"), self.health_address + "\n")
-            _write_atomically(port_file, "\n".join(self.addresses) + "\n")
+        if self.options.port_file is not None:
+            write_port_files(self.options.port_file, self.addresses, self.metrics_address, self.health_address)
         tls = self.options.tls
         mode = "plaintext" if tls is None else ("mTLS" if tls.client_ca else "TLS")
         log.info("nnhal serving %s on %s (%s)", ", ".join(self.drivers), ", ".join(self.addresses), mode)
@@ -480,64 +364,8 @@ def run_forever(options: ServerOptions) -> None:
         pass
     server.drain(options.drain_seconds, hurry)
     server.stop()
-    _remove_port_files(options.port_file)
+    remove_port_files(options.port_file)
     logging.shutdown()
     # Worker threads may still sit inside a long kernel or an injected delay;
     # in-flight RPCs had their grace period, so end the process now.
     os._exit(0)
-
-
-def _remove_port_files(port_file: Path | None) -> None:
-    """Remove the port file and its ``.metrics`` / ``.health`` companions: once the server has
-    stopped they name addresses nothing listens on."""
-    if port_file is None:
-        return
-    for path in (
-        port_file,
-        port_file.with_name(port_file.name + ".metrics"),
-        port_file.with_name(port_file.name + ".health"),
-    ):
-        try:
-            path.unlink(missing_ok=True)
-        except OSError as err:  # a folder or permissions changed meanwhile: the exit goes on
-            log.warning("could not remove %s: %s", path, err.strerror or err)
-
-
-def _bind_plaintext(server: aio.Server, addr: str) -> str:
-    """Bind ``addr`` (host:port or unix:PATH) without TLS; the bound address."""
-    if addr.startswith("unix:"):
-        path = Path(addr[len("unix:") :])
-        if path.exists() and path.is_socket():
-            # A socket file outlives a killed server (stale: replaced); one that answers is
-            # another server's, which unlinking would leave running and unreachable.
-            if _unix_socket_answers(path):
-                raise OSError(f"{addr} is in use: another process is listening on it (stop it or choose another path)")
-            path.unlink()
-        server.add_insecure_port(addr)
-        return addr
-    host, _, port = addr.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"listen address {addr!r} must be host:port or unix:PATH")
-    bound = server.add_insecure_port(addr)
-    if bound == 0:
-        raise OSError(f"could not listen on {addr}")
-    return f"{host}:{bound}"
-
-
-def _unix_socket_answers(path: Path) -> bool:
-    """True when something accepts connections on the unix socket ``path``."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(2.0)
-        try:
-            probe.connect(str(path))
-        except TimeoutError:  # a listener whose backlog is full is still a listener
-            return True
-        except OSError:  # ECONNREFUSED: nothing listens (a stale file)
-            return False
-    return True
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)

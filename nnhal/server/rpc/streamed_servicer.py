@@ -34,7 +34,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
-from nnhal.core import wire, wire_stream
+from nnhal.core import wire, wire_result, wire_stream
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError, ResourceExhaustedPersistent
 from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb, streamed_pb2_grpc as stgrpc
@@ -150,7 +150,7 @@ class StreamedExecutionServicer(stgrpc.StreamedExecutionServicer):
                 yield _head(Refused(err.error_status, f"{METHOD}'s answer cannot wait to be written: {err.message}"))
                 return
             try:
-                yield stpb.StreamedExecuteResult(head=wire.execution_result_to(kept))
+                yield stpb.StreamedExecuteResult(head=wire_result.execution_result_to(kept))
                 for chunk in wire_stream.chunks(large):
                     yield chunk
             finally:

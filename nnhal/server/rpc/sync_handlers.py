@@ -46,8 +46,9 @@ from grpc import aio
 
 from nnhal.server.executions.faults import Abort
 from nnhal.server.rpc.ending import endable
+from nnhal.server.rpc.gated_handlers import gated
 from nnhal.server.rpc.handler_shape import behaviour, like
-from nnhal.server.rpc.inbound import Inbound, gated
+from nnhal.server.rpc.inbound import Inbound
 from nnhal.server.rpc.request_id import with_request_id
 
 log = logging.getLogger(__name__)
@@ -262,7 +263,7 @@ class Collector(grpc.GenericRpcHandler):
 
     def __init__(self, inbound: Inbound | None = None, ungated: Collection[str] = ()) -> None:
         self.table: Table = {}
-        #: With an ``Inbound``, unary requests are read once admitted (``inbound.gated``), but for
+        #: With an ``Inbound``, unary requests are read once admitted (``gated_handlers.gated``), but for
         #: the methods named in ``ungated``.
         self._inbound = inbound
         self._ungated = frozenset(ungated)

@@ -7,7 +7,7 @@ from typing import Any
 from nnhal.client.remote import calls
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.steps import drive
-from nnhal.core import wire
+from nnhal.core import wire_model
 from nnhal.core.enums import DeviceStatus, ErrorStatus
 from nnhal.core.faults import Fault
 from nnhal.core.types import ExecutionResult
@@ -38,7 +38,7 @@ def test_supported_operations_sends_the_model() -> None:
     answer = spb.SupportedOperationsResponse(supported=[True], reasons=[""])
     steps, ops = _run(calls.supported_operations("s1", add_model()), answer)
     assert ops == [(True, "")]
-    assert wire.model_from(steps[0].request.model).main.operations == add_model().main.operations
+    assert wire_model.model_from(steps[0].request.model).main.operations == add_model().main.operations
 
 
 def test_execute_reads_its_status_from_the_result_not_the_transport() -> None:

@@ -12,7 +12,7 @@ from google.protobuf.message import DecodeError
 
 from nnhal.client.remote import encoded
 from nnhal.client.remote.messages import ExecutionOptions, execute_request
-from nnhal.core import wire, wire_stream
+from nnhal.core import wire_result, wire_stream
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import (
@@ -142,8 +142,8 @@ def test_answers_read_back_are_what_protobuf_reads(burst: bool) -> None:
     for raw in answers:
         raw = _burst(raw) if burst else raw
         message = spb.BurstResponse.FromString(raw).result if burst else spb.ExecuteResult.FromString(raw)
-        assert read(raw) == wire.execution_result_from(message)
-        assert read(raw) == wire.execution_result_from(message)  # the second time from what it kept
+        assert read(raw) == wire_result.execution_result_from(message)
+        assert read(raw) == wire_result.execution_result_from(message)  # the second time from what it kept
     assert sorted(known) == sorted({len(_burst(a) if burst else a) for a in answers[:5] + answers[9:]})
 
 

@@ -240,7 +240,7 @@ def test_a_compact_layout_keeps_its_model_until_it_is_released_or_its_session_cl
 
 
 def _parts(request: Request) -> list[tuple[bytes, int]]:
-    """A request's inline pools as ``wire.inline_pools_from`` gives them: bytes and size."""
+    """A request's inline pools as ``wire_pool.inline_pools_from`` gives them: bytes and size."""
     return [(bytes(p.data), p.size) for p in request.pools if isinstance(p, InlinePool)]
 
 

@@ -17,7 +17,8 @@ from nnhal.client.remote.transport import Stubs
 from nnhal.core.enums import HalVersion
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.server.driver import DeviceConfig
-from nnhal.server.rpc.serve import Server, ServerOptions
+from nnhal.server.rpc.serve import Server
+from nnhal.server.rpc.server_options import ServerOptions
 from tests.conftest import add_model
 
 

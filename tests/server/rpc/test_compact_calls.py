@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from nnhal.core import fastpacket, fastring, samehost, wire
+from nnhal.core import fastpacket, fastring, samehost, wire_request
 from nnhal.core.enums import ErrorStatus, ExecutionPreference
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.proto import service_pb2 as spb
@@ -56,7 +56,9 @@ class Queue:
             (RequestArgument(location=DataLocation(1, 0, 32)),),
             (InlinePool(data, size0), InlinePool(b"", 32)),
         )
-        msg = spb.ExecuteRequest(session=self.session.id, prepared_model=self.model, request=wire.request_to(req))
+        msg = spb.ExecuteRequest(
+            session=self.session.id, prepared_model=self.model, request=wire_request.request_to(req)
+        )
         kind, answer = self.send(fastpacket.LEARN, TAG + msg.SerializeToString())
         assert kind == fastpacket.LEARNED
         return int(fastpacket.LEARNED_HEADER.unpack_from(answer)[0])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from nnhal.core import wire
+from nnhal.core import wire_model
 from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import DeadObject
 from nnhal.proto import service_pb2 as spb
@@ -26,7 +26,7 @@ def test_a_query_newer_than_the_device_is_refused_in_band(served12: Served) -> N
 
 def test_a_preparation_is_a_launch_then_one_notify_with_its_handle(served: Served) -> None:
     msg = spb.PrepareModelRequest(session=served.session, preference=1)
-    wire.model_to(add_model(), msg.model)
+    wire_model.model_to(add_model(), msg.model)
     events = list(served.stubs.device.prepareModel_1_3(msg, timeout=TIMEOUT_S))
     assert [e.WhichOneof("event") for e in events] == ["launch", "notify"]
     assert events[1].notify.status == ErrorStatus.NONE and events[1].notify.prepared_model.handle

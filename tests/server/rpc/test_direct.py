@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from nnhal.client.faults import Fault
-from nnhal.core import wire
+from nnhal.core import wire_request, wire_result
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.protocol import REQUEST_ID_METADATA
 from nnhal.proto import service_pb2 as spb
@@ -23,7 +23,7 @@ TIMEOUT_S = 20.0
 
 def _execute(served: Served, handle: str | None = None, value: float = 1.0) -> spb.ExecuteRequest:
     msg = spb.ExecuteRequest(session=served.session, prepared_model=handle or served.handle)
-    wire.request_to(add_request(value), msg.request)
+    wire_request.request_to(add_request(value), msg.request)
     return msg
 
 
@@ -59,7 +59,7 @@ def test_results_and_refusals_are_the_layered_paths(served: Served) -> None:
     sync = served.stubs.prepared_model.executeSynchronously_1_3
     for value in (1.0, 2.0, 3.0):  # the first may take a worker thread, the next the loop's
         result, call = sync.with_call(_execute(served, value=value), timeout=TIMEOUT_S)
-        out = np.frombuffer(wire.execution_result_from(result).output_pools[1], np.float32)
+        out = np.frombuffer(wire_result.execution_result_from(result).output_pools[1], np.float32)
         assert result.status == ErrorStatus.NONE and out.tolist() == [2 * value] * 8
         assert _trailing_id(call)
     missing = sync(_execute(served, "missing"), timeout=TIMEOUT_S)
@@ -127,7 +127,9 @@ def test_a_burst_answers_in_order_with_its_request_id(served: Served) -> None:
         iter([*requests, missing]), timeout=TIMEOUT_S, metadata=((REQUEST_ID_METADATA, "direct-burst-1"),)
     )
     answers = list(call)
-    sums = [np.frombuffer(wire.execution_result_from(a.result).output_pools[1], np.float32)[0] for a in answers[:3]]
+    sums = [
+        np.frombuffer(wire_result.execution_result_from(a.result).output_pools[1], np.float32)[0] for a in answers[:3]
+    ]
     assert sums == [2.0, 6.0, 10.0]
     assert answers[3].result.status == ErrorStatus.INVALID_ARGUMENT  # refused in band, the burst serves on
     assert _trailing_id(call) == "direct-burst-1"

@@ -1,4 +1,4 @@
-"""The server's event loop (``serve.new_event_loop``, ``ServerOptions.event_loop``): uvloop's
+"""The server's event loop (``event_loop.new_event_loop``, ``ServerOptions.event_loop``): uvloop's
 where installed, asyncio's on request, and a server on either answers alike."""
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import pytest
 
 from nnhal.client.device import Device
 from nnhal.server.defaults import EVENT_LOOPS
-from nnhal.server.rpc.serve import Server, ServerOptions, new_event_loop
+from nnhal.server.rpc.event_loop import new_event_loop
+from nnhal.server.rpc.serve import Server
+from nnhal.server.rpc.server_options import ServerOptions
 from tests.conftest import add_model
 
 pytestmark = pytest.mark.timeout(60)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nnhal.client.faults import Fault
-from nnhal.core import wire
+from nnhal.core import wire_request, wire_result
 from nnhal.core.enums import ErrorStatus
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.executions import lean
@@ -22,12 +22,12 @@ TIMEOUT_S = 20.0
 
 def _execute(served: Served, handle: str | None = None, value: float = 1.0) -> spb.ExecuteRequest:
     msg = spb.ExecuteRequest(session=served.session, prepared_model=handle or served.handle)
-    wire.request_to(add_request(value), msg.request)
+    wire_request.request_to(add_request(value), msg.request)
     return msg
 
 
 def _sum(result: spb.ExecuteResult) -> list[float]:
-    return np.frombuffer(wire.execution_result_from(result).output_pools[1], np.float32).tolist()
+    return np.frombuffer(wire_result.execution_result_from(result).output_pools[1], np.float32).tolist()
 
 
 def test_a_synchronous_execution_answers_its_result(served: Served) -> None:
