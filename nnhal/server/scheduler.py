@@ -108,21 +108,6 @@ class Scheduler:
         with self._lock:
             return len(self._served)
 
-    def starts_at_once(self, client: str, priority: Priority) -> bool:
-        """Whether an execution of ``client`` at ``priority`` admitted now would get a slot
-        without waiting. A racy answer (others may come first), for a caller that wants to
-        know without taking the slot (one that takes it at once asks ``try_start``, as
-        ``Executions.runs_inline`` does)."""
-        # Nothing admitted (so nothing running or waiting) and no recent work above it: a
-        # slot is free and nothing outranks it, read without the lock (the answer is racy
-        # anyway) — the common case of a client's calls one after another.
-        if not self._admitted and self._shut is None and priority >= self._recent_top:
-            return True
-        with self._lock:
-            if self._shut is not None or self._waiting or len(self._running) >= self.slots:
-                return False
-            return not self._outranked_at(client, priority)  # no ticket made for the question
-
     # -- lifecycle ----------------------------------------------------------
     def forget(self, client: str) -> None:
         """``client``'s session ended: drop its fairness record, unless work of the client is
