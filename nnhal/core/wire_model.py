@@ -19,7 +19,6 @@ from nnhal.core.enums import (
     OperandLifeTime,
     OperandType,
     OperationType,
-    Priority,
 )
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import (
@@ -54,12 +53,6 @@ def _type(cls: type[E], table: dict[int, E], value: int, what: str) -> E:
     if value >> EXTENSION_TYPE_LOW_BITS:
         return cls(value)
     return _enum(table, value, what)
-
-
-def priority_from_wire(value: int) -> Priority:
-    if value not in (0, 1, 2):
-        raise InvalidArgument(f"priority {value} is not one of LOW (0), MEDIUM (1), HIGH (2)")
-    return Priority(value)
 
 
 def location_to(loc: Any, msg: pb.DataLocation) -> None:

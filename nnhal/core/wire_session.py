@@ -56,7 +56,11 @@ def priority_of(msg: Any, protocol: int, field: str = "priority") -> Priority:
     INVALID_ARGUMENT for a number that is no Priority."""
     if not msg.HasField(field):
         return Priority.MEDIUM if protocol >= DEFAULTS_VERSION else Priority.LOW
-    value = int(getattr(msg, field))
+    return priority_from_wire(int(getattr(msg, field)))
+
+
+def priority_from_wire(value: int) -> Priority:
+    """The Priority a wire number names; INVALID_ARGUMENT for a number that is no Priority."""
     if value not in (0, 1, 2):
         raise InvalidArgument(f"priority {value} is not one of LOW (0), MEDIUM (1), HIGH (2)")
     return Priority(value)

@@ -56,6 +56,7 @@ SERVED_BOUND = 1024
 #: Per priority, the numbers of the priorities above it: the work of the same client that
 #: holds it off (made once: the hold-off is looked at by every execution's launch).
 _ABOVE = {p: tuple(range(int(p) + 1, int(Priority.HIGH) + 1)) for p in Priority}
+_LOW = int(Priority.LOW)
 
 
 class Scheduler:
@@ -106,20 +107,6 @@ class Scheduler:
         """Clients with a fairness record (bounded: ``forget``, :data:`SERVED_BOUND`)."""
         with self._lock:
             return len(self._served)
-
-    def starts_at_once(self, client: str, priority: Priority) -> bool:
-        """Whether an execution of ``client`` at ``priority`` admitted now would get a slot
-        without waiting. A racy answer (others may come first), for a caller choosing where
-        to run a short execution (the RPC layer's event loop must not wait)."""
-        # Nothing admitted (so nothing running or waiting) and no recent work above it: a
-        # slot is free and nothing outranks it, read without the lock (the answer is racy
-        # anyway) — the common case of a client's calls one after another.
-        if not self._admitted and self._shut is None and priority >= self._recent_top:
-            return True
-        with self._lock:
-            if self._shut is not None or self._waiting or len(self._running) >= self.slots:
-                return False
-            return not self._outranked_at(client, priority)  # no ticket made for the question
 
     # -- lifecycle ----------------------------------------------------------
     def forget(self, client: str) -> None:
@@ -223,20 +210,27 @@ class Scheduler:
                 ticket.running = False
             elif ticket in self._waiting:
                 self._waiting.remove(ticket)
-            if ticket in self._admitted:
-                self._admitted.discard(ticket)
+            admitted = self._admitted
+            if ticket in admitted:
+                admitted.remove(ticket)
                 now = time.monotonic_ns()
-                if ticket.priority > Priority.LOW:
-                    self._recent[(ticket.client, int(ticket.priority))] = now
-                    self._recent_top = max(self._recent_top, int(ticket.priority))
+                priority = int(ticket.priority)
+                if priority > _LOW:
+                    self._recent[(ticket.client, priority)] = now
+                    if priority > self._recent_top:
+                        self._recent_top = priority
                 if now >= self._next_sweep_ns:
                     # Expired hold-offs are also dropped where they are read; this bounds the rest.
                     self._next_sweep_ns = now + self.hold_off_ns
-                    expired = [k for k, ended in self._recent.items() if ended + self.hold_off_ns <= now]
-                    if expired:  # what is left keeps the top when nothing was dropped
-                        for key in expired:
-                            del self._recent[key]
-                        self._recent_top = max((p for _, p in self._recent), default=int(Priority.LOW))
+                    # One loop, no comprehension or generator (each a frame of its own): the
+                    # expired dropped, the highest priority among the rest kept.
+                    recent, top, expired = self._recent, _LOW, now - self.hold_off_ns
+                    for key, ended in list(recent.items()):
+                        if ended <= expired:
+                            del recent[key]
+                        elif key[1] > top:
+                            top = key[1]
+                    self._recent_top = top
             if self._waiting:  # every waiter on the condition is in ``_waiting``
                 self._cond.notify_all()
 

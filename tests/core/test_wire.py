@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from enum import IntEnum
 from typing import Any, TypeVar
 
@@ -17,7 +18,16 @@ import pytest
 from google.protobuf.message import Message
 from hypothesis import given, settings, strategies as st
 
-from nnhal.core import wire_deadline, wire_device, wire_model, wire_pool, wire_request, wire_result, wire_status
+from nnhal.core import (
+    wire_deadline,
+    wire_device,
+    wire_model,
+    wire_pool,
+    wire_request,
+    wire_result,
+    wire_session,
+    wire_status,
+)
 from nnhal.core.enums import (
     EXTENSION_TYPE_LOW_BITS,
     DeviceStatus,
@@ -280,14 +290,14 @@ def test_a_peer_cannot_send_dead_object() -> None:
 @pytest.mark.parametrize("priority", list(Priority), ids=lambda p: p.name)
 def test_every_priority_round_trips(priority: Priority) -> None:
     msg = over_the_wire(spb.PrepareModelRequest(priority=int(priority)))
-    assert wire_model.priority_from_wire(msg.priority) is priority
+    assert wire_session.priority_from_wire(msg.priority) is priority
 
 
 @FEW
 @given(st.integers(3, 2**32 - 1))
 def test_unknown_priority_is_invalid_argument(value: int) -> None:
     with pytest.raises(InvalidArgument, match=f"priority {value} "):
-        wire_model.priority_from_wire(value)
+        wire_session.priority_from_wire(value)
 
 
 @pytest.mark.parametrize("device_type", list(DeviceType), ids=lambda t: t.name)
@@ -481,3 +491,32 @@ def test_results_read_with_profile_and_timeline_only_when_they_have_them() -> No
         wire_result.execution_result_from(spb.ExecuteResult(status=4, message="bad")).status
         == ErrorStatus.INVALID_ARGUMENT
     )
+
+
+def _built_per_field(result: ExecutionResult) -> spb.ExecuteResult:
+    """``result``'s answer built field by field (what its encoded output shapes must equal)."""
+    msg = spb.ExecuteResult(status=wire_status.error_status_to(result.status), message=result.message)
+    wire_result.output_shapes_to(result.output_shapes, msg.output_shapes)
+    wire_result.timing_to(result.timing, msg.timing)
+    for index, data in sorted(result.output_pools.items()):
+        msg.output_pools.add(pool_index=index, data=bytes(data))
+    return msg
+
+
+@FEW
+@given(ws.execution_results)
+def test_an_answer_with_its_shapes_merged_from_their_part_is_the_answer_built_field_by_field(
+    result: ExecutionResult,
+) -> None:
+    """The output shapes' encoded part, kept per shapes tuple, makes the same bytes whatever the
+    timing (unmeasured or measured), the second time as the first, also into a burst answer."""
+    result = replace(result, profile=(), timeline=())
+    expected = _built_per_field(result).SerializeToString()
+    for _ in range(2):
+        assert wire_result.execution_result_to(result).SerializeToString() == expected
+    burst = spb.BurstResponse()
+    wire_result.execution_result_to(result, burst.result)
+    assert burst.result.SerializeToString() == expected
+    measured = replace(result, timing=Timing(5, 7))
+    expected = _built_per_field(measured).SerializeToString()
+    assert wire_result.execution_result_to(measured).SerializeToString() == expected

@@ -49,6 +49,13 @@ REQUEST_DATA = "request data"
 #: looks them up to decide where the execution runs): handed to :func:`launch`, which then looks
 #: them up no more. A plain tuple: made per execution, where a named tuple costs a call.
 Found = tuple[Session, PreparedModel]
+#: What ``Executions.runs_inline`` hands on for an execution it lets run on the event loop's
+#: thread: its session and prepared model (``Found``) and the scheduler's ticket it took for it
+#: (running: the slot is the execution's already, the scheduler asked once per call). The ticket
+#: is its holder's until a launch's :class:`LeanRun` takes it (handed to :func:`launch` or
+#: :func:`launch_inline` as ``ticket``); a launch that returns None or raises leaves it with
+#: its holder, who releases it (``Executions.execute`` does, on every path).
+Inline = tuple[Found, Ticket]
 
 
 class LeanRun:
@@ -147,11 +154,13 @@ class LeanRun:
         self.bound.drop()
 
 
-def launch(driver: Driver, call: Execution, found: Found | None = None) -> LeanRun | None:
+def launch(driver: Driver, call: Execution, found: Found | None = None, ticket: Ticket | None = None) -> LeanRun | None:
     """``call`` launched the lean way, or None: take the full path (module docstring). Raises
     the HalError the full path raises before it holds anything (unknown session or model, a
     deadline passed or too near). ``found``: ``call``'s session and prepared model as the
-    caller found them for ``call``'s names (not looked up again; None: looked up here)."""
+    caller found them for ``call``'s names (not looked up again; None: looked up here).
+    ``ticket``: the running slot the caller took for ``call`` (``Inline``: the run takes it; a
+    None answer or a raise leaves it with the caller); None: the slot is taken here."""
     if call.profile:
         return None
     if found is None:
@@ -186,7 +195,7 @@ def launch(driver: Driver, call: Execution, found: Found | None = None) -> LeanR
         return None
     if bound.has_shared:
         bound.plan(request.inputs, request.outputs)  # a shared pool's ranges (``resolve_tokens`` does it there)
-    return _start(driver, session, pm, plan, bound, call.measure, deadline_ns, call.loop_timeout_ns)
+    return _start(driver, session, pm, plan, bound, call.measure, deadline_ns, call.loop_timeout_ns, ticket)
 
 
 def launch_inline(
@@ -198,13 +207,14 @@ def launch_inline(
     measure: bool,
     deadline_ns: int | None,
     loop_timeout_ns: int,
+    ticket: Ticket | None = None,
 ) -> LeanRun | None:
     """A call with no profile whose pools are all inline (``pools``: each one's bytes and
     size, the size at least the bytes' length: ``wire_pool.inline_pools_from``) launched as
     :func:`launch` launches its canonical execution — with no request, pool or execution
     object made and no generic binding — or None: take the full path. ``found``: the call's
-    session and prepared model (``Executions.runs_inline``). Raises what ``launch`` raises,
-    where it raises it."""
+    session and prepared model, ``ticket`` the running slot taken for it (``Inline``; as
+    :func:`launch`'s). Raises what ``launch`` raises, where it raises it."""
     session, pm = found
     if session.faults.execute_delay_ms:
         return None
@@ -226,7 +236,7 @@ def launch_inline(
     if not plan.fits(bound):
         bound.close()
         return None
-    return _start(driver, session, pm, plan, bound, measure, deadline_ns, loop_timeout_ns)
+    return _start(driver, session, pm, plan, bound, measure, deadline_ns, loop_timeout_ns, ticket)
 
 
 def _deadline_fits(pm: PreparedModel, deadline_ns: int) -> bool:
@@ -247,21 +257,28 @@ def _start(
     measure: bool,
     deadline_ns: int | None,
     loop_timeout_ns: int,
+    ticket: Ticket | None = None,
 ) -> LeanRun | None:
-    """The slot taken at once and the request data charged, in the full path's order; None
-    (everything given back, ``bound`` closed) when either is not had at once."""
-    ticket = driver.scheduler.try_start(session.client_key, pm.priority)
+    """The slot taken at once (``ticket``: the running one the caller took already) and the
+    request data charged, in the full path's order; None when either is not had at once —
+    ``bound`` closed and everything taken here given back (a caller's ``ticket`` stays the
+    caller's: only a run takes it)."""
+    taken = ticket is None
     if ticket is None:
-        bound.close()
-        return None
-    loop = min(loop_timeout_ns or LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS)
-    run = LeanRun(driver, session, pm, plan, bound, ticket, measure, deadline_ns, loop)
+        ticket = driver.scheduler.try_start(session.client_key, pm.priority)
+        if ticket is None:
+            bound.close()
+            return None
     cost = bound.data_bytes
     try:
         driver.budget.charge(session.id, cost, REQUEST_DATA)
     except HalError:
-        run.close()
+        if taken:
+            driver.scheduler.release(ticket)
+        bound.close()
         return None  # over a limit: the full path refuses it with its status
+    loop = min(loop_timeout_ns or LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS)
+    run = LeanRun(driver, session, pm, plan, bound, ticket, measure, deadline_ns, loop)
     run._charged = cost
     return run
 

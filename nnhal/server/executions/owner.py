@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Generator
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import GeneralFailure, HalError
@@ -32,15 +32,12 @@ from nnhal.server.executions.calls import (
 from nnhal.server.executions.faults import FAULTABLE, KINDS, FaultPlan, Liveness
 from nnhal.server.executions.hooks import Call, Observer, Observers, Timings
 from nnhal.server.executions.lean import LeanRun
-from nnhal.server.executions.long_calls import Held, Job, LongCalls, held, once
+from nnhal.server.executions.long_calls import Held, LongCalls, held
 from nnhal.server.executions.methods import CARRIER, SAME, Arrival, Method, transport_of
+from nnhal.server.executions.notified import launch_then_notify
 from nnhal.server.executions.refusals import Refused, within_limit
 from nnhal.server.jobs import ExecutionJob, PrepareJob
 from nnhal.server.metrics import TRANSPORTS, DeviceMetrics, Metrics
-
-A = TypeVar("A")
-C = TypeVar("C")
-J = TypeVar("J", bound=Job)
 
 #: Executions of a model whose fastest run is shorter than this may run on the event loop's
 #: thread (``Executions.runs_inline``); 1 ms: the loop is never held up longer than a
@@ -54,14 +51,6 @@ INFO_MARGIN_S = 0.05
 #: thread and cap slot are given back within this).
 INFO_SLICE_S = 0.5
 _NO_LIMIT = 1 << 62
-#: The budget's kind for an answer's bytes waiting to be written to its client.
-RESULTS_WAITING = "results waiting to be written"
-#: An answer waiting to be written is held as its message (charged to its session) and as
-#: this many more copies the transport makes — the serialized bytes and gRPC's own buffer —
-#: charged to the server's total.
-TRANSPORT_COPIES = 2
-#: ... but for an answer of at most this many bytes.
-SMALL_ANSWER_BYTES = 64 * 1024
 
 
 def _result_bytes(result: ExecutionResult) -> int:
@@ -179,20 +168,22 @@ class Executions:
                 require_field(self.level, HalVersion.V1_3, what, "configureExecutionBurst")
 
     # -- synchronous executions -----------------------------------------------------------
-    def runs_inline(self, session: str, handle: str, inline_bytes: Callable[[], int]) -> lean.Found | None:
-        """Where an execution may run: on the event loop's thread (the session and prepared
-        model it found, to hand to :meth:`execute` as ``found``) or on a worker's (None).
+    def runs_inline(self, session: str, handle: str, inline_bytes: Callable[[], int]) -> lean.Inline | None:
+        """Where an execution may run: on the event loop's thread — the session and prepared
+        model it found and the slot it took (``lean.Inline``), to hand to :meth:`execute` as
+        ``inline``, which gives the slot back on every path — or on a worker's (None, nothing
+        taken).
 
         Handing a call to a worker thread and its answer back to the loop costs two thread
         switches under the GIL — more than a small model's whole execution. So an execution
         runs inline when it cannot hold the loop up: its model's fastest run so far is under
         :data:`INLINE_MAX_NS`, its inline data (``inline_bytes()``, asked last: reading a
         message's pools may copy them) under :data:`INLINE_MAX_BYTES`,
-        a slot is free for it at once (``Scheduler.starts_at_once``), and no fault or injected
-        delay is set. Anything else — a model never run, a large one, a busy device — goes to
-        a worker. (A racing admission may still make it wait for a slot, and the same
-        client's higher-priority work arriving mid-run may pause it: both bounded by one
-        execution, and rare.)"""
+        a slot is free for it at once (``Scheduler.try_start``: taken then, so the scheduler
+        is asked once per call), and no fault or injected delay is set. Anything else — a
+        model never run, a large one, a busy device — goes to a worker. (The same client's
+        higher-priority work arriving mid-run may pause it: bounded by one execution, and
+        rare.)"""
         if self.faults.armed:
             return None
         try:
@@ -205,7 +196,8 @@ class Executions:
             return None
         if inline_bytes() > INLINE_MAX_BYTES:
             return None
-        return (s, pm) if self.driver.scheduler.starts_at_once(s.client_key, pm.priority) else None
+        ticket = self.driver.scheduler.try_start(s.client_key, pm.priority)
+        return None if ticket is None else ((s, pm), ticket)
 
     def execute(
         self,
@@ -215,7 +207,7 @@ class Executions:
         arrival: Arrival | None = None,
         since: float | None = None,
         lean_launch: Callable[[], LeanRun | None] | None = None,
-        found: lean.Found | None = None,
+        inline: lean.Inline | None = None,
     ) -> ExecutionResult | Refused:
         """One synchronous execution (also a burst's, a streamed one's, every form's): counted
         by the lifecycle from launch to result (DEVICE_UNAVAILABLE while draining), the job
@@ -227,17 +219,25 @@ class Executions:
         ``lean.launch_inline``), tried first when no hook reads the calls' canonical arguments
         (``Observer.reads_args``; the hooks are then told the call with ``args`` None); when
         it returns None, ``build()`` is called
-        and the call launched as any other. ``found``: what ``runs_inline`` returned for
-        this call (its session and prepared model, handed to the lean launch)."""
+        and the call launched as any other. ``inline``: what ``runs_inline`` returned for
+        this call (its session and prepared model, and its slot: this call's own lean launch
+        was handed it too, and ``lean.launch`` is). The slot is given back exactly once: by
+        the run that took it, else here — on a refusal, on a raise, and before the full path
+        (which admits the call afresh)."""
         t0 = time.perf_counter() if since is None else since
         error = arrival.start() if arrival is not None else None  # an abort raises
         obs = self.observer
         args: Execution | None = None
+        found = ticket = None
+        if inline is not None:
+            found, ticket = inline
         try:
             if error is not None:
                 raise error
             self.lifecycle.enter(method.what)
         except Exception as err:
+            if ticket is not None:
+                self.driver.scheduler.release(ticket)
             return self.refuse(method, err, None, t0)
         try:
             job: ExecutionJob | LeanRun | None
@@ -248,10 +248,15 @@ class Executions:
                 if job is None:
                     args = build()
                     # A layout run before, with a free slot: the lean launch (``lean``); else the full one.
-                    job = lean.launch(self.driver, args, found)
+                    job = lean.launch(self.driver, args, found, ticket)
                     if job is None:
+                        if ticket is not None:  # the full path admits the call afresh
+                            self.driver.scheduler.release(ticket)
+                            ticket = None
                         job = self._begin(args)
             except Exception as err:
+                if ticket is not None:  # no run took it (one that did raises nothing after)
+                    self.driver.scheduler.release(ticket)
                 return self.refuse(method, err, args, t0)
             self.metrics.execution(transport_of(method))
             t1 = 0.0
@@ -275,7 +280,7 @@ class Executions:
             if obs is not None and (call is not None or result.status != ErrorStatus.NONE):
                 if call is None:
                     call = Call(method.name, method.what, args)
-                self._tell(obs, call, result.status, Timings(t0, t1, t2), result)
+                self.tell(obs, call, result.status, Timings(t0, t1, t2), result)
             return result
         finally:
             self.lifecycle.leave()
@@ -303,11 +308,11 @@ class Executions:
         if obs is not None:
             t = time.perf_counter()
             timings = Timings(t if since is None else since, None, t)
-            self._tell(obs, Call(method.name, method.what, args), refused.status, timings, refused)
+            self.tell(obs, Call(method.name, method.what, args), refused.status, timings, refused)
         return refused
 
     @staticmethod
-    def _tell(obs: Observer, call: Call, status: ErrorStatus, timings: Timings, answer: object) -> None:
+    def tell(obs: Observer, call: Call, status: ErrorStatus, timings: Timings, answer: object) -> None:
         obs.finished(call, status, timings)
         obs.answered(call, answer)
 
@@ -320,7 +325,7 @@ class Executions:
         arrival: Arrival | None = None,
     ) -> Generator[Launch | Notify[ExecutionResult], None, None]:
         """An asynchronous execution (``execute_1_3``, the HIDL ``execute`` forms): its
-        :class:`Launch`, then one :class:`Notify` carrying the result (``_launch_then_notify``)."""
+        :class:`Launch`, then one :class:`Notify` carrying the result (``notified.launch_then_notify``)."""
         limit = self._limit
         metrics = self.metrics
 
@@ -331,8 +336,8 @@ class Executions:
             metrics.execution(transport_of(method))
             return job
 
-        return self._launch_then_notify(
-            method, build, begin, lambda job: within_limit(job.run(), limit()), live, arrival, _result_bytes
+        return launch_then_notify(
+            self, method, build, begin, lambda job: within_limit(job.run(), limit()), live, arrival, _result_bytes
         )
 
     def prepare(
@@ -366,156 +371,7 @@ class Executions:
             # If the client vanished before the notify, its session's end releases the model.
             return Prepared(handle, model_cache if want_cache[0] else b"")
 
-        return self._launch_then_notify(method, build, start, run, live, arrival, _prepared_bytes)
-
-    def _launch_then_notify(
-        self,
-        method: Method,
-        build: Callable[[], C],
-        start: Callable[[C], J],
-        run: Callable[[J], A],
-        live: Stream | None,
-        arrival: Arrival | None,
-        size: Callable[[A], int],
-    ) -> Generator[Launch | Notify[A], None, None]:
-        """An asynchronous call: ``Launch`` with the launch status, then exactly one ``Notify``,
-        whatever happens. A launch error (an arrival's, a drain's, ``build``'s, ``start``'s)
-        is notified with the same status; otherwise the notify carries ``run(job)``, or its
-        failure. The lifecycle counts the work from launch to notify.
-
-        The job is closed (and the work uncounted) exactly once on every path. When the
-        call ends between the two events (cancel, deadline, the client's death, the
-        server's stop) the transport never resumes the generator: ``live``'s end callback
-        then closes the job at once, and the generator's ``finally`` (run when it is
-        collected) finds nothing left to do; without ``live`` that ``finally`` alone does it.
-        The generator resumed after its launch event means the launch was written: the
-        hooks' ``launch_written`` is called then, before the work runs. Likewise for the
-        notify: its answer's bytes (``size(answer)``) are charged to the call's session
-        (:data:`RESULTS_WAITING`) from the notify until it was written or the call ended, so
-        that results a client does not read count against its own memory limit; past it
-        the notify carries the RESOURCE_EXHAUSTED_* refusal instead of the answer."""
-        t0 = time.perf_counter()
-        obs = self.observer
-        args: C | None = None
-        counted = False
-        fault = arrival.fault if arrival is not None else None
-        error = arrival.start() if arrival is not None else None  # an abort raises: nothing was launched
-        try:
-            if error is not None:
-                raise error
-            self.lifecycle.enter(method.what)
-            counted = True
-            args = build()
-            job = start(args)
-        except Exception as err:
-            if counted:
-                self.lifecycle.leave()
-            refused = self.refuse(method, err, args, t0)
-            yield Launch(refused.status, refused.message)
-            yield Notify(refused.status, refused.message)
-            return
-
-        close_job = once(job.close)
-
-        def finish() -> None:
-            try:
-                close_job()
-            finally:
-                self.lifecycle.leave()
-
-        end = once(finish)
-        del build  # the call's request message: nothing here holds it past the launch
-        waiting: Callable[[], None] | None = None
-        # "parked": suspended at the launch event, the job held by no thread; "running": the
-        # generator resumed; "abandoned": the call ended while parked and the job was closed.
-        state = ["parked"]
-        lock = threading.Lock()
-
-        def on_termination() -> None:
-            with lock:
-                if state[0] != "parked":
-                    return
-                state[0] = "abandoned"
-            end()
-
-        try:
-            if live is not None:
-                live.add_callback(on_termination)
-            yield Launch(ErrorStatus.NONE)
-            with lock:
-                if state[0] == "abandoned":
-                    return
-                state[0] = "running"
-            call = Call(method.name, method.what, args) if obs is not None and not obs.failures_only else None
-            if obs is not None and call is not None:
-                obs.launch_written(call)
-            injected.after_message(fault, 1)  # an abort raises: the finally ends the job
-            t1 = time.perf_counter()
-            if obs is not None and call is not None:
-                obs.started(call)
-            notify: Notify[A]
-            answer: A | None = None
-            answered: object = None
-            try:
-                answer = run(job)
-                status = getattr(answer, "status", ErrorStatus.NONE)
-                notify = Notify(status, getattr(answer, "message", ""), answer)
-            except Exception as err:
-                refused = Refused.of(err, f"during {method.what}")
-                notify = Notify(refused.status, refused.message)
-            # The job's bound pools (the request's data and the outputs) go before the answer
-            # waits to be written; the lifecycle still counts the call until it was.
-            close_job()
-            if notify.answer is not None:
-                notify, waiting = self._hold_answer(method, getattr(args, "session", ""), notify, size)
-            injected.before_reply(fault, live)
-            t2 = time.perf_counter()
-            method.record(notify.status, t2 - t0)
-            if obs is not None and (call is not None or notify.status != ErrorStatus.NONE):
-                if call is None:
-                    call = Call(method.name, method.what, args)
-                answered = notify.answer if notify.answer is not None else Refused(notify.status, notify.message)
-                self._tell(obs, call, notify.status, Timings(t0, t1, t2), answered)
-            # Yielded from a box: while it waits to be written, no local here holds the answer.
-            box = [notify]
-            del notify, args, call, answer, answered
-            yield box.pop()
-        finally:
-            try:
-                if waiting is not None:
-                    waiting()
-            finally:
-                end()
-
-    def _hold_answer(
-        self, method: Method, session: str, notify: Notify[A], size: Callable[[A], int]
-    ) -> tuple[Notify[A], Callable[[], None] | None]:
-        """``notify`` with its answer's bytes charged to ``session`` while they wait to be
-        written, and the function giving them back (None: nothing charged); or, past the
-        session's memory limits, the notify of that refusal."""
-        answer = notify.answer
-        nbytes = size(answer) if answer is not None else 0
-        if not nbytes:
-            return notify, None
-        budget = self.driver.budget
-        # A small answer's copies are not worth refusing it for (a victim's answer is small).
-        copies = TRANSPORT_COPIES * nbytes if nbytes > SMALL_ANSWER_BYTES else 0
-        try:
-            budget.charge(session, nbytes, RESULTS_WAITING)
-            try:
-                budget.charge_working(copies, RESULTS_WAITING, keep_reserve=True)
-            except HalError:
-                budget.uncharge(session, nbytes, RESULTS_WAITING)
-                raise
-        except HalError as err:
-            message = f"{method.what}'s answer ({nbytes} bytes) cannot wait to be written: {err.message}"
-            return Notify(err.error_status, message), None
-
-        def release() -> None:
-            budget.uncharge(session, nbytes, RESULTS_WAITING)
-            budget.uncharge_working(copies, RESULTS_WAITING)
-
-        return notify, once(release)
+        return launch_then_notify(self, method, build, start, run, live, arrival, _prepared_bytes)
 
     # -- fenced executions ----------------------------------------------------------------
     def execute_fenced(
@@ -580,7 +436,7 @@ class Executions:
         status = getattr(answer, "status", ErrorStatus.NONE)
         if obs is not None and (not obs.failures_only or status != ErrorStatus.NONE):
             t = time.perf_counter()
-            self._tell(obs, call, status, Timings(t0, None if isinstance(answer, Refused) else t0, t), answer)
+            self.tell(obs, call, status, Timings(t0, None if isinstance(answer, Refused) else t0, t), answer)
 
     # -- other work --------------------------------------------------------------------------
     def admit(self, what: str) -> None:

@@ -66,10 +66,10 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
             arrival = x.arrive(m, KINDS)
             build = partial(execution_from, request)
             if arrival is None:
-                found = x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request))
-                if found is not None:
-                    lean = partial(lean_launch, x, found, request)  # the call's own, tried first
-                    answer = result_to(x.execute(m, build, lean_launch=lean, found=found))
+                inline = x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request))
+                if inline is not None:
+                    lean = partial(lean_launch, x, inline, request)  # the call's own, tried first
+                    answer = result_to(x.execute(m, build, lean_launch=lean, inline=inline))
                     del lean
                 else:
                     answer = await run_sync(context, partial(_on_worker, x, m, build, None))

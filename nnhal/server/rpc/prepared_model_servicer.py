@@ -33,7 +33,7 @@ from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server import log_limits
 from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
 from nnhal.server.executions.faults import BURST, abort_of
-from nnhal.server.executions.lean import Found, LeanRun, launch_inline
+from nnhal.server.executions.lean import Inline, LeanRun, launch_inline
 from nnhal.server.rpc.common import events_to, hal_method, result_to, status_to
 from nnhal.server.rpc.ending import current_ender
 from nnhal.server.rpc.identity import stream_client
@@ -57,11 +57,11 @@ def execution_from(msg: spb.ExecuteRequest, request: Request | None = None) -> E
     )
 
 
-def lean_launch(x: Executions, found: Found, msg: spb.ExecuteRequest) -> LeanRun | None:
+def lean_launch(x: Executions, inline: Inline, msg: spb.ExecuteRequest) -> LeanRun | None:
     """``msg`` launched with no canonical objects made (``lean.launch_inline``) when it asks
-    no profile and its pools are all inline, ``found`` its session and prepared model
-    (``Executions.runs_inline``); None: the full path (``execution_from``). For
-    ``Executions.execute``'s ``lean_launch``."""
+    no profile and its pools are all inline, ``inline`` its session, prepared model and slot
+    (``Executions.runs_inline``; the slot stays the caller's unless the run takes it); None:
+    the full path (``execution_from``). For ``Executions.execute``'s ``lean_launch``."""
     if msg.profile:
         return None
     request = msg.request
@@ -70,7 +70,10 @@ def lean_launch(x: Executions, found: Found, msg: spb.ExecuteRequest) -> LeanRun
         return None
     inputs, outputs = wire_request.args_from(request.inputs), wire_request.args_from(request.outputs)
     deadline = wire_deadline.deadline_from(msg.deadline)
-    return launch_inline(x.driver, found, inputs, outputs, pools, msg.measure == 1, deadline, msg.loop_timeout_ns)
+    found, ticket = inline
+    return launch_inline(
+        x.driver, found, inputs, outputs, pools, msg.measure == 1, deadline, msg.loop_timeout_ns, ticket
+    )
 
 
 def inline_bytes(msg: spb.ExecuteRequest) -> int:
@@ -103,9 +106,9 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         if arrival is not None and arrival.fault is None:  # refused: answered at once
             return result_to(x.execute(m, build, None, arrival))
         if arrival is None:
-            found = x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request))
-            if found is not None:
-                return result_to(x.execute(m, build, found=found))
+            inline = x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request))
+            if inline is not None:
+                return result_to(x.execute(m, build, inline=inline))
         return await run_sync(context, lambda sync: result_to(x.execute(m, build, sync, arrival)))
 
     @hal_method("execute_1_3", what="an execution", timer="execute")
@@ -202,14 +205,14 @@ async def serve_burst(
             else:
                 build = partial(execution_from, msg)
                 run = x.arrive(m, EXECUTION_FAULTS)
-                found = (
+                inline = (
                     None
                     if run is not None
                     else x.runs_inline(msg.session, msg.prepared_model, partial(inline_bytes, msg))
                 )
-                if found is not None:
-                    lean = partial(lean_launch, x, found, msg)  # the call's own, tried first
-                    result_to(x.execute(m, build, lean_launch=lean, found=found), answer.result)
+                if inline is not None:
+                    lean = partial(lean_launch, x, inline, msg)  # the call's own, tried first
+                    result_to(x.execute(m, build, lean_launch=lean, inline=inline), answer.result)
                     del lean
                 else:
                     await in_thread(_execute_to_wire, x, m, build, sync, run, answer.result)

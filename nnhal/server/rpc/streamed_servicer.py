@@ -40,7 +40,7 @@ from nnhal.core.errors import HalError, ResourceExhaustedPersistent
 from nnhal.proto import service_pb2 as spb, streamed_pb2 as stpb, streamed_pb2_grpc as stgrpc
 from nnhal.server import log_limits
 from nnhal.server.executions import Abort, Arrival, Execution, Executions, Method, Refused
-from nnhal.server.executions.owner import RESULTS_WAITING
+from nnhal.server.executions.notified import RESULTS_WAITING
 from nnhal.server.rpc.chunk_reads import ChunkReads
 from nnhal.server.rpc.common import hal_method, status_to
 from nnhal.server.rpc.ending import current_ender

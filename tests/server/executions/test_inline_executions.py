@@ -2,8 +2,9 @@
 
 The owner lets a short execution run on the loop's thread (``Executions.runs_inline``) only when
 its model has run before, fast, with little inline data, no fault or delay set, and it
-would get a slot without waiting (``Scheduler.starts_at_once``): a free slot, nobody
-queued, and no higher-priority work of the same client in flight (which would pause it).
+would get a slot without waiting — a free slot, nobody queued, and no higher-priority work of
+the same client in flight (which would pause it): ``runs_inline`` takes the slot then, or
+nothing (``Scheduler.try_start``).
 One thread, no waits, no timing asserted.
 """
 
@@ -21,26 +22,34 @@ from nnhal.server.session import Faults, Session
 from tests.conftest import add_model
 
 
+def _starts(sched: Scheduler, client: str, priority: Priority) -> bool:
+    """Whether ``try_start`` starts an execution of ``client`` at ``priority`` at once (the
+    slot it takes given back)."""
+    ticket = sched.try_start(client, priority)
+    if ticket is None:
+        return False
+    sched.release(ticket)
+    return True
+
+
 def test_an_idle_device_starts_at_once_and_a_full_one_does_not() -> None:
     sched = Scheduler(slots=2, queue_depth=4)
-    assert sched.starts_at_once("a", Priority.MEDIUM)
-    first = sched.admit("a", Priority.MEDIUM)
-    sched.acquire(first, None)
-    assert sched.starts_at_once("b", Priority.MEDIUM)  # one slot left
-    second = sched.admit("b", Priority.MEDIUM)
-    sched.acquire(second, None)
-    assert not sched.starts_at_once("c", Priority.MEDIUM)  # both slots taken
+    first = sched.try_start("a", Priority.MEDIUM)
+    assert first is not None
+    second = sched.try_start("b", Priority.MEDIUM)  # one slot left
+    assert second is not None
+    assert sched.try_start("c", Priority.MEDIUM) is None  # both slots taken
     sched.release(first)
-    assert sched.starts_at_once("c", Priority.MEDIUM)
+    assert _starts(sched, "c", Priority.MEDIUM)
     sched.release(second)
 
 
 def test_the_same_clients_higher_priority_work_holds_it_off() -> None:
     sched = Scheduler(slots=2, queue_depth=4)
     high = sched.admit("a", Priority.HIGH)
-    assert not sched.starts_at_once("a", Priority.LOW)  # it would be outranked
-    assert sched.starts_at_once("a", Priority.HIGH)
-    assert sched.starts_at_once("b", Priority.LOW)  # priorities are per client
+    assert not _starts(sched, "a", Priority.LOW)  # it would be outranked
+    assert _starts(sched, "a", Priority.HIGH)
+    assert _starts(sched, "b", Priority.LOW)  # priorities are per client
     sched.release(high)
 
 
@@ -48,17 +57,17 @@ def test_the_same_clients_recent_higher_priority_work_holds_it_off_with_nothing_
     sched = Scheduler(slots=2, queue_depth=4)
     sched.release(sched.admit("a", Priority.HIGH))
     assert sched.in_flight == 0
-    assert not sched.starts_at_once("a", Priority.LOW)  # within the hold-off
-    assert sched.starts_at_once("a", Priority.HIGH)
-    assert sched.starts_at_once("b", Priority.LOW)  # another client's work is not held off
+    assert not _starts(sched, "a", Priority.LOW)  # within the hold-off
+    assert _starts(sched, "a", Priority.HIGH)
+    assert _starts(sched, "b", Priority.LOW)  # another client's work is not held off
     sched.hold_off_ns = 0
-    assert sched.starts_at_once("a", Priority.LOW)  # the hold-off over
+    assert _starts(sched, "a", Priority.LOW)  # the hold-off over
 
 
 def test_a_shut_scheduler_starts_nothing() -> None:
     sched = Scheduler(slots=1, queue_depth=0)
     sched.shut("draining")
-    assert not sched.starts_at_once("a", Priority.MEDIUM)
+    assert sched.try_start("a", Priority.MEDIUM) is None
 
 
 def _add_request(session: str, handle: str, floats: int = 8) -> Execution:
@@ -73,9 +82,13 @@ def _add_request(session: str, handle: str, floats: int = 8) -> Execution:
 
 
 def _inline(x: Executions, call: Execution) -> bool:
-    """``x.runs_inline`` of ``call``, as a transport asks it."""
+    """``x.runs_inline`` of ``call``, as a transport asks it (the slot it takes given back)."""
     size = sum(len(p.data) for p in call.request.pools if isinstance(p, InlinePool))
-    return x.runs_inline(call.session, call.prepared_model, lambda: size) is not None
+    inline = x.runs_inline(call.session, call.prepared_model, lambda: size)
+    if inline is None:
+        return False
+    x.driver.scheduler.release(inline[1])
+    return True
 
 
 def _prepared(driver: Driver) -> tuple[Session, str]:

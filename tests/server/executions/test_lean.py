@@ -14,10 +14,11 @@ import pytest
 
 from nnhal.core import fastpacket, wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference
-from nnhal.core.errors import HalError
+from nnhal.core.errors import HalError, InvalidArgument, ResourceExhaustedPersistent
 from nnhal.core.types import DataLocation, ExecutionResult, InlinePool, Request, RequestArgument
 from nnhal.server.driver import DeviceConfig, Driver
-from nnhal.server.executions import Execution, Executions, Notify, Preparation, Prepared, Refused, lean
+from nnhal.server.executions import Execution, Executions, Notify, Preparation, Prepared, Refused, lean, owner
+from nnhal.server.scheduler import Ticket
 from nnhal.server.session import Faults
 from tests.conftest import add_model
 
@@ -48,8 +49,10 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
     seen: list[bool] = []
     real = lean.launch
 
-    def spy(driver: Driver, call: Execution, found: lean.Found | None = None) -> lean.LeanRun | None:
-        run = real(driver, call, found)
+    def spy(
+        driver: Driver, call: Execution, found: lean.Found | None = None, ticket: Ticket | None = None
+    ) -> lean.LeanRun | None:
+        run = real(driver, call, found, ticket)
         seen.append(run is not None)
         return run
 
@@ -60,7 +63,7 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
 def _full(monkeypatch: pytest.MonkeyPatch, x: Executions, call: Execution) -> ExecutionResult | Refused:
     """``call`` through the full path only (the lean launch switched off for it)."""
     with monkeypatch.context() as m:
-        m.setattr(lean, "launch", lambda driver, call, found=None: None)
+        m.setattr(lean, "launch", lambda driver, call, found=None, ticket=None: None)
         return x.execute(x.method("executeSynchronously_1_3"), lambda: call)
 
 
@@ -288,3 +291,75 @@ def test_an_all_inline_call_launched_from_its_parts_answers_as_launch_does() -> 
     d.set_faults(d.session(session), Faults(execute_delay_ms=1))
     assert lean.launch_inline(d, found, req.inputs, req.outputs, _parts(req), False, None, 0) is None
     _idle(x, session)
+
+
+@pytest.mark.parametrize("path", ["lean", "declined", "full", "drained", "raised", "unbuilt", "over_limit"])
+def test_the_slot_runs_inline_takes_is_given_back_exactly_once(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``runs_inline`` takes the call's slot and ``execute`` hands it to the launch: whichever
+    path the call then takes — run lean from its parts, that launch declining (the canonical
+    lean launch takes it), the full path, refused as it arrives, a launch that raises, a
+    request that cannot be built, the request data over a limit — the slot is released once."""
+    # A loaded machine can stretch the model's first run past the real inline limit.
+    monkeypatch.setattr(owner, "INLINE_MAX_NS", 60_000_000_000)
+    x, session, handle = _owner()
+    m = x.method("executeSynchronously_1_3")
+    assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    d = x.driver
+    released: list[Ticket] = []
+    release = d.scheduler.release
+
+    def counted(ticket: Ticket) -> None:
+        released.append(ticket)
+        release(ticket)
+
+    monkeypatch.setattr(d.scheduler, "release", counted)
+    inline = x.runs_inline(session, handle, lambda: 96)
+    assert inline is not None and d.scheduler.in_flight == 1  # the slot is taken, running
+    found, ticket = inline
+    assert ticket.running
+    request, deadline = _request(), None
+    parts = _parts(request)
+    if path in ("declined", "unbuilt"):
+        parts = _parts(_request(size=128))  # other sizes: the parts' launch declines
+    elif path == "full":
+        request = _request(size=128)  # a new layout: both lean launches decline, validated in full
+        parts = _parts(request)
+    elif path == "drained":
+        x.lifecycle.begin_drain()
+    elif path == "raised":
+        deadline = time.monotonic_ns() - 1
+    elif path == "over_limit":
+        charge = d.budget.charge
+
+        def over(session_id: str, nbytes: int, what: str = "model constants") -> None:
+            if what in (lean.REQUEST_DATA, "request data"):
+                raise ResourceExhaustedPersistent("over the test's limit")
+            charge(session_id, nbytes, what)
+
+        monkeypatch.setattr(d.budget, "charge", over)
+
+    def build() -> Execution:
+        if path == "unbuilt":
+            raise InvalidArgument("the test's request cannot be converted")
+        return Execution(session, handle, request, deadline_ns=deadline)
+
+    def from_parts() -> lean.LeanRun | None:
+        return lean.launch_inline(d, found, request.inputs, request.outputs, parts, False, deadline, 0, ticket)
+
+    result = x.execute(m, build, lean_launch=from_parts, inline=inline)
+    expected = {
+        "lean": ErrorStatus.NONE,
+        "declined": ErrorStatus.NONE,
+        "full": ErrorStatus.NONE,
+        "drained": ErrorStatus.DEVICE_UNAVAILABLE,
+        "raised": ErrorStatus.MISSED_DEADLINE_PERSISTENT,
+        "unbuilt": ErrorStatus.INVALID_ARGUMENT,
+        "over_limit": ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+    }[path]
+    assert result.status == expected
+    assert sum(t is ticket for t in released) == 1
+    # The full path admits the call afresh, with a ticket of its own, released once too.
+    assert len(released) == (2 if path in ("full", "over_limit") else 1)
+    assert not ticket.running and d.scheduler.in_flight == 0
+    if path != "drained":
+        _idle(x, session)

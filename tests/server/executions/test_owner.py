@@ -29,10 +29,10 @@ from nnhal.server.executions import (
     Prepared,
     Refused,
     Timings,
-    owner as owner_module,
+    notified as notified_module,
 )
 from nnhal.server.executions.hooks import Observers
-from nnhal.server.executions.owner import RESULTS_WAITING, TRANSPORT_COPIES
+from nnhal.server.executions.notified import RESULTS_WAITING, TRANSPORT_COPIES
 from tests.conftest import add_model
 
 LOCAL = "unix:/tmp/nnhal-test.sock"
@@ -175,7 +175,7 @@ def test_a_written_launch_on_a_saturated_device_is_notified_resource_exhausted()
 
 
 def test_an_answer_waiting_to_be_written_is_charged_to_its_client(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(owner_module, "SMALL_ANSWER_BYTES", 0)  # this answer's 32 bytes count whole
+    monkeypatch.setattr(notified_module, "SMALL_ANSWER_BYTES", 0)  # this answer's 32 bytes count whole
     x, session, handle = _owner()
     events = x.execute_async(x.method("execute_1_3", "an execution"), lambda: Execution(session, handle, _request()))
     next(events)

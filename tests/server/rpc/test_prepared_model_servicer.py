@@ -82,6 +82,10 @@ def test_unary_and_burst_executions_of_a_repeated_layout_take_the_lean_launch(
     """The gRPC forms share the owner's lean launch (``executions.lean``) with the same-host queue:
     an all-inline request is launched from its message's parts (``lean.launch_inline``), tried
     first; ``lean.launch`` only when that returns None."""
+    # The model run once first (its duration known: the loop's thread may run it), whichever
+    # test ran before this one on ``served``.
+    warm = served.stubs.prepared_model.executeSynchronously_1_3(_execute(served), timeout=TIMEOUT_S)
+    assert warm.status == ErrorStatus.NONE
     seen: list[bool] = []
     real = lean.launch_inline
 
