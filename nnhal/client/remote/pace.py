@@ -30,6 +30,11 @@ PROBE_EVERY = 16
 WATCH_GAIN = 0.9
 #: Weight of the latest call in the running estimates.
 _WEIGHT = 0.25
+#: A call that waited longer than this many times a way's estimate teaches that way as if it
+#: had waited this many times: one slow call — the first after an idle spell finds the server's
+#: thread and both cores asleep, whichever way it waits — must not decide the way of the calls
+#: after it (a way that really got slower still doubles its estimate in a few calls).
+OUTLIER_FACTOR = 2.0
 #: The longest a watch looks at the ring (after its nap): its lead and its window.
 WATCH_MAX_S = POLL_LEAD_MAX_S + POLL_WINDOW_S
 
@@ -82,7 +87,7 @@ class Pace:
             self.expected = waited if not e else e + (waited - e) * _WEIGHT
         if watched:
             w = self.watched
-            self.watched = waited if not w else w + (waited - w) * _WEIGHT
+            self.watched = waited if not w else w + (min(waited, w * OUTLIER_FACTOR) - w) * _WEIGHT
         elif e:
             bl = self.blocked
-            self.blocked = waited if not bl else bl + (waited - bl) * _WEIGHT
+            self.blocked = waited if not bl else bl + (min(waited, bl * OUTLIER_FACTOR) - bl) * _WEIGHT

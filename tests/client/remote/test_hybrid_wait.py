@@ -187,6 +187,23 @@ def test_the_estimate_follows_the_server() -> None:
         assert 0.001 < pace.expected < 1.0 and pace.calls == 6  # halved at most once in a row
 
 
+def test_one_slow_call_does_not_switch_the_way() -> None:
+    # Steady: watching waits 45 us, the doorbell alone 75 us; the watch is the way.
+    pace = pacing.Pace()
+    pace.took(True, 50e-6, False)
+    for _ in range(8):
+        pace.took(False, 75e-6, False)
+        pace.took(True, 45e-6, False)
+    assert pace.watched < pace.blocked * pacing.WATCH_GAIN
+    # The first call after an idle spell waits long whichever way: counted as twice the estimate.
+    pace.took(True, 400e-6, False)
+    assert pace.watched < pace.blocked * pacing.WATCH_GAIN
+    # A way that really got slower still loses within a few calls.
+    for _ in range(4):
+        pace.took(True, 400e-6, False)
+    assert pace.watched > pace.blocked
+
+
 def test_a_server_gone_while_the_link_watches_is_seen_within_the_bound() -> None:
     with _link(lambda _p: 0.002, close_after=0) as link:
         _force_watch(link, 0.015)
