@@ -30,9 +30,10 @@ _CURRENT: contextvars.ContextVar[CallEnder | None] = contextvars.ContextVar("nnh
 class CallEnder:
     """Ends one call early (module docstring). ``end`` is thread-safe and idempotent."""
 
+    __slots__ = ("_task", "reason")
+
     def __init__(self, task: asyncio.Task[Any]) -> None:
         self._task = task
-        self._loop = task.get_loop()
         #: Why the call was ended; None while it was not.
         self.reason: str | None = None
 
@@ -41,7 +42,7 @@ class CallEnder:
             return
         self.reason = reason
         try:
-            self._loop.call_soon_threadsafe(self._task.cancel)
+            self._task.get_loop().call_soon_threadsafe(self._task.cancel)
         except RuntimeError:  # the loop is closed: the server is stopping
             pass
 

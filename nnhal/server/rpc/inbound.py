@@ -42,7 +42,7 @@ import asyncio
 import collections
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -75,7 +75,7 @@ REQUEST_COPIES = 2
 REQUESTS_IN_FLIGHT = "requests in flight"
 
 
-@dataclass
+@dataclass(slots=True, eq=False)
 class _Held:
     """One call's message held: its bytes and the task serving the call (ended to make room)."""
 
@@ -84,10 +84,14 @@ class _Held:
     released: bool = False
 
 
-@dataclass
 class _Client:
-    held: int = 0
-    calls: list[_Held] = field(default_factory=list)
+    """What one client holds: its bytes and its calls holding them, oldest first."""
+
+    __slots__ = ("held", "calls")
+
+    def __init__(self) -> None:
+        self.held = 0
+        self.calls: list[_Held] = []
 
 
 class Inbound:
@@ -113,6 +117,9 @@ class Inbound:
         self.place = READ_COPIES * self.receive_cap
         #: Bytes of places for reads in progress (at least one read's).
         self.read_bytes = max(self.place, read_bytes)
+        #: One more read fits while the reads in progress hold no more than this (a lone read
+        #: always does: ``read_bytes`` is at least a place).
+        self._fits_below = self.read_bytes - self.place
         self.read_timeout = read_timeout
         #: The bound on writing answers (``nnhal.server.rpc.answer_writes``).
         self.writes = AnswerWrites(write_timeout)
@@ -132,7 +139,7 @@ class Inbound:
     # -- reading -----------------------------------------------------------------------
     def _fits(self) -> bool:
         """Whether one more read's place fits (a lone read always does)."""
-        return self._reading == 0 or self._reading + self.place <= self.read_bytes
+        return self._reading <= self._fits_below
 
     def _take_place(self) -> bool:
         """Take a read's place now when none is waiting and one fits; False otherwise."""
@@ -204,7 +211,7 @@ class Inbound:
             del raw
         finally:
             self._end_read()
-        if self.budget is not None and nbytes > WINDOW_BYTES:
+        if nbytes > WINDOW_BYTES and self.budget is not None:
             # The transport's slices and the buffer that gathered them were freed.
             self.budget.releaser.released((READ_COPIES - 1) * nbytes)
         if refusal is not None:
@@ -220,11 +227,11 @@ class Inbound:
         clock = self._clock
         if clock is None or clock.loop is not loop:
             clock = self._clock = ReadClock(loop, self.read_timeout)
-        pending = clock.start()
+        read = clock.start()
         try:
             return await context.read()
         except asyncio.CancelledError:
-            if not pending.expired:
+            if not clock.expired(read):
                 raise
             # The clock's cancellation, taken back (as ``asyncio.timeout`` does); another one
             # arriving meanwhile (the transport's) is kept.
@@ -233,7 +240,7 @@ class Inbound:
                 raise
             return None
         finally:
-            clock.finish(pending)
+            clock.finish(read)
 
     # -- holding -----------------------------------------------------------------------
     def _hold(self, key: str, nbytes: int, context: aio.ServicerContext[Any, Any]) -> str | None:
@@ -262,7 +269,7 @@ class Inbound:
         sessions), making room from clients above their fair share when ``key`` (holding
         ``mine``) is within its own; the refusal's message, or None."""
         budget = self.budget
-        if budget is None or not budget.limit_total or nbytes <= WINDOW_BYTES:
+        if nbytes <= WINDOW_BYTES or budget is None or not budget.limit_total:
             return None
         holders = len(self._clients) + (0 if key in self._clients else 1)
         # In bytes of messages (each charged REQUEST_COPIES times).
@@ -291,7 +298,7 @@ class Inbound:
             return
         entry.released = True
         self._held -= entry.nbytes
-        if self.budget is not None and self.budget.limit_total and entry.nbytes > WINDOW_BYTES:
+        if entry.nbytes > WINDOW_BYTES and self.budget is not None and self.budget.limit_total:
             self.budget.uncharge_working(entry.nbytes * REQUEST_COPIES, REQUESTS_IN_FLIGHT)
         client = self._clients.get(key)
         if client is None:
