@@ -87,7 +87,7 @@ class _Held:
 class _Client:
     """What one client holds: its bytes and its calls holding them, oldest first."""
 
-    __slots__ = ("held", "calls")
+    __slots__ = ("calls", "held")
 
     def __init__(self) -> None:
         self.held = 0
