@@ -38,8 +38,12 @@ class ReadClock:
         return task
 
     def finish(self, read: asyncio.Task[Any]) -> None:
-        """The read of ``read`` (``start``'s) is over, in time or not."""
+        """The read of ``read`` (``start``'s) is over, in time or not. A mark the read's
+        cancellation did not take back (the read had returned when the cancellation came) goes
+        too: the clock holds no task past its read."""
         self._reads.pop(read, None)
+        if self._expired:
+            self._expired.discard(read)
 
     def expired(self, read: asyncio.Task[Any]) -> bool:
         """Whether the clock cancelled the read of ``read`` (``start``'s); asked once, in the
