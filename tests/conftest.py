@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -43,6 +45,68 @@ def until(predicate: Callable[[], object], what: str, bound_s: float = 10.0, ste
         if time.monotonic() > end:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(step_s)
+
+
+#: How long a test's teardown waits for the threads it started to end before failing it.
+THREAD_JOIN_BOUND_S = 5.0
+
+
+def threads_left(before: set[threading.Thread], watched: Callable[[threading.Thread], bool]) -> list[str]:
+    """The names of the ``watched`` threads started since ``before`` still running once each
+    was joined (all within :data:`THREAD_JOIN_BOUND_S`)."""
+    deadline = time.monotonic() + THREAD_JOIN_BOUND_S
+    started = [t for t in set(threading.enumerate()) - before if watched(t)]
+    for thread in started:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return sorted(t.name for t in started if t.is_alive())
+
+
+def _client_session(thread: threading.Thread) -> bool:
+    # One per open sync session; it ends once the session is closed. A session left open
+    # keeps its death monitor watching the channel: when the server stops later, the monitor
+    # logs "... is gone" from a gRPC thread, after the test (and its captured stderr) ended.
+    return thread.name == "nnhal-session"
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left_behind() -> Iterator[None]:
+    """A test closes every client session it opened (its own or its function fixtures'):
+    no ``nnhal-session`` thread it started runs past its end. Overridden where a folder
+    allows no thread at all (``tests/client``). Higher-scoped fixtures start before it,
+    so their sessions are not counted."""
+    before = set(threading.enumerate())
+    yield
+    left = threads_left(before, _client_session)
+    assert not left, f"client sessions still open after the test: {left}"
+
+
+def _installed_by_pytest(handler: logging.Handler) -> bool:
+    return type(handler).__module__.startswith("_pytest")
+
+
+def _per_phase(handler: logging.Handler) -> bool:
+    # pytest adds a capture handler for each phase (setup, call, teardown) and ``caplog``,
+    # and removes it itself: one of the setup phase is not to be put back at teardown.
+    return type(handler).__name__ == "LogCaptureHandler" and _installed_by_pytest(handler)
+
+
+@pytest.fixture(autouse=True)
+def logging_as_found() -> Iterator[None]:
+    """A test leaves the root logger as it found it. An in-process ``nnhal`` command
+    (``nnhal.cli.main.main``) points the root logger at the ``sys.stderr`` of its moment — the
+    test's captured stream, closed at the test's end: a record a later test's client logs
+    (from any thread) would then fail to write and print a "Logging error" into the run."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers and not _installed_by_pytest(handler):
+            root.removeHandler(handler)
+            handler.close()
+    for handler in handlers:  # those the command's ``force=True`` removed (pytest's own too)
+        if handler not in root.handlers and not _per_phase(handler):
+            root.addHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 
+from tests.conftest import threads_left
+
 
 @pytest.fixture(autouse=True)
 def no_thread_left_behind() -> Iterator[None]:
+    """Stricter than the suite's (which watches client sessions only): no thread at all."""
     before = set(threading.enumerate())
     yield
-    deadline = time.monotonic() + 5.0
-    for thread in set(threading.enumerate()) - before:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    left = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
+    left = threads_left(before, lambda thread: True)
     assert not left, f"threads still running after the test: {left}"
