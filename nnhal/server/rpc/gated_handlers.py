@@ -11,6 +11,7 @@ one message once admitted. Its answer messages are bounded in time
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -20,6 +21,9 @@ from grpc import aio
 from nnhal.server.rpc.ending import abort_ended, ended
 from nnhal.server.rpc.handler_shape import behaviour
 from nnhal.server.rpc.inbound import WINDOW_BYTES, Inbound
+
+#: What a small answer is written under: no lock (only large answers wait for each other).
+_UNLOCKED = contextlib.nullcontext()
 
 
 def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.RpcMethodHandler:
@@ -47,25 +51,16 @@ def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.R
                     return
                 async for event in events:
                     large = event.ByteSize() > WINDOW_BYTES if hasattr(event, "ByteSize") else False
-                    if not large:
-                        timer = loop.call_later(
-                            inbound.writes.write_timeout, inbound.writes.stalled_write, task, w, what
-                        )
-                        try:
-                            yield event
-                        finally:
-                            timer.cancel()
-                        w.stalled = False
-                        continue
                     # A large answer waits for the connection's previous one to be written: a
                     # client that does not read leaves one answer in the transport, not many.
-                    async with w.lock:
-                        if w.stalled:
+                    async with w.lock if large else _UNLOCKED:
+                        if large and w.stalled:
                             await context.abort(
                                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"this connection took no answer for {inbound.writes.write_timeout:g} s: its large "
                                 "answers are refused until it reads",
                             )
+                        # Every answer is written within the time bound, large or small.
                         timer = loop.call_later(
                             inbound.writes.write_timeout, inbound.writes.stalled_write, task, w, what
                         )
