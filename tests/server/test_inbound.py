@@ -36,12 +36,14 @@ class _Context:
 
 
 async def _hold(inbound: Inbound, ctx: _Context, nbytes: int) -> tuple[str | None, asyncio.Task[None]]:
-    """``nbytes`` held for ``ctx``'s call on a task of its own (its ender cancels that task)."""
+    """``nbytes`` held for ``ctx``'s call on a task of its own (its ender cancels that task);
+    the refusal, or None."""
     result: list[str | None] = []
     started = asyncio.Event()
 
     async def call() -> None:
-        result.append(inbound._hold(f"peer:{ctx.peer()}", nbytes, ctx))  # type: ignore[arg-type]
+        held = inbound._hold(f"peer:{ctx.peer()}", nbytes, ctx)  # type: ignore[arg-type]
+        result.append(held if isinstance(held, str) else None)
         started.set()
         await asyncio.sleep(60)
 

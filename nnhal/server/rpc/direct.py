@@ -62,7 +62,8 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
     async def execute(_requests: object, context: aio.ServicerContext[Any, Any]) -> spb.ExecuteResult:
         begin(context)
         try:
-            request: spb.ExecuteRequest = await inbound.receive(context, parse, SYNC)
+            request: spb.ExecuteRequest
+            request, let_go = await inbound.receive(context, parse, SYNC)
             arrival = x.arrive(m, KINDS)
             build = partial(execution_from, request)
             if arrival is None:
@@ -78,6 +79,7 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
             else:
                 answer = await run_sync(context, partial(_on_worker, x, m, build, arrival))
             del request, build
+            let_go()  # before the answer reaches the client: it may call again at once
             if answer.ByteSize() > WINDOW_BYTES:
                 await inbound.writes.hand_over(context, SYNC)
             return answer

@@ -38,7 +38,7 @@ def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.R
     if handler.response_streaming:
 
         async def stream(_requests: object, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            request = await inbound.receive(context, parse, what)
+            request, let_go = await inbound.receive(context, parse, what)
             events = fn(request, context)
             del request
             task = asyncio.current_task()
@@ -69,6 +69,7 @@ def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.R
                         finally:
                             timer.cancel()
                         w.stalled = False
+                let_go()  # before the call's end reaches the client: it may call again at once
             except asyncio.CancelledError:
                 if not ended():  # the transport's cancellation
                     raise
@@ -87,9 +88,10 @@ def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.R
 
     async def unary(_requests: object, context: aio.ServicerContext[Any, Any]) -> Any:
         try:
-            request = await inbound.receive(context, parse, what)
+            request, let_go = await inbound.receive(context, parse, what)
             answer = await unary_fn(request, context)
             del request
+            let_go()  # before the answer reaches the client: it may call again at once
             if hasattr(answer, "ByteSize") and answer.ByteSize() > WINDOW_BYTES:
                 await inbound.writes.hand_over(context, what)
             return answer

@@ -21,7 +21,9 @@ every unary-request method is served as a request stream
   that long at most. The transport's freed slices are counted as released memory (the
   budget's releaser trims the heap they stay on).
 - **holding**: the message read is charged to its client (the verified mTLS identity, else
-  the connection) until its call ends, at most ``per_client`` bytes per client, and, when
+  the connection) until its handler has its answer (before the client can see it, so a
+  client calling again at once never finds its last request still charged) or its call
+  ends, at most ``per_client`` bytes per client, and, when
   larger than the flow-control window (``WINDOW_BYTES``), to the server's total, twice
   (``REQUEST_COPIES``; ``budget.charge_working``, leaving the fair-share reserve to the
   sessions' own charges).
@@ -176,11 +178,13 @@ class Inbound:
         context: aio.ServicerContext[Any, Any],
         parse: Callable[[bytes], Any] | None = None,
         what: str = "a request",
-    ) -> Any:
+    ) -> tuple[Any, Callable[[], None]]:
         """The call's one request message, read once admitted, parsed by ``parse`` within its
-        read's place (None: the bytes themselves) and held until the call ends; the call is aborted instead
-        (RESOURCE_EXHAUSTED; INVALID_ARGUMENT without a message; INTERNAL when it cannot be
-        parsed)."""
+        read's place (None: the bytes themselves), and what lets it go. Its bytes are charged
+        to the client until the handler lets them go (once it has its answer: a client that
+        calls again as soon as it is answered must not find its last request still charged)
+        or the call ends. The call is aborted instead (RESOURCE_EXHAUSTED; INVALID_ARGUMENT
+        without a message; INTERNAL when it cannot be parsed)."""
         if not self._take_place():
             await self._wait_place()
         try:
@@ -197,7 +201,8 @@ class Inbound:
             del read
             nbytes = len(raw)
             client = stream_client(context) if self.verified else context.peer() or ""
-            refusal = self._hold(client, nbytes, context)
+            held = self._hold(client, nbytes, context)
+            refusal = held if isinstance(held, str) else None
             failure: str | None = None
             message: Any = None
             if refusal is None:
@@ -218,7 +223,8 @@ class Inbound:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
         if failure is not None:
             await context.abort(grpc.StatusCode.INTERNAL, failure)
-        return message
+        assert not isinstance(held, str)
+        return message, held
 
     async def _read(self, context: aio.ServicerContext[Any, Any]) -> object:
         """The call's next message (``context.read()``), None when it did not arrive within
@@ -243,8 +249,9 @@ class Inbound:
             clock.finish(read)
 
     # -- holding -----------------------------------------------------------------------
-    def _hold(self, key: str, nbytes: int, context: aio.ServicerContext[Any, Any]) -> str | None:
-        """Charge ``nbytes`` to ``key`` until the call ends; the refusal's message, or None."""
+    def _hold(self, key: str, nbytes: int, context: aio.ServicerContext[Any, Any]) -> str | Callable[[], None]:
+        """Charge ``nbytes`` to ``key`` until the call ends or what is returned is called; the
+        refusal's message instead."""
         client = self._clients.get(key)
         mine = client.held if client is not None else 0
         if self.per_client and mine + nbytes > self.per_client:
@@ -261,8 +268,9 @@ class Inbound:
         client.held += nbytes
         client.calls.append(entry)
         self._held += nbytes
-        context.add_done_callback(partial(self._release, key, entry))  # called with the context
-        return None
+        release = partial(self._release, key, entry)
+        context.add_done_callback(release)  # called with the context
+        return release
 
     def _charge(self, key: str, mine: int, nbytes: int) -> str | None:
         """Charge ``nbytes`` to the server's total (the budget's, leaving its reserve to the

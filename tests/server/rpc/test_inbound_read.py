@@ -42,11 +42,16 @@ class FakeContext:
         self.done.append(fn)
 
 
-def test_a_message_read_in_time_is_held() -> None:
+def test_a_message_read_in_time_is_held_until_let_go_once() -> None:
     inbound = Inbound(1024, read_timeout=5.0)
     ctx = FakeContext(0.0)
-    assert asyncio.run(inbound.receive(ctx)) == b"abc"  # type: ignore[arg-type]
+    message, let_go = asyncio.run(inbound.receive(ctx))  # type: ignore[arg-type]
+    assert message == b"abc"
     assert inbound.held == 3 and len(ctx.done) == 1
+    let_go()  # the handler has its answer: the client may call again before the call ends
+    assert inbound.held == 0
+    ctx.done[0](ctx)  # the call's end does not give it back twice
+    assert inbound.held == 0
 
 
 def test_a_read_past_the_timeout_ends_the_call_and_frees_its_place() -> None:
@@ -57,7 +62,7 @@ def test_a_read_past_the_timeout_ends_the_call_and_frees_its_place() -> None:
         with pytest.raises(Aborted):
             await inbound.receive(ctx)  # type: ignore[arg-type]
         # The place is given back: the next read starts at once.
-        assert await inbound.receive(FakeContext(0.0)) == b"abc"  # type: ignore[arg-type]
+        assert (await inbound.receive(FakeContext(0.0)))[0] == b"abc"  # type: ignore[arg-type]
 
     asyncio.run(asyncio.wait_for(main(), 10))
     assert ctx.aborted is not None
@@ -88,14 +93,14 @@ def test_reads_expire_in_turn_on_one_clock() -> None:
     inbound = Inbound(1024, read_timeout=1.0)
     quick, slow = FakeContext(0.05), FakeContext(5.0)
 
-    async def late_slow() -> object:
+    async def late_slow() -> tuple[object, object]:
         await asyncio.sleep(0.1)
         return await inbound.receive(slow)  # type: ignore[arg-type]
 
     async def main() -> None:
         started = asyncio.get_running_loop().time()
         late = asyncio.ensure_future(late_slow())
-        assert await inbound.receive(quick) == b"abc"  # type: ignore[arg-type]
+        assert (await inbound.receive(quick))[0] == b"abc"  # type: ignore[arg-type]
         with pytest.raises(Aborted):
             await late
         # Not before its own 1 s (started at 0.1 s); a lower bound, which load cannot break.
