@@ -141,3 +141,43 @@ def test_the_checksum_covers_a_large_payloads_first_bytes() -> None:
     prod.write(REQUEST, big, crc=fastring.checksum(big) ^ 1)
     with pytest.raises(RingError, match="checksum"):
         cons.read()
+
+
+def test_a_large_packet_of_a_direct_kind_is_read_in_place_until_released() -> None:
+    ring = 64 << 10
+    mm = mmap.mmap(-1, fastring.region_bytes(ring))
+    prod = Producer(mm, ring, True)
+    cons: Consumer[bytes | memoryview] = Consumer(mm, ring, True, (REQUEST, RESULT), (REQUEST,))
+    big = bytes(range(256)) * (fastring.DIRECT_BYTES // 256)
+    prod.write(RESULT, big)  # not a direct kind: a private copy
+    kind, payload = cons.read() or (0, b"")
+    assert (kind, payload) == (RESULT, big) and type(payload) is bytes and not fastring.in_ring(payload)
+    prod.write(REQUEST, big[:100])  # too small to be read in place
+    assert type((cons.read() or (0, b""))[1]) is bytes
+    prod.write(REQUEST, big)
+    kind, view = cons.read() or (0, b"")
+    assert kind == REQUEST and fastring.in_ring(view) and view == big and view.readonly
+    assert fastring.in_ring(memoryview(view)[64:])  # a view cut from it is still one
+    # The producer does not get the bytes back until the consumer is done with them.
+    tail_slot = 128 // 8
+    slots = memoryview(mm)[: fastring.DATA_OFFSET].cast("Q")
+    held = slots[tail_slot]
+    cons.release()
+    assert slots[tail_slot] == held + fastring.HEADER_BYTES + len(big)
+    cons.release()  # idempotent
+    # The next read gives back a view not released yet.
+    prod.write(REQUEST, big)
+    assert fastring.in_ring((cons.read() or (0, b""))[1])
+    assert cons.read() is None
+    assert slots[tail_slot] == prod._head  # published by the read
+    # A packet running past the ring's end is a private copy, joined.
+    while (prod._head % ring) + fastring.HEADER_BYTES + len(big) <= ring:
+        prod.write(RESULT, b"x" * 4000)
+        assert cons.read() is not None
+    prod.write(REQUEST, big)
+    kind, payload = cons.read() or (0, b"")
+    assert payload == big and type(payload) is bytes
+    del view, payload, slots
+    cons.close()
+    prod.close()
+    mm.close()
