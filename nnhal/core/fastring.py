@@ -19,8 +19,12 @@ offset   contents
 A packet is a 16-byte header — payload length u32, sequence u32 (the producer's
 count from 0, wrapping), CRC-32 of the payload's first :data:`CHECKED_BYTES` bytes
 u32, kind u32 — then the payload, padded to a multiple of 16 so that a header never
-straddles the ring's end (a payload may: it goes on at the ring's start). A packet
-of up to ``ring_bytes - 16`` payload bytes fits an empty ring.
+straddles the ring's end (a small payload may: it goes on at the ring's start). A packet
+of up to ``ring_bytes - 16`` payload bytes fits an empty ring. A payload of
+:data:`DIRECT_BYTES` or more that would run past the ring's end starts at the ring's
+start instead when there is room: a :data:`FILL` packet (no checksum, its bytes
+never read) takes the rest of the ring before it, so that the consumer can read it
+in one piece, in place (``direct`` kinds).
 
 What the checksum is for: catching a producer that is out of step with its
 consumer (a bug, a packet written over a stale index), not an attacker — the peer
@@ -64,8 +68,9 @@ from typing import Generic, TypeVar
 
 MAGIC = b"NNFQ"
 #: 2: the checksum covers the payload's first CHECKED_BYTES bytes (1: all of it). 3: the
-#: compact packets' tensors start aligned in their payloads (``fastpacket.ALIGN``).
-VERSION = 3
+#: compact packets' tensors start aligned in their payloads (``fastpacket.ALIGN``). 4: a
+#: large payload does not wrap when a FILL packet can take the ring's end.
+VERSION = 4
 #: How many of a payload's first bytes the packet's checksum covers (module docstring).
 CHECKED_BYTES = 4096
 #: From how many payload bytes a packet of a ``direct`` kind is handed out as a view of the
@@ -88,6 +93,9 @@ HANDOVER_FDS = 4
 #: Packet kinds.
 REQUEST = 1
 RESULT = 2
+#: The ring's end skipped so that the next (large) packet starts at the ring's start: read
+#: by the consumer itself, whatever kinds it takes, never handed out.
+FILL = 15
 
 _REGION_HEADER = struct.Struct("<4sII")
 _INDEX = struct.Struct("<Q")
@@ -243,6 +251,9 @@ class Producer(_Ring):
         if size - used < need:
             raise RingError(f"the ring is full ({used} of {size} bytes unread)")
         pos = head % size
+        if length >= DIRECT_BYTES and pos + need > size:
+            head = self._fill(head, used, need)
+            pos = head % size
         _PACKET.pack_into(
             mm, data + pos, length, self._seq & 0xFFFFFFFF, checksum(payload) if crc is None else crc, kind
         )
@@ -256,6 +267,18 @@ class Producer(_Ring):
         self._head = head = head + need
         self._seq += 1
         self._slots[self._head_slot] = head
+
+    def _fill(self, head: int, used: int, need: int) -> int:
+        """Where a packet of ``need`` bytes (with its header) that would run past the ring's
+        end starts: the ring's start, after a FILL packet written over the rest of the ring
+        (published with the packet), when both fit; else ``head`` itself (it wraps)."""
+        size = self.ring_bytes
+        fill = size - head % size
+        if size - used < fill + need:
+            return head
+        _PACKET.pack_into(self._mm, self._data + head % size, fill - HEADER_BYTES, self._seq & 0xFFFFFFFF, 0, FILL)
+        self._seq += 1
+        return head + fill
 
     def _write_gathered(self, kind: int, payload: Gathered, crc: int | None) -> None:
         """``write`` of a payload in parts: the same packet, each part copied in turn."""
@@ -272,6 +295,9 @@ class Producer(_Ring):
         if crc is None:
             crc = _gathered_checksum(payload.parts)
         pos = head % size
+        if length >= DIRECT_BYTES and pos + need > size:
+            head = self._fill(head, used, need)
+            pos = head % size
         _PACKET.pack_into(mm, data + pos, length, self._seq & 0xFFFFFFFF, crc, kind)
         at = (pos + HEADER_BYTES) % size
         for part in payload.parts:
@@ -346,6 +372,13 @@ class Consumer(_Ring, Generic[P]):
             raise RingError(f"a packet claims {length} bytes; {avail - HEADER_BYTES} were written")
         if self._seq is not None and seq != self._seq & 0xFFFFFFFF:
             raise RingError(f"packet {seq} arrived where packet {self._seq & 0xFFFFFFFF} was due")
+        if kind == FILL:
+            if pos + need != size or need == avail:
+                raise RingError("a fill packet that does not end at the ring's end, or ends the ring's packets")
+            self._tail = tail + need
+            self._seq = seq + 1
+            self._slots[self._tail_slot] = self._tail
+            return self.read()
         if kind not in self._kinds:
             raise RingError(f"unexpected packet kind {kind}")
         start = (pos + HEADER_BYTES) % size
