@@ -181,6 +181,46 @@ def test_execution_result_round_trip(result: ExecutionResult) -> None:
     assert wire_result.execution_result_from(over_the_wire(wire_result.execution_result_to(result))) == result
 
 
+def _burst_bytes(result: ExecutionResult) -> bytes:
+    answer = spb.BurstResponse()
+    wire_result.execution_result_to(result, answer.result)
+    return answer.SerializeToString()
+
+
+@FEW
+@given(ws.execution_results)
+def test_a_burst_answer_written_as_bytes_is_the_message_protobuf_writes(result: ExecutionResult) -> None:
+    """``burst_answer_bytes``: the bytes of ``execution_result_to``'s burst answer for the common
+    answer (kept parts, twice: the second from what was kept), None for any other."""
+    common = (
+        not result.status
+        and not result.message
+        and not result.profile
+        and not result.timeline
+        and len(result.output_pools) == 1
+        and result.timing == Timing()
+    )
+    for _ in range(2):
+        written = wire_result.burst_answer_bytes(result)
+        assert written == (_burst_bytes(result) if common else None)
+
+
+def test_a_burst_answer_keeps_its_head_per_shapes_index_and_length() -> None:
+    shapes = (OutputShape((2, 4), True),)
+    for index, data in (
+        (0, bytes(32)),
+        (3, b"\x01" * 32),
+        (0, memoryview(bytearray(b"\x02" * 7)).toreadonly()),
+        (1, b""),
+    ):
+        result = ExecutionResult(output_shapes=shapes, output_pools={index: data})
+        assert wire_result.burst_answer_bytes(result) == _burst_bytes(result)
+        assert wire_result.burst_answer_bytes(result) == _burst_bytes(result)  # from the kept head
+    measured = ExecutionResult(output_shapes=shapes, timing=Timing(5, 6), output_pools={0: bytes(4)})
+    assert wire_result.burst_answer_bytes(measured) is None
+    assert wire_result.burst_answer_bytes(replace(measured, timing=Timing(), output_pools={})) is None
+
+
 @FEW
 @given(ws.fenced_infos)
 def test_fenced_info_round_trip(info: FencedExecutionInfo) -> None:

@@ -63,6 +63,24 @@ def result_to(result: ExecutionResult | Refused, msg: spb.ExecuteResult | None =
     return wire_result.execution_result_to(result, msg)
 
 
+def burst_answer(result: ExecutionResult | Refused) -> spb.BurstResponse | bytes:
+    """The burst answer of ``result``: serialized already for the common answer
+    (``wire_result.burst_answer_bytes``), else its ``BurstResponse`` (``result_to``). For a
+    stream whose serializer takes both (``burst_serializer``)."""
+    if not isinstance(result, Refused):
+        written = wire_result.burst_answer_bytes(result)
+        if written is not None:
+            return written
+    answer = spb.BurstResponse()
+    result_to(result, answer.result)
+    return answer
+
+
+def burst_serializer(answer: spb.BurstResponse | bytes) -> bytes:
+    """A burst stream's answer serialized: ``burst_answer``'s bytes as they are, a message by protobuf."""
+    return answer if type(answer) is bytes else answer.SerializeToString()  # type: ignore[union-attr]
+
+
 def as_result(result: ExecutionResult | Refused) -> ExecutionResult:
     """A refusal as the ExecutionResult the HIDL and AIDL forms answer it with."""
     return result.result() if isinstance(result, Refused) else result

@@ -38,7 +38,7 @@ from grpc import aio
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.executions import Arrival, Execution, Executions, Method
 from nnhal.server.executions.faults import BURST, KINDS
-from nnhal.server.rpc.common import result_to
+from nnhal.server.rpc.common import burst_serializer, result_to
 from nnhal.server.rpc.ending import abort_ended, call_ender, ended
 from nnhal.server.rpc.inbound import WINDOW_BYTES, Inbound
 from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, inline_bytes, lean_launch, serve_burst
@@ -114,7 +114,7 @@ def burst(executions: Executions) -> grpc.RpcMethodHandler:
         call_ender()
         begin(context)
         try:
-            await serve_burst(x, m, x.arrive(m, _OPEN_FAULTS), context)
+            await serve_burst(x, m, x.arrive(m, _OPEN_FAULTS), context, written=True)
         except asyncio.CancelledError:
             if not ended():  # the transport's cancellation
                 raise
@@ -123,7 +123,7 @@ def burst(executions: Executions) -> grpc.RpcMethodHandler:
     return grpc.stream_stream_rpc_method_handler(
         stream,
         request_deserializer=spb.BurstRequest.FromString,
-        response_serializer=spb.BurstResponse.SerializeToString,
+        response_serializer=burst_serializer,  # answers serialized already as they are
     )
 
 

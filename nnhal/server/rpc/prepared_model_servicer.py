@@ -34,7 +34,7 @@ from nnhal.server import log_limits
 from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
 from nnhal.server.executions.faults import BURST, abort_of
 from nnhal.server.executions.lean import Inline, LeanRun, launch_inline
-from nnhal.server.rpc.common import events_to, hal_method, result_to, status_to
+from nnhal.server.rpc.common import burst_answer, events_to, hal_method, result_to, status_to
 from nnhal.server.rpc.ending import current_ender
 from nnhal.server.rpc.identity import stream_client
 from nnhal.server.rpc.sync_handlers import SyncContext, abort, in_thread, run_sync
@@ -162,10 +162,12 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
 
 
 async def serve_burst(
-    x: Executions, m: Method, arrival: Arrival | None, context: aio.ServicerContext[Any, Any]
+    x: Executions, m: Method, arrival: Arrival | None, context: aio.ServicerContext[Any, Any], written: bool = False
 ) -> None:
     """The burst stream ``context`` of ``x``'s device (``configureExecutionBurst``), its arrival
-    taken: read, execute and answer until the client half-closes."""
+    taken: read, execute and answer until the client half-closes. ``written``: the stream's
+    serializer takes answers serialized already (``common.burst_serializer``), and an inline
+    execution's common answer is written so (``common.burst_answer``)."""
     try:
         if arrival is not None and arrival.error is not None:
             raise arrival.error
@@ -196,12 +198,13 @@ async def serve_burst(
                 return
             msg = req.execute
             # The answer is filled in place (a BurstResponse made around a finished
-            # ExecuteResult copies it).
-            answer = spb.BurstResponse()
+            # ExecuteResult copies it), or written as bytes (``written``).
+            message = spb.BurstResponse()
+            answer: spb.BurstResponse | bytes = message
             try:
                 check_burst_fields(x, msg)
             except HalError as err:
-                status_to(answer.result, x.refuse(m, err))
+                status_to(message.result, x.refuse(m, err))
             else:
                 build = partial(execution_from, msg)
                 run = x.arrive(m, EXECUTION_FAULTS)
@@ -212,13 +215,17 @@ async def serve_burst(
                 )
                 if inline is not None:
                     lean = partial(lean_launch, x, inline, msg)  # the call's own, tried first
-                    result_to(x.execute(m, build, lean_launch=lean, inline=inline), answer.result)
-                    del lean
+                    result = x.execute(m, build, lean_launch=lean, inline=inline)
+                    if written:
+                        answer = burst_answer(result)
+                    else:
+                        result_to(result, message.result)
+                    del lean, result
                 else:
-                    await in_thread(_execute_to_wire, x, m, build, sync, run, answer.result)
+                    await in_thread(_execute_to_wire, x, m, build, sync, run, message.result)
             del req, msg
             await context.write(answer)
-            del answer
+            del answer, message
             sent += 1
             if injected is not None and injected.after == sent:
                 await abort(context, abort_of(injected))
