@@ -122,19 +122,31 @@ def execution_result_to(result: ExecutionResult, msg: spb.ExecuteResult | None =
     return msg
 
 
-#: The bytes of a serialized ``BurstResponse`` before its one output pool's data, by (the
-#: answer's output shapes tuple's identity, the pool's index, the data's length): (that tuple,
-#: kept so that its id stays its own; the bytes). Bounded: cleared when full.
-_BURST_HEADS: dict[tuple[int, int, int], tuple[tuple[OutputShape, ...], bytes]] = {}
+#: The bytes of a serialized answer before its one output pool's data (:func:`_written`), by
+#: (the answer's output shapes tuple's identity, the pool's index, the data's length, whether
+#: a ``BurstResponse`` wraps it): (that tuple, kept so that its id stays its own; the bytes).
+#: Bounded: cleared when full.
+_HEADS: dict[tuple[int, int, int, bool], tuple[tuple[OutputShape, ...], bytes]] = {}
+
+
+def execution_result_bytes(result: ExecutionResult) -> bytes | None:
+    """``execution_result_to(result)`` serialized, for the common answer — a success with no
+    message, an unmeasured timing, one output pool, no profile or timeline; None for any
+    other (build the message). Written from kept bytes (:func:`_written`)."""
+    return _written(result, False)
 
 
 def burst_answer_bytes(result: ExecutionResult) -> bytes | None:
     """The ``BurstResponse`` carrying ``result`` (``execution_result_to`` into its ``result``),
-    serialized — for the common answer: a success with no message, an unmeasured timing, one
-    output pool, no profile or timeline; None for any other (build the message). Its bytes
-    before the pool's data are protobuf's own for the first answer of each (output shapes,
-    pool index, data length), kept; an answer is then those bytes and its data, joined (no
-    message built, no copy of the data but the join's)."""
+    serialized, for the common answer (as :func:`execution_result_bytes`); None for any other."""
+    return _written(result, True)
+
+
+def _written(result: ExecutionResult, burst: bool) -> bytes | None:
+    """The common answer ``result`` serialized (in a ``BurstResponse`` when ``burst``), or None.
+    Its bytes before the pool's data are protobuf's own for the first answer of each (output
+    shapes, pool index, data length), kept; an answer is then those bytes and its data, joined
+    (no message built, no copy of the data but the join's)."""
     if result.status or result.message or result.profile or result.timeline:
         return None
     pools = result.output_pools
@@ -144,18 +156,21 @@ def burst_answer_bytes(result: ExecutionResult) -> bytes | None:
     ((index, data),) = pools.items()
     n = len(data) if type(data) is bytes else memoryview(data).nbytes
     shapes = result.output_shapes
-    key = (id(shapes), index, n)
-    head = _BURST_HEADS.get(key)
+    key = (id(shapes), index, n, burst)
+    head = _HEADS.get(key)
     if head is not None and head[0] is shapes:
         return b"".join((head[1], data))
-    msg = spb.BurstResponse()
-    execution_result_to(result, msg.result)
-    whole = msg.SerializeToString()
+    if burst:
+        answer = spb.BurstResponse()
+        execution_result_to(result, answer.result)
+        whole = answer.SerializeToString()
+    else:
+        whole = execution_result_to(result).SerializeToString()
     # The pool's data is the message's last bytes: ``output_pools`` is its last field present
     # and ``data`` its pool's last (an empty one is not written: n is 0).
-    if len(_BURST_HEADS) >= _SHAPES_SEEN_MAX:
-        _BURST_HEADS.clear()
-    _BURST_HEADS[key] = (shapes, whole[: len(whole) - n])
+    if len(_HEADS) >= _SHAPES_SEEN_MAX:
+        _HEADS.clear()
+    _HEADS[key] = (shapes, whole[: len(whole) - n])
     return whole
 
 

@@ -189,9 +189,10 @@ def _burst_bytes(result: ExecutionResult) -> bytes:
 
 @FEW
 @given(ws.execution_results)
-def test_a_burst_answer_written_as_bytes_is_the_message_protobuf_writes(result: ExecutionResult) -> None:
-    """``burst_answer_bytes``: the bytes of ``execution_result_to``'s burst answer for the common
-    answer (kept parts, twice: the second from what was kept), None for any other."""
+def test_an_answer_written_as_bytes_is_the_message_protobuf_writes(result: ExecutionResult) -> None:
+    """``burst_answer_bytes`` and ``execution_result_bytes``: the bytes of ``execution_result_to``'s
+    answer (in a burst answer, alone) for the common answer (twice: the second from the bytes
+    kept), None for any other."""
     common = (
         not result.status
         and not result.message
@@ -203,9 +204,11 @@ def test_a_burst_answer_written_as_bytes_is_the_message_protobuf_writes(result: 
     for _ in range(2):
         written = wire_result.burst_answer_bytes(result)
         assert written == (_burst_bytes(result) if common else None)
+        alone = wire_result.execution_result_bytes(result)
+        assert alone == (wire_result.execution_result_to(result).SerializeToString() if common else None)
 
 
-def test_a_burst_answer_keeps_its_head_per_shapes_index_and_length() -> None:
+def test_an_answer_keeps_its_head_per_shapes_index_and_length() -> None:
     shapes = (OutputShape((2, 4), True),)
     for index, data in (
         (0, bytes(32)),
@@ -216,6 +219,9 @@ def test_a_burst_answer_keeps_its_head_per_shapes_index_and_length() -> None:
         result = ExecutionResult(output_shapes=shapes, output_pools={index: data})
         assert wire_result.burst_answer_bytes(result) == _burst_bytes(result)
         assert wire_result.burst_answer_bytes(result) == _burst_bytes(result)  # from the kept head
+        alone = wire_result.execution_result_to(result).SerializeToString()
+        assert wire_result.execution_result_bytes(result) == alone
+        assert wire_result.execution_result_bytes(result) == alone
     measured = ExecutionResult(output_shapes=shapes, timing=Timing(5, 6), output_pools={0: bytes(4)})
     assert wire_result.burst_answer_bytes(measured) is None
     assert wire_result.burst_answer_bytes(replace(measured, timing=Timing(), output_pools={})) is None

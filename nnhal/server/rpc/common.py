@@ -63,10 +63,21 @@ def result_to(result: ExecutionResult | Refused, msg: spb.ExecuteResult | None =
     return wire_result.execution_result_to(result, msg)
 
 
+def sync_answer(result: ExecutionResult | Refused) -> spb.ExecuteResult | bytes:
+    """The unary answer of ``result``: serialized already for the common answer
+    (``wire_result.execution_result_bytes``), else its ``ExecuteResult`` (``result_to``). For a
+    method whose serializer takes both (``answer_serializer``)."""
+    if not isinstance(result, Refused):
+        written = wire_result.execution_result_bytes(result)
+        if written is not None:
+            return written
+    return result_to(result)
+
+
 def burst_answer(result: ExecutionResult | Refused) -> spb.BurstResponse | bytes:
     """The burst answer of ``result``: serialized already for the common answer
     (``wire_result.burst_answer_bytes``), else its ``BurstResponse`` (``result_to``). For a
-    stream whose serializer takes both (``burst_serializer``)."""
+    stream whose serializer takes both (``answer_serializer``)."""
     if not isinstance(result, Refused):
         written = wire_result.burst_answer_bytes(result)
         if written is not None:
@@ -76,8 +87,9 @@ def burst_answer(result: ExecutionResult | Refused) -> spb.BurstResponse | bytes
     return answer
 
 
-def burst_serializer(answer: spb.BurstResponse | bytes) -> bytes:
-    """A burst stream's answer serialized: ``burst_answer``'s bytes as they are, a message by protobuf."""
+def answer_serializer(answer: spb.ExecuteResult | spb.BurstResponse | bytes) -> bytes:
+    """An answer serialized: ``sync_answer``'s and ``burst_answer``'s bytes as they are, a
+    message by protobuf."""
     return answer if type(answer) is bytes else answer.SerializeToString()  # type: ignore[union-attr]
 
 

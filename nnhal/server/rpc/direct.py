@@ -38,7 +38,7 @@ from grpc import aio
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.executions import Arrival, Execution, Executions, Method
 from nnhal.server.executions.faults import BURST, KINDS
-from nnhal.server.rpc.common import burst_serializer, result_to
+from nnhal.server.rpc.common import answer_serializer, result_to, sync_answer
 from nnhal.server.rpc.ending import abort_ended, call_ender, ended
 from nnhal.server.rpc.inbound import WINDOW_BYTES, Inbound
 from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, inline_bytes, lean_launch, serve_burst
@@ -59,7 +59,7 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
     m = x.method(SYNC, "", "execute")
     parse = spb.ExecuteRequest.FromString
 
-    async def execute(_requests: object, context: aio.ServicerContext[Any, Any]) -> spb.ExecuteResult:
+    async def execute(_requests: object, context: aio.ServicerContext[Any, Any]) -> spb.ExecuteResult | bytes:
         begin(context)
         try:
             request: spb.ExecuteRequest
@@ -70,7 +70,9 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
                 inline = x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request))
                 if inline is not None:
                     lean = partial(lean_launch, x, inline, request)  # the call's own, tried first
-                    answer = result_to(x.execute(m, build, lean_launch=lean, inline=inline))
+                    answer: spb.ExecuteResult | bytes = sync_answer(
+                        x.execute(m, build, lean_launch=lean, inline=inline)
+                    )
                     del lean
                 else:
                     answer = await run_sync(context, partial(_on_worker, x, m, build, None))
@@ -80,7 +82,7 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
                 answer = await run_sync(context, partial(_on_worker, x, m, build, arrival))
             del request, build
             let_go()  # before the answer reaches the client: it may call again at once
-            if answer.ByteSize() > WINDOW_BYTES:
+            if (len(answer) if type(answer) is bytes else answer.ByteSize()) > WINDOW_BYTES:  # type: ignore[union-attr]
                 await inbound.writes.hand_over(context, SYNC)
             return answer
         except asyncio.CancelledError:
@@ -90,7 +92,7 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
             raise AssertionError("unreachable: abort raises") from None  # pragma: no cover
 
     return grpc.stream_unary_rpc_method_handler(
-        execute, request_deserializer=None, response_serializer=spb.ExecuteResult.SerializeToString
+        execute, request_deserializer=None, response_serializer=answer_serializer
     )
 
 
@@ -123,7 +125,7 @@ def burst(executions: Executions) -> grpc.RpcMethodHandler:
     return grpc.stream_stream_rpc_method_handler(
         stream,
         request_deserializer=spb.BurstRequest.FromString,
-        response_serializer=burst_serializer,  # answers serialized already as they are
+        response_serializer=answer_serializer,  # answers serialized already as they are
     )
 
 

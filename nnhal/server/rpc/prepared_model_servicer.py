@@ -166,7 +166,7 @@ async def serve_burst(
 ) -> None:
     """The burst stream ``context`` of ``x``'s device (``configureExecutionBurst``), its arrival
     taken: read, execute and answer until the client half-closes. ``written``: the stream's
-    serializer takes answers serialized already (``common.burst_serializer``), and an inline
+    serializer takes answers serialized already (``common.answer_serializer``), and an inline
     execution's common answer is written so (``common.burst_answer``)."""
     try:
         if arrival is not None and arrival.error is not None:
