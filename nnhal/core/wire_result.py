@@ -122,31 +122,20 @@ def execution_result_to(result: ExecutionResult, msg: spb.ExecuteResult | None =
     return msg
 
 
-#: The bytes of a serialized answer before its one output pool's data (:func:`_written`), by
+#: The bytes of a serialized answer before its one output pool's data (:func:`answer_bytes`), by
 #: (the answer's output shapes tuple's identity, the pool's index, the data's length, whether
 #: a ``BurstResponse`` wraps it): (that tuple, kept so that its id stays its own; the bytes).
 #: Bounded: cleared when full.
 _HEADS: dict[tuple[int, int, int, bool], tuple[tuple[OutputShape, ...], bytes]] = {}
 
 
-def execution_result_bytes(result: ExecutionResult) -> bytes | None:
-    """``execution_result_to(result)`` serialized, for the common answer — a success with no
-    message, an unmeasured timing, one output pool, no profile or timeline; None for any
-    other (build the message). Written from kept bytes (:func:`_written`)."""
-    return _written(result, False)
-
-
-def burst_answer_bytes(result: ExecutionResult) -> bytes | None:
-    """The ``BurstResponse`` carrying ``result`` (``execution_result_to`` into its ``result``),
-    serialized, for the common answer (as :func:`execution_result_bytes`); None for any other."""
-    return _written(result, True)
-
-
-def _written(result: ExecutionResult, burst: bool) -> bytes | None:
-    """The common answer ``result`` serialized (in a ``BurstResponse`` when ``burst``), or None.
-    Its bytes before the pool's data are protobuf's own for the first answer of each (output
-    shapes, pool index, data length), kept; an answer is then those bytes and its data, joined
-    (no message built, no copy of the data but the join's)."""
+def answer_bytes(result: ExecutionResult, burst: bool = False) -> bytes | None:
+    """``execution_result_to(result)`` serialized — in a ``BurstResponse`` (its ``result``) when
+    ``burst`` — for the common answer: a success with no message, an unmeasured timing, one
+    output pool, no profile or timeline; None for any other (build the message). Its bytes
+    before the pool's data are protobuf's own for the first answer of each (output shapes, pool
+    index, data length), kept; an answer is then those bytes and its data, joined (no message
+    built, no copy of the data but the join's)."""
     if result.status or result.message or result.profile or result.timeline:
         return None
     pools = result.output_pools

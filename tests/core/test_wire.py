@@ -190,9 +190,8 @@ def _burst_bytes(result: ExecutionResult) -> bytes:
 @FEW
 @given(ws.execution_results)
 def test_an_answer_written_as_bytes_is_the_message_protobuf_writes(result: ExecutionResult) -> None:
-    """``burst_answer_bytes`` and ``execution_result_bytes``: the bytes of ``execution_result_to``'s
-    answer (in a burst answer, alone) for the common answer (twice: the second from the bytes
-    kept), None for any other."""
+    """``answer_bytes``: the bytes of ``execution_result_to``'s answer (in a burst answer, and
+    alone) for the common answer (twice: the second from the bytes kept), None for any other."""
     common = (
         not result.status
         and not result.message
@@ -202,9 +201,9 @@ def test_an_answer_written_as_bytes_is_the_message_protobuf_writes(result: Execu
         and result.timing == Timing()
     )
     for _ in range(2):
-        written = wire_result.burst_answer_bytes(result)
+        written = wire_result.answer_bytes(result, True)
         assert written == (_burst_bytes(result) if common else None)
-        alone = wire_result.execution_result_bytes(result)
+        alone = wire_result.answer_bytes(result)
         assert alone == (wire_result.execution_result_to(result).SerializeToString() if common else None)
 
 
@@ -217,14 +216,14 @@ def test_an_answer_keeps_its_head_per_shapes_index_and_length() -> None:
         (1, b""),
     ):
         result = ExecutionResult(output_shapes=shapes, output_pools={index: data})
-        assert wire_result.burst_answer_bytes(result) == _burst_bytes(result)
-        assert wire_result.burst_answer_bytes(result) == _burst_bytes(result)  # from the kept head
+        assert wire_result.answer_bytes(result, True) == _burst_bytes(result)
+        assert wire_result.answer_bytes(result, True) == _burst_bytes(result)  # from the kept head
         alone = wire_result.execution_result_to(result).SerializeToString()
-        assert wire_result.execution_result_bytes(result) == alone
-        assert wire_result.execution_result_bytes(result) == alone
+        assert wire_result.answer_bytes(result) == alone
+        assert wire_result.answer_bytes(result) == alone
     measured = ExecutionResult(output_shapes=shapes, timing=Timing(5, 6), output_pools={0: bytes(4)})
-    assert wire_result.burst_answer_bytes(measured) is None
-    assert wire_result.burst_answer_bytes(replace(measured, timing=Timing(), output_pools={})) is None
+    assert wire_result.answer_bytes(measured, True) is None
+    assert wire_result.answer_bytes(replace(measured, timing=Timing(), output_pools={}), True) is None
 
 
 @FEW

@@ -22,8 +22,8 @@ back when the run ends (``LeanRun.close``, idempotent, on every path). :func:`la
 is the same launch for a call whose pools are all inline, from their bytes and sizes (a gRPC
 message's: no canonical request, pool or execution object made), :func:`launch_compact` for a
 same-host compact call, from its body. The three take their decisions in one sequence, written
-once (:func:`_launch`): each hands it its call's arguments, the bytes it carries inline and how
-its pools are bound (a ``Binder``).
+once (:func:`launch_inline`): each hands it its call's arguments, its pools and how they are
+bound (a ``Binder``).
 """
 
 from __future__ import annotations
@@ -172,43 +172,17 @@ def launch(driver: Driver, call: Execution, found: Found | None = None, ticket: 
     if found is None:
         found = _found(driver, call.session, call.prepared_model)
     request = call.request
-    return _launch(
+    return launch_inline(
         driver,
         found,
         request.inputs,
         request.outputs,
-        call.deadline_ns,
-        None,
-        _bind_request,
         request,
         call.measure,
+        call.deadline_ns,
         call.loop_timeout_ns,
         ticket,
-    )
-
-
-def launch_inline(
-    driver: Driver,
-    found: Found,
-    inputs: tuple[RequestArgument, ...],
-    outputs: tuple[RequestArgument, ...],
-    pools: Sequence[tuple[PoolData, int]],
-    measure: bool,
-    deadline_ns: int | None,
-    loop_timeout_ns: int,
-    ticket: Ticket | None = None,
-) -> LeanRun | None:
-    """A call with no profile whose pools are all inline (``pools``: each one's bytes and
-    size, the size at least the bytes' length: ``wire_pool.inline_pools_from``) launched as
-    :func:`launch` launches its canonical execution — with no request, pool or execution
-    object made and no generic binding — or None: take the full path. ``found``: the call's
-    session and prepared model, ``ticket`` the running slot taken for it (``Inline``; as
-    :func:`launch`'s). Raises what ``launch`` raises, where it raises it."""
-    carried = 0
-    for _, size in pools:
-        carried += size
-    return _launch(
-        driver, found, inputs, outputs, deadline_ns, carried, _bind_inline, pools, measure, loop_timeout_ns, ticket
+        _bind_request,
     )
 
 
@@ -220,9 +194,9 @@ def _found(driver: Driver, session: str, model: str) -> Found:
 
 
 def _bind_request(request: Request, plan: RequestPlan, driver: Driver, session: Session) -> BoundPools | None:
-    """``request``'s pools bound as the full path binds them (``bind_pools``, a shared pool's
-    ranges named); None when it refuses them (the full path refuses them after its admission,
-    as it always did)."""
+    """``request``'s pools bound as the full path binds them (``bind_pools``, which refuses
+    inline pools over the limit before it allocates; a shared pool's ranges named); None when
+    it refuses them (the full path refuses them after its admission, as it always did)."""
     try:
         bound = bind_pools(
             request.pools,
@@ -239,45 +213,60 @@ def _bind_request(request: Request, plan: RequestPlan, driver: Driver, session: 
     return bound
 
 
-def _bind_inline(
+def _bind_parts(
     pools: Sequence[tuple[PoolData, int]], plan: RequestPlan, _driver: Driver, _session: Session
-) -> BoundPools:
-    """Inline pools (bytes and size) bound as ``bind_pools`` binds them (``bind_inline``)."""
+) -> BoundPools | None:
+    """Inline pools (bytes and size) bound as ``bind_pools`` binds them (``bind_inline``); None
+    when they declare more than travels inline (``bind_pools`` refuses it before it allocates:
+    the full path words it)."""
+    carried = 0
+    for _, size in pools:
+        carried += size
+    if carried > wire.max_inline_bytes():
+        return None
     bound = BoundPools(None)
     writable = plan.writable
     for i, (data, size) in enumerate(pools):
         bind_inline(bound, i, data, size, i in writable)
+    bound.data_bytes = carried
     return bound
 
 
-#: How a lean launch binds its call's pools (:func:`_launch`): from what the call carries (its
-#: canonical request, its inline pools' parts, a compact call's body), for the layout's plan,
-#: on the call's driver and session; None when they cannot be bound (the full path words it).
+#: How a lean launch binds its call's pools (:func:`launch_inline`'s ``bind``): from what the call
+#: carries (its canonical request, its inline pools' parts, a compact call's body), for the
+#: layout's plan, on the call's driver and session — refusing inline pools over the limit before
+#: it allocates them; None when they cannot be bound (the full path words it).
 Binder = Callable[[Any, RequestPlan, Driver, Session], "BoundPools | None"]
 
 
-def _launch(
+def launch_inline(
     driver: Driver,
     found: Found,
     inputs: tuple[RequestArgument, ...],
     outputs: tuple[RequestArgument, ...],
-    deadline_ns: int | None,
-    carried: int | None,
-    bind: Binder,
     pools: Any,
     measure: bool,
+    deadline_ns: int | None,
     loop_timeout_ns: int,
-    ticket: Ticket | None,
+    ticket: Ticket | None = None,
+    bind: Binder = _bind_parts,
 ) -> LeanRun | None:
-    """The one sequence of every lean launch (module docstring), each step where the full path
-    takes it: an injected execute delay (None); the layout's plan (None: a new layout); the
-    deadline's fit (raises for one passed, None for one too near); the inline limit on the
-    ``carried`` bytes (None: over it, the full path words it; ``carried`` None: ``bind`` checks
-    it); ``bind(pools, plan, driver, session)`` (None: refused); the bound sizes' fit to the
-    plan (None). Then the slot taken at once (``ticket``: the running one the caller took
-    already) and the request data charged, in the full path's order; None when either is not
-    had at once — the pools closed and everything taken here given back (a caller's
-    ``ticket`` stays the caller's: only a run takes it)."""
+    """A call with no profile launched from its arguments and pools as :func:`launch` launches
+    its canonical execution — with no request, pool or execution object made when its pools
+    are all inline: ``pools`` each one's bytes and size, the size at least the bytes' length
+    (``wire_pool.inline_pools_from``) — or None: take the full path. ``found``: the call's
+    session and prepared model, ``ticket`` the running slot taken for it (``Inline``; as
+    :func:`launch`'s). Raises what ``launch`` raises, where it raises it.
+
+    The one sequence of every lean launch (:func:`launch` and :func:`launch_compact` hand it
+    their pools and their ``bind``), each step where the full path takes it: an injected
+    execute delay (None); the layout's plan (None: a new layout); the deadline's fit (raises
+    for one passed, None for one too near); ``bind(pools, plan, driver, session)``: the inline
+    limit, then the binding (None: refused); the bound sizes' fit to the plan (None). Then the
+    slot taken at once (``ticket``: the running one the caller took already) and the request
+    data charged, in the full path's order; None when either is not had at once — the pools
+    closed and everything taken here given back (a caller's ``ticket`` stays the caller's:
+    only a run takes it)."""
     session, pm = found
     if session.faults.execute_delay_ms:
         return None
@@ -286,13 +275,9 @@ def _launch(
         return None
     if deadline_ns is not None and not _deadline_fits(pm, deadline_ns):
         return None
-    if carried is not None and carried > wire.max_inline_bytes():
-        return None  # ``bind_pools`` refuses it: the full path words it
     bound = bind(pools, plan, driver, session)
     if bound is None:
         return None
-    if carried is not None:
-        bound.data_bytes = carried
     if not plan.fits(bound):
         bound.close()
         return None
@@ -361,14 +346,19 @@ class Compact:
         request = Request(self.inputs, self.outputs, pools)
         return Execution(self.session, self.model, request, measure, deadline_ns, loop_timeout_ns)
 
-    def bind(self, body: memoryview, plan: RequestPlan, _driver: Driver, _session: Session) -> BoundPools:
+    def bind(self, body: memoryview, plan: RequestPlan, _driver: Driver, _session: Session) -> BoundPools | None:
         """The pools as ``bind_pools`` binds them for ``plan``: an output pool a zeroed buffer
         of its size holding the call's bytes, any other the call's bytes (zero-padded to its
-        size). A lean launch's binder (:func:`launch_compact`)."""
+        size); None when they declare more than travels inline (``bind_pools`` refuses it
+        before it allocates: the full path words it). A lean launch's ``Binder``
+        (:func:`launch_compact`)."""
+        if self.inline > wire.max_inline_bytes():
+            return None
         bound = BoundPools(None)
         writable = plan.writable
         for i, ((a, b), size) in enumerate(zip(self.spans, self.sizes)):
             bind_inline(bound, i, body[a:b], size, i in writable)
+        bound.data_bytes = self.inline
         return bound
 
 
@@ -385,16 +375,6 @@ def launch_compact(
         # Looked up again: an ended session or a released model is refused as the full path
         # words it (the driver's lookups raise), and a later call of the layout finds them here.
         found = compact.found = _found(driver, compact.session, compact.model)
-    return _launch(
-        driver,
-        found,
-        compact.inputs,
-        compact.outputs,
-        deadline_ns,
-        compact.inline,
-        compact.bind,
-        body,
-        measure,
-        loop_timeout_ns,
-        None,
+    return launch_inline(
+        driver, found, compact.inputs, compact.outputs, body, measure, deadline_ns, loop_timeout_ns, None, compact.bind
     )

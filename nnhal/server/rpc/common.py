@@ -63,34 +63,20 @@ def result_to(result: ExecutionResult | Refused, msg: spb.ExecuteResult | None =
     return wire_result.execution_result_to(result, msg)
 
 
-def sync_answer(result: ExecutionResult | Refused) -> spb.ExecuteResult | bytes:
-    """The unary answer of ``result``: serialized already for the common answer
-    (``wire_result.execution_result_bytes``), else its ``ExecuteResult`` (``result_to``). For a
-    method whose serializer takes both (``answer_serializer``)."""
+def answer_bytes(result: ExecutionResult | Refused, burst: bool = False) -> bytes:
+    """The serialized answer of ``result`` — a unary ``ExecuteResult``, or with ``burst`` a
+    ``BurstResponse`` — for a method that writes bytes (no serializer): written from kept bytes
+    for the common answer (``wire_result.answer_bytes``), else serialized from its message
+    (``result_to``)."""
     if not isinstance(result, Refused):
-        written = wire_result.execution_result_bytes(result)
+        written = wire_result.answer_bytes(result, burst)
         if written is not None:
             return written
-    return result_to(result)
-
-
-def burst_answer(result: ExecutionResult | Refused) -> spb.BurstResponse | bytes:
-    """The burst answer of ``result``: serialized already for the common answer
-    (``wire_result.burst_answer_bytes``), else its ``BurstResponse`` (``result_to``). For a
-    stream whose serializer takes both (``answer_serializer``)."""
-    if not isinstance(result, Refused):
-        written = wire_result.burst_answer_bytes(result)
-        if written is not None:
-            return written
+    if not burst:
+        return result_to(result).SerializeToString()
     answer = spb.BurstResponse()
     result_to(result, answer.result)
-    return answer
-
-
-def answer_serializer(answer: spb.ExecuteResult | spb.BurstResponse | bytes) -> bytes:
-    """An answer serialized: ``sync_answer``'s and ``burst_answer``'s bytes as they are, a
-    message by protobuf."""
-    return answer if type(answer) is bytes else answer.SerializeToString()  # type: ignore[union-attr]
+    return answer.SerializeToString()
 
 
 def as_result(result: ExecutionResult | Refused) -> ExecutionResult:
