@@ -466,3 +466,34 @@ def test_the_slot_runs_inline_takes_is_given_back_exactly_once(path: str, monkey
     assert not ticket.running and d.scheduler.in_flight == 0
     if path != "drained":
         _idle(x, session)
+
+
+def test_every_lean_launch_takes_its_steps_in_one_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The three lean launches share one sequence (``lean.launch_inline``, each with its own
+    binder): a deadline passed raises before the inline limit is looked at, and pools over the
+    limit give None — from each launch alike, holding nothing."""
+    x, session, handle = _owner()
+    m = x.method("executeSynchronously_1_3")
+    request = _request()
+    assert x.execute(m, lambda: Execution(session, handle, request)).status == ErrorStatus.NONE  # its plan learned
+    d = x.driver
+    found = (d.session(session), d.prepared(d.session(session), handle))
+    key = fastpacket.layout_key(request.inputs, request.outputs, request.pools)
+    assert key is not None
+    compact = lean.Compact(session, handle, key)
+    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools])))
+    call = Execution(session, handle, request)
+    launches = {
+        "launch": lambda deadline: lean.launch(d, call._replace(deadline_ns=deadline), found),
+        "launch_inline": lambda deadline: lean.launch_inline(
+            d, found, request.inputs, request.outputs, _parts(request), False, deadline, 0
+        ),
+        "launch_compact": lambda deadline: lean.launch_compact(d, compact, body, False, deadline, 0),
+    }
+    monkeypatch.setattr(wire, "MAX_MESSAGE_BYTES", wire.ENVELOPE_BYTES + 16)  # less than the pools declare
+    passed = time.monotonic_ns() - 1
+    for name, launch in launches.items():
+        assert launch(None) is None, name
+        with pytest.raises(HalError, match="deadline"):
+            launch(passed)
+        _idle(x, session)
