@@ -275,13 +275,13 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 methods = self._same_host()
                 call = QueueCall(lambda: not queue.stopping, peer)
                 opened.handle = methods.handler(
-                    session, call, self._handler(session, None, queue.reserve_answer, methods.sync, call)
+                    session, call, self._handler(session, None, methods.sync, call, queue.reserve_answer)
                 )
                 queue.oversize = _step_aside
                 opened.context = contextvars.Context()
                 opened.context.run(CARRIER.set, "same_host")
             else:
-                opened.handle = self._handler(session, request.prepared_model, queue.reserve_answer)
+                opened.handle = self._handler(session, request.prepared_model, reserve=queue.reserve_answer)
                 opened.context = contextvars.copy_context()
             opened.quick = partial(_quick, self.executions, session)
             return opened
@@ -311,16 +311,17 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         self,
         session: Session,
         handle: str | None,
-        reserve: Callable[[int], memoryview | None],
         method: Method | None = None,
         live: Liveness | None = None,
+        reserve: Callable[[int], memoryview | None] | None = None,
     ) -> fastpath.ViewHandle:
         """The packet handler of one fast burst: full requests, requests asking for a layout
         id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`). With
         ``handle`` None, those of a session's same-host queue: executions of any prepared
         model of the session (each full request names it; a layout is granted for one), as
         ``method`` (executeSynchronously_1_3 there), alive while ``live`` is. ``reserve``:
-        the queue's ``FastQueue.reserve_answer`` (a granted layout's answers in place)."""
+        the queue's ``FastQueue.reserve_answer`` (a granted layout's answers in place; None:
+        written the usual way)."""
         x = self.executions
         driver = self.driver
         m: Method = method or self._method
