@@ -68,23 +68,6 @@ def _copy_out(value: np.ndarray) -> np.ndarray:
     return value.copy()
 
 
-def _results_out(results: Sequence[np.ndarray], into: Sequence[np.ndarray | None] | None) -> list[np.ndarray]:
-    """The results of a straight run, out of the arena's buffers (which the next run reuses):
-    each copied into its ``into`` array when that has its shape and dtype (``ExecutableGraph.run``:
-    one copy, the caller's into its pool, saved), else into a new array."""
-    if into is None or len(into) != len(results):
-        return [value.copy() for value in results]
-    # A loop, not a comprehension: on every execution's path (``RequestPlan.bind_inputs``).
-    out: list[np.ndarray] = []
-    for value, target in zip(results, into):
-        if target is not None and target.shape == value.shape and target.dtype == value.dtype:
-            target[...] = value
-            out.append(target)
-        else:
-            out.append(value.copy())
-    return out
-
-
 def unsupported(operation_type: OperationType) -> NoReturn:
     """INVALID_ARGUMENT for an operation no family registered."""
     fail(f"operation {operation_type.name} is not supported by this driver")
@@ -245,13 +228,12 @@ class PreparedGraph:
         into: Sequence[np.ndarray | None] | None = None,
     ) -> list[np.ndarray]:
         """Execute the main subgraph. ``output_operands`` overrides the declared
-        output operands (a request may specify dims the model left unknown); ``into``: where
-        the straight run (``_run_straight``) puts an output of that very shape and dtype
-        (``ExecutableGraph.run``), the other runs do not use it."""
+        output operands (a request may specify dims the model left unknown); ``into`` is not
+        used (``ExecutableGraph.run``)."""
         if control is None:
             control = ExecutionControl()
         if self.main.straight and output_operands is None and control.profile is None and control.timeline is None:
-            results = self._run_straight(inputs, control, into)
+            results = self._run_straight(inputs, control)
             if results is not None:
                 return results
         control.graph = self
@@ -292,18 +274,11 @@ class PreparedGraph:
                 allocation.make_current(outer)
             control.release_all()
 
-    def _run_straight(
-        self,
-        inputs: Sequence[np.ndarray | None],
-        control: ExecutionControl,
-        into: Sequence[np.ndarray | None] | None = None,
-    ) -> list[np.ndarray] | None:
+    def _run_straight(self, inputs: Sequence[np.ndarray | None], control: ExecutionControl) -> list[np.ndarray] | None:
         """Run the main subgraph as its arena's straight program (``compile_static``), without
         profiling: inputs copied into their buffers, the fixed calls in order with a checkpoint
-        before each segment, the results copied out of their buffers — each into its ``into``
-        array when it has one of its shape and dtype (that array returned: the caller copies it
-        no further), else into a new array. None (nothing ran, nothing held) when an input does
-        not fit its buffer.
+        before each segment, the results copied out of their buffers. None (nothing ran, nothing
+        held) when an input does not fit its buffer.
 
         Under memory accounting the arena and the copies of the results are held before the
         arena is taken (the fixed calls allocate nothing), and given back when the run ends."""
@@ -337,7 +312,7 @@ class PreparedGraph:
                     finally:
                         _FP_STATE.reset(token)
                 control.operations_run += len(main.steps)
-                return _results_out(arena.results, into)
+                return [value.copy() for value in arena.results]
             finally:
                 pool.checkin(arena)
         except MemoryError:
