@@ -112,18 +112,21 @@ def encode_tag(request_id: str, scope: str = "") -> bytes:
     return tag + bytes(-len(tag) % ALIGN)
 
 
-def split_tag(payload: bytes) -> tuple[str, str, memoryview]:
+def split_tag(payload: bytes | memoryview) -> tuple[str, str, memoryview]:
     """The request id, fault scope and the rest of a tagged packet's payload, after the tag's
-    pad (a view: an execution's inputs are not copied again)."""
+    pad (a view: an execution's inputs are not copied again). Each field of the tag is read
+    once, into a private value, before it is checked (``payload`` may be a view of shared
+    memory its writer still changes: ``fastring.in_ring``)."""
     if len(payload) < TAG_HEADER.size:
         raise PacketError(f"a tagged packet of {len(payload)} bytes is shorter than its tag")
     rid_len, scope_len = TAG_HEADER.unpack_from(payload)
     at = TAG_HEADER.size
     if max(rid_len, scope_len) > MAX_REQUEST_ID or at + rid_len + scope_len > len(payload):
         raise PacketError("a tagged packet's request id or fault scope does not fit")
+    names = bytes(payload[at : at + rid_len + scope_len])
     try:
-        rid = payload[at : at + rid_len].decode("ascii")
-        scope = payload[at + rid_len : at + rid_len + scope_len].decode("ascii")
+        rid = names[:rid_len].decode("ascii")
+        scope = names[rid_len:].decode("ascii")
     except UnicodeDecodeError:
         raise PacketError("a tagged packet's request id or fault scope is not ASCII") from None
     end = aligned(at + rid_len + scope_len)
