@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
+from typing import TextIO
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -48,9 +50,26 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class StderrHandler(logging.StreamHandler[TextIO]):
+    """Writes each record to ``sys.stderr`` as it is when the record comes, not as it was when
+    the handler was made: a program (or a test) that runs ``nnhal`` in-process and swaps or
+    closes its stderr afterwards never has records written to a stream it closed."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass  # always the current sys.stderr
+
+
 def configure(level: int, log_format: str = "text") -> None:
     """Send the root logger's records to stderr at ``level`` in ``log_format`` (text | json),
     replacing any handler configured before."""
-    handler = logging.StreamHandler()
+    handler = StderrHandler()
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter(TEXT_FORMAT))
     logging.basicConfig(level=level, handlers=[handler], force=True)

@@ -116,20 +116,23 @@ def encode_tag(request_id: str, scope: str = "") -> bytes:
     return TAG_HEADER.pack(len(rid), len(sc)) + rid + sc + _PAD[: -n % ALIGN]
 
 
-def split_tag(payload: bytes) -> tuple[str, str, memoryview]:
+def split_tag(payload: bytes | memoryview) -> tuple[str, str, memoryview]:
     """The request id, fault scope and the rest of a tagged packet's payload, after the tag's
-    pad (a view: an execution's inputs are not copied again)."""
+    pad (a view: an execution's inputs are not copied again). Each field of the tag is read
+    once, into a private value, before it is checked (``payload`` may be a view of shared
+    memory its writer still changes: ``fastring.in_ring``)."""
     size = len(payload)
     if size < _TAG_BYTES:
         raise PacketError(f"a tagged packet of {size} bytes is shorter than its tag")
     rid_len, scope_len = TAG_HEADER.unpack_from(payload)
-    rid_end = _TAG_BYTES + rid_len
-    tag_end = rid_end + scope_len
+    tag_end = _TAG_BYTES + rid_len + scope_len
     if rid_len > MAX_REQUEST_ID or scope_len > MAX_REQUEST_ID or tag_end > size:
         raise PacketError("a tagged packet's request id or fault scope does not fit")
+    names = bytes(payload[_TAG_BYTES:tag_end])
     try:
-        rid = str(payload[_TAG_BYTES:rid_end], "ascii")
-        scope = str(payload[rid_end:tag_end], "ascii") if scope_len else ""
+        # Most calls have no fault scope: the names are the request id alone.
+        rid = names[:rid_len].decode("ascii") if scope_len else names.decode("ascii")
+        scope = names[rid_len:].decode("ascii") if scope_len else ""
     except UnicodeDecodeError:
         raise PacketError("a tagged packet's request id or fault scope is not ASCII") from None
     end = aligned(tag_end)

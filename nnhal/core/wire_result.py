@@ -122,6 +122,47 @@ def execution_result_to(result: ExecutionResult, msg: spb.ExecuteResult | None =
     return msg
 
 
+#: The bytes of a serialized answer before its one output pool's data (:func:`answer_bytes`), by
+#: (the answer's output shapes tuple's identity, the pool's index, the data's length, whether
+#: a ``BurstResponse`` wraps it): (that tuple, kept so that its id stays its own; the bytes).
+#: Bounded: cleared when full.
+_HEADS: dict[tuple[int, int, int, bool], tuple[tuple[OutputShape, ...], bytes]] = {}
+
+
+def answer_bytes(result: ExecutionResult, burst: bool = False) -> bytes | None:
+    """``execution_result_to(result)`` serialized — in a ``BurstResponse`` (its ``result``) when
+    ``burst`` — for the common answer: a success with no message, an unmeasured timing, one
+    output pool, no profile or timeline; None for any other (build the message). Its bytes
+    before the pool's data are protobuf's own for the first answer of each (output shapes, pool
+    index, data length), kept; an answer is then those bytes and its data, joined (no message
+    built, no copy of the data but the join's)."""
+    if result.status or result.message or result.profile or result.timeline:
+        return None
+    pools = result.output_pools
+    timing = result.timing
+    if len(pools) != 1 or timing.time_on_device != _NO_TIME or timing.time_in_driver != _NO_TIME:
+        return None
+    ((index, data),) = pools.items()
+    n = len(data) if type(data) is bytes else memoryview(data).nbytes
+    shapes = result.output_shapes
+    key = (id(shapes), index, n, burst)
+    head = _HEADS.get(key)
+    if head is not None and head[0] is shapes:
+        return b"".join((head[1], data))
+    if burst:
+        answer = spb.BurstResponse()
+        execution_result_to(result, answer.result)
+        whole = answer.SerializeToString()
+    else:
+        whole = execution_result_to(result).SerializeToString()
+    # The pool's data is the message's last bytes: ``output_pools`` is its last field present
+    # and ``data`` its pool's last (an empty one is not written: n is 0).
+    if len(_HEADS) >= _SHAPES_SEEN_MAX:
+        _HEADS.clear()
+    _HEADS[key] = (shapes, whole[: len(whole) - n])
+    return whole
+
+
 def execution_result_from(msg: spb.ExecuteResult) -> ExecutionResult:
     profile, timeline = msg.profile, msg.timeline  # most answers have neither: no tuples built
     return ExecutionResult(

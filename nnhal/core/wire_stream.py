@@ -126,6 +126,8 @@ def varint(n: int) -> bytes:
     ``nnhal.client.remote.encoded``)."""
     if n < 128:
         return _VARINTS[n]
+    if n < 16384:  # two bytes: a small message's length (a burst request's, a pool's)
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)

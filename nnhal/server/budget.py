@@ -192,7 +192,9 @@ class MemoryBudget:
         self.releaser.released(nbytes)
 
     def _add_kind(self, session: str, what: str, delta: int) -> None:
-        kinds = self._kinds.setdefault(session, {})
+        """Count ``delta`` bytes of kind ``what`` for ``session``, open (its kinds are made with
+        its account, ``open_session``, and dropped with it). Holds ``_lock``."""
+        kinds = self._kinds[session]
         kinds[what] = kinds.get(what, 0) + delta
         self._total_by_kind[what] = self._total_by_kind.get(what, 0) + delta
 

@@ -3,6 +3,7 @@ stderr), and ``--log-format json`` is one JSON object per line."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nnhal.cli.logs import JsonFormatter
+from nnhal.cli.logs import JsonFormatter, StderrHandler
 from nnhal.testing.local_server import LocalServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +72,20 @@ def test_json_log_lines() -> None:
     except ValueError:
         record = logging.LogRecord("nnhal.x", logging.ERROR, __file__, 1, "failed", None, sys.exc_info())
     assert "ValueError: boom" in json.loads(formatter.format(record))["exception"]
+
+
+def test_the_log_handler_writes_to_the_stderr_of_the_moment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program running ``nnhal`` in-process may swap (and close) its stderr afterwards: a
+    record goes to the stream of the moment, never to the one closed."""
+    handler = StderrHandler()
+    first, second = io.StringIO(), io.StringIO()
+    record = logging.LogRecord("nnhal.x", logging.WARNING, __file__, 1, "%s", ("hello",), None)
+    monkeypatch.setattr(sys, "stderr", first)
+    handler.emit(record)
+    first.close()
+    monkeypatch.setattr(sys, "stderr", second)
+    handler.emit(record)
+    assert second.getvalue() == "hello\n"
 
 
 @pytest.mark.integration

@@ -181,6 +181,51 @@ def test_execution_result_round_trip(result: ExecutionResult) -> None:
     assert wire_result.execution_result_from(over_the_wire(wire_result.execution_result_to(result))) == result
 
 
+def _burst_bytes(result: ExecutionResult) -> bytes:
+    answer = spb.BurstResponse()
+    wire_result.execution_result_to(result, answer.result)
+    return answer.SerializeToString()
+
+
+@FEW
+@given(ws.execution_results)
+def test_an_answer_written_as_bytes_is_the_message_protobuf_writes(result: ExecutionResult) -> None:
+    """``answer_bytes``: the bytes of ``execution_result_to``'s answer (in a burst answer, and
+    alone) for the common answer (twice: the second from the bytes kept), None for any other."""
+    common = (
+        not result.status
+        and not result.message
+        and not result.profile
+        and not result.timeline
+        and len(result.output_pools) == 1
+        and result.timing == Timing()
+    )
+    for _ in range(2):
+        written = wire_result.answer_bytes(result, True)
+        assert written == (_burst_bytes(result) if common else None)
+        alone = wire_result.answer_bytes(result)
+        assert alone == (wire_result.execution_result_to(result).SerializeToString() if common else None)
+
+
+def test_an_answer_keeps_its_head_per_shapes_index_and_length() -> None:
+    shapes = (OutputShape((2, 4), True),)
+    for index, data in (
+        (0, bytes(32)),
+        (3, b"\x01" * 32),
+        (0, memoryview(bytearray(b"\x02" * 7)).toreadonly()),
+        (1, b""),
+    ):
+        result = ExecutionResult(output_shapes=shapes, output_pools={index: data})
+        assert wire_result.answer_bytes(result, True) == _burst_bytes(result)
+        assert wire_result.answer_bytes(result, True) == _burst_bytes(result)  # from the kept head
+        alone = wire_result.execution_result_to(result).SerializeToString()
+        assert wire_result.answer_bytes(result) == alone
+        assert wire_result.answer_bytes(result) == alone
+    measured = ExecutionResult(output_shapes=shapes, timing=Timing(5, 6), output_pools={0: bytes(4)})
+    assert wire_result.answer_bytes(measured, True) is None
+    assert wire_result.answer_bytes(replace(measured, timing=Timing(), output_pools={}), True) is None
+
+
 @FEW
 @given(ws.fenced_infos)
 def test_fenced_info_round_trip(info: FencedExecutionInfo) -> None:

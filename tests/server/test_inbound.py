@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nnhal.server.budget import MemoryBudget
+from nnhal.server.rpc.ending import call_ender
 from nnhal.server.rpc.inbound import REQUEST_COPIES, REQUESTS_IN_FLIGHT, Inbound
 
 MiB = 1 << 20
@@ -42,7 +43,7 @@ async def _hold(inbound: Inbound, ctx: _Context, nbytes: int) -> tuple[str | Non
     started = asyncio.Event()
 
     async def call() -> None:
-        held = inbound._hold(f"peer:{ctx.peer()}", nbytes, ctx)  # type: ignore[arg-type]
+        held = inbound._hold(f"peer:{ctx.peer()}", nbytes, ctx, call_ender())  # type: ignore[arg-type]
         result.append(held if isinstance(held, str) else None)
         started.set()
         await asyncio.sleep(60)

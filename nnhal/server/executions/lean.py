@@ -20,15 +20,19 @@ takes the full path. Admission and charges happen in the full path's order (slot
 request data), each byte charged before the execution holds it, and everything is given
 back when the run ends (``LeanRun.close``, idempotent, on every path). :func:`launch_inline`
 is the same launch for a call whose pools are all inline, from their bytes and sizes (a gRPC
-message's: no canonical request, pool or execution object made).
+message's: no canonical request, pool or execution object made), :func:`launch_compact` for a
+same-host compact call, from its body. The three take their decisions in one sequence, written
+once (:func:`launch_inline`): each hands it its call's arguments, its pools and how they are
+bound (a ``Binder``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence, Set as AbstractSet
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from nnhal.core import fastpacket, wire
+from nnhal.core import fastpacket, fastring, wire
 from nnhal.core.enums import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import ExecutionResult, InlinePool, PoolData, Request, RequestArgument
@@ -87,6 +91,7 @@ class LeanRun:
         measure: bool,
         deadline_ns: int | None,
         loop_timeout_ns: int,
+        charged: int = 0,
     ) -> None:
         self._driver = driver
         self.session = session
@@ -98,7 +103,8 @@ class LeanRun:
         self.deadline_ns = deadline_ns
         self.loop_timeout_ns = loop_timeout_ns
         self._held = True  # the ticket
-        self._charged = 0
+        #: The request data charged to the session (given back once).
+        self._charged = charged
 
     def run(self) -> ExecutionResult:
         """Execute; every HAL failure is the result's status. The slot and the request data's
@@ -164,21 +170,33 @@ def launch(driver: Driver, call: Execution, found: Found | None = None, ticket: 
     if call.profile:
         return None
     if found is None:
-        session = driver.session(call.session)
-        pm = None
-    else:
-        session, pm = found
-    if session.faults.execute_delay_ms:
-        return None
-    if pm is None:
-        pm = driver.prepared(session, call.prepared_model)
+        found = _found(driver, call.session, call.prepared_model)
     request = call.request
-    plan = pm.plans.of(request.inputs, request.outputs)
-    if plan is None:
-        return None
-    deadline_ns = call.deadline_ns
-    if deadline_ns is not None and not _deadline_fits(pm, deadline_ns):
-        return None
+    return launch_inline(
+        driver,
+        found,
+        request.inputs,
+        request.outputs,
+        request,
+        call.measure,
+        call.deadline_ns,
+        call.loop_timeout_ns,
+        ticket,
+        _bind_request,
+    )
+
+
+def _found(driver: Driver, session: str, model: str) -> Found:
+    """The session and prepared model of these names (the driver's lookups raise, as the full
+    path's do, for an ended session or an unknown or released model)."""
+    s = driver.session(session)
+    return s, driver.prepared(s, model)
+
+
+def _bind_request(request: Request, plan: RequestPlan, driver: Driver, session: Session) -> BoundPools | None:
+    """``request``'s pools bound as the full path binds them (``bind_pools``, which refuses
+    inline pools over the limit before it allocates; a shared pool's ranges named); None when
+    it refuses them (the full path refuses them after its admission, as it always did)."""
     try:
         bound = bind_pools(
             request.pools,
@@ -189,13 +207,36 @@ def launch(driver: Driver, call: Execution, found: Found | None = None, ticket: 
             session.regions,
         )
     except Exception:
-        return None  # the full path refuses it, after its admission, as it always did
-    if not plan.fits(bound):
-        bound.close()
         return None
     if bound.has_shared:
         bound.plan(request.inputs, request.outputs)  # a shared pool's ranges (``resolve_tokens`` does it there)
-    return _start(driver, session, pm, plan, bound, call.measure, deadline_ns, call.loop_timeout_ns, ticket)
+    return bound
+
+
+def _bind_parts(
+    pools: Sequence[tuple[PoolData, int]], plan: RequestPlan, _driver: Driver, _session: Session
+) -> BoundPools | None:
+    """Inline pools (bytes and size) bound as ``bind_pools`` binds them (``bind_inline``); None
+    when they declare more than travels inline (``bind_pools`` refuses it before it allocates:
+    the full path words it)."""
+    carried = 0
+    for _, size in pools:
+        carried += size
+    if carried > wire.max_inline_bytes():
+        return None
+    bound = BoundPools(None)
+    writable = plan.writable
+    for i, (data, size) in enumerate(pools):
+        bind_inline(bound, i, data, size, i in writable)
+    bound.data_bytes = carried
+    return bound
+
+
+#: How a lean launch binds its call's pools (:func:`launch_inline`'s ``bind``): from what the call
+#: carries (its canonical request, its inline pools' parts, a compact call's body), for the
+#: layout's plan, on the call's driver and session — refusing inline pools over the limit before
+#: it allocates them; None when they cannot be bound (the full path words it).
+Binder = Callable[[Any, RequestPlan, Driver, Session], "BoundPools | None"]
 
 
 def launch_inline(
@@ -203,18 +244,29 @@ def launch_inline(
     found: Found,
     inputs: tuple[RequestArgument, ...],
     outputs: tuple[RequestArgument, ...],
-    pools: Sequence[tuple[PoolData, int]],
+    pools: Any,
     measure: bool,
     deadline_ns: int | None,
     loop_timeout_ns: int,
     ticket: Ticket | None = None,
+    bind: Binder = _bind_parts,
 ) -> LeanRun | None:
-    """A call with no profile whose pools are all inline (``pools``: each one's bytes and
-    size, the size at least the bytes' length: ``wire_pool.inline_pools_from``) launched as
-    :func:`launch` launches its canonical execution — with no request, pool or execution
-    object made and no generic binding — or None: take the full path. ``found``: the call's
+    """A call with no profile launched from its arguments and pools as :func:`launch` launches
+    its canonical execution — with no request, pool or execution object made when its pools
+    are all inline: ``pools`` each one's bytes and size, the size at least the bytes' length
+    (``wire_pool.inline_pools_from``) — or None: take the full path. ``found``: the call's
     session and prepared model, ``ticket`` the running slot taken for it (``Inline``; as
-    :func:`launch`'s). Raises what ``launch`` raises, where it raises it."""
+    :func:`launch`'s). Raises what ``launch`` raises, where it raises it.
+
+    The one sequence of every lean launch (:func:`launch` and :func:`launch_compact` hand it
+    their pools and their ``bind``), each step where the full path takes it: an injected
+    execute delay (None); the layout's plan (None: a new layout); the deadline's fit (raises
+    for one passed, None for one too near); ``bind(pools, plan, driver, session)``: the inline
+    limit, then the binding (None: refused); the bound sizes' fit to the plan (None). Then the
+    slot taken at once (``ticket``: the running one the caller took already) and the request
+    data charged, in the full path's order; None when either is not had at once — the pools
+    closed and everything taken here given back (a caller's ``ticket`` stays the caller's:
+    only a run takes it)."""
     session, pm = found
     if session.faults.execute_delay_ms:
         return None
@@ -223,46 +275,12 @@ def launch_inline(
         return None
     if deadline_ns is not None and not _deadline_fits(pm, deadline_ns):
         return None
-    inline = 0
-    for _, size in pools:
-        inline += size
-    if inline > wire.max_inline_bytes():
-        return None  # ``bind_pools`` refuses it: the full path words it
-    bound = BoundPools(None)
-    writable = plan.writable
-    for i, (data, size) in enumerate(pools):
-        bind_inline(bound, i, data, size, i in writable)
-    bound.data_bytes = inline
+    bound = bind(pools, plan, driver, session)
+    if bound is None:
+        return None
     if not plan.fits(bound):
         bound.close()
         return None
-    return _start(driver, session, pm, plan, bound, measure, deadline_ns, loop_timeout_ns, ticket)
-
-
-def _deadline_fits(pm: PreparedModel, deadline_ns: int) -> bool:
-    """``Driver.begin_execute``'s deadline checks, in its order and words: raises for a
-    deadline passed; False for one too near for the model (refused at launch: the full
-    path words it)."""
-    check_deadline(deadline_ns, "execution")
-    fastest = pm.fastest_ns
-    return fastest is None or deadline_ns - time.monotonic_ns() >= fastest
-
-
-def _start(
-    driver: Driver,
-    session: Session,
-    pm: PreparedModel,
-    plan: RequestPlan,
-    bound: BoundPools,
-    measure: bool,
-    deadline_ns: int | None,
-    loop_timeout_ns: int,
-    ticket: Ticket | None = None,
-) -> LeanRun | None:
-    """The slot taken at once (``ticket``: the running one the caller took already) and the
-    request data charged, in the full path's order; None when either is not had at once —
-    ``bound`` closed and everything taken here given back (a caller's ``ticket`` stays the
-    caller's: only a run takes it)."""
     taken = ticket is None
     if ticket is None:
         ticket = driver.scheduler.try_start(session.client_key, pm.priority)
@@ -278,9 +296,16 @@ def _start(
         bound.close()
         return None  # over a limit: the full path refuses it with its status
     loop = min(loop_timeout_ns or LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS)
-    run = LeanRun(driver, session, pm, plan, bound, ticket, measure, deadline_ns, loop)
-    run._charged = cost
-    return run
+    return LeanRun(driver, session, pm, plan, bound, ticket, measure, deadline_ns, loop, cost)
+
+
+def _deadline_fits(pm: PreparedModel, deadline_ns: int) -> bool:
+    """``Driver.begin_execute``'s deadline checks, in its order and words: raises for a
+    deadline passed; False for one too near for the model (refused at launch: the full
+    path words it)."""
+    check_deadline(deadline_ns, "execution")
+    fastest = pm.fastest_ns
+    return fastest is None or deadline_ns - time.monotonic_ns() >= fastest
 
 
 class Compact:
@@ -316,17 +341,37 @@ class Compact:
             )
 
     def execution(self, body: memoryview, measure: bool, deadline_ns: int | None, loop_timeout_ns: int) -> Execution:
-        """The call as the full path takes it (its pools views into ``body``)."""
-        pools = tuple(InlinePool(body[a:b], size) for (a, b), size in zip(self.spans, self.sizes))
+        """The call as the full path takes it: its pools views into ``body``, or private
+        copies of its bytes when ``body`` is a view of the queue's shared ring
+        (``fastring.in_ring``: the full path computes on its pools in place)."""
+        shared = fastring.in_ring(body)
+        pools = tuple(
+            InlinePool(bytes(body[a:b]) if shared else body[a:b], size) for (a, b), size in zip(self.spans, self.sizes)
+        )
         request = Request(self.inputs, self.outputs, pools)
         return Execution(self.session, self.model, request, measure, deadline_ns, loop_timeout_ns)
 
-    def bind(self, body: memoryview, writable: AbstractSet[int]) -> BoundPools:
-        """The pools as ``bind_pools`` binds them: an output pool a zeroed buffer of its size
-        holding the call's bytes, any other the call's bytes (zero-padded to its size)."""
+    def bind(self, body: memoryview, plan: RequestPlan, _driver: Driver, _session: Session) -> BoundPools | None:
+        """The pools as ``bind_pools`` binds them for ``plan``: an output pool a zeroed buffer
+        of its size holding the call's bytes, any other the call's bytes (zero-padded to its
+        size) — a view of ``body``, or a private copy when ``body`` is a view of the queue's
+        shared ring and the layout's prepared model (``found``) computes on its inputs in
+        place; None when they declare more than travels inline (``bind_pools`` refuses it
+        before it allocates: the full path words it). A lean launch's ``Binder``
+        (:func:`launch_compact`, which set ``found``)."""
+        if self.inline > wire.max_inline_bytes():
+            return None
+        # A view of the ring is bound as it is only for a graph that copies each input out
+        # once before it reads it (LiteRT's, into its tensors): that copy is then the input's
+        # one copy out of the ring. Any other graph computes on its inputs in place, so it gets
+        # a private copy here, as the packet's reader made before (DESIGN §2).
+        found = self.found
+        copy = fastring.in_ring(body) and (found is None or not found[1].graph.copies_inputs)
         bound = BoundPools(None)
+        writable = plan.writable
         for i, ((a, b), size) in enumerate(zip(self.spans, self.sizes)):
-            bind_inline(bound, i, body[a:b], size, i in writable)
+            out = i in writable  # copied into its own buffer either way
+            bind_inline(bound, i, bytes(body[a:b]) if copy and not out else body[a:b], size, out)
         bound.data_bytes = self.inline
         return bound
 
@@ -334,28 +379,17 @@ class Compact:
 def launch_compact(
     driver: Driver, compact: Compact, body: memoryview, measure: bool, deadline_ns: int | None, loop_timeout_ns: int
 ) -> LeanRun | None:
-    """A compact call of ``compact`` (``body``: its pools' bytes, of the layout's length)
-    launched as :func:`launch` launches ``compact.execution(...)``, or None: take the full
-    path with it. Raises what ``launch`` raises, where it raises it. The session and prepared
-    model are looked up once and kept in ``compact.found`` while the session is open and the
-    model not released (a closed or released one is looked up again, which refuses it)."""
+    """A compact call of ``compact`` (``body``: its pools' bytes, of the layout's length; a
+    private copy or a view of the queue's shared ring, ``fastring.in_ring``) launched as
+    :func:`launch` launches ``compact.execution(...)``, or None: take the full path with it.
+    Raises what ``launch`` raises, where it raises it. The session and prepared model are
+    looked up once and kept in ``compact.found`` while the session is open and the model
+    not released (a closed or released one is looked up again, which refuses it)."""
     found = compact.found
     if found is None or found[0].closed or found[1].released:
         # Looked up again: an ended session or a released model is refused as the full path
         # words it (the driver's lookups raise), and a later call of the layout finds them here.
-        session = driver.session(compact.session)
-        if session.faults.execute_delay_ms:
-            return None
-        found = compact.found = (session, driver.prepared(session, compact.model))
-    session, pm = found
-    if session.faults.execute_delay_ms:
-        return None
-    plan = pm.plans.of(compact.inputs, compact.outputs)
-    if plan is None or plan.sizes != compact.sizes:  # ``RequestPlan.fits``
-        return None
-    if deadline_ns is not None and not _deadline_fits(pm, deadline_ns):
-        return None
-    if compact.inline > wire.max_inline_bytes():
-        return None  # ``bind_pools`` refuses it: the full path words it
-    bound = compact.bind(body, plan.writable)
-    return _start(driver, session, pm, plan, bound, measure, deadline_ns, loop_timeout_ns)
+        found = compact.found = _found(driver, compact.session, compact.model)
+    return launch_inline(
+        driver, found, compact.inputs, compact.outputs, body, measure, deadline_ns, loop_timeout_ns, None, compact.bind
+    )

@@ -19,8 +19,8 @@ from nnhal.core.validation import OperationValidator, validate_model
 from nnhal.server.executor import ops as _ops  # noqa: F401  (registers every operation)
 from nnhal.server.executor.constants import Buffer, constant_value
 from nnhal.server.executor.context import ValidationContext
-from nnhal.server.executor.graph import unsupported
 from nnhal.server.executor.registry import lookup
+from nnhal.server.executor.step_plan import unsupported
 
 
 def validation_context(model: Model, sg: Subgraph, operation: Operation, pools: Sequence[Buffer]) -> ValidationContext:

@@ -63,6 +63,22 @@ def result_to(result: ExecutionResult | Refused, msg: spb.ExecuteResult | None =
     return wire_result.execution_result_to(result, msg)
 
 
+def answer_bytes(result: ExecutionResult | Refused, burst: bool = False) -> bytes:
+    """The serialized answer of ``result`` — a unary ``ExecuteResult``, or with ``burst`` a
+    ``BurstResponse`` — for a method that writes bytes (no serializer): written from kept bytes
+    for the common answer (``wire_result.answer_bytes``), else serialized from its message
+    (``result_to``)."""
+    if not isinstance(result, Refused):
+        written = wire_result.answer_bytes(result, burst)
+        if written is not None:
+            return written
+    if not burst:
+        return result_to(result).SerializeToString()
+    answer = spb.BurstResponse()
+    result_to(result, answer.result)
+    return answer.SerializeToString()
+
+
 def as_result(result: ExecutionResult | Refused) -> ExecutionResult:
     """A refusal as the ExecutionResult the HIDL and AIDL forms answer it with."""
     return result.result() if isinstance(result, Refused) else result

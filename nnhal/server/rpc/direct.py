@@ -38,7 +38,7 @@ from grpc import aio
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.executions import Arrival, Execution, Executions, Method
 from nnhal.server.executions.faults import BURST, KINDS
-from nnhal.server.rpc.common import result_to
+from nnhal.server.rpc.common import answer_bytes
 from nnhal.server.rpc.ending import abort_ended, call_ender, ended
 from nnhal.server.rpc.inbound import WINDOW_BYTES, Inbound
 from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, inline_bytes, lean_launch, serve_burst
@@ -59,28 +59,29 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
     m = x.method(SYNC, "", "execute")
     parse = spb.ExecuteRequest.FromString
 
-    async def execute(_requests: object, context: aio.ServicerContext[Any, Any]) -> spb.ExecuteResult:
+    async def execute(_requests: object, context: aio.ServicerContext[Any, Any]) -> bytes:
         begin(context)
         try:
             request: spb.ExecuteRequest
             request, let_go = await inbound.receive(context, parse, SYNC)
             arrival = x.arrive(m, KINDS)
             build = partial(execution_from, request)
+            answer: bytes
             if arrival is None:
                 inline = x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request))
                 if inline is not None:
                     lean = partial(lean_launch, x, inline, request)  # the call's own, tried first
-                    answer = result_to(x.execute(m, build, lean_launch=lean, inline=inline))
+                    answer = answer_bytes(x.execute(m, build, lean_launch=lean, inline=inline))
                     del lean
                 else:
                     answer = await run_sync(context, partial(_on_worker, x, m, build, None))
             elif arrival.fault is None:  # refused as it arrived: answered at once
-                answer = result_to(x.execute(m, build, None, arrival))
+                answer = answer_bytes(x.execute(m, build, None, arrival))
             else:
                 answer = await run_sync(context, partial(_on_worker, x, m, build, arrival))
             del request, build
             let_go()  # before the answer reaches the client: it may call again at once
-            if answer.ByteSize() > WINDOW_BYTES:
+            if len(answer) > WINDOW_BYTES:
                 await inbound.writes.hand_over(context, SYNC)
             return answer
         except asyncio.CancelledError:
@@ -90,14 +91,16 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
             raise AssertionError("unreachable: abort raises") from None  # pragma: no cover
 
     return grpc.stream_unary_rpc_method_handler(
-        execute, request_deserializer=None, response_serializer=spb.ExecuteResult.SerializeToString
+        execute,
+        request_deserializer=None,
+        response_serializer=None,  # answered as bytes (``answer_bytes``)
     )
 
 
 def _on_worker(
     x: Executions, m: Method, build: Callable[[], Execution], arrival: Arrival | None, sync: SyncContext
-) -> spb.ExecuteResult:
-    return result_to(x.execute(m, build, sync, arrival))
+) -> bytes:
+    return answer_bytes(x.execute(m, build, sync, arrival))
 
 
 def burst(executions: Executions) -> grpc.RpcMethodHandler:
@@ -114,7 +117,7 @@ def burst(executions: Executions) -> grpc.RpcMethodHandler:
         call_ender()
         begin(context)
         try:
-            await serve_burst(x, m, x.arrive(m, _OPEN_FAULTS), context)
+            await serve_burst(x, m, x.arrive(m, _OPEN_FAULTS), context, as_bytes=True)
         except asyncio.CancelledError:
             if not ended():  # the transport's cancellation
                 raise
@@ -123,7 +126,7 @@ def burst(executions: Executions) -> grpc.RpcMethodHandler:
     return grpc.stream_stream_rpc_method_handler(
         stream,
         request_deserializer=spb.BurstRequest.FromString,
-        response_serializer=spb.BurstResponse.SerializeToString,
+        response_serializer=None,  # answered as bytes (``serve_burst``'s ``as_bytes``)
     )
 
 

@@ -30,10 +30,11 @@ _CURRENT: contextvars.ContextVar[CallEnder | None] = contextvars.ContextVar("nnh
 class CallEnder:
     """Ends one call early (module docstring). ``end`` is thread-safe and idempotent."""
 
-    __slots__ = ("_task", "reason")
+    __slots__ = ("reason", "task")
 
     def __init__(self, task: asyncio.Task[Any]) -> None:
-        self._task = task
+        #: The task serving the call.
+        self.task = task
         #: Why the call was ended; None while it was not.
         self.reason: str | None = None
 
@@ -42,7 +43,7 @@ class CallEnder:
             return
         self.reason = reason
         try:
-            self._task.get_loop().call_soon_threadsafe(self._task.cancel)
+            self.task.get_loop().call_soon_threadsafe(self.task.cancel)
         except RuntimeError:  # the loop is closed: the server is stopping
             pass
 
@@ -60,7 +61,7 @@ def call_ender() -> CallEnder | None:
     if task is None:
         return None
     ender = _CURRENT.get()
-    if ender is None or ender._task is not task:
+    if ender is None or ender.task is not task:
         ender = CallEnder(task)
         _CURRENT.set(ender)
     return ender
@@ -69,7 +70,7 @@ def call_ender() -> CallEnder | None:
 def ended() -> bool:
     """Whether the running call's cancellation is its ender's (else it is the transport's: re-raise)."""
     ender = _CURRENT.get()
-    return ender is not None and ender.reason is not None and ender._task is asyncio.current_task()
+    return ender is not None and ender.reason is not None and ender.task is asyncio.current_task()
 
 
 async def abort_ended(context: aio.ServicerContext[Any, Any]) -> None:

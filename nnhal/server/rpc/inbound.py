@@ -185,10 +185,12 @@ class Inbound:
         calls again as soon as it is answered must not find its last request still charged)
         or the call ends. The call is aborted instead (RESOURCE_EXHAUSTED; INVALID_ARGUMENT
         without a message; INTERNAL when it cannot be parsed)."""
+        # The call's ender, made as its read starts (its task, found once, times the read too).
+        ender = call_ender()
         if not self._take_place():
             await self._wait_place()
         try:
-            read = await self._read(context)
+            read = await self._read(context, ender)
             if read is None:
                 await context.abort(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -201,7 +203,7 @@ class Inbound:
             del read
             nbytes = len(raw)
             client = stream_client(context) if self.verified else context.peer() or ""
-            held = self._hold(client, nbytes, context)
+            held = self._hold(client, nbytes, context, ender)
             refusal = held if isinstance(held, str) else None
             failure: str | None = None
             message: Any = None
@@ -226,14 +228,15 @@ class Inbound:
         assert not isinstance(held, str)
         return message, held
 
-    async def _read(self, context: aio.ServicerContext[Any, Any]) -> object:
+    async def _read(self, context: aio.ServicerContext[Any, Any], ender: CallEnder | None = None) -> object:
         """The call's next message (``context.read()``), None when it did not arrive within
-        ``read_timeout`` (the call's own cancellation is raised)."""
+        ``read_timeout`` (the call's own cancellation is raised). ``ender``: the call's
+        (``call_ender``), whose task is the read's."""
         loop = asyncio.get_running_loop()
         clock = self._clock
         if clock is None or clock.loop is not loop:
             clock = self._clock = ReadClock(loop, self.read_timeout)
-        read = clock.start()
+        read = clock.start(ender.task if ender is not None else None)
         try:
             return await context.read()
         except asyncio.CancelledError:
@@ -249,9 +252,11 @@ class Inbound:
             clock.finish(read)
 
     # -- holding -----------------------------------------------------------------------
-    def _hold(self, key: str, nbytes: int, context: aio.ServicerContext[Any, Any]) -> str | Callable[[], None]:
-        """Charge ``nbytes`` to ``key`` until the call ends or what is returned is called; the
-        refusal's message instead."""
+    def _hold(
+        self, key: str, nbytes: int, context: aio.ServicerContext[Any, Any], ender: CallEnder | None
+    ) -> str | Callable[[], None]:
+        """Charge ``nbytes`` to ``key`` until the call ends or what is returned is called (ended
+        by ``ender``, the call's, to make room); the refusal's message instead."""
         client = self._clients.get(key)
         mine = client.held if client is not None else 0
         if self.per_client and mine + nbytes > self.per_client:
@@ -264,7 +269,7 @@ class Inbound:
             return refusal
         if client is None:
             client = self._clients[key] = _Client()
-        entry = _Held(nbytes, call_ender())
+        entry = _Held(nbytes, ender)
         client.held += nbytes
         client.calls.append(entry)
         self._held += nbytes

@@ -34,7 +34,7 @@ from nnhal.server import log_limits
 from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
 from nnhal.server.executions.faults import BURST, abort_of
 from nnhal.server.executions.lean import Inline, LeanRun, launch_inline
-from nnhal.server.rpc.common import events_to, hal_method, result_to, status_to
+from nnhal.server.rpc.common import answer_bytes, events_to, hal_method, result_to, status_to
 from nnhal.server.rpc.ending import current_ender
 from nnhal.server.rpc.identity import stream_client
 from nnhal.server.rpc.sync_handlers import SyncContext, abort, in_thread, run_sync
@@ -162,16 +162,18 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
 
 
 async def serve_burst(
-    x: Executions, m: Method, arrival: Arrival | None, context: aio.ServicerContext[Any, Any]
+    x: Executions, m: Method, arrival: Arrival | None, context: aio.ServicerContext[Any, Any], as_bytes: bool = False
 ) -> None:
     """The burst stream ``context`` of ``x``'s device (``configureExecutionBurst``), its arrival
-    taken: read, execute and answer until the client half-closes."""
+    taken: read, execute and answer until the client half-closes. ``as_bytes``: the stream has
+    no serializer, its answers are written serialized (an inline execution's by
+    ``common.answer_bytes``: the common answer from kept bytes); else as messages."""
     try:
         if arrival is not None and arrival.error is not None:
             raise arrival.error
         leave = x.long_calls.open("burst", stream_client(context), current_ender())
     except HalError as err:
-        await context.write(spb.BurstResponse(result=status_to(spb.ExecuteResult(), x.refuse(m, err))))
+        await _write(context, spb.BurstResponse(result=status_to(spb.ExecuteResult(), x.refuse(m, err))), as_bytes)
         return
     # Given back when the stream ends, also when the call is cancelled mid-wait.
     context.add_done_callback(lambda _context: leave())
@@ -190,18 +192,19 @@ async def serve_burst(
                 garbage = Refused(ErrorStatus.INVALID_ARGUMENT, f"a burst request could not be decoded: {err}")
                 m.record(garbage.status, None)
                 log_limits.undecodable("configureExecutionBurst", err)
-                await context.write(spb.BurstResponse(result=status_to(spb.ExecuteResult(), garbage)))
+                await _write(context, spb.BurstResponse(result=status_to(spb.ExecuteResult(), garbage)), as_bytes)
                 return
             if req is aio.EOF:
                 return
             msg = req.execute
             # The answer is filled in place (a BurstResponse made around a finished
-            # ExecuteResult copies it).
-            answer = spb.BurstResponse()
+            # ExecuteResult copies it), or written as bytes (``as_bytes``).
+            message = spb.BurstResponse()
+            answer: spb.BurstResponse | bytes = message
             try:
                 check_burst_fields(x, msg)
             except HalError as err:
-                status_to(answer.result, x.refuse(m, err))
+                status_to(message.result, x.refuse(m, err))
             else:
                 build = partial(execution_from, msg)
                 run = x.arrive(m, EXECUTION_FAULTS)
@@ -212,18 +215,29 @@ async def serve_burst(
                 )
                 if inline is not None:
                     lean = partial(lean_launch, x, inline, msg)  # the call's own, tried first
-                    result_to(x.execute(m, build, lean_launch=lean, inline=inline), answer.result)
-                    del lean
+                    result = x.execute(m, build, lean_launch=lean, inline=inline)
+                    if as_bytes:
+                        answer = answer_bytes(result, True)
+                    else:
+                        result_to(result, message.result)
+                    del lean, result
                 else:
-                    await in_thread(_execute_to_wire, x, m, build, sync, run, answer.result)
+                    await in_thread(_execute_to_wire, x, m, build, sync, run, message.result)
             del req, msg
+            if as_bytes and type(answer) is not bytes:
+                answer = message.SerializeToString()
             await context.write(answer)
-            del answer
+            del answer, message
             sent += 1
             if injected is not None and injected.after == sent:
                 await abort(context, abort_of(injected))
     finally:
         leave()
+
+
+async def _write(context: aio.ServicerContext[Any, Any], answer: spb.BurstResponse, as_bytes: bool) -> None:
+    """``answer`` written on the burst stream ``context`` (serialized when ``as_bytes``)."""
+    await context.write(answer.SerializeToString() if as_bytes else answer)
 
 
 def _execute_to_wire(

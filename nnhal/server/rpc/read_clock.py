@@ -25,13 +25,14 @@ class ReadClock:
         self._expired: set[asyncio.Task[Any]] = set()
         self._timer: asyncio.TimerHandle | None = None
 
-    def start(self) -> asyncio.Task[Any]:
-        """A read of the current task starting now, returned for ``finish`` and ``expired``: the
-        task is cancelled (and the read marked expired) if it has not ``finish``ed within the
-        clock's time."""
-        task = asyncio.current_task(self.loop)
+    def start(self, task: asyncio.Task[Any] | None = None) -> asyncio.Task[Any]:
+        """A read of ``task`` (the current task, the caller's when it has it: None, looked up)
+        starting now, returned for ``finish`` and ``expired``: the task is cancelled (and the
+        read marked expired) if it has not ``finish``ed within the clock's time."""
         if task is None:
-            raise RuntimeError("a read is timed on a task")
+            task = asyncio.current_task(self.loop)
+            if task is None:
+                raise RuntimeError("a read is timed on a task")
         deadline = self._reads[task] = self.loop.time() + self._seconds
         if self._timer is None:
             self._timer = self.loop.call_at(deadline, self._expire)

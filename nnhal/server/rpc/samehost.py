@@ -139,7 +139,7 @@ class SameHostMethods:
         def refuse(message: str) -> tuple[int, bytes]:
             return fastring.RESULT, refusal(ErrorStatus.INVALID_ARGUMENT, message)
 
-        def handle(kind: int, payload: bytes) -> tuple[int, fastring.Payload]:
+        def handle(kind: int, payload: bytes | memoryview) -> tuple[int, fastring.Payload]:
             faults = x.faults
             if faults.armed and any(f.kind == "abort" for f in faults.pending()):
                 return samehost.STEP_ASIDE, b"an injected abort is pending: it happens on gRPC"
@@ -149,6 +149,8 @@ class SameHostMethods:
                 except fastpacket.PacketError as err:
                     return refuse(f"same-host queue: {err}")
                 return _tagged(rid, scope, compact, kind, rest)
+            if type(payload) is not bytes:  # only compact calls are read in place (``fastpath.DIRECT_KINDS``)
+                payload = bytes(payload)
             try:
                 number, rid, scope, body = samehost.decode_method(payload)
             except fastpacket.PacketError as err:

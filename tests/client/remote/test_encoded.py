@@ -93,7 +93,7 @@ def test_a_nan_deadline_is_refused_as_the_message_refuses_it() -> None:
 
 
 def test_varints() -> None:
-    for n in (0, 1, 127, 128, 300, 1 << 21, (1 << 64) - 1):
+    for n in (0, 1, 127, 128, 300, 16383, 16384, 1 << 21, (1 << 64) - 1):
         msg = spb.ExecuteRequest(loop_timeout_ns=n)
         assert wire_stream.varint(n) == (msg.SerializeToString()[1:] if n else b"\x00")
 
