@@ -426,10 +426,11 @@ class Consumer(_Ring, Generic[P]):
         rules for such views."""
         if self._held:
             self.release()
-        size, mm, data, tail = self.ring_bytes, self._mm, self._data, self._tail
+        tail = self._tail
         avail = self._slots[self._head_slot] - tail
-        if avail == 0:
+        if avail == 0:  # first, before the rest is loaded: a serving thread's last look of a turn
             return None
+        size, mm, data = self.ring_bytes, self._mm, self._data
         if not HEADER_BYTES <= avail <= size:
             raise RingError(f"the producer's ring index is corrupt ({avail} bytes pending in a {size}-byte ring)")
         pos = tail % size
