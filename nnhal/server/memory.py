@@ -251,16 +251,24 @@ def bind_pools(
 
 
 def bind_inline(
-    bound: BoundPools, index: int, data: PoolData, size: int, writable: bool, place: memoryview | None = None
+    bound: BoundPools,
+    index: int,
+    data: PoolData,
+    size: int,
+    writable: bool,
+    place: memoryview | None = None,
+    whole: bool = False,
 ) -> PoolData | bytearray:
     """Bind inline pool ``index`` into ``bound`` and return its buffer: an output pool
     (``writable``) a zeroed buffer of ``size`` bytes holding ``data`` (kept as the pool's
     output too) — ``place`` itself, zeroed, when given (a writable view of ``size`` bytes
-    where the answer will carry the pool: ``fastpacket.AnswerWriter.places``) — any other
-    ``data`` itself, zero-padded to ``size`` when shorter."""
+    where the answer will carry the pool: ``fastpacket.AnswerWriter.places``), or holding
+    ``data`` and what the place held when ``whole`` (the request plan's ``filled``: a
+    completed execution writes every byte of the pool, and only a completed one's answer
+    carries it) — any other ``data`` itself, zero-padded to ``size`` when shorter."""
     buf: PoolData | bytearray
     if writable:
-        buf = _output_buffer(data, size) if place is None else _zeroed(place, data)
+        buf = _output_buffer(data, size) if place is None else _zeroed(place, data, whole)
         bound.inline_outputs[index] = buf
     elif len(data) < size:
         buf = bytes(data) + bytes(size - len(data))
@@ -270,13 +278,16 @@ def bind_inline(
     return buf
 
 
-def _zeroed(place: memoryview, data: PoolData) -> memoryview:
-    """``place`` holding ``data``, then zeros (``bind_inline``)."""
-    array = np.frombuffer(place, np.uint8)
+def _zeroed(place: memoryview, data: PoolData, whole: bool) -> memoryview:
+    """``place`` holding ``data``, then zeros — or what it held after ``data`` when the
+    execution writes it ``whole`` (``bind_inline``)."""
     n = len(data)
-    if n:
-        array[:n] = np.frombuffer(data, np.uint8)
-    array[n:] = 0
+    if n or not whole:
+        array = np.frombuffer(place, np.uint8)
+        if n:
+            array[:n] = np.frombuffer(data, np.uint8)
+        if not whole:
+            array[n:] = 0
     return place
 
 

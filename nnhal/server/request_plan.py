@@ -67,12 +67,14 @@ class _Output:
     as_uint8: bool
     #: The only argument in its pool, at offset 0: it may become the pool's bytes whole.
     alone: bool
+    #: Its pool is one of ``RequestPlan.filled``: every byte of its location is written.
+    fills: bool = False
 
 
 class RequestPlan:
     """The layout-dependent half of executing one request (module docstring)."""
 
-    __slots__ = ("_inputs", "_outputs", "_shapes", "_targets", "overrides", "sizes", "writable")
+    __slots__ = ("_inputs", "_outputs", "_shapes", "_targets", "filled", "overrides", "sizes", "writable")
 
     def __init__(
         self, request: Request, sizes: Sequence[int], inputs: Sequence[Operand], outputs: Sequence[Operand]
@@ -86,8 +88,12 @@ class RequestPlan:
         for a in (*request.inputs, *request.outputs):
             if not a.has_no_value:
                 users[a.location.pool_index] = users.get(a.location.pool_index, 0) + 1
-        self._outputs = tuple(_plan_output(op, arg, users) for op, arg in zip(outputs, request.outputs))
         targets = tuple(_plan_target(op, arg) for op, arg in zip(outputs, request.outputs))
+        #: The output pools whose every byte a completed execution writes (``filled_pools``):
+        #: one bound in a place that holds other bytes need not be zeroed first
+        #: (``memory.bind_inline``'s ``whole``).
+        self.filled = filled_pools(request, targets, self.sizes)
+        self._outputs = tuple(_plan_output(op, arg, users, self.filled) for op, arg in zip(outputs, request.outputs))
         #: Per output, the place a graph may write it in (``output_targets``); None when none has one.
         self._targets = targets if any(targets) else None
         #: The output shapes of the last execution whose outputs all fitted and were written
@@ -178,6 +184,10 @@ class RequestPlan:
             if k in tokens:  # zero-sized results too: they initialize the buffer
                 tokens[k].store(value.tobytes(), value.shape)  # C order
                 continue
+            if out.fills and value.nbytes < out.length and (into is None or value is not into[k]):
+                # A pool of ``filled`` may hold other bytes (``bind_inline``'s ``whole``):
+                # what this shorter value leaves of its location is zeroed, as it would be.
+                np.frombuffer(pools.buffers[out.pool], np.uint8, out.length, out.offset)[value.nbytes :] = 0
             if out.pool < 0 or value.nbytes == 0 or (into is not None and value is into[k]):
                 continue
             pool = inline.get(out.pool)
@@ -210,7 +220,41 @@ def _plan_input(operand: Operand, arg: RequestArgument) -> _Input | None:
     return _Input(arg.location.pool_index, arg.location.offset, DTYPE[operand.type], math.prod(dims), dims)
 
 
-def _plan_output(operand: Operand, arg: RequestArgument, users: dict[int, int]) -> _Output:
+def filled_pools(
+    request: Request, targets: Sequence[tuple[int, int, tuple[int, ...], np.dtype] | None], sizes: Sequence[int]
+) -> frozenset[int]:
+    """The output pools whose every byte a completed execution writes: pools that only
+    outputs use, whose locations tile them exactly (no gap, no overlap) and each of whose
+    outputs has a place of its location's exact length (``_plan_target``). A graph writes
+    such an output whole into its place, or ``RequestPlan.write_outputs`` writes its value
+    there and zeroes what a shorter one leaves."""
+    spans: dict[int, list[tuple[int, int]]] = {}
+    others: set[int] = set()  # pools with an input or a location not surely written whole
+    for arg, target in zip(request.outputs, targets):
+        if arg.has_no_value:
+            continue
+        loc = arg.location
+        if target is None or math.prod(target[2]) * target[3].itemsize != loc.length:
+            others.add(loc.pool_index)
+        else:
+            spans.setdefault(loc.pool_index, []).append((loc.offset, loc.length))
+    others.update(arg.location.pool_index for arg in request.inputs if not arg.has_no_value)
+    filled = []
+    for pool, pieces in spans.items():
+        if pool in others or not 0 <= pool < len(sizes):
+            continue
+        at = 0
+        for offset, length in sorted(pieces):
+            if offset != at:
+                break
+            at += length
+        else:
+            if at == sizes[pool]:
+                filled.append(pool)
+    return frozenset(filled)
+
+
+def _plan_output(operand: Operand, arg: RequestArgument, users: dict[int, int], filled: frozenset[int]) -> _Output:
     if arg.has_no_value:
         return _Output(-1, 0, 0, INFO[operand.type].is_tensor, False, False)
     loc = arg.location
@@ -221,6 +265,7 @@ def _plan_output(operand: Operand, arg: RequestArgument, users: dict[int, int]) 
         INFO[operand.type].is_tensor,
         operand.type in _BOOL_TYPES,
         users.get(loc.pool_index) == 1 and loc.offset == 0,
+        loc.pool_index in filled,
     )
 
 

@@ -24,7 +24,8 @@ from nnhal.core.types import (
     RequestArgument,
 )
 from nnhal.server.driver import Driver
-from nnhal.server.request_plan import CACHED_LAYOUTS
+from nnhal.server.memory import BoundPools
+from nnhal.server.request_plan import CACHED_LAYOUTS, RequestPlan
 from nnhal.server.session import Session
 from tests.conftest import add_model
 
@@ -205,3 +206,43 @@ def test_a_large_output_is_written_whole_at_its_offset(monkeypatch: pytest.Monke
 class _Spare:
     def spare(self) -> bool:
         return True
+
+
+def _plan(request: Request) -> RequestPlan:
+    main = add_model().main
+    operands = main.operands
+    return RequestPlan(
+        request,
+        [p.size for p in request.pools],  # type: ignore[union-attr]
+        [operands[i] for i in main.input_indexes],
+        [operands[i] for i in main.output_indexes],
+    )
+
+
+def test_filled_pools_are_output_pools_their_outputs_tile_exactly() -> None:
+    # One output of its tensor's exact length filling its own pool: every byte is written.
+    assert _plan(_request()).filled == frozenset({1})
+    # A gap before the output, a location longer than its tensor: some bytes are not written.
+    assert _plan(_request(out_offset=8)).filled == frozenset()
+    assert _plan(_request(out_length=2 * N)).filled == frozenset()
+    # An output in the inputs' pool: that pool holds the inputs too.
+    shared = Request(
+        (RequestArgument(location=DataLocation(0, 0, N)), RequestArgument(location=DataLocation(0, N, N))),
+        (RequestArgument(location=DataLocation(0, 2 * N, N)),),
+        (InlinePool(b"", 3 * N),),
+    )
+    assert _plan(shared).filled == frozenset()
+
+
+def test_a_shorter_value_in_a_filled_pool_has_the_rest_of_its_location_zeroed() -> None:
+    # A filled pool's buffer may hold other bytes (a place in the result ring, not zeroed
+    # first): an output value shorter than its location leaves zeros after it, as a zeroed
+    # pool would show.
+    plan = _plan(_request())
+    bound = BoundPools(None)
+    stale = bytearray(b"\xff" * N)
+    bound.buffers = [bytearray(2 * N), stale]
+    bound.inline_outputs[1] = stale
+    value = np.full((1, 4), 2.0, np.float32)
+    plan.write_outputs(bound, [value], None)
+    assert bytes(stale) == value.tobytes() + bytes(N - value.nbytes)

@@ -379,7 +379,8 @@ class Compact:
         shared ring and the layout's prepared model (``found``) computes on its inputs in
         place; an output pool in its place in the result ring when that model's graph only
         copies in and out and the layout's last answer gives the places
-        (``fastpacket.AnswerWriter.places``). None when they declare more than travels inline
+        (``fastpacket.AnswerWriter.places``), not zeroed first when every byte of it is
+        written by a completed execution (``RequestPlan.filled``). None when they declare more than travels inline
         (``bind_pools`` refuses it before it allocates: the full path words it). A lean
         launch's ``Binder`` (:func:`launch_compact`, which set ``found``)."""
         if self.inline > wire.max_inline_bytes():
@@ -393,12 +394,18 @@ class Compact:
         copy = not direct and fastring.in_ring(body)
         places = self.answers.places(self.reserve) if direct and self.reserve is not None else None
         bound = BoundPools(None)
-        writable = plan.writable
+        writable, filled = plan.writable, plan.filled
         for i, ((a, b), size) in enumerate(zip(self.spans, self.sizes)):
             if i in writable:  # copied into its own buffer (or place) either way
                 place = None if places is None else places.get(i)
                 bind_inline(
-                    bound, i, body[a:b], size, True, place if place is not None and len(place) == size else None
+                    bound,
+                    i,
+                    body[a:b],
+                    size,
+                    True,
+                    place if place is not None and len(place) == size else None,
+                    i in filled,
                 )
             else:
                 bind_inline(bound, i, bytes(body[a:b]) if copy else body[a:b], size, False)
