@@ -78,6 +78,9 @@ _TIMING = struct.Struct("<QQ")
 _TIMING_AT = struct.calcsize("<II")
 _TIMING_END = _TIMING_AT + _TIMING.size
 _PAIR = struct.Struct("<II")
+#: A pool's index and length followed by ``pad`` zero bytes, per ``pad`` below :data:`ALIGN`:
+#: what comes before an answer's pool's bytes, written in one call (``AnswerWriter.write``).
+_PAIRS_PADDED = tuple(struct.Struct(f"<II{pad}x") for pad in range(ALIGN))
 _UINT64_MAX = (1 << 64) - 1
 #: CALL flags.
 MEASURE = 1
@@ -325,8 +328,9 @@ class AnswerWriter:
         #: The last encoded answer's output pools: (index, length) each.
         self._pools: tuple[tuple[int, int], ...] = ()
         #: The places ``places`` gave: the reserved payload, its length, and per pool its
-        #: index, where its index and length go, where its bytes go, its length.
-        self._placed: tuple[memoryview, int, tuple[tuple[int, int, int, int], ...]] | None = None
+        #: index, where its index and length go, where its bytes go, its length, and the
+        #: struct that writes its index, length and pad.
+        self._placed: tuple[memoryview, int, tuple[tuple[int, int, int, int, struct.Struct], ...]] | None = None
 
     def places(self, reserve: Callable[[int], memoryview | None]) -> dict[int, memoryview] | None:
         """Where the next answer's output pools go in place: a writable view per pool index
@@ -344,13 +348,13 @@ class AnswerWriter:
         at = len(self._head)
         for index, n in self._pools:
             start = aligned(at + _PAIR.size)
-            spots.append((index, at, start, n))
+            spots.append((index, at, start, n, _PAIRS_PADDED[start - at - _PAIR.size]))
             at = start + n
         view = reserve(at)
         if view is None:
             return None
         self._placed = (view, at, tuple(spots))
-        return {index: view[start : start + n] for index, _, start, n in spots}
+        return {index: view[start : start + n] for index, _, start, n, _ in spots}
 
     def write(self, result: ExecutionResult) -> bytes | fastring.Gathered | fastring.Reserved:
         """``answer_parts(result)``, or the answer written around its pools in their places
@@ -381,11 +385,14 @@ class AnswerWriter:
             if (
                 len(pools) == len(spots)
                 and len(head) == spots[0][1]
-                and all(_in_place(pools.get(i), view, n) for i, _, _, n in spots)
+                and all(_in_place(pools.get(i), view, n) for i, _, _, n, _ in spots)
             ):
                 view[: len(head)] = head
-                for index, at, _, n in spots:
-                    _PAIR.pack_into(view, at, index, n)  # the pads' contents are not read
+                for index, at, _, n, pair in spots:
+                    # The pad is zeroed too: the answer's bytes are those ``answer_parts``
+                    # writes, so a reader that remembers them (``AnswerReader``) knows the
+                    # next one, whatever the ring held there.
+                    pair.pack_into(view, at, index, n)
                 return fastring.Reserved(length)
             # Not the answer the places were made for: its pools leave the ring before the
             # answer is written there.

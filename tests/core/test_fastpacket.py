@@ -16,6 +16,7 @@ from nnhal.core.types import (
     ExecutionResult,
     InlinePool,
     OutputShape,
+    PoolData,
     RequestArgument,
     SharedMemoryPool,
     Timing,
@@ -225,3 +226,29 @@ def test_every_tensor_of_a_call_and_an_answer_starts_aligned() -> None:
         fastpacket.Layout(key).pools(call.body[:-1])
     with pytest.raises(PacketError, match="padded header"):
         fastpacket.decode_call(payload[: fastpacket.CALL_HEAD_BYTES - 1])
+
+
+def test_an_answer_written_around_its_places_is_the_bytes_answer_parts_writes() -> None:
+    """The bytes around the pools — the head, each pool's index, length and pad — are written
+    whole, the pads too, whatever the result ring held there: the answer is the one
+    ``answer_parts`` makes, so the client's ``AnswerReader`` knows it from the last."""
+    writer = fastpacket.AnswerWriter()
+    shapes = (OutputShape((3,), True), OutputShape((5,), True))
+    first = bytes(range(12))
+    second = bytes(range(100, 120))
+    pools: dict[int, PoolData] = {1: first, 2: second}
+    result = ExecutionResult(ErrorStatus.NONE, "", shapes, output_pools=pools)
+    made = writer.write(result)
+    expected = made if isinstance(made, bytes) else b"".join(bytes(p) for p in made.parts)  # type: ignore[union-attr]
+    ring = bytearray(b"\xff" * 4096)  # what an earlier packet left in the result ring
+    places = writer.places(lambda length: memoryview(ring)[:length])
+    assert places is not None and set(places) == {1, 2}
+    places[1][:] = first
+    places[2][:] = second
+    again = ExecutionResult(ErrorStatus.NONE, "", shapes, output_pools={1: places[1], 2: places[2]})
+    written = writer.write(again)
+    assert isinstance(written, fastring.Reserved)
+    assert bytes(ring[: len(written)]) == expected
+    reader = fastpacket.AnswerReader()
+    assert bytes(reader.read(expected).output_pools[2]) == second
+    del places, again
