@@ -2,6 +2,8 @@
 
 They mirror ``neuralnetworks/1.3/types.hal`` one to one; every other layer speaks
 these, and only the ``nnhal.core.wire*`` modules convert them to and from protobuf.
+The slotted ones are built through their slots (:func:`nnhal.core.frozen.slot_init`):
+they are made on every execution's path, on both sides.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from nnhal.core.enums import (
     OperandType,
     OperationType,
 )
+from nnhal.core.frozen import slot_init
 
 #: Timing fields use UINT64_MAX for "not measured".
 NO_TIMING = 0xFFFF_FFFF_FFFF_FFFF
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class DataLocation:
     pool_index: int = 0
@@ -28,12 +32,14 @@ class DataLocation:
     length: int = 0
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class SymmPerChannelQuantParams:
     scales: tuple[float, ...]
     channel_dim: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Operand:
     type: OperandType
@@ -47,6 +53,7 @@ class Operand:
     extension_params: bytes | None = None
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Operation:
     type: OperationType
@@ -54,6 +61,7 @@ class Operation:
     outputs: tuple[int, ...]
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Subgraph:
     operands: tuple[Operand, ...]
@@ -67,6 +75,7 @@ class Subgraph:
 PoolData = bytes | memoryview
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class InlinePool:
     """Bytes carried inside the message; ``size`` may exceed ``len(data)`` for
@@ -76,6 +85,7 @@ class InlinePool:
     size: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class SharedMemoryPool:
     """A named region on the server's host: the ``ashmem`` / ``mmap_fd`` /
@@ -87,6 +97,7 @@ class SharedMemoryPool:
     size: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BufferTokenPool:
     """A driver-managed buffer (memory domain) named by its positive token."""
@@ -97,12 +108,14 @@ class BufferTokenPool:
 MemoryPool = InlinePool | SharedMemoryPool | BufferTokenPool
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ExtensionNameAndPrefix:
     name: str
     prefix: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Model:
     main: Subgraph
@@ -113,6 +126,7 @@ class Model:
     extension_name_to_prefix: tuple[ExtensionNameAndPrefix, ...] = ()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class RequestArgument:
     has_no_value: bool = False
@@ -120,6 +134,7 @@ class RequestArgument:
     dimensions: tuple[int, ...] = ()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Request:
     inputs: tuple[RequestArgument, ...]
@@ -127,12 +142,14 @@ class Request:
     pools: tuple[MemoryPool, ...]
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class OutputShape:
     dimensions: tuple[int, ...]
     is_sufficient: bool
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Timing:
     """Microseconds; NO_TIMING when not measured (types.hal 1.2 Timing)."""
@@ -141,6 +158,7 @@ class Timing:
     time_in_driver: int = NO_TIMING
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class OperationProfile:
     """nnhal extension: time spent in one operation type during an execution."""
@@ -150,6 +168,7 @@ class OperationProfile:
     total_us: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class OperationTiming:
     """nnhal extension: one operation as it ran (operation ``index`` of subgraph ``subgraph``,
@@ -162,6 +181,7 @@ class OperationTiming:
     duration_us: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)  # slots: made on every execution's path, on both sides
 class ExecutionResult:
     """What an execution returns across the boundary: the callback's (or synchronous
@@ -190,18 +210,21 @@ class FencedExecutionInfo:
     output_pools: dict[int, PoolData] = field(default_factory=dict)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PerformanceInfo:
     exec_time: float = 1.0
     power_usage: float = 1.0
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class OperandPerformance:
     type: OperandType
     info: PerformanceInfo
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     relaxed_float32_to_float16_performance_scalar: PerformanceInfo = PerformanceInfo()
@@ -211,11 +234,13 @@ class Capabilities:
     while_performance: PerformanceInfo = PerformanceInfo()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BufferDesc:
     dimensions: tuple[int, ...] = ()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BufferRole:
     model_index: int
@@ -223,6 +248,7 @@ class BufferRole:
     frequency: float
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ExtensionOperandTypeInformation:
     type: int
@@ -230,12 +256,14 @@ class ExtensionOperandTypeInformation:
     byte_size: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Extension:
     name: str
     operand_types: tuple[ExtensionOperandTypeInformation, ...] = ()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class DeviceInfo:
     """What ``nnhal info`` shows for a device: the static IDevice answers."""
