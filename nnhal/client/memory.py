@@ -37,6 +37,7 @@ from typing import Protocol
 
 import numpy as np
 
+from nnhal.core import large_copy
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.host import memfd_identity
 from nnhal.core.shared_pages import map_shared
@@ -199,7 +200,7 @@ class SharedMemory:
         """A new region holding a copy of ``array``'s bytes (``memfd``, ``seal``: as ``create``)."""
         data = np.ascontiguousarray(array)
         region = cls.create(device, max(data.nbytes, 1), kind, memfd, seal)
-        region.view(np.uint8, (data.nbytes,))[:] = data.reshape(-1).view(np.uint8)
+        region.write(data)
         return region
 
     @classmethod
@@ -232,6 +233,21 @@ class SharedMemory:
             raise InvalidArgument("the shared region was released")
         count = int(np.prod(shape))
         return np.frombuffer(self._map, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+    def write(self, array: np.ndarray, offset: int = 0) -> None:
+        """Copy ``array``'s bytes (C order) into the region from ``offset``: what a request's
+        input needs before an execution reads it from the region. A large copy is shared with
+        helper threads while the machine has a core to spare (``nnhal.core.large_copy``).
+        InvalidArgument when the bytes do not fit or the region was released."""
+        if self._map is None:
+            raise InvalidArgument("the shared region was released")
+        data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        if offset < 0 or offset + data.nbytes > self.size:
+            raise InvalidArgument(
+                f"{data.nbytes} bytes at offset {offset} do not fit the {self.size}-byte shared region"
+            )
+        dst = np.frombuffer(self._map, dtype=np.uint8, count=data.nbytes, offset=offset)
+        large_copy.copy(dst, data)
 
     def release(self) -> None:
         """Unmap, and remove the file if this object created it (idempotent)."""

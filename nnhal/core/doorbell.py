@@ -28,6 +28,9 @@ import threading
 
 RING = b"\x01"
 STOP = b"\x00"
+#: The most one wait reads: a small buffer (the interpreter's own allocator takes it, where a
+#: 4 KiB one was allocated and shrunk on every wake-up); bytes beyond it wake the reader again.
+_READ_BYTES = 256
 
 #: prctl's PR_SET_TIMERSLACK (linux/prctl.h) and the slack a waiter's timers get (ns).
 _PR_SET_TIMERSLACK = 29
@@ -126,10 +129,11 @@ class Doorbell:
                 self._inbox_poll.register(self._inbox_r, select.POLLIN)
             if not self._inbox_poll.poll(math.ceil(max(0.0, timeout) * 1000)):
                 return 0
-        data = os.read(self._inbox_r, 4096)
-        if not data or STOP in data or self._stop_asked:
+        data = os.read(self._inbox_r, _READ_BYTES)
+        # One ring is the usual wake-up: compared whole, not searched.
+        if (data != RING and (not data or STOP in data)) or self._stop_asked:
             self._stopped = True
-        return data.count(RING)
+        return 1 if data == RING else data.count(RING)
 
     @property
     def inbox(self) -> int:
@@ -153,10 +157,11 @@ class Doorbell:
         the inbox reads block. 0 once stopped (a STOP read now or before)."""
         if self._stopped:
             return 0
-        data = os.read(self._inbox_r, 4096)
-        if not data or STOP in data or self._stop_asked:
+        data = os.read(self._inbox_r, _READ_BYTES)
+        # One ring is the usual wake-up: compared whole, not searched.
+        if (data != RING and (not data or STOP in data)) or self._stop_asked:
             self._stopped = True
-        return data.count(RING)
+        return 1 if data == RING else data.count(RING)
 
     def stop(self) -> None:
         """Wake this side's waiter for good (idempotent, any thread, also after ``close``)."""

@@ -19,8 +19,12 @@ offset   contents
 A packet is a 16-byte header — payload length u32, sequence u32 (the producer's
 count from 0, wrapping), CRC-32 of the payload's first :data:`CHECKED_BYTES` bytes
 u32, kind u32 — then the payload, padded to a multiple of 16 so that a header never
-straddles the ring's end (a payload may: it goes on at the ring's start). A packet
-of up to ``ring_bytes - 16`` payload bytes fits an empty ring.
+straddles the ring's end (a small payload may: it goes on at the ring's start). A packet
+of up to ``ring_bytes - 16`` payload bytes fits an empty ring. A payload of
+:data:`DIRECT_BYTES` or more that would run past the ring's end starts at the ring's
+start instead when there is room: a :data:`FILL` packet (no checksum, its bytes
+never read) takes the rest of the ring before it, so that the consumer can read it
+in one piece, in place (``direct`` kinds).
 
 What the checksum is for: catching a producer that is out of step with its
 consumer (a bug, a packet written over a stale index), not an attacker — the peer
@@ -34,7 +38,17 @@ of the packet's way through the ring.
 Trust: each side keeps its own index privately and only reads the peer's from
 shared memory, so a peer can lie only about its own index and the bytes it
 wrote. The consumer copies a packet out before checking it (the peer could
-change it meanwhile) and refuses with :class:`RingError` a head behind its tail
+change it meanwhile) — but for a large packet of a kind whose payload is mostly
+opaque tensor bytes (``direct`` kinds, :data:`DIRECT_BYTES` or more, not wrapping
+past the ring's end): that one is handed out as a view of the ring, which stays
+the consumer's until :meth:`Consumer.release` (its tail is published only then), so that
+each tensor's bytes are copied once, straight to where they are used. What such a
+view's reader must keep to (DESIGN §2): every field that gives the packet structure
+(a tag, a header, a length, an id) is read once into a private value before it is
+checked and used — never checked in the ring and read again — and the payload's
+opaque bytes are only ever copied out, once, into memory the peer cannot write.
+A peer changing them meanwhile only changes its own input values, which it could
+have sent anyway. The consumer refuses with :class:`RingError` a head behind its tail
 or more than the ring ahead of it, a length past the limit or past what was
 written, an unexpected sequence number or kind, a wrong checksum. The producer
 refuses a tail outside ``[head - ring_bytes, head]``. After a RingError the ring
@@ -50,13 +64,18 @@ import struct
 import sys
 import zlib
 from collections.abc import Collection, Sequence
+from typing import Generic, TypeVar
 
 MAGIC = b"NNFQ"
 #: 2: the checksum covers the payload's first CHECKED_BYTES bytes (1: all of it). 3: the
-#: compact packets' tensors start aligned in their payloads (``fastpacket.ALIGN``).
-VERSION = 3
+#: compact packets' tensors start aligned in their payloads (``fastpacket.ALIGN``). 4: a
+#: large payload does not wrap when a FILL packet can take the ring's end.
+VERSION = 4
 #: How many of a payload's first bytes the packet's checksum covers (module docstring).
 CHECKED_BYTES = 4096
+#: From how many payload bytes a packet of a ``direct`` kind is handed out as a view of the
+#: ring (``Consumer.read``): below it a private copy costs less than the view's bookkeeping.
+DIRECT_BYTES = 16 << 10
 #: Where the rings' data starts; everything before it is the region's header.
 DATA_OFFSET = 4096
 #: Ring sizes: a multiple of the page size, within these bounds.
@@ -74,6 +93,9 @@ HANDOVER_FDS = 4
 #: Packet kinds.
 REQUEST = 1
 RESULT = 2
+#: The ring's end skipped so that the next (large) packet starts at the ring's start: read
+#: by the consumer itself, whatever kinds it takes, never handed out.
+FILL = 15
 
 _REGION_HEADER = struct.Struct("<4sII")
 _INDEX = struct.Struct("<Q")
@@ -229,6 +251,9 @@ class Producer(_Ring):
         if size - used < need:
             raise RingError(f"the ring is full ({used} of {size} bytes unread)")
         pos = head % size
+        if length >= DIRECT_BYTES and pos + need > size:
+            head = self._fill(head, used, need)
+            pos = head % size
         _PACKET.pack_into(
             mm, data + pos, length, self._seq & 0xFFFFFFFF, checksum(payload) if crc is None else crc, kind
         )
@@ -242,6 +267,18 @@ class Producer(_Ring):
         self._head = head = head + need
         self._seq += 1
         self._slots[self._head_slot] = head
+
+    def _fill(self, head: int, used: int, need: int) -> int:
+        """Where a packet of ``need`` bytes (with its header) that would run past the ring's
+        end starts: the ring's start, after a FILL packet written over the rest of the ring
+        (published with the packet), when both fit; else ``head`` itself (it wraps)."""
+        size = self.ring_bytes
+        fill = size - head % size
+        if size - used < fill + need:
+            return head
+        _PACKET.pack_into(self._mm, self._data + head % size, fill - HEADER_BYTES, self._seq & 0xFFFFFFFF, 0, FILL)
+        self._seq += 1
+        return head + fill
 
     def _write_gathered(self, kind: int, payload: Gathered, crc: int | None) -> None:
         """``write`` of a payload in parts: the same packet, each part copied in turn."""
@@ -258,6 +295,9 @@ class Producer(_Ring):
         if crc is None:
             crc = _gathered_checksum(payload.parts)
         pos = head % size
+        if length >= DIRECT_BYTES and pos + need > size:
+            head = self._fill(head, used, need)
+            pos = head % size
         _PACKET.pack_into(mm, data + pos, length, self._seq & 0xFFFFFFFF, crc, kind)
         at = (pos + HEADER_BYTES) % size
         for part in payload.parts:
@@ -275,14 +315,33 @@ class Producer(_Ring):
         self._slots[self._head_slot] = head
 
 
-class Consumer(_Ring):
-    """The reading side of one ring: ``request=True`` for the request ring (the server's)."""
+def in_ring(payload: bytes | bytearray | memoryview) -> bool:
+    """Whether ``payload`` is (a view cut from) a packet :meth:`Consumer.read` handed out as
+    a view of its ring — shared memory the peer writes — rather than a private copy."""
+    return type(payload) is memoryview and type(payload.obj) is mmap.mmap
 
-    def __init__(self, mm: mmap.mmap, ring_bytes: int, request: bool, kinds: Collection[int]) -> None:
+
+#: What a consumer's ``read`` hands out: ``bytes`` for one with no ``direct`` kinds, else
+#: ``bytes | memoryview`` (how its owner annotates it: the type checker's concern only).
+P = TypeVar("P", bytes, bytes | memoryview)
+
+
+class Consumer(_Ring, Generic[P]):
+    """The reading side of one ring: ``request=True`` for the request ring (the server's).
+    Packets of the ``direct`` kinds may be handed out as views of the ring (``read``)."""
+
+    def __init__(
+        self, mm: mmap.mmap, ring_bytes: int, request: bool, kinds: Collection[int], direct: Collection[int] = ()
+    ) -> None:
         super().__init__(mm, ring_bytes, request)
         self._kinds = frozenset(kinds)
+        self._direct = frozenset(direct)
         self._tail = self._index(self._tail_at)
         self._seq: int | None = 0
+        #: Whether the tail of a packet handed out as a view is not published yet (``release``).
+        self._held = False
+        #: The whole data area, which a direct packet's view is cut from.
+        self._area = memoryview(mm)[self._data : self._data + ring_bytes]
 
     def pending(self) -> bool:
         """Whether the producer's index moved past what was read (a packet, or a corrupt index,
@@ -291,13 +350,20 @@ class Consumer(_Ring):
         publication (the producer's doorbell byte, :mod:`nnhal.core.doorbell`)."""
         return bool(self._slots[self._head_slot] != self._tail)
 
-    def read(self) -> tuple[int, bytes] | None:
-        """The next packet's kind and payload (a private copy), None when the ring is empty;
-        RingError for anything the producer got wrong (module docstring)."""
-        size, mm, data, tail = self.ring_bytes, self._mm, self._data, self._tail
+    def read(self) -> tuple[int, P] | None:
+        """The next packet's kind and payload, None when the ring is empty; RingError for
+        anything the producer got wrong (module docstring). The payload is a private copy,
+        but for a packet of a ``direct`` kind of :data:`DIRECT_BYTES` or more that does not
+        wrap: a read-only view of the ring (``in_ring``), the consumer's until ``release``
+        or the next ``read`` (which releases it first); its reader keeps to the module's
+        rules for such views."""
+        if self._held:
+            self.release()
+        tail = self._tail
         avail = self._slots[self._head_slot] - tail
-        if avail == 0:
+        if avail == 0:  # first, before the rest is loaded: a serving thread's last look of a turn
             return None
+        size, mm, data = self.ring_bytes, self._mm, self._data
         if not HEADER_BYTES <= avail <= size:
             raise RingError(f"the producer's ring index is corrupt ({avail} bytes pending in a {size}-byte ring)")
         pos = tail % size
@@ -307,11 +373,26 @@ class Consumer(_Ring):
             raise RingError(f"a packet claims {length} bytes; {avail - HEADER_BYTES} were written")
         if self._seq is not None and seq != self._seq & 0xFFFFFFFF:
             raise RingError(f"packet {seq} arrived where packet {self._seq & 0xFFFFFFFF} was due")
+        if kind == FILL:
+            if pos + need != size or need == avail:
+                raise RingError("a fill packet that does not end at the ring's end, or ends the ring's packets")
+            self._tail = tail + need
+            self._seq = seq + 1
+            self._slots[self._tail_slot] = self._tail
+            return self.read()
         if kind not in self._kinds:
             raise RingError(f"unexpected packet kind {kind}")
         start = (pos + HEADER_BYTES) % size
         first = size - start
         if length <= first:
+            if length >= DIRECT_BYTES and kind in self._direct:
+                view = self._area[start : start + length].toreadonly()
+                if checksum(view) != crc:
+                    raise RingError("a packet's checksum does not match its bytes")
+                self._tail = tail + need
+                self._seq = seq + 1
+                self._held = True  # published by ``release``: the view's bytes are still read
+                return kind, view  # type: ignore[return-value]  # P admits views with direct kinds
             payload = mm[data + start : data + start + length]
         else:
             payload = mm[data + start : data + size] + mm[data : data + length - first]
@@ -320,11 +401,23 @@ class Consumer(_Ring):
         self._tail = tail = tail + need
         self._seq = seq + 1
         self._slots[self._tail_slot] = tail
-        return kind, payload
+        return kind, payload  # type: ignore[return-value]  # bytes: both of P's types admit it
+
+    def release(self) -> None:
+        """Done with the packet last handed out as a view: its bytes are the producer's again
+        (the tail published). Idempotent; the view must not be read afterwards."""
+        if self._held:
+            self._held = False
+            self._slots[self._tail_slot] = self._tail
 
     def resync(self) -> None:
         """Drop everything pending and follow the producer from its current head (the next
         packet's sequence number is taken as it comes)."""
+        self._held = False
         self._tail = self._index(self._head_at)
         self._seq = None
         self._slots[self._tail_slot] = self._tail
+
+    def close(self) -> None:
+        self._area.release()
+        super().close()

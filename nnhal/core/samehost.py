@@ -71,6 +71,9 @@ STREAMS = frozenset(
 
 METHOD_HEADER = struct.Struct("<III")
 TAG_HEADER = struct.Struct("<II")
+_TAG_BYTES = TAG_HEADER.size
+#: The zeros a tag's pad is cut from.
+_PAD = bytes(ALIGN)
 MAX_REQUEST_ID = 128
 _U32 = struct.Struct("<I")
 
@@ -107,27 +110,33 @@ def decode_method(payload: bytes) -> tuple[int, str, str, bytes]:
 def encode_tag(request_id: str, scope: str = "") -> bytes:
     """The prefix of a fast burst packet on a session's queue (a multiple of ``ALIGN`` bytes)."""
     rid = request_id.encode("ascii", "replace")[:MAX_REQUEST_ID]
-    sc = scope.encode("ascii", "replace")[:MAX_REQUEST_ID]
-    tag = TAG_HEADER.pack(len(rid), len(sc)) + rid + sc
-    return tag + bytes(-len(tag) % ALIGN)
+    # Every execution's tag: a call outside a fault scope (most) encodes no scope.
+    sc = scope.encode("ascii", "replace")[:MAX_REQUEST_ID] if scope else b""
+    n = TAG_HEADER.size + len(rid) + len(sc)
+    return TAG_HEADER.pack(len(rid), len(sc)) + rid + sc + _PAD[: -n % ALIGN]
 
 
-def split_tag(payload: bytes) -> tuple[str, str, memoryview]:
+def split_tag(payload: bytes | memoryview) -> tuple[str, str, memoryview]:
     """The request id, fault scope and the rest of a tagged packet's payload, after the tag's
-    pad (a view: an execution's inputs are not copied again)."""
-    if len(payload) < TAG_HEADER.size:
-        raise PacketError(f"a tagged packet of {len(payload)} bytes is shorter than its tag")
+    pad (a view: an execution's inputs are not copied again). Each field of the tag is read
+    once, into a private value, before it is checked (``payload`` may be a view of shared
+    memory its writer still changes: ``fastring.in_ring``)."""
+    size = len(payload)
+    if size < _TAG_BYTES:
+        raise PacketError(f"a tagged packet of {size} bytes is shorter than its tag")
     rid_len, scope_len = TAG_HEADER.unpack_from(payload)
-    at = TAG_HEADER.size
-    if max(rid_len, scope_len) > MAX_REQUEST_ID or at + rid_len + scope_len > len(payload):
+    tag_end = _TAG_BYTES + rid_len + scope_len
+    if rid_len > MAX_REQUEST_ID or scope_len > MAX_REQUEST_ID or tag_end > size:
         raise PacketError("a tagged packet's request id or fault scope does not fit")
+    names = bytes(payload[_TAG_BYTES:tag_end])
     try:
-        rid = payload[at : at + rid_len].decode("ascii")
-        scope = payload[at + rid_len : at + rid_len + scope_len].decode("ascii")
+        # Most calls have no fault scope: the names are the request id alone.
+        rid = names[:rid_len].decode("ascii") if scope_len else names.decode("ascii")
+        scope = names[rid_len:].decode("ascii") if scope_len else ""
     except UnicodeDecodeError:
         raise PacketError("a tagged packet's request id or fault scope is not ASCII") from None
-    end = aligned(at + rid_len + scope_len)
-    if end > len(payload):
+    end = aligned(tag_end)
+    if end > size:
         raise PacketError("a tagged packet's tag is not padded to its alignment")
     return rid, scope, memoryview(payload)[end:]
 

@@ -28,6 +28,12 @@ from nnhal.server.pieces import Pieces
 
 
 class ExecutableGraph(Protocol):
+    #: Whether ``run`` reads each input array only to copy it, once, into memory of its own
+    #: before computing: then an input may be a view of memory another process still writes
+    #: (a same-host queue's ring), whose changes meanwhile can only change the values computed.
+    #: False: ``run`` computes on its inputs in place, which must be private memory.
+    copies_inputs: bool
+
     def run(
         self,
         inputs: Sequence[np.ndarray | None],

@@ -54,11 +54,16 @@ _ACCEPT_SLICE_S = 0.25
 #: Turns a refusal (status, message) into the answer packet's payload (kind ``fastring.RESULT``).
 Refuse = Callable[[ErrorStatus, str], bytes]
 #: Turns a request packet (kind, payload) into the answer packet (kind, payload); never raises.
-Handle = Callable[[int, bytes], tuple[int, fastring.Payload]]
+#: The payload is a private copy, or for a large compact call (:data:`DIRECT_KINDS`) a view of
+#: the request ring (``fastring.in_ring``: read as ``fastring``'s module docstring says).
+Handle = Callable[[int, bytes | memoryview], tuple[int, fastring.Payload]]
 #: A Handle that also takes a view of a packet's payload (a part of a larger packet, not copied).
 ViewHandle = Callable[[int, bytes | memoryview], tuple[int, fastring.Payload]]
 #: The request kinds a queue takes: a full request, one asking for a layout id, a compact call.
 REQUEST_KINDS = (fastring.REQUEST, fastpacket.LEARN, fastpacket.CALL)
+#: The request kinds whose large packets are read in place (``fastring.Consumer``'s ``direct``):
+#: a compact call, whose payload past its tag and header is its inputs' bytes.
+DIRECT_KINDS = (fastpacket.CALL,)
 
 
 def available() -> bool:
@@ -96,7 +101,9 @@ class FastQueue:
         except BaseException:
             self.close()
             raise
-        self._requests = fastring.Consumer(self._mm, ring_bytes, True, kinds)
+        self._requests: fastring.Consumer[bytes | memoryview] = fastring.Consumer(
+            self._mm, ring_bytes, True, kinds, DIRECT_KINDS
+        )
         #: What answers an answer too large for the result ring (None: a refusal, ``refuse``).
         self.oversize: Callable[[int], tuple[int, fastring.Payload]] | None = None
         self._results = fastring.Producer(self._mm, ring_bytes, False)
@@ -168,8 +175,9 @@ class FastQueue:
                 raise GeneralFailure(f"handing the fast burst queue over failed: {err}") from err
         self._close_handed()
 
-    def next_packet(self, refuse: Refuse) -> tuple[int, bytes] | None:
-        """The next request packet (kind, a private copy of its payload); None when the ring
+    def next_packet(self, refuse: Refuse) -> tuple[int, bytes | memoryview] | None:
+        """The next request packet (kind, its payload: ``Handle``'s); a view of the ring stays
+        valid until this queue's next ``answer`` or ``next_packet``. None when the ring
         is empty or the queue is stopping (``stop``, the client's STOP, a client that does not
         read its answers: what is left is not run). A packet breaking the ring's rules is
         answered with ``refuse``'s refusal here, and the ring resynchronised."""
@@ -195,8 +203,10 @@ class FastQueue:
         """Write one answer packet and ring the client (an answer too large for the result
         ring is replaced: ``oversize``, else ``refuse``'s refusal). A client that does not
         read its answers ends the queue (:attr:`violation`). Without ``ring`` the caller
-        must call :meth:`ring` later, before it waits for anything."""
+        must call :meth:`ring` later, before it waits for anything. The request packet
+        answered is done with: a view of it in the request ring is given back first."""
         assert self._doorbell is not None
+        self._requests.release()
         if not self._results.fits(len(payload)):
             if self.oversize is not None:
                 kind, payload = self.oversize(len(payload))
@@ -263,5 +273,8 @@ class FastQueue:
             if ring is not None:
                 ring.close()
         if self._mm is not None:
-            self._mm.close()
+            try:
+                self._mm.close()
+            except BufferError:  # a request's view is still referenced: unmapped with it
+                pass
             self._mm = None

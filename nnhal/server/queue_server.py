@@ -187,7 +187,7 @@ class QueueServer:
         watch.waited(monotonic() - start, looked)
         return events
 
-    def _turn(self, served: _Served, handed: tuple[int, bytes] | None) -> None:
+    def _turn(self, served: _Served, handed: tuple[int, bytes | memoryview] | None) -> None:
         """One turn of ``served`` (``_answer``) on the serving thread (``handed`` None) or a
         worker, then — outside the queue's context, which the next turn enters, maybe on
         another thread — hand it to a worker (out of the epoll set meanwhile), put it back in
@@ -229,7 +229,7 @@ class QueueServer:
         except (OSError, ValueError):  # the set was closed under a racing end: nothing left to do
             pass
 
-    def _answer(self, served: _Served, handed: tuple[int, bytes] | None) -> object:
+    def _answer(self, served: _Served, handed: tuple[int, bytes | memoryview] | None) -> object:
         """Answer ``served``'s waiting packets — on a worker (``handed``: the packet it was
         given, answered first) all of them, on the serving thread the quick ones: ``_ARM``
         once none waits, ``_END`` once the queue is stopping, or the first packet that is not

@@ -32,11 +32,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from nnhal.core import large_copy
 from nnhal.core.enums import OperandType
 from nnhal.core.errors import InvalidArgument, OutputInsufficientSize
 from nnhal.core.operand_types import DTYPE, INFO
 from nnhal.core.types import Operand, OutputShape, Request, RequestArgument
-from nnhal.server import large_copy
 from nnhal.server.memory import BoundPools
 
 #: How many layouts one prepared model remembers (a client typically sends one or two).

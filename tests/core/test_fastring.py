@@ -141,3 +141,89 @@ def test_the_checksum_covers_a_large_payloads_first_bytes() -> None:
     prod.write(REQUEST, big, crc=fastring.checksum(big) ^ 1)
     with pytest.raises(RingError, match="checksum"):
         cons.read()
+
+
+def test_a_large_packet_of_a_direct_kind_is_read_in_place_until_released() -> None:
+    ring = 64 << 10
+    mm = mmap.mmap(-1, fastring.region_bytes(ring))
+    prod = Producer(mm, ring, True)
+    cons: Consumer[bytes | memoryview] = Consumer(mm, ring, True, (REQUEST, RESULT), (REQUEST,))
+    big = bytes(range(256)) * (fastring.DIRECT_BYTES // 256)
+    prod.write(RESULT, big)  # not a direct kind: a private copy
+    kind, payload = cons.read() or (0, b"")
+    assert (kind, payload) == (RESULT, big) and type(payload) is bytes and not fastring.in_ring(payload)
+    prod.write(REQUEST, big[:100])  # too small to be read in place
+    assert type((cons.read() or (0, b""))[1]) is bytes
+    prod.write(REQUEST, big)
+    kind, view = cons.read() or (0, b"")
+    assert kind == REQUEST and fastring.in_ring(view) and view == big and view.readonly
+    assert fastring.in_ring(memoryview(view)[64:])  # a view cut from it is still one
+    # The producer does not get the bytes back until the consumer is done with them.
+    tail_slot = 128 // 8
+    slots = memoryview(mm)[: fastring.DATA_OFFSET].cast("Q")
+    held = slots[tail_slot]
+    cons.release()
+    assert slots[tail_slot] == held + fastring.HEADER_BYTES + len(big)
+    cons.release()  # idempotent
+    # The next read gives back a view not released yet.
+    prod.write(REQUEST, big)
+    assert fastring.in_ring((cons.read() or (0, b""))[1])
+    assert cons.read() is None
+    assert slots[tail_slot] == prod._head  # published by the read
+    # A large packet that would run past the ring's end starts at its start, after a fill.
+    _advance_to(prod, cons, ring - 4096)
+    prod.write(REQUEST, big)
+    kind, payload = cons.read() or (0, b"")
+    assert kind == REQUEST and fastring.in_ring(payload) and payload == big
+    assert cons.read() is None
+    # Without room for the fill and the packet (a packet not read yet), it runs past the end:
+    # a private copy, joined.
+    unread = b"u" * (40 << 10)
+    _advance_to(prod, cons, ring - 8192 - (fastring.HEADER_BYTES + len(unread)))
+    prod.write(RESULT, unread)
+    prod.write(REQUEST, big)
+    assert cons.read() == (RESULT, unread)
+    kind, payload = cons.read() or (0, b"")
+    assert payload == big and type(payload) is bytes
+    del view, payload, slots
+    cons.close()
+    prod.close()
+    mm.close()
+
+
+def _advance_to(prod: Producer, cons: Consumer[bytes | memoryview], pos: int) -> None:
+    """Small packets written and read until the producer's next packet starts at ``pos``."""
+    size = prod.ring_bytes
+    while (gap := (pos - prod._head) % size) != 0:
+        prod.write(RESULT, b"s" * (min(gap, 4016) - fastring.HEADER_BYTES))
+        assert cons.read() is not None
+
+
+def test_a_fill_packet_that_does_not_end_the_ring_is_refused(region: mmap.mmap) -> None:
+    prod, cons = _pair(region)
+    prod.write(REQUEST, b"x" * 100, crc=0)
+    struct.pack_into("<I", region, fastring.DATA_OFFSET + 12, fastring.FILL)  # its kind
+    with pytest.raises(RingError, match="fill packet"):
+        cons.read()
+    cons.resync()
+    prod.write(REQUEST, b"ok")
+    assert cons.read() == (REQUEST, b"ok")
+
+
+def test_large_packets_in_parts_round_trip_with_fills() -> None:
+    ring = 64 << 10
+    mm = mmap.mmap(-1, fastring.region_bytes(ring))
+    prod = Producer(mm, ring, True)
+    cons: Consumer[bytes] = Consumer(mm, ring, True, (REQUEST,))
+    for i in range(40):  # 17-23 KiB packets through a 64 KiB ring: a fill or a wrap every few
+        parts = [bytes([i]) * 1000, bytes([i + 1]) * (fastring.DIRECT_BYTES + 1000 * (i % 7))]
+        prod.write(REQUEST, fastring.Gathered(parts))
+        if i % 3 == 0:
+            prod.write(REQUEST, b"small")
+        assert cons.read() == (REQUEST, b"".join(parts))
+        if i % 3 == 0:
+            assert cons.read() == (REQUEST, b"small")
+    assert cons.read() is None
+    cons.close()
+    prod.close()
+    mm.close()

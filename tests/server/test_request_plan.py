@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from nnhal.core import large_copy
 from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, OperandType as T, OperationType as O, Priority
 from nnhal.core.errors import InvalidArgument
@@ -22,7 +23,6 @@ from nnhal.core.types import (
     Request,
     RequestArgument,
 )
-from nnhal.server import large_copy
 from nnhal.server.driver import Driver
 from nnhal.server.request_plan import CACHED_LAYOUTS
 from nnhal.server.session import Session

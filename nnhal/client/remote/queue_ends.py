@@ -190,7 +190,7 @@ class QueueEnds:
         self._mm, self.doorbell = ends or QueueEnds.collect(first)
         #: The two rings (public for tests that break the protocol on purpose).
         self.requests = fastring.Producer(self._mm, self.ring_bytes, True)
-        self.results = fastring.Consumer(
+        self.results: fastring.Consumer[bytes] = fastring.Consumer(
             self._mm, self.ring_bytes, False, _QUEUE_KINDS if executions else _RESULT_KINDS
         )
         #: The layouts the server granted ids for (:mod:`nnhal.core.fastpacket`).

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nnhal.core import fastpacket, wire
+from nnhal.core import fastpacket, fastring, wire
 from nnhal.core.enums import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import ExecutionResult, InlinePool, PoolData, Request, RequestArgument
@@ -341,23 +341,37 @@ class Compact:
             )
 
     def execution(self, body: memoryview, measure: bool, deadline_ns: int | None, loop_timeout_ns: int) -> Execution:
-        """The call as the full path takes it (its pools views into ``body``)."""
-        pools = tuple(InlinePool(body[a:b], size) for (a, b), size in zip(self.spans, self.sizes))
+        """The call as the full path takes it: its pools views into ``body``, or private
+        copies of its bytes when ``body`` is a view of the queue's shared ring
+        (``fastring.in_ring``: the full path computes on its pools in place)."""
+        shared = fastring.in_ring(body)
+        pools = tuple(
+            InlinePool(bytes(body[a:b]) if shared else body[a:b], size) for (a, b), size in zip(self.spans, self.sizes)
+        )
         request = Request(self.inputs, self.outputs, pools)
         return Execution(self.session, self.model, request, measure, deadline_ns, loop_timeout_ns)
 
     def bind(self, body: memoryview, plan: RequestPlan, _driver: Driver, _session: Session) -> BoundPools | None:
         """The pools as ``bind_pools`` binds them for ``plan``: an output pool a zeroed buffer
         of its size holding the call's bytes, any other the call's bytes (zero-padded to its
-        size); None when they declare more than travels inline (``bind_pools`` refuses it
+        size) — a view of ``body``, or a private copy when ``body`` is a view of the queue's
+        shared ring and the layout's prepared model (``found``) computes on its inputs in
+        place; None when they declare more than travels inline (``bind_pools`` refuses it
         before it allocates: the full path words it). A lean launch's ``Binder``
-        (:func:`launch_compact`)."""
+        (:func:`launch_compact`, which set ``found``)."""
         if self.inline > wire.max_inline_bytes():
             return None
+        # A view of the ring is bound as it is only for a graph that copies each input out
+        # once before it reads it (LiteRT's, into its tensors): that copy is then the input's
+        # one copy out of the ring. Any other graph computes on its inputs in place, so it gets
+        # a private copy here, as the packet's reader made before (DESIGN §2).
+        found = self.found
+        copy = fastring.in_ring(body) and (found is None or not found[1].graph.copies_inputs)
         bound = BoundPools(None)
         writable = plan.writable
         for i, ((a, b), size) in enumerate(zip(self.spans, self.sizes)):
-            bind_inline(bound, i, body[a:b], size, i in writable)
+            out = i in writable  # copied into its own buffer either way
+            bind_inline(bound, i, bytes(body[a:b]) if copy and not out else body[a:b], size, out)
         bound.data_bytes = self.inline
         return bound
 
@@ -365,11 +379,12 @@ class Compact:
 def launch_compact(
     driver: Driver, compact: Compact, body: memoryview, measure: bool, deadline_ns: int | None, loop_timeout_ns: int
 ) -> LeanRun | None:
-    """A compact call of ``compact`` (``body``: its pools' bytes, of the layout's length)
-    launched as :func:`launch` launches ``compact.execution(...)``, or None: take the full
-    path with it. Raises what ``launch`` raises, where it raises it. The session and prepared
-    model are looked up once and kept in ``compact.found`` while the session is open and the
-    model not released (a closed or released one is looked up again, which refuses it)."""
+    """A compact call of ``compact`` (``body``: its pools' bytes, of the layout's length; a
+    private copy or a view of the queue's shared ring, ``fastring.in_ring``) launched as
+    :func:`launch` launches ``compact.execution(...)``, or None: take the full path with it.
+    Raises what ``launch`` raises, where it raises it. The session and prepared model are
+    looked up once and kept in ``compact.found`` while the session is open and the model
+    not released (a closed or released one is looked up again, which refuses it)."""
     found = compact.found
     if found is None or found[0].closed or found[1].released:
         # Looked up again: an ended session or a released model is refused as the full path

@@ -65,6 +65,9 @@ class PreparedGraph:
     family offers one, to a kernel specialised for their constant parameters and static
     shapes (registry.Binder), which runs without re-checking what prepare proved."""
 
+    #: Operations read their inputs in place (``ExecutableGraph.copies_inputs``).
+    copies_inputs = False
+
     def __init__(self, model: Model, pools: Sequence[Buffer]) -> None:
         self.model = model
         self.relaxed = model.relax_computation_float32_to_float16

@@ -50,6 +50,10 @@ def litert_version() -> str:
 class LiteRtGraph:
     """One LiteRT interpreter computing a model's main subgraph."""
 
+    #: Each input is copied once into the interpreter's own tensor before it is invoked
+    #: (``_invoke``; ``ExecutableGraph.copies_inputs``).
+    copies_inputs = True
+
     def __init__(self, interpreter: Any) -> None:
         self._interpreter = interpreter
         self._inputs = [d["index"] for d in interpreter.get_input_details()]

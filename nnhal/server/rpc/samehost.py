@@ -56,16 +56,21 @@ def refusal(status: ErrorStatus, message: str) -> bytes:
     return status_to(spb.ExecuteResult(), Refused(status, message)).SerializeToString()
 
 
-def _tagged(rid: str, scope: str, run: Callable[[], tuple[int, fastring.Payload]]) -> tuple[int, fastring.Payload]:
-    """``run()`` with the call's request id (the client's when sane) and fault scope published
-    (what the gRPC path takes from the call's metadata). Not a context manager: this is on
-    every packet's path, and a generator-based one costs more than the rest of it."""
+def _tagged(
+    rid: str, scope: str, run: Callable[..., tuple[int, fastring.Payload]], *args: Any
+) -> tuple[int, fastring.Payload]:
+    """``run(*args)`` with the call's request id (the client's when sane) and fault scope
+    published (what the gRPC path takes from the call's metadata). Not a context manager: this
+    is on every packet's path, and a generator-based one costs more than the rest of it."""
     token = REQUEST_ID.set(rid if _SANE_ID.fullmatch(rid) else f"{_ID_PREFIX}-{secrets.token_hex(4)}")
-    scoped = CALL_SCOPE.set(scope or None)  # a seeded fault schedule decides by it
+    # A seeded fault schedule decides by the scope. Most calls have none, where none is set
+    # already: a context variable's set and reset cost more than the rest of this.
+    scoped = CALL_SCOPE.set(scope or None) if scope or CALL_SCOPE.get() is not None else None
     try:
-        return run()
+        return run(*args)
     finally:
-        CALL_SCOPE.reset(scoped)
+        if scoped is not None:
+            CALL_SCOPE.reset(scoped)
         REQUEST_ID.reset(token)
 
 
@@ -134,7 +139,7 @@ class SameHostMethods:
         def refuse(message: str) -> tuple[int, bytes]:
             return fastring.RESULT, refusal(ErrorStatus.INVALID_ARGUMENT, message)
 
-        def handle(kind: int, payload: bytes) -> tuple[int, fastring.Payload]:
+        def handle(kind: int, payload: bytes | memoryview) -> tuple[int, fastring.Payload]:
             faults = x.faults
             if faults.armed and any(f.kind == "abort" for f in faults.pending()):
                 return samehost.STEP_ASIDE, b"an injected abort is pending: it happens on gRPC"
@@ -143,7 +148,9 @@ class SameHostMethods:
                     rid, scope, rest = samehost.split_tag(payload)
                 except fastpacket.PacketError as err:
                     return refuse(f"same-host queue: {err}")
-                return _tagged(rid, scope, partial(compact, kind, rest))
+                return _tagged(rid, scope, compact, kind, rest)
+            if type(payload) is not bytes:  # only compact calls are read in place (``fastpath.DIRECT_KINDS``)
+                payload = bytes(payload)
             try:
                 number, rid, scope, body = samehost.decode_method(payload)
             except fastpacket.PacketError as err:
@@ -155,7 +162,7 @@ class SameHostMethods:
                 return refuse(f"same-host queue: the {form.name} request could not be decoded")
             if msg.session != session.id:
                 return refuse("same-host queue: a call for another session than the queue's")
-            return _tagged(rid, scope, partial(run, number, form, msg))
+            return _tagged(rid, scope, run, number, form, msg)
 
         def run(number: int, form: _Form, msg: Any) -> tuple[int, fastring.Payload]:
             try:

@@ -5,6 +5,7 @@ and that it holds nothing once a call ended. In process, no timing asserted.
 
 from __future__ import annotations
 
+import mmap
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -12,7 +13,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-from nnhal.core import fastpacket, wire
+from nnhal.core import fastpacket, fastring, wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference
 from nnhal.core.errors import HalError, InvalidArgument, ResourceExhaustedPersistent
 from nnhal.core.types import DataLocation, ExecutionResult, InlinePool, Request, RequestArgument
@@ -237,6 +238,43 @@ def test_a_compact_layout_keeps_its_model_until_it_is_released_or_its_session_cl
     assert isinstance(full, Refused) and isinstance(refused, Refused)
     assert (refused.status, refused.message) == (full.status, full.message)
     assert refused.status == ErrorStatus.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("copies", [False, True])
+def test_a_compact_call_read_in_the_ring_is_copied_once_out_of_it(copies: bool) -> None:
+    """A body that is a view of the queue's shared ring reaches the graph as it is only when the
+    graph copies its inputs out itself; any other graph gets the pools' private copies, and the
+    full path's pools are private copies too (DESIGN §2: the client still writes the ring)."""
+    x, session, handle = _owner()
+    m = x.method("executeSynchronously_1_3")
+    request = _request()
+    assert x.execute(m, lambda: Execution(session, handle, request)).status == ErrorStatus.NONE  # its plan learned
+    key = fastpacket.layout_key(request.inputs, request.outputs, request.pools)
+    assert key is not None
+    compact = lean.Compact(session, handle, key)
+    payload = b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools]))
+    ring = mmap.mmap(-1, 4096)
+    ring[: len(payload)] = payload
+    body = memoryview(ring)[: len(payload)].toreadonly()
+    assert fastring.in_ring(body)
+    d = x.driver
+    pm = d.prepared(d.session(session), handle)
+    pm.graph.copies_inputs = copies  # type: ignore[misc]  # as a copying graph (LiteRT's) says
+    try:
+        run = lean.launch_compact(d, compact, body, False, None, 0)
+        assert run is not None
+        buffers = run.bound.buffers
+        assert [fastring.in_ring(b) for b in buffers] == [copies, False]  # the output pool: its own buffer
+        result = run.run()
+        assert result.status == ErrorStatus.NONE
+        assert np.array_equal(np.frombuffer(result.output_pools[1], np.float32), np.full(8, 2.0, np.float32))
+        run.close()
+        full = compact.execution(body, False, None, 0)
+        assert not any(fastring.in_ring(p.data) for p in full.request.pools if isinstance(p, InlinePool))
+    finally:
+        del pm.graph.copies_inputs  # type: ignore[misc]
+    del body, buffers, run, full
+    ring.close()
 
 
 def _parts(request: Request) -> list[tuple[bytes, int]]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from nnhal.server import large_copy
+from nnhal.core import large_copy
 
 
 class _Load:
