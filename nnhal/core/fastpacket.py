@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from nnhal.core import fastring
@@ -311,16 +311,50 @@ class AnswerWriter:
     answer's timing is one shared value), the same status and message and as many pools
     with those bytes, so that only the pools are encoded; an answer that differs from the
     last in its timing alone (a measured call's) gets the kept bytes with the new timing
-    written in. Not thread-safe: one per layout, used by its queue's serving thread."""
+    written in. Not thread-safe: one per layout, used by its queue's serving thread.
 
-    __slots__ = ("_head", "_made")
+    In place (``places``): a large answer's output pools can be written by the execution
+    straight into the result ring, where the answer will carry them; ``write`` then writes
+    only the bytes around them."""
+
+    __slots__ = ("_head", "_made", "_placed", "_pools")
 
     def __init__(self) -> None:
         self._head = b""
         self._made: tuple[ErrorStatus, str, object, object, int] | None = None
+        #: The last encoded answer's output pools: (index, length) each.
+        self._pools: tuple[tuple[int, int], ...] = ()
+        #: The places ``places`` gave: the reserved payload, its length, and per pool its
+        #: index, where its index and length go, where its bytes go, its length.
+        self._placed: tuple[memoryview, int, tuple[tuple[int, int, int, int], ...]] | None = None
 
-    def write(self, result: ExecutionResult) -> bytes | fastring.Gathered:
-        """``answer_parts(result)``."""
+    def places(self, reserve: Callable[[int], memoryview | None]) -> dict[int, memoryview] | None:
+        """Where the next answer's output pools go in place: a writable view per pool index
+        (of the last encoded answer's pools, at the offsets an answer with the same head has
+        them) inside the payload ``reserve(length)`` gives (the result ring's
+        ``fastring.Producer.reserve``); None when there was no such answer or no place. The
+        next ``write`` writes the answer around them (``fastring.Reserved``) when it carries
+        exactly those pools there under a head of the same length; otherwise it copies them
+        out of the ring first. The places are shared memory: the answer's reader may change
+        them, which changes only what it reads."""
+        self._placed = None
+        if self._made is None or not self._pools:
+            return None
+        spots = []
+        at = len(self._head)
+        for index, n in self._pools:
+            start = aligned(at + _PAIR.size)
+            spots.append((index, at, start, n))
+            at = start + n
+        view = reserve(at)
+        if view is None:
+            return None
+        self._placed = (view, at, tuple(spots))
+        return {index: view[start : start + n] for index, _, start, n in spots}
+
+    def write(self, result: ExecutionResult) -> bytes | fastring.Gathered | fastring.Reserved:
+        """``answer_parts(result)``, or the answer written around its pools in their places
+        (``places``)."""
         pools = result.output_pools
         made = self._made
         timing = result.timing
@@ -333,13 +367,36 @@ class AnswerWriter:
         ):
             self._head = _answer_head(result)
             self._made = (result.status, result.message, result.output_shapes, timing, len(pools))
+            self._pools = tuple((index, _bytes_of(data)[1]) for index, data in pools.items())
         elif made[3] is not timing:
             head = self._head
             self._head = (
                 head[:_TIMING_AT] + _TIMING.pack(timing.time_on_device, timing.time_in_driver) + head[_TIMING_END:]
             )
             self._made = (made[0], made[1], made[2], timing, made[4])
+        placed, self._placed = self._placed, None
+        if placed is not None:
+            view, length, spots = placed
+            head = self._head
+            if (
+                len(pools) == len(spots)
+                and len(head) == spots[0][1]
+                and all(_in_place(pools.get(i), view, n) for i, _, _, n in spots)
+            ):
+                view[: len(head)] = head
+                for index, at, _, n in spots:
+                    _PAIR.pack_into(view, at, index, n)  # the pads' contents are not read
+                return fastring.Reserved(length)
+            # Not the answer the places were made for: its pools leave the ring before the
+            # answer is written there.
+            pools = {i: bytes(d) if fastring.in_ring(d) else d for i, d in pools.items()}
         return _with_pools(self._head, pools)
+
+
+def _in_place(data: PoolData | None, view: memoryview, length: int) -> bool:
+    """Whether an answer's pool is its place in ``view`` (``AnswerWriter.places``): output pools
+    are in the ring's mapping only there."""
+    return type(data) is memoryview and data.obj is view.obj and data.nbytes == length
 
 
 def decode_answer(payload: bytes) -> ExecutionResult:

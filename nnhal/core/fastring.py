@@ -64,7 +64,7 @@ import struct
 import sys
 import zlib
 from collections.abc import Collection, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, final
 
 MAGIC = b"NNFQ"
 #: 2: the checksum covers the payload's first CHECKED_BYTES bytes (1: all of it). 3: the
@@ -160,8 +160,22 @@ class Gathered:
         return b"".join(self.parts)
 
 
+@final
+class Reserved:
+    """A payload of ``length`` bytes its producer already wrote into the ring, in the place
+    ``Producer.reserve`` gave for it. ``len()`` is its length."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+
 #: What a producer writes as one packet's payload.
-Payload = bytes | bytearray | memoryview | Gathered
+Payload = bytes | bytearray | memoryview | Gathered | Reserved
 
 
 def _padded(length: int) -> int:
@@ -207,14 +221,17 @@ class _Ring:
         self._slots = memoryview(mm)[:DATA_OFFSET].cast("Q")
         self._head_slot = self._head_at // _INDEX.size
         self._tail_slot = self._tail_at // _INDEX.size
+        #: The ring's data, which views in place are cut from (``Consumer.read``, ``Producer.reserve``).
+        self._area = memoryview(mm)[self._data : self._data + ring_bytes]
 
     def _index(self, at: int) -> int:
         value: int = self._slots[at // _INDEX.size]
         return value
 
     def close(self) -> None:
-        """Release this side's view of the region (before the region's mapping is closed)."""
+        """Release this side's views of the region (before the region's mapping is closed)."""
         self._slots.release()
+        self._area.release()
 
 
 class Producer(_Ring):
@@ -224,6 +241,33 @@ class Producer(_Ring):
         super().__init__(mm, ring_bytes, request)
         self._head = self._index(self._head_at)
         self._seq = 0
+        #: The place ``reserve`` gave: (head then, payload length, where its packet starts).
+        self._reserved: tuple[int, int, int] | None = None
+
+    def reserve(self, length: int) -> memoryview | None:
+        """A writable view of the ring where the payload of the next packet of ``length``
+        bytes (:data:`DIRECT_BYTES` or more) will be, when it fits now in one piece; None
+        otherwise. Its producer may write (part of) the payload there and then ``write`` the
+        packet with a :class:`Reserved` payload of that length, before writing anything else
+        (which gives the place up). The consumer's peer may read and write the place too: it is
+        in shared memory, not yet published."""
+        size, head = self.ring_bytes, self._head
+        self._reserved = None
+        if length < DIRECT_BYTES or length > self.max_payload:
+            return None
+        used = head - self._slots[self._tail_slot]
+        if not 0 <= used <= size:
+            return None  # ``write`` says what is wrong
+        need = HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN)
+        pos = head % size
+        if pos + need > size:  # it would run past the end: after a fill, if both fit
+            if size - used < size - pos + need:
+                return None
+            pos = 0
+        elif size - used < need:
+            return None
+        self._reserved = (head, length, pos)
+        return self._area[pos + HEADER_BYTES : pos + HEADER_BYTES + length]
 
     def fits(self, length: int) -> bool:
         """Whether a payload of ``length`` bytes can ever travel in one packet."""
@@ -234,6 +278,10 @@ class Producer(_Ring):
         larger than ``max_payload``) or the consumer's index is corrupt. ``crc`` overrides
         the checksum (tests of the consumer's checks)."""
         size, mm, data, head = self.ring_bytes, self._mm, self._data, self._head
+        if type(payload) is Reserved:
+            self._write_reserved(kind, payload.length, crc)
+            return
+        self._reserved = None
         if isinstance(payload, Gathered):
             if len(payload) > CHECKED_BYTES:
                 self._write_gathered(kind, payload, crc)
@@ -268,6 +316,26 @@ class Producer(_Ring):
         self._seq += 1
         self._slots[self._head_slot] = head
 
+    def _write_reserved(self, kind: int, length: int, crc: int | None) -> None:
+        """``write`` of a payload already in the place ``reserve`` gave for it."""
+        reserved, self._reserved = self._reserved, None
+        head = self._head
+        if reserved is None or reserved[0] != head or reserved[1] != length:
+            raise RingError("a reserved payload written without its place")
+        pos = reserved[2]
+        if pos != head % self.ring_bytes:  # the place is at the ring's start, after a fill
+            used = head - self._slots[self._tail_slot]
+            head = self._fill(head, used, HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN))
+            if head % self.ring_bytes:  # the consumer cannot have taken room back: a bug
+                raise RingError("the reserved place is no longer free")
+        start = pos + HEADER_BYTES
+        if crc is None:
+            crc = checksum(self._area[start : start + length])
+        _PACKET.pack_into(self._mm, self._data + pos, length, self._seq & 0xFFFFFFFF, crc, kind)
+        self._head = head = head + HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN)
+        self._seq += 1
+        self._slots[self._head_slot] = head
+
     def _fill(self, head: int, used: int, need: int) -> int:
         """Where a packet of ``need`` bytes (with its header) that would run past the ring's
         end starts: the ring's start, after a FILL packet written over the rest of the ring
@@ -283,6 +351,7 @@ class Producer(_Ring):
     def _write_gathered(self, kind: int, payload: Gathered, crc: int | None) -> None:
         """``write`` of a payload in parts: the same packet, each part copied in turn."""
         size, mm, data, head = self.ring_bytes, self._mm, self._data, self._head
+        self._reserved = None
         length = len(payload)
         if length > self.max_payload:
             raise RingError(f"a packet of {length} bytes exceeds the ring's limit of {self.max_payload}")
@@ -340,8 +409,6 @@ class Consumer(_Ring, Generic[P]):
         self._seq: int | None = 0
         #: Whether the tail of a packet handed out as a view is not published yet (``release``).
         self._held = False
-        #: The whole data area, which a direct packet's view is cut from.
-        self._area = memoryview(mm)[self._data : self._data + ring_bytes]
 
     def pending(self) -> bool:
         """Whether the producer's index moved past what was read (a packet, or a corrupt index,
@@ -417,7 +484,3 @@ class Consumer(_Ring, Generic[P]):
         self._tail = self._index(self._head_at)
         self._seq = None
         self._slots[self._tail_slot] = self._tail
-
-    def close(self) -> None:
-        self._area.release()
-        super().close()

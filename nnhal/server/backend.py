@@ -28,11 +28,13 @@ from nnhal.server.pieces import Pieces
 
 
 class ExecutableGraph(Protocol):
-    #: Whether ``run`` reads each input array only to copy it, once, into memory of its own
-    #: before computing: then an input may be a view of memory another process still writes
-    #: (a same-host queue's ring), whose changes meanwhile can only change the values computed.
-    #: False: ``run`` computes on its inputs in place, which must be private memory.
-    copies_inputs: bool
+    #: Whether ``run`` only copies across its boundary: it reads each input array once, to copy
+    #: it into memory of its own before computing, and writes each ``into`` array once, with a
+    #: finished output, never reading it. Then inputs and ``into`` arrays may be views of memory
+    #: another process writes too (a same-host queue's rings), whose changes meanwhile can only
+    #: change the values that process gets. False: ``run`` computes on its inputs (and may
+    #: read its outputs) in place, which must be private memory.
+    copies_io: bool
 
     def run(
         self,

@@ -228,6 +228,12 @@ class FastQueue:
         if ring:
             self.ring()
 
+    def reserve_answer(self, length: int) -> memoryview | None:
+        """Where the payload of the next answer of ``length`` bytes will be in the result ring,
+        for an answer written there in place (``fastring.Producer.reserve``); None when it
+        cannot be. The place is given up by any other answer written first."""
+        return self._results.reserve(length)
+
     @property
     def inbox(self) -> int:
         """The descriptor a ring or a STOP makes readable (what a serving thread polls)."""

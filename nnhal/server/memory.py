@@ -250,13 +250,17 @@ def bind_pools(
     return bound
 
 
-def bind_inline(bound: BoundPools, index: int, data: PoolData, size: int, writable: bool) -> PoolData | bytearray:
+def bind_inline(
+    bound: BoundPools, index: int, data: PoolData, size: int, writable: bool, place: memoryview | None = None
+) -> PoolData | bytearray:
     """Bind inline pool ``index`` into ``bound`` and return its buffer: an output pool
     (``writable``) a zeroed buffer of ``size`` bytes holding ``data`` (kept as the pool's
-    output too), any other ``data`` itself, zero-padded to ``size`` when shorter."""
+    output too) — ``place`` itself, zeroed, when given (a writable view of ``size`` bytes
+    where the answer will carry the pool: ``fastpacket.AnswerWriter.places``) — any other
+    ``data`` itself, zero-padded to ``size`` when shorter."""
     buf: PoolData | bytearray
     if writable:
-        buf = _output_buffer(data, size)
+        buf = _output_buffer(data, size) if place is None else _zeroed(place, data)
         bound.inline_outputs[index] = buf
     elif len(data) < size:
         buf = bytes(data) + bytes(size - len(data))
@@ -264,6 +268,16 @@ def bind_inline(bound: BoundPools, index: int, data: PoolData, size: int, writab
         buf = data
     bound.buffers.append(buf)
     return buf
+
+
+def _zeroed(place: memoryview, data: PoolData) -> memoryview:
+    """``place`` holding ``data``, then zeros (``bind_inline``)."""
+    array = np.frombuffer(place, np.uint8)
+    n = len(data)
+    if n:
+        array[:n] = np.frombuffer(data, np.uint8)
+    array[n:] = 0
+    return place
 
 
 def _output_buffer(data: PoolData, size: int) -> bytearray | memoryview:

@@ -142,9 +142,9 @@ class PartitionedGraph:
                 self._whole = steps[0]
                 pick = tuple(only.outputs.index(o) for o in self._outputs)
                 self._pick = None if pick == tuple(range(len(pick))) else pick
-        #: A model placed wholly on one library step hands the inputs to that step's graph alone
-        #: (``ExecutableGraph.copies_inputs``); steps on the fallback compute on them in place.
-        self.copies_inputs = self._whole is not None and self._whole.graph.copies_inputs
+        #: A model placed wholly on one library step hands its inputs and ``into`` to that step's
+        #: graph alone (``ExecutableGraph.copies_io``); steps on the fallback compute in place.
+        self.copies_io = self._whole is not None and self._whole.graph.copies_io
 
     def run(
         self,

@@ -227,3 +227,32 @@ def test_large_packets_in_parts_round_trip_with_fills() -> None:
     cons.close()
     prod.close()
     mm.close()
+
+
+def test_a_reserved_place_is_the_next_packets_payload() -> None:
+    ring = 64 << 10
+    mm = mmap.mmap(-1, fastring.region_bytes(ring))
+    prod = Producer(mm, ring, False)
+    cons: Consumer[bytes] = Consumer(mm, ring, False, (RESULT,))
+    big = bytes(range(256)) * (fastring.DIRECT_BYTES // 256 + 8)
+    assert prod.reserve(100) is None  # small: written the usual way
+    for i in range(12):  # through the ring's end several times: some places after a fill
+        place = prod.reserve(len(big))
+        assert place is not None and len(place) == len(big) and not place.readonly
+        place[:] = big
+        prod.write(RESULT, fastring.Reserved(len(big)))
+        assert cons.read() == (RESULT, big)
+        prod.write(RESULT, b"between" * i)  # the usual writes go on around them
+        assert cons.read() == (RESULT, b"between" * i)
+        del place
+    # A place given up by another write is not written through.
+    assert prod.reserve(len(big)) is not None
+    prod.write(RESULT, b"other")
+    with pytest.raises(RingError, match="without its place"):
+        prod.write(RESULT, fastring.Reserved(len(big)))
+    # No place while the consumer has not read enough.
+    prod.write(RESULT, b"x" * (ring - len(big)))
+    assert prod.reserve(len(big)) is None
+    cons.close()
+    prod.close()
+    mm.close()

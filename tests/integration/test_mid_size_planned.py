@@ -103,14 +103,18 @@ def test_garbage_on_the_queue_is_refused_and_the_device_serves_on(device_of: Dev
         (layout,) = link._layouts.values()
         body = inputs[0].tobytes()
         tag = samehost.encode_tag("garbage-1")
+        names = samehost.TAG_HEADER.pack(4, 0) + b"\xff\xfe\xfd\xfc"
+        bad_tag = names + bytes(-len(names) % fastpacket.ALIGN)
         for payload, why in [
             (tag + fastpacket.encode_call(layout, False, None, 0, [body[:-4], b""]), "layout has"),
             (tag + fastpacket.encode_call(layout + 9, False, None, 0, [body, b""]), "unknown layout id"),
             (tag + b"\x00" * 5, "shorter than its header"),
+            # Read in place (a large call): its tag's names are read once and refused.
+            (bad_tag + fastpacket.encode_call(layout, False, None, 0, [body, b""]), "not ASCII"),
         ]:
             refused = link.send_raw(lambda ring, p=payload: ring.write(fastpacket.CALL, p))  # type: ignore[misc]
             assert refused.status == ErrorStatus.INVALID_ARGUMENT, refused.message
             assert why in refused.message
             again = imported.random_inputs(2)
             _agree(pm.execute(again, timeout=60).outputs, lite.run(again))
-        assert len(carried) == 4  # every call after the first went on planned
+        assert len(carried) == 5  # every call after the first went on planned

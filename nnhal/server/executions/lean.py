@@ -315,13 +315,34 @@ class Compact:
     call's bytes alone — no pool, request or execution object made, no generic binding —
     and :meth:`execution` makes the call's canonical execution for the full path. ``answers``
     encodes the answers to its calls (most of them alike: ``fastpacket.AnswerWriter``), on the
-    thread serving the queue that granted it."""
+    thread serving the queue that granted it; ``reserve`` (that queue's
+    ``FastQueue.reserve_answer``, None: none) lets a call's output pools be bound in the
+    result ring, where its answer will carry them (:meth:`bind`)."""
 
-    __slots__ = ("answers", "carried", "found", "inline", "inputs", "model", "outputs", "session", "sizes", "spans")
+    __slots__ = (
+        "answers",
+        "carried",
+        "found",
+        "inline",
+        "inputs",
+        "model",
+        "outputs",
+        "reserve",
+        "session",
+        "sizes",
+        "spans",
+    )
 
-    def __init__(self, session: str, model: str, key: fastpacket.LayoutKey) -> None:
+    def __init__(
+        self,
+        session: str,
+        model: str,
+        key: fastpacket.LayoutKey,
+        reserve: Callable[[int], memoryview | None] | None = None,
+    ) -> None:
         self.session = session
         self.model = model
+        self.reserve = reserve
         #: The session and prepared model its calls ran with last (:func:`launch_compact` keeps
         #: them while the session is open and the model not released; None: looked up at the next).
         self.found: Found | None = None
@@ -356,22 +377,31 @@ class Compact:
         of its size holding the call's bytes, any other the call's bytes (zero-padded to its
         size) — a view of ``body``, or a private copy when ``body`` is a view of the queue's
         shared ring and the layout's prepared model (``found``) computes on its inputs in
-        place; None when they declare more than travels inline (``bind_pools`` refuses it
-        before it allocates: the full path words it). A lean launch's ``Binder``
-        (:func:`launch_compact`, which set ``found``)."""
+        place; an output pool in its place in the result ring when that model's graph only
+        copies in and out and the layout's last answer gives the places
+        (``fastpacket.AnswerWriter.places``). None when they declare more than travels inline
+        (``bind_pools`` refuses it before it allocates: the full path words it). A lean
+        launch's ``Binder`` (:func:`launch_compact`, which set ``found``)."""
         if self.inline > wire.max_inline_bytes():
             return None
-        # A view of the ring is bound as it is only for a graph that copies each input out
-        # once before it reads it (LiteRT's, into its tensors): that copy is then the input's
-        # one copy out of the ring. Any other graph computes on its inputs in place, so it gets
-        # a private copy here, as the packet's reader made before (DESIGN §2).
+        # The queue's rings are bound as they are only for a graph that copies each input out
+        # once before it reads it and writes each output once, never reading it (LiteRT's):
+        # then those copies are the tensors' one copy out of and into the rings. Any other
+        # graph computes in place, so it gets private copies, as before (DESIGN §2).
         found = self.found
-        copy = fastring.in_ring(body) and (found is None or not found[1].graph.copies_inputs)
+        direct = found is not None and found[1].graph.copies_io
+        copy = not direct and fastring.in_ring(body)
+        places = self.answers.places(self.reserve) if direct and self.reserve is not None else None
         bound = BoundPools(None)
         writable = plan.writable
         for i, ((a, b), size) in enumerate(zip(self.spans, self.sizes)):
-            out = i in writable  # copied into its own buffer either way
-            bind_inline(bound, i, bytes(body[a:b]) if copy and not out else body[a:b], size, out)
+            if i in writable:  # copied into its own buffer (or place) either way
+                place = None if places is None else places.get(i)
+                bind_inline(
+                    bound, i, body[a:b], size, True, place if place is not None and len(place) == size else None
+                )
+            else:
+                bind_inline(bound, i, bytes(body[a:b]) if copy else body[a:b], size, False)
         bound.data_bytes = self.inline
         return bound
 

@@ -65,8 +65,9 @@ class PreparedGraph:
     family offers one, to a kernel specialised for their constant parameters and static
     shapes (registry.Binder), which runs without re-checking what prepare proved."""
 
-    #: Operations read their inputs in place (``ExecutableGraph.copies_inputs``).
-    copies_inputs = False
+    #: Operations read their inputs (and an output another operation takes) in place
+    #: (``ExecutableGraph.copies_io``).
+    copies_io = False
 
     def __init__(self, model: Model, pools: Sequence[Buffer]) -> None:
         self.model = model

@@ -50,9 +50,9 @@ def litert_version() -> str:
 class LiteRtGraph:
     """One LiteRT interpreter computing a model's main subgraph."""
 
-    #: Each input is copied once into the interpreter's own tensor before it is invoked
-    #: (``_invoke``; ``ExecutableGraph.copies_inputs``).
-    copies_inputs = True
+    #: Each input is copied once into the interpreter's own tensor before it is invoked, each
+    #: output once out of it afterwards (``_invoke``; ``ExecutableGraph.copies_io``).
+    copies_io = True
 
     def __init__(self, interpreter: Any) -> None:
         self._interpreter = interpreter

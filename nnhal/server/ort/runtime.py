@@ -124,8 +124,8 @@ def unpack(artifact: bytes | memoryview) -> tuple[bytes, list[str], list[np.ndar
 class OrtGraph:
     """One onnxruntime session computing a model's main subgraph."""
 
-    #: onnxruntime may compute on a contiguous input in place (``ExecutableGraph.copies_inputs``).
-    copies_inputs = False
+    #: onnxruntime may compute on a contiguous input in place (``ExecutableGraph.copies_io``).
+    copies_io = False
 
     def __init__(self, session: Any, n_inputs: int, weights: Sequence[Any] = ()) -> None:
         self._session = session

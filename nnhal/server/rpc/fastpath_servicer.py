@@ -274,12 +274,14 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             if request.executions:
                 methods = self._same_host()
                 call = QueueCall(lambda: not queue.stopping, peer)
-                opened.handle = methods.handler(session, call, self._handler(session, None, methods.sync, call))
+                opened.handle = methods.handler(
+                    session, call, self._handler(session, None, methods.sync, call, queue.reserve_answer)
+                )
                 queue.oversize = _step_aside
                 opened.context = contextvars.Context()
                 opened.context.run(CARRIER.set, "same_host")
             else:
-                opened.handle = self._handler(session, request.prepared_model)
+                opened.handle = self._handler(session, request.prepared_model, reserve=queue.reserve_answer)
                 opened.context = contextvars.copy_context()
             opened.quick = partial(_quick, self.executions, session)
             return opened
@@ -306,13 +308,20 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         return status_to(fpb.FastBurstEvent(), refused)
 
     def _handler(
-        self, session: Session, handle: str | None, method: Method | None = None, live: Liveness | None = None
+        self,
+        session: Session,
+        handle: str | None,
+        method: Method | None = None,
+        live: Liveness | None = None,
+        reserve: Callable[[int], memoryview | None] | None = None,
     ) -> fastpath.ViewHandle:
         """The packet handler of one fast burst: full requests, requests asking for a layout
         id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`). With
         ``handle`` None, those of a session's same-host queue: executions of any prepared
         model of the session (each full request names it; a layout is granted for one), as
-        ``method`` (executeSynchronously_1_3 there), alive while ``live`` is."""
+        ``method`` (executeSynchronously_1_3 there), alive while ``live`` is. ``reserve``:
+        the queue's ``FastQueue.reserve_answer`` (a granted layout's answers in place; None:
+        written the usual way)."""
         x = self.executions
         driver = self.driver
         m: Method = method or self._method
@@ -359,7 +368,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             room = len(layouts) < fastpacket.MAX_LAYOUTS
             if room and key is not None and result.status in fastpacket.ANSWERED and not msg.profile:
                 granted = len(layouts) + 1
-                layouts[granted] = Compact(session.id, msg.prepared_model, key)
+                layouts[granted] = Compact(session.id, msg.prepared_model, key, reserve)
             return fastpacket.LEARNED, fastpacket.LEARNED_HEADER.pack(granted) + answer.SerializeToString()
 
         def run_call(payload: bytes | memoryview) -> tuple[int, fastring.Payload]:

@@ -16,7 +16,7 @@ import pytest
 from nnhal.core import fastpacket, fastring, wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference
 from nnhal.core.errors import HalError, InvalidArgument, ResourceExhaustedPersistent
-from nnhal.core.types import DataLocation, ExecutionResult, InlinePool, Request, RequestArgument
+from nnhal.core.types import DataLocation, ExecutionResult, InlinePool, PoolData, Request, RequestArgument
 from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Execution, Executions, Notify, Preparation, Prepared, Refused, lean, owner
 from nnhal.server.scheduler import Ticket
@@ -259,7 +259,7 @@ def test_a_compact_call_read_in_the_ring_is_copied_once_out_of_it(copies: bool) 
     assert fastring.in_ring(body)
     d = x.driver
     pm = d.prepared(d.session(session), handle)
-    pm.graph.copies_inputs = copies  # type: ignore[misc]  # as a copying graph (LiteRT's) says
+    pm.graph.copies_io = copies  # type: ignore[misc]  # as a copying graph (LiteRT's) says
     try:
         run = lean.launch_compact(d, compact, body, False, None, 0)
         assert run is not None
@@ -272,9 +272,74 @@ def test_a_compact_call_read_in_the_ring_is_copied_once_out_of_it(copies: bool) 
         full = compact.execution(body, False, None, 0)
         assert not any(fastring.in_ring(p.data) for p in full.request.pools if isinstance(p, InlinePool))
     finally:
-        del pm.graph.copies_inputs  # type: ignore[misc]
+        del pm.graph.copies_io  # type: ignore[misc]
     del body, buffers, run, full
     ring.close()
+
+
+def test_a_compact_answer_is_written_around_its_pools_in_the_result_ring() -> None:
+    """A graph that only copies in and out writes a layout's output pools straight into their
+    places in the result ring (after the layout's first answer taught the writer where they go);
+    the answer is then the bytes around them, read back as the usual answer. An answer that does
+    not fit its places (here: another status) is written the usual way, its pools copied out."""
+    x, session, handle = _owner()
+    m = x.method("executeSynchronously_1_3")
+    n = fastring.DIRECT_BYTES // 4  # float32 elements: a large answer
+    prep = Preparation(session, add_model((n,)), ExecutionPreference.FAST_SINGLE_ANSWER)
+    notify = list(x.prepare(x.method("prepareModel_1_3", timer="prepare"), lambda: prep))[-1]
+    assert isinstance(notify, Notify) and isinstance(notify.answer, Prepared)
+    handle = notify.answer.handle
+    data = np.ones(2 * n, np.float32).tobytes()
+    request = Request(
+        (RequestArgument(location=DataLocation(0, 0, 4 * n)), RequestArgument(location=DataLocation(0, 4 * n, 4 * n))),
+        (RequestArgument(location=DataLocation(1, 0, 4 * n)),),
+        (InlinePool(data, len(data)), InlinePool(b"", 4 * n)),
+    )
+    assert x.execute(m, lambda: Execution(session, handle, request)).status == ErrorStatus.NONE  # its plan learned
+    key = fastpacket.layout_key(request.inputs, request.outputs, request.pools)
+    assert key is not None
+    ring = 256 << 10
+    region = mmap.mmap(-1, fastring.region_bytes(ring))
+    results = fastring.Producer(region, ring, False)
+    reader: fastring.Consumer[bytes] = fastring.Consumer(region, ring, False, (fastpacket.ANSWER,))
+    compact = lean.Compact(session, handle, key, results.reserve)
+    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools])))
+    d = x.driver
+    pm = d.prepared(d.session(session), handle)
+    pm.graph.copies_io = True  # type: ignore[misc]  # as a graph that only copies says (LiteRT's)
+    kinds = []
+    try:
+        for k in range(6):
+            result = _compact_call(x, compact, body)
+            assert isinstance(result, ExecutionResult) and result.status == ErrorStatus.NONE
+            payload = compact.answers.write(result)
+            kinds.append(type(payload).__name__)
+            results.write(fastpacket.ANSWER, payload)
+            del result
+            _, answer = reader.read() or (0, b"")
+            decoded = fastpacket.decode_answer(answer)
+            assert np.array_equal(np.frombuffer(decoded.output_pools[1], np.float32), np.full(n, 2.0, np.float32)), k
+        assert kinds[0] != "Reserved" and kinds[1:] == ["Reserved"] * 5
+        # Places given, then an answer of another kind: its pools leave the ring first.
+        places = compact.answers.places(results.reserve)
+        assert places is not None
+        np.frombuffer(places[1], np.float32)[:] = 3.0
+        pools: dict[int, PoolData] = {1: places[1].toreadonly()}
+        other = ExecutionResult(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "", (), output_pools=pools)
+        payload = compact.answers.write(other)
+        assert not isinstance(payload, fastring.Reserved)
+        del places, pools, other
+        results.write(fastpacket.ANSWER, payload)
+        _, answer = reader.read() or (0, b"")
+        assert np.array_equal(
+            np.frombuffer(fastpacket.decode_answer(answer).output_pools[1], np.float32), np.full(n, 3.0, np.float32)
+        )
+    finally:
+        del pm.graph.copies_io  # type: ignore[misc]
+    del payload, answer, decoded
+    reader.close()
+    results.close()
+    region.close()
 
 
 def _parts(request: Request) -> list[tuple[bytes, int]]:
