@@ -9,8 +9,7 @@ a new dict): they are made on every execution's path, on both sides.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from nnhal.core.enums import (
     DeviceStatus,
@@ -187,7 +186,8 @@ class OperationTiming:
 _NOT_MEASURED = Timing()
 
 
-@dataclass(frozen=True, slots=True, init=False)  # slots: made on every execution's path, on both sides
+@slot_init
+@dataclass(frozen=True, slots=True)  # slots: made on every execution's path, on both sides
 class ExecutionResult:
     """What an execution returns across the boundary: the callback's (or synchronous
     call's) status, output shapes and timing, plus the contents of the request's inline
@@ -200,34 +200,6 @@ class ExecutionResult:
     output_pools: dict[int, PoolData] = field(default_factory=dict)
     profile: tuple[OperationProfile, ...] = ()
     timeline: tuple[OperationTiming, ...] = ()
-
-    def __init__(
-        self,
-        status: ErrorStatus = ErrorStatus.NONE,
-        message: str = "",
-        output_shapes: tuple[OutputShape, ...] = (),
-        timing: Timing = _NOT_MEASURED,
-        output_pools: dict[int, PoolData] | None = None,
-        profile: tuple[OperationProfile, ...] = (),
-        timeline: tuple[OperationTiming, ...] = (),
-    ) -> None:
-        # The generated frozen __init__, each field set through its slot's own setter: it sets
-        # every field through ``object.__setattr__``, which costs twice as much (a result is
-        # made on every execution's path, on both sides). ``output_pools`` None: a new dict.
-        s = _RESULT_SLOTS
-        s[0](self, status)
-        s[1](self, message)
-        s[2](self, output_shapes)
-        s[3](self, timing)
-        s[4](self, {} if output_pools is None else output_pools)
-        s[5](self, profile)
-        s[6](self, timeline)
-
-
-#: The setters of ``ExecutionResult``'s slots, in field order.
-_RESULT_SLOTS: tuple[Callable[[ExecutionResult, object], None], ...] = tuple(
-    getattr(ExecutionResult, f.name).__set__ for f in fields(ExecutionResult)
-)
 
 
 @dataclass(frozen=True)

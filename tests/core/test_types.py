@@ -1,4 +1,4 @@
-"""``ExecutionResult``'s written ``__init__`` keeps the dataclass's contract: its defaults (a new
+"""``ExecutionResult``'s ``__init__`` (``slot_init``'s) keeps the dataclass's contract: its defaults (a new
 dict of output pools per result), frozen fields, equality, ``dataclasses.replace`` and pickling."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ def test_defaults_are_the_fields_defaults_and_each_result_has_its_own_pools() ->
     assert a.status == ErrorStatus.NONE and a.message == "" and a.output_shapes == ()
     assert a.timing == Timing() and a.profile == () and a.timeline == ()
     assert a.output_pools == {} and a.output_pools is not b.output_pools
-    assert ExecutionResult(output_pools=None).output_pools == {}
 
 
 def test_a_result_is_frozen_and_compares_replaces_and_pickles_by_its_fields() -> None:
