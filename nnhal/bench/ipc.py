@@ -37,18 +37,15 @@ from nnhal.bench.common import (
     cpu_per_call,
     interleaved,
     interleaved_all,
-    local_device,
     local_server,
     transport,
 )
 from nnhal.bench.echo_anchor import EchoClient, EchoServer
 from nnhal.bench.echo_server import frame
-from nnhal.client.memory import SharedMemory
 from nnhal.client.prepared_model import PreparedModel
 from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
-from nnhal.core.wire_stream import CHUNK_BYTES
 
 SMALL_SHAPE = (2, 4)
 SMALL_BYTES = 2 * 4 * 4
@@ -56,8 +53,6 @@ SMALL_BYTES = 2 * 4 * 4
 SYNC_ENVELOPE = (147, 38)
 #: Envelope bytes of ``Burst.execute`` (one inline pool, no padding): 173 B = 64 + 109, reply 72 B = 32 + 40.
 BURST_ENVELOPE = (109, 40)
-BIG_SIDE = 4096
-BIG_BYTES = BIG_SIDE * BIG_SIDE * 4
 #: What stands for a client on another host: a server that offers no same-host fast path.
 REMOTE = ("--no-fast-path",)
 
@@ -67,14 +62,6 @@ def _add_model() -> Model:
     x = b.input(T.TENSOR_FLOAT32, list(SMALL_SHAPE))
     y = b.input(T.TENSOR_FLOAT32, list(SMALL_SHAPE))
     return b.outputs(b.op(O.ADD, [x, y, b.int32(0)], T.TENSOR_FLOAT32, list(SMALL_SHAPE))).finish()
-
-
-def _identity_model() -> Model:
-    """A 64 MiB float32 tensor through RESHAPE to its own shape: the bytes out are the bytes in."""
-    b = ModelBuilder()
-    shape = [BIG_SIDE, BIG_SIDE]
-    x = b.input(T.TENSOR_FLOAT32, shape)
-    return b.outputs(b.op(O.RESHAPE, [x, b.constant(np.array(shape, np.int32))], T.TENSOR_FLOAT32, shape)).finish()
 
 
 #: The tiny model: a [1, TINY_WIDTH] float32 input through TINY_BLOCKS blocks of 5 operations
@@ -118,7 +105,7 @@ def _tiny(unix: bool, quick: bool) -> BenchResult:
     x = np.linspace(-1, 1, TINY_WIDTH, dtype=np.float32).reshape(1, TINY_WIDTH)
     req, rep = x.nbytes + TINY_ENVELOPE[0], 4 + TINY_ENVELOPE[1]
     payload = frame(req, rep)
-    with _served(tiny_model(), unix) as served:
+    with serving(tiny_model(), unix) as served:
         pm, client = served.pm, served.client
 
         def ours() -> np.ndarray:
@@ -161,13 +148,8 @@ def _per_call(
     return BenchResult(t_ours * 1e6, t_anchor * 1e6, t_ours / t_anchor, "us per call", goal, detail)
 
 
-def _bandwidth(name: str, t_ours: float, t_anchor: float, goal: str, detail: str) -> dict[str, BenchResult]:
-    gib = BIG_BYTES / 2**30
-    return {name: BenchResult(gib / t_ours, gib / t_anchor, t_anchor / t_ours, "GiB/s", goal, detail)}
-
-
 @dataclass
-class _Served:
+class Served:
     """Our prepared model and the echo anchor's client, with the pid of each one's server."""
 
     pm: PreparedModel
@@ -177,7 +159,7 @@ class _Served:
 
 
 @contextmanager
-def _served(model: Model, unix: bool = False, server_args: tuple[str, ...] = ()) -> Iterator[_Served]:
+def serving(model: Model, unix: bool = False, server_args: tuple[str, ...] = ()) -> Iterator[Served]:
     """Our server (started with ``server_args``) and the echo anchor, each in its own process
     on the same transport."""
     with (
@@ -187,10 +169,10 @@ def _served(model: Model, unix: bool = False, server_args: tuple[str, ...] = ())
         EchoClient(echo.address) as client,
     ):
         client.wait_ready()
-        yield _Served(pm, client, srv.pid, echo.pid)
+        yield Served(pm, client, srv.pid, echo.pid)
 
 
-def _server_note(server_args: tuple[str, ...]) -> str:
+def server_note(server_args: tuple[str, ...]) -> str:
     return f" (server {' '.join(server_args)})" if server_args else ""
 
 
@@ -224,7 +206,7 @@ def _cpu_rounds(quick: bool) -> tuple[int, int]:
 def _sync_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> BenchResult:
     a, b = _small_inputs()
     payload = _small_payload(SYNC_ENVELOPE)
-    with _served(_add_model(), unix, server_args) as served, _aio_echo(server_args, unix) as aio:
+    with serving(_add_model(), unix, server_args) as served, _aio_echo(server_args, unix) as aio:
         pm, client = served.pm, served.client
 
         def ours() -> np.ndarray:
@@ -243,7 +225,7 @@ def _sync_small(unix: bool, quick: bool, server_args: tuple[str, ...] = ()) -> B
         # The remote path's goals are missed on this machine: say where each side's CPU goes.
         cpu = cpu_note(_CPU_SIDES, cpu_per_call(list(zip(sides, pids)), *_cpu_rounds(quick))) if server_args else ""
     path = "unary" if server_args else "the session's same-host queue"
-    what = f"pm.execute([2x4, 2x4]) -> outputs[0], {path}" + _server_note(server_args) + _aio_note(t_aio, t_echo)
+    what = f"pm.execute([2x4, 2x4]) -> outputs[0], {path}" + server_note(server_args) + _aio_note(t_aio, t_echo)
     # Issue #25's goal on the same host (the session's queue); the gRPC path's elsewhere.
     goal = "ratio <= 1.3" if server_args else "ratio <= 0.25"
     result = _per_call(t_ours, t_echo, what, SYNC_ENVELOPE, unix, goal)
@@ -280,7 +262,7 @@ def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = (), arr
     payload = _small_payload(BURST_ENVELOPE)
     # The default: the same-host fast path where the server offers it, a gRPC stream otherwise.
     with (
-        _served(_add_model(), unix, server_args) as served,
+        serving(_add_model(), unix, server_args) as served,
         served.pm.burst() as burst,
         served.client.ping_pong() as stream,
         _aio_echo(server_args, unix) as aio,
@@ -310,7 +292,7 @@ def _burst_small(unix: bool, quick: bool, server_args: tuple[str, ...] = (), arr
     # on the same host (the fast path) issue #25's.
     path = "bidi" if server_args else "same-host fast path"
     call = "Burst.execute_numpy([2x4, 2x4]) -> outputs[0]" if arrays else "Burst.execute(Request of 2x4, 2x4) -> numpy"
-    what = f"{call}, {path}" + _server_note(server_args) + _aio_note(t_aio, t_echo)
+    what = f"{call}, {path}" + server_note(server_args) + _aio_note(t_aio, t_echo)
     goal = "ratio <= 1.2" if server_args else "ratio <= 0.35"
     result = _per_call(t_ours, t_echo, what, BURST_ENVELOPE, unix, goal)
     result.detail += cpu
@@ -342,7 +324,7 @@ def burst_small_remote(quick: bool) -> dict[str, BenchResult]:
 def _fast_burst_small(unix: bool, quick: bool) -> BenchResult:
     a, b = _small_inputs()
     payload = _small_payload(BURST_ENVELOPE)
-    with _served(_add_model(), unix) as served, served.pm.burst(fast=True) as burst:
+    with serving(_add_model(), unix) as served, served.pm.burst(fast=True) as burst:
         client = served.client
 
         def ours() -> np.ndarray:
@@ -378,129 +360,12 @@ def fast_burst_small(quick: bool) -> dict[str, BenchResult]:
     }
 
 
-def _identity(pm: PreparedModel, x: np.ndarray) -> np.ndarray:
-    out: np.ndarray = pm.execute([x], timeout=60).outputs[0]
-    return out
-
-
-def _gibs(seconds: float) -> float:
-    return BIG_BYTES / 2**30 / seconds
-
-
-def _inline_64m(unix: bool, quick: bool) -> BenchResult:
-    x = np.random.default_rng(0).random((BIG_SIDE, BIG_SIDE), dtype=np.float32)
-    # Request and reply the same size: the echo returns the bytes it received, no copy.
-    payload = frame(BIG_BYTES, BIG_BYTES)
-    rounds = 3 if quick else 7
-    with _served(_identity_model(), unix) as served:
-        pm, client = served.pm, served.client
-        check(np.array_equal(_identity(pm, x), x), "the identity model changed the bytes")
-        t_ours, t_echo, t_chunks = interleaved_all(
-            [lambda: _identity(pm, x), lambda: client.unary(payload), lambda: client.chunks(payload, CHUNK_BYTES)],
-            rounds,
-            1,
-        )
-    detail = (
-        "ours: pm.execute([64 MiB array]) -> outputs[0] (the client streams pools of 2 MiB or more in 1 MiB "
-        f"chunks); anchor: raw unary echo of 64 MiB in one message, {transport(unix)}; a raw stream of the same "
-        f"1 MiB chunks both ways, same rounds: {_gibs(t_chunks):.3g} GiB/s, ours {t_chunks / t_ours:.2f}x that"
-    )
-    return BenchResult(_gibs(t_ours), _gibs(t_echo), t_echo / t_ours, "GiB/s", "ratio >= 0.8", detail)
-
-
-def inline_64m(quick: bool) -> dict[str, BenchResult]:
-    """64 MiB in and out inline through pm.execute vs a raw gRPC echo of 64 MiB (the detail
-    adds a raw stream of the same chunks, measured in the same rounds)."""
-    return {"ipc.inline_64m": _inline_64m(False, quick), "ipc.inline_64m.unix": _inline_64m(True, quick)}
-
-
-def _inline_64m_chunked(unix: bool, quick: bool) -> BenchResult:
-    x = np.random.default_rng(0).random((BIG_SIDE, BIG_SIDE), dtype=np.float32)
-    payload = frame(BIG_BYTES, BIG_BYTES)
-    rounds = 3 if quick else 7
-    with _served(_identity_model(), unix, REMOTE) as served:
-        pm, client = served.pm, served.client
-        check(np.array_equal(_identity(pm, x), x), "the identity model changed the bytes")
-        check(client.chunks(payload, CHUNK_BYTES) == payload, "the chunked echo changed the bytes")
-        t_ours, t_chunks = interleaved(lambda: _identity(pm, x), lambda: client.chunks(payload, CHUNK_BYTES), rounds, 1)
-    detail = (
-        "ours: pm.execute([64 MiB array]) -> outputs[0], 1 MiB chunks both ways" + _server_note(REMOTE) + "; "
-        "anchor: raw bidi stream of 64 MiB sent in 1 MiB messages, all echoed back once in, joined into one "
-        f"buffer, {transport(unix)}"
-    )
-    return BenchResult(_gibs(t_ours), _gibs(t_chunks), t_chunks / t_ours, "GiB/s", "ratio >= 0.8", detail)
-
-
-def inline_64m_chunked(quick: bool) -> dict[str, BenchResult]:
-    """64 MiB in and out inline through pm.execute on the remote path vs a raw gRPC stream of
-    the same 1 MiB chunks both ways."""
-    return {
-        "ipc.inline_64m_chunked": _inline_64m_chunked(False, quick),
-        "ipc.inline_64m_chunked.unix": _inline_64m_chunked(True, quick),
-    }
-
-
-def _shmem_huge_pages() -> str:
-    """The host's huge-page policy for shared memory (``shmem_enabled``'s chosen value)."""
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/shmem_enabled") as policy:
-            chosen = [word.strip("[]") for word in policy.read().split() if word.startswith("[")]
-    except OSError:
-        return "4 KiB (no transparent huge pages)"
-    return f"shmem_enabled={chosen[0] if chosen else '?'}"
-
-
-def shm_64m(quick: bool) -> dict[str, BenchResult]:
-    """64 MiB in and out through shared memory vs a numpy memcpy of the same bytes."""
-    count = BIG_BYTES // 4
-    src = np.random.default_rng(0).random(count, dtype=np.float32)
-    dst = np.empty_like(src)
-    anchor_dst = np.empty_like(src)
-    rounds = 3 if quick else 7
-    with (
-        local_device() as dev,
-        dev.prepare_model_sync(_identity_model()) as pm,
-        SharedMemory.create(dev, BIG_BYTES) as inp,
-        SharedMemory.create(dev, BIG_BYTES) as out,
-    ):
-        out_view = out.view(np.float32, (count,))
-        request = Request(
-            (RequestArgument(location=DataLocation(0, 0, BIG_BYTES)),),
-            (RequestArgument(location=DataLocation(1, 0, BIG_BYTES)),),
-            (inp.pool(), out.pool()),
-        )
-
-        def ours() -> None:
-            # What a user must do: put the input into the shared region (``SharedMemory.write``)
-            # and execute; the output is theirs in place (``out_view``), in the client's own
-            # pages: zero copy.
-            inp.write(src)
-            pm.execute_request(request, timeout=60).raise_for_status()
-
-        def copied_out() -> None:
-            ours()
-            np.copyto(dst, out_view)
-
-        copied_out()
-        check(np.array_equal(dst, src), "the identity model changed the bytes")
-        t_ours, t_copied, t_copy = interleaved_all([ours, copied_out, lambda: np.copyto(anchor_dst, src)], rounds, 1)
-    detail = (
-        "ours: inp.write(input), pm.execute_request, the output read in place (2 copies of 64 MiB: the "
-        "client's write, the identity model's output in the server); copying the output view out too: "
-        f"{t_copy / t_copied:.2f}x; anchor: one np.copyto; shared pages: {_shmem_huge_pages()}"
-    )
-    return _bandwidth("ipc.shm_64m", t_ours, t_copy, "ratio >= 0.5", detail)
-
-
 BENCHMARKS: dict[str, Bench] = {
     "ipc.sync_small": sync_small,
     "ipc.burst_small": burst_small,
     "ipc.burst_numpy_small": burst_numpy_small,
     "ipc.fast_burst_small": fast_burst_small,
-    "ipc.inline_64m": inline_64m,
     "ipc.sync_small_remote": sync_small_remote,
     "ipc.burst_small_remote": burst_small_remote,
-    "ipc.inline_64m_chunked": inline_64m_chunked,
-    "ipc.shm_64m": shm_64m,
     "ipc.tiny_model": tiny_model_bench,
 }

@@ -7,13 +7,14 @@ IPC ones add a ``.unix`` twin).
 
 from __future__ import annotations
 
-from nnhal.bench import concurrency, execution, ipc, litert_device, op_overhead, ort_device, qos, tflite_face
+from nnhal.bench import concurrency, execution, ipc, ipc_large, litert_device, op_overhead, ort_device, qos, tflite_face
 from nnhal.bench.common import Bench
 
 
 def benchmarks() -> dict[str, Bench]:
     return {
         **ipc.BENCHMARKS,
+        **ipc_large.BENCHMARKS,
         **qos.BENCHMARKS,
         **execution.BENCHMARKS,
         **op_overhead.BENCHMARKS,

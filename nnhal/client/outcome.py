@@ -58,15 +58,20 @@ class ExecutionOutcome:
 
     @classmethod
     def of(cls, result: ExecutionResult, timing_ns: TimingNs | None = None) -> ExecutionOutcome:
+        # Every field by position, in order (a class called with keywords makes a dict of them
+        # per call; made on every execution's path).
         return cls(
-            timing_ns=timing_ns,
-            status=result.status,
-            message=result.message,
-            output_shapes=result.output_shapes,
-            timing=result.timing,
-            output_pools=result.output_pools,
-            profile=[(p.operation, p.count, p.total_us) for p in result.profile] if result.profile else [],
-            timeline=result.timeline,
+            result.status,
+            result.message,
+            result.output_shapes,
+            result.timing,
+            result.output_pools,
+            [],  # outputs
+            [(p.operation, p.count, p.total_us) for p in result.profile] if result.profile else [],
+            result.timeline,
+            _NOT_MEASURED,  # timing_launched
+            False,  # signalled
+            timing_ns,
         )
 
     @classmethod

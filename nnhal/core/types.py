@@ -2,12 +2,14 @@
 
 They mirror ``neuralnetworks/1.3/types.hal`` one to one; every other layer speaks
 these, and only the ``nnhal.core.wire*`` modules convert them to and from protobuf.
+The slotted ones are built through their slots (:func:`nnhal.core.frozen.slot_init`;
+``ExecutionResult`` by its own written ``__init__``, which also takes ``output_pools`` None for
+a new dict): they are made on every execution's path, on both sides.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from nnhal.core.enums import (
     DeviceStatus,
@@ -17,11 +19,13 @@ from nnhal.core.enums import (
     OperandType,
     OperationType,
 )
+from nnhal.core.frozen import slot_init
 
 #: Timing fields use UINT64_MAX for "not measured".
 NO_TIMING = 0xFFFF_FFFF_FFFF_FFFF
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class DataLocation:
     pool_index: int = 0
@@ -29,12 +33,14 @@ class DataLocation:
     length: int = 0
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class SymmPerChannelQuantParams:
     scales: tuple[float, ...]
     channel_dim: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Operand:
     type: OperandType
@@ -48,6 +54,7 @@ class Operand:
     extension_params: bytes | None = None
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Operation:
     type: OperationType
@@ -55,6 +62,7 @@ class Operation:
     outputs: tuple[int, ...]
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Subgraph:
     operands: tuple[Operand, ...]
@@ -68,6 +76,7 @@ class Subgraph:
 PoolData = bytes | memoryview
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class InlinePool:
     """Bytes carried inside the message; ``size`` may exceed ``len(data)`` for
@@ -77,6 +86,7 @@ class InlinePool:
     size: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class SharedMemoryPool:
     """A named region on the server's host: the ``ashmem`` / ``mmap_fd`` /
@@ -88,6 +98,7 @@ class SharedMemoryPool:
     size: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BufferTokenPool:
     """A driver-managed buffer (memory domain) named by its positive token."""
@@ -98,12 +109,14 @@ class BufferTokenPool:
 MemoryPool = InlinePool | SharedMemoryPool | BufferTokenPool
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ExtensionNameAndPrefix:
     name: str
     prefix: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Model:
     main: Subgraph
@@ -114,6 +127,7 @@ class Model:
     extension_name_to_prefix: tuple[ExtensionNameAndPrefix, ...] = ()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class RequestArgument:
     has_no_value: bool = False
@@ -121,6 +135,7 @@ class RequestArgument:
     dimensions: tuple[int, ...] = ()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Request:
     inputs: tuple[RequestArgument, ...]
@@ -128,12 +143,14 @@ class Request:
     pools: tuple[MemoryPool, ...]
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class OutputShape:
     dimensions: tuple[int, ...]
     is_sufficient: bool
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Timing:
     """Microseconds; NO_TIMING when not measured (types.hal 1.2 Timing)."""
@@ -142,6 +159,7 @@ class Timing:
     time_in_driver: int = NO_TIMING
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class OperationProfile:
     """nnhal extension: time spent in one operation type during an execution."""
@@ -151,6 +169,7 @@ class OperationProfile:
     total_us: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class OperationTiming:
     """nnhal extension: one operation as it ran (operation ``index`` of subgraph ``subgraph``,
@@ -167,7 +186,8 @@ class OperationTiming:
 _NOT_MEASURED = Timing()
 
 
-@dataclass(frozen=True, slots=True, init=False)  # slots: made on every execution's path, on both sides
+@slot_init
+@dataclass(frozen=True, slots=True)  # slots: made on every execution's path, on both sides
 class ExecutionResult:
     """What an execution returns across the boundary: the callback's (or synchronous
     call's) status, output shapes and timing, plus the contents of the request's inline
@@ -180,34 +200,6 @@ class ExecutionResult:
     output_pools: dict[int, PoolData] = field(default_factory=dict)
     profile: tuple[OperationProfile, ...] = ()
     timeline: tuple[OperationTiming, ...] = ()
-
-    def __init__(
-        self,
-        status: ErrorStatus = ErrorStatus.NONE,
-        message: str = "",
-        output_shapes: tuple[OutputShape, ...] = (),
-        timing: Timing = _NOT_MEASURED,
-        output_pools: dict[int, PoolData] | None = None,
-        profile: tuple[OperationProfile, ...] = (),
-        timeline: tuple[OperationTiming, ...] = (),
-    ) -> None:
-        # The generated frozen __init__, each field set through its slot's own setter: it sets
-        # every field through ``object.__setattr__``, which costs twice as much (a result is
-        # made on every execution's path, on both sides). ``output_pools`` None: a new dict.
-        s = _RESULT_SLOTS
-        s[0](self, status)
-        s[1](self, message)
-        s[2](self, output_shapes)
-        s[3](self, timing)
-        s[4](self, {} if output_pools is None else output_pools)
-        s[5](self, profile)
-        s[6](self, timeline)
-
-
-#: The setters of ``ExecutionResult``'s slots, in field order.
-_RESULT_SLOTS: tuple[Callable[[ExecutionResult, object], None], ...] = tuple(
-    getattr(ExecutionResult, f.name).__set__ for f in fields(ExecutionResult)
-)
 
 
 @dataclass(frozen=True)
@@ -223,18 +215,21 @@ class FencedExecutionInfo:
     output_pools: dict[int, PoolData] = field(default_factory=dict)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PerformanceInfo:
     exec_time: float = 1.0
     power_usage: float = 1.0
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class OperandPerformance:
     type: OperandType
     info: PerformanceInfo
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     relaxed_float32_to_float16_performance_scalar: PerformanceInfo = PerformanceInfo()
@@ -244,11 +239,13 @@ class Capabilities:
     while_performance: PerformanceInfo = PerformanceInfo()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BufferDesc:
     dimensions: tuple[int, ...] = ()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BufferRole:
     model_index: int
@@ -256,6 +253,7 @@ class BufferRole:
     frequency: float
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ExtensionOperandTypeInformation:
     type: int
@@ -263,12 +261,14 @@ class ExtensionOperandTypeInformation:
     byte_size: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Extension:
     name: str
     operand_types: tuple[ExtensionOperandTypeInformation, ...] = ()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class DeviceInfo:
     """What ``nnhal info`` shows for a device: the static IDevice answers."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nnhal.bench import ipc
+from nnhal.bench import ipc, ipc_large
 from nnhal.bench.common import BenchResult, interleaved_all
 from nnhal.client.device import Device
 from nnhal.testing.local_server import LocalServer
@@ -42,8 +42,9 @@ class Spy:
             return t_ours, t_anchor
 
         monkeypatch.setattr(ipc, "local_server", spy_server)
-        monkeypatch.setattr(ipc, "interleaved_all", spy_all)
-        monkeypatch.setattr(ipc, "interleaved", spy_two)
+        for module in (ipc, ipc_large):
+            monkeypatch.setattr(module, "interleaved_all", spy_all)
+        monkeypatch.setattr(ipc_large, "interleaved", spy_two)
 
 
 @pytest.fixture
@@ -54,8 +55,8 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[Spy]:
 @pytest.fixture
 def small_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     """A 1024x1024 float32 tensor (4 MiB): above the streaming threshold, four chunks each way."""
-    monkeypatch.setattr(ipc, "BIG_SIDE", 1024)
-    monkeypatch.setattr(ipc, "BIG_BYTES", 1024 * 1024 * 4)
+    monkeypatch.setattr(ipc_large, "BIG_SIDE", 1024)
+    monkeypatch.setattr(ipc_large, "BIG_BYTES", 1024 * 1024 * 4)
 
 
 def _check(results: dict[str, BenchResult], names: set[str], unit: str) -> None:
@@ -81,7 +82,7 @@ def test_small_remote_benchmarks_start_servers_without_the_fast_path(spy: Spy) -
 
 
 def test_inline_64m_chunked_against_a_chunked_stream(spy: Spy, small_pool: None) -> None:
-    results = ipc.inline_64m_chunked(True)
+    results = ipc_large.inline_64m_chunked(True)
     _check(results, {"ipc.inline_64m_chunked", "ipc.inline_64m_chunked.unix"}, "GiB/s")
     assert spy.server_args == [ipc.REMOTE] * 2
     assert spy.sides == [2, 2]
@@ -89,7 +90,7 @@ def test_inline_64m_chunked_against_a_chunked_stream(spy: Spy, small_pool: None)
 
 
 def test_inline_64m_keeps_its_anchor_and_adds_the_chunked_one(spy: Spy, small_pool: None) -> None:
-    results = ipc.inline_64m(True)
+    results = ipc_large.inline_64m(True)
     _check(results, {"ipc.inline_64m", "ipc.inline_64m.unix"}, "GiB/s")
     assert spy.server_args == [(), ()]  # the default server, as before
     assert spy.sides == [3, 3]  # ours, the one-message echo, the chunked stream: same rounds

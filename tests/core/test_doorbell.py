@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 
-from nnhal.core.doorbell import Doorbell, nonblocking_pipe
+from nnhal.core.doorbell import RING, STOP, Doorbell, nonblocking_pipe
 
 
 def _pair() -> tuple[Doorbell, Doorbell]:
@@ -25,6 +25,22 @@ def test_rings_are_counted() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_rings_beyond_one_read_are_counted_by_the_next_and_a_stop_after_them_is_seen() -> None:
+    inbox_r, inbox_w = nonblocking_pipe()
+    peer_r, peer_w = nonblocking_pipe()
+    writer = os.dup(inbox_w)  # what another holder of the inbox's write end sends
+    b = Doorbell(inbox_r, inbox_w, peer_w)
+    try:
+        os.write(writer, RING * 300 + STOP)  # more rings than one wait reads, then a STOP
+        counted = b.wait(5.0)
+        assert 0 < counted < 300 and not b.stopped
+        assert counted + b.wait(5.0) == 300 and b.stopped
+    finally:
+        b.close()
+        for fd in (writer, peer_r):
+            os.close(fd)
 
 
 def test_stop_wakes_a_waiter_for_good() -> None:

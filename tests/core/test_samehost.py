@@ -56,6 +56,10 @@ def test_a_tag_round_trips_and_malformed_tags_are_refused() -> None:
     tag = samehost.encode_tag("req-9", "feed0123.x")
     assert samehost.split_tag(tag + b"rest") == ("req-9", "feed0123.x", b"rest")
     assert samehost.split_tag(samehost.encode_tag("")) == ("", "", b"")
+    plain = samehost.encode_tag("req-10")  # no scope: the id alone, padded
+    assert len(plain) % fastpacket.ALIGN == 0 and samehost.split_tag(plain + b"x") == ("req-10", "", b"x")
+    with pytest.raises(PacketError, match="not ASCII"):
+        samehost.split_tag(samehost.TAG_HEADER.pack(1, 1) + b"a\xfe" + bytes(54))
     with pytest.raises(PacketError, match="shorter than its tag"):
         samehost.split_tag(b"\x00" * (samehost.TAG_HEADER.size - 1))
     with pytest.raises(PacketError, match="does not fit"):

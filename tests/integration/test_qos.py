@@ -114,9 +114,10 @@ def test_deadline_expiring_mid_execution_is_reported_promptly(device: Device) ->
     model = relu_chain(n_ops, (64, 4096))
     x = np.random.default_rng(0).standard_normal((64, 4096)).astype(np.float32)
     with device.prepare_model_sync(model) as pm:
-        full = pm.execute([x], measure=True)
-        per_op = full.timing.time_on_device / n_ops / 1e6
-        total = full.timing.time_on_device / 1e6
+        # The fastest of three runs: a run measured while the machine was busier than during
+        # the timed one would give a budget the timed run could finish within.
+        total = min(pm.execute([x], measure=True).timing.time_on_device for _ in range(3)) / 1e6
+        per_op = total / n_ops
         assert total > 0.05, f"chain too fast to test ({total * 1e3:.1f} ms)"
         budget = total / 4
     # A fresh prepared model has no run history, so the driver cannot refuse at launch:

@@ -36,8 +36,9 @@ import numpy as np
 from nnhal.client import steps
 from nnhal.client.numpy_io import NumpyIO, no_model, numpy_execution, settle
 from nnhal.client.outcome import ExecutionOutcome, failed_result
+from nnhal.client.remote.aio_burst_stream import AioBurstStream
 from nnhal.client.remote.aio_fastburst import AioFastBurst
-from nnhal.client.remote.aio_session import AioBurstStream, AioSession
+from nnhal.client.remote.aio_session import AioSession
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError

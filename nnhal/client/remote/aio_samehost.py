@@ -48,7 +48,7 @@ from nnhal.client.remote.link_pool import LinkPool
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.queue_ends import QueueEnded, QueueTimeout
 from nnhal.client.remote.samehost import CarriedForms, ended_error, late_error, scope_of
-from nnhal.client.remote.transport import DEFAULT_CALL_TIMEOUT, grpc_timeout, remaining_time
+from nnhal.client.remote.transport import DEFAULT_CALL_TIMEOUT, Metadata, grpc_timeout, remaining_time
 from nnhal.core import fastpacket, fastring, samehost
 from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, Request
@@ -59,7 +59,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Metadata = tuple[tuple[str, str], ...]
 
 
 class AioSameHostQueue:

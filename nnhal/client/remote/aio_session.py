@@ -3,7 +3,7 @@
 The asyncio driver of the HAL calls :class:`nnhal.client.remote.RemoteSession` drives on
 blocking stubs: the calls themselves (request, answer, canonical result) are
 :mod:`nnhal.client.remote.calls`', run by :meth:`AioSession.run`; the launch / notify
-streams (preparations, ``execute_1_3``) and the burst stream (:class:`AioBurstStream`) are
+streams (preparations, ``execute_1_3``) and the burst stream (:mod:`.aio_burst_stream`) are
 the transport's own. The asyncio proxies (:mod:`nnhal.client.aio`) speak canonical types
 to this class only. The same contracts as the sync session:
 
@@ -47,11 +47,11 @@ from nnhal.client import steps
 from nnhal.client.faults import current_fault_scope
 from nnhal.client.outcome import result_of
 from nnhal.client.remote import DRAINING, calls, hidl, monitor as drain_rules
+from nnhal.client.remote.aio_burst_stream import AioBurstStream
 from nnhal.client.remote.aio_samehost import AioSameHostQueue
 from nnhal.client.remote.messages import (
     ExecutionOptions,
     PreparedRef,
-    burst_request,
     check_launch,
     execute_request_bytes,
     notify_of,
@@ -63,6 +63,7 @@ from nnhal.client.remote.transport import (
     BURST_STREAM_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
     SESSION_STREAM_TIMEOUT,
+    Metadata,
     Stubs,
     TlsConfig,
     channel_options,
@@ -76,11 +77,10 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
 from nnhal.core.protocol import DEVICE_METADATA, REQUEST_ID_METADATA
-from nnhal.core.types import ExecutionResult, MemoryPool, Request, RequestArgument
+from nnhal.core.types import ExecutionResult, MemoryPool, RequestArgument
 from nnhal.proto import service_pb2 as spb
 
 T = TypeVar("T")
-Metadata = tuple[tuple[str, str], ...]
 
 _SYNC = "executeSynchronously_1_3"
 
@@ -481,52 +481,3 @@ class AioSession:
 
 def _read_result(step: calls.Notify) -> calls.Call[ExecutionResult]:
     return hidl.result_of((yield step))
-
-
-class AioBurstStream:
-    """One ``configureExecutionBurst`` stream of an :class:`AioSession` (the transport half of
-    :class:`nnhal.client.aio.Burst`, which runs one execution at a time on it)."""
-
-    def __init__(self, session: AioSession, call: Any, md: Metadata) -> None:
-        self._session = session
-        self._call = call
-        #: Every execution on the stream shares its request id.
-        self._md = md
-
-    async def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
-        """One execution through the session's call path: its result, None once the server
-        ended the stream; raises the HalError of a transport failure."""
-        data = burst_request(self._session.session_id, handle, request, options)
-        result: ExecutionResult | None = await self._session.call(
-            "burst", False, lambda _md: self._exchange(data), self._md
-        )
-        return result
-
-    async def _exchange(self, data: bytes) -> Any:
-        """Send one serialized request and read its result (None: the server ended the stream)."""
-        try:
-            await self._call.write(data)
-        except asyncio.InvalidStateError:  # the call finished with OK: the server ended it
-            return None
-        response = await self._call.read()
-        return None if response is grpc.aio.EOF else response
-
-    async def finish(self) -> None:
-        """End the stream: the server forgets the burst (raises the HalError of a broken stream)."""
-        await self._session.call("burst", False, lambda _md: self._finish(), self._md)
-
-    async def _finish(self) -> None:
-        try:
-            await self._call.done_writing()
-            while await self._call.read() is not grpc.aio.EOF:
-                pass
-        except asyncio.InvalidStateError:
-            pass  # already finished
-
-    @property
-    def session_over(self) -> bool:
-        """True once the session died or was closed (the stream went with it)."""
-        return self._session.dead or self._session.closed
-
-    def cancel(self) -> None:
-        self._call.cancel()

@@ -62,6 +62,8 @@ from nnhal.proto import (
     streamed_pb2 as stpb,
 )
 
+#: A call's gRPC metadata: (key, value) pairs.
+Metadata = tuple[tuple[str, str], ...]
 #: Seconds for calls with no HAL deadline: generous, but never unbounded.
 DEFAULT_CALL_TIMEOUT = 600.0
 #: Margin added to a HAL deadline to form the gRPC deadline, so that the

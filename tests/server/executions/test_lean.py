@@ -18,7 +18,7 @@ from nnhal.core.enums import ErrorStatus, ExecutionPreference
 from nnhal.core.errors import HalError, InvalidArgument, ResourceExhaustedPersistent
 from nnhal.core.types import DataLocation, ExecutionResult, InlinePool, PoolData, Request, RequestArgument
 from nnhal.server.driver import DeviceConfig, Driver
-from nnhal.server.executions import Execution, Executions, Notify, Preparation, Prepared, Refused, lean, owner
+from nnhal.server.executions import Execution, Executions, Method, Notify, Preparation, Prepared, Refused, lean, owner
 from nnhal.server.scheduler import Ticket
 from nnhal.server.session import Faults
 from tests.conftest import add_model
@@ -211,17 +211,23 @@ def _compact_call(x: Executions, compact: lean.Compact, body: memoryview) -> Exe
     return x.execute(m, build, None, None, None, partial(lean.launch_compact, x.driver, compact, body, False, None, 0))
 
 
-@pytest.mark.parametrize("end", ["release", "close"])
-def test_a_compact_layout_keeps_its_model_until_it_is_released_or_its_session_closes(end: str) -> None:
-    """The layout looks its session and model up once; a released model or a closed session is
-    refused as the full path refuses it (same status and message), never run from the kept ones."""
+def _learned_compact() -> tuple[Executions, str, str, Method, Request, lean.Compact]:
+    """An owner, its session and model handle, the sync method, a request whose plan the owner
+    learned by running it once, and the compact layout of that request."""
     x, session, handle = _owner()
     m = x.method("executeSynchronously_1_3")
     request = _request()
     assert x.execute(m, lambda: Execution(session, handle, request)).status == ErrorStatus.NONE  # its plan learned
     key = fastpacket.layout_key(request.inputs, request.outputs, request.pools)
     assert key is not None
-    compact = lean.Compact(session, handle, key)
+    return x, session, handle, m, request, lean.Compact(session, handle, key)
+
+
+@pytest.mark.parametrize("end", ["release", "close"])
+def test_a_compact_layout_keeps_its_model_until_it_is_released_or_its_session_closes(end: str) -> None:
+    """The layout looks its session and model up once; a released model or a closed session is
+    refused as the full path refuses it (same status and message), never run from the kept ones."""
+    x, session, handle, m, request, compact = _learned_compact()
     body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools])))
     for _ in range(2):
         result = _compact_call(x, compact, body)
@@ -245,13 +251,7 @@ def test_a_compact_call_read_in_the_ring_is_copied_once_out_of_it(copies: bool) 
     """A body that is a view of the queue's shared ring reaches the graph as it is only when the
     graph copies its inputs out itself; any other graph gets the pools' private copies, and the
     full path's pools are private copies too (DESIGN §2: the client still writes the ring)."""
-    x, session, handle = _owner()
-    m = x.method("executeSynchronously_1_3")
-    request = _request()
-    assert x.execute(m, lambda: Execution(session, handle, request)).status == ErrorStatus.NONE  # its plan learned
-    key = fastpacket.layout_key(request.inputs, request.outputs, request.pools)
-    assert key is not None
-    compact = lean.Compact(session, handle, key)
+    x, session, handle, _, request, compact = _learned_compact()
     payload = b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools]))
     ring = mmap.mmap(-1, 4096)
     ring[: len(payload)] = payload

@@ -1,0 +1,71 @@
+"""AioBurstStream: one ``configureExecutionBurst`` stream of an asyncio session
+(:class:`nnhal.client.remote.aio_session.AioSession`), the transport half of
+:class:`nnhal.client.aio.Burst`. Its requests are written as serialized ``BurstRequest``s
+(``messages.burst_request``) and its answers read as ``ExecutionResult``s
+(``encoded.burst_answer``), through the session's one call path, so a transport failure
+is the HalError the session maps it to and a dead session fails its calls at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import grpc.aio
+
+from nnhal.client.remote.messages import ExecutionOptions, burst_request
+from nnhal.client.remote.transport import Metadata
+from nnhal.core.types import ExecutionResult, Request
+
+if TYPE_CHECKING:  # the session makes its streams: imported for its type only
+    from nnhal.client.remote.aio_session import AioSession
+
+
+class AioBurstStream:
+    """One ``configureExecutionBurst`` stream of an :class:`AioSession` (the transport half of
+    :class:`nnhal.client.aio.Burst`, which runs one execution at a time on it)."""
+
+    def __init__(self, session: AioSession, call: Any, md: Metadata) -> None:
+        self._session = session
+        self._call = call
+        #: Every execution on the stream shares its request id.
+        self._md = md
+
+    async def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
+        """One execution through the session's call path: its result, None once the server
+        ended the stream; raises the HalError of a transport failure."""
+        data = burst_request(self._session.session_id, handle, request, options)
+        result: ExecutionResult | None = await self._session.call(
+            "burst", False, lambda _md: self._exchange(data), self._md
+        )
+        return result
+
+    async def _exchange(self, data: bytes) -> Any:
+        """Send one serialized request and read its result (None: the server ended the stream)."""
+        try:
+            await self._call.write(data)
+        except asyncio.InvalidStateError:  # the call finished with OK: the server ended it
+            return None
+        response = await self._call.read()
+        return None if response is grpc.aio.EOF else response
+
+    async def finish(self) -> None:
+        """End the stream: the server forgets the burst (raises the HalError of a broken stream)."""
+        await self._session.call("burst", False, lambda _md: self._finish(), self._md)
+
+    async def _finish(self) -> None:
+        try:
+            await self._call.done_writing()
+            while await self._call.read() is not grpc.aio.EOF:
+                pass
+        except asyncio.InvalidStateError:
+            pass  # already finished
+
+    @property
+    def session_over(self) -> bool:
+        """True once the session died or was closed (the stream went with it)."""
+        return self._session.dead or self._session.closed
+
+    def cancel(self) -> None:
+        self._call.cancel()
