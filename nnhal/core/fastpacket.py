@@ -28,6 +28,8 @@ too: ``samehost.encode_tag``), so a private copy of a payload made at an aligned
 (any allocator's, 16 bytes or more) holds every tensor aligned for its element type, and
 the copies into and out of it run at full speed. The pads' contents are not read.
 
+The ANSWER's codec, writer and reader are :mod:`nnhal.core.fastanswer`'s.
+
 Every field is untrusted: the decoders raise :class:`PacketError` for a packet
 too short or too long for what it declares, unknown flags, a length that does
 not match its layout. The codec knows only canonical types (no protobuf).
@@ -37,21 +39,16 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from nnhal.core import fastring
-from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import (
-    NO_TIMING,
-    ExecutionResult,
     InlinePool,
     MemoryPool,
-    OutputShape,
     PoolData,
     RequestArgument,
-    Timing,
 )
 
 #: Packet kinds beside ``fastring.REQUEST`` / ``fastring.RESULT``.
@@ -69,27 +66,14 @@ CALL_HEADER = struct.Struct("<IIQQ")
 #: The CALL header's bytes with its pad: where a call's body starts.
 CALL_HEAD_BYTES = ALIGN
 _CALL_PAD = bytes(CALL_HEAD_BYTES - CALL_HEADER.size)
-_ZEROS = bytes(ALIGN)
+#: Zero bytes for pads before an aligned part.
+ZEROS = bytes(ALIGN)
 LEARNED_HEADER = struct.Struct("<I")
-ANSWER_HEADER = struct.Struct("<IIQQII")
-#: The answer header's timing (time on device, time in driver) and where it starts: the one
-#: field of the answers to a layout's measured calls that differs from call to call.
-_TIMING = struct.Struct("<QQ")
-_TIMING_AT = struct.calcsize("<II")
-_TIMING_END = _TIMING_AT + _TIMING.size
-_PAIR = struct.Struct("<II")
-#: A pool's index and length followed by ``pad`` zero bytes, per ``pad`` below :data:`ALIGN`:
-#: what comes before an answer's pool's bytes, written in one call (``AnswerWriter.write``).
-_PAIRS_PADDED = tuple(struct.Struct(f"<II{pad}x") for pad in range(ALIGN))
 _UINT64_MAX = (1 << 64) - 1
 #: CALL flags.
 MEASURE = 1
 HAS_DEADLINE = 2
 _FLAGS = MEASURE | HAS_DEADLINE
-#: The statuses an ANSWER carries (the others travel as an ExecuteResult, with their message).
-ANSWERED = frozenset((ErrorStatus.NONE, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE))
-_ANSWERED_BY_NUMBER = {int(s): s for s in ANSWERED}
-_UNMEASURED = Timing()
 
 LayoutKey = tuple[tuple[RequestArgument, ...], tuple[RequestArgument, ...], tuple[tuple[int, int], ...]]
 
@@ -102,7 +86,7 @@ def _nbytes(data: PoolData) -> int:
     return data.nbytes if isinstance(data, memoryview) else len(data)
 
 
-def _bytes_of(data: PoolData) -> tuple[bytes | memoryview, int]:
+def bytes_of(data: PoolData) -> tuple[bytes | memoryview, int]:
     """``data`` as bytes or a view of bytes (format ``B``: what ``fastring.Gathered`` takes with
     its length given), and its length in bytes."""
     if isinstance(data, memoryview):
@@ -155,7 +139,7 @@ def body_parts(datas: Sequence[PoolData]) -> list[PoolData]:
         if n:
             pad = -at % ALIGN
             if pad:
-                parts.append(_ZEROS[:pad])
+                parts.append(ZEROS[:pad])
                 at += pad
             parts.append(data)
             at += n
@@ -248,281 +232,3 @@ class Layout:
         if len(body) != self._total:
             raise PacketError(f"a compact call carries {len(body)} bytes of pools; its layout has {self._total}")
         return tuple(InlinePool(body[a:b], size) for (a, b), (_, size) in zip(self._spans, self._sizes))
-
-
-def encode_answer(result: ExecutionResult) -> bytes:
-    """An ANSWER's payload (``result.status`` in :data:`ANSWERED`, no profile)."""
-    payload = answer_parts(result)
-    return payload.joined() if isinstance(payload, fastring.Gathered) else payload
-
-
-def answer_parts(result: ExecutionResult) -> bytes | fastring.Gathered:
-    """``encode_answer``'s payload, a large one in parts (the output pools' bytes as they
-    are), for a ring to copy without joining them first."""
-    return _with_pools(_answer_head(result), result.output_pools)
-
-
-def _answer_head(result: ExecutionResult) -> bytes:
-    """An ANSWER's bytes before its output pools: the header, the message, the output shapes."""
-    message = result.message.encode()
-    parts = [
-        ANSWER_HEADER.pack(
-            int(result.status),
-            len(message),
-            result.timing.time_on_device,
-            result.timing.time_in_driver,
-            len(result.output_shapes),
-            len(result.output_pools),
-        ),
-        message,
-    ]
-    for shape in result.output_shapes:
-        parts.append(_PAIR.pack(len(shape.dimensions), int(shape.is_sufficient)))
-        parts.append(struct.pack(f"<{len(shape.dimensions)}I", *shape.dimensions))
-    return b"".join(parts)
-
-
-def _with_pools(head: bytes, pools: dict[int, PoolData]) -> bytes | fastring.Gathered:
-    """``answer_parts``: ``head`` (``_answer_head``), then each output pool — its index and
-    length, padded so that its bytes start at a multiple of :data:`ALIGN`, then the bytes."""
-    # The bytes before each pool's bytes (the head, the pair and pad) are one part, so a ring
-    # checksums and copies two parts per pool, not three.
-    parts: list[bytes | memoryview] = []
-    before = head
-    at = len(head)
-    for index, data in pools.items():
-        view, n = _bytes_of(data)
-        at += _PAIR.size
-        pad = -at % ALIGN
-        parts.append(before + _PAIR.pack(index, n) + _ZEROS[:pad])
-        parts.append(view)
-        before = b""
-        at += pad + n
-    if before:
-        parts.append(before)
-    if at <= fastring.CHECKED_BYTES:
-        return b"".join(parts)
-    return fastring.Gathered(parts, at)
-
-
-class AnswerWriter:
-    """``answer_parts`` for a stream of answers, most of them alike (the answers to one
-    request layout's calls): it keeps the bytes before the output pools of the last answer
-    it encoded, with the status, message, timing and output shapes they were made from and
-    how many pools followed, and writes an answer made of the very same timing and shapes
-    objects (a request plan hands its last shapes back while they hold; an unmeasured
-    answer's timing is one shared value), the same status and message and as many pools
-    with those bytes, so that only the pools are encoded; an answer that differs from the
-    last in its timing alone (a measured call's) gets the kept bytes with the new timing
-    written in. Not thread-safe: one per layout, used by its queue's serving thread.
-
-    In place (``places``): a large answer's output pools can be written by the execution
-    straight into the result ring, where the answer will carry them; ``write`` then writes
-    only the bytes around them."""
-
-    __slots__ = ("_head", "_made", "_placed", "_pools")
-
-    def __init__(self) -> None:
-        self._head = b""
-        self._made: tuple[ErrorStatus, str, object, object, int] | None = None
-        #: The last encoded answer's output pools: (index, length) each.
-        self._pools: tuple[tuple[int, int], ...] = ()
-        #: The places ``places`` gave: the reserved payload, its length, and per pool its
-        #: index, where its index and length go, where its bytes go, its length, and the
-        #: struct that writes its index, length and pad.
-        self._placed: tuple[memoryview, int, tuple[tuple[int, int, int, int, struct.Struct], ...]] | None = None
-
-    def places(self, reserve: Callable[[int], memoryview | None]) -> dict[int, memoryview] | None:
-        """Where the next answer's output pools go in place: a writable view per pool index
-        (of the last encoded answer's pools, at the offsets an answer with the same head has
-        them) inside the payload ``reserve(length)`` gives (the result ring's
-        ``fastring.Producer.reserve``); None when there was no such answer or no place. The
-        next ``write`` writes the answer around them (``fastring.Reserved``) when it carries
-        exactly those pools there under a head of the same length; otherwise it copies them
-        out of the ring first. The places are shared memory: the answer's reader may change
-        them, which changes only what it reads."""
-        self._placed = None
-        if self._made is None or not self._pools:
-            return None
-        spots = []
-        at = len(self._head)
-        for index, n in self._pools:
-            start = aligned(at + _PAIR.size)
-            spots.append((index, at, start, n, _PAIRS_PADDED[start - at - _PAIR.size]))
-            at = start + n
-        view = reserve(at)
-        if view is None:
-            return None
-        self._placed = (view, at, tuple(spots))
-        return {index: view[start : start + n] for index, _, start, n, _ in spots}
-
-    def write(self, result: ExecutionResult) -> bytes | fastring.Gathered | fastring.Reserved:
-        """``answer_parts(result)``, or the answer written around its pools in their places
-        (``places``)."""
-        pools = result.output_pools
-        made = self._made
-        timing = result.timing
-        if (
-            made is None
-            or made[2] is not result.output_shapes
-            or made[0] is not result.status
-            or made[4] != len(pools)
-            or made[1] != result.message
-        ):
-            self._head = _answer_head(result)
-            self._made = (result.status, result.message, result.output_shapes, timing, len(pools))
-            self._pools = tuple((index, _bytes_of(data)[1]) for index, data in pools.items())
-        elif made[3] is not timing:
-            head = self._head
-            self._head = (
-                head[:_TIMING_AT] + _TIMING.pack(timing.time_on_device, timing.time_in_driver) + head[_TIMING_END:]
-            )
-            self._made = (made[0], made[1], made[2], timing, made[4])
-        placed, self._placed = self._placed, None
-        if placed is not None:
-            view, length, spots = placed
-            head = self._head
-            if (
-                len(pools) == len(spots)
-                and len(head) == spots[0][1]
-                and all(_in_place(pools.get(i), view, n) for i, _, _, n, _ in spots)
-            ):
-                view[: len(head)] = head
-                for index, at, _, n, pair in spots:
-                    # The pad is zeroed too: the answer's bytes are those ``answer_parts``
-                    # writes, so a reader that remembers them (``AnswerReader``) knows the
-                    # next one, whatever the ring held there.
-                    pair.pack_into(view, at, index, n)
-                return fastring.Reserved(length)
-            # Not the answer the places were made for: its pools leave the ring before the
-            # answer is written there.
-            pools = {i: bytes(d) if fastring.in_ring(d) else d for i, d in pools.items()}
-        return _with_pools(self._head, pools)
-
-
-def _in_place(data: PoolData | None, view: memoryview, length: int) -> bool:
-    """Whether an answer's pool is its place in ``view`` (``AnswerWriter.places``): output pools
-    are in the ring's mapping only there."""
-    return type(data) is memoryview and data.obj is view.obj and data.nbytes == length
-
-
-def decode_answer(payload: bytes) -> ExecutionResult:
-    """The result an ANSWER carries (its output pools views of ``payload``); PacketError for
-    anything that does not hold together."""
-    return _decode_answer(payload)[0]
-
-
-class AnswerReader:
-    """``decode_answer`` for a stream of answers, most of them alike: it remembers the
-    structure of the last answer it decoded — the bytes from its header to its first output
-    pool's bytes (status, message, timing, output shapes, the first pool's index and length),
-    each later pool's index and length, its total length — and reads an answer whose bytes
-    there are the same but for the timing (a measured call's, read from its bytes), of the
-    same length, by slicing out its pools' bytes and that timing only. Comparing
-    those bytes with ones that were checked field by field checks them as well: nothing of
-    an answer is taken unchecked. Any other answer is decoded in full (and remembered). Not
-    thread-safe: one per queue, read by its owner."""
-
-    __slots__ = ("_end", "_head", "_marks", "_result", "_spans", "_tail", "_timed")
-
-    def __init__(self) -> None:
-        #: The remembered bytes before the timing, the timing's bytes, and those after it up
-        #: to the first pool's bytes.
-        self._head: bytes | None = None
-        self._timed = b""
-        self._tail = b""
-        self._end = 0
-        self._marks: tuple[tuple[int, bytes], ...] = ()
-        self._spans: tuple[tuple[int, int, int], ...] = ()
-        self._result = ExecutionResult()
-
-    def read(self, payload: bytes) -> ExecutionResult:
-        """The result an ANSWER carries (its output pools views of ``payload``); PacketError
-        for anything that does not hold together."""
-        head = self._head
-        if (
-            head is not None
-            and len(payload) == self._end
-            and payload.startswith(head)
-            and payload.startswith(self._tail, _TIMING_END)
-            and (not self._marks or all(payload[at : at + 8] == pair for at, pair in self._marks))
-        ):
-            r = self._result
-            timing = r.timing
-            if payload[_TIMING_AT:_TIMING_END] != self._timed:
-                timing = _timing_of(*_TIMING.unpack_from(payload, _TIMING_AT))
-            kept = self._spans
-            # Views of the answer's own bytes (a private copy nothing reuses), not copies.
-            view = memoryview(payload)
-            if len(kept) == 1:  # the usual answer: one output pool
-                index, start, stop = kept[0]
-                pools: dict[int, PoolData] = {index: view[start:stop]}
-            else:
-                pools = {index: view[start:stop] for index, start, stop in kept}
-            # The output shapes are the remembered tuple itself: a reader of the outputs may
-            # know them by identity.
-            return ExecutionResult(r.status, r.message, r.output_shapes, timing, pools)
-        result, spans, pairs = _decode_answer(payload)
-        head = payload[: spans[0][1]] if spans else payload
-        self._head = head[:_TIMING_AT]
-        self._timed = head[_TIMING_AT:_TIMING_END]
-        self._tail = head[_TIMING_END:]
-        self._end = len(payload)
-        self._marks = tuple((at, payload[at : at + 8]) for at in pairs[1:])
-        self._spans = tuple(spans)
-        self._result = result
-        return result
-
-
-def _decode_answer(payload: bytes) -> tuple[ExecutionResult, list[tuple[int, int, int]], list[int]]:
-    """``decode_answer``, with where each output pool's bytes are — (index, start, stop) —
-    and where each pool's index and length are."""
-    end = len(payload)
-    if end < ANSWER_HEADER.size:
-        raise PacketError(f"an answer of {end} bytes is shorter than its header")
-    status, mlen, on_device, in_driver, nshapes, npools = ANSWER_HEADER.unpack_from(payload)
-    answered = _ANSWERED_BY_NUMBER.get(status)
-    if answered is None:
-        raise PacketError(f"an answer carries status {status}")
-    at = ANSWER_HEADER.size
-    if at + mlen + 8 * (nshapes + npools) > end:
-        raise PacketError("an answer declares more than it carries")
-    try:
-        message = payload[at : at + mlen].decode()
-    except UnicodeDecodeError:
-        raise PacketError("an answer's message is not UTF-8") from None
-    at += mlen
-    shapes = []
-    for _ in range(nshapes):
-        if at + 8 > end:
-            raise PacketError("an answer's output shapes run past its end")
-        rank, sufficient = _PAIR.unpack_from(payload, at)
-        at += 8
-        if at + 4 * rank > end or sufficient > 1:
-            raise PacketError("an answer's output shape does not hold together")
-        dims = struct.unpack_from(f"<{rank}I", payload, at)  # a handful of dims: struct beats numpy
-        at += 4 * rank
-        shapes.append(OutputShape(dims, bool(sufficient)))
-    pools: dict[int, PoolData] = {}
-    spans = []
-    pairs = []
-    view = memoryview(payload)  # the pools are views of the answer's bytes, not copies
-    for _ in range(npools):
-        if at + 8 > end:
-            raise PacketError("an answer's output pools run past its end")
-        index, length = _PAIR.unpack_from(payload, at)
-        pairs.append(at)
-        at = aligned(at + 8)
-        if at + length > end or index in pools:
-            raise PacketError("an answer's output pool does not hold together")
-        pools[index] = view[at : at + length]
-        spans.append((index, at, at + length))
-        at += length
-    if at != end:
-        raise PacketError(f"an answer has {end - at} bytes beyond what it declares")
-    return ExecutionResult(answered, message, tuple(shapes), _timing_of(on_device, in_driver), pools), spans, pairs
-
-
-def _timing_of(on_device: int, in_driver: int) -> Timing:
-    """The timing an answer's two timing fields stand for (one shared value when unmeasured)."""
-    return _UNMEASURED if on_device == in_driver == NO_TIMING else Timing(on_device, in_driver)

@@ -262,7 +262,7 @@ def bind_inline(
     """Bind inline pool ``index`` into ``bound`` and return its buffer: an output pool
     (``writable``) a zeroed buffer of ``size`` bytes holding ``data`` (kept as the pool's
     output too) — ``place`` itself, zeroed, when given (a writable view of ``size`` bytes
-    where the answer will carry the pool: ``fastpacket.AnswerWriter.places``), or holding
+    where the answer will carry the pool: ``fastanswer.AnswerWriter.places``), or holding
     ``data`` and what the place held when ``whole`` (the request plan's ``filled``: a
     completed execution writes every byte of the pool, and only a completed one's answer
     carries it) — any other ``data`` itself, zero-padded to ``size`` when shorter."""

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from nnhal.core import fastpacket, fastring
+from nnhal.core import fastanswer, fastpacket, fastring
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.fastpacket import PacketError
@@ -87,7 +87,7 @@ def _result() -> ExecutionResult:
 
 
 def test_an_answer_round_trips() -> None:
-    back = fastpacket.decode_answer(fastpacket.encode_answer(_result()))
+    back = fastanswer.decode_answer(fastanswer.encode_answer(_result()))
     want = _result()
     assert (back.status, back.message, back.output_shapes, back.timing) == (
         want.status,
@@ -96,32 +96,32 @@ def test_an_answer_round_trips() -> None:
         want.timing,
     )
     assert {k: bytes(v) for k, v in back.output_pools.items()} == {1: b"\x00" * 8, 3: b"xyz"}
-    empty = fastpacket.decode_answer(fastpacket.encode_answer(ExecutionResult()))
+    empty = fastanswer.decode_answer(fastanswer.encode_answer(ExecutionResult()))
     assert empty == ExecutionResult()
 
 
 def test_malformed_answers_are_refused() -> None:
-    good = fastpacket.encode_answer(_result())
+    good = fastanswer.encode_answer(_result())
     for cut in range(len(good)):  # every truncation: a few hundred tiny decodes
         with pytest.raises(PacketError):
-            fastpacket.decode_answer(good[:cut])
+            fastanswer.decode_answer(good[:cut])
     with pytest.raises(PacketError, match="beyond"):
-        fastpacket.decode_answer(good + b"\x00")
+        fastanswer.decode_answer(good + b"\x00")
     with pytest.raises(PacketError, match="status"):
-        fastpacket.decode_answer(fastpacket.ANSWER_HEADER.pack(int(ErrorStatus.GENERAL_FAILURE), 0, 0, 0, 0, 0))
+        fastanswer.decode_answer(fastanswer.ANSWER_HEADER.pack(int(ErrorStatus.GENERAL_FAILURE), 0, 0, 0, 0, 0))
     with pytest.raises(PacketError, match="UTF-8"):
-        fastpacket.decode_answer(fastpacket.ANSWER_HEADER.pack(0, 1, 0, 0, 0, 0) + b"\xff")
-    twice = fastpacket.ANSWER_HEADER.pack(0, 0, 0, 0, 0, 2) + (b"\x01\x00\x00\x00\x00\x00\x00\x00" * 2)
+        fastanswer.decode_answer(fastanswer.ANSWER_HEADER.pack(0, 1, 0, 0, 0, 0) + b"\xff")
+    twice = fastanswer.ANSWER_HEADER.pack(0, 0, 0, 0, 0, 2) + (b"\x01\x00\x00\x00\x00\x00\x00\x00" * 2)
     with pytest.raises(PacketError, match="output pool"):
-        fastpacket.decode_answer(twice)
+        fastanswer.decode_answer(twice)
 
 
 def _answer(first: bytes, second: bytes, shapes: tuple[OutputShape, ...] = (OutputShape((2,), True),)) -> bytes:
-    return fastpacket.encode_answer(ExecutionResult(output_shapes=shapes, output_pools={1: first, 3: second}))
+    return fastanswer.encode_answer(ExecutionResult(output_shapes=shapes, output_pools={1: first, 3: second}))
 
 
 def test_an_answer_reader_reads_alike_answers_as_the_decoder_does() -> None:
-    reader = fastpacket.AnswerReader()
+    reader = fastanswer.AnswerReader()
     for payload in (
         _answer(b"aaaa", b"bb"),
         _answer(b"cccc", b"dd"),  # alike: only the pools' bytes differ
@@ -130,7 +130,7 @@ def test_an_answer_reader_reads_alike_answers_as_the_decoder_does() -> None:
         _answer(b"iiii", b"jjj"),  # another second pool's length: its header is checked too
         _answer(b"kkkk", b"ll"),
     ):
-        got, want = reader.read(payload), fastpacket.decode_answer(payload)
+        got, want = reader.read(payload), fastanswer.decode_answer(payload)
         assert (got.status, got.message, got.output_shapes, got.timing) == (
             want.status,
             want.message,
@@ -145,7 +145,7 @@ def test_an_answer_writer_writes_what_the_encoder_writes() -> None:
     is encoded afresh, so every answer is the encoder's bytes."""
     shapes = (OutputShape((2,), True),)
     timing = Timing()
-    writer = fastpacket.AnswerWriter()
+    writer = fastanswer.AnswerWriter()
     for result in (
         ExecutionResult(ErrorStatus.NONE, "", shapes, timing, {1: b"aaaa"}),
         ExecutionResult(ErrorStatus.NONE, "", shapes, timing, {1: memoryview(b"bbbbbb")}),  # alike
@@ -158,7 +158,7 @@ def test_an_answer_writer_writes_what_the_encoder_writes() -> None:
         ExecutionResult(ErrorStatus.NONE, "", shapes, timing, {1: b"j" * 10_000}),  # large: in parts
     ):
         got = writer.write(result)
-        assert (got.joined() if isinstance(got, fastring.Gathered) else got) == fastpacket.encode_answer(result)
+        assert (got.joined() if isinstance(got, fastring.Gathered) else got) == fastanswer.encode_answer(result)
 
 
 def test_measured_answers_differ_in_their_timing_alone() -> None:
@@ -166,7 +166,7 @@ def test_measured_answers_differ_in_their_timing_alone() -> None:
     decoder reads them, an unmeasured one among them included; a large answer whose pool is a
     view of other than bytes goes in parts of the right length."""
     shapes = (OutputShape((2,), True),)
-    writer, reader = fastpacket.AnswerWriter(), fastpacket.AnswerReader()
+    writer, reader = fastanswer.AnswerWriter(), fastanswer.AnswerReader()
     floats = memoryview(bytearray(8192)).cast("f")
     for timing, pool in (
         (Timing(10, 20), b"aaaa"),
@@ -179,23 +179,23 @@ def test_measured_answers_differ_in_their_timing_alone() -> None:
         result = ExecutionResult(ErrorStatus.NONE, "", shapes, timing, {1: pool})
         got = writer.write(result)
         payload = got.joined() if isinstance(got, fastring.Gathered) else got
-        assert payload == fastpacket.encode_answer(result)
+        assert payload == fastanswer.encode_answer(result)
         assert len(got) == len(payload)
-        back, want = reader.read(payload), fastpacket.decode_answer(payload)
+        back, want = reader.read(payload), fastanswer.decode_answer(payload)
         assert (back.status, back.output_shapes, back.timing) == (want.status, want.output_shapes, timing)
         assert bytes(back.output_pools[1]) == bytes(want.output_pools[1]) == bytes(pool)
 
 
 def test_an_answer_reader_refuses_what_the_decoder_refuses() -> None:
-    reader = fastpacket.AnswerReader()
+    reader = fastanswer.AnswerReader()
     good = _answer(b"aaaa", b"bb")
     reader.read(good)
     for bad in (good[:-1], good + b"\x00"):  # the remembered head, another length
         with pytest.raises(PacketError):
             reader.read(bad)
     # The second pool's header changed under an unchanged head and length: decoded in full.
-    at = good.rindex(fastpacket._PAIR.pack(3, 2))  # the second pool's index and length
-    swapped = good[:at] + fastpacket._PAIR.pack(1, 2) + good[at + 8 :]
+    at = good.rindex(fastanswer._PAIR.pack(3, 2))  # the second pool's index and length
+    swapped = good[:at] + fastanswer._PAIR.pack(1, 2) + good[at + 8 :]
     with pytest.raises(PacketError, match="output pool"):
         reader.read(swapped)
     assert bytes(reader.read(good).output_pools[3]) == b"bb"
@@ -217,10 +217,10 @@ def test_every_tensor_of_a_call_and_an_answer_starts_aligned() -> None:
     result = ExecutionResult(
         ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "x" * 5, (OutputShape((2,), False),), output_pools={1: b"1234", 3: b"56"}
     )
-    answer = fastpacket.encode_answer(result)
+    answer = fastanswer.encode_answer(result)
     for data in (b"1234", b"56"):
         assert answer.index(data) % fastpacket.ALIGN == 0
-    assert {k: bytes(v) for k, v in fastpacket.decode_answer(answer).output_pools.items()} == {1: b"1234", 3: b"56"}
+    assert {k: bytes(v) for k, v in fastanswer.decode_answer(answer).output_pools.items()} == {1: b"1234", 3: b"56"}
     # A call of a body not its layout's length is refused; so is one without its header's pad.
     with pytest.raises(PacketError, match="bytes of pools"):
         fastpacket.Layout(key).pools(call.body[:-1])
@@ -232,7 +232,7 @@ def test_an_answer_written_around_its_places_is_the_bytes_answer_parts_writes() 
     """The bytes around the pools — the head, each pool's index, length and pad — are written
     whole, the pads too, whatever the result ring held there: the answer is the one
     ``answer_parts`` makes, so the client's ``AnswerReader`` knows it from the last."""
-    writer = fastpacket.AnswerWriter()
+    writer = fastanswer.AnswerWriter()
     shapes = (OutputShape((3,), True), OutputShape((5,), True))
     first = bytes(range(12))
     second = bytes(range(100, 120))
@@ -249,6 +249,6 @@ def test_an_answer_written_around_its_places_is_the_bytes_answer_parts_writes() 
     written = writer.write(again)
     assert isinstance(written, fastring.Reserved)
     assert bytes(ring[: len(written)]) == expected
-    reader = fastpacket.AnswerReader()
+    reader = fastanswer.AnswerReader()
     assert bytes(reader.read(expected).output_pools[2]) == second
     del places, again

@@ -28,7 +28,7 @@ from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.remote.aio_samehost import AioSameHostQueue
 from nnhal.client.remote.samehost import SameHostQueue
 from nnhal.client.remote.transport import DEATH_DETECTION_BOUND_S
-from nnhal.core import fastpacket
+from nnhal.core import fastanswer, fastpacket
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError
 from nnhal.testing.local_server import LocalServer
@@ -151,8 +151,8 @@ def _corrupt_next_answer(link: Any, corrupt: Callable[[bytes], bytes]) -> None:
 
 def _bigger_shape(payload: bytes) -> bytes:
     """The answer's first output shape made [1000, 1000]: more than its output pool holds."""
-    _status, mlen, *_rest = fastpacket.ANSWER_HEADER.unpack_from(payload)
-    at = fastpacket.ANSWER_HEADER.size + mlen + 8  # the shape's rank and flag, then its dims
+    _status, mlen, *_rest = fastanswer.ANSWER_HEADER.unpack_from(payload)
+    at = fastanswer.ANSWER_HEADER.size + mlen + 8  # the shape's rank and flag, then its dims
     return payload[:at] + (1000).to_bytes(4, "little") * 2 + payload[at + 8 :]
 
 

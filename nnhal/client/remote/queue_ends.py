@@ -24,7 +24,7 @@ from nnhal.client.remote.pace import (
     Pace,
 )
 from nnhal.client.remote.transport import remaining_time
-from nnhal.core import fastpacket, fastring, samehost, wire_result
+from nnhal.core import fastanswer, fastpacket, fastring, samehost, wire_result
 from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure
@@ -197,7 +197,7 @@ class QueueEnds:
         self._layouts: dict[LayoutRef, int] = {}
         #: The compact call of the last granted layout sent (``execution_packet``).
         self._template: _CallTemplate | None = None
-        self._answers = fastpacket.AnswerReader()
+        self._answers = fastanswer.AnswerReader()
         #: This queue among the process's (:meth:`granted`): never reused, unlike ``id()``.
         self.serial = next(_SERIALS)
         #: The hybrid wait's paces by kind of call (the last key's looked up by identity

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nnhal.core import fastpacket, fastring, wire
+from nnhal.core import fastanswer, fastpacket, fastring, wire
 from nnhal.core.enums import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import ExecutionResult, InlinePool, PoolData, Request, RequestArgument
@@ -314,7 +314,7 @@ class Compact:
     carries and the pool's size. :func:`launch_compact` launches a call of it from the
     call's bytes alone — no pool, request or execution object made, no generic binding —
     and :meth:`execution` makes the call's canonical execution for the full path. ``answers``
-    encodes the answers to its calls (most of them alike: ``fastpacket.AnswerWriter``), on the
+    encodes the answers to its calls (most of them alike: ``fastanswer.AnswerWriter``), on the
     thread serving the queue that granted it; ``reserve`` (that queue's
     ``FastQueue.reserve_answer``, None: none) lets a call's output pools be bound in the
     result ring, where its answer will carry them (:meth:`bind`)."""
@@ -352,7 +352,7 @@ class Compact:
         self.spans, self.carried = fastpacket.body_spans([n for n, _ in pools])
         self.sizes = tuple(size for _, size in pools)
         self.inline = sum(self.sizes)
-        self.answers = fastpacket.AnswerWriter()
+        self.answers = fastanswer.AnswerWriter()
 
     def check(self, body: memoryview) -> None:
         """PacketError unless ``body`` is of the layout's length (``fastpacket.Layout.pools``)."""
@@ -379,7 +379,7 @@ class Compact:
         shared ring and the layout's prepared model (``found``) computes on its inputs in
         place; an output pool in its place in the result ring when that model's graph only
         copies in and out and the layout's last answer gives the places
-        (``fastpacket.AnswerWriter.places``), not zeroed first when every byte of it is
+        (``fastanswer.AnswerWriter.places``), not zeroed first when every byte of it is
         written by a completed execution (``RequestPlan.filled``). None when they declare more than travels inline
         (``bind_pools`` refuses it before it allocates: the full path words it). A lean
         launch's ``Binder`` (:func:`launch_compact`, which set ``found``)."""

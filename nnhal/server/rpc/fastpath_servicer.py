@@ -64,7 +64,7 @@ from typing import Any, cast
 from google.protobuf.message import DecodeError
 from grpc import aio
 
-from nnhal.core import fastpacket, fastring, samehost, wire_request
+from nnhal.core import fastanswer, fastpacket, fastring, samehost, wire_request
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import ExecutionResult
@@ -366,7 +366,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             granted = 0
             # Granted once the layout passed validation (its plan is learned), within the cap.
             room = len(layouts) < fastpacket.MAX_LAYOUTS
-            if room and key is not None and result.status in fastpacket.ANSWERED and not msg.profile:
+            if room and key is not None and result.status in fastanswer.ANSWERED and not msg.profile:
                 granted = len(layouts) + 1
                 layouts[granted] = Compact(session.id, msg.prepared_model, key, reserve)
             return fastpacket.LEARNED, fastpacket.LEARNED_HEADER.pack(granted) + answer.SerializeToString()
@@ -395,7 +395,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 None if arrival is not None else partial(launch_compact, driver, compact, body, measure, deadline, loop)
             )
             result = x.execute(m, partial(compact.execution, body, measure, deadline, loop), live, arrival, None, fast)
-            if isinstance(result, ExecutionResult) and result.status in fastpacket.ANSWERED:
+            if isinstance(result, ExecutionResult) and result.status in fastanswer.ANSWERED:
                 return fastpacket.ANSWER, compact.answers.write(result)
             return fastring.RESULT, result_to(result).SerializeToString()
 

@@ -13,7 +13,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-from nnhal.core import fastpacket, fastring, wire
+from nnhal.core import fastanswer, fastpacket, fastring, wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference
 from nnhal.core.errors import HalError, InvalidArgument, ResourceExhaustedPersistent
 from nnhal.core.types import DataLocation, ExecutionResult, InlinePool, PoolData, Request, RequestArgument
@@ -317,7 +317,7 @@ def test_a_compact_answer_is_written_around_its_pools_in_the_result_ring() -> No
             results.write(fastpacket.ANSWER, payload)
             del result
             _, answer = reader.read() or (0, b"")
-            decoded = fastpacket.decode_answer(answer)
+            decoded = fastanswer.decode_answer(answer)
             assert np.array_equal(np.frombuffer(decoded.output_pools[1], np.float32), np.full(n, 2.0, np.float32)), k
         assert kinds[0] != "Reserved" and kinds[1:] == ["Reserved"] * 5
         # Places given, then an answer of another kind: its pools leave the ring first.
@@ -332,7 +332,7 @@ def test_a_compact_answer_is_written_around_its_pools_in_the_result_ring() -> No
         results.write(fastpacket.ANSWER, payload)
         _, answer = reader.read() or (0, b"")
         assert np.array_equal(
-            np.frombuffer(fastpacket.decode_answer(answer).output_pools[1], np.float32), np.full(n, 3.0, np.float32)
+            np.frombuffer(fastanswer.decode_answer(answer).output_pools[1], np.float32), np.full(n, 3.0, np.float32)
         )
     finally:
         del pm.graph.copies_io  # type: ignore[misc]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from nnhal.core import fastpacket, fastring, samehost, wire_request
+from nnhal.core import fastanswer, fastpacket, fastring, samehost, wire_request
 from nnhal.core.enums import ErrorStatus, ExecutionPreference
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.proto import service_pb2 as spb
@@ -96,7 +96,7 @@ def test_compact_calls_launch_from_their_bytes_and_count(compact_launches: list[
         a = np.arange(16, dtype=np.float32) + k
         kind, payload = q.call(layout, a)
         assert kind == fastpacket.ANSWER
-        result = fastpacket.decode_answer(payload)
+        result = fastanswer.decode_answer(payload)
         assert result.status == ErrorStatus.NONE
         np.testing.assert_array_equal(np.frombuffer(result.output_pools[1], np.float32), a[:8] + a[8:])
     assert compact_launches == [True] * 5
@@ -116,14 +116,14 @@ def test_a_changed_layout_takes_the_full_path(compact_launches: list[bool]) -> N
     # is launched by the full path (which validates it), and answered the same.
     for layout in (second, first):
         kind, payload = q.call(layout, np.ones(16, np.float32))
-        assert kind == fastpacket.ANSWER and fastpacket.decode_answer(payload).status == ErrorStatus.NONE
+        assert kind == fastpacket.ANSWER and fastanswer.decode_answer(payload).status == ErrorStatus.NONE
     assert len(compact_launches) == 2 and not all(compact_launches)
     # A layout whose plan does not fit (the model's plan cache forgot it): the full path answers.
     pm = q.x.driver.prepared_models.get(q.session.id, q.model)
     pm.plans._plans.clear()
     pm.plans._last = None
     kind, payload = q.call(first, np.ones(16, np.float32))
-    assert kind == fastpacket.ANSWER and fastpacket.decode_answer(payload).status == ErrorStatus.NONE
+    assert kind == fastpacket.ANSWER and fastanswer.decode_answer(payload).status == ErrorStatus.NONE
     assert len(compact_launches) == 3 and compact_launches[-1] is False
 
 
@@ -160,7 +160,7 @@ def test_garbage_is_refused_and_the_queue_serves_on(make: Callable[[int], bytes]
     assert refused.status == ErrorStatus.INVALID_ARGUMENT and words in refused.message
     kind, payload = q.call(layout, np.full(16, 2.0, np.float32))
     assert kind == fastpacket.ANSWER
-    np.testing.assert_array_equal(np.frombuffer(fastpacket.decode_answer(payload).output_pools[1], np.float32), 4.0)
+    np.testing.assert_array_equal(np.frombuffer(fastanswer.decode_answer(payload).output_pools[1], np.float32), 4.0)
     assert q.x.metrics.executions_by_transport()["same_host"] == 2  # refusals name no execution
 
 
@@ -190,7 +190,7 @@ def test_under_the_call_log_compact_calls_launch_from_their_bytes(
     late = TAG + fastpacket.encode_call(layout, False, 0, 0, [np.ones(16, np.float32).tobytes(), b""])
     with caplog.at_level(logging.INFO, logger="nnhal.calls"):
         kind, payload = q.send(fastpacket.CALL, late)
-    status = fastpacket.decode_answer(payload).status if kind == fastpacket.ANSWER else _refusal((kind, payload)).status
+    status = fastanswer.decode_answer(payload).status if kind == fastpacket.ANSWER else _refusal((kind, payload)).status
     assert status != ErrorStatus.NONE
     assert any("executeSynchronously_1_3 failed" in r.getMessage() for r in caplog.records)
     # An observer that reads the arguments turns the lean launch off again.
