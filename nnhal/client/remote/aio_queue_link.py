@@ -156,15 +156,9 @@ class AioQueueLink(QueueEnds):
             if self.doorbell.stopped:
                 await self._settle()
                 raise QueueEnded(self._ended())
-            try:
-                self.requests.write(kind, payload)
-            except fastring.RingError as err:
-                raise GeneralFailure(f"same-host queue: {err}") from None
-            try:
-                self.doorbell.ring()
-            except OSError:  # the server closed its end: its stream is ending too
+            if not self.post(kind, payload):
                 await self._settle()
-                raise QueueEnded(self._ended()) from None
+                raise QueueEnded(self._ended())
             return await self._await_packet(timeout)
         finally:
             self._busy = False

@@ -218,14 +218,8 @@ class FastBurstLink(QueueEnds):
         try:
             if self._closed or self.doorbell.stopped:
                 raise QueueEnded(self._ended())
-            try:
-                self.requests.write(kind, payload)
-            except fastring.RingError as err:
-                raise GeneralFailure(f"same-host queue: {err}") from None
-            try:
-                self.doorbell.ring()
-            except OSError:  # the server closed its end: its stream is ending too
-                raise QueueEnded(self._ended()) from None
+            if not self.post(kind, payload):
+                raise QueueEnded(self._ended())
             return self._await_packet(timeout, kind if key is None else key)
         finally:
             self._lock.release()

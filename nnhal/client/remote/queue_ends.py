@@ -206,6 +206,21 @@ class QueueEnds:
         self._pace_key: object = None
         self._pace = Pace()
 
+    def post(self, kind: int, payload: fastring.Payload) -> bool:
+        """Write one packet into the request ring and ring the server; False when the server
+        closed its end of the doorbell (its stream is ending too: the queue ended). Raises
+        GENERAL_FAILURE for a packet the ring refuses. What both links send with, whatever
+        waits for the answer."""
+        try:
+            self.requests.write(kind, payload)
+        except fastring.RingError as err:
+            raise GeneralFailure(f"same-host queue: {err}") from None
+        try:
+            self.doorbell.ring()
+        except OSError:
+            return False
+        return True
+
     def pace(self, key: object) -> Pace:
         """What the hybrid wait knows of calls of ``key``."""
         if key is self._pace_key or key == self._pace_key:  # equal: a planned call's new tuple
