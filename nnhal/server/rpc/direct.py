@@ -20,9 +20,8 @@ the answer the layered path gives it:
    ended to make room for another client aborted RESOURCE_EXHAUSTED with the reason.
 
 The request id is given before the read (the layered path gives it after): a call refused
-while its message is read also carries its id back. :func:`burst` does the same for the burst
-stream, which the layers serve with five nested coroutines: every message read and every
-answer written resumes each of them.
+while its message is read also carries its id back. :func:`burst` serves the burst stream
+(there is no layered handler of it).
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ from nnhal.server.executions import Arrival, Execution, Executions, Method
 from nnhal.server.executions.faults import BURST, KINDS
 from nnhal.server.rpc.common import answer_bytes
 from nnhal.server.rpc.ending import abort_ended, call_ender, ended
-from nnhal.server.rpc.inbound import WINDOW_BYTES, Inbound
+from nnhal.server.rpc.inbound import Inbound
 from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, inline_bytes, lean_launch, serve_burst
 from nnhal.server.rpc.request_id import begin
 from nnhal.server.rpc.sync_handlers import SyncContext, run_sync
@@ -80,9 +79,7 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
             else:
                 answer = await run_sync(context, partial(_on_worker, x, m, build, arrival))
             del request, build
-            let_go()  # before the answer reaches the client: it may call again at once
-            if len(answer) > WINDOW_BYTES:
-                await inbound.writes.hand_over(context, SYNC)
+            await inbound.answer(context, let_go, len(answer), SYNC)
             return answer
         except asyncio.CancelledError:
             if not ended():  # the transport's cancellation
@@ -104,12 +101,11 @@ def _on_worker(
 
 
 def burst(executions: Executions) -> grpc.RpcMethodHandler:
-    """The handler of the burst stream (``configureExecutionBurst``) for ``executions``' device:
-    the steps of the layered path — the call's ender (``ending.endable``: a call ended to make
-    room for another client is aborted RESOURCE_EXHAUSTED with the reason), its request id, the
-    arrival of ``hal_method(BURST, what="a burst execution", timer="execute", kinds=("abort",))``
-    — then ``prepared_model_servicer.serve_burst``, with two coroutine frames where the layers
-    had five: every message read and every answer written resumes each of them."""
+    """The handler of the burst stream (``configureExecutionBurst``) for ``executions``' device,
+    its only one: the call's ender (a call ended to make room for another client is aborted
+    RESOURCE_EXHAUSTED with the reason), its request id, the arrival of the burst's ``Method``
+    (an injected abort taken as it opens) — then ``prepared_model_servicer.serve_burst``, in two
+    coroutine frames: every message read and every answer written resumes each of them."""
     x = executions
     m = x.method(BURST, "a burst execution", "execute")
 
@@ -117,7 +113,7 @@ def burst(executions: Executions) -> grpc.RpcMethodHandler:
         call_ender()
         begin(context)
         try:
-            await serve_burst(x, m, x.arrive(m, _OPEN_FAULTS), context, as_bytes=True)
+            await serve_burst(x, m, x.arrive(m, _OPEN_FAULTS), context)
         except asyncio.CancelledError:
             if not ended():  # the transport's cancellation
                 raise
@@ -126,7 +122,7 @@ def burst(executions: Executions) -> grpc.RpcMethodHandler:
     return grpc.stream_stream_rpc_method_handler(
         stream,
         request_deserializer=spb.BurstRequest.FromString,
-        response_serializer=None,  # answered as bytes (``serve_burst``'s ``as_bytes``)
+        response_serializer=None,  # answered as bytes (``serve_burst``)
     )
 
 

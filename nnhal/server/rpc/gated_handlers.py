@@ -91,9 +91,7 @@ def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.R
             request, let_go = await inbound.receive(context, parse, what)
             answer = await unary_fn(request, context)
             del request
-            let_go()  # before the answer reaches the client: it may call again at once
-            if hasattr(answer, "ByteSize") and answer.ByteSize() > WINDOW_BYTES:
-                await inbound.writes.hand_over(context, what)
+            await inbound.answer(context, let_go, answer.ByteSize() if hasattr(answer, "ByteSize") else 0, what)
             return answer
         except asyncio.CancelledError:
             if not ended():  # the transport's cancellation

@@ -228,6 +228,17 @@ class Inbound:
         assert not isinstance(held, str)
         return message, held
 
+    async def answer(
+        self, context: aio.ServicerContext[Any, Any], let_go: Callable[[], None], nbytes: int, what: str
+    ) -> None:
+        """Before a unary call's answer of ``nbytes`` is returned: its request let go
+        (``receive``'s ``let_go``: before the answer reaches the client, which may call again at
+        once), then an answer larger than the flow-control window handed over one at a time per
+        connection (``AnswerWrites.hand_over``: it may abort the call)."""
+        let_go()
+        if nbytes > WINDOW_BYTES:
+            await self.writes.hand_over(context, what)
+
     async def _read(self, context: aio.ServicerContext[Any, Any], ender: CallEnder | None = None) -> object:
         """The call's next message (``context.read()``), None when it did not arrive within
         ``read_timeout`` (the call's own cancellation is raised). ``ender``: the call's

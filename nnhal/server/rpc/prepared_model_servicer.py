@@ -4,7 +4,9 @@
 then exactly one notify carrying the ExecutionResult (``Executions.execute_async``).
 ``executeSynchronously_1_3`` and the burst stream are coroutines on the server's event
 loop: an idle burst holds no thread, and a short execution runs on the loop's thread
-(``Executions.runs_inline``), any other on a worker thread.
+(``Executions.runs_inline``), any other on a worker thread. The burst stream is served by
+``direct.burst`` through :func:`serve_burst` (the servicer has no method of its own for it), its
+answers written as bytes.
 
 An open burst stream counts among its connection's long-lived calls (its session is
 only named by its first request, which an idle stream never sends): past a cap it gets
@@ -17,7 +19,7 @@ burst execution carrying a deadline, a loop timeout or a buffer token is INVALID
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -32,9 +34,9 @@ from nnhal.core.types import Request
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server import log_limits
 from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
-from nnhal.server.executions.faults import BURST, abort_of
+from nnhal.server.executions.faults import abort_of
 from nnhal.server.executions.lean import Inline, LeanRun, launch_inline
-from nnhal.server.rpc.common import answer_bytes, events_to, hal_method, result_to, status_to
+from nnhal.server.rpc.common import answer_bytes, events_to, hal_method, result_to
 from nnhal.server.rpc.ending import current_ender
 from nnhal.server.rpc.identity import stream_client
 from nnhal.server.rpc.sync_handlers import SyncContext, abort, in_thread, run_sync
@@ -118,26 +120,6 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         events = self.executions.execute_async(m, partial(execution_from, request), context, arrival)
         return events_to(events, spb.ExecuteEvent, wire_result.execution_result_to, spb.ExecuteResult)
 
-    @hal_method(BURST, what="a burst execution", timer="execute", kinds=("abort",))
-    async def configureExecutionBurst(
-        self,
-        request_iterator: AsyncIterator[spb.BurstRequest],
-        context: aio.ServicerContext[Any, Any],
-        m: Method,
-        arrival: Arrival | None,
-    ) -> None:
-        """A burst: one stream, many executions, answered in order. A coroutine on the
-        server's loop: an idle burst holds no thread; a short execution runs inline
-        (``runs_inline``), any other on a worker thread. Counted against the caps from its
-        start, keyed by its client (``identity.stream_client``: the mTLS identity, else the
-        connection).
-
-        It reads and writes the call itself (``context.read`` / ``context.write``) instead of
-        iterating ``request_iterator`` and yielding answers: each of those is an async
-        generator (grpc.aio's request iterator, this handler, the request-id wrapper) whose
-        steps cost more per execution than a small model's whole run."""
-        await serve_burst(self.executions, m, arrival, context)
-
     @hal_method(make=spb.FencedExecuteResponse)
     def executeFenced(
         self, request: spb.FencedExecuteRequest, context: grpc.ServicerContext
@@ -162,18 +144,18 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
 
 
 async def serve_burst(
-    x: Executions, m: Method, arrival: Arrival | None, context: aio.ServicerContext[Any, Any], as_bytes: bool = False
+    x: Executions, m: Method, arrival: Arrival | None, context: aio.ServicerContext[Any, Any]
 ) -> None:
-    """The burst stream ``context`` of ``x``'s device (``configureExecutionBurst``), its arrival
-    taken: read, execute and answer until the client half-closes. ``as_bytes``: the stream has
-    no serializer, its answers are written serialized (an inline execution's by
-    ``common.answer_bytes``: the common answer from kept bytes); else as messages."""
+    """The burst stream ``context`` of ``x``'s device (``configureExecutionBurst``: served by
+    ``direct.burst``), its arrival taken: read, execute and answer until the client half-closes.
+    The stream has no serializer: its answers are written serialized (an inline execution's by
+    ``common.answer_bytes``: the common answer from kept bytes)."""
     try:
         if arrival is not None and arrival.error is not None:
             raise arrival.error
         leave = x.long_calls.open("burst", stream_client(context), current_ender())
     except HalError as err:
-        await _write(context, spb.BurstResponse(result=status_to(spb.ExecuteResult(), x.refuse(m, err))), as_bytes)
+        await context.write(answer_bytes(x.refuse(m, err), True))
         return
     # Given back when the stream ends, also when the call is cancelled mid-wait.
     context.add_done_callback(lambda _context: leave())
@@ -192,19 +174,16 @@ async def serve_burst(
                 garbage = Refused(ErrorStatus.INVALID_ARGUMENT, f"a burst request could not be decoded: {err}")
                 m.record(garbage.status, None)
                 log_limits.undecodable("configureExecutionBurst", err)
-                await _write(context, spb.BurstResponse(result=status_to(spb.ExecuteResult(), garbage)), as_bytes)
+                await context.write(answer_bytes(garbage, True))
                 return
             if req is aio.EOF:
                 return
             msg = req.execute
-            # The answer is filled in place (a BurstResponse made around a finished
-            # ExecuteResult copies it), or written as bytes (``as_bytes``).
-            message = spb.BurstResponse()
-            answer: spb.BurstResponse | bytes = message
+            answer: bytes
             try:
                 check_burst_fields(x, msg)
             except HalError as err:
-                status_to(message.result, x.refuse(m, err))
+                answer = answer_bytes(x.refuse(m, err), True)
             else:
                 build = partial(execution_from, msg)
                 run = x.arrive(m, EXECUTION_FAULTS)
@@ -215,19 +194,13 @@ async def serve_burst(
                 )
                 if inline is not None:
                     lean = partial(lean_launch, x, inline, msg)  # the call's own, tried first
-                    result = x.execute(m, build, lean_launch=lean, inline=inline)
-                    if as_bytes:
-                        answer = answer_bytes(result, True)
-                    else:
-                        result_to(result, message.result)
-                    del lean, result
+                    answer = answer_bytes(x.execute(m, build, lean_launch=lean, inline=inline), True)
+                    del lean
                 else:
-                    await in_thread(_execute_to_wire, x, m, build, sync, run, message.result)
+                    answer = await in_thread(_execute_to_wire, x, m, build, sync, run)
             del req, msg
-            if as_bytes and type(answer) is not bytes:
-                answer = message.SerializeToString()
             await context.write(answer)
-            del answer, message
+            del answer
             sent += 1
             if injected is not None and injected.after == sent:
                 await abort(context, abort_of(injected))
@@ -235,15 +208,8 @@ async def serve_burst(
         leave()
 
 
-async def _write(context: aio.ServicerContext[Any, Any], answer: spb.BurstResponse, as_bytes: bool) -> None:
-    """``answer`` written on the burst stream ``context`` (serialized when ``as_bytes``)."""
-    await context.write(answer.SerializeToString() if as_bytes else answer)
-
-
-def _execute_to_wire(
-    x: Executions, m: Method, build: Any, live: SyncContext, arrival: Arrival | None, msg: spb.ExecuteResult
-) -> spb.ExecuteResult:
-    return result_to(x.execute(m, build, live, arrival), msg)
+def _execute_to_wire(x: Executions, m: Method, build: Any, live: SyncContext, arrival: Arrival | None) -> bytes:
+    return answer_bytes(x.execute(m, build, live, arrival), True)
 
 
 class FencedExecutionCallbackServicer(sgrpc.FencedExecutionCallbackServicer):

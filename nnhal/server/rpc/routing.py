@@ -134,12 +134,12 @@ def add_device_services(
     the burst stream is served by its direct handler in any case."""
     collectors: dict[str, Collector] = {}
     for name, executions in devices.items():
-        collectors[name] = Collector(inbound, (_OPEN_SESSION,))
-        _add_servicers(collectors[name], executions, fast_path, tuple(devices))
         # The hot methods served by one coroutine each (``direct``) instead of the layers.
-        collectors[name].table[direct.BURST_STREAM] = direct.burst(executions)
+        own = {direct.BURST_STREAM: direct.burst(executions)}
         if inbound is not None:
-            collectors[name].table[direct.EXECUTE_SYNC] = direct.execute_sync(executions, inbound)
+            own[direct.EXECUTE_SYNC] = direct.execute_sync(executions, inbound)
+        collectors[name] = Collector(inbound, (_OPEN_SESSION,), own)
+        _add_servicers(collectors[name], executions, fast_path, tuple(devices))
     drivers = {name: executions.driver for name, executions in devices.items()}
     # A router also with one device: a name it does not have is refused as on any server.
     tables = {name: c.table for name, c in collectors.items()}

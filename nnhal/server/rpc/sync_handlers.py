@@ -261,12 +261,20 @@ class Collector(grpc.GenericRpcHandler):
     with a task of its own and, at every call, ``asyncio.wait``s on all of them, so the cost of
     every call would grow with the number of methods served."""
 
-    def __init__(self, inbound: Inbound | None = None, ungated: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        inbound: Inbound | None = None,
+        ungated: Collection[str] = (),
+        direct: Mapping[str, grpc.RpcMethodHandler] | None = None,
+    ) -> None:
         self.table: Table = {}
         #: With an ``Inbound``, unary requests are read once admitted (``gated_handlers.gated``), but for
         #: the methods named in ``ungated``.
         self._inbound = inbound
         self._ungated = frozenset(ungated)
+        #: Handlers served as they are by full method name, in place of the servicer's
+        #: (``nnhal.server.rpc.direct``: they take the layers' steps themselves).
+        self._direct = dict(direct or {})
 
     def add_generic_rpc_handlers(self, handlers: Any) -> None:
         pass  # the same handlers arrive through add_registered_method_handlers
@@ -274,6 +282,10 @@ class Collector(grpc.GenericRpcHandler):
     def add_registered_method_handlers(self, service: str, handlers: Mapping[str, grpc.RpcMethodHandler]) -> None:
         for method, handler in handlers.items():
             name = f"/{service}/{method}"
+            own = self._direct.get(name)
+            if own is not None:
+                self.table[name] = own
+                continue
             served = with_request_id(asyncify(handler))
             if handler.request_streaming:
                 # Long-lived calls (bursts, streamed executions): ended early with a status when

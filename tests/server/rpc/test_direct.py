@@ -15,6 +15,7 @@ from nnhal.proto import service_pb2 as spb
 from nnhal.server.rpc import direct
 from nnhal.server.rpc.inbound import Inbound
 from nnhal.server.rpc.routing import DeviceRouter, add_device_services
+from nnhal.server.rpc.sync_handlers import Collector
 from tests.server.rpc.conftest import Served, add_request
 
 pytestmark = pytest.mark.timeout(60)
@@ -118,6 +119,18 @@ def test_the_burst_is_served_directly(served: Served) -> None:
     router = next(h for h in server.handlers if isinstance(h, DeviceRouter))
     handler = router._tables[next(iter(served.server.executions))][direct.BURST_STREAM]
     assert handler.stream_stream is not None and "burst" in handler.stream_stream.__qualname__
+
+
+def test_a_collector_serves_a_direct_handler_in_place_of_the_servicers() -> None:
+    async def own(_requests: object, _context: object) -> None:
+        return None
+
+    mine = grpc.stream_stream_rpc_method_handler(own)
+    collector = Collector(direct={"/svc/Own": mine})
+    sync = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
+    collector.add_registered_method_handlers("svc", {"Own": sync, "Other": sync})
+    assert collector.table["/svc/Own"] is mine  # as given: no layer, no servicer method
+    assert collector.table["/svc/Other"] is not sync and collector.table["/svc/Other"].unary_unary is not None
 
 
 def test_a_burst_answers_in_order_with_its_request_id(served: Served) -> None:
