@@ -74,7 +74,7 @@ class _Output:
 class RequestPlan:
     """The layout-dependent half of executing one request (module docstring)."""
 
-    __slots__ = ("_inputs", "_outputs", "_shapes", "_targets", "filled", "overrides", "sizes", "writable")
+    __slots__ = ("_inputs", "_outputs", "_shapes", "_targets", "_whole", "filled", "overrides", "sizes", "writable")
 
     def __init__(
         self, request: Request, sizes: Sequence[int], inputs: Sequence[Operand], outputs: Sequence[Operand]
@@ -94,6 +94,13 @@ class RequestPlan:
         #: (``memory.bind_inline``'s ``whole``).
         self.filled = filled_pools(request, targets, self.sizes)
         self._outputs = tuple(_plan_output(op, arg, users, self.filled) for op, arg in zip(outputs, request.outputs))
+        #: Every output a tensor (not a bool) with a value, alone in its pool and its location
+        #: the whole pool: a repeat of the layout may make each output's bytes its pool whole
+        #: (``write_outputs``).
+        self._whole = all(
+            o.pool >= 0 and o.alone and o.is_tensor and not o.as_uint8 and o.length == self.sizes[o.pool]
+            for o in self._outputs
+        )
         #: Per output, the place a graph may write it in (``output_targets``); None when none has one.
         self._targets = targets if any(targets) else None
         #: The output shapes of the last execution whose outputs all fitted and were written
@@ -153,9 +160,29 @@ class RequestPlan:
         is its ``into`` array itself (``output_targets``), which is there already. ``pools`` had
         its ``check_shared`` (a shared output pool's staging buffer holds the region's bytes,
         which an output shorter than its range leaves as they were)."""
-        insufficient = False
-        tokens = pools.token_outputs
         last = self._shapes
+        tokens = pools.token_outputs
+        if last is not None and self._whole and not tokens and len(values) == len(self._outputs):
+            # The repeat of a layout whose outputs each fill a pool of their own (``_whole``):
+            # each value of the last call's shape and of its pool's size (so it fits its
+            # location, which it fills) becomes its pool's bytes, as below; the last call's
+            # (immutable) shapes back. Any other value: the general steps below, from the start.
+            inline, outs = pools.inline_outputs, self._outputs
+            for k, value in enumerate(values):
+                out = outs[k]
+                pool = inline.get(out.pool)
+                if (
+                    type(pool) is not bytearray
+                    or value.nbytes != len(pool)
+                    or value.shape != last[k].dimensions
+                    or value.dtype == np.bool_
+                    or (into is not None and value is into[k])
+                ):
+                    break
+                inline[out.pool] = value.tobytes()
+            else:
+                return last
+        insufficient = False
         kept = last is not None
         shapes: list[OutputShape] = []
         for k, (out, value) in enumerate(zip(self._outputs, values)):

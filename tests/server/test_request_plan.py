@@ -12,7 +12,7 @@ import pytest
 from nnhal.core import large_copy
 from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, OperandType as T, OperationType as O, Priority
-from nnhal.core.errors import InvalidArgument
+from nnhal.core.errors import InvalidArgument, OutputInsufficientSize
 from nnhal.core.types import (
     BufferDesc,
     BufferRole,
@@ -246,3 +246,38 @@ def test_a_shorter_value_in_a_filled_pool_has_the_rest_of_its_location_zeroed() 
     value = np.full((1, 4), 2.0, np.float32)
     plan.write_outputs(bound, [value], None)
     assert bytes(stale) == value.tobytes() + bytes(N - value.nbytes)
+
+
+def _bound_output() -> BoundPools:
+    bound = BoundPools(None)
+    out = bytearray(N)
+    bound.buffers = [bytearray(2 * N), out]
+    bound.inline_outputs[1] = out
+    return bound
+
+
+def test_a_repeated_layout_makes_each_whole_output_its_pool_with_the_last_shapes() -> None:
+    plan = _plan(_request())
+    first = plan.write_outputs(_bound_output(), [np.full((2, 4), 1.0, np.float32)], None)
+    bound = _bound_output()
+    value = np.full((2, 4), 3.0, np.float32)
+    assert plan.write_outputs(bound, [value], None) is first  # the last call's very shapes
+    assert bound.inline_outputs[1] == value.tobytes()
+    # Another shape, a value over its location: the general steps, with their answers.
+    bound = _bound_output()
+    shorter = plan.write_outputs(bound, [np.full((1, 4), 2.0, np.float32)], None)
+    assert shorter[0].dimensions == (1, 4) and shorter[0].is_sufficient
+    assert bytes(bound.buffers[1]) == np.full((1, 4), 2.0, np.float32).tobytes() + bytes(N // 2)
+    with pytest.raises(OutputInsufficientSize):
+        plan.write_outputs(_bound_output(), [np.full((4, 4), 1.0, np.float32)], None)
+
+
+def test_an_output_sharing_its_pool_is_not_written_as_the_whole_pool() -> None:
+    plan = _plan(_request(out_length=2 * N))  # the location is longer than the tensor
+    for v in (1.0, 2.0):
+        bound = BoundPools(None)
+        out = bytearray(2 * N)
+        bound.buffers = [bytearray(2 * N), out]
+        bound.inline_outputs[1] = out
+        plan.write_outputs(bound, [np.full((2, 4), v, np.float32)], None)
+        assert bytes(out) == np.full((2, 4), v, np.float32).tobytes() + bytes(N)
