@@ -35,6 +35,9 @@ class ExecutableGraph(Protocol):
     #: change the values that process gets. False: ``run`` computes on its inputs (and may
     #: read its outputs) in place, which must be private memory.
     copies_io: bool
+    #: Whether ``run`` may write an output into its ``into`` array (the caller then makes those
+    #: arrays); False: ``run`` ignores ``into``, and the caller makes none.
+    writes_into: bool
 
     def run(
         self,

@@ -145,6 +145,8 @@ class PartitionedGraph:
         #: A model placed wholly on one library step hands its inputs and ``into`` to that step's
         #: graph alone (``ExecutableGraph.copies_io``); steps on the fallback compute in place.
         self.copies_io = self._whole is not None and self._whole.graph.copies_io
+        #: ``into`` reaches only that step's graph (``ExecutableGraph.writes_into``).
+        self.writes_into = self._whole is not None and self._whole.graph.writes_into
 
     def run(
         self,

@@ -96,7 +96,7 @@ class PreparedModel:
         try:
             pools.check_shared()
             inputs = plan.bind_inputs(pools.buffers)
-            into = plan.output_targets(pools)
+            into = plan.output_targets(pools) if self.graph.writes_into else None
             t1 = time.perf_counter_ns()
             outputs = self.graph.run(inputs, control, plan.overrides, into)
             t2 = time.perf_counter_ns()

@@ -281,3 +281,25 @@ def test_an_output_sharing_its_pool_is_not_written_as_the_whole_pool() -> None:
         bound.inline_outputs[1] = out
         plan.write_outputs(bound, [np.full((2, 4), v, np.float32)], None)
         assert bytes(out) == np.full((2, 4), v, np.float32).tobytes() + bytes(N)
+
+
+def test_output_places_are_made_only_for_a_graph_that_writes_into_them(
+    prepared: tuple[Driver, Session, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    driver, session, handle = prepared
+    pm = driver.prepared(session, handle)
+    run = pm.graph.run
+    seen: list[object] = []
+
+    def recording(inputs: object, control: object, overrides: object, into: object) -> object:
+        seen.append(into)
+        return run(inputs, control, overrides, into)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pm.graph, "run", recording)
+    assert not pm.graph.writes_into  # the reference executor's results are its own arrays
+    assert _execute(driver, session, handle, _request()).status == ErrorStatus.NONE
+    monkeypatch.setattr(pm.graph, "writes_into", True)
+    result = _execute(driver, session, handle, _request(2.0))
+    assert result.status == ErrorStatus.NONE
+    assert seen[0] is None and isinstance(seen[1], list) and seen[1][0] is not None
+    assert bytes(result.output_pools[1]) == np.full(8, 4.0, np.float32).tobytes()

@@ -68,6 +68,8 @@ class PreparedGraph:
     #: Operations read their inputs (and an output another operation takes) in place
     #: (``ExecutableGraph.copies_io``).
     copies_io = False
+    #: ``run`` ignores ``into`` (``ExecutableGraph.writes_into``): its results are its own arrays.
+    writes_into = False
 
     def __init__(self, model: Model, pools: Sequence[Buffer]) -> None:
         self.model = model

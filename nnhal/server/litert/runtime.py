@@ -53,6 +53,8 @@ class LiteRtGraph:
     #: Each input is copied once into the interpreter's own tensor before it is invoked, each
     #: output once out of it afterwards (``_invoke``; ``ExecutableGraph.copies_io``).
     copies_io = True
+    #: An output that fits its ``into`` array is copied there (``_invoke``; ``ExecutableGraph.writes_into``).
+    writes_into = True
 
     def __init__(self, interpreter: Any) -> None:
         self._interpreter = interpreter

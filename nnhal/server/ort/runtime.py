@@ -126,6 +126,8 @@ class OrtGraph:
 
     #: onnxruntime may compute on a contiguous input in place (``ExecutableGraph.copies_io``).
     copies_io = False
+    #: ``run`` ignores ``into`` (``ExecutableGraph.writes_into``).
+    writes_into = False
 
     def __init__(self, session: Any, n_inputs: int, weights: Sequence[Any] = ()) -> None:
         self._session = session
