@@ -87,6 +87,8 @@ class Driver:
 
     def __init__(self, config: DeviceConfig | None = None, backend: Backend | None = None) -> None:
         self.config = config or DeviceConfig()
+        #: The longest an execution without a deadline runs (``max_execution_seconds``; None: no bound).
+        self.max_execution_ns = int(self.config.max_execution_seconds * 1e9) or None
         for name in self.config.extensions:
             extensions.install(AVAILABLE_EXTENSIONS[name])
         self.backend: Backend = backend or ReferenceBackend()
@@ -353,7 +355,7 @@ class Driver:
             budget=self.budget,
             executions=self.executions,
             stop=self.lifecycle.check,
-            max_execution_ns=int(self.config.max_execution_seconds * 1e9) or None,
+            max_execution_ns=self.max_execution_ns,
         )
         if not admit:
             try:

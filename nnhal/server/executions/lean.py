@@ -118,7 +118,7 @@ class LeanRun:
                     loop_timeout_ns=self.loop_timeout_ns,
                     checkpoint_hook=self._checkpoint,
                     on_deadline=self._missed,
-                    max_execution_ns=int(d.config.max_execution_seconds * 1e9) or None,
+                    max_execution_ns=d.max_execution_ns,
                     # As the job's: every tensor charged to the server's total before it exists,
                     # the grant given back whole, the peak counted as freed.
                     reserve=budget.reserve_tensors,
