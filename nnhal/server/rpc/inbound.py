@@ -190,7 +190,28 @@ class Inbound:
         if not self._take_place():
             await self._wait_place()
         try:
-            read = await self._read(context, ender)
+            # The call's next message, None when it did not arrive within ``read_timeout`` (the
+            # call's own cancellation is raised); read in this frame (no coroutine of its own: every
+            # resumption of the call passes through each frame it awaits in).
+            loop = asyncio.get_running_loop()
+            clock = self._clock
+            if clock is None or clock.loop is not loop:
+                clock = self._clock = ReadClock(loop, self.read_timeout)
+            timed = clock.start(ender.task if ender is not None else None)
+            read: object
+            try:
+                read = await context.read()
+            except asyncio.CancelledError:
+                if not clock.expired(timed):
+                    raise
+                # The clock's cancellation, taken back (as ``asyncio.timeout`` does); another one
+                # arriving meanwhile (the transport's) is kept.
+                uncancel = getattr(asyncio.current_task(), "uncancel", None)
+                if uncancel is not None and uncancel() > 0:
+                    raise
+                read = None
+            finally:
+                clock.finish(timed)
             if read is None:
                 await context.abort(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -239,29 +260,6 @@ class Inbound:
         if nbytes > WINDOW_BYTES:
             await self.writes.hand_over(context, what)
 
-    async def _read(self, context: aio.ServicerContext[Any, Any], ender: CallEnder | None = None) -> object:
-        """The call's next message (``context.read()``), None when it did not arrive within
-        ``read_timeout`` (the call's own cancellation is raised). ``ender``: the call's
-        (``call_ender``), whose task is the read's."""
-        loop = asyncio.get_running_loop()
-        clock = self._clock
-        if clock is None or clock.loop is not loop:
-            clock = self._clock = ReadClock(loop, self.read_timeout)
-        read = clock.start(ender.task if ender is not None else None)
-        try:
-            return await context.read()
-        except asyncio.CancelledError:
-            if not clock.expired(read):
-                raise
-            # The clock's cancellation, taken back (as ``asyncio.timeout`` does); another one
-            # arriving meanwhile (the transport's) is kept.
-            uncancel = getattr(asyncio.current_task(), "uncancel", None)
-            if uncancel is not None and uncancel() > 0:
-                raise
-            return None
-        finally:
-            clock.finish(read)
-
     # -- holding -----------------------------------------------------------------------
     def _hold(
         self, key: str, nbytes: int, context: aio.ServicerContext[Any, Any], ender: CallEnder | None
@@ -275,9 +273,10 @@ class Inbound:
                 f"this client already holds {mine} bytes of requests in progress; with this one's {nbytes} that "
                 f"is past its limit of {self.per_client}: wait for answers, or retry later"
             )
-        refusal = self._charge(key, mine, nbytes)
-        if refusal is not None:
-            return refusal
+        if nbytes > WINDOW_BYTES:  # a message within the flow-control window is never refused for the total
+            refusal = self._charge(key, mine, nbytes)
+            if refusal is not None:
+                return refusal
         if client is None:
             client = self._clients[key] = _Client()
         entry = _Held(nbytes, ender)
@@ -291,9 +290,10 @@ class Inbound:
     def _charge(self, key: str, mine: int, nbytes: int) -> str | None:
         """Charge ``nbytes`` to the server's total (the budget's, leaving its reserve to the
         sessions), making room from clients above their fair share when ``key`` (holding
-        ``mine``) is within its own; the refusal's message, or None."""
+        ``mine``) is within its own; the refusal's message, or None. For a message larger than
+        the flow-control window (``_hold``: a smaller one skips the total's charge)."""
         budget = self.budget
-        if nbytes <= WINDOW_BYTES or budget is None or not budget.limit_total:
+        if budget is None or not budget.limit_total:
             return None
         holders = len(self._clients) + (0 if key in self._clients else 1)
         # In bytes of messages (each charged REQUEST_COPIES times).
