@@ -74,7 +74,18 @@ class _Output:
 class RequestPlan:
     """The layout-dependent half of executing one request (module docstring)."""
 
-    __slots__ = ("_inputs", "_outputs", "_shapes", "_targets", "_whole", "filled", "overrides", "sizes", "writable")
+    __slots__ = (
+        "_inputs",
+        "_outputs",
+        "_shapes",
+        "_targets",
+        "_whole",
+        "filled",
+        "overrides",
+        "pool_bytes",
+        "sizes",
+        "writable",
+    )
 
     def __init__(
         self, request: Request, sizes: Sequence[int], inputs: Sequence[Operand], outputs: Sequence[Operand]
@@ -82,6 +93,8 @@ class RequestPlan:
         """``request`` was validated against the model with pools of ``sizes``; ``inputs`` and
         ``outputs`` are the model's main input and output operands."""
         self.sizes = tuple(sizes)
+        #: The pools' sizes together (what a request of this layout carries when all are inline).
+        self.pool_bytes = sum(self.sizes)
         self.writable = output_pools(request)
         self._inputs = tuple(_plan_input(op, arg) for op, arg in zip(inputs, request.inputs))
         users: dict[int, int] = {}

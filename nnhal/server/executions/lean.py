@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any
 
 from nnhal.core import fastanswer, fastpacket, fastring, wire
@@ -196,7 +197,8 @@ def _found(driver: Driver, session: str, model: str) -> Found:
 def _bind_request(request: Request, plan: RequestPlan, driver: Driver, session: Session) -> BoundPools | None:
     """``request``'s pools bound as the full path binds them (``bind_pools``, which refuses
     inline pools over the limit before it allocates; a shared pool's ranges named); None when
-    it refuses them (the full path refuses them after its admission, as it always did)."""
+    it refuses them (the full path refuses them after its admission, as it always did) or they
+    do not fit ``plan`` (``RequestPlan.fits``: closed again)."""
     try:
         bound = bind_pools(
             request.pools,
@@ -208,6 +210,9 @@ def _bind_request(request: Request, plan: RequestPlan, driver: Driver, session: 
         )
     except Exception:
         return None
+    if not plan.fits(bound):
+        bound.close()
+        return None
     if bound.has_shared:
         bound.plan(request.inputs, request.outputs)  # a shared pool's ranges (``resolve_tokens`` does it there)
     return bound
@@ -216,26 +221,29 @@ def _bind_request(request: Request, plan: RequestPlan, driver: Driver, session: 
 def _bind_parts(
     pools: Sequence[tuple[PoolData, int]], plan: RequestPlan, _driver: Driver, _session: Session
 ) -> BoundPools | None:
-    """Inline pools (bytes and size) bound as ``bind_pools`` binds them (``bind_inline``); None
-    when they declare more than travels inline (``bind_pools`` refuses it before it allocates:
+    """Inline pools (bytes and size) bound as ``bind_pools`` binds them (``bind_inline``, each
+    buffer of its pool's size); None when their sizes are not ``plan``'s (``RequestPlan.fits``),
+    or they declare more than travels inline (``bind_pools`` refuses it before it allocates:
     the full path words it)."""
-    carried = 0
-    for _, size in pools:
-        carried += size
-    if carried > wire.max_inline_bytes():
+    if tuple(map(_SIZE, pools)) != plan.sizes or plan.pool_bytes > wire.max_inline_bytes():
         return None
     bound = BoundPools(None)
     writable = plan.writable
     for i, (data, size) in enumerate(pools):
         bind_inline(bound, i, data, size, i in writable)
-    bound.data_bytes = carried
+    bound.data_bytes = plan.pool_bytes
     return bound
+
+
+#: An inline pool part's size (``_bind_parts``).
+_SIZE = itemgetter(1)
 
 
 #: How a lean launch binds its call's pools (:func:`launch_inline`'s ``bind``): from what the call
 #: carries (its canonical request, its inline pools' parts, a compact call's body), for the
 #: layout's plan, on the call's driver and session — refusing inline pools over the limit before
-#: it allocates them; None when they cannot be bound (the full path words it).
+#: it allocates them; None when they cannot be bound or do not fit the plan (``RequestPlan.fits``;
+#: the full path words it).
 Binder = Callable[[Any, RequestPlan, Driver, Session], "BoundPools | None"]
 
 
@@ -262,7 +270,7 @@ def launch_inline(
     their pools and their ``bind``), each step where the full path takes it: an injected
     execute delay (None); the layout's plan (None: a new layout); the deadline's fit (raises
     for one passed, None for one too near); ``bind(pools, plan, driver, session)``: the inline
-    limit, then the binding (None: refused); the bound sizes' fit to the plan (None). Then the
+    limit, the binding and the bound sizes' fit to the plan (None: refused or not fitting). Then the
     slot taken at once (``ticket``: the running one the caller took already) and the request
     data charged, in the full path's order; None when either is not had at once — the pools
     closed and everything taken here given back (a caller's ``ticket`` stays the caller's:
@@ -277,9 +285,6 @@ def launch_inline(
         return None
     bound = bind(pools, plan, driver, session)
     if bound is None:
-        return None
-    if not plan.fits(bound):
-        bound.close()
         return None
     taken = ticket is None
     if ticket is None:
@@ -380,10 +385,11 @@ class Compact:
         place; an output pool in its place in the result ring when that model's graph only
         copies in and out and the layout's last answer gives the places
         (``fastanswer.AnswerWriter.places``), not zeroed first when every byte of it is
-        written by a completed execution (``RequestPlan.filled``). None when they declare more than travels inline
-        (``bind_pools`` refuses it before it allocates: the full path words it). A lean
-        launch's ``Binder`` (:func:`launch_compact`, which set ``found``)."""
-        if self.inline > wire.max_inline_bytes():
+        written by a completed execution (``RequestPlan.filled``). None when their sizes are not
+        ``plan``'s (``RequestPlan.fits``: each buffer is its pool's size), or they declare more
+        than travels inline (``bind_pools`` refuses it before it allocates: the full path words
+        it). A lean launch's ``Binder`` (:func:`launch_compact`, which set ``found``)."""
+        if self.sizes != plan.sizes or self.inline > wire.max_inline_bytes():
             return None
         # The queue's rings are bound as they are only for a graph that copies each input out
         # once before it reads it and writes each output once, never reading it (LiteRT's):
