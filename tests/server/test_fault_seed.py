@@ -91,3 +91,31 @@ def test_scope_values_round_trip_as_ascii(label: str, ok: bool) -> None:
     if decoded:
         assert decoded[0] == "c" * 16
     assert fault_scope.decode("x" * 2000) is None
+
+
+class _Context:
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.metadata = metadata
+        self.trailing: object = None
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self.metadata
+
+    def set_trailing_metadata(self, metadata: object) -> None:
+        self.trailing = metadata
+
+
+def test_a_call_notes_its_scope_where_a_seeded_plan_reads_it() -> None:
+    from nnhal.server.rpc.request_id import begin
+
+    assert FaultPlan(seed=5).seeded and not FaultPlan().seeded
+    scope = fault_scope.encode("add/sync", "a" * 16)
+    context = _Context(((fault_scope.METADATA_KEY, scope),))
+
+    def noted(scoped: bool) -> str | None:
+        begin(context, scoped)  # type: ignore[arg-type]
+        return CALL_SCOPE.get()
+
+    # A direct handler of a device without a seeded plan skips the scope; the layers note it.
+    assert contextvars.copy_context().run(noted, False) is None
+    assert contextvars.copy_context().run(noted, True) == scope

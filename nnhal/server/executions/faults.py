@@ -23,7 +23,8 @@ it arrives (:meth:`FaultPlan.take`), and the owner applies it at its points:
 
 Seeded schedules (``--fault-seed S``, with ``--enable-fault-injection``): the plan also
 injects faults of its own into calls that carry a fault scope (``nnhal.core.fault_scope``;
-:data:`CALL_SCOPE`, which the transport sets as a call arrives: :func:`note_scope`). A call
+:data:`CALL_SCOPE`, which the transport sets as a call arrives: :func:`note_scope`; the direct
+handlers of a device only when its plan is seeded, :attr:`FaultPlan.seeded`). A call
 of a method in :data:`SEEDED` that takes no set fault draws one from (S, the scope's label,
 the method, the call's ordinal among that method's calls in this run of the scope) alone
 (:func:`seeded_fault`): with probability ``--fault-rate`` an ``error`` fault answering one
@@ -188,6 +189,9 @@ class FaultPlan:
         self._ordinals: OrderedDict[tuple[str, str], int] = OrderedDict()
         #: False while no fault is set and none is seeded: the calls' one check, read without the lock.
         self.armed = seed is not None
+        #: Whether a seeded schedule decides by the calls' fault scope (:data:`CALL_SCOPE`): fixed
+        #: for the plan's life; a transport that knows its device's plan notes the scope only then.
+        self.seeded = seed is not None
 
     def _rearm(self) -> None:
         self.armed = bool(self._entries) or self._seed is not None

@@ -8,7 +8,8 @@ less than those layers' frames, lookups and argument passing — :func:`execute_
 one handler that takes the same steps in the same order of effect, so that every input gets
 the answer the layered path gives it:
 
-1. the call's request id (published, sent back in the trailing metadata, fault scope noted);
+1. the call's request id (published, sent back in the trailing metadata; the fault scope noted
+   when the device's fault plan is seeded, the only reader of it);
 2. the request read once admitted and held until the call ends (``Inbound.receive``: the
    read's place, its time bound, the client's and the server's limits, RESOURCE_EXHAUSTED,
    INVALID_ARGUMENT without a message, INTERNAL when it cannot be decoded);
@@ -57,9 +58,10 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
     # The Method ``hal_method(SYNC, timer="execute")`` gives the layered path (made once per key).
     m = x.method(SYNC, "", "execute")
     parse = spb.ExecuteRequest.FromString
+    scoped = x.faults.seeded  # the call's fault scope matters to a seeded plan only
 
     async def execute(_requests: object, context: aio.ServicerContext[Any, Any]) -> bytes:
-        begin(context)
+        begin(context, scoped)
         try:
             request: spb.ExecuteRequest
             request, let_go = await inbound.receive(context, parse, SYNC)
@@ -108,10 +110,11 @@ def burst(executions: Executions) -> grpc.RpcMethodHandler:
     coroutine frames: every message read and every answer written resumes each of them."""
     x = executions
     m = x.method(BURST, "a burst execution", "execute")
+    scoped = x.faults.seeded
 
     async def stream(_requests: object, context: aio.ServicerContext[Any, Any]) -> None:
         call_ender()
-        begin(context)
+        begin(context, scoped)
         try:
             await serve_burst(x, m, x.arrive(m, _OPEN_FAULTS), context)
         except asyncio.CancelledError:

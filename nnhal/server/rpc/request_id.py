@@ -11,12 +11,14 @@ runs in a copy of on whichever worker thread (``sync_handlers``), so
 call (``--log-format json`` writes it).
 
 The same wrapper publishes the call's fault scope (``faults.note_scope``), which a seeded
-fault schedule decides by.
+fault schedule decides by; a direct handler (``direct``), made for one device, only when that
+device's plan is seeded (``FaultPlan.seeded``).
 
-Cost per call: one read of the metadata, two scans of it and one or two context-variable sets (in the call's own task:
-nothing to clear). Not an aio interceptor: grpc.aio runs interceptors as a chain of
-coroutines at every call, before the handler lookup; wrapping the handlers once, when they
-are registered, costs nothing per call beyond the id itself.
+Cost per call: one read of the metadata, two scans of it (one without a seeded plan) and one or
+two context-variable sets (in the call's own task: nothing to clear). Not an aio interceptor:
+grpc.aio runs interceptors as a chain of coroutines at every call, before the handler lookup;
+wrapping the handlers once, when they are registered, costs nothing per call beyond the id
+itself.
 """
 
 from __future__ import annotations
@@ -59,15 +61,17 @@ def _id_of(metadata: Collection[tuple[str, object]]) -> str:
     return f"{_PREFIX}-{next(_COUNTER):x}"
 
 
-def begin(context: aio.ServicerContext[Any, Any]) -> None:
+def begin(context: aio.ServicerContext[Any, Any], scoped: bool = True) -> None:
     """Give the call served in the running task its id (module docstring): published, sent
-    back in its trailing metadata, and its fault scope noted."""
+    back in its trailing metadata, and — ``scoped``: a seeded fault schedule may read it — its
+    fault scope noted."""
     # Read once: grpc.aio converts the call's metadata to Python anew at every read.
     metadata = context.invocation_metadata() or ()
     rid = _id_of(metadata)
     REQUEST_ID.set(rid)
     telemetry.set_attribute("nnhal.request_id", rid)  # on the RPC's span, when tracing is on
-    faults.note_scope(metadata)
+    if scoped:
+        faults.note_scope(metadata)
     context.set_trailing_metadata(((KEY, rid),))
 
 
