@@ -57,6 +57,7 @@ from nnhal.server.backend import Backend, ReferenceBackend
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.buffers import BufferRegistry, copy_from_pool, copy_to, resolve_tokens
 from nnhal.server.client_quotas import ClientQuotas
+from nnhal.server.counts import Counter
 from nnhal.server.device_config import AVAILABLE_EXTENSIONS, DeviceConfig
 from nnhal.server.executor import (
     extensions,
@@ -65,7 +66,7 @@ from nnhal.server.executor import (
 from nnhal.server.executor.validate import validate_full
 from nnhal.server.fences import FenceTable
 from nnhal.server.handles import HandleTable, new_handle
-from nnhal.server.jobs import Counter, ExecutionJob, PrepareJob, check_deadline
+from nnhal.server.jobs import ExecutionJob, PrepareJob, check_deadline
 from nnhal.server.lifecycle import DRAIN_EXPIRED, Lifecycle
 from nnhal.server.memory import bind_model_pools, bind_pools, token_placeholder
 from nnhal.server.partitioned import PartitionedBackend

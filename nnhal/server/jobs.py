@@ -26,7 +26,6 @@ leaves taken alone.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -41,6 +40,7 @@ from nnhal.core.errors import (
 from nnhal.core.types import ExecutionResult, Model
 from nnhal.server.backend import ExecutableGraph
 from nnhal.server.budget import MemoryBudget
+from nnhal.server.counts import Counter
 from nnhal.server.executor.constants import Buffer
 from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.executor.graph import PreparedGraph
@@ -66,23 +66,6 @@ def missed(delayed: bool) -> HalError:
     if delayed:
         return MissedDeadlineTransient("the deadline passed during execution (the device was busy)")
     return MissedDeadlinePersistent("the deadline passed during execution on an idle device")
-
-
-class Counter:
-    """A thread-safe event count (statistics). Its lock is a leaf."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._value = 0
-
-    def increment(self) -> None:
-        with self._lock:
-            self._value += 1
-
-    @property
-    def value(self) -> int:
-        with self._lock:
-            return self._value
 
 
 class PrepareJob:

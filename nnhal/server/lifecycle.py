@@ -12,20 +12,22 @@ their next operation boundary (or while queued, or in an injected delay) with
 DEVICE_UNAVAILABLE and :data:`DRAIN_EXPIRED`; each still gets its one notify.
 ``stop`` then ends the session streams (the sessions' objects are released).
 
-Work is counted by the RPC layer with ``work`` from its launch to its notify;
-admission and the drain's start share one lock, so no work slips in after the
-drain started and goes uncounted. Session streams ``watch`` with a :class:`Waker`
-that is set on every change of state. Thread-safe; the lifecycle's lock is a leaf.
+Work is counted by the RPC layer with ``work`` from its launch to its notify,
+without a lock (``enter`` counts the work, then looks at the drain: work that slips in
+after the drain started is refused, and work counted before it is seen by it). Session
+streams ``watch`` with a :class:`Waker` that is set on every change of state. Thread-safe;
+the lifecycle's lock is a leaf.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
 from nnhal.core.errors import DeviceUnavailable
+from nnhal.server.counts import Counter
 
 DRAINING = "the server is draining (shutting down); retry once it restarted, or on another server"
 DRAIN_EXPIRED = "the server is draining (shutting down) and its drain time ran out before this work finished"
@@ -41,7 +43,12 @@ class Waker(Protocol):
 class Lifecycle:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._active = 0
+        #: Work entered and work left (``enter`` / ``leave``): lock-free counts, the active
+        #: work their difference (``active``).
+        self._entered = Counter()
+        self._left = Counter()
+        #: End one piece of work counted by ``enter`` (one C call: ``Counter.increment``).
+        self.leave: Callable[[], object] = self._left.increment
         self._draining = False
         self._stopping = False
         #: Read on every operation boundary of every execution: a plain attribute, no lock.
@@ -61,9 +68,11 @@ class Lifecycle:
 
     @property
     def active(self) -> int:
-        """Work (launch to notify) in progress in the RPC layer."""
-        with self._lock:
-            return self._active
+        """Work (launch to notify) in progress in the RPC layer. The work left is read before
+        the work entered: 0 only when every piece entered by the second reading had left by
+        the first, so nothing was in progress between them."""
+        left = self._left.value
+        return self._entered.value - left
 
     def begin_drain(self) -> bool:
         """Refuse new work from now on; True the first time."""
@@ -93,15 +102,13 @@ class Lifecycle:
 
     def enter(self, what: str) -> None:
         """Count one piece of work until ``leave``; DEVICE_UNAVAILABLE (:data:`DRAINING`)
-        while draining, and then nothing is counted."""
-        with self._lock:
-            if self._draining:
-                raise DeviceUnavailable(f"{what}: {DRAINING}")
-            self._active += 1
-
-    def leave(self) -> None:
-        with self._lock:
-            self._active -= 1
+        while draining, and then nothing is counted. No lock: the work is counted first, then
+        the drain looked at — a drain that began before the count is seen here (the work is
+        refused, and left again), one that begins after it sees the work (``active``)."""
+        self._entered.increment()
+        if self._draining:
+            self._left.increment()
+            raise DeviceUnavailable(f"{what}: {DRAINING}")
 
     @contextmanager
     def work(self, what: str) -> Iterator[None]:

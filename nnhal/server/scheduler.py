@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from nnhal.core.enums import Priority
 from nnhal.core.errors import DeviceUnavailable, MissedDeadlineTransient, ResourceExhaustedTransient
@@ -44,7 +44,6 @@ class Ticket:
     #: Set when the execution ever waited behind other work (for TRANSIENT vs PERSISTENT).
     delayed: bool = False
     preempted: int = 0
-    enqueued_ns: int = field(default_factory=time.monotonic_ns)
 
 
 #: After a client's higher-priority execution ends, its lower-priority work stays
@@ -146,18 +145,21 @@ class Scheduler:
         is free for it at once (nothing waiting, nothing of the client outranking it, not
         shut); None otherwise, with nothing taken — the caller then goes through ``admit``
         and ``acquire``, which decide, queue or refuse. The ticket is released by ``release``
-        as one from ``acquire`` is. One lock, no wait: the lean path of a small execution."""
+        as one from ``acquire`` is. One lock, no wait: the lean path of a small execution
+        (with nothing admitted and no recent work above ``priority``, nothing can outrank it:
+        ``_outranked_at`` is not asked)."""
         with self._lock:
+            admitted = self._admitted
             if (
                 self._shut is not None
                 or self._waiting
                 or len(self._running) >= self.slots
-                or len(self._admitted) >= self.slots + self.queue_depth
-                or self._outranked_at(client, priority)
+                or len(admitted) >= self.slots + self.queue_depth
+                or ((admitted or priority < self._recent_top) and self._outranked_at(client, priority))
             ):
                 return None
             ticket = Ticket(client, priority, next(self._seq), True)
-            self._admitted.add(ticket)
+            admitted.add(ticket)
             self._running.append(ticket)
             self._mark_served(ticket)
             return ticket

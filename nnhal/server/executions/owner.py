@@ -94,6 +94,9 @@ class Executions:
         self.metrics = metrics if isinstance(metrics, DeviceMetrics) else metrics.device(driver.config.name)
         self.lifecycle = driver.lifecycle
         self.level = driver.config.feature_level
+        #: Whether a burst execution's fields are checked against the level (``check_burst_fields``:
+        #: the 1.2 burst lacks some; from 1.3 on nothing to look at), fixed with the level.
+        self.burst_fields_checked = self.level < HalVersion.V1_3
         self.long_calls = LongCalls.of(driver.config)
         config = driver.config
         self.faults = FaultPlan(config.fault_seed if config.fault_injection else None, config.fault_rate)
@@ -156,7 +159,7 @@ class Executions:
     def check_burst_fields(self, deadline: bool, loop_timeout_ns: int, tokens: bool) -> None:
         """INVALID_ARGUMENT for a burst execution carrying what the device's level lacks (the
         1.2 burst has no deadline, loop timeout or driver-managed buffer tokens)."""
-        if self.level >= HalVersion.V1_3:
+        if not self.burst_fields_checked:
             return
         carried = {
             "a deadline": deadline,
@@ -168,7 +171,7 @@ class Executions:
                 require_field(self.level, HalVersion.V1_3, what, "configureExecutionBurst")
 
     # -- synchronous executions -----------------------------------------------------------
-    def runs_inline(self, session: str, handle: str, inline_bytes: Callable[[], int]) -> lean.Inline | None:
+    def runs_inline(self, session: str, handle: str, inline_bytes: int) -> lean.Inline | None:
         """Where an execution may run: on the event loop's thread — the session and prepared
         model it found and the slot it took (``lean.Inline``), to hand to :meth:`execute` as
         ``inline``, which gives the slot back on every path — or on a worker's (None, nothing
@@ -177,8 +180,9 @@ class Executions:
         Handing a call to a worker thread and its answer back to the loop costs two thread
         switches under the GIL — more than a small model's whole execution. So an execution
         runs inline when it cannot hold the loop up: its model's fastest run so far is under
-        :data:`INLINE_MAX_NS`, its inline data (``inline_bytes()``, asked last: reading a
-        message's pools may copy them) under :data:`INLINE_MAX_BYTES`,
+        :data:`INLINE_MAX_NS`, its inline data (``inline_bytes``: at least the bytes its pools
+        carry inline, as a message's serialized size tells them without copying a pool) under
+        :data:`INLINE_MAX_BYTES`,
         a slot is free for it at once (``Scheduler.try_start``: taken then, so the scheduler
         is asked once per call), and no fault or injected delay is set. Anything else — a
         model never run, a large one, a busy device — goes to a worker. (The same client's
@@ -194,7 +198,7 @@ class Executions:
         fastest = pm.fastest_ns
         if fastest is None or fastest >= INLINE_MAX_NS or s.faults.execute_delay_ms:
             return None
-        if inline_bytes() > INLINE_MAX_BYTES:
+        if inline_bytes > INLINE_MAX_BYTES:
             return None
         ticket = self.driver.scheduler.try_start(s.client_key, pm.priority)
         return None if ticket is None else ((s, pm), ticket)

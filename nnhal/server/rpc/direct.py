@@ -69,7 +69,7 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
             build = partial(execution_from, request)
             answer: bytes
             if arrival is None:
-                inline = x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request))
+                inline = x.runs_inline(request.session, request.prepared_model, inline_bytes(request))
                 if inline is not None:
                     lean = partial(lean_launch, x, inline, request)  # the call's own, tried first
                     answer = answer_bytes(x.execute(m, build, lean_launch=lean, inline=inline))

@@ -28,7 +28,7 @@ from google.protobuf.message import DecodeError
 from grpc import aio
 
 from nnhal.core import wire_deadline, wire_pool, wire_request, wire_result
-from nnhal.core.enums import ErrorStatus, HalVersion
+from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 from nnhal.core.types import Request
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
@@ -86,8 +86,9 @@ def inline_bytes(msg: spb.ExecuteRequest) -> int:
 
 def check_burst_fields(executions: Executions, msg: spb.ExecuteRequest) -> None:
     """INVALID_ARGUMENT for what the device's level lacks of a burst execution
-    (``Executions.check_burst_fields``)."""
-    if executions.level < HalVersion.V1_3:  # else nothing to look at: the burst's hot path
+    (``Executions.check_burst_fields``). A stream asks ``Executions.burst_fields_checked``
+    once, and calls this only when it is set."""
+    if executions.burst_fields_checked:  # else nothing to look at: the burst's hot path
         tokens = any(p.WhichOneof("pool") == "token" for p in msg.request.pools)
         executions.check_burst_fields(msg.deadline.has_deadline, msg.loop_timeout_ns, tokens)
 
@@ -108,7 +109,7 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         if arrival is not None and arrival.fault is None:  # refused: answered at once
             return result_to(x.execute(m, build, None, arrival))
         if arrival is None:
-            inline = x.runs_inline(request.session, request.prepared_model, partial(inline_bytes, request))
+            inline = x.runs_inline(request.session, request.prepared_model, inline_bytes(request))
             if inline is not None:
                 return result_to(x.execute(m, build, inline=inline))
         return await run_sync(context, lambda sync: result_to(x.execute(m, build, sync, arrival)))
@@ -159,6 +160,7 @@ async def serve_burst(
         return
     # Given back when the stream ends, also when the call is cancelled mid-wait.
     context.add_done_callback(lambda _context: leave())
+    checked = x.burst_fields_checked  # fixed with the device's level: asked once per stream
     sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the executions' context
     try:
         injected = arrival.fault if arrival is not None else None
@@ -181,17 +183,14 @@ async def serve_burst(
             msg = req.execute
             answer: bytes
             try:
-                check_burst_fields(x, msg)
+                if checked:
+                    check_burst_fields(x, msg)
             except HalError as err:
                 answer = answer_bytes(x.refuse(m, err), True)
             else:
                 build = partial(execution_from, msg)
                 run = x.arrive(m, EXECUTION_FAULTS)
-                inline = (
-                    None
-                    if run is not None
-                    else x.runs_inline(msg.session, msg.prepared_model, partial(inline_bytes, msg))
-                )
+                inline = None if run is not None else x.runs_inline(msg.session, msg.prepared_model, inline_bytes(msg))
                 if inline is not None:
                     lean = partial(lean_launch, x, inline, msg)  # the call's own, tried first
                     answer = answer_bytes(x.execute(m, build, lean_launch=lean, inline=inline), True)

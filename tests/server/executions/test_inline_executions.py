@@ -84,7 +84,7 @@ def _add_request(session: str, handle: str, floats: int = 8) -> Execution:
 def _inline(x: Executions, call: Execution) -> bool:
     """``x.runs_inline`` of ``call``, as a transport asks it (the slot it takes given back)."""
     size = sum(len(p.data) for p in call.request.pools if isinstance(p, InlinePool))
-    inline = x.runs_inline(call.session, call.prepared_model, lambda: size)
+    inline = x.runs_inline(call.session, call.prepared_model, size)
     if inline is None:
         return False
     x.driver.scheduler.release(inline[1])

@@ -416,7 +416,7 @@ def test_the_slot_runs_inline_takes_is_given_back_exactly_once(path: str, monkey
         release(ticket)
 
     monkeypatch.setattr(d.scheduler, "release", counted)
-    inline = x.runs_inline(session, handle, lambda: 96)
+    inline = x.runs_inline(session, handle, 96)
     assert inline is not None and d.scheduler.in_flight == 1  # the slot is taken, running
     found, ticket = inline
     assert ticket.running
