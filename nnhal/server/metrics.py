@@ -63,6 +63,7 @@ from prometheus_client.utils import floatToGoString
 
 from nnhal import __version__
 from nnhal.core.enums import ErrorStatus
+from nnhal.server.counts import Counter
 from nnhal.server.driver import Driver
 
 # A ``_created`` sample beside every counter and histogram doubles the series for a value
@@ -172,8 +173,9 @@ class _Counts(Collector):
         self.rpcs: dict[tuple[str, str, str], list[int]] = {}
         #: Sessions ended by (device, reason).
         self.sessions_ended: dict[tuple[str, str], list[int]] = {}
-        #: Executions launched by (device, transport).
-        self.executions: dict[tuple[str, str], list[int]] = {}
+        #: Executions launched by (device, transport): lock-free counts (one C call per
+        #: execution, exact: ``counts.Counter``).
+        self.executions: dict[tuple[str, str], Counter] = {}
         #: Histograms by timer, then (device, method, status name).
         self.timed: dict[str, dict[tuple[str, str, str], list[float]]] = {t: {} for t in TIMERS}
         #: The devices, in the order they were added (the kinds' series' order).
@@ -185,7 +187,7 @@ class _Counts(Collector):
             for reason in _REASONS:  # present from the start at 0
                 self.sessions_ended[(device, reason)] = [0]
             for transport in TRANSPORTS:
-                self.executions[(device, transport)] = [0]
+                self.executions[(device, transport)] = Counter()
 
     def series(self, table: dict[_K, list[_V]], key: _K, size: int) -> list[_V]:
         """``table``'s series ``key``, added (``size`` zeros) when new."""
@@ -196,7 +198,7 @@ class _Counts(Collector):
         with self.lock:  # a copy, so that the families are built without holding up a count
             rpcs = [(k, v[0]) for k, v in self.rpcs.items()]
             ended = [(k, v[0]) for k, v in self.sessions_ended.items()]
-            executions = [(k, v[0]) for k, v in self.executions.items()]
+            executions = [(k, v.value) for k, v in self.executions.items()]
             timed = {t: [(k, list(v)) for k, v in series.items()] for t, series in self.timed.items()}
             devices = list(self.devices)
         labels = ["device", "method", "status"]
@@ -323,14 +325,11 @@ class DeviceMetrics:
 
     def execution(self, transport: str) -> None:
         """Count one execution launched over ``transport`` (one of ``TRANSPORTS``)."""
-        cell = self._by_transport[transport]
-        with self._counts.lock:
-            cell[0] += 1
+        self._by_transport[transport].increment()
 
     def executions_by_transport(self) -> dict[str, int]:
         """The executions counted so far, by transport (every one of ``TRANSPORTS``)."""
-        with self._counts.lock:
-            return {t: cell[0] for t, cell in self._by_transport.items()}
+        return {t: count.value for t, count in self._by_transport.items()}
 
 
 class Metrics:

@@ -216,7 +216,7 @@ class Scheduler:
             if ticket in admitted:
                 admitted.remove(ticket)
                 now = time.monotonic_ns()
-                priority = int(ticket.priority)
+                priority = ticket.priority  # an int (IntEnum): a key and a bound as it is
                 if priority > _LOW:
                     self._recent[(ticket.client, priority)] = now
                     if priority > self._recent_top:
