@@ -77,6 +77,9 @@ class Scheduler:
         self._recent_top = int(Priority.LOW)
         self.hold_off_ns = HOLD_OFF_NS
         self._served: dict[str, int] = {}
+        #: The client ``_mark_served`` marked last (None: none, or its mark was dropped): its mark
+        #: is the newest already, so marking it again changes no order (``try_start`` skips it).
+        self._latest: str | None = None
         self._seq = itertools.count()
         self._tick = itertools.count()
         #: Set by ``shut``: why no execution may start any more.
@@ -114,9 +117,12 @@ class Scheduler:
         with self._lock:
             if not any(t.client == client for t in self._admitted):
                 self._served.pop(client, None)
+                if client == self._latest:
+                    self._latest = None
 
     def _mark_served(self, ticket: Ticket) -> None:
         self._served[ticket.client] = next(self._tick)
+        self._latest = ticket.client
         if len(self._served) > SERVED_BOUND:
             busy = {t.client for t in self._admitted}
             for client in [c for c in self._served if c not in busy]:
@@ -161,7 +167,8 @@ class Scheduler:
             ticket = Ticket(client, priority, next(self._seq), True)
             admitted.add(ticket)
             self._running.append(ticket)
-            self._mark_served(ticket)
+            if client != self._latest:  # else its mark is the newest already
+                self._mark_served(ticket)
             return ticket
 
     def acquire(self, ticket: Ticket, deadline_ns: int | None) -> None:

@@ -294,3 +294,21 @@ def test_try_start_respects_the_admission_cap() -> None:
     for t in (first, second):
         s.release(t)
     assert s.in_flight == 0
+
+
+def test_a_client_served_again_keeps_its_mark_and_a_forgotten_one_is_marked_anew() -> None:
+    s = Scheduler(slots=2)
+    t = s.try_start("a", Priority.MEDIUM)
+    assert t is not None
+    s.release(t)
+    t = s.try_start("a", Priority.MEDIUM)  # its mark is the newest already
+    assert t is not None and s.clients_tracked() == 1
+    s.release(t)
+    s.forget("a")
+    assert s.clients_tracked() == 0
+    t = s.try_start("a", Priority.MEDIUM)  # marked again after its record was dropped
+    assert t is not None and s.clients_tracked() == 1
+    s.release(t)
+    u = s.try_start("b", Priority.MEDIUM)
+    assert u is not None and s.clients_tracked() == 2
+    s.release(u)
