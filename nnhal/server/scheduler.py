@@ -19,9 +19,11 @@ and later acquisitions fail with DEVICE_UNAVAILABLE. Lock order: the scheduler's
 condition on it) is a leaf lock (nothing else is acquired while holding it).
 
 Cost: an uncontended execution (one client, nothing waiting) takes the plain lock three times
-(admit, acquire, release) — twice through ``try_start`` — and decides nothing; the condition
-is notified only when someone waits on it, and a checkpoint with nothing that could outrank
-its execution takes no lock.
+(admit, acquire, release) — twice through ``try_start`` — and decides nothing (``try_start``
+asks nothing of the ordering when nothing is admitted and no recent work is above it, and marks
+a client served again only when another was served since); the condition is notified only
+when someone waits on it, and a checkpoint with nothing that could outrank its execution takes
+no lock.
 """
 
 from __future__ import annotations

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 
 from nnhal.core.errors import DeviceUnavailable
 from nnhal.server.counts import Counter
 from nnhal.server.lifecycle import Lifecycle
+
+
+def _on_threads(work: Callable[[], None], n: int = 4) -> None:
+    """``work`` on ``n`` threads at once, until each returned."""
+    threads = [threading.Thread(target=work) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def test_counter_counts_every_increment_across_threads() -> None:
@@ -19,11 +29,7 @@ def test_counter_counts_every_increment_across_threads() -> None:
         for _ in range(20_000):
             counter.increment()
 
-    threads = [threading.Thread(target=bump) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _on_threads(bump)
     assert counter.value == 80_000
     assert counter.value == 80_000  # reading takes nothing
 
@@ -61,9 +67,5 @@ def test_lifecycle_counts_stay_exact_across_threads() -> None:
             life.enter("an execution")
             life.leave()
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _on_threads(work)
     assert life.active == 0
