@@ -307,10 +307,12 @@ def _read(
     raw: bytes, known: dict[int, _Known], parse: Callable[[bytes], tuple[ExecutionResult, tuple[int, int] | None]]
 ) -> ExecutionResult:
     seen = known.get(len(raw))
-    if seen is not None and raw.startswith(seen.head) and raw.endswith(seen.tail):
-        r = seen.result
-        data = raw[seen.start : seen.end]
-        return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, {seen.pool: data}, r.profile, r.timeline)
+    if seen is not None:
+        # Unpacked at once: each named field of a NamedTuple is a look-up of its own.
+        head, tail, start, end, pool, r = seen
+        if raw.startswith(head) and raw.endswith(tail):
+            data = raw[start:end]
+            return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, {pool: data}, r.profile, r.timeline)
     result, span = parse(raw)
     timing = result.timing
     # One output pool, and no measured timings (which differ from answer to answer): kept.
