@@ -226,7 +226,12 @@ class QueueEnds:
 
     def pace(self, key: object) -> Pace:
         """What the hybrid wait knows of calls of ``key``."""
-        if key is self._pace_key or key == self._pace_key:  # equal: a planned call's new tuple
+        if key is self._pace_key:
+            return self._pace
+        if key == self._pace_key:  # equal: a planned call's new tuple, a burst's new template's key
+            # Known by identity from now on: a key of request arguments compares them through
+            # their dataclasses' Python equality.
+            self._pace_key = key
             return self._pace
         pace = self._paces.get(key)
         if pace is None:

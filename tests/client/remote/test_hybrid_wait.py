@@ -270,3 +270,16 @@ def test_the_link_waits_on_its_doorbell_alone_when_turned_off() -> None:
         for i in range(5):
             _exchange(link, b"call %d" % i)
         assert seen == []
+
+
+def test_an_equal_key_shares_its_pace_and_is_known_by_identity_from_then_on() -> None:
+    """A burst's template is keyed by its own request's arguments, equal to (not the same as)
+    the first call's: its pace is the first call's, and later calls find it without comparing."""
+    with _link(lambda p: 0.0) as link:
+        first = ("", (1, 2, tuple([3])))
+        again = ("", (1, 2, tuple([3])))  # built apart: equal, not the same object
+        assert first is not again
+        pace = link.pace(first)
+        assert link.pace(again) is pace and link._pace_key is again
+        assert link.pace(again) is pace
+        assert link.pace(("", (1, 2, (4,)))) is not pace
