@@ -292,3 +292,16 @@ def test_a_short_call_still_tries_the_watch() -> None:
     assert pace.watch()  # the first call of a known pace tries the watch
     pace.expected = pacing.POLL_MAX_S * 2
     assert not pace.watch()
+
+
+def test_an_equal_key_shares_its_pace_and_is_known_by_identity_from_then_on() -> None:
+    """A burst's template is keyed by its own request's arguments, equal to (not the same as)
+    the first call's: its pace is the first call's, and later calls find it without comparing."""
+    with _link(lambda p: 0.0) as link:
+        first = ("", (1, 2, tuple([3])))
+        again = ("", (1, 2, tuple([3])))  # built apart: equal, not the same object
+        assert first is not again
+        pace = link.pace(first)
+        assert link.pace(again) is pace and link._pace_key is again
+        assert link.pace(again) is pace
+        assert link.pace(("", (1, 2, (4,)))) is not pace
