@@ -10,6 +10,7 @@ a new dict): they are made on every execution's path, on both sides.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from nnhal.core.enums import (
     DeviceStatus,
@@ -133,6 +134,20 @@ class RequestArgument:
     has_no_value: bool = False
     location: DataLocation = DataLocation()
     dimensions: tuple[int, ...] = ()
+
+
+def arguments_key(args: tuple[RequestArgument, ...]) -> tuple[tuple[Any, ...], ...]:
+    """Every field of ``args`` in plain tuples, each argument's location flattened: equal exactly
+    when the arguments are (the same field values), and hashed and compared in C, where the
+    dataclasses' own equality and hash are Python calls per argument and per location. For
+    arguments that repeat from call to call (a burst builds equal ones anew every time)."""
+    # A loop, not a comprehension (a function object per call) nor ``operator.attrgetter`` (its
+    # generic attribute look-ups cost more than the loop's specialized slot reads).
+    fields: list[tuple[Any, ...]] = []
+    for a in args:
+        location = a.location
+        fields.append((a.has_no_value, location.pool_index, location.offset, location.length, a.dimensions))
+    return tuple(fields)
 
 
 @slot_init

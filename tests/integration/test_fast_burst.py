@@ -282,6 +282,41 @@ def test_a_repeated_layout_travels_compact(device: Device) -> None:
             link.close()
 
 
+def test_equal_arguments_built_anew_share_a_compact_call_and_others_do_not(device: Device) -> None:
+    """A burst loop builds equal arguments for every call: they travel as the layout's compact
+    call; arguments of the same pool sizes that differ (the inputs swapped) are a layout of
+    their own, with their own result."""
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    b = a * 3
+    with device.prepare_model_sync(add_model()) as pm:
+        link = FastBurstLink.open(device.remote, pm.handle)
+        try:
+            for _ in range(3):
+                got = link.execute(_add_request(a, b), ExecutionOptions())
+                assert got is not None and got.status == ErrorStatus.NONE and link.compact_layouts == 1
+            plain = _add_request(a, b)
+            n = a.nbytes
+            # The first input read from where the second is, and the second from the first's place.
+            swapped = Request(
+                (RequestArgument(location=DataLocation(0, n, n)), RequestArgument(location=DataLocation(0, 0, n))),
+                plain.outputs,
+                plain.pools,
+            )
+            for count in (2, 2):
+                got = link.execute(swapped, ExecutionOptions())
+                assert got is not None and got.status == ErrorStatus.NONE and link.compact_layouts == count
+                assert np.array_equal(np.frombuffer(got.output_pools[1], np.float32, 8).reshape(2, 4), a + b)
+            narrower = Request(
+                (RequestArgument(location=DataLocation(0, 0, n), dimensions=(2, 4)), plain.inputs[1]),
+                plain.outputs,
+                plain.pools,
+            )
+            got = link.execute(narrower, ExecutionOptions())
+            assert got is not None and got.status == ErrorStatus.NONE and link.compact_layouts == 3
+        finally:
+            link.close()
+
+
 def test_dynamic_output_shapes_travel_compact(device: Device) -> None:
     """OUTPUT_INSUFFICIENT_SIZE with the shapes, again and again through compact calls."""
     a = np.ones((2, 4), np.float32)

@@ -8,7 +8,8 @@ and the rest is a few length-prefixed fields around the pools' data, where build
 message field by field through the protobuf API costs several times more. The bytes parse as
 the message ``messages.execute_request`` builds (same fields and values, fields in number
 order); a request with a pool that is not inline is not written here (None: the caller
-builds the message). :func:`burst_bytes` frames it as a ``BurstRequest``.
+builds the message). :func:`burst_bytes` frames it as a ``BurstRequest`` (``execute_bytes``
+writes the framing in the same pass when asked).
 
 The answers of such a loop differ only in their output pool's bytes: :func:`execute_answer`
 and :func:`burst_answer` (the deserializers of those calls) read an answer whose bytes are
@@ -25,7 +26,16 @@ from typing import Any, NamedTuple
 
 from nnhal.core import wire_deadline, wire_request, wire_result
 from nnhal.core.enums import MeasureTiming
-from nnhal.core.types import NO_TIMING, ExecutionResult, InlinePool, MemoryPool, PoolData, Request, RequestArgument
+from nnhal.core.types import (
+    NO_TIMING,
+    ExecutionResult,
+    InlinePool,
+    MemoryPool,
+    PoolData,
+    Request,
+    RequestArgument,
+    arguments_key,
+)
 from nnhal.core.wire_stream import read_varint, varint
 from nnhal.proto import service_pb2 as spb, types_pb2 as pb
 
@@ -49,47 +59,40 @@ _EXECUTE = b"\x1a"  # BurstRequest.execute = 3
 _MEASURE_YES = _MEASURE + bytes([int(MeasureTiming.YES)])
 
 
-#: Serialized arguments by their fields (:func:`_fields`): a few layouts repeat. Bounded:
-#: cleared when full.
+#: Serialized arguments by their fields (``types.arguments_key``): a few layouts repeat.
+#: Bounded: cleared when full.
 _ARGS: dict[tuple[tuple[tuple[Any, ...], ...], ...], bytes] = {}
 _ARGS_MAX = 64
 
-
-def _fields(args: tuple[RequestArgument, ...]) -> tuple[tuple[Any, ...], ...]:
-    """Every field of ``args`` in plain tuples (hashed and compared in C, where the
-    dataclasses' own hash and equality are Python calls per argument)."""
-    # A loop, not a comprehension, which would make a function object per call.
-    fields: list[tuple[Any, ...]] = []
-    for a in args:
-        location = a.location
-        fields.append((a.has_no_value, location.pool_index, location.offset, location.length, a.dimensions))
-    return tuple(fields)
-
-
-#: The last arguments serialized and their bytes: a numpy plan hands the same tuples every call.
-#: One tuple, read and replaced whole (threads share it); it keeps those tuples alive, so that
-#: ``is`` cannot match other arguments at their address.
-_LAST_ARGS: tuple[tuple[RequestArgument, ...], tuple[RequestArgument, ...], bytes] = ((), (), b"")
+#: The last arguments serialized, their bytes and their key: a numpy plan hands the same tuples
+#: every call, a burst loop equal ones. One tuple, read and replaced whole (threads share it); it
+#: keeps those tuples alive, so that ``is`` cannot match other arguments at their address.
+_LAST_ARGS: tuple[tuple[RequestArgument, ...], tuple[RequestArgument, ...], bytes, object] = ((), (), b"", None)
 
 
 def args_bytes(inputs: tuple[RequestArgument, ...], outputs: tuple[RequestArgument, ...]) -> bytes:
     """The ``Request.inputs`` and ``Request.outputs`` fields of these arguments, serialized
     (kept per arguments' value: a burst builds equal arguments anew for every call; the very
-    tuples of the last call are known without reading their fields)."""
+    tuples of the last call are known without reading their fields, equal ones of the last
+    call without a look-up)."""
     global _LAST_ARGS
     last = _LAST_ARGS
     if last[0] is inputs and last[1] is outputs:
         return last[2]
-    key = (_fields(inputs), _fields(outputs))
-    data = _ARGS.get(key)
-    if data is None:
-        msg = pb.Request()
-        wire_request.request_to(Request(inputs, outputs, ()), msg)
-        data = msg.SerializeToString()
-        if len(_ARGS) >= _ARGS_MAX:
-            _ARGS.clear()
-        _ARGS[key] = data
-    _LAST_ARGS = (inputs, outputs, data)
+    key = (arguments_key(inputs), arguments_key(outputs))
+    if key == last[3]:
+        data = last[2]
+    else:
+        found = _ARGS.get(key)
+        if found is None:
+            msg = pb.Request()
+            wire_request.request_to(Request(inputs, outputs, ()), msg)
+            found = msg.SerializeToString()
+            if len(_ARGS) >= _ARGS_MAX:
+                _ARGS.clear()
+            _ARGS[key] = found
+        data = found
+    _LAST_ARGS = (inputs, outputs, data, key)
     return data
 
 
@@ -98,8 +101,18 @@ _HEADS: dict[tuple[str, str], bytes] = {}
 _HEADS_MAX = 64
 
 
+#: The last head and its pair: a loop's calls hand the same session and handle strings.
+#: One tuple, read and replaced whole (threads share it).
+_LAST_HEAD: tuple[str, str, bytes] = ("", "", b"")
+
+
 def head_bytes(session: str, handle: str) -> bytes:
-    """The ``session`` and ``prepared_model`` fields of an ExecuteRequest (kept per pair)."""
+    """The ``session`` and ``prepared_model`` fields of an ExecuteRequest (kept per pair; the
+    very strings of the last call known without a look-up)."""
+    global _LAST_HEAD
+    last = _LAST_HEAD
+    if last[0] is session and last[1] is handle:
+        return last[2]
     key = (session, handle)
     head = _HEADS.get(key)
     if head is None:
@@ -108,6 +121,7 @@ def head_bytes(session: str, handle: str) -> bytes:
         if len(_HEADS) >= _HEADS_MAX:
             _HEADS.clear()
         _HEADS[key] = head
+    _LAST_HEAD = (session, handle, head)
     return head
 
 
@@ -141,6 +155,8 @@ class _Layout(NamedTuple):
     #: The bytes before each pool's data, then those after the last one's (or the whole
     #: request message's, for no pools).
     parts: tuple[bytes, ...]
+    #: The length of the parts together.
+    fixed: int
 
 
 #: Layouts by (head, arguments, pool sizes) (:func:`_layout`). Bounded: cleared when full.
@@ -166,7 +182,7 @@ def _layout(head: bytes, args: bytes, sizes: tuple[tuple[int, int], ...]) -> _La
             parts.append(first + before)
             first = after
         parts.append(first)
-        layout = _Layout(head, args, sizes, tuple(parts))
+        layout = _Layout(head, args, sizes, tuple(parts), sum(map(len, parts)))
         if len(_LAYOUTS) >= _LAYOUTS_MAX:
             _LAYOUTS.clear()
         _LAYOUTS[key] = layout
@@ -182,28 +198,46 @@ def execute_bytes(
     remaining_s: float | None,
     loop_timeout_ns: int,
     profile: bool,
+    burst: bool = False,
 ) -> bytes | None:
     """The serialized ExecuteRequest of ``head`` (:func:`head_bytes`), ``args``
     (:func:`args_bytes`) and ``pools``, with its deadline ``remaining_s`` seconds away (None:
     none; saturated as ``wire_deadline.deadline_to`` does); None when a pool is not inline. Raises
     InvalidArgument for a NaN deadline (as ``wire_deadline.deadline_to``). The bytes around the pools'
-    data are made once per layout (:func:`_layout`)."""
+    data are made once per layout (:func:`_layout`). ``burst``: framed as a ``BurstRequest``
+    (:func:`burst_bytes`), written in the same pass."""
     sizes: list[tuple[int, int]] = []
     datas: list[PoolData] = []
+    length = 0  # of the ExecuteRequest
     for pool in pools:
         if type(pool) is not InlinePool:
             return None
         data = pool.data
+        n = len(data) if type(data) is bytes else memoryview(data).nbytes
         datas.append(data)
-        sizes.append((len(data) if type(data) is bytes else memoryview(data).nbytes, pool.size))
+        sizes.append((n, pool.size))
+        length += n
     key = tuple(sizes)
-    layout = _LAST_LAYOUT
-    if layout is None or layout.head is not head or layout.args is not args or layout.sizes != key:
+    layout = _LAST_LAYOUT  # read by index: a named field of a NamedTuple is a slower look-up
+    if layout is None or layout[0] is not head or layout[1] is not args or layout[2] != key:
         layout = _layout(head, args, key)
-    parts = layout.parts
-    out: list[PoolData] = [parts[0]]
-    for k, data in enumerate(datas, 1):
-        out += (data, parts[k])
+    # The BurstRequest's framing (set last, when asked), then the layout's parts around the data.
+    out: list[PoolData] = [b""] * (2 * len(datas) + 2)
+    out[1::2] = layout[3]
+    out[2::2] = datas
+    length += layout[4]
+    if measure or remaining_s is not None or loop_timeout_ns or profile:
+        scalars = _scalars(measure, remaining_s, loop_timeout_ns, profile)
+        out.append(scalars)
+        length += len(scalars)
+    if burst:
+        out[0] = _burst_head(length)
+    return b"".join(out)
+
+
+def _scalars(measure: bool, remaining_s: float | None, loop_timeout_ns: int, profile: bool) -> bytes:
+    """The fields of an ExecuteRequest after its request (:func:`execute_bytes`'s scalars)."""
+    out: list[bytes] = []
     if measure:
         out.append(_MEASURE_YES)
     if remaining_s is not None:
@@ -220,9 +254,14 @@ def execute_bytes(
     return b"".join(out)
 
 
+def _burst_head(n: int) -> bytes:
+    """The bytes of a ``BurstRequest`` before the ``n`` bytes of its ExecuteRequest."""
+    return _EXECUTE + varint(n)
+
+
 def burst_bytes(execute: bytes) -> bytes:
     """A ``BurstRequest`` carrying the serialized ExecuteRequest ``execute``."""
-    return b"".join((_EXECUTE, varint(len(execute)), execute))
+    return b"".join((_burst_head(len(execute)), execute))
 
 
 # Tags of the answer fields :func:`_pool_data` looks for: ``ExecuteResult.output_pools`` (5,
@@ -268,10 +307,12 @@ def _read(
     raw: bytes, known: dict[int, _Known], parse: Callable[[bytes], tuple[ExecutionResult, tuple[int, int] | None]]
 ) -> ExecutionResult:
     seen = known.get(len(raw))
-    if seen is not None and raw.startswith(seen.head) and raw.endswith(seen.tail):
-        r = seen.result
-        data = raw[seen.start : seen.end]
-        return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, {seen.pool: data}, r.profile, r.timeline)
+    if seen is not None:
+        # Unpacked at once: each named field of a NamedTuple is a look-up of its own.
+        head, tail, start, end, pool, r = seen
+        if raw.startswith(head) and raw.endswith(tail):
+            data = raw[start:end]
+            return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, {pool: data}, r.profile, r.timeline)
     result, span = parse(raw)
     timing = result.timing
     # One output pool, and no measured timings (which differ from answer to answer): kept.

@@ -135,11 +135,12 @@ def execute_request_bytes(
     outputs: tuple[RequestArgument, ...],
     pools: Sequence[MemoryPool],
     options: ExecutionOptions,
+    burst: bool = False,
 ) -> tuple[bytes, float | None] | None:
     """:func:`execute_request` written as bytes (``encoded.execute_bytes``) for the request of
     these arguments and pools, and its gRPC timeout; None — the caller builds the message —
     for a pool that is not inline. The sync and the asyncio sessions' encoded executions and
-    both clients' bursts alike."""
+    both clients' bursts alike (``burst``: framed as a BurstRequest)."""
     remaining = remaining_time(options.timeout, options.deadline_at)
     raw = encoded.execute_bytes(
         encoded.head_bytes(session, handle),
@@ -149,6 +150,7 @@ def execute_request_bytes(
         remaining,
         options.loop_timeout_ns,
         options.profile,
+        burst,
     )
     return None if raw is None else (raw, grpc_timeout(remaining))
 
@@ -157,9 +159,9 @@ def burst_request(session: str, handle: str, request: Request, options: Executio
     """The serialized BurstRequest of one execution on a burst stream: written as bytes
     (:func:`execute_request_bytes`), or, for a pool that is not inline, the message built field
     by field."""
-    written = execute_request_bytes(session, handle, request.inputs, request.outputs, request.pools, options)
+    written = execute_request_bytes(session, handle, request.inputs, request.outputs, request.pools, options, True)
     if written is not None:
-        return encoded.burst_bytes(written[0])
+        return written[0]
     message = spb.BurstRequest()
     msg = message.execute  # filled in place: BurstRequest(execute=msg) would copy it
     msg.session = session

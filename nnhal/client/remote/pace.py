@@ -9,8 +9,9 @@ import logging
 
 log = logging.getLogger(__name__)
 
-#: The hybrid wait (module docstring): calls expected to take longer than this block at once.
-POLL_MAX_S = 0.02
+#: The most a watch saves a call: the one wake-up of a sleeping waiter it avoids (a pipe's
+#: wake-up across this virtual machine's cores measured 20-45 us; docs/same-host.md).
+WAKE_SAVED_S = 50e-6
 #: How much earlier than the expected answer the watch starts: this share of the expected
 #: time, at most POLL_LEAD_MAX_S. An answer already there at the first look halves the
 #: estimate, so the watch follows a server that speeds up.
@@ -28,6 +29,11 @@ PROBE_EVERY = 16
 #: The watch is kept only while its calls wait less than this share of the doorbell's: on a
 #: machine whose cores are busy it wins little when it wins, and costs the server its core.
 WATCH_GAIN = 0.9
+#: The hybrid wait (module docstring): calls expected to take longer than this block at once.
+#: Beyond it the wake-up a watch saves is less than WATCH_GAIN asks of a wait, so the watch
+#: could never be kept: only its probes would run, and each one's nap wakes the client on
+#: the core the server computes on (a face-model call of 0.8 ms watched took 1.5-2.6 ms).
+POLL_MAX_S = WAKE_SAVED_S / (1.0 - WATCH_GAIN)
 #: Weight of the latest call in the running estimates.
 _WEIGHT = 0.25
 #: A call that waited longer than this many times a way's estimate teaches that way as if it

@@ -28,7 +28,7 @@ from nnhal.core import fastanswer, fastpacket, fastring, samehost, wire_result
 from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure
-from nnhal.core.types import ExecutionResult, InlinePool, MemoryPool, PoolData, Request
+from nnhal.core.types import ExecutionResult, InlinePool, MemoryPool, PoolData, Request, arguments_key
 from nnhal.proto import fastpath_pb2 as fpb, service_pb2 as spb
 
 if TYPE_CHECKING:
@@ -111,11 +111,14 @@ class _CallTemplate:
     """A granted layout's compact call as the client sends it (``QueueEnds.execution_packet``):
     the argument tuples and model it is for, its pools' lengths and sizes, its id."""
 
-    __slots__ = ("body", "handle", "inputs", "key", "layout", "outputs", "padded", "sizes")
+    __slots__ = ("arguments", "body", "handle", "inputs", "key", "layout", "outputs", "padded", "sizes")
 
     def __init__(self, key: LayoutRef, layout: int) -> None:
         self.key = key
         self.handle, (self.inputs, self.outputs, self.sizes) = key
+        #: The arguments' fields (``types.arguments_key``): what equal arguments of a new
+        #: request are known by, compared in C.
+        self.arguments = (arguments_key(self.inputs), arguments_key(self.outputs))
         self.layout = layout
         lengths = [n for n, _ in self.sizes]
         body = fastpacket.body_spans(lengths)[1]
@@ -223,7 +226,12 @@ class QueueEnds:
 
     def pace(self, key: object) -> Pace:
         """What the hybrid wait knows of calls of ``key``."""
-        if key is self._pace_key or key == self._pace_key:  # equal: a planned call's new tuple
+        if key is self._pace_key:
+            return self._pace
+        if key == self._pace_key:  # equal: a planned call's new tuple, a burst's new template's key
+            # Known by identity from now on: a key of request arguments compares them through
+            # their dataclasses' Python equality.
+            self._pace_key = key
             return self._pace
         pace = self._paces.get(key)
         if pace is None:
@@ -270,16 +278,18 @@ class QueueEnds:
         the ring copies each once."""
         t = self._template
         # The numpy client sends the same argument tuples for a layout, a burst loop equal ones:
-        # its compact call is known by their identity (else equality) and the pools' sizes, with
-        # nothing hashed (the arguments' dataclass hashes are most of a lookup's cost) and
-        # nothing re-checked that the template's first packet passed (the packet and its answer
-        # fit the rings: the same output pools' sizes).
+        # its compact call is known by their identity (else their fields, read and compared in
+        # C: the arguments' dataclass equality and hashes are Python calls per argument) and the
+        # pools' sizes, with nothing re-checked that the template's first packet passed (the
+        # packet and its answer fit the rings: the same output pools' sizes).
         if (
             t is not None
             and handle == t.handle
             and not options.profile
-            and (request.inputs is t.inputs or request.inputs == t.inputs)
-            and (request.outputs is t.outputs or request.outputs == t.outputs)
+            and (
+                (request.inputs is t.inputs and request.outputs is t.outputs)
+                or (arguments_key(request.inputs), arguments_key(request.outputs)) == t.arguments
+            )
         ):
             datas = t.datas(request.pools)
             if datas is not None:

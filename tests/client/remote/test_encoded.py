@@ -5,6 +5,7 @@ their bytes: what protobuf reads from them, answer after answer. Through a real 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -12,7 +13,7 @@ from google.protobuf.message import DecodeError
 
 from nnhal.client.remote import encoded
 from nnhal.client.remote.messages import ExecutionOptions, execute_request
-from nnhal.core import wire_result, wire_stream
+from nnhal.core import wire_request, wire_result, wire_stream
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import (
@@ -79,6 +80,42 @@ def test_a_burst_request_carries_the_execution() -> None:
     assert raw is not None
     burst = spb.BurstRequest.FromString(encoded.burst_bytes(raw))
     assert burst.execute == spb.ExecuteRequest.FromString(raw) and not burst.session
+
+
+@pytest.mark.parametrize("options", [o for o in OPTIONS if o.timeout is None or not 0 < o.timeout < 1e9])
+def test_a_burst_request_written_in_one_pass_is_the_framed_execution(options: ExecutionOptions) -> None:
+    head = encoded.head_bytes("s", "pm")
+    args = encoded.args_bytes(INPUTS, OUTPUTS)
+    scalars = (options.measure, options.timeout, options.loop_timeout_ns, options.profile)
+    for pools in [*_pools(), ()]:
+        raw = encoded.execute_bytes(head, args, pools, *scalars)
+        assert raw is not None
+        assert encoded.execute_bytes(head, args, pools, *scalars, burst=True) == encoded.burst_bytes(raw)
+
+
+def test_arguments_built_anew_are_written_as_equal_ones_and_others_apart() -> None:
+    def fresh(args: tuple[RequestArgument, ...]) -> tuple[RequestArgument, ...]:
+        return tuple(
+            RequestArgument(a.has_no_value, DataLocation(*dataclasses.astuple(a.location)), a.dimensions) for a in args
+        )
+
+    first = encoded.args_bytes(INPUTS, OUTPUTS)
+    assert encoded.args_bytes(fresh(INPUTS), fresh(OUTPUTS)) == first  # the last call's, by value
+    other = (INPUTS[1], INPUTS[0], INPUTS[2])
+    for inputs, outputs in [(other, OUTPUTS), (INPUTS, (RequestArgument(location=DataLocation(1, 0, 16)),))]:
+        got = encoded.args_bytes(inputs, outputs)
+        assert got != first
+        want = encoded.pb.Request()
+        wire_request.request_to(Request(inputs, outputs, ()), want)
+        assert got == want.SerializeToString()
+        assert encoded.args_bytes(fresh(inputs), fresh(outputs)) == got
+    assert encoded.args_bytes(fresh(INPUTS), fresh(OUTPUTS)) == first  # kept by value
+
+
+def test_the_head_is_kept_per_session_and_model() -> None:
+    first = encoded.head_bytes("s1", "pm")
+    assert encoded.head_bytes("s2", "pm") != first
+    assert encoded.head_bytes("".join(["s", "1"]), "pm") == first  # equal strings, not the same objects
 
 
 def test_a_pool_that_is_not_inline_is_left_to_the_message() -> None:

@@ -270,3 +270,38 @@ def test_the_link_waits_on_its_doorbell_alone_when_turned_off() -> None:
         for i in range(5):
             _exchange(link, b"call %d" % i)
         assert seen == []
+
+
+def test_a_call_too_long_for_the_watch_to_pay_waits_on_its_doorbell_alone() -> None:
+    """A call whose expected wait is so long that the one wake-up a watch saves is less than
+    WATCH_GAIN asks (a 1 ms face-model call) is never watched, not even as a probe: the
+    probe's nap would wake the client on the core the server computes on."""
+    assert pacing.POLL_MAX_S < 0.002
+    with _link(lambda _p: 0.002) as link:  # 2 ms: a call of a model like the face detector
+        seen = _watching(link)
+        for i in range(2 * pacing.PROBE_EVERY + 2):
+            _exchange(link, b"call %d" % i)
+        pace = link.pace(fastring.REQUEST)
+        assert seen == [] and pace.watched == 0.0
+        assert pace.expected > pacing.POLL_MAX_S
+
+
+def test_a_short_call_still_tries_the_watch() -> None:
+    pace = pacing.Pace()
+    pace.took(False, pacing.POLL_MAX_S / 4, False)
+    assert pace.watch()  # the first call of a known pace tries the watch
+    pace.expected = pacing.POLL_MAX_S * 2
+    assert not pace.watch()
+
+
+def test_an_equal_key_shares_its_pace_and_is_known_by_identity_from_then_on() -> None:
+    """A burst's template is keyed by its own request's arguments, equal to (not the same as)
+    the first call's: its pace is the first call's, and later calls find it without comparing."""
+    with _link(lambda p: 0.0) as link:
+        first = ("", (1, 2, tuple([3])))
+        again = ("", (1, 2, tuple([3])))  # built apart: equal, not the same object
+        assert first is not again
+        pace = link.pace(first)
+        assert link.pace(again) is pace and link._pace_key is again
+        assert link.pace(again) is pace
+        assert link.pace(("", (1, 2, (4,)))) is not pace
