@@ -169,6 +169,33 @@ def test_an_output_of_known_shape_has_a_place_to_be_written_in(prepared: tuple[D
     bound.close()
 
 
+def test_a_repeat_whose_outputs_are_their_places_hands_the_last_shapes_back(
+    prepared: tuple[Driver, Session, str],
+) -> None:
+    """``write_outputs`` of a repeat whose every output is its ``into`` array (written in its
+    place already) and keeps its shape — in a pool it does not fill: no ``_whole`` layout —
+    writes nothing and hands the last call's shapes back (the very tuple); an output that is
+    not its place is written, as before."""
+    from nnhal.server.memory import bind_pools, token_placeholder
+
+    driver, session, handle = prepared
+    pm = driver.prepared(session, handle)
+    request = _request(out_offset=16)
+    assert _execute(driver, session, handle, request).status == ErrorStatus.NONE
+    plan = pm.plans.get(request)
+    assert plan is not None
+    bound = bind_pools(request.pools, None, plan.writable, token_placeholder, True, session.regions)
+    targets = plan.output_targets(bound)
+    assert targets is not None and targets[0] is not None
+    last = plan.write_outputs(bound, [np.full((2, 4), 3.0, np.float32)])  # written, then the shapes kept
+    targets[0][...] = 5.0
+    assert plan.write_outputs(bound, targets, targets) is last
+    assert np.frombuffer(bound.inline_outputs[1], np.float32, 8, 16).tolist() == [5.0] * 8
+    assert plan.write_outputs(bound, [np.full((2, 4), 6.0, np.float32)], targets) is last
+    assert np.frombuffer(bound.inline_outputs[1], np.float32, 8, 16).tolist() == [6.0] * 8
+    bound.close()
+
+
 def test_a_large_output_is_written_whole_at_its_offset(monkeypatch: pytest.MonkeyPatch) -> None:
     """An output of many megabytes is written with ``large_copy`` (helpers allowed here): every
     byte at its place, the pool's other bytes left as they were."""
