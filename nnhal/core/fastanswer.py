@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from nnhal.core import fastring
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.fastpacket import ALIGN, ZEROS, PacketError, aligned, bytes_of
+from nnhal.core.fastpacket import ALIGN, PacketError, aligned, bytes_of
 from nnhal.core.types import NO_TIMING, ExecutionResult, OutputShape, PoolData, Timing
 
 ANSWER_HEADER = struct.Struct("<IIQQII")
@@ -76,7 +76,7 @@ def _with_pools(head: bytes, pools: dict[int, PoolData]) -> bytes | fastring.Gat
         view, n = bytes_of(data)
         at += _PAIR.size
         pad = -at % ALIGN
-        parts.append(before + _PAIR.pack(index, n) + ZEROS[:pad])
+        parts.append(before + _PAIRS_PADDED[pad].pack(index, n))
         parts.append(view)
         before = b""
         at += pad + n
@@ -102,7 +102,7 @@ class AnswerWriter:
     straight into the result ring, where the answer will carry them; ``write`` then writes
     only the bytes around them."""
 
-    __slots__ = ("_head", "_made", "_placed", "_pools")
+    __slots__ = ("_head", "_made", "_placed", "_pools", "_spots")
 
     def __init__(self) -> None:
         self._head = b""
@@ -113,6 +113,9 @@ class AnswerWriter:
         #: index, where its index and length go, where its bytes go, its length, and the
         #: struct that writes its index, length and pad.
         self._placed: tuple[memoryview, int, tuple[tuple[int, int, int, int, struct.Struct], ...]] | None = None
+        #: The spots and length ``places`` worked out last, with the pools and the head's
+        #: length they are for (the same while the answers' heads are: worked out once).
+        self._spots: tuple[object, int, tuple[tuple[int, int, int, int, struct.Struct], ...], int] = ((), 0, (), 0)
 
     def places(self, reserve: Callable[[int], memoryview | None]) -> dict[int, memoryview] | None:
         """Where the next answer's output pools go in place: a writable view per pool index
@@ -126,17 +129,22 @@ class AnswerWriter:
         self._placed = None
         if self._made is None or not self._pools:
             return None
-        spots = []
-        at = len(self._head)
-        for index, n in self._pools:
-            start = aligned(at + _PAIR.size)
-            spots.append((index, at, start, n, _PAIRS_PADDED[start - at - _PAIR.size]))
-            at = start + n
-        view = reserve(at)
+        head, pools = len(self._head), self._pools
+        known = self._spots
+        if known[0] is not pools or known[1] != head:
+            spots = []
+            at = head
+            for index, n in pools:
+                start = aligned(at + _PAIR.size)
+                spots.append((index, at, start, n, _PAIRS_PADDED[start - at - _PAIR.size]))
+                at = start + n
+            known = self._spots = (pools, head, tuple(spots), at)
+        _, _, placed, length = known
+        view = reserve(length)
         if view is None:
             return None
-        self._placed = (view, at, tuple(spots))
-        return {index: view[start : start + n] for index, _, start, n, _ in spots}
+        self._placed = (view, length, placed)
+        return {index: view[start : start + n] for index, _, start, n, _ in placed}
 
     def write(self, result: ExecutionResult) -> bytes | fastring.Gathered | fastring.Reserved:
         """``answer_parts(result)``, or the answer written around its pools in their places
@@ -164,18 +172,19 @@ class AnswerWriter:
         if placed is not None:
             view, length, spots = placed
             head = self._head
-            if (
-                len(pools) == len(spots)
-                and len(head) == spots[0][1]
-                and all(_in_place(pools.get(i), view, n) for i, _, _, n, _ in spots)
-            ):
-                view[: len(head)] = head
-                for index, at, _, n, pair in spots:
-                    # The pad is zeroed too: the answer's bytes are those ``answer_parts``
-                    # writes, so a reader that remembers them (``AnswerReader``) knows the
-                    # next one, whatever the ring held there.
-                    pair.pack_into(view, at, index, n)
-                return fastring.Reserved(length)
+            if len(pools) == len(spots) and len(head) == spots[0][1]:
+                # A loop, not ``all`` of a generator: on a large answer's every call.
+                for index, _, _, n, _ in spots:
+                    if not _in_place(pools.get(index), view, n):
+                        break
+                else:
+                    view[: len(head)] = head
+                    for index, at, _, n, pair in spots:
+                        # The pad is zeroed too: the answer's bytes are those ``answer_parts``
+                        # writes, so a reader that remembers them (``AnswerReader``) knows the
+                        # next one, whatever the ring held there.
+                        pair.pack_into(view, at, index, n)
+                    return fastring.Reserved(length)
             # Not the answer the places were made for: its pools leave the ring before the
             # answer is written there.
             pools = {i: bytes(d) if fastring.in_ring(d) else d for i, d in pools.items()}

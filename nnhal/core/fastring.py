@@ -278,17 +278,18 @@ class Producer(_Ring):
         larger than ``max_payload``) or the consumer's index is corrupt. ``crc`` overrides
         the checksum (tests of the consumer's checks)."""
         size, mm, data, head = self.ring_bytes, self._mm, self._data, self._head
-        if type(payload) is Reserved:
-            self._write_reserved(kind, payload.length, crc)
-            return
-        self._reserved = None
-        if isinstance(payload, Gathered):
-            if len(payload) > CHECKED_BYTES:
-                self._write_gathered(kind, payload, crc)
+        if type(payload) is not bytes:  # bytes first: most answers, and the cheapest test
+            if type(payload) is Reserved:
+                self._write_reserved(kind, payload.length, crc)
                 return
-            payload = b"".join(payload.parts)  # a small packet: one copy of a few parts is cheaper
-        if isinstance(payload, memoryview):
-            payload = payload.cast("B")
+            if isinstance(payload, Gathered):
+                if len(payload) > CHECKED_BYTES:
+                    self._write_gathered(kind, payload, crc)
+                    return
+                payload = b"".join(payload.parts)  # a small packet: one copy of a few parts is cheaper
+            elif isinstance(payload, memoryview):
+                payload = payload.cast("B")
+        self._reserved = None
         length = len(payload)
         if length > self.max_payload:
             raise RingError(f"a packet of {length} bytes exceeds the ring's limit of {self.max_payload}")

@@ -128,11 +128,11 @@ def split_tag(payload: bytes | memoryview) -> tuple[str, str, memoryview]:
     tag_end = _TAG_BYTES + rid_len + scope_len
     if rid_len > MAX_REQUEST_ID or scope_len > MAX_REQUEST_ID or tag_end > size:
         raise PacketError("a tagged packet's request id or fault scope does not fit")
-    names = bytes(payload[_TAG_BYTES:tag_end])
     try:
-        # Most calls have no fault scope: the names are the request id alone.
-        rid = names[:rid_len].decode("ascii") if scope_len else names.decode("ascii")
-        scope = names[rid_len:].decode("ascii") if scope_len else ""
+        # Each name decoded straight from the payload: one read of its bytes, into a private
+        # string. Most calls have no fault scope.
+        rid = str(payload[_TAG_BYTES : _TAG_BYTES + rid_len], "ascii")
+        scope = str(payload[_TAG_BYTES + rid_len : tag_end], "ascii") if scope_len else ""
     except UnicodeDecodeError:
         raise PacketError("a tagged packet's request id or fault scope is not ASCII") from None
     end = aligned(tag_end)

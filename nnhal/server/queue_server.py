@@ -235,6 +235,7 @@ class QueueServer:
         once none waits, ``_END`` once the queue is stopping, or the first packet that is not
         quick, for a worker."""
         queue, handle, refuse = served.queue, served.handle, served.refuse
+        clock = time.perf_counter_ns
         packet = handed
         while True:
             if packet is None:
@@ -247,13 +248,14 @@ class QueueServer:
                 quick = (served.slow < _SLOW_PACKETS or len(self._served) < 2) and served.quick(packet[0])
                 if handed is None and not quick:
                     return packet
-            t0 = time.perf_counter_ns()
+            t0 = clock()
             batched = handed is None and self._batched
             queue.answer(*handle(*packet), refuse, not batched)
-            served.unrung = served.unrung or batched
+            if batched:
+                served.unrung = True
             # Slow after two slow packets in a row: one preempted packet of a loaded machine
             # alone does not send a small model's queue to the workers.
-            served.slow = served.slow + 1 if time.perf_counter_ns() - t0 >= INLINE_MAX_NS else 0
+            served.slow = served.slow + 1 if clock() - t0 >= INLINE_MAX_NS else 0
             packet = None
 
     def _end(self, served: _Served) -> None:

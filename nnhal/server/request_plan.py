@@ -175,22 +175,22 @@ class RequestPlan:
         which an output shorter than its range leaves as they were)."""
         last = self._shapes
         tokens = pools.token_outputs
-        if last is not None and self._whole and not tokens and len(values) == len(self._outputs):
-            # The repeat of a layout whose outputs each fill a pool of their own (``_whole``):
-            # each value of the last call's shape and of its pool's size (so it fits its
-            # location, which it fills) becomes its pool's bytes, as below; the last call's
+        if last is not None and not tokens and len(values) == len(self._outputs) and (self._whole or into is not None):
+            # The repeat of a layout whose every output keeps the last call's shape and either
+            # is its ``into`` array (``output_targets``: of the shape and dtype fixed for it, over
+            # its place, which it fits), in its pool already, or — the outputs each filling a
+            # pool of their own (``_whole``) — is of its pool's size (so it fits its location,
+            # which it fills) and becomes its pool's bytes, as below: the last call's
             # (immutable) shapes back. Any other value: the general steps below, from the start.
-            inline, outs = pools.inline_outputs, self._outputs
+            inline, outs, whole = pools.inline_outputs, self._outputs, self._whole
             for k, value in enumerate(values):
+                if value.shape != last[k].dimensions:
+                    break
+                if into is not None and value is into[k]:
+                    continue
                 out = outs[k]
                 pool = inline.get(out.pool)
-                if (
-                    type(pool) is not bytearray
-                    or value.nbytes != len(pool)
-                    or value.shape != last[k].dimensions
-                    or value.dtype == np.bool_
-                    or (into is not None and value is into[k])
-                ):
+                if not whole or type(pool) is not bytearray or value.nbytes != len(pool) or value.dtype == np.bool_:
                     break
                 inline[out.pool] = value.tobytes()
             else:

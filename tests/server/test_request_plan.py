@@ -140,6 +140,24 @@ def test_the_same_argument_tuples_find_their_plan_again(prepared: tuple[Driver, 
     np.testing.assert_array_equal(np.frombuffer(result.output_pools[1], np.float32), np.full(8, 4.0))
 
 
+def _bound_at_offset(
+    prepared: tuple[Driver, Session, str],
+) -> tuple[RequestPlan, BoundPools, list[np.ndarray | None]]:
+    """The plan of a request whose output sits at offset 16 of its pool (executed once), its
+    pools bound as an execution binds them, and its output targets."""
+    from nnhal.server.memory import bind_pools, token_placeholder
+
+    driver, session, handle = prepared
+    request = _request(out_offset=16)
+    assert _execute(driver, session, handle, request).status == ErrorStatus.NONE
+    plan = driver.prepared(session, handle).plans.get(request)
+    assert plan is not None
+    bound = bind_pools(request.pools, None, plan.writable, token_placeholder, True, session.regions)
+    targets = plan.output_targets(bound)
+    assert targets is not None
+    return plan, bound, targets
+
+
 def test_an_output_of_known_shape_has_a_place_to_be_written_in(prepared: tuple[Driver, Session, str]) -> None:
     """``output_targets``: a writable array of the output's shape and dtype over its place in
     the bound output pool (what a graph may write it into); none for an output whose location
@@ -148,13 +166,7 @@ def test_an_output_of_known_shape_has_a_place_to_be_written_in(prepared: tuple[D
 
     driver, session, handle = prepared
     pm = driver.prepared(session, handle)
-    request = _request(out_offset=16)
-    assert _execute(driver, session, handle, request).status == ErrorStatus.NONE
-    plan = pm.plans.get(request)
-    assert plan is not None
-    bound = bind_pools(request.pools, None, plan.writable, token_placeholder, True, session.regions)
-    targets = plan.output_targets(bound)
-    assert targets is not None
+    _, bound, targets = _bound_at_offset(prepared)
     (target,) = targets
     assert target is not None and target.shape == (2, 4) and target.dtype == np.float32 and target.flags.writeable
     target[...] = 7.0
@@ -162,10 +174,28 @@ def test_an_output_of_known_shape_has_a_place_to_be_written_in(prepared: tuple[D
     bound.close()
     small = _request(out_length=N - 4)
     assert _execute(driver, session, handle, small).status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
-    plan = pm.plans.get(small)
-    assert plan is not None
-    bound = bind_pools(small.pools, None, plan.writable, token_placeholder, True, session.regions)
-    assert plan.output_targets(bound) is None
+    small_plan = pm.plans.get(small)
+    assert small_plan is not None
+    bound = bind_pools(small.pools, None, small_plan.writable, token_placeholder, True, session.regions)
+    assert small_plan.output_targets(bound) is None
+    bound.close()
+
+
+def test_a_repeat_whose_outputs_are_their_places_hands_the_last_shapes_back(
+    prepared: tuple[Driver, Session, str],
+) -> None:
+    """``write_outputs`` of a repeat whose every output is its ``into`` array (written in its
+    place already) and keeps its shape — in a pool it does not fill: no ``_whole`` layout —
+    writes nothing and hands the last call's shapes back (the very tuple); an output that is
+    not its place is written, as before."""
+    plan, bound, targets = _bound_at_offset(prepared)
+    assert targets[0] is not None
+    last = plan.write_outputs(bound, [np.full((2, 4), 3.0, np.float32)])  # written, then the shapes kept
+    targets[0][...] = 5.0
+    assert plan.write_outputs(bound, targets, targets) is last
+    assert np.frombuffer(bound.inline_outputs[1], np.float32, 8, 16).tolist() == [5.0] * 8
+    assert plan.write_outputs(bound, [np.full((2, 4), 6.0, np.float32)], targets) is last
+    assert np.frombuffer(bound.inline_outputs[1], np.float32, 8, 16).tolist() == [6.0] * 8
     bound.close()
 
 
