@@ -21,7 +21,7 @@ from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Execution, Executions, Method, Notify, Preparation, Prepared, Refused, lean, owner
 from nnhal.server.scheduler import Ticket
 from nnhal.server.session import Faults
-from tests.conftest import add_model
+from tests.conftest import add_model, inline_data
 
 LOCAL = "unix:/tmp/nnhal-test.sock"
 
@@ -228,7 +228,7 @@ def test_a_compact_layout_keeps_its_model_until_it_is_released_or_its_session_cl
     """The layout looks its session and model up once; a released model or a closed session is
     refused as the full path refuses it (same status and message), never run from the kept ones."""
     x, session, handle, m, request, compact = _learned_compact()
-    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools])))
+    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([inline_data(p) for p in request.pools])))
     for _ in range(2):
         result = _compact_call(x, compact, body)
         assert isinstance(result, ExecutionResult) and result.status == ErrorStatus.NONE
@@ -252,7 +252,7 @@ def test_a_compact_call_read_in_the_ring_is_copied_once_out_of_it(copies: bool) 
     graph copies its inputs out itself; any other graph gets the pools' private copies, and the
     full path's pools are private copies too (DESIGN §2: the client still writes the ring)."""
     x, session, handle, _, request, compact = _learned_compact()
-    payload = b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools]))
+    payload = b"".join(bytes(p) for p in fastpacket.body_parts([inline_data(p) for p in request.pools]))
     ring = mmap.mmap(-1, 4096)
     ring[: len(payload)] = payload
     body = memoryview(ring)[: len(payload)].toreadonly()
@@ -303,7 +303,7 @@ def test_a_compact_answer_is_written_around_its_pools_in_the_result_ring() -> No
     results = fastring.Producer(region, ring, False)
     reader: fastring.Consumer[bytes] = fastring.Consumer(region, ring, False, (fastpacket.ANSWER,))
     compact = lean.Compact(session, handle, key, results.reserve)
-    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools])))
+    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([inline_data(p) for p in request.pools])))
     d = x.driver
     pm = d.prepared(d.session(session), handle)
     pm.graph.copies_io = True  # type: ignore[misc]  # as a graph that only copies says (LiteRT's)
@@ -481,7 +481,7 @@ def test_every_lean_launch_takes_its_steps_in_one_order(monkeypatch: pytest.Monk
     key = fastpacket.layout_key(request.inputs, request.outputs, request.pools)
     assert key is not None
     compact = lean.Compact(session, handle, key)
-    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools])))
+    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([inline_data(p) for p in request.pools])))
     call = Execution(session, handle, request)
     launches = {
         "launch": lambda deadline: lean.launch(d, call._replace(deadline_ns=deadline), found),
