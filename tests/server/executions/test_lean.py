@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import mmap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 
 import numpy as np
@@ -79,7 +79,11 @@ def _idle(x: Executions, session: str) -> None:
 def test_a_repeated_layout_runs_lean_and_answers_as_the_full_path(launches: list[bool]) -> None:
     x, session, handle = _owner()
     m = x.method("executeSynchronously_1_3", transport="same_host")
-    answers = [x.execute(m, lambda a=a: Execution(session, handle, _request(a))) for a in (1.0, 2.0, 3.0)]
+
+    def execution(a: float) -> Callable[[], Execution]:
+        return lambda: Execution(session, handle, _request(a))
+
+    answers = [x.execute(m, execution(a)) for a in (1.0, 2.0, 3.0)]
     assert launches == [False, True, True]  # the first layout is validated and planned, then reused
     for a, r in zip((1.0, 2.0, 3.0), answers):
         assert isinstance(r, ExecutionResult) and r.status == ErrorStatus.NONE
@@ -102,7 +106,7 @@ def test_a_changed_layout_takes_the_full_path_and_is_validated(launches: list[bo
     past = Request((good.inputs[0], RequestArgument(location=DataLocation(0, 40, 32))), good.outputs, good.pools)
     missing = Request(good.inputs[:1], good.outputs, good.pools)
     for bad in (past, missing):
-        result = x.execute(m, lambda bad=bad: Execution(session, handle, bad))
+        result = x.execute(m, partial(Execution, session, handle, bad))
         assert isinstance(result, Refused) and result.status == ErrorStatus.INVALID_ARGUMENT
     assert launches == [False, False, False, False]
     _idle(x, session)
@@ -483,7 +487,7 @@ def test_every_lean_launch_takes_its_steps_in_one_order(monkeypatch: pytest.Monk
     compact = lean.Compact(session, handle, key)
     body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([inline_data(p) for p in request.pools])))
     call = Execution(session, handle, request)
-    launches = {
+    launches: dict[str, Callable[[int | None], object]] = {
         "launch": lambda deadline: lean.launch(d, call._replace(deadline_ns=deadline), found),
         "launch_inline": lambda deadline: lean.launch_inline(
             d, found, request.inputs, request.outputs, _parts(request), False, deadline, 0
