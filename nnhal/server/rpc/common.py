@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable, Collection, Generator, Iterator
-from typing import Any, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVar, cast, overload
 
 import grpc
 
@@ -39,6 +39,9 @@ from nnhal.server.executions.methods import SAME, Method
 from nnhal.server.pieces import Pieces
 from nnhal.server.session import Session
 from nnhal.server.shared_regions import SharedMemoryPolicy
+
+if TYPE_CHECKING:  # mypy's own copy: not a run-time dependency
+    from typing_extensions import Unpack
 
 M = TypeVar("M")
 A = TypeVar("A")
@@ -88,48 +91,32 @@ def as_result(result: ExecutionResult | Refused) -> ExecutionResult:
     return result.result() if isinstance(result, Refused) else result
 
 
+class _Options(TypedDict, total=False):
+    """``hal_method``'s keyword options (the same for a unary answer and a use case)."""
+
+    what: str
+    timer: str | None
+    kinds: Collection[str]
+    fault: str | None
+    gate: str | None
+    transport: str
+
+
 @overload
 def hal_method(
-    name: str | None = None,
-    make: None = None,
-    version: None = None,
-    *,
-    what: str = "",
-    timer: str | None = None,
-    kinds: Collection[str] = KINDS,
-    fault: str | None = SAME,
-    gate: str | None = SAME,
-    transport: str = "grpc",
+    name: str | None = None, make: None = None, version: None = None, **options: Unpack[_Options]
 ) -> Callable[[Callable[[S, Q, C, Method, Arrival | None], R]], Callable[[S, Q, C], R]]: ...
 
 
 @overload
 def hal_method(
-    name: str | None,
-    make: Callable[[], Any],
-    version: HalVersion | None = None,
-    *,
-    what: str = "",
-    timer: str | None = None,
-    kinds: Collection[str] = KINDS,
-    fault: str | None = SAME,
-    gate: str | None = SAME,
-    transport: str = "grpc",
+    name: str | None, make: Callable[[], Any], version: HalVersion | None = None, **options: Unpack[_Options]
 ) -> Callable[[F], F]: ...
 
 
 @overload
 def hal_method(
-    name: str | None = None,
-    *,
-    make: Callable[[], Any],
-    version: HalVersion | None = None,
-    what: str = "",
-    timer: str | None = None,
-    kinds: Collection[str] = KINDS,
-    fault: str | None = SAME,
-    gate: str | None = SAME,
-    transport: str = "grpc",
+    name: str | None = None, *, make: Callable[[], Any], version: HalVersion | None = None, **options: Unpack[_Options]
 ) -> Callable[[F], F]: ...
 
 
