@@ -17,7 +17,16 @@ import pytest
 from nnhal.client.device import Device
 from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O
-from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
+from nnhal.core.types import (
+    DataLocation,
+    InlinePool,
+    MemoryPool,
+    Model,
+    PoolData,
+    Request,
+    RequestArgument,
+    SharedMemoryPool,
+)
 from nnhal.testing.local_server import LocalServer
 from tests import aio_bridge
 
@@ -212,6 +221,18 @@ def relu_chain(length: int, shape: tuple[int, ...] = (1, 64)) -> Model:
 
 def ones(shape: tuple[int, ...] = (2, 4)) -> np.ndarray:
     return np.ones(shape, np.float32)
+
+
+def inline_data(pool: MemoryPool) -> PoolData:
+    """The bytes of ``pool``, which the test expects to be inline."""
+    assert isinstance(pool, InlinePool), pool
+    return pool.data
+
+
+def sized(pool: MemoryPool) -> InlinePool | SharedMemoryPool:
+    """``pool``, which the test expects to have a size (inline or shared memory, not a token)."""
+    assert isinstance(pool, (InlinePool, SharedMemoryPool)), pool
+    return pool
 
 
 def one_io_request(x: np.ndarray) -> Request:

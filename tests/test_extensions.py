@@ -15,7 +15,7 @@ from nnhal.client.device import Device
 from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, HalVersion, OperandType as T, OperationType, extension_type
 from nnhal.core.errors import InvalidArgument
-from nnhal.core.types import ExtensionNameAndPrefix, InlinePool, Model
+from nnhal.core.types import ExtensionNameAndPrefix, InlinePool, Model, PoolData
 from nnhal.server.executor import example_extension, extensions
 from nnhal.server.executor.graph import PreparedGraph
 from nnhal.server.executor.validate import supported_operations, validate_full
@@ -37,7 +37,7 @@ def scaled_add_model(prefix_name: str = NAME, operand: int | None = None, alpha:
     return b.outputs(out).finish()
 
 
-def _pools(model: Model) -> list[bytes]:
+def _pools(model: Model) -> list[PoolData]:
     return [p.data for p in model.pools if isinstance(p, InlinePool)]
 
 

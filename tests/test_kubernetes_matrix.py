@@ -98,7 +98,9 @@ def _option(args: list[str], name: str) -> str:
 
 
 def _schema_versions() -> list[str]:
-    key = lambda v: tuple(map(int, v.split(".")))  # noqa: E731
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(map(int, v.split(".")))
+
     shipped = sorted({kv.major_minor(v) for v in kv.all_versions()}, key=key)
     oldest = [v for v in shipped if key(v) >= key(MIN_KUBERNETES)]
     return sorted({oldest[0], shipped[-1]}, key=key)

@@ -8,13 +8,13 @@ import pytest
 
 from nnhal.core.enums import OperandLifeTime as L, OperandType as T, OperationType
 from nnhal.core.errors import InvalidArgument
-from nnhal.core.types import DataLocation, InlinePool, Model, Operand, Operation, Subgraph
+from nnhal.core.types import DataLocation, InlinePool, Model, Operand, Operation, PoolData, Subgraph
 from nnhal.core.validation import validate_request
 from nnhal.server.executor.validate import validate_full
 from tests.validation_cases import BASE, INVALID_MODELS, INVALID_REQUESTS, base_request
 
 
-def _pools(model):  # type: ignore[no-untyped-def]
+def _pools(model: Model) -> list[PoolData]:
     return [p.data for p in model.pools if isinstance(p, InlinePool)]
 
 
@@ -54,6 +54,7 @@ def _control_flow_model(op: OperationType, inner_inputs: tuple[int, ...], inner_
         inner_outputs,
     )
     ref = Operand(T.SUBGRAPH, (), 1, lifetime=L.SUBGRAPH, location=DataLocation(0, 0, 0))
+    operands: tuple[Operand, ...]
     if op == OperationType.IF:
         operands = (
             Operand(T.TENSOR_BOOL8, (1,), 1, lifetime=L.SUBGRAPH_INPUT),

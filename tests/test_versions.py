@@ -5,6 +5,8 @@ error codes convert lossily, versioned -> canonical -> versioned is lossless."""
 from __future__ import annotations
 
 import dataclasses
+from types import ModuleType
+from typing import Any
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -118,7 +120,7 @@ def versioned_capabilities(version: HalVersion) -> st.SearchStrategy[object]:
 def versioned_requests(version: HalVersion) -> st.SearchStrategy[object]:
     loc = st.builds(V1_0.DataLocation, st.integers(0, 3), st.integers(0, 64), st.integers(0, 64))
     arg = st.builds(V1_0.RequestArgument, st.booleans(), loc, st.lists(st.integers(0, 8), max_size=3).map(tuple))
-    pool = st.one_of(
+    pool: st.SearchStrategy[ct.MemoryPool] = st.one_of(
         st.builds(ct.InlinePool, st.binary(max_size=8), st.integers(8, 16)),
         st.builds(
             ct.SharedMemoryPool, st.just("ashmem"), st.text("abc", min_size=1), st.integers(0, 8), st.integers(1, 64)
@@ -126,7 +128,10 @@ def versioned_requests(version: HalVersion) -> st.SearchStrategy[object]:
     )
     if version == HalVersion.V1_3:
         pool = pool | st.builds(ct.BufferTokenPool, st.integers(1, 100))
-    tup = lambda s: st.lists(s, max_size=3).map(tuple)  # noqa: E731
+
+    def tup(s: st.SearchStrategy[Any]) -> st.SearchStrategy[tuple[Any, ...]]:
+        return st.lists(s, max_size=3).map(tuple)
+
     return st.builds(MODULES[version].Request, tup(arg), tup(arg), tup(pool))
 
 
@@ -136,8 +141,8 @@ def versioned_requests(version: HalVersion) -> st.SearchStrategy[object]:
 @pytest.mark.parametrize("v", ALL, ids=lambda m: m.VERSION.label)
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
-def test_model_round_trips(v: object, data: st.DataObject) -> None:
-    version = v.VERSION  # type: ignore[attr-defined]
+def test_model_round_trips(v: ModuleType, data: st.DataObject) -> None:
+    version = v.VERSION
     model = data.draw(models(version))
     versioned = convert(model, to=v)
     assert type(versioned) is MODULES[version].Model
@@ -149,8 +154,8 @@ def test_model_round_trips(v: object, data: st.DataObject) -> None:
 @pytest.mark.parametrize("v", ALL, ids=lambda m: m.VERSION.label)
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
-def test_capabilities_and_request_round_trips(v: object, data: st.DataObject) -> None:
-    version = v.VERSION  # type: ignore[attr-defined]
+def test_capabilities_and_request_round_trips(v: ModuleType, data: st.DataObject) -> None:
+    version = v.VERSION
     caps = data.draw(versioned_capabilities(version))
     assert convert(to_canonical(caps), to=v) == caps
     req = data.draw(versioned_requests(version))
@@ -158,8 +163,8 @@ def test_capabilities_and_request_round_trips(v: object, data: st.DataObject) ->
 
 
 @pytest.mark.parametrize("v", ALL, ids=lambda m: m.VERSION.label)
-def test_every_enum_of_every_version_round_trips(v: object) -> None:
-    version = v.VERSION  # type: ignore[attr-defined]
+def test_every_enum_of_every_version_round_trips(v: ModuleType) -> None:
+    version = v.VERSION
     for canonical_cls, versioned_cls in ENUMS[version].items():
         for member in versioned_cls:
             canonical = to_canonical(member)
@@ -233,11 +238,11 @@ def test_seed_examples() -> None:
     versioned = V1_0.ErrorStatus.GENERAL_FAILURE
     assert convert(to_canonical(versioned), to=V1_0) is versioned
     # A model with only 1.0 operations converts to V1_0; one with a 1.3 operation does not.
-    assert convert(add_model(), to=V1_0).operations[0].type is V1_0.OperationType.ADD
+    assert convert(add_model(), to=V1_0).operations[0].type is V1_0.OperationType["ADD"]
     hard_swish = _with_op(add_model(), c.OperationType.HARD_SWISH)
     with pytest.raises(ConversionError, match="HARD_SWISH"):
         convert(hard_swish, to=V1_0)
-    assert convert(hard_swish, to=V1_3).main.operations[0].type is V1_3.OperationType.HARD_SWISH
+    assert convert(hard_swish, to=V1_3).main.operations[0].type is V1_3.OperationType["HARD_SWISH"]
 
 
 # ---------------------------------------------------------------- failing conversions
@@ -331,7 +336,7 @@ def test_min_version() -> None:
     assert min_version(_with_op(add_model(), c.OperationType.ABS)) == HalVersion.V1_2
     assert min_version(_if_model()) == HalVersion.V1_3
     assert min_version(ct.Request((), (), (ct.BufferTokenPool(3),))) == HalVersion.V1_3
-    assert convert(_if_model(), to=V1_3).referenced[0].operations[0].type is V1_3.OperationType.ADD
+    assert convert(_if_model(), to=V1_3).referenced[0].operations[0].type is V1_3.OperationType["ADD"]
 
 
 def test_operation_validator_versions_are_enforced() -> None:
@@ -339,13 +344,13 @@ def test_operation_validator_versions_are_enforced() -> None:
     needs_1_2 = lambda model, sg, op: HalVersion.V1_2  # noqa: E731
     with pytest.raises(ConversionError, match=r"needs NN HAL 1\.2"):
         convert(add_model(), to=V1_1, operation_validator=needs_1_2)
-    assert convert(add_model(), to=V1_2, operation_validator=needs_1_2).operations[0].type is V1_2.OperationType.ADD
+    assert convert(add_model(), to=V1_2, operation_validator=needs_1_2).operations[0].type is V1_2.OperationType["ADD"]
 
 
 def test_to_canonical_rejects_invalid_versioned_values() -> None:
     model = convert(add_model(), to=V1_0)
     wrong_enum = dataclasses.replace(
-        model, operations=(dataclasses.replace(model.operations[0], type=V1_3.OperationType.HARD_SWISH),)
+        model, operations=(dataclasses.replace(model.operations[0], type=V1_3.OperationType["HARD_SWISH"]),)
     )
     with pytest.raises(ConversionError, match="expected"):
         to_canonical(wrong_enum)

@@ -127,7 +127,10 @@ def inline(address: str, seen: Outcome) -> list[ErrorStatus]:
 def _status_of_stream(call: Iterator[spb.ExecuteEvent]) -> str:
     try:
         events = list(call)
-        return ErrorStatus(events[-1].status).name if events else "no events"
+        if not events:
+            return "no events"
+        last = events[-1]
+        return ErrorStatus(last.notify.status if last.HasField("notify") else last.launch.status).name
     except grpc.RpcError as err:
         return f"rpc {err.code().name}"
 

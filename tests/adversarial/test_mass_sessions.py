@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import numpy as np
@@ -49,7 +50,8 @@ def test_many_sessions_holding_unread_streams_and_bursts_leave_room_for_a_newcom
     with LocalServer(*limits) as srv:
         peak = PeakRss(srv.proc.pid)
         start = peak.peak
-        devices, channels, pending = [], [], []
+        devices, channels = [], []
+        pending: list[Any] = []  # the raw calls' futures and streams (the gRPC stubs are untyped)
         stop = threading.Event()
         try:
             for _ in range(sessions):

@@ -38,7 +38,13 @@ def test_zero_window_execute_calls_leave_the_device_to_the_victim() -> None:
             msg, _ = execute_request(attacker.remote.session_id, apm.handle, one_io_request(ones()), ExecutionOptions())
             raw = ZeroWindowClient(host, int(port))
             stop = threading.Event()
-            pump = threading.Thread(target=lambda: [raw.pump(0.2) for _ in range(600) if not stop.is_set()])
+
+            def pumping() -> None:
+                for _ in range(600):
+                    if not stop.is_set():
+                        raw.pump(0.2)
+
+            pump = threading.Thread(target=pumping)
             try:
                 for _ in range(calls):
                     raw.start(EXECUTE_1_3, msg.SerializeToString())

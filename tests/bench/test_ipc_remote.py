@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nnhal.bench import ipc, ipc_large
+from nnhal.bench import common, ipc, ipc_large
 from nnhal.bench.common import BenchResult, interleaved_all
 from nnhal.client.device import Device
 from nnhal.testing.local_server import LocalServer
@@ -25,7 +25,7 @@ class Spy:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.server_args: list[tuple[str, ...]] = []
         self.sides: list[int] = []
-        local_server = ipc.local_server
+        local_server = common.local_server  # the function ipc imported, before the spy replaces it
 
         def spy_server(unix: bool = False, *args: str) -> AbstractContextManager[tuple[LocalServer, Device]]:
             self.server_args.append(args)

@@ -11,7 +11,7 @@ import pytest
 from nnhal.client import steps
 from nnhal.client.aidl_burst import MemoryTokens
 from nnhal.client.remote import aidl
-from nnhal.client.remote.calls import Unary
+from nnhal.client.remote.calls import Step, Unary
 from nnhal.core.aidl_types import ExecutionConfig, TimingNs
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject
@@ -61,7 +61,8 @@ def test_a_transport_failure_is_the_outcome_and_forgets_the_tokens() -> None:
     request = one_io_request(ones())
     sent: list[Unary] = []
 
-    def perform(step: Unary) -> Any:
+    def perform(step: Step) -> Any:
+        assert isinstance(step, Unary)
         sent.append(step)
         if len(sent) == 2:
             raise DeadObject("the server is gone")

@@ -7,7 +7,7 @@ from typing import Any
 
 from nnhal.client import steps
 from nnhal.client.fenced import info_call
-from nnhal.client.remote.calls import Unary
+from nnhal.client.remote.calls import Step, Unary
 from nnhal.core.enums import ErrorStatus
 from nnhal.proto import aidl_pb2, service_pb2
 
@@ -15,7 +15,8 @@ from nnhal.proto import aidl_pb2, service_pb2
 def _drive(aidl_form: bool, answer: Any) -> tuple[Any, Unary]:
     seen: list[Unary] = []
 
-    def perform(step: Unary) -> Any:
+    def perform(step: Step) -> Any:
+        assert isinstance(step, Unary)
         seen.append(step)
         return answer
 

@@ -24,6 +24,7 @@ from nnhal.core.enums import LOOP_TIMEOUT_MAXIMUM_NS, ErrorStatus, HalVersion
 from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.core.methods import METHOD_LEVEL, require_method, serves
 from nnhal.core.types import ExtensionNameAndPrefix, Timing
+from nnhal.proto import hidl_pb2 as hpb
 from tests.conftest import add_model, one_io_request, ones
 
 V = HalVersion
@@ -49,7 +50,7 @@ def test_a_1_0_model_and_request_round_trip_through_their_wire_types() -> None:
     back = wire_hidl.model_from(wire_hidl.model_to(v10))
     assert back == v10 and versions.to_canonical(back) == model
     request = versions.convert(one_io_request(ones()), to=V.V1_0)
-    assert wire_hidl.request_from(wire_hidl.request_to(request, wire_hidl.hpb.RequestV1_0())) == request
+    assert wire_hidl.request_from(wire_hidl.request_to(request, hpb.RequestV1_0())) == request
 
 
 def test_newer_content_is_invalid_argument_in_an_older_form() -> None:

@@ -11,8 +11,8 @@ from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.steps import drive
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure
-from nnhal.core.types import ExecutionResult, OutputShape, Request
-from tests.conftest import add_model, ones
+from nnhal.core.types import ExecutionResult, OutputShape, PoolData, Request
+from tests.conftest import add_model, inline_data, ones, sized
 
 
 def _answer(request: Request, status: ErrorStatus = ErrorStatus.NONE) -> ExecutionResult:
@@ -60,10 +60,10 @@ def test_a_plan_is_offered_only_for_shapes_requested_before() -> None:
     plan, parts = planned
     assert plan.inputs is request.inputs and plan.outputs is request.outputs
     # The compact call carries the input pool's bytes, as the general request holds them.
-    assert b"".join(parts) == bytes(request.pools[0].data)
-    assert plan.compact.body == len(request.pools[0].data)
+    assert b"".join(parts) == bytes(inline_data(request.pools[0]))
+    assert plan.compact.body == len(inline_data(request.pools[0]))
     # The input pool: 32 B, a 32 B pad, 32 B; the output pool carries no bytes.
-    assert plan.compact.shape == (request.inputs, request.outputs, ((96, 96), (0, request.pools[1].size)))
+    assert plan.compact.shape == (request.inputs, request.outputs, ((96, 96), (0, sized(request.pools[1]).size)))
     # Other shapes: no plan until the general path made one, then a plan of their own.
     assert numpy_io.planned([ones((3, 4)), ones((3, 4))]) is None
     numpy_io.request([ones((3, 4)), ones((3, 4))], None)
@@ -93,7 +93,7 @@ def test_a_planned_answer_that_does_not_hold_together_is_refused() -> None:
     planned = numpy_io.planned([ones(), ones()])
     assert planned is not None
     plan = planned[0]
-    pool = {1: (2 * ones()).tobytes()}
+    pool: dict[int, PoolData] = {1: (2 * ones()).tobytes()}
     # Output shapes larger than the pool the answer carries: refused, whether the structure is
     # new or was seen before with a pool that fitted.
     settle(plan, ExecutionResult(ErrorStatus.NONE, "", (OutputShape((2, 4), True),), output_pools=pool))

@@ -16,7 +16,6 @@ from typing import Any
 import grpc
 import pytest
 
-from nnhal.client.death import DeathMonitor
 from nnhal.client.remote import (
     DEADLINE_MARGIN,
     DEFAULT_CALL_TIMEOUT,
@@ -29,6 +28,7 @@ from nnhal.client.remote import (
     wait_bound,
 )
 from nnhal.client.remote.messages import notify_of
+from nnhal.client.remote.monitor import SessionMonitor
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import (
     DeadObject,
@@ -146,7 +146,7 @@ def _offline_session(stubs: Any) -> RemoteSession:
     session = RemoteSession.__new__(RemoteSession)
     session.address = "fake"
     session._stubs = stubs
-    session._monitor = DeathMonitor(FakeChannel(), "nnhal server at fake")  # type: ignore[arg-type]
+    session._monitor = SessionMonitor(FakeChannel(), "nnhal server at fake")  # type: ignore[arg-type]
     session._closed = False
     session._session_id = "s"
     session._session_call = None

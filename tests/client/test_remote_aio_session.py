@@ -14,8 +14,9 @@ import grpc.aio
 import pytest
 
 from nnhal.client.remote import monitor as monitor_module
-from nnhal.client.remote.aio_session import AioSession, Metadata
+from nnhal.client.remote.aio_session import AioSession
 from nnhal.client.remote.monitor import DRAINING
+from nnhal.client.remote.transport import Metadata
 from nnhal.core.errors import DeadObject, GeneralFailure
 
 CALLS = 32

@@ -40,7 +40,12 @@ def test_write_puts_the_bytes_at_the_offset_and_refuses_what_does_not_fit(tmp_pa
 def test_a_large_write_is_the_large_copy_owners(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     copies: list[int] = []
     real = large_copy.copy
-    monkeypatch.setattr(large_copy, "copy", lambda dst, src: (copies.append(src.nbytes), real(dst, src)))
+
+    def counted(dst: np.ndarray, src: np.ndarray) -> None:
+        copies.append(src.nbytes)
+        real(dst, src)
+
+    monkeypatch.setattr(large_copy, "copy", counted)
     data = np.random.default_rng(0).integers(0, 255, large_copy.THRESHOLD + 4096, dtype=np.uint8)
     with SharedMemory.from_array(_Host(str(tmp_path)), data, memfd=False) as region:
         assert np.array_equal(region.view(np.uint8, data.shape), data)

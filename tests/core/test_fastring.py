@@ -21,7 +21,7 @@ def region() -> mmap.mmap:
     return mm
 
 
-def _pair(mm: mmap.mmap) -> tuple[Producer, Consumer]:
+def _pair(mm: mmap.mmap) -> tuple[Producer, Consumer[bytes]]:
     return Producer(mm, RING, True), Consumer(mm, RING, True, (REQUEST,))
 
 
@@ -38,7 +38,12 @@ def test_packets_round_trip_across_the_end_of_the_ring(region: mmap.mmap) -> Non
 def test_a_payload_in_parts_is_the_packet_of_its_joined_bytes(region: mmap.mmap) -> None:
     prod, cons = _pair(region)
     for i in range(40):  # parts of several sizes, the ring's end falling inside and between them
-        parts = [bytes([i]) * 7, memoryview(bytes(range(200)) * (2 + i % 5)), bytearray(b"z" * (13 * i)), b""]
+        parts: list[bytes | bytearray | memoryview] = [
+            bytes([i]) * 7,
+            memoryview(bytes(range(200)) * (2 + i % 5)),
+            bytearray(b"z" * (13 * i)),
+            b"",
+        ]
         gathered = fastring.Gathered(parts)
         assert len(gathered) == sum(len(p) for p in parts)
         prod.write(REQUEST, gathered)
@@ -156,7 +161,8 @@ def test_a_large_packet_of_a_direct_kind_is_read_in_place_until_released() -> No
     assert type((cons.read() or (0, b""))[1]) is bytes
     prod.write(REQUEST, big)
     kind, view = cons.read() or (0, b"")
-    assert kind == REQUEST and fastring.in_ring(view) and view == big and view.readonly
+    assert kind == REQUEST and fastring.in_ring(view) and view == big
+    assert isinstance(view, memoryview) and view.readonly
     assert fastring.in_ring(memoryview(view)[64:])  # a view cut from it is still one
     # The producer does not get the bytes back until the consumer is done with them.
     tail_slot = 128 // 8

@@ -13,6 +13,7 @@ from nnhal.core.enums import OperandLifeTime as L, OperandType as T, OperationTy
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import Model, Operation
 from nnhal.core.validation import validate_model
+from tests.conftest import inline_data
 
 SHAPE = (2, 3)
 
@@ -67,10 +68,10 @@ def test_a_step_model_is_renumbered_in_first_use_order_and_valid_on_its_own() ->
     assert [o.number_of_consumers for o in sg.operands] == [1, 1, 1, 0]
     # The step's inputs come first, in model order (t before c), whatever order ADD reads them in.
     assert inputs == [n["t"], n["c"]] and sg.operations == (Operation(O.ADD, (1, 0, 2), (3,)),)
-    validate_model(sub, [len(p.data) for p in sub.pools])  # raises when the step is not a model
+    validate_model(sub, [len(inline_data(p)) for p in sub.pools])  # raises when the step is not a model
     first = subgraphs.step_model(model, steps[0][1], *io[0])
     assert [o.lifetime for o in first.main.operands] == [L.SUBGRAPH_INPUT, L.TEMPORARY_VARIABLE, L.SUBGRAPH_OUTPUT]
-    validate_model(first, [len(p.data) for p in first.pools])
+    validate_model(first, [len(inline_data(p)) for p in first.pools])
 
 
 def test_operations_in_a_cycle_are_refused() -> None:

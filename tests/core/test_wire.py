@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from enum import IntEnum
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 from google.protobuf.message import Message
@@ -533,14 +533,16 @@ def test_results_read_with_profile_and_timeline_only_when_they_have_them() -> No
     traced.timeline.add(index=0, operation="ADD", subgraph=0, start_us=1, duration_us=2)
     assert wire_result.execution_result_from(traced).timeline == (OperationTiming(0, "ADD", 0, 1, 2),)
     assert (
-        wire_result.execution_result_from(spb.ExecuteResult(status=4, message="bad")).status
+        wire_result.execution_result_from(spb.ExecuteResult(status=pb.INVALID_ARGUMENT, message="bad")).status
         == ErrorStatus.INVALID_ARGUMENT
     )
 
 
 def _built_per_field(result: ExecutionResult) -> spb.ExecuteResult:
     """``result``'s answer built field by field (what its encoded output shapes must equal)."""
-    msg = spb.ExecuteResult(status=wire_status.error_status_to(result.status), message=result.message)
+    # The stub types the field as its enum class; on the wire (and at run time) it is the int.
+    status = cast(pb.ErrorStatus, wire_status.error_status_to(result.status))
+    msg = spb.ExecuteResult(status=status, message=result.message)
     wire_result.output_shapes_to(result.output_shapes, msg.output_shapes)
     wire_result.timing_to(result.timing, msg.timing)
     for index, data in sorted(result.output_pools.items()):

@@ -7,7 +7,7 @@ import pytest
 from nnhal.core import wire_session as ws
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, Priority
 from nnhal.core.errors import InvalidArgument, ResourceExhaustedTransient
-from nnhal.proto import aidl_pb2 as apb, hidl_pb2 as hpb, service_pb2 as spb
+from nnhal.proto import aidl_pb2 as apb, hidl_pb2 as hpb, service_pb2 as spb, types_pb2 as tpb
 
 
 def test_versions_negotiate_down_and_an_omitted_one_is_1() -> None:
@@ -34,7 +34,7 @@ def test_omitted_priority_and_preference_are_nnapis_defaults_from_protocol_2(msg
 
 
 def test_explicit_values_are_kept_and_bad_ones_refused() -> None:
-    msg = spb.PrepareModelRequest(priority=0, preference=0)
+    msg = spb.PrepareModelRequest(priority=0, preference=tpb.LOW_POWER)
     assert ws.priority_of(msg, 2) == Priority.LOW and ws.preference_of(msg, 2) == ExecutionPreference.LOW_POWER
     assert ws.preference_of(hpb.PrepareModelV1_1Request(), 2) == ExecutionPreference.FAST_SINGLE_ANSWER
     with pytest.raises(InvalidArgument, match="priority 7"):

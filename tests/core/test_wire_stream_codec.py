@@ -166,6 +166,6 @@ def test_messages_are_serialized_by_protobuf_and_heads_parsed_by_it() -> None:
 
 def test_a_chunk_of_a_wider_view_is_written_as_bytes() -> None:
     values = np.arange(6, dtype=np.float32)
-    (chunk,) = wire_stream.chunks({3: memoryview(values)})
+    (chunk,) = wire_stream.chunks({3: values.data})
     raw = wire_stream.write_part(chunk)
     assert raw == _pb(stpb.StreamedExecuteResult, 3, 0, values.tobytes()).SerializeToString()

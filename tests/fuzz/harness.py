@@ -34,6 +34,7 @@ from nnhal.core.types import (
     Model,
     Operand,
     Operation,
+    PoolData,
     Request,
     RequestArgument,
     Subgraph,
@@ -61,7 +62,7 @@ class Case:
 
     name: str
     model: Model
-    pools: tuple[bytes, ...]
+    pools: tuple[PoolData, ...]
     request: Request
 
 
@@ -148,7 +149,9 @@ def _mutate_operation(draw: Any, operation: Operation, n: int) -> Operation:
         indexes.pop(draw(st.integers(0, len(indexes) - 1)))
     else:
         indexes.insert(draw(st.integers(0, len(indexes))), _index(draw, n))
-    return replace(operation, **{field: tuple(indexes)})
+    if field == "inputs":
+        return replace(operation, inputs=tuple(indexes))
+    return replace(operation, outputs=tuple(indexes))
 
 
 def _mutate_model(draw: Any, model: Model) -> Model:

@@ -24,7 +24,7 @@ from nnhal.client import aio
 from nnhal.client.remote import request_id_of
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus
 from nnhal.core.errors import DeadObject, HalError, InvalidArgument
-from nnhal.core.types import BufferDesc, BufferRole, DataLocation, InlinePool, Request, RequestArgument
+from nnhal.core.types import BufferDesc, BufferRole, DataLocation, InlinePool, MemoryPool, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, ones, relu_chain
 from tests.integration.test_faults import add_request
@@ -179,7 +179,7 @@ def test_sigkill_during_async_execution(own_server: LocalServer) -> None:
             await dev.set_faults(execute_delay_ms=10_000, prepare_delay_ms=10_000)
             task = pm.execute_async([ones(), ones()])
             fired = _fired(task)
-            others = [pm.execute_async([ones(), ones()]) for _ in range(4)]
+            others: list[asyncio.Future[Any]] = [pm.execute_async([ones(), ones()]) for _ in range(4)]
             others += [asyncio.ensure_future(pm.execute([ones(), ones()])) for _ in range(2)]
             others += [asyncio.ensure_future(dev.prepare_model(add_model())) for _ in range(2)]
             others += [asyncio.ensure_future(burst.execute(add_request(ones())))]
@@ -316,7 +316,7 @@ def test_driver_managed_buffers(server: LocalServer) -> None:
         async with aio.Device.connect(server.address) as dev, await dev.prepare_model(add_model()) as pm:
             role = BufferRole(model_index=0, io_index=0, frequency=1.0)
             async with await dev.allocate(BufferDesc(), [pm], [role], [role]) as buf:
-                pools = (InlinePool(a.tobytes() + b.tobytes(), 64), buf.pool())
+                pools: tuple[MemoryPool, ...] = (InlinePool(a.tobytes() + b.tobytes(), 64), buf.pool())
                 into = Request((_at(0), _at(0, 32)), (_at(1, length=0),), pools)
                 assert (await pm.execute_request(into)).status == ErrorStatus.NONE
                 np.testing.assert_array_equal(await buf.copy_to_array(np.float32, (2, 4)), a + b)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_connect_close_cycles_leave_no_poller_behind(server: LocalServer) -> None:
-    errors: list[BaseException] = []
+    errors: list[BaseException | None] = []
     previous = threading.excepthook
     threading.excepthook = lambda args: errors.append(args.exc_value)  # type: ignore[assignment]
     try:

@@ -59,7 +59,7 @@ def test_shards_against_their_own_servers_merge_to_the_single_run(tmp_path: Path
         shutil.copy(V1_0 / name, vectors / name)
     with ExitStack() as stack:
         servers = [stack.enter_context(LocalServer()) for _ in range(SHARDS)]
-        runs = {
+        runs: dict[str, tuple[str, ...]] = {
             f"r{i}": ("--target", srv.address, "--shard", f"{i}/{SHARDS}", "--junit", str(tmp_path / f"r{i}.xml"))
             for i, srv in enumerate(servers)
         }
@@ -97,6 +97,7 @@ def test_shards_against_their_own_servers_merge_to_the_single_run(tmp_path: Path
         suite = next(iter(junitparser.JUnitXml.fromfile(str(tmp_path / f"r{i}.xml"))))
         assert suite.tests == len(report)
         assert {f"{c.name}/{c.classname.rsplit('.', 1)[1]}" for c in suite} == set(report)
-        assert {p.name: p.value for p in suite.properties()}["shard"] == f"{i}/{SHARDS}"
+        properties = suite.properties()  # type: ignore[no-untyped-call]  # junitparser leaves it unannotated
+        assert {p.name: p.value for p in properties}["shard"] == f"{i}/{SHARDS}"
     sizes = ", ".join(str(len(k)) for k in keys)
     print(f"\nfan-out: {SHARDS} shards ({sizes} case runs) merged: {last}; single run: {len(single)} case runs")

@@ -24,7 +24,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from nnhal.client.callbacks import Callback
 from nnhal.client.device import Device
-from nnhal.client.remote import DRAINING, aio_session as aio_session_module, channel as channel_module
+from nnhal.client.remote import (
+    DRAINING,
+    aio_session as aio_session_module,
+    channel as channel_module,
+    messages as messages_module,
+)
 from nnhal.client.resilient import ResilientDevice
 from nnhal.core.enums import ErrorStatus, Priority
 from nnhal.core.errors import DeadObject, DeviceUnavailable
@@ -176,7 +181,7 @@ def test_a_drain_status_read_after_the_servers_end_still_reaches_its_waiter(
     # execution's own stream. Here the notify is read only once the end was seen.
     srv = draining_server
     dev = connect(srv.address)
-    real_notify_of = channel_module.notify_of
+    real_notify_of = messages_module.notify_of  # the function the channel module imported
     real_read_notify = aio_session_module.read_notify
 
     def read_late(call: Any, what: str) -> Any:
@@ -438,7 +443,7 @@ def test_a_call_after_the_sessions_closed_at_stop_is_dead_object() -> None:
             stop_sessions = driver.lifecycle.stop
 
             def stop_then_call() -> None:
-                driver.lifecycle.stop = stop_sessions  # type: ignore[method-assign]  (once)
+                driver.lifecycle.stop = stop_sessions  # type: ignore[method-assign]  # (once)
                 stop_sessions()
                 end = time.monotonic() + WAIT_BOUND_S
                 while driver.stats()["sessions"] and time.monotonic() < end:

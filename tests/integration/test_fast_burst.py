@@ -266,7 +266,7 @@ def test_a_repeated_layout_travels_compact(device: Device) -> None:
                 got = link.execute(_add_request(a, b), ExecutionOptions(measure=k == 2, timeout=30))
                 assert got is not None and link.compact_layouts == 1
                 _same(ExecutionOutcome.of(got), grpc.execute(_add_request(a, b)))
-            assert got.timing.time_in_driver > 0  # measure travels in the compact call
+            assert got is not None and got.timing.time_in_driver > 0  # measure travels in the compact call
             # Another layout (a larger output pool): a full request first, then its own id.
             wider = _add_request(a, b)
             wider = Request(wider.inputs, wider.outputs, (wider.pools[0], InlinePool(b"", 64)))
@@ -387,7 +387,8 @@ def test_layouts_past_the_cap_take_the_full_request(device: Device) -> None:
                 request = Request(base.inputs, base.outputs, (base.pools[0], InlinePool(b"", 32 + 4 * extra)))
                 for _ in range(2):
                     got = link.execute(request, ExecutionOptions())
-                    assert got is not None and got.status == ErrorStatus.NONE, got.message
+                    assert got is not None
+                    assert got.status == ErrorStatus.NONE, got.message
                     assert np.array_equal(np.frombuffer(got.output_pools[1], np.float32, 8), (a + a).reshape(-1))
             assert link.compact_layouts == fastpacket.MAX_LAYOUTS
         finally:

@@ -17,7 +17,7 @@ from nnhal.client.remote import request_id_of
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import BufferDesc, BufferRole, DataLocation, InlinePool, Request, RequestArgument
-from nnhal.proto import service_pb2 as spb
+from nnhal.proto import service_pb2 as spb, types_pb2 as pb
 from nnhal.server.rpc.faults import FaultPlan, fault_from
 from nnhal.testing import LocalServer
 from tests.conftest import Connector, add_model, ones
@@ -213,7 +213,9 @@ def test_preparations_are_capped_per_client_and_counted_as_long_calls() -> None:
 def test_the_plan_applies_faults_of_a_method_in_order_and_counts_them() -> None:
     plan = FaultPlan()
     assert plan.take("execute_1_3") is None and not plan.armed
-    first = fault_from(spb.InjectedFault(method="execute_1_3", kind=spb.InjectedFault.ERROR, count=2, status=1))
+    first = fault_from(
+        spb.InjectedFault(method="execute_1_3", kind=spb.InjectedFault.ERROR, count=2, status=pb.DEVICE_UNAVAILABLE)
+    )
     forever = fault_from(spb.InjectedFault(method="execute_1_3", kind=spb.InjectedFault.STALL, stall_ms=5, count=0))
     plan.add([first, forever])
     assert [plan.take("execute_1_3") for _ in range(4)] == [first, first, forever, forever]

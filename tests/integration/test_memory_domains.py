@@ -7,6 +7,7 @@ buffers and buffer lifetime are in test_memory_domains_execution.py."""
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from nnhal.core.types import (
     DataLocation,
     InlinePool,
     Model,
+    PoolData,
     Request,
     RequestArgument,
 )
@@ -40,7 +42,7 @@ DIMS = (1, 2, 2, 1)
 @dataclass(frozen=True)
 class Kind:
     type: T
-    dtype: type
+    dtype: builtins.type  # the field above shadows the builtin in this class body
     scale: float = 0.0
     zero_point: int = 0
 
@@ -88,7 +90,7 @@ def arg(pool: int, length: int = 0, dims: tuple[int, ...] = ()) -> RequestArgume
     return RequestArgument(location=DataLocation(pool, 0, length), dimensions=dims)
 
 
-def run(pm: PreparedModel, request: Request, executor: str) -> tuple[ErrorStatus, str, dict[int, bytes]]:
+def run(pm: PreparedModel, request: Request, executor: str) -> tuple[ErrorStatus, str, dict[int, PoolData]]:
     """One execution by ``executor``: status, message, returned inline pools."""
     if executor == "sync":
         o = pm.execute_request(request)
@@ -204,15 +206,15 @@ def test_allocate_scalar_role_and_foreign_models(device: Device, server: LocalSe
     with device.prepare_model_sync(model) as pm:
         # A scalar role takes no dimensions; without them it is an ordinary 4-byte buffer.
         assert status_of(device.allocate, BufferDesc((1,)), [pm], [role(2)], []) == ErrorStatus.INVALID_ARGUMENT
-        with device.allocate(BufferDesc(), [pm], [role(2)], []) as act:
-            assert status_of(act.copy_from, np.array([1], np.int32)) == ErrorStatus.INVALID_ARGUMENT
-            act.copy_from(np.array(1, np.int32))  # RELU
-            x = np.array([-1.0, 2.0, -3.0, 4.0], np.float32).reshape(DIMS)
-            inline = InlinePool(np.concatenate([x, x]).tobytes(), 32)
+        with device.allocate(BufferDesc(), [pm], [role(2)], []) as act_buffer:
+            assert status_of(act_buffer.copy_from, np.array([1], np.int32)) == ErrorStatus.INVALID_ARGUMENT
+            act_buffer.copy_from(np.array(1, np.int32))  # RELU
+            xs = np.array([-1.0, 2.0, -3.0, 4.0], np.float32).reshape(DIMS)
+            inline = InlinePool(np.concatenate([xs, xs]).tobytes(), 32)
             request = Request(
                 (arg(0, 16), RequestArgument(location=DataLocation(0, 16, 16)), arg(1)),
                 (arg(2, 16),),
-                (inline, act.pool(), InlinePool(b"", 16)),
+                (inline, act_buffer.pool(), InlinePool(b"", 16)),
             )
             status, message, pools = run(pm, request, "sync")
             assert status == ErrorStatus.NONE, message

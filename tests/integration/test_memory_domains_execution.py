@@ -72,7 +72,7 @@ def test_execution_through_buffers(device: Device, kind: Kind, pm: PreparedModel
             pm, Request((arg(0),), (arg(1, kind.nbytes),), (b.pool(), InlinePool(b"", kind.nbytes))), executor
         )
         assert status == ErrorStatus.NONE, message
-        returned = np.frombuffer(pools[1], kind.dtype).reshape(DIMS)
+        returned: np.ndarray = np.frombuffer(pools[1], kind.dtype).reshape(DIMS)
         np.testing.assert_array_equal(returned, kind.plus_one(kind.plus_one(x)))
 
 
@@ -111,8 +111,8 @@ def test_execution_rejects_misused_buffers(device: Device, kind: Kind, pm: Prepa
         pools = (inline, foreign.pool(), InlinePool(b"", 2 * n))
         out0, out1 = RequestArgument(location=DataLocation(2, 0, n)), RequestArgument(location=DataLocation(2, n, n))
         for wrong in (Request((shared, arg(1)), (out0, out1), pools), Request((shared, shared), (out0, arg(1)), pools)):
-            status, message, _ = run(pm2, wrong, executor)  # input / output 1, allocated for index 0
-            assert status == bad and "not allocated with this role" in message, message
+            got, message, _ = run(pm2, wrong, executor)  # input / output 1, allocated for index 0
+            assert got == bad and "not allocated with this role" in message, message
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)

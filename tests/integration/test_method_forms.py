@@ -82,7 +82,7 @@ def _call(dev: Device, stub: str, service: str, method: str) -> Any:
     """Call an RPC with an empty request of its type for this session: its in-band answer."""
     files = {"Device": service_pb2, "PreparedModel": service_pb2, "HidlDevice": hidl_pb2, "HidlPreparedModel": hidl_pb2}
     desc = files.get(service, aidl_pb2).DESCRIPTOR.services_by_name[service].methods_by_name[method]
-    request = message_factory.GetMessageClass(desc.input_type)()
+    request: Any = message_factory.GetMessageClass(desc.input_type)()  # a class built from the descriptor
     if "session" in request.DESCRIPTOR.fields_by_name:
         request.session = dev.remote.session_id
     rpc = getattr(getattr(dev.remote.stubs, stub), method)

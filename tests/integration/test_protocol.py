@@ -77,7 +77,7 @@ def test_an_old_protocol_client_is_served_as_before(channel: grpc.Channel) -> No
     stream, first = _open(channel, None)
     try:
         # Today's client reads only the fields it knows: a session, its device, nothing refused.
-        assert first.session and first.device_name and first.status == ErrorStatus.NONE
+        assert first.session and first.device_name and ErrorStatus(first.status) == ErrorStatus.NONE
         assert first.protocol_version == 1
         # Its prepare with LOW priority and LOW_POWER preference sends neither field (zeros):
         # read as it always was, LOW, never the new defaults.
@@ -113,7 +113,7 @@ def test_the_python_client_speaks_2_and_a_newer_client_is_answered(server: Local
         dev.prepare_model(add_model()).get(TIMEOUT).release()
     # A client newer than the server is answered with the server's newest version.
     stream, first = _open(channel, 99)
-    assert first.status == ErrorStatus.NONE and first.protocol_version == wire_session.PROTOCOL_VERSION
+    assert ErrorStatus(first.status) == ErrorStatus.NONE and first.protocol_version == wire_session.PROTOCOL_VERSION
     stream.cancel()  # type: ignore[attr-defined]
 
 
@@ -122,7 +122,7 @@ def test_a_session_over_the_cap_is_refused_in_band_in_protocol_2() -> None:
         held, _first = _open(ch, 2)
         try:
             stream, refused = _open(ch, 2)
-            assert refused.status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT and not refused.session
+            assert ErrorStatus(refused.status) == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT and not refused.session
             assert "limit 1" in refused.message
             assert list(stream) == []  # the refusal is the only event; the stream ends with OK
             # A protocol 1 client gets the gRPC status it always got.
@@ -135,7 +135,10 @@ def test_a_session_over_the_cap_is_refused_in_band_in_protocol_2() -> None:
 
 def test_an_unknown_device_is_refused_on_a_one_device_server(server: LocalServer, channel: grpc.Channel) -> None:
     _stream, refused = _open(channel, 2, nnhal_device="no-such-device")
-    assert refused.status == ErrorStatus.INVALID_ARGUMENT and "no device named 'no-such-device'" in refused.message
+    assert (
+        ErrorStatus(refused.status) == ErrorStatus.INVALID_ARGUMENT
+        and "no device named 'no-such-device'" in refused.message
+    )
     with pytest.raises(grpc.RpcError) as err:
         _open(channel, None, nnhal_device="no-such-device")
     assert err.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]

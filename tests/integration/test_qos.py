@@ -18,7 +18,7 @@ from nnhal.conformance.vectors import TestCase, load_file
 from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O, Priority
 from nnhal.core.errors import ResourceExhaustedPersistent, ResourceExhaustedTransient
-from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
+from nnhal.core.types import DataLocation, InlinePool, Model, PoolData, Request, RequestArgument
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model, one_io_request, ones, relu_chain
 
@@ -39,7 +39,7 @@ def _public_models(device: Device, limit: int = 12) -> list[TestCase]:
     return cases[:limit]
 
 
-def _check_values(case: TestCase, pools: dict[int, bytes]) -> None:
+def _check_values(case: TestCase, pools: dict[int, PoolData]) -> None:
     request = build_request(case)
     actual = [output_bytes(request, pools.get(1, b""), k) for k in range(len(case.outputs))]
     assert compare_case(case, list(case.inputs), actual) is None
@@ -151,8 +151,12 @@ def test_high_priority_preempts_low_of_the_same_client(device: Device) -> None:
     ):
         done: dict[str, float] = {}
         low_cbs = [low.execute_async([x]) for _ in range(2)]
+
+        def low_done(_c: object) -> None:
+            done.setdefault("low", time.monotonic())
+
         for cb in low_cbs:
-            cb.add_done_callback(lambda _c: done.setdefault("low", time.monotonic()))
+            cb.add_done_callback(low_done)
         time.sleep(0.05)
         t0 = time.monotonic()
         out = high.execute([ones(), ones()])

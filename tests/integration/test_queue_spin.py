@@ -43,7 +43,7 @@ _DEFAULT = (queue_server.SPIN_DEFAULT_US / 1e6, False)
 )
 def test_the_spin_is_read_in_microseconds(value: str | None, expected: tuple[float, bool]) -> None:
     seconds, forced = queue_server.spin_from_env(value)
-    assert (seconds, forced) == (pytest.approx(expected[0]), expected[1])
+    assert seconds == pytest.approx(expected[0]) and forced == expected[1]
 
 
 @pytest.mark.parametrize("value", ["abc", "-1", "1001", "2.5"])

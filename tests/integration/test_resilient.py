@@ -23,6 +23,7 @@ import pytest
 from nnhal.client.device import Device
 from nnhal.client.interfaces import IDevice
 from nnhal.client.invalid_device import InvalidDevice
+from nnhal.client.prepared_model import PreparedModel
 from nnhal.client.resilient import ResilientDevice, ResilientPreparedModel
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, InvalidArgument
@@ -261,7 +262,9 @@ def test_from_cache_and_allocate_in_the_four_cases(tmp_path: Path) -> None:
     srv = Restartable("--cache-secret-file", str(tmp_path / "secret"))
     try:
         rd = ResilientDevice(CountingFactory(srv.address, timeout=2.0))
-        blob = rd.prepare_model_sync(add_model(), cache_token=TOKEN).prepared_model.model_cache
+        inner = rd.prepare_model_sync(add_model(), cache_token=TOKEN).prepared_model
+        assert isinstance(inner, PreparedModel)  # the device's own, which keeps its cache
+        blob = inner.model_cache
         cached = rd.prepare_model_from_cache(blob, TOKEN, add_model()).get(BOUND_S)
         assert isinstance(cached, ResilientPreparedModel)
         np.testing.assert_array_equal(cached.execute([ones(), ones()]).outputs[0], 2 * ones())

@@ -21,6 +21,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -196,7 +197,11 @@ def test_planned_calls_use_only_the_ids_their_own_link_granted(server: LocalServ
             if second is not None:
                 queue._give_back(second)
         # Threads on both links at once, planned on each: every answer right.
-        outs = _together([lambda k=k: pm.execute(list(_pair(2 + k % 2, k))).outputs[0] for k in range(N)])
+
+        def execute_pair(k: int) -> np.ndarray:
+            return pm.execute(list(_pair(2 + k % 2, k))).outputs[0]
+
+        outs = _together([partial(execute_pair, k) for k in range(N)])
         for k, out in enumerate(outs):
             a, b = _pair(2 + k % 2, k)
             np.testing.assert_array_equal(out, a + b)

@@ -227,7 +227,7 @@ def _method_payload(session: str, handle: str) -> bytes:
     return samehost.encode_method(1, "", msg.SerializeToString())
 
 
-def _drain_answers(results: fastring.Consumer) -> None:
+def _drain_answers(results: fastring.Consumer[bytes]) -> None:
     while results.read() is not None:
         pass
 

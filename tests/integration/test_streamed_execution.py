@@ -134,16 +134,17 @@ def test_chunks_in_any_encoding_mean_what_protobuf_says_and_garbage_is_refused(d
             parts = [stpb.StreamedExecuteRequest(head=head), *(_Raw(c) for c in chunks)]
             answer = list(remote.stubs.streamed.executeStreamed(iter(parts), timeout=30))
             assert len(answer) == 1
-            return answer[0].head
+            head_answer: spb.ExecuteResult = answer[0].head
+            return head_answer
 
         # fields out of order, an unknown field: parsed by protobuf, served as ever
         odd = _field(0x12, _field(0x1A, data[32:]) + b"\x10\x20" + b"\x78\x07")
         usual = stpb.StreamedExecuteRequest(chunk=stpb.PoolChunk(offset=0, data=data[:32])).SerializeToString()
         done = run(odd, usual)
-        assert done.status == ErrorStatus.NONE
+        assert ErrorStatus(done.status) == ErrorStatus.NONE
         assert wire_result.execution_result_from(done).output_pools[1] == data
         refused = run(usual, b"\x12\x05\x08")  # a length past the end
-        assert refused.status == ErrorStatus.INVALID_ARGUMENT and "could not be decoded" in refused.message
+        assert ErrorStatus(refused.status) == ErrorStatus.INVALID_ARGUMENT and "could not be decoded" in refused.message
         np.testing.assert_array_equal(pm.execute([x]).outputs[0], x)  # the server serves on
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from nnhal.core.enums import HalVersion, OperationType
 from nnhal.core.errors import GeneralFailure, InvalidArgument
-from nnhal.core.types import SymmPerChannelQuantParams
+from nnhal.core.types import Operand, SymmPerChannelQuantParams
 from tests.ops.elementwise_runner import T, run, scalar, tensor, validate
 
 Op = OperationType
@@ -28,7 +28,8 @@ def direct_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int, pad: t
         for j in range(ow):
             patch = xp[:, i * stride : i * stride + kh, j * stride : j * stride + kw, :]
             out[:, i, j, :] = np.tensordot(patch, w, axes=([1, 2, 3], [1, 2, 3]))
-    return out + b
+    biased: np.ndarray = out + b
+    return biased
 
 
 @pytest.mark.parametrize("stride", [1, 2])
@@ -38,7 +39,7 @@ def test_conv_explicit_padding_matches_direct(stride: int) -> None:
     w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
     b = rng.standard_normal(4).astype(np.float32)
     want = direct_conv(x, w, b, stride, (1, 1, 1, 1))
-    ins = [
+    ins: list[tuple[Operand, object]] = [
         (tensor(T.TENSOR_FLOAT32, x.shape), x),
         (tensor(T.TENSOR_FLOAT32, w.shape), w),
         (tensor(T.TENSOR_FLOAT32, b.shape), b),
@@ -53,7 +54,7 @@ def test_conv_implicit_same_nchw_and_dilation_need_1_2() -> None:
     x = rng.standard_normal((1, 3, 5, 5)).astype(np.float32)  # NCHW
     w = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
     b = np.zeros(2, np.float32)
-    ins = [
+    ins: list[tuple[Operand, object]] = [
         (tensor(T.TENSOR_FLOAT32, x.shape), x),
         (tensor(T.TENSOR_FLOAT32, w.shape), w),
         (tensor(T.TENSOR_FLOAT32, b.shape), b),
@@ -135,7 +136,7 @@ def test_wrong_input_count_is_invalid(op: OperationType, count: int) -> None:
 
 
 def test_float_bias_type_mismatch_is_invalid() -> None:
-    ins = [
+    ins: list[tuple[Operand, object]] = [
         (tensor(T.TENSOR_FLOAT32, (1, 2, 2, 1)), None),
         (tensor(T.TENSOR_FLOAT32, (1, 1, 1, 1)), None),
         (tensor(T.TENSOR_INT32, (1,)), None),
@@ -178,8 +179,8 @@ def test_depthwise_sums_over_column_phases_match_the_taps(
 
     rng = np.random.default_rng(7)
     kh, kw, c = 3, 4, 5
-    xp = rng.integers(-20, 20, size=(2, 60, 47, c)).astype(dtype)
-    wt = rng.integers(-9, 9, size=(kh, kw, c)).astype(dtype)
+    xp: np.ndarray = rng.integers(-20, 20, size=(2, 60, 47, c)).astype(dtype)
+    wt: np.ndarray = rng.integers(-9, 9, size=(kh, kw, c)).astype(dtype)
     g = Geometry(0, 0, 0, 0, stride[0], stride[1], dilation[0], dilation[1], 0, False)
     oh, ow = out_hw(g, (60, 47), (kh, kw))
     assert oh * ow >= ROW_TAPS_MIN

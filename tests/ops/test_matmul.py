@@ -7,6 +7,7 @@ import pytest
 
 from nnhal.core.enums import HalVersion, OperationType as Op
 from nnhal.core.errors import HalError, InvalidArgument
+from nnhal.core.types import Operand
 from tests.ops.elementwise_runner import T, run, scalar, tensor, validate
 
 B = T.BOOL
@@ -42,7 +43,7 @@ def test_quantized_signed_matches_real_arithmetic() -> None:
     x = rng.integers(-128, 128, (1, 2, 3, 4)).astype(np.int8)
     y = rng.integers(-128, 128, (1, 2, 4, 2)).astype(np.int8)
     q = {"xs": 0.5, "xz": -3, "ys": 0.25, "yz": 2, "os": 8.0, "oz": 1}
-    out = _mm(T.TENSOR_QUANT8_ASYMM_SIGNED, x, y, **q)
+    out = _mm(T.TENSOR_QUANT8_ASYMM_SIGNED, x, y, False, False, **q)
     real = ((x.astype(np.int64) + 3) * 0.5) @ ((y.astype(np.int64) - 2) * 0.25)
     want = np.clip(np.round(real / 8.0) + 1, -128, 127)
     assert np.max(np.abs(out.astype(np.int64) - want)) <= 1
@@ -51,7 +52,7 @@ def test_quantized_signed_matches_real_arithmetic() -> None:
 def test_validation() -> None:
     f = tensor(T.TENSOR_FLOAT32, [2, 2])
     assert validate(Op.BATCH_MATMUL, [(f, None), (f, None), (scalar(B), 0), (scalar(B), 0)], [f]) == HalVersion.AIDL_V2
-    bad = {
+    bad: dict[str, tuple[list[tuple[Operand, object]], list[Operand]]] = {
         "3 inputs": ([(f, None), (f, None), (scalar(B), 0)], [f]),
         "type mix": ([(f, None), (tensor(T.TENSOR_INT32, [2, 2]), None), (scalar(B), 0), (scalar(B), 0)], [f]),
         "rank 1": ([(tensor(T.TENSOR_FLOAT32, [2]), None), (f, None), (scalar(B), 0), (scalar(B), 0)], [f]),

@@ -867,7 +867,7 @@ def test_an_input_of_another_dtype_leaves_the_straight_program(dtype: type) -> N
     graph = _graph(_chain(2))
     graph.run([np.zeros(SHAPE, np.float32)])
     assert graph.main.straight
-    value = np.arange(48).reshape(SHAPE).astype(dtype)
+    value: np.ndarray = np.arange(48).reshape(SHAPE).astype(dtype)
     expected = _general(graph, [value])
     np.testing.assert_array_equal(graph.run([value])[0], expected)
 

@@ -125,7 +125,9 @@ def test_roi_pooling_loops_observe_the_execution_time_limit() -> None:
     from nnhal.server.executor.registry import lookup
 
     ins = _roi_pool_inputs((tensor(F, [1, 2, 2, 1]), [1, 2, 3, 4]), (tensor(F, [1, 4]), [0, 0, 1, 1]), 64)
-    values = [np.asarray(v, np.float32).reshape(o.dimensions) if o.dimensions else np.asarray(v) for o, v in ins]
+    values: list[np.ndarray | None] = [
+        np.asarray(v, np.float32).reshape(o.dimensions) if o.dimensions else np.asarray(v) for o, v in ins
+    ]
     control = ExecutionControl(max_execution_ns=0)
     control.start()
     ctx = ExecutionContext(Op.ROI_POOLING, values, [o for o, _ in ins], [tensor(F)], None, False, control)

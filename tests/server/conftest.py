@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from nnhal.core.enums import HalVersion, OperandType as T
-from nnhal.core.types import InlinePool, Model
+from nnhal.core.types import InlinePool, Model, PoolData
 from nnhal.server.backend import Backend, ReferenceBackend
 
 #: The numpy type each test input of a model's operand type is drawn as (float32 otherwise).
-_INPUT_DTYPES = {
+_INPUT_DTYPES: dict[T, type[np.number[Any]]] = {
     T.TENSOR_QUANT8_ASYMM: np.uint8,
     T.TENSOR_QUANT8_ASYMM_SIGNED: np.int8,
     T.TENSOR_FLOAT16: np.float16,
@@ -22,7 +24,7 @@ class CompilingDeviceCheck:
     for it, and a conversion checked against the reference executor."""
 
     @staticmethod
-    def pools(model: Model) -> list[bytes]:
+    def pools(model: Model) -> list[PoolData]:
         return [p.data for p in model.pools if isinstance(p, InlinePool)]
 
     @staticmethod
@@ -33,7 +35,7 @@ class CompilingDeviceCheck:
         for i in model.main.input_indexes:
             op = model.main.operands[i]
             dtype = _INPUT_DTYPES.get(op.type, np.float32)
-            if np.issubdtype(dtype, np.integer):
+            if issubclass(dtype, np.integer):
                 info = np.iinfo(dtype)
                 arrays.append(rng.integers(info.min, info.max, op.dimensions, dtype=dtype))
             else:

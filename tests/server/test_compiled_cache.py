@@ -30,6 +30,7 @@ def _sealed(token: bytes = TOKEN, kind: str = "ort") -> bytes:
 
 def test_round_trip_carries_the_model_priority_and_artifact() -> None:
     model, priority, artifact = cache.open_compiled(SECRET, TOKEN, _sealed(), LEVEL, "ort")
+    assert isinstance(artifact, memoryview)  # a view of the blob, which is one piece
     assert model == add_model() and priority == Priority.HIGH and artifact == ARTIFACT
 
 
@@ -37,7 +38,8 @@ def test_every_seal_has_its_own_key_and_each_opens() -> None:
     first, second = _sealed(), _sealed()
     assert first != second  # a fresh nonce, so a fresh one-time key and tag
     for blob in (first, second):
-        assert cache.open_compiled(SECRET, TOKEN, blob, LEVEL, "ort")[2] == ARTIFACT
+        opened = cache.open_compiled(SECRET, TOKEN, blob, LEVEL, "ort")[2]
+        assert isinstance(opened, memoryview) and opened == ARTIFACT
 
 
 @pytest.mark.parametrize("where", ["nonce", "tag", "header", "model", "artifact", "last"])
@@ -98,7 +100,7 @@ def test_the_artifact_starts_at_an_aligned_offset_of_the_cache() -> None:
         artifact = bytes(range(7)) * size
         blob = cache.seal_compiled(SECRET, TOKEN, add_model(), Priority.LOW, LEVEL, "litert", artifact)
         opened = cache.open_compiled(SECRET, TOKEN, blob, LEVEL, "litert")[2]
-        assert opened == artifact and (len(blob) - len(artifact)) % 64 == 0
+        assert isinstance(opened, memoryview) and opened == artifact and (len(blob) - len(artifact)) % 64 == 0
 
 
 def _cut_in_two(tail: int | None) -> tuple[bytes, Pieces]:

@@ -233,7 +233,7 @@ def test_an_execution_counts_towards_a_heap_trim_what_it_held_not_its_grant() ->
     garbage collection) over and over with nothing to give back."""
     driver = Driver(DeviceConfig(memory_per_client=64 << 20, memory_total=256 << 20))
     freed: list[int] = []
-    driver.budget.releaser.released = freed.append  # type: ignore[method-assign]
+    driver.budget.releaser.released = lambda nbytes: freed.append(nbytes)  # type: ignore[method-assign]
     session = driver.open_session("t", LOCAL)
     handle, _ = _prepare(driver, session)
     freed.clear()

@@ -154,7 +154,8 @@ def test_the_cache_carries_the_flatbuffer_and_the_device_kind(compiling: Compili
     _, artifact = LITERT.compile(model, compiling.pools(model))
     blob = sealer(LITERT, SECRET, TOKEN, HalVersion.V1_3)(model, Priority.HIGH, artifact)
     skeleton, priority, opened = open_cache(LITERT, SECRET, TOKEN, blob, HalVersion.V1_3)
-    assert opened == artifact and priority == Priority.HIGH and skeleton.operand_values == b""
+    assert isinstance(opened, memoryview) and opened == artifact
+    assert priority == Priority.HIGH and skeleton.operand_values == b""
     inputs = compiling.inputs(model, RNG)
     expected = LITERT.compile(model, compiling.pools(model))[0].run(inputs)
     np.testing.assert_array_equal(LITERT.load(skeleton, [], opened).run(inputs)[0], expected[0])
@@ -175,6 +176,7 @@ def test_a_cache_read_at_its_cut_hands_litert_the_tail_itself(compiling: Compili
     assert cut is not None and blob[cut:].startswith(LITERT.compile(model, compiling.pools(model))[1][:8])
     tail = blob[cut:]
     skeleton, _, opened = open_cache(device, SECRET, TOKEN, Pieces(blob[:cut], tail), HalVersion.V1_3)
+    assert opened is not None
     loaded = device.load(skeleton, [], opened)
     inputs = compiling.inputs(model, RNG)
     np.testing.assert_array_equal(loaded.run(inputs)[0], graph.run(inputs)[0])

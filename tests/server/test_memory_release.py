@@ -80,8 +80,8 @@ def test_bytes_released_while_trimming_get_a_trim_of_their_own() -> None:
 def test_the_budget_tells_its_releaser_what_it_gives_back() -> None:
     b = MemoryBudget()
     seen: list[tuple[str, int]] = []
-    b.releaser.released = lambda n: seen.append(("released", n))  # type: ignore[method-assign]
-    b.releaser.session_closed = lambda n: seen.append(("closed", n))  # type: ignore[method-assign]
+    b.releaser.released = lambda nbytes: seen.append(("released", nbytes))  # type: ignore[method-assign]
+    b.releaser.session_closed = lambda nbytes: seen.append(("closed", nbytes))  # type: ignore[method-assign]
     b.open_session("s")
     b.charge("s", 10)
     b.uncharge("s", 4)

@@ -151,7 +151,8 @@ def test_the_cache_carries_the_compiled_artifact_and_the_device_kind(compiling: 
     _, artifact = ORT.compile(model, compiling.pools(model))
     blob = sealer(ORT, SECRET, TOKEN, HalVersion.V1_3)(model, Priority.HIGH, artifact)
     skeleton, priority, opened = open_cache(ORT, SECRET, TOKEN, blob, HalVersion.V1_3)
-    assert opened == artifact and priority == Priority.HIGH and skeleton.operand_values == b""
+    assert isinstance(opened, memoryview) and opened == artifact
+    assert priority == Priority.HIGH and skeleton.operand_values == b""
     assert skeleton.main.operations == model.main.operations
     cpu_blob = sealer(ReferenceBackend(), SECRET, TOKEN, HalVersion.V1_3)(model, Priority.LOW, b"")
     with pytest.raises(InvalidArgument, match="another kind of device"):

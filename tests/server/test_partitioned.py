@@ -10,7 +10,7 @@ import pytest
 
 from nnhal.client.builder import ModelBuilder
 from nnhal.core.enums import HalVersion, OperandType as T, OperationType as O
-from nnhal.core.types import InlinePool, Model
+from nnhal.core.types import InlinePool, Model, PoolData
 from nnhal.server.backend import ReferenceBackend
 from nnhal.server.devices import make_backend, parse_device
 from nnhal.server.executor.control import ExecutionControl
@@ -23,7 +23,7 @@ F32 = T.TENSOR_FLOAT32
 RNG = np.random.default_rng(0)
 
 
-def _pools(model: Model) -> list[bytes]:
+def _pools(model: Model) -> list[PoolData]:
     return [p.data for p in model.pools if isinstance(p, InlinePool)]
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -83,9 +84,9 @@ def _refuse(status: ErrorStatus, message: str) -> bytes:
 
 
 def test_quick_packets_on_its_thread_others_on_workers_in_order(sock_dir: Path) -> None:
-    where: list[tuple[bytes, str]] = []
+    where: list[tuple[bytes | memoryview, str]] = []
 
-    def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+    def handle(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
         where.append((payload, threading.current_thread().name))
         return fastring.RESULT, payload
 
@@ -98,7 +99,7 @@ def test_quick_packets_on_its_thread_others_on_workers_in_order(sock_dir: Path) 
         server = QueueServer(pool.submit)
         for i, q in enumerate((q1, q2)):
             ctx = contextvars.Context()
-            server.serve(q, handle, _refuse, lambda kind: kind == fastpacket.CALL, ctx.run, lambda i=i: ended.append(i))
+            server.serve(q, handle, _refuse, lambda kind: kind == fastpacket.CALL, ctx.run, partial(ended.append, i))
         sent = [(fastpacket.CALL, b"a1"), (fastring.REQUEST, b"a2"), (fastpacket.CALL, b"a3")]
         for kind, payload in sent:
             c1.send(kind, payload)
@@ -118,7 +119,7 @@ def test_quick_packets_on_its_thread_others_on_workers_in_order(sock_dir: Path) 
 
 
 def test_a_malformed_packet_is_refused_and_the_queue_serves_on(sock_dir: Path) -> None:
-    def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+    def handle(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
         return fastring.RESULT, payload
 
     ended: list[bool] = []
@@ -139,7 +140,7 @@ def test_a_malformed_packet_is_refused_and_the_queue_serves_on(sock_dir: Path) -
 def test_a_queue_whose_packets_run_slow_goes_to_the_workers(sock_dir: Path) -> None:
     where: list[str] = []
 
-    def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+    def handle(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
         where.append(threading.current_thread().name)
         if payload == b"slow":
             time.sleep(0.005)  # past INLINE_MAX_NS, on whichever thread
@@ -170,7 +171,7 @@ def test_a_queue_whose_packets_run_slow_goes_to_the_workers(sock_dir: Path) -> N
 def test_a_sole_queue_stays_on_the_queue_thread_however_slow(sock_dir: Path) -> None:
     where: list[str] = []
 
-    def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+    def handle(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
         where.append(threading.current_thread().name)
         if payload == b"slow":
             time.sleep(0.005)  # past INLINE_MAX_NS
@@ -196,13 +197,13 @@ def test_the_queues_one_wait_reported_are_answered_before_any_is_rung(sock_dir: 
     rung_before: dict[bytes, bool] = {}
     clients: dict[bytes, _Client] = {}
 
-    def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+    def handle(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
         if payload == b"hold":
             holding.set()
             gate.wait(_BOUND_S)  # the thread is busy while the other two queues get their packets
         else:
             other = clients[b"b" if payload == b"a" else b"a"]
-            rung_before[payload] = bool(select.select([other.doorbell.inbox], [], [], 0)[0])
+            rung_before[bytes(payload)] = bool(select.select([other.doorbell.inbox], [], [], 0)[0])
         return fastring.RESULT, payload
 
     ended: list[int] = []
@@ -215,7 +216,7 @@ def test_the_queues_one_wait_reported_are_answered_before_any_is_rung(sock_dir: 
         clients.update({b"a": c1, b"b": c2})
         server = QueueServer(pool.submit)
         for i, q in enumerate((q0, q1, q2)):
-            server.serve(q, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda i=i: ended.append(i))
+            server.serve(q, handle, _refuse, lambda kind: True, contextvars.Context().run, partial(ended.append, i))
         c0.send(fastpacket.CALL, b"hold")
         assert holding.wait(_BOUND_S)
         c1.send(fastpacket.CALL, b"a")
@@ -250,7 +251,7 @@ class _SpyLookout(Lookout):
 
 
 def test_the_queue_thread_looks_while_its_lookout_allows_and_tells_it_every_wait(sock_dir: Path) -> None:
-    def handle(kind: int, payload: bytes) -> tuple[int, bytes]:
+    def handle(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
         return fastring.RESULT, payload
 
     ended: list[bool] = []

@@ -19,7 +19,8 @@ import grpc
 import pytest
 from grpc import aio
 
-from nnhal.server.rpc.request_id import KEY, REQUEST_ID
+from nnhal.core.protocol import REQUEST_ID_METADATA as KEY
+from nnhal.server.rpc.request_id import REQUEST_ID
 from nnhal.server.rpc.sync_handlers import Collector, SyncContext, asyncify, use_pool
 
 pytestmark = [pytest.mark.timeout(60)]

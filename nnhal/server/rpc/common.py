@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable, Collection, Generator, Iterator
-from typing import Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVar, cast, overload
 
 import grpc
 
@@ -33,16 +33,23 @@ from nnhal.proto import service_pb2 as spb
 from nnhal.server import call_log
 from nnhal.server.cache import read_cut
 from nnhal.server.cache_files import HeldFile, read_held
-from nnhal.server.executions import Executions, Launch, Notify, Refused
+from nnhal.server.executions import Arrival, Executions, Launch, Notify, Refused
 from nnhal.server.executions.faults import KINDS, UNAVAILABLE, Abort, before_reply
-from nnhal.server.executions.methods import SAME
+from nnhal.server.executions.methods import SAME, Method
 from nnhal.server.pieces import Pieces
 from nnhal.server.session import Session
 from nnhal.server.shared_regions import SharedMemoryPolicy
 
+if TYPE_CHECKING:  # mypy's own copy: not a run-time dependency
+    from typing_extensions import Unpack
+
 M = TypeVar("M")
 A = TypeVar("A")
 F = TypeVar("F", bound=Callable[..., Any])
+S = TypeVar("S")
+Q = TypeVar("Q")
+C = TypeVar("C")
+R = TypeVar("R")
 
 
 class Servicer(Protocol):
@@ -84,6 +91,35 @@ def as_result(result: ExecutionResult | Refused) -> ExecutionResult:
     return result.result() if isinstance(result, Refused) else result
 
 
+class _Options(TypedDict, total=False):
+    """``hal_method``'s keyword options (the same for a unary answer and a use case)."""
+
+    what: str
+    timer: str | None
+    kinds: Collection[str]
+    fault: str | None
+    gate: str | None
+    transport: str
+
+
+@overload
+def hal_method(
+    name: str | None = None, make: None = None, version: None = None, **options: Unpack[_Options]
+) -> Callable[[Callable[[S, Q, C, Method, Arrival | None], R]], Callable[[S, Q, C], R]]: ...
+
+
+@overload
+def hal_method(
+    name: str | None, make: Callable[[], Any], version: HalVersion | None = None, **options: Unpack[_Options]
+) -> Callable[[F], F]: ...
+
+
+@overload
+def hal_method(
+    name: str | None = None, *, make: Callable[[], Any], version: HalVersion | None = None, **options: Unpack[_Options]
+) -> Callable[[F], F]: ...
+
+
 def hal_method(
     name: str | None = None,
     make: Callable[[], Any] | None = None,
@@ -95,7 +131,7 @@ def hal_method(
     fault: str | None = SAME,
     gate: str | None = SAME,
     transport: str = "grpc",
-) -> Callable[[F], F]:
+) -> Callable[[Any], Any]:
     """The servicer method of the HAL method ``name`` (default: the function's name).
 
     With ``make`` (a unary answer, ``fn(self, request, context)``): the gate and fault

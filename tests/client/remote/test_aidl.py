@@ -9,7 +9,7 @@ import pytest
 
 from nnhal.client import steps
 from nnhal.client.remote import aidl
-from nnhal.client.remote.calls import Unary
+from nnhal.client.remote.calls import Step, Unary
 from nnhal.core.aidl_types import ExecutionConfig, TokenValuePair
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
@@ -21,7 +21,8 @@ HINTED = ExecutionConfig(False, None, (TokenValuePair((3 << 16) | 1, b"x"),), (E
 
 
 def _answering(answer: Any, seen: list[Unary]) -> Any:
-    def perform(step: Unary) -> Any:
+    def perform(step: Step) -> Any:
+        assert isinstance(step, Unary)
         seen.append(step)
         return answer
 
@@ -74,7 +75,7 @@ def test_a_fenced_launch_returns_its_fence_and_callback() -> None:
 
 
 def test_a_transport_error_raised_by_the_session_ends_the_call() -> None:
-    def perform(step: Unary) -> Any:
+    def perform(step: Step) -> Any:
         raise HalError.of(ErrorStatus.DEAD_OBJECT, "gone")
 
     with pytest.raises(HalError, match="gone"):

@@ -18,7 +18,8 @@ from tests.conftest import add_model, one_io_request, ones
 def _run(call: calls.Call[Any], answer: Any) -> tuple[list[calls.Unary], Any]:
     steps: list[calls.Unary] = []
 
-    def perform(step: calls.Unary) -> Any:
+    def perform(step: calls.Step) -> Any:
+        assert isinstance(step, calls.Unary)
         steps.append(step)
         return answer
 

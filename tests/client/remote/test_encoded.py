@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import cast
 
 import pytest
 from google.protobuf.message import DecodeError
@@ -24,7 +25,7 @@ from nnhal.core.types import (
     RequestArgument,
     SharedMemoryPool,
 )
-from nnhal.proto import service_pb2 as spb
+from nnhal.proto import service_pb2 as spb, types_pb2 as pb
 
 INPUTS = (
     RequestArgument(location=DataLocation(0, 0, 32), dimensions=(2, 4)),
@@ -105,7 +106,7 @@ def test_arguments_built_anew_are_written_as_equal_ones_and_others_apart() -> No
     for inputs, outputs in [(other, OUTPUTS), (INPUTS, (RequestArgument(location=DataLocation(1, 0, 16)),))]:
         got = encoded.args_bytes(inputs, outputs)
         assert got != first
-        want = encoded.pb.Request()
+        want = pb.Request()
         wire_request.request_to(Request(inputs, outputs, ()), want)
         assert got == want.SerializeToString()
         assert encoded.args_bytes(fresh(inputs), fresh(outputs)) == got
@@ -144,7 +145,8 @@ def _answer(
     pools: int = 1,
     dims: tuple[int, ...] = (2, 4),
 ) -> bytes:
-    msg = spb.ExecuteResult(status=status, message="m" if status else "")
+    # The stub types the field as its enum class; on the wire (and at run time) it is the int.
+    msg = spb.ExecuteResult(status=cast(pb.ErrorStatus, status), message="m" if status else "")
     shape = msg.output_shapes.add(dimensions=dims, is_sufficient=True)
     assert shape.is_sufficient
     msg.timing.time_on_device = (1 << 64) - 1 if on_device is None else on_device

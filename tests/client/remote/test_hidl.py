@@ -10,7 +10,7 @@ import pytest
 
 from nnhal.client import steps
 from nnhal.client.remote import hidl
-from nnhal.client.remote.calls import Unary
+from nnhal.client.remote.calls import Step, Unary
 from nnhal.core.enums import ErrorStatus, ExecutionPreference, HalVersion
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import BufferTokenPool
@@ -46,14 +46,15 @@ def test_a_request_a_version_cannot_hold_is_refused_before_sending() -> None:
     with_token = dataclasses.replace(request, pools=(request.pools[0], BufferTokenPool(3)))
     with pytest.raises(InvalidArgument, match="execute"):
         hidl.execute_launch("s", "pm", with_token, V.V1_0, False)
-    sent: list[Unary] = []
+    sent: list[Step] = []
     with pytest.raises(InvalidArgument, match="executeSynchronously"):
         steps.drive(hidl.execute_sync("s", "pm", with_token, False), sent.append)
     assert not sent
 
 
 def test_the_synchronous_1_2_form_reads_its_answer_with_its_status_in_the_result() -> None:
-    def perform(step: Unary) -> Any:
+    def perform(step: Step) -> Any:
+        assert isinstance(step, Unary)
         assert (step.service, step.method, step.checked) == ("hidl_prepared_model", "executeSynchronously", False)
         assert step.request.measure and step.request.prepared_model == "pm"
         return service_pb2.ExecuteResult(status=ErrorStatus.INVALID_ARGUMENT, message="bad")  # type: ignore[arg-type]

@@ -83,10 +83,10 @@ class _Server:
             while (packet := self.queue.next_packet(_refuse)) is not None:
                 _kind, payload = packet
                 if self.close_after is not None and self.served >= self.close_after:
-                    time.sleep(self.delay(payload))
+                    time.sleep(self.delay(bytes(payload)))
                     self.queue.close()
                     return
-                wait = self.delay(payload)
+                wait = self.delay(bytes(payload))
                 if wait:
                     time.sleep(wait)
                 self.queue.answer(fastring.RESULT, payload, _refuse)

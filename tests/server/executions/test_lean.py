@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import mmap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 
 import numpy as np
@@ -21,7 +21,7 @@ from nnhal.server.driver import DeviceConfig, Driver
 from nnhal.server.executions import Execution, Executions, Method, Notify, Preparation, Prepared, Refused, lean, owner
 from nnhal.server.scheduler import Ticket
 from nnhal.server.session import Faults
-from tests.conftest import add_model
+from tests.conftest import add_model, inline_data
 
 LOCAL = "unix:/tmp/nnhal-test.sock"
 
@@ -79,7 +79,11 @@ def _idle(x: Executions, session: str) -> None:
 def test_a_repeated_layout_runs_lean_and_answers_as_the_full_path(launches: list[bool]) -> None:
     x, session, handle = _owner()
     m = x.method("executeSynchronously_1_3", transport="same_host")
-    answers = [x.execute(m, lambda a=a: Execution(session, handle, _request(a))) for a in (1.0, 2.0, 3.0)]
+
+    def execution(a: float) -> Callable[[], Execution]:
+        return lambda: Execution(session, handle, _request(a))
+
+    answers = [x.execute(m, execution(a)) for a in (1.0, 2.0, 3.0)]
     assert launches == [False, True, True]  # the first layout is validated and planned, then reused
     for a, r in zip((1.0, 2.0, 3.0), answers):
         assert isinstance(r, ExecutionResult) and r.status == ErrorStatus.NONE
@@ -102,7 +106,7 @@ def test_a_changed_layout_takes_the_full_path_and_is_validated(launches: list[bo
     past = Request((good.inputs[0], RequestArgument(location=DataLocation(0, 40, 32))), good.outputs, good.pools)
     missing = Request(good.inputs[:1], good.outputs, good.pools)
     for bad in (past, missing):
-        result = x.execute(m, lambda bad=bad: Execution(session, handle, bad))
+        result = x.execute(m, partial(Execution, session, handle, bad))
         assert isinstance(result, Refused) and result.status == ErrorStatus.INVALID_ARGUMENT
     assert launches == [False, False, False, False]
     _idle(x, session)
@@ -228,7 +232,7 @@ def test_a_compact_layout_keeps_its_model_until_it_is_released_or_its_session_cl
     """The layout looks its session and model up once; a released model or a closed session is
     refused as the full path refuses it (same status and message), never run from the kept ones."""
     x, session, handle, m, request, compact = _learned_compact()
-    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools])))
+    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([inline_data(p) for p in request.pools])))
     for _ in range(2):
         result = _compact_call(x, compact, body)
         assert isinstance(result, ExecutionResult) and result.status == ErrorStatus.NONE
@@ -252,7 +256,7 @@ def test_a_compact_call_read_in_the_ring_is_copied_once_out_of_it(copies: bool) 
     graph copies its inputs out itself; any other graph gets the pools' private copies, and the
     full path's pools are private copies too (DESIGN §2: the client still writes the ring)."""
     x, session, handle, _, request, compact = _learned_compact()
-    payload = b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools]))
+    payload = b"".join(bytes(p) for p in fastpacket.body_parts([inline_data(p) for p in request.pools]))
     ring = mmap.mmap(-1, 4096)
     ring[: len(payload)] = payload
     body = memoryview(ring)[: len(payload)].toreadonly()
@@ -303,7 +307,7 @@ def test_a_compact_answer_is_written_around_its_pools_in_the_result_ring() -> No
     results = fastring.Producer(region, ring, False)
     reader: fastring.Consumer[bytes] = fastring.Consumer(region, ring, False, (fastpacket.ANSWER,))
     compact = lean.Compact(session, handle, key, results.reserve)
-    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools])))
+    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([inline_data(p) for p in request.pools])))
     d = x.driver
     pm = d.prepared(d.session(session), handle)
     pm.graph.copies_io = True  # type: ignore[misc]  # as a graph that only copies says (LiteRT's)
@@ -481,9 +485,9 @@ def test_every_lean_launch_takes_its_steps_in_one_order(monkeypatch: pytest.Monk
     key = fastpacket.layout_key(request.inputs, request.outputs, request.pools)
     assert key is not None
     compact = lean.Compact(session, handle, key)
-    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([p.data for p in request.pools])))
+    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([inline_data(p) for p in request.pools])))
     call = Execution(session, handle, request)
-    launches = {
+    launches: dict[str, Callable[[int | None], object]] = {
         "launch": lambda deadline: lean.launch(d, call._replace(deadline_ns=deadline), found),
         "launch_inline": lambda deadline: lean.launch_inline(
             d, found, request.inputs, request.outputs, _parts(request), False, deadline, 0

@@ -4,6 +4,8 @@ above its share is ended and its place given, instead of refusing the newcomer."
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from nnhal.core.errors import ResourceExhaustedTransient
@@ -15,9 +17,9 @@ def test_a_newcomer_below_its_share_ends_the_newest_call_of_the_client_furthest_
     ended: list[str] = []
     # Many clients each below its share when it entered fill the total.
     for k in range(9):
-        calls.enter("burst", "hog", lambda k=k: ended.append(f"hog {k}"))
+        calls.enter("burst", "hog", partial(ended.append, f"hog {k}"))
     for k in range(7):
-        calls.enter("burst", f"small{k}", lambda k=k: ended.append(f"small{k}"))
+        calls.enter("burst", f"small{k}", partial(ended.append, f"small{k}"))
     assert calls.in_progress == 16
     leave = calls.open("preparation", "newcomer")  # 0 held, below its share of 16 / 9
     assert ended == ["hog 8"] and calls.evicted == 1  # the hog's newest burst, not the others'
@@ -32,7 +34,7 @@ def test_nothing_is_ended_for_a_client_above_its_share_or_while_there_is_room() 
     calls = LongCalls({"burst": 100}, total=8)  # reserve: 1
     ended: list[int] = []
     for k in range(4):
-        calls.enter("burst", "a", lambda k=k: ended.append(k))
+        calls.enter("burst", "a", partial(ended.append, k))
     calls.enter("burst", "b", lambda: ended.append(-1))  # room left: nothing ended
     for _ in range(2):
         calls.enter("burst", "b")

@@ -153,10 +153,11 @@ def test_calls_whose_launch_is_not_written_hold_no_place_on_the_device() -> None
     events = list(x.prepare(x.method("prepareModel_1_3", timer="prepare"), lambda: _preparation(other)))
     notify = events[-1]
     assert isinstance(notify, Notify) and isinstance(notify.answer, Prepared)
-    result = x.execute(x.method("executeSynchronously_1_3"), lambda: Execution(other, notify.answer.handle, _request()))
+    victim = notify.answer.handle
+    result = x.execute(x.method("executeSynchronously_1_3"), lambda: Execution(other, victim, _request()))
     assert isinstance(result, ExecutionResult) and result.status == ErrorStatus.NONE
-    for events in parked:
-        events.close()
+    for stream in parked:
+        stream.close()
     assert x.lifecycle.active == 0 and _held(x) == 0
 
 

@@ -6,7 +6,7 @@ device with an ADD model prepared on it, and the raw stubs of that client's chan
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,7 +41,7 @@ def add_request(value: float = 1.0) -> Request:
     )
 
 
-def serve(level: HalVersion) -> Iterator[Served]:
+def serve(level: HalVersion) -> Generator[Served, None, None]:
     config = DeviceConfig(fault_injection=True, feature_level=level)
     server = Server(ServerOptions(listen=["127.0.0.1:0"], device=config, max_threads=32))
     try:

@@ -19,13 +19,13 @@ from nnhal.proto import service_pb2 as spb
 from nnhal.server import fastpath
 from nnhal.server.call_log import CallLog
 from nnhal.server.driver import DeviceConfig, Driver
-from nnhal.server.executions import Executions, Notify, Preparation, Prepared, lean
+from nnhal.server.executions import Execution, Executions, Notify, Preparation, Prepared, lean
 from nnhal.server.executions.hooks import Call, Observer
 from nnhal.server.executions.methods import CARRIER
 from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.fastpath_servicer import FastPathServicer
 from nnhal.server.rpc.samehost import QueueCall
-from tests.conftest import add_model
+from tests.conftest import add_model, sized
 
 TAG = samehost.encode_tag("c0123abcd-1")
 
@@ -47,7 +47,9 @@ class Queue:
         self._context.run(CARRIER.set, "same_host")
 
     def send(self, kind: int, payload: bytes) -> tuple[int, bytes]:
-        return self._context.run(self._handle, kind, payload)
+        kind, answer = self._context.run(self._handle, kind, payload)
+        assert isinstance(answer, bytes)  # these small answers are written whole
+        return kind, answer
 
     def learn(self, pool0: int = 64, size0: int = 64) -> int:
         data = np.ones(pool0 // 4, np.float32).tobytes()
@@ -130,7 +132,7 @@ def test_a_changed_layout_takes_the_full_path(compact_launches: list[bool]) -> N
 def test_hooks_see_compact_calls_with_their_arguments(compact_launches: list[bool]) -> None:
     q = Queue()
     layout = q.learn()
-    seen: list[object] = []
+    seen: list[Call] = []
 
     class Spy(Observer):
         def started(self, call: Call) -> None:
@@ -140,7 +142,8 @@ def test_hooks_see_compact_calls_with_their_arguments(compact_launches: list[boo
     kind, _ = q.call(layout, np.ones(16, np.float32))
     assert kind == fastpacket.ANSWER
     assert compact_launches == []  # observed: the call's canonical arguments are made and told
-    assert len(seen) == 1 and seen[0].args.request.pools[0].size == 64
+    assert len(seen) == 1 and isinstance(seen[0].args, Execution)
+    assert sized(seen[0].args.request.pools[0]).size == 64
 
 
 @pytest.mark.parametrize(
@@ -157,7 +160,7 @@ def test_garbage_is_refused_and_the_queue_serves_on(make: Callable[[int], bytes]
     q = Queue()
     layout = q.learn()
     refused = _refusal(q.send(fastpacket.CALL, make(layout)))
-    assert refused.status == ErrorStatus.INVALID_ARGUMENT and words in refused.message
+    assert ErrorStatus(refused.status) == ErrorStatus.INVALID_ARGUMENT and words in refused.message
     kind, payload = q.call(layout, np.full(16, 2.0, np.float32))
     assert kind == fastpacket.ANSWER
     np.testing.assert_array_equal(np.frombuffer(fastanswer.decode_answer(payload).output_pools[1], np.float32), 4.0)

@@ -9,7 +9,7 @@ import pytest
 from nnhal.core import wire_model
 from nnhal.core.enums import ErrorStatus, HalVersion
 from nnhal.core.errors import DeadObject
-from nnhal.proto import service_pb2 as spb
+from nnhal.proto import service_pb2 as spb, types_pb2 as tpb
 from tests.conftest import add_model
 from tests.server.rpc.conftest import Served, serve
 
@@ -25,7 +25,7 @@ def test_a_query_newer_than_the_device_is_refused_in_band(served12: Served) -> N
 
 
 def test_a_preparation_is_a_launch_then_one_notify_with_its_handle(served: Served) -> None:
-    msg = spb.PrepareModelRequest(session=served.session, preference=1)
+    msg = spb.PrepareModelRequest(session=served.session, preference=tpb.FAST_SINGLE_ANSWER)
     wire_model.model_to(add_model(), msg.model)
     events = list(served.stubs.device.prepareModel_1_3(msg, timeout=TIMEOUT_S))
     assert [e.WhichOneof("event") for e in events] == ["launch", "notify"]
@@ -40,9 +40,9 @@ def test_set_faults_takes_the_hal_names_of_every_form_and_refuses_others(served:
         return reply
 
     for method in ("executeSynchronously", "IBurst.executeSynchronously", "prepareModelWithConfig"):
-        assert set_fault(method).status == ErrorStatus.NONE
+        assert ErrorStatus(set_fault(method).status) == ErrorStatus.NONE
     refused = set_fault("openSession")
-    assert refused.status == ErrorStatus.INVALID_ARGUMENT and "cannot be faulted" in refused.message
+    assert ErrorStatus(refused.status) == ErrorStatus.INVALID_ARGUMENT and "cannot be faulted" in refused.message
     clear = served.stubs.device.setFaults(spb.FaultRequest(session=served.session, clear=True), timeout=TIMEOUT_S)
     assert clear.status == ErrorStatus.NONE
 

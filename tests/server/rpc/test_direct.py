@@ -34,7 +34,8 @@ def _raw(served: Served) -> grpc.UnaryUnaryMultiCallable:
 
 
 def _trailing_id(err_or_call: grpc.Call) -> str:
-    return dict(err_or_call.trailing_metadata() or ()).get(REQUEST_ID_METADATA, "")
+    request_id: str = dict(err_or_call.trailing_metadata() or ()).get(REQUEST_ID_METADATA, "")
+    return request_id
 
 
 class _Server:
@@ -153,7 +154,7 @@ def test_burst_garbage_is_answered_in_band_and_ends_the_stream(served: Served) -
     raw = channel.stream_stream(direct.BURST_STREAM)
     good = spb.BurstRequest(execute=_execute(served)).SerializeToString()
     answers = [spb.BurstResponse.FromString(a) for a in raw(iter([good, b"\xff\x0a" * 5, good]), timeout=TIMEOUT_S)]
-    assert [a.result.status for a in answers] == [ErrorStatus.NONE, ErrorStatus.INVALID_ARGUMENT]
+    assert [ErrorStatus(a.result.status) for a in answers] == [ErrorStatus.NONE, ErrorStatus.INVALID_ARGUMENT]
     assert "could not be decoded" in answers[1].result.message
 
 

@@ -27,7 +27,8 @@ def _execute(served: Served, handle: str | None = None, value: float = 1.0) -> s
 
 
 def _sum(result: spb.ExecuteResult) -> list[float]:
-    return np.frombuffer(wire_result.execution_result_from(result).output_pools[1], np.float32).tolist()
+    values: list[float] = np.frombuffer(wire_result.execution_result_from(result).output_pools[1], np.float32).tolist()
+    return values
 
 
 def test_a_synchronous_execution_answers_its_result(served: Served) -> None:
