@@ -189,10 +189,11 @@ def test_a_repeat_whose_outputs_are_their_places_hands_the_last_shapes_back(
     writes nothing and hands the last call's shapes back (the very tuple); an output that is
     not its place is written, as before."""
     plan, bound, targets = _bound_at_offset(prepared)
-    assert targets[0] is not None
+    place = targets[0]
+    assert place is not None
     last = plan.write_outputs(bound, [np.full((2, 4), 3.0, np.float32)])  # written, then the shapes kept
-    targets[0][...] = 5.0
-    assert plan.write_outputs(bound, targets, targets) is last
+    place[...] = 5.0
+    assert plan.write_outputs(bound, [place], targets) is last
     assert np.frombuffer(bound.inline_outputs[1], np.float32, 8, 16).tolist() == [5.0] * 8
     assert plan.write_outputs(bound, [np.full((2, 4), 6.0, np.float32)], targets) is last
     assert np.frombuffer(bound.inline_outputs[1], np.float32, 8, 16).tolist() == [6.0] * 8
