@@ -50,9 +50,14 @@ class MemoryBudget:
         self._lock = threading.Lock()
         self._used: dict[str, int] = {}
         self._total = 0
-        #: Per session: bytes by kind (only kinds it ever charged); and the totals by kind.
+        #: Per session: bytes by kind (only kinds it ever charged). The totals by kind are
+        #: summed from them when read (``by_kind``, a scrape's), not kept per charge: an
+        #: execution's request data is one dict update on its charge and one on its uncharge.
         self._kinds: dict[str, dict[str, int]] = {}
-        self._total_by_kind: dict[str, int] = {}
+        #: Bytes by kind charged outside any session (``charge_working``).
+        self._working_by_kind: dict[str, int] = {}
+        #: The kinds of sessions now closed: still reported, at what the open ones hold.
+        self._closed_kinds: set[str] = set()
         #: Told of every byte given back (outside the lock).
         self.releaser = Releaser()
         #: What an execution's control reserves its tensors with (``ExecutionControl.reserve``:
@@ -71,9 +76,14 @@ class MemoryBudget:
             return self._total
 
     def by_kind(self) -> dict[str, int]:
-        """Bytes charged across every open session, by kind."""
+        """Bytes charged across every open session, by kind (every kind ever charged: 0 when
+        nothing of it is held now)."""
         with self._lock:
-            return dict(self._total_by_kind)
+            totals = dict.fromkeys(self._closed_kinds, 0)
+            for kinds in (self._working_by_kind, *self._kinds.values()):
+                for kind, nbytes in kinds.items():
+                    totals[kind] = totals.get(kind, 0) + nbytes
+            return totals
 
     def used(self, session: str) -> int:
         with self._lock:
@@ -96,8 +106,7 @@ class MemoryBudget:
             if freed > 0:
                 self._holders -= 1
             self._total -= freed
-            for kind, nbytes in self._kinds.pop(session, {}).items():
-                self._total_by_kind[kind] -= nbytes
+            self._closed_kinds.update(self._kinds.pop(session, ()))
         self.releaser.session_closed(freed)
         return freed
 
@@ -120,14 +129,16 @@ class MemoryBudget:
                     f"{total} free for them (the last {self.reserve} are kept for the sessions); retry later"
                 )
             self._take_total(nbytes, what)
-            self._total_by_kind[what] = self._total_by_kind.get(what, 0) + nbytes
+            working = self._working_by_kind
+            working[what] = working.get(what, 0) + nbytes
 
     def uncharge_working(self, nbytes: int, what: str, freed: int | None = None) -> None:
         """Give back what ``charge_working`` reserved. ``freed``: how many of those bytes were
         really allocated and are now free (default: all), what the releaser counts towards a trim."""
         with self._lock:
             self._total -= nbytes
-            self._total_by_kind[what] = self._total_by_kind.get(what, 0) - nbytes
+            working = self._working_by_kind
+            working[what] = working.get(what, 0) - nbytes
         self.releaser.released(nbytes if freed is None else freed)
 
     def charge(self, session: str, nbytes: int, what: str = "model constants") -> None:
@@ -196,7 +207,6 @@ class MemoryBudget:
         its account, ``open_session``, and dropped with it). Holds ``_lock``."""
         kinds = self._kinds[session]
         kinds[what] = kinds.get(what, 0) + delta
-        self._total_by_kind[what] = self._total_by_kind.get(what, 0) + delta
 
     def account(self, session: str, delta: int, what: str) -> None:
         """Charge a positive ``delta``, give back a negative one (a buffer's contents changing size)."""

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from nnhal.core.enums import OperandType as T, OperationType as Op
-from nnhal.core.errors import MissedDeadlinePersistent, ResourceExhaustedPersistent
+from nnhal.core.errors import MissedDeadlinePersistent, MissedDeadlineTransient, ResourceExhaustedPersistent
 from nnhal.core.types import Model
 from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.executor.graph import PreparedGraph
@@ -236,3 +236,15 @@ def test_a_bound_kernel_declining_mid_run_hands_the_rest_to_the_general_loop() -
     np.testing.assert_array_equal(out, np.maximum(x, 0))
     assert len(declined) == 2  # the lean loop, then the general loop, which runs the general kernel
     assert budget.used == 0 and budget.peak > 0
+
+
+def test_a_control_made_per_run_starts_from_the_defaults_and_keeps_its_own_counts() -> None:
+    first = ExecutionControl(reserve=lambda n: None)
+    first.hold(10)
+    first.operations_run += 1
+    second = ExecutionControl()
+    assert (second.reserved, second.held, second.peak, second.operations_run) == (0, 0, 0, 0)
+    assert second.profile is None and second.timeline is None and second.graph is None
+    assert (first.held, first.peak, first.operations_run) == (10, 10, 1)
+    with pytest.raises(MissedDeadlineTransient):
+        raise second.on_deadline()

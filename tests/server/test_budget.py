@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from nnhal.core.errors import InvalidArgument, ResourceExhaustedPersistent, ResourceExhaustedTransient
-from nnhal.server.budget import MemoryBudget
+from nnhal.server.budget import EXECUTION_TENSORS, MemoryBudget
 
 
 def _budget(per_client: int = 0, total: int = 0, sessions: tuple[str, ...] = ("a", "b")) -> MemoryBudget:
@@ -138,3 +138,20 @@ def test_nothing_to_keep_is_never_refused_for_the_reserve() -> None:
     with pytest.raises(ResourceExhaustedTransient):
         b.charge_working(1, "results waiting to be written", keep_reserve=True)
     assert b.total == 700
+
+
+def test_bytes_by_kind_are_summed_over_the_sessions_and_the_working_charges() -> None:
+    budget = MemoryBudget(total=1000)
+    budget.open_session("a")
+    budget.open_session("b")
+    budget.charge("a", 10, "request data")
+    budget.charge("b", 20, "request data")
+    budget.charge("b", 5, "model constants")
+    budget.charge_working(7, EXECUTION_TENSORS)
+    assert budget.by_kind() == {"request data": 30, "model constants": 5, EXECUTION_TENSORS: 7}
+    budget.uncharge_working(7, EXECUTION_TENSORS)
+    budget.close_session("b")  # its kinds stay reported, at what the open sessions hold
+    assert budget.by_kind() == {"request data": 10, "model constants": 0, EXECUTION_TENSORS: 0}
+    budget.uncharge("a", 10, "request data")
+    assert budget.by_kind() == {"request data": 0, "model constants": 0, EXECUTION_TENSORS: 0}
+    assert budget.total == 0

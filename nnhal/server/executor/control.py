@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,7 +29,11 @@ RESERVE_CHUNK = 1 << 20
 HOOK_INTERVAL_NS = 50_000
 
 
-@dataclass(slots=True)
+def _deadline_passed() -> Exception:
+    """What a missed deadline raises when the run names nothing else."""
+    return MissedDeadlineTransient("deadline passed during execution")
+
+
 class ExecutionControl:
     """Per-execution limits, consulted at every operation boundary.
 
@@ -54,15 +57,21 @@ class ExecutionControl:
     ends, ``p`` of which were really held at the peak (what was freed: a grant is made in
     chunks).
     None means no limit (and no accounting cost).
+
+    Made per run: the constructor sets what a run names (the keywords: the lean and full
+    paths name the same seven), and a field a run leaves as it was is its class-level
+    default (the profile, the timeline, the graph, the counts), not set per instance.
     """
 
-    deadline_ns: int | None = None
-    loop_timeout_ns: int = LOOP_TIMEOUT_DEFAULT_NS
-    checkpoint_hook: Callable[[], None] | None = None
+    deadline_ns: int | None
+    loop_timeout_ns: int
+    checkpoint_hook: Callable[[], None] | None
     #: Missed deadlines raise this class (the scheduler picks TRANSIENT/PERSISTENT).
-    on_deadline: Callable[[], Exception] = field(
-        default=lambda: MissedDeadlineTransient("deadline passed during execution")
-    )
+    on_deadline: Callable[[], Exception]
+    max_execution_ns: int | None
+    reserve: Callable[[int], None] | None
+    release: Callable[..., None] | None
+    # What most runs leave as it was: class-level defaults, set on the instance once changed.
     operations_run: int = 0
     graph: PreparedGraph | None = None
     #: When set, operation type name -> [count, total ns] is accumulated here.
@@ -70,9 +79,6 @@ class ExecutionControl:
     #: With ``profile``: every operation run, in order (its start from the run's start).
     timeline: list[OperationTiming] | None = None
     timeline_t0_ns: int = 0
-    max_execution_ns: int | None = None
-    reserve: Callable[[int], None] | None = None
-    release: Callable[..., None] | None = None
     #: Bytes granted by ``reserve`` (the execution's high-water mark, in chunks) and held now.
     reserved: int = 0
     held: int = 0
@@ -82,9 +88,37 @@ class ExecutionControl:
     #: The server's limit on time.monotonic_ns, set by ``start`` when there is no deadline.
     limit_ns: int | None = None
     #: On time.monotonic_ns: before this a checkpoint has nothing to do (``due`` sets it).
-    next_ns: int = field(default=0, init=False)
+    next_ns: int = 0
     #: When the hook runs next (0: at the next checkpoint).
-    _hook_ns: int = field(default=0, init=False)
+    _hook_ns: int = 0
+
+    def __init__(
+        self,
+        *,
+        deadline_ns: int | None = None,
+        loop_timeout_ns: int = LOOP_TIMEOUT_DEFAULT_NS,
+        checkpoint_hook: Callable[[], None] | None = None,
+        on_deadline: Callable[[], Exception] = _deadline_passed,
+        max_execution_ns: int | None = None,
+        reserve: Callable[[int], None] | None = None,
+        release: Callable[..., None] | None = None,
+        profile: dict[str, list[int]] | None = None,
+        timeline: list[OperationTiming] | None = None,
+        graph: PreparedGraph | None = None,
+    ) -> None:
+        self.deadline_ns = deadline_ns
+        self.loop_timeout_ns = loop_timeout_ns
+        self.checkpoint_hook = checkpoint_hook
+        self.on_deadline = on_deadline
+        self.max_execution_ns = max_execution_ns
+        self.reserve = reserve
+        self.release = release
+        if profile is not None:
+            self.profile = profile
+        if timeline is not None:
+            self.timeline = timeline
+        if graph is not None:
+            self.graph = graph
 
     def note(self, name: str, subgraph: int, index: int, t0_ns: int, t1_ns: int) -> None:
         """Profile one operation run (``profile`` must be set): its type's totals, and the
