@@ -106,17 +106,19 @@ class ExecutionControl:
         timeline: list[OperationTiming] | None = None,
         graph: PreparedGraph | None = None,
     ) -> None:
+        # The limits a run names: its deadline, the server's maximum, what is reserved with.
         self.deadline_ns = deadline_ns
         self.loop_timeout_ns = loop_timeout_ns
-        self.checkpoint_hook = checkpoint_hook
-        self.on_deadline = on_deadline
         self.max_execution_ns = max_execution_ns
-        self.reserve = reserve
-        self.release = release
         if profile is not None:
             self.profile = profile
+        self.reserve = reserve
+        self.release = release
         if timeline is not None:
             self.timeline = timeline
+        # The scheduler's hook, and what a missed deadline raises.
+        self.checkpoint_hook = checkpoint_hook
+        self.on_deadline = on_deadline
         if graph is not None:
             self.graph = graph
 
