@@ -2,9 +2,8 @@
 
 They mirror ``neuralnetworks/1.3/types.hal`` one to one; every other layer speaks
 these, and only the ``nnhal.core.wire*`` modules convert them to and from protobuf.
-The slotted ones are built through their slots (:func:`nnhal.core.frozen.slot_init`;
-``ExecutionResult`` by its own written ``__init__``, which also takes ``output_pools`` None for
-a new dict): they are made on every execution's path, on both sides.
+The slotted ones, ``ExecutionResult`` among them, are built through their slots
+(:func:`nnhal.core.frozen.slot_init`): they are made on every execution's path, on both sides.
 """
 
 from __future__ import annotations
