@@ -129,11 +129,7 @@ class Doorbell:
                 self._inbox_poll.register(self._inbox_r, select.POLLIN)
             if not self._inbox_poll.poll(math.ceil(max(0.0, timeout) * 1000)):
                 return 0
-        data = os.read(self._inbox_r, _READ_BYTES)
-        # One ring is the usual wake-up: compared whole, not searched.
-        if (data != RING and (not data or STOP in data)) or self._stop_asked:
-            self._stopped = True
-        return 1 if data == RING else data.count(RING)
+        return self.take()  # the inbox is readable now
 
     @property
     def inbox(self) -> int:
