@@ -157,6 +157,11 @@ class _Layout(NamedTuple):
     parts: tuple[bytes, ...]
     #: The length of the parts together.
     fixed: int
+    #: What :func:`execute_bytes` joins, the pools' data left out: the BurstRequest's framing
+    #: (b"": none), then each part, b"" where each pool's data goes between them.
+    frame: tuple[bytes, ...]
+    #: (head, args, sizes): what the layout is kept by.
+    key: tuple[bytes, bytes, tuple[tuple[int, int], ...]]
 
 
 #: Layouts by (head, arguments, pool sizes) (:func:`_layout`). Bounded: cleared when full.
@@ -182,7 +187,9 @@ def _layout(head: bytes, args: bytes, sizes: tuple[tuple[int, int], ...]) -> _La
             parts.append(first + before)
             first = after
         parts.append(first)
-        layout = _Layout(head, args, sizes, tuple(parts), sum(map(len, parts)))
+        frame = [b""] * (2 * len(parts))
+        frame[1::2] = parts
+        layout = _Layout(head, args, sizes, tuple(parts), sum(map(len, parts)), tuple(frame), key)
         if len(_LAYOUTS) >= _LAYOUTS_MAX:
             _LAYOUTS.clear()
         _LAYOUTS[key] = layout
@@ -219,11 +226,10 @@ def execute_bytes(
         length += n
     key = tuple(sizes)
     layout = _LAST_LAYOUT  # read by index: a named field of a NamedTuple is a slower look-up
-    if layout is None or layout[0] is not head or layout[1] is not args or layout[2] != key:
+    if layout is None or layout[6] != (head, args, key):  # compared in C, the same bytes by identity
         layout = _layout(head, args, key)
     # The BurstRequest's framing (set last, when asked), then the layout's parts around the data.
-    out: list[PoolData] = [b""] * (2 * len(datas) + 2)
-    out[1::2] = layout[3]
+    out: list[PoolData] = list(layout[5])
     out[2::2] = datas
     length += layout[4]
     if measure or remaining_s is not None or loop_timeout_ns or profile:
