@@ -154,7 +154,7 @@ class PreparedModel(Releasable):
 
         Outputs of unknown shape are retried once with the sizes the driver reported.
         ``profile`` asks the driver for time per operation type (``outcome.profile``)."""
-        numpy_io = self._numpy_io()
+        numpy_io = self._numpy or self._numpy_io()  # None: raises why
         sizes = None
         remote = self._remote
         queue, encoded = self._way or self._planned_way()

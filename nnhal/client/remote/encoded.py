@@ -260,9 +260,21 @@ def _scalars(measure: bool, remaining_s: float | None, loop_timeout_ns: int, pro
     return b"".join(out)
 
 
+#: The last BurstRequest framing made and its length: a burst loop of one layout frames
+#: requests of one length. One tuple, read and replaced whole (threads share it).
+_LAST_BURST_HEAD: tuple[int, bytes] = (-1, b"")
+
+
 def _burst_head(n: int) -> bytes:
-    """The bytes of a ``BurstRequest`` before the ``n`` bytes of its ExecuteRequest."""
-    return _EXECUTE + varint(n)
+    """The bytes of a ``BurstRequest`` before the ``n`` bytes of its ExecuteRequest (the last
+    length's known without writing its varint)."""
+    global _LAST_BURST_HEAD
+    last = _LAST_BURST_HEAD
+    if last[0] == n:
+        return last[1]
+    head = _EXECUTE + varint(n)
+    _LAST_BURST_HEAD = (n, head)
+    return head
 
 
 def burst_bytes(execute: bytes) -> bytes:
