@@ -148,19 +148,13 @@ def _pool_frame(n: int, size: int) -> tuple[bytes, bytes, int]:
 class _Layout(NamedTuple):
     """The bytes of the requests of one layout around their pools' data (:func:`_layout`)."""
 
-    head: bytes
-    args: bytes
-    #: (data bytes, declared size) of each inline pool.
-    sizes: tuple[tuple[int, int], ...]
-    #: The bytes before each pool's data, then those after the last one's (or the whole
-    #: request message's, for no pools).
-    parts: tuple[bytes, ...]
-    #: The length of the parts together.
-    fixed: int
+    #: The request's length, its scalars left out: its bytes around the pools' data and that data.
+    length: int
     #: What :func:`execute_bytes` joins, the pools' data left out: the BurstRequest's framing
-    #: (b"": none), then each part, b"" where each pool's data goes between them.
+    #: (b"": none), then the bytes before each pool's data and those after the last one's (or
+    #: the whole request message's, for no pools), b"" where each pool's data goes between them.
     frame: tuple[bytes, ...]
-    #: (head, args, sizes): what the layout is kept by.
+    #: (head, arguments, (data bytes, declared size) of each inline pool): what it is kept by.
     key: tuple[bytes, bytes, tuple[tuple[int, int], ...]]
 
 
@@ -189,7 +183,7 @@ def _layout(head: bytes, args: bytes, sizes: tuple[tuple[int, int], ...]) -> _La
         parts.append(first)
         frame = [b""] * (2 * len(parts))
         frame[1::2] = parts
-        layout = _Layout(head, args, sizes, tuple(parts), sum(map(len, parts)), tuple(frame), key)
+        layout = _Layout(sum(map(len, parts)) + sum(n for n, _ in sizes), tuple(frame), key)
         if len(_LAYOUTS) >= _LAYOUTS_MAX:
             _LAYOUTS.clear()
         _LAYOUTS[key] = layout
@@ -215,7 +209,6 @@ def execute_bytes(
     (:func:`burst_bytes`), written in the same pass."""
     sizes: list[tuple[int, int]] = []
     datas: list[PoolData] = []
-    length = 0  # of the ExecuteRequest
     for pool in pools:
         if type(pool) is not InlinePool:
             return None
@@ -223,15 +216,14 @@ def execute_bytes(
         n = len(data) if type(data) is bytes else memoryview(data).nbytes
         datas.append(data)
         sizes.append((n, pool.size))
-        length += n
     key = tuple(sizes)
     layout = _LAST_LAYOUT  # read by index: a named field of a NamedTuple is a slower look-up
-    if layout is None or layout[6] != (head, args, key):  # compared in C, the same bytes by identity
+    if layout is None or layout[2] != (head, args, key):  # compared in C, the same bytes by identity
         layout = _layout(head, args, key)
     # The BurstRequest's framing (set last, when asked), then the layout's parts around the data.
-    out: list[PoolData] = list(layout[5])
+    out: list[PoolData] = list(layout[1])
     out[2::2] = datas
-    length += layout[4]
+    length = layout[0]  # of the ExecuteRequest, its scalars left out
     if measure or remaining_s is not None or loop_timeout_ns or profile:
         scalars = _scalars(measure, remaining_s, loop_timeout_ns, profile)
         out.append(scalars)
