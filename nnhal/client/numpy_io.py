@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Sequence
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,8 @@ from nnhal.core.types import (
 _ALIGN = 64
 _ZEROS = bytes(_ALIGN)
 _NO_VALUE = RequestArgument(has_no_value=True)
+#: An array's shape (the key of a call's plan, read in C).
+_SHAPE = attrgetter("shape")
 #: Plans kept per prepared model (one per combination of input shapes and output sizes).
 _MAX_PLANS = 16
 #: Where each output sits in the output pool: (offset, operand).
@@ -73,7 +76,7 @@ class _Plan:
     the request's arguments and output pool, where each output sits, and the compact-call
     layout of the same-host queue (``compact``: the pools' lengths and sizes it carries)."""
 
-    __slots__ = ("_decoding", "compact", "inputs", "layout", "output_pool", "outputs", "pads", "plain", "spacers")
+    __slots__ = ("_decoding", "compact", "inputs", "layout", "output_pool", "outputs", "pads", "spacers", "template")
 
     def __init__(
         self,
@@ -90,7 +93,16 @@ class _Plan:
         #: input; and whether every input is given and none padded (its arrays are the parts).
         given = iter(pads)
         self.spacers = tuple(None if arg.has_no_value else _ZEROS[: next(given)] for arg in inputs)
-        self.plain = all(s == b"" for s in self.spacers)
+        #: The parts of a call of this plan with its arrays left out (None where each goes, every
+        #: other item from the first), when every input is given: the spacers between them, the
+        #: unpadded ones' b"" included (the first input is never padded). None when the arrays
+        #: are the parts (every input given, none padded) or an input is omitted (``planned``).
+        self.template: tuple[bytes | None, ...] | None = None
+        if None not in self.spacers and any(self.spacers):
+            template: list[bytes | None] = [None]
+            for spacer in self.spacers[1:]:
+                template += (spacer, None)
+            self.template = tuple(template)
         self.inputs = inputs
         self.outputs = outputs
         self.output_pool = output_pool
@@ -232,7 +244,8 @@ class NumpyIO:
     def planned(self, inputs: Sequence[np.ndarray | None]) -> tuple[_Plan, list[Any]] | None:
         """The plan :meth:`request` made for these inputs' shapes (first sizes of the outputs)
         and the pools' bytes of a compact call of it, in order (the given inputs, with the
-        zero pads of their alignment; the output pool carries none); None when there is no
+        zero pads of their alignment, b"" for some unpadded ones; the output pool carries
+        none); None when there is no
         such plan yet or the inputs do not fit the model (:meth:`request` then says why).
         The parts are the arrays themselves: keep them unchanged until the call returns."""
         dtypes = self.in_dtypes
@@ -240,13 +253,14 @@ class NumpyIO:
             return None
         # One loop, no comprehension: each would make a function object on every call.
         arrays: list[Any] = []
-        shapes: list[tuple[int, ...] | None] = []
+        given = True  # no input omitted: the key is the arrays' shapes, read in C
         for value, dtype in zip(inputs, dtypes):
             if type(value) is not np.ndarray or value.dtype is not dtype or not value.flags.c_contiguous:
                 value = _as_input(value, dtype)
+                if value is None:
+                    given = False
             arrays.append(value)
-            shapes.append(None if value is None else value.shape)
-        key = tuple(shapes)
+        key = tuple(map(_SHAPE, arrays)) if given else tuple(None if a is None else a.shape for a in arrays)
         last = self._last
         plan: _Plan | None
         if last is not None and last[0] == key:  # the shapes of the last planned call: no hashing
@@ -256,9 +270,14 @@ class NumpyIO:
             if plan is None:
                 return None
             self._last = (key, plan)
-        if plan.plain:
-            return plan, arrays
-        parts: list[Any] = []
+        template = plan.template
+        if given:
+            if template is None:  # none padded: the arrays are the parts
+                return plan, arrays
+            parts: list[Any] = list(template)
+            parts[::2] = arrays  # between the spacers
+            return plan, parts
+        parts = []
         for arr, spacer in zip(arrays, plan.spacers):
             if spacer:
                 parts.append(spacer)

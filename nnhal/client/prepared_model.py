@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -119,6 +120,23 @@ class PreparedModel(Releasable):
             self._level = forms.level_of(self._remote)
         return self._level >= HalVersion.V1_3
 
+    #: The way of a numpy call of a layout seen before (:meth:`_planned_way`), found on the first.
+    _way: tuple[Any, bool] | None = None
+
+    def _planned_way(self) -> tuple[Any, bool]:
+        """The way of a numpy call of a layout seen before: (the session's same-host queue,
+        False), (None, True) for a message written as bytes over gRPC (``execute_encoded``), or
+        (None, False) for neither (a device below the 1.3 forms; a test double may have neither
+        way). Found once: the queue is set up with the session, before its prepared models, and
+        the session's level never changes."""
+        way = self._way
+        if way is None:
+            remote = self._remote
+            queue = getattr(remote, "same_host", None)  # None: a session without one (a test double)
+            encoded = queue is None and getattr(remote, "execute_encoded", None) is not None
+            way = self._way = (queue, encoded) if self._modern() else (None, False)
+        return way
+
     _decode = staticmethod(decode_outputs)
     _decoder = staticmethod(decoder)
 
@@ -136,13 +154,11 @@ class PreparedModel(Releasable):
 
         Outputs of unknown shape are retried once with the sizes the driver reported.
         ``profile`` asks the driver for time per operation type (``outcome.profile``)."""
-        numpy_io = self._numpy_io()
+        numpy_io = self._numpy or self._numpy_io()  # None: raises why
         sizes = None
         remote = self._remote
-        queue = getattr(remote, "same_host", None)  # None: a session without one (a test double)
-        # A test double may have neither.
-        encoded = queue is None and getattr(remote, "execute_encoded", None) is not None
-        if (queue is not None or encoded) and not profile and remote.recorder is None and self._modern():
+        queue, encoded = self._way or self._planned_way()
+        if (queue is not None or encoded) and not profile and remote.recorder is None:
             # A layout seen before: on the same-host queue that granted it an id, from the
             # arrays straight to a compact call; over gRPC, to a message written from the
             # plan's arguments (``remote.encoded``). From the answer straight to the outputs.

@@ -72,6 +72,29 @@ def test_a_plan_is_offered_only_for_shapes_requested_before() -> None:
     assert numpy_io.planned([ones()]) is None  # a wrong input count: the general path says why
 
 
+def test_a_plan_gives_the_input_pools_bytes_for_every_form_of_inputs() -> None:
+    """Padded inputs (parts from the plan's template), unpadded ones (the arrays are the parts),
+    omitted ones and converted ones: the parts join to the general request's input pool."""
+    numpy_io = NumpyIO(add_model((0, 4)))
+    forms: list[list[np.ndarray | None]] = [
+        [ones(), ones()],  # 32 B each: the second padded
+        [ones((4, 4)), ones((4, 4))],  # 64 B each: none padded
+        [ones(), None],
+        [None, ones((3, 4))],
+        [ones().astype(np.float64), np.asfortranarray(ones((4, 2)).T)],  # converted, then made contiguous
+    ]
+    for inputs in forms:
+        request, _layout = numpy_io.request(inputs, None)
+        for _ in range(2):  # the plan just made, then the last one
+            planned = numpy_io.planned(inputs)
+            assert planned is not None
+            plan, parts = planned
+            assert plan.inputs is request.inputs
+            assert b"".join(parts) == bytes(inline_data(request.pools[0])), inputs
+    plain = numpy_io.planned([ones((4, 4)), ones((4, 4))])
+    assert plain is not None and all(type(p) is np.ndarray for p in plain[1])
+
+
 def test_a_planned_answer_decodes_into_outputs_of_its_own_bytes() -> None:
     numpy_io = NumpyIO(add_model())
     numpy_io.request([ones(), ones()], None)

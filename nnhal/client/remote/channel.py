@@ -37,6 +37,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -195,16 +196,17 @@ class SessionChannel:
         md = self._metadata()
         limit = timeout or DEFAULT_CALL_TIMEOUT
         queue = self._queue
+        # Partials, not lambdas: a lambda's variables would be cells made on every call.
         if queue is not None and queue.carries(rpc):
             carried = self.invoke(
-                lambda: queue.call(rpc, request, what, timeout, md[0][1], scope_of(md)),
+                partial(queue.call, rpc, request, what, timeout, md[0][1], scope_of(md)),
                 what,
                 timeout is not None,
                 md[0][1],
             )
             if carried is not None:
                 return carried[0]
-        return self.invoke(lambda: rpc(request, timeout=limit, metadata=md), what, timeout is not None, md[0][1])
+        return self.invoke(partial(rpc, request, timeout=limit, metadata=md), what, timeout is not None, md[0][1])
 
     def run(self, call: calls.Call[T]) -> T:
         """Drive a HAL call (:mod:`nnhal.client.remote.calls`) on this session's one call path."""

@@ -148,15 +148,14 @@ def _pool_frame(n: int, size: int) -> tuple[bytes, bytes, int]:
 class _Layout(NamedTuple):
     """The bytes of the requests of one layout around their pools' data (:func:`_layout`)."""
 
-    head: bytes
-    args: bytes
-    #: (data bytes, declared size) of each inline pool.
-    sizes: tuple[tuple[int, int], ...]
-    #: The bytes before each pool's data, then those after the last one's (or the whole
-    #: request message's, for no pools).
-    parts: tuple[bytes, ...]
-    #: The length of the parts together.
-    fixed: int
+    #: The request's length, its scalars left out: its bytes around the pools' data and that data.
+    length: int
+    #: What :func:`execute_bytes` joins, the pools' data left out: the BurstRequest's framing
+    #: (b"": none), then the bytes before each pool's data and those after the last one's (or
+    #: the whole request message's, for no pools), b"" where each pool's data goes between them.
+    frame: tuple[bytes, ...]
+    #: (head, arguments, (data bytes, declared size) of each inline pool): what it is kept by.
+    key: tuple[bytes, bytes, tuple[tuple[int, int], ...]]
 
 
 #: Layouts by (head, arguments, pool sizes) (:func:`_layout`). Bounded: cleared when full.
@@ -182,7 +181,9 @@ def _layout(head: bytes, args: bytes, sizes: tuple[tuple[int, int], ...]) -> _La
             parts.append(first + before)
             first = after
         parts.append(first)
-        layout = _Layout(head, args, sizes, tuple(parts), sum(map(len, parts)))
+        frame = [b""] * (2 * len(parts))
+        frame[1::2] = parts
+        layout = _Layout(sum(map(len, parts)) + sum(n for n, _ in sizes), tuple(frame), key)
         if len(_LAYOUTS) >= _LAYOUTS_MAX:
             _LAYOUTS.clear()
         _LAYOUTS[key] = layout
@@ -208,7 +209,6 @@ def execute_bytes(
     (:func:`burst_bytes`), written in the same pass."""
     sizes: list[tuple[int, int]] = []
     datas: list[PoolData] = []
-    length = 0  # of the ExecuteRequest
     for pool in pools:
         if type(pool) is not InlinePool:
             return None
@@ -216,16 +216,14 @@ def execute_bytes(
         n = len(data) if type(data) is bytes else memoryview(data).nbytes
         datas.append(data)
         sizes.append((n, pool.size))
-        length += n
     key = tuple(sizes)
     layout = _LAST_LAYOUT  # read by index: a named field of a NamedTuple is a slower look-up
-    if layout is None or layout[0] is not head or layout[1] is not args or layout[2] != key:
+    if layout is None or layout[2] != (head, args, key):  # compared in C, the same bytes by identity
         layout = _layout(head, args, key)
     # The BurstRequest's framing (set last, when asked), then the layout's parts around the data.
-    out: list[PoolData] = [b""] * (2 * len(datas) + 2)
-    out[1::2] = layout[3]
+    out: list[PoolData] = list(layout[1])
     out[2::2] = datas
-    length += layout[4]
+    length = layout[0]  # of the ExecuteRequest, its scalars left out
     if measure or remaining_s is not None or loop_timeout_ns or profile:
         scalars = _scalars(measure, remaining_s, loop_timeout_ns, profile)
         out.append(scalars)
@@ -254,9 +252,21 @@ def _scalars(measure: bool, remaining_s: float | None, loop_timeout_ns: int, pro
     return b"".join(out)
 
 
+#: The last BurstRequest framing made and its length: a burst loop of one layout frames
+#: requests of one length. One tuple, read and replaced whole (threads share it).
+_LAST_BURST_HEAD: tuple[int, bytes] = (-1, b"")
+
+
 def _burst_head(n: int) -> bytes:
-    """The bytes of a ``BurstRequest`` before the ``n`` bytes of its ExecuteRequest."""
-    return _EXECUTE + varint(n)
+    """The bytes of a ``BurstRequest`` before the ``n`` bytes of its ExecuteRequest (the last
+    length's known without writing its varint)."""
+    global _LAST_BURST_HEAD
+    last = _LAST_BURST_HEAD
+    if last[0] == n:
+        return last[1]
+    head = _EXECUTE + varint(n)
+    _LAST_BURST_HEAD = (n, head)
+    return head
 
 
 def burst_bytes(execute: bytes) -> bytes:

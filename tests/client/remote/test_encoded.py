@@ -94,6 +94,21 @@ def test_a_burst_request_written_in_one_pass_is_the_framed_execution(options: Ex
         assert encoded.execute_bytes(head, args, pools, *scalars, burst=True) == encoded.burst_bytes(raw)
 
 
+def test_burst_framings_of_lengths_repeated_and_alternated_are_each_their_own() -> None:
+    """The last framing is kept by its length: framed again, or another length between, each
+    BurstRequest frames its own execution."""
+    head = encoded.head_bytes("s", "pm")
+    args = encoded.args_bytes(INPUTS, OUTPUTS)
+    pools = _pools()
+    for order in (pools, pools[::-1], [p for pair in zip(pools, pools) for p in pair]):
+        for p in order:
+            raw = encoded.execute_bytes(head, args, p, False, None, 0, False)
+            framed = encoded.execute_bytes(head, args, p, False, None, 0, False, burst=True)
+            assert raw is not None and framed is not None and framed.endswith(raw)
+            assert framed[:1] == b"\x1a" and wire_stream.read_varint(framed, 1, 5) == (len(raw), len(framed) - len(raw))
+            assert spb.BurstRequest.FromString(framed).execute == spb.ExecuteRequest.FromString(raw)
+
+
 def test_arguments_built_anew_are_written_as_equal_ones_and_others_apart() -> None:
     def fresh(args: tuple[RequestArgument, ...]) -> tuple[RequestArgument, ...]:
         return tuple(
