@@ -12,6 +12,7 @@ import fcntl
 import itertools
 import logging
 import mmap
+import operator
 import os
 import socket
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,8 @@ _QUEUE_KINDS = (*_RESULT_KINDS, samehost.REPLY, samehost.ABORTED, samehost.STEP_
 _GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode}
 #: Serials of the queues a process collects (a planned layout's grant names its queue by one).
 _SERIALS = itertools.count(1)
+_DATA = operator.attrgetter("data")
+_SIZE = operator.attrgetter("size")
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW if hasattr(fcntl, "F_SEAL_SHRINK") else 0
 
 
@@ -111,7 +114,19 @@ class _CallTemplate:
     """A granted layout's compact call as the client sends it (``QueueEnds.execution_packet``):
     the argument tuples and model it is for, its pools' lengths and sizes, its id."""
 
-    __slots__ = ("arguments", "body", "handle", "inputs", "key", "layout", "outputs", "padded", "sizes")
+    __slots__ = (
+        "arguments",
+        "body",
+        "handle",
+        "inputs",
+        "key",
+        "layout",
+        "outputs",
+        "padded",
+        "plain",
+        "sizes",
+        "types",
+    )
 
     def __init__(self, key: LayoutRef, layout: int) -> None:
         self.key = key
@@ -122,6 +137,10 @@ class _CallTemplate:
         self.layout = layout
         lengths = [n for n, _ in self.sizes]
         body = fastpacket.body_spans(lengths)[1]
+        #: The usual pools of the layout, checked in C (``datas``): their types, their bytes'
+        #: types (bytes) and lengths, and their sizes (each the layout's size, not less).
+        self.types = (InlinePool,) * len(lengths)
+        self.plain = ((bytes,) * len(lengths), tuple(lengths), tuple(size for _, size in self.sizes))
         #: The length of a call's body (the pools' bytes and the pads aligning them).
         self.body = body
         #: Whether the body has pads (else it is the pools' bytes back to back).
@@ -130,21 +149,23 @@ class _CallTemplate:
     def datas(self, pools: tuple[MemoryPool, ...]) -> list[PoolData] | None:
         """The pools' bytes (views of bytes) as the call's body carries them (with the pads
         aligning them) when they are inline and of this layout's lengths and sizes, else None."""
-        sizes = self.sizes
-        if len(pools) != len(sizes):
+        if tuple(map(type, pools)) != self.types:
             return None
-        datas: list[PoolData] = []
-        for pool, (length, size) in zip(pools, sizes):
-            if type(pool) is not InlinePool:
-                return None
-            data = pool.data
+        datas: list[PoolData] = list(map(_DATA, pools))
+        # The usual pools (bytes of the layout's lengths in pools of its sizes) compared whole;
+        # else (views, an output pool smaller than its bytes) each pool in turn.
+        if (tuple(map(type, datas)), tuple(map(len, datas)), tuple(map(_SIZE, pools))) == self.plain:
+            return fastpacket.body_parts(datas) if self.padded else datas
+        datas = []
+        for pool, (length, size) in zip(pools, self.sizes):
+            data = pool.data  # type: ignore[union-attr]  # InlinePools: their types are checked
             if type(data) is memoryview:
                 if data.format != "B" or data.ndim != 1:
                     data = data.cast("B")
                 n = data.nbytes
             else:
                 n = len(data)
-            if n != length or max(pool.size, n) != size:
+            if n != length or max(pool.size, n) != size:  # type: ignore[union-attr]
                 return None
             datas.append(data)
         return fastpacket.body_parts(datas) if self.padded else datas
