@@ -121,6 +121,28 @@ def test_a_forced_lookout_looks_whatever_the_load_and_the_pay() -> None:
         assert _wait(watch, clock, 5e-3) == WINDOW
 
 
+def test_the_load_is_sampled_at_most_every_period_and_the_cpus_allowed_count_at_once() -> None:
+    clock, machine = _Clock(), _Machine()
+    load = machine.load(clock)
+    assert load.spare()
+    machine.runnable = 9  # busy from now on: seen at the samples only
+    clock.now += lookout.LOAD_EVERY_S / 2
+    assert load.spare()
+    for _ in range(10):
+        clock.now += lookout.LOAD_EVERY_S
+        load.spare()
+    assert not load.spare()
+    machine.runnable, machine.cpus = 1, 1
+    for _ in range(10):
+        clock.now += lookout.LOAD_EVERY_S
+        load.spare()
+    assert not load.spare()  # quiet again, but one CPU allowed
+    machine.cpus = 2
+    clock.now += lookout.LOAD_EVERY_S
+    assert load.may_look()  # a forced lookout's look-up of the CPUs: the gauge's answer follows
+    assert load.spare()
+
+
 def test_a_lookout_without_a_window_never_looks() -> None:
     clock = _Clock()
     watch = Lookout(0.0, True, _Machine().load(clock), clock)
