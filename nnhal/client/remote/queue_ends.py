@@ -117,10 +117,13 @@ class _CallTemplate:
     __slots__ = (
         "arguments",
         "body",
+        "fixed",
         "handle",
+        "header",
         "inputs",
         "key",
         "layout",
+        "options",
         "outputs",
         "padded",
         "plain",
@@ -145,6 +148,12 @@ class _CallTemplate:
         self.body = body
         #: Whether the body has pads (else it is the pools' bytes back to back).
         self.padded = body != sum(lengths)
+        #: A call's length but for its tag: the header with its pad, and the body.
+        self.fixed = fastpacket.CALL_HEAD_BYTES + body
+        #: The last options without a deadline that a call was made with (options are frozen,
+        #: the plain ones one shared value) and the header they make: a repeated call's.
+        self.options: ExecutionOptions | None = None
+        self.header = b""
 
     def datas(self, pools: tuple[MemoryPool, ...]) -> list[PoolData] | None:
         """The pools' bytes (views of bytes) as the call's body carries them (with the pads
@@ -173,16 +182,24 @@ class _CallTemplate:
     def packet(self, tag: bytes, options: ExecutionOptions, datas: list[PoolData]) -> fastring.Payload:
         """The compact call's payload: ``tag``, the header of this call's scalars (padded), the
         body ``datas`` (a small one joined at once: the ring copies it once)."""
+        header = self.header if options is self.options else self._header(options)
+        length = len(tag) + self.fixed
+        if length <= fastring.CHECKED_BYTES:
+            return b"".join((tag, header, *datas))
+        # The tag and header are one part: the ring checksums and copies one part fewer.
+        return fastring.Gathered([tag + header, *datas], length)
+
+    def _header(self, options: ExecutionOptions) -> bytes:
+        """The header of a call with ``options``, kept for the next call with the same options
+        when they have no deadline (a deadline's remainder changes from call to call)."""
         remaining = (
             options.timeout if options.deadline_at is None else remaining_time(options.timeout, options.deadline_at)
         )
         deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
         header = fastpacket.call_head(self.layout, options.measure, deadline, options.loop_timeout_ns)
-        length = len(tag) + len(header) + self.body
-        if length <= fastring.CHECKED_BYTES:
-            return b"".join((tag, header, *datas))
-        # The tag and header are one part: the ring checksums and copies one part fewer.
-        return fastring.Gathered([tag + header, *datas], length)
+        if remaining is None:
+            self.options, self.header = options, header
+        return header
 
 
 class QueueEnded(Exception):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from array import array
 
+from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.queue_ends import _CallTemplate
 from nnhal.core import fastpacket
 from nnhal.core.types import BufferTokenPool, DataLocation, InlinePool, MemoryPool, RequestArgument
@@ -49,3 +50,25 @@ def test_padded_bodies_keep_their_pads() -> None:
     t = _template((InlinePool(b"a" * 3, 3), InlinePool(b"b" * 8, 8)))
     datas = t.datas((InlinePool(b"x" * 3, 3), InlinePool(b"y" * 8, 8)))
     assert datas is not None and b"".join(bytes(d) for d in datas) == b"x" * 3 + bytes(61) + b"y" * 8
+
+
+def test_a_call_header_is_made_again_for_other_options_and_for_every_deadline() -> None:
+    t = _template((InlinePool(b"a" * 8, 8), InlinePool(b"", 8)))
+    datas = [b"b" * 8, b""]
+
+    def call(options: ExecutionOptions) -> fastpacket.Call:
+        payload = t.packet(b"", options, datas)
+        assert isinstance(payload, bytes)
+        return fastpacket.decode_call(payload)
+
+    plain = ExecutionOptions.of()
+    assert call(plain) == call(plain)
+    first = call(plain)
+    assert (first.layout, first.measure, first.deadline_ns, first.loop_timeout_ns) == (7, False, None, 0)
+    assert bytes(first.body) == b"b" * 8
+    measured = call(ExecutionOptions.of(measure=True, loop_timeout_ns=5))
+    assert (measured.measure, measured.loop_timeout_ns, measured.deadline_ns) == (True, 5, None)
+    timed = ExecutionOptions.of(timeout=10.0)
+    deadlines = [call(timed).deadline_ns for _ in range(2)]
+    assert all(d is not None and 9e9 < d <= 10e9 for d in deadlines)
+    assert call(plain).measure is False and call(plain).deadline_ns is None
