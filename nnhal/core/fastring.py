@@ -59,6 +59,7 @@ Neither side blocks here: waking the peer is the doorbell's job
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import struct
 import sys
@@ -98,6 +99,7 @@ RESULT = 2
 FILL = 15
 
 _crc32 = zlib.crc32
+_SEQ_MASK = 0xFFFFFFFF
 _REGION_HEADER = struct.Struct("<4sII")
 _INDEX = struct.Struct("<Q")
 _PACKET = struct.Struct("<IIII")
@@ -246,7 +248,8 @@ class Producer(_Ring):
     def __init__(self, mm: mmap.mmap, ring_bytes: int, request: bool) -> None:
         super().__init__(mm, ring_bytes, request)
         self._head = self._index(self._head_at)
-        self._seq = 0
+        #: The sequence numbers of its packets, wrapped (``next`` of it: one C call per packet).
+        self._seqs = map(_SEQ_MASK.__and__, itertools.count())
         #: The place ``reserve`` gave: (head then, payload length, where its packet starts).
         self._reserved: tuple[int, int, int] | None = None
 
@@ -309,7 +312,9 @@ class Producer(_Ring):
             head = self._fill(head, used, need)
             pos = head % size
         at = data + pos
-        _PACKET.pack_into(mm, at, length, self._seq & 0xFFFFFFFF, checksum(payload) if crc is None else crc, kind)
+        if crc is None:
+            crc = checksum(payload)
+        _PACKET.pack_into(mm, at, length, next(self._seqs), crc, kind)
         at += HEADER_BYTES
         if at + length <= self._data_end:
             mm[at : at + length] = payload
@@ -322,7 +327,6 @@ class Producer(_Ring):
                 mm[data + start : data + size] = payload[:first]
                 mm[data : data + length - first] = payload[first:]
         self._head = head = head + need
-        self._seq += 1
         self._slots[self._head_slot] = head
 
     def _refusal(self, length: int, used: int) -> str:
@@ -349,9 +353,8 @@ class Producer(_Ring):
         start = pos + HEADER_BYTES
         if crc is None:
             crc = checksum(self._area[start : start + length])
-        _PACKET.pack_into(self._mm, self._data + pos, length, self._seq & 0xFFFFFFFF, crc, kind)
+        _PACKET.pack_into(self._mm, self._data + pos, length, next(self._seqs), crc, kind)
         self._head = head = head + HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN)
-        self._seq += 1
         self._slots[self._head_slot] = head
 
     def _fill(self, head: int, used: int, need: int) -> int:
@@ -362,8 +365,7 @@ class Producer(_Ring):
         fill = size - head % size
         if size - used < fill + need:
             return head
-        _PACKET.pack_into(self._mm, self._data + head % size, fill - HEADER_BYTES, self._seq & 0xFFFFFFFF, 0, FILL)
-        self._seq += 1
+        _PACKET.pack_into(self._mm, self._data + head % size, fill - HEADER_BYTES, next(self._seqs), 0, FILL)
         return head + fill
 
     def _write_gathered(self, kind: int, payload: Gathered, crc: int | None) -> None:
@@ -381,7 +383,7 @@ class Producer(_Ring):
         if length >= DIRECT_BYTES and pos + need > size:
             head = self._fill(head, used, need)
             pos = head % size
-        _PACKET.pack_into(mm, data + pos, length, self._seq & 0xFFFFFFFF, crc, kind)
+        _PACKET.pack_into(mm, data + pos, length, next(self._seqs), crc, kind)
         at = (pos + HEADER_BYTES) % size
         for part in payload.parts:
             n = len(part)
@@ -394,7 +396,6 @@ class Producer(_Ring):
                 mm[data : data + n - first] = view[first:]
             at = (at + n) % size
         self._head = head = head + need
-        self._seq += 1
         self._slots[self._head_slot] = head
 
 
@@ -446,14 +447,14 @@ class Consumer(_Ring, Generic[P]):
         if avail == 0:  # first, before the rest is loaded: a serving thread's last look of a turn
             return None
         size, mm, data = self.ring_bytes, self._mm, self._data
-        if not HEADER_BYTES <= avail <= size:
-            raise RingError(f"the producer's ring index is corrupt ({avail} bytes pending in a {size}-byte ring)")
         pos = tail % size
-        length, seq, crc, kind = _PACKET.unpack_from(mm, data + pos)
+        length, seq, crc, kind = _PACKET.unpack_from(mm, data + pos)  # in the ring whatever the head
         need = HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN)  # _padded(length), inlined: a hot path
-        # Also a length past the limit: it needs more than the ring, so more than was written.
-        if need > avail:
-            raise RingError(f"a packet claims {length} bytes; {avail - HEADER_BYTES} were written")
+        # One test refuses a head more than the ring ahead (or behind: ``need`` is more than any
+        # negative count) and a length past what was written (or past the limit: it needs more
+        # than the ring); ``_refusal`` says which.
+        if need > avail or avail > size:
+            raise RingError(self._refusal(length, avail))
         due = self._seq  # the sequence number due, already wrapped (None after a resync)
         if seq != due and due is not None:
             raise RingError(f"packet {seq} arrived where packet {due} was due")
@@ -490,6 +491,13 @@ class Consumer(_Ring, Generic[P]):
         self._seq = (seq + 1) & 0xFFFFFFFF
         self._slots[self._tail_slot] = tail
         return kind, payload  # type: ignore[return-value]  # bytes: both of P's types admit it
+
+    def _refusal(self, length: int, avail: int) -> str:
+        """Why ``read`` refuses a packet of ``length`` bytes with ``avail`` bytes pending (a
+        corrupt index first)."""
+        if not HEADER_BYTES <= avail <= self.ring_bytes:
+            return f"the producer's ring index is corrupt ({avail} bytes pending in a {self.ring_bytes}-byte ring)"
+        return f"a packet claims {length} bytes; {avail - HEADER_BYTES} were written"
 
     def release(self) -> None:
         """Done with the packet last handed out as a view: its bytes are the producer's again
