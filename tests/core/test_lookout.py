@@ -7,6 +7,7 @@ stops on a busy machine (also when forced: not with one CPU)."""
 from __future__ import annotations
 
 import logging
+import random
 
 import pytest
 
@@ -141,6 +142,30 @@ def test_the_load_is_sampled_at_most_every_period_and_the_cpus_allowed_count_at_
     clock.now += lookout.LOAD_EVERY_S
     assert load.may_look()  # a forced lookout's look-up of the CPUs: the gauge's answer follows
     assert load.spare()
+
+
+@pytest.mark.parametrize("window_s", [WINDOW, 3e-3, 2 * lookout.CREDIT_MAX_S])
+def test_the_lazily_settled_credit_gives_the_windows_a_credit_settled_at_every_wait_gives(window_s: float) -> None:
+    """The windows and the credit of a lookout, against the policy worked out eagerly: the
+    credit earned with every window asked for, capped, and charged with every look."""
+    rng = random.Random(7)
+    clock = _Clock()
+    watch = Lookout(window_s, False, _Machine().load(clock), clock)
+    credit, last = lookout.CREDIT_MAX_S, clock.now
+    for _ in range(2000):
+        clock.now += rng.choice((1e-6, 20e-6, 150e-6, 2e-3))
+        credit = min(lookout.CREDIT_MAX_S, credit + (clock.now - last) * lookout.LOOK_SHARE)
+        last = clock.now
+        want = min(window_s, credit) if credit > 0.0 and watch.paid >= lookout.PAID_MIN else 0.0
+        got = watch.window()
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+        looked = got * rng.random()
+        clock.now += looked
+        credit -= looked
+        watch.waited(looked + rng.choice((0.0, 1e-3)), looked)
+        assert watch.credit == pytest.approx(
+            min(lookout.CREDIT_MAX_S, credit + (clock.now - last) * lookout.LOOK_SHARE), rel=1e-9, abs=1e-12
+        )
 
 
 def test_a_lookout_without_a_window_never_looks() -> None:
