@@ -27,7 +27,6 @@ waiter owns a lookout (a :class:`Load` may be shared; its races only cost a samp
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections.abc import Callable
@@ -131,14 +130,7 @@ LOAD = Load()
 class Lookout:
     """One waiter's policy (module docstring): ``window()`` before each wait — seconds to look
     (0.0: sleep at once) — then ``waited(gap, looked)`` once the peer's packet came ``gap``
-    seconds after the wait began, ``looked`` of which were spent looking.
-
-    The credit is settled lazily: it grows linearly with the elapsed time up to its cap, so
-    it is brought up to date only when it is spent (settled as of the window asked for last, as
-    if it had been settled then), or asked for while it may be short of a whole window — after
-    each charge the lookout works out when the credit will cover a whole window again, and
-    until the next charge, a window asked for from then on is a whole one (if the other
-    conditions hold) with no arithmetic on the credit."""
+    seconds after the wait began, ``looked`` of which were spent looking."""
 
     def __init__(
         self,
@@ -151,38 +143,11 @@ class Lookout:
         self.forced = forced
         self._load = LOAD if load is None else load
         self._clock = clock
+        self._last = clock()
         #: The share of recent waits that ended within the window (optimistic at first).
         self.paid = 1.0
-        #: The credit when it was last settled, and when that was.
-        self._credit = CREDIT_MAX_S
-        self._last = clock()
-        #: When the last window was asked for (what a charge settles the credit as of).
-        self._asked = self._last
-        #: From when the credit covers a whole window (until the next charge).
-        self._full_at = self._last
-        self._plan(self._last)
-
-    @property
-    def credit(self) -> float:
-        """Seconds of looking this lookout may spend now."""
-        return min(CREDIT_MAX_S, self._credit + (self._clock() - self._last) * LOOK_SHARE)
-
-    def _settle(self, now: float) -> float:
-        """The credit at ``now``: what was left, and what the time since earned, capped."""
-        credit = min(CREDIT_MAX_S, self._credit + (now - self._last) * LOOK_SHARE)
-        self._credit, self._last = credit, now
-        return credit
-
-    def _plan(self, now: float) -> None:
-        """When the credit, settled at ``now``, will cover a whole window (never, when a whole
-        window is more than its cap)."""
-        short = self.window_s - self._credit
-        if short <= 0.0:
-            self._full_at = now
-        elif self.window_s > CREDIT_MAX_S:
-            self._full_at = math.inf
-        else:
-            self._full_at = now + short / LOOK_SHARE
+        #: Seconds of looking this lookout may spend now.
+        self.credit = CREDIT_MAX_S
 
     def window(self) -> float:
         """Seconds to look before sleeping now; 0.0 to sleep at once."""
@@ -190,28 +155,22 @@ class Lookout:
             return 0.0
         if self.forced:
             return self.window_s if self._load.may_look() else 0.0
-        self._asked = now = self._clock()
-        if now >= self._full_at:  # a whole window's credit: nothing to settle
-            if self.paid < PAID_MIN or not self._load.spare():
-                return 0.0
-            return self.window_s
-        credit = self._settle(now)
-        if self.paid < PAID_MIN or credit <= 0.0 or not self._load.spare():
+        now = self._clock()
+        self.credit = min(CREDIT_MAX_S, self.credit + (now - self._last) * LOOK_SHARE)
+        self._last = now
+        if self.paid < PAID_MIN or self.credit <= 0.0 or not self._load.spare():
             return 0.0
-        return min(self.window_s, credit)
+        return min(self.window_s, self.credit)
 
     def spend(self, looked: float) -> None:
         """Charge ``looked`` seconds of looking (a waiter that judges whether looking pays on
         its own, the client's hybrid wait, calls only this)."""
-        if looked:
-            asked = self._asked
-            self._credit = self._settle(asked) - looked
-            self._plan(asked)
+        self.credit -= looked
 
     def waited(self, gap: float, looked: float) -> None:
         """Learn from a wait: the packet came ``gap`` seconds after it began (a slept wait
         measures a little more: the wake-up), ``looked`` seconds of it spent looking."""
-        self.spend(looked)
+        self.credit -= looked
         hit = gap <= self.window_s
         self.paid += (float(hit) - self.paid) * PAID_WEIGHT
 
