@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 HANDOVER_TIMEOUT_S = 10.0
 #: Room kept in the result ring for what an answer carries besides its inline output pools.
 RESULT_ENVELOPE_BYTES = 16 << 10
-_RESULT_KINDS = (fastring.RESULT, fastpacket.LEARNED, fastpacket.ANSWER)
+_ANSWER = fastpacket.ANSWER
+_RESULT_KINDS = (fastring.RESULT, fastpacket.LEARNED, _ANSWER)
 _QUEUE_KINDS = (*_RESULT_KINDS, samehost.REPLY, samehost.ABORTED, samehost.STEP_ASIDE)
 _GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode}
 #: Serials of the queues a process collects (a planned layout's grant names its queue by one).
@@ -411,16 +412,16 @@ class QueueEnds:
         ``key``); None when a session's queue steps aside, CarriedAbort when it ended the call
         as gRPC would have. A malformed answer is a GENERAL_FAILURE result."""
         kind, payload = packet
+        if kind == _ANSWER:  # first: a repeated call's usual answer
+            try:
+                return self._answers.read(payload)
+            except fastpacket.PacketError as err:
+                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
         if kind == samehost.STEP_ASIDE:  # a session's queue: this call takes gRPC
             return None
         if kind == samehost.ABORTED:
             try:
                 raise CarriedAbort(*samehost.decode_aborted(payload))
-            except fastpacket.PacketError as err:
-                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
-        if kind == fastpacket.ANSWER:
-            try:
-                return self._answers.read(payload)
             except fastpacket.PacketError as err:
                 return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
         if kind == fastpacket.LEARNED:
