@@ -10,7 +10,7 @@ from array import array
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.queue_ends import _CallTemplate
 from nnhal.core import fastpacket
-from nnhal.core.types import BufferTokenPool, DataLocation, InlinePool, MemoryPool, RequestArgument
+from nnhal.core.types import BufferTokenPool, DataLocation, InlinePool, MemoryPool, PoolData, RequestArgument
 
 _IN = (RequestArgument(location=DataLocation(0, 0, 8)),)
 _OUT = (RequestArgument(location=DataLocation(1, 0, 8)),)
@@ -54,7 +54,7 @@ def test_padded_bodies_keep_their_pads() -> None:
 
 def test_a_call_header_is_made_again_for_other_options_and_for_every_deadline() -> None:
     t = _template((InlinePool(b"a" * 8, 8), InlinePool(b"", 8)))
-    datas = [b"b" * 8, b""]
+    datas: list[PoolData] = [b"b" * 8, b""]
 
     def call(options: ExecutionOptions) -> fastpacket.Call:
         payload = t.packet(b"", options, datas)
