@@ -12,7 +12,6 @@ import fcntl
 import itertools
 import logging
 import mmap
-import operator
 import os
 import socket
 from typing import TYPE_CHECKING, Any
@@ -47,8 +46,6 @@ _QUEUE_KINDS = (*_RESULT_KINDS, samehost.REPLY, samehost.ABORTED, samehost.STEP_
 _GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode}
 #: Serials of the queues a process collects (a planned layout's grant names its queue by one).
 _SERIALS = itertools.count(1)
-_DATA = operator.attrgetter("data")
-_SIZE = operator.attrgetter("size")
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW if hasattr(fcntl, "F_SEAL_SHRINK") else 0
 
 
@@ -119,17 +116,17 @@ class _CallTemplate:
         "arguments",
         "body",
         "fixed",
+        "fulls",
         "handle",
         "header",
         "inputs",
         "key",
         "layout",
+        "lengths",
         "options",
         "outputs",
         "padded",
-        "plain",
         "sizes",
-        "types",
     )
 
     def __init__(self, key: LayoutRef, layout: int) -> None:
@@ -141,10 +138,9 @@ class _CallTemplate:
         self.layout = layout
         lengths = [n for n, _ in self.sizes]
         body = fastpacket.body_spans(lengths)[1]
-        #: The usual pools of the layout, checked in C (``datas``): their types, their bytes'
-        #: types (bytes) and lengths, and their sizes (each the layout's size, not less).
-        self.types = (InlinePool,) * len(lengths)
-        self.plain = ((bytes,) * len(lengths), tuple(lengths), tuple(size for _, size in self.sizes))
+        #: Each pool's length and size (the larger of its size and its length), in pool order.
+        self.lengths = tuple(lengths)
+        self.fulls = tuple(size for _, size in self.sizes)
         #: The length of a call's body (the pools' bytes and the pads aligning them).
         self.body = body
         #: Whether the body has pads (else it is the pools' bytes back to back).
@@ -159,25 +155,28 @@ class _CallTemplate:
     def datas(self, pools: tuple[MemoryPool, ...]) -> list[PoolData] | None:
         """The pools' bytes (views of bytes) as the call's body carries them (with the pads
         aligning them) when they are inline and of this layout's lengths and sizes, else None."""
-        if tuple(map(type, pools)) != self.types:
+        if len(pools) != len(self.lengths):
             return None
-        datas: list[PoolData] = list(map(_DATA, pools))
-        # The usual pools (bytes of the layout's lengths in pools of its sizes) compared whole;
-        # else (views, an output pool smaller than its bytes) each pool in turn.
-        if (tuple(map(type, datas)), tuple(map(len, datas)), tuple(map(_SIZE, pools))) == self.plain:
-            return fastpacket.body_parts(datas) if self.padded else datas
-        datas = []
-        for pool, (length, size) in zip(pools, self.sizes):
-            data = pool.data  # type: ignore[union-attr]  # InlinePools: their types are checked
+        lengths, fulls = self.lengths, self.fulls
+        datas: list[PoolData] = []
+        # Indexes, not a zip of the pools with their lengths and sizes, and no max() for a pool
+        # of the layout's size: a repeated call's every pool passes here.
+        i = 0
+        for pool in pools:
+            if type(pool) is not InlinePool:
+                return None
+            data = pool.data
             if type(data) is memoryview:
                 if data.format != "B" or data.ndim != 1:
                     data = data.cast("B")
                 n = data.nbytes
             else:
                 n = len(data)
-            if n != length or max(pool.size, n) != size:  # type: ignore[union-attr]
+            size = fulls[i]
+            if n != lengths[i] or (pool.size != size and max(pool.size, n) != size):
                 return None
             datas.append(data)
+            i += 1  # noqa: SIM113  (enumerate costs a tuple per pool)
         return fastpacket.body_parts(datas) if self.padded else datas
 
     def packet(self, tag: bytes, options: ExecutionOptions, datas: list[PoolData]) -> fastring.Payload:
