@@ -116,13 +116,11 @@ class _CallTemplate:
         "arguments",
         "body",
         "fixed",
-        "fulls",
         "handle",
         "header",
         "inputs",
         "key",
         "layout",
-        "lengths",
         "options",
         "outputs",
         "padded",
@@ -138,9 +136,6 @@ class _CallTemplate:
         self.layout = layout
         lengths = [n for n, _ in self.sizes]
         body = fastpacket.body_spans(lengths)[1]
-        #: Each pool's length and size (the larger of its size and its length), in pool order.
-        self.lengths = tuple(lengths)
-        self.fulls = tuple(size for _, size in self.sizes)
         #: The length of a call's body (the pools' bytes and the pads aligning them).
         self.body = body
         #: Whether the body has pads (else it is the pools' bytes back to back).
@@ -155,12 +150,12 @@ class _CallTemplate:
     def datas(self, pools: tuple[MemoryPool, ...]) -> list[PoolData] | None:
         """The pools' bytes (views of bytes) as the call's body carries them (with the pads
         aligning them) when they are inline and of this layout's lengths and sizes, else None."""
-        if len(pools) != len(self.lengths):
+        sizes = self.sizes
+        if len(pools) != len(sizes):
             return None
-        lengths, fulls = self.lengths, self.fulls
         datas: list[PoolData] = []
-        # Indexes, not a zip of the pools with their lengths and sizes, and no max() for a pool
-        # of the layout's size: a repeated call's every pool passes here.
+        # Indexes, not a zip of the pools with their lengths and sizes, and the usual pool (its
+        # size the layout's) compared whole: a repeated call's every pool passes here.
         i = 0
         for pool in pools:
             if type(pool) is not InlinePool:
@@ -172,9 +167,10 @@ class _CallTemplate:
                 n = data.nbytes
             else:
                 n = len(data)
-            size = fulls[i]
-            if n != lengths[i] or (pool.size != size and max(pool.size, n) != size):
-                return None
+            if (n, pool.size) != sizes[i]:  # else: a size below its length counts as the length
+                length, size = sizes[i]
+                if n != length or max(pool.size, n) != size:
+                    return None
             datas.append(data)
             i += 1  # noqa: SIM113  (enumerate costs a tuple per pool)
         return fastpacket.body_parts(datas) if self.padded else datas
