@@ -129,7 +129,7 @@ class Doorbell:
                 self._inbox_poll.register(self._inbox_r, select.POLLIN)
             if not self._inbox_poll.poll(math.ceil(max(0.0, timeout) * 1000)):
                 return 0
-        return self.take()  # the inbox is readable now
+        return self._read()  # the inbox is readable now (and not stopped: tested above)
 
     @property
     def inbox(self) -> int:
@@ -153,6 +153,10 @@ class Doorbell:
         the inbox reads block. 0 once stopped (a STOP read now or before)."""
         if self._stopped:
             return 0
+        return self._read()
+
+    def _read(self) -> int:
+        """``take``'s read, once it is known not stopped: how many rings the inbox held."""
         data = os.read(self._inbox_r, _READ_BYTES)
         # One ring is the usual wake-up: compared whole, not searched.
         if (data != RING and (not data or STOP in data)) or self._stop_asked:

@@ -214,53 +214,62 @@ class AnswerReader:
     an answer is taken unchecked. Any other answer is decoded in full (and remembered). Not
     thread-safe: one per queue, read by its owner."""
 
-    __slots__ = ("_end", "_head", "_marks", "_result", "_spans", "_tail", "_timed")
+    __slots__ = ("_cut", "_end", "_first", "_head", "_known", "_marks", "_result", "_spans", "_tail")
 
     def __init__(self) -> None:
-        #: The remembered bytes before the timing, the timing's bytes, and those after it up
-        #: to the first pool's bytes.
-        self._head: bytes | None = None
-        self._timed = b""
+        #: The remembered bytes up to the first pool's bytes (``_known``), and those before the
+        #: timing and after it.
+        self._known = b""
+        self._head = b""
         self._tail = b""
-        self._end = 0
+        #: The remembered answer's length (-1: none yet).
+        self._end = -1
         self._marks: tuple[tuple[int, bytes], ...] = ()
         self._spans: tuple[tuple[int, int, int], ...] = ()
+        #: The one output pool's index and bytes (``_cut`` None: another number of pools).
+        self._first = 0
+        self._cut: slice | None = None
         self._result = ExecutionResult()
 
     def read(self, payload: bytes) -> ExecutionResult:
         """The result an ANSWER carries (its output pools views of ``payload``); PacketError
         for anything that does not hold together."""
-        head = self._head
-        if (
-            head is not None
-            and len(payload) == self._end
-            and payload.startswith(head)
-            and payload.startswith(self._tail, _TIMING_END)
-            and (not self._marks or all(payload[at : at + 8] == pair for at, pair in self._marks))
+        if len(payload) == self._end and (
+            not self._marks or all(payload[at : at + 8] == pair for at, pair in self._marks)
         ):
             r = self._result
-            timing = r.timing
-            if payload[_TIMING_AT:_TIMING_END] != self._timed:
+            if payload.startswith(self._known):  # the same timing too: one comparison
+                timing = r.timing
+            elif payload.startswith(self._head) and payload.startswith(self._tail, _TIMING_END):
                 timing = _timing_of(*_TIMING.unpack_from(payload, _TIMING_AT))
-            kept = self._spans
+            else:
+                return self._learn(payload)
             # Views of the answer's own bytes (a private copy nothing reuses), not copies.
             view = memoryview(payload)
-            if len(kept) == 1:  # the usual answer: one output pool
-                index, start, stop = kept[0]
-                pools: dict[int, PoolData] = {index: view[start:stop]}
+            cut = self._cut
+            if cut is not None:  # the usual answer: one output pool
+                pools: dict[int, PoolData] = {self._first: view[cut]}
             else:
-                pools = {index: view[start:stop] for index, start, stop in kept}
+                pools = {index: view[start:stop] for index, start, stop in self._spans}
             # The output shapes are the remembered tuple itself: a reader of the outputs may
             # know them by identity.
             return ExecutionResult(r.status, r.message, r.output_shapes, timing, pools)
+        return self._learn(payload)
+
+    def _learn(self, payload: bytes) -> ExecutionResult:
+        """``read`` of an answer unlike the last: decoded in full, and remembered."""
         result, spans, pairs = _decode_answer(payload)
-        head = payload[: spans[0][1]] if spans else payload
-        self._head = head[:_TIMING_AT]
-        self._timed = head[_TIMING_AT:_TIMING_END]
-        self._tail = head[_TIMING_END:]
+        known = payload[: spans[0][1]] if spans else payload
+        self._known = known
+        self._head = known[:_TIMING_AT]
+        self._tail = known[_TIMING_END:]
         self._end = len(payload)
         self._marks = tuple((at, payload[at : at + 8]) for at in pairs[1:])
         self._spans = tuple(spans)
+        if len(spans) == 1:
+            self._first, self._cut = spans[0][0], slice(spans[0][1], spans[0][2])
+        else:
+            self._cut = None
         self._result = result
         return result
 

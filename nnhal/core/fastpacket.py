@@ -65,7 +65,8 @@ ALIGN = 64
 CALL_HEADER = struct.Struct("<IIQQ")
 #: The CALL header's bytes with its pad: where a call's body starts.
 CALL_HEAD_BYTES = ALIGN
-_CALL_PAD = bytes(CALL_HEAD_BYTES - CALL_HEADER.size)
+#: The header and its zero pad, packed in one go.
+_CALL_HEAD = struct.Struct(f"{CALL_HEADER.format}{CALL_HEAD_BYTES - CALL_HEADER.size}x")
 #: Zero bytes for pads before an aligned part.
 ZEROS = bytes(ALIGN)
 LEARNED_HEADER = struct.Struct("<I")
@@ -175,7 +176,7 @@ def call_parts(
 def call_head(layout: int, measure: bool, deadline_ns: int | None, loop_timeout_ns: int) -> bytes:
     """A CALL's header with its pad (:data:`CALL_HEAD_BYTES`): what comes before its body."""
     flags = (MEASURE if measure else 0) | (0 if deadline_ns is None else HAS_DEADLINE)
-    return CALL_HEADER.pack(layout, flags, deadline_ns or 0, loop_timeout_ns) + _CALL_PAD
+    return _CALL_HEAD.pack(layout, flags, deadline_ns or 0, loop_timeout_ns)
 
 
 class Planned:

@@ -59,6 +59,7 @@ Neither side blocks here: waking the peer is the doorbell's job
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import struct
 import sys
@@ -97,6 +98,8 @@ RESULT = 2
 #: by the consumer itself, whatever kinds it takes, never handed out.
 FILL = 15
 
+_crc32 = zlib.crc32
+_SEQ_MASK = 0xFFFFFFFF
 _REGION_HEADER = struct.Struct("<4sII")
 _INDEX = struct.Struct("<Q")
 _PACKET = struct.Struct("<IIII")
@@ -184,7 +187,9 @@ def _padded(length: int) -> int:
 
 def checksum(payload: bytes | bytearray | memoryview) -> int:
     """The checksum a packet carrying ``payload`` (bytes, or a view of bytes) has."""
-    return zlib.crc32(payload if len(payload) <= CHECKED_BYTES else memoryview(payload)[:CHECKED_BYTES])
+    # One slice whatever the length: a payload of bytes within the checked length is itself
+    # (no copy), a view's slice is a view; a longer one's slice copies at most the checked bytes.
+    return _crc32(payload[:CHECKED_BYTES])
 
 
 def _gathered_checksum(parts: Sequence[bytes | bytearray | memoryview]) -> int:
@@ -210,6 +215,9 @@ class _Ring:
         #: The largest payload one packet may carry.
         self.max_payload = ring_bytes - HEADER_BYTES
         self._data = DATA_OFFSET if first else DATA_OFFSET + ring_bytes
+        #: Where the ring's data ends in the region: a payload ending there or before it
+        #: does not wrap.
+        self._data_end = self._data + ring_bytes
         self._head_at = _REQUEST_HEAD if first else _RESULT_HEAD
         self._tail_at = _REQUEST_TAIL if first else _RESULT_TAIL
 
@@ -240,7 +248,8 @@ class Producer(_Ring):
     def __init__(self, mm: mmap.mmap, ring_bytes: int, request: bool) -> None:
         super().__init__(mm, ring_bytes, request)
         self._head = self._index(self._head_at)
-        self._seq = 0
+        #: The sequence numbers of its packets, wrapped (``next`` of it: one C call per packet).
+        self._seqs = map(_SEQ_MASK.__and__, itertools.count())
         #: The place ``reserve`` gave: (head then, payload length, where its packet starts).
         self._reserved: tuple[int, int, int] | None = None
 
@@ -291,31 +300,43 @@ class Producer(_Ring):
                 payload = payload.cast("B")
         self._reserved = None
         length = len(payload)
-        if length > self.max_payload:
-            raise RingError(f"a packet of {length} bytes exceeds the ring's limit of {self.max_payload}")
         used = head - self._slots[self._tail_slot]
-        if not 0 <= used <= size:
-            raise RingError("the consumer's ring index is corrupt")
         need = HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN)  # _padded(length), inlined: a hot path
-        if size - used < need:
-            raise RingError(f"the ring is full ({used} of {size} bytes unread)")
+        # One test refuses all three (a payload past the limit needs more than the ring, a
+        # consumer's index ahead of the head or more than the ring behind it leaves less
+        # room than any packet needs): ``_refusal`` says which.
+        if used < 0 or size - used < need:
+            raise RingError(self._refusal(length, used))
         pos = head % size
         if length >= DIRECT_BYTES and pos + need > size:
             head = self._fill(head, used, need)
             pos = head % size
-        _PACKET.pack_into(
-            mm, data + pos, length, self._seq & 0xFFFFFFFF, checksum(payload) if crc is None else crc, kind
-        )
-        start = (pos + HEADER_BYTES) % size
-        first = size - start
-        if length <= first:
-            mm[data + start : data + start + length] = payload
-        else:
-            mm[data + start : data + size] = payload[:first]
-            mm[data : data + length - first] = payload[first:]
+        at = data + pos
+        if crc is None:
+            crc = checksum(payload)
+        _PACKET.pack_into(mm, at, length, next(self._seqs), crc, kind)
+        at += HEADER_BYTES
+        if at + length <= self._data_end:
+            mm[at : at + length] = payload
+        else:  # it wraps past the ring's end (or its header ended the ring: it starts at the start)
+            start = (at - data) % size
+            first = size - start
+            if length <= first:
+                mm[data + start : data + start + length] = payload
+            else:
+                mm[data + start : data + size] = payload[:first]
+                mm[data : data + length - first] = payload[first:]
         self._head = head = head + need
-        self._seq += 1
         self._slots[self._head_slot] = head
+
+    def _refusal(self, length: int, used: int) -> str:
+        """Why ``write`` refuses a payload of ``length`` bytes with ``used`` bytes of the ring
+        unread (the first that holds: too large, a corrupt index, a full ring)."""
+        if length > self.max_payload:
+            return f"a packet of {length} bytes exceeds the ring's limit of {self.max_payload}"
+        if not 0 <= used <= self.ring_bytes:
+            return "the consumer's ring index is corrupt"
+        return f"the ring is full ({used} of {self.ring_bytes} bytes unread)"
 
     def _write_reserved(self, kind: int, length: int, crc: int | None) -> None:
         """``write`` of a payload already in the place ``reserve`` gave for it."""
@@ -332,9 +353,8 @@ class Producer(_Ring):
         start = pos + HEADER_BYTES
         if crc is None:
             crc = checksum(self._area[start : start + length])
-        _PACKET.pack_into(self._mm, self._data + pos, length, self._seq & 0xFFFFFFFF, crc, kind)
+        _PACKET.pack_into(self._mm, self._data + pos, length, next(self._seqs), crc, kind)
         self._head = head = head + HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN)
-        self._seq += 1
         self._slots[self._head_slot] = head
 
     def _fill(self, head: int, used: int, need: int) -> int:
@@ -345,8 +365,7 @@ class Producer(_Ring):
         fill = size - head % size
         if size - used < fill + need:
             return head
-        _PACKET.pack_into(self._mm, self._data + head % size, fill - HEADER_BYTES, self._seq & 0xFFFFFFFF, 0, FILL)
-        self._seq += 1
+        _PACKET.pack_into(self._mm, self._data + head % size, fill - HEADER_BYTES, next(self._seqs), 0, FILL)
         return head + fill
 
     def _write_gathered(self, kind: int, payload: Gathered, crc: int | None) -> None:
@@ -354,21 +373,17 @@ class Producer(_Ring):
         size, mm, data, head = self.ring_bytes, self._mm, self._data, self._head
         self._reserved = None
         length = len(payload)
-        if length > self.max_payload:
-            raise RingError(f"a packet of {length} bytes exceeds the ring's limit of {self.max_payload}")
         used = head - self._slots[self._tail_slot]
-        if not 0 <= used <= size:
-            raise RingError("the consumer's ring index is corrupt")
         need = HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN)
-        if size - used < need:
-            raise RingError(f"the ring is full ({used} of {size} bytes unread)")
+        if used < 0 or size - used < need:  # as ``write``
+            raise RingError(self._refusal(length, used))
         if crc is None:
             crc = _gathered_checksum(payload.parts)
         pos = head % size
         if length >= DIRECT_BYTES and pos + need > size:
             head = self._fill(head, used, need)
             pos = head % size
-        _PACKET.pack_into(mm, data + pos, length, self._seq & 0xFFFFFFFF, crc, kind)
+        _PACKET.pack_into(mm, data + pos, length, next(self._seqs), crc, kind)
         at = (pos + HEADER_BYTES) % size
         for part in payload.parts:
             n = len(part)
@@ -381,7 +396,6 @@ class Producer(_Ring):
                 mm[data : data + n - first] = view[first:]
             at = (at + n) % size
         self._head = head = head + need
-        self._seq += 1
         self._slots[self._head_slot] = head
 
 
@@ -404,7 +418,8 @@ class Consumer(_Ring, Generic[P]):
         self, mm: mmap.mmap, ring_bytes: int, request: bool, kinds: Collection[int], direct: Collection[int] = ()
     ) -> None:
         super().__init__(mm, ring_bytes, request)
-        self._kinds = frozenset(kinds)
+        #: The kinds it hands out: never FILL, which it reads itself.
+        self._kinds = frozenset(kinds) - {FILL}
         self._direct = frozenset(direct)
         self._tail = self._index(self._tail_at)
         self._seq: int | None = 0
@@ -432,44 +447,57 @@ class Consumer(_Ring, Generic[P]):
         if avail == 0:  # first, before the rest is loaded: a serving thread's last look of a turn
             return None
         size, mm, data = self.ring_bytes, self._mm, self._data
-        if not HEADER_BYTES <= avail <= size:
-            raise RingError(f"the producer's ring index is corrupt ({avail} bytes pending in a {size}-byte ring)")
         pos = tail % size
-        length, seq, crc, kind = _PACKET.unpack_from(mm, data + pos)
+        length, seq, crc, kind = _PACKET.unpack_from(mm, data + pos)  # in the ring whatever the head
         need = HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN)  # _padded(length), inlined: a hot path
-        if length > self.max_payload or need > avail:
-            raise RingError(f"a packet claims {length} bytes; {avail - HEADER_BYTES} were written")
-        if self._seq is not None and seq != self._seq & 0xFFFFFFFF:
-            raise RingError(f"packet {seq} arrived where packet {self._seq & 0xFFFFFFFF} was due")
-        if kind == FILL:
+        # One test refuses a head more than the ring ahead (or behind: ``need`` is more than any
+        # negative count) and a length past what was written (or past the limit: it needs more
+        # than the ring); ``_refusal`` says which.
+        if need > avail or avail > size:
+            raise RingError(self._refusal(length, avail))
+        due = self._seq  # the sequence number due, already wrapped (None after a resync)
+        if seq != due and due is not None:
+            raise RingError(f"packet {seq} arrived where packet {due} was due")
+        if kind not in self._kinds:  # FILL never is among them
+            if kind != FILL:
+                raise RingError(f"unexpected packet kind {kind}")
             if pos + need != size or need == avail:
                 raise RingError("a fill packet that does not end at the ring's end, or ends the ring's packets")
             self._tail = tail + need
-            self._seq = seq + 1
+            self._seq = (seq + 1) & 0xFFFFFFFF
             self._slots[self._tail_slot] = self._tail
             return self.read()
-        if kind not in self._kinds:
-            raise RingError(f"unexpected packet kind {kind}")
-        start = (pos + HEADER_BYTES) % size
-        first = size - start
-        if length <= first:
+        at = data + pos + HEADER_BYTES
+        if at + length <= self._data_end:
             if length >= DIRECT_BYTES and kind in self._direct:
-                view = self._area[start : start + length].toreadonly()
+                view = self._area[at - data : at - data + length].toreadonly()
                 if checksum(view) != crc:
                     raise RingError("a packet's checksum does not match its bytes")
                 self._tail = tail + need
-                self._seq = seq + 1
+                self._seq = (seq + 1) & 0xFFFFFFFF
                 self._held = True  # published by ``release``: the view's bytes are still read
                 return kind, view  # type: ignore[return-value]  # P admits views with direct kinds
-            payload = mm[data + start : data + start + length]
-        else:
-            payload = mm[data + start : data + size] + mm[data : data + length - first]
+            payload = mm[at : at + length]
+        else:  # it wraps past the ring's end (or its header ended the ring: it starts at the start)
+            start = (at - data) % size
+            first = size - start
+            if length <= first:
+                payload = mm[data + start : data + start + length]
+            else:
+                payload = mm[data + start : data + size] + mm[data : data + length - first]
         if checksum(payload) != crc:
             raise RingError("a packet's checksum does not match its bytes")
         self._tail = tail = tail + need
-        self._seq = seq + 1
+        self._seq = (seq + 1) & 0xFFFFFFFF
         self._slots[self._tail_slot] = tail
         return kind, payload  # type: ignore[return-value]  # bytes: both of P's types admit it
+
+    def _refusal(self, length: int, avail: int) -> str:
+        """Why ``read`` refuses a packet of ``length`` bytes with ``avail`` bytes pending (a
+        corrupt index first)."""
+        if not HEADER_BYTES <= avail <= self.ring_bytes:
+            return f"the producer's ring index is corrupt ({avail} bytes pending in a {self.ring_bytes}-byte ring)"
+        return f"a packet claims {length} bytes; {avail - HEADER_BYTES} were written"
 
     def release(self) -> None:
         """Done with the packet last handed out as a view: its bytes are the producer's again

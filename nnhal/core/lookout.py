@@ -87,30 +87,39 @@ class Load:
         self._runnable = runnable
         self._cpus = cpus
         self._online = online or os.cpu_count() or 1
-        self._sampled = self._checked = float("-inf")
+        #: When the next sample is due (``spare``), and the next look-up of the CPUs allowed
+        #: (``may_look``).
+        self._sample_at = self._check_at = float("-inf")
         #: The share of recent samples that found the machine busy.
         self.busy = 0.0
         #: CPUs this process may run on, at the last sample.
         self.allowed = cpus()
+        #: ``spare``'s answer until the next sample: it changes only with one.
+        self._spare = False
 
     def spare(self) -> bool:
         """Whether a waiter may look now: two CPUs allowed and most recent samples not busy."""
+        if self._clock() >= self._sample_at:
+            self._sample()
+        return self._spare
+
+    def _sample(self) -> None:
         now = self._clock()
-        if now - self._sampled >= LOAD_EVERY_S:
-            self._sampled = now
-            self.allowed = self._cpus()
-            running = self._runnable()
-            busy = running is None or running > self._online
-            self.busy += (float(busy) - self.busy) * LOAD_WEIGHT
-        return self.allowed >= 2 and self.busy < 0.5
+        self._sample_at = now + LOAD_EVERY_S
+        self.allowed = self._cpus()
+        running = self._runnable()
+        busy = running is None or running > self._online
+        self.busy += (float(busy) - self.busy) * LOAD_WEIGHT
+        self._spare = self.allowed >= 2 and self.busy < 0.5
 
     def may_look(self) -> bool:
         """Whether looking is allowed at all, whatever the load (a forced lookout): at least
         two CPUs allowed (looked up again at most every :data:`LOAD_EVERY_S`)."""
         now = self._clock()
-        if now - self._checked >= LOAD_EVERY_S:
-            self._checked = now
+        if now >= self._check_at:
+            self._check_at = now + LOAD_EVERY_S
             self.allowed = self._cpus()
+            self._spare = self.allowed >= 2 and self.busy < 0.5
         return self.allowed >= 2
 
 

@@ -141,6 +141,30 @@ def test_an_answer_reader_reads_alike_answers_as_the_decoder_does() -> None:
         assert {k: bytes(v) for k, v in got.output_pools.items()} == {k: bytes(v) for k, v in want.output_pools.items()}
 
 
+def test_an_answer_reader_reads_one_pool_answers_and_their_timings_as_the_decoder_does() -> None:
+    def one(data: bytes, timing: Timing | None = None, pools: int = 1) -> bytes:
+        timing = timing or Timing()
+        shapes = (OutputShape((len(data),), True),)
+        return fastanswer.encode_answer(
+            ExecutionResult(output_shapes=shapes, timing=timing, output_pools={2: data} if pools else {})
+        )
+
+    reader = fastanswer.AnswerReader()
+    for payload in (
+        one(b"aaaa"),
+        one(b"bbbb"),  # alike: the same timing
+        one(b"cccc", Timing(5, 7)),  # a measured call's: its timing read from its bytes
+        one(b"dddd", Timing(6, 8)),
+        one(b"eeee"),
+        one(b"ffff", pools=0),  # no pool at all
+        one(b"ffff", pools=0),
+        one(b"gggg"),
+    ):
+        got, want = reader.read(payload), fastanswer.decode_answer(payload)
+        assert (got.status, got.output_shapes, got.timing) == (want.status, want.output_shapes, want.timing)
+        assert {k: bytes(v) for k, v in got.output_pools.items()} == {k: bytes(v) for k, v in want.output_pools.items()}
+
+
 def test_an_answer_writer_writes_what_the_encoder_writes() -> None:
     """Alike answers (the same shapes and timing objects) reuse the encoded head; anything else
     is encoded afresh, so every answer is the encoder's bytes."""

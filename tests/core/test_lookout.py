@@ -7,6 +7,7 @@ stops on a busy machine (also when forced: not with one CPU)."""
 from __future__ import annotations
 
 import logging
+import random
 
 import pytest
 
@@ -119,6 +120,49 @@ def test_a_forced_lookout_looks_whatever_the_load_and_the_pay() -> None:
     for _ in range(30):
         clock.now += lookout.LOAD_EVERY_S
         assert _wait(watch, clock, 5e-3) == WINDOW
+
+
+def test_the_load_is_sampled_at_most_every_period_and_the_cpus_allowed_count_at_once() -> None:
+    clock, machine = _Clock(), _Machine()
+    load = machine.load(clock)
+    assert load.spare()
+    machine.runnable = 9  # busy from now on: seen at the samples only
+    clock.now += lookout.LOAD_EVERY_S / 2
+    assert load.spare()
+    for _ in range(10):
+        clock.now += lookout.LOAD_EVERY_S
+        load.spare()
+    assert not load.spare()
+    machine.runnable, machine.cpus = 1, 1
+    for _ in range(10):
+        clock.now += lookout.LOAD_EVERY_S
+        load.spare()
+    assert not load.spare()  # quiet again, but one CPU allowed
+    machine.cpus = 2
+    clock.now += lookout.LOAD_EVERY_S
+    assert load.may_look()  # a forced lookout's look-up of the CPUs: the gauge's answer follows
+    assert load.spare()
+
+
+@pytest.mark.parametrize("window_s", [WINDOW, 3e-3, 2 * lookout.CREDIT_MAX_S])
+def test_the_windows_and_the_credit_follow_the_policy_over_random_waits(window_s: float) -> None:
+    """The windows of a lookout, against the policy worked out beside it: the credit earned
+    with every window asked for, capped, and charged with every look."""
+    rng = random.Random(7)
+    clock = _Clock()
+    watch = Lookout(window_s, False, _Machine().load(clock), clock)
+    credit, last = lookout.CREDIT_MAX_S, clock.now
+    for _ in range(2000):
+        clock.now += rng.choice((1e-6, 20e-6, 150e-6, 2e-3))
+        credit = min(lookout.CREDIT_MAX_S, credit + (clock.now - last) * lookout.LOOK_SHARE)
+        last = clock.now
+        want = min(window_s, credit) if credit > 0.0 and watch.paid >= lookout.PAID_MIN else 0.0
+        got = watch.window()
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+        looked = got * rng.random()
+        clock.now += looked
+        credit -= looked
+        watch.waited(looked + rng.choice((0.0, 1e-3)), looked)
 
 
 def test_a_lookout_without_a_window_never_looks() -> None:

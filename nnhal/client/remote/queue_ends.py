@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 HANDOVER_TIMEOUT_S = 10.0
 #: Room kept in the result ring for what an answer carries besides its inline output pools.
 RESULT_ENVELOPE_BYTES = 16 << 10
-_RESULT_KINDS = (fastring.RESULT, fastpacket.LEARNED, fastpacket.ANSWER)
+_ANSWER = fastpacket.ANSWER
+_RESULT_KINDS = (fastring.RESULT, fastpacket.LEARNED, _ANSWER)
 _QUEUE_KINDS = (*_RESULT_KINDS, samehost.REPLY, samehost.ABORTED, samehost.STEP_ASIDE)
 _GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode}
 #: Serials of the queues a process collects (a planned layout's grant names its queue by one).
@@ -111,7 +112,20 @@ class _CallTemplate:
     """A granted layout's compact call as the client sends it (``QueueEnds.execution_packet``):
     the argument tuples and model it is for, its pools' lengths and sizes, its id."""
 
-    __slots__ = ("arguments", "body", "handle", "inputs", "key", "layout", "outputs", "padded", "sizes")
+    __slots__ = (
+        "arguments",
+        "body",
+        "fixed",
+        "handle",
+        "header",
+        "inputs",
+        "key",
+        "layout",
+        "options",
+        "outputs",
+        "padded",
+        "sizes",
+    )
 
     def __init__(self, key: LayoutRef, layout: int) -> None:
         self.key = key
@@ -126,6 +140,12 @@ class _CallTemplate:
         self.body = body
         #: Whether the body has pads (else it is the pools' bytes back to back).
         self.padded = body != sum(lengths)
+        #: A call's length but for its tag: the header with its pad, and the body.
+        self.fixed = fastpacket.CALL_HEAD_BYTES + body
+        #: The last options without a deadline that a call was made with (options are frozen,
+        #: the plain ones one shared value) and the header they make: a repeated call's.
+        self.options: ExecutionOptions | None = None
+        self.header = b""
 
     def datas(self, pools: tuple[MemoryPool, ...]) -> list[PoolData] | None:
         """The pools' bytes (views of bytes) as the call's body carries them (with the pads
@@ -134,7 +154,10 @@ class _CallTemplate:
         if len(pools) != len(sizes):
             return None
         datas: list[PoolData] = []
-        for pool, (length, size) in zip(pools, sizes):
+        # Indexes, not a zip of the pools with their lengths and sizes, and the usual pool (its
+        # size the layout's) compared whole: a repeated call's every pool passes here.
+        i = 0
+        for pool in pools:
             if type(pool) is not InlinePool:
                 return None
             data = pool.data
@@ -144,24 +167,35 @@ class _CallTemplate:
                 n = data.nbytes
             else:
                 n = len(data)
-            if n != length or max(pool.size, n) != size:
-                return None
+            if (n, pool.size) != sizes[i]:  # else: a size below its length counts as the length
+                length, size = sizes[i]
+                if n != length or max(pool.size, n) != size:
+                    return None
             datas.append(data)
+            i += 1  # noqa: SIM113  (enumerate costs a tuple per pool)
         return fastpacket.body_parts(datas) if self.padded else datas
 
     def packet(self, tag: bytes, options: ExecutionOptions, datas: list[PoolData]) -> fastring.Payload:
         """The compact call's payload: ``tag``, the header of this call's scalars (padded), the
         body ``datas`` (a small one joined at once: the ring copies it once)."""
+        header = self.header if options is self.options else self._header(options)
+        length = len(tag) + self.fixed
+        if length <= fastring.CHECKED_BYTES:
+            return b"".join((tag, header, *datas))
+        # The tag and header are one part: the ring checksums and copies one part fewer.
+        return fastring.Gathered([tag + header, *datas], length)
+
+    def _header(self, options: ExecutionOptions) -> bytes:
+        """The header of a call with ``options``, kept for the next call with the same options
+        when they have no deadline (a deadline's remainder changes from call to call)."""
         remaining = (
             options.timeout if options.deadline_at is None else remaining_time(options.timeout, options.deadline_at)
         )
         deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
         header = fastpacket.call_head(self.layout, options.measure, deadline, options.loop_timeout_ns)
-        length = len(tag) + len(header) + self.body
-        if length <= fastring.CHECKED_BYTES:
-            return b"".join((tag, header, *datas))
-        # The tag and header are one part: the ring checksums and copies one part fewer.
-        return fastring.Gathered([tag + header, *datas], length)
+        if remaining is None:
+            self.options, self.header = options, header
+        return header
 
 
 class QueueEnded(Exception):
@@ -373,16 +407,16 @@ class QueueEnds:
         ``key``); None when a session's queue steps aside, CarriedAbort when it ended the call
         as gRPC would have. A malformed answer is a GENERAL_FAILURE result."""
         kind, payload = packet
+        if kind == _ANSWER:  # first: a repeated call's usual answer
+            try:
+                return self._answers.read(payload)
+            except fastpacket.PacketError as err:
+                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
         if kind == samehost.STEP_ASIDE:  # a session's queue: this call takes gRPC
             return None
         if kind == samehost.ABORTED:
             try:
                 raise CarriedAbort(*samehost.decode_aborted(payload))
-            except fastpacket.PacketError as err:
-                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
-        if kind == fastpacket.ANSWER:
-            try:
-                return self._answers.read(payload)
             except fastpacket.PacketError as err:
                 return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
         if kind == fastpacket.LEARNED:
