@@ -47,15 +47,10 @@ class Afterwards:
     def run(self) -> None:
         """Run the work waiting, in order (class docstring)."""
         work = self._work
-        if not work:
-            return
-        done = 0
-        try:
-            for fn in work:  # a list's iterator also takes what is added meanwhile
-                done += 1
-                try:
-                    fn()
-                except Exception:
-                    log.exception("work left for after an answer failed; the rest still runs")
-        finally:
-            del work[:done]  # what ran (or raised); what an interrupt left stays
+        take = work.pop
+        while work:  # what is added meanwhile runs too
+            fn = take(0)  # taken before it runs: an interrupt leaves only what did not start
+            try:
+                fn()
+            except Exception:
+                log.exception("work left for after an answer failed; the rest still runs")
