@@ -78,8 +78,7 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
                 if inline is not None:
                     lean = partial(lean_launch, x, inline, request)  # the call's own, tried first
                     result = x.execute(m, build, lean_launch=lean, inline=inline, after=after)
-                    if after:
-                        asyncio.get_running_loop().call_soon(after.run)
+                    asyncio.get_running_loop().call_soon(after.run)  # mostly work waits: not asked
                     answer = answer_bytes(result)
                     del lean, result
                 else:
