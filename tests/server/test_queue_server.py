@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -71,6 +71,13 @@ def _queue(directory: Path) -> Iterator[tuple[FastQueue, _Client]]:
         client.results.close()
         mm.close()
         queue.close()
+
+
+@contextmanager
+def _queues(directory: Path, count: int) -> Iterator[list[tuple[FastQueue, _Client]]]:
+    """``count`` queues (``_queue``), closed in reverse order."""
+    with ExitStack() as stack:
+        yield [stack.enter_context(_queue(directory)) for _ in range(count)]
 
 
 @pytest.fixture
@@ -208,12 +215,7 @@ def test_the_queues_one_wait_reported_are_answered_before_any_is_rung(sock_dir: 
         return fastring.RESULT, payload
 
     ended: list[int] = []
-    with (
-        ThreadPoolExecutor(1) as pool,
-        _queue(sock_dir) as (q0, c0),
-        _queue(sock_dir) as (q1, c1),
-        _queue(sock_dir) as (q2, c2),
-    ):
+    with ThreadPoolExecutor(1) as pool, _queues(sock_dir, 3) as ((q0, c0), (q1, c1), (q2, c2)):
         clients.update({b"a": c1, b"b": c2})
         server = QueueServer(pool.submit)
         for i, q in enumerate((q0, q1, q2)):
@@ -341,12 +343,7 @@ def test_a_batched_queues_work_left_runs_before_the_next_queues_turn(sock_dir: P
         return fastring.RESULT, payload
 
     ended: list[int] = []
-    with (
-        ThreadPoolExecutor(1) as pool,
-        _queue(sock_dir) as (q0, c0),
-        _queue(sock_dir) as (q1, c1),
-        _queue(sock_dir) as (q2, c2),
-    ):
+    with ThreadPoolExecutor(1) as pool, _queues(sock_dir, 3) as ((q0, c0), (q1, c1), (q2, c2)):
         server = QueueServer(pool.submit)
         for i, (q, after) in enumerate(((q0, None), (q1, afters[b"a"]), (q2, afters[b"b"]))):
             ctx = contextvars.Context()

@@ -414,6 +414,19 @@ def test_an_all_inline_call_launched_from_its_parts_answers_as_launch_does() -> 
     _idle(x, session)
 
 
+def _releases(monkeypatch: pytest.MonkeyPatch, d: Driver) -> list[Ticket]:
+    """Every ticket ``d``'s scheduler releases from now on, in order (each released as before)."""
+    released: list[Ticket] = []
+    release = d.scheduler.release
+
+    def counted(ticket: Ticket) -> None:
+        released.append(ticket)
+        release(ticket)
+
+    monkeypatch.setattr(d.scheduler, "release", counted)
+    return released
+
+
 @pytest.mark.parametrize("path", ["lean", "declined", "full", "drained", "raised", "unbuilt", "over_limit"])
 def test_the_slot_runs_inline_takes_is_given_back_exactly_once(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``runs_inline`` takes the call's slot and ``execute`` hands it to the launch: whichever
@@ -426,14 +439,7 @@ def test_the_slot_runs_inline_takes_is_given_back_exactly_once(path: str, monkey
     m = x.method("executeSynchronously_1_3")
     assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
     d = x.driver
-    released: list[Ticket] = []
-    release = d.scheduler.release
-
-    def counted(ticket: Ticket) -> None:
-        released.append(ticket)
-        release(ticket)
-
-    monkeypatch.setattr(d.scheduler, "release", counted)
+    released = _releases(monkeypatch, d)
     inline = x.runs_inline(session, handle, 96)
     assert inline is not None and d.scheduler.in_flight == 1  # the slot is taken, running
     found, ticket = inline
@@ -526,14 +532,7 @@ def test_a_call_given_afterwards_leaves_its_give_back_and_leave_there_once(
     when the work left for after its answer runs — whichever launch ran it, or when it failed."""
     x, session, handle, m, request, compact = _learned_compact()
     d = x.driver
-    released: list[Ticket] = []
-    release = d.scheduler.release
-
-    def counted(ticket: Ticket) -> None:
-        released.append(ticket)
-        release(ticket)
-
-    monkeypatch.setattr(d.scheduler, "release", counted)
+    released = _releases(monkeypatch, d)
     after = Afterwards()
     call = Execution(session, handle, request)
     body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([inline_data(p) for p in request.pools])))
