@@ -217,11 +217,13 @@ class ExecutionJob:
         if cost:
             self._budget.uncharge(self.session.id, cost, "request data")
 
-    def run(self) -> ExecutionResult:
+    def run(self, give_back: bool = True) -> ExecutionResult:
         """Execute; every HAL failure is the result's status (a job launched unadmitted is
         admitted first: RESOURCE_EXHAUSTED_TRANSIENT when the device is saturated). The
-        ticket and the request data's charge are given back before this returns; the bound
-        pools stay open until ``close``."""
+        ticket and the request data's charge are given back before this returns — or, once
+        admitted and charged, without ``give_back``, by ``close`` (a caller that closes the
+        job after its answer left: ``executions.afterwards``); the bound pools stay open
+        until ``close``."""
         deadline_ns = self.deadline_ns
         try:
             try:
@@ -253,8 +255,9 @@ class ExecutionJob:
                 )
                 result = self.pm.execute(self.plan, self.bound, control, self.measure)
             finally:
-                self._release_ticket()
-                self._drop_data()
+                if give_back:
+                    self._release_ticket()
+                    self._drop_data()
         except HalError as err:
             return execution_result(err.error_status, err.message)
         self._executions.increment()

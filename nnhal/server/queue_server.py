@@ -17,6 +17,7 @@ from functools import partial
 
 from nnhal.core import lookout
 from nnhal.core.doorbell import nonblocking_pipe
+from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.fastpath import FastQueue, Handle, Refuse
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ class _Served:
     quick: Callable[[int], bool]
     run: Callable[..., object]
     ended: Callable[[], None]
+    #: The work its calls leave for after their answers (run by ``QueueServer._answer``).
+    after: Afterwards
     #: How many of the queue's last packets in a row were slow (``QueueServer._answer``):
     #: a slow queue's packets go to a worker.
     slow: int = 0
@@ -121,11 +124,14 @@ class QueueServer:
         quick: Callable[[int], bool],
         run: Callable[..., object],
         ended: Callable[[], None],
+        after: Afterwards | None = None,
     ) -> None:
         """Serve ``queue`` until it stops, then call ``ended()`` (once, on a serving thread).
         ``handle`` answers a packet and must not raise; ``run(fn, *args)`` runs the queue's
-        work (in its context: ``contextvars.Context.run``)."""
-        served = _Served(queue, handle, refuse, quick, run, ended)
+        work (in its context: ``contextvars.Context.run``). ``after``: where ``handle`` leaves
+        the work of a packet that need not precede its answer (``executions.afterwards``),
+        run once the answer is written — also when writing it failed — before anything else."""
+        served = _Served(queue, handle, refuse, quick, run, ended, Afterwards() if after is None else after)
         with self._lock:
             if self._epoll is None:
                 self._epoll = select.epoll()
@@ -234,7 +240,7 @@ class QueueServer:
         given, answered first) all of them, on the serving thread the quick ones: ``_ARM``
         once none waits, ``_END`` once the queue is stopping, or the first packet that is not
         quick, for a worker."""
-        queue, handle, refuse = served.queue, served.handle, served.refuse
+        queue, handle, refuse, after = served.queue, served.handle, served.refuse, served.after.run
         clock = time.perf_counter_ns
         packet = handed
         while True:
@@ -250,7 +256,16 @@ class QueueServer:
                     return packet
             t0 = clock()
             batched = handed is None and self._batched
-            queue.answer(*handle(*packet), refuse, not batched)
+            try:
+                queue.answer(*handle(*packet), refuse, not batched)
+            finally:
+                # Answer first, account after: the packet's work left for after its answer
+                # (its slot and charge given back, its leave) runs now, before this thread
+                # takes the next packet, another queue's turn or a wait — so a slot or charge
+                # is held a few microseconds longer, never unboundedly. A sole queue's client
+                # was rung already and works meanwhile; a batched one is rung after the other
+                # queues' turns, which must not wait behind what this packet still holds.
+                after()
             if batched:
                 served.unrung = True
             # Slow after two slow packets in a row: one preempted packet of a loaded machine

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -23,7 +23,8 @@ from nnhal.core import fastpacket, fastring
 from nnhal.core.doorbell import Doorbell
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.lookout import Load, Lookout
-from nnhal.server.fastpath import FastQueue
+from nnhal.server.executions.afterwards import Afterwards
+from nnhal.server.fastpath import FastQueue, Refuse
 from nnhal.server.queue_server import QueueServer
 from tests.conftest import until
 
@@ -70,6 +71,13 @@ def _queue(directory: Path) -> Iterator[tuple[FastQueue, _Client]]:
         client.results.close()
         mm.close()
         queue.close()
+
+
+@contextmanager
+def _queues(directory: Path, count: int) -> Iterator[list[tuple[FastQueue, _Client]]]:
+    """``count`` queues (``_queue``), closed in reverse order."""
+    with ExitStack() as stack:
+        yield [stack.enter_context(_queue(directory)) for _ in range(count)]
 
 
 @pytest.fixture
@@ -207,12 +215,7 @@ def test_the_queues_one_wait_reported_are_answered_before_any_is_rung(sock_dir: 
         return fastring.RESULT, payload
 
     ended: list[int] = []
-    with (
-        ThreadPoolExecutor(1) as pool,
-        _queue(sock_dir) as (q0, c0),
-        _queue(sock_dir) as (q1, c1),
-        _queue(sock_dir) as (q2, c2),
-    ):
+    with ThreadPoolExecutor(1) as pool, _queues(sock_dir, 3) as ((q0, c0), (q1, c1), (q2, c2)):
         clients.update({b"a": c1, b"b": c2})
         server = QueueServer(pool.submit)
         for i, q in enumerate((q0, q1, q2)):
@@ -280,3 +283,80 @@ def test_the_queue_thread_looks_while_its_lookout_allows_and_tells_it_every_wait
         q.stop()
         until(lambda: ended, "the queue's end", _BOUND_S)
         assert ended == [True]
+
+
+def test_the_work_a_packet_leaves_runs_after_its_answer_before_the_next_packet(sock_dir: Path) -> None:
+    """Answer first, account after: what a packet's handler leaves (``Afterwards``) runs once its
+    answer is written and its client rung, before the next packet is handled — and also when the
+    handler raised (the queue then ends)."""
+    after = Afterwards()
+    events: list[str] = []
+
+    def handle(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
+        name = bytes(payload).decode()
+        events.append(f"handle {name}")
+        after.defer(lambda: events.append(f"after {name}"))
+        if name == "bug":
+            raise RuntimeError("the test's bug")
+        return fastring.RESULT, payload
+
+    ended: list[bool] = []
+    with ThreadPoolExecutor(1) as pool, _queue(sock_dir) as (q, c):
+        answer = q.answer
+
+        def answered(kind: int, payload: fastring.Payload, refuse: Refuse, ring: bool = True) -> None:
+            assert isinstance(payload, (bytes, memoryview))  # what ``handle`` answers here
+            answer(kind, payload, refuse, ring)
+            events.append(f"answered {bytes(payload).decode()}" + (", rung" if ring else ""))
+
+        q.answer = answered  # type: ignore[method-assign]
+        server = QueueServer(pool.submit)
+        server.serve(
+            q, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda: ended.append(True), after
+        )
+        c.send(fastpacket.CALL, b"a")
+        c.send(fastpacket.CALL, b"b")
+        assert c.answers(2) == [b"a", b"b"]
+        until(lambda: len(events) >= 6, "the work left for after the answers", _BOUND_S)
+        assert events == ["handle a", "answered a, rung", "after a", "handle b", "answered b, rung", "after b"]
+        c.send(fastpacket.CALL, b"bug")
+        until(lambda: ended, "the queue's end", _BOUND_S)
+        assert events[6:] == ["handle bug", "after bug"] and len(after) == 0
+
+
+def test_a_batched_queues_work_left_runs_before_the_next_queues_turn(sock_dir: Path) -> None:
+    """While several queues are served their clients are rung after every queue's turn; what a
+    packet left for after its answer runs before the next queue's turn (which may wait for the
+    slot it holds), not after the rings."""
+    holding, gate = threading.Event(), threading.Event()
+    events: list[str] = []
+    afters = {b"a": Afterwards(), b"b": Afterwards()}
+
+    def handle(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
+        name = bytes(payload)
+        if name == b"hold":
+            holding.set()
+            gate.wait(_BOUND_S)
+        else:
+            events.append(f"handle {name.decode()}")
+            afters[name].defer(lambda: events.append(f"after {name.decode()}"))
+        return fastring.RESULT, payload
+
+    ended: list[int] = []
+    with ThreadPoolExecutor(1) as pool, _queues(sock_dir, 3) as ((q0, c0), (q1, c1), (q2, c2)):
+        server = QueueServer(pool.submit)
+        for i, (q, after) in enumerate(((q0, None), (q1, afters[b"a"]), (q2, afters[b"b"]))):
+            ctx = contextvars.Context()
+            server.serve(q, handle, _refuse, lambda kind: True, ctx.run, partial(ended.append, i), after)
+        c0.send(fastpacket.CALL, b"hold")
+        assert holding.wait(_BOUND_S)
+        c1.send(fastpacket.CALL, b"a")
+        c2.send(fastpacket.CALL, b"b")
+        gate.set()
+        assert c1.answers(1) == [b"a"] and c2.answers(1) == [b"b"]
+        first = events[0][-1]
+        second = "b" if first == "a" else "a"
+        assert events == [f"handle {first}", f"after {first}", f"handle {second}", f"after {second}"]
+        for q in (q0, q1, q2):
+            q.stop()
+        until(lambda: len(ended) >= 3, "the three queues' ends", _BOUND_S)

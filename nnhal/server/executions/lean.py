@@ -107,9 +107,11 @@ class LeanRun:
         #: The request data charged to the session (given back once).
         self._charged = charged
 
-    def run(self) -> ExecutionResult:
+    def run(self, give_back: bool = True) -> ExecutionResult:
         """Execute; every HAL failure is the result's status. The slot and the request data's
-        charge are given back before this returns; the bound pools stay until ``close``."""
+        charge are given back before this returns — or, without ``give_back``, by ``close``
+        (a caller that closes the run after its answer left: ``afterwards``); the bound
+        pools stay until ``close``."""
         d = self._driver
         budget = d.budget
         try:
@@ -127,7 +129,8 @@ class LeanRun:
                 )
                 result = self.pm.execute(self.plan, self.bound, control, self.measure)
             finally:
-                self._give_back()
+                if give_back:
+                    self._give_back()
         except HalError as err:
             return execution_result(err.error_status, err.message)
         d.executions.increment()
@@ -155,8 +158,8 @@ class LeanRun:
             d.budget.uncharge(self.session.id, charged, REQUEST_DATA)
 
     def close(self) -> None:
-        """Give back the slot and the data's charge (if ``run`` never did) and the pools. Idempotent."""
-        if self._held or self._charged:  # ``run`` gave them back already, mostly
+        """Give back the slot and the data's charge (if ``run`` did not) and the pools. Idempotent."""
+        if self._held or self._charged:  # ``run`` gave them back already, unless told not to
             self._give_back()
         self.bound.drop()
 

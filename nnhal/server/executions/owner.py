@@ -20,6 +20,7 @@ from nnhal.core.methods import METHOD_LEVEL, require_field
 from nnhal.core.types import ExecutionResult, FencedExecutionInfo
 from nnhal.server.driver import Driver
 from nnhal.server.executions import faults as injected, lean
+from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.calls import (
     CachedPreparation,
     Execution,
@@ -212,6 +213,7 @@ class Executions:
         since: float | None = None,
         lean_launch: Callable[[], LeanRun | None] | None = None,
         inline: lean.Inline | None = None,
+        after: Afterwards | None = None,
     ) -> ExecutionResult | Refused:
         """One synchronous execution (also a burst's, a streamed one's, every form's): counted
         by the lifecycle from launch to result (DEVICE_UNAVAILABLE while draining), the job
@@ -227,10 +229,20 @@ class Executions:
         this call (its session and prepared model, and its slot: this call's own lean launch
         was handed it too, and ``lean.launch`` is). The slot is given back exactly once: by
         the run that took it, else here — on a refusal, on a raise, and before the full path
-        (which admits the call afresh)."""
+        (which admits the call afresh).
+        ``after``: where the caller, which runs it once the answer has left, takes the work
+        that need not precede the answer (``afterwards``): when given, no fault was met
+        (``arrival`` None) and no hook but those of failures (``Observer.failures_only``) is
+        told, a call that ran leaves its job's close (the
+        slot and the charge given back, the pools dropped) and the lifecycle's ``leave``
+        there, in that order; its metrics are recorded before it returns, as always. Every
+        refusal, and every call run otherwise, closes and leaves before it returns."""
         t0 = time.perf_counter() if since is None else since
         error = arrival.start() if arrival is not None else None  # an abort raises
         obs = self.observer
+        # Where the job's close goes once the job ran, and then the leave (``handed``); None: done here.
+        defer = None if after is None or arrival is not None or not (obs is None or obs.failures_only) else after.defer
+        handed = None
         args: Execution | None = None
         found = ticket = None
         if inline is not None:
@@ -272,11 +284,15 @@ class Executions:
                     obs.started(call)
             result: ExecutionResult | Refused
             try:
-                result = within_limit(job.run(), self._limit())
+                result = within_limit(job.run(defer is None), self._limit())
             except Exception as err:
                 result = Refused.of(err, f"in {method.what}")
             finally:
-                job.close()
+                if defer is None:
+                    job.close()
+                else:
+                    defer(job.close)
+                    handed = defer
             if arrival is not None:
                 injected.before_reply(arrival.fault, live)
             t2 = time.perf_counter()
@@ -287,7 +303,10 @@ class Executions:
                 self.tell(obs, call, result.status, Timings(t0, t1, t2), result)
             return result
         finally:
-            self.lifecycle.leave()
+            if handed is None:
+                self.lifecycle.leave()
+            else:
+                handed(self.lifecycle.leave)
 
     def _begin(self, call: Execution, admit: bool = True) -> ExecutionJob:
         d = self.driver

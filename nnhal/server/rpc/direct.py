@@ -37,6 +37,7 @@ from grpc import aio
 
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.executions import Arrival, Execution, Executions, Method
+from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.faults import BURST, KINDS
 from nnhal.server.rpc.common import answer_bytes
 from nnhal.server.rpc.ending import abort_ended, call_ender, ended
@@ -59,6 +60,10 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
     m = x.method(SYNC, "", "execute")
     parse = spb.ExecuteRequest.FromString
     scoped = x.faults.seeded  # the call's fault scope matters to a seeded plan only
+    # What the inline executions leave for after their answers: all run on the loop's thread,
+    # one at a time; run at the loop's next turn, once the handler returned its answer to gRPC
+    # (or sooner, should the handler wait for anything first).
+    after = Afterwards()
 
     async def execute(_requests: object, context: aio.ServicerContext[Any, Any]) -> bytes:
         begin(context, scoped)
@@ -72,8 +77,10 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
                 inline = x.runs_inline(request.session, request.prepared_model, inline_bytes(request))
                 if inline is not None:
                     lean = partial(lean_launch, x, inline, request)  # the call's own, tried first
-                    answer = answer_bytes(x.execute(m, build, lean_launch=lean, inline=inline))
-                    del lean
+                    result = x.execute(m, build, lean_launch=lean, inline=inline, after=after)
+                    asyncio.get_running_loop().call_soon(after.run)  # mostly work waits: not asked
+                    answer = answer_bytes(result)
+                    del lean, result
                 else:
                     answer = await run_sync(context, partial(_on_worker, x, m, build, None))
             elif arrival.fault is None:  # refused as it arrived: answered at once

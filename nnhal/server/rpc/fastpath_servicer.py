@@ -72,6 +72,7 @@ from nnhal.proto import fastpath_pb2 as fpb, fastpath_pb2_grpc as fpgrpc, servic
 from nnhal.server import fastpath
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.executions import Executions, Method, Refused
+from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.faults import BURST, KINDS, Liveness
 from nnhal.server.executions.lean import Compact, launch_compact
 from nnhal.server.executions.long_calls import QUEUE, once
@@ -131,6 +132,8 @@ class _Opened:
         self.context = contextvars.Context()
         #: Whether a packet of this kind may be answered on the queue server's thread.
         self.quick: Callable[[int], bool] = lambda kind: False
+        #: What its packets' executions leave for after their answers (run by the queue server).
+        self.after = Afterwards()
         self.close = once(self._close)
 
     def _close(self) -> None:
@@ -238,7 +241,9 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 except RuntimeError:  # the loop is closed: the server stopped
                     pass
 
-            self._queue_server(pool).serve(queue, opened.handle, _violation, opened.quick, opened.context.run, on_end)
+            self._queue_server(pool).serve(
+                queue, opened.handle, _violation, opened.quick, opened.context.run, on_end, opened.after
+            )
             served = True
             await ended
             if queue.violation:
@@ -275,13 +280,18 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 methods = self._same_host()
                 call = QueueCall(lambda: not queue.stopping, peer)
                 opened.handle = methods.handler(
-                    session, call, self._handler(session, None, methods.sync, call, queue.reserve_answer)
+                    session,
+                    call,
+                    self._handler(session, None, methods.sync, call, queue.reserve_answer, opened.after),
+                    opened.after,
                 )
                 queue.oversize = _step_aside
                 opened.context = contextvars.Context()
                 opened.context.run(CARRIER.set, "same_host")
             else:
-                opened.handle = self._handler(session, request.prepared_model, reserve=queue.reserve_answer)
+                opened.handle = self._handler(
+                    session, request.prepared_model, reserve=queue.reserve_answer, after=opened.after
+                )
                 opened.context = contextvars.copy_context()
             opened.quick = partial(_quick, self.executions, session)
             return opened
@@ -314,6 +324,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         method: Method | None = None,
         live: Liveness | None = None,
         reserve: Callable[[int], memoryview | None] | None = None,
+        after: Afterwards | None = None,
     ) -> fastpath.ViewHandle:
         """The packet handler of one fast burst: full requests, requests asking for a layout
         id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`). With
@@ -321,7 +332,9 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         model of the session (each full request names it; a layout is granted for one), as
         ``method`` (executeSynchronously_1_3 there), alive while ``live`` is. ``reserve``:
         the queue's ``FastQueue.reserve_answer`` (a granted layout's answers in place; None:
-        written the usual way)."""
+        written the usual way); ``after``: the queue's work for after its answers, where the
+        executions leave what need not precede them (``Executions.execute``; the queue server
+        runs it once each answer is written)."""
         x = self.executions
         driver = self.driver
         m: Method = method or self._method
@@ -354,13 +367,13 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             # The faults a gRPC execution of this kind takes (an injected status, a stall, an exit).
             arrival = x.arrive(m, kinds)
             if kind != fastpacket.LEARN:
-                result = x.execute(m, partial(execution_from, msg), live, arrival)
+                result = x.execute(m, partial(execution_from, msg), live, arrival, after=after)
                 return fastring.RESULT, result_to(result).SerializeToString()
             try:
                 canonical = wire_request.request_from(msg.request)
             except HalError as err:
                 return _packet(x.refuse(m, err))
-            result = x.execute(m, partial(execution_from, msg, canonical), live, arrival)
+            result = x.execute(m, partial(execution_from, msg, canonical), live, arrival, after=after)
             answer = result_to(result)
             key = fastpacket.layout_key(canonical.inputs, canonical.outputs, canonical.pools)
             granted = 0
@@ -394,7 +407,9 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             fast = (
                 None if arrival is not None else partial(launch_compact, driver, compact, body, measure, deadline, loop)
             )
-            result = x.execute(m, partial(compact.execution, body, measure, deadline, loop), live, arrival, None, fast)
+            result = x.execute(
+                m, partial(compact.execution, body, measure, deadline, loop), live, arrival, None, fast, after=after
+            )
             if isinstance(result, ExecutionResult) and result.status in fastanswer.ANSWERED:
                 return fastpacket.ANSWER, compact.answers.write(result)
             return fastring.RESULT, result_to(result).SerializeToString()

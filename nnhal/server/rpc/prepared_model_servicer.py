@@ -34,6 +34,7 @@ from nnhal.core.types import Request
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server import log_limits
 from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
+from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.faults import abort_of
 from nnhal.server.executions.lean import Inline, LeanRun, launch_inline
 from nnhal.server.rpc.common import answer_bytes, events_to, hal_method, result_to
@@ -162,6 +163,9 @@ async def serve_burst(
     context.add_done_callback(lambda _context: leave())
     checked = x.burst_fields_checked  # fixed with the device's level: asked once per stream
     sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the executions' context
+    # What an inline execution leaves for after its answer: run once the answer is written,
+    # before the next message is read (``executions.afterwards``).
+    after = Afterwards()
     try:
         injected = arrival.fault if arrival is not None else None
         if injected is not None and injected.after == 0:
@@ -193,17 +197,21 @@ async def serve_burst(
                 inline = None if run is not None else x.runs_inline(msg.session, msg.prepared_model, inline_bytes(msg))
                 if inline is not None:
                     lean = partial(lean_launch, x, inline, msg)  # the call's own, tried first
-                    answer = answer_bytes(x.execute(m, build, lean_launch=lean, inline=inline), True)
+                    answer = answer_bytes(x.execute(m, build, lean_launch=lean, inline=inline, after=after), True)
                     del lean
                 else:
                     answer = await in_thread(_execute_to_wire, x, m, build, sync, run)
             del req, msg
-            await context.write(answer)
+            try:
+                await context.write(answer)
+            finally:
+                after.run()
             del answer
             sent += 1
             if injected is not None and injected.after == sent:
                 await abort(context, abort_of(injected))
     finally:
+        after.run()  # what an answer never written left (its making or writing raised)
         leave()
 
 

@@ -37,6 +37,7 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.proto import aidl_pb2 as apb, hidl_pb2 as hpb, service_pb2 as spb
 from nnhal.server import fastpath
 from nnhal.server.executions import Abort, Executions, Refused
+from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.faults import CALL_SCOPE
 from nnhal.server.rpc.aidl_objects_servicer import BurstServicer, ExecutionServicer
 from nnhal.server.rpc.aidl_servicer import AidlPreparedModelServicer
@@ -131,9 +132,13 @@ class SameHostMethods:
         #: executeSynchronously_1_3 as the queue serves it.
         self.sync = executions.method(SYNC, timer="execute", transport="same_host")
 
-    def handler(self, session: Session, call: QueueCall, compact: fastpath.ViewHandle) -> fastpath.Handle:
+    def handler(
+        self, session: Session, call: QueueCall, compact: fastpath.ViewHandle, after: Afterwards | None = None
+    ) -> fastpath.Handle:
         """The packet handler of one session's queue; ``compact`` handles the sync executions
-        that travel as a fast burst's (full requests, layouts, compact calls)."""
+        that travel as a fast burst's (full requests, layouts, compact calls). ``after``: the
+        queue's work for after its answers, where a sync execution leaves what need not precede
+        its answer (``Executions.execute``; the queue server runs it once the answer is written)."""
         x = self.executions
 
         def refuse(message: str) -> tuple[int, bytes]:
@@ -168,7 +173,7 @@ class SameHostMethods:
             try:
                 if number == _SYNC_NUMBER:
                     m = self.sync
-                    result = x.execute(m, partial(execution_from, msg), call, x.arrive(m))
+                    result = x.execute(m, partial(execution_from, msg), call, x.arrive(m), after=after)
                     return samehost.REPLY, samehost.encode_reply([result_to(result).SerializeToString()])
                 answer = form.handler(msg, call)
                 events: Iterable[Message] = answer if form.stream else (answer,)

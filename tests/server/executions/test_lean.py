@@ -15,10 +15,24 @@ import pytest
 
 from nnhal.core import fastanswer, fastpacket, fastring, wire
 from nnhal.core.enums import ErrorStatus, ExecutionPreference
-from nnhal.core.errors import HalError, InvalidArgument, ResourceExhaustedPersistent
+from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument, ResourceExhaustedPersistent
 from nnhal.core.types import DataLocation, ExecutionResult, InlinePool, PoolData, Request, RequestArgument
 from nnhal.server.driver import DeviceConfig, Driver
-from nnhal.server.executions import Execution, Executions, Method, Notify, Preparation, Prepared, Refused, lean, owner
+from nnhal.server.executions import (
+    Execution,
+    Executions,
+    Fault,
+    Method,
+    Notify,
+    Observer,
+    Preparation,
+    Prepared,
+    Refused,
+    lean,
+    owner,
+)
+from nnhal.server.executions.afterwards import Afterwards
+from nnhal.server.prepared_model import PreparedModel
 from nnhal.server.scheduler import Ticket
 from nnhal.server.session import Faults
 from tests.conftest import add_model, inline_data
@@ -400,6 +414,19 @@ def test_an_all_inline_call_launched_from_its_parts_answers_as_launch_does() -> 
     _idle(x, session)
 
 
+def _releases(monkeypatch: pytest.MonkeyPatch, d: Driver) -> list[Ticket]:
+    """Every ticket ``d``'s scheduler releases from now on, in order (each released as before)."""
+    released: list[Ticket] = []
+    release = d.scheduler.release
+
+    def counted(ticket: Ticket) -> None:
+        released.append(ticket)
+        release(ticket)
+
+    monkeypatch.setattr(d.scheduler, "release", counted)
+    return released
+
+
 @pytest.mark.parametrize("path", ["lean", "declined", "full", "drained", "raised", "unbuilt", "over_limit"])
 def test_the_slot_runs_inline_takes_is_given_back_exactly_once(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``runs_inline`` takes the call's slot and ``execute`` hands it to the launch: whichever
@@ -412,14 +439,7 @@ def test_the_slot_runs_inline_takes_is_given_back_exactly_once(path: str, monkey
     m = x.method("executeSynchronously_1_3")
     assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
     d = x.driver
-    released: list[Ticket] = []
-    release = d.scheduler.release
-
-    def counted(ticket: Ticket) -> None:
-        released.append(ticket)
-        release(ticket)
-
-    monkeypatch.setattr(d.scheduler, "release", counted)
+    released = _releases(monkeypatch, d)
     inline = x.runs_inline(session, handle, 96)
     assert inline is not None and d.scheduler.in_flight == 1  # the slot is taken, running
     found, ticket = inline
@@ -500,4 +520,75 @@ def test_every_lean_launch_takes_its_steps_in_one_order(monkeypatch: pytest.Monk
         assert launch(None) is None, name
         with pytest.raises(HalError, match="deadline"):
             launch(passed)
+        _idle(x, session)
+
+
+@pytest.mark.parametrize("path", ["lean", "compact", "full", "failed"])
+def test_a_call_given_afterwards_leaves_its_give_back_and_leave_there_once(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``after``, a call that ran answers with its slot, its request data's charge and its
+    lifecycle count still held (a drain still waits for it) and gives each back exactly once
+    when the work left for after its answer runs — whichever launch ran it, or when it failed."""
+    x, session, handle, m, request, compact = _learned_compact()
+    d = x.driver
+    released = _releases(monkeypatch, d)
+    after = Afterwards()
+    call = Execution(session, handle, request)
+    body = memoryview(b"".join(bytes(p) for p in fastpacket.body_parts([inline_data(p) for p in request.pools])))
+    if path == "compact":
+        fast = partial(lean.launch_compact, d, compact, body, False, None, 0)
+        result = x.execute(m, partial(compact.execution, body, False, None, 0), None, None, None, fast, after=after)
+    elif path == "full":
+        monkeypatch.setattr(lean, "launch", lambda driver, call, found=None, ticket=None: None)
+        result = x.execute(m, lambda: call, after=after)
+    else:
+        if path == "failed":
+            monkeypatch.setattr(PreparedModel, "execute", _raises_general_failure)
+        result = x.execute(m, lambda: call, after=after)
+    assert result.status == (ErrorStatus.GENERAL_FAILURE if path == "failed" else ErrorStatus.NONE)
+    assert len(after) == 2  # the job's close, then the leave
+    assert released == [] and d.scheduler.in_flight == 1
+    assert d.budget.by_kind()[lean.REQUEST_DATA] == 96 and x.lifecycle.active == 1
+    if path != "failed":
+        assert d.executions.value == 2  # counted before the answer: getStats is exact at once
+    after.run()
+    assert len(released) == 1 and len(after) == 0
+    _idle(x, session)
+
+
+def _raises_general_failure(*_args: object, **_kw: object) -> ExecutionResult:
+    raise GeneralFailure("the test's failure")
+
+
+@pytest.mark.parametrize("path", ["refused", "drained", "fault", "observed"])
+def test_a_call_given_afterwards_closes_and_leaves_before_it_answers_otherwise(path: str) -> None:
+    """A refusal, a call meeting an injected fault and a call a hook is told of (beyond its
+    failures) leave nothing for after their answers: everything is given back before they return."""
+    x, session, handle, m, request, _ = _learned_compact()
+    after = Afterwards()
+    name = handle
+    arrival = None
+    if path == "refused":
+        name = "missing"
+    elif path == "drained":
+        x.lifecycle.begin_drain()
+    elif path == "fault":
+        x.faults.add([Fault(m.name, "error", status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)])
+        arrival = x.arrive(m)
+        assert arrival is not None
+    else:
+        x.observe(Observer())
+    result = x.execute(m, lambda: Execution(session, name, request), None, arrival, after=after)
+    assert (
+        result.status
+        == {
+            "refused": ErrorStatus.INVALID_ARGUMENT,
+            "drained": ErrorStatus.DEVICE_UNAVAILABLE,
+            "fault": ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+            "observed": ErrorStatus.NONE,
+        }[path]
+    )
+    assert len(after) == 0
+    if path != "drained":
         _idle(x, session)

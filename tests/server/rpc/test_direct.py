@@ -12,10 +12,13 @@ from nnhal.core import wire_request, wire_result
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.protocol import REQUEST_ID_METADATA
 from nnhal.proto import service_pb2 as spb
+from nnhal.server.executions.afterwards import Afterwards
+from nnhal.server.executions.lean import REQUEST_DATA
 from nnhal.server.rpc import direct
 from nnhal.server.rpc.inbound import Inbound
 from nnhal.server.rpc.routing import DeviceRouter, add_device_services
 from nnhal.server.rpc.sync_handlers import Collector
+from tests.conftest import until
 from tests.server.rpc.conftest import Served, add_request
 
 pytestmark = pytest.mark.timeout(60)
@@ -166,3 +169,38 @@ def test_a_burst_takes_an_injected_abort_when_it_opens(served: Served) -> None:
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
     answers = list(served.stubs.prepared_model.configureExecutionBurst(iter(requests), timeout=TIMEOUT_S))
     assert answers[0].result.status == ErrorStatus.NONE
+
+
+def test_inline_executions_give_back_after_their_answers_and_nothing_stays_held(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unary handler and the burst stream leave an inline execution's give-back and leave for
+    after its answer (``Afterwards``): the answers are the same, the work runs (a close and a
+    leave per execution), and once the calls ended no slot, request data or counted work is held."""
+    pieces: list[int] = []
+    run = Afterwards.run
+
+    def counted(self: Afterwards) -> None:
+        pieces.append(len(self))
+        run(self)
+
+    monkeypatch.setattr(Afterwards, "run", counted)
+    x = next(iter(served.server.executions.values()))
+    d = x.driver
+
+    def idle() -> bool:
+        return d.scheduler.in_flight == 0 and x.lifecycle.active == 0 and not d.budget.by_kind().get(REQUEST_DATA)
+
+    sync = served.stubs.prepared_model.executeSynchronously_1_3
+    for value in (1.0, 2.0, 3.0, 4.0):  # the first may take a worker thread, the next the loop's
+        result = sync(_execute(served, value=value), timeout=TIMEOUT_S)
+        out = np.frombuffer(wire_result.execution_result_from(result).output_pools[1], np.float32)
+        assert result.status == ErrorStatus.NONE and out.tolist() == [2 * value] * 8
+    until(idle, "the unary calls' slots, charges and counts given back", TIMEOUT_S)
+    unary = len(pieces)
+    assert any(n >= 2 for n in pieces)
+    requests = [spb.BurstRequest(execute=_execute(served, value=v)) for v in (1.0, 3.0, 5.0)]
+    answers = list(served.stubs.prepared_model.configureExecutionBurst(iter(requests), timeout=TIMEOUT_S))
+    assert [a.result.status for a in answers] == [ErrorStatus.NONE] * 3
+    until(idle, "the burst's slots, charges and counts given back", TIMEOUT_S)
+    assert any(n >= 2 for n in pieces[unary:])
