@@ -18,6 +18,7 @@ from nnhal.client.remote.messages import ExecutionOptions, execute_request
 from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.types import DataLocation, InlinePool, Model, Request, RequestArgument
+from nnhal.proto import service_pb2 as spb
 from nnhal.testing.local_server import LocalServer
 from tests.adversarial.conftest import chaos, prepared_small, victim_runs
 from tests.adversarial.raw_h2 import ZeroWindowClient
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.integration
 
 EXECUTE_1_3 = "/nnhal.v1.PreparedModel/execute_1_3"
 EXECUTE_SYNC = "/nnhal.v1.PreparedModel/executeSynchronously_1_3"
+BURST = "/nnhal.v1.PreparedModel/configureExecutionBurst"
 
 
 @pytest.mark.timeout(120)
@@ -59,6 +61,37 @@ def test_zero_window_execute_calls_leave_the_device_to_the_victim() -> None:
                 raw.close()
     assert statuses and set(statuses) == {ErrorStatus.NONE}, statuses
     assert stats["queue_depth"] <= 2  # the stalled calls hold no ticket
+
+
+@pytest.mark.timeout(120)
+def test_burst_answers_a_zero_window_connection_never_takes_hold_no_slot() -> None:
+    """Bursts whose every answer waits in the transport, one per slot: each ran, and its
+    answer waits for window that never comes. The work an execution leaves for after its
+    answer (its slot given back: ``executions.afterwards``) runs once the answer was handed
+    to gRPC, not once the write completes, so the device's slots are free meanwhile."""
+    with LocalServer("--slots", "2") as srv:
+        host, port = srv.address.rsplit(":", 1)
+        with Device.connect(srv.address, client_name="attacker") as attacker, prepared_small(attacker) as apm:
+            msg, _ = execute_request(attacker.remote.session_id, apm.handle, one_io_request(ones()), ExecutionOptions())
+            body = spb.BurstRequest(execute=msg).SerializeToString()
+            raw = ZeroWindowClient(host, int(port))
+            try:
+                for _ in range(2):
+                    raw.start(BURST, body)
+                held = -1
+                for _ in range(50):  # at most ≈ 10 s: both bursts ran, their answers unwritten
+                    raw.pump(0.2)
+                    stats = attacker.stats()
+                    held = stats["queue_depth"]
+                    if stats["executions"] >= 2 and held == 0:
+                        break
+                with Device.connect(srv.address, client_name="victim") as victim, prepared_small(victim) as vpm:
+                    statuses = victim_runs(vpm, chaos(10, 100))
+            finally:
+                raw.close()
+    assert stats["executions"] >= 2, stats  # both bursts' executions ran
+    assert held == 0, f"{held} slots held by answers a client does not take"
+    assert statuses and set(statuses) == {ErrorStatus.NONE}, statuses
 
 
 #: Elements of the widening model's output: 256 KiB of float32, past the 64 KiB window.

@@ -163,9 +163,11 @@ async def serve_burst(
     context.add_done_callback(lambda _context: leave())
     checked = x.burst_fields_checked  # fixed with the device's level: asked once per stream
     sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the executions' context
-    # What an inline execution leaves for after its answer: run once the answer is written,
-    # before the next message is read (``executions.afterwards``).
+    # What an inline execution leaves for after its answer (``executions.afterwards``): run at
+    # the loop's next turn, once the answer was handed to gRPC — not once the write completes,
+    # which waits for a client that does not read (DESIGN §5: such a call holds no slot).
     after = Afterwards()
+    soon = asyncio.get_running_loop().call_soon
     try:
         injected = arrival.fault if arrival is not None else None
         if injected is not None and injected.after == 0:
@@ -202,10 +204,9 @@ async def serve_burst(
                 else:
                     answer = await in_thread(_execute_to_wire, x, m, build, sync, run)
             del req, msg
-            try:
-                await context.write(answer)
-            finally:
-                after.run()
+            if after:
+                soon(after.run)
+            await context.write(answer)
             del answer
             sent += 1
             if injected is not None and injected.after == sent:
