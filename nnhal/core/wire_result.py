@@ -150,7 +150,7 @@ def answer_bytes(result: ExecutionResult, burst: bool = False) -> bytes | None:
     key = (id(shapes), index, n, burst)
     head = _HEADS.get(key)
     if head is not None and head[0] is shapes:
-        return b"".join((head[1], data))
+        return head[1] + data  # bytes, also with a memoryview's data (as a join, one copy)
     if burst:
         answer = spb.BurstResponse()
         execution_result_to(result, answer.result)
