@@ -213,7 +213,7 @@ def test_an_answer_keeps_its_head_per_shapes_index_and_length() -> None:
         (0, bytes(32)),
         (3, b"\x01" * 32),
         (0, memoryview(bytearray(b"\x02" * 7)).toreadonly()),
-        (2, memoryview(bytearray(b"\x03" * 8)).cast("f")),  # a view of floats: its bytes
+        (2, cast("memoryview[int]", memoryview(bytearray(b"\x03" * 8)).cast("f"))),  # a view of floats: its bytes
         (1, b""),
     ):
         result = ExecutionResult(output_shapes=shapes, output_pools={index: data})
