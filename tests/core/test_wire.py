@@ -213,11 +213,13 @@ def test_an_answer_keeps_its_head_per_shapes_index_and_length() -> None:
         (0, bytes(32)),
         (3, b"\x01" * 32),
         (0, memoryview(bytearray(b"\x02" * 7)).toreadonly()),
+        (2, cast("memoryview[int]", memoryview(bytearray(b"\x03" * 8)).cast("f"))),  # a view of floats: its bytes
         (1, b""),
     ):
         result = ExecutionResult(output_shapes=shapes, output_pools={index: data})
         assert wire_result.answer_bytes(result, True) == _burst_bytes(result)
-        assert wire_result.answer_bytes(result, True) == _burst_bytes(result)  # from the kept head
+        kept = wire_result.answer_bytes(result, True)  # from the kept head
+        assert kept == _burst_bytes(result) and type(kept) is bytes
         alone = wire_result.execution_result_to(result).SerializeToString()
         assert wire_result.answer_bytes(result) == alone
         assert wire_result.answer_bytes(result) == alone

@@ -31,6 +31,9 @@ class _Context:
     def add_done_callback(self, fn: Callable[[Any], None]) -> None:
         self.done.append(fn)
 
+    def cancelled(self) -> bool:
+        return False
+
     def end(self) -> None:
         for fn in self.done:
             fn(self)
@@ -92,5 +95,50 @@ def test_small_messages_are_never_refused_for_the_total() -> None:
         assert refusal is None
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_a_clients_calls_let_go_in_any_order_leave_nothing_behind() -> None:
+    async def scenario() -> None:
+        inbound = Inbound(1024, 4096)
+        a, b = _Context("a"), _Context("b")
+        lets: list[Callable[[], None]] = []
+        for ctx, nbytes in ((a, 100), (a, 200), (b, 50), (a, 300)):
+            held = inbound._hold(f"peer:{ctx.peer()}", nbytes, ctx, None)  # type: ignore[arg-type]
+            assert not isinstance(held, str)
+            lets.append(held)
+        assert inbound.held == 650 and len(inbound._clients) == 2
+        lets[1]()  # a's middle call first
+        lets[1]()  # and again (its call's end): nothing given back twice
+        assert inbound.held == 450 and inbound._clients["peer:a"].held == 400
+        lets[2]()
+        assert "peer:b" not in inbound._clients  # its last call let go
+        # a's limit counts what a still holds: 400 + 3,700 is past 4,096.
+        assert isinstance(inbound._hold("peer:a", 3700, a, None), str)  # type: ignore[arg-type]
+        a.end()  # the call ends: every call of a's not yet let go is
+        assert inbound.held == 0 and not inbound._clients
+        # A client that left and comes back starts from nothing.
+        again = inbound._hold("peer:a", 4096, _Context("a"), None)  # type: ignore[arg-type]
+        assert not isinstance(again, str) and inbound.held == 4096
+        again()
+        assert inbound.held == 0 and not inbound._clients
+
+    asyncio.run(scenario())
+
+
+def test_an_answer_within_the_window_needs_no_wait_and_a_large_one_its_turn() -> None:
+    from nnhal.server.rpc.inbound import WINDOW_BYTES
+
+    async def scenario() -> None:
+        inbound = Inbound(1024)
+        ctx = _Context("a")
+        let: list[int] = []
+        assert inbound.answer(ctx, lambda: let.append(1), WINDOW_BYTES, "x") is None  # type: ignore[arg-type]
+        assert let == [1]  # let go before the answer is returned
+        handing = inbound.answer(ctx, lambda: let.append(2), WINDOW_BYTES + 1, "x")  # type: ignore[arg-type]
+        assert let == [1, 2] and handing is not None
+        await handing  # the connection's first large answer: its turn at once
+        ctx.end()  # the answer written: the next one's turn
 
     asyncio.run(scenario())

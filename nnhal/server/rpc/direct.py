@@ -88,7 +88,9 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
             else:
                 answer = await run_sync(context, partial(_on_worker, x, m, build, arrival))
             del request, build
-            await inbound.answer(context, let_go, len(answer), SYNC)
+            handing = inbound.answer(context, let_go, len(answer), SYNC)
+            if handing is not None:  # a large answer's turn
+                await handing
             return answer
         except asyncio.CancelledError:
             if not ended():  # the transport's cancellation

@@ -91,7 +91,9 @@ def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.R
             request, let_go = await inbound.receive(context, parse, what)
             answer = await unary_fn(request, context)
             del request
-            await inbound.answer(context, let_go, answer.ByteSize() if hasattr(answer, "ByteSize") else 0, what)
+            handing = inbound.answer(context, let_go, answer.ByteSize() if hasattr(answer, "ByteSize") else 0, what)
+            if handing is not None:
+                await handing
             return answer
         except asyncio.CancelledError:
             if not ended():  # the transport's cancellation

@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -77,23 +77,26 @@ REQUEST_COPIES = 2
 REQUESTS_IN_FLIGHT = "requests in flight"
 
 
-@dataclass(slots=True, eq=False)
-class _Held:
-    """One call's message held: its bytes and the task serving the call (ended to make room)."""
-
-    nbytes: int
-    ender: CallEnder | None
-    released: bool = False
-
-
 class _Client:
     """What one client holds: its bytes and its calls holding them, oldest first."""
 
-    __slots__ = ("calls", "held")
+    __slots__ = ("calls", "held", "key")
 
-    def __init__(self) -> None:
+    def __init__(self, key: str) -> None:
+        self.key = key
         self.held = 0
         self.calls: list[_Held] = []
+
+
+@dataclass(slots=True, eq=False)
+class _Held:
+    """One call's message held: its bytes, its client (in ``Inbound._clients`` while it holds
+    any call not released) and the task serving the call (ended to make room)."""
+
+    nbytes: int
+    client: _Client
+    ender: CallEnder | None
+    released: bool = False
 
 
 class Inbound:
@@ -249,16 +252,18 @@ class Inbound:
         assert not isinstance(held, str)
         return message, held
 
-    async def answer(
+    def answer(
         self, context: aio.ServicerContext[Any, Any], let_go: Callable[[], None], nbytes: int, what: str
-    ) -> None:
+    ) -> Awaitable[None] | None:
         """Before a unary call's answer of ``nbytes`` is returned: its request let go
         (``receive``'s ``let_go``: before the answer reaches the client, which may call again at
         once), then an answer larger than the flow-control window handed over one at a time per
-        connection (``AnswerWrites.hand_over``: it may abort the call)."""
+        connection: what to await before returning it (``AnswerWrites.hand_over``: it may abort
+        the call), None for an answer within the window (no coroutine made for it)."""
         let_go()
         if nbytes > WINDOW_BYTES:
-            await self.writes.hand_over(context, what)
+            return self.writes.hand_over(context, what)
+        return None
 
     # -- holding -----------------------------------------------------------------------
     def _hold(
@@ -278,12 +283,12 @@ class Inbound:
             if refusal is not None:
                 return refusal
         if client is None:
-            client = self._clients[key] = _Client()
-        entry = _Held(nbytes, ender)
+            client = self._clients[key] = _Client(key)
+        entry = _Held(nbytes, client, ender)
         client.held += nbytes
         client.calls.append(entry)
         self._held += nbytes
-        release = partial(self._release, key, entry)
+        release = partial(self._release, entry)
         context.add_done_callback(release)  # called with the context
         return release
 
@@ -311,26 +316,26 @@ class Inbound:
                 return refusal
             _, victim = max(over)
             entry = self._clients[victim].calls[-1]
-            self._release(victim, entry)
+            self._release(entry)
             self.evicted += 1
             if entry.ender is not None:
                 entry.ender.end("the server ended this call to make room for another client's request")
             log.warning("ended a call of client %s (above its fair share) to make room for another client", victim)
 
-    def _release(self, key: str, entry: _Held, _context: object = None) -> None:
+    def _release(self, entry: _Held, _context: object = None) -> None:
+        """Let ``entry`` go (once: its handler's ``let_go``, then its call's end)."""
         if entry.released:
             return
         entry.released = True
-        self._held -= entry.nbytes
-        if entry.nbytes > WINDOW_BYTES and self.budget is not None and self.budget.limit_total:
-            self.budget.uncharge_working(entry.nbytes * REQUEST_COPIES, REQUESTS_IN_FLIGHT)
-        client = self._clients.get(key)
-        if client is None:
-            return
-        client.held -= entry.nbytes
-        try:
-            client.calls.remove(entry)
-        except ValueError:
-            pass
-        if not client.calls:
-            del self._clients[key]
+        nbytes = entry.nbytes
+        self._held -= nbytes
+        if nbytes > WINDOW_BYTES and self.budget is not None and self.budget.limit_total:
+            self.budget.uncharge_working(nbytes * REQUEST_COPIES, REQUESTS_IN_FLIGHT)
+        # The entry's client is the one in ``_clients`` under its key: a client leaves it only
+        # once its last call not released is.
+        client = entry.client
+        client.held -= nbytes
+        calls = client.calls
+        calls.remove(entry)
+        if not calls:
+            del self._clients[client.key]
