@@ -8,8 +8,8 @@ and the rest is a few length-prefixed fields around the pools' data, where build
 message field by field through the protobuf API costs several times more. The bytes parse as
 the message ``messages.execute_request`` builds (same fields and values, fields in number
 order); a request with a pool that is not inline is not written here (None: the caller
-builds the message). :func:`burst_bytes` frames it as a ``BurstRequest`` (``execute_bytes``
-writes the framing in the same pass when asked).
+builds the message). Asked, :func:`execute_bytes` frames it as a ``BurstRequest`` in the same
+pass.
 
 The answers of such a loop differ only in their output pool's bytes: :func:`execute_answer`
 and :func:`burst_answer` (the deserializers of those calls) read an answer whose bytes are
@@ -206,7 +206,7 @@ def execute_bytes(
     none; saturated as ``wire_deadline.deadline_to`` does); None when a pool is not inline. Raises
     InvalidArgument for a NaN deadline (as ``wire_deadline.deadline_to``). The bytes around the pools'
     data are made once per layout (:func:`_layout`). ``burst``: framed as a ``BurstRequest``
-    (:func:`burst_bytes`), written in the same pass."""
+    carrying it (:func:`_burst_head`), written in the same pass."""
     sizes: list[tuple[int, int]] = []
     datas: list[PoolData] = []
     for pool in pools:
@@ -267,11 +267,6 @@ def _burst_head(n: int) -> bytes:
     head = _EXECUTE + varint(n)
     _LAST_BURST_HEAD = (n, head)
     return head
-
-
-def burst_bytes(execute: bytes) -> bytes:
-    """A ``BurstRequest`` carrying the serialized ExecuteRequest ``execute``."""
-    return b"".join((_burst_head(len(execute)), execute))
 
 
 # Tags of the answer fields :func:`_pool_data` looks for: ``ExecuteResult.output_pools`` (5,
