@@ -99,18 +99,17 @@ class Load:
 
     def spare(self) -> bool:
         """Whether a waiter may look now: two CPUs allowed and most recent samples not busy."""
-        if self._clock() >= self._sample_at:
-            self._sample()
+        now = self._clock()
+        if now >= self._sample_at:
+            self._sample(now)
         return self._spare
 
-    def _sample(self) -> None:
-        now = self._clock()
+    def _sample(self, now: float) -> None:
         self._sample_at = now + LOAD_EVERY_S
-        self.allowed = self._cpus()
         running = self._runnable()
         busy = running is None or running > self._online
         self.busy += (float(busy) - self.busy) * LOAD_WEIGHT
-        self._spare = self.allowed >= 2 and self.busy < 0.5
+        self._look_up_cpus()
 
     def may_look(self) -> bool:
         """Whether looking is allowed at all, whatever the load (a forced lookout): at least
@@ -118,9 +117,13 @@ class Load:
         now = self._clock()
         if now >= self._check_at:
             self._check_at = now + LOAD_EVERY_S
-            self.allowed = self._cpus()
-            self._spare = self.allowed >= 2 and self.busy < 0.5
+            self._look_up_cpus()
         return self.allowed >= 2
+
+    def _look_up_cpus(self) -> None:
+        """The CPUs allowed looked up, and ``spare``'s answer with them (the one place it is decided)."""
+        self.allowed = self._cpus()
+        self._spare = self.allowed >= 2 and self.busy < 0.5
 
 
 #: The process's load gauge, shared by its lookouts.
