@@ -39,6 +39,17 @@ RESERVE_SHARE = 8
 EXECUTION_TENSORS = "execution tensors"
 
 
+class _Account:
+    """One open session's account: the bytes it holds, and those bytes by kind (only kinds it
+    ever charged). One record per session, so that a charge finds both with one look-up."""
+
+    __slots__ = ("kinds", "used")
+
+    def __init__(self) -> None:
+        self.used = 0
+        self.kinds: dict[str, int] = {}
+
+
 class MemoryBudget:
     def __init__(self, per_client: int = 0, total: int = 0) -> None:
         self.per_client = per_client
@@ -48,12 +59,11 @@ class MemoryBudget:
         #: Sessions holding any bytes (the fair share divides the total among them).
         self._holders = 0
         self._lock = threading.Lock()
-        self._used: dict[str, int] = {}
+        #: The open sessions' accounts. The totals by kind are summed from theirs when read
+        #: (``by_kind``, a scrape's), not kept per charge: an execution's request data is one
+        #: look-up and one dict update on its charge, and the same on its uncharge.
+        self._accounts: dict[str, _Account] = {}
         self._total = 0
-        #: Per session: bytes by kind (only kinds it ever charged). The totals by kind are
-        #: summed from them when read (``by_kind``, a scrape's), not kept per charge: an
-        #: execution's request data is one dict update on its charge and one on its uncharge.
-        self._kinds: dict[str, dict[str, int]] = {}
         #: Bytes by kind charged outside any session (``charge_working``).
         self._working_by_kind: dict[str, int] = {}
         #: The kinds of sessions now closed: still reported, at what the open ones hold.
@@ -80,19 +90,20 @@ class MemoryBudget:
         nothing of it is held now)."""
         with self._lock:
             totals = dict.fromkeys(self._closed_kinds, 0)
-            for kinds in (self._working_by_kind, *self._kinds.values()):
+            for kinds in (self._working_by_kind, *(a.kinds for a in self._accounts.values())):
                 for kind, nbytes in kinds.items():
                     totals[kind] = totals.get(kind, 0) + nbytes
             return totals
 
     def used(self, session: str) -> int:
         with self._lock:
-            return self._used.get(session, 0)
+            account = self._accounts.get(session)
+            return account.used if account is not None else 0
 
     def open_session(self, session: str) -> None:
         with self._lock:
-            self._used.setdefault(session, 0)
-            self._kinds.setdefault(session, {})
+            if session not in self._accounts:
+                self._accounts[session] = _Account()
 
     def open_client_session(self, session: str, client: str | None) -> None:
         """Open ``session``'s account; ``client`` (its verified identity, or None) matters only
@@ -102,11 +113,14 @@ class MemoryBudget:
     def close_session(self, session: str) -> int:
         """Give back everything ``session`` held; returns how many bytes that was."""
         with self._lock:
-            freed = self._used.pop(session, 0)
+            account = self._accounts.pop(session, None)
+            freed = 0
+            if account is not None:
+                freed = account.used
+                self._closed_kinds.update(account.kinds)
             if freed > 0:
                 self._holders -= 1
             self._total -= freed
-            self._closed_kinds.update(self._kinds.pop(session, ()))
         self.releaser.session_closed(freed)
         return freed
 
@@ -152,21 +166,27 @@ class MemoryBudget:
                 f"(per client {per_client or 'unlimited'}, total {total or 'unlimited'})"
             )
         with self._lock:
-            used = self._used.get(session)
-            if used is None:
+            account = self._accounts.get(session)
+            if account is None:
                 raise InvalidArgument(CLOSED)
+            used = account.used
             if per_client and used + nbytes > per_client:
                 raise ResourceExhaustedTransient(
                     f"{what} need {nbytes} bytes; this client already uses {used} "
                     f"of its {per_client}; release prepared models or buffers and retry"
                 )
-            if total and self._total + nbytes > total - self.reserve and nbytes:
-                self._check_share(used, nbytes, what)
-            self._take_total(nbytes, what)
+            if total and self._total + nbytes > total - self.reserve:
+                # Into the reserve (or past the total): the share's and the total's checks.
+                if nbytes:
+                    self._check_share(used, nbytes, what)
+                self._take_total(nbytes, what)
+            else:  # within the total less its reserve: neither check can refuse it
+                self._total += nbytes
             if not used and nbytes:
                 self._holders += 1
-            self._used[session] = used + nbytes
-            self._add_kind(session, what, nbytes)
+            account.used = used + nbytes
+            kinds = account.kinds
+            kinds[what] = kinds.get(what, 0) + nbytes
 
     def _check_share(self, used: int, nbytes: int, what: str) -> None:
         """RESOURCE_EXHAUSTED_TRANSIENT when a session holding ``used`` bytes would go past its
@@ -192,21 +212,17 @@ class MemoryBudget:
     def uncharge(self, session: str, nbytes: int, what: str = "model constants") -> None:
         """Give back ``nbytes`` of kind ``what`` of ``session``; nothing when the session is closed."""
         with self._lock:
-            used = self._used.get(session)
-            if used is None:
+            account = self._accounts.get(session)
+            if account is None:
                 return
-            self._used[session] = used - nbytes
+            used = account.used
+            account.used = used - nbytes
             if used > 0 and used - nbytes <= 0:
                 self._holders -= 1
             self._total -= nbytes
-            self._add_kind(session, what, -nbytes)
+            kinds = account.kinds
+            kinds[what] = kinds.get(what, 0) - nbytes
         self.releaser.released(nbytes)
-
-    def _add_kind(self, session: str, what: str, delta: int) -> None:
-        """Count ``delta`` bytes of kind ``what`` for ``session``, open (its kinds are made with
-        its account, ``open_session``, and dropped with it). Holds ``_lock``."""
-        kinds = self._kinds[session]
-        kinds[what] = kinds.get(what, 0) + delta
 
     def account(self, session: str, delta: int, what: str) -> None:
         """Charge a positive ``delta``, give back a negative one (a buffer's contents changing size)."""

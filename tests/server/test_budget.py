@@ -155,3 +155,24 @@ def test_bytes_by_kind_are_summed_over_the_sessions_and_the_working_charges() ->
     budget.uncharge("a", 10, "request data")
     assert budget.by_kind() == {"request data": 0, "model constants": 0, EXECUTION_TENSORS: 0}
     assert budget.total == 0
+
+
+def test_the_total_less_its_reserve_is_taken_without_the_share_and_one_byte_more_is_checked() -> None:
+    budget = _budget(total=800)  # a reserve of 100
+    budget.charge("a", 700)  # up to the total less the reserve: no share asked
+    assert budget.total == 700 and budget.used("a") == 700
+    with pytest.raises(ResourceExhaustedTransient, match="past its fair share"):
+        budget.charge("a", 1)
+    budget.charge("b", 100)  # below its share: the reserve is its
+    with pytest.raises(ResourceExhaustedTransient, match="free"):
+        budget.charge("b", 1)  # past the total
+    assert budget.total == 800 and budget.by_kind() == {"model constants": 800}
+
+
+def test_opening_an_open_session_again_keeps_its_account() -> None:
+    budget = _budget(sessions=("a",))
+    budget.charge("a", 10, "request data")
+    budget.open_session("a")
+    assert budget.used("a") == 10 and budget.by_kind() == {"request data": 10}
+    assert budget.close_session("a") == 10
+    assert budget.used("a") == 0 and budget.by_kind() == {"request data": 0}
