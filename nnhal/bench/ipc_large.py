@@ -121,6 +121,7 @@ def shm_64m(quick: bool) -> dict[str, BenchResult]:
         SharedMemory.create(dev, BIG_BYTES) as out,
     ):
         out_view = out.view(np.float32, (count,))
+        inp_view = inp.view(np.float32, (count,))
         request = Request(
             (RequestArgument(location=DataLocation(0, 0, BIG_BYTES)),),
             (RequestArgument(location=DataLocation(1, 0, BIG_BYTES)),),
@@ -138,13 +139,23 @@ def shm_64m(quick: bool) -> dict[str, BenchResult]:
             ours()
             np.copyto(dst, out_view)
 
+        def floor() -> None:
+            # The two copies ``ours`` cannot avoid, made here back to back with nothing
+            # around them: into the input region, then from it into the output region.
+            np.copyto(inp_view, src)
+            np.copyto(out_view, inp_view)
+
         copied_out()
         check(np.array_equal(dst, src), "the identity model changed the bytes")
-        t_ours, t_copied, t_copy = interleaved_all([ours, copied_out, lambda: np.copyto(anchor_dst, src)], rounds, 1)
+        t_ours, t_copied, t_floor, t_copy = interleaved_all(
+            [ours, copied_out, floor, lambda: np.copyto(anchor_dst, src)], rounds, 1
+        )
     detail = (
         "ours: inp.write(input), pm.execute_request, the output read in place (2 copies of 64 MiB: the "
         "client's write, the identity model's output in the server); copying the output view out too: "
-        f"{t_copy / t_copied:.2f}x; anchor: one np.copyto; shared pages: {_shmem_huge_pages()}"
+        f"{t_copy / t_copied:.2f}x; anchor: one np.copyto; shared pages: {_shmem_huge_pages()}; the same 2 "
+        f"copies in one process, back to back: {t_copy / t_floor:.2f}x the anchor, ours "
+        f"{t_floor / t_ours:.0%} of that"
     )
     return _bandwidth("ipc.shm_64m", t_ours, t_copy, "ratio >= 0.5", detail)
 
