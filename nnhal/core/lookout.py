@@ -11,7 +11,11 @@ only while all of these hold, and sleeps at once otherwise:
   could only run once the looker gives the core up;
 - the machine has a core to spare (:class:`Load`: the runnable tasks, sampled from
   ``/proc/loadavg`` at most every :data:`LOAD_EVERY_S`, do not outnumber the online CPUs
-  in most recent samples): on a busy machine a look takes its time from other work;
+  in most recent samples): on a busy machine a look takes its time from other work. A
+  sample is not taken at the first wait after a pause (:data:`PAUSE_S`): the threads of
+  whatever ran meanwhile are still finishing then, and a sample there counted them as load
+  every time (measured: almost every sample that found a quiet machine busy was taken at
+  the first call of a burst after other work);
 - most recent waits ended within the window (:data:`PAID_MIN`, a running share, weight
   :data:`PAID_WEIGHT`): every wait is measured, looked or slept, so a lookout that stopped
   looking learns when looking would pay again without spending anything;
@@ -35,6 +39,13 @@ log = logging.getLogger(__name__)
 
 #: How often the machine's runnable tasks are sampled, at most (seconds).
 LOAD_EVERY_S = 0.02
+#: A process that asked nothing for this long (seconds) paused: its first ask after that puts
+#: a due sample off by :data:`SETTLE_S` ...
+PAUSE_S = 0.001
+SETTLE_S = 0.001
+#: ... unless the last sample is this old (a process whose every ask follows a pause, e.g.
+#: one large copy every few milliseconds, is still sampled).
+STALE_S = 5 * LOAD_EVERY_S
 #: Weight of the latest sample in the share of busy samples; the machine is busy from a half.
 LOAD_WEIGHT = 0.25
 #: Looking goes on only while at least this share of recent waits ended within the window.
@@ -90,6 +101,8 @@ class Load:
         #: When the next sample is due (``spare``), and the next look-up of the CPUs allowed
         #: (``may_look``).
         self._sample_at = self._check_at = float("-inf")
+        #: When ``spare`` was last asked, and when the last sample was taken.
+        self._asked = self._sampled = float("-inf")
         #: The share of recent samples that found the machine busy.
         self.busy = 0.0
         #: CPUs this process may run on, at the last sample.
@@ -101,11 +114,21 @@ class Load:
         """Whether a waiter may look now: two CPUs allowed and most recent samples not busy."""
         now = self._clock()
         if now >= self._sample_at:
-            self._sample(now)
+            self._due(now)
+        self._asked = now
         return self._spare
+
+    def _due(self, now: float) -> None:
+        """A sample is due: taken now, or put off by :data:`SETTLE_S` at the first ask after
+        a pause while the last one is recent (module docstring)."""
+        if now - self._asked > PAUSE_S and now - self._sampled <= STALE_S:
+            self._sample_at = now + SETTLE_S
+        else:
+            self._sample(now)
 
     def _sample(self, now: float) -> None:
         self._sample_at = now + LOAD_EVERY_S
+        self._sampled = now
         running = self._runnable()
         busy = running is None or running > self._online
         self.busy += (float(busy) - self.busy) * LOAD_WEIGHT

@@ -122,6 +122,13 @@ def test_a_forced_lookout_looks_whatever_the_load_and_the_pay() -> None:
         assert _wait(watch, clock, 5e-3) == WINDOW
 
 
+def _asking(load: Load, clock: _Clock, seconds: float, every: float = 0.5e-3) -> None:
+    """A process at work: ``spare`` asked every ``every`` s for ``seconds``."""
+    for _ in range(round(seconds / every)):
+        clock.now += every
+        load.spare()
+
+
 def test_the_load_is_sampled_at_most_every_period_and_the_cpus_allowed_count_at_once() -> None:
     clock, machine = _Clock(), _Machine()
     load = machine.load(clock)
@@ -129,19 +136,41 @@ def test_the_load_is_sampled_at_most_every_period_and_the_cpus_allowed_count_at_
     machine.runnable = 9  # busy from now on: seen at the samples only
     clock.now += lookout.LOAD_EVERY_S / 2
     assert load.spare()
-    for _ in range(10):
-        clock.now += lookout.LOAD_EVERY_S
-        load.spare()
+    _asking(load, clock, 10 * lookout.LOAD_EVERY_S)
     assert not load.spare()
     machine.runnable, machine.cpus = 1, 1
-    for _ in range(10):
-        clock.now += lookout.LOAD_EVERY_S
-        load.spare()
+    _asking(load, clock, 10 * lookout.LOAD_EVERY_S)
     assert not load.spare()  # quiet again, but one CPU allowed
     machine.cpus = 2
     clock.now += lookout.LOAD_EVERY_S
     assert load.may_look()  # a forced lookout's look-up of the CPUs: the gauge's answer follows
     assert load.spare()
+
+
+def test_a_sample_is_not_taken_at_the_first_ask_after_a_pause() -> None:
+    """The threads of whatever ran during a pause are still finishing at its first ask: busy
+    for that instant only, which the gauge never counts; a few asks later it samples."""
+    clock, machine = _Clock(), _Machine()
+    load = machine.load(clock)
+    assert load.spare()
+    for _ in range(40):
+        _asking(load, clock, 2e-3)  # a burst of calls ...
+        clock.now += lookout.LOAD_EVERY_S  # ... a pause, other work ...
+        machine.runnable = 9  # ... still finishing at the burst's first call
+        load.spare()
+        machine.runnable = 2
+    assert load.busy == 0.0
+    assert load.spare()
+
+
+def test_a_process_that_asks_only_after_pauses_is_still_sampled() -> None:
+    clock, machine = _Clock(), _Machine(runnable=9)
+    load = machine.load(clock)
+    for _ in range(300):
+        clock.now += 5e-3  # e.g. one large copy every 5 ms: sampled every STALE_S
+        load.spare()
+    assert load.busy > 0.9
+    assert not load.spare()
 
 
 @pytest.mark.parametrize("window_s", [WINDOW, 3e-3, 2 * lookout.CREDIT_MAX_S])
