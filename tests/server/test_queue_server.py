@@ -6,6 +6,8 @@ tells the lookout every wait."""
 from __future__ import annotations
 
 import contextvars
+import mmap
+import resource
 import select
 import tempfile
 import threading
@@ -360,3 +362,30 @@ def test_a_batched_queues_work_left_runs_before_the_next_queues_turn(sock_dir: P
         for q in (q0, q1, q2):
             q.stop()
         until(lambda: len(ended) >= 3, "the three queues' ends", _BOUND_S)
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MAP_POPULATE"), reason="mapping a region populated needs MAP_POPULATE")
+def test_both_ends_map_the_region_with_its_pages_at_once(sock_dir: Path) -> None:
+    """Issue #27: a fresh ring's first lap page-faulted on each side on every 4 KiB a mid-size
+    packet crossed. Both ends map the region populated, so writing through all of it faults
+    (almost) nothing — lazily mapped, it faults once per page."""
+    ring = 256 * fastring.MIN_RING_BYTES  # 1 MiB rings: 512 pages of data per end
+    pages = fastring.region_bytes(ring) // mmap.PAGESIZE
+    queue = FastQueue.create(sock_dir, "p", ring)
+    handing = threading.Thread(target=queue.hand_over, args=(_BOUND_S,))
+    handing.start()
+    mm, doorbell = _collect(str(queue.socket_path), queue.token, ring)
+    handing.join(_BOUND_S)
+    try:
+        server_mm = queue._mm
+        assert server_mm is not None
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for region in (mm, server_mm):
+            for at in range(fastring.DATA_OFFSET, len(region), mmap.PAGESIZE):
+                region[at] = 1
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        assert faults < pages // 8, f"{faults} page faults writing two populated mappings of {pages} pages each"
+    finally:
+        doorbell.close()
+        mm.close()
+        queue.close()
