@@ -91,7 +91,7 @@ class FastQueue:
             self._fds.append(memfd)
             os.ftruncate(memfd, fastring.region_bytes(ring_bytes))
             fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-            self._mm = fastring.map_region(memfd, fastring.region_bytes(ring_bytes))
+            self._mm = mmap.mmap(memfd, fastring.region_bytes(ring_bytes))
             fastring.write_region_header(self._mm, ring_bytes)
             req_r, req_w = nonblocking_pipe()
             res_r, res_w = nonblocking_pipe()

@@ -66,7 +66,7 @@ def _collect(path: str, token: bytes, ring_bytes: int) -> tuple[mmap.mmap, Doorb
         size = fastring.region_bytes(ring_bytes)
         if os.fstat(memfd).st_size != size or fcntl.fcntl(memfd, fcntl.F_GET_SEALS) & _SEALS != _SEALS:
             raise GeneralFailure("the fast burst region is not a sealed region of the announced size")
-        mm = fastring.map_region(memfd, size)
+        mm = mmap.mmap(memfd, size)
         os.close(memfd)
         fds = [req_w, res_r, res_w]
         try:
