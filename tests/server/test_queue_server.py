@@ -6,7 +6,10 @@ tells the lookout every wait."""
 from __future__ import annotations
 
 import contextvars
+import mmap
+import resource
 import select
+import sys
 import tempfile
 import threading
 import time
@@ -33,11 +36,11 @@ _BOUND_S = 10.0
 
 
 class _Client:
-    def __init__(self, mm: object, doorbell: Doorbell) -> None:
+    def __init__(self, mm: object, doorbell: Doorbell, ring: int = RING) -> None:
         self.mm = mm
         self.doorbell = doorbell
-        self.requests = fastring.Producer(mm, RING, True)  # type: ignore[arg-type]
-        self.results = fastring.Consumer(mm, RING, False, (fastring.RESULT,))  # type: ignore[arg-type]
+        self.requests = fastring.Producer(mm, ring, True)  # type: ignore[arg-type]
+        self.results = fastring.Consumer(mm, ring, False, (fastring.RESULT,))  # type: ignore[arg-type]
 
     def send(self, kind: int, payload: bytes) -> None:
         self.requests.write(kind, payload)
@@ -56,13 +59,13 @@ class _Client:
 
 
 @contextmanager
-def _queue(directory: Path) -> Iterator[tuple[FastQueue, _Client]]:
-    queue = FastQueue.create(directory, "t", RING)
+def _queue(directory: Path, ring: int = RING) -> Iterator[tuple[FastQueue, _Client]]:
+    queue = FastQueue.create(directory, "t", ring)
     handing = threading.Thread(target=queue.hand_over, args=(_BOUND_S,))
     handing.start()
-    mm, doorbell = _collect(str(queue.socket_path), queue.token, RING)
+    mm, doorbell = _collect(str(queue.socket_path), queue.token, ring)
     handing.join(_BOUND_S)
-    client = _Client(mm, doorbell)
+    client = _Client(mm, doorbell, ring)
     try:
         yield queue, client
     finally:
@@ -74,10 +77,10 @@ def _queue(directory: Path) -> Iterator[tuple[FastQueue, _Client]]:
 
 
 @contextmanager
-def _queues(directory: Path, count: int) -> Iterator[list[tuple[FastQueue, _Client]]]:
-    """``count`` queues (``_queue``), closed in reverse order."""
+def _queues(directory: Path, count: int, ring: int = RING) -> Iterator[list[tuple[FastQueue, _Client]]]:
+    """``count`` queues (``_queue``) of ``ring``-byte rings, closed in reverse order."""
     with ExitStack() as stack:
-        yield [stack.enter_context(_queue(directory)) for _ in range(count)]
+        yield [stack.enter_context(_queue(directory, ring)) for _ in range(count)]
 
 
 @pytest.fixture
@@ -360,3 +363,33 @@ def test_a_batched_queues_work_left_runs_before_the_next_queues_turn(sock_dir: P
         for q in (q0, q1, q2):
             q.stop()
         until(lambda: len(ended) >= 3, "the three queues' ends", _BOUND_S)
+
+
+def _touch_faults(*regions: mmap.mmap) -> int:
+    """Page faults writing one byte into every page of ``regions`` past the indexes."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for region in regions:
+        for at in range(fastring.DATA_OFFSET, len(region), mmap.PAGESIZE):
+            region[at] = 1
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_POPULATE_WRITE is Linux's")
+def test_the_first_large_packet_maps_each_ends_region_at_once(sock_dir: Path) -> None:
+    """Issue #27: a fresh ring's first lap page-faulted on every 4 KiB a mid-size packet crossed,
+    on each side. The first packet of DIRECT_BYTES or more a side writes or reads faults in that
+    side's whole mapping at once (a queue of small packets touches only its few pages), so
+    writing through all of both mappings afterwards faults (almost) nothing — lazily, it faults
+    once per page."""
+    ring = 256 * fastring.MIN_RING_BYTES  # 1 MiB rings: 513 pages per mapping
+    pages = fastring.region_bytes(ring) // mmap.PAGESIZE
+    with _queues(sock_dir, 2, ring) as ((small_q, small), (queue, client)):
+        small.send(fastpacket.CALL, b"small")
+        assert small_q.next_packet(_refuse) == (fastpacket.CALL, b"small")
+        client.send(fastpacket.CALL, bytes(fastring.DIRECT_BYTES))  # the client's producer populates
+        packet = queue.next_packet(_refuse)  # read in place: the server's consumer populates
+        assert packet is not None and len(packet[1]) == fastring.DIRECT_BYTES
+        assert small.mm is not None and client.mm is not None and queue._mm is not None
+        assert _touch_faults(client.mm, queue._mm) < pages // 8  # type: ignore[arg-type]
+        assert _touch_faults(small.mm) >= pages // 2  # type: ignore[arg-type]  # small packets only: lazily
+        queue.answer(fastring.RESULT, b"done", lambda status, message: b"")
