@@ -223,6 +223,20 @@ def ones(shape: tuple[int, ...] = (2, 4)) -> np.ndarray:
     return np.ones(shape, np.float32)
 
 
+def settled_bytes_in_use(device: Device, expected: int, within_s: float = 5.0) -> int:
+    """``device``'s ``bytes_in_use`` once it equals ``expected``, or what it reads after
+    ``within_s`` seconds. A run's charge is given back just after its answer ("answer first,
+    account after", docs/same-host.md): a stats call that overtakes that step on a loaded
+    machine sees the last execution's request data still charged for a moment. A leak, or a
+    charge given back twice, never settles at ``expected``: the caller's equality still fails."""
+    end = time.monotonic() + within_s
+    used: int = device.stats()["bytes_in_use"]
+    while used != expected and time.monotonic() < end:
+        time.sleep(0.02)
+        used = device.stats()["bytes_in_use"]
+    return used
+
+
 def inline_data(pool: MemoryPool) -> PoolData:
     """The bytes of ``pool``, which the test expects to be inline."""
     assert isinstance(pool, InlinePool), pool

@@ -17,7 +17,7 @@ from nnhal.core.enums import ErrorStatus, OperandType as T, OperationType as O
 from nnhal.core.errors import MissedDeadlinePersistent, ResourceExhaustedPersistent, ResourceExhaustedTransient
 from nnhal.core.types import Model
 from nnhal.testing import LocalServer
-from tests.conftest import one_io_request, relu_chain
+from tests.conftest import one_io_request, relu_chain, settled_bytes_in_use
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +58,7 @@ def test_amplification_is_refused_before_it_allocates() -> None:
         assert peak < before + limit + SLACK, f"peak RSS {peak / MIB:.0f} MiB, {before / MIB:.0f} MiB at start"
         queue = dev.remote.same_host  # its rings are this session's while it lives
         rings = queue.ring_bytes if queue is not None else 0
-        assert dev.stats()["bytes_in_use"] == rings  # every reservation given back
+        assert settled_bytes_in_use(dev, rings) == rings  # every reservation given back
 
 
 def test_an_execution_without_deadline_ends_at_the_server_maximum() -> None:
