@@ -237,6 +237,21 @@ def settled_bytes_in_use(device: Device, expected: int, within_s: float = 5.0) -
     return used
 
 
+def steady_bytes_in_use(device: Device, steady_s: float = 0.1, within_s: float = 5.0) -> int:
+    """``device``'s ``bytes_in_use`` once it has read the same for ``steady_s`` seconds (or its
+    last read after ``within_s``): a baseline taken just after an execution, whose charge may
+    still be on its way back (``settled_bytes_in_use``)."""
+    end = time.monotonic() + within_s
+    used: int = device.stats()["bytes_in_use"]
+    since = time.monotonic()
+    while time.monotonic() < end and time.monotonic() - since < steady_s:
+        time.sleep(0.02)
+        now: int = device.stats()["bytes_in_use"]
+        if now != used:
+            used, since = now, time.monotonic()
+    return used
+
+
 def inline_data(pool: MemoryPool) -> PoolData:
     """The bytes of ``pool``, which the test expects to be inline."""
     assert isinstance(pool, InlinePool), pool

@@ -24,7 +24,7 @@ from nnhal.client.remote import DEATH_DETECTION_BOUND_S
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject
 from nnhal.testing.local_server import LocalServer
-from tests.conftest import Connector, add_model, holding_client, ones, settled_bytes_in_use
+from tests.conftest import Connector, add_model, holding_client, ones, settled_bytes_in_use, steady_bytes_in_use
 
 pytestmark = pytest.mark.integration
 
@@ -332,6 +332,7 @@ def test_client_killed_mid_execution(server: LocalServer, device: Device, client
     with device.prepare_model_sync(add_model()) as pm:  # this session's same-host queue, if any, opens now
         pm.execute([ones(), ones()])
     before = device.stats()
+    held = steady_bytes_in_use(device)  # that execution's charge given back (answer first, account after)
     proc = subprocess.Popen(
         [sys.executable, "-c", _BUSY_CLIENT[client], server.address], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
@@ -354,7 +355,7 @@ def test_client_killed_mid_execution(server: LocalServer, device: Device, client
         t1 = time.monotonic()  # the orphaned execution ends; its memory is not given back twice
         while device.stats()["queue_depth"] and time.monotonic() - t1 < 6.0:
             time.sleep(0.05)
-        assert settled_bytes_in_use(device, before["bytes_in_use"]) == before["bytes_in_use"]
+        assert settled_bytes_in_use(device, held) == held
     finally:
         if proc.poll() is None:
             proc.kill()
