@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -229,11 +230,9 @@ def settled_bytes_in_use(device: Device, expected: int, within_s: float = 5.0) -
     account after", docs/same-host.md): a stats call that overtakes that step on a loaded
     machine sees the last execution's request data still charged for a moment. A leak, or a
     charge given back twice, never settles at ``expected``: the caller's equality still fails."""
-    end = time.monotonic() + within_s
+    with contextlib.suppress(AssertionError):  # not settled in time: the caller's assert says so
+        until(lambda: device.stats()["bytes_in_use"] == expected, "bytes_in_use to settle", within_s, 0.02)
     used: int = device.stats()["bytes_in_use"]
-    while used != expected and time.monotonic() < end:
-        time.sleep(0.02)
-        used = device.stats()["bytes_in_use"]
     return used
 
 
