@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from nnhal.client.outcome import ExecutionOutcome
-from nnhal.core import fastpacket
+from nnhal.core import fastpacket, wire_stream
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, InvalidArgument
 from nnhal.core.operand_types import DTYPE, INFO
@@ -76,7 +76,18 @@ class _Plan:
     the request's arguments and output pool, where each output sits, and the compact-call
     layout of the same-host queue (``compact``: the pools' lengths and sizes it carries)."""
 
-    __slots__ = ("_decoding", "compact", "inputs", "layout", "output_pool", "outputs", "pads", "spacers", "template")
+    __slots__ = (
+        "_decoding",
+        "compact",
+        "encoded_sizes",
+        "inputs",
+        "layout",
+        "output_pool",
+        "outputs",
+        "pads",
+        "spacers",
+        "template",
+    )
 
     def __init__(
         self,
@@ -109,6 +120,11 @@ class _Plan:
         self.layout = layout
         sizes = ((input_bytes, input_bytes), (0, output_pool.size))
         self.compact = fastpacket.Planned((inputs, outputs, sizes), input_bytes)
+        #: Each pool's (data bytes, declared size) for a message written as bytes
+        #: (``RemoteSession.execute_encoded``'s ``sizes``); None when a pool is worth streaming
+        #: (the rule reads declared sizes only).
+        worth = wire_stream.pools_worth_streaming((InlinePool(b"", input_bytes), output_pool))
+        self.encoded_sizes = None if worth else sizes
         #: The last answer's output shapes (a queue's answer reader hands back the same tuple
         #: for an answer like the last; ``wire`` the same shape objects), its pool's length, and
         #: how the outputs read.

@@ -176,6 +176,7 @@ class PreparedModel(Releasable):
                         plan.outputs,
                         plan.pools(parts),
                         ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns),
+                        plan.encoded_sizes,
                     )
                 if result is not None:
                     settled = settle(plan, result)

@@ -173,13 +173,19 @@ class SessionChannel:
         try:
             return fn()
         except grpc.RpcError as err:
-            mapped = map_rpc_error(err, had_deadline=had_deadline, what=what)
-            if isinstance(mapped, DeadObject):
-                self._monitor.declare_dead(mapped.message)
-            raise tag_request_id(mapped, request_id) from err
+            raise self.failed(err, what, had_deadline, request_id) from err
         except HalError as err:
             tag_request_id(err, request_id)
             raise
+
+    def failed(self, err: grpc.RpcError, what: str, had_deadline: bool, request_id: str) -> HalError:
+        """The HAL error a call's transport failure ``err`` is raised as (from ``err``), tagged
+        with ``request_id``; a death declared (:meth:`invoke`'s, or a caller's catching it
+        itself)."""
+        mapped = map_rpc_error(err, had_deadline=had_deadline, what=what)
+        if isinstance(mapped, DeadObject):
+            self._monitor.declare_dead(mapped.message)
+        return tag_request_id(mapped, request_id)
 
     def check(self, what: str = "call") -> None:
         """Raise DEAD_OBJECT if the server is known dead, GENERAL_FAILURE once closed."""
@@ -206,7 +212,14 @@ class SessionChannel:
             )
             if carried is not None:
                 return carried[0]
-        return self.invoke(partial(rpc, request, timeout=limit, metadata=md), what, timeout is not None, md[0][1])
+        # :meth:`invoke`'s steps, without a partial of the call made for it.
+        try:
+            return rpc(request, timeout=limit, metadata=md)
+        except grpc.RpcError as err:
+            raise self.failed(err, what, timeout is not None, md[0][1]) from err
+        except HalError as err:
+            tag_request_id(err, md[0][1])
+            raise
 
     def run(self, call: calls.Call[T]) -> T:
         """Drive a HAL call (:mod:`nnhal.client.remote.calls`) on this session's one call path."""

@@ -22,6 +22,7 @@ bytes around a bytes field's contents. Any other answer is parsed by protobuf an
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from nnhal.core import wire_deadline, wire_request, wire_result
@@ -57,6 +58,8 @@ _REMAINING = b"\x10"  # Deadline.remaining_ns = 2
 _EXECUTE = b"\x1a"  # BurstRequest.execute = 3
 
 _MEASURE_YES = _MEASURE + bytes([int(MeasureTiming.YES)])
+#: An inline pool's data.
+_DATA_OF = attrgetter("data")
 
 
 #: Serialized arguments by their fields (``types.arguments_key``): a few layouts repeat.
@@ -200,23 +203,31 @@ def execute_bytes(
     loop_timeout_ns: int,
     profile: bool,
     burst: bool = False,
+    sizes: tuple[tuple[int, int], ...] | None = None,
 ) -> bytes | None:
     """The serialized ExecuteRequest of ``head`` (:func:`head_bytes`), ``args``
     (:func:`args_bytes`) and ``pools``, with its deadline ``remaining_s`` seconds away (None:
     none; saturated as ``wire_deadline.deadline_to`` does); None when a pool is not inline. Raises
     InvalidArgument for a NaN deadline (as ``wire_deadline.deadline_to``). The bytes around the pools'
     data are made once per layout (:func:`_layout`). ``burst``: framed as a ``BurstRequest``
-    carrying it (:func:`_burst_head`), written in the same pass."""
-    sizes: list[tuple[int, int]] = []
-    datas: list[PoolData] = []
-    for pool in pools:
-        if type(pool) is not InlinePool:
-            return None
-        data = pool.data
-        n = len(data) if type(data) is bytes else memoryview(data).nbytes
-        datas.append(data)
-        sizes.append((n, pool.size))
-    key = tuple(sizes)
+    carrying it (:func:`_burst_head`), written in the same pass. ``sizes``: each pool's (data
+    bytes, declared size) when the caller knows them (every pool inline: a numpy plan's), not
+    found again."""
+    datas: list[PoolData]
+    if sizes is None:
+        found: list[tuple[int, int]] = []
+        datas = []
+        for pool in pools:
+            if type(pool) is not InlinePool:
+                return None
+            data = pool.data
+            n = len(data) if type(data) is bytes else memoryview(data).nbytes
+            datas.append(data)
+            found.append((n, pool.size))
+        key = tuple(found)
+    else:
+        key = sizes
+        datas = list(map(_DATA_OF, pools))  # read in C
     layout = _LAST_LAYOUT  # read by index: a named field of a NamedTuple is a slower look-up
     if layout is None or layout[2] != (head, args, key):  # compared in C, the same bytes by identity
         layout = _layout(head, args, key)

@@ -136,11 +136,13 @@ def execute_request_bytes(
     pools: Sequence[MemoryPool],
     options: ExecutionOptions,
     burst: bool = False,
+    sizes: tuple[tuple[int, int], ...] | None = None,
 ) -> tuple[bytes, float | None] | None:
     """:func:`execute_request` written as bytes (``encoded.execute_bytes``) for the request of
     these arguments and pools, and its gRPC timeout; None — the caller builds the message —
     for a pool that is not inline. The sync and the asyncio sessions' encoded executions and
-    both clients' bursts alike (``burst``: framed as a BurstRequest)."""
+    both clients' bursts alike (``burst``: framed as a BurstRequest). ``sizes``: the pools'
+    (data bytes, declared size) when the caller knows them (``encoded.execute_bytes``)."""
     remaining = remaining_time(options.timeout, options.deadline_at)
     raw = encoded.execute_bytes(
         encoded.head_bytes(session, handle),
@@ -151,6 +153,7 @@ def execute_request_bytes(
         options.loop_timeout_ns,
         options.profile,
         burst,
+        sizes,
     )
     return None if raw is None else (raw, grpc_timeout(remaining))
 

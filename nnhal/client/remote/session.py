@@ -198,16 +198,20 @@ class RemoteSession(SessionChannel):
         outputs: tuple[RequestArgument, ...],
         pools: tuple[MemoryPool, ...],
         options: ExecutionOptions,
+        sizes: tuple[tuple[int, int], ...] | None = None,
     ) -> ExecutionResult | None:
         """:meth:`execute` of the request of these arguments and pools, its message written
         as bytes (:mod:`.encoded`) for a layout the caller runs again and again; None — nothing
         sent — when it takes another way there (the same-host queue, a streamed execution, a
-        pool that is not inline): the caller then calls :meth:`execute`."""
+        pool that is not inline): the caller then calls :meth:`execute`. ``sizes``: each pool's
+        (data bytes, declared size) when the caller knows them — every pool inline, none worth
+        streaming (``wire_stream.pools_worth_streaming``): a numpy plan's, found once — not
+        found again."""
         if self._queue is not None:
             return None
-        if wire_stream.pools_worth_streaming(pools):
+        if sizes is None and wire_stream.pools_worth_streaming(pools):
             return None
-        encoded = execute_request_bytes(self._session_id, handle, inputs, outputs, pools, options)
+        encoded = execute_request_bytes(self._session_id, handle, inputs, outputs, pools, options, False, sizes)
         if encoded is None:
             return None
         raw, timeout = encoded

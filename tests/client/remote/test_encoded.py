@@ -9,9 +9,11 @@ import dataclasses
 import math
 from typing import cast
 
+import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
 
+from nnhal.client.numpy_io import NumpyIO
 from nnhal.client.remote import encoded
 from nnhal.client.remote.messages import ExecutionOptions, execute_request
 from nnhal.core import wire_request, wire_result, wire_stream
@@ -26,6 +28,7 @@ from nnhal.core.types import (
     SharedMemoryPool,
 )
 from nnhal.proto import service_pb2 as spb, types_pb2 as pb
+from tests.conftest import add_model
 
 INPUTS = (
     RequestArgument(location=DataLocation(0, 0, 32), dimensions=(2, 4)),
@@ -72,6 +75,33 @@ def test_the_bytes_are_the_message_built_field_by_field(options: ExecutionOption
             assert got == expected
         else:
             assert raw == expected.SerializeToString()
+
+
+def test_pools_of_sizes_known_are_written_as_pools_whose_sizes_are_found() -> None:
+    head = encoded.head_bytes("s", "pm")
+    args = encoded.args_bytes(INPUTS, OUTPUTS)
+    for pools in [*_pools(), ()]:
+        sizes = tuple((memoryview(p.data).nbytes, p.size) for p in pools)
+        for burst in (False, True):
+            found = encoded.execute_bytes(head, args, pools, True, None, 7, False, burst)
+            assert found is not None
+            assert encoded.execute_bytes(head, args, pools, True, None, 7, False, burst, sizes) == found
+
+
+def test_a_numpy_plans_sizes_are_its_pools_unless_worth_streaming() -> None:
+    for n in (8, wire_stream.STREAM_MIN_BYTES // 4):
+        a = np.ones((n,), np.float32)
+        io = NumpyIO(add_model((n,)))
+        io.request([a, a], None)  # planned
+        planned = io.planned([a, a])
+        assert planned is not None
+        plan, parts = planned
+        pools = plan.pools(parts)
+        if wire_stream.pools_worth_streaming(pools):
+            assert plan.encoded_sizes is None
+        else:
+            assert plan.encoded_sizes == tuple((memoryview(p.data).nbytes, p.size) for p in pools)
+    assert plan.encoded_sizes is None  # the last: 2 x 2 MiB of inputs
 
 
 def test_a_burst_request_carries_the_execution() -> None:
