@@ -14,11 +14,11 @@ The same wrapper publishes the call's fault scope (``faults.note_scope``), which
 fault schedule decides by; a direct handler (``direct``), made for one device, only when that
 device's plan is seeded (``FaultPlan.seeded``).
 
-Cost per call: one read of the metadata, two scans of it (one without a seeded plan; the id's
-is a dict made of it in C) and one or two context-variable sets (in the call's own task: nothing
-to clear). Not an aio interceptor: grpc.aio runs interceptors as a chain of coroutines at every
-call, before the handler lookup; wrapping the handlers once, when they are registered, costs
-nothing per call beyond the id itself.
+Cost per call: one read of the metadata, two scans of it (one without a seeded plan) and one or
+two context-variable sets (in the call's own task: nothing to clear). Not an aio interceptor:
+grpc.aio runs interceptors as a chain of coroutines at every call, before the handler lookup;
+wrapping the handlers once, when they are registered, costs nothing per call beyond the id
+itself.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import itertools
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextvars import ContextVar
 from typing import Any
 
@@ -52,11 +52,12 @@ def request_id(context: aio.ServicerContext[Any, Any]) -> str:
     return _id_of(context.invocation_metadata() or ())
 
 
-def _id_of(metadata: Sequence[tuple[str, object]]) -> str:
-    # The key's first entry (a dict of the entries reversed keeps each key's first), found in C.
-    value = dict(reversed(metadata)).get(KEY)
-    if isinstance(value, str) and _SANE.fullmatch(value):
-        return value
+def _id_of(metadata: Collection[tuple[str, object]]) -> str:
+    for key, value in metadata:
+        if key == KEY:
+            if isinstance(value, str) and _SANE.fullmatch(value):
+                return value
+            break
     return f"{_PREFIX}-{next(_COUNTER):x}"
 
 

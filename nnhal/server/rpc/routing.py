@@ -89,9 +89,10 @@ class DeviceRouter(grpc.GenericRpcHandler):
         self._default = default
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        # The key's last entry (a dict of the entries keeps each key's last), found in C.
-        value = dict(handler_call_details.invocation_metadata or ()).get(DEVICE_METADATA)
-        name = self._default if value is None else value if isinstance(value, str) else value.decode(errors="replace")
+        name = self._default
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == DEVICE_METADATA:
+                name = value if isinstance(value, str) else value.decode(errors="replace")
         method = handler_call_details.method
         table = self._tables.get(name)
         if table is not None:

@@ -1,5 +1,5 @@
 """The reads of a call's metadata on every call: its request id (the key's first entry) and
-its device (the key's last entry), found by a dict made of the entries."""
+its device (the key's last entry)."""
 
 from __future__ import annotations
 
