@@ -22,7 +22,6 @@ bytes around a bytes field's contents. Any other answer is parsed by protobuf an
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from operator import attrgetter
 from typing import Any, NamedTuple
 
 from nnhal.core import wire_deadline, wire_request, wire_result
@@ -58,8 +57,6 @@ _REMAINING = b"\x10"  # Deadline.remaining_ns = 2
 _EXECUTE = b"\x1a"  # BurstRequest.execute = 3
 
 _MEASURE_YES = _MEASURE + bytes([int(MeasureTiming.YES)])
-#: An inline pool's data.
-_DATA_OF = attrgetter("data")
 
 
 #: Serialized arguments by their fields (``types.arguments_key``): a few layouts repeat.
@@ -227,7 +224,9 @@ def execute_bytes(
         key = tuple(found)
     else:
         key = sizes
-        datas = list(map(_DATA_OF, pools))  # read in C
+        datas = []
+        for pool in pools:
+            datas.append(pool.data)
     layout = _LAST_LAYOUT  # read by index: a named field of a NamedTuple is a slower look-up
     if layout is None or layout[2] != (head, args, key):  # compared in C, the same bytes by identity
         layout = _layout(head, args, key)

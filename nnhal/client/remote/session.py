@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any, TypeVar
 
 import grpc
@@ -302,8 +301,11 @@ class RemoteSession(SessionChannel):
         with stream.lock:
             self._monitor.check()
             stream.requests.put(data)
+            # ``invoke``'s steps, without a partial of the read made for it.
             try:
-                response = self.invoke(partial(next, stream.responses, None), "burst", had_deadline=False)
+                response = next(stream.responses, None)
+            except grpc.RpcError as err:
+                return failed_result(self.failed(err, "burst", False, ""))
             except HalError as err:
                 return failed_result(err)
         if response is None:  # the server ended the stream: a refusal past its cap, or a drain
