@@ -208,8 +208,7 @@ def execute_bytes(
     InvalidArgument for a NaN deadline (as ``wire_deadline.deadline_to``). The bytes around the pools'
     data are made once per layout (:func:`_layout`). ``burst``: framed as a ``BurstRequest``
     carrying it (:func:`_burst_head`), written in the same pass. ``sizes``: each pool's (data
-    bytes, declared size) when the caller knows them (every pool inline: a numpy plan's), not
-    found again."""
+    bytes, declared size) when the caller knows them (a numpy plan's), not found again."""
     datas: list[PoolData]
     if sizes is None:
         found: list[tuple[int, int]] = []
@@ -226,6 +225,8 @@ def execute_bytes(
         key = sizes
         datas = []
         for pool in pools:
+            if type(pool) is not InlinePool:
+                return None
             datas.append(pool.data)
     layout = _LAST_LAYOUT  # read by index: a named field of a NamedTuple is a slower look-up
     if layout is None or layout[2] != (head, args, key):  # compared in C, the same bytes by identity

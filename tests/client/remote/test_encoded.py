@@ -174,6 +174,8 @@ def test_a_pool_that_is_not_inline_is_left_to_the_message() -> None:
     args = encoded.args_bytes(INPUTS, OUTPUTS)
     for pool in (BufferTokenPool(3), SharedMemoryPool("file", "nnhal-x", 0, 64)):
         assert encoded.execute_bytes(b"", args, (InlinePool(b"", 8), pool), False, None, 0, False) is None
+        sizes = ((0, 8), (0, 64))  # sizes given do not make a pool inline
+        assert encoded.execute_bytes(b"", args, (InlinePool(b"", 8), pool), False, None, 0, False, False, sizes) is None
 
 
 def test_a_nan_deadline_is_refused_as_the_message_refuses_it() -> None:
