@@ -79,10 +79,12 @@ class RequestPlan:
         "_outputs",
         "_shapes",
         "_targets",
+        "_views",
         "_whole",
         "filled",
         "overrides",
         "pool_bytes",
+        "receives",
         "sizes",
         "writable",
     )
@@ -96,7 +98,16 @@ class RequestPlan:
         #: The pools' sizes together (what a request of this layout carries when all are inline).
         self.pool_bytes = sum(self.sizes)
         self.writable = output_pools(request)
+        #: Per pool, whether it receives outputs (``writable``, pool by pool: what a binding of
+        #: the layout's inline pools hands ``memory.bind_inline`` for each).
+        self.receives = tuple(i in self.writable for i in range(len(self.sizes)))
         self._inputs = tuple(_plan_input(op, arg) for op, arg in zip(inputs, request.inputs))
+        #: Every input with a value and at least one element: their shapes, dtypes, pools and
+        #: offsets, column by column, for ``bind_inputs`` to make the arrays with no Python
+        #: step per input (None: some input is omitted or empty, and is viewed one at a time).
+        self._views: tuple[tuple[object, ...], ...] | None = None
+        if all(i is not None and i.count for i in self._inputs):
+            self._views = tuple(zip(*((i.shape, i.dtype, i.pool, i.offset) for i in self._inputs if i is not None)))
         users: dict[int, int] = {}
         for a in (*request.inputs, *request.outputs):
             if not a.has_no_value:
@@ -139,6 +150,10 @@ class RequestPlan:
         # A loop, not a comprehension: on every execution's path, where a comprehension's own
         # call costs as much as the one or two arrays it makes.
         nd = np.ndarray
+        views = self._views
+        if views:  # every input a non-empty array: made by ``map``, no Python step per input
+            shapes, dtypes, pools, offsets = views
+            return list(map(nd, shapes, dtypes, map(buffers.__getitem__, pools), offsets))
         arrays: list[np.ndarray | None] = []
         for i in self._inputs:
             if i is None:
