@@ -27,9 +27,11 @@ Contracts:
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, setitem
 
 import numpy as np
 
@@ -39,6 +41,8 @@ ALIGN = 64
 KEPT = 4
 #: An input's (shape, dtype) (``Arena.load``).
 _SHAPE_DTYPE = attrgetter("shape", "dtype")
+#: Runs an iterator to its end, keeping nothing (``Arena.load``).
+_consume = deque(maxlen=0).extend
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +148,8 @@ class Arena:
                     return False
             except AttributeError:
                 return False
-            for view, value in zip(self._views, inputs):
-                view[...] = value
+            # ``view[...] = value`` for each, by ``map``: no Python step per input.
+            _consume(map(setitem, self._views, repeat(Ellipsis), inputs))
             return True
         for n, view, shape, dtype in self._loads:
             value = inputs[n]
