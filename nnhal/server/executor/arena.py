@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter, setitem
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,9 @@ KEPT = 4
 #: An input's (shape, dtype) (``Arena.load``).
 _SHAPE_DTYPE = attrgetter("shape", "dtype")
 #: Runs an iterator to its end, keeping nothing (``Arena.load``).
-_consume = deque(maxlen=0).extend
+#: ``view[...] = value`` (``Arena.load``'s ``map``).
+_SET: Callable[[Any, Any, Any], None] = setitem
+_consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +152,7 @@ class Arena:
             except AttributeError:
                 return False
             # ``view[...] = value`` for each, by ``map``: no Python step per input.
-            _consume(map(setitem, self._views, repeat(Ellipsis), inputs))
+            _consume(map(_SET, self._views, repeat(Ellipsis), inputs))
             return True
         for n, view, shape, dtype in self._loads:
             value = inputs[n]
