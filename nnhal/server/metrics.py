@@ -387,6 +387,11 @@ class DeviceMetrics:
         """Count one execution launched over ``transport`` (one of ``TRANSPORTS``)."""
         self._by_transport[transport].increment()
 
+    def execution_counts(self) -> dict[str, Callable[[], object]]:
+        """Per transport, what counts one execution launched over it (``execution``, resolved:
+        one C call)."""
+        return {t: c.increment for t, c in self._by_transport.items()}
+
     def executions_by_transport(self) -> dict[str, int]:
         """The executions counted so far, by transport (every one of ``TRANSPORTS``)."""
         return {t: count.value for t, count in self._by_transport.items()}
