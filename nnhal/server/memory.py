@@ -108,7 +108,7 @@ class BoundPools:
         (as a read-only view of its buffer, which nothing writes once the execution ended —
         an answer's writer copies it once, into its message or ring; a pool an output filled
         whole is already bytes)."""
-        if not self._stored:
+        if self._shared and not self._stored:  # else nothing to write back: an inline request's
             self._stored = True
             try:
                 for p in self._shared:
@@ -136,7 +136,7 @@ class BoundPools:
         """Read the shared pools' bytes into their staging buffers, once (INVALID_ARGUMENT
         when a region shrank). Called when the execution starts, not at launch: a fenced
         execution reads what the executions it waited for wrote."""
-        if self._loaded:
+        if self._loaded or not self._shared:  # nothing to read: an inline request's, on every execution's path
             return
         self._loaded = True
         for p in self._shared:

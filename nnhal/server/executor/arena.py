@@ -140,12 +140,11 @@ class Arena:
         """Copy each model input that has a buffer into it; False (the arena's buffers then hold
         nothing the caller may rely on) when one is missing or not of its buffer's shape and
         dtype (then the execution cannot run on fixed arrays)."""
-        if len(inputs) != len(self.inputs):
-            return False
         signature = self._signature
         if signature is not None:
             # Every input has a buffer: the (shape, dtype) pairs compared whole, as below (a
-            # tuple compares its items by identity, then ``==``); None has no shape.
+            # tuple compares its items by identity, then ``==``; one of another length differs);
+            # None has no shape.
             try:
                 if tuple(map(_SHAPE_DTYPE, inputs)) != signature:
                     return False
@@ -154,6 +153,8 @@ class Arena:
             # ``view[...] = value`` for each, by ``map``: no Python step per input.
             _consume(map(_SET, self._views, repeat(Ellipsis), inputs))
             return True
+        if len(inputs) != len(self.inputs):
+            return False
         for n, view, shape, dtype in self._loads:
             value = inputs[n]
             if value is None or value.shape != shape or (value.dtype is not dtype and value.dtype != dtype):
