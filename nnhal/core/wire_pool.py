@@ -8,7 +8,6 @@ raises InvalidArgument naming the pool for one with no content or token 0. State
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter, methodcaller
 from typing import Any
 
 from nnhal.core.errors import InvalidArgument
@@ -41,7 +40,9 @@ def memory_to(pool: InlinePool | SharedMemoryPool, msg: Any) -> None:
 def pool_from(msg: pb.MemoryPool, where: str) -> MemoryPool:
     which = msg.WhichOneof("pool")
     if which == "inline":
-        return InlinePool(*_inline_part(msg.inline))
+        data = msg.inline.data
+        size = max(msg.inline.size, len(data))
+        return InlinePool(data, size)
     if which == "shared":
         s = msg.shared
         return SharedMemoryPool(s.kind, s.name, s.offset, s.size)
@@ -52,24 +53,11 @@ def pool_from(msg: pb.MemoryPool, where: str) -> MemoryPool:
     raise InvalidArgument(f"{where}: memory pool has no content")
 
 
-def _inline_parts(inlines: Sequence[pb.InlineMemory]) -> list[tuple[bytes, int]]:
-    """Inline pools' bytes and sizes: each the size it declares, at least its bytes' length.
-    By ``map`` (no Python step per pool); each pool's ``data`` read once (a read makes a bytes
-    object of it)."""
-    datas = list(map(_DATA, inlines))
-    return list(zip(datas, map(max, map(_SIZE, inlines), map(len, datas))))
-
-
 def _inline_part(inline: pb.InlineMemory) -> tuple[bytes, int]:
-    """One inline pool's bytes and size (``_inline_parts``)."""
-    return _inline_parts((inline,))[0]
-
-
-_DATA = attrgetter("data")
-_SIZE = attrgetter("size")
-_INLINE = attrgetter("inline")
-#: Whether a pool message is inline.
-_IS_INLINE = methodcaller("HasField", "inline")
+    """An inline pool's bytes and size: the size it declares, at least its bytes' length."""
+    data = inline.data
+    size = inline.size
+    return data, size if size > len(data) else len(data)
 
 
 def request_pools_from(msgs: Sequence[pb.MemoryPool]) -> tuple[MemoryPool, ...]:
@@ -86,7 +74,10 @@ def request_pools_from(msgs: Sequence[pb.MemoryPool]) -> tuple[MemoryPool, ...]:
 def inline_pools_from(msgs: Sequence[pb.MemoryPool]) -> list[tuple[bytes, int]] | None:
     """Each pool's bytes and size (``wire_request.request_from`` makes an ``InlinePool`` of them) when every
     pool of ``msgs`` is inline; None when one is not."""
-    # By ``map``, no Python step per pool: on every execution's path.
-    if not all(map(_IS_INLINE, msgs)):
-        return None
-    return _inline_parts(list(map(_INLINE, msgs)))
+    # A loop, not a comprehension: on every execution's path.
+    parts: list[tuple[bytes, int]] = []
+    for p in msgs:
+        if not p.HasField("inline"):
+            return None
+        parts.append(_inline_part(p.inline))
+    return parts

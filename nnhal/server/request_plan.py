@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -43,10 +43,6 @@ from nnhal.server.memory import BoundPools
 CACHED_LAYOUTS = 8
 
 _BOOL_TYPES = (OperandType.TENSOR_BOOL8, OperandType.BOOL)
-#: An input array over its pool's bytes: ``np.ndarray(shape, dtype, buffer, offset)`` (``bind_inputs``).
-_ARRAY: Callable[[tuple[int, ...], np.dtype, bytes | bytearray | memoryview, int], np.ndarray | None] = np.ndarray
-#: The inputs' shapes, dtypes, pools and offsets, column by column (``RequestPlan._views``).
-_Views = tuple[tuple[tuple[int, ...], ...], tuple[np.dtype, ...], tuple[int, ...], tuple[int, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +79,10 @@ class RequestPlan:
         "_outputs",
         "_shapes",
         "_targets",
-        "_views",
         "_whole",
         "filled",
         "overrides",
         "pool_bytes",
-        "receives",
         "sizes",
         "writable",
     )
@@ -102,22 +96,7 @@ class RequestPlan:
         #: The pools' sizes together (what a request of this layout carries when all are inline).
         self.pool_bytes = sum(self.sizes)
         self.writable = output_pools(request)
-        #: Per pool, whether it receives outputs (``writable``, pool by pool: what a binding of
-        #: the layout's inline pools hands ``memory.bind_inline`` for each).
-        self.receives = tuple(i in self.writable for i in range(len(self.sizes)))
         self._inputs = tuple(_plan_input(op, arg) for op, arg in zip(inputs, request.inputs))
-        #: Every input with a value and at least one element: their shapes, dtypes, pools and
-        #: offsets, column by column, for ``bind_inputs`` to make the arrays with no Python
-        #: step per input (None: some input is omitted or empty, and is viewed one at a time).
-        self._views: _Views | None = None
-        views = [i for i in self._inputs if i is not None and i.count]
-        if views and len(views) == len(self._inputs):
-            self._views = (
-                tuple(i.shape for i in views),
-                tuple(i.dtype for i in views),
-                tuple(i.pool for i in views),
-                tuple(i.offset for i in views),
-            )
         users: dict[int, int] = {}
         for a in (*request.inputs, *request.outputs):
             if not a.has_no_value:
@@ -160,11 +139,6 @@ class RequestPlan:
         # A loop, not a comprehension: on every execution's path, where a comprehension's own
         # call costs as much as the one or two arrays it makes.
         nd = np.ndarray
-        views = self._views
-        if views is not None:  # every input a non-empty array: made by ``map``, no Python step per input
-            shapes, dtypes, pools, offsets = views
-            buffer: Callable[[int], bytes | bytearray | memoryview] = buffers.__getitem__
-            return list(map(_ARRAY, shapes, dtypes, map(buffer, pools), offsets))
         arrays: list[np.ndarray | None] = []
         for i in self._inputs:
             if i is None:

@@ -336,9 +336,7 @@ def test_output_places_are_made_only_for_a_graph_that_writes_into_them(
     assert bytes(result.output_pools[1]) == np.full(8, 4.0, np.float32).tobytes()
 
 
-def test_inputs_are_viewed_at_once_or_one_by_one_alike() -> None:
-    """Every input an array of elements: made together (``RequestPlan._views``); an omitted or
-    empty input: each viewed in turn — the same arrays either way."""
+def test_inputs_are_viewed_over_their_pools_and_an_omitted_one_is_none() -> None:
     data = np.arange(16, dtype=np.float32).tobytes()
     plan = _plan(_request())
     arrays = plan.bind_inputs([data, bytearray(N)])
@@ -353,7 +351,3 @@ def test_inputs_are_viewed_at_once_or_one_by_one_alike() -> None:
     arrays = _plan(omitted).bind_inputs([data, bytearray(N)])
     assert arrays[0] is None
     np.testing.assert_array_equal(arrays[1], np.arange(8, 16, dtype=np.float32).reshape(2, 4))
-
-
-def test_a_plan_tells_which_pools_receive_outputs_pool_by_pool() -> None:
-    assert _plan(_request()).receives == (False, True)

@@ -29,9 +29,7 @@ bound (a ``Binder``).
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from itertools import count, repeat
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -231,21 +229,18 @@ def _bind_parts(
     buffer of its pool's size); None when their sizes are not ``plan``'s (``RequestPlan.fits``),
     or they declare more than travels inline (``bind_pools`` refuses it before it allocates:
     the full path words it)."""
-    sizes = plan.sizes
-    if tuple(map(_SIZE, pools)) != sizes or plan.pool_bytes > wire.max_inline_bytes():
+    if tuple(map(_SIZE, pools)) != plan.sizes or plan.pool_bytes > wire.max_inline_bytes():
         return None
     bound = BoundPools()
-    # ``bind_inline`` for each pool, in order, by ``map`` (no Python step per pool of its own).
-    _consume(map(bind_inline, repeat(bound), count(), map(_DATA, pools), sizes, plan.receives))
+    writable = plan.writable
+    for i, (data, size) in enumerate(pools):
+        bind_inline(bound, i, data, size, i in writable)
     bound.data_bytes = plan.pool_bytes
     return bound
 
 
-#: An inline pool part's bytes and size (``_bind_parts``).
-_DATA = itemgetter(0)
+#: An inline pool part's size (``_bind_parts``).
 _SIZE = itemgetter(1)
-#: Runs an iterator to its end, keeping nothing (``_bind_parts``).
-_consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
 
 
 #: How a lean launch binds its call's pools (:func:`launch_inline`'s ``bind``): from what the call

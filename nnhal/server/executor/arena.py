@@ -27,12 +27,8 @@ Contracts:
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import attrgetter, setitem
-from typing import Any
 
 import numpy as np
 
@@ -40,12 +36,6 @@ import numpy as np
 ALIGN = 64
 #: Idle arenas a pool keeps; executions beyond that many at once allocate one and drop it.
 KEPT = 4
-#: An input's (shape, dtype) (``Arena.load``).
-_SHAPE_DTYPE = attrgetter("shape", "dtype")
-#: Runs an iterator to its end, keeping nothing (``Arena.load``).
-#: ``view[...] = value`` (``Arena.load``'s ``map``).
-_SET: Callable[[Any, Any, Any], None] = setitem
-_consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,14 +108,6 @@ class Arena:
         self.inputs: tuple[np.ndarray | None, ...] = tuple(None if n is None else views[n] for n in input_slots)
         #: Per input with a buffer: its position, the buffer, its shape and dtype (``load``).
         self._loads = tuple((n, view, view.shape, view.dtype) for n, view in enumerate(self.inputs) if view is not None)
-        #: When every input has a buffer: each buffer's (shape, dtype), and the buffers, in input
-        #: order — ``load`` then compares the inputs with them at once, no Python step per input
-        #: (None: some input has none, and each is looked at in turn).
-        self._signature: tuple[tuple[tuple[int, ...], np.dtype[np.generic]], ...] | None = None
-        self._views: tuple[np.ndarray, ...] = ()
-        if self.inputs and len(self._loads) == len(self.inputs):
-            self._signature = tuple((shape, dtype) for _, _, shape, dtype in self._loads)
-            self._views = tuple(view for _, view, _, _ in self._loads)
         #: Set by the pool's ``on_new`` (the graph's static program on these buffers): per step,
         #: fixed calls or None; and the values a run on this arena starts from.
         self.program: list[tuple[Callable[[], object], ...] | None] = []
@@ -140,19 +122,6 @@ class Arena:
         """Copy each model input that has a buffer into it; False (the arena's buffers then hold
         nothing the caller may rely on) when one is missing or not of its buffer's shape and
         dtype (then the execution cannot run on fixed arrays)."""
-        signature = self._signature
-        if signature is not None:
-            # Every input has a buffer: the (shape, dtype) pairs compared whole, as below (a
-            # tuple compares its items by identity, then ``==``; one of another length differs);
-            # None has no shape.
-            try:
-                if tuple(map(_SHAPE_DTYPE, inputs)) != signature:
-                    return False
-            except AttributeError:
-                return False
-            # ``view[...] = value`` for each, by ``map``: no Python step per input.
-            _consume(map(_SET, self._views, repeat(Ellipsis), inputs))
-            return True
         if len(inputs) != len(self.inputs):
             return False
         for n, view, shape, dtype in self._loads:
