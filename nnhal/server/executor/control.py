@@ -58,9 +58,11 @@ class ExecutionControl:
     chunks).
     None means no limit (and no accounting cost).
 
-    Made per run: the constructor sets what a run names (the keywords: the lean and full
-    paths name the same seven), and a field a run leaves as it was is its class-level
-    default (the profile, the timeline, the graph, the counts), not set per instance.
+    Made per run: the constructor sets what a run names (the keywords: the full path's job
+    names seven), and a field a run leaves as it was is its class-level default (the profile,
+    the timeline, the graph, the counts), not set per instance. A lean run is its own control
+    (``executions.lean.LeanRun``, a subclass): it sets the same limits itself, and its hook and
+    ``on_deadline`` are its methods.
     """
 
     deadline_ns: int | None
