@@ -57,19 +57,24 @@ class BoundPools:
     ``inline_results`` writes the outputs back once the execution succeeded. A sealed
     region's buffer is its mapping: read and written in place, nothing to copy."""
 
+    # What most bindings leave as it was (a request's inline pools, on every execution's
+    # path): class-level defaults, set on the instance once changed.
+    _cache: RegionCache | None = None
+    _loaded = False
+    _stored = False
+    #: Whether a pool names a driver-managed buffer (a token).
+    has_tokens = False
+    #: Bytes of the inline and shared pools (what the request itself brings).
+    data_bytes = 0
+
     def __init__(self, cache: RegionCache | None = None) -> None:
         self.buffers: list[memoryview | bytes | bytearray] = []
-        self._cache = cache
+        if cache is not None:
+            self._cache = cache
         self._shared: list[_SharedPool] = []
-        self._loaded = False
-        self._stored = False
         self.inline_outputs: dict[int, bytearray | bytes | memoryview] = {}
         #: Request output index -> driver-managed buffer receiving it.
         self.token_outputs: dict[int, DriverBuffer] = {}
-        #: Whether a pool names a driver-managed buffer (a token).
-        self.has_tokens = False
-        #: Bytes of the inline and shared pools (what the request itself brings).
-        self.data_bytes = 0
 
     @property
     def has_shared(self) -> bool:
@@ -103,7 +108,7 @@ class BoundPools:
         (as a read-only view of its buffer, which nothing writes once the execution ended —
         an answer's writer copies it once, into its message or ring; a pool an output filled
         whole is already bytes)."""
-        if not self._stored:
+        if self._shared and not self._stored:  # else nothing to write back: an inline request's
             self._stored = True
             try:
                 for p in self._shared:
@@ -131,7 +136,7 @@ class BoundPools:
         """Read the shared pools' bytes into their staging buffers, once (INVALID_ARGUMENT
         when a region shrank). Called when the execution starts, not at launch: a fenced
         execution reads what the executions it waited for wrote."""
-        if self._loaded:
+        if self._loaded or not self._shared:  # nothing to read: an inline request's, on every execution's path
             return
         self._loaded = True
         for p in self._shared:

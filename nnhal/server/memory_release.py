@@ -132,11 +132,13 @@ class Releaser:
 
     def released(self, nbytes: int) -> None:
         """``nbytes`` were given back; a trim follows once enough were (never on this thread)."""
-        self._last = time.monotonic()
         # Racy by design: a lost add only delays a trim. The add comes before the check under
         # the lock, so the trimmer, which looks at the count under the lock before it ends,
         # either sees these bytes or is seen ended here.
         self._pending += nbytes
+        if self._pending < self.after_bytes and not self._armed:
+            return  # the time of a release is read only while a trim is due: not yet (most releases)
+        self._last = time.monotonic()
         if self._pending < self.after_bytes or _TRIM is None:
             return
         with self._lock:

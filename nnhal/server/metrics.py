@@ -30,20 +30,25 @@ The listener answers ``GET /metrics`` only; any other path is 404.
 Session end reasons: ``client`` (the client ended its session stream — a close, a crash and a
 keepalive expiry look the same to gRPC's server API) and ``server`` (a drain or a stop).
 
-Counting an answer costs one dict lookup, one lock and a few list increments: the counted
-series are plain numbers (``_Counts``), turned into Prometheus families only when scraped.
+Counting an answer costs one dict lookup and one lock-free C increment, timing it one list
+append (folded into the histogram's cells in batches, and when read): the counted series are
+plain numbers (``_Counts``), turned into Prometheus families only when scraped.
 Thread-safe.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import platform
 import socket
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import reduce
 from importlib import metadata
+from itertools import repeat
+from operator import add
 from socketserver import ThreadingMixIn
 from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -92,6 +97,47 @@ _LE = (*(floatToGoString(b) for b in BUCKETS), "+Inf")  # type: ignore[no-untype
 _CELLS = len(BUCKETS) + 2
 _K = TypeVar("_K")
 _V = TypeVar("_V", int, float)
+#: Observations a histogram series keeps unfolded (``_Histogram``) before the thread recording
+#: the next one folds them: bounds what waits between scrapes.
+FOLD_AT = 256
+
+
+class _Histogram:
+    """One histogram series: ``cells`` (a count per bucket, ``+Inf`` last, then the sum; read
+    and written under ``lock``, the counts') and the observations not yet in them (``pending``):
+    ``observe`` appends one there — one C call, no lock, until :data:`FOLD_AT` wait — and
+    ``fold``, under the lock, adds them to the cells in the order they were made (the sum
+    exactly as one ``+=`` per observation made it). Whoever reads the cells folds first."""
+
+    __slots__ = ("cells", "lock", "pending")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.cells: list[float] = [0] * _CELLS
+        self.pending: list[float] = []
+        self.lock = lock
+
+    def observe(self, seconds: float) -> None:
+        """Count one observation (folded once :data:`FOLD_AT` wait, else when read)."""
+        pending = self.pending
+        pending.append(seconds)
+        if len(pending) >= FOLD_AT:
+            with self.lock:
+                self.fold()
+
+    def fold(self) -> None:
+        """Add the pending observations to the cells. Hold ``lock`` (one fold at a time;
+        observations appended meanwhile stay pending)."""
+        pending = self.pending
+        n = len(pending)
+        if not n:
+            return
+        batch = pending[:n]
+        del pending[:n]
+        cells = self.cells
+        # The first bound ≥ each (prometheus-client's ``amount <= bound``), counted by ``map``.
+        for bucket, k in collections.Counter(map(bisect_left, repeat(BUCKETS), batch)).items():
+            cells[bucket] += k
+        cells[-1] = reduce(add, batch, cells[-1])
 
 
 def _status_name(status: int) -> str:
@@ -159,25 +205,28 @@ class _Counts(Collector):
 
     Why not those classes: one answer counted and timed through them is a dozen Python calls
     (a label lookup, ``inc`` and ``observe``, a lock per value, the histogram's bucket walk);
-    here it is one lock taken and a few list increments. A series is a list: an answer count
-    ``[n]``; a histogram ``[bucket 0, …, bucket +Inf, sum]`` (non-cumulative buckets, the one an
-    observation falls in found by one ``bisect_left`` over ``BUCKETS``: the first bound ≥ it, as
-    prometheus-client's ``amount <= bound``). Every write to a series and every read of them is
-    under ``lock`` (a ``+=`` on a list item is several bytecodes: threads could lose counts);
-    series are added under it too, so a scrape never iterates a dict that grows. The deadline
-    and resource kinds are not kept: a scrape sums the answer counts of their statuses."""
+    here it is one C increment and one list append. An answer count is a ``counts.Counter``
+    (exact without a lock); a histogram a ``_Histogram``: cells ``[bucket 0, …, bucket +Inf,
+    sum]`` (non-cumulative buckets, the one an observation falls in found by ``bisect_left`` over
+    ``BUCKETS``: the first bound ≥ it, as prometheus-client's ``amount <= bound``) and the
+    observations not yet folded into them. Every write to the cells and every read of them is
+    under ``lock`` (a ``+=`` on a list item is several bytecodes: threads could lose counts), a
+    read folding first; series are added under it too, so a scrape never iterates a dict that
+    grows. The deadline and resource kinds are not kept: a scrape sums the answer counts of
+    their statuses."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        #: Answer counts by (device, method, status name), in the order they were first counted.
-        self.rpcs: dict[tuple[str, str, str], list[int]] = {}
+        #: Answer counts by (device, method, status name), in the order they were first counted:
+        #: lock-free counts (one C call per answer, exact: ``counts.Counter``).
+        self.rpcs: dict[tuple[str, str, str], Counter] = {}
         #: Sessions ended by (device, reason).
         self.sessions_ended: dict[tuple[str, str], list[int]] = {}
         #: Executions launched by (device, transport): lock-free counts (one C call per
         #: execution, exact: ``counts.Counter``).
         self.executions: dict[tuple[str, str], Counter] = {}
         #: Histograms by timer, then (device, method, status name).
-        self.timed: dict[str, dict[tuple[str, str, str], list[float]]] = {t: {} for t in TIMERS}
+        self.timed: dict[str, dict[tuple[str, str, str], _Histogram]] = {t: {} for t in TIMERS}
         #: The devices, in the order they were added (the kinds' series' order).
         self.devices: list[str] = []
 
@@ -194,12 +243,32 @@ class _Counts(Collector):
         with self.lock:
             return table.setdefault(key, [0] * size)
 
+    def answers(self, key: tuple[str, str, str]) -> Counter:
+        """The answer count ``key`` of ``rpcs``, added when new."""
+        with self.lock:
+            cell = self.rpcs.get(key)
+            if cell is None:
+                cell = self.rpcs[key] = Counter()
+            return cell
+
+    def histogram(self, timer: str, key: tuple[str, str, str]) -> _Histogram:
+        """The series ``key`` of histogram ``timer``, added when new."""
+        with self.lock:
+            series = self.timed[timer]
+            cells = series.get(key)
+            if cells is None:
+                cells = series[key] = _Histogram(self.lock)
+            return cells
+
     def collect(self) -> Iterator[Metric]:
         with self.lock:  # a copy, so that the families are built without holding up a count
-            rpcs = [(k, v[0]) for k, v in self.rpcs.items()]
+            rpcs = [(k, v.value) for k, v in self.rpcs.items()]
             ended = [(k, v[0]) for k, v in self.sessions_ended.items()]
             executions = [(k, v.value) for k, v in self.executions.items()]
-            timed = {t: [(k, list(v)) for k, v in series.items()] for t, series in self.timed.items()}
+            for table in self.timed.values():
+                for unfolded in table.values():
+                    unfolded.fold()
+            timed = {t: [(k, list(v.cells)) for k, v in series.items()] for t, series in self.timed.items()}
             devices = list(self.devices)
         labels = ["device", "method", "status"]
         answers = CounterMetricFamily("nnhal_rpcs", "Answers by device, RPC method and HAL ErrorStatus.", labels=labels)
@@ -247,65 +316,56 @@ class DeviceMetrics:
         self._counts = counts = metrics.counts
         counts.add_device(device)
         self._by_transport = {t: counts.executions[(device, t)] for t in TRANSPORTS}
-        self._answers: dict[tuple[str, int], list[int]] = {}
-        self._timed: dict[tuple[str, str, int], list[float]] = {}
+        self._answers: dict[tuple[str, int], Counter] = {}
+        self._timed: dict[tuple[str, str, int], _Histogram] = {}
 
     @property
     def registry(self) -> CollectorRegistry:
         """The server's registry, which holds these series."""
         return self._m.registry
 
-    def _answer(self, method: str, status: int) -> list[int]:
+    def _answer(self, method: str, status: int) -> Counter:
         """The answer count of ``method`` and ``status`` (resolved once)."""
         cell = self._answers.get((method, status))
         if cell is None:
-            counts = self._counts
-            cell = counts.series(counts.rpcs, (self.device, method, _status_name(status)), 1)
+            cell = self._counts.answers((self.device, method, _status_name(status)))
             self._answers[(method, status)] = cell
         return cell
 
-    def _histogram(self, timer: str, method: str, status: int) -> list[float]:
+    def _histogram(self, timer: str, method: str, status: int) -> _Histogram:
         """The histogram ``timer`` of ``method`` and ``status`` (resolved once)."""
         cells = self._timed.get((timer, method, status))
         if cells is None:
-            counts = self._counts
-            cells = counts.series(counts.timed[timer], (self.device, method, _status_name(status)), _CELLS)
+            cells = self._counts.histogram(timer, (self.device, method, _status_name(status)))
             self._timed[(timer, method, status)] = cells
         return cells
 
     def rpc(self, method: str, status: int) -> None:
         """Count one answer of ``method`` with HAL ``status`` (and its miss or refusal kind)."""
-        cell = self._answer(method, status)
-        with self._counts.lock:
-            cell[0] += 1
+        self._answer(method, status).increment()
 
     def observe(self, timer: str, method: str, status: int, seconds: float) -> None:
         """Time one launched call of ``method`` answered with ``status`` in histogram ``timer``."""
-        cells = self._histogram(timer, method, status)
-        with self._counts.lock:
-            cells[bisect_left(BUCKETS, seconds)] += 1
-            cells[-1] += seconds
+        self._histogram(timer, method, status).observe(seconds)
 
     def recorder(self, method: str, timer: str | None) -> Callable[[int, float | None], None]:
         """``record(status, seconds)`` of one method: ``rpc`` (and, with ``seconds`` not None,
         ``observe`` in histogram ``timer``; None: not timed) with the series of each status
-        resolved once — a call pays one lock and plain increments, no label lookup."""
+        resolved once — a call pays a C increment and a list append, no lock or label lookup."""
         if timer is not None and timer not in TIMERS:
             raise ValueError(f"unknown timer {timer!r} (one of {', '.join(TIMERS)})")
-        resolved: dict[int, tuple[list[int], list[float] | None]] = {}
-        lock = self._counts.lock
+        resolved: dict[int, tuple[Callable[[], int], Callable[[float], None] | None]] = {}
 
         def record(status: int, seconds: float | None) -> None:
             series = resolved.get(status)
             if series is None:
                 timed = None if timer is None else self._histogram(timer, method, status)
-                series = resolved.setdefault(status, (self._answer(method, status), timed))
-            answers, cells = series
-            with lock:
-                answers[0] += 1
-                if seconds is not None and cells is not None:
-                    cells[bisect_left(BUCKETS, seconds)] += 1
-                    cells[-1] += seconds
+                observing = None if timed is None else timed.observe
+                series = resolved.setdefault(status, (self._answer(method, status).increment, observing))
+            count, observe = series
+            count()
+            if seconds is not None and observe is not None:
+                observe(seconds)
 
         return record
 
@@ -326,6 +386,11 @@ class DeviceMetrics:
     def execution(self, transport: str) -> None:
         """Count one execution launched over ``transport`` (one of ``TRANSPORTS``)."""
         self._by_transport[transport].increment()
+
+    def execution_counts(self) -> dict[str, Callable[[], object]]:
+        """Per transport, what counts one execution launched over it (``execution``, resolved:
+        one C call)."""
+        return {t: c.increment for t, c in self._by_transport.items()}
 
     def executions_by_transport(self) -> dict[str, int]:
         """The executions counted so far, by transport (every one of ``TRANSPORTS``)."""

@@ -221,9 +221,11 @@ class Scheduler:
                 ticket.running = False
             elif ticket in self._waiting:
                 self._waiting.remove(ticket)
-            admitted = self._admitted
-            if ticket in admitted:
-                admitted.remove(ticket)
+            try:
+                self._admitted.remove(ticket)
+            except KeyError:
+                pass  # released before
+            else:
                 now = time.monotonic_ns()
                 priority = ticket.priority  # an int (IntEnum): a key and a bound as it is
                 if priority > _LOW:

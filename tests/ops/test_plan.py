@@ -938,3 +938,28 @@ def test_an_omitted_input_leaves_the_straight_program() -> None:
     assert graph.main.straight
     with pytest.raises(HalError):
         graph.run([None])  # type: ignore[list-item]
+
+
+def test_an_arena_loads_only_inputs_of_its_buffers_shapes_and_dtypes() -> None:
+    """``Arena.load`` with every input buffered: True (the values copied in) only for as many
+    inputs as the model has, each of its buffer's shape and dtype; False for a missing one,
+    another shape or dtype, or another count."""
+    graph = _graph(_chain(2))
+    graph.run([np.zeros(SHAPE, np.float32)])
+    pool = graph.main.pool
+    assert pool is not None
+    arena = pool.checkout()
+    try:
+        assert arena.inputs and all(view is not None for view in arena.inputs)
+        value = np.arange(48, dtype=np.float32).reshape(SHAPE)
+        assert arena.load([value])
+        buffer = arena.inputs[0]
+        assert buffer is not None
+        np.testing.assert_array_equal(buffer, value)
+        assert not arena.load([None])
+        assert not arena.load([value.reshape(-1)])
+        assert not arena.load([value.astype(np.float64)])
+        assert not arena.load([value, value])
+        assert not arena.load([])
+    finally:
+        pool.checkin(arena)

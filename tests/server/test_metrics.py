@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from nnhal.core.enums import ErrorStatus, Priority
 from nnhal.server.budget import MemoryBudget
 from nnhal.server.driver import DeviceConfig, Driver
-from nnhal.server.metrics import BUCKETS, TIMERS, TRANSPORTS, Metrics, _Counts
+from nnhal.server.metrics import BUCKETS, FOLD_AT, TIMERS, TRANSPORTS, Metrics, _Counts
 
 #: The device label of a default Driver's series.
 DEVICE = Driver().config.name
@@ -262,3 +262,25 @@ def test_answers_from_several_threads_are_counted_exactly() -> None:
     )
     # The first status each thread answers decides the series' order: compare them as sets of lines.
     assert sorted(_exposition(m).splitlines()) == sorted(generate_latest(ref.registry).decode().splitlines())
+
+
+def test_durations_wait_unfolded_at_most_fold_at_and_are_exact_when_read() -> None:
+    """A timed answer's duration is appended to its histogram's pending observations, folded
+    into the cells by the call that brings :data:`FOLD_AT` of them, and by every read: a scrape
+    shows every duration, in every bucket and the sum, whenever it comes."""
+    m = Metrics(Driver())
+    record = m.device(DEVICE).recorder("executeSynchronously_1_3", "execute")
+    histogram = m.device(DEVICE)._histogram("execute", "executeSynchronously_1_3", ErrorStatus.NONE)
+    durations = [k / 1024 for k in range(FOLD_AT + 3)]  # a few bits each: their sum is exact
+    for seconds in durations[:FOLD_AT]:
+        record(ErrorStatus.NONE, seconds)
+    assert histogram.pending == []  # the FOLD_AT-th folded them
+    for seconds in durations[FOLD_AT:]:
+        record(ErrorStatus.NONE, seconds)
+    assert len(histogram.pending) == 3
+    labels = {"method": "executeSynchronously_1_3", "status": "NONE"}
+    assert _value(m, "nnhal_execute_seconds_count", labels) == len(durations)
+    assert _value(m, "nnhal_execute_seconds_sum", labels) == sum(durations)
+    assert _value(m, "nnhal_execute_seconds_bucket", {**labels, "le": "0.0005"}) == 1  # 0.0 only
+    assert _value(m, "nnhal_rpcs_total", labels) == len(durations)
+    assert histogram.pending == []

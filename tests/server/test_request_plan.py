@@ -334,3 +334,20 @@ def test_output_places_are_made_only_for_a_graph_that_writes_into_them(
     assert result.status == ErrorStatus.NONE
     assert seen[0] is None and isinstance(seen[1], list) and seen[1][0] is not None
     assert bytes(result.output_pools[1]) == np.full(8, 4.0, np.float32).tobytes()
+
+
+def test_inputs_are_viewed_over_their_pools_and_an_omitted_one_is_none() -> None:
+    data = np.arange(16, dtype=np.float32).tobytes()
+    plan = _plan(_request())
+    arrays = plan.bind_inputs([data, bytearray(N)])
+    assert [a.shape for a in arrays if a is not None] == [(2, 4), (2, 4)]
+    np.testing.assert_array_equal(arrays[0], np.arange(8, dtype=np.float32).reshape(2, 4))
+    np.testing.assert_array_equal(arrays[1], np.arange(8, 16, dtype=np.float32).reshape(2, 4))
+    omitted = Request(
+        (RequestArgument(has_no_value=True), RequestArgument(location=DataLocation(0, N, N))),
+        (RequestArgument(location=DataLocation(1, 0, N)),),
+        (InlinePool(data, 2 * N), InlinePool(b"", N)),
+    )
+    arrays = _plan(omitted).bind_inputs([data, bytearray(N)])
+    assert arrays[0] is None
+    np.testing.assert_array_equal(arrays[1], np.arange(8, 16, dtype=np.float32).reshape(2, 4))

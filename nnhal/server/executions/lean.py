@@ -63,17 +63,21 @@ Found = tuple[Session, PreparedModel]
 Inline = tuple[Found, Ticket]
 
 
-class LeanRun:
+class LeanRun(ExecutionControl):
     """A launched lean execution (module docstring): admitted, started, its data charged and
-    its pools bound; ``run`` executes once, ``close`` gives back whatever is still held."""
+    its pools bound; ``run`` executes once, ``close`` gives back whatever is still held.
+
+    It is its run's ``ExecutionControl`` too (the one object a lean execution makes for both):
+    the limits the full path's job names for its control — the deadline, the loop timeout, the
+    server's maximum, the budget's tensor reservations — set here, and its checkpoint hook
+    (:meth:`checkpoint_hook`: a gone client, the drain's end, pre-emption) and what a missed
+    deadline raises (:meth:`on_deadline`) its own methods."""
 
     __slots__ = (
         "_charged",
         "_driver",
         "_held",
         "bound",
-        "deadline_ns",
-        "loop_timeout_ns",
         "measure",
         "plan",
         "pm",
@@ -94,6 +98,8 @@ class LeanRun:
         loop_timeout_ns: int,
         charged: int = 0,
     ) -> None:
+        # Not ``ExecutionControl.__init__``: what it would set, set here (its hook and
+        # ``on_deadline`` are this class's methods), the rest its class-level defaults.
         self._driver = driver
         self.session = session
         self.pm = pm
@@ -103,6 +109,12 @@ class LeanRun:
         self.measure = measure
         self.deadline_ns = deadline_ns
         self.loop_timeout_ns = loop_timeout_ns
+        # As the job's: the server's maximum; every tensor charged to the server's total before
+        # it exists, the grant given back whole, the peak counted as freed.
+        self.max_execution_ns = driver.max_execution_ns
+        budget = driver.budget
+        self.reserve = budget.reserve_tensors
+        self.release = budget.release_tensors
         self._held = True  # the ticket
         #: The request data charged to the session (given back once).
         self._charged = charged
@@ -112,36 +124,25 @@ class LeanRun:
         charge are given back before this returns — or, without ``give_back``, by ``close``
         (a caller that closes the run after its answer left: ``afterwards``); the bound
         pools stay until ``close``."""
-        d = self._driver
-        budget = d.budget
         try:
             try:
-                control = ExecutionControl(
-                    deadline_ns=self.deadline_ns,
-                    loop_timeout_ns=self.loop_timeout_ns,
-                    checkpoint_hook=self._checkpoint,
-                    on_deadline=self._missed,
-                    max_execution_ns=d.max_execution_ns,
-                    # As the job's: every tensor charged to the server's total before it exists,
-                    # the grant given back whole, the peak counted as freed.
-                    reserve=budget.reserve_tensors,
-                    release=budget.release_tensors,
-                )
-                result = self.pm.execute(self.plan, self.bound, control, self.measure)
+                result = self.pm.execute(self.plan, self.bound, self, self.measure)
             finally:
                 if give_back:
                     self._give_back()
         except HalError as err:
             return execution_result(err.error_status, err.message)
-        d.executions.increment()
+        self._driver.executions.increment()
         return result
 
-    def _missed(self) -> HalError:
+    def on_deadline(self) -> HalError:
+        """What a missed deadline raises (``ExecutionControl.on_deadline``): as the job's."""
         ticket = self.ticket
         return missed(ticket.delayed or ticket.preempted > 0)
 
-    def _checkpoint(self) -> None:
-        # As ``ExecutionJob._checkpoint``: a gone client, the drain's end, pre-emption.
+    def checkpoint_hook(self) -> None:
+        """``ExecutionControl.checkpoint_hook``, as ``ExecutionJob._checkpoint``: a gone client,
+        the drain's end, pre-emption."""
         if self.session.closed:
             raise GeneralFailure(SESSION_ENDED)
         d = self._driver
@@ -230,7 +231,7 @@ def _bind_parts(
     the full path words it)."""
     if tuple(map(_SIZE, pools)) != plan.sizes or plan.pool_bytes > wire.max_inline_bytes():
         return None
-    bound = BoundPools(None)
+    bound = BoundPools()
     writable = plan.writable
     for i, (data, size) in enumerate(pools):
         bind_inline(bound, i, data, size, i in writable)

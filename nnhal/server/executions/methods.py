@@ -3,7 +3,7 @@ arrived (:class:`Arrival`): the level gate's refusal or the injected fault it to
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -33,7 +33,7 @@ class Method:
     histogram its durations go to; ``transport``: what carries its calls (``metrics.TRANSPORTS``),
     which the executions it launches are counted by."""
 
-    __slots__ = ("fault", "level", "name", "record", "transport", "what")
+    __slots__ = ("executed", "fault", "level", "name", "record", "transport", "what")
 
     def __init__(
         self,
@@ -42,13 +42,19 @@ class Method:
         level: HalVersion | None,
         fault: str | None,
         record: Callable[[int, float | None], None],
-        transport: str = "grpc",
+        transport: str,
+        counts: Mapping[str, Callable[[], object]],
     ) -> None:
         self.name, self.what, self.level, self.fault = name, what, level, fault
         self.transport = transport
         #: ``record(status, seconds)``: count one answer with ``status``; time it when it was
         #: launched (``seconds`` not None). Its series are resolved once (``DeviceMetrics.recorder``).
         self.record = record
+        #: ``executed[CARRIER.get()]()``: count one execution a call launched under the transport it
+        #: travels on (``transport_of``: the carrier's, or — key None — the method's own), from
+        #: ``counts`` (each transport's count: ``DeviceMetrics.execution_counts``).
+        self.executed: dict[str | None, Callable[[], object]] = {None: counts[transport]}
+        self.executed.update(counts)
 
 
 @dataclass(frozen=True, slots=True)

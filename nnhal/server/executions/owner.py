@@ -130,7 +130,10 @@ class Executions:
             if fault is SAME:
                 fault = name if name in FAULTABLE else None
             level = METHOD_LEVEL.get(name if gate is SAME else gate or "")
-            m = Method(name, what or name, level, fault, self.metrics.recorder(name, timer), transport)
+            metrics = self.metrics
+            m = Method(
+                name, what or name, level, fault, metrics.recorder(name, timer), transport, metrics.execution_counts()
+            )
             with self._lock:
                 m = self._methods.setdefault(key, m)
         return m
@@ -274,7 +277,7 @@ class Executions:
                 if ticket is not None:  # no run took it (one that did raises nothing after)
                     self.driver.scheduler.release(ticket)
                 return self.refuse(method, err, args, t0)
-            self.metrics.execution(transport_of(method))
+            method.executed[CARRIER.get()]()  # ``metrics.execution(transport_of(method))``, resolved once
             t1 = 0.0
             call = None  # one for every hook of the call, made when one is told
             if obs is not None:
