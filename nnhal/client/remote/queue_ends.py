@@ -115,6 +115,7 @@ class _CallTemplate:
     __slots__ = (
         "arguments",
         "body",
+        "early",
         "fixed",
         "handle",
         "header",
@@ -127,8 +128,10 @@ class _CallTemplate:
         "sizes",
     )
 
-    def __init__(self, key: LayoutRef, layout: int) -> None:
+    def __init__(self, key: LayoutRef, layout: int, early: bool = False) -> None:
         self.key = key
+        #: Whether its calls ask to be rung early (``QueueEnds.wake_early``).
+        self.early = early
         self.handle, (self.inputs, self.outputs, self.sizes) = key
         #: The arguments' fields (``types.arguments_key``): what equal arguments of a new
         #: request are known by, compared in C.
@@ -192,7 +195,7 @@ class _CallTemplate:
             options.timeout if options.deadline_at is None else remaining_time(options.timeout, options.deadline_at)
         )
         deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
-        header = fastpacket.call_head(self.layout, options.measure, deadline, options.loop_timeout_ns)
+        header = fastpacket.call_head(self.layout, options.measure, deadline, options.loop_timeout_ns, self.early)
         if remaining is None:
             self.options, self.header = options, header
         return header
@@ -216,6 +219,11 @@ class QueueEnds:
     its doorbell, the asyncio one awaits it through the event loop): the rings, the doorbell,
     the layouts the server granted, and the packet codec of an execution. Not thread-safe:
     its owner runs one exchange at a time."""
+
+    #: Whether its compact calls ask to be rung as soon as their answer is near
+    #: (``fastpacket.WAKE_EARLY``): only for a waiter that, woken with no answer yet, looks
+    #: for the answer's own ring before it sleeps again (the sync link's hybrid wait).
+    wake_early = False
 
     def __init__(
         self, first: fpb.FastBurstEvent, executions: bool, ends: tuple[mmap.mmap, Doorbell] | None = None
@@ -337,7 +345,7 @@ class QueueEnds:
         if shape is not None:
             key = (handle, shape)
             layout = self._layouts.get(key)
-            t = None if layout is None else _CallTemplate(key, layout)
+            t = None if layout is None else _CallTemplate(key, layout, self.wake_early)
         if t is not None and layout is not None:
             # A layout the server knows: only the per-call scalars and the pools' bytes travel.
             datas = t.datas(request.pools)
@@ -384,7 +392,7 @@ class QueueEnds:
         seconds left of its deadline (None: none); None when it does not fit the request ring.
         A small packet is joined at once (the ring copies it once), a large one goes in parts."""
         deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
-        header = fastpacket.call_head(layout, measure, deadline, loop_timeout_ns)
+        header = fastpacket.call_head(layout, measure, deadline, loop_timeout_ns, self.wake_early)
         length = len(tag) + fastpacket.CALL_HEAD_BYTES + body
         if length > self.requests.max_payload:
             return None
