@@ -12,9 +12,10 @@ doorbell pipes.
 sleeps on its doorbell until the result packet arrives; the packet is checked
 as untrusted input (:mod:`nnhal.core.fastring`). The answer is read only after a
 doorbell byte was: the server rings after each answer it publishes, and the pipe
-orders the answer's bytes before the client's reads on any architecture. A compact call
-asks to be rung early too (``fastpacket.WAKE_EARLY``, while the link waits the hybrid
-way): a server whose library call returned rings ``doorbell.EARLY`` before it copies the
+orders the answer's bytes before the client's reads on any architecture. A numpy call's
+compact call asks to be rung early too (``fastpacket.WAKE_EARLY``, while the link waits the
+hybrid way and its lookout would look: a core to spare, time to spend): a server whose
+library call returned rings ``doorbell.EARLY`` before it copies the
 outputs and writes the answer (``doorbell.announce``), so that the client's wake-up — tens
 of µs on a virtual machine — overlaps that work; woken so, the client does not read the
 ring but looks for the answer's own ring without sleeping (``_await_ring``, at most
@@ -117,8 +118,6 @@ class FastBurstLink(QueueEnds):
         self.hybrid_wait = FastBurstLink.HYBRID_WAIT
         #: When its watch may spend CPU (the machine's load, a share of the elapsed time).
         self.lookout = Lookout(WATCH_MAX_S, FastBurstLink.HYBRID_FORCED)
-        #: Its compact calls ask to be rung early, their answers then looked for (``_await_ring``).
-        self.wake_early = self.hybrid_wait
         # The stream's end is the peer's death or the burst's end: wake whoever waits.
         call.add_done_callback(lambda _call: self.doorbell.stop())
 
@@ -271,6 +270,10 @@ class FastBurstLink(QueueEnds):
                 if pace is not None:
                     pace.took(watched, time.monotonic() - rung, early)
                 return packet
+
+    def wake_early(self) -> bool:
+        """Asked while it waits the hybrid way and its lookout would look now (``_await_ring``)."""
+        return self.hybrid_wait and self.lookout.asked(EARLY_LOOK_S) > 0.0
 
     def _await_ring(self, allowed: float, end: float | None) -> bool:
         """Rung early (``doorbell.announce``: the answer is near, not yet written): look for the

@@ -115,7 +115,6 @@ class _CallTemplate:
     __slots__ = (
         "arguments",
         "body",
-        "early",
         "fixed",
         "handle",
         "header",
@@ -128,10 +127,8 @@ class _CallTemplate:
         "sizes",
     )
 
-    def __init__(self, key: LayoutRef, layout: int, early: bool = False) -> None:
+    def __init__(self, key: LayoutRef, layout: int) -> None:
         self.key = key
-        #: Whether its calls ask to be rung early (``QueueEnds.wake_early``).
-        self.early = early
         self.handle, (self.inputs, self.outputs, self.sizes) = key
         #: The arguments' fields (``types.arguments_key``): what equal arguments of a new
         #: request are known by, compared in C.
@@ -195,7 +192,7 @@ class _CallTemplate:
             options.timeout if options.deadline_at is None else remaining_time(options.timeout, options.deadline_at)
         )
         deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
-        header = fastpacket.call_head(self.layout, options.measure, deadline, options.loop_timeout_ns, self.early)
+        header = fastpacket.call_head(self.layout, options.measure, deadline, options.loop_timeout_ns)
         if remaining is None:
             self.options, self.header = options, header
         return header
@@ -219,11 +216,6 @@ class QueueEnds:
     its doorbell, the asyncio one awaits it through the event loop): the rings, the doorbell,
     the layouts the server granted, and the packet codec of an execution. Not thread-safe:
     its owner runs one exchange at a time."""
-
-    #: Whether its compact calls ask to be rung as soon as their answer is near
-    #: (``fastpacket.WAKE_EARLY``): only for a waiter that, woken with no answer yet, looks
-    #: for the answer's own ring before it sleeps again (the sync link's hybrid wait).
-    wake_early = False
 
     def __init__(
         self, first: fpb.FastBurstEvent, executions: bool, ends: tuple[mmap.mmap, Doorbell] | None = None
@@ -345,7 +337,7 @@ class QueueEnds:
         if shape is not None:
             key = (handle, shape)
             layout = self._layouts.get(key)
-            t = None if layout is None else _CallTemplate(key, layout, self.wake_early)
+            t = None if layout is None else _CallTemplate(key, layout)
         if t is not None and layout is not None:
             # A layout the server knows: only the per-call scalars and the pools' bytes travel.
             datas = t.datas(request.pools)
@@ -392,7 +384,7 @@ class QueueEnds:
         seconds left of its deadline (None: none); None when it does not fit the request ring.
         A small packet is joined at once (the ring copies it once), a large one goes in parts."""
         deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
-        header = fastpacket.call_head(layout, measure, deadline, loop_timeout_ns, self.wake_early)
+        header = fastpacket.call_head(layout, measure, deadline, loop_timeout_ns, self.wake_early())
         length = len(tag) + fastpacket.CALL_HEAD_BYTES + body
         if length > self.requests.max_payload:
             return None
@@ -400,6 +392,13 @@ class QueueEnds:
             return b"".join((tag, header, *parts))
         # The tag and header are one part: the ring checksums and copies one part fewer.
         return fastring.Gathered([tag + header, *(memoryview(p).cast("B") for p in parts)], length)
+
+    def wake_early(self) -> bool:
+        """Whether a numpy call's compact call (``planned_packet``) asks to be rung as soon as
+        its answer is near (``fastpacket.WAKE_EARLY``): only a waiter that, woken with no
+        answer yet, looks for the answer's own ring before it sleeps again (the sync link,
+        while it may look) asks."""
+        return False
 
     def read_answer(self) -> tuple[int, bytes] | None:
         """The next answer packet, None when none is waiting; GENERAL_FAILURE (the ring
