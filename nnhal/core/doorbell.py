@@ -2,8 +2,9 @@
 
 Waiting blocks at once (no spinning: a pipe's wake-up is synchronous, and a spinning
 waiter would delay the peer it shares a core with). Pipes, not an eventfd: they carry
-distinct bytes, :data:`RING` (a packet is waiting) and :data:`STOP` (wake up and end),
-which an eventfd's counter would merge. (The doorbells compared, with figures:
+distinct bytes, :data:`RING` (a packet is waiting), :data:`STOP` (wake up and end) and
+:data:`EARLY` (an answer will be soon: :func:`announce`), which an eventfd's counter would
+merge. (The doorbells compared, with figures:
 ``docs/same-host.md``.)
 
 Each side holds the read end of its inbox, the write end of the peer's inbox,
@@ -25,9 +26,13 @@ import os
 import select
 import sys
 import threading
+from collections.abc import Callable
 
 RING = b"\x01"
 STOP = b"\x00"
+#: Rung before the answer is written (:func:`announce`): wakes the waiter, which then reads the
+#: answer only after a :data:`RING` (:attr:`Doorbell.early`).
+EARLY = b"\x02"
 #: The most one wait reads: a small buffer (the interpreter's own allocator takes it, where a
 #: 4 KiB one was allocated and shrunk on every wake-up); bytes beyond it wake the reader again.
 _READ_BYTES = 256
@@ -53,6 +58,40 @@ def fine_timers() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_TIMERSLACK, _FINE_SLACK_NS, 0, 0, 0)
         except (OSError, AttributeError):  # no prctl here: sleeps are only later than asked
             pass
+
+
+class Herald(threading.local):
+    """Whom the thread that is answering a same-host call wakes as soon as the answer is near
+    (:func:`announce`). One per thread; only the thread's own code uses it."""
+
+    #: The doorbell of the caller whose call the thread answers now (its ``ring``), when its
+    #: answer is rung at once (set by the queue server around each packet it answers; None
+    #: otherwise).
+    caller: Callable[[bytes], None] | None = None
+    #: That doorbell, once the call asked to be rung early (``fastpacket.WAKE_EARLY``, :meth:`arm`).
+    ring: Callable[[bytes], None] | None = None
+
+    def arm(self) -> None:
+        """The call being answered asked to be rung as soon as its answer is near."""
+        self.ring = self.caller
+
+
+#: Each thread's herald.
+HERALD = Herald()
+
+
+def announce() -> None:
+    """The answer this thread is computing is near (a compiled graph's library call
+    returned; its outputs are still to be copied and the answer written): ring its caller
+    now, once, when the call asked for it (:meth:`Herald.arm`), so that the caller's wake-up
+    overlaps the answer's last work. The caller, woken with no answer yet, looks for the
+    answer's own ring a while before it sleeps again (``nnhal.client.remote.fastpath``).
+    Nothing otherwise."""
+    herald = HERALD
+    ring = herald.ring
+    if ring is not None:
+        herald.ring = None
+        ring(EARLY)
 
 
 def nonblocking_pipe() -> tuple[int, int]:
@@ -81,6 +120,9 @@ class Doorbell:
         self._stopped = False
         #: True once the peer closed its inbox (``watch_peer``).
         self.peer_gone = False
+        #: Whether the last wait read only :data:`EARLY` rings (no :data:`RING`): woken before
+        #: the answer was published, which must not be read until a ring follows.
+        self.early = False
         self._poll: select.poll | None = None
         self._inbox_poll: select.poll | None = None  # a timed wait's, made at the first
         if watch_peer:
@@ -99,17 +141,18 @@ class Doorbell:
         there and reads its doorbell, which then returns at once)."""
         return self._stop_asked or self._stopped
 
-    def ring(self) -> None:
-        """Wake the peer: a packet is waiting. OSError (EPIPE) when the peer end is gone."""
+    def ring(self, byte: bytes = RING) -> None:
+        """Wake the peer: a packet is waiting (:data:`EARLY`: one will be soon). OSError
+        (EPIPE) when the peer end is gone."""
         try:
-            os.write(self._outbox_w, RING)
+            os.write(self._outbox_w, byte)
         except BlockingIOError:
             pass  # its inbox is full of doorbells already: the reader will wake
 
     def wait(self, timeout: float | None = None) -> int:
-        """Sleep until the peer rings: how many rings arrived (at least 1), or 0 once ``stop``
-        was called (or ``timeout`` seconds passed; 0 does not block). Rings read with the STOP
-        still count."""
+        """Sleep until the peer rings: how many rings arrived (at least 1; an :data:`EARLY` ring
+        alone counts as one and sets :attr:`early`), or 0 once ``stop`` was called (or
+        ``timeout`` seconds passed; 0 does not block). Rings read with the STOP still count."""
         if self._stopped:
             return 0
         if self._poll is not None:
@@ -159,9 +202,16 @@ class Doorbell:
         """``take``'s read, once it is known not stopped: how many rings the inbox held."""
         data = os.read(self._inbox_r, _READ_BYTES)
         # One ring is the usual wake-up: compared whole, not searched.
-        if (data != RING and (not data or STOP in data)) or self._stop_asked:
+        if data == RING:
+            self.early = False
+            if self._stop_asked:
+                self._stopped = True
+            return 1
+        if not data or STOP in data or self._stop_asked:
             self._stopped = True
-        return 1 if data == RING else data.count(RING)
+        rings = data.count(RING)
+        self.early = not rings and EARLY in data
+        return rings or int(self.early)
 
     def stop(self) -> None:
         """Wake this side's waiter for good (idempotent, any thread, also after ``close``)."""

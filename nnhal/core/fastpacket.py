@@ -7,8 +7,9 @@ of the layout is learned: ``nnhal.server.request_plan``) and every pool is
 inline, it answers :data:`LEARNED`: a layout id (u32, 0: not granted) then the
 ExecuteResult. Later executions of the same layout — the same arguments and
 the same inline pool lengths and sizes — send :data:`CALL`: the
-:data:`CALL_HEADER` (layout id, flags, deadline remaining ns, loop timeout ns)
-padded to :data:`CALL_HEAD_BYTES`, then the *body*: the pools' bytes in pool order,
+:data:`CALL_HEADER` (layout id, flags — :data:`MEASURE`, :data:`HAS_DEADLINE`,
+:data:`WAKE_EARLY` — deadline remaining ns, loop timeout ns) padded to
+:data:`CALL_HEAD_BYTES`, then the *body*: the pools' bytes in pool order,
 each pool that carries bytes starting at a multiple of :data:`ALIGN` from the body's
 start (zero bytes pad the pool before it; :func:`body_spans`). The server answers a
 :data:`CALL` whose execution completed or found an output too small (the
@@ -74,7 +75,11 @@ _UINT64_MAX = (1 << 64) - 1
 #: CALL flags.
 MEASURE = 1
 HAS_DEADLINE = 2
-_FLAGS = MEASURE | HAS_DEADLINE
+#: The caller looks for its answer's doorbell a while after a ring that finds no answer yet:
+#: it may be rung as soon as the answer is near (``doorbell.announce``), its wake-up then
+#: overlapping the answer's last work, and rung again once the answer is written.
+WAKE_EARLY = 4
+_FLAGS = MEASURE | HAS_DEADLINE | WAKE_EARLY
 
 LayoutKey = tuple[tuple[RequestArgument, ...], tuple[RequestArgument, ...], tuple[tuple[int, int], ...]]
 
@@ -173,9 +178,13 @@ def call_parts(
     return fastring.Gathered([call_head(layout, measure, deadline_ns, loop_timeout_ns), *body_parts(datas)])
 
 
-def call_head(layout: int, measure: bool, deadline_ns: int | None, loop_timeout_ns: int) -> bytes:
+def call_head(
+    layout: int, measure: bool, deadline_ns: int | None, loop_timeout_ns: int, wake_early: bool = False
+) -> bytes:
     """A CALL's header with its pad (:data:`CALL_HEAD_BYTES`): what comes before its body."""
     flags = (MEASURE if measure else 0) | (0 if deadline_ns is None else HAS_DEADLINE)
+    if wake_early:
+        flags |= WAKE_EARLY
     return _CALL_HEAD.pack(layout, flags, deadline_ns or 0, loop_timeout_ns)
 
 
@@ -203,6 +212,8 @@ class Call(NamedTuple):
     deadline_ns: int | None
     loop_timeout_ns: int
     body: memoryview
+    #: The caller asked to be rung early (:data:`WAKE_EARLY`).
+    wake_early: bool
 
 
 def decode_call(payload: bytes | memoryview) -> Call:
@@ -214,7 +225,9 @@ def decode_call(payload: bytes | memoryview) -> Call:
     if len(payload) < CALL_HEAD_BYTES:
         raise PacketError(f"a compact call of {len(payload)} bytes is shorter than its padded header")
     body = (payload if type(payload) is memoryview else memoryview(payload))[CALL_HEAD_BYTES:]
-    return Call(layout, bool(flags & MEASURE), deadline if flags & HAS_DEADLINE else None, loop, body)
+    return Call(
+        layout, bool(flags & MEASURE), deadline if flags & HAS_DEADLINE else None, loop, body, bool(flags & WAKE_EARLY)
+    )
 
 
 class Layout:

@@ -70,8 +70,9 @@ from typing import Generic, TypeVar, final
 MAGIC = b"NNFQ"
 #: 2: the checksum covers the payload's first CHECKED_BYTES bytes (1: all of it). 3: the
 #: compact packets' tensors start aligned in their payloads (``fastpacket.ALIGN``). 4: a
-#: large payload does not wrap when a FILL packet can take the ring's end.
-VERSION = 4
+#: large payload does not wrap when a FILL packet can take the ring's end. 5: a compact call may
+#: ask to be rung early (``fastpacket.WAKE_EARLY``).
+VERSION = 5
 #: How many of a payload's first bytes the packet's checksum covers (module docstring).
 CHECKED_BYTES = 4096
 #: From how many payload bytes a packet of a ``direct`` kind is handed out as a view of the

@@ -41,7 +41,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from nnhal.core import fastpacket, fastring
-from nnhal.core.doorbell import Doorbell, nonblocking_pipe
+from nnhal.core.doorbell import RING, Doorbell, nonblocking_pipe
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, InvalidArgument
 
@@ -191,11 +191,12 @@ class FastQueue:
                 self.answer(fastring.RESULT, refusal, refuse)
         return None
 
-    def ring(self) -> None:
-        """Wake the client: answers are waiting (a closed client end stops the queue)."""
+    def ring(self, byte: bytes = RING) -> None:
+        """Wake the client: answers are waiting (``doorbell.EARLY``: one will be soon; a closed
+        client end stops the queue)."""
         assert self._doorbell is not None
         try:
-            self._doorbell.ring()
+            self._doorbell.ring(byte)
         except OSError:
             self.stop()
 

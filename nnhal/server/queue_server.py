@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from nnhal.core import lookout
-from nnhal.core.doorbell import nonblocking_pipe
+from nnhal.core.doorbell import HERALD, nonblocking_pipe
 from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.fastpath import FastQueue, Handle, Refuse
 
@@ -242,6 +242,7 @@ class QueueServer:
         quick, for a worker."""
         queue, handle, refuse, after = served.queue, served.handle, served.refuse, served.after.run
         clock = time.perf_counter_ns
+        herald = HERALD
         packet = handed
         while True:
             if packet is None:
@@ -256,9 +257,13 @@ class QueueServer:
                     return packet
             t0 = clock()
             batched = handed is None and self._batched
+            # A call whose answer is rung at once may ask to be rung as soon as it is near
+            # (``doorbell.announce``: ``handle`` arms it).
+            herald.caller = None if batched else queue.ring
             try:
                 queue.answer(*handle(*packet), refuse, not batched)
             finally:
+                herald.caller = herald.ring = None
                 # Answer first, account after: the packet's work left for after its answer
                 # (its slot and charge given back, its leave) runs now, before this thread
                 # takes the next packet, another queue's turn or a wait — so a slot or charge

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 
-from nnhal.core.doorbell import RING, STOP, Doorbell, nonblocking_pipe
+from nnhal.core.doorbell import EARLY, HERALD, RING, STOP, Doorbell, announce, nonblocking_pipe
 
 
 def _pair() -> tuple[Doorbell, Doorbell]:
@@ -95,3 +95,42 @@ def test_a_watched_peer_closing_its_inbox_wakes_a_waiter_for_good() -> None:
         assert a.stopped and a.peer_gone and a.wait() == 0
     finally:
         a.close()
+
+
+def test_an_early_ring_alone_wakes_the_waiter_and_says_so_until_a_ring_follows() -> None:
+    a, b = _pair()
+    try:
+        a.ring(EARLY)
+        assert b.wait(5.0) == 1 and b.early and not b.stopped  # woken, the answer not written yet
+        assert b.wait(0) == 0 and not b.stopped  # nothing more yet: no stop
+        a.ring()
+        assert b.wait(5.0) == 1 and not b.early
+        a.ring(EARLY)
+        a.ring()
+        assert b.wait(5.0) == 1 and not b.early  # both at once: the ring counts, the answer is there
+        a.ring(EARLY)
+        a.ring(STOP)
+        assert b.wait(5.0) == 1 and b.stopped  # a stop among them still stops
+    finally:
+        a.close()
+        b.close()
+
+
+def test_announce_rings_the_armed_caller_once_early_and_nothing_else() -> None:
+    rung: list[bytes] = []
+    announce()  # nothing armed: nothing happens
+    HERALD.caller = rung.append
+    try:
+        announce()
+        assert rung == []  # a caller that did not ask (not armed) is not rung early
+        HERALD.arm()
+        others: list[object] = []
+        other = threading.Thread(target=lambda: others.append(HERALD.ring))
+        other.start()
+        other.join(5.0)
+        assert others == [None]  # another thread's herald is its own
+        announce()
+        announce()
+        assert rung == [EARLY]  # once
+    finally:
+        HERALD.caller = HERALD.ring = None

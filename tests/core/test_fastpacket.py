@@ -277,3 +277,12 @@ def test_an_answer_written_around_its_places_is_the_bytes_answer_parts_writes() 
     reader = fastanswer.AnswerReader()
     assert bytes(reader.read(expected).output_pools[2]) == second
     del places, again
+
+
+def test_a_call_that_asks_to_be_rung_early_says_so() -> None:
+    for early in (False, True):
+        head = fastpacket.call_head(3, True, None, 7, early)
+        call = fastpacket.decode_call(head + bytes(64))
+        assert (call.layout, call.measure, call.deadline_ns, call.loop_timeout_ns) == (3, True, None, 7)
+        assert call.wake_early is early
+    assert not fastpacket.decode_call(fastpacket.call_head(3, False, 5, 0) + bytes(64)).wake_early

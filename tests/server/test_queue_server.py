@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextvars
 import mmap
+import os
 import resource
 import select
 import sys
@@ -23,7 +24,7 @@ import pytest
 
 from nnhal.client.remote.queue_ends import _collect
 from nnhal.core import fastpacket, fastring
-from nnhal.core.doorbell import Doorbell
+from nnhal.core.doorbell import EARLY, HERALD, RING as RUNG, Doorbell, announce
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.lookout import Load, Lookout
 from nnhal.server.executions.afterwards import Afterwards
@@ -203,9 +204,11 @@ def test_a_sole_queue_stays_on_the_queue_thread_however_slow(sock_dir: Path) -> 
 
 
 def test_the_queues_one_wait_reported_are_answered_before_any_is_rung(sock_dir: Path) -> None:
-    """Two queues ready at the same wake: neither client is rung before both are answered."""
+    """Two queues ready at the same wake: neither client is rung before both are answered (nor
+    early: ``doorbell.announce``)."""
     holding, gate = threading.Event(), threading.Event()
     rung_before: dict[bytes, bool] = {}
+    rung_early: dict[bytes, bool] = {}
     clients: dict[bytes, _Client] = {}
 
     def handle(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
@@ -215,6 +218,8 @@ def test_the_queues_one_wait_reported_are_answered_before_any_is_rung(sock_dir: 
         else:
             other = clients[b"b" if payload == b"a" else b"a"]
             rung_before[bytes(payload)] = bool(select.select([other.doorbell.inbox], [], [], 0)[0])
+            HERALD.arm()  # the call asks to be rung early: batched, it is not
+            rung_early[bytes(payload)] = HERALD.ring is not None
         return fastring.RESULT, payload
 
     ended: list[int] = []
@@ -230,7 +235,7 @@ def test_the_queues_one_wait_reported_are_answered_before_any_is_rung(sock_dir: 
         gate.set()
         assert c0.answers(1) == [b"hold"]
         assert c1.answers(1) == [b"a"] and c2.answers(1) == [b"b"]
-        assert rung_before == {b"a": False, b"b": False}
+        assert rung_before == {b"a": False, b"b": False} == rung_early
         for q in (q0, q1, q2):
             q.stop()
         until(lambda: len(ended) >= 3, "the three queues' ends", _BOUND_S)
@@ -393,3 +398,37 @@ def test_the_first_large_packet_maps_each_ends_region_at_once(sock_dir: Path) ->
         assert _touch_faults(client.mm, queue._mm) < pages // 8  # type: ignore[arg-type]
         assert _touch_faults(small.mm) >= pages // 2  # type: ignore[arg-type]  # small packets only: lazily
         queue.answer(fastring.RESULT, b"done", lambda status, message: b"")
+
+
+def _doorbell_bytes(client: _Client, count: int) -> bytes:
+    """The next ``count`` bytes of ``client``'s doorbell, read raw (in the order rung)."""
+    got = b""
+    end = time.monotonic() + _BOUND_S
+    while len(got) < count and time.monotonic() < end:
+        if select.select([client.doorbell.inbox], [], [], 0.05)[0]:
+            got += os.read(client.doorbell.inbox, count - len(got))
+    return got
+
+
+def test_a_call_answered_at_once_that_asks_is_rung_early_then_when_answered(sock_dir: Path) -> None:
+    armed: list[tuple[bool, bool]] = []
+
+    def handle(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
+        armed.append((HERALD.caller is not None, HERALD.ring is not None))  # nothing left armed
+        if payload == b"early":
+            HERALD.arm()
+        announce()  # its answer is near (a compiled graph's library call returned)
+        return fastring.RESULT, payload
+
+    ended: list[bool] = []
+    with ThreadPoolExecutor(1) as pool, _queue(sock_dir) as (q, c):
+        server = QueueServer(pool.submit)
+        server.serve(q, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda: ended.append(True))
+        for payload, rung in ((b"early", EARLY + RUNG), (b"plain", RUNG), (b"early", EARLY + RUNG)):
+            c.send(fastpacket.CALL, payload)
+            assert _doorbell_bytes(c, len(rung)) == rung
+            assert c.results.read() == (fastring.RESULT, payload)
+        assert armed == [(True, False)] * 3
+        q.stop()
+        until(lambda: ended, "the queue's end", _BOUND_S)
+    assert HERALD.caller is None and HERALD.ring is None  # the test's thread never had one

@@ -41,6 +41,10 @@ _WEIGHT = 0.25
 #: thread and both cores asleep, whichever way it waits — must not decide the way of the calls
 #: after it (a way that really got slower still doubles its estimate in a few calls).
 OUTLIER_FACTOR = 2.0
+#: How long a waiter rung early (its answer near, not yet written: ``doorbell.announce``) looks
+#: for the answer's own ring before it sleeps again: what a server does between its library's
+#: call and the answer's ring (copies, bookkeeping, the answer's bytes) takes tens of µs.
+EARLY_LOOK_S = 200e-6
 #: The longest a watch looks at the ring (after its nap): its lead and its window.
 WATCH_MAX_S = POLL_LEAD_MAX_S + POLL_WINDOW_S
 

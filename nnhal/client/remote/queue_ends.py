@@ -384,7 +384,7 @@ class QueueEnds:
         seconds left of its deadline (None: none); None when it does not fit the request ring.
         A small packet is joined at once (the ring copies it once), a large one goes in parts."""
         deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
-        header = fastpacket.call_head(layout, measure, deadline, loop_timeout_ns)
+        header = fastpacket.call_head(layout, measure, deadline, loop_timeout_ns, self.wake_early())
         length = len(tag) + fastpacket.CALL_HEAD_BYTES + body
         if length > self.requests.max_payload:
             return None
@@ -392,6 +392,13 @@ class QueueEnds:
             return b"".join((tag, header, *parts))
         # The tag and header are one part: the ring checksums and copies one part fewer.
         return fastring.Gathered([tag + header, *(memoryview(p).cast("B") for p in parts)], length)
+
+    def wake_early(self) -> bool:
+        """Whether a numpy call's compact call (``planned_packet``) asks to be rung as soon as
+        its answer is near (``fastpacket.WAKE_EARLY``): only a waiter that, woken with no
+        answer yet, looks for the answer's own ring before it sleeps again (the sync link,
+        while it may look) asks."""
+        return False
 
     def read_answer(self) -> tuple[int, bytes] | None:
         """The next answer packet, None when none is waiting; GENERAL_FAILURE (the ring

@@ -13,12 +13,13 @@ scheduler: deadlines and pre-emption are checked before and after the graph, not
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 import numpy as np
 
+from nnhal.core.doorbell import announce
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import Capabilities, Model, Operand
@@ -63,9 +64,11 @@ class LiteRtGraph:
         self._lock = threading.Lock()
         # Bound once: an execution calls them per tensor.
         self._set, self._get, self._run = interpreter.set_tensor, interpreter.get_tensor, interpreter.invoke
-        #: Per input, per output: a function giving a view of the interpreter's own buffer (``_invoke``).
-        self._views = [interpreter.tensor(i) for i in self._inputs]
-        self._out_views = [interpreter.tensor(i) for i in self._outputs]
+        #: Per input, per output: its index, a function giving a view of the interpreter's own
+        #: buffer, and that buffer's dtype and shape, fixed once the tensors are allocated (the
+        #: graph's shapes are static; nothing here resizes them): ``_invoke``.
+        self._ins = [_tensor(interpreter, i) for i in self._inputs]
+        self._outs = [_tensor(interpreter, i) for i in self._outputs]
 
     def run(
         self,
@@ -82,40 +85,43 @@ class LiteRtGraph:
         return run_compiled("LiteRT", invoke, inputs, control)
 
     def _invoke(self, inputs: Sequence[np.ndarray], into: Sequence[np.ndarray | None] = ()) -> list[np.ndarray]:
-        set_tensor, get_tensor = self._set, self._get
+        set_tensor, get_tensor, copyto = self._set, self._get, np.copyto
         with self._lock:
-            for index, view, value in zip(self._inputs, self._views, inputs):
+            for (index, view, dtype, shape), value in zip(self._ins, inputs):
                 # A request's input is a read-only view of its pool, which ``set_tensor`` would
                 # copy twice (into a writable array, then into the tensor): copied once here,
-                # straight into the tensor's buffer. The view is dropped at once — LiteRT
-                # refuses to run while one is held. Anything but an exact fit (dtype, shape)
-                # goes through ``set_tensor``, which says what is wrong.
-                tensor = view()
-                if tensor.dtype == value.dtype and tensor.shape == value.shape:
-                    np.copyto(tensor, value, casting="no")
-                    del tensor
+                # straight into the tensor's buffer, through a view dropped as the copy returns
+                # — LiteRT refuses to run while one is held. Anything but an exact fit (dtype,
+                # shape) goes through ``set_tensor``, which says what is wrong.
+                if value.dtype == dtype and value.shape == shape:
+                    copyto(view(), value, casting="no")
                 else:
-                    del tensor
                     set_tensor(index, value)
             self._run()  # LiteRT lets go of the GIL while it computes
+            announce()  # the answer is near: its caller's wake-up overlaps the copies and the answer
             # Taken under the lock: the interpreter's tensors are overwritten by the next
             # execution. An output with a place of its exact shape is copied once, straight
             # there; any other is ``get_tensor``'s copy.
             if not into:
                 return [get_tensor(i) for i in self._outputs]
             outputs = []
-            for k, (index, view) in enumerate(zip(self._outputs, self._out_views)):
-                target = into[k] if k < len(into) else None
-                if target is not None:
-                    tensor = view()
-                    if tensor.dtype == target.dtype and tensor.shape == target.shape:
-                        np.copyto(target, tensor, casting="no")
-                        del tensor
-                        outputs.append(target)
-                        continue
-                    del tensor
-                outputs.append(get_tensor(index))
+            places = len(into)
+            for k, (index, view, dtype, shape) in enumerate(self._outs):
+                target = into[k] if k < places else None
+                if target is not None and target.dtype == dtype and target.shape == shape:
+                    copyto(target, view(), casting="no")
+                    outputs.append(target)
+                else:
+                    outputs.append(get_tensor(index))
             return outputs
+
+
+def _tensor(interpreter: Any, index: int) -> tuple[int, Callable[[], np.ndarray], np.dtype[Any], tuple[int, ...]]:
+    """Tensor ``index`` of ``interpreter`` as ``LiteRtGraph`` keeps it: its index, its view's
+    function and its buffer's dtype and shape (the view taken once here, and dropped)."""
+    view = interpreter.tensor(index)
+    tensor = view()
+    return index, view, tensor.dtype, tensor.shape
 
 
 class LiteRtBackend:

@@ -64,7 +64,8 @@ from typing import Any, cast
 from google.protobuf.message import DecodeError
 from grpc import aio
 
-from nnhal.core import fastanswer, fastpacket, fastring, samehost, wire_request
+from nnhal.core import fastanswer, fastpacket, fastring, lookout, samehost, wire_request
+from nnhal.core.doorbell import HERALD
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import ExecutionResult
@@ -343,6 +344,8 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         # when it opens), any on a queue (whose abort steps aside before it gets here).
         kinds = EXECUTION_FAULTS if burst else KINDS
         layouts: dict[int, Compact] = {}  # granted layouts, by id (from 1)
+        # An early ring wakes a caller that then looks for the answer: only with a core to spare.
+        spare = lookout.LOAD.spare
 
         def refuse(message: str) -> tuple[int, bytes]:
             """A packet the burst cannot run (not counted: it names no execution)."""
@@ -400,6 +403,8 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 except HalError as err:
                     return _packet(x.refuse(m, err))
             arrival = x.arrive(m, kinds)
+            if call.wake_early and spare():  # its caller looks for the answer's ring after an early one
+                HERALD.arm()
             # The deadline travels as the time remaining, re-based on this host's clock at arrival.
             deadline = None if call.deadline_ns is None else time.monotonic_ns() + call.deadline_ns
             measure, loop = call.measure, call.loop_timeout_ns

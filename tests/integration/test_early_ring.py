@@ -1,0 +1,76 @@
+"""The early ring on the litert device (``doorbell.announce``): a compact call of a sync client
+that looks for its answer asks to be rung as soon as LiteRT's invoke returns; the server rings
+it early then, and again once the answer is written, and the answers are LiteRT's, whether
+the client was woken early or not."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nnhal.client.device import Device
+from nnhal.client.remote.fastpath import FastBurstLink
+from nnhal.core import lookout
+from nnhal.core.doorbell import HERALD
+from nnhal.models import FACE_DETECTION, tflite_model
+
+pytest.importorskip("ai_edge_litert")
+from nnhal.cli import config
+from nnhal.cli.serve import server_options
+from nnhal.importers.litert import LiteRtRunner
+from nnhal.importers.tflite_model import import_tflite
+from nnhal.server.litert import runtime
+from nnhal.server.rpc.serve import Server
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def litert_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+    """A litert device served in this process, on a machine with a core to spare."""
+    monkeypatch.setattr(lookout.LOAD, "spare", lambda: True)
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    args = parser.parse_args(["--device", "litert", "--cache-secret-file", "none", "--listen", "127.0.0.1:0"])
+    server = Server(server_options(config.resolve(args, {})))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(grace=0)
+
+
+def test_compact_calls_that_ask_are_rung_early_and_answer_as_litert(
+    litert_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(FastBurstLink, "HYBRID_WAIT", True)
+    monkeypatch.setattr(FastBurstLink, "HYBRID_FORCED", True)  # the client looks, whatever the load
+    armed: list[bool] = []
+    real = runtime.announce  # type: ignore[attr-defined]  # what the module imported
+
+    def spy() -> None:
+        armed.append(HERALD.ring is not None)
+        real()
+
+    monkeypatch.setattr(runtime, "announce", spy)
+    face = tflite_model(FACE_DETECTION)
+    imported = import_tflite(face)
+    lite = LiteRtRunner(face, threads=1)
+    with (
+        Device.connect(litert_server.addresses[0], client_name="early") as dev,
+        dev.prepare_model_sync(imported.model) as pm,
+    ):
+        for seed in range(6):
+            inputs = imported.random_inputs(seed)
+            ours: list[Any] = pm.execute(inputs, timeout=60).outputs
+            for a, b in zip(ours, lite.run(inputs)):
+                np.testing.assert_allclose(a.reshape(b.shape), b, rtol=1e-4, atol=1e-4)
+        queue = dev.remote.same_host
+        assert queue is not None and queue.open
+    # The first call asked for the layout's id (a full request: not rung early); the others
+    # were compact calls that asked.
+    assert armed == [False] + [True] * 5
