@@ -311,7 +311,6 @@ class Producer(_Ring):
         """Append one packet; RingError when it does not fit (the consumer is behind, or it is
         larger than ``max_payload``) or the consumer's index is corrupt. ``crc`` overrides
         the checksum (tests of the consumer's checks)."""
-        size, mm, data, head = self.ring_bytes, self._mm, self._data, self._head
         if type(payload) is not bytes:  # bytes first: most answers, and the cheapest test
             if type(payload) is Reserved:
                 self._write_reserved(kind, payload.length, crc)
@@ -323,6 +322,7 @@ class Producer(_Ring):
                 payload = b"".join(payload.parts)  # a small packet: one copy of a few parts is cheaper
             elif isinstance(payload, memoryview):
                 payload = payload.cast("B")
+        size, mm, data, head = self.ring_bytes, self._mm, self._data, self._head
         self._reserved = None
         length = len(payload)
         used = head - self._slots[self._tail_slot]
@@ -404,32 +404,43 @@ class Producer(_Ring):
         return head + fill
 
     def _write_gathered(self, kind: int, payload: Gathered, crc: int | None) -> None:
-        """``write`` of a payload in parts: the same packet, each part copied in turn."""
-        size, mm, data, head = self.ring_bytes, self._mm, self._data, self._head
+        """``write`` of a payload in parts: the same packet, each part copied in turn. A packet
+        in one piece (every large one the ring's start can take) is checksummed from the bytes
+        it was copied to — the producer's own, not yet published: one checksum of one
+        buffer, not one per part."""
+        size, area, head = self.ring_bytes, self._area, self._head
         self._reserved = None
-        length = len(payload)
+        length = payload._length
         used = head - self._slots[self._tail_slot]
         need = HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN)
         if used < 0 or size - used < need:  # as ``write``
             raise RingError(self._refusal(length, used))
-        if crc is None:
-            crc = _gathered_checksum(payload.parts)
-        pos = head % size
         if length >= DIRECT_BYTES:
             head = self._start(head, used, need)
-            pos = head % size
-        _PACKET.pack_into(mm, data + pos, length, next(self._seqs), crc, kind)
-        at = (pos + HEADER_BYTES) % size
-        for part in payload.parts:
-            n = len(part)
-            first = size - at
-            if n <= first:
-                mm[data + at : data + at + n] = part
-            else:
-                view = memoryview(part)
-                mm[data + at : data + size] = view[:first]
-                mm[data : data + n - first] = view[first:]
-            at = (at + n) % size
+        pos = head % size
+        at = start = pos + HEADER_BYTES
+        if start + length <= size:
+            for part in payload.parts:
+                end = at + len(part)
+                area[at:end] = part
+                at = end
+            if crc is None:
+                crc = _crc32(area[start : start + (length if length < CHECKED_BYTES else CHECKED_BYTES)])
+        else:
+            if crc is None:
+                crc = _gathered_checksum(payload.parts)
+            at %= size
+            for part in payload.parts:
+                n = len(part)
+                first = size - at
+                if n <= first:
+                    area[at : at + n] = part
+                else:
+                    view = memoryview(part)
+                    area[at:size] = view[:first]
+                    area[: n - first] = view[first:]
+                at = (at + n) % size
+        _PACKET.pack_into(area, pos, length, next(self._seqs), crc, kind)
         self._head = head = head + need
         self._slots[self._head_slot] = head
 

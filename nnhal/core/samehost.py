@@ -110,10 +110,16 @@ def decode_method(payload: bytes) -> tuple[int, str, str, bytes]:
 def encode_tag(request_id: str, scope: str = "") -> bytes:
     """The prefix of a fast burst packet on a session's queue (a multiple of ``ALIGN`` bytes)."""
     rid = request_id.encode("ascii", "replace")[:MAX_REQUEST_ID]
-    # Every execution's tag: a call outside a fault scope (most) encodes no scope.
-    sc = scope.encode("ascii", "replace")[:MAX_REQUEST_ID] if scope else b""
+    if not scope:  # every execution's tag outside a fault scope (most): its header and pad made once
+        head, pad = _BARE_TAGS[len(rid)]
+        return head + rid + pad
+    sc = scope.encode("ascii", "replace")[:MAX_REQUEST_ID]
     n = TAG_HEADER.size + len(rid) + len(sc)
     return TAG_HEADER.pack(len(rid), len(sc)) + rid + sc + _PAD[: -n % ALIGN]
+
+
+#: A tag without a fault scope by its request id's length: the header and the pad after the id.
+_BARE_TAGS = tuple((TAG_HEADER.pack(n, 0), _PAD[: -(_TAG_BYTES + n) % ALIGN]) for n in range(MAX_REQUEST_ID + 1))
 
 
 def split_tag(payload: bytes | memoryview) -> tuple[str, str, memoryview]:

@@ -58,6 +58,19 @@ def _split(payload: bytes) -> tuple[str, str, bytes]:
     return rid, scope, bytes(rest)
 
 
+def test_a_tag_without_a_scope_is_the_general_form_for_every_id_length() -> None:
+    # The header and pad of a tag without a fault scope are made once per id length: the same
+    # bytes as the general form (one u32 per length, the id, zeros up to the alignment).
+    for n in range(samehost.MAX_REQUEST_ID + 3):
+        rid = "r" * n
+        kept = min(n, samehost.MAX_REQUEST_ID)
+        tag = samehost.encode_tag(rid)
+        bare = samehost.TAG_HEADER.pack(kept, 0) + rid[:kept].encode()
+        assert tag == bare + bytes(-len(bare) % fastpacket.ALIGN)
+        assert _split(tag + b"x") == (rid[:kept], "", b"x")
+    assert _split(samehost.encode_tag("r\u00e9")) == ("r?", "", b"")
+
+
 def test_a_tag_round_trips_and_malformed_tags_are_refused() -> None:
     tag = samehost.encode_tag("req-9", "feed0123.x")
     assert _split(tag + b"rest") == ("req-9", "feed0123.x", b"rest")
