@@ -425,7 +425,7 @@ class Producer(_Ring):
                 area[at:end] = part
                 at = end
             if crc is None:
-                crc = _crc32(area[start : start + (length if length < CHECKED_BYTES else CHECKED_BYTES)])
+                crc = checksum(area[start:at])
         else:
             if crc is None:
                 crc = _gathered_checksum(payload.parts)
@@ -492,9 +492,10 @@ class Consumer(_Ring, Generic[P]):
         avail = self._slots[self._head_slot] - tail
         if avail == 0:  # first, before the rest is loaded: a serving thread's last look of a turn
             return None
-        size, mm, data = self.ring_bytes, self._mm, self._data
+        size = self.ring_bytes
         pos = tail % size
-        length, seq, crc, kind = _PACKET.unpack_from(mm, data + pos)  # in the ring whatever the head
+        # Offsets in the ring's data (``_area``), the region's only where a copy is cut.
+        length, seq, crc, kind = _PACKET.unpack_from(self._area, pos)  # in the ring whatever the head
         need = HEADER_BYTES + ((length + _ALIGN) & ~_ALIGN)  # _padded(length), inlined: a hot path
         # One test refuses a head more than the ring ahead (or behind: ``need`` is more than any
         # negative count) and a length past what was written (or past the limit: it needs more
@@ -513,19 +514,22 @@ class Consumer(_Ring, Generic[P]):
             self._seq = (seq + 1) & 0xFFFFFFFF
             self._slots[self._tail_slot] = self._tail
             return self.read()
-        at = data + pos + HEADER_BYTES
-        if at + length <= self._data_end:
+        start = pos + HEADER_BYTES
+        end = start + length
+        data = self._data
+        if end <= size:
             if length >= DIRECT_BYTES and (self._populated or self._populate()) and kind in self._direct:
-                view = self._area[at - data : at - data + length].toreadonly()
+                view = self._area[start:end].toreadonly()
                 if checksum(view) != crc:
                     raise RingError("a packet's checksum does not match its bytes")
                 self._tail = tail + need
                 self._seq = (seq + 1) & 0xFFFFFFFF
                 self._held = True  # published by ``release``: the view's bytes are still read
                 return kind, view  # type: ignore[return-value]  # P admits views with direct kinds
-            payload = mm[at : at + length]
+            payload = self._mm[data + start : data + end]
         else:  # it wraps past the ring's end (or its header ended the ring: it starts at the start)
-            start = (at - data) % size
+            mm = self._mm
+            start %= size
             first = size - start
             if length <= first:
                 payload = mm[data + start : data + start + length]

@@ -390,8 +390,12 @@ class QueueEnds:
             return None
         if length <= fastring.CHECKED_BYTES:
             return b"".join((tag, header, *parts))
-        # The tag and header are one part: the ring checksums and copies one part fewer.
-        return fastring.Gathered([tag + header, *(memoryview(p).cast("B") for p in parts)], length)
+        # The tag and header are one part: the ring checksums and copies one part fewer. A loop,
+        # not a generator: that would make a function object and a generator per call.
+        gathered: list[bytes | memoryview] = [tag + header]
+        for part in parts:
+            gathered.append(memoryview(part).cast("B"))
+        return fastring.Gathered(gathered, length)
 
     def wake_early(self) -> bool:
         """Whether a numpy call's compact call (``planned_packet``) asks to be rung as soon as
