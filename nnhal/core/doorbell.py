@@ -156,7 +156,8 @@ class Doorbell:
         if self._stopped:
             return 0
         if self._poll is not None:
-            ready = self._poll.poll(None if timeout is None else math.ceil(max(0.0, timeout) * 1000))
+            # ``max(0.0, timeout)`` as a conditional expression: no builtin's call on every wait.
+            ready = self._poll.poll(None if timeout is None else math.ceil(timeout * 1000) if timeout > 0.0 else 0)
             if not ready:
                 return 0
             for fd, _ in ready:  # a loop, not a generator: every wait of a small call passes here
@@ -170,7 +171,7 @@ class Doorbell:
             if self._inbox_poll is None:
                 self._inbox_poll = select.poll()
                 self._inbox_poll.register(self._inbox_r, select.POLLIN)
-            if not self._inbox_poll.poll(math.ceil(max(0.0, timeout) * 1000)):
+            if not self._inbox_poll.poll(math.ceil(timeout * 1000) if timeout > 0.0 else 0):
                 return 0
         return self._read()  # the inbox is readable now (and not stopped: tested above)
 

@@ -285,9 +285,10 @@ class FastBurstLink(QueueEnds):
             return False
         doorbell, monotonic = self.doorbell, time.monotonic
         start = monotonic()
-        last = start + min(allowed, EARLY_LOOK_S)
-        if end is not None:
-            last = min(last, end)
+        # Conditional expressions, not min() (here and in ``_watch``): no builtin's call per wait.
+        last = start + (EARLY_LOOK_S if EARLY_LOOK_S < allowed else allowed)
+        if end is not None and end < last:
+            last = end
         came = False
         while not doorbell.stopping:
             if doorbell.wait(0) and not doorbell.early:
@@ -305,10 +306,12 @@ class FastBurstLink(QueueEnds):
         published (its doorbell byte follows or came: the caller's ``wait`` takes it), the
         queue is stopping, or the bounded window passes (at most ``allowed`` seconds of
         looking, charged to the lookout). Whether the first look found it."""
-        lead = min(expected * POLL_LEAD_SHARE, POLL_LEAD_MAX_S)
+        lead = expected * POLL_LEAD_SHARE
+        if POLL_LEAD_MAX_S < lead:
+            lead = POLL_LEAD_MAX_S
         last = rung + expected + POLL_WINDOW_S
-        if end is not None:
-            last = min(last, end)
+        if end is not None and end < last:
+            last = end
         pending, doorbell, monotonic = self.results.pending, self.doorbell, time.monotonic
         nap = rung + expected - lead - monotonic()
         if nap >= POLL_MIN_NAP_S:
@@ -317,7 +320,8 @@ class FastBurstLink(QueueEnds):
         if pending():
             return True
         start = monotonic()
-        last = min(last, start + allowed)
+        if start + allowed < last:
+            last = start + allowed
         for _ in range(POLL_LOOPS):
             if doorbell.stopping or monotonic() >= last:
                 break

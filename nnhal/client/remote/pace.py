@@ -97,7 +97,10 @@ class Pace:
             self.expected = waited if not e else e + (waited - e) * _WEIGHT
         if watched:
             w = self.watched
-            self.watched = waited if not w else w + (min(waited, w * OUTLIER_FACTOR) - w) * _WEIGHT
+            # A conditional expression, not min(): the same value without a builtin's call.
+            cap = w * OUTLIER_FACTOR
+            self.watched = waited if not w else w + ((cap if cap < waited else waited) - w) * _WEIGHT
         elif e:
             bl = self.blocked
-            self.blocked = waited if not bl else bl + (min(waited, bl * OUTLIER_FACTOR) - bl) * _WEIGHT
+            cap = bl * OUTLIER_FACTOR
+            self.blocked = waited if not bl else bl + ((cap if cap < waited else waited) - bl) * _WEIGHT

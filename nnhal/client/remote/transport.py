@@ -215,12 +215,14 @@ def remaining_time(timeout: float | None, deadline_at: float | None = None) -> f
     if deadline_at is None:
         return timeout
     left = deadline_at - time.monotonic()
-    return left if timeout is None else min(timeout, left)
+    # Conditional expressions, not min() and max() (here and below): the same values without
+    # a builtin's call on every call with a deadline.
+    return left if timeout is None or left < timeout else timeout
 
 
 def grpc_timeout(remaining: float | None) -> float | None:
     """The gRPC timeout covering a HAL deadline (None without one: the call default applies)."""
-    return None if remaining is None else max(0.0, remaining) + DEADLINE_MARGIN
+    return None if remaining is None else (remaining if remaining > 0.0 else 0.0) + DEADLINE_MARGIN
 
 
 def wait_bound(timeout: float | None) -> float:
