@@ -286,7 +286,7 @@ class FastBurstLink(QueueEnds):
         doorbell, monotonic = self.doorbell, time.monotonic
         start = monotonic()
         # Conditional expressions, not min() (here and in ``_watch``): no builtin's call per wait.
-        last = start + (EARLY_LOOK_S if EARLY_LOOK_S < allowed else allowed)
+        last = start + (EARLY_LOOK_S if allowed > EARLY_LOOK_S else allowed)
         if end is not None and end < last:
             last = end
         came = False
@@ -307,7 +307,7 @@ class FastBurstLink(QueueEnds):
         queue is stopping, or the bounded window passes (at most ``allowed`` seconds of
         looking, charged to the lookout). Whether the first look found it."""
         lead = expected * POLL_LEAD_SHARE
-        if POLL_LEAD_MAX_S < lead:
+        if lead > POLL_LEAD_MAX_S:
             lead = POLL_LEAD_MAX_S
         last = rung + expected + POLL_WINDOW_S
         if end is not None and end < last:
