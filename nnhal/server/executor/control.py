@@ -135,9 +135,11 @@ class ExecutionControl:
             start = (t0_ns - self.timeline_t0_ns) // 1000
             self.timeline.append(OperationTiming(index, name, subgraph, start, (t1_ns - t0_ns) // 1000))
 
-    def start(self) -> None:
+    def start(self, checkpoint: bool = False) -> None:
         """The run starts: the server's limit counts from now, and the first checkpoint that
-        has work to do is set (``next_ns``: the deadline, the limit, the hook's first time)."""
+        has work to do is set (``next_ns``: the deadline, the limit, the hook's first time);
+        with ``checkpoint``, the first ``checkpoint`` too, at the same time (one clock reading:
+        a run of one step, ``compiling.run_compiled``)."""
         if self.timeline is not None and not self.timeline_t0_ns:
             self.timeline_t0_ns = time.perf_counter_ns()
         now = time.monotonic_ns()
@@ -145,6 +147,8 @@ class ExecutionControl:
             self.limit_ns = now + self.max_execution_ns
         self._hook_ns = now + HOOK_INTERVAL_NS
         self._plan_next()
+        if checkpoint and now >= self.next_ns:
+            self.due(now)
 
     def checkpoint(self) -> None:
         """At an operation boundary: raise what ends the execution (see the class docstring)."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -81,8 +80,7 @@ class LiteRtGraph:
         (a request's dims) were checked against them by request validation. An output whose
         tensor fits its ``into`` array exactly (shape, dtype) is copied there, and that array
         returned (``ExecutableGraph.run``)."""
-        invoke = self._invoke if into is None else partial(self._invoke, into=into)
-        return run_compiled("LiteRT", invoke, inputs, control)
+        return run_compiled("LiteRT", self._invoke, inputs, control, into)
 
     def _invoke(self, inputs: Sequence[np.ndarray], into: Sequence[np.ndarray | None] = ()) -> list[np.ndarray]:
         set_tensor, get_tensor, copyto = self._set, self._get, np.copyto
