@@ -132,7 +132,7 @@ def run_compiled(
             raise ResourceExhaustedTransient(f"{library} ran out of memory: {err}") from None
         raise GeneralFailure(f"{library} failed: {err}") from None
     if control is not None:
-        control.checkpoint()
+        control.checkpoint(True)  # its last: a later step's run starts (and plans) afresh
         control.operations_run += 1
     return outputs
 

@@ -90,3 +90,25 @@ def test_run_compiled_checks_the_deadline_before_and_after_and_hands_on_the_plac
     place = np.zeros((1, 2), np.float32)
     run_compiled("lib", invoke, [x], ExecutionControl(), [place])
     assert calls[-1] == [place]
+
+
+def test_run_compiled_runs_the_hook_at_its_last_checkpoint_when_its_time_came() -> None:
+    """The last checkpoint (nothing planned after it) still asks the hook (a gone client,
+    pre-emption) once its interval passed during the run, and raises what it raises."""
+    x = np.ones((1, 2), np.float32)
+    asked: list[int] = []
+
+    def hook() -> None:
+        asked.append(1)
+        raise GeneralFailure("the client went away")
+
+    def slow(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        time.sleep(0.002)
+        return [inputs[0]]
+
+    with pytest.raises(GeneralFailure, match="the client went away"):
+        run_compiled("lib", slow, [x], ExecutionControl(checkpoint_hook=hook))
+    assert asked == [1]
+    control = ExecutionControl(checkpoint_hook=lambda: None)
+    run_compiled("lib", slow, [x], control)  # a later run plans afresh at its start
+    assert control.operations_run == 1

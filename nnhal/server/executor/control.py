@@ -150,16 +150,18 @@ class ExecutionControl:
         if checkpoint and now >= self.next_ns:
             self.due(now)
 
-    def checkpoint(self) -> None:
-        """At an operation boundary: raise what ends the execution (see the class docstring)."""
+    def checkpoint(self, last: bool = False) -> None:
+        """At an operation boundary: raise what ends the execution (see the class docstring).
+        ``last``: the run's last boundary (a compiled graph's end, ``compiling.run_compiled``):
+        the same checks, nothing planned after them (a run plans afresh at its ``start``)."""
         now = time.monotonic_ns()
         if now >= self.next_ns:
-            self.due(now)
+            self.due(now, last)
 
-    def due(self, now: int) -> None:
+    def due(self, now: int, last: bool = False) -> None:
         """The checkpoint's work at ``now`` (a time.monotonic_ns reading no earlier than
         ``next_ns``): the deadline, the server's limit, the hook when its time came; then
-        ``next_ns`` is set to the earliest of the three."""
+        ``next_ns`` is set to the earliest of the three (not after the ``last`` checkpoint)."""
         deadline, limit = self.deadline_ns, self.limit_ns
         if deadline is not None and now >= deadline:
             raise self.on_deadline()
@@ -171,7 +173,11 @@ class ExecutionControl:
         hook = self.checkpoint_hook
         if hook is not None and now >= self._hook_ns:
             hook()  # may wait (pre-empted): the interval counts from its return
+            if last:
+                return
             self._hook_ns = time.monotonic_ns() + HOOK_INTERVAL_NS
+        elif last:
+            return
         self._plan_next()
 
     def _plan_next(self) -> None:
