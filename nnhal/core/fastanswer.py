@@ -145,7 +145,10 @@ class AnswerWriter:
         if view is None:
             return None
         self._placed = (view, length, placed)
-        return {index: view[start : start + n] for index, _, start, n, _ in placed}
+        places: dict[int, memoryview] = {}
+        for index, _, start, n, _ in placed:  # a loop: a comprehension's own call costs more
+            places[index] = view[start : start + n]
+        return places
 
     def write(self, result: ExecutionResult) -> bytes | fastring.Gathered | fastring.Reserved:
         """``answer_parts(result)``, or the answer written around its pools in their places
