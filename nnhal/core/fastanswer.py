@@ -100,7 +100,8 @@ class AnswerWriter:
 
     In place (``places``): a large answer's output pools can be written by the execution
     straight into the result ring, where the answer will carry them; ``write`` then writes
-    only the bytes around them."""
+    only the bytes around them (a new timing written into the ring's copy of the kept bytes,
+    which stay as they were)."""
 
     __slots__ = ("_head", "_made", "_placed", "_pools", "_spots")
 
@@ -144,7 +145,10 @@ class AnswerWriter:
         if view is None:
             return None
         self._placed = (view, length, placed)
-        return {index: view[start : start + n] for index, _, start, n, _ in placed}
+        places: dict[int, memoryview] = {}
+        for index, _, start, n, _ in placed:  # a loop: a comprehension's own call costs more
+            places[index] = view[start : start + n]
+        return places
 
     def write(self, result: ExecutionResult) -> bytes | fastring.Gathered | fastring.Reserved:
         """``answer_parts(result)``, or the answer written around its pools in their places
@@ -162,12 +166,7 @@ class AnswerWriter:
             self._head = _answer_head(result)
             self._made = (result.status, result.message, result.output_shapes, timing, len(pools))
             self._pools = tuple((index, bytes_of(data)[1]) for index, data in pools.items())
-        elif made[3] is not timing:
-            head = self._head
-            self._head = (
-                head[:_TIMING_AT] + _TIMING.pack(timing.time_on_device, timing.time_in_driver) + head[_TIMING_END:]
-            )
-            self._made = (made[0], made[1], made[2], timing, made[4])
+            made = self._made
         placed, self._placed = self._placed, None
         if placed is not None:
             view, length, spots = placed
@@ -179,6 +178,8 @@ class AnswerWriter:
                         break
                 else:
                     view[: len(head)] = head
+                    if made[3] is not timing:  # a measured call's: written in place, the head kept
+                        _TIMING.pack_into(view, _TIMING_AT, timing.time_on_device, timing.time_in_driver)
                     for index, at, _, n, pair in spots:
                         # The pad is zeroed too: the answer's bytes are those ``answer_parts``
                         # writes, so a reader that remembers them (``AnswerReader``) knows the
@@ -188,6 +189,12 @@ class AnswerWriter:
             # Not the answer the places were made for: its pools leave the ring before the
             # answer is written there.
             pools = {i: bytes(d) if fastring.in_ring(d) else d for i, d in pools.items()}
+        if made[3] is not timing:  # the kept head with this answer's timing written in
+            head = self._head
+            self._head = (
+                head[:_TIMING_AT] + _TIMING.pack(timing.time_on_device, timing.time_in_driver) + head[_TIMING_END:]
+            )
+            self._made = (made[0], made[1], made[2], timing, made[4])
         return _with_pools(self._head, pools)
 
 

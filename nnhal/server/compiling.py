@@ -110,22 +110,21 @@ def convert_all(model: Model, io: str, graph: G, convert: Callable[[G, int], str
 
 def run_compiled(
     library: str,
-    invoke: Callable[[Sequence[np.ndarray]], list[np.ndarray]],
+    invoke: Callable[..., list[np.ndarray]],
     inputs: Sequence[np.ndarray | None],
     control: ExecutionControl | None,
+    into: Sequence[np.ndarray | None] | None = None,
 ) -> list[np.ndarray]:
-    """``invoke(inputs)`` as one scheduler step (see the module's docstring); ``library``
-    names the library in errors."""
+    """``invoke(inputs)`` — ``invoke(inputs, into)`` when ``into`` is given (the outputs'
+    places, ``ExecutableGraph.run``) — as one scheduler step (see the module's docstring);
+    ``library`` names the library in errors."""
     if control is not None:
-        control.start()
-        control.checkpoint()
-    values = []
-    for k, value in enumerate(inputs):
+        control.start(True)  # and the first checkpoint
+    for k, value in enumerate(inputs):  # a loop: ``None in inputs`` would compare arrays
         if value is None:
             raise GeneralFailure(f"input {k}: this device needs a value for every input")
-        values.append(value)
     try:
-        outputs = invoke(values)
+        outputs = invoke(inputs) if into is None else invoke(inputs, into)
     except GeneralFailure:
         raise
     except Exception as err:  # each library raises its own exception types
@@ -133,7 +132,7 @@ def run_compiled(
             raise ResourceExhaustedTransient(f"{library} ran out of memory: {err}") from None
         raise GeneralFailure(f"{library} failed: {err}") from None
     if control is not None:
-        control.checkpoint()
+        control.checkpoint(True)  # its last: a later step's run starts (and plans) afresh
         control.operations_run += 1
     return outputs
 

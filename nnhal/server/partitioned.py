@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -136,12 +137,19 @@ class PartitionedGraph:
         #: Where each model output is among that step's outputs, when not the same order (the
         #: library's graph may list them in another).
         self._pick: tuple[int, ...] | None = None
+        #: That pick when it reorders all the step's outputs: what takes a model-ordered sequence
+        #: into the step's order, and the step's outputs into the model's (``run``).
+        self._order: tuple[itemgetter[Any], itemgetter[Any]] | None = None
         if len(steps) == 1:
             only = steps[0].placed
             if only.place == BACKEND and only.inputs == tuple(self._inputs) and set(self._outputs) <= set(only.outputs):
                 self._whole = steps[0]
                 pick = tuple(only.outputs.index(o) for o in self._outputs)
                 self._pick = None if pick == tuple(range(len(pick))) else pick
+                if self._pick is not None and len(pick) == len(only.outputs):
+                    # A reordering of all the step's outputs (two or more): the step's places in
+                    # its order and its outputs back in the model's, each one C call per run.
+                    self._order = (itemgetter(*map(pick.index, range(len(pick)))), itemgetter(*pick))
         #: A model placed wholly on one library step hands its inputs and ``into`` to that step's
         #: graph alone (``ExecutableGraph.copies_io``); steps on the fallback compute in place.
         self.copies_io = self._whole is not None and self._whole.graph.copies_io
@@ -161,6 +169,13 @@ class PartitionedGraph:
         whole = self._whole
         if whole is not None and (control is None or control.profile is None):
             # The same call the loop below makes for this one step, without its bookkeeping.
+            order = self._order
+            if order is not None and output_operands is None:  # ``_run_picked``'s, in C calls
+                ops = whole.output_operands
+                outs = whole.graph.run(inputs, control, ops, None if into is None else order[0](into))
+                if len(outs) < len(ops):
+                    raise GeneralFailure(f"output operand {whole.placed.outputs[len(outs)]} was never written")
+                return list(order[1](outs))
             if self._pick is not None:
                 return self._run_picked(whole, self._pick, inputs, control, output_operands, into)
             wanted = whole.output_operands if output_operands is None else output_operands

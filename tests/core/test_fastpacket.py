@@ -286,3 +286,35 @@ def test_a_call_that_asks_to_be_rung_early_says_so() -> None:
         assert (call.layout, call.measure, call.deadline_ns, call.loop_timeout_ns) == (3, True, None, 7)
         assert call.wake_early is early
     assert not fastpacket.decode_call(fastpacket.call_head(3, False, 5, 0) + bytes(64)).wake_early
+
+
+def test_measured_answers_in_place_and_not_carry_their_own_timings() -> None:
+    """A measured answer written around its places has its timing written into the ring (the
+    kept bytes left as they were); the answers after it, in place or not, still carry each its
+    own: every one the bytes ``answer_parts`` makes of it."""
+
+    def encoded(result: ExecutionResult) -> bytes:
+        made = fastanswer.answer_parts(result)
+        return made if isinstance(made, bytes) else b"".join(bytes(p) for p in made.parts)  # type: ignore[union-attr]
+
+    writer = fastanswer.AnswerWriter()
+    shapes = (OutputShape((3,), True),)
+    data = bytes(range(12))
+    writer.write(ExecutionResult(ErrorStatus.NONE, "", shapes, Timing(1, 2), {1: data}))
+    ring = bytearray(b"\xff" * 4096)
+    for k, in_place in enumerate((True, True, False, True, False, False)):
+        places = writer.places(lambda length: memoryview(ring)[:length])
+        assert places is not None
+        places[1][:] = data
+        result = ExecutionResult(
+            ErrorStatus.NONE, "", shapes, Timing(10 + k, 20 + k), {1: places[1] if in_place else data}
+        )
+        written = writer.write(result)
+        if in_place:
+            assert isinstance(written, fastring.Reserved)
+            answer = bytes(ring[: len(written)])
+        else:
+            answer = written if isinstance(written, bytes) else b"".join(bytes(p) for p in written.parts)  # type: ignore[union-attr]
+        assert answer == encoded(result)
+        assert fastanswer.decode_answer(answer).timing == Timing(10 + k, 20 + k)
+        del places, result

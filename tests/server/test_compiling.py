@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from nnhal.client.builder import ModelBuilder
 from nnhal.core.enums import OperandType as T, OperationType as O
-from nnhal.core.errors import GeneralFailure
+from nnhal.core.errors import GeneralFailure, MissedDeadlineTransient
 from nnhal.core.types import Model, Operand
 from nnhal.server.compiling import Unsupported, convert_all, guarded, io_reason, run_compiled
 from nnhal.server.executor.control import ExecutionControl
@@ -62,3 +63,52 @@ def test_run_compiled_is_one_step_and_wraps_the_library_errors() -> None:
 
     with pytest.raises(GeneralFailure, match="lib failed: kernel exploded"):
         run_compiled("lib", broken, [x], None)
+
+
+def test_run_compiled_checks_the_deadline_before_and_after_and_hands_on_the_places() -> None:
+    """A deadline passed before the run refuses it before the library is asked (the first
+    checkpoint, taken as the run starts); one passed during it is raised after; ``into`` goes to
+    ``invoke`` as its second argument."""
+    x = np.ones((1, 2), np.float32)
+    calls: list[object] = []
+
+    def invoke(inputs: Sequence[np.ndarray], into: Sequence[np.ndarray | None] = ()) -> list[np.ndarray]:
+        calls.append(into)
+        return [2 * inputs[0]]
+
+    with pytest.raises(MissedDeadlineTransient):
+        run_compiled("lib", invoke, [x], ExecutionControl(deadline_ns=time.monotonic_ns() - 1))
+    assert calls == []
+
+    def late(inputs: Sequence[np.ndarray], into: Sequence[np.ndarray | None] = ()) -> list[np.ndarray]:
+        time.sleep(0.02)
+        return invoke(inputs, into)
+
+    with pytest.raises(MissedDeadlineTransient):
+        run_compiled("lib", late, [x], ExecutionControl(deadline_ns=time.monotonic_ns() + 5_000_000))
+    assert calls == [()]
+    place = np.zeros((1, 2), np.float32)
+    run_compiled("lib", invoke, [x], ExecutionControl(), [place])
+    assert calls[-1] == [place]
+
+
+def test_run_compiled_runs_the_hook_at_its_last_checkpoint_when_its_time_came() -> None:
+    """The last checkpoint (nothing planned after it) still asks the hook (a gone client,
+    pre-emption) once its interval passed during the run, and raises what it raises."""
+    x = np.ones((1, 2), np.float32)
+    asked: list[int] = []
+
+    def hook() -> None:
+        asked.append(1)
+        raise GeneralFailure("the client went away")
+
+    def slow(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        time.sleep(0.002)
+        return [inputs[0]]
+
+    with pytest.raises(GeneralFailure, match="the client went away"):
+        run_compiled("lib", slow, [x], ExecutionControl(checkpoint_hook=hook))
+    assert asked == [1]
+    control = ExecutionControl(checkpoint_hook=lambda: None)
+    run_compiled("lib", slow, [x], control)  # a later run plans afresh at its start
+    assert control.operations_run == 1

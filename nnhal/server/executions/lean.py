@@ -336,6 +336,7 @@ class Compact:
         "inputs",
         "model",
         "outputs",
+        "pools",
         "reserve",
         "session",
         "sizes",
@@ -362,6 +363,9 @@ class Compact:
         self.sizes = tuple(size for _, size in pools)
         self.inline = sum(self.sizes)
         self.answers = fastanswer.AnswerWriter()
+        #: The plan :meth:`bind` last bound for and its pools' entries for it (``_pools_for``),
+        #: worked out once per plan (a layout's is mostly one).
+        self.pools: tuple[RequestPlan | None, tuple[tuple[int, int, int, int, bool, bool], ...]] = (None, ())
 
     def check(self, body: memoryview) -> None:
         """PacketError unless ``body`` is of the layout's length (``fastpacket.Layout.pools``)."""
@@ -403,10 +407,12 @@ class Compact:
         direct = found is not None and found[1].graph.copies_io
         copy = not direct and fastring.in_ring(body)
         places = self.answers.places(self.reserve) if direct and self.reserve is not None else None
+        pools = self.pools
+        if pools[0] is not plan:
+            pools = self.pools = (plan, self._pools_for(plan))
         bound = BoundPools(None)
-        writable, filled = plan.writable, plan.filled
-        for i, ((a, b), size) in enumerate(zip(self.spans, self.sizes)):
-            if i in writable:  # copied into its own buffer (or place) either way
+        for i, a, b, size, writable, filled in pools[1]:
+            if writable:  # copied into its own buffer (or place) either way
                 place = None if places is None else places.get(i)
                 bind_inline(
                     bound,
@@ -415,12 +421,21 @@ class Compact:
                     size,
                     True,
                     place if place is not None and len(place) == size else None,
-                    i in filled,
+                    filled,
                 )
             else:
                 bind_inline(bound, i, bytes(body[a:b]) if copy else body[a:b], size, False)
         bound.data_bytes = self.inline
         return bound
+
+    def _pools_for(self, plan: RequestPlan) -> tuple[tuple[int, int, int, int, bool, bool], ...]:
+        """Per pool, what :meth:`bind` binds it by for ``plan``: its index, where its bytes are in
+        a call's body, its size, and whether it receives outputs (``RequestPlan.writable``) and
+        every byte of it is written by a completed execution (``RequestPlan.filled``)."""
+        return tuple(
+            (i, a, b, size, i in plan.writable, i in plan.filled)
+            for i, ((a, b), size) in enumerate(zip(self.spans, self.sizes))
+        )
 
 
 def launch_compact(

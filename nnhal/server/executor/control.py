@@ -135,9 +135,11 @@ class ExecutionControl:
             start = (t0_ns - self.timeline_t0_ns) // 1000
             self.timeline.append(OperationTiming(index, name, subgraph, start, (t1_ns - t0_ns) // 1000))
 
-    def start(self) -> None:
+    def start(self, checkpoint: bool = False) -> None:
         """The run starts: the server's limit counts from now, and the first checkpoint that
-        has work to do is set (``next_ns``: the deadline, the limit, the hook's first time)."""
+        has work to do is set (``next_ns``: the deadline, the limit, the hook's first time);
+        with ``checkpoint``, the first ``checkpoint`` too, at the same time (one clock reading:
+        a run of one step, ``compiling.run_compiled``)."""
         if self.timeline is not None and not self.timeline_t0_ns:
             self.timeline_t0_ns = time.perf_counter_ns()
         now = time.monotonic_ns()
@@ -145,17 +147,21 @@ class ExecutionControl:
             self.limit_ns = now + self.max_execution_ns
         self._hook_ns = now + HOOK_INTERVAL_NS
         self._plan_next()
-
-    def checkpoint(self) -> None:
-        """At an operation boundary: raise what ends the execution (see the class docstring)."""
-        now = time.monotonic_ns()
-        if now >= self.next_ns:
+        if checkpoint and now >= self.next_ns:
             self.due(now)
 
-    def due(self, now: int) -> None:
+    def checkpoint(self, last: bool = False) -> None:
+        """At an operation boundary: raise what ends the execution (see the class docstring).
+        ``last``: the run's last boundary (a compiled graph's end, ``compiling.run_compiled``):
+        the same checks, nothing planned after them (a run plans afresh at its ``start``)."""
+        now = time.monotonic_ns()
+        if now >= self.next_ns:
+            self.due(now, last)
+
+    def due(self, now: int, last: bool = False) -> None:
         """The checkpoint's work at ``now`` (a time.monotonic_ns reading no earlier than
         ``next_ns``): the deadline, the server's limit, the hook when its time came; then
-        ``next_ns`` is set to the earliest of the three."""
+        ``next_ns`` is set to the earliest of the three (not after the ``last`` checkpoint)."""
         deadline, limit = self.deadline_ns, self.limit_ns
         if deadline is not None and now >= deadline:
             raise self.on_deadline()
@@ -167,7 +173,11 @@ class ExecutionControl:
         hook = self.checkpoint_hook
         if hook is not None and now >= self._hook_ns:
             hook()  # may wait (pre-empted): the interval counts from its return
+            if last:
+                return
             self._hook_ns = time.monotonic_ns() + HOOK_INTERVAL_NS
+        elif last:
+            return
         self._plan_next()
 
     def _plan_next(self) -> None:

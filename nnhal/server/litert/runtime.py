@@ -63,12 +63,20 @@ class LiteRtGraph:
         self._outputs = [d["index"] for d in interpreter.get_output_details()]
         self._lock = threading.Lock()
         # Bound once: an execution calls them per tensor.
-        self._set, self._get, self._run = interpreter.set_tensor, interpreter.get_tensor, interpreter.invoke
+        self._set, self._get = interpreter.set_tensor, interpreter.get_tensor
+        #: The run. LiteRT's ``invoke`` first checks that no numpy view of the interpreter's
+        #: buffers is held (a reference count: three Python calls per run), since a reallocation
+        #: would leave one dangling; this graph holds none past its own copies (``_invoke``) and
+        #: never resizes or reallocates its tensors once built, so it calls the wrapped
+        #: interpreter's ``Invoke`` itself where the library has one (``_wrapped``; that bound
+        #: method holds a reference too, which would fail the check from then on).
+        inner = _wrapped(interpreter)
+        self._run = interpreter.invoke if inner is None else inner.Invoke
         #: Per input, per output: its index, a function giving a view of the interpreter's own
         #: buffer, and that buffer's dtype and shape, fixed once the tensors are allocated (the
         #: graph's shapes are static; nothing here resizes them): ``_invoke``.
-        self._ins = [_tensor(interpreter, i) for i in self._inputs]
-        self._outs = [_tensor(interpreter, i) for i in self._outputs]
+        self._ins = [_tensor(interpreter, inner, i) for i in self._inputs]
+        self._outs = [_tensor(interpreter, inner, i) for i in self._outputs]
 
     def run(
         self,
@@ -81,8 +89,7 @@ class LiteRtGraph:
         (a request's dims) were checked against them by request validation. An output whose
         tensor fits its ``into`` array exactly (shape, dtype) is copied there, and that array
         returned (``ExecutableGraph.run``)."""
-        invoke = self._invoke if into is None else partial(self._invoke, into=into)
-        return run_compiled("LiteRT", invoke, inputs, control)
+        return run_compiled("LiteRT", self._invoke, inputs, control, into)
 
     def _invoke(self, inputs: Sequence[np.ndarray], into: Sequence[np.ndarray | None] = ()) -> list[np.ndarray]:
         set_tensor, get_tensor, copyto = self._set, self._get, np.copyto
@@ -116,10 +123,22 @@ class LiteRtGraph:
             return outputs
 
 
-def _tensor(interpreter: Any, index: int) -> tuple[int, Callable[[], np.ndarray], np.dtype[Any], tuple[int, ...]]:
+def _wrapped(interpreter: Any) -> Any:
+    """The interpreter ``interpreter`` wraps (LiteRT's ``_interpreter``) when it has the
+    ``Invoke`` and ``tensor`` that ``Interpreter.invoke`` and ``Interpreter.tensor``'s views call;
+    None: this LiteRT has another shape, and the graph uses its public methods."""
+    inner = getattr(interpreter, "_interpreter", None)
+    return inner if callable(getattr(inner, "Invoke", None)) and callable(getattr(inner, "tensor", None)) else None
+
+
+def _tensor(
+    interpreter: Any, inner: Any, index: int
+) -> tuple[int, Callable[[], np.ndarray], np.dtype[Any], tuple[int, ...]]:
     """Tensor ``index`` of ``interpreter`` as ``LiteRtGraph`` keeps it: its index, its view's
-    function and its buffer's dtype and shape (the view taken once here, and dropped)."""
-    view = interpreter.tensor(index)
+    function and its buffer's dtype and shape (the view taken once here, and dropped). The
+    view's function is the wrapped interpreter's ``tensor`` bound to it (``inner``, from
+    ``_wrapped``: what ``Interpreter.tensor``'s own function calls, without its Python frame)."""
+    view = interpreter.tensor(index) if inner is None else partial(inner.tensor, inner, index)
     tensor = view()
     return index, view, tensor.dtype, tensor.shape
 
