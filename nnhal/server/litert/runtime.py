@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -68,15 +67,14 @@ class LiteRtGraph:
         #: buffers is held (a reference count: three Python calls per run), since a reallocation
         #: would leave one dangling; this graph holds none past its own copies (``_invoke``) and
         #: never resizes or reallocates its tensors once built, so it calls the wrapped
-        #: interpreter's ``Invoke`` itself where the library has one (``_wrapped``; that bound
-        #: method holds a reference too, which would fail the check from then on).
-        inner = _wrapped(interpreter)
-        self._run = interpreter.invoke if inner is None else inner.Invoke
+        #: interpreter's ``Invoke`` itself where the library has one (that bound method holds a
+        #: reference too, which would fail the check from then on).
+        self._run = getattr(getattr(interpreter, "_interpreter", None), "Invoke", None) or interpreter.invoke
         #: Per input, per output: its index, a function giving a view of the interpreter's own
         #: buffer, and that buffer's dtype and shape, fixed once the tensors are allocated (the
         #: graph's shapes are static; nothing here resizes them): ``_invoke``.
-        self._ins = [_tensor(interpreter, inner, i) for i in self._inputs]
-        self._outs = [_tensor(interpreter, inner, i) for i in self._outputs]
+        self._ins = [_tensor(interpreter, i) for i in self._inputs]
+        self._outs = [_tensor(interpreter, i) for i in self._outputs]
 
     def run(
         self,
@@ -123,22 +121,10 @@ class LiteRtGraph:
             return outputs
 
 
-def _wrapped(interpreter: Any) -> Any:
-    """The interpreter ``interpreter`` wraps (LiteRT's ``_interpreter``) when it has the
-    ``Invoke`` and ``tensor`` that ``Interpreter.invoke`` and ``Interpreter.tensor``'s views call;
-    None: this LiteRT has another shape, and the graph uses its public methods."""
-    inner = getattr(interpreter, "_interpreter", None)
-    return inner if callable(getattr(inner, "Invoke", None)) and callable(getattr(inner, "tensor", None)) else None
-
-
-def _tensor(
-    interpreter: Any, inner: Any, index: int
-) -> tuple[int, Callable[[], np.ndarray], np.dtype[Any], tuple[int, ...]]:
+def _tensor(interpreter: Any, index: int) -> tuple[int, Callable[[], np.ndarray], np.dtype[Any], tuple[int, ...]]:
     """Tensor ``index`` of ``interpreter`` as ``LiteRtGraph`` keeps it: its index, its view's
-    function and its buffer's dtype and shape (the view taken once here, and dropped). The
-    view's function is the wrapped interpreter's ``tensor`` bound to it (``inner``, from
-    ``_wrapped``: what ``Interpreter.tensor``'s own function calls, without its Python frame)."""
-    view = interpreter.tensor(index) if inner is None else partial(inner.tensor, inner, index)
+    function and its buffer's dtype and shape (the view taken once here, and dropped)."""
+    view = interpreter.tensor(index)
     tensor = view()
     return index, view, tensor.dtype, tensor.shape
 
