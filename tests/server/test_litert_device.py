@@ -236,20 +236,3 @@ def test_outputs_are_written_once_straight_into_their_places(compiling: Compilin
     ours = graph.run([x], None, None, [misfit, None])
     assert ours[0] is not misfit and not misfit.any()
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-5)
-
-
-def test_the_graph_invokes_the_wrapped_interpreter_itself(compiling: CompilingDeviceCheck) -> None:
-    """The graph calls the wrapped interpreter's ``Invoke`` (no per-run check for views it never
-    holds) where the library has one, and runs again and again to LiteRT's own results."""
-    path = MODELS / "face_detection_short_range.tflite"
-    imported = import_tflite(path)
-    graph = LITERT.compile(imported.model, compiling.pools(imported.model))[0]
-    invoke = getattr(getattr(graph._interpreter, "_interpreter", None), "Invoke", None)  # type: ignore[attr-defined]
-    if invoke is None:
-        pytest.skip("this LiteRT has no wrapped interpreter's Invoke")
-    assert graph._run == invoke  # type: ignore[attr-defined]
-    lite = LiteRtRunner(path)
-    for seed in range(3):
-        x = imported.random_inputs(seed)[0]
-        for a, b in zip(graph.run([x]), lite.run([x])):
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

@@ -62,14 +62,7 @@ class LiteRtGraph:
         self._outputs = [d["index"] for d in interpreter.get_output_details()]
         self._lock = threading.Lock()
         # Bound once: an execution calls them per tensor.
-        self._set, self._get = interpreter.set_tensor, interpreter.get_tensor
-        #: The run. LiteRT's ``invoke`` first checks that no numpy view of the interpreter's
-        #: buffers is held (a reference count: three Python calls per run), since a reallocation
-        #: would leave one dangling; this graph holds none past its own copies (``_invoke``) and
-        #: never resizes or reallocates its tensors once built, so it calls the wrapped
-        #: interpreter's ``Invoke`` itself where the library has one (that bound method holds a
-        #: reference too, which would fail the check from then on).
-        self._run = getattr(getattr(interpreter, "_interpreter", None), "Invoke", None) or interpreter.invoke
+        self._set, self._get, self._run = interpreter.set_tensor, interpreter.get_tensor, interpreter.invoke
         #: Per input, per output: its index, a function giving a view of the interpreter's own
         #: buffer, and that buffer's dtype and shape, fixed once the tensors are allocated (the
         #: graph's shapes are static; nothing here resizes them): ``_invoke``.
