@@ -10,7 +10,6 @@ client cancels; the request id reaches the worker thread.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,9 +20,8 @@ import pytest
 from grpc import aio
 
 from nnhal.core.protocol import REQUEST_ID_METADATA as KEY
-from nnhal.server.rpc.handler_shape import Answering, behaviour
 from nnhal.server.rpc.request_id import REQUEST_ID
-from nnhal.server.rpc.sync_handlers import Collector, SyncContext, asyncify, is_async, use_pool
+from nnhal.server.rpc.sync_handlers import Collector, SyncContext, asyncify, use_pool
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -62,11 +60,7 @@ def _handlers(probe: _Probe) -> dict[str, grpc.RpcMethodHandler]:
         finally:
             probe.closed.set()
 
-    async def on_loop(request: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
-        return threading.current_thread().name.encode()
-
     return {
-        "onLoop": grpc.unary_unary_rpc_method_handler(on_loop),
         "aborts": grpc.unary_unary_rpc_method_handler(aborts),
         "requestId": grpc.unary_unary_rpc_method_handler(request_id),
         "parks": grpc.unary_stream_rpc_method_handler(parks),
@@ -117,28 +111,6 @@ def test_the_request_id_reaches_the_worker_thread() -> None:
         call = channel.unary_unary(f"/{SERVICE}/requestId")
         assert await call(b"", metadata=((KEY, "rid-1"),), timeout=BOUND_S) == b"rid-1"
         assert probe.threads and all(name.startswith("test-worker") for name in probe.threads)
-
-    _run(test)
-
-
-def test_a_unary_answer_is_known_async_at_grpcs_first_test_and_served_on_the_loop() -> None:
-    collector = Collector()
-    collector.add_registered_method_handlers(SERVICE, _handlers(_Probe()))
-    for name, handler in collector.table.items():
-        fn = behaviour(handler)
-        if handler.response_streaming:  # told apart by iscoroutinefunction / isasyncgenfunction
-            assert not isinstance(fn, Answering) and is_async(fn), name
-        else:  # grpc.aio's first test of a handler's behaviour
-            assert isinstance(fn, Answering) and inspect.isawaitable(fn), name
-    on_loop = behaviour(collector.table[f"/{SERVICE}/onLoop"])
-    assert isinstance(on_loop, Answering)
-    with pytest.raises(TypeError):
-        on_loop.__await__()
-
-    async def test(channel: aio.Channel, probe: _Probe) -> None:
-        call = channel.unary_unary(f"/{SERVICE}/onLoop")
-        # Run by grpc.aio on the loop's thread, as a coroutine (a sync handler runs on a worker).
-        assert await call(b"", timeout=BOUND_S) == threading.current_thread().name.encode()
 
     _run(test)
 

@@ -41,7 +41,6 @@ from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.faults import BURST, KINDS
 from nnhal.server.rpc.common import answer_bytes
 from nnhal.server.rpc.ending import abort_ended, call_ender, ended
-from nnhal.server.rpc.handler_shape import Answering
 from nnhal.server.rpc.inbound import Inbound
 from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, inline_bytes, lean_launch, serve_burst
 from nnhal.server.rpc.request_id import begin
@@ -100,7 +99,7 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
             raise AssertionError("unreachable: abort raises") from None  # pragma: no cover
 
     return grpc.stream_unary_rpc_method_handler(
-        Answering(execute),  # known async at grpc.aio's first test (``handler_shape.Answering``)
+        execute,
         request_deserializer=None,
         response_serializer=None,  # answered as bytes (``answer_bytes``)
     )

@@ -4,8 +4,7 @@ streaming and (de)serializers, another behaviour. The server wraps and replaces 
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -32,36 +31,3 @@ def like(handler: grpc.RpcMethodHandler, fn: Callable[..., Any]) -> grpc.RpcMeth
     return _MAKERS[(handler.request_streaming, handler.response_streaming)](
         fn, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
     )
-
-
-class Answering:
-    """A coroutine function answering one message (a unary-response handler's behaviour) that
-    grpc.aio knows is async at its first test. grpc.aio asks of every call's behaviour whether it
-    is async (``inspect.isawaitable``, then ``iscoroutinefunction``; twice per call for a request
-    stream) before running it on the loop or on a worker thread: a plain coroutine function fails
-    the first test and passes the second, at ~90 bytecodes per test; this object passes the first,
-    at ~35. Calling it is calling the function; it is not awaited itself (TypeError)."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Callable[[Any, Any], Awaitable[Any]]) -> None:
-        self.fn = fn
-
-    def __call__(self, request: Any, context: Any) -> Awaitable[Any]:
-        return self.fn(request, context)
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        raise TypeError("a method handler is called, not awaited")
-
-
-def answering(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    """``handler`` (async) with its behaviour an :class:`Answering` when it answers one message
-    (the same shape and (de)serializers); a handler of a response stream as it is (grpc.aio tells
-    its kinds apart by ``inspect.iscoroutinefunction``, which an object fails)."""
-    if handler.response_streaming:
-        return handler
-    fn = behaviour(handler)
-    if isinstance(fn, Answering):
-        return handler
-    assert inspect.iscoroutinefunction(fn), f"{fn!r}: an async handler answers through a coroutine"
-    return like(handler, Answering(fn))

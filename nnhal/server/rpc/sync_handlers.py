@@ -47,7 +47,7 @@ from grpc import aio
 from nnhal.server.executions.faults import Abort
 from nnhal.server.rpc.ending import endable
 from nnhal.server.rpc.gated_handlers import gated
-from nnhal.server.rpc.handler_shape import Answering, answering, behaviour, like
+from nnhal.server.rpc.handler_shape import behaviour, like
 from nnhal.server.rpc.inbound import Inbound
 from nnhal.server.rpc.request_id import with_request_id
 
@@ -61,9 +61,8 @@ Table = dict[str, grpc.RpcMethodHandler]
 
 
 def is_async(fn: object) -> bool:
-    """True for a coroutine or async generator function (bound methods included), or an
-    ``Answering``."""
-    return isinstance(fn, Answering) or inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
+    """True for a coroutine or async generator function (bound methods included)."""
+    return inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
 
 
 async def in_thread(fn: Callable[..., T], *args: Any) -> T:
@@ -255,9 +254,8 @@ def asyncify(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 class Collector(grpc.GenericRpcHandler):
     """Stands in for a server to the generated ``add_*Servicer_to_server`` functions: collects
     their method handlers by full method name, made async (:func:`asyncify`) and giving each
-    call its request id (``request_id.with_request_id``), a unary answer's behaviour an
-    ``handler_shape.Answering`` (known async at grpc.aio's first test), and serves them as one
-    generic handler (a dict lookup; add it with ``server.add_generic_rpc_handlers``).
+    call its request id (``request_id.with_request_id``), and serves them as one generic handler
+    (a dict lookup; add it with ``server.add_generic_rpc_handlers``).
 
     Not the server's registered methods: grpc.aio waits for a call on each registered method
     with a task of its own and, at every call, ``asyncio.wait``s on all of them, so the cost of
@@ -295,7 +293,7 @@ class Collector(grpc.GenericRpcHandler):
                 served = endable(served)
             elif self._inbound is not None and name not in self._ungated:
                 served = gated(served, self._inbound, method)
-            self.table[name] = answering(served)
+            self.table[name] = served
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         return self.table.get(handler_call_details.method)
