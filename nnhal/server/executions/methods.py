@@ -21,11 +21,6 @@ SAME = "same"
 CARRIER: ContextVar[str | None] = ContextVar("nnhal_carrier", default=None)
 
 
-def transport_of(method: Method) -> str:
-    """The transport a call of ``method`` made now travels on (``CARRIER`` first)."""
-    return CARRIER.get() or method.transport
-
-
 class Method:
     """A HAL method as the owner serves it: ``name`` (what metrics count it by), ``what`` (how
     messages name one call of it), the level gate (``level``: the feature level it needs;
@@ -33,7 +28,7 @@ class Method:
     histogram its durations go to; ``transport``: what carries its calls (``metrics.TRANSPORTS``),
     which the executions it launches are counted by."""
 
-    __slots__ = ("executed", "fault", "level", "name", "record", "transport", "what")
+    __slots__ = ("_executed", "fault", "level", "name", "record", "transport", "what")
 
     def __init__(
         self,
@@ -50,11 +45,15 @@ class Method:
         #: ``record(status, seconds)``: count one answer with ``status``; time it when it was
         #: launched (``seconds`` not None). Its series are resolved once (``DeviceMetrics.recorder``).
         self.record = record
-        #: ``executed[CARRIER.get()]()``: count one execution a call launched under the transport it
-        #: travels on (``transport_of``: the carrier's, or — key None — the method's own), from
-        #: ``counts`` (each transport's count: ``DeviceMetrics.execution_counts``).
-        self.executed: dict[str | None, Callable[[], object]] = {None: counts[transport]}
-        self.executed.update(counts)
+        #: Each transport's count (``DeviceMetrics.execution_counts``), and — key None — the
+        #: method's own: what :meth:`count_execution` calls, resolved once.
+        self._executed: dict[str | None, Callable[[], object]] = {None: counts[transport]}
+        self._executed.update(counts)
+
+    def count_execution(self) -> None:
+        """Count one execution a call of this method launched now, under the transport it
+        travels on: ``CARRIER``'s when set, else the method's own."""
+        self._executed[CARRIER.get()]()
 
 
 @dataclass(frozen=True, slots=True)

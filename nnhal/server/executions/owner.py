@@ -34,7 +34,7 @@ from nnhal.server.executions.faults import FAULTABLE, KINDS, FaultPlan, Liveness
 from nnhal.server.executions.hooks import Call, Observer, Observers, Timings
 from nnhal.server.executions.lean import LeanRun
 from nnhal.server.executions.long_calls import Held, LongCalls, held
-from nnhal.server.executions.methods import CARRIER, SAME, Arrival, Method, transport_of
+from nnhal.server.executions.methods import CARRIER, SAME, Arrival, Method
 from nnhal.server.executions.notified import launch_then_notify
 from nnhal.server.executions.refusals import Refused, within_limit
 from nnhal.server.jobs import ExecutionJob, PrepareJob
@@ -277,7 +277,7 @@ class Executions:
                 if ticket is not None:  # no run took it (one that did raises nothing after)
                     self.driver.scheduler.release(ticket)
                 return self.refuse(method, err, args, t0)
-            method.executed[CARRIER.get()]()  # ``metrics.execution(transport_of(method))``, resolved once
+            method.count_execution()
             t1 = 0.0
             call = None  # one for every hook of the call, made when one is told
             if obs is not None:
@@ -353,13 +353,12 @@ class Executions:
         """An asynchronous execution (``execute_1_3``, the HIDL ``execute`` forms): its
         :class:`Launch`, then one :class:`Notify` carrying the result (``notified.launch_then_notify``)."""
         limit = self._limit
-        metrics = self.metrics
 
         def begin(call: Execution) -> ExecutionJob:
             # Launch checks now; the scheduler ticket only once the launch was written (the
             # job's ``run`` takes it): a client that does not read holds no place on the device.
             job = self._begin(call, admit=False)
-            metrics.execution(transport_of(method))
+            method.count_execution()
             return job
 
         return launch_then_notify(
