@@ -209,25 +209,16 @@ def execute_bytes(
     data are made once per layout (:func:`_layout`). ``burst``: framed as a ``BurstRequest``
     carrying it (:func:`_burst_head`), written in the same pass. ``sizes``: each pool's (data
     bytes, declared size) when the caller knows them (a numpy plan's), not found again."""
-    datas: list[PoolData]
-    if sizes is None:
-        found: list[tuple[int, int]] = []
-        datas = []
-        for pool in pools:
-            if type(pool) is not InlinePool:
-                return None
-            data = pool.data
-            n = len(data) if type(data) is bytes else memoryview(data).nbytes
-            datas.append(data)
-            found.append((n, pool.size))
-        key = tuple(found)
-    else:
-        key = sizes
-        datas = []
-        for pool in pools:
-            if type(pool) is not InlinePool:
-                return None
-            datas.append(pool.data)
+    datas: list[PoolData] = []
+    found: list[tuple[int, int]] = []
+    for pool in pools:
+        if type(pool) is not InlinePool:
+            return None
+        data = pool.data
+        datas.append(data)
+        if sizes is None:
+            found.append((len(data) if type(data) is bytes else memoryview(data).nbytes, pool.size))
+    key = tuple(found) if sizes is None else sizes
     layout = _LAST_LAYOUT  # read by index: a named field of a NamedTuple is a slower look-up
     if layout is None or layout[2] != (head, args, key):  # compared in C, the same bytes by identity
         layout = _layout(head, args, key)
