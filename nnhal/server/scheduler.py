@@ -158,12 +158,17 @@ class Scheduler:
         ``_outranked_at`` is not asked)."""
         with self._lock:
             admitted = self._admitted
-            if (
+            if not admitted:
+                # Nothing in flight: nothing waits or runs (every such ticket is admitted), a slot
+                # and the queue have room; only the shut and recent work above it may stop it.
+                if self._shut is not None or (priority < self._recent_top and self._outranked_at(client, priority)):
+                    return None
+            elif (
                 self._shut is not None
                 or self._waiting
                 or len(self._running) >= self.slots
                 or len(admitted) >= self.slots + self.queue_depth
-                or ((admitted or priority < self._recent_top) and self._outranked_at(client, priority))
+                or self._outranked_at(client, priority)
             ):
                 return None
             ticket = Ticket(client, priority, next(self._seq), True)
@@ -226,26 +231,37 @@ class Scheduler:
             except KeyError:
                 pass  # released before
             else:
-                now = time.monotonic_ns()
                 priority = ticket.priority  # an int (IntEnum): a key and a bound as it is
                 if priority > _LOW:
-                    self._recent[(ticket.client, priority)] = now
-                    if priority > self._recent_top:
-                        self._recent_top = priority
-                if now >= self._next_sweep_ns:
-                    # Expired hold-offs are also dropped where they are read; this bounds the rest.
-                    self._next_sweep_ns = now + self.hold_off_ns
-                    # One loop, no comprehension or generator (each a frame of its own): the
-                    # expired dropped, the highest priority among the rest kept.
-                    recent, top, expired = self._recent, _LOW, now - self.hold_off_ns
-                    for key, ended in list(recent.items()):
-                        if ended <= expired:
-                            del recent[key]
-                        elif key[1] > top:
-                            top = key[1]
-                    self._recent_top = top
+                    now = time.monotonic_ns()
+                    recent = self._recent
+                    recent[(ticket.client, priority)] = now
+                    top = self._recent_top
+                    if priority > top:
+                        self._recent_top = top = priority
+                    # Only this hold-off, just set, and the top its own: nothing to drop or lower.
+                    if now >= self._next_sweep_ns and (len(recent) > 1 or top != priority):
+                        self._sweep(now)
+                elif self._recent or self._recent_top != _LOW:
+                    now = time.monotonic_ns()
+                    if now >= self._next_sweep_ns:
+                        self._sweep(now)
             if self._waiting:  # every waiter on the condition is in ``_waiting``
                 self._cond.notify_all()
+
+    def _sweep(self, now: int) -> None:
+        """Drop the expired hold-offs and keep the highest priority among the rest (``release``,
+        at most once per hold-off; expired ones are also dropped where they are read: this
+        bounds the rest). Under the lock."""
+        self._next_sweep_ns = now + self.hold_off_ns
+        # One loop, no comprehension or generator (each a frame of its own).
+        recent, top, expired = self._recent, _LOW, now - self.hold_off_ns
+        for key, ended in list(recent.items()):
+            if ended <= expired:
+                del recent[key]
+            elif key[1] > top:
+                top = key[1]
+        self._recent_top = top
 
     def checkpoint(self, ticket: Ticket, deadline_ns: int | None) -> None:
         """At an operation boundary: pause while higher-priority work of the same client is in flight."""
