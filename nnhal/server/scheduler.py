@@ -20,10 +20,11 @@ condition on it) is a leaf lock (nothing else is acquired while holding it).
 
 Cost: an uncontended execution (one client, nothing waiting) takes the plain lock three times
 (admit, acquire, release) — twice through ``try_start`` — and decides nothing (``try_start``
-asks nothing of the ordering when nothing is admitted and no recent work is above it, and marks
-a client served again only when another was served since); the condition is notified only
-when someone waits on it, and a checkpoint with nothing that could outrank its execution takes
-no lock.
+with nothing admitted asks only the shut and whether recent work is above it — nothing waits
+or runs then —, and marks a client served again only when another was served since; ``release``
+sweeps the hold-offs only when one other than the one it just set is kept, or their top is not
+its own); the condition is notified only when someone waits on it, and a checkpoint with nothing
+that could outrank its execution takes no lock.
 """
 
 from __future__ import annotations
