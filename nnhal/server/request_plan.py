@@ -79,7 +79,9 @@ class RequestPlan:
         "_outputs",
         "_shapes",
         "_targets",
+        "_views",
         "_whole",
+        "binding",
         "filled",
         "overrides",
         "pool_bytes",
@@ -96,7 +98,15 @@ class RequestPlan:
         #: The pools' sizes together (what a request of this layout carries when all are inline).
         self.pool_bytes = sum(self.sizes)
         self.writable = output_pools(request)
+        #: Per pool, its index, size and whether it receives outputs: what a request of the
+        #: layout whose pools are all inline binds each by (``executions.lean``: made once here).
+        self.binding = tuple((i, size, i in self.writable) for i, size in enumerate(self.sizes))
         self._inputs = tuple(_plan_input(op, arg) for op, arg in zip(inputs, request.inputs))
+        #: Every input present and not empty: the array constructor's arguments for each but its
+        #: buffer (``bind_inputs``), made once; None: each input looked at per call.
+        self._views: tuple[tuple[tuple[int, ...], np.dtype, int, int], ...] | None = None
+        if all(i is not None and i.count for i in self._inputs):
+            self._views = tuple((i.shape, i.dtype, i.pool, i.offset) for i in self._inputs if i is not None)
         users: dict[int, int] = {}
         for a in (*request.inputs, *request.outputs):
             if not a.has_no_value:
@@ -140,6 +150,11 @@ class RequestPlan:
         # call costs as much as the one or two arrays it makes.
         nd = np.ndarray
         arrays: list[np.ndarray | None] = []
+        views = self._views
+        if views is not None:  # each input an array over its place: the common layout
+            for shape, dtype, pool, offset in views:
+                arrays.append(nd(shape, dtype, buffers[pool], offset))
+            return arrays
         for i in self._inputs:
             if i is None:
                 arrays.append(None)

@@ -20,10 +20,11 @@ condition on it) is a leaf lock (nothing else is acquired while holding it).
 
 Cost: an uncontended execution (one client, nothing waiting) takes the plain lock three times
 (admit, acquire, release) — twice through ``try_start`` — and decides nothing (``try_start``
-asks nothing of the ordering when nothing is admitted and no recent work is above it, and marks
-a client served again only when another was served since); the condition is notified only
-when someone waits on it, and a checkpoint with nothing that could outrank its execution takes
-no lock.
+with nothing admitted asks only the shut and whether recent work is above it — nothing waits
+or runs then —, and marks a client served again only when another was served since; ``release``
+sweeps the hold-offs only when one other than the one it just set is kept, or their top is not
+its own); the condition is notified only when someone waits on it, and a checkpoint with nothing
+that could outrank its execution takes no lock.
 """
 
 from __future__ import annotations
@@ -158,12 +159,17 @@ class Scheduler:
         ``_outranked_at`` is not asked)."""
         with self._lock:
             admitted = self._admitted
-            if (
+            if not admitted:
+                # Nothing in flight: nothing waits or runs (every such ticket is admitted), a slot
+                # and the queue have room; only the shut and recent work above it may stop it.
+                if self._shut is not None or (priority < self._recent_top and self._outranked_at(client, priority)):
+                    return None
+            elif (
                 self._shut is not None
                 or self._waiting
                 or len(self._running) >= self.slots
                 or len(admitted) >= self.slots + self.queue_depth
-                or ((admitted or priority < self._recent_top) and self._outranked_at(client, priority))
+                or self._outranked_at(client, priority)
             ):
                 return None
             ticket = Ticket(client, priority, next(self._seq), True)
@@ -226,26 +232,37 @@ class Scheduler:
             except KeyError:
                 pass  # released before
             else:
-                now = time.monotonic_ns()
                 priority = ticket.priority  # an int (IntEnum): a key and a bound as it is
                 if priority > _LOW:
-                    self._recent[(ticket.client, priority)] = now
-                    if priority > self._recent_top:
-                        self._recent_top = priority
-                if now >= self._next_sweep_ns:
-                    # Expired hold-offs are also dropped where they are read; this bounds the rest.
-                    self._next_sweep_ns = now + self.hold_off_ns
-                    # One loop, no comprehension or generator (each a frame of its own): the
-                    # expired dropped, the highest priority among the rest kept.
-                    recent, top, expired = self._recent, _LOW, now - self.hold_off_ns
-                    for key, ended in list(recent.items()):
-                        if ended <= expired:
-                            del recent[key]
-                        elif key[1] > top:
-                            top = key[1]
-                    self._recent_top = top
+                    now = time.monotonic_ns()
+                    recent = self._recent
+                    recent[(ticket.client, priority)] = now
+                    top = self._recent_top
+                    if priority > top:
+                        self._recent_top = top = priority
+                    # Only this hold-off, just set, and the top its own: nothing to drop or lower.
+                    if now >= self._next_sweep_ns and (len(recent) > 1 or top != priority):
+                        self._sweep(now)
+                elif self._recent or self._recent_top != _LOW:
+                    now = time.monotonic_ns()
+                    if now >= self._next_sweep_ns:
+                        self._sweep(now)
             if self._waiting:  # every waiter on the condition is in ``_waiting``
                 self._cond.notify_all()
+
+    def _sweep(self, now: int) -> None:
+        """Drop the expired hold-offs and keep the highest priority among the rest (``release``,
+        at most once per hold-off; expired ones are also dropped where they are read: this
+        bounds the rest). Under the lock."""
+        self._next_sweep_ns = now + self.hold_off_ns
+        # One loop, no comprehension or generator (each a frame of its own).
+        recent, top, expired = self._recent, _LOW, now - self.hold_off_ns
+        for key, ended in list(recent.items()):
+            if ended <= expired:
+                del recent[key]
+            elif key[1] > top:
+                top = key[1]
+        self._recent_top = top
 
     def checkpoint(self, ticket: Ticket, deadline_ns: int | None) -> None:
         """At an operation boundary: pause while higher-priority work of the same client is in flight."""

@@ -351,3 +351,25 @@ def test_inputs_are_viewed_over_their_pools_and_an_omitted_one_is_none() -> None
     arrays = _plan(omitted).bind_inputs([data, bytearray(N)])
     assert arrays[0] is None
     np.testing.assert_array_equal(arrays[1], np.arange(8, 16, dtype=np.float32).reshape(2, 4))
+
+
+def test_a_plan_binds_each_inline_pool_by_its_index_size_and_whether_it_takes_outputs() -> None:
+    plan = _plan(_request())
+    assert plan.binding == ((0, 2 * N, False), (1, N, True))
+
+
+def test_an_empty_input_is_viewed_at_its_pools_end_as_before() -> None:
+    # An input of no elements may sit at its pool's very end (the array constructor would refuse
+    # it there): the plan then views each input per call, the empty one by ``frombuffer``.
+    data = np.arange(8, dtype=np.float32).tobytes()
+    empty = Request(
+        (
+            RequestArgument(location=DataLocation(0, 0, N), dimensions=(2, 4)),
+            RequestArgument(location=DataLocation(0, N, 0), dimensions=(0, 4)),
+        ),
+        (RequestArgument(location=DataLocation(1, 0, N)),),
+        (InlinePool(data, N), InlinePool(b"", N)),
+    )
+    arrays = _plan(empty).bind_inputs([data, bytearray(N)])
+    assert arrays[1] is not None and arrays[1].shape == (0, 4)
+    np.testing.assert_array_equal(arrays[0], np.arange(8, dtype=np.float32).reshape(2, 4))

@@ -312,3 +312,42 @@ def test_a_client_served_again_keeps_its_mark_and_a_forgotten_one_is_marked_anew
     u = s.try_start("b", Priority.MEDIUM)
     assert u is not None and s.clients_tracked() == 2
     s.release(u)
+
+
+def test_try_start_with_nothing_admitted_still_defers_to_the_shut_and_a_hold_off() -> None:
+    s = Scheduler(slots=1, queue_depth=0)
+    high = s.try_start("a", Priority.HIGH)
+    assert high is not None
+    s.release(high)
+    assert s.in_flight == 0
+    # Nothing admitted (the fast path), yet the client's recent HIGH work holds its LOW work off,
+    # and another client's is not held off.
+    assert s.try_start("a", Priority.LOW) is None
+    other = s.try_start("b", Priority.LOW)
+    assert other is not None
+    s.release(other)
+    s.shut("draining")
+    assert s.in_flight == 0 and s.try_start("b", Priority.HIGH) is None
+
+
+def test_release_keeps_the_hold_offs_bounded_and_their_top_exact() -> None:
+    s = Scheduler(slots=2)
+    s.hold_off_ns = 1_000_000  # 1 ms
+    for client in ("a", "b", "c"):
+        t = s.try_start(client, Priority.HIGH)
+        assert t is not None
+        s.release(t)
+    time.sleep(0.005)  # every hold-off expired
+    # One client's lone hold-off, just set: nothing of the others' is kept past the next sweep.
+    for _ in range(3):
+        t = s.try_start("d", Priority.MEDIUM)
+        assert t is not None
+        s.release(t)
+    assert set(s._recent) == {("d", int(Priority.MEDIUM))}
+    assert s._recent_top == Priority.MEDIUM
+    time.sleep(0.005)
+    # LOW work sweeps too (its own release sets no hold-off): the top comes down to LOW.
+    t = s.try_start("e", Priority.LOW)
+    assert t is not None
+    s.release(t)
+    assert s._recent == {} and s._recent_top == Priority.LOW

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from operator import itemgetter
 from typing import Any
 
 from nnhal.core import fastanswer, fastpacket, fastring, wire
@@ -229,18 +228,16 @@ def _bind_parts(
     buffer of its pool's size); None when their sizes are not ``plan``'s (``RequestPlan.fits``),
     or they declare more than travels inline (``bind_pools`` refuses it before it allocates:
     the full path words it)."""
-    if tuple(map(_SIZE, pools)) != plan.sizes or plan.pool_bytes > wire.max_inline_bytes():
+    binding = plan.binding
+    if len(pools) != len(binding) or plan.pool_bytes > wire.max_inline_bytes():
         return None
     bound = BoundPools()
-    writable = plan.writable
-    for i, (data, size) in enumerate(pools):
-        bind_inline(bound, i, data, size, i in writable)
+    for (data, size), (i, planned, writable) in zip(pools, binding):
+        if size != planned:
+            return None  # nothing to close: inline pools only
+        bind_inline(bound, i, data, size, writable)
     bound.data_bytes = plan.pool_bytes
     return bound
-
-
-#: An inline pool part's size (``_bind_parts``).
-_SIZE = itemgetter(1)
 
 
 #: How a lean launch binds its call's pools (:func:`launch_inline`'s ``bind``): from what the call

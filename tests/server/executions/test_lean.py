@@ -399,6 +399,12 @@ def test_an_all_inline_call_launched_from_its_parts_answers_as_launch_does() -> 
     assert lean.launch_inline(d, found, req.inputs, req.outputs, _parts(_request(size=128)), False, None, 0) is None
     over = [(b"", wire.max_inline_bytes()), (b"", 32)]
     assert lean.launch_inline(d, found, req.inputs, req.outputs, over, False, None, 0) is None
+    # Pools bound by the plan's ``binding``: one fewer or one more than the layout's, or a later
+    # one of another size (the first bound already), and nothing is held.
+    parts = _parts(req)
+    for pools in (parts[:1], [*parts, (b"", 32)], [parts[0], (b"", 64)]):
+        assert lean.launch_inline(d, found, req.inputs, req.outputs, pools, False, None, 0) is None
+    _idle(x, session)
     # A deadline passed raises what ``launch`` raises.
     passed = time.monotonic_ns() - 1
     with pytest.raises(HalError) as inline_err:
