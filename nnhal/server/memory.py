@@ -27,6 +27,8 @@ from nnhal.core.types import BufferTokenPool, InlinePool, MemoryPool, PoolData, 
 from nnhal.server.shared_regions import RegionCache, SharedMemoryPolicy, SharedRegion, open_region
 
 if TYPE_CHECKING:
+    from nnhal.core.types import OutputShape
+    from nnhal.server.backend import Lane
     from nnhal.server.buffers import DriverBuffer
 
 
@@ -66,6 +68,8 @@ class BoundPools:
     has_tokens = False
     #: Bytes of the inline and shared pools (what the request itself brings).
     data_bytes = 0
+    #: The graph's lane the pools are bound for (``LanePools``); None: bound as buffers.
+    lane: Lane | None = None
 
     def __init__(self, cache: RegionCache | None = None) -> None:
         self.buffers: list[memoryview | bytes | bytearray] = []
@@ -175,6 +179,37 @@ class BoundPools:
             self.close()
         self.buffers = []
         self.inline_outputs = {}
+
+
+class LanePools(BoundPools):
+    """A request's inline pools bound for a graph's lane (``backend.Lane``): each input's bytes
+    (``inputs``) and each output's place (``into``), the output pools an execution answers
+    with (``results``: by pool index, those places) and its output shapes. Nothing else is
+    held (no buffer of its own, nothing to close): ``nnhal.server.executions.lean.Compact``
+    binds them once its layout's plan is known to be bytes in and out
+    (``RequestPlan.lane_io``)."""
+
+    def __init__(
+        self,
+        lane: Lane,
+        inputs: list[memoryview],
+        into: list[memoryview],
+        results: dict[int, PoolData],
+        shapes: tuple[OutputShape, ...],
+        data_bytes: int,
+    ) -> None:  # not ``BoundPools.__init__``: none of its buffers, lists or dicts
+        self.lane = lane
+        self.inputs = inputs
+        self.into = into
+        self.results = results
+        self.shapes = shapes
+        self.data_bytes = data_bytes
+
+    def close(self) -> None:
+        """Nothing to close: no shared pool."""
+
+    def drop(self) -> None:
+        """Nothing held but views, dropped with this."""
 
 
 TokenResolver = Callable[[BufferTokenPool, str], memoryview]

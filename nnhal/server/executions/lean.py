@@ -29,19 +29,20 @@ bound (a ``Binder``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 from nnhal.core import fastanswer, fastpacket, fastring, wire
 from nnhal.core.enums import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
 from nnhal.core.errors import GeneralFailure, HalError
-from nnhal.core.types import ExecutionResult, InlinePool, PoolData, Request, RequestArgument
+from nnhal.core.types import ExecutionResult, InlinePool, OutputShape, PoolData, Request, RequestArgument
+from nnhal.server.backend import Lane, LaneGraph
 from nnhal.server.driver import Driver
 from nnhal.server.executions.calls import Execution
 from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.jobs import SESSION_ENDED, check_deadline, missed
-from nnhal.server.memory import BoundPools, bind_inline, bind_pools, token_placeholder
+from nnhal.server.memory import BoundPools, LanePools, bind_inline, bind_pools, token_placeholder
 from nnhal.server.prepared_model import PreparedModel, execution_result
 from nnhal.server.request_plan import RequestPlan
 from nnhal.server.scheduler import Ticket
@@ -334,6 +335,7 @@ class Compact:
         "found",
         "inline",
         "inputs",
+        "lane",
         "model",
         "outputs",
         "pools",
@@ -366,6 +368,9 @@ class Compact:
         #: The plan :meth:`bind` last bound for and its pools' entries for it (``_pools_for``),
         #: worked out once per plan (a layout's is mostly one).
         self.pools: tuple[RequestPlan | None, tuple[tuple[int, int, int, int, bool, bool], ...]] = (None, ())
+        #: The plan and prepared model :meth:`bind` last bound for, and the layout's lane for
+        #: them (``_Lane``; None: none), worked out once per plan and model.
+        self.lane: tuple[RequestPlan | None, PreparedModel | None, _Lane | None] = (None, None, None)
 
     def check(self, body: memoryview) -> None:
         """PacketError unless ``body`` is of the layout's length (``fastpacket.Layout.pools``)."""
@@ -399,11 +404,17 @@ class Compact:
         it). A lean launch's ``Binder`` (:func:`launch_compact`, which set ``found``)."""
         if self.sizes != plan.sizes or self.inline > wire.max_inline_bytes():
             return None
+        found = self.found
+        if found is not None:
+            lane = self.lane
+            if lane[0] is not plan or lane[1] is not found[1]:
+                lane = self.lane = (plan, found[1], _Lane.of(self, plan, found[1]))
+            if lane[2] is not None:
+                return lane[2].bind(body, None if self.reserve is None else self.answers.places(self.reserve))
         # The queue's rings are bound as they are only for a graph that copies each input out
         # once before it reads it and writes each output once, never reading it (LiteRT's):
         # then those copies are the tensors' one copy out of and into the rings. Any other
         # graph computes in place, so it gets private copies, as before (DESIGN §2).
-        found = self.found
         direct = found is not None and found[1].graph.copies_io
         copy = not direct and fastring.in_ring(body)
         places = self.answers.places(self.reserve) if direct and self.reserve is not None else None
@@ -436,6 +447,83 @@ class Compact:
             (i, a, b, size, i in plan.writable, i in plan.filled)
             for i, ((a, b), size) in enumerate(zip(self.spans, self.sizes))
         )
+
+
+class _Lane:
+    """A compact layout's run through its prepared model's lane (``backend.Lane``): what
+    :meth:`Compact.bind` binds a call by when the layout's plan is bytes in and bytes out
+    (``RequestPlan.lane_io``) and the model's graph offers a lane for it (``LaneGraph``: a
+    model placed wholly on LiteRT) — each input a view of the call's body, each output a
+    view of its pool's place in the result ring (``fastanswer.AnswerWriter.places``) or of a
+    buffer of its own."""
+
+    __slots__ = ("data_bytes", "lane", "outputs", "pools", "shapes", "spans")
+
+    def __init__(
+        self,
+        lane: Lane,
+        spans: tuple[tuple[int, int], ...],
+        outputs: tuple[tuple[int, int, int], ...],
+        shapes: tuple[OutputShape, ...],
+        data_bytes: int,
+        pools: tuple[tuple[int, int], ...],
+    ) -> None:
+        self.lane = lane
+        #: Per input, where its bytes are in a call's body.
+        self.spans = spans
+        #: Per output: its pool and where its bytes are in it.
+        self.outputs = outputs
+        #: The output pools (each tiled whole by its outputs) and their sizes, by index (the
+        #: order ``bind_inline`` binds them in, hence an answer's).
+        self.pools = pools
+        self.shapes = shapes
+        self.data_bytes = data_bytes
+
+    @staticmethod
+    def of(compact: Compact, plan: RequestPlan, pm: PreparedModel) -> _Lane | None:
+        """The lane of ``compact``'s calls for ``plan`` on ``pm``, or None: bound as buffers."""
+        graph = pm.graph
+        io = plan.lane_io() if graph.copies_io and isinstance(graph, LaneGraph) else None
+        if io is None:
+            return None
+        ins, outs, shapes = io
+        spans = []
+        for pool, offset, n, _, _ in ins:
+            a, b = compact.spans[pool]
+            if offset + n > b - a:  # an input's bytes not all carried (zero-padded): bound as buffers
+                return None
+            spans.append((a + offset, a + offset + n))
+        lane = graph.lane([(d, shape) for *_, d, shape in ins], [(d, shape) for *_, d, shape in outs])
+        if lane is None:
+            return None
+        outputs = tuple((pool, offset, offset + n) for pool, offset, n, _, _ in outs)
+        pools = tuple((pool, compact.sizes[pool]) for pool in sorted({o[0] for o in outs}))
+        return _Lane(lane, tuple(spans), outputs, shapes, compact.inline, pools)
+
+    def bind(self, body: memoryview, places: dict[int, memoryview] | None) -> LanePools:
+        """A call of ``body`` bound for the lane: its output pools ``places`` when there is one of
+        each pool's size for each, and no other; else buffers of their own."""
+        inputs = []
+        for a, b in self.spans:  # a loop: a comprehension's own call costs more
+            inputs.append(body[a:b])
+        pools = self.pools
+        if places is not None and len(places) == len(pools):
+            for pool, size in pools:
+                place = places.get(pool)
+                if place is None or len(place) != size:
+                    break
+            else:
+                results = cast(dict[int, PoolData], places)
+                return LanePools(self.lane, inputs, self._into(results), results, self.shapes, self.data_bytes)
+        own: dict[int, PoolData] = {pool: memoryview(bytearray(size)) for pool, size in pools}
+        return LanePools(self.lane, inputs, self._into(own), own, self.shapes, self.data_bytes)
+
+    def _into(self, pools: Mapping[int, PoolData]) -> list[memoryview]:
+        """Each output's view of its pool in ``pools`` (writable views)."""
+        into = []
+        for pool, a, b in self.outputs:
+            into.append(cast(memoryview, pools[pool])[a:b])
+        return into
 
 
 def launch_compact(
