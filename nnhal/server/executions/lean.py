@@ -28,8 +28,9 @@ bound (a ``Binder``).
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any, cast
 
@@ -47,6 +48,8 @@ from nnhal.server.prepared_model import PreparedModel, execution_result
 from nnhal.server.request_plan import RequestPlan
 from nnhal.server.scheduler import Ticket
 from nnhal.server.session import Session
+
+log = logging.getLogger(__name__)
 
 #: The budget's kind of a request's data (as ``ExecutionJob.hold_data`` charges it).
 REQUEST_DATA = "request data"
@@ -463,7 +466,7 @@ class _Lane:
         self,
         lane: Lane,
         spans: tuple[tuple[int, int], ...],
-        outputs: tuple[tuple[int, int, int], ...],
+        outputs: tuple[tuple[int, int, int, int], ...],
         shapes: tuple[OutputShape, ...],
         data_bytes: int,
         pools: tuple[tuple[int, int], ...],
@@ -471,7 +474,7 @@ class _Lane:
         self.lane = lane
         #: Per input, where its bytes are in a call's body.
         self.spans = spans
-        #: Per output: its pool and where its bytes are in it.
+        #: Per output: its pool, where its bytes are in it, and the pool's size.
         self.outputs = outputs
         #: The output pools (each tiled whole by its outputs) and their sizes, by index (the
         #: order ``bind_inline`` binds them in, hence an answer's).
@@ -496,34 +499,32 @@ class _Lane:
         lane = graph.lane([(d, shape) for *_, d, shape in ins], [(d, shape) for *_, d, shape in outs])
         if lane is None:
             return None
-        outputs = tuple((pool, offset, offset + n) for pool, offset, n, _, _ in outs)
+        # Once per layout of a queue: which calls skip the generic binding and run is worth knowing.
+        log.info("compact calls of prepared model %s run through its graph's lane (%s)", compact.model, lane.library)
+        outputs = tuple((pool, offset, offset + n, compact.sizes[pool]) for pool, offset, n, _, _ in outs)
         pools = tuple((pool, compact.sizes[pool]) for pool in sorted({o[0] for o in outs}))
         return _Lane(lane, tuple(spans), outputs, shapes, compact.inline, pools)
 
     def bind(self, body: memoryview, places: dict[int, memoryview] | None) -> LanePools:
-        """A call of ``body`` bound for the lane: its output pools ``places`` when there is one of
-        each pool's size for each, and no other; else buffers of their own."""
+        """A call of ``body`` bound for the lane: its output pools ``places`` (handed on as the
+        answer's pools, unchanged: ``fastanswer.AnswerWriter.places``) when it has a place of
+        each output pool's size, and no other; else buffers of their own."""
         inputs = []
         for a, b in self.spans:  # a loop: a comprehension's own call costs more
             inputs.append(body[a:b])
-        pools = self.pools
-        if places is not None and len(places) == len(pools):
-            for pool, size in pools:
+        if places is not None and len(places) == len(self.pools):
+            into = []
+            for pool, a, b, size in self.outputs:
                 place = places.get(pool)
                 if place is None or len(place) != size:
                     break
+                into.append(place[a:b])
             else:
                 results = cast(dict[int, PoolData], places)
-                return LanePools(self.lane, inputs, self._into(results), results, self.shapes, self.data_bytes)
-        own: dict[int, PoolData] = {pool: memoryview(bytearray(size)) for pool, size in pools}
-        return LanePools(self.lane, inputs, self._into(own), own, self.shapes, self.data_bytes)
-
-    def _into(self, pools: Mapping[int, PoolData]) -> list[memoryview]:
-        """Each output's view of its pool in ``pools`` (writable views)."""
-        into = []
-        for pool, a, b in self.outputs:
-            into.append(cast(memoryview, pools[pool])[a:b])
-        return into
+                return LanePools(self.lane, inputs, into, results, self.shapes, self.data_bytes)
+        own: dict[int, PoolData] = {pool: memoryview(bytearray(size)) for pool, size in self.pools}
+        into = [cast(memoryview, own[pool])[a:b] for pool, a, b, _ in self.outputs]
+        return LanePools(self.lane, inputs, into, own, self.shapes, self.data_bytes)
 
 
 def launch_compact(
