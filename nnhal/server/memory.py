@@ -68,8 +68,6 @@ class BoundPools:
     has_tokens = False
     #: Bytes of the inline and shared pools (what the request itself brings).
     data_bytes = 0
-    #: The graph's lane the pools are bound for (``LanePools``); None: bound as buffers.
-    lane: Lane | None = None
 
     def __init__(self, cache: RegionCache | None = None) -> None:
         self.buffers: list[memoryview | bytes | bytearray] = []

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import cast
 
 from nnhal.core.enums import ErrorStatus, Priority
 from nnhal.core.errors import HalError, OutputInsufficientSize
 from nnhal.core.types import ExecutionResult, Model, Operand, OperationProfile, OutputShape, Timing
-from nnhal.server.backend import ExecutableGraph, Lane
+from nnhal.server.backend import ExecutableGraph
 from nnhal.server.compiling import run_compiled
 from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.memory import BoundPools, LanePools
@@ -95,9 +94,6 @@ class PreparedModel:
         """Run the request ``plan`` was made for, bound to ``pools``; HalErrors become the
         result's status. The profile ``control`` collects goes into the result whatever the status."""
         t0 = time.perf_counter_ns() if measure else 0  # the driver's time: read only when measured
-        lane = pools.lane
-        if lane is not None:
-            return self._execute_lane(lane, cast(LanePools, pools), control, measure, t0)
         try:
             pools.check_shared()
             inputs = plan.bind_inputs(pools.buffers)
@@ -123,13 +119,13 @@ class PreparedModel:
             return ExecutionResult(_SUCCESS, "", shapes, timing, pools.inline_results())
         return execution_result(_SUCCESS, "", shapes, timing, control, pools)
 
-    def _execute_lane(
-        self, lane: Lane, pools: LanePools, control: ExecutionControl, measure: bool, t0: int
-    ) -> ExecutionResult:
-        """``execute`` of pools bound for the graph's ``lane`` (``memory.LanePools``): the lane
+    def execute_lane(self, pools: LanePools, control: ExecutionControl, measure: bool) -> ExecutionResult:
+        """``execute`` of a request bound for its graph's lane (``memory.LanePools``): the lane
         run as one scheduler step (``compiling.run_compiled``: its checks and its words for the
         library's failures); every output fills its place, so the result is those places and
         the layout's shapes (nothing to check or write after the run)."""
+        t0 = time.perf_counter_ns() if measure else 0  # the driver's time: read only when measured
+        lane = pools.lane
         try:
             t1 = time.perf_counter_ns()
             run_compiled(lane.library, lane, pools.inputs, control, pools.into)

@@ -130,7 +130,11 @@ class LeanRun(ExecutionControl):
         pools stay until ``close``."""
         try:
             try:
-                result = self.pm.execute(self.plan, self.bound, self, self.measure)
+                bound = self.bound
+                if type(bound) is LanePools:  # bound for its graph's lane (``Compact.bind``)
+                    result = self.pm.execute_lane(bound, self, self.measure)
+                else:
+                    result = self.pm.execute(self.plan, bound, self, self.measure)
             finally:
                 if give_back:
                     self._give_back()
@@ -452,6 +456,10 @@ class Compact:
         )
 
 
+#: A lane's output pools as an answer carries them (``_Lane.bind``).
+_Pools = dict[int, PoolData]
+
+
 class _Lane:
     """A compact layout's run through its prepared model's lane (``backend.Lane``): what
     :meth:`Compact.bind` binds a call by when the layout's plan is bytes in and bytes out
@@ -520,7 +528,7 @@ class _Lane:
                     break
                 into.append(place[a:b])
             else:
-                results = cast(dict[int, PoolData], places)
+                results = cast(_Pools, places)
                 return LanePools(self.lane, inputs, into, results, self.shapes, self.data_bytes)
         own: dict[int, PoolData] = {pool: memoryview(bytearray(size)) for pool, size in self.pools}
         into = [cast(memoryview, own[pool])[a:b] for pool, a, b, _ in self.outputs]
