@@ -494,7 +494,9 @@ class _Lane:
     def of(compact: Compact, plan: RequestPlan, pm: PreparedModel) -> _Lane | None:
         """The lane of ``compact``'s calls for ``plan`` on ``pm``, or None: bound as buffers."""
         graph = pm.graph
-        io = plan.lane_io() if graph.copies_io and isinstance(graph, LaneGraph) else None
+        if not (graph.copies_io and isinstance(graph, LaneGraph)):
+            return None
+        io = plan.lane_io()
         if io is None:
             return None
         ins, outs, shapes = io
