@@ -6,9 +6,8 @@ limit, a profile asked for)."""
 
 from __future__ import annotations
 
-import argparse
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,8 +19,6 @@ from nnhal.core.errors import HalError, ResourceExhaustedTransient
 from nnhal.models import FACE_DETECTION, tflite_model
 
 pytest.importorskip("ai_edge_litert")
-from nnhal.cli import config
-from nnhal.cli.serve import server_options
 from nnhal.importers.litert import LiteRtRunner
 from nnhal.importers.tflite_model import import_tflite
 from nnhal.server.budget import MemoryBudget
@@ -33,19 +30,6 @@ from nnhal.testing.local_server import LocalServer
 pytestmark = pytest.mark.integration
 
 LANE_LOG = "run through its graph's lane (LiteRT)"
-
-
-@pytest.fixture
-def litert_server() -> Iterator[Server]:
-    parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
-    args = parser.parse_args(["--device", "litert", "--cache-secret-file", "none", "--listen", "127.0.0.1:0"])
-    server = Server(server_options(config.resolve(args, {})))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop(grace=0)
 
 
 @pytest.fixture
