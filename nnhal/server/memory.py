@@ -207,7 +207,10 @@ class LanePools(BoundPools):
         """Nothing to close: no shared pool."""
 
     def drop(self) -> None:
-        """Nothing held but views, dropped with this."""
+        """Drop the views (as ``BoundPools.drop`` drops its buffers): a run held past its
+        answer holds none of the rings' bytes."""
+        self.inputs = self.into = []
+        self.results = {}
 
 
 TokenResolver = Callable[[BufferTokenPool, str], memoryview]

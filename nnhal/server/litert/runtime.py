@@ -119,9 +119,10 @@ class LiteRtGraph:
         """``LaneGraph.lane``: when each input is of its tensor's exact dtype and shape, and each
         output of the tensor it is (``pick``: per output, the index of that tensor among the
         interpreter's outputs; None: the same order)."""
-        if len(inputs) != len(self._ins) or (pick is None and len(outputs) > len(self._outs)):
+        picked = range(len(outputs)) if pick is None else pick
+        if len(inputs) != len(self._ins) or len(picked) != len(outputs) or len(outputs) > len(self._outs):
             return None
-        chosen = [self._outs[k] for k in (range(len(outputs)) if pick is None else pick)]
+        chosen = [self._outs[k] for k in picked]
         for (_, _, dtype, shape), spec in zip((*self._ins, *chosen), (*inputs, *outputs)):
             if spec != (dtype, shape):
                 return None
