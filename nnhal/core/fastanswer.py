@@ -112,8 +112,10 @@ class AnswerWriter:
         self._pools: tuple[tuple[int, int], ...] = ()
         #: The places ``places`` gave: the reserved payload, its length, and per pool its
         #: index, where its index and length go, where its bytes go, its length, and the
-        #: struct that writes its index, length and pad.
-        self._placed: tuple[memoryview, int, tuple[tuple[int, int, int, int, struct.Struct], ...]] | None = None
+        #: struct that writes its index, length and pad; and the dict of places it gave.
+        self._placed: (
+            tuple[memoryview, int, tuple[tuple[int, int, int, int, struct.Struct], ...], dict[int, memoryview]] | None
+        ) = None
         #: The spots and length ``places`` worked out last, with the pools and the head's
         #: length they are for (the same while the answers' heads are: worked out once).
         self._spots: tuple[object, int, tuple[tuple[int, int, int, int, struct.Struct], ...], int] = ((), 0, (), 0)
@@ -125,8 +127,9 @@ class AnswerWriter:
         ``fastring.Producer.reserve``); None when there was no such answer or no place. The
         next ``write`` writes the answer around them (``fastring.Reserved``) when it carries
         exactly those pools there under a head of the same length; otherwise it copies them
-        out of the ring first. The places are shared memory: the answer's reader may change
-        them, which changes only what it reads."""
+        out of the ring first — an answer whose pools are this very dict, which its caller
+        must then not change, is known to be in place by that alone. The places are shared
+        memory: the answer's reader may change them, which changes only what it reads."""
         self._placed = None
         if self._made is None or not self._pools:
             return None
@@ -144,10 +147,10 @@ class AnswerWriter:
         view = reserve(length)
         if view is None:
             return None
-        self._placed = (view, length, placed)
         places: dict[int, memoryview] = {}
         for index, _, start, n, _ in placed:  # a loop: a comprehension's own call costs more
             places[index] = view[start : start + n]
+        self._placed = (view, length, placed, places)
         return places
 
     def write(self, result: ExecutionResult) -> bytes | fastring.Gathered | fastring.Reserved:
@@ -169,11 +172,13 @@ class AnswerWriter:
             made = self._made
         placed, self._placed = self._placed, None
         if placed is not None:
-            view, length, spots = placed
+            view, length, spots, given = placed
             head = self._head
             if len(pools) == len(spots) and len(head) == spots[0][1]:
-                # A loop, not ``all`` of a generator: on a large answer's every call.
-                for index, _, _, n, _ in spots:
+                # The very places given (a caller that answers with the dict ``places`` gave,
+                # untouched: ``memory.LanePools``), or each pool its place. A loop, not ``all``
+                # of a generator: on a large answer's every call.
+                for index, _, _, n, _ in () if pools is given else spots:
                     if not _in_place(pools.get(index), view, n):
                         break
                 else:

@@ -14,7 +14,7 @@ the graph from that artifact without converting or optimizing again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -51,6 +51,48 @@ class ExecutableGraph(Protocol):
         may write an output of exactly that shape and dtype there and return that very array,
         which the caller then does not copy again (a graph that ignores ``into`` is correct)."""
         ...
+
+
+#: What a lane reads and writes per tensor: its dtype and shape (``LaneGraph.lane``).
+TensorSpec = tuple[np.dtype[Any], tuple[int, ...]]
+
+
+class Lane(Protocol):
+    """A graph's run of one request layout, made once per layout (``LaneGraph.lane``): each
+    input copied from its bytes, the graph run, each output copied into its place — the
+    whole of an execution that is bytes in and bytes out. Raises the library's own
+    exceptions, as ``ExecutableGraph.run``'s graph would (``compiling.run_compiled`` words them)."""
+
+    #: The library's name in errors ("LiteRT").
+    library: str
+
+    def __call__(self, inputs: Sequence[memoryview], into: Sequence[memoryview]) -> Sequence[memoryview]:
+        """Copy ``inputs`` (each exactly its tensor's bytes) in, run, copy each output into its
+        ``into`` view (exactly its bytes) and return ``into``."""
+        ...
+
+
+@runtime_checkable
+class LaneGraph(Protocol):
+    """A graph that offers a :class:`Lane` per request layout (the litert device's: a model
+    placed wholly on LiteRT)."""
+
+    def lane(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> Lane | None:
+        """The lane of a layout whose inputs and outputs are of these dtypes and shapes, in the
+        model's order; None when the graph does not run such a layout as bytes in and out
+        (a dtype or shape other than its tensors', a graph of several steps)."""
+        ...
+
+
+@runtime_checkable
+class PickingLaneGraph(Protocol):
+    """A library's graph that offers lanes (``LaneGraph``) whose outputs it picks from its own
+    (``pick``: per output, the index of the graph's output it is; None: the same order), as
+    a step of a partitioned graph (``nnhal.server.partitioned``)."""
+
+    def lane(
+        self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], pick: Sequence[int] | None = None
+    ) -> Lane | None: ...
 
 
 class Backend(Protocol):

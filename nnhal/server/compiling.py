@@ -20,8 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-import numpy as np
-
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import GeneralFailure, ResourceExhaustedTransient, allocation_failed
 from nnhal.core.operand_types import INFO
@@ -32,6 +30,7 @@ from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.executor.validate import supported_operations as reference_support
 
 G = TypeVar("G")
+R = TypeVar("R")
 
 
 class Unsupported(Exception):
@@ -110,14 +109,14 @@ def convert_all(model: Model, io: str, graph: G, convert: Callable[[G, int], str
 
 def run_compiled(
     library: str,
-    invoke: Callable[..., list[np.ndarray]],
-    inputs: Sequence[np.ndarray | None],
+    invoke: Callable[..., R],
+    inputs: Sequence[object],
     control: ExecutionControl | None,
-    into: Sequence[np.ndarray | None] | None = None,
-) -> list[np.ndarray]:
+    into: Sequence[object] | None = None,
+) -> R:
     """``invoke(inputs)`` — ``invoke(inputs, into)`` when ``into`` is given (the outputs'
-    places, ``ExecutableGraph.run``) — as one scheduler step (see the module's docstring);
-    ``library`` names the library in errors."""
+    places, ``ExecutableGraph.run``; a lane's, ``backend.Lane``) — as one scheduler step (see
+    the module's docstring); ``library`` names the library in errors."""
     if control is not None:
         control.start(True)  # and the first checkpoint
     for k, value in enumerate(inputs):  # a loop: ``None in inputs`` would compare arrays

@@ -27,6 +27,8 @@ from nnhal.core.types import BufferTokenPool, InlinePool, MemoryPool, PoolData, 
 from nnhal.server.shared_regions import RegionCache, SharedMemoryPolicy, SharedRegion, open_region
 
 if TYPE_CHECKING:
+    from nnhal.core.types import OutputShape
+    from nnhal.server.backend import Lane
     from nnhal.server.buffers import DriverBuffer
 
 
@@ -175,6 +177,40 @@ class BoundPools:
             self.close()
         self.buffers = []
         self.inline_outputs = {}
+
+
+class LanePools(BoundPools):
+    """A request's inline pools bound for a graph's lane (``backend.Lane``): each input's bytes
+    (``inputs``) and each output's place (``into``), the output pools an execution answers
+    with (``results``: by pool index, those places) and its output shapes. Nothing else is
+    held (no buffer of its own, nothing to close): ``nnhal.server.executions.lean.Compact``
+    binds them once its layout's plan is known to be bytes in and out
+    (``RequestPlan.lane_io``)."""
+
+    def __init__(
+        self,
+        lane: Lane,
+        inputs: list[memoryview],
+        into: list[memoryview],
+        results: dict[int, PoolData],
+        shapes: tuple[OutputShape, ...],
+        data_bytes: int,
+    ) -> None:  # not ``BoundPools.__init__``: none of its buffers, lists or dicts
+        self.lane = lane
+        self.inputs = inputs
+        self.into = into
+        self.results = results
+        self.shapes = shapes
+        self.data_bytes = data_bytes
+
+    def close(self) -> None:
+        """Nothing to close: no shared pool."""
+
+    def drop(self) -> None:
+        """Drop the views (as ``BoundPools.drop`` drops its buffers): a run held past its
+        answer holds none of the rings' bytes."""
+        self.inputs = self.into = []
+        self.results = {}
 
 
 TokenResolver = Callable[[BufferTokenPool, str], memoryview]

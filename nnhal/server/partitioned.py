@@ -40,7 +40,7 @@ from nnhal.core import subgraphs, wire_model
 from nnhal.core.enums import HalVersion, OperandLifeTime
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import Capabilities, DataLocation, Model, Operand, OperationTiming, Subgraph
-from nnhal.server.backend import Backend, ExecutableGraph
+from nnhal.server.backend import Backend, ExecutableGraph, Lane, PickingLaneGraph, TensorSpec
 from nnhal.server.executor.constants import Buffer, constant_value
 from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.executor.graph import PreparedGraph
@@ -155,6 +155,15 @@ class PartitionedGraph:
         self.copies_io = self._whole is not None and self._whole.graph.copies_io
         #: ``into`` reaches only that step's graph (``ExecutableGraph.writes_into``).
         self.writes_into = self._whole is not None and self._whole.graph.writes_into
+
+    def lane(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> Lane | None:
+        """``LaneGraph.lane``: the lane of the one library step of a model placed wholly on the
+        library, when that step's graph offers lanes (None otherwise: fallback steps, several
+        steps); its outputs picked as ``run`` picks them."""
+        whole = self._whole
+        if whole is None or not isinstance(whole.graph, PickingLaneGraph):
+            return None
+        return whole.graph.lane(inputs, outputs, self._pick)
 
     def run(
         self,

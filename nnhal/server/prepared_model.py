@@ -18,8 +18,9 @@ from nnhal.core.enums import ErrorStatus, Priority
 from nnhal.core.errors import HalError, OutputInsufficientSize
 from nnhal.core.types import ExecutionResult, Model, Operand, OperationProfile, OutputShape, Timing
 from nnhal.server.backend import ExecutableGraph
+from nnhal.server.compiling import run_compiled
 from nnhal.server.executor.control import ExecutionControl
-from nnhal.server.memory import BoundPools
+from nnhal.server.memory import BoundPools, LanePools
 from nnhal.server.request_plan import PlanCache, RequestPlan
 
 _NO_TIMING = Timing()
@@ -117,6 +118,25 @@ class PreparedModel:
             # ``execution_result`` of a success without a profile, inlined: the hot path.
             return ExecutionResult(_SUCCESS, "", shapes, timing, pools.inline_results())
         return execution_result(_SUCCESS, "", shapes, timing, control, pools)
+
+    def execute_lane(self, pools: LanePools, control: ExecutionControl, measure: bool) -> ExecutionResult:
+        """``execute`` of a request bound for its graph's lane (``memory.LanePools``): the lane
+        run as one scheduler step (``compiling.run_compiled``: its checks and its words for the
+        library's failures); every output fills its place, so the result is those places and
+        the layout's shapes (nothing to check or write after the run)."""
+        t0 = time.perf_counter_ns() if measure else 0  # the driver's time: read only when measured
+        lane = pools.lane
+        try:
+            t1 = time.perf_counter_ns()
+            run_compiled(lane.library, lane, pools.inputs, control, pools.into)
+            t2 = time.perf_counter_ns()
+        except HalError as err:
+            return execution_result(err.error_status, err.message, control=control)
+        self._ran(t2 - t1)
+        timing = _NO_TIMING
+        if measure:
+            timing = Timing((t2 - t1) // 1000, (time.perf_counter_ns() - t0) // 1000)
+        return ExecutionResult(_SUCCESS, "", pools.shapes, timing, pools.results)
 
     def _ran(self, elapsed_ns: int) -> None:
         """Keep the launch-time estimate for deadlines: the shortest complete run."""

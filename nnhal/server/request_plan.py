@@ -262,6 +262,41 @@ class RequestPlan:
         self._shapes = answer = tuple(shapes)
         return answer
 
+    def lane_io(
+        self,
+    ) -> (
+        tuple[
+            tuple[tuple[int, int, int, np.dtype, tuple[int, ...]], ...],
+            tuple[tuple[int, int, int, np.dtype, tuple[int, ...]], ...],
+            tuple[OutputShape, ...],
+        ]
+        | None
+    ):
+        """The layout as bytes in and bytes out, for a graph's lane (``backend.LaneGraph``):
+        per input and per output its pool, offset, byte count, dtype and shape, and the output
+        shapes of a completed execution (the last call's tuple while it holds). None unless
+        every input has a value in a pool no output uses, and every output is a tensor (no
+        bool) of a known shape whose place is its location's exact length, in a pool its
+        outputs tile whole (``filled``): then an execution is each input's bytes copied in and
+        each output's bytes copied to its location, which it fills, and every output is
+        sufficient."""
+        targets = self._targets
+        if targets is None:
+            return None
+        ins = []
+        for i in self._inputs:
+            if i is None or i.pool in self.writable:
+                return None
+            ins.append((i.pool, i.offset, i.count * i.dtype.itemsize, i.dtype, i.shape))
+        outs = []
+        for out, t in zip(self._outputs, targets, strict=True):
+            if t is None or out.pool not in self.filled:
+                return None
+            outs.append((out.pool, out.offset, out.length, t[3], t[2]))
+        last = self._shapes
+        shapes = tuple(OutputShape(o[4], True) for o in outs)
+        return tuple(ins), tuple(outs), shapes if last is None or last != shapes else last
+
 
 def output_pools(request: Request) -> frozenset[int]:
     """The pools that receive the request's outputs."""

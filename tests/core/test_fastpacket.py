@@ -276,7 +276,17 @@ def test_an_answer_written_around_its_places_is_the_bytes_answer_parts_writes() 
     assert bytes(ring[: len(written)]) == expected
     reader = fastanswer.AnswerReader()
     assert bytes(reader.read(expected).output_pools[2]) == second
-    del places, again
+    # The very dict of places handed back as the answer's pools (a lane's): in place by that alone.
+    ring[:] = b"\xff" * 4096
+    places = writer.places(lambda length: memoryview(ring)[:length])
+    assert places is not None
+    places[1][:] = first
+    places[2][:] = second
+    given: dict[int, PoolData] = places  # type: ignore[assignment]
+    written = writer.write(ExecutionResult(ErrorStatus.NONE, "", shapes, output_pools=given))
+    assert isinstance(written, fastring.Reserved)
+    assert bytes(ring[: len(written)]) == expected
+    del places, again, given
 
 
 def test_a_call_that_asks_to_be_rung_early_says_so() -> None:

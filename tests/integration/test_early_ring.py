@@ -5,8 +5,6 @@ the client was woken early or not."""
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -19,8 +17,6 @@ from nnhal.core.doorbell import HERALD
 from nnhal.models import FACE_DETECTION, tflite_model
 
 pytest.importorskip("ai_edge_litert")
-from nnhal.cli import config
-from nnhal.cli.serve import server_options
 from nnhal.importers.litert import LiteRtRunner
 from nnhal.importers.tflite_model import import_tflite
 from nnhal.server.litert import runtime
@@ -29,19 +25,10 @@ from nnhal.server.rpc.serve import Server
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def litert_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
-    """A litert device served in this process, on a machine with a core to spare."""
+@pytest.fixture(autouse=True)
+def spare(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine with a core to spare (the litert device's server: ``litert_server``)."""
     monkeypatch.setattr(lookout.LOAD, "spare", lambda: True)
-    parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
-    args = parser.parse_args(["--device", "litert", "--cache-secret-file", "none", "--listen", "127.0.0.1:0"])
-    server = Server(server_options(config.resolve(args, {})))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop(grace=0)
 
 
 def test_compact_calls_that_ask_are_rung_early_and_answer_as_litert(

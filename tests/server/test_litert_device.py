@@ -15,6 +15,7 @@ from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import Model, SymmPerChannelQuantParams
 from nnhal.models import FACE_DETECTION, tflite_model
 from nnhal.server.artifacts import open_cache, sealer
+from nnhal.server.backend import LaneGraph
 from tests.server.conftest import CompilingDeviceCheck
 
 pytest.importorskip("ai_edge_litert")
@@ -236,3 +237,33 @@ def test_outputs_are_written_once_straight_into_their_places(compiling: Compilin
     ours = graph.run([x], None, None, [misfit, None])
     assert ours[0] is not misfit and not misfit.any()
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_lane_copies_bytes_in_and_out_in_the_models_order(compiling: CompilingDeviceCheck) -> None:
+    """``PartitionedGraph.lane`` of a model placed wholly on LiteRT: each input's bytes in, each
+    output's bytes into its place, in the model's order (the library lists the face model's
+    outputs in another), as ``run`` computes them; a dtype or shape other than the tensors' is
+    refused (None: the caller binds the pools as buffers)."""
+    from nnhal.server.partitioned import PartitionedBackend
+
+    path = MODELS / "face_detection_short_range.tflite"
+    imported = import_tflite(path)
+    model = imported.model
+    graph = PartitionedBackend(LITERT).compile(model, compiling.pools(model))[0]
+    x = imported.random_inputs(0)[0]
+    theirs = LiteRtRunner(path).run([x])
+    specs = [(t.dtype, t.shape) for t in theirs]
+    assert isinstance(graph, LaneGraph)
+    lane = graph.lane([(x.dtype, x.shape)], specs)
+    assert lane is not None and lane.library == "LiteRT"
+    pool = bytearray(sum(t.nbytes for t in theirs))
+    into, at = [], 0
+    for t in theirs:
+        into.append(memoryview(pool)[at : at + t.nbytes])
+        at += t.nbytes
+    assert lane([memoryview(x.tobytes())], into) is into
+    for place, b in zip(into, theirs):
+        np.testing.assert_allclose(np.frombuffer(place, b.dtype).reshape(b.shape), b, rtol=1e-5, atol=1e-5)
+    assert graph.lane([(np.dtype(np.float64), x.shape)], specs) is None
+    assert graph.lane([(x.dtype, x.shape)], specs[::-1]) is None
+    assert graph.lane([(x.dtype, (1, 128, 384, 1))], specs) is None

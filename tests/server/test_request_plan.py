@@ -373,3 +373,27 @@ def test_an_empty_input_is_viewed_at_its_pools_end_as_before() -> None:
     arrays = _plan(empty).bind_inputs([data, bytearray(N)])
     assert arrays[1] is not None and arrays[1].shape == (0, 4)
     np.testing.assert_array_equal(arrays[0], np.arange(8, dtype=np.float32).reshape(2, 4))
+
+
+def test_a_layout_is_bytes_in_and_out_when_its_outputs_tile_pools_no_input_uses() -> None:
+    """``RequestPlan.lane_io``: per input and output its pool, offset, bytes, dtype and shape, and
+    the completed execution's shapes (the last call's tuple once it holds) — None for a layout
+    whose outputs leave bytes of their pool unwritten or share a pool with an input."""
+    plan = _plan(_request())
+    io = plan.lane_io()
+    assert io is not None
+    ins, outs, shapes = io
+    assert [i[:3] for i in ins] == [(0, 0, N), (0, N, N)]
+    assert [(o[:3], o[4]) for o in outs] == [((1, 0, N), (2, 4))]
+    assert [(s.dimensions, s.is_sufficient) for s in shapes] == [((2, 4), True)]
+    last = plan.write_outputs(_bound_output(), [np.full((2, 4), 1.0, np.float32)], None)
+    io = plan.lane_io()
+    assert io is not None and io[2] is last
+    assert _plan(_request(out_offset=8)).lane_io() is None
+    assert _plan(_request(out_length=2 * N)).lane_io() is None
+    shared = Request(
+        (RequestArgument(location=DataLocation(0, 0, N)), RequestArgument(location=DataLocation(0, N, N))),
+        (RequestArgument(location=DataLocation(0, 2 * N, N)),),
+        (InlinePool(b"", 3 * N),),
+    )
+    assert _plan(shared).lane_io() is None

@@ -28,23 +28,27 @@ bound (a ``Binder``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from nnhal.core import fastanswer, fastpacket, fastring, wire
 from nnhal.core.enums import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
 from nnhal.core.errors import GeneralFailure, HalError
-from nnhal.core.types import ExecutionResult, InlinePool, PoolData, Request, RequestArgument
+from nnhal.core.types import ExecutionResult, InlinePool, OutputShape, PoolData, Request, RequestArgument
+from nnhal.server.backend import Lane, LaneGraph
 from nnhal.server.driver import Driver
 from nnhal.server.executions.calls import Execution
 from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.jobs import SESSION_ENDED, check_deadline, missed
-from nnhal.server.memory import BoundPools, bind_inline, bind_pools, token_placeholder
+from nnhal.server.memory import BoundPools, LanePools, bind_inline, bind_pools, token_placeholder
 from nnhal.server.prepared_model import PreparedModel, execution_result
 from nnhal.server.request_plan import RequestPlan
 from nnhal.server.scheduler import Ticket
 from nnhal.server.session import Session
+
+log = logging.getLogger(__name__)
 
 #: The budget's kind of a request's data (as ``ExecutionJob.hold_data`` charges it).
 REQUEST_DATA = "request data"
@@ -125,7 +129,11 @@ class LeanRun(ExecutionControl):
         pools stay until ``close``."""
         try:
             try:
-                result = self.pm.execute(self.plan, self.bound, self, self.measure)
+                bound = self.bound
+                if type(bound) is LanePools:  # bound for its graph's lane (``Compact.bind``)
+                    result = self.pm.execute_lane(bound, self, self.measure)
+                else:
+                    result = self.pm.execute(self.plan, bound, self, self.measure)
             finally:
                 if give_back:
                     self._give_back()
@@ -331,6 +339,7 @@ class Compact:
         "found",
         "inline",
         "inputs",
+        "lane",
         "model",
         "outputs",
         "pools",
@@ -363,6 +372,9 @@ class Compact:
         #: The plan :meth:`bind` last bound for and its pools' entries for it (``_pools_for``),
         #: worked out once per plan (a layout's is mostly one).
         self.pools: tuple[RequestPlan | None, tuple[tuple[int, int, int, int, bool, bool], ...]] = (None, ())
+        #: The plan and prepared model :meth:`bind` last bound for, and the layout's lane for
+        #: them (``_Lane``; None: none), worked out once per plan and model.
+        self.lane: tuple[RequestPlan | None, PreparedModel | None, _Lane | None] = (None, None, None)
 
     def check(self, body: memoryview) -> None:
         """PacketError unless ``body`` is of the layout's length (``fastpacket.Layout.pools``)."""
@@ -396,11 +408,17 @@ class Compact:
         it). A lean launch's ``Binder`` (:func:`launch_compact`, which set ``found``)."""
         if self.sizes != plan.sizes or self.inline > wire.max_inline_bytes():
             return None
+        found = self.found
+        if found is not None:
+            lane = self.lane
+            if lane[0] is not plan or lane[1] is not found[1]:
+                lane = self.lane = (plan, found[1], _Lane.of(self, plan, found[1]))
+            if lane[2] is not None:
+                return lane[2].bind(body, None if self.reserve is None else self.answers.places(self.reserve))
         # The queue's rings are bound as they are only for a graph that copies each input out
         # once before it reads it and writes each output once, never reading it (LiteRT's):
         # then those copies are the tensors' one copy out of and into the rings. Any other
         # graph computes in place, so it gets private copies, as before (DESIGN §2).
-        found = self.found
         direct = found is not None and found[1].graph.copies_io
         copy = not direct and fastring.in_ring(body)
         places = self.answers.places(self.reserve) if direct and self.reserve is not None else None
@@ -433,6 +451,87 @@ class Compact:
             (i, a, b, size, i in plan.writable, i in plan.filled)
             for i, ((a, b), size) in enumerate(zip(self.spans, self.sizes))
         )
+
+
+#: A lane's output pools as an answer carries them (``_Lane.bind``).
+_Pools = dict[int, PoolData]
+
+
+class _Lane:
+    """A compact layout's run through its prepared model's lane (``backend.Lane``): what
+    :meth:`Compact.bind` binds a call by when the layout's plan is bytes in and bytes out
+    (``RequestPlan.lane_io``) and the model's graph offers a lane for it (``LaneGraph``: a
+    model placed wholly on LiteRT) — each input a view of the call's body, each output a
+    view of its pool's place in the result ring (``fastanswer.AnswerWriter.places``) or of a
+    buffer of its own."""
+
+    __slots__ = ("data_bytes", "lane", "outputs", "pools", "shapes", "spans")
+
+    def __init__(
+        self,
+        lane: Lane,
+        spans: tuple[tuple[int, int], ...],
+        outputs: tuple[tuple[int, int, int, int], ...],
+        shapes: tuple[OutputShape, ...],
+        data_bytes: int,
+        pools: tuple[tuple[int, int], ...],
+    ) -> None:
+        self.lane = lane
+        #: Per input, where its bytes are in a call's body.
+        self.spans = spans
+        #: Per output: its pool, where its bytes are in it, and the pool's size.
+        self.outputs = outputs
+        #: The output pools (each tiled whole by its outputs) and their sizes, by index (the
+        #: order ``bind_inline`` binds them in, hence an answer's).
+        self.pools = pools
+        self.shapes = shapes
+        self.data_bytes = data_bytes
+
+    @staticmethod
+    def of(compact: Compact, plan: RequestPlan, pm: PreparedModel) -> _Lane | None:
+        """The lane of ``compact``'s calls for ``plan`` on ``pm``, or None: bound as buffers."""
+        graph = pm.graph
+        if not (graph.copies_io and isinstance(graph, LaneGraph)):
+            return None
+        io = plan.lane_io()
+        if io is None:
+            return None
+        ins, outs, shapes = io
+        spans = []
+        for pool, offset, n, _, _ in ins:
+            a, b = compact.spans[pool]
+            if offset + n > b - a:  # an input's bytes not all carried (zero-padded): bound as buffers
+                return None
+            spans.append((a + offset, a + offset + n))
+        lane = graph.lane([(d, shape) for *_, d, shape in ins], [(d, shape) for *_, d, shape in outs])
+        if lane is None:
+            return None
+        # Once per layout of a queue: which calls skip the generic binding and run is worth knowing.
+        log.info("compact calls of prepared model %s run through its graph's lane (%s)", compact.model, lane.library)
+        outputs = tuple((pool, offset, offset + n, compact.sizes[pool]) for pool, offset, n, _, _ in outs)
+        pools = tuple((pool, compact.sizes[pool]) for pool in sorted({o[0] for o in outs}))
+        return _Lane(lane, tuple(spans), outputs, shapes, compact.inline, pools)
+
+    def bind(self, body: memoryview, places: dict[int, memoryview] | None) -> LanePools:
+        """A call of ``body`` bound for the lane: its output pools ``places`` (handed on as the
+        answer's pools, unchanged: ``fastanswer.AnswerWriter.places``) when it has a place of
+        each output pool's size, and no other; else buffers of their own."""
+        inputs = []
+        for a, b in self.spans:  # a loop: a comprehension's own call costs more
+            inputs.append(body[a:b])
+        if places is not None and len(places) == len(self.pools):
+            into = []
+            for pool, a, b, size in self.outputs:
+                place = places.get(pool)
+                if place is None or len(place) != size:
+                    break
+                into.append(place[a:b])
+            else:
+                results = cast(_Pools, places)
+                return LanePools(self.lane, inputs, into, results, self.shapes, self.data_bytes)
+        own: dict[int, PoolData] = {pool: memoryview(bytearray(size)) for pool, size in self.pools}
+        into = [cast(memoryview, own[pool])[a:b] for pool, a, b, _ in self.outputs]
+        return LanePools(self.lane, inputs, into, own, self.shapes, self.data_bytes)
 
 
 def launch_compact(

@@ -22,7 +22,7 @@ from nnhal.core.doorbell import announce
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import Capabilities, Model, Operand
-from nnhal.server.backend import ExecutableGraph
+from nnhal.server.backend import ExecutableGraph, TensorSpec
 from nnhal.server.compiling import backend_capabilities, run_compiled
 from nnhal.server.executor.constants import Buffer
 from nnhal.server.executor.control import ExecutionControl
@@ -112,6 +112,54 @@ class LiteRtGraph:
                 else:
                     outputs.append(get_tensor(index))
             return outputs
+
+    def lane(
+        self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], pick: Sequence[int] | None = None
+    ) -> LiteRtLane | None:
+        """``LaneGraph.lane``: when each input is of its tensor's exact dtype and shape, and each
+        output of the tensor it is (``pick``: per output, the index of that tensor among the
+        interpreter's outputs; None: the same order)."""
+        picked = range(len(outputs)) if pick is None else pick
+        if len(inputs) != len(self._ins) or len(picked) != len(outputs) or len(outputs) > len(self._outs):
+            return None
+        chosen = [self._outs[k] for k in picked]
+        for (_, _, dtype, shape), spec in zip((*self._ins, *chosen), (*inputs, *outputs)):
+            if spec != (dtype, shape):
+                return None
+        return LiteRtLane(self._lock, [t[1] for t in self._ins], [t[1] for t in chosen], self._run)
+
+
+class LiteRtLane:
+    """``backend.Lane`` of a ``LiteRtGraph``: each input's bytes copied straight into its tensor's
+    buffer, the interpreter invoked, each output's buffer copied straight into its place — the
+    graph's one copy in and one copy out (``copies_io``), under its lock, with no array made
+    and no check per call (the dtypes and shapes were matched when it was made)."""
+
+    library = "LiteRT"
+
+    def __init__(
+        self,
+        lock: threading.Lock,
+        inputs: Sequence[Callable[[], np.ndarray]],
+        outputs: Sequence[Callable[[], np.ndarray]],
+        invoke: Callable[[], None],
+    ) -> None:
+        self._lock = lock
+        self._ins = tuple(inputs)
+        self._outs = tuple(outputs)
+        self._invoke = invoke
+
+    def __call__(self, inputs: Sequence[memoryview], into: Sequence[memoryview]) -> Sequence[memoryview]:
+        with self._lock:
+            # Through a byte view of the tensor's buffer dropped as the copy returns (LiteRT
+            # refuses to run while one is held), as ``LiteRtGraph._invoke`` copies.
+            for view, data in zip(self._ins, inputs):
+                view().data.cast("B")[:] = data
+            self._invoke()  # LiteRT lets go of the GIL while it computes
+            announce()  # the answer is near: its caller's wake-up overlaps the copies and the answer
+            for view, place in zip(self._outs, into):
+                place[:] = view().data.cast("B")
+        return into
 
 
 def _tensor(interpreter: Any, index: int) -> tuple[int, Callable[[], np.ndarray], np.dtype[Any], tuple[int, ...]]:
