@@ -24,7 +24,7 @@ from nnhal.client import forms, steps
 from nnhal.client.aidl_burst import AidlBurst
 from nnhal.client.burst import Burst
 from nnhal.client.fenced import FencedExecution
-from nnhal.client.numpy_io import Layout, NumpyIO, decode_outputs, decoder, numpy_execution, settle
+from nnhal.client.numpy_io import Layout, NumpyIO, _Plan, decode_outputs, decoder, numpy_execution, settle
 from nnhal.client.outcome import ExecutionCallback, ExecutionOutcome, outcome_of
 from nnhal.client.release import Releasable
 from nnhal.client.remote import ExecutionOptions, RemoteSession, aidl
@@ -137,6 +137,16 @@ class PreparedModel(Releasable):
             way = self._way = (queue, encoded) if self._modern() else (None, False)
         return way
 
+    def _framed(self, plan: _Plan) -> Any:
+        """The session's written frame of ``plan``'s messages (``RemoteSession.framed``), made
+        on its first call over gRPC and kept in the plan (whose handle and session are this
+        model's); None for a plan whose pools are worth streaming."""
+        sizes = plan.encoded_sizes
+        if sizes is None:
+            return None
+        plan.wire = self._remote.framed(self.handle, plan.inputs, plan.outputs, sizes)
+        return plan.wire
+
     _decode = staticmethod(decode_outputs)
     _decoder = staticmethod(decoder)
 
@@ -170,13 +180,21 @@ class PreparedModel(Releasable):
                         self.handle, plan.compact, parts, measure, timeout, deadline_at, loop_timeout_ns
                     )
                 else:
-                    result = remote.execute_encoded(
-                        self.handle,
-                        plan.inputs,
-                        plan.outputs,
-                        plan.pools(parts),
-                        ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns),
-                        plan.encoded_sizes,
+                    # The plan's message bytes around its inputs, written once (None: its pools
+                    # are worth streaming, which this way never does).
+                    framed = plan.wire or self._framed(plan)
+                    result = (
+                        None
+                        if framed is None
+                        else remote.execute_encoded(
+                            self.handle,
+                            plan.inputs,
+                            plan.outputs,
+                            parts,
+                            ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns),
+                            None,
+                            framed,
+                        )
                     )
                 if result is not None:
                     settled = settle(plan, result)

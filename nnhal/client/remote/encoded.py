@@ -225,7 +225,20 @@ def execute_bytes(
     # The BurstRequest's framing (set last, when asked), then the layout's parts around the data.
     out: list[PoolData] = list(layout[1])
     out[2::2] = datas
-    length = layout[0]  # of the ExecuteRequest, its scalars left out
+    return _joined(out, layout[0], measure, remaining_s, loop_timeout_ns, profile, burst)
+
+
+def _joined(
+    out: list[Any],
+    length: int,
+    measure: bool,
+    remaining_s: float | None,
+    loop_timeout_ns: int,
+    profile: bool,
+    burst: bool,
+) -> bytes:
+    """The request of ``out`` (a slot for the BurstRequest's framing, then the request's bytes
+    up to its scalars, ``length`` of them) with its scalars, framed when ``burst``, joined."""
     if measure or remaining_s is not None or loop_timeout_ns or profile:
         scalars = _scalars(measure, remaining_s, loop_timeout_ns, profile)
         out.append(scalars)
@@ -233,6 +246,51 @@ def execute_bytes(
     if burst:
         out[0] = _burst_head(length)
     return b"".join(out)
+
+
+class Framed:
+    """The requests of one layout whose first pool alone carries data (a numpy plan's: the
+    inputs, then room for the outputs), written from that data's parts: the bytes before and
+    after them made once (:func:`_layout`'s, joined), the parts joined into the message at
+    once — :func:`execute_bytes` for a caller that keeps this per layout."""
+
+    __slots__ = ("_after", "_before", "_length")
+
+    def __init__(
+        self,
+        session: str,
+        handle: str,
+        inputs: tuple[RequestArgument, ...],
+        outputs: tuple[RequestArgument, ...],
+        sizes: tuple[tuple[int, int], ...],
+    ) -> None:
+        if not sizes or any(n for n, _ in sizes[1:]):
+            raise ValueError("a Framed layout carries data in its first pool only")
+        length, frame, _ = _layout(head_bytes(session, handle), args_bytes(inputs, outputs), sizes)
+        self._length = length
+        self._before = frame[1]
+        self._after = b"".join(frame[3:])  # no data between the other pools' parts
+
+    def write(
+        self,
+        parts: list[Any],
+        measure: bool,
+        remaining_s: float | None,
+        loop_timeout_ns: int,
+        profile: bool = False,
+        burst: bool = False,
+    ) -> bytes:
+        """The serialized request (as :func:`execute_bytes`) whose first pool's data is these
+        parts joined (as many bytes as the layout's; the caller's plan made both)."""
+        return _joined(
+            [b"", self._before, *parts, self._after],
+            self._length,
+            measure,
+            remaining_s,
+            loop_timeout_ns,
+            profile,
+            burst,
+        )
 
 
 def _scalars(measure: bool, remaining_s: float | None, loop_timeout_ns: int, profile: bool) -> bytes:
