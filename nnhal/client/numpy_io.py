@@ -219,6 +219,10 @@ class _Plan:
         return outputs
 
 
+#: A numpy call plan, for the callers that keep what their transport makes of one (``wire``).
+Plan = _Plan
+
+
 def _as_input(value: np.ndarray | None, dtype: np.dtype[Any]) -> np.ndarray | None:
     """``value`` as a C-contiguous array of ``dtype`` (itself when it is one already)."""
     if value is None:
@@ -390,12 +394,17 @@ def numpy_execution(
     return outcome
 
 
-def settle(plan: _Plan, result: ExecutionResult) -> ExecutionOutcome | list[int]:
-    """What the result of a planned call (:meth:`NumpyIO.planned`) comes to: the outcome with
+def settle(
+    plan: _Plan, result: ExecutionResult, pools: dict[int, PoolData] | None = None
+) -> ExecutionOutcome | list[int]:
+    """What the result of a planned call (:meth:`NumpyIO.planned`) comes to, its output pools
+    ``pools`` (None: its own; else those of an answer read apart, ``encoded.Answer``): the outcome with
     ``outputs``, or the output sizes to retry with (:func:`numpy_execution` with them); raises
     the HalError it ended with otherwise — :func:`numpy_execution`'s first step."""
     # A planned call is never profiled: its result has no profile or timeline to carry over.
-    status, pools, shapes = result.status, result.output_pools, result.output_shapes
+    status, shapes = result.status, result.output_shapes
+    if pools is None:
+        pools = result.output_pools
     if status == ErrorStatus.NONE:
         return ExecutionOutcome.answered(
             status, result.message, shapes, result.timing, pools, plan.outputs_of(pools, shapes)

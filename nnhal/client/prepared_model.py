@@ -24,7 +24,7 @@ from nnhal.client import forms, steps
 from nnhal.client.aidl_burst import AidlBurst
 from nnhal.client.burst import Burst
 from nnhal.client.fenced import FencedExecution
-from nnhal.client.numpy_io import Layout, NumpyIO, _Plan, decode_outputs, decoder, numpy_execution, settle
+from nnhal.client.numpy_io import Layout, NumpyIO, Plan, decode_outputs, decoder, numpy_execution, settle
 from nnhal.client.outcome import ExecutionCallback, ExecutionOutcome, outcome_of
 from nnhal.client.release import Releasable
 from nnhal.client.remote import ExecutionOptions, RemoteSession, aidl
@@ -32,7 +32,7 @@ from nnhal.client.reusable_execution import ReusableExecution
 from nnhal.core.aidl_types import DEFAULT_EXECUTION_CONFIG, ExecutionConfig
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import InvalidArgument
-from nnhal.core.types import Model, Request
+from nnhal.core.types import ExecutionResult, Model, PoolData, Request
 
 __all__ = ["Burst", "ExecutionCallback", "ExecutionOutcome", "FencedExecution", "PreparedModel"]
 
@@ -137,7 +137,7 @@ class PreparedModel(Releasable):
             way = self._way = (queue, encoded) if self._modern() else (None, False)
         return way
 
-    def _framed(self, plan: _Plan) -> Any:
+    def _framed(self, plan: Plan) -> Any:
         """The session's written frame of ``plan``'s messages (``RemoteSession.framed``), made
         on its first call over gRPC and kept in the plan (whose handle and session are this
         model's); None for a plan whose pools are worth streaming."""
@@ -175,18 +175,19 @@ class PreparedModel(Releasable):
             planned = numpy_io.planned(inputs)
             if planned is not None:
                 plan, parts = planned
+                answer: tuple[ExecutionResult, dict[int, PoolData] | None] | None = None
                 if queue is not None:
                     result = queue.execute_planned(
                         self.handle, plan.compact, parts, measure, timeout, deadline_at, loop_timeout_ns
                     )
+                    if result is not None:
+                        answer = result, None
                 else:
                     # The plan's message bytes around its inputs, written once (None: its pools
-                    # are worth streaming, which this way never does).
+                    # are worth streaming, which this way never does); the answer read apart.
                     framed = plan.wire or self._framed(plan)
-                    result = (
-                        None
-                        if framed is None
-                        else remote.execute_encoded(
+                    if framed is not None:
+                        answer = remote.execute_encoded(
                             self.handle,
                             plan.inputs,
                             plan.outputs,
@@ -195,9 +196,8 @@ class PreparedModel(Releasable):
                             None,
                             framed,
                         )
-                    )
-                if result is not None:
-                    settled = settle(plan, result)
+                if answer is not None:
+                    settled = settle(plan, *answer)
                     if isinstance(settled, ExecutionOutcome):
                         return settled
                     sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path

@@ -49,6 +49,7 @@ from nnhal.client.outcome import result_of
 from nnhal.client.remote import DRAINING, calls, hidl, monitor as drain_rules
 from nnhal.client.remote.aio_burst_stream import AioBurstStream
 from nnhal.client.remote.aio_samehost import AioSameHostQueue
+from nnhal.client.remote.encoded import Answer, whole
 from nnhal.client.remote.messages import (
     ExecutionOptions,
     PreparedRef,
@@ -387,10 +388,10 @@ class AioSession:
         if encoded is None:
             return None
         raw, timeout = encoded
-        result: ExecutionResult | None = await self.unary(self.stubs.execute_encoded, raw, _SYNC, timeout)
-        if result is None:  # grpc.aio hands back None for an answer its deserializer failed to read
+        answer: Answer | None = await self.unary(self.stubs.execute_encoded, raw, _SYNC, timeout)
+        if answer is None:  # grpc.aio hands back None for an answer its deserializer failed to read
             raise tag_request_id(GeneralFailure(f"{_SYNC}: protocol error: an unreadable answer"), self.last_request_id)
-        return result
+        return whole(answer)
 
     async def launch(self, step: calls.Notify) -> Any:
         """A launch / notify RPC of any form (:class:`~nnhal.client.remote.calls.Notify`): its

@@ -273,7 +273,7 @@ class Framed:
 
     def write(
         self,
-        parts: list[Any],
+        parts: Sequence[Any],
         measure: bool,
         remaining_s: float | None,
         loop_timeout_ns: int,
@@ -357,27 +357,46 @@ _BURST_KNOWN: dict[int, _Known] = {}
 _KNOWN_MAX = 64
 
 
-def execute_answer(raw: bytes) -> ExecutionResult:
-    """The ``ExecuteResult`` ``raw`` (module docstring); raises protobuf's DecodeError for
-    undecodable bytes (gRPC reports a failed deserializer as the call's INTERNAL status)."""
+#: An answer read apart (:func:`execute_answered`): what it says but its output pools — for an
+#: answer like one read before, that one's result with none, shared (never changed) — and its
+#: output pools.
+Answer = tuple[ExecutionResult, dict[int, PoolData]]
+
+
+def execute_answered(raw: bytes) -> Answer:
+    """The ``ExecuteResult`` ``raw`` (module docstring), apart (:data:`Answer`: no result made
+    for an answer like one read before); raises protobuf's DecodeError for undecodable bytes
+    (gRPC reports a failed deserializer as the call's INTERNAL status)."""
     return _read(raw, _EXECUTE_KNOWN, _parse_execute)
+
+
+def execute_answer(raw: bytes) -> ExecutionResult:
+    """The ``ExecuteResult`` ``raw``, as :func:`execute_answered`, whole."""
+    return whole(_read(raw, _EXECUTE_KNOWN, _parse_execute))
 
 
 def burst_answer(raw: bytes) -> ExecutionResult:
     """The result of the ``BurstResponse`` ``raw``, as :func:`execute_answer`."""
-    return _read(raw, _BURST_KNOWN, _parse_burst)
+    return whole(_read(raw, _BURST_KNOWN, _parse_burst))
+
+
+def whole(answer: Answer) -> ExecutionResult:
+    """The whole result of an answer read apart (the parsed result itself when it was parsed)."""
+    r, pools = answer
+    if r.output_pools is pools:
+        return r
+    return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, pools, r.profile, r.timeline)
 
 
 def _read(
     raw: bytes, known: dict[int, _Known], parse: Callable[[bytes], tuple[ExecutionResult, tuple[int, int] | None]]
-) -> ExecutionResult:
+) -> Answer:
     seen = known.get(len(raw))
     if seen is not None:
         # Unpacked at once: each named field of a NamedTuple is a look-up of its own.
         head, tail, start, end, pool, r = seen
         if raw.startswith(head) and raw.endswith(tail):
-            data = raw[start:end]
-            return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, {pool: data}, r.profile, r.timeline)
+            return r, {pool: raw[start:end]}
     result, span = parse(raw)
     timing = result.timing
     # One output pool, and no measured timings (which differ from answer to answer): kept.
@@ -393,7 +412,7 @@ def _read(
             if len(known) >= _KNOWN_MAX:
                 known.clear()
             known[len(raw)] = _Known(raw[:start], raw[end:], start, end, index, ExecutionResult(*_rest(result)))
-    return result
+    return result, result.output_pools
 
 
 def _rest(result: ExecutionResult) -> tuple[Any, ...]:

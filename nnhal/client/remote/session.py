@@ -201,7 +201,7 @@ class RemoteSession(SessionChannel):
         options: ExecutionOptions,
         sizes: tuple[tuple[int, int], ...] | None = None,
         framed: encoded.Framed | None = None,
-    ) -> ExecutionResult | None:
+    ) -> Any:  # ExecutionResult | None; with ``framed``, encoded.Answer | None
         """:meth:`execute` of the request of these arguments and pools, its message written
         as bytes (:mod:`.encoded`) for a layout the caller runs again and again; None — nothing
         sent — when it takes another way there (the same-host queue, a streamed execution, a
@@ -210,22 +210,21 @@ class RemoteSession(SessionChannel):
         streaming (``wire_stream.pools_worth_streaming``): a numpy plan's, found once — not
         found again. ``framed``: the layout's bytes around its first pool's data, written once
         for these arguments and sizes (a numpy plan's, :meth:`framed`); ``pools`` are then the
-        parts of that data, joined straight into the message."""
+        parts of that data, joined straight into the message, and the answer is given as read,
+        apart (``encoded.Answer``: no result made for an answer like one read before)."""
         if self._queue is not None:
             return None
         if framed is not None:
             remaining = remaining_time(options.timeout, options.deadline_at)
             raw = framed.write(pools, options.measure, remaining, options.loop_timeout_ns, options.profile)
-            timeout = grpc_timeout(remaining)
-        else:
-            if sizes is None and wire_stream.pools_worth_streaming(pools):
-                return None
-            written = execute_request_bytes(self._session_id, handle, inputs, outputs, pools, options, False, sizes)
-            if written is None:
-                return None
-            raw, timeout = written
-        result: ExecutionResult = self.unary(self._stubs.execute_encoded, raw, _SYNC, timeout)
-        return result  # read by the stub's deserializer (``encoded.execute_answer``)
+            answer: encoded.Answer = self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining))
+            return answer  # read by the stub's deserializer (``encoded.execute_answered``)
+        if sizes is None and wire_stream.pools_worth_streaming(pools):
+            return None
+        written = execute_request_bytes(self._session_id, handle, inputs, outputs, pools, options, False, sizes)
+        if written is None:
+            return None
+        return encoded.whole(self.unary(self._stubs.execute_encoded, written[0], _SYNC, written[1]))
 
     def framed(
         self,
