@@ -202,7 +202,7 @@ class _Plan:
         answer's own bytes, which nothing reuses). The answer's shapes are checked against the
         pool once per answer structure (GENERAL_FAILURE for outputs that do not fit)."""
         data = output_pools.get(1, b"")
-        nbytes = len(data) if not isinstance(data, memoryview) else data.nbytes
+        nbytes = memoryview(data).nbytes  # a view's bytes (its len counts items): one C call
         decoding = self._decoding
         if (
             decoding is None
