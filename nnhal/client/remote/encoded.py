@@ -22,6 +22,7 @@ bytes around a bytes field's contents. Any other answer is parsed by protobuf an
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 from nnhal.core import wire_deadline, wire_request, wire_result
@@ -363,13 +364,6 @@ _KNOWN_MAX = 64
 Answer = tuple[ExecutionResult, dict[int, PoolData]]
 
 
-def execute_answered(raw: bytes) -> Answer:
-    """The ``ExecuteResult`` ``raw`` (module docstring), apart (:data:`Answer`: no result made
-    for an answer like one read before); raises protobuf's DecodeError for undecodable bytes
-    (gRPC reports a failed deserializer as the call's INTERNAL status)."""
-    return _read(raw, _EXECUTE_KNOWN, _parse_execute)
-
-
 def execute_answer(raw: bytes) -> ExecutionResult:
     """The ``ExecuteResult`` ``raw``, as :func:`execute_answered`, whole."""
     return whole(_read(raw, _EXECUTE_KNOWN, _parse_execute))
@@ -481,3 +475,10 @@ def _data_of_pool(raw: bytes, pos: int, end: int) -> tuple[int, int, int] | None
         if length >= 0 and start + length == end:
             return index, start, end
     return None
+
+
+#: The ``ExecuteResult`` ``raw`` (module docstring), apart (:data:`Answer`: no result made for an
+#: answer like one read before); raises protobuf's DecodeError for undecodable bytes (gRPC
+#: reports a failed deserializer as the call's INTERNAL status). The encoded stub's deserializer:
+#: a partial, which calls the reading with no frame of its own on every call's path.
+execute_answered: Callable[[bytes], Answer] = partial(_read, known=_EXECUTE_KNOWN, parse=_parse_execute)
