@@ -58,21 +58,16 @@ class ExecutionOutcome:
 
     @classmethod
     def of(cls, result: ExecutionResult, timing_ns: TimingNs | None = None) -> ExecutionOutcome:
-        # Every field by position, in order (a class called with keywords makes a dict of them
-        # per call; made on every execution's path).
-        return cls(
-            result.status,
-            result.message,
-            result.output_shapes,
-            result.timing,
-            result.output_pools,
-            [],  # outputs
-            [(p.operation, p.count, p.total_us) for p in result.profile] if result.profile else [],
-            result.timeline,
-            _NOT_MEASURED,  # timing_launched
-            False,  # signalled
-            timing_ns,
+        # Through ``answered`` (the defaults' dict, not ``__init__``'s step per field): made on
+        # every execution's path.
+        outcome = cls.answered(
+            result.status, result.message, result.output_shapes, result.timing, result.output_pools, []
         )
+        if result.profile:
+            outcome.profile = [(p.operation, p.count, p.total_us) for p in result.profile]
+        outcome.timeline = result.timeline
+        outcome.timing_ns = timing_ns
+        return outcome
 
     @classmethod
     def answered(

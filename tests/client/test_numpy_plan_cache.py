@@ -12,8 +12,9 @@ import numpy as np
 from nnhal.client import outcome as outcome_module
 from nnhal.client.numpy_io import NumpyIO, settle
 from nnhal.client.outcome import ExecutionOutcome
+from nnhal.core.aidl_types import TimingNs
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.types import ExecutionResult, OutputShape, PoolData, Timing
+from nnhal.core.types import ExecutionResult, OperationProfile, OperationTiming, OutputShape, PoolData, Timing
 from tests.conftest import add_model, ones
 
 
@@ -114,3 +115,34 @@ def test_answered_is_the_outcome_init_makes() -> None:
     assert fresh == set(outcome_module._FRESH)
     made.profile.append(("ADD", 1, 1))
     assert outcome_module._DEFAULTS["profile"] == []
+
+
+def test_of_is_the_outcome_init_makes() -> None:
+    """``ExecutionOutcome.of`` (through ``answered``) gives the fields ``__init__`` would, the
+    profile converted, the timeline and AIDL timing carried, nothing shared between outcomes."""
+    result = ExecutionResult(
+        ErrorStatus.NONE,
+        "m",
+        (OutputShape((2, 4), True),),
+        Timing(3, 4),
+        {1: b"x"},
+        (OperationProfile("ADD", 2, 9),),
+        (OperationTiming(0, "ADD", 0, 1, 2),),
+    )
+    made = ExecutionOutcome.of(result, TimingNs(5, 6))
+    want = ExecutionOutcome(
+        result.status,
+        result.message,
+        result.output_shapes,
+        result.timing,
+        result.output_pools,
+        [],
+        [("ADD", 2, 9)],
+        result.timeline,
+        timing_ns=TimingNs(5, 6),
+    )
+    assert made == want and list(vars(made)) == list(vars(want))
+    plain = ExecutionOutcome.of(ExecutionResult())
+    assert plain == ExecutionOutcome(ErrorStatus.NONE) and list(vars(plain)) == list(vars(want))
+    assert plain.profile is not ExecutionOutcome.of(ExecutionResult()).profile
+    assert plain.outputs is not ExecutionOutcome.of(ExecutionResult()).outputs

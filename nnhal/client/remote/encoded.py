@@ -364,33 +364,32 @@ _KNOWN_MAX = 64
 Answer = tuple[ExecutionResult, dict[int, PoolData]]
 
 
-def execute_answer(raw: bytes) -> ExecutionResult:
-    """The ``ExecuteResult`` ``raw``, as :func:`execute_answered`, whole."""
-    return whole(_read(raw, _EXECUTE_KNOWN, _parse_execute))
-
-
-def burst_answer(raw: bytes) -> ExecutionResult:
-    """The result of the ``BurstResponse`` ``raw``, as :func:`execute_answer`."""
-    return whole(_read(raw, _BURST_KNOWN, _parse_burst))
-
-
 def whole(answer: Answer) -> ExecutionResult:
     """The whole result of an answer read apart (the parsed result itself when it was parsed)."""
     r, pools = answer
-    if r.output_pools is pools:
-        return r
+    return r if r.output_pools is pools else _with_pools(r, pools)
+
+
+def _with_pools(r: ExecutionResult, pools: dict[int, PoolData]) -> ExecutionResult:
+    """The result ``r`` (a known answer's, its pools left out) with these output pools."""
     return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, pools, r.profile, r.timeline)
 
 
 def _read(
-    raw: bytes, known: dict[int, _Known], parse: Callable[[bytes], tuple[ExecutionResult, tuple[int, int] | None]]
-) -> Answer:
+    raw: bytes,
+    known: dict[int, _Known],
+    parse: Callable[[bytes], tuple[ExecutionResult, tuple[int, int] | None]],
+    apart: bool,
+) -> Any:  # ExecutionResult; ``apart``: Answer
+    """The answer ``raw`` (module docstring), whole or ``apart`` (:data:`Answer`)."""
     seen = known.get(len(raw))
     if seen is not None:
         # Unpacked at once: each named field of a NamedTuple is a look-up of its own.
         head, tail, start, end, pool, r = seen
         if raw.startswith(head) and raw.endswith(tail):
-            return r, {pool: raw[start:end]}
+            if apart:
+                return r, {pool: raw[start:end]}
+            return _with_pools(r, {pool: raw[start:end]})
     result, span = parse(raw)
     timing = result.timing
     # One output pool, and no measured timings (which differ from answer to answer): kept.
@@ -406,7 +405,7 @@ def _read(
             if len(known) >= _KNOWN_MAX:
                 known.clear()
             known[len(raw)] = _Known(raw[:start], raw[end:], start, end, index, ExecutionResult(*_rest(result)))
-    return result, result.output_pools
+    return (result, result.output_pools) if apart else result
 
 
 def _rest(result: ExecutionResult) -> tuple[Any, ...]:
@@ -477,8 +476,16 @@ def _data_of_pool(raw: bytes, pos: int, end: int) -> tuple[int, int, int] | None
     return None
 
 
+# The stubs' deserializers: partials, which call the reading with no frame of their own on every
+# call's path. Each raises protobuf's DecodeError for undecodable bytes (gRPC reports a failed
+# deserializer as the call's INTERNAL status).
+
 #: The ``ExecuteResult`` ``raw`` (module docstring), apart (:data:`Answer`: no result made for an
-#: answer like one read before); raises protobuf's DecodeError for undecodable bytes (gRPC
-#: reports a failed deserializer as the call's INTERNAL status). The encoded stub's deserializer:
-#: a partial, which calls the reading with no frame of its own on every call's path.
-execute_answered: Callable[[bytes], Answer] = partial(_read, known=_EXECUTE_KNOWN, parse=_parse_execute)
+#: answer like one read before).
+execute_answered: Callable[[bytes], Answer] = partial(_read, known=_EXECUTE_KNOWN, parse=_parse_execute, apart=True)
+#: The ``ExecuteResult`` ``raw``, whole.
+execute_answer: Callable[[bytes], ExecutionResult] = partial(
+    _read, known=_EXECUTE_KNOWN, parse=_parse_execute, apart=False
+)
+#: The result of the ``BurstResponse`` ``raw``, whole.
+burst_answer: Callable[[bytes], ExecutionResult] = partial(_read, known=_BURST_KNOWN, parse=_parse_burst, apart=False)
