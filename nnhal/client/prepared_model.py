@@ -24,10 +24,10 @@ from nnhal.client import forms, steps
 from nnhal.client.aidl_burst import AidlBurst
 from nnhal.client.burst import Burst
 from nnhal.client.fenced import FencedExecution
-from nnhal.client.numpy_io import Layout, NumpyIO, Plan, decode_outputs, decoder, numpy_execution, settle
+from nnhal.client.numpy_io import Layout, NumpyIO, decode_outputs, decoder, numpy_execution, settle
 from nnhal.client.outcome import ExecutionCallback, ExecutionOutcome, outcome_of
 from nnhal.client.release import Releasable
-from nnhal.client.remote import ExecutionOptions, RemoteSession, aidl
+from nnhal.client.remote import ExecutionOptions, RemoteSession, aidl, encoded
 from nnhal.client.reusable_execution import ReusableExecution
 from nnhal.core.aidl_types import DEFAULT_EXECUTION_CONFIG, ExecutionConfig
 from nnhal.core.enums import HalVersion
@@ -133,19 +133,9 @@ class PreparedModel(Releasable):
         if way is None:
             remote = self._remote
             queue = getattr(remote, "same_host", None)  # None: a session without one (a test double)
-            encoded = queue is None and getattr(remote, "execute_encoded", None) is not None
-            way = self._way = (queue, encoded) if self._modern() else (None, False)
+            written = queue is None and getattr(remote, "execute_encoded", None) is not None
+            way = self._way = (queue, written) if self._modern() else (None, False)
         return way
-
-    def _framed(self, plan: Plan) -> Any:
-        """The session's written frame of ``plan``'s messages (``RemoteSession.framed``), made
-        on its first call over gRPC and kept in the plan (whose handle and session are this
-        model's); None for a plan whose pools are worth streaming."""
-        sizes = plan.encoded_sizes
-        if sizes is None:
-            return None
-        plan.wire = self._remote.framed(self.handle, plan.inputs, plan.outputs, sizes)
-        return plan.wire
 
     _decode = staticmethod(decode_outputs)
     _decoder = staticmethod(decoder)
@@ -167,8 +157,8 @@ class PreparedModel(Releasable):
         numpy_io = self._numpy or self._numpy_io()  # None: raises why
         sizes = None
         remote = self._remote
-        queue, encoded = self._way or self._planned_way()
-        if (queue is not None or encoded) and not profile and remote.recorder is None:
+        queue, written = self._way or self._planned_way()
+        if (queue is not None or written) and not profile and remote.recorder is None:
             # A layout seen before: on the same-host queue that granted it an id, from the
             # arrays straight to a compact call; over gRPC, to a message written from the
             # plan's arguments (``remote.encoded``). From the answer straight to the outputs.
@@ -185,7 +175,7 @@ class PreparedModel(Releasable):
                 else:
                     # The plan's message bytes around its inputs, written once (None: its pools
                     # are worth streaming, which this way never does); the answer read apart.
-                    framed = plan.wire or self._framed(plan)
+                    framed = plan.wire or encoded.framed_of(plan, remote.session_id, self.handle)
                     if framed is not None:
                         answer = remote.execute_encoded(
                             self.handle,

@@ -209,7 +209,7 @@ class RemoteSession(SessionChannel):
         (data bytes, declared size) when the caller knows them — every pool inline, none worth
         streaming (``wire_stream.pools_worth_streaming``): a numpy plan's, found once — not
         found again. ``framed``: the layout's bytes around its first pool's data, written once
-        for these arguments and sizes (a numpy plan's, :meth:`framed`); ``pools`` are then the
+        for these arguments and sizes (a numpy plan's, ``encoded.framed_of``); ``pools`` are then the
         parts of that data, joined straight into the message, and the answer is given as read,
         apart (``encoded.Answer``: no result made for an answer like one read before)."""
         if self._queue is not None:
@@ -225,17 +225,6 @@ class RemoteSession(SessionChannel):
         if written is None:
             return None
         return encoded.whole(self.unary(self._stubs.execute_encoded, written[0], _SYNC, written[1]))
-
-    def framed(
-        self,
-        handle: str,
-        inputs: tuple[RequestArgument, ...],
-        outputs: tuple[RequestArgument, ...],
-        sizes: tuple[tuple[int, int], ...],
-    ) -> encoded.Framed:
-        """The bytes of :meth:`execute_encoded`'s requests of this layout (``sizes`` as there; only
-        the first pool with data) around its first pool's data: made once, kept by the caller."""
-        return encoded.Framed(self._session_id, handle, inputs, outputs, sizes)
 
     #: False once the server answered that it has no StreamedExecution service (an older server).
     _streams = True
