@@ -130,7 +130,7 @@ class _Plan:
         worth = wire_stream.pools_worth_streaming((InlinePool(b"", input_bytes), output_pool))
         self.encoded_sizes = None if worth else sizes
         #: What the transport that runs this plan's calls made of it on the first (opaque here:
-        #: the gRPC session's written frame of its messages, ``RemoteSession.framed``); None
+        #: the frame of its messages over gRPC, ``encoded.framed_of``); None
         #: until then. A plan belongs to one prepared model, so to one session and handle.
         self.wire: Any = None
         #: The last answer's output shapes (a queue's answer reader hands back the same tuple
@@ -217,10 +217,6 @@ class _Plan:
         for dims, dtype, offset in decoding[2]:
             outputs.append(np.ndarray(dims, dtype, data, offset))
         return outputs
-
-
-#: A numpy call plan, for the callers that keep what their transport makes of one (``wire``).
-Plan = _Plan
 
 
 def _as_input(value: np.ndarray | None, dtype: np.dtype[Any]) -> np.ndarray | None:
