@@ -42,6 +42,9 @@ _ZEROS = bytes(_ALIGN)
 _NO_VALUE = RequestArgument(has_no_value=True)
 #: An array's shape (the key of a call's plan, read in C).
 _SHAPE = attrgetter("shape")
+#: What a planned call reads of each input to know it as the last one's (``NumpyIO.planned``):
+#: its class, shape, dtype and whether it is C-contiguous, in C.
+_FACTS = attrgetter("__class__", "shape", "dtype", "flags.c_contiguous")
 #: Plans kept per prepared model (one per combination of input shapes and output sizes).
 _MAX_PLANS = 16
 #: Where each output sits in the output pool: (offset, operand).
@@ -87,6 +90,7 @@ class _Plan:
         "pads",
         "spacers",
         "template",
+        "wire",
     )
 
     def __init__(
@@ -125,6 +129,10 @@ class _Plan:
         #: (the rule reads declared sizes only).
         worth = wire_stream.pools_worth_streaming((InlinePool(b"", input_bytes), output_pool))
         self.encoded_sizes = None if worth else sizes
+        #: What the transport that runs this plan's calls made of it on the first (opaque here:
+        #: the frame of its messages over gRPC, ``encoded.framed_of``); None
+        #: until then. A plan belongs to one prepared model, so to one session and handle.
+        self.wire: Any = None
         #: The last answer's output shapes (a queue's answer reader hands back the same tuple
         #: for an answer like the last; ``wire`` the same shape objects), its pool's length, and
         #: how the outputs read.
@@ -194,7 +202,7 @@ class _Plan:
         answer's own bytes, which nothing reuses). The answer's shapes are checked against the
         pool once per answer structure (GENERAL_FAILURE for outputs that do not fit)."""
         data = output_pools.get(1, b"")
-        nbytes = len(data) if not isinstance(data, memoryview) else data.nbytes
+        nbytes = memoryview(data).nbytes  # a view's bytes (its len counts items): one C call
         decoding = self._decoding
         if (
             decoding is None
@@ -232,8 +240,9 @@ class NumpyIO:
         #: Per input: the dtype its array must have (converted only when it differs).
         self.in_dtypes = [DTYPE[op.type] for op in self.in_ops]
         self._plans: dict[tuple[Any, ...], _Plan] = {}
-        #: The input shapes of the last planned call and their plan (``planned``).
-        self._last: tuple[tuple[tuple[int, ...] | None, ...], _Plan] | None = None
+        #: The facts (``_FACTS``) of the arrays of the last planned call that gave every input,
+        #: and its plan (``planned``).
+        self._last: tuple[tuple[Any, ...], _Plan] | None = None
 
     def request(
         self, inputs: Sequence[np.ndarray | None], output_sizes: Sequence[int] | None
@@ -264,6 +273,14 @@ class NumpyIO:
         none); None when there is no
         such plan yet or the inputs do not fit the model (:meth:`request` then says why).
         The parts are the arrays themselves: keep them unchanged until the call returns."""
+        last = self._last
+        if last is not None:
+            try:
+                facts = tuple(map(_FACTS, inputs))  # read in C
+            except AttributeError:  # an input omitted, or not an array
+                facts = None
+            if facts == last[0]:  # arrays as the last planned call's: no conversion, no look-up
+                return self._parts(last[1], list(inputs), True)
         dtypes = self.in_dtypes
         if len(inputs) != len(dtypes):
             return None
@@ -277,17 +294,21 @@ class NumpyIO:
                     given = False
             arrays.append(value)
         key = tuple(map(_SHAPE, arrays)) if given else tuple(None if a is None else a.shape for a in arrays)
-        last = self._last
-        plan: _Plan | None
-        if last is not None and last[0] == key:  # the shapes of the last planned call: no hashing
-            plan = last[1]
-        else:
-            plan = self._plans.get((key, None))
-            if plan is None:
-                return None
-            self._last = (key, plan)
-        template = plan.template
+        plan = self._plans.get((key, None))
+        if plan is None:
+            return None
         if given:
+            # The facts of arrays as ``_as_input`` leaves them: a later call whose arrays have
+            # the same ones is of exact ndarrays of these dtypes, C-contiguous, of these shapes.
+            self._last = (tuple(map(_FACTS, arrays)), plan)
+        return self._parts(plan, arrays, given)
+
+    @staticmethod
+    def _parts(plan: _Plan, arrays: list[Any], given: bool) -> tuple[_Plan, list[Any]]:
+        """``plan`` and the parts of its call of these arrays (None for an omitted input;
+        ``given``: none is): the arrays with the spacers of their alignment (:meth:`planned`)."""
+        if given:
+            template = plan.template
             if template is None:  # none padded: the arrays are the parts
                 return plan, arrays
             parts: list[Any] = list(template)
@@ -369,15 +390,22 @@ def numpy_execution(
     return outcome
 
 
-def settle(plan: _Plan, result: ExecutionResult) -> ExecutionOutcome | list[int]:
-    """What the result of a planned call (:meth:`NumpyIO.planned`) comes to: the outcome with
+def settle(
+    plan: _Plan, result: ExecutionResult, pools: dict[int, PoolData] | None = None
+) -> ExecutionOutcome | list[int]:
+    """What the result of a planned call (:meth:`NumpyIO.planned`) comes to, its output pools
+    ``pools`` (None: its own; else those of an answer read apart, ``encoded.Answer``): the outcome with
     ``outputs``, or the output sizes to retry with (:func:`numpy_execution` with them); raises
     the HalError it ended with otherwise — :func:`numpy_execution`'s first step."""
     # A planned call is never profiled: its result has no profile or timeline to carry over.
-    status, pools, shapes = result.status, result.output_pools, result.output_shapes
+    status, shapes = result.status, result.output_shapes
+    if pools is None:
+        pools = result.output_pools
     if status == ErrorStatus.NONE:
-        return ExecutionOutcome(status, result.message, shapes, result.timing, pools, plan.outputs_of(pools, shapes))
-    outcome = ExecutionOutcome(status, result.message, shapes, result.timing, pools)
+        return ExecutionOutcome.answered(
+            status, result.message, shapes, result.timing, pools, plan.outputs_of(pools, shapes)
+        )
+    outcome = ExecutionOutcome.answered(status, result.message, shapes, result.timing, pools, [])
     retry = retry_sizes(outcome, plan.layout)
     if retry is None:
         outcome.raise_for_status()  # a status other than NONE: raises

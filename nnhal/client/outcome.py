@@ -58,21 +58,43 @@ class ExecutionOutcome:
 
     @classmethod
     def of(cls, result: ExecutionResult, timing_ns: TimingNs | None = None) -> ExecutionOutcome:
-        # Every field by position, in order (a class called with keywords makes a dict of them
-        # per call; made on every execution's path).
-        return cls(
-            result.status,
-            result.message,
-            result.output_shapes,
-            result.timing,
-            result.output_pools,
-            [],  # outputs
-            [(p.operation, p.count, p.total_us) for p in result.profile] if result.profile else [],
-            result.timeline,
-            _NOT_MEASURED,  # timing_launched
-            False,  # signalled
-            timing_ns,
+        # Through ``answered`` (the defaults' dict, not ``__init__``'s step per field): made on
+        # every execution's path.
+        outcome = cls.answered(
+            result.status, result.message, result.output_shapes, result.timing, result.output_pools, []
         )
+        if result.profile:
+            outcome.profile = [(p.operation, p.count, p.total_us) for p in result.profile]
+        outcome.timeline = result.timeline
+        outcome.timing_ns = timing_ns
+        return outcome
+
+    @classmethod
+    def answered(
+        cls,
+        status: ErrorStatus,
+        message: str,
+        output_shapes: tuple[OutputShape, ...],
+        timing: Timing,
+        output_pools: dict[int, PoolData],
+        outputs: list[np.ndarray],
+    ) -> ExecutionOutcome:
+        """``cls(status, message, output_shapes, timing, output_pools, outputs)`` — the same
+        instance, every other field at its default — made at a fraction of ``__init__``'s cost
+        (one step per field there; made on every numpy execution's path): the defaults' dict
+        copied with these fields, the mutable ones (``_FRESH``) new."""
+        outcome: ExecutionOutcome = _new(cls)
+        outcome.__dict__ = {
+            **_DEFAULTS,
+            "status": status,
+            "message": message,
+            "output_shapes": output_shapes,
+            "timing": timing,
+            "output_pools": output_pools,
+            "outputs": outputs,
+            "profile": [],
+        }
+        return outcome
 
     @classmethod
     def failed(cls, err: HalError) -> ExecutionOutcome:
@@ -100,6 +122,12 @@ class ExecutionOutcome:
             timing_launched_ns=launched_ns,
         )
 
+
+_new = object.__new__
+#: The fields of an outcome at their defaults, in order (:meth:`ExecutionOutcome.answered`).
+_DEFAULTS: dict[str, Any] = vars(ExecutionOutcome(ErrorStatus.NONE))
+#: The fields whose default is made anew for each outcome: ``answered`` sets each one.
+_FRESH = ("output_pools", "outputs", "profile")
 
 ExecutionCallback = Callback[ExecutionOutcome]
 

@@ -27,12 +27,12 @@ from nnhal.client.fenced import FencedExecution
 from nnhal.client.numpy_io import Layout, NumpyIO, decode_outputs, decoder, numpy_execution, settle
 from nnhal.client.outcome import ExecutionCallback, ExecutionOutcome, outcome_of
 from nnhal.client.release import Releasable
-from nnhal.client.remote import ExecutionOptions, RemoteSession, aidl
+from nnhal.client.remote import ExecutionOptions, RemoteSession, aidl, encoded
 from nnhal.client.reusable_execution import ReusableExecution
 from nnhal.core.aidl_types import DEFAULT_EXECUTION_CONFIG, ExecutionConfig
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import InvalidArgument
-from nnhal.core.types import Model, Request
+from nnhal.core.types import ExecutionResult, Model, PoolData, Request
 
 __all__ = ["Burst", "ExecutionCallback", "ExecutionOutcome", "FencedExecution", "PreparedModel"]
 
@@ -133,8 +133,8 @@ class PreparedModel(Releasable):
         if way is None:
             remote = self._remote
             queue = getattr(remote, "same_host", None)  # None: a session without one (a test double)
-            encoded = queue is None and getattr(remote, "execute_encoded", None) is not None
-            way = self._way = (queue, encoded) if self._modern() else (None, False)
+            written = queue is None and getattr(remote, "execute_encoded", None) is not None
+            way = self._way = (queue, written) if self._modern() else (None, False)
         return way
 
     _decode = staticmethod(decode_outputs)
@@ -157,29 +157,37 @@ class PreparedModel(Releasable):
         numpy_io = self._numpy or self._numpy_io()  # None: raises why
         sizes = None
         remote = self._remote
-        queue, encoded = self._way or self._planned_way()
-        if (queue is not None or encoded) and not profile and remote.recorder is None:
+        queue, written = self._way or self._planned_way()
+        if (queue is not None or written) and not profile and remote.recorder is None:
             # A layout seen before: on the same-host queue that granted it an id, from the
             # arrays straight to a compact call; over gRPC, to a message written from the
             # plan's arguments (``remote.encoded``). From the answer straight to the outputs.
             planned = numpy_io.planned(inputs)
             if planned is not None:
                 plan, parts = planned
+                answer: tuple[ExecutionResult, dict[int, PoolData] | None] | None = None
                 if queue is not None:
                     result = queue.execute_planned(
                         self.handle, plan.compact, parts, measure, timeout, deadline_at, loop_timeout_ns
                     )
+                    if result is not None:
+                        answer = result, None
                 else:
-                    result = remote.execute_encoded(
-                        self.handle,
-                        plan.inputs,
-                        plan.outputs,
-                        plan.pools(parts),
-                        ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns),
-                        plan.encoded_sizes,
-                    )
-                if result is not None:
-                    settled = settle(plan, result)
+                    # The plan's message bytes around its inputs, written once (None: its pools
+                    # are worth streaming, which this way never does); the answer read apart.
+                    framed = plan.wire or encoded.framed_of(plan, remote.session_id, self.handle)
+                    if framed is not None:
+                        answer = remote.execute_encoded(
+                            self.handle,
+                            plan.inputs,
+                            plan.outputs,
+                            parts,
+                            ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns),
+                            None,
+                            framed,
+                        )
+                if answer is not None:
+                    settled = settle(plan, *answer)
                     if isinstance(settled, ExecutionOutcome):
                         return settled
                     sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path

@@ -15,6 +15,7 @@ import pytest
 
 from nnhal.client import aio
 from nnhal.client.faults import Fault
+from nnhal.client.remote import encoded as encoded_module
 from nnhal.client.remote.aio_session import AioSession
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.core.enums import ErrorStatus
@@ -138,5 +139,29 @@ def test_refusals_deadlines_and_failures_are_the_messages(
             )
             assert result is not None and result.status == ErrorStatus.INVALID_ARGUMENT
             assert "unknown prepared model" in result.message
+
+    _run(main)
+
+
+def test_the_frame_is_made_once_per_plan_and_outputs_are_not_aliased(remote_server: LocalServer) -> None:
+    """The asyncio client keeps a plan's message frame (``encoded.Framed``) as the sync one does:
+    made on its first call over gRPC, reused; concurrent calls' outputs each their own."""
+
+    async def main() -> None:
+        async with aio.Device.connect(remote_server.address) as dev, await dev.prepare_model(add_model()) as pm:
+            a = np.arange(8, dtype=np.float32).reshape(2, 4)
+            await pm.execute([a, a])  # a new layout: planned
+            outs = await asyncio.gather(*(pm.execute([a, a * k]) for k in range(4)))
+            numpy_io = pm._numpy
+            assert numpy_io is not None
+            planned = numpy_io.planned([a, a])
+            assert planned is not None and isinstance(planned[0].wire, encoded_module.Framed)
+            framed = planned[0].wire
+            for k, out in enumerate(outs):
+                np.testing.assert_array_equal(out.outputs[0], a + a * k)
+            arrays = [out.outputs[0] for out in outs]
+            assert not any(np.shares_memory(x, y) for x in arrays for y in arrays if x is not y)
+            await pm.execute([a, a], measure=True, timeout=30.0)
+            assert planned[0].wire is framed
 
     _run(main)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from nnhal.client.device import Device
+from nnhal.client.remote import encoded
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.session import RemoteSession
 from nnhal.core.enums import ErrorStatus
@@ -146,3 +147,35 @@ def test_a_burst_writes_its_requests_as_bytes(device: Device) -> None:
         assert too_late.status in (ErrorStatus.MISSED_DEADLINE_PERSISTENT, ErrorStatus.MISSED_DEADLINE_TRANSIENT)
         again = burst.execute(_request(a, a))
         np.testing.assert_array_equal(np.frombuffer(again.output_pools[1], np.float32), a + a)
+
+
+def test_the_frame_is_made_once_per_plan_and_outputs_are_not_aliased(device: Device) -> None:
+    with device.prepare_model_sync(add_model((0, 4))) as pm:
+        a = np.arange(8, dtype=np.float32).reshape(2, 4)
+        pm.execute([a, a])  # a new layout: planned
+        numpy_io = pm._numpy
+        assert numpy_io is not None
+        outs = [pm.execute([a, a * k]).outputs[0] for k in range(1, 4)]
+        planned = numpy_io.planned([a, a])
+        assert planned is not None
+        framed = planned[0].wire
+        assert isinstance(framed, encoded.Framed)
+        for k, out in enumerate(outs, 1):
+            np.testing.assert_array_equal(out, a + a * k)  # each its own answer's bytes
+        assert not any(np.shares_memory(x, y) for x in outs for y in outs if x is not y)
+        pm.execute([a, a])
+        assert planned[0].wire is framed  # kept, not made again
+        # A dtype change is converted (the same plan); a shape change has its own plan and frame.
+        wide = a.astype(np.float64)
+        np.testing.assert_array_equal(pm.execute([wide, wide]).outputs[0], a + a)
+        tall = np.ones((3, 4), np.float32)
+        for _ in range(2):
+            np.testing.assert_array_equal(pm.execute([tall, tall]).outputs[0], tall + tall)
+        other = numpy_io.planned([tall, tall])
+        assert other is not None and other[0] is not planned[0]
+        assert isinstance(other[0].wire, encoded.Framed) and other[0].wire is not framed
+        # Deadlines and timing travel in the framed message too.
+        outcome = pm.execute([a, a], measure=True, timeout=30.0)
+        assert outcome.timing.time_on_device > 0
+        with pytest.raises(HalError):
+            pm.execute([a, a], timeout=0.0)

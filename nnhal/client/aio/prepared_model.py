@@ -42,13 +42,13 @@ from nnhal.client.aio.reusable_execution import ReusableExecution
 from nnhal.client.numpy_io import NumpyIO, decoder, numpy_execution, settle
 from nnhal.client.outcome import ExecutionOutcome, failed_result, outcome_of
 from nnhal.client.release import AsyncReleasable
-from nnhal.client.remote import aidl, calls
+from nnhal.client.remote import aidl, calls, encoded
 from nnhal.client.remote.aio_session import AioSession
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.core.aidl_types import DEFAULT_EXECUTION_CONFIG, ExecutionConfig
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import HalError, InvalidArgument
-from nnhal.core.types import ExecutionResult, Model, Request
+from nnhal.core.types import ExecutionResult, Model, PoolData, Request
 
 
 class PreparedModel(AsyncReleasable):
@@ -186,28 +186,39 @@ class PreparedModel(AsyncReleasable):
         session = self._session
         queue = getattr(session, "same_host", None)  # None: a session without one (a test double)
         # A test double may have neither.
-        encoded = queue is None and getattr(session, "execute_encoded", None) is not None
-        if (queue is not None or encoded) and not profile and self._modern():
+        written = queue is None and getattr(session, "execute_encoded", None) is not None
+        if (queue is not None or written) and not profile and self._modern():
             # A layout seen before: on the same-host queue that granted it an id, from the
             # arrays straight to a compact call; over gRPC, to a message written from the
             # plan's arguments (``remote.encoded``). From the answer straight to the outputs.
             planned = numpy_io.planned(inputs)
             if planned is not None:
                 plan, parts = planned
+                answer: tuple[ExecutionResult, dict[int, PoolData] | None] | None = None
                 if queue is not None:
                     result = await queue.execute_planned(
                         self.handle, plan.compact, parts, measure, timeout, deadline_at, loop_timeout_ns
                     )
+                    if result is not None:
+                        answer = result, None
                 else:
-                    result = await session.execute_encoded(
-                        self.handle,
-                        plan.inputs,
-                        plan.outputs,
-                        plan.pools(parts),
-                        ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns),
-                    )
-                if result is not None:
-                    settled = settle(plan, result)
+                    # As the sync client's: the plan's message bytes around its inputs, written
+                    # once, the answer read apart; a plan whose pools are worth streaming is sent
+                    # from its pools, as before.
+                    options = ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns)
+                    framed = plan.wire or encoded.framed_of(plan, session.session_id, self.handle)
+                    if framed is not None:
+                        answer = await session.execute_encoded(
+                            self.handle, plan.inputs, plan.outputs, parts, options, framed
+                        )
+                    else:
+                        result = await session.execute_encoded(
+                            self.handle, plan.inputs, plan.outputs, plan.pools(parts), options
+                        )
+                        if result is not None:
+                            answer = result, None
+                if answer is not None:
+                    settled = settle(plan, *answer)
                     if isinstance(settled, ExecutionOutcome):
                         return settled
                     sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path

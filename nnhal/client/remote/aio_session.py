@@ -37,7 +37,7 @@ Every coroutine here runs on the event loop that opened the session.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -49,6 +49,7 @@ from nnhal.client.outcome import result_of
 from nnhal.client.remote import DRAINING, calls, hidl, monitor as drain_rules
 from nnhal.client.remote.aio_burst_stream import AioBurstStream
 from nnhal.client.remote.aio_samehost import AioSameHostQueue
+from nnhal.client.remote.encoded import Answer, Framed, whole
 from nnhal.client.remote.messages import (
     ExecutionOptions,
     PreparedRef,
@@ -67,8 +68,10 @@ from nnhal.client.remote.transport import (
     Stubs,
     TlsConfig,
     channel_options,
+    grpc_timeout,
     map_rpc_error,
     new_request_id,
+    remaining_time,
     tag_request_id,
     target_of,
 )
@@ -77,7 +80,7 @@ from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
 from nnhal.core.protocol import DEVICE_METADATA, REQUEST_ID_METADATA
-from nnhal.core.types import ExecutionResult, MemoryPool, RequestArgument
+from nnhal.core.types import ExecutionResult, RequestArgument
 from nnhal.proto import service_pb2 as spb
 
 T = TypeVar("T")
@@ -372,25 +375,32 @@ class AioSession:
         handle: str,
         inputs: tuple[RequestArgument, ...],
         outputs: tuple[RequestArgument, ...],
-        pools: tuple[MemoryPool, ...],
+        pools: Sequence[Any],
         options: ExecutionOptions,
-    ) -> ExecutionResult | None:
+        framed: Framed | None = None,
+    ) -> Any:  # ExecutionResult | None; with ``framed``, Answer | None
         """executeSynchronously_1_3 of the request of these arguments and pools, its message
         written as bytes and its answer read from them (:mod:`.encoded`), for a layout the
-        caller runs again and again — the sync session's ``execute_encoded``. Transport
-        failures raise; HAL errors are in the result. None — nothing sent — when it takes
-        another way (the same-host queue, a pool that is not inline): the caller then runs
+        caller runs again and again — the sync session's ``execute_encoded``, ``framed`` (with
+        ``pools`` the parts of its first pool's data, the answer read apart) included.
+        Transport failures raise; HAL errors are in the result. None — nothing sent — when it
+        takes another way (the same-host queue, a pool that is not inline): the caller then runs
         :func:`~nnhal.client.remote.calls.execute`."""
         if self._queue is not None:
             return None
-        encoded = execute_request_bytes(self.session_id, handle, inputs, outputs, pools, options)
-        if encoded is None:
-            return None
-        raw, timeout = encoded
-        result: ExecutionResult | None = await self.unary(self.stubs.execute_encoded, raw, _SYNC, timeout)
-        if result is None:  # grpc.aio hands back None for an answer its deserializer failed to read
+        if framed is not None:
+            remaining = remaining_time(options.timeout, options.deadline_at)
+            raw = framed.write(pools, options.measure, remaining, options.loop_timeout_ns, options.profile)
+            timeout = grpc_timeout(remaining)
+        else:
+            written = execute_request_bytes(self.session_id, handle, inputs, outputs, pools, options)
+            if written is None:
+                return None
+            raw, timeout = written
+        answer: Answer | None = await self.unary(self.stubs.execute_encoded, raw, _SYNC, timeout)
+        if answer is None:  # grpc.aio hands back None for an answer its deserializer failed to read
             raise tag_request_id(GeneralFailure(f"{_SYNC}: protocol error: an unreadable answer"), self.last_request_id)
-        return result
+        return answer if framed is not None else whole(answer)
 
     async def launch(self, step: calls.Notify) -> Any:
         """A launch / notify RPC of any form (:class:`~nnhal.client.remote.calls.Notify`): its

@@ -22,6 +22,7 @@ bytes around a bytes field's contents. Any other answer is parsed by protobuf an
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 from nnhal.core import wire_deadline, wire_request, wire_result
@@ -191,6 +192,19 @@ def _layout(head: bytes, args: bytes, sizes: tuple[tuple[int, int], ...]) -> _La
     return layout
 
 
+def framed_of(plan: Any, session: str, handle: str) -> Framed | None:
+    """The frame of a numpy plan's messages (``plan``: a ``numpy_io`` plan, its ``inputs``,
+    ``outputs`` and ``encoded_sizes``) for this session and prepared model, made on its first
+    call over gRPC and kept in it (``plan.wire``: a plan belongs to one prepared model, so to one
+    session and handle); None for a plan whose pools are worth streaming (``encoded_sizes``
+    None), which this way never sends."""
+    sizes = plan.encoded_sizes
+    if sizes is None:
+        return None
+    framed = plan.wire = Framed(session, handle, plan.inputs, plan.outputs, sizes)
+    return framed
+
+
 def execute_bytes(
     head: bytes,
     args: bytes,
@@ -225,7 +239,20 @@ def execute_bytes(
     # The BurstRequest's framing (set last, when asked), then the layout's parts around the data.
     out: list[PoolData] = list(layout[1])
     out[2::2] = datas
-    length = layout[0]  # of the ExecuteRequest, its scalars left out
+    return _joined(out, layout[0], measure, remaining_s, loop_timeout_ns, profile, burst)
+
+
+def _joined(
+    out: list[Any],
+    length: int,
+    measure: bool,
+    remaining_s: float | None,
+    loop_timeout_ns: int,
+    profile: bool,
+    burst: bool,
+) -> bytes:
+    """The request of ``out`` (a slot for the BurstRequest's framing, then the request's bytes
+    up to its scalars, ``length`` of them) with its scalars, framed when ``burst``, joined."""
     if measure or remaining_s is not None or loop_timeout_ns or profile:
         scalars = _scalars(measure, remaining_s, loop_timeout_ns, profile)
         out.append(scalars)
@@ -233,6 +260,51 @@ def execute_bytes(
     if burst:
         out[0] = _burst_head(length)
     return b"".join(out)
+
+
+class Framed:
+    """The requests of one layout whose first pool alone carries data (a numpy plan's: the
+    inputs, then room for the outputs), written from that data's parts: the bytes before and
+    after them made once (:func:`_layout`'s, joined), the parts joined into the message at
+    once — :func:`execute_bytes` for a caller that keeps this per layout."""
+
+    __slots__ = ("_after", "_before", "_length")
+
+    def __init__(
+        self,
+        session: str,
+        handle: str,
+        inputs: tuple[RequestArgument, ...],
+        outputs: tuple[RequestArgument, ...],
+        sizes: tuple[tuple[int, int], ...],
+    ) -> None:
+        if not sizes or any(n for n, _ in sizes[1:]):
+            raise ValueError("a Framed layout carries data in its first pool only")
+        length, frame, _ = _layout(head_bytes(session, handle), args_bytes(inputs, outputs), sizes)
+        self._length = length
+        self._before = frame[1]
+        self._after = b"".join(frame[3:])  # no data between the other pools' parts
+
+    def write(
+        self,
+        parts: Sequence[Any],
+        measure: bool,
+        remaining_s: float | None,
+        loop_timeout_ns: int,
+        profile: bool = False,
+        burst: bool = False,
+    ) -> bytes:
+        """The serialized request (as :func:`execute_bytes`) whose first pool's data is these
+        parts joined (as many bytes as the layout's; the caller's plan made both)."""
+        return _joined(
+            [b"", self._before, *parts, self._after],
+            self._length,
+            measure,
+            remaining_s,
+            loop_timeout_ns,
+            profile,
+            burst,
+        )
 
 
 def _scalars(measure: bool, remaining_s: float | None, loop_timeout_ns: int, profile: bool) -> bytes:
@@ -299,27 +371,38 @@ _BURST_KNOWN: dict[int, _Known] = {}
 _KNOWN_MAX = 64
 
 
-def execute_answer(raw: bytes) -> ExecutionResult:
-    """The ``ExecuteResult`` ``raw`` (module docstring); raises protobuf's DecodeError for
-    undecodable bytes (gRPC reports a failed deserializer as the call's INTERNAL status)."""
-    return _read(raw, _EXECUTE_KNOWN, _parse_execute)
+#: An answer read apart (:func:`execute_answered`): what it says but its output pools — for an
+#: answer like one read before, that one's result with none, shared (never changed) — and its
+#: output pools.
+Answer = tuple[ExecutionResult, dict[int, PoolData]]
 
 
-def burst_answer(raw: bytes) -> ExecutionResult:
-    """The result of the ``BurstResponse`` ``raw``, as :func:`execute_answer`."""
-    return _read(raw, _BURST_KNOWN, _parse_burst)
+def whole(answer: Answer) -> ExecutionResult:
+    """The whole result of an answer read apart (the parsed result itself when it was parsed)."""
+    r, pools = answer
+    return r if r.output_pools is pools else _with_pools(r, pools)
+
+
+def _with_pools(r: ExecutionResult, pools: dict[int, PoolData]) -> ExecutionResult:
+    """The result ``r`` (a known answer's, its pools left out) with these output pools."""
+    return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, pools, r.profile, r.timeline)
 
 
 def _read(
-    raw: bytes, known: dict[int, _Known], parse: Callable[[bytes], tuple[ExecutionResult, tuple[int, int] | None]]
-) -> ExecutionResult:
+    raw: bytes,
+    known: dict[int, _Known],
+    parse: Callable[[bytes], tuple[ExecutionResult, tuple[int, int] | None]],
+    apart: bool,
+) -> Any:  # ExecutionResult; ``apart``: Answer
+    """The answer ``raw`` (module docstring), whole or ``apart`` (:data:`Answer`)."""
     seen = known.get(len(raw))
     if seen is not None:
         # Unpacked at once: each named field of a NamedTuple is a look-up of its own.
         head, tail, start, end, pool, r = seen
         if raw.startswith(head) and raw.endswith(tail):
-            data = raw[start:end]
-            return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, {pool: data}, r.profile, r.timeline)
+            if apart:
+                return r, {pool: raw[start:end]}
+            return _with_pools(r, {pool: raw[start:end]})
     result, span = parse(raw)
     timing = result.timing
     # One output pool, and no measured timings (which differ from answer to answer): kept.
@@ -335,7 +418,7 @@ def _read(
             if len(known) >= _KNOWN_MAX:
                 known.clear()
             known[len(raw)] = _Known(raw[:start], raw[end:], start, end, index, ExecutionResult(*_rest(result)))
-    return result
+    return (result, result.output_pools) if apart else result
 
 
 def _rest(result: ExecutionResult) -> tuple[Any, ...]:
@@ -404,3 +487,18 @@ def _data_of_pool(raw: bytes, pos: int, end: int) -> tuple[int, int, int] | None
         if length >= 0 and start + length == end:
             return index, start, end
     return None
+
+
+# The stubs' deserializers: partials, which call the reading with no frame of their own on every
+# call's path. Each raises protobuf's DecodeError for undecodable bytes (gRPC reports a failed
+# deserializer as the call's INTERNAL status).
+
+#: The ``ExecuteResult`` ``raw`` (module docstring), apart (:data:`Answer`: no result made for an
+#: answer like one read before).
+execute_answered: Callable[[bytes], Answer] = partial(_read, known=_EXECUTE_KNOWN, parse=_parse_execute, apart=True)
+#: The ``ExecuteResult`` ``raw``, whole.
+execute_answer: Callable[[bytes], ExecutionResult] = partial(
+    _read, known=_EXECUTE_KNOWN, parse=_parse_execute, apart=False
+)
+#: The result of the ``BurstResponse`` ``raw``, whole.
+burst_answer: Callable[[bytes], ExecutionResult] = partial(_read, known=_BURST_KNOWN, parse=_parse_burst, apart=False)

@@ -18,7 +18,7 @@ import grpc
 from nnhal.client.callbacks import Callback
 from nnhal.client.faults import Fault
 from nnhal.client.outcome import failed_result
-from nnhal.client.remote import calls, hidl
+from nnhal.client.remote import calls, encoded, hidl
 from nnhal.client.remote.channel import SessionChannel
 from nnhal.client.remote.messages import (
     BurstStream,
@@ -34,6 +34,8 @@ from nnhal.client.remote.transport import (
     BURST_STREAM_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
     GC_RELEASE_TIMEOUT,
+    grpc_timeout,
+    remaining_time,
 )
 from nnhal.core import wire_result, wire_stream
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus
@@ -195,27 +197,34 @@ class RemoteSession(SessionChannel):
         handle: str,
         inputs: tuple[RequestArgument, ...],
         outputs: tuple[RequestArgument, ...],
-        pools: tuple[MemoryPool, ...],
+        pools: Sequence[Any],
         options: ExecutionOptions,
         sizes: tuple[tuple[int, int], ...] | None = None,
-    ) -> ExecutionResult | None:
+        framed: encoded.Framed | None = None,
+    ) -> Any:  # ExecutionResult | None; with ``framed``, encoded.Answer | None
         """:meth:`execute` of the request of these arguments and pools, its message written
         as bytes (:mod:`.encoded`) for a layout the caller runs again and again; None — nothing
         sent — when it takes another way there (the same-host queue, a streamed execution, a
         pool that is not inline): the caller then calls :meth:`execute`. ``sizes``: each pool's
         (data bytes, declared size) when the caller knows them — every pool inline, none worth
         streaming (``wire_stream.pools_worth_streaming``): a numpy plan's, found once — not
-        found again."""
+        found again. ``framed``: the layout's bytes around its first pool's data, written once
+        for these arguments and sizes (a numpy plan's, ``encoded.framed_of``); ``pools`` are then the
+        parts of that data, joined straight into the message, and the answer is given as read,
+        apart (``encoded.Answer``: no result made for an answer like one read before)."""
         if self._queue is not None:
             return None
+        if framed is not None:
+            remaining = remaining_time(options.timeout, options.deadline_at)
+            raw = framed.write(pools, options.measure, remaining, options.loop_timeout_ns, options.profile)
+            answer: encoded.Answer = self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining))
+            return answer  # read by the stub's deserializer (``encoded.execute_answered``)
         if sizes is None and wire_stream.pools_worth_streaming(pools):
             return None
-        encoded = execute_request_bytes(self._session_id, handle, inputs, outputs, pools, options, False, sizes)
-        if encoded is None:
+        written = execute_request_bytes(self._session_id, handle, inputs, outputs, pools, options, False, sizes)
+        if written is None:
             return None
-        raw, timeout = encoded
-        result: ExecutionResult = self.unary(self._stubs.execute_encoded, raw, _SYNC, timeout)
-        return result  # read by the stub's deserializer (``encoded.execute_answer``)
+        return encoded.whole(self.unary(self._stubs.execute_encoded, written[0], _SYNC, written[1]))
 
     #: False once the server answered that it has no StreamedExecution service (an older server).
     _streams = True

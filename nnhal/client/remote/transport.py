@@ -252,14 +252,14 @@ class Stubs:
         self.fast_path = fpgrpc.FastPathStub(channel)
         self.streamed = StreamedStub(channel)
         # ``executeSynchronously_1_3`` and the burst stream taking requests already serialized
-        # and giving ExecutionResults (``nnhal.client.remote.encoded``): the same messages on
+        # and giving answers read apart and ExecutionResults (``nnhal.client.remote.encoded``): the same messages on
         # the wire. The unary one is not registered: a registered method costs the calling
         # thread an observability look-up more per call in grpcio, and saves it nothing.
         service = spb.DESCRIPTOR.services_by_name["PreparedModel"].full_name
         self.execute_encoded = channel.unary_unary(
             f"/{service}/executeSynchronously_1_3",
             request_serializer=None,
-            response_deserializer=encoded.execute_answer,
+            response_deserializer=encoded.execute_answered,  # an ``encoded.Answer``
         )
         self.burst_encoded = channel.stream_stream(
             f"/{service}/configureExecutionBurst",

@@ -257,3 +257,47 @@ def test_undecodable_answers_fail_as_protobuf_fails() -> None:
         encoded.execute_answer(b"\xff\x0a" * 5)
     with pytest.raises(DecodeError):
         encoded.burst_answer(b"\x0a\x05\x01")
+
+
+@pytest.mark.parametrize("options", OPTIONS)
+def test_a_framed_layout_writes_the_bytes_of_execute_bytes(options: ExecutionOptions) -> None:
+    """``Framed`` (a numpy plan's frame, kept) writes what ``execute_bytes`` writes, its input
+    pool's data given in parts, framed as a BurstRequest alike."""
+    head = encoded.head_bytes("session-1", "model-1")
+    args = encoded.args_bytes(INPUTS, OUTPUTS)
+    for n in (0, 5, 128, 20000):
+        parts = [bytes(range(256)) * (n // 256) + bytes(n % 256)]
+        if n > 64:
+            parts = [parts[0][:64], parts[0][64:]]  # the data in parts, joined into the message
+        sizes = ((n, n), (0, 32))
+        framed = encoded.Framed("session-1", "model-1", INPUTS, OUTPUTS, sizes)
+        pools = (InlinePool(b"".join(parts), n), InlinePool(b"", 32))
+        remaining = options.timeout
+        for burst in (False, True):
+            want = encoded.execute_bytes(
+                head, args, pools, options.measure, remaining, options.loop_timeout_ns, options.profile, burst
+            )
+            got = framed.write(parts, options.measure, remaining, options.loop_timeout_ns, options.profile, burst)
+            assert got == want
+
+
+def test_a_framed_layout_carries_data_in_its_first_pool_only() -> None:
+    with pytest.raises(ValueError):
+        encoded.Framed("s", "m", INPUTS, OUTPUTS, ((8, 8), (4, 32)))
+
+
+def test_an_answer_read_apart_shares_what_it_says_and_not_its_pools() -> None:
+    """``execute_answered``: an answer like one read before is that one's result, shared (its
+    pools empty), with pools of its own each time; ``whole`` is ``execute_answer``'s result."""
+    encoded._EXECUTE_KNOWN.clear()
+    raw, other = _answer(bytes(range(32))), _answer(b"\x2a" * 32)
+    first = encoded.execute_answered(raw)  # parsed: its own result and pools
+    assert first[0].output_pools is first[1] and encoded.whole(first) is first[0]
+    second, third = encoded.execute_answered(other), encoded.execute_answered(other)
+    assert second[0] is third[0] and second[0].output_pools == {}
+    assert second[1] is not third[1] and second[1] == {1: b"\x2a" * 32}
+    assert (
+        encoded.whole(second)
+        == encoded.execute_answer(other)
+        == wire_result.execution_result_from(spb.ExecuteResult.FromString(other))
+    )
