@@ -11,6 +11,7 @@ import importlib
 import time
 from collections.abc import Sequence
 from contextvars import ContextVar
+from typing import Any
 
 import numpy as np
 
@@ -27,11 +28,16 @@ from nnhal.server.executor.context import ExecutionContext
 from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.executor.errors import OP_FAILED, fail
 from nnhal.server.executor.fusion import PlannedOperation, fold_activations
+from nnhal.server.executor.registry import Call
 from nnhal.server.executor.step_plan import plan_steps
 from nnhal.server.executor.subgraph import (
     PreparedSubgraph,
     run_segments,
 )
+
+#: A tensor's dtype and shape (``backend.TensorSpec``, which is that type: the executor does not
+#: import the backends' module).
+_Spec = tuple[np.dtype[Any], tuple[int, ...]]
 
 
 def _numpy_error_state() -> tuple[ContextVar[object] | None, object]:
@@ -180,20 +186,7 @@ class PreparedGraph:
                         control.drop(main.straight_bytes)  # the general path holds its own
                     return None
                 ran = True
-                control.graph = self
-                control.start()
-                # Overflow, NaN and division by zero are results, never errors (as in ``run``):
-                # numpy's error state set as np.errstate sets it, from a value made once.
-                if _FP_STATE is None:
-                    with np.errstate(all="ignore"):
-                        run_segments(segments, control)
-                else:
-                    token = _FP_STATE.set(_FP_IGNORE)
-                    try:
-                        run_segments(segments, control)
-                    finally:
-                        _FP_STATE.reset(token)
-                control.operations_run += len(main.steps)
+                self._program(segments, control)
                 return list(map(_COPY, arena.results))
             finally:
                 pool.checkin(arena)
@@ -202,6 +195,46 @@ class PreparedGraph:
         finally:
             if accounting and ran:
                 control.release_all()
+
+    def _program(self, segments: tuple[tuple[Call, ...], ...], control: ExecutionControl) -> None:
+        """The main subgraph's straight program on an arena (its ``segments``), loaded: the run
+        started, each segment after its checkpoint (``run_segments``). Overflow, NaN and
+        division by zero are results, never errors (as in ``run``): numpy's error state set as
+        np.errstate sets it, from a value made once."""
+        control.graph = self
+        control.start()
+        if _FP_STATE is None:
+            with np.errstate(all="ignore"):
+                run_segments(segments, control)
+        else:
+            token = _FP_STATE.set(_FP_IGNORE)
+            try:
+                run_segments(segments, control)
+            finally:
+                _FP_STATE.reset(token)
+        control.operations_run += len(self.main.steps)
+
+    def lane(self, inputs: Sequence[_Spec], outputs: Sequence[_Spec]) -> StraightLane | None:
+        """``backend.LaneGraph.lane``: the straight program's lane when the main subgraph runs as
+        one (``compile_static``: every step a fixed call; no control flow), every model input
+        has a buffer, and each input and output is of its buffer's exact dtype and shape."""
+        main = self.main
+        pool = main.pool
+        if pool is None:
+            return None
+        arena = pool.checkout()  # made on first use: whether the program is straight is known then
+        try:
+            if arena.straight is None or arena.io_bytes is None:
+                return None
+            buffers = (*arena.inputs, *arena.results)
+            if len(inputs) != len(arena.inputs) or len(outputs) != len(arena.results):
+                return None
+            for buffer, (dtype, shape) in zip(buffers, (*inputs, *outputs)):
+                if buffer is None or buffer.dtype != dtype or buffer.shape != tuple(shape):
+                    return None
+        finally:
+            pool.checkin(arena)
+        return StraightLane(self)
 
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray], control: ExecutionControl) -> list[np.ndarray]:
         if not 0 <= index < len(self.referenced):
@@ -401,3 +434,48 @@ class PreparedGraph:
             # What a subgraph returns is counted by the operation (or run) that receives it.
             control.held = run_base
         return results
+
+
+class StraightLane:
+    """``backend.Lane`` of a ``PreparedGraph`` whose main subgraph is a straight program
+    (``PreparedGraph.lane``): a run as ``PreparedGraph._run_straight``'s — each input's bytes
+    copied once into its arena buffer, the program's segments each after its checkpoint, under
+    the same floating-point state (NaN and overflow as the reference's) and memory accounting
+    — and each result's bytes copied once into its place, where ``_run_straight`` copies the
+    result out as an array for the caller to write. Nothing is checked per call: the
+    dtypes and shapes were matched when it was made."""
+
+    __slots__ = ("_graph", "_hold", "_pool")
+
+    library = "the reference executor"
+
+    def __init__(self, graph: PreparedGraph) -> None:
+        self._graph = graph
+        pool = graph.main.pool
+        assert pool is not None
+        self._pool = pool
+        #: What a run holds under memory accounting: its arena (no result copied out of it).
+        self._hold = pool.nbytes
+
+    def run(self, inputs: Sequence[memoryview], into: Sequence[memoryview], control: ExecutionControl) -> object:
+        pool = self._pool
+        accounting = control.reserve is not None
+        if accounting:
+            control.hold(self._hold)
+        try:
+            arena = pool.checkout()
+            try:
+                ins, outs = arena.io_bytes  # type: ignore[misc]
+                for buffer, data in zip(ins, inputs):
+                    buffer[:] = data
+                self._graph._program(arena.straight, control)  # type: ignore[arg-type]
+                for place, result in zip(into, outs):
+                    place[:] = result
+            finally:
+                pool.checkin(arena)
+        except MemoryError:
+            raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
+        finally:
+            if accounting:
+                control.release_all()
+        return into
