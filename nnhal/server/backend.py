@@ -68,6 +68,12 @@ class Lane(Protocol):
     #: The library's name in errors ("LiteRT", "the reference executor").
     library: str
 
+    def __call__(self, inputs: Sequence[memoryview], into: Sequence[memoryview]) -> Sequence[memoryview]:
+        """Copy ``inputs`` (each exactly its tensor's bytes) in, run, copy each output into its
+        ``into`` view (exactly its bytes) and return ``into``: the lane alone, with no
+        execution's control (its library's exceptions raised as they are)."""
+        ...
+
     def run(self, inputs: Sequence[memoryview], into: Sequence[memoryview], control: ExecutionControl) -> object:
         """Copy ``inputs`` (each exactly its tensor's bytes) in, run under ``control`` as the
         graph's ``run`` runs (its checks, its errors: a HalError for what ends the execution),

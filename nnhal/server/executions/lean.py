@@ -239,14 +239,16 @@ def _bind_parts(
     own, which the answer carries) when it has one and they carry every input's bytes; None
     when their sizes are not ``plan``'s (``RequestPlan.fits``), or they declare more than
     travels inline (``bind_pools`` refuses it before it allocates: the full path words it)."""
-    binding = plan.binding
-    if len(pools) != len(binding) or plan.pool_bytes > wire.max_inline_bytes():
+    if plan.pool_bytes > wire.max_inline_bytes():
         return None
     lane = _Lane.of(plan, found[1])
     if lane is not None:
         laned = lane.bind_parts(pools)
         if laned is not None:
             return laned
+    binding = plan.binding
+    if len(pools) != len(binding):
+        return None
     bound = BoundPools()
     for (data, size), (i, planned, writable) in zip(pools, binding):
         if size != planned:
@@ -259,8 +261,8 @@ def _bind_parts(
 #: How a lean launch binds its call's pools (:func:`launch_inline`'s ``bind``): from what the call
 #: carries (its canonical request, its inline pools' parts, a compact call's body), for the
 #: layout's plan, on the call's driver, session and prepared model (``Found``) — refusing inline
-#: pools over the limit before it allocates them; None when they cannot be bound or do not fit the plan (``RequestPlan.fits``;
-#: the full path words it).
+#: pools over the limit before it allocates them; None when they cannot be bound or do not fit
+#: the plan (``RequestPlan.fits``; the full path words it).
 Binder = Callable[[Any, RequestPlan, Driver, Found], "BoundPools | None"]
 
 
@@ -381,9 +383,10 @@ class Compact:
         #: worked out once per plan (a layout's is mostly one).
         self.pools: tuple[RequestPlan | None, tuple[tuple[int, int, int, int, bool, bool], ...]] = (None, ())
         #: The plan and prepared model :meth:`bind` last bound for, and the layout's lane for
-        #: them with where each input's bytes are in a call's body (``_lane_for``; None: none),
-        #: worked out once per plan and model.
-        self.lane: tuple[RequestPlan | None, PreparedModel | None, tuple[_Lane, _Spans] | None] = (None, None, None)
+        #: them with where each input's bytes are in a call's body and the ``reserve`` its
+        #: output pools' places are asked of (``_lane_for``; None: none), worked out once per
+        #: plan and model.
+        self.lane: tuple[RequestPlan | None, PreparedModel | None, _Laned | None] = (None, None, None)
 
     def check(self, body: memoryview) -> None:
         """PacketError unless ``body`` is of the layout's length (``fastpacket.Layout.pools``)."""
@@ -423,8 +426,8 @@ class Compact:
             if lane[0] is not plan or lane[1] is not found[1]:
                 lane = self.lane = (plan, found[1], self._lane_for(plan, found[1]))
             if lane[2] is not None:
-                laned, spans = lane[2]
-                return laned.bind(body, spans, None if self.reserve is None else self.answers.places(self.reserve))
+                laned, spans, reserve = lane[2]
+                return laned.bind(body, spans, None if reserve is None else self.answers.places(reserve))
         # The queue's rings are bound as they are only for a graph that copies each input out
         # once before it reads it and writes each output once, never reading it (LiteRT's):
         # then those copies are the tensors' one copy out of and into the rings. Any other
@@ -453,10 +456,11 @@ class Compact:
         bound.data_bytes = self.inline
         return bound
 
-    def _lane_for(self, plan: RequestPlan, pm: PreparedModel) -> tuple[_Lane, _Spans] | None:
-        """The layout's lane for ``plan`` on ``pm`` (``_Lane.of``) and where each input's bytes
-        are in a call's body; None: no lane, or an input's bytes not all carried (zero-padded:
-        bound as buffers)."""
+    def _lane_for(self, plan: RequestPlan, pm: PreparedModel) -> _Laned | None:
+        """The layout's lane for ``plan`` on ``pm`` (``_Lane.of``), where each input's bytes are
+        in a call's body, and ``reserve`` when its answers may carry the output pools in place
+        (``_Lane.placed``; else None); None: no lane, or an input's bytes not all carried
+        (zero-padded: bound as buffers)."""
         lane = _Lane.of(plan, pm)
         if lane is None:
             return None
@@ -465,10 +469,10 @@ class Compact:
             start, end = self.spans[pool]
             if b > end - start:
                 return None
-            spans.append((start + a, start + b))
+            spans.append(slice(start + a, start + b))
         # Once per layout of a queue: which calls skip the generic binding and run is worth knowing.
         log.info("compact calls of prepared model %s run through its graph's lane (%s)", self.model, lane.lane.library)
-        return lane, tuple(spans)
+        return lane, tuple(spans), self.reserve if lane.placed else None
 
     def _pools_for(self, plan: RequestPlan) -> tuple[tuple[int, int, int, int, bool, bool], ...]:
         """Per pool, what :meth:`bind` binds it by for ``plan``: its index, where its bytes are in
@@ -488,7 +492,10 @@ _SLICE = cast("Callable[[memoryview, slice], memoryview]", getitem)
 #: A lane's output pools as an answer carries them (``_Lane.bind``).
 _Pools = dict[int, PoolData]
 #: Per input of a lane, where its bytes are in a compact call's body (``Compact._lane_for``).
-_Spans = tuple[tuple[int, int], ...]
+_Spans = tuple[slice, ...]
+#: A compact layout's lane, its inputs' spans and where its answers' places are reserved
+#: (``Compact._lane_for``).
+_Laned = tuple["_Lane", _Spans, "Callable[[int], memoryview | None] | None"]
 
 
 class _Lane:
@@ -500,7 +507,7 @@ class _Lane:
     result ring (``fastanswer.AnswerWriter.places``) or of a buffer of its own. Made once per
     plan (``of``, kept in ``RequestPlan.lane``: a plan is its prepared model's)."""
 
-    __slots__ = ("data_bytes", "inputs", "lane", "one", "outputs", "parts", "pools", "shapes", "sizes")
+    __slots__ = ("data_bytes", "inputs", "lane", "one", "outputs", "parts", "placed", "pools", "shapes", "sizes")
 
     def __init__(
         self,
@@ -529,6 +536,11 @@ class _Lane:
         for pool, _, b, _ in inputs:
             needs[pool] = max(needs[pool], b)
         self.parts = (tuple(needs), tuple(i[0] for i in inputs), tuple(slice(a, b) for _, a, b, _ in inputs))
+        #: Whether a same-host answer may carry the output pools in place in the result ring
+        #: (``fastanswer.AnswerWriter.places``): the ring reserves a place only for a payload of
+        #: ``fastring.DIRECT_BYTES`` or more, which an answer's head alone (its shapes, its
+        #: pools' lengths) is far from: not asked for when the pools are under half of it.
+        self.placed = 2 * sum(size for _, size in pools) >= fastring.DIRECT_BYTES
         #: The one output pool and its size when the layout has one output, filling it whole.
         self.one = pools[0] if len(outputs) == 1 and outputs[0][2] - outputs[0][1] == outputs[0][3] else None
 
@@ -562,9 +574,7 @@ class _Lane:
         its output pools ``places`` (handed on as the answer's pools, unchanged:
         ``fastanswer.AnswerWriter.places``) when it has a place of each output pool's size, and
         no other; else buffers of their own."""
-        inputs = []
-        for a, b in spans:  # a loop: a comprehension's own call costs more
-            inputs.append(body[a:b])
+        inputs = list(map(body.__getitem__, spans))
         if places is not None and len(places) == len(self.pools):
             into = []
             for pool, a, b, size in self.outputs:

@@ -445,17 +445,22 @@ class StraightLane:
     result out as an array for the caller to write. Nothing is checked per call: the
     dtypes and shapes were matched when it was made."""
 
-    __slots__ = ("_graph", "_hold", "_pool")
+    __slots__ = ("_hold", "_pool", "_program")
 
     library = "the reference executor"
 
     def __init__(self, graph: PreparedGraph) -> None:
-        self._graph = graph
+        self._program = graph._program
         pool = graph.main.pool
         assert pool is not None
         self._pool = pool
         #: What a run holds under memory accounting: its arena (no result copied out of it).
         self._hold = pool.nbytes
+
+    def __call__(self, inputs: Sequence[memoryview], into: Sequence[memoryview]) -> Sequence[memoryview]:
+        """The lane run with no execution's limits (``backend.Lane``)."""
+        self.run(inputs, into, ExecutionControl())
+        return into
 
     def run(self, inputs: Sequence[memoryview], into: Sequence[memoryview], control: ExecutionControl) -> object:
         pool = self._pool
@@ -468,7 +473,7 @@ class StraightLane:
                 ins, outs = arena.io_bytes  # type: ignore[misc]
                 for buffer, data in zip(ins, inputs):
                     buffer[:] = data
-                self._graph._program(arena.straight, control)  # type: ignore[arg-type]
+                self._program(arena.straight, control)  # type: ignore[arg-type]
                 for place, result in zip(into, outs):
                     place[:] = result
             finally:
