@@ -315,25 +315,9 @@ class FastPathServicer(fpgrpc.FastPathServicer):
     def _event(refused: Refused) -> fpb.FastBurstEvent:
         return status_to(fpb.FastBurstEvent(), refused)
 
-    def _handler(
-        self,
-        session: Session,
-        handle: str | None,
-        method: Method | None = None,
-        live: Liveness | None = None,
-        reserve: Callable[[int], memoryview | None] | None = None,
-        after: Afterwards | None = None,
-    ) -> fastpath.ViewHandle:
-        """The packet handler of one fast burst: full requests, requests asking for a layout
-        id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`). With
-        ``handle`` None, those of a session's same-host queue: executions of any prepared
-        model of the session (each full request names it; a layout is granted for one), as
-        ``method`` (executeSynchronously_1_3 there), alive while ``live`` is. ``reserve``:
-        the queue's ``FastQueue.reserve_answer`` (a granted layout's answers in place; None:
-        written the usual way); ``after``: the queue's work for after its answers, where the
-        executions leave what need not precede them (``Executions.execute``; the queue server
-        runs it once each answer is written)."""
-        return self._packets(session, handle, method, live, reserve, after)[0]
+    def _handler(self, session: Session, handle: str | None, *rest: Any, **named: Any) -> fastpath.ViewHandle:
+        """The packet handler of one fast burst or session queue (:meth:`_packets`' arguments)."""
+        return self._packets(session, handle, *rest, **named)[0]
 
     def _packets(
         self,
@@ -344,8 +328,17 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         reserve: Callable[[int], memoryview | None] | None = None,
         after: Afterwards | None = None,
     ) -> tuple[fastpath.ViewHandle, Callable[[bytes | memoryview], tuple[int, fastring.Payload]]]:
-        """:meth:`_handler`'s handler, and its handler of compact calls alone (a compact call's
-        payload: what a session's queue hands it straight, the kind known — no dispatch of its own)."""
+        """The packet handler of one fast burst: full requests, requests asking for a layout
+        id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`) — and its
+        handler of compact calls alone (a compact call's payload: what a session's queue hands
+        it straight, the kind resolved there once). With
+        ``handle`` None, those of a session's same-host queue: executions of any prepared
+        model of the session (each full request names it; a layout is granted for one), as
+        ``method`` (executeSynchronously_1_3 there), alive while ``live`` is. ``reserve``:
+        the queue's ``FastQueue.reserve_answer`` (a granted layout's answers in place; None:
+        written the usual way); ``after``: the queue's work for after its answers, where the
+        executions leave what need not precede them (``Executions.execute``; the queue server
+        runs it once each answer is written)."""
         x = self.executions
         driver = self.driver
         m: Method = method or self._method

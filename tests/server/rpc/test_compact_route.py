@@ -6,84 +6,47 @@ stepping aside, and a queue's layouts its own (a new queue knows none of them)."
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 
-from nnhal.core import fastanswer, fastpacket, fastring, samehost, wire_request
-from nnhal.core.enums import ErrorStatus, ExecutionPreference
-from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
+from nnhal.core import fastanswer, fastpacket, fastring, samehost
+from nnhal.core.enums import ErrorStatus
 from nnhal.proto import service_pb2 as spb
-from nnhal.server import fastpath
-from nnhal.server.driver import DeviceConfig, Driver
-from nnhal.server.executions import Executions, Fault, Notify, Preparation, Prepared
+from nnhal.server.executions import Fault
 from nnhal.server.executions.hooks import Call, Observer
-from nnhal.server.executions.methods import CARRIER
-from nnhal.server.metrics import Metrics
 from nnhal.server.rpc.fastpath_servicer import FastPathServicer
 from nnhal.server.rpc.request_id import REQUEST_ID
 from nnhal.server.rpc.samehost import QueueCall
-from nnhal.server.session import Session
-from tests.conftest import add_model
+from tests.server.rpc import test_compact_calls as compact_calls
 
 RID = "c0123abcd-7"
 TAG = samehost.encode_tag(RID)
 
 
-class Device:
-    def __init__(self) -> None:
-        d = Driver(DeviceConfig(fault_injection=True))
-        self.x = x = Executions(d, Metrics(d))
-        self.session = s = d.open_session("t", "unix:/tmp/nnhal-test.sock")
-        prep = Preparation(s.id, add_model(), ExecutionPreference.FAST_SINGLE_ANSWER)
-        notify = list(x.prepare(x.method("prepareModel_1_3", timer="prepare"), lambda: prep))[-1]
-        assert isinstance(notify, Notify) and isinstance(notify.answer, Prepared)
-        self.model = notify.answer.handle
-        self.fps = FastPathServicer(x)
+class Queue(compact_calls.Queue):
+    """A session's queue whose handler is made as ``FastPathServicer._open`` makes it: compact
+    calls handed straight to the compact handler (counted in ``seen``)."""
 
-
-class Queue:
-    """One session's queue, its handler made as ``FastPathServicer._open`` makes it."""
-
-    def __init__(self, device: Device) -> None:
-        self.device = device
-        fps = device.fps
+    def __init__(self, device: compact_calls.Queue | None = None) -> None:
+        super().__init__()
+        if device is not None:  # another queue of that device's session
+            self.x, self.session, self.model = device.x, device.session, device.model
+        fps = FastPathServicer(self.x)
         methods = fps._same_host()
         call = QueueCall(lambda: True, "unix:")
-        packets, calls = fps._packets(device.session, None, methods.sync, call)
+        packets, calls = fps._packets(self.session, None, methods.sync, call)
         self.seen: list[fastring.Payload] = []
 
         def counted(payload: bytes | memoryview) -> tuple[int, fastring.Payload]:
             self.seen.append(payload)
             return calls(payload)
 
-        self._handle: fastpath.Handle = methods.handler(device.session, call, packets, None, counted)
-        self._context = contextvars.Context()
-        self._context.run(CARRIER.set, "same_host")
+        self._handle = methods.handler(self.session, call, packets, None, counted)
 
-    def send(self, kind: int, payload: bytes) -> tuple[int, bytes]:
-        kind, answer = self._context.run(self._handle, kind, payload)
-        assert isinstance(answer, bytes)
-        return kind, answer
-
-    def learn(self, size0: int = 64) -> int:
-        session: Session = self.device.session
-        req = Request(
-            (RequestArgument(location=DataLocation(0, 0, 32)), RequestArgument(location=DataLocation(0, 32, 32))),
-            (RequestArgument(location=DataLocation(1, 0, 32)),),
-            (InlinePool(np.ones(16, np.float32).tobytes(), size0), InlinePool(b"", 32)),
-        )
-        msg = spb.ExecuteRequest(
-            session=session.id, prepared_model=self.device.model, request=wire_request.request_to(req)
-        )
-        kind, answer = self.send(fastpacket.LEARN, TAG + msg.SerializeToString())
-        assert kind == fastpacket.LEARNED
-        return int(fastpacket.LEARNED_HEADER.unpack_from(answer)[0])
-
-    def call(self, layout: int, a: np.ndarray) -> tuple[int, bytes]:
-        return self.send(fastpacket.CALL, TAG + fastpacket.encode_call(layout, False, None, 0, [a.tobytes(), b""]))
+    def call(self, layout: int, a: np.ndarray, measure: bool = False) -> tuple[int, bytes]:
+        return self.send(fastpacket.CALL, TAG + fastpacket.encode_call(layout, measure, None, 0, [a.tobytes(), b""]))
 
 
 def _sum(answer: tuple[int, bytes]) -> np.ndarray:
@@ -101,7 +64,7 @@ def _refusal(answer: tuple[int, bytes]) -> spb.ExecuteResult:
 
 
 def test_compact_calls_take_the_direct_route_and_publish_their_request_id() -> None:
-    q = Queue(Device())
+    q = Queue()
     layout = q.learn()
     assert q.seen == []  # a learning call is the compact handler's whole dispatch
     ids: list[str | None] = []
@@ -112,11 +75,11 @@ def test_compact_calls_take_the_direct_route_and_publish_their_request_id() -> N
 
     a = np.arange(16, dtype=np.float32)
     np.testing.assert_array_equal(_sum(q.call(layout, a)), a[:8] + a[8:])
-    q.device.x.observe(Ids())
+    q.x.observe(Ids())
     np.testing.assert_array_equal(_sum(q.call(layout, a + 1)), a[:8] + a[8:] + 2)
     assert len(q.seen) == 2 and ids == [RID]
     assert q._context.run(REQUEST_ID.get) is None  # published for the call only
-    assert q.device.x.metrics.executions_by_transport()["same_host"] == 3
+    assert q.x.metrics.executions_by_transport()["same_host"] == 3
 
 
 @pytest.mark.parametrize(
@@ -135,17 +98,17 @@ def test_compact_calls_take_the_direct_route_and_publish_their_request_id() -> N
 def test_garbage_after_a_call_that_ran_is_refused_and_the_queue_serves_on(
     make: Callable[[int], bytes], words: str
 ) -> None:
-    q = Queue(Device())
+    q = Queue()
     layout = q.learn()
     np.testing.assert_array_equal(_sum(q.call(layout, np.ones(16, np.float32))), 2.0)
     refused = _refusal(q.send(fastpacket.CALL, make(layout)))
     assert ErrorStatus(refused.status) == ErrorStatus.INVALID_ARGUMENT and words in refused.message
     np.testing.assert_array_equal(_sum(q.call(layout, np.full(16, 2.0, np.float32))), 4.0)
-    assert q.device.x.metrics.executions_by_transport()["same_host"] == 3  # refusals name no execution
+    assert q.x.metrics.executions_by_transport()["same_host"] == 3  # refusals name no execution
 
 
 def test_a_changed_layout_is_validated_in_full_and_each_answers() -> None:
-    q = Queue(Device())
+    q = Queue()
     first = q.learn()
     np.testing.assert_array_equal(_sum(q.call(first, np.ones(16, np.float32))), 2.0)
     second = q.learn(size0=96)
@@ -155,20 +118,18 @@ def test_a_changed_layout_is_validated_in_full_and_each_answers() -> None:
 
 
 def test_a_pending_abort_steps_aside_before_the_route() -> None:
-    q = Queue(Device())
+    q = Queue()
     layout = q.learn()
-    q.device.x.faults.add([Fault("executeSynchronously_1_3", "abort", grpc_code=13)])
+    q.x.faults.add([Fault("executeSynchronously_1_3", "abort", grpc_code=13)])
     kind, _ = q.call(layout, np.ones(16, np.float32))
     assert kind == samehost.STEP_ASIDE and q.seen == []
 
 
 def test_a_new_queue_knows_none_of_another_queues_layouts() -> None:
-    device = Device()
-    first = Queue(device)
+    first = Queue()
     layout = first.learn()
     np.testing.assert_array_equal(_sum(first.call(layout, np.ones(16, np.float32))), 2.0)
-    del first  # torn down: its layouts go with it
-    again = Queue(device)
+    again = Queue(first)  # the session's next queue (one torn down, or another one in flight)
     refused = _refusal(again.call(layout, np.ones(16, np.float32)))
     assert "unknown layout id" in refused.message
     assert again.learn() == 1
