@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Sequence
+from functools import partial
 from typing import NamedTuple
 
 from nnhal.core import fastring
@@ -216,18 +217,23 @@ class Call(NamedTuple):
     wake_early: bool
 
 
+#: A :class:`Call` from its fields in one tuple, made in C (``Call(...)`` runs the named tuple's
+#: ``__new__``, a Python function: a frame per call on the queue thread's path).
+_call = partial(tuple.__new__, Call)
+
+
 def decode_call(payload: bytes | memoryview) -> Call:
-    if len(payload) < CALL_HEADER.size:
+    short = len(payload) < CALL_HEAD_BYTES  # one length taken: its header, its flags, then its pad
+    if short and len(payload) < CALL_HEADER.size:
         raise PacketError(f"a compact call of {len(payload)} bytes is shorter than its header")
     layout, flags, deadline, loop = CALL_HEADER.unpack_from(payload)
     if flags & ~_FLAGS:
         raise PacketError(f"unknown compact call flags {flags:#x}")
-    if len(payload) < CALL_HEAD_BYTES:
+    if short:
         raise PacketError(f"a compact call of {len(payload)} bytes is shorter than its padded header")
     body = (payload if type(payload) is memoryview else memoryview(payload))[CALL_HEAD_BYTES:]
-    return Call(
-        layout, bool(flags & MEASURE), deadline if flags & HAS_DEADLINE else None, loop, body, bool(flags & WAKE_EARLY)
-    )
+    deadline_ns = deadline if flags & HAS_DEADLINE else None
+    return _call((layout, bool(flags & MEASURE), deadline_ns, loop, body, bool(flags & WAKE_EARLY)))
 
 
 class Layout:

@@ -131,20 +131,24 @@ def split_tag(payload: bytes | memoryview) -> tuple[str, str, memoryview]:
     if size < _TAG_BYTES:
         raise PacketError(f"a tagged packet of {size} bytes is shorter than its tag")
     rid_len, scope_len = TAG_HEADER.unpack_from(payload)
-    tag_end = _TAG_BYTES + rid_len + scope_len
-    if rid_len > MAX_REQUEST_ID or scope_len > MAX_REQUEST_ID or tag_end > size:
+    if rid_len > MAX_REQUEST_ID or scope_len > MAX_REQUEST_ID or _TAG_BYTES + rid_len + scope_len > size:
         raise PacketError("a tagged packet's request id or fault scope does not fit")
     try:
         # Each name decoded straight from the payload: one read of its bytes, into a private
         # string. Most calls have no fault scope.
         rid = str(payload[_TAG_BYTES : _TAG_BYTES + rid_len], "ascii")
-        scope = str(payload[_TAG_BYTES + rid_len : tag_end], "ascii") if scope_len else ""
+        scope = str(payload[_TAG_BYTES + rid_len : _TAG_BYTES + rid_len + scope_len], "ascii") if scope_len else ""
     except UnicodeDecodeError:
         raise PacketError("a tagged packet's request id or fault scope is not ASCII") from None
-    end = aligned(tag_end)
+    end = _TAG_ENDS[rid_len + scope_len]
     if end > size:
         raise PacketError("a tagged packet's tag is not padded to its alignment")
     return rid, scope, memoryview(payload)[end:]
+
+
+#: Where a tag whose names (request id and fault scope) take ``n`` bytes ends, by ``n``: its
+#: pad's end (``aligned``), worked out once for every length a tag may declare.
+_TAG_ENDS = tuple(aligned(_TAG_BYTES + n) for n in range(2 * MAX_REQUEST_ID + 1))
 
 
 def encode_reply(messages: Sequence[bytes]) -> bytes:

@@ -243,6 +243,11 @@ class QueueServer:
         queue, handle, refuse, after = served.queue, served.handle, served.refuse, served.after.run
         clock = time.perf_counter_ns
         herald = HERALD
+        # Decided once a turn (the thread's ``_batched`` changes between turns only): whether
+        # its answers are rung after the batch, else at once — and then a call may ask to be
+        # rung as soon as it is near (``doorbell.announce``: ``handle`` arms it).
+        batched = handed is None and self._batched
+        caller = None if batched else queue.ring
         packet = handed
         while True:
             if packet is None:
@@ -252,14 +257,12 @@ class QueueServer:
                 # A slow queue's packets go to a worker only while another queue is served:
                 # alone, nobody waits behind it, and the hop to a worker and back costs its
                 # client more than the turn it frees.
-                quick = (served.slow < _SLOW_PACKETS or len(self._served) < 2) and served.quick(packet[0])
-                if handed is None and not quick:
+                if handed is None and not (
+                    (served.slow < _SLOW_PACKETS or len(self._served) < 2) and served.quick(packet[0])
+                ):
                     return packet
             t0 = clock()
-            batched = handed is None and self._batched
-            # A call whose answer is rung at once may ask to be rung as soon as it is near
-            # (``doorbell.announce``: ``handle`` arms it).
-            herald.caller = None if batched else queue.ring
+            herald.caller = caller
             try:
                 queue.answer(*handle(*packet), refuse, not batched)
             finally:

@@ -68,6 +68,7 @@ from nnhal.core import fastanswer, fastpacket, fastring, lookout, samehost, wire
 from nnhal.core.doorbell import HERALD
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
+from nnhal.core.fastpacket import PacketError
 from nnhal.core.types import ExecutionResult
 from nnhal.proto import fastpath_pb2 as fpb, fastpath_pb2_grpc as fpgrpc, service_pb2 as spb
 from nnhal.server import fastpath
@@ -280,12 +281,8 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             if request.executions:
                 methods = self._same_host()
                 call = QueueCall(lambda: not queue.stopping, peer)
-                opened.handle = methods.handler(
-                    session,
-                    call,
-                    self._handler(session, None, methods.sync, call, queue.reserve_answer, opened.after),
-                    opened.after,
-                )
+                packets, calls = self._packets(session, None, methods.sync, call, queue.reserve_answer, opened.after)
+                opened.handle = methods.handler(session, call, packets, opened.after, calls)
                 queue.oversize = _step_aside
                 opened.context = contextvars.Context()
                 opened.context.run(CARRIER.set, "same_host")
@@ -318,7 +315,11 @@ class FastPathServicer(fpgrpc.FastPathServicer):
     def _event(refused: Refused) -> fpb.FastBurstEvent:
         return status_to(fpb.FastBurstEvent(), refused)
 
-    def _handler(
+    def _handler(self, session: Session, handle: str | None, *rest: Any, **named: Any) -> fastpath.ViewHandle:
+        """The packet handler of one fast burst or session queue (:meth:`_packets`' arguments)."""
+        return self._packets(session, handle, *rest, **named)[0]
+
+    def _packets(
         self,
         session: Session,
         handle: str | None,
@@ -326,9 +327,11 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         live: Liveness | None = None,
         reserve: Callable[[int], memoryview | None] | None = None,
         after: Afterwards | None = None,
-    ) -> fastpath.ViewHandle:
+    ) -> tuple[fastpath.ViewHandle, Callable[[bytes | memoryview], tuple[int, fastring.Payload]]]:
         """The packet handler of one fast burst: full requests, requests asking for a layout
-        id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`). With
+        id, and compact calls of a granted layout (:mod:`nnhal.core.fastpacket`) — and its
+        handler of compact calls alone (a compact call's payload: what a session's queue hands
+        it straight, the kind resolved there once). With
         ``handle`` None, those of a session's same-host queue: executions of any prepared
         model of the session (each full request names it; a layout is granted for one), as
         ``method`` (executeSynchronously_1_3 there), alive while ``live`` is. ``reserve``:
@@ -346,6 +349,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
         layouts: dict[int, Compact] = {}  # granted layouts, by id (from 1)
         # An early ring wakes a caller that then looks for the answer: only with a core to spare.
         spare = lookout.LOAD.spare
+        decode_call, monotonic_ns, answered = fastpacket.decode_call, time.monotonic_ns, fastanswer.ANSWERED
 
         def refuse(message: str) -> tuple[int, bytes]:
             """A packet the burst cannot run (not counted: it names no execution)."""
@@ -389,25 +393,24 @@ class FastPathServicer(fpgrpc.FastPathServicer):
 
         def run_call(payload: bytes | memoryview) -> tuple[int, fastring.Payload]:
             try:
-                call = fastpacket.decode_call(payload)
-                compact = layouts.get(call.layout)
+                layout, measure, deadline, loop, body, wake_early = decode_call(payload)
+                compact = layouts.get(layout)
                 if compact is None:
-                    return refuse(f"fast burst: unknown layout id {call.layout}")
-                body = call.body
+                    return refuse(f"fast burst: unknown layout id {layout}")
                 compact.check(body)
-            except fastpacket.PacketError as err:
+            except PacketError as err:
                 return refuse(f"malformed fast burst call: {err}")
             if burst:
                 try:  # a layout holds inline pools only: no token to look for
-                    x.check_burst_fields(call.deadline_ns is not None, call.loop_timeout_ns, False)
+                    x.check_burst_fields(deadline is not None, loop, False)
                 except HalError as err:
                     return _packet(x.refuse(m, err))
             arrival = x.arrive(m, kinds)
-            if call.wake_early and spare():  # its caller looks for the answer's ring after an early one
+            if wake_early and spare():  # its caller looks for the answer's ring after an early one
                 HERALD.arm()
             # The deadline travels as the time remaining, re-based on this host's clock at arrival.
-            deadline = None if call.deadline_ns is None else time.monotonic_ns() + call.deadline_ns
-            measure, loop = call.measure, call.loop_timeout_ns
+            if deadline is not None:
+                deadline += monotonic_ns()
             # The lean launch from the call's bytes (no fault taken: a fault's path is the full one).
             fast = (
                 None if arrival is not None else partial(launch_compact, driver, compact, body, measure, deadline, loop)
@@ -415,7 +418,7 @@ class FastPathServicer(fpgrpc.FastPathServicer):
             result = x.execute(
                 m, partial(compact.execution, body, measure, deadline, loop), live, arrival, None, fast, after=after
             )
-            if isinstance(result, ExecutionResult) and result.status in fastanswer.ANSWERED:
+            if isinstance(result, ExecutionResult) and result.status in answered:
                 return fastpacket.ANSWER, compact.answers.write(result)
             return fastring.RESULT, result_to(result).SerializeToString()
 
@@ -424,4 +427,4 @@ class FastPathServicer(fpgrpc.FastPathServicer):
                 return run_call(payload)  # read in place: the inputs are not copied again
             return run_full(kind, bytes(payload))
 
-        return handle_packet
+        return handle_packet, run_call

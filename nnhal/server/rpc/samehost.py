@@ -133,13 +133,21 @@ class SameHostMethods:
         self.sync = executions.method(SYNC, timer="execute", transport="same_host")
 
     def handler(
-        self, session: Session, call: QueueCall, compact: fastpath.ViewHandle, after: Afterwards | None = None
+        self,
+        session: Session,
+        call: QueueCall,
+        compact: fastpath.ViewHandle,
+        after: Afterwards | None = None,
+        calls: Callable[[bytes | memoryview], tuple[int, fastring.Payload]] | None = None,
     ) -> fastpath.Handle:
         """The packet handler of one session's queue; ``compact`` handles the sync executions
-        that travel as a fast burst's (full requests, layouts, compact calls). ``after``: the
+        that travel as a fast burst's (full requests, layouts, compact calls) — ``calls``, when
+        given, its compact calls alone, handed their payload straight (the kind resolved here
+        once, not again behind the tag). ``after``: the
         queue's work for after its answers, where a sync execution leaves what need not precede
         its answer (``Executions.execute``; the queue server runs it once the answer is written)."""
         x = self.executions
+        split_tag, call_kind = samehost.split_tag, fastpacket.CALL
 
         def refuse(message: str) -> tuple[int, bytes]:
             return fastring.RESULT, refusal(ErrorStatus.INVALID_ARGUMENT, message)
@@ -150,9 +158,11 @@ class SameHostMethods:
                 return samehost.STEP_ASIDE, b"an injected abort is pending: it happens on gRPC"
             if kind != samehost.METHOD:
                 try:
-                    rid, scope, rest = samehost.split_tag(payload)
+                    rid, scope, rest = split_tag(payload)
                 except fastpacket.PacketError as err:
                     return refuse(f"same-host queue: {err}")
+                if kind == call_kind and calls is not None:
+                    return _tagged(rid, scope, calls, rest)
                 return _tagged(rid, scope, compact, kind, rest)
             if type(payload) is not bytes:  # only compact calls are read in place (``fastpath.DIRECT_KINDS``)
                 payload = bytes(payload)
