@@ -29,6 +29,7 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -104,7 +105,7 @@ class RequestPlan:
         self.binding = tuple((i, size, i in self.writable) for i, size in enumerate(self.sizes))
         #: The layout's lane on the plan's prepared model as the lean launch worked it out once
         #: (``executions.lean``: in a one-tuple, None inside when there is none); None: not yet.
-        self.lane: tuple[object] | None = None
+        self.lane: tuple[Any] | None = None
         self._inputs = tuple(_plan_input(op, arg) for op, arg in zip(inputs, request.inputs))
         #: Every input present and not empty: the array constructor's arguments for each but its
         #: buffer (``bind_inputs``), made once; None: each input looked at per call.

@@ -241,7 +241,8 @@ def _bind_parts(
     travels inline (``bind_pools`` refuses it before it allocates: the full path words it)."""
     if plan.pool_bytes > wire.max_inline_bytes():
         return None
-    lane = _Lane.of(plan, found[1])
+    known = plan.lane  # the layout's lane, once made (``_Lane.of``: made there, once per plan)
+    lane: _Lane | None = _Lane.of(plan, found[1]) if known is None else known[0]
     if lane is not None:
         laned = lane.bind_parts(pools)
         if laned is not None:
@@ -550,7 +551,8 @@ class _Lane:
         as buffers. Worked out once per plan (``RequestPlan.lane``)."""
         known = plan.lane
         if known is not None:
-            return cast("_Lane | None", known[0])
+            lane: _Lane | None = known[0]
+            return lane
         lane = None
         graph = pm.graph
         io = plan.lane_io()
