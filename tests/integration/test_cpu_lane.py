@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -23,14 +24,12 @@ from nnhal.cli.serve import server_options
 from nnhal.client.device import Device
 from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, OperandType, OperationType
-from nnhal.core.errors import HalError, ResourceExhaustedTransient
 from nnhal.core.types import Model
-from nnhal.server.budget import MemoryBudget
-from nnhal.server.executions import lean
 from nnhal.server.executor import graph, subgraph
 from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.rpc.serve import Server
 from nnhal.testing.local_server import LocalServer
+from tests.integration.lane_cases import answered_alike, check_refusals, outcome as _outcome, request_data_refused
 
 pytestmark = pytest.mark.integration
 
@@ -162,22 +161,11 @@ def test_a_model_that_is_no_straight_program_takes_the_full_path(
     assert not lane_calls
 
 
-def _outcome(run: Callable[[], Any]) -> tuple[ErrorStatus, str]:
-    try:
-        run()
-    except HalError as err:
-        return err.error_status, type(err).__name__
-    return ErrorStatus.NONE, ""
-
-
 def test_refusals_and_fallbacks_answer_as_the_full_path(
     served: tuple[Server, str], lane_calls: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each case's status, with the lane and without it (the full path's answer): the same."""
-    server, _ = served
-    with_lane = _cases(server, lane_calls, monkeypatch, True)
-    _no_lane(monkeypatch)
-    assert _cases(server, lane_calls, monkeypatch, False) == with_lane
+    answered_alike(partial(_cases, served[0], lane_calls, monkeypatch), partial(_no_lane, monkeypatch))
 
 
 def _cases(
@@ -202,15 +190,7 @@ def _cases(
         assert len(lane_calls) == ran
 
         # The request's data over what the budget has: refused with the full path's status.
-        real_charge = MemoryBudget.charge
-
-        def full(self: MemoryBudget, session: str, nbytes: int, what: str = "model constants") -> None:
-            if what == lean.REQUEST_DATA:
-                raise ResourceExhaustedTransient("request data over the test's limit")
-            real_charge(self, session, nbytes, what)
-
-        with monkeypatch.context() as m:
-            m.setattr(MemoryBudget, "charge", full)
+        with request_data_refused(monkeypatch):
             seen["over"] = _outcome(lambda: pm.execute(inputs, timeout=60))
         assert len(lane_calls) == ran
 
@@ -228,9 +208,7 @@ def _cases(
         # ... and the device serves on, through the lane again.
         _same(pm.execute(inputs, timeout=60).outputs, [total])
         assert (len(lane_calls) > ran) == lane
-    assert seen["passed"][0] in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
-    assert seen["over"] == (ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT, "ResourceExhaustedTransient")
-    assert seen["missed"][0] in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
+    check_refusals(seen)
     return seen
 
 

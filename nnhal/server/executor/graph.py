@@ -61,6 +61,11 @@ _FP_STATE, _FP_IGNORE = _numpy_error_state()
 _COPY = np.ndarray.copy
 
 
+def _exhausted() -> ResourceExhaustedTransient:
+    """What a run raises when an allocation no reservation foresaw failed (a MemoryError)."""
+    return ResourceExhaustedTransient("the server ran out of memory during the execution")
+
+
 def _copy_out(value: np.ndarray) -> np.ndarray:
     """A copy of ``value``, reserved first."""
     allocation.reserve(value.nbytes)
@@ -156,7 +161,7 @@ class PreparedGraph:
                     pool.checkin(arena)
         except MemoryError:
             # The last line of defence: an allocation no reservation foresaw failed.
-            raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
+            raise _exhausted() from None
         finally:
             if accounting:
                 allocation.make_current(outer)
@@ -191,7 +196,7 @@ class PreparedGraph:
             finally:
                 pool.checkin(arena)
         except MemoryError:
-            raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
+            raise _exhausted() from None
         finally:
             if accounting and ran:
                 control.release_all()
@@ -464,23 +469,23 @@ class StraightLane:
 
     def run(self, inputs: Sequence[memoryview], into: Sequence[memoryview], control: ExecutionControl) -> object:
         pool = self._pool
+        arena = None
         accounting = control.reserve is not None
-        if accounting:
-            control.hold(self._hold)
         try:
+            if accounting:  # the arena held before it is taken (a failed hold: nothing to give back)
+                control.hold(self._hold)
             arena = pool.checkout()
-            try:
-                ins, outs = arena.io_bytes  # type: ignore[misc]
-                for buffer, data in zip(ins, inputs):
-                    buffer[:] = data
-                self._program(arena.straight, control)  # type: ignore[arg-type]
-                for place, result in zip(into, outs):
-                    place[:] = result
-            finally:
-                pool.checkin(arena)
+            ins, outs = arena.io_bytes  # type: ignore[misc]
+            for buffer, data in zip(ins, inputs):
+                buffer[:] = data
+            self._program(arena.straight, control)  # type: ignore[arg-type]
+            for place, result in zip(into, outs):
+                place[:] = result
         except MemoryError:
-            raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
+            raise _exhausted() from None
         finally:
+            if arena is not None:
+                pool.checkin(arena)
             if accounting:
                 control.release_all()
         return into
