@@ -60,22 +60,31 @@ TensorSpec = tuple[np.dtype[Any], tuple[int, ...]]
 class Lane(Protocol):
     """A graph's run of one request layout, made once per layout (``LaneGraph.lane``): each
     input copied from its bytes, the graph run, each output copied into its place — the
-    whole of an execution that is bytes in and bytes out. Raises the library's own
-    exceptions, as ``ExecutableGraph.run``'s graph would (``compiling.run_compiled`` words them)."""
+    whole of an execution that is bytes in and bytes out. A lane reads each input's bytes
+    exactly once, to copy them into memory of its own, and writes each place exactly once,
+    never reading it: its inputs and places may then be views of memory another process
+    writes too (a same-host queue's rings; DESIGN §2), whatever its graph does inside."""
 
-    #: The library's name in errors ("LiteRT").
+    #: The library's name in errors ("LiteRT", "the reference executor").
     library: str
 
     def __call__(self, inputs: Sequence[memoryview], into: Sequence[memoryview]) -> Sequence[memoryview]:
         """Copy ``inputs`` (each exactly its tensor's bytes) in, run, copy each output into its
-        ``into`` view (exactly its bytes) and return ``into``."""
+        ``into`` view (exactly its bytes) and return ``into``: the lane alone, with no
+        execution's control (its library's exceptions raised as they are)."""
+        ...
+
+    def run(self, inputs: Sequence[memoryview], into: Sequence[memoryview], control: ExecutionControl) -> object:
+        """Copy ``inputs`` (each exactly its tensor's bytes) in, run under ``control`` as the
+        graph's ``run`` runs (its checks, its errors: a HalError for what ends the execution),
+        copy each output into its ``into`` view (exactly its bytes)."""
         ...
 
 
 @runtime_checkable
 class LaneGraph(Protocol):
     """A graph that offers a :class:`Lane` per request layout (the litert device's: a model
-    placed wholly on LiteRT)."""
+    placed wholly on LiteRT; the reference executor's straight program)."""
 
     def lane(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> Lane | None:
         """The lane of a layout whose inputs and outputs are of these dtypes and shapes, in the

@@ -136,6 +136,21 @@ def run_compiled(
     return outputs
 
 
+class CompiledLane:
+    """A library's ``backend.Lane``: ``__call__(inputs, into)`` copies in, invokes the library
+    and copies out, raising the library's own exceptions; ``run`` runs it as one scheduler step
+    (:func:`run_compiled`: its checks and its words for those exceptions)."""
+
+    #: The library's name in errors.
+    library = ""
+
+    def __call__(self, inputs: Sequence[memoryview], into: Sequence[memoryview]) -> Sequence[memoryview]:
+        raise NotImplementedError
+
+    def run(self, inputs: Sequence[memoryview], into: Sequence[memoryview], control: ExecutionControl) -> object:
+        return run_compiled(self.library, self, inputs, control, into)
+
+
 def backend_capabilities(backend: Backend, measure: bool) -> Capabilities:
     """Capabilities measured against the CPU device at start (``capabilities``), or the
     reference's when not measuring (tests)."""

@@ -18,7 +18,6 @@ from nnhal.core.enums import ErrorStatus, Priority
 from nnhal.core.errors import HalError, OutputInsufficientSize
 from nnhal.core.types import ExecutionResult, Model, Operand, OperationProfile, OutputShape, Timing
 from nnhal.server.backend import ExecutableGraph
-from nnhal.server.compiling import run_compiled
 from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.memory import BoundPools, LanePools
 from nnhal.server.request_plan import PlanCache, RequestPlan
@@ -121,14 +120,15 @@ class PreparedModel:
 
     def execute_lane(self, pools: LanePools, control: ExecutionControl, measure: bool) -> ExecutionResult:
         """``execute`` of a request bound for its graph's lane (``memory.LanePools``): the lane
-        run as one scheduler step (``compiling.run_compiled``: its checks and its words for the
-        library's failures); every output fills its place, so the result is those places and
+        run under ``control`` (``backend.Lane.run``: a library's as one scheduler step,
+        ``compiling.run_compiled``; the reference executor's as its straight program, with its
+        checkpoints); every output fills its place, so the result is those places and
         the layout's shapes (nothing to check or write after the run)."""
         t0 = time.perf_counter_ns() if measure else 0  # the driver's time: read only when measured
         lane = pools.lane
         try:
             t1 = time.perf_counter_ns()
-            run_compiled(lane.library, lane, pools.inputs, control, pools.into)
+            lane.run(pools.inputs, pools.into, control)
             t2 = time.perf_counter_ns()
         except HalError as err:
             return execution_result(err.error_status, err.message, control=control)

@@ -29,6 +29,7 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -83,6 +84,7 @@ class RequestPlan:
         "_whole",
         "binding",
         "filled",
+        "lane",
         "overrides",
         "pool_bytes",
         "sizes",
@@ -101,6 +103,9 @@ class RequestPlan:
         #: Per pool, its index, size and whether it receives outputs: what a request of the
         #: layout whose pools are all inline binds each by (``executions.lean``: made once here).
         self.binding = tuple((i, size, i in self.writable) for i, size in enumerate(self.sizes))
+        #: The layout's lane on the plan's prepared model as the lean launch worked it out once
+        #: (``executions.lean``: in a one-tuple, None inside when there is none); None: not yet.
+        self.lane: tuple[Any] | None = None
         self._inputs = tuple(_plan_input(op, arg) for op, arg in zip(inputs, request.inputs))
         #: Every input present and not empty: the array constructor's arguments for each but its
         #: buffer (``bind_inputs``), made once; None: each input looked at per call.

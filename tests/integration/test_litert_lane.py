@@ -7,7 +7,8 @@ limit, a profile asked for)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -15,17 +16,16 @@ import pytest
 
 from nnhal.client.device import Device
 from nnhal.core.enums import ErrorStatus
-from nnhal.core.errors import HalError, ResourceExhaustedTransient
 from nnhal.models import FACE_DETECTION, tflite_model
 
 pytest.importorskip("ai_edge_litert")
 from nnhal.importers.litert import LiteRtRunner
 from nnhal.importers.tflite_model import import_tflite
-from nnhal.server.budget import MemoryBudget
 from nnhal.server.executions import lean
 from nnhal.server.litert import runtime
 from nnhal.server.rpc.serve import Server
 from nnhal.testing.local_server import LocalServer
+from tests.integration.lane_cases import answered_alike, check_refusals, outcome as _outcome, request_data_refused
 
 pytestmark = pytest.mark.integration
 
@@ -54,15 +54,6 @@ def _face() -> tuple[Any, LiteRtRunner]:
 def _agree(ours: Sequence[np.ndarray], theirs: Sequence[np.ndarray]) -> None:
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
-
-
-def _outcome(run: Callable[[], Any]) -> tuple[ErrorStatus, str]:
-    """A call's status and message (NONE and "" when it answered)."""
-    try:
-        run()
-    except HalError as err:
-        return err.error_status, type(err).__name__
-    return ErrorStatus.NONE, ""
 
 
 def test_compact_calls_take_the_lane_and_answer_as_litert(litert_server: Server, lane_calls: list[int]) -> None:
@@ -108,9 +99,7 @@ def test_refusals_and_fallbacks_answer_as_the_full_path(
     litert_server: Server, lane_calls: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each case's status, with the lane and without it (the full path's answer): the same."""
-    with_lane = _cases(litert_server, lane_calls, monkeypatch, True)
-    _no_lane(monkeypatch)
-    assert _cases(litert_server, lane_calls, monkeypatch, False) == with_lane
+    answered_alike(partial(_cases, litert_server, lane_calls, monkeypatch), partial(_no_lane, monkeypatch))
 
 
 def _cases(
@@ -138,15 +127,7 @@ def _cases(
         assert len(lane_calls) == ran
 
         # The request's data over what the budget has: refused with the full path's status.
-        real_charge = MemoryBudget.charge
-
-        def full(self: MemoryBudget, session: str, nbytes: int, what: str = "model constants") -> None:
-            if what == lean.REQUEST_DATA:
-                raise ResourceExhaustedTransient("request data over the test's limit")
-            real_charge(self, session, nbytes, what)
-
-        with monkeypatch.context() as m:
-            m.setattr(MemoryBudget, "charge", full)
+        with request_data_refused(monkeypatch):
             seen["over"] = _outcome(lambda: pm.execute(inputs, timeout=60))
         assert len(lane_calls) == ran
 
@@ -164,7 +145,5 @@ def _cases(
         # ... and the device serves on, through the lane again.
         _agree(pm.execute(inputs, timeout=60).outputs, lite.run(inputs))
         assert (len(lane_calls) > ran) == lane
-    assert seen["passed"][0] in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
-    assert seen["over"] == (ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT, "ResourceExhaustedTransient")
-    assert seen["missed"][0] in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
+    check_refusals(seen)
     return seen

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from operator import getitem, itemgetter, le
 from typing import Any, cast
 
 from nnhal.core import fastanswer, fastpacket, fastring, wire
@@ -205,7 +206,7 @@ def _found(driver: Driver, session: str, model: str) -> Found:
     return s, driver.prepared(s, model)
 
 
-def _bind_request(request: Request, plan: RequestPlan, driver: Driver, session: Session) -> BoundPools | None:
+def _bind_request(request: Request, plan: RequestPlan, driver: Driver, found: Found) -> BoundPools | None:
     """``request``'s pools bound as the full path binds them (``bind_pools``, which refuses
     inline pools over the limit before it allocates; a shared pool's ranges named); None when
     it refuses them (the full path refuses them after its admission, as it always did) or they
@@ -216,8 +217,8 @@ def _bind_request(request: Request, plan: RequestPlan, driver: Driver, session: 
             driver.config.shared_memory,
             plan.writable,
             token_placeholder,
-            session.is_local,
-            session.regions,
+            found[0].is_local,
+            found[0].regions,
         )
     except Exception:
         return None
@@ -230,14 +231,24 @@ def _bind_request(request: Request, plan: RequestPlan, driver: Driver, session: 
 
 
 def _bind_parts(
-    pools: Sequence[tuple[PoolData, int]], plan: RequestPlan, _driver: Driver, _session: Session
+    pools: Sequence[tuple[PoolData, int]], plan: RequestPlan, _driver: Driver, found: Found
 ) -> BoundPools | None:
     """Inline pools (bytes and size) bound as ``bind_pools`` binds them (``bind_inline``, each
-    buffer of its pool's size); None when their sizes are not ``plan``'s (``RequestPlan.fits``),
-    or they declare more than travels inline (``bind_pools`` refuses it before it allocates:
-    the full path words it)."""
+    buffer of its pool's size) — or for the layout's lane on ``found``'s prepared model
+    (``_Lane.bind_parts``: each input a view of its bytes, each output pool a buffer of its
+    own, which the answer carries) when it has one and they carry every input's bytes; None
+    when their sizes are not ``plan``'s (``RequestPlan.fits``), or they declare more than
+    travels inline (``bind_pools`` refuses it before it allocates: the full path words it)."""
+    if plan.pool_bytes > wire.max_inline_bytes():
+        return None
+    known = plan.lane  # the layout's lane, once made (``_Lane.of``: made there, once per plan)
+    lane: _Lane | None = _Lane.of(plan, found[1]) if known is None else known[0]
+    if lane is not None:
+        laned = lane.bind_parts(pools)
+        if laned is not None:
+            return laned
     binding = plan.binding
-    if len(pools) != len(binding) or plan.pool_bytes > wire.max_inline_bytes():
+    if len(pools) != len(binding):
         return None
     bound = BoundPools()
     for (data, size), (i, planned, writable) in zip(pools, binding):
@@ -250,10 +261,10 @@ def _bind_parts(
 
 #: How a lean launch binds its call's pools (:func:`launch_inline`'s ``bind``): from what the call
 #: carries (its canonical request, its inline pools' parts, a compact call's body), for the
-#: layout's plan, on the call's driver and session — refusing inline pools over the limit before
-#: it allocates them; None when they cannot be bound or do not fit the plan (``RequestPlan.fits``;
-#: the full path words it).
-Binder = Callable[[Any, RequestPlan, Driver, Session], "BoundPools | None"]
+#: layout's plan, on the call's driver, session and prepared model (``Found``) — refusing inline
+#: pools over the limit before it allocates them; None when they cannot be bound or do not fit
+#: the plan (``RequestPlan.fits``; the full path words it).
+Binder = Callable[[Any, RequestPlan, Driver, Found], "BoundPools | None"]
 
 
 def launch_inline(
@@ -278,7 +289,7 @@ def launch_inline(
     The one sequence of every lean launch (:func:`launch` and :func:`launch_compact` hand it
     their pools and their ``bind``), each step where the full path takes it: an injected
     execute delay (None); the layout's plan (None: a new layout); the deadline's fit (raises
-    for one passed, None for one too near); ``bind(pools, plan, driver, session)``: the inline
+    for one passed, None for one too near); ``bind(pools, plan, driver, found)``: the inline
     limit, the binding and the bound sizes' fit to the plan (None: refused or not fitting). Then the
     slot taken at once (``ticket``: the running one the caller took already) and the request
     data charged, in the full path's order; None when either is not had at once — the pools
@@ -292,7 +303,7 @@ def launch_inline(
         return None
     if deadline_ns is not None and not _deadline_fits(pm, deadline_ns):
         return None
-    bound = bind(pools, plan, driver, session)
+    bound = bind(pools, plan, driver, found)
     if bound is None:
         return None
     taken = ticket is None
@@ -373,8 +384,10 @@ class Compact:
         #: worked out once per plan (a layout's is mostly one).
         self.pools: tuple[RequestPlan | None, tuple[tuple[int, int, int, int, bool, bool], ...]] = (None, ())
         #: The plan and prepared model :meth:`bind` last bound for, and the layout's lane for
-        #: them (``_Lane``; None: none), worked out once per plan and model.
-        self.lane: tuple[RequestPlan | None, PreparedModel | None, _Lane | None] = (None, None, None)
+        #: them with where each input's bytes are in a call's body and the ``reserve`` its
+        #: output pools' places are asked of (``_lane_for``; None: none), worked out once per
+        #: plan and model.
+        self.lane: tuple[RequestPlan | None, PreparedModel | None, _Laned | None] = (None, None, None)
 
     def check(self, body: memoryview) -> None:
         """PacketError unless ``body`` is of the layout's length (``fastpacket.Layout.pools``)."""
@@ -394,7 +407,7 @@ class Compact:
         request = Request(self.inputs, self.outputs, pools)
         return Execution(self.session, self.model, request, measure, deadline_ns, loop_timeout_ns)
 
-    def bind(self, body: memoryview, plan: RequestPlan, _driver: Driver, _session: Session) -> BoundPools | None:
+    def bind(self, body: memoryview, plan: RequestPlan, _driver: Driver, _found: Found) -> BoundPools | None:
         """The pools as ``bind_pools`` binds them for ``plan``: an output pool a zeroed buffer
         of its size holding the call's bytes, any other the call's bytes (zero-padded to its
         size) — a view of ``body``, or a private copy when ``body`` is a view of the queue's
@@ -412,9 +425,10 @@ class Compact:
         if found is not None:
             lane = self.lane
             if lane[0] is not plan or lane[1] is not found[1]:
-                lane = self.lane = (plan, found[1], _Lane.of(self, plan, found[1]))
+                lane = self.lane = (plan, found[1], self._lane_for(plan, found[1]))
             if lane[2] is not None:
-                return lane[2].bind(body, None if self.reserve is None else self.answers.places(self.reserve))
+                laned, spans, reserve = lane[2]
+                return laned.bind(body, spans, None if reserve is None else self.answers.places(reserve))
         # The queue's rings are bound as they are only for a graph that copies each input out
         # once before it reads it and writes each output once, never reading it (LiteRT's):
         # then those copies are the tensors' one copy out of and into the rings. Any other
@@ -443,6 +457,24 @@ class Compact:
         bound.data_bytes = self.inline
         return bound
 
+    def _lane_for(self, plan: RequestPlan, pm: PreparedModel) -> _Laned | None:
+        """The layout's lane for ``plan`` on ``pm`` (``_Lane.of``), where each input's bytes are
+        in a call's body, and ``reserve`` when its answers may carry the output pools in place
+        (``_Lane.placed``; else None); None: no lane, or an input's bytes not all carried
+        (zero-padded: bound as buffers)."""
+        lane = _Lane.of(plan, pm)
+        if lane is None:
+            return None
+        spans = []
+        for pool, a, b, _ in lane.inputs:
+            start, end = self.spans[pool]
+            if b > end - start:
+                return None
+            spans.append(slice(start + a, start + b))
+        # Once per layout of a queue: which calls skip the generic binding and run is worth knowing.
+        log.info("compact calls of prepared model %s run through its graph's lane (%s)", self.model, lane.lane.library)
+        return lane, tuple(spans), self.reserve if lane.placed else None
+
     def _pools_for(self, plan: RequestPlan) -> tuple[tuple[int, int, int, int, bool, bool], ...]:
         """Per pool, what :meth:`bind` binds it by for ``plan``: its index, where its bytes are in
         a call's body, its size, and whether it receives outputs (``RequestPlan.writable``) and
@@ -453,72 +485,98 @@ class Compact:
         )
 
 
+#: A call's inline pool's bytes and size (``_Lane.bind_parts``).
+_DATA = itemgetter(0)
+_SIZE = itemgetter(1)
+_VIEW = cast("Callable[[PoolData], memoryview]", memoryview)
+_SLICE = cast("Callable[[memoryview, slice], memoryview]", getitem)
 #: A lane's output pools as an answer carries them (``_Lane.bind``).
 _Pools = dict[int, PoolData]
+#: Per input of a lane, where its bytes are in a compact call's body (``Compact._lane_for``).
+_Spans = tuple[slice, ...]
+#: A compact layout's lane, its inputs' spans and where its answers' places are reserved
+#: (``Compact._lane_for``).
+_Laned = tuple["_Lane", _Spans, "Callable[[int], memoryview | None] | None"]
 
 
 class _Lane:
-    """A compact layout's run through its prepared model's lane (``backend.Lane``): what
-    :meth:`Compact.bind` binds a call by when the layout's plan is bytes in and bytes out
+    """A request layout's run through its prepared model's lane (``backend.Lane``): what a
+    lean launch binds a call by when the layout's plan is bytes in and bytes out
     (``RequestPlan.lane_io``) and the model's graph offers a lane for it (``LaneGraph``: a
-    model placed wholly on LiteRT) — each input a view of the call's body, each output a
-    view of its pool's place in the result ring (``fastanswer.AnswerWriter.places``) or of a
-    buffer of its own."""
+    model placed wholly on LiteRT, the reference executor's straight program) — each input a
+    view of the call's bytes, each output a view of its pool's place in a same-host answer's
+    result ring (``fastanswer.AnswerWriter.places``) or of a buffer of its own. Made once per
+    plan (``of``, kept in ``RequestPlan.lane``: a plan is its prepared model's)."""
 
-    __slots__ = ("data_bytes", "lane", "outputs", "pools", "shapes", "spans")
+    __slots__ = ("data_bytes", "inputs", "lane", "one", "outputs", "parts", "placed", "pools", "shapes", "sizes")
 
     def __init__(
         self,
         lane: Lane,
-        spans: tuple[tuple[int, int], ...],
+        inputs: tuple[tuple[int, int, int, bool], ...],
         outputs: tuple[tuple[int, int, int, int], ...],
         shapes: tuple[OutputShape, ...],
-        data_bytes: int,
+        plan: RequestPlan,
         pools: tuple[tuple[int, int], ...],
     ) -> None:
         self.lane = lane
-        #: Per input, where its bytes are in a call's body.
-        self.spans = spans
+        #: Per input: its pool, where its bytes are in it, and whether they are all of it.
+        self.inputs = inputs
         #: Per output: its pool, where its bytes are in it, and the pool's size.
         self.outputs = outputs
         #: The output pools (each tiled whole by its outputs) and their sizes, by index (the
         #: order ``bind_inline`` binds them in, hence an answer's).
         self.pools = pools
         self.shapes = shapes
-        self.data_bytes = data_bytes
+        #: Every pool's size (what a call's pools must measure) and their sum (its data's charge).
+        self.sizes = plan.sizes
+        self.data_bytes = plan.pool_bytes
+        #: What ``bind_parts`` binds a call's inline pools by: per pool the bytes its inputs need,
+        #: and per input its pool and where its bytes are in it.
+        needs = [0] * len(self.sizes)
+        for pool, _, b, _ in inputs:
+            needs[pool] = max(needs[pool], b)
+        self.parts = (tuple(needs), tuple(i[0] for i in inputs), tuple(slice(a, b) for _, a, b, _ in inputs))
+        #: Whether a same-host answer may carry the output pools in place in the result ring
+        #: (``fastanswer.AnswerWriter.places``): the ring reserves a place only for a payload of
+        #: ``fastring.DIRECT_BYTES`` or more, which an answer's head alone (its shapes, its
+        #: pools' lengths) is far from: not asked for when the pools are under half of it.
+        self.placed = 2 * sum(size for _, size in pools) >= fastring.DIRECT_BYTES
+        #: The one output pool and its size when the layout has one output, filling it whole.
+        self.one = pools[0] if len(outputs) == 1 and outputs[0][2] - outputs[0][1] == outputs[0][3] else None
 
     @staticmethod
-    def of(compact: Compact, plan: RequestPlan, pm: PreparedModel) -> _Lane | None:
-        """The lane of ``compact``'s calls for ``plan`` on ``pm``, or None: bound as buffers."""
+    def of(plan: RequestPlan, pm: PreparedModel) -> _Lane | None:
+        """The lane of ``plan``'s calls on ``pm`` (``plan`` is one of ``pm.plans``), or None: bound
+        as buffers. Worked out once per plan (``RequestPlan.lane``)."""
+        known = plan.lane
+        if known is not None:
+            lane: _Lane | None = known[0]
+            return lane
+        lane = None
         graph = pm.graph
-        if not (graph.copies_io and isinstance(graph, LaneGraph)):
-            return None
         io = plan.lane_io()
-        if io is None:
-            return None
-        ins, outs, shapes = io
-        spans = []
-        for pool, offset, n, _, _ in ins:
-            a, b = compact.spans[pool]
-            if offset + n > b - a:  # an input's bytes not all carried (zero-padded): bound as buffers
-                return None
-            spans.append((a + offset, a + offset + n))
-        lane = graph.lane([(d, shape) for *_, d, shape in ins], [(d, shape) for *_, d, shape in outs])
-        if lane is None:
-            return None
-        # Once per layout of a queue: which calls skip the generic binding and run is worth knowing.
-        log.info("compact calls of prepared model %s run through its graph's lane (%s)", compact.model, lane.library)
-        outputs = tuple((pool, offset, offset + n, compact.sizes[pool]) for pool, offset, n, _, _ in outs)
-        pools = tuple((pool, compact.sizes[pool]) for pool in sorted({o[0] for o in outs}))
-        return _Lane(lane, tuple(spans), outputs, shapes, compact.inline, pools)
+        if io is not None and isinstance(graph, LaneGraph):
+            ins, outs, shapes = io
+            made = graph.lane([(d, shape) for *_, d, shape in ins], [(d, shape) for *_, d, shape in outs])
+            if made is not None:
+                sizes = plan.sizes
+                inputs = tuple(
+                    (pool, offset, offset + n, offset == 0 and n == sizes[pool]) for pool, offset, n, _, _ in ins
+                )
+                outputs = tuple((pool, offset, offset + n, sizes[pool]) for pool, offset, n, _, _ in outs)
+                pools = tuple((pool, sizes[pool]) for pool in sorted({o[0] for o in outs}))
+                lane = _Lane(made, inputs, outputs, shapes, plan, pools)
+                log.info("calls of a request layout run through its prepared model's lane (%s)", made.library)
+        plan.lane = (lane,)
+        return lane
 
-    def bind(self, body: memoryview, places: dict[int, memoryview] | None) -> LanePools:
-        """A call of ``body`` bound for the lane: its output pools ``places`` (handed on as the
-        answer's pools, unchanged: ``fastanswer.AnswerWriter.places``) when it has a place of
-        each output pool's size, and no other; else buffers of their own."""
-        inputs = []
-        for a, b in self.spans:  # a loop: a comprehension's own call costs more
-            inputs.append(body[a:b])
+    def bind(self, body: memoryview, spans: _Spans, places: dict[int, memoryview] | None) -> LanePools:
+        """A compact call of ``body`` bound for the lane (``spans``: its inputs' bytes in it):
+        its output pools ``places`` (handed on as the answer's pools, unchanged:
+        ``fastanswer.AnswerWriter.places``) when it has a place of each output pool's size, and
+        no other; else buffers of their own."""
+        inputs = list(map(body.__getitem__, spans))
         if places is not None and len(places) == len(self.pools):
             into = []
             for pool, a, b, size in self.outputs:
@@ -529,7 +587,31 @@ class _Lane:
             else:
                 results = cast(_Pools, places)
                 return LanePools(self.lane, inputs, into, results, self.shapes, self.data_bytes)
-        own: dict[int, PoolData] = {pool: memoryview(bytearray(size)) for pool, size in self.pools}
+        return self._own(inputs)
+
+    def bind_parts(self, pools: Sequence[tuple[PoolData, int]]) -> LanePools | None:
+        """A call of inline ``pools`` (bytes and size, ``_bind_parts``) bound for the lane: each
+        input a view of its bytes, each output pool a buffer of its own. None when the pools'
+        sizes are not the layout's (the generic binding refuses them) or an input's bytes are
+        not all carried (zero-padded: bound as buffers). C calls over the pools and inputs (what
+        each takes was worked out once, ``parts``), no Python step per pool or input."""
+        if tuple(map(_SIZE, pools)) != self.sizes:
+            return None
+        views: list[memoryview] = list(map(_VIEW, map(_DATA, pools)))
+        needs, at, slices = self.parts
+        if not all(map(le, needs, map(len, views))):
+            return None
+        return self._own(list(map(_SLICE, map(views.__getitem__, at), slices)))
+
+    def _own(self, inputs: list[memoryview]) -> LanePools:
+        """A call of ``inputs`` bound for the lane, each output pool a buffer of its own."""
+        one = self.one
+        if one is not None:  # one output, filling its pool: the pool's buffer is its place
+            view = memoryview(bytearray(one[1]))
+            return LanePools(self.lane, inputs, [view], {one[0]: view}, self.shapes, self.data_bytes)
+        own: dict[int, PoolData] = {}
+        for pool, size in self.pools:
+            own[pool] = memoryview(bytearray(size))
         into = [cast(memoryview, own[pool])[a:b] for pool, a, b, _ in self.outputs]
         return LanePools(self.lane, inputs, into, own, self.shapes, self.data_bytes)
 

@@ -117,6 +117,10 @@ class Arena:
         #: holding the model's outputs after it ran (PreparedGraph's straight run).
         self.straight: tuple[tuple[Callable[[], object], ...], ...] | None = None
         self.results: tuple[np.ndarray, ...] = ()
+        #: With ``straight``, when every model input has a buffer: the input buffers' and the
+        #: results' bytes, as writable byte views (a graph's lane copies through them,
+        #: ``PreparedGraph.lane``); None otherwise.
+        self.io_bytes: tuple[tuple[memoryview, ...], tuple[memoryview, ...]] | None = None
 
     def load(self, inputs: Sequence[np.ndarray | None]) -> bool:
         """Copy each model input that has a buffer into it; False (the arena's buffers then hold

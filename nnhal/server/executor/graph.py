@@ -11,6 +11,7 @@ import importlib
 import time
 from collections.abc import Sequence
 from contextvars import ContextVar
+from typing import Any
 
 import numpy as np
 
@@ -27,11 +28,16 @@ from nnhal.server.executor.context import ExecutionContext
 from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.executor.errors import OP_FAILED, fail
 from nnhal.server.executor.fusion import PlannedOperation, fold_activations
+from nnhal.server.executor.registry import Call
 from nnhal.server.executor.step_plan import plan_steps
 from nnhal.server.executor.subgraph import (
     PreparedSubgraph,
     run_segments,
 )
+
+#: A tensor's dtype and shape (``backend.TensorSpec``, which is that type: the executor does not
+#: import the backends' module).
+_Spec = tuple[np.dtype[Any], tuple[int, ...]]
 
 
 def _numpy_error_state() -> tuple[ContextVar[object] | None, object]:
@@ -53,6 +59,11 @@ _FP_STATE, _FP_IGNORE = _numpy_error_state()
 
 #: A result copied out of its arena buffer (``_run_straight``: ``map``, no Python step per result).
 _COPY = np.ndarray.copy
+
+
+def _exhausted() -> ResourceExhaustedTransient:
+    """What a run raises when an allocation no reservation foresaw failed (a MemoryError)."""
+    return ResourceExhaustedTransient("the server ran out of memory during the execution")
 
 
 def _copy_out(value: np.ndarray) -> np.ndarray:
@@ -150,7 +161,7 @@ class PreparedGraph:
                     pool.checkin(arena)
         except MemoryError:
             # The last line of defence: an allocation no reservation foresaw failed.
-            raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
+            raise _exhausted() from None
         finally:
             if accounting:
                 allocation.make_current(outer)
@@ -180,28 +191,55 @@ class PreparedGraph:
                         control.drop(main.straight_bytes)  # the general path holds its own
                     return None
                 ran = True
-                control.graph = self
-                control.start()
-                # Overflow, NaN and division by zero are results, never errors (as in ``run``):
-                # numpy's error state set as np.errstate sets it, from a value made once.
-                if _FP_STATE is None:
-                    with np.errstate(all="ignore"):
-                        run_segments(segments, control)
-                else:
-                    token = _FP_STATE.set(_FP_IGNORE)
-                    try:
-                        run_segments(segments, control)
-                    finally:
-                        _FP_STATE.reset(token)
-                control.operations_run += len(main.steps)
+                self._program(segments, control)
                 return list(map(_COPY, arena.results))
             finally:
                 pool.checkin(arena)
         except MemoryError:
-            raise ResourceExhaustedTransient("the server ran out of memory during the execution") from None
+            raise _exhausted() from None
         finally:
             if accounting and ran:
                 control.release_all()
+
+    def _program(self, segments: tuple[tuple[Call, ...], ...], control: ExecutionControl) -> None:
+        """The main subgraph's straight program on an arena (its ``segments``), loaded: the run
+        started, each segment after its checkpoint (``run_segments``). Overflow, NaN and
+        division by zero are results, never errors (as in ``run``): numpy's error state set as
+        np.errstate sets it, from a value made once."""
+        control.graph = self
+        control.start()
+        if _FP_STATE is None:
+            with np.errstate(all="ignore"):
+                run_segments(segments, control)
+        else:
+            token = _FP_STATE.set(_FP_IGNORE)
+            try:
+                run_segments(segments, control)
+            finally:
+                _FP_STATE.reset(token)
+        control.operations_run += len(self.main.steps)
+
+    def lane(self, inputs: Sequence[_Spec], outputs: Sequence[_Spec]) -> StraightLane | None:
+        """``backend.LaneGraph.lane``: the straight program's lane when the main subgraph runs as
+        one (``compile_static``: every step a fixed call; no control flow), every model input
+        has a buffer, and each input and output is of its buffer's exact dtype and shape."""
+        main = self.main
+        pool = main.pool
+        if pool is None:
+            return None
+        arena = pool.checkout()  # made on first use: whether the program is straight is known then
+        try:
+            if arena.straight is None or arena.io_bytes is None:
+                return None
+            buffers = (*arena.inputs, *arena.results)
+            if len(inputs) != len(arena.inputs) or len(outputs) != len(arena.results):
+                return None
+            for buffer, (dtype, shape) in zip(buffers, (*inputs, *outputs)):
+                if buffer is None or buffer.dtype != dtype or buffer.shape != tuple(shape):
+                    return None
+        finally:
+            pool.checkin(arena)
+        return StraightLane(self)
 
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray], control: ExecutionControl) -> list[np.ndarray]:
         if not 0 <= index < len(self.referenced):
@@ -401,3 +439,53 @@ class PreparedGraph:
             # What a subgraph returns is counted by the operation (or run) that receives it.
             control.held = run_base
         return results
+
+
+class StraightLane:
+    """``backend.Lane`` of a ``PreparedGraph`` whose main subgraph is a straight program
+    (``PreparedGraph.lane``): a run as ``PreparedGraph._run_straight``'s — each input's bytes
+    copied once into its arena buffer, the program's segments each after its checkpoint, under
+    the same floating-point state (NaN and overflow as the reference's) and memory accounting
+    — and each result's bytes copied once into its place, where ``_run_straight`` copies the
+    result out as an array for the caller to write. Nothing is checked per call: the
+    dtypes and shapes were matched when it was made."""
+
+    __slots__ = ("_hold", "_pool", "_program")
+
+    library = "the reference executor"
+
+    def __init__(self, graph: PreparedGraph) -> None:
+        self._program = graph._program
+        pool = graph.main.pool
+        assert pool is not None
+        self._pool = pool
+        #: What a run holds under memory accounting: its arena (no result copied out of it).
+        self._hold = pool.nbytes
+
+    def __call__(self, inputs: Sequence[memoryview], into: Sequence[memoryview]) -> Sequence[memoryview]:
+        """The lane run with no execution's limits (``backend.Lane``)."""
+        self.run(inputs, into, ExecutionControl())
+        return into
+
+    def run(self, inputs: Sequence[memoryview], into: Sequence[memoryview], control: ExecutionControl) -> object:
+        pool = self._pool
+        arena = None
+        accounting = control.reserve is not None
+        try:
+            if accounting:  # the arena held before it is taken (a failed hold: nothing to give back)
+                control.hold(self._hold)
+            arena = pool.checkout()
+            ins, outs = arena.io_bytes  # type: ignore[misc]
+            for buffer, data in zip(ins, inputs):
+                buffer[:] = data
+            self._program(arena.straight, control)  # type: ignore[arg-type]
+            for place, result in zip(into, outs):
+                place[:] = result
+        except MemoryError:
+            raise _exhausted() from None
+        finally:
+            if arena is not None:
+                pool.checkin(arena)
+            if accounting:
+                control.release_all()
+        return into

@@ -193,8 +193,18 @@ def compile_static(prepared: PreparedSubgraph, arena: Arena) -> None:
         segments.append(tuple(segment))
         arena.straight = tuple(segments)
         arena.results = tuple(values[i] for i in sg.output_indexes)  # type: ignore[misc]
+        if all(view is not None for view in arena.inputs):
+            arena.io_bytes = (
+                tuple(_bytes_of(view) for view in arena.inputs),  # type: ignore[arg-type]
+                tuple(map(_bytes_of, arena.results)),
+            )
         prepared.straight_bytes = arena.block.nbytes + sum(r.nbytes for r in arena.results)
     prepared.straight = straight
+
+
+def _bytes_of(array: np.ndarray) -> memoryview:
+    """A writable byte view of ``array``'s memory (an arena buffer: contiguous)."""
+    return array.reshape(-1).view(np.uint8).data
 
 
 def run_segments(segments: tuple[tuple[Call, ...], ...], control: ExecutionControl) -> None:

@@ -23,7 +23,7 @@ from nnhal.core.enums import HalVersion
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import Capabilities, Model, Operand
 from nnhal.server.backend import ExecutableGraph, TensorSpec
-from nnhal.server.compiling import backend_capabilities, run_compiled
+from nnhal.server.compiling import CompiledLane, backend_capabilities, run_compiled
 from nnhal.server.executor.constants import Buffer
 from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.litert import compiler
@@ -129,7 +129,7 @@ class LiteRtGraph:
         return LiteRtLane(self._lock, [t[1] for t in self._ins], [t[1] for t in chosen], self._run)
 
 
-class LiteRtLane:
+class LiteRtLane(CompiledLane):
     """``backend.Lane`` of a ``LiteRtGraph``: each input's bytes copied straight into its tensor's
     buffer, the interpreter invoked, each output's buffer copied straight into its place — the
     graph's one copy in and one copy out (``copies_io``), under its lock, with no array made

@@ -9,6 +9,7 @@ import mmap
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
+from typing import Any
 
 import numpy as np
 import pytest
@@ -32,6 +33,8 @@ from nnhal.server.executions import (
     owner,
 )
 from nnhal.server.executions.afterwards import Afterwards
+from nnhal.server.executor.graph import PreparedGraph
+from nnhal.server.memory import LanePools
 from nnhal.server.prepared_model import PreparedModel
 from nnhal.server.scheduler import Ticket
 from nnhal.server.session import Faults
@@ -265,10 +268,15 @@ def test_a_compact_layout_keeps_its_model_until_it_is_released_or_its_session_cl
 
 
 @pytest.mark.parametrize("copies", [False, True])
-def test_a_compact_call_read_in_the_ring_is_copied_once_out_of_it(copies: bool) -> None:
+def test_a_compact_call_read_in_the_ring_is_copied_once_out_of_it(
+    copies: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A body that is a view of the queue's shared ring reaches the graph as it is only when the
     graph copies its inputs out itself; any other graph gets the pools' private copies, and the
-    full path's pools are private copies too (DESIGN §2: the client still writes the ring)."""
+    full path's pools are private copies too (DESIGN §2: the client still writes the ring).
+    The generic binding's case: a graph that offers no lane (a lane's case:
+    ``test_a_compact_call_through_a_lane_reads_the_ring_once``)."""
+    monkeypatch.setattr(PreparedGraph, "lane", lambda *args: None)
     x, session, handle, _, request, compact = _learned_compact()
     payload = b"".join(bytes(p) for p in fastpacket.body_parts([inline_data(p) for p in request.pools]))
     ring = mmap.mmap(-1, 4096)
@@ -292,6 +300,38 @@ def test_a_compact_call_read_in_the_ring_is_copied_once_out_of_it(copies: bool) 
     finally:
         del pm.graph.copies_io  # type: ignore[misc]
     del body, buffers, run, full
+    ring.close()
+
+
+def test_a_compact_call_through_a_lane_reads_the_ring_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference executor's lane (``PreparedGraph.lane``) of a graph that computes in place:
+    its inputs views of the ring, each read once — copied into the arena's own buffers before
+    the program runs — so a client that changes the ring meanwhile changes nothing it computes;
+    its output written once into a pool of its own."""
+    x, _, _, _, request, compact = _learned_compact()
+    payload = b"".join(bytes(p) for p in fastpacket.body_parts([inline_data(p) for p in request.pools]))
+    ring = mmap.mmap(-1, 4096)
+    ring[: len(payload)] = payload
+    body = memoryview(ring)[: len(payload)].toreadonly()
+    d = x.driver
+    real = PreparedGraph._program
+    scribbled: list[int] = []
+
+    def scribbling(self: PreparedGraph, segments: Any, control: Any) -> None:
+        ring[: len(payload)] = bytes(len(payload))  # the client writes the ring while it computes
+        scribbled.append(1)
+        real(self, segments, control)
+
+    monkeypatch.setattr(PreparedGraph, "_program", scribbling)
+    run = lean.launch_compact(d, compact, body, False, None, 0)
+    assert run is not None and isinstance(run.bound, LanePools)
+    assert all(fastring.in_ring(b) for b in run.bound.inputs)
+    assert not any(fastring.in_ring(b) for b in run.bound.into)
+    result = run.run()
+    assert result.status == ErrorStatus.NONE and scribbled
+    assert np.array_equal(np.frombuffer(result.output_pools[1], np.float32), np.full(8, 2.0, np.float32))
+    run.close()
+    del body, run
     ring.close()
 
 
