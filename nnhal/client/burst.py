@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -112,12 +113,14 @@ class Burst:
         planned = numpy_io.planned(inputs)
         if planned is not None:
             plan, parts = planned
+            # The answer read apart (``fastanswer.Apart``), or a result alone: ``settle``'s arguments.
+            answer: tuple[Any, ...] | None
             if fast is not None:
-                result = fast.execute_planned(plan.compact, parts, measure, timeout)
+                answer = fast.execute_planned(plan.compact, parts, measure, timeout)
             else:
-                result = self._run(plan.request(parts), options)
-            if result is not None:
-                settled = settle(plan, result)
+                answer = (self._run(plan.request(parts), options),)
+            if answer is not None:
+                settled = settle(plan, *answer)
                 if isinstance(settled, ExecutionOutcome):
                     return settled
                 sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path

@@ -34,6 +34,7 @@ from nnhal.core.types import (
     PoolData,
     Request,
     RequestArgument,
+    Timing,
 )
 
 #: Input and output offsets in the inline pools are aligned for the server's zero-copy views.
@@ -391,21 +392,22 @@ def numpy_execution(
 
 
 def settle(
-    plan: _Plan, result: ExecutionResult, pools: dict[int, PoolData] | None = None
+    plan: _Plan, result: ExecutionResult, pools: dict[int, PoolData] | None = None, timing: Timing | None = None
 ) -> ExecutionOutcome | list[int]:
     """What the result of a planned call (:meth:`NumpyIO.planned`) comes to, its output pools
-    ``pools`` (None: its own; else those of an answer read apart, ``encoded.Answer``): the outcome with
-    ``outputs``, or the output sizes to retry with (:func:`numpy_execution` with them); raises
-    the HalError it ended with otherwise — :func:`numpy_execution`'s first step."""
+    ``pools`` and its timing ``timing`` (None: its own; else those of an answer read apart:
+    ``encoded.Answer``, ``fastanswer.Apart``): the outcome with ``outputs``, or the output sizes
+    to retry with (:func:`numpy_execution` with them); raises the HalError it ended with
+    otherwise — :func:`numpy_execution`'s first step."""
     # A planned call is never profiled: its result has no profile or timeline to carry over.
     status, shapes = result.status, result.output_shapes
     if pools is None:
         pools = result.output_pools
+    if timing is None:
+        timing = result.timing
     if status == ErrorStatus.NONE:
-        return ExecutionOutcome.answered(
-            status, result.message, shapes, result.timing, pools, plan.outputs_of(pools, shapes)
-        )
-    outcome = ExecutionOutcome.answered(status, result.message, shapes, result.timing, pools, [])
+        return ExecutionOutcome.answered(status, result.message, shapes, timing, pools, plan.outputs_of(pools, shapes))
+    outcome = ExecutionOutcome.answered(status, result.message, shapes, timing, pools, [])
     retry = retry_sizes(outcome, plan.layout)
     if retry is None:
         outcome.raise_for_status()  # a status other than NONE: raises

@@ -67,7 +67,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from nnhal.client.outcome import failed_result
 from nnhal.client.remote.messages import ExecutionOptions
@@ -82,7 +82,7 @@ from nnhal.client.remote.pace import (
     hybrid_from_env,
 )
 from nnhal.client.remote.transport import BURST_STREAM_TIMEOUT
-from nnhal.core import fastpacket, fastring, wire_status
+from nnhal.core import fastanswer, fastpacket, fastring, wire_status
 from nnhal.core.doorbell import fine_timers
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError
@@ -172,43 +172,77 @@ class FastBurstLink(QueueEnds):
 
     def execute_planned(
         self, planned: fastpacket.Planned, parts: list[Any], measure: bool, timeout: float | None
-    ) -> ExecutionResult | None:
+    ) -> fastanswer.Apart | None:
         """A burst's execution of a numpy call plan's layout from its pools' bytes (``parts``, in
-        order; :meth:`planned_packet`): a compact call when the burst granted the layout an id,
-        else None (nothing sent: the call takes :meth:`execute`, whose first call of a layout
-        asks for the id). Failures come back in the result, as :meth:`execute`'s."""
+        order; :meth:`planned_packet`), its answer read apart: a compact call when the burst
+        granted the layout an id, else None (nothing sent: the call takes :meth:`execute`, whose
+        first call of a layout asks for the id). Failures come back in the answer, as
+        :meth:`execute`'s in its result."""
         layout = self.granted(planned, "")
         if not layout:
             return None
         payload = self.planned_packet(layout, b"", measure, 0, timeout, parts, planned.body)
         if payload is None:
             return None
-        return self.send(fastpacket.CALL, payload, ("", planned.shape))
+        return self.send(fastpacket.CALL, payload, ("", planned.shape), None, True, True)
+
+    @overload
+    def send(
+        self,
+        kind: int,
+        payload: fastring.Payload,
+        key: LayoutRef | None,
+        limit: float | None = None,
+        wait: bool = True,
+        apart: Literal[False] = False,
+    ) -> ExecutionResult | None: ...
+    @overload
+    def send(
+        self,
+        kind: int,
+        payload: fastring.Payload,
+        key: LayoutRef | None,
+        limit: float | None,
+        wait: bool,
+        apart: Literal[True],
+    ) -> fastanswer.Apart | None: ...
 
     def send(
-        self, kind: int, payload: fastring.Payload, key: LayoutRef | None, limit: float | None = None, wait: bool = True
-    ) -> ExecutionResult | None:
+        self,
+        kind: int,
+        payload: fastring.Payload,
+        key: LayoutRef | None,
+        limit: float | None = None,
+        wait: bool = True,
+        apart: bool = False,
+    ) -> ExecutionResult | fastanswer.Apart | None:
         """:meth:`execute` of a packet already made (``execution_packet``, ``planned_packet``):
-        its result, or None (nothing sent) when, unless ``wait``, another thread is using the
-        rings."""
+        its result (``apart``: read apart, ``result_of``'s), or None (nothing sent) when, unless
+        ``wait``, another thread is using the rings."""
         if not self._lock.acquire(blocking=wait):
             return None
         try:
             try:
                 self._remote.check("fast burst")
             except HalError as err:
-                return failed_result(err)
-            if self._closed or self.doorbell.stopped:
-                return self._ended()
-            try:
-                self.requests.write(kind, payload)
-            except fastring.RingError as err:
-                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: {err}")
-            try:
-                self.doorbell.ring()
-            except OSError:  # the server closed its end: its stream is ending too
-                return self._ended()
-            return self._await_result(key, None if limit is None else time.monotonic() + limit, kind)
+                failure = failed_result(err)
+            else:
+                if self._closed or self.doorbell.stopped:
+                    failure = self._ended()
+                else:
+                    try:
+                        self.requests.write(kind, payload)
+                    except fastring.RingError as err:
+                        failure = ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: {err}")
+                    else:
+                        try:
+                            self.doorbell.ring()
+                        except OSError:  # the server closed its end: its stream is ending too
+                            failure = self._ended()
+                        else:
+                            end = None if limit is None else time.monotonic() + limit
+                            return self._await_result(key, end, kind, apart)
+            return fastanswer.apart_of(failure) if apart else failure
         finally:
             self._lock.release()
 
@@ -338,18 +372,23 @@ class FastBurstLink(QueueEnds):
             write(self.requests)
             self.doorbell.ring()
             result = self._await_result(None)
+        assert not isinstance(result, tuple)  # not read apart
         return result or ExecutionResult(ErrorStatus.GENERAL_FAILURE, "the queue stepped aside")
 
-    def _await_result(self, key: LayoutRef | None, end: float | None = None, kind: int = 0) -> ExecutionResult | None:
+    def _await_result(
+        self, key: LayoutRef | None, end: float | None = None, kind: int = 0, apart: bool = False
+    ) -> ExecutionResult | fastanswer.Apart | None:
         """Wait for the result packet (or the burst's end; past ``end``, QueueTimeout): its
-        result (:meth:`result_of`). Holds ``_lock``."""
+        result (:meth:`result_of`, ``apart`` as there). Holds ``_lock``."""
         try:
             packet = self._wait(kind if key is None else key, end)
         except GeneralFailure as err:
-            return failed_result(err)
-        if packet is None:
-            return self._ended()
-        return self.result_of(packet, key)
+            failure = failed_result(err)
+        else:
+            if packet is not None:
+                return self.result_of(packet, key, apart)
+            failure = self._ended()
+        return fastanswer.apart_of(failure) if apart else failure
 
     def _ended(self) -> ExecutionResult:
         """The result of an execution the burst's end cut short."""
