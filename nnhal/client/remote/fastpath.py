@@ -118,6 +118,9 @@ class FastBurstLink(QueueEnds):
         self.hybrid_wait = FastBurstLink.HYBRID_WAIT
         #: When its watch may spend CPU (the machine's load, a share of the elapsed time).
         self.lookout = Lookout(WATCH_MAX_S, FastBurstLink.HYBRID_FORCED)
+        #: The lookout's window ``wake_early`` asked for the packet about to be sent, which its
+        #: wait takes (None: none asked; the wait asks).
+        self._window: float | None = None
         # The stream's end is the peer's death or the burst's end: wake whoever waits.
         call.add_done_callback(lambda _call: self.doorbell.stop())
 
@@ -240,8 +243,7 @@ class FastBurstLink(QueueEnds):
                         except OSError:  # the server closed its end: its stream is ending too
                             failure = self._ended()
                         else:
-                            end = None if limit is None else time.monotonic() + limit
-                            return self._await_result(key, end, kind, apart)
+                            return self._await_result(key, limit, kind, apart)
             return fastanswer.apart_of(failure) if apart else failure
         finally:
             self._lock.release()
@@ -269,18 +271,24 @@ class FastBurstLink(QueueEnds):
     def _await_packet(self, timeout: float, key: object = None) -> tuple[int, bytes]:
         """Wait for the next answer packet, for up to ``timeout`` seconds (:meth:`exchange`'s
         failures). Holds ``_lock``."""
-        packet = self._wait(key, time.monotonic() + timeout)
+        packet = self._wait(key, timeout)
         if packet is None:
             raise QueueEnded(self._ended())
         return packet
 
-    def _wait(self, key: object, end: float | None) -> tuple[int, bytes] | None:
+    def _wait(self, key: object, limit: float | None) -> tuple[int, bytes] | None:
         """The next answer packet (module docstring: the hybrid wait); None once the queue
-        ended (its doorbell stopped), QueueTimeout past ``end``, GENERAL_FAILURE for a
-        packet that breaks the ring's rules. Holds ``_lock``."""
+        ended (its doorbell stopped), QueueTimeout past ``limit`` seconds from now (None: no
+        limit), GENERAL_FAILURE for a packet that breaks the ring's rules. Holds ``_lock``."""
         rung = time.monotonic()
-        # A closed lookout (a busy machine, one CPU) costs the call nothing more.
-        allowed = self.lookout.window() if self.hybrid_wait else 0.0
+        end = None if limit is None else rung + limit
+        # The lookout's window: the one ``wake_early`` asked for this call's packet, else asked
+        # now. A closed lookout (a busy machine, one CPU) costs the call nothing more.
+        allowed = self._window
+        if allowed is None:
+            allowed = self.lookout.window() if self.hybrid_wait else 0.0
+        else:
+            self._window = None
         pace = self.pace(key) if allowed > 0.0 else None
         doorbell = self.doorbell
         watched = early = False
@@ -306,8 +314,13 @@ class FastBurstLink(QueueEnds):
                 return packet
 
     def wake_early(self) -> bool:
-        """Asked while it waits the hybrid way and its lookout would look now (``_await_ring``)."""
-        return self.hybrid_wait and self.lookout.asked(EARLY_LOOK_S) > 0.0
+        """Asked while it waits the hybrid way and its lookout would look now (``_await_ring``).
+        The lookout's window asked here is the one the call's wait (``_wait``, next) looks
+        within: one look at the lookout per call, and the ask and the look one decision."""
+        if not self.hybrid_wait:
+            return False
+        window = self._window = self.lookout.window()
+        return window > 0.0
 
     def _await_ring(self, allowed: float, end: float | None) -> bool:
         """Rung early (``doorbell.announce``: the answer is near, not yet written): look for the
@@ -376,12 +389,12 @@ class FastBurstLink(QueueEnds):
         return result or ExecutionResult(ErrorStatus.GENERAL_FAILURE, "the queue stepped aside")
 
     def _await_result(
-        self, key: LayoutRef | None, end: float | None = None, kind: int = 0, apart: bool = False
+        self, key: LayoutRef | None, limit: float | None = None, kind: int = 0, apart: bool = False
     ) -> ExecutionResult | fastanswer.Apart | None:
-        """Wait for the result packet (or the burst's end; past ``end``, QueueTimeout): its
-        result (:meth:`result_of`, ``apart`` as there). Holds ``_lock``."""
+        """Wait for the result packet (or the burst's end; past ``limit`` seconds, QueueTimeout):
+        its result (:meth:`result_of`, ``apart`` as there). Holds ``_lock``."""
         try:
-            packet = self._wait(kind if key is None else key, end)
+            packet = self._wait(kind if key is None else key, limit)
         except GeneralFailure as err:
             failure = failed_result(err)
         else:

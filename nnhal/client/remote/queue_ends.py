@@ -383,11 +383,11 @@ class QueueEnds:
         ``parts`` (``body`` bytes in all, each part a C-contiguous buffer), ``remaining``
         seconds left of its deadline (None: none); None when it does not fit the request ring.
         A small packet is joined at once (the ring copies it once), a large one goes in parts."""
-        deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
-        header = fastpacket.call_head(layout, measure, deadline, loop_timeout_ns, self.wake_early())
         length = len(tag) + fastpacket.CALL_HEAD_BYTES + body
         if length > self.requests.max_payload:
             return None
+        deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
+        header = fastpacket.call_head(layout, measure, deadline, loop_timeout_ns, self.wake_early())
         if length <= fastring.CHECKED_BYTES:
             return b"".join((tag, header, *parts))
         # The tag and header are one part: the ring checksums and copies one part fewer. A loop,
