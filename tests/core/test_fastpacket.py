@@ -339,7 +339,7 @@ def test_answers_read_apart_carry_their_own_timing_and_pools() -> None:
     shapes = (OutputShape((4,), True),)
     reader = fastanswer.AnswerReader()
     seen: list[tuple[ExecutionResult, dict[int, PoolData], Timing, bytes]] = []
-    for timing, pools, shape in (
+    cases: tuple[tuple[Timing, dict[int, PoolData], tuple[OutputShape, ...]], ...] = (
         (Timing(10, 20), {1: b"aaaa"}, shapes),
         (Timing(11, 21), {1: b"bbbb"}, shapes),  # like the last but its timing
         (Timing(11, 21), {1: b"cccc"}, shapes),  # the same timing's values, a new answer
@@ -347,7 +347,8 @@ def test_answers_read_apart_carry_their_own_timing_and_pools() -> None:
         (Timing(12, 22), {1: b"eeeeee"}, (OutputShape((6,), True),)),  # another shape and length
         (Timing(13, 23), {1: b"ff", 3: b"g"}, shapes),  # another number of pools
         (Timing(14, 24), {1: b"hh", 3: b"i"}, shapes),
-    ):
+    )
+    for timing, pools, shape in cases:
         payload = fastanswer.encode_answer(ExecutionResult(ErrorStatus.NONE, "", shape, timing, pools))
         result, got_pools, got_timing = reader.read(payload, True)
         want = fastanswer.decode_answer(payload)
