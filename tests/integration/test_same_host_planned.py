@@ -31,7 +31,7 @@ from nnhal.client.remote.transport import DEATH_DETECTION_BOUND_S
 from nnhal.core import fastanswer, fastpacket
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError
-from nnhal.core.types import NO_TIMING, Timing
+from nnhal.core.types import NO_TIMING, DataLocation, InlinePool, Request, RequestArgument, Timing
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model
 
@@ -398,7 +398,19 @@ def test_measured_planned_calls_carry_their_own_timing_and_pools(device: Device,
         assert plain.timing == Timing() and planned_sync.carried == 5
         with pm.burst() as burst:
             outcomes = [burst.execute_numpy([a, b + k], measure=True) for k in range(5)]
-        _measured(outcomes, [a + b + k for k in range(5)])
+            _measured(outcomes, [a + b + k for k in range(5)])
+            # A Request's outcome on the burst's fast path is made from its answer read apart too.
+            n = a.nbytes
+            args = (RequestArgument(location=DataLocation(0, 0, n)), RequestArgument(location=DataLocation(0, n, n)))
+            outs = (RequestArgument(location=DataLocation(1, 0, n)),)
+            results = []
+            for k in range(5):
+                pools = (InlinePool(a.tobytes() + (b + k).tobytes(), 2 * n), InlinePool(b"", n))
+                outcome = burst.execute(Request(args, outs, pools), measure=True)
+                outcome.raise_for_status()
+                outcome.outputs = [np.frombuffer(outcome.output_pools[1], np.float32).reshape(a.shape)]
+                results.append(outcome)
+            _measured(results, [a + b + k for k in range(5)])
 
 
 def test_the_asyncio_client_reads_measured_planned_answers_alike(server: LocalServer, planned_aio: _Planned) -> None:

@@ -153,6 +153,7 @@ class FastBurstLink(QueueEnds):
             call.cancel()
             raise
 
+    @overload
     def execute(
         self,
         request: Request,
@@ -162,16 +163,43 @@ class FastBurstLink(QueueEnds):
         limit: float | None = None,
         wait: bool = True,
         tag: bytes = b"",
-    ) -> ExecutionResult | None:
+        apart: Literal[False] = False,
+    ) -> ExecutionResult | None: ...
+    @overload
+    def execute(
+        self,
+        request: Request,
+        options: ExecutionOptions,
+        handle: str = "",
+        session: str = "",
+        limit: float | None = None,
+        wait: bool = True,
+        tag: bytes = b"",
+        *,
+        apart: Literal[True],
+    ) -> fastanswer.Apart | None: ...
+
+    def execute(
+        self,
+        request: Request,
+        options: ExecutionOptions,
+        handle: str = "",
+        session: str = "",
+        limit: float | None = None,
+        wait: bool = True,
+        tag: bytes = b"",
+        apart: bool = False,
+    ) -> ExecutionResult | fastanswer.Apart | None:
         """One execution; None (nothing sent) when it does not fit the rings — or, unless
         ``wait``, when another thread is using them. Transport failures and the burst's end
         come back in the result (module docstring). On a session's queue ``handle`` and
         ``session`` name the prepared model (a burst's server knows them); ``limit``: seconds
         to wait for the answer, past which :class:`QueueTimeout` is raised (the queue is out
         of step then: close it); ``tag``: the call's request id and fault scope, which a
-        session's queue takes before every packet (``samehost.encode_tag``)."""
+        session's queue takes before every packet (``samehost.encode_tag``); ``apart``: the
+        answer read apart (``fastanswer.Apart``), as :meth:`send`'s."""
         packet = self.execution_packet(request, options, handle, session, tag)
-        return None if packet is None else self.send(*packet, limit, wait)
+        return None if packet is None else self.send(*packet, limit, wait, apart)
 
     def execute_planned(
         self, planned: fastpacket.Planned, parts: list[Any], measure: bool, timeout: float | None
@@ -209,6 +237,16 @@ class FastBurstLink(QueueEnds):
         wait: bool,
         apart: Literal[True],
     ) -> fastanswer.Apart | None: ...
+    @overload
+    def send(
+        self,
+        kind: int,
+        payload: fastring.Payload,
+        key: LayoutRef | None,
+        limit: float | None,
+        wait: bool,
+        apart: bool,
+    ) -> ExecutionResult | fastanswer.Apart | None: ...
 
     def send(
         self,
@@ -244,7 +282,7 @@ class FastBurstLink(QueueEnds):
                             failure = self._ended()
                         else:
                             return self._await_result(key, limit, kind, apart)
-            return fastanswer.apart_of(failure) if apart else failure
+            return _answered(failure, apart)
         finally:
             self._lock.release()
 
@@ -396,12 +434,10 @@ class FastBurstLink(QueueEnds):
         try:
             packet = self._wait(kind if key is None else key, limit)
         except GeneralFailure as err:
-            failure = failed_result(err)
-        else:
-            if packet is not None:
-                return self.result_of(packet, key, apart)
-            failure = self._ended()
-        return fastanswer.apart_of(failure) if apart else failure
+            return _answered(failed_result(err), apart)
+        if packet is None:
+            return _answered(self._ended(), apart)
+        return self.result_of(packet, key, apart)
 
     def _ended(self) -> ExecutionResult:
         """The result of an execution the burst's end cut short."""
@@ -422,6 +458,11 @@ class FastBurstLink(QueueEnds):
         self._call.cancel()
         with self._lock:
             self._close_ends()
+
+
+def _answered(result: ExecutionResult, apart: bool) -> ExecutionResult | fastanswer.Apart:
+    """A failure's result as the call asked for it: read apart (``fastanswer.apart_of``) or whole."""
+    return fastanswer.apart_of(result) if apart else result
 
 
 def ended_result(event: fpb.FastBurstEvent | None) -> ExecutionResult:
