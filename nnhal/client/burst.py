@@ -90,7 +90,7 @@ class Burst:
         fast = self._fast
         if fast is not None:
             # On the fast path the answer is read apart: the outcome made from it, no result.
-            answer = fast.execute(request, options, apart=True)
+            answer = fast.execute_apart(request, options)
             if answer is not None:
                 return ExecutionOutcome.of_answer(answer)
         return ExecutionOutcome.of(self._run(request, options))

@@ -37,7 +37,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -196,7 +196,8 @@ class AioSameHostQueue:
             if packet is None:
                 return None
             kind, payload, key = packet
-            return await self._carried(link, kind, payload, key, bound, what, rid)
+            answer = await self._carried(link, kind, payload, key, bound, what, rid)
+            return None if answer is None else fastanswer.whole(answer)
         finally:
             self._give_back(link)
 
@@ -234,11 +235,10 @@ class AioSameHostQueue:
             if payload is None:
                 return None
             key = (handle, planned.shape)
-            return await self._carried(link, fastpacket.CALL, payload, key, bound, what, rid, True)
+            return await self._carried(link, fastpacket.CALL, payload, key, bound, what, rid)
         finally:
             self._give_back(link)
 
-    @overload
     async def _carried(
         self,
         link: AioQueueLink,
@@ -248,33 +248,8 @@ class AioSameHostQueue:
         bound: float | None,
         what: str,
         rid: str,
-        apart: Literal[False] = False,
-    ) -> ExecutionResult | None: ...
-    @overload
-    async def _carried(
-        self,
-        link: AioQueueLink,
-        kind: int,
-        payload: fastring.Payload,
-        key: Any,
-        bound: float | None,
-        what: str,
-        rid: str,
-        apart: Literal[True],
-    ) -> fastanswer.Apart | None: ...
-
-    async def _carried(
-        self,
-        link: AioQueueLink,
-        kind: int,
-        payload: fastring.Payload,
-        key: Any,
-        bound: float | None,
-        what: str,
-        rid: str,
-        apart: bool = False,
-    ) -> ExecutionResult | fastanswer.Apart | None:
-        """One execution's packet through the link and its result (``apart``: read apart, as
+    ) -> fastanswer.Apart | None:
+        """One execution's packet through the link and its result read apart (as
         ``QueueEnds.result_of``'s; None: nothing sent, or the queue stepped aside), awaited
         here rather than raced in a task of its own against the session's end
         (``AioSession.call``; an execution is the hottest call, and a task and a wait cost more
@@ -283,7 +258,7 @@ class AioSameHostQueue:
         gives the session's end error, as the race would have (``AioSession.failure``)."""
         try:
             answer = await self._exchange(link, kind, payload, bound or DEFAULT_CALL_TIMEOUT, what)
-            return None if answer is None else link.result_of(answer, key, apart)
+            return None if answer is None else link.result_of(answer, key, True)
         except (grpc.RpcError, HalError) as err:
             raise self._session.failure(err, what, bound is not None, rid) from None
 

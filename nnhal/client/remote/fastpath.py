@@ -67,7 +67,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any
 
 from nnhal.client.outcome import failed_result
 from nnhal.client.remote.messages import ExecutionOptions
@@ -153,7 +153,6 @@ class FastBurstLink(QueueEnds):
             call.cancel()
             raise
 
-    @overload
     def execute(
         self,
         request: Request,
@@ -163,43 +162,24 @@ class FastBurstLink(QueueEnds):
         limit: float | None = None,
         wait: bool = True,
         tag: bytes = b"",
-        apart: Literal[False] = False,
-    ) -> ExecutionResult | None: ...
-    @overload
-    def execute(
-        self,
-        request: Request,
-        options: ExecutionOptions,
-        handle: str = "",
-        session: str = "",
-        limit: float | None = None,
-        wait: bool = True,
-        tag: bytes = b"",
-        *,
-        apart: Literal[True],
-    ) -> fastanswer.Apart | None: ...
-
-    def execute(
-        self,
-        request: Request,
-        options: ExecutionOptions,
-        handle: str = "",
-        session: str = "",
-        limit: float | None = None,
-        wait: bool = True,
-        tag: bytes = b"",
-        apart: bool = False,
-    ) -> ExecutionResult | fastanswer.Apart | None:
+    ) -> ExecutionResult | None:
         """One execution; None (nothing sent) when it does not fit the rings — or, unless
         ``wait``, when another thread is using them. Transport failures and the burst's end
         come back in the result (module docstring). On a session's queue ``handle`` and
         ``session`` name the prepared model (a burst's server knows them); ``limit``: seconds
         to wait for the answer, past which :class:`QueueTimeout` is raised (the queue is out
         of step then: close it); ``tag``: the call's request id and fault scope, which a
-        session's queue takes before every packet (``samehost.encode_tag``); ``apart``: the
-        answer read apart (``fastanswer.Apart``), as :meth:`send`'s."""
+        session's queue takes before every packet (``samehost.encode_tag``)."""
         packet = self.execution_packet(request, options, handle, session, tag)
-        return None if packet is None else self.send(*packet, limit, wait, apart)
+        answer = None if packet is None else self.send(*packet, limit, wait)
+        return None if answer is None else fastanswer.whole(answer)
+
+    def execute_apart(self, request: Request, options: ExecutionOptions) -> fastanswer.Apart | None:
+        """:meth:`execute` of a burst's request (its server knows the prepared model), its
+        answer read apart (``fastanswer.Apart``, as :meth:`send`'s): what a burst's
+        ``execute`` makes its outcome of."""
+        packet = self.execution_packet(request, options, "", "", b"")
+        return None if packet is None else self.send(*packet)
 
     def execute_planned(
         self, planned: fastpacket.Planned, parts: list[Any], measure: bool, timeout: float | None
@@ -215,38 +195,7 @@ class FastBurstLink(QueueEnds):
         payload = self.planned_packet(layout, b"", measure, 0, timeout, parts, planned.body)
         if payload is None:
             return None
-        return self.send(fastpacket.CALL, payload, ("", planned.shape), None, True, True)
-
-    @overload
-    def send(
-        self,
-        kind: int,
-        payload: fastring.Payload,
-        key: LayoutRef | None,
-        limit: float | None = None,
-        wait: bool = True,
-        apart: Literal[False] = False,
-    ) -> ExecutionResult | None: ...
-    @overload
-    def send(
-        self,
-        kind: int,
-        payload: fastring.Payload,
-        key: LayoutRef | None,
-        limit: float | None,
-        wait: bool,
-        apart: Literal[True],
-    ) -> fastanswer.Apart | None: ...
-    @overload
-    def send(
-        self,
-        kind: int,
-        payload: fastring.Payload,
-        key: LayoutRef | None,
-        limit: float | None,
-        wait: bool,
-        apart: bool,
-    ) -> ExecutionResult | fastanswer.Apart | None: ...
+        return self.send(fastpacket.CALL, payload, ("", planned.shape))
 
     def send(
         self,
@@ -255,11 +204,10 @@ class FastBurstLink(QueueEnds):
         key: LayoutRef | None,
         limit: float | None = None,
         wait: bool = True,
-        apart: bool = False,
-    ) -> ExecutionResult | fastanswer.Apart | None:
+    ) -> fastanswer.Apart | None:
         """:meth:`execute` of a packet already made (``execution_packet``, ``planned_packet``):
-        its result (``apart``: read apart, ``result_of``'s), or None (nothing sent) when, unless
-        ``wait``, another thread is using the rings."""
+        its result read apart (``fastanswer.Apart``, ``result_of``'s: :meth:`execute` makes it
+        whole), or None (nothing sent) when, unless ``wait``, another thread is using the rings."""
         if not self._lock.acquire(blocking=wait):
             return None
         try:
@@ -281,8 +229,8 @@ class FastBurstLink(QueueEnds):
                         except OSError:  # the server closed its end: its stream is ending too
                             failure = self._ended()
                         else:
-                            return self._await_result(key, limit, kind, apart)
-            return _answered(failure, apart)
+                            return self._await_result(key, limit, kind)
+            return fastanswer.apart_of(failure)
         finally:
             self._lock.release()
 
@@ -422,22 +370,23 @@ class FastBurstLink(QueueEnds):
         with self._lock:
             write(self.requests)
             self.doorbell.ring()
-            result = self._await_result(None)
-        assert not isinstance(result, tuple)  # not read apart
-        return result or ExecutionResult(ErrorStatus.GENERAL_FAILURE, "the queue stepped aside")
+            answer = self._await_result(None)
+        if answer is None:
+            return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "the queue stepped aside")
+        return fastanswer.whole(answer)
 
     def _await_result(
-        self, key: LayoutRef | None, limit: float | None = None, kind: int = 0, apart: bool = False
-    ) -> ExecutionResult | fastanswer.Apart | None:
+        self, key: LayoutRef | None, limit: float | None = None, kind: int = 0
+    ) -> fastanswer.Apart | None:
         """Wait for the result packet (or the burst's end; past ``limit`` seconds, QueueTimeout):
-        its result (:meth:`result_of`, ``apart`` as there). Holds ``_lock``."""
+        its result read apart (:meth:`result_of`). Holds ``_lock``."""
         try:
             packet = self._wait(kind if key is None else key, limit)
         except GeneralFailure as err:
-            return _answered(failed_result(err), apart)
+            return fastanswer.apart_of(failed_result(err))
         if packet is None:
-            return _answered(self._ended(), apart)
-        return self.result_of(packet, key, apart)
+            return fastanswer.apart_of(self._ended())
+        return self.result_of(packet, key, True)
 
     def _ended(self) -> ExecutionResult:
         """The result of an execution the burst's end cut short."""
@@ -458,11 +407,6 @@ class FastBurstLink(QueueEnds):
         self._call.cancel()
         with self._lock:
             self._close_ends()
-
-
-def _answered(result: ExecutionResult, apart: bool) -> ExecutionResult | fastanswer.Apart:
-    """A failure's result as the call asked for it: read apart (``fastanswer.apart_of``) or whole."""
-    return fastanswer.apart_of(result) if apart else result
 
 
 def ended_result(event: fpb.FastBurstEvent | None) -> ExecutionResult:

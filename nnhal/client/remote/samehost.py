@@ -363,7 +363,7 @@ class SameHostQueue:
             limit = bound or DEFAULT_CALL_TIMEOUT
             failure: BaseException
             try:
-                return link.send(fastpacket.CALL, payload, (handle, planned.shape), limit, False, True)
+                return link.send(fastpacket.CALL, payload, (handle, planned.shape), limit, False)
             except QueueTimeout:
                 self._drop(link)  # its answer may still come: the link is out of step
                 failure = late_error(limit)
