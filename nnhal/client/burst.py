@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -86,6 +87,12 @@ class Burst:
         """One execution; the status (transport failures included) is in the outcome.
         Raises DEAD_OBJECT at once when the server is known dead."""
         options = ExecutionOptions.of(measure, timeout)
+        fast = self._fast
+        if fast is not None:
+            # On the fast path the answer is read apart: the outcome made from it, no result.
+            answer = fast.execute_apart(request, options)
+            if answer is not None:
+                return ExecutionOutcome.of_answer(answer)
         return ExecutionOutcome.of(self._run(request, options))
 
     def _run(self, request: Request, options: ExecutionOptions) -> ExecutionResult:
@@ -112,12 +119,14 @@ class Burst:
         planned = numpy_io.planned(inputs)
         if planned is not None:
             plan, parts = planned
+            # The answer read apart (``fastanswer.Apart``), or a result alone: ``settle``'s arguments.
+            answer: tuple[Any, ...] | None
             if fast is not None:
-                result = fast.execute_planned(plan.compact, parts, measure, timeout)
+                answer = fast.execute_planned(plan.compact, parts, measure, timeout)
             else:
-                result = self._run(plan.request(parts), options)
-            if result is not None:
-                settled = settle(plan, result)
+                answer = (self._run(plan.request(parts), options),)
+            if answer is not None:
+                settled = settle(plan, *answer)
                 if isinstance(settled, ExecutionOutcome):
                     return settled
                 sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path

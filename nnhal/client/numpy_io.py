@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Sequence
+from functools import partial
 from operator import attrgetter
 from typing import Any
 
@@ -34,6 +35,7 @@ from nnhal.core.types import (
     PoolData,
     Request,
     RequestArgument,
+    Timing,
 )
 
 #: Input and output offsets in the inline pools are aligned for the server's zero-copy views.
@@ -53,6 +55,9 @@ Layout = tuple[tuple[int, Operand], ...]
 
 #: How one output is read out of the output pool: its shape, dtype and offset.
 _Spec = tuple[tuple[int, ...], np.dtype[Any], int]
+#: The same made ready for a call: ``np.ndarray`` with the shape and dtype given (called with the
+#: pool and the offset), and the offset.
+_Maker = tuple[Callable[..., np.ndarray], int]
 
 
 def _specs(layout: Layout, shapes: Sequence[OutputShape], nbytes: int) -> tuple[_Spec, ...]:
@@ -135,8 +140,9 @@ class _Plan:
         self.wire: Any = None
         #: The last answer's output shapes (a queue's answer reader hands back the same tuple
         #: for an answer like the last; ``wire`` the same shape objects), its pool's length, and
-        #: how the outputs read.
-        self._decoding: tuple[Sequence[OutputShape], int, tuple[_Spec, ...]] | None = None
+        #: how the outputs read: per output, the array's maker (``np.ndarray`` with its shape
+        #: and dtype given) and its offset.
+        self._decoding: tuple[Sequence[OutputShape], int, tuple[_Maker, ...]] | None = None
 
     @staticmethod
     def of(
@@ -210,12 +216,13 @@ class _Plan:
             or (decoding[0] is not output_shapes and tuple(decoding[0]) != tuple(output_shapes))
         ):
             shapes = output_shapes or [OutputShape(op.dimensions, True) for _, op in self.layout]
-            decoding = self._decoding = (output_shapes, nbytes, _specs(self.layout, shapes, nbytes))
+            makers = tuple((partial(np.ndarray, d, t), at) for d, t, at in _specs(self.layout, shapes, nbytes))
+            decoding = self._decoding = (output_shapes, nbytes, makers)
         # An array over the pool's bytes at once (a view, like frombuffer's, without its reshape);
         # a loop, not a comprehension, which would make a function object per call.
         outputs: list[np.ndarray] = []
-        for dims, dtype, offset in decoding[2]:
-            outputs.append(np.ndarray(dims, dtype, data, offset))
+        for make, offset in decoding[2]:
+            outputs.append(make(data, offset))
         return outputs
 
 
@@ -391,21 +398,22 @@ def numpy_execution(
 
 
 def settle(
-    plan: _Plan, result: ExecutionResult, pools: dict[int, PoolData] | None = None
+    plan: _Plan, result: ExecutionResult, pools: dict[int, PoolData] | None = None, timing: Timing | None = None
 ) -> ExecutionOutcome | list[int]:
     """What the result of a planned call (:meth:`NumpyIO.planned`) comes to, its output pools
-    ``pools`` (None: its own; else those of an answer read apart, ``encoded.Answer``): the outcome with
-    ``outputs``, or the output sizes to retry with (:func:`numpy_execution` with them); raises
-    the HalError it ended with otherwise — :func:`numpy_execution`'s first step."""
+    ``pools`` and its timing ``timing`` (None: its own; else those of an answer read apart:
+    ``encoded.Answer``, ``fastanswer.Apart``): the outcome with ``outputs``, or the output sizes
+    to retry with (:func:`numpy_execution` with them); raises the HalError it ended with
+    otherwise — :func:`numpy_execution`'s first step."""
     # A planned call is never profiled: its result has no profile or timeline to carry over.
     status, shapes = result.status, result.output_shapes
     if pools is None:
         pools = result.output_pools
+    if timing is None:
+        timing = result.timing
     if status == ErrorStatus.NONE:
-        return ExecutionOutcome.answered(
-            status, result.message, shapes, result.timing, pools, plan.outputs_of(pools, shapes)
-        )
-    outcome = ExecutionOutcome.answered(status, result.message, shapes, result.timing, pools, [])
+        return ExecutionOutcome.answered(status, result.message, shapes, timing, pools, plan.outputs_of(pools, shapes))
+    outcome = ExecutionOutcome.answered(status, result.message, shapes, timing, pools, [])
     retry = retry_sizes(outcome, plan.layout)
     if retry is None:
         outcome.raise_for_status()  # a status other than NONE: raises

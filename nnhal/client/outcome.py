@@ -17,6 +17,7 @@ import numpy as np
 
 from nnhal.client import steps
 from nnhal.client.callbacks import Callback
+from nnhal.core import fastanswer
 from nnhal.core.aidl_types import TimingNs
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
@@ -55,6 +56,16 @@ class ExecutionOutcome:
             err = HalError.of(self.status, self.message)
             err.output_shapes = self.output_shapes  # type: ignore[attr-defined]
             raise err
+
+    @classmethod
+    def of_answer(cls, answer: fastanswer.Apart) -> ExecutionOutcome:
+        """:meth:`of` an answer read apart (``fastanswer.Apart``): a same-host compact answer's
+        outcome made without its result (an answer with a profile or a timeline, which no
+        compact answer carries, through its whole result)."""
+        r, pools, timing = answer
+        if r.profile or r.timeline:
+            return cls.of(fastanswer.whole(answer))
+        return cls.answered(r.status, r.message, r.output_shapes, timing, pools, [])
 
     @classmethod
     def of(cls, result: ExecutionResult, timing_ns: TimingNs | None = None) -> ExecutionOutcome:

@@ -32,7 +32,7 @@ from nnhal.client.reusable_execution import ReusableExecution
 from nnhal.core.aidl_types import DEFAULT_EXECUTION_CONFIG, ExecutionConfig
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import InvalidArgument
-from nnhal.core.types import ExecutionResult, Model, PoolData, Request
+from nnhal.core.types import Model, Request
 
 __all__ = ["Burst", "ExecutionCallback", "ExecutionOutcome", "FencedExecution", "PreparedModel"]
 
@@ -165,13 +165,13 @@ class PreparedModel(Releasable):
             planned = numpy_io.planned(inputs)
             if planned is not None:
                 plan, parts = planned
-                answer: tuple[ExecutionResult, dict[int, PoolData] | None] | None = None
+                # The answer read apart (``settle``'s arguments after the plan): a queue's
+                # ``fastanswer.Apart``, gRPC's ``encoded.Answer``, or a result alone.
+                answer: tuple[Any, ...] | None = None
                 if queue is not None:
-                    result = queue.execute_planned(
+                    answer = queue.execute_planned(
                         self.handle, plan.compact, parts, measure, timeout, deadline_at, loop_timeout_ns
                     )
-                    if result is not None:
-                        answer = result, None
                 else:
                     # The plan's message bytes around its inputs, written once (None: its pools
                     # are worth streaming, which this way never does); the answer read apart.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import Literal, overload
 
 from nnhal.core import fastring
 from nnhal.core.enums import ErrorStatus
@@ -209,6 +210,28 @@ def _in_place(data: PoolData | None, view: memoryview, length: int) -> bool:
     return type(data) is memoryview and data.obj is view.obj and data.nbytes == length
 
 
+#: An answer read apart (``AnswerReader.read(payload, True)``): what it says but its output pools
+#: and timing — for an answer like the last, the reader's remembered result, shared (never
+#: changed; its own pools and timing are the first such answer's) — then its output pools (a
+#: dict of its own) and its timing (this answer's: a measured call's differs from call to
+#: call). What a caller that makes its own outcome of the answer reads, with no
+#: ``ExecutionResult`` made per call (``numpy_io.settle``).
+Apart = tuple[ExecutionResult, dict[int, PoolData], Timing]
+
+
+def apart_of(result: ExecutionResult) -> Apart:
+    """A whole result as an answer read apart."""
+    return result, result.output_pools, result.timing
+
+
+def whole(answer: Apart) -> ExecutionResult:
+    """The whole result of an answer read apart (the result itself when it is whole)."""
+    r, pools, timing = answer
+    if r.output_pools is pools and r.timing is timing:
+        return r
+    return ExecutionResult(r.status, r.message, r.output_shapes, timing, pools, r.profile, r.timeline)
+
+
 def decode_answer(payload: bytes) -> ExecutionResult:
     """The result an ANSWER carries (its output pools views of ``payload``); PacketError for
     anything that does not hold together."""
@@ -243,9 +266,17 @@ class AnswerReader:
         self._cut: slice | None = None
         self._result = ExecutionResult()
 
-    def read(self, payload: bytes) -> ExecutionResult:
-        """The result an ANSWER carries (its output pools views of ``payload``); PacketError
-        for anything that does not hold together."""
+    @overload
+    def read(self, payload: bytes, apart: Literal[False] = False) -> ExecutionResult: ...
+    @overload
+    def read(self, payload: bytes, apart: Literal[True]) -> Apart: ...
+    @overload
+    def read(self, payload: bytes, apart: bool) -> ExecutionResult | Apart: ...
+
+    def read(self, payload: bytes, apart: bool = False) -> ExecutionResult | Apart:
+        """The result an ANSWER carries (its output pools views of ``payload``), or with
+        ``apart`` the answer read apart (:data:`Apart`: no result made for an answer like the
+        last); PacketError for anything that does not hold together."""
         if len(payload) == self._end and (
             not self._marks or all(payload[at : at + 8] == pair for at, pair in self._marks)
         ):
@@ -255,20 +286,22 @@ class AnswerReader:
             elif payload.startswith(self._head) and payload.startswith(self._tail, _TIMING_END):
                 timing = _timing_of(*_TIMING.unpack_from(payload, _TIMING_AT))
             else:
-                return self._learn(payload)
+                return self._learn(payload, apart)
             # Views of the answer's own bytes (a private copy nothing reuses), not copies.
-            view = memoryview(payload)
             cut = self._cut
             if cut is not None:  # the usual answer: one output pool
-                pools: dict[int, PoolData] = {self._first: view[cut]}
+                pools: dict[int, PoolData] = {self._first: memoryview(payload)[cut]}
             else:
+                view = memoryview(payload)
                 pools = {index: view[start:stop] for index, start, stop in self._spans}
+            if apart:
+                return r, pools, timing
             # The output shapes are the remembered tuple itself: a reader of the outputs may
             # know them by identity.
             return ExecutionResult(r.status, r.message, r.output_shapes, timing, pools)
-        return self._learn(payload)
+        return self._learn(payload, apart)
 
-    def _learn(self, payload: bytes) -> ExecutionResult:
+    def _learn(self, payload: bytes, apart: bool) -> ExecutionResult | Apart:
         """``read`` of an answer unlike the last: decoded in full, and remembered."""
         result, spans, pairs = _decode_answer(payload)
         known = payload[: spans[0][1]] if spans else payload
@@ -283,7 +316,7 @@ class AnswerReader:
         else:
             self._cut = None
         self._result = result
-        return result
+        return apart_of(result) if apart else result
 
 
 def _decode_answer(payload: bytes) -> tuple[ExecutionResult, list[tuple[int, int, int]], list[int]]:

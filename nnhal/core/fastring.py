@@ -316,7 +316,7 @@ class Producer(_Ring):
                 self._write_reserved(kind, payload.length, crc)
                 return
             if isinstance(payload, Gathered):
-                if len(payload) > CHECKED_BYTES:
+                if payload._length > CHECKED_BYTES:  # its length, without a call of ``len``
                     self._write_gathered(kind, payload, crc)
                     return
                 payload = b"".join(payload.parts)  # a small packet: one copy of a few parts is cheaper

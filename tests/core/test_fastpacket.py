@@ -328,3 +328,45 @@ def test_measured_answers_in_place_and_not_carry_their_own_timings() -> None:
         assert answer == encoded(result)
         assert fastanswer.decode_answer(answer).timing == Timing(10 + k, 20 + k)
         del places, result
+
+
+def test_answers_read_apart_carry_their_own_timing_and_pools() -> None:
+    """An answer read apart (``AnswerReader.read(payload, True)``): the reader's remembered
+    result shared for answers like the last, never changed; each answer's timing its own (a
+    measured call's, read from its bytes) and its pools a dict of its own, views of its own
+    bytes (no pool aliased between calls); a changed layout (another shape, another pool's
+    length, another number of pools) learned again. ``whole`` of it is what ``read`` gives."""
+    shapes = (OutputShape((4,), True),)
+    reader = fastanswer.AnswerReader()
+    seen: list[tuple[ExecutionResult, dict[int, PoolData], Timing, bytes]] = []
+    cases: tuple[tuple[Timing, dict[int, PoolData], tuple[OutputShape, ...]], ...] = (
+        (Timing(10, 20), {1: b"aaaa"}, shapes),
+        (Timing(11, 21), {1: b"bbbb"}, shapes),  # like the last but its timing
+        (Timing(11, 21), {1: b"cccc"}, shapes),  # the same timing's values, a new answer
+        (Timing(), {1: b"dddd"}, shapes),  # unmeasured
+        (Timing(12, 22), {1: b"eeeeee"}, (OutputShape((6,), True),)),  # another shape and length
+        (Timing(13, 23), {1: b"ff", 3: b"g"}, shapes),  # another number of pools
+        (Timing(14, 24), {1: b"hh", 3: b"i"}, shapes),
+    )
+    for timing, pools, shape in cases:
+        payload = fastanswer.encode_answer(ExecutionResult(ErrorStatus.NONE, "", shape, timing, pools))
+        result, got_pools, got_timing = reader.read(payload, True)
+        want = fastanswer.decode_answer(payload)
+        assert got_timing == timing == want.timing
+        assert (result.status, result.message, result.output_shapes) == (want.status, want.message, want.output_shapes)
+        assert {k: bytes(v) for k, v in got_pools.items()} == {k: bytes(v) for k, v in pools.items()}
+        for view in got_pools.values():  # a view of this answer's own bytes
+            assert isinstance(view, memoryview) and view.obj is payload
+        whole = fastanswer.whole((result, got_pools, got_timing))
+        assert (whole.timing, whole.output_shapes, whole.output_pools) == (got_timing, result.output_shapes, got_pools)
+        seen.append((result, got_pools, got_timing, payload))
+    # The shared result is the first of its layout's (its own pools and timing kept, unchanged);
+    # every answer's pools are a dict of its own.
+    assert seen[1][0] is seen[0][0] and seen[2][0] is seen[0][0]
+    assert seen[0][0].timing == Timing(10, 20) and bytes(seen[0][0].output_pools[1]) == b"aaaa"
+    assert len({id(pools) for _, pools, _, _ in seen}) == len(seen)
+    assert bytes(seen[0][1][1]) == b"aaaa" and bytes(seen[1][1][1]) == b"bbbb"
+    assert seen[4][0] is not seen[0][0] and seen[6][0] is seen[5][0]
+    # A result read whole is its own answer apart, and whole again is itself.
+    result = fastanswer.decode_answer(seen[0][3])
+    assert fastanswer.whole(fastanswer.apart_of(result)) is result

@@ -31,6 +31,7 @@ from nnhal.client.remote.transport import DEATH_DETECTION_BOUND_S
 from nnhal.core import fastanswer, fastpacket
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError
+from nnhal.core.types import NO_TIMING, DataLocation, InlinePool, Request, RequestArgument, Timing
 from nnhal.testing.local_server import LocalServer
 from tests.conftest import add_model
 
@@ -371,5 +372,56 @@ def test_closing_the_asyncio_session_ends_a_waiting_queued_call_with_its_end_err
             await asyncio.wait_for(planned, 2.0)
         assert time.monotonic() - t0 < 2.0
         assert planned_aio.carried == 2  # the waiting call was planned
+
+    _run(main)
+
+
+def _measured(outcomes: list[Any], expected: list[np.ndarray]) -> None:
+    """Each outcome measured (its own timing, read from its answer), its outputs right and its
+    pools its own (no dict nor bytes shared with another call's)."""
+    for outcome, want in zip(outcomes, expected):
+        assert outcome.timing.time_on_device != NO_TIMING and outcome.timing.time_in_driver != NO_TIMING
+        np.testing.assert_array_equal(outcome.outputs[0], want)
+    assert len({id(o.output_pools) for o in outcomes}) == len(outcomes)
+    assert len({id(_base(o.outputs[0])) for o in outcomes}) == len(outcomes)
+
+
+def test_measured_planned_calls_carry_their_own_timing_and_pools(device: Device, planned_sync: _Planned) -> None:
+    """A planned call's answer is read apart (``fastanswer.Apart``): no result made, but each
+    call's timing and output pools its own, on the queue and on a burst's fast path."""
+    a, b = _pair(2, 1)
+    with device.prepare_model_sync(add_model()) as pm:
+        outcomes = [pm.execute([a, b + k], measure=True) for k in range(5)]
+        assert planned_sync.carried == 4
+        _measured(outcomes, [a + b + k for k in range(5)])
+        plain = pm.execute([a, b])  # unmeasured after measured calls: no timing
+        assert plain.timing == Timing() and planned_sync.carried == 5
+        with pm.burst() as burst:
+            outcomes = [burst.execute_numpy([a, b + k], measure=True) for k in range(5)]
+            _measured(outcomes, [a + b + k for k in range(5)])
+            # A Request's outcome on the burst's fast path is made from its answer read apart too.
+            n = a.nbytes
+            args = (RequestArgument(location=DataLocation(0, 0, n)), RequestArgument(location=DataLocation(0, n, n)))
+            outs = (RequestArgument(location=DataLocation(1, 0, n)),)
+            results = []
+            for k in range(5):
+                pools = (InlinePool(a.tobytes() + (b + k).tobytes(), 2 * n), InlinePool(b"", n))
+                outcome = burst.execute(Request(args, outs, pools), measure=True)
+                outcome.raise_for_status()
+                outcome.outputs = [np.frombuffer(outcome.output_pools[1], np.float32).reshape(a.shape)]
+                results.append(outcome)
+            _measured(results, [a + b + k for k in range(5)])
+
+
+def test_the_asyncio_client_reads_measured_planned_answers_alike(server: LocalServer, planned_aio: _Planned) -> None:
+    async def main() -> None:
+        a, b = _pair(2, 1)
+        async with aio.Device.connect(server.address) as dev, await dev.prepare_model(add_model()) as pm:
+            outcomes = [await pm.execute([a, b + k], measure=True) for k in range(5)]
+            assert planned_aio.carried == 4
+            _measured(outcomes, [a + b + k for k in range(5)])
+            async with pm.burst() as burst:
+                outcomes = [await burst.execute_numpy([a, b + k], measure=True) for k in range(5)]
+            _measured(outcomes, [a + b + k for k in range(5)])
 
     _run(main)

@@ -158,12 +158,12 @@ class Burst:
                 if planned is not None:
                     plan, parts = planned
                     try:
-                        result = await fast.execute_planned(plan.compact, parts, measure, timeout)
+                        answer = await fast.execute_planned(plan.compact, parts, measure, timeout)
                     except asyncio.CancelledError:
                         self._ended = CANCELLED
                         raise
-                    if result is not None:
-                        settled = settle(plan, result)
+                    if answer is not None:
+                        settled = settle(plan, *answer)
                         if isinstance(settled, ExecutionOutcome):
                             return settled
                         sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path

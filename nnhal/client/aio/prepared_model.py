@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.core.aidl_types import DEFAULT_EXECUTION_CONFIG, ExecutionConfig
 from nnhal.core.enums import HalVersion
 from nnhal.core.errors import HalError, InvalidArgument
-from nnhal.core.types import ExecutionResult, Model, PoolData, Request
+from nnhal.core.types import ExecutionResult, Model, Request
 
 
 class PreparedModel(AsyncReleasable):
@@ -194,13 +195,13 @@ class PreparedModel(AsyncReleasable):
             planned = numpy_io.planned(inputs)
             if planned is not None:
                 plan, parts = planned
-                answer: tuple[ExecutionResult, dict[int, PoolData] | None] | None = None
+                # The answer read apart (``settle``'s arguments after the plan): a queue's
+                # ``fastanswer.Apart``, gRPC's ``encoded.Answer``, or a result alone.
+                answer: tuple[Any, ...] | None = None
                 if queue is not None:
-                    result = await queue.execute_planned(
+                    answer = await queue.execute_planned(
                         self.handle, plan.compact, parts, measure, timeout, deadline_at, loop_timeout_ns
                     )
-                    if result is not None:
-                        answer = result, None
                 else:
                     # As the sync client's: the plan's message bytes around its inputs, written
                     # once, the answer read apart; a plan whose pools are worth streaming is sent
@@ -216,7 +217,7 @@ class PreparedModel(AsyncReleasable):
                             self.handle, plan.inputs, plan.outputs, plan.pools(parts), options
                         )
                         if result is not None:
-                            answer = result, None
+                            answer = (result,)
                 if answer is not None:
                     settled = settle(plan, *answer)
                     if isinstance(settled, ExecutionOutcome):

@@ -4,7 +4,7 @@ the event loop (the sync client's is :class:`~nnhal.client.remote.fastpath.FastB
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from nnhal.client.outcome import failed_result
 from nnhal.client.remote.aio_queue_link import AioQueueLink
@@ -12,7 +12,7 @@ from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.queue_ends import CarriedAbort, QueueEnded, QueueTimeout
 from nnhal.client.remote.samehost import late_error
 from nnhal.client.remote.transport import BURST_STREAM_TIMEOUT, grpc_timeout, remaining_time
-from nnhal.core import fastpacket, fastring
+from nnhal.core import fastanswer, fastpacket, fastring
 from nnhal.core.errors import GeneralFailure
 from nnhal.core.types import ExecutionResult, Request
 
@@ -57,10 +57,11 @@ class AioFastBurst:
 
     async def execute_planned(
         self, planned: fastpacket.Planned, parts: list[Any], measure: bool, timeout: float | None
-    ) -> ExecutionResult | None:
+    ) -> fastanswer.Apart | None:
         """:meth:`execute` of a numpy call plan's layout from its pools' bytes (``parts``, in
-        order): a compact call when the burst granted the layout an id, else None (nothing sent:
-        the call takes :meth:`execute`, whose first call of a layout asks for the id)."""
+        order), its answer read apart (``fastanswer.Apart``): a compact call when the burst
+        granted the layout an id, else None (nothing sent: the call takes :meth:`execute`,
+        whose first call of a layout asks for the id)."""
         link = self._link
         layout = link.granted(planned, "")
         if not layout:
@@ -69,33 +70,45 @@ class AioFastBurst:
         payload = link.planned_packet(layout, b"", measure, 0, timeout, parts, planned.body)
         if payload is None:
             return None
-        return await self._exchange(fastpacket.CALL, payload, ("", planned.shape), grpc_timeout(timeout))
+        return await self._exchange(fastpacket.CALL, payload, ("", planned.shape), grpc_timeout(timeout), True)
+
+    @overload
+    async def _exchange(
+        self, kind: int, payload: fastring.Payload, key: Any, bound: float | None, apart: Literal[False] = False
+    ) -> ExecutionResult | None: ...
+    @overload
+    async def _exchange(
+        self, kind: int, payload: fastring.Payload, key: Any, bound: float | None, apart: Literal[True]
+    ) -> fastanswer.Apart | None: ...
 
     async def _exchange(
-        self, kind: int, payload: fastring.Payload, key: Any, bound: float | None
-    ) -> ExecutionResult | None:
-        """One packet through the burst's queue and its result (None: not sent)."""
+        self, kind: int, payload: fastring.Payload, key: Any, bound: float | None, apart: bool = False
+    ) -> ExecutionResult | fastanswer.Apart | None:
+        """One packet through the burst's queue and its result (``apart``: read apart, as
+        ``QueueEnds.result_of``'s; None: not sent)."""
         link = self._link
         what = "burst"
         limit = bound or BURST_STREAM_TIMEOUT
         try:
             answer = await link.exchange(kind, payload, limit)
         except QueueEnded as ended:
-            return ended.result
+            failure = ended.result
         except QueueTimeout:
             link.close()  # its answer may still come: the queue is out of step
-            return failed_result(self._session.failure(late_error(limit), what, bound is not None, ""))
+            failure = failed_result(self._session.failure(late_error(limit), what, bound is not None, ""))
         except GeneralFailure as err:  # an answer that broke the ring's rules
-            return failed_result(err)
+            failure = failed_result(err)
         except asyncio.CancelledError:
             link.close()  # likewise
             raise
-        if answer is None:  # not sent: the link is in use (its owner awaits one call at a time)
-            return None
-        try:
-            return link.result_of(answer, key)
-        except CarriedAbort as err:  # not a burst queue's kind: refused by the ring already
-            return failed_result(self._session.failure(err, what, False, ""))
+        else:
+            if answer is None:  # not sent: the link is in use (its owner awaits one call at a time)
+                return None
+            try:
+                return link.result_of(answer, key, apart)
+            except CarriedAbort as err:  # not a burst queue's kind: refused by the ring already
+                failure = failed_result(self._session.failure(err, what, False, ""))
+        return fastanswer.apart_of(failure) if apart else failure
 
     def close(self) -> None:
         """End the burst: the server stops serving it; an awaiting execution wakes (idempotent)."""

@@ -49,7 +49,7 @@ from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.queue_ends import QueueEnded, QueueTimeout
 from nnhal.client.remote.samehost import CarriedForms, ended_error, late_error, scope_of
 from nnhal.client.remote.transport import DEFAULT_CALL_TIMEOUT, Metadata, grpc_timeout, remaining_time
-from nnhal.core import fastpacket, fastring, samehost
+from nnhal.core import fastanswer, fastpacket, fastring, samehost
 from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, Request
 
@@ -186,18 +186,18 @@ class AioSameHostQueue:
             session = self._session
             what = "executeSynchronously_1_3"
             session.check(what)
-            md = session.metadata()
-            rid = md[0][1]
+            rid, scope = session.call_ids()
             bound = grpc_timeout(remaining_time(options.timeout, options.deadline_at))
             try:
-                tag = samehost.encode_tag(rid, scope_of(md))
+                tag = samehost.encode_tag(rid, scope)
                 packet = link.execution_packet(request, options, handle, session.session_id, tag)
             except HalError as err:
                 raise session.failure(err, what, bound is not None, rid) from None
             if packet is None:
                 return None
             kind, payload, key = packet
-            return await self._carried(link, kind, payload, key, bound, what, rid)
+            answer = await self._carried(link, kind, payload, key, bound, what, rid)
+            return None if answer is None else fastanswer.whole(answer)
         finally:
             self._give_back(link)
 
@@ -210,11 +210,12 @@ class AioSameHostQueue:
         timeout: float | None,
         deadline_at: float | None,
         loop_timeout_ns: int,
-    ) -> ExecutionResult | None:
+    ) -> fastanswer.Apart | None:
         """:meth:`execute` of a numpy call plan's layout, from its pools' bytes (``parts``, in
-        order) and the options of an unprofiled execution: a compact call on a free link that
-        granted the layout an id, else None (nothing sent: the call takes :meth:`execute`, whose
-        first call of a layout on a link asks it for an id). The same failures as :meth:`execute`."""
+        order) and the options of an unprofiled execution, its answer read apart
+        (``fastanswer.Apart``): a compact call on a free link that granted the layout an id,
+        else None (nothing sent: the call takes :meth:`execute`, whose first call of a layout on
+        a link asks it for an id). The same failures as :meth:`execute`."""
         link = self._pool.take_idle(AioQueueLink.granted, planned, handle)
         if link is None:
             return None
@@ -223,18 +224,18 @@ class AioSameHostQueue:
             session = self._session
             what = "executeSynchronously_1_3"
             session.check(what)
-            md = session.metadata()
-            rid = md[0][1]
+            rid, scope = session.call_ids()
             remaining = remaining_time(timeout, deadline_at)
             bound = grpc_timeout(remaining)
             try:
-                tag = samehost.encode_tag(rid, scope_of(md))
+                tag = samehost.encode_tag(rid, scope)
                 payload = link.planned_packet(layout, tag, measure, loop_timeout_ns, remaining, parts, planned.body)
             except HalError as err:
                 raise session.failure(err, what, bound is not None, rid) from None
             if payload is None:
                 return None
-            return await self._carried(link, fastpacket.CALL, payload, (handle, planned.shape), bound, what, rid)
+            key = (handle, planned.shape)
+            return await self._carried(link, fastpacket.CALL, payload, key, bound, what, rid)
         finally:
             self._give_back(link)
 
@@ -247,17 +248,17 @@ class AioSameHostQueue:
         bound: float | None,
         what: str,
         rid: str,
-    ) -> ExecutionResult | None:
-        """One execution's packet through the link and its result (None: nothing sent, or the
-        queue stepped aside), awaited here rather than raced in a task of its own against the
-        session's end (``AioSession.call``; an execution is the hottest call, and a task and a
-        wait cost more than the rest of it): the link's own end (its liveness stream, on the
-        session's channel; the server's end of the doorbell) wakes it, and a session that ended
-        meanwhile gives the session's end error, as the race would have
-        (``AioSession.failure``)."""
+    ) -> fastanswer.Apart | None:
+        """One execution's packet through the link and its result read apart (as
+        ``QueueEnds.result_of``'s; None: nothing sent, or the queue stepped aside), awaited
+        here rather than raced in a task of its own against the session's end
+        (``AioSession.call``; an execution is the hottest call, and a task and a wait cost more
+        than the rest of it): the link's own end (its liveness stream, on the session's
+        channel; the server's end of the doorbell) wakes it, and a session that ended meanwhile
+        gives the session's end error, as the race would have (``AioSession.failure``)."""
         try:
             answer = await self._exchange(link, kind, payload, bound or DEFAULT_CALL_TIMEOUT, what)
-            return None if answer is None else link.result_of(answer, key)
+            return None if answer is None else link.result_of(answer, key, True)
         except (grpc.RpcError, HalError) as err:
             raise self._session.failure(err, what, bound is not None, rid) from None
 

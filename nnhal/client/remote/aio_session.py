@@ -249,13 +249,19 @@ class AioSession:
             raise type(self._end_error)(f"{what}: {self._end_error.message}")
 
     # -- the one call path ---------------------------------------------------------------------
+    def call_ids(self) -> tuple[str, str]:
+        """A new call's fresh request id, now the session's last, and the fault scope it is made
+        in ("" when none: ``client.faults.fault_scope``): what its metadata carries
+        (:meth:`metadata`), or a same-host packet's tag."""
+        rid = self.last_request_id = new_request_id()
+        return rid, current_fault_scope() or ""
+
     def metadata(self) -> Metadata:
-        """The metadata of a new call: a fresh request id, the device's name if one was asked
-        for, and the fault scope the call is made in, if any (``client.faults.fault_scope``)."""
-        self.last_request_id = new_request_id()
-        scope = current_fault_scope()
+        """The metadata of a new call (:meth:`call_ids`): its request id, the device's name if
+        one was asked for, and its fault scope, if any."""
+        rid, scope = self.call_ids()
         extra = ((FAULT_SCOPE_KEY, scope),) if scope else ()
-        return ((REQUEST_ID_METADATA, self.last_request_id), *self._device_md, *extra)
+        return ((REQUEST_ID_METADATA, rid), *self._device_md, *extra)
 
     async def call(
         self, what: str, had_deadline: bool, fn: Callable[[Metadata], Awaitable[T]], md: Metadata | None = None

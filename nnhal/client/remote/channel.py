@@ -159,12 +159,18 @@ class SessionChannel:
         """The request id of the last call this thread made ("" before any)."""
         return str(getattr(self._ids, "last", ""))
 
-    def _metadata(self, request_id: str | None = None) -> tuple[tuple[str, str], ...]:
-        """The metadata of a new call: a fresh request id (or ``request_id``), now this thread's
-        last, first; then the fault scope the call is made in, if any (``client.faults.fault_scope``)."""
+    def call_ids(self, request_id: str | None = None) -> tuple[str, str]:
+        """A new call's request id — fresh (or ``request_id``), now this thread's last — and the
+        fault scope it is made in ("" when none: ``client.faults.fault_scope``): what its
+        metadata carries (:meth:`_metadata`), or a same-host packet's tag."""
         rid = request_id or new_request_id()
         self._ids.last = rid
-        scope = current_fault_scope()
+        return rid, current_fault_scope() or ""
+
+    def _metadata(self, request_id: str | None = None) -> tuple[tuple[str, str], ...]:
+        """The metadata of a new call (:meth:`call_ids`): its request id first; then its fault
+        scope, if any."""
+        rid, scope = self.call_ids(request_id)
         return ((REQUEST_ID_METADATA, rid), (FAULT_SCOPE_KEY, scope)) if scope else ((REQUEST_ID_METADATA, rid),)
 
     # -- the one call path --------------------------------------------------------------

@@ -82,7 +82,7 @@ from nnhal.client.remote.pace import (
     hybrid_from_env,
 )
 from nnhal.client.remote.transport import BURST_STREAM_TIMEOUT
-from nnhal.core import fastpacket, fastring, wire_status
+from nnhal.core import fastanswer, fastpacket, fastring, wire_status
 from nnhal.core.doorbell import fine_timers
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError
@@ -118,6 +118,9 @@ class FastBurstLink(QueueEnds):
         self.hybrid_wait = FastBurstLink.HYBRID_WAIT
         #: When its watch may spend CPU (the machine's load, a share of the elapsed time).
         self.lookout = Lookout(WATCH_MAX_S, FastBurstLink.HYBRID_FORCED)
+        #: The lookout's window ``wake_early`` asked for the packet about to be sent, which its
+        #: wait takes (None: none asked; the wait asks).
+        self._window: float | None = None
         # The stream's end is the peer's death or the burst's end: wake whoever waits.
         call.add_done_callback(lambda _call: self.doorbell.stop())
 
@@ -168,15 +171,24 @@ class FastBurstLink(QueueEnds):
         of step then: close it); ``tag``: the call's request id and fault scope, which a
         session's queue takes before every packet (``samehost.encode_tag``)."""
         packet = self.execution_packet(request, options, handle, session, tag)
-        return None if packet is None else self.send(*packet, limit, wait)
+        answer = None if packet is None else self.send(*packet, limit, wait)
+        return None if answer is None else fastanswer.whole(answer)
+
+    def execute_apart(self, request: Request, options: ExecutionOptions) -> fastanswer.Apart | None:
+        """:meth:`execute` of a burst's request (its server knows the prepared model), its
+        answer read apart (``fastanswer.Apart``, as :meth:`send`'s): what a burst's
+        ``execute`` makes its outcome of."""
+        packet = self.execution_packet(request, options, "", "", b"")
+        return None if packet is None else self.send(*packet)
 
     def execute_planned(
         self, planned: fastpacket.Planned, parts: list[Any], measure: bool, timeout: float | None
-    ) -> ExecutionResult | None:
+    ) -> fastanswer.Apart | None:
         """A burst's execution of a numpy call plan's layout from its pools' bytes (``parts``, in
-        order; :meth:`planned_packet`): a compact call when the burst granted the layout an id,
-        else None (nothing sent: the call takes :meth:`execute`, whose first call of a layout
-        asks for the id). Failures come back in the result, as :meth:`execute`'s."""
+        order; :meth:`planned_packet`), its answer read apart: a compact call when the burst
+        granted the layout an id, else None (nothing sent: the call takes :meth:`execute`, whose
+        first call of a layout asks for the id). Failures come back in the answer, as
+        :meth:`execute`'s in its result."""
         layout = self.granted(planned, "")
         if not layout:
             return None
@@ -186,29 +198,39 @@ class FastBurstLink(QueueEnds):
         return self.send(fastpacket.CALL, payload, ("", planned.shape))
 
     def send(
-        self, kind: int, payload: fastring.Payload, key: LayoutRef | None, limit: float | None = None, wait: bool = True
-    ) -> ExecutionResult | None:
+        self,
+        kind: int,
+        payload: fastring.Payload,
+        key: LayoutRef | None,
+        limit: float | None = None,
+        wait: bool = True,
+    ) -> fastanswer.Apart | None:
         """:meth:`execute` of a packet already made (``execution_packet``, ``planned_packet``):
-        its result, or None (nothing sent) when, unless ``wait``, another thread is using the
-        rings."""
+        its result read apart (``fastanswer.Apart``, ``result_of``'s: :meth:`execute` makes it
+        whole), or None (nothing sent) when, unless ``wait``, another thread is using the rings."""
         if not self._lock.acquire(blocking=wait):
             return None
         try:
             try:
                 self._remote.check("fast burst")
             except HalError as err:
-                return failed_result(err)
-            if self._closed or self.doorbell.stopped:
-                return self._ended()
-            try:
-                self.requests.write(kind, payload)
-            except fastring.RingError as err:
-                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: {err}")
-            try:
-                self.doorbell.ring()
-            except OSError:  # the server closed its end: its stream is ending too
-                return self._ended()
-            return self._await_result(key, None if limit is None else time.monotonic() + limit, kind)
+                failure = failed_result(err)
+            else:
+                if self._closed or self.doorbell.stopped:
+                    failure = self._ended()
+                else:
+                    try:
+                        self.requests.write(kind, payload)
+                    except fastring.RingError as err:
+                        failure = ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: {err}")
+                    else:
+                        try:
+                            self.doorbell.ring()
+                        except OSError:  # the server closed its end: its stream is ending too
+                            failure = self._ended()
+                        else:
+                            return self._await_result(key, limit, kind)
+            return fastanswer.apart_of(failure)
         finally:
             self._lock.release()
 
@@ -235,18 +257,24 @@ class FastBurstLink(QueueEnds):
     def _await_packet(self, timeout: float, key: object = None) -> tuple[int, bytes]:
         """Wait for the next answer packet, for up to ``timeout`` seconds (:meth:`exchange`'s
         failures). Holds ``_lock``."""
-        packet = self._wait(key, time.monotonic() + timeout)
+        packet = self._wait(key, timeout)
         if packet is None:
             raise QueueEnded(self._ended())
         return packet
 
-    def _wait(self, key: object, end: float | None) -> tuple[int, bytes] | None:
+    def _wait(self, key: object, limit: float | None) -> tuple[int, bytes] | None:
         """The next answer packet (module docstring: the hybrid wait); None once the queue
-        ended (its doorbell stopped), QueueTimeout past ``end``, GENERAL_FAILURE for a
-        packet that breaks the ring's rules. Holds ``_lock``."""
+        ended (its doorbell stopped), QueueTimeout past ``limit`` seconds from now (None: no
+        limit), GENERAL_FAILURE for a packet that breaks the ring's rules. Holds ``_lock``."""
         rung = time.monotonic()
-        # A closed lookout (a busy machine, one CPU) costs the call nothing more.
-        allowed = self.lookout.window() if self.hybrid_wait else 0.0
+        end = None if limit is None else rung + limit
+        # The lookout's window: the one ``wake_early`` asked for this call's packet, else asked
+        # now. A closed lookout (a busy machine, one CPU) costs the call nothing more.
+        allowed = self._window
+        if allowed is None:
+            allowed = self.lookout.window() if self.hybrid_wait else 0.0
+        else:
+            self._window = None
         pace = self.pace(key) if allowed > 0.0 else None
         doorbell = self.doorbell
         watched = early = False
@@ -272,8 +300,13 @@ class FastBurstLink(QueueEnds):
                 return packet
 
     def wake_early(self) -> bool:
-        """Asked while it waits the hybrid way and its lookout would look now (``_await_ring``)."""
-        return self.hybrid_wait and self.lookout.asked(EARLY_LOOK_S) > 0.0
+        """Asked while it waits the hybrid way and its lookout would look now (``_await_ring``).
+        The lookout's window asked here is the one the call's wait (``_wait``, next) looks
+        within: one look at the lookout per call, and the ask and the look one decision."""
+        if not self.hybrid_wait:
+            return False
+        window = self._window = self.lookout.window()
+        return window > 0.0
 
     def _await_ring(self, allowed: float, end: float | None) -> bool:
         """Rung early (``doorbell.announce``: the answer is near, not yet written): look for the
@@ -337,19 +370,23 @@ class FastBurstLink(QueueEnds):
         with self._lock:
             write(self.requests)
             self.doorbell.ring()
-            result = self._await_result(None)
-        return result or ExecutionResult(ErrorStatus.GENERAL_FAILURE, "the queue stepped aside")
+            answer = self._await_result(None)
+        if answer is None:
+            return ExecutionResult(ErrorStatus.GENERAL_FAILURE, "the queue stepped aside")
+        return fastanswer.whole(answer)
 
-    def _await_result(self, key: LayoutRef | None, end: float | None = None, kind: int = 0) -> ExecutionResult | None:
-        """Wait for the result packet (or the burst's end; past ``end``, QueueTimeout): its
-        result (:meth:`result_of`). Holds ``_lock``."""
+    def _await_result(
+        self, key: LayoutRef | None, limit: float | None = None, kind: int = 0
+    ) -> fastanswer.Apart | None:
+        """Wait for the result packet (or the burst's end; past ``limit`` seconds, QueueTimeout):
+        its result read apart (:meth:`result_of`). Holds ``_lock``."""
         try:
-            packet = self._wait(kind if key is None else key, end)
+            packet = self._wait(kind if key is None else key, limit)
         except GeneralFailure as err:
-            return failed_result(err)
+            return fastanswer.apart_of(failed_result(err))
         if packet is None:
-            return self._ended()
-        return self.result_of(packet, key)
+            return fastanswer.apart_of(self._ended())
+        return self.result_of(packet, key, True)
 
     def _ended(self) -> ExecutionResult:
         """The result of an execution the burst's end cut short."""

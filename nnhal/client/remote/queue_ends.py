@@ -14,7 +14,7 @@ import logging
 import mmap
 import os
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -383,11 +383,11 @@ class QueueEnds:
         ``parts`` (``body`` bytes in all, each part a C-contiguous buffer), ``remaining``
         seconds left of its deadline (None: none); None when it does not fit the request ring.
         A small packet is joined at once (the ring copies it once), a large one goes in parts."""
-        deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
-        header = fastpacket.call_head(layout, measure, deadline, loop_timeout_ns, self.wake_early())
         length = len(tag) + fastpacket.CALL_HEAD_BYTES + body
         if length > self.requests.max_payload:
             return None
+        deadline = None if remaining is None else fastpacket.remaining_ns(remaining)
+        header = fastpacket.call_head(layout, measure, deadline, loop_timeout_ns, self.wake_early())
         if length <= fastring.CHECKED_BYTES:
             return b"".join((tag, header, *parts))
         # The tag and header are one part: the ring checksums and copies one part fewer. A loop,
@@ -413,16 +413,40 @@ class QueueEnds:
             self.results.resync()
             raise GeneralFailure(f"same-host queue: a malformed answer packet: {err}") from None
 
-    def result_of(self, packet: tuple[int, bytes], key: LayoutRef | None) -> ExecutionResult | None:
+    @overload
+    def result_of(
+        self, packet: tuple[int, bytes], key: LayoutRef | None, apart: Literal[False] = False
+    ) -> ExecutionResult | None: ...
+    @overload
+    def result_of(
+        self, packet: tuple[int, bytes], key: LayoutRef | None, apart: Literal[True]
+    ) -> fastanswer.Apart | None: ...
+    @overload
+    def result_of(
+        self, packet: tuple[int, bytes], key: LayoutRef | None, apart: bool
+    ) -> ExecutionResult | fastanswer.Apart | None: ...
+
+    def result_of(
+        self, packet: tuple[int, bytes], key: LayoutRef | None, apart: bool = False
+    ) -> ExecutionResult | fastanswer.Apart | None:
         """The execution result an answer packet carries (a layout id it grants remembered for
-        ``key``); None when a session's queue steps aside, CarriedAbort when it ended the call
-        as gRPC would have. A malformed answer is a GENERAL_FAILURE result."""
+        ``key``), with ``apart`` read apart (``fastanswer.Apart``: no result made for a compact
+        answer like the last); None when a session's queue steps aside, CarriedAbort when it
+        ended the call as gRPC would have. A malformed answer is a GENERAL_FAILURE result."""
         kind, payload = packet
         if kind == _ANSWER:  # first: a repeated call's usual answer
             try:
-                return self._answers.read(payload)
+                return self._answers.read(payload, apart)
             except fastpacket.PacketError as err:
-                return ExecutionResult(ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}")
+                result: ExecutionResult | None = ExecutionResult(
+                    ErrorStatus.GENERAL_FAILURE, f"fast burst: a malformed answer: {err}"
+                )
+        else:
+            result = self._result_of(kind, payload, key)
+        return fastanswer.apart_of(result) if apart and result is not None else result
+
+    def _result_of(self, kind: int, payload: bytes, key: LayoutRef | None) -> ExecutionResult | None:
+        """``result_of`` of a packet of another kind than ANSWER."""
         if kind == samehost.STEP_ASIDE:  # a session's queue: this call takes gRPC
             return None
         if kind == samehost.ABORTED:

@@ -59,7 +59,7 @@ from nnhal.client.remote.link_pool import LinkPool
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.queue_ends import RESULT_ENVELOPE_BYTES, CarriedAbort, QueueEnded, QueueTimeout
 from nnhal.client.remote.transport import DEFAULT_CALL_TIMEOUT, grpc_timeout, remaining_time
-from nnhal.core import fastpacket, fastring, samehost, wire_status
+from nnhal.core import fastanswer, fastpacket, fastring, samehost, wire_status
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
 from nnhal.core.types import ExecutionResult, Request
@@ -307,8 +307,8 @@ class SameHostQueue:
         if link is None:
             return None
         channel = self._channel
-        md = channel._metadata()  # this thread's request id, as a gRPC call's
-        tag = samehost.encode_tag(md[0][1], scope_of(md))
+        rid, scope = channel.call_ids()  # this thread's request id, as a gRPC call's
+        tag = samehost.encode_tag(rid, scope)
         bound = grpc_timeout(remaining_time(options.timeout, options.deadline_at))
         limit = bound or DEFAULT_CALL_TIMEOUT
         what = "executeSynchronously_1_3"
@@ -318,14 +318,14 @@ class SameHostQueue:
                 lambda: link.execute(request, options, handle, channel.session_id, limit, wait=False, tag=tag),
                 what,
                 bound is not None,
-                md[0][1],
+                rid,
             )
         except QueueTimeout:
             self._drop(link)  # its answer may still come: the link is out of step
             late = late_error(limit)
         finally:
             self._give_back(link)
-        result: ExecutionResult = channel.invoke(_raise(late), what, bound is not None, md[0][1])
+        result: ExecutionResult = channel.invoke(_raise(late), what, bound is not None, rid)
         return result
 
     def execute_planned(
@@ -337,13 +337,13 @@ class SameHostQueue:
         timeout: float | None,
         deadline_at: float | None,
         loop_timeout_ns: int,
-    ) -> ExecutionResult | None:
+    ) -> fastanswer.Apart | None:
         """:meth:`execute` of a numpy call plan's layout, from its pools' bytes (``parts``, in
         order) and the options of an unprofiled execution (``ExecutionOptions``' fields, not
-        made into one: a call that takes this way needs none): a compact call on a free link
-        that granted the layout an id, else None (nothing sent: the call takes :meth:`execute`,
-        whose first call of a layout on a link asks it for an id). The same failures as
-        :meth:`execute`."""
+        made into one: a call that takes this way needs none), its answer read apart
+        (``fastanswer.Apart``): a compact call on a free link that granted the layout an id,
+        else None (nothing sent: the call takes :meth:`execute`, whose first call of a layout
+        on a link asks it for an id). The same failures as :meth:`execute`."""
         with self._lock:
             link = self._pool.take_idle(FastBurstLink.granted, planned, handle)
             # The id ``granted`` found for the link taken, remembered in ``planned.grant``: read
@@ -353,10 +353,9 @@ class SameHostQueue:
             return None
         try:
             channel = self._channel
-            md = channel._metadata()  # this thread's request id, as a gRPC call's
-            rid = md[0][1]
+            rid, scope = channel.call_ids()  # this thread's request id, as a gRPC call's
             remaining = remaining_time(timeout, deadline_at)
-            tag = samehost.encode_tag(rid, scope_of(md))
+            tag = samehost.encode_tag(rid, scope)
             payload = link.planned_packet(layout, tag, measure, loop_timeout_ns, remaining, parts, planned.body)
             if payload is None:
                 return None
@@ -364,7 +363,7 @@ class SameHostQueue:
             limit = bound or DEFAULT_CALL_TIMEOUT
             failure: BaseException
             try:
-                return link.send(fastpacket.CALL, payload, (handle, planned.shape), limit, wait=False)
+                return link.send(fastpacket.CALL, payload, (handle, planned.shape), limit, False)
             except QueueTimeout:
                 self._drop(link)  # its answer may still come: the link is out of step
                 failure = late_error(limit)
@@ -373,8 +372,8 @@ class SameHostQueue:
         finally:
             self._give_back(link)
         # Through the one call path, as :meth:`execute`'s: mapped, tagged, a death declared.
-        result: ExecutionResult = channel.invoke(_raise(failure), "executeSynchronously_1_3", bound is not None, rid)
-        return result
+        answer: fastanswer.Apart = channel.invoke(_raise(failure), "executeSynchronously_1_3", bound is not None, rid)
+        return answer
 
     def _drop(self, link: FastBurstLink) -> None:
         """Close a link that can no longer be used (a later call opens a new one, unless the
