@@ -49,7 +49,7 @@ from nnhal.client.outcome import result_of
 from nnhal.client.remote import DRAINING, calls, hidl, monitor as drain_rules
 from nnhal.client.remote.aio_burst_stream import AioBurstStream
 from nnhal.client.remote.aio_samehost import AioSameHostQueue
-from nnhal.client.remote.encoded import Answer, Framed, whole
+from nnhal.client.remote.encoded import Answer, Framed
 from nnhal.client.remote.messages import (
     ExecutionOptions,
     PreparedRef,
@@ -75,7 +75,7 @@ from nnhal.client.remote.transport import (
     tag_request_id,
     target_of,
 )
-from nnhal.core import telemetry, wire_session
+from nnhal.core import fastanswer, telemetry, wire_session
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import DeadObject, GeneralFailure, HalError, InvalidArgument
 from nnhal.core.fault_scope import METADATA_KEY as FAULT_SCOPE_KEY
@@ -406,7 +406,7 @@ class AioSession:
         answer: Answer | None = await self.unary(self.stubs.execute_encoded, raw, _SYNC, timeout)
         if answer is None:  # grpc.aio hands back None for an answer its deserializer failed to read
             raise tag_request_id(GeneralFailure(f"{_SYNC}: protocol error: an unreadable answer"), self.last_request_id)
-        return answer if framed is not None else whole(answer)
+        return answer if framed is not None else fastanswer.whole(answer)
 
     async def launch(self, step: calls.Notify) -> Any:
         """A launch / notify RPC of any form (:class:`~nnhal.client.remote.calls.Notify`): its

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
-from nnhal.core import wire_deadline, wire_request, wire_result
+from nnhal.core import fastanswer, wire_deadline, wire_request, wire_result
 from nnhal.core.enums import MeasureTiming
 from nnhal.core.types import (
     NO_TIMING,
@@ -371,16 +371,11 @@ _BURST_KNOWN: dict[int, _Known] = {}
 _KNOWN_MAX = 64
 
 
-#: An answer read apart (:func:`execute_answered`): what it says but its output pools — for an
-#: answer like one read before, that one's result with none, shared (never changed) — and its
-#: output pools.
-Answer = tuple[ExecutionResult, dict[int, PoolData]]
-
-
-def whole(answer: Answer) -> ExecutionResult:
-    """The whole result of an answer read apart (the parsed result itself when it was parsed)."""
-    r, pools = answer
-    return r if r.output_pools is pools else _with_pools(r, pools)
+#: An answer read apart (:func:`execute_answered`): the same shape as a same-host answer's
+#: (``fastanswer.Apart``, one owner of the shape and of ``whole``) — for an answer like one read
+#: before, that one's result, shared (never changed), with this answer's output pools and timing
+#: (a known answer has no measured timing: its result's).
+Answer = fastanswer.Apart
 
 
 def _with_pools(r: ExecutionResult, pools: dict[int, PoolData]) -> ExecutionResult:
@@ -401,7 +396,7 @@ def _read(
         head, tail, start, end, pool, r = seen
         if raw.startswith(head) and raw.endswith(tail):
             if apart:
-                return r, {pool: raw[start:end]}
+                return r, {pool: raw[start:end]}, r.timing
             return _with_pools(r, {pool: raw[start:end]})
     result, span = parse(raw)
     timing = result.timing
@@ -418,7 +413,7 @@ def _read(
             if len(known) >= _KNOWN_MAX:
                 known.clear()
             known[len(raw)] = _Known(raw[:start], raw[end:], start, end, index, ExecutionResult(*_rest(result)))
-    return (result, result.output_pools) if apart else result
+    return fastanswer.apart_of(result) if apart else result
 
 
 def _rest(result: ExecutionResult) -> tuple[Any, ...]:

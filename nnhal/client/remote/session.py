@@ -37,7 +37,7 @@ from nnhal.client.remote.transport import (
     grpc_timeout,
     remaining_time,
 )
-from nnhal.core import wire_result, wire_stream
+from nnhal.core import fastanswer, wire_result, wire_stream
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus
 from nnhal.core.errors import GeneralFailure, HalError, InvalidArgument
 from nnhal.core.types import (
@@ -224,7 +224,7 @@ class RemoteSession(SessionChannel):
         written = execute_request_bytes(self._session_id, handle, inputs, outputs, pools, options, False, sizes)
         if written is None:
             return None
-        return encoded.whole(self.unary(self._stubs.execute_encoded, written[0], _SYNC, written[1]))
+        return fastanswer.whole(self.unary(self._stubs.execute_encoded, written[0], _SYNC, written[1]))
 
     #: False once the server answered that it has no StreamedExecution service (an older server).
     _streams = True

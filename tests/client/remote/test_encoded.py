@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from nnhal.client.numpy_io import NumpyIO
 from nnhal.client.remote import encoded
 from nnhal.client.remote.messages import ExecutionOptions, execute_request
-from nnhal.core import wire_request, wire_result, wire_stream
+from nnhal.core import fastanswer, wire_request, wire_result, wire_stream
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import (
@@ -292,12 +292,12 @@ def test_an_answer_read_apart_shares_what_it_says_and_not_its_pools() -> None:
     encoded._EXECUTE_KNOWN.clear()
     raw, other = _answer(bytes(range(32))), _answer(b"\x2a" * 32)
     first = encoded.execute_answered(raw)  # parsed: its own result and pools
-    assert first[0].output_pools is first[1] and encoded.whole(first) is first[0]
+    assert first[0].output_pools is first[1] and fastanswer.whole(first) is first[0]
     second, third = encoded.execute_answered(other), encoded.execute_answered(other)
     assert second[0] is third[0] and second[0].output_pools == {}
     assert second[1] is not third[1] and second[1] == {1: b"\x2a" * 32}
     assert (
-        encoded.whole(second)
+        fastanswer.whole(second)
         == encoded.execute_answer(other)
         == wire_result.execution_result_from(spb.ExecuteResult.FromString(other))
     )
