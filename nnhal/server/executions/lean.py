@@ -466,7 +466,7 @@ class Compact:
         if lane is None:
             return None
         spans = []
-        for pool, a, b, _ in lane.inputs:
+        for pool, a, b in lane.inputs:
             start, end = self.spans[pool]
             if b > end - start:
                 return None
@@ -513,14 +513,14 @@ class _Lane:
     def __init__(
         self,
         lane: Lane,
-        inputs: tuple[tuple[int, int, int, bool], ...],
+        inputs: tuple[tuple[int, int, int], ...],
         outputs: tuple[tuple[int, int, int, int], ...],
         shapes: tuple[OutputShape, ...],
         plan: RequestPlan,
         pools: tuple[tuple[int, int], ...],
     ) -> None:
         self.lane = lane
-        #: Per input: its pool, where its bytes are in it, and whether they are all of it.
+        #: Per input: its pool and where its bytes are in it.
         self.inputs = inputs
         #: Per output: its pool, where its bytes are in it, and the pool's size.
         self.outputs = outputs
@@ -534,9 +534,9 @@ class _Lane:
         #: What ``bind_parts`` binds a call's inline pools by: per pool the bytes its inputs need,
         #: and per input its pool and where its bytes are in it.
         needs = [0] * len(self.sizes)
-        for pool, _, b, _ in inputs:
+        for pool, _, b in inputs:
             needs[pool] = max(needs[pool], b)
-        self.parts = (tuple(needs), tuple(i[0] for i in inputs), tuple(slice(a, b) for _, a, b, _ in inputs))
+        self.parts = (tuple(needs), tuple(i[0] for i in inputs), tuple(slice(a, b) for _, a, b in inputs))
         #: Whether a same-host answer may carry the output pools in place in the result ring
         #: (``fastanswer.AnswerWriter.places``): the ring reserves a place only for a payload of
         #: ``fastring.DIRECT_BYTES`` or more, which an answer's head alone (its shapes, its
@@ -561,9 +561,7 @@ class _Lane:
             made = graph.lane([(d, shape) for *_, d, shape in ins], [(d, shape) for *_, d, shape in outs])
             if made is not None:
                 sizes = plan.sizes
-                inputs = tuple(
-                    (pool, offset, offset + n, offset == 0 and n == sizes[pool]) for pool, offset, n, _, _ in ins
-                )
+                inputs = tuple((pool, offset, offset + n) for pool, offset, n, _, _ in ins)
                 outputs = tuple((pool, offset, offset + n, sizes[pool]) for pool, offset, n, _, _ in outs)
                 pools = tuple((pool, sizes[pool]) for pool in sorted({o[0] for o in outs}))
                 lane = _Lane(made, inputs, outputs, shapes, plan, pools)
