@@ -192,16 +192,6 @@ class Lookout:
         window = self.window_s
         return credit if credit < window else window
 
-    def asked(self, seconds: float) -> float:
-        """Seconds to look for a packet known to come within about ``seconds`` (the peer said
-        so: an early ring), whatever recent waits paid: ``seconds`` while this process may look
-        and the machine has a core to spare, within the credit; else 0.0."""
-        if self.window_s <= 0.0 or not self._load.spare():
-            return 0.0
-        credit = self.credit
-        asked = credit if credit < seconds else seconds
-        return asked if asked > 0.0 else 0.0
-
     def spend(self, looked: float) -> None:
         """Charge ``looked`` seconds of looking (a waiter that judges whether looking pays on
         its own, the client's hybrid wait, calls only this)."""

@@ -215,19 +215,3 @@ def test_a_bad_window_is_ignored_with_a_warning(value: str, caplog: pytest.LogCa
         window, on = lookout.window_from_env("NNHAL_X", value, 200, 1000)
         assert window == pytest.approx(2e-4) and on is False
     assert "NNHAL_X" in caplog.text
-
-
-def test_a_look_the_peer_asks_for_is_given_whatever_the_pay_but_not_on_a_busy_machine() -> None:
-    watch, clock, machine = _lookout()
-    for _ in range(50):
-        _wait(watch, clock, 5e-3)  # looking has stopped paying
-    assert watch.window() == 0.0
-    assert watch.asked(WINDOW) == WINDOW  # an early ring's look: the packet is on its way
-    watch.credit = 50e-6
-    assert watch.asked(WINDOW) == 50e-6  # within the credit
-    machine.runnable = 6  # more runnable tasks than CPUs from now on
-    for _ in range(20):
-        clock.now += lookout.LOAD_EVERY_S
-        _wait(watch, clock, 10e-6)
-    assert watch.asked(WINDOW) == 0.0
-    assert Lookout(0.0, False, machine.load(clock), clock).asked(WINDOW) == 0.0  # no window: never
