@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
+from nnhal.client.remote import encoded
 from nnhal.client.remote.messages import ExecutionOptions, burst_request
 from nnhal.client.remote.transport import Metadata
 from nnhal.core.types import ExecutionResult, Request
@@ -31,11 +32,14 @@ class AioBurstStream:
         self._call = call
         #: Every execution on the stream shares its request id.
         self._md = md
+        #: How its requests are written (``encoded.Requests``), from its first execution on.
+        self._written: encoded.Requests | None = None
 
     async def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
         """One execution through the session's call path: its result, None once the server
         ended the stream; raises the HalError of a transport failure."""
-        data = burst_request(self._session.session_id, handle, request, options)
+        written = self._written = encoded.Requests.of(self._written, self._session.session_id, handle)
+        data = burst_request(written, request, options)
         result: ExecutionResult | None = await self._session.call(
             "burst", False, lambda _md: self._exchange(data), self._md
         )

@@ -305,7 +305,8 @@ class RemoteSession(SessionChannel):
         self, stream: BurstStream, handle: str, request: Request, options: ExecutionOptions
     ) -> ExecutionResult:
         """One execution on the burst stream; transport failures come back in the result."""
-        data = burst_request(self._session_id, handle, request, options)
+        written = stream.written = encoded.Requests.of(stream.written, self._session_id, handle)
+        data = burst_request(written, request, options)
         self._ids.last = stream.request_id
         with stream.lock:
             self._monitor.check()
