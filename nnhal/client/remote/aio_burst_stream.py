@@ -2,7 +2,7 @@
 (:class:`nnhal.client.remote.aio_session.AioSession`), the transport half of
 :class:`nnhal.client.aio.Burst`. Its requests are written as serialized ``BurstRequest``s
 (``messages.burst_request``) and its answers read as ``ExecutionResult``s
-(``encoded.burst_answer``), through the session's one call path, so a transport failure
+(``encoded.burst_answered``, made whole), through the session's one call path, so a transport failure
 is the HalError the session maps it to and a dead session fails its calls at once.
 """
 
@@ -15,8 +15,10 @@ import grpc
 import grpc.aio
 
 from nnhal.client.remote import encoded
+from nnhal.client.remote.encoded import Answer
 from nnhal.client.remote.messages import ExecutionOptions, burst_request
 from nnhal.client.remote.transport import Metadata
+from nnhal.core import fastanswer
 from nnhal.core.types import ExecutionResult, Request
 
 if TYPE_CHECKING:  # the session makes its streams: imported for its type only
@@ -40,10 +42,8 @@ class AioBurstStream:
         ended the stream; raises the HalError of a transport failure."""
         written = self._written = encoded.Requests.of(self._written, self._session.session_id, handle)
         data = burst_request(written, request, options)
-        result: ExecutionResult | None = await self._session.call(
-            "burst", False, lambda _md: self._exchange(data), self._md
-        )
-        return result
+        answer: Answer | None = await self._session.call("burst", False, lambda _md: self._exchange(data), self._md)
+        return None if answer is None else fastanswer.whole(answer)
 
     async def _exchange(self, data: bytes) -> Any:
         """Send one serialized request and read its result (None: the server ended the stream)."""

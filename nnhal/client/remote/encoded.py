@@ -566,3 +566,6 @@ execute_answer: Callable[[bytes], ExecutionResult] = partial(
 )
 #: The result of the ``BurstResponse`` ``raw``, whole.
 burst_answer: Callable[[bytes], ExecutionResult] = partial(_read, known=_BURST_KNOWN, parse=_parse_burst, apart=False)
+#: The result of the ``BurstResponse`` ``raw``, apart (:data:`Answer`: no result made for an answer
+#: like one read before — on gRPC's thread that reads the stream, for every message).
+burst_answered: Callable[[bytes], Answer] = partial(_read, known=_BURST_KNOWN, parse=_parse_burst, apart=True)

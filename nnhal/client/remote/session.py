@@ -297,7 +297,7 @@ class RemoteSession(SessionChannel):
         requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         md = self._metadata()
         # The requests go as serialized BurstRequests (``burst_execute`` writes them); the
-        # answers come read as ExecutionResults (``encoded.burst_answer``).
+        # answers come read apart (``encoded.burst_answered``).
         responses = self._stubs.burst_encoded(iter(requests.get, None), timeout=BURST_STREAM_TIMEOUT, metadata=md)
         return BurstStream(requests, responses, md[0][1])
 
@@ -305,7 +305,16 @@ class RemoteSession(SessionChannel):
         self, stream: BurstStream, handle: str, request: Request, options: ExecutionOptions
     ) -> ExecutionResult:
         """One execution on the burst stream; transport failures come back in the result."""
-        written = stream.written = encoded.Requests.of(stream.written, self._session_id, handle)
+        return fastanswer.whole(self.burst_answered(stream, handle, request, options))
+
+    def burst_answered(
+        self, stream: BurstStream, handle: str, request: Request, options: ExecutionOptions
+    ) -> encoded.Answer:
+        """:meth:`burst_execute`, its answer read apart (``encoded.Answer``: no result made for an
+        answer like one read before); transport failures come back in it."""
+        written = stream.written
+        if written is None or written.handle is not handle:  # the stream's, mostly: by identity
+            written = stream.written = encoded.Requests.of(written, self._session_id, handle)
         data = burst_request(written, request, options)
         self._ids.last = stream.request_id
         with stream.lock:
@@ -315,16 +324,18 @@ class RemoteSession(SessionChannel):
             try:
                 response = next(stream.responses, None)
             except grpc.RpcError as err:
-                return failed_result(self.failed(err, "burst", False, ""))
+                return fastanswer.apart_of(failed_result(self.failed(err, "burst", False, "")))
             except HalError as err:
-                return failed_result(err)
+                return fastanswer.apart_of(failed_result(err))
         if response is None:  # the server ended the stream: a refusal past its cap, or a drain
-            return ExecutionResult(
-                ErrorStatus.GENERAL_FAILURE,
-                "the burst stream ended (refused or closed by the server); open a new burst",
+            return fastanswer.apart_of(
+                ExecutionResult(
+                    ErrorStatus.GENERAL_FAILURE,
+                    "the burst stream ended (refused or closed by the server); open a new burst",
+                )
             )
-        result: ExecutionResult = response  # read by the stream's deserializer (``encoded.burst_answer``)
-        return result
+        answer: encoded.Answer = response  # read by the stream's deserializer (``encoded.burst_answered``)
+        return answer
 
     def close_burst(self, stream: BurstStream) -> None:
         stream.requests.put(None)
