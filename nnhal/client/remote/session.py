@@ -212,19 +212,37 @@ class RemoteSession(SessionChannel):
         for these arguments and sizes (a numpy plan's, ``encoded.framed_of``); ``pools`` are then the
         parts of that data, joined straight into the message, and the answer is given as read,
         apart (``encoded.Answer``: no result made for an answer like one read before)."""
+        if framed is not None:
+            o = options
+            return self.execute_framed(framed, pools, o.measure, o.timeout, o.deadline_at, o.loop_timeout_ns, o.profile)
         if self._queue is not None:
             return None
-        if framed is not None:
-            remaining = remaining_time(options.timeout, options.deadline_at)
-            raw = framed.write(pools, options.measure, remaining, options.loop_timeout_ns, options.profile)
-            answer: encoded.Answer = self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining))
-            return answer  # read by the stub's deserializer (``encoded.execute_answered``)
         if sizes is None and wire_stream.pools_worth_streaming(pools):
             return None
         written = execute_request_bytes(self._session_id, handle, inputs, outputs, pools, options, False, sizes)
         if written is None:
             return None
         return fastanswer.whole(self.unary(self._stubs.execute_encoded, written[0], _SYNC, written[1]))
+
+    def execute_framed(
+        self,
+        framed: encoded.Framed,
+        parts: Sequence[Any],
+        measure: bool = False,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        loop_timeout_ns: int = 0,
+        profile: bool = False,
+    ) -> encoded.Answer | None:
+        """:meth:`execute_encoded` of a numpy plan's layout (``framed``: its frame, ``parts``: its
+        first pool's data), its options given as they are (no options made for the call): the
+        answer read apart, or None (nothing sent) when the session has a same-host queue."""
+        if self._queue is not None:
+            return None
+        remaining = remaining_time(timeout, deadline_at)
+        raw = framed.write(parts, measure, remaining, loop_timeout_ns, profile)
+        answer: encoded.Answer = self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining))
+        return answer  # read by the stub's deserializer (``encoded.execute_answered``)
 
     #: False once the server answered that it has no StreamedExecution service (an older server).
     _streams = True
