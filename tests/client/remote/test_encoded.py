@@ -256,6 +256,7 @@ def _burst(execute: bytes) -> bytes:
 @pytest.mark.parametrize("burst", [False, True])
 def test_answers_read_back_are_what_protobuf_reads(burst: bool) -> None:
     read = encoded.burst_answer if burst else encoded.execute_answer
+    apart = encoded.burst_answered if burst else encoded.execute_answered  # the same, read apart
     known = encoded._BURST_KNOWN if burst else encoded._EXECUTE_KNOWN
     known.clear()
     answers = [
@@ -276,6 +277,7 @@ def test_answers_read_back_are_what_protobuf_reads(burst: bool) -> None:
         message = spb.BurstResponse.FromString(raw).result if burst else spb.ExecuteResult.FromString(raw)
         assert read(raw) == wire_result.execution_result_from(message)
         assert read(raw) == wire_result.execution_result_from(message)  # the second time from what it kept
+        assert fastanswer.whole(apart(raw)) == wire_result.execution_result_from(message)
     assert sorted(known) == sorted({len(_burst(a) if burst else a) for a in answers[:5] + answers[9:]})
 
 
