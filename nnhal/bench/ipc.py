@@ -246,13 +246,21 @@ def sync_small_remote(quick: bool) -> dict[str, BenchResult]:
     }
 
 
+#: The arguments of the small burst's requests and its output pool: what describes the layout,
+#: immutable, built once by a user who runs one layout again and again (as the numpy plans do).
+_SMALL_INPUTS = (
+    RequestArgument(location=DataLocation(0, 0, SMALL_BYTES)),
+    RequestArgument(location=DataLocation(0, SMALL_BYTES, SMALL_BYTES)),
+)
+_SMALL_OUTPUTS = (RequestArgument(location=DataLocation(1, 0, SMALL_BYTES)),)
+_SMALL_OUTPUT_POOL = InlinePool(b"", SMALL_BYTES)
+
+
 def _small_request(a: np.ndarray, b: np.ndarray) -> Request:
-    """What a burst user builds: both inputs in one inline pool, the output in another."""
-    n = SMALL_BYTES
+    """What a burst user builds per call: both inputs in one inline pool, the output in another,
+    around the arguments kept for the layout."""
     return Request(
-        (RequestArgument(location=DataLocation(0, 0, n)), RequestArgument(location=DataLocation(0, n, n))),
-        (RequestArgument(location=DataLocation(1, 0, n)),),
-        (InlinePool(a.tobytes() + b.tobytes(), 2 * n), InlinePool(b"", n)),
+        _SMALL_INPUTS, _SMALL_OUTPUTS, (InlinePool(a.tobytes() + b.tobytes(), 2 * SMALL_BYTES), _SMALL_OUTPUT_POOL)
     )
 
 

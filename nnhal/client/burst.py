@@ -33,6 +33,7 @@ from nnhal.client import steps
 from nnhal.client.numpy_io import NumpyIO, no_model, numpy_execution, settle
 from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.remote import BurstStream, ExecutionOptions, FastBurstLink, RemoteSession
+from nnhal.core import fastanswer
 from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, Request
 
@@ -86,21 +87,21 @@ class Burst:
     def execute(self, request: Request, *, measure: bool = False, timeout: float | None = None) -> ExecutionOutcome:
         """One execution; the status (transport failures included) is in the outcome.
         Raises DEAD_OBJECT at once when the server is known dead."""
-        options = ExecutionOptions.of(measure, timeout)
+        # The answer read apart, either way: the outcome made from it, no result.
+        return ExecutionOutcome.of_answer(self._answered(request, ExecutionOptions.of(measure, timeout)))
+
+    def _answered(self, request: Request, options: ExecutionOptions) -> fastanswer.Apart:
+        """One execution, its answer read apart: on the fast path when it fits the rings, else on
+        the gRPC stream."""
         fast = self._fast
         if fast is not None:
-            # On the fast path the answer is read apart: the outcome made from it, no result.
             answer = fast.execute_apart(request, options)
             if answer is not None:
-                return ExecutionOutcome.of_answer(answer)
-        return ExecutionOutcome.of(self._run(request, options))
+                return answer
+        return self._remote.burst_answered(self._grpc_stream(), self._handle, request, options)
 
     def _run(self, request: Request, options: ExecutionOptions) -> ExecutionResult:
-        if self._fast is not None:
-            result = self._fast.execute(request, options)
-            if result is not None:
-                return result
-        return self._remote.burst_execute(self._grpc_stream(), self._handle, request, options)
+        return fastanswer.whole(self._answered(request, options))
 
     def execute_numpy(
         self, inputs: Sequence[np.ndarray | None], *, measure: bool = False, timeout: float | None = None
@@ -124,7 +125,7 @@ class Burst:
             if fast is not None:
                 answer = fast.execute_planned(plan.compact, parts, measure, timeout)
             else:
-                answer = (self._run(plan.request(parts), options),)
+                answer = self._answered(plan.request(parts), options)
             if answer is not None:
                 settled = settle(plan, *answer)
                 if isinstance(settled, ExecutionOutcome):

@@ -125,7 +125,7 @@ class PreparedModel(Releasable):
 
     def _planned_way(self) -> tuple[Any, bool]:
         """The way of a numpy call of a layout seen before: (the session's same-host queue,
-        False), (None, True) for a message written as bytes over gRPC (``execute_encoded``), or
+        False), (None, True) for a message written as bytes over gRPC (``execute_framed``), or
         (None, False) for neither (a device below the 1.3 forms; a test double may have neither
         way). Found once: the queue is set up with the session, before its prepared models, and
         the session's level never changes."""
@@ -133,7 +133,7 @@ class PreparedModel(Releasable):
         if way is None:
             remote = self._remote
             queue = getattr(remote, "same_host", None)  # None: a session without one (a test double)
-            written = queue is None and getattr(remote, "execute_encoded", None) is not None
+            written = queue is None and getattr(remote, "execute_framed", None) is not None
             way = self._way = (queue, written) if self._modern() else (None, False)
         return way
 
@@ -177,15 +177,7 @@ class PreparedModel(Releasable):
                     # are worth streaming, which this way never does); the answer read apart.
                     framed = plan.wire or encoded.framed_of(plan, remote.session_id, self.handle)
                     if framed is not None:
-                        answer = remote.execute_encoded(
-                            self.handle,
-                            plan.inputs,
-                            plan.outputs,
-                            parts,
-                            ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns),
-                            None,
-                            framed,
-                        )
+                        answer = remote.execute_framed(framed, parts, measure, timeout, deadline_at, loop_timeout_ns)
                 if answer is not None:
                     settled = settle(plan, *answer)
                     if isinstance(settled, ExecutionOutcome):

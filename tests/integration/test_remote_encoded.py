@@ -43,7 +43,7 @@ class _Encoded:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.taken = 0
-        real = RemoteSession.execute_encoded
+        real = RemoteSession.execute_framed
 
         def spy(session: RemoteSession, *args: Any) -> Any:
             try:
@@ -54,7 +54,7 @@ class _Encoded:
             self.taken += result is not None
             return result
 
-        monkeypatch.setattr(RemoteSession, "execute_encoded", spy)
+        monkeypatch.setattr(RemoteSession, "execute_framed", spy)
 
 
 def test_a_layout_run_again_is_written_as_bytes(device: Device, monkeypatch: pytest.MonkeyPatch) -> None:

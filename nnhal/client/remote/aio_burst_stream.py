@@ -2,7 +2,7 @@
 (:class:`nnhal.client.remote.aio_session.AioSession`), the transport half of
 :class:`nnhal.client.aio.Burst`. Its requests are written as serialized ``BurstRequest``s
 (``messages.burst_request``) and its answers read as ``ExecutionResult``s
-(``encoded.burst_answer``), through the session's one call path, so a transport failure
+(``encoded.burst_answered``, made whole), through the session's one call path, so a transport failure
 is the HalError the session maps it to and a dead session fails its calls at once.
 """
 
@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
+from nnhal.client.remote import encoded
+from nnhal.client.remote.encoded import Answer
 from nnhal.client.remote.messages import ExecutionOptions, burst_request
 from nnhal.client.remote.transport import Metadata
+from nnhal.core import fastanswer
 from nnhal.core.types import ExecutionResult, Request
 
 if TYPE_CHECKING:  # the session makes its streams: imported for its type only
@@ -31,15 +34,16 @@ class AioBurstStream:
         self._call = call
         #: Every execution on the stream shares its request id.
         self._md = md
+        #: How its requests are written (``encoded.Requests``), from its first execution on.
+        self._written: encoded.Requests | None = None
 
     async def execute(self, handle: str, request: Request, options: ExecutionOptions) -> ExecutionResult | None:
         """One execution through the session's call path: its result, None once the server
         ended the stream; raises the HalError of a transport failure."""
-        data = burst_request(self._session.session_id, handle, request, options)
-        result: ExecutionResult | None = await self._session.call(
-            "burst", False, lambda _md: self._exchange(data), self._md
-        )
-        return result
+        written = self._written = encoded.Requests.of(self._written, self._session.session_id, handle)
+        data = burst_request(written, request, options)
+        answer: Answer | None = await self._session.call("burst", False, lambda _md: self._exchange(data), self._md)
+        return None if answer is None else fastanswer.whole(answer)
 
     async def _exchange(self, data: bytes) -> Any:
         """Send one serialized request and read its result (None: the server ended the stream)."""

@@ -448,7 +448,7 @@ class AioSession:
         self.check("configureExecutionBurst")
         md = self.metadata()
         # Requests written as serialized BurstRequests, answers read as ExecutionResults
-        # (``messages.burst_request``, ``encoded.burst_answer``), as the sync session's.
+        # (``messages.burst_request``, ``encoded.burst_answered``), as the sync session's.
         call = self.stubs.burst_encoded(timeout=BURST_STREAM_TIMEOUT, metadata=md)
         return AioBurstStream(self, call, md)
 

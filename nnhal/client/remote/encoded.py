@@ -222,17 +222,12 @@ def execute_bytes(
     InvalidArgument for a NaN deadline (as ``wire_deadline.deadline_to``). The bytes around the pools'
     data are made once per layout (:func:`_layout`). ``burst``: framed as a ``BurstRequest``
     carrying it (:func:`_burst_head`), written in the same pass. ``sizes``: each pool's (data
-    bytes, declared size) when the caller knows them (a numpy plan's), not found again."""
-    datas: list[PoolData] = []
-    found: list[tuple[int, int]] = []
-    for pool in pools:
-        if type(pool) is not InlinePool:
-            return None
-        data = pool.data
-        datas.append(data)
-        if sizes is None:
-            found.append((len(data) if type(data) is bytes else memoryview(data).nbytes, pool.size))
-    key = tuple(found) if sizes is None else sizes
+    bytes, declared size) when the caller knows them (a numpy plan's), kept by them."""
+    inline = _inline(pools)
+    if inline is None:
+        return None
+    datas, found = inline
+    key = found if sizes is None else sizes
     layout = _LAST_LAYOUT  # read by index: a named field of a NamedTuple is a slower look-up
     if layout is None or layout[2] != (head, args, key):  # compared in C, the same bytes by identity
         layout = _layout(head, args, key)
@@ -240,6 +235,80 @@ def execute_bytes(
     out: list[PoolData] = list(layout[1])
     out[2::2] = datas
     return _joined(out, layout[0], measure, remaining_s, loop_timeout_ns, profile, burst)
+
+
+def _inline(pools: Sequence[MemoryPool]) -> tuple[list[PoolData], tuple[tuple[int, int], ...]] | None:
+    """The data of each of these pools and each one's (data bytes, declared size): what a
+    request written here carries of them (None when a pool is not inline)."""
+    datas: list[PoolData] = []
+    sizes: list[tuple[int, int]] = []
+    for pool in pools:
+        if type(pool) is not InlinePool:
+            return None
+        data = pool.data
+        datas.append(data)
+        sizes.append((len(data) if type(data) is bytes else memoryview(data).nbytes, pool.size))
+    return datas, tuple(sizes)
+
+
+class Requests:
+    """The execution requests of one session and prepared model written as bytes, the last
+    layout's frame kept (a burst stream's: its requests repeat one layout): a request of the
+    last one's arguments — the very tuples, or equal ones (``types.arguments_key``, read only
+    when the tuples are others) — and of pools of its sizes is that frame joined with its
+    pools' data, no head, arguments' bytes or layout looked up; another layout is found as
+    :func:`execute_bytes` finds it (:func:`args_bytes`, :func:`_layout`) and kept in its place.
+    The same bytes as :func:`execute_bytes`. Thread-safe (what is kept is one tuple, read and
+    replaced whole)."""
+
+    __slots__ = ("_head", "_kept", "handle", "session")
+
+    def __init__(self, session: str, handle: str) -> None:
+        self.session = session
+        self.handle = handle
+        self._head = head_bytes(session, handle)
+        #: The last layout's arguments (the tuples), their key, its pools' sizes, and its layout.
+        self._kept: tuple[tuple[RequestArgument, ...], tuple[RequestArgument, ...], Any, Any, _Layout] | None = None
+
+    @staticmethod
+    def of(requests: Requests | None, session: str, handle: str) -> Requests:
+        """``requests`` when it writes those of this session and prepared model, new ones otherwise
+        (a stream keeps them from its first execution on, when its prepared model is known)."""
+        if requests is not None and requests.handle == handle and requests.session == session:
+            return requests
+        return Requests(session, handle)
+
+    def write(
+        self,
+        request: Request,
+        measure: bool,
+        remaining_s: float | None,
+        loop_timeout_ns: int,
+        profile: bool,
+        burst: bool = False,
+    ) -> bytes | None:
+        """:func:`execute_bytes` of ``request`` (None when a pool is not inline)."""
+        inline = _inline(request.pools)
+        if inline is None:
+            return None
+        datas, sizes = inline
+        inputs = request.inputs
+        outputs = request.outputs
+        kept = self._kept
+        if (
+            kept is None
+            or kept[3] != sizes
+            or not (
+                (kept[0] is inputs and kept[1] is outputs) or kept[2] == (arguments_key(inputs), arguments_key(outputs))
+            )
+        ):
+            args = args_bytes(inputs, outputs)
+            key = (arguments_key(inputs), arguments_key(outputs))
+            kept = self._kept = (inputs, outputs, key, sizes, _layout(self._head, args, sizes))
+        layout = kept[4]
+        out: list[PoolData] = list(layout[1])
+        out[2::2] = datas
+        return _joined(out, layout[0], measure, remaining_s, loop_timeout_ns, profile, burst)
 
 
 def _joined(
@@ -497,3 +566,6 @@ execute_answer: Callable[[bytes], ExecutionResult] = partial(
 )
 #: The result of the ``BurstResponse`` ``raw``, whole.
 burst_answer: Callable[[bytes], ExecutionResult] = partial(_read, known=_BURST_KNOWN, parse=_parse_burst, apart=False)
+#: The result of the ``BurstResponse`` ``raw``, apart (:data:`Answer`: no result made for an answer
+#: like one read before — on gRPC's thread that reads the stream, for every message).
+burst_answered: Callable[[bytes], Answer] = partial(_read, known=_BURST_KNOWN, parse=_parse_burst, apart=True)

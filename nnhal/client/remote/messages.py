@@ -76,6 +76,9 @@ class BurstStream:
         self.request_id = request_id
         #: One execution at a time: responses come back in request order.
         self.lock = threading.Lock()
+        #: How its requests are written (``encoded.Requests``: its last layout's frame kept),
+        #: from its first execution on (when its prepared model is known).
+        self.written: encoded.Requests | None = None
 
 
 def notify_of(call: Iterable[Any], what: str) -> Any:
@@ -158,18 +161,26 @@ def execute_request_bytes(
     return None if raw is None else (raw, grpc_timeout(remaining))
 
 
-def burst_request(session: str, handle: str, request: Request, options: ExecutionOptions) -> bytes:
-    """The serialized BurstRequest of one execution on a burst stream: written as bytes
-    (:func:`execute_request_bytes`), or, for a pool that is not inline, the message built field
+def burst_request(requests: encoded.Requests, request: Request, options: ExecutionOptions) -> bytes:
+    """The serialized BurstRequest of one execution on a burst stream (``requests``: the
+    stream's, of its session and prepared model): written as bytes from the stream's last
+    layout (``encoded.Requests``), or, for a pool that is not inline, the message built field
     by field."""
-    written = execute_request_bytes(session, handle, request.inputs, request.outputs, request.pools, options, True)
-    if written is not None:
-        return written[0]
+    raw = requests.write(
+        request,
+        options.measure,
+        remaining_time(options.timeout, options.deadline_at),
+        options.loop_timeout_ns,
+        options.profile,
+        True,
+    )
+    if raw is not None:
+        return raw
     message = spb.BurstRequest()
     msg = message.execute  # filled in place: BurstRequest(execute=msg) would copy it
-    msg.session = session
+    msg.session = requests.session
     msg.profile = options.profile
-    fill_execution(msg, handle, request, options)
+    fill_execution(msg, requests.handle, request, options)
     return message.SerializeToString()
 
 

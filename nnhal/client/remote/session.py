@@ -212,19 +212,37 @@ class RemoteSession(SessionChannel):
         for these arguments and sizes (a numpy plan's, ``encoded.framed_of``); ``pools`` are then the
         parts of that data, joined straight into the message, and the answer is given as read,
         apart (``encoded.Answer``: no result made for an answer like one read before)."""
+        if framed is not None:
+            o = options
+            return self.execute_framed(framed, pools, o.measure, o.timeout, o.deadline_at, o.loop_timeout_ns, o.profile)
         if self._queue is not None:
             return None
-        if framed is not None:
-            remaining = remaining_time(options.timeout, options.deadline_at)
-            raw = framed.write(pools, options.measure, remaining, options.loop_timeout_ns, options.profile)
-            answer: encoded.Answer = self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining))
-            return answer  # read by the stub's deserializer (``encoded.execute_answered``)
         if sizes is None and wire_stream.pools_worth_streaming(pools):
             return None
         written = execute_request_bytes(self._session_id, handle, inputs, outputs, pools, options, False, sizes)
         if written is None:
             return None
         return fastanswer.whole(self.unary(self._stubs.execute_encoded, written[0], _SYNC, written[1]))
+
+    def execute_framed(
+        self,
+        framed: encoded.Framed,
+        parts: Sequence[Any],
+        measure: bool = False,
+        timeout: float | None = None,
+        deadline_at: float | None = None,
+        loop_timeout_ns: int = 0,
+        profile: bool = False,
+    ) -> encoded.Answer | None:
+        """:meth:`execute_encoded` of a numpy plan's layout (``framed``: its frame, ``parts``: its
+        first pool's data), its options given as they are (no options made for the call): the
+        answer read apart, or None (nothing sent) when the session has a same-host queue."""
+        if self._queue is not None:
+            return None
+        remaining = remaining_time(timeout, deadline_at)
+        raw = framed.write(parts, measure, remaining, loop_timeout_ns, profile)
+        answer: encoded.Answer = self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining))
+        return answer  # read by the stub's deserializer (``encoded.execute_answered``)
 
     #: False once the server answered that it has no StreamedExecution service (an older server).
     _streams = True
@@ -297,7 +315,7 @@ class RemoteSession(SessionChannel):
         requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         md = self._metadata()
         # The requests go as serialized BurstRequests (``burst_execute`` writes them); the
-        # answers come read as ExecutionResults (``encoded.burst_answer``).
+        # answers come read apart (``encoded.burst_answered``).
         responses = self._stubs.burst_encoded(iter(requests.get, None), timeout=BURST_STREAM_TIMEOUT, metadata=md)
         return BurstStream(requests, responses, md[0][1])
 
@@ -305,7 +323,17 @@ class RemoteSession(SessionChannel):
         self, stream: BurstStream, handle: str, request: Request, options: ExecutionOptions
     ) -> ExecutionResult:
         """One execution on the burst stream; transport failures come back in the result."""
-        data = burst_request(self._session_id, handle, request, options)
+        return fastanswer.whole(self.burst_answered(stream, handle, request, options))
+
+    def burst_answered(
+        self, stream: BurstStream, handle: str, request: Request, options: ExecutionOptions
+    ) -> encoded.Answer:
+        """:meth:`burst_execute`, its answer read apart (``encoded.Answer``: no result made for an
+        answer like one read before); transport failures come back in it."""
+        written = stream.written
+        if written is None or written.handle is not handle:  # the stream's, mostly: by identity
+            written = stream.written = encoded.Requests.of(written, self._session_id, handle)
+        data = burst_request(written, request, options)
         self._ids.last = stream.request_id
         with stream.lock:
             self._monitor.check()
@@ -314,16 +342,18 @@ class RemoteSession(SessionChannel):
             try:
                 response = next(stream.responses, None)
             except grpc.RpcError as err:
-                return failed_result(self.failed(err, "burst", False, ""))
+                return fastanswer.apart_of(failed_result(self.failed(err, "burst", False, "")))
             except HalError as err:
-                return failed_result(err)
+                return fastanswer.apart_of(failed_result(err))
         if response is None:  # the server ended the stream: a refusal past its cap, or a drain
-            return ExecutionResult(
-                ErrorStatus.GENERAL_FAILURE,
-                "the burst stream ended (refused or closed by the server); open a new burst",
+            return fastanswer.apart_of(
+                ExecutionResult(
+                    ErrorStatus.GENERAL_FAILURE,
+                    "the burst stream ended (refused or closed by the server); open a new burst",
+                )
             )
-        result: ExecutionResult = response  # read by the stream's deserializer (``encoded.burst_answer``)
-        return result
+        answer: encoded.Answer = response  # read by the stream's deserializer (``encoded.burst_answered``)
+        return answer
 
     def close_burst(self, stream: BurstStream) -> None:
         stream.requests.put(None)

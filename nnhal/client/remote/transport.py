@@ -252,7 +252,7 @@ class Stubs:
         self.fast_path = fpgrpc.FastPathStub(channel)
         self.streamed = StreamedStub(channel)
         # ``executeSynchronously_1_3`` and the burst stream taking requests already serialized
-        # and giving answers read apart and ExecutionResults (``nnhal.client.remote.encoded``): the same messages on
+        # and giving answers read apart (``nnhal.client.remote.encoded``): the same messages on
         # the wire. The unary one is not registered: a registered method costs the calling
         # thread an observability look-up more per call in grpcio, and saves it nothing.
         service = spb.DESCRIPTOR.services_by_name["PreparedModel"].full_name
@@ -264,7 +264,7 @@ class Stubs:
         self.burst_encoded = channel.stream_stream(
             f"/{service}/configureExecutionBurst",
             request_serializer=None,
-            response_deserializer=encoded.burst_answer,
+            response_deserializer=encoded.burst_answered,  # an ``encoded.Answer``
             _registered_method=True,
         )
 

@@ -164,6 +164,46 @@ def test_arguments_built_anew_are_written_as_equal_ones_and_others_apart() -> No
     assert encoded.args_bytes(fresh(INPUTS), fresh(OUTPUTS)) == first  # kept by value
 
 
+def test_a_streams_requests_are_execute_bytes_layout_after_layout() -> None:
+    """``encoded.Requests`` keeps its last layout: the same tuples, equal ones built anew, other
+    arguments, other pool sizes, scalars and framings, in any order, each request is the
+    bytes ``execute_bytes`` writes for it."""
+
+    def fresh(args: tuple[RequestArgument, ...]) -> tuple[RequestArgument, ...]:
+        return tuple(
+            RequestArgument(a.has_no_value, DataLocation(*dataclasses.astuple(a.location)), a.dimensions) for a in args
+        )
+
+    requests = encoded.Requests("s", "pm")
+    head = encoded.head_bytes("s", "pm")
+    other = ((INPUTS[1], INPUTS[0], INPUTS[2]), (RequestArgument(location=DataLocation(1, 0, 16)),))
+    layouts = [(INPUTS, OUTPUTS), (fresh(INPUTS), fresh(OUTPUTS)), other, (INPUTS, other[1]), (INPUTS, OUTPUTS)]
+    for k, pools in enumerate(_pools()[:9]):
+        for inputs, outputs in layouts:
+            options = OPTIONS[k % len(OPTIONS)]
+            scalars = (options.measure, options.timeout, options.loop_timeout_ns, options.profile)
+            for burst in (False, True):
+                got = requests.write(Request(inputs, outputs, pools), *scalars, burst)
+                args = encoded.args_bytes(inputs, outputs)
+                assert got == encoded.execute_bytes(head, args, pools, *scalars, burst=burst)
+
+
+def test_a_streams_requests_leave_pools_not_inline_to_the_message() -> None:
+    requests = encoded.Requests("s", "pm")
+    pools = (InlinePool(b"", 8), InlinePool(b"", 64))
+    assert requests.write(Request(INPUTS, OUTPUTS, pools), False, None, 0, False) is not None
+    for pool in (BufferTokenPool(3), SharedMemoryPool("file", "nnhal-x", 0, 64)):
+        assert requests.write(Request(INPUTS, OUTPUTS, (pools[0], pool)), False, None, 0, False) is None
+
+
+def test_a_streams_requests_are_kept_for_one_session_and_model() -> None:
+    first = encoded.Requests.of(None, "s", "pm")
+    assert encoded.Requests.of(first, "s", "".join(["p", "m"])) is first  # equal strings
+    second = encoded.Requests.of(first, "s", "pm2")
+    assert second is not first and (second.session, second.handle) == ("s", "pm2")
+    assert encoded.Requests.of(second, "s2", "pm2").session == "s2"
+
+
 def test_the_head_is_kept_per_session_and_model() -> None:
     first = encoded.head_bytes("s1", "pm")
     assert encoded.head_bytes("s2", "pm") != first
@@ -216,6 +256,7 @@ def _burst(execute: bytes) -> bytes:
 @pytest.mark.parametrize("burst", [False, True])
 def test_answers_read_back_are_what_protobuf_reads(burst: bool) -> None:
     read = encoded.burst_answer if burst else encoded.execute_answer
+    apart = encoded.burst_answered if burst else encoded.execute_answered  # the same, read apart
     known = encoded._BURST_KNOWN if burst else encoded._EXECUTE_KNOWN
     known.clear()
     answers = [
@@ -236,6 +277,7 @@ def test_answers_read_back_are_what_protobuf_reads(burst: bool) -> None:
         message = spb.BurstResponse.FromString(raw).result if burst else spb.ExecuteResult.FromString(raw)
         assert read(raw) == wire_result.execution_result_from(message)
         assert read(raw) == wire_result.execution_result_from(message)  # the second time from what it kept
+        assert fastanswer.whole(apart(raw)) == wire_result.execution_result_from(message)
     assert sorted(known) == sorted({len(_burst(a) if burst else a) for a in answers[:5] + answers[9:]})
 
 
