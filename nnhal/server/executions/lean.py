@@ -18,7 +18,8 @@ queues or refuses), the request data over the memory limits (refused by the full
 with its status) — it gives back everything it took and returns None, and the caller
 takes the full path. Admission and charges happen in the full path's order (slot, then
 request data), each byte charged before the execution holds it, and everything is given
-back when the run ends (``LeanRun.close``, idempotent, on every path). :func:`launch_inline`
+back when the run ends (``LeanRun.close``, idempotent, on every path) — or, for a burst stream's
+small runs, kept by the stream and covering its next (:class:`Standing`). :func:`launch_inline`
 is the same launch for a call whose pools are all inline, from their bytes and sizes (a gRPC
 message's: no canonical request, pool or execution object made), :func:`launch_compact` for a
 same-host compact call, from its body. The three take their decisions in one sequence, written
@@ -347,7 +348,8 @@ STANDING_MAX_BYTES = 64 * 1024
 
 
 class Standing:
-    """A burst stream's standing charge of its small executions' request data (DESIGN §4).
+    """A burst stream's standing charge of its small executions' request data (DESIGN §5: a burst
+    cache, charged to its client before it is held, released when freed).
 
     A burst's executions come one at a time, mostly of one layout: rather than charge each
     one's request data to its session as it launches and give it back as it ends, the stream

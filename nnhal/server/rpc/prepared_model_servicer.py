@@ -14,6 +14,8 @@ one response with RESOURCE_EXHAUSTED_TRANSIENT (naming the cap) and ends. A burs
 an injected abort when it opens and the other fault kinds per execution; a 1.2 device's
 burst execution carrying a deadline, a loop timeout or a buffer token is INVALID_ARGUMENT
 (``Executions.check_burst_fields``). A fence wait is capped alike (``Executions.fenced_info``).
+A burst keeps a standing charge of its small executions' request data (``lean.Standing``),
+given back as the stream ends.
 """
 
 from __future__ import annotations
