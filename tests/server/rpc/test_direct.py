@@ -17,6 +17,7 @@ from nnhal.core.protocol import REQUEST_ID_METADATA
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.lean import REQUEST_DATA
+from nnhal.server.executions.owner import INLINE_MAX_NS
 from nnhal.server.rpc import direct
 from nnhal.server.rpc.inbound import Inbound
 from nnhal.server.rpc.routing import DeviceRouter, add_device_services
@@ -216,7 +217,11 @@ def test_a_bursts_standing_charge_is_held_while_it_is_open_and_given_back_as_it_
     x = next(iter(served.server.executions.values()))
     d = x.driver
     sync = served.stubs.prepared_model.executeSynchronously_1_3
-    assert sync(_execute(served), timeout=TIMEOUT_S).status == ErrorStatus.NONE  # the model's time known
+    pm = d.prepared(d.session(served.session), served.handle)
+    for _ in range(50):  # until the model's fastest run lets its executions run on the loop's thread
+        assert sync(_execute(served), timeout=TIMEOUT_S).status == ErrorStatus.NONE
+        if pm.fastest_ns is not None and pm.fastest_ns < INLINE_MAX_NS:
+            break
     more = threading.Event()
 
     def requests() -> Iterator[spb.BurstRequest]:
