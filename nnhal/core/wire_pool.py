@@ -8,6 +8,7 @@ raises InvalidArgument naming the pool for one with no content or token 0. State
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter, methodcaller
 from typing import Any
 
 from nnhal.core.errors import InvalidArgument
@@ -53,6 +54,11 @@ def pool_from(msg: pb.MemoryPool, where: str) -> MemoryPool:
     raise InvalidArgument(f"{where}: memory pool has no content")
 
 
+#: Whether a pool is inline, and its inline memory (:func:`inline_pools_from`).
+_IS_INLINE = methodcaller("HasField", "inline")
+_INLINE = attrgetter("inline")
+
+
 def _inline_part(inline: pb.InlineMemory) -> tuple[bytes, int]:
     """An inline pool's bytes and size: the size it declares, at least its bytes' length."""
     data = inline.data
@@ -74,10 +80,7 @@ def request_pools_from(msgs: Sequence[pb.MemoryPool]) -> tuple[MemoryPool, ...]:
 def inline_pools_from(msgs: Sequence[pb.MemoryPool]) -> list[tuple[bytes, int]] | None:
     """Each pool's bytes and size (``wire_request.request_from`` makes an ``InlinePool`` of them) when every
     pool of ``msgs`` is inline; None when one is not."""
-    # A loop, not a comprehension: on every execution's path.
-    parts: list[tuple[bytes, int]] = []
-    for p in msgs:
-        if not p.HasField("inline"):
-            return None
-        parts.append(_inline_part(p.inline))
-    return parts
+    # C calls over the pools (on every execution's path): no Python step per pool but its part.
+    if not all(map(_IS_INLINE, msgs)):
+        return None
+    return list(map(_inline_part, map(_INLINE, msgs)))

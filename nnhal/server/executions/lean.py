@@ -18,7 +18,8 @@ queues or refuses), the request data over the memory limits (refused by the full
 with its status) — it gives back everything it took and returns None, and the caller
 takes the full path. Admission and charges happen in the full path's order (slot, then
 request data), each byte charged before the execution holds it, and everything is given
-back when the run ends (``LeanRun.close``, idempotent, on every path). :func:`launch_inline`
+back when the run ends (``LeanRun.close``, idempotent, on every path) — or, for a burst stream's
+small runs, kept by the stream and covering its next (:class:`Standing`). :func:`launch_inline`
 is the same launch for a call whose pools are all inline, from their bytes and sizes (a gRPC
 message's: no canonical request, pool or execution object made), :func:`launch_compact` for a
 same-host compact call, from its body. The three take their decisions in one sequence, written
@@ -39,6 +40,7 @@ from nnhal.core.enums import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
 from nnhal.core.errors import GeneralFailure, HalError
 from nnhal.core.types import ExecutionResult, InlinePool, OutputShape, PoolData, Request, RequestArgument
 from nnhal.server.backend import Lane, LaneGraph
+from nnhal.server.budget import MemoryBudget
 from nnhal.server.driver import Driver
 from nnhal.server.executions.calls import Execution
 from nnhal.server.executor.control import ExecutionControl
@@ -86,6 +88,7 @@ class LeanRun(ExecutionControl):
         "plan",
         "pm",
         "session",
+        "standing",
         "ticket",
     )
 
@@ -101,6 +104,7 @@ class LeanRun(ExecutionControl):
         deadline_ns: int | None,
         loop_timeout_ns: int,
         charged: int = 0,
+        standing: Standing | None = None,
     ) -> None:
         # Not ``ExecutionControl.__init__``: what it would set, set here (its hook and
         # ``on_deadline`` are this class's methods), the rest its class-level defaults.
@@ -122,6 +126,9 @@ class LeanRun(ExecutionControl):
         self._held = True  # the ticket
         #: The request data charged to the session (given back once).
         self._charged = charged
+        #: The stream's standing charge this run's data is covered by (``charged`` 0), or may
+        #: become (its first run's charge kept); None: none.
+        self.standing = standing
 
     def run(self, give_back: bool = True) -> ExecutionResult:
         """Execute; every HAL failure is the result's status. The slot and the request data's
@@ -163,12 +170,16 @@ class LeanRun(ExecutionControl):
             self._held = False
             d.scheduler.release(self.ticket)
         charged, self._charged = self._charged, 0
+        standing = self.standing
+        if standing is not None:
+            self.standing = None
+            charged = standing.done(self.session.id, charged)
         if charged:
             d.budget.uncharge(self.session.id, charged, REQUEST_DATA)
 
     def close(self) -> None:
         """Give back the slot and the data's charge (if ``run`` did not) and the pools. Idempotent."""
-        if self._held or self._charged:  # ``run`` gave them back already, unless told not to
+        if self._held or self._charged or self.standing is not None:  # ``run`` gave them back, unless told not to
             self._give_back()
         self.bound.drop()
 
@@ -278,6 +289,7 @@ def launch_inline(
     loop_timeout_ns: int,
     ticket: Ticket | None = None,
     bind: Binder = _bind_parts,
+    standing: Standing | None = None,
 ) -> LeanRun | None:
     """A call with no profile launched from its arguments and pools as :func:`launch` launches
     its canonical execution — with no request, pool or execution object made when its pools
@@ -294,7 +306,8 @@ def launch_inline(
     slot taken at once (``ticket``: the running one the caller took already) and the request
     data charged, in the full path's order; None when either is not had at once — the pools
     closed and everything taken here given back (a caller's ``ticket`` stays the caller's:
-    only a run takes it)."""
+    only a run takes it). ``standing``: the stream's standing charge (:class:`Standing`), which
+    covers the data when it can (nothing charged here), else may keep this run's charge."""
     session, pm = found
     if session.faults.execute_delay_ms:
         return None
@@ -313,15 +326,81 @@ def launch_inline(
             bound.close()
             return None
     cost = bound.data_bytes
-    try:
-        driver.budget.charge(session.id, cost, REQUEST_DATA)
-    except HalError:
-        if taken:
-            driver.scheduler.release(ticket)
-        bound.close()
-        return None  # over a limit: the full path refuses it with its status
+    if standing is not None and standing.covers(session.id, cost):
+        cost = 0  # charged to the session already, by the stream
+    else:
+        try:
+            driver.budget.charge(session.id, cost, REQUEST_DATA)
+        except HalError:
+            if taken:
+                driver.scheduler.release(ticket)
+            bound.close()
+            return None  # over a limit: the full path refuses it with its status
+        if not cost:
+            standing = None  # nothing to keep (``Standing.done``)
     loop = min(loop_timeout_ns or LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS)
-    return LeanRun(driver, session, pm, plan, bound, ticket, measure, deadline_ns, loop, cost)
+    return LeanRun(driver, session, pm, plan, bound, ticket, measure, deadline_ns, loop, cost, standing)
+
+
+#: The most request data a stream's standing charge keeps (:class:`Standing`): an execution's
+#: that may run on the event loop's thread (``Executions.runs_inline``'s ``INLINE_MAX_BYTES``).
+STANDING_MAX_BYTES = 64 * 1024
+
+
+class Standing:
+    """A burst stream's standing charge of its small executions' request data (DESIGN §5: a burst
+    cache, charged to its client before it is held, released when freed).
+
+    A burst's executions come one at a time, mostly of one layout: rather than charge each
+    one's request data to its session as it launches and give it back as it ends, the stream
+    keeps the first lean run's charge (at most :data:`STANDING_MAX_BYTES`) past the run —
+    still charged to that run's session (its client), of the kind the run charged it as — and
+    a later lean run of that session whose data is no larger is covered by it (:meth:`covers`:
+    nothing charged or given back for it), one run at a time; any other run charges its own.
+    So every byte an execution holds is still charged before it is held, and the stream holds
+    at most one small execution's data between its calls, as a call in flight would. Given
+    back when the stream ends (:meth:`end`: its end, the client's death or a cancellation —
+    the stream's ``finally``, after its last run's close); a closed session's is given back
+    with the session (the budget ignores the later uncharge). Used on the event loop's thread
+    only (the stream's): no lock."""
+
+    __slots__ = ("_budget", "_ended", "busy", "nbytes", "session")
+
+    def __init__(self, budget: MemoryBudget) -> None:
+        self._budget = budget
+        self._ended = False
+        #: The session charged and how many bytes (0: nothing kept yet).
+        self.session = ""
+        self.nbytes = 0
+        #: Whether a run is covered by it now.
+        self.busy = False
+
+    def covers(self, session: str, nbytes: int) -> bool:
+        """Whether a run of ``session`` with ``nbytes`` of data is covered (then it is, until
+        that run's :meth:`done`)."""
+        if self.busy or nbytes > self.nbytes or session != self.session:
+            return False
+        self.busy = True
+        return True
+
+    def done(self, session: str, charged: int) -> int:
+        """A run's end (``LeanRun``'s give-back): a covered one's (``charged`` 0) frees the
+        charge for the next; a charged one's charge kept when nothing is yet, the stream has
+        not ended and it is small. Returns what the run gives back itself."""
+        if not charged:
+            self.busy = False
+            return 0
+        if self.nbytes or self._ended or charged > STANDING_MAX_BYTES:
+            return charged
+        self.session, self.nbytes = session, charged
+        return 0
+
+    def end(self) -> None:
+        """Give the charge back (the stream ended); a run ending later keeps nothing. Idempotent."""
+        self._ended = True
+        nbytes, self.nbytes = self.nbytes, 0
+        if nbytes:
+            self._budget.uncharge(self.session, nbytes, REQUEST_DATA)
 
 
 def _deadline_fits(pm: PreparedModel, deadline_ns: int) -> bool:

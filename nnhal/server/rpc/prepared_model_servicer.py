@@ -14,6 +14,8 @@ one response with RESOURCE_EXHAUSTED_TRANSIENT (naming the cap) and ends. A burs
 an injected abort when it opens and the other fault kinds per execution; a 1.2 device's
 burst execution carrying a deadline, a loop timeout or a buffer token is INVALID_ARGUMENT
 (``Executions.check_burst_fields``). A fence wait is capped alike (``Executions.fenced_info``).
+A burst keeps a standing charge of its small executions' request data (``lean.Standing``),
+given back as the stream ends.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from nnhal.server import log_limits
 from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
 from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.faults import abort_of
-from nnhal.server.executions.lean import Inline, LeanRun, launch_inline
+from nnhal.server.executions.lean import Inline, LeanRun, Standing, launch_inline
 from nnhal.server.rpc.common import answer_bytes, events_to, hal_method, result_to
 from nnhal.server.rpc.ending import current_ender
 from nnhal.server.rpc.identity import stream_client
@@ -60,11 +62,14 @@ def execution_from(msg: spb.ExecuteRequest, request: Request | None = None) -> E
     )
 
 
-def lean_launch(x: Executions, inline: Inline, msg: spb.ExecuteRequest) -> LeanRun | None:
+def lean_launch(
+    x: Executions, inline: Inline, msg: spb.ExecuteRequest, standing: Standing | None = None
+) -> LeanRun | None:
     """``msg`` launched with no canonical objects made (``lean.launch_inline``) when it asks
     no profile and its pools are all inline, ``inline`` its session, prepared model and slot
-    (``Executions.runs_inline``; the slot stays the caller's unless the run takes it); None:
-    the full path (``execution_from``). For ``Executions.execute``'s ``lean_launch``."""
+    (``Executions.runs_inline``; the slot stays the caller's unless the run takes it),
+    ``standing`` its stream's standing charge (a burst's); None: the full path
+    (``execution_from``). For ``Executions.execute``'s ``lean_launch``."""
     if msg.profile:
         return None
     request = msg.request
@@ -75,7 +80,16 @@ def lean_launch(x: Executions, inline: Inline, msg: spb.ExecuteRequest) -> LeanR
     deadline = wire_deadline.deadline_from(msg.deadline)
     found, ticket = inline
     return launch_inline(
-        x.driver, found, inputs, outputs, pools, msg.measure == 1, deadline, msg.loop_timeout_ns, ticket
+        x.driver,
+        found,
+        inputs,
+        outputs,
+        pools,
+        msg.measure == 1,
+        deadline,
+        msg.loop_timeout_ns,
+        ticket,
+        standing=standing,
     )
 
 
@@ -167,6 +181,9 @@ async def serve_burst(
     # the loop's next turn, once the answer was handed to gRPC — not once the write completes,
     # which waits for a client that does not read (DESIGN §5: such a call holds no slot).
     after = Afterwards()
+    # The stream's standing charge of its small executions' data (``lean.Standing``): given
+    # back as the stream ends, whichever way.
+    standing = Standing(x.driver.budget)
     soon = asyncio.get_running_loop().call_soon
     try:
         injected = arrival.fault if arrival is not None else None
@@ -198,7 +215,7 @@ async def serve_burst(
                 run = x.arrive(m, EXECUTION_FAULTS)
                 inline = None if run is not None else x.runs_inline(msg.session, msg.prepared_model, inline_bytes(msg))
                 if inline is not None:
-                    lean = partial(lean_launch, x, inline, msg)  # the call's own, tried first
+                    lean = partial(lean_launch, x, inline, msg, standing)  # the call's own, tried first
                     answer = answer_bytes(x.execute(m, build, lean_launch=lean, inline=inline, after=after), True)
                     del lean
                 else:
@@ -213,6 +230,7 @@ async def serve_burst(
                 await abort(context, abort_of(injected))
     finally:
         after.run()  # what an answer never written left (its making or writing raised)
+        standing.end()  # after the last run's close
         leave()
 
 

@@ -638,3 +638,58 @@ def test_a_call_given_afterwards_closes_and_leaves_before_it_answers_otherwise(p
     assert len(after) == 0
     if path != "drained":
         _idle(x, session)
+
+
+def test_a_streams_standing_charge_covers_its_later_runs_and_is_given_back_as_it_ends() -> None:
+    """``lean.Standing``: the first run's charge kept (charged to its session before its data
+    was held), later runs of that session covered one at a time, a second run in flight and
+    another session's charged their own, all given back as the stream ends."""
+    x, session, handle = _owner()
+    m = x.method("executeSynchronously_1_3")
+    assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    d = x.driver
+    found = (d.session(session), d.prepared(d.session(session), handle))
+    req = _request(2.0)
+    standing = lean.Standing(d.budget)
+    charges: list[int] = []
+    real_charge = d.budget.charge
+
+    def charge(s: str, nbytes: int, what: str = "model constants") -> None:
+        charges.append(nbytes)
+        real_charge(s, nbytes, what)
+
+    d.budget.charge = charge  # type: ignore[method-assign,assignment]
+
+    def launch() -> lean.LeanRun | None:
+        return lean.launch_inline(d, found, req.inputs, req.outputs, _parts(req), False, None, 0, standing=standing)
+
+    def held() -> int:
+        return d.budget.by_kind().get(lean.REQUEST_DATA, 0)
+
+    first = launch()
+    assert first is not None and charges == [96] and held() == 96
+    assert first.run().status == ErrorStatus.NONE
+    first.close()
+    assert standing.nbytes == 96 and held() == 96  # kept by the stream, still charged to the session
+    for _ in range(3):  # covered: nothing charged or given back
+        run = launch()
+        assert run is not None and standing.busy
+        assert run.run().status == ErrorStatus.NONE
+        run.close()
+        assert not standing.busy and held() == 96
+    assert charges == [96]
+    covered, second = launch(), launch()  # one run at a time: the second charges its own
+    assert covered is not None and second is not None and charges == [96, 96] and held() == 192
+    second.close()
+    covered.close()
+    assert held() == 96 and not standing.busy
+    other = lean.Standing(d.budget)
+    other.session, other.nbytes = "another session", 96
+    assert not other.covers(session, 96) and not standing.covers(session, 97)
+    standing.end()
+    assert held() == 0 and standing.nbytes == 0
+    late = launch()  # a run ending after the stream keeps nothing
+    assert late is not None and charges == [96, 96, 96]
+    late.close()
+    standing.end()
+    _idle(x, session)

@@ -3,6 +3,9 @@ and bad input alike, with the request id sent back."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+
 import grpc
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ from nnhal.core.protocol import REQUEST_ID_METADATA
 from nnhal.proto import service_pb2 as spb
 from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.lean import REQUEST_DATA
+from nnhal.server.executions.owner import INLINE_MAX_NS
 from nnhal.server.rpc import direct
 from nnhal.server.rpc.inbound import Inbound
 from nnhal.server.rpc.routing import DeviceRouter, add_device_services
@@ -204,3 +208,39 @@ def test_inline_executions_give_back_after_their_answers_and_nothing_stays_held(
     assert [a.result.status for a in answers] == [ErrorStatus.NONE] * 3
     until(idle, "the burst's slots, charges and counts given back", TIMEOUT_S)
     assert any(n >= 2 for n in pieces[unary:])
+
+
+def test_a_bursts_standing_charge_is_held_while_it_is_open_and_given_back_as_it_ends(served: Served) -> None:
+    """A burst's small executions are covered by its standing charge (``lean.Standing``): while
+    the stream is open it holds one execution's request data, charged to its session once;
+    when the client half-closes, nothing stays held."""
+    x = next(iter(served.server.executions.values()))
+    d = x.driver
+    sync = served.stubs.prepared_model.executeSynchronously_1_3
+    pm = d.prepared(d.session(served.session), served.handle)
+    for _ in range(50):  # until the model's fastest run lets its executions run on the loop's thread
+        assert sync(_execute(served), timeout=TIMEOUT_S).status == ErrorStatus.NONE
+        if pm.fastest_ns is not None and pm.fastest_ns < INLINE_MAX_NS:
+            break
+    more = threading.Event()
+
+    def requests() -> Iterator[spb.BurstRequest]:
+        for v in (1.0, 3.0, 5.0, 7.0):
+            yield spb.BurstRequest(execute=_execute(served, value=v))
+        more.wait(TIMEOUT_S)
+
+    answers = served.stubs.prepared_model.configureExecutionBurst(requests(), timeout=TIMEOUT_S)
+    try:
+        got = [next(answers) for _ in range(4)]
+        assert [a.result.status for a in got] == [ErrorStatus.NONE] * 4
+        # The last execution's give-back runs once its answer left: the standing charge stays.
+        until(lambda: d.scheduler.in_flight == 0, "the burst's last slot given back", TIMEOUT_S)
+        assert d.budget.by_kind().get(REQUEST_DATA) == 96
+    finally:
+        more.set()
+    assert list(answers) == []
+    until(
+        lambda: not d.budget.by_kind().get(REQUEST_DATA) and x.lifecycle.active == 0,
+        "the standing charge given back as the burst ended",
+        TIMEOUT_S,
+    )

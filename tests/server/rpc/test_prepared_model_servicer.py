@@ -90,8 +90,8 @@ def test_unary_and_burst_executions_of_a_repeated_layout_take_the_lean_launch(
     seen: list[bool] = []
     real = lean.launch_inline
 
-    def spy(*args: Any) -> object:
-        run = real(*args)
+    def spy(*args: Any, **kw: Any) -> object:
+        run = real(*args, **kw)
         seen.append(run is not None)
         return run
 
