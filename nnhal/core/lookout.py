@@ -18,7 +18,9 @@ only while all of these hold, and sleeps at once otherwise:
   the first call of a burst after other work);
 - most recent waits ended within the window (:data:`PAID_MIN`, a running share, weight
   :data:`PAID_WEIGHT`): every wait is measured, looked or slept, so a lookout that stopped
-  looking learns when looking would pay again without spending anything;
+  looking learns when looking would pay again without spending anything — unless the peer
+  announced its packet (``window(announced=True)``: it rang ``doorbell.EARLY`` before
+  writing it), whose wait is then expected to end within the window whatever the others did;
 - its time spent looking stays within :data:`LOOK_SHARE` of the time elapsed (a credit
   earned with elapsed time, at most :data:`CREDIT_MAX_S`, spent by each look).
 
@@ -175,8 +177,11 @@ class Lookout:
         #: Seconds of looking this lookout may spend now.
         self.credit = CREDIT_MAX_S
 
-    def window(self) -> float:
-        """Seconds to look before sleeping now; 0.0 to sleep at once."""
+    def window(self, announced: bool = False) -> float:
+        """Seconds to look before sleeping now; 0.0 to sleep at once. ``announced``: the peer
+        said its packet is near (``doorbell.EARLY``), so the recent waits do not decide
+        whether this one ends within the window (:data:`PAID_MIN` is not asked); the load
+        and the credit still do."""
         if self.window_s <= 0.0:
             return 0.0
         if self.forced:
@@ -187,7 +192,7 @@ class Lookout:
         credit = self.credit + (now - self._last) * LOOK_SHARE
         self.credit = credit = credit if credit < CREDIT_MAX_S else CREDIT_MAX_S
         self._last = now
-        if self.paid < PAID_MIN or credit <= 0.0 or not self._load.spare():
+        if (self.paid < PAID_MIN and not announced) or credit <= 0.0 or not self._load.spare():
             return 0.0
         window = self.window_s
         return credit if credit < window else window
