@@ -105,12 +105,13 @@ class Load:
         self._sample_at = self._check_at = float("-inf")
         #: When ``spare`` was last asked, and when the last sample was taken.
         self._asked = self._sampled = float("-inf")
-        #: The share of recent samples that found the machine busy.
-        self.busy = 0.0
+        #: The share of recent samples that found the machine busy, and that found no CPU idle
+        #: (as many runnable tasks as online CPUs or more, the sampler's own thread counted).
+        self.busy = self.crowded = 0.0
         #: CPUs this process may run on, at the last sample.
         self.allowed = cpus()
-        #: ``spare``'s answer until the next sample: it changes only with one.
-        self._spare = False
+        #: ``spare``'s and ``idle``'s answers until the next sample: they change only with one.
+        self._spare = self._idle = False
 
     def spare(self) -> bool:
         """Whether a waiter may look now: two CPUs allowed and most recent samples not busy."""
@@ -119,6 +120,16 @@ class Load:
             self._due(now)
         self._asked = now
         return self._spare
+
+    def idle(self) -> bool:
+        """Whether a peer this thread wakes now would find a CPU idle (``spare``, and most
+        recent samples found fewer runnable tasks than online CPUs, the sampler counted): it
+        runs beside this thread, not on its core. Sampled as ``spare`` (the same samples)."""
+        now = self._clock()
+        if now >= self._sample_at:
+            self._due(now)
+        self._asked = now
+        return self._idle
 
     def _due(self, now: float) -> None:
         """A sample is due: taken now, or put off by :data:`SETTLE_S` at the first ask after
@@ -134,6 +145,8 @@ class Load:
         running = self._runnable()
         busy = running is None or running > self._online
         self.busy += (float(busy) - self.busy) * LOAD_WEIGHT
+        crowded = running is None or running >= self._online
+        self.crowded += (float(crowded) - self.crowded) * LOAD_WEIGHT
         self._look_up_cpus()
 
     def may_look(self) -> bool:
@@ -149,6 +162,7 @@ class Load:
         """The CPUs allowed looked up, and ``spare``'s answer with them (the one place it is decided)."""
         self.allowed = self._cpus()
         self._spare = self.allowed >= 2 and self.busy < 0.5
+        self._idle = self._spare and self.crowded < 0.5
 
 
 #: The process's load gauge, shared by its lookouts.

@@ -125,6 +125,29 @@ def test_an_announced_packet_is_looked_for_whatever_the_recent_waits_not_the_loa
     assert watch.window(announced=True) == 0.0
 
 
+def test_a_cpu_is_idle_only_while_fewer_tasks_than_cpus_run_and_the_machine_is_not_busy() -> None:
+    """``Load.idle``: a peer woken now would run beside the sampler (fewer runnable tasks than
+    online CPUs in most recent samples, the sampler counted), a stricter ``spare``."""
+    machine = _Machine(runnable=1)
+    clock = _Clock()
+    load = machine.load(clock)
+
+    def settle(runnable: int | None) -> tuple[bool, bool]:
+        machine.runnable = runnable
+        for _ in range(20):
+            clock.now += lookout.LOAD_EVERY_S
+            load.spare()
+            clock.now += 100e-6
+            load.spare()
+        return load.spare(), load.idle()
+
+    assert settle(1) == (True, True)
+    assert settle(2) == (True, False)  # as many as the CPUs: spare, none idle
+    assert settle(3) == (False, False)
+    assert settle(None) == (False, False)
+    assert settle(1) == (True, True)
+
+
 def test_an_unknown_load_counts_as_busy() -> None:
     watch, clock, _ = _lookout(_Machine(runnable=None))
     windows = []

@@ -28,8 +28,10 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(autouse=True)
 def spare(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A machine with a core to spare (the litert device's server: ``litert_server``)."""
+    """A machine with a core to spare, and a CPU idle (the litert device's server:
+    ``litert_server``)."""
     monkeypatch.setattr(lookout.LOAD, "spare", lambda: True)
+    monkeypatch.setattr(lookout.LOAD, "idle", lambda: True)
 
 
 def test_compact_calls_that_ask_are_rung_early_and_answer_as_litert(
