@@ -125,11 +125,7 @@ class Load:
         """Whether a peer this thread wakes now would find a CPU idle (``spare``, and most
         recent samples found fewer runnable tasks than online CPUs, the sampler counted): it
         runs beside this thread, not on its core. Sampled as ``spare`` (the same samples)."""
-        now = self._clock()
-        if now >= self._sample_at:
-            self._due(now)
-        self._asked = now
-        return self._idle
+        return self.spare() and self._idle
 
     def _due(self, now: float) -> None:
         """A sample is due: taken now, or put off by :data:`SETTLE_S` at the first ask after
