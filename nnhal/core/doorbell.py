@@ -3,8 +3,8 @@
 Waiting blocks at once (no spinning: a pipe's wake-up is synchronous, and a spinning
 waiter would delay the peer it shares a core with). Pipes, not an eventfd: they carry
 distinct bytes, :data:`RING` (a packet is waiting), :data:`STOP` (wake up and end) and
-:data:`EARLY` (an answer will be soon: :func:`announce`), which an eventfd's counter would
-merge. (The doorbells compared, with figures:
+:data:`EARLY` (a packet will be soon: an answer, :func:`announce`, or a large call), which an
+eventfd's counter would merge. (The doorbells compared, with figures:
 ``docs/same-host.md``.)
 
 Each side holds the read end of its inbox, the write end of the peer's inbox,
@@ -30,8 +30,10 @@ from collections.abc import Callable
 
 RING = b"\x01"
 STOP = b"\x00"
-#: Rung before the answer is written (:func:`announce`): wakes the waiter, which then reads the
-#: answer only after a :data:`RING` (:attr:`Doorbell.early`).
+#: Rung before a packet is written — by a server before its answer (:func:`announce`), by a
+#: client before a large call's packet (``QueueEnds.planned_packet``): wakes the waiter, which
+#: then reads the packet only after a :data:`RING` (:attr:`Doorbell.early`), so that its
+#: wake-up overlaps the packet's last work.
 EARLY = b"\x02"
 #: The most one wait reads: a small buffer (the interpreter's own allocator takes it, where a
 #: 4 KiB one was allocated and shrunk on every wake-up); bytes beyond it wake the reader again.

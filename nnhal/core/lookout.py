@@ -18,7 +18,9 @@ only while all of these hold, and sleeps at once otherwise:
   the first call of a burst after other work);
 - most recent waits ended within the window (:data:`PAID_MIN`, a running share, weight
   :data:`PAID_WEIGHT`): every wait is measured, looked or slept, so a lookout that stopped
-  looking learns when looking would pay again without spending anything;
+  looking learns when looking would pay again without spending anything — unless the peer
+  announced its packet (``window(announced=True)``: it rang ``doorbell.EARLY`` before
+  writing it), whose wait is then expected to end within the window whatever the others did;
 - its time spent looking stays within :data:`LOOK_SHARE` of the time elapsed (a credit
   earned with elapsed time, at most :data:`CREDIT_MAX_S`, spent by each look).
 
@@ -103,12 +105,13 @@ class Load:
         self._sample_at = self._check_at = float("-inf")
         #: When ``spare`` was last asked, and when the last sample was taken.
         self._asked = self._sampled = float("-inf")
-        #: The share of recent samples that found the machine busy.
-        self.busy = 0.0
+        #: The share of recent samples that found the machine busy, and that found no CPU idle
+        #: (as many runnable tasks as online CPUs or more, the sampler's own thread counted).
+        self.busy = self.crowded = 0.0
         #: CPUs this process may run on, at the last sample.
         self.allowed = cpus()
-        #: ``spare``'s answer until the next sample: it changes only with one.
-        self._spare = False
+        #: ``spare``'s and ``idle``'s answers until the next sample: they change only with one.
+        self._spare = self._idle = False
 
     def spare(self) -> bool:
         """Whether a waiter may look now: two CPUs allowed and most recent samples not busy."""
@@ -117,6 +120,12 @@ class Load:
             self._due(now)
         self._asked = now
         return self._spare
+
+    def idle(self) -> bool:
+        """Whether a peer this thread wakes now would find a CPU idle (``spare``, and most
+        recent samples found fewer runnable tasks than online CPUs, the sampler counted): it
+        runs beside this thread, not on its core. Sampled as ``spare`` (the same samples)."""
+        return self.spare() and self._idle
 
     def _due(self, now: float) -> None:
         """A sample is due: taken now, or put off by :data:`SETTLE_S` at the first ask after
@@ -132,6 +141,8 @@ class Load:
         running = self._runnable()
         busy = running is None or running > self._online
         self.busy += (float(busy) - self.busy) * LOAD_WEIGHT
+        crowded = running is None or running >= self._online
+        self.crowded += (float(crowded) - self.crowded) * LOAD_WEIGHT
         self._look_up_cpus()
 
     def may_look(self) -> bool:
@@ -147,6 +158,7 @@ class Load:
         """The CPUs allowed looked up, and ``spare``'s answer with them (the one place it is decided)."""
         self.allowed = self._cpus()
         self._spare = self.allowed >= 2 and self.busy < 0.5
+        self._idle = self._spare and self.crowded < 0.5
 
 
 #: The process's load gauge, shared by its lookouts.
@@ -175,8 +187,11 @@ class Lookout:
         #: Seconds of looking this lookout may spend now.
         self.credit = CREDIT_MAX_S
 
-    def window(self) -> float:
-        """Seconds to look before sleeping now; 0.0 to sleep at once."""
+    def window(self, announced: bool = False) -> float:
+        """Seconds to look before sleeping now; 0.0 to sleep at once. ``announced``: the peer
+        said its packet is near (``doorbell.EARLY``), so the recent waits do not decide
+        whether this one ends within the window (:data:`PAID_MIN` is not asked); the load
+        and the credit still do."""
         if self.window_s <= 0.0:
             return 0.0
         if self.forced:
@@ -187,7 +202,7 @@ class Lookout:
         credit = self.credit + (now - self._last) * LOOK_SHARE
         self.credit = credit = credit if credit < CREDIT_MAX_S else CREDIT_MAX_S
         self._last = now
-        if self.paid < PAID_MIN or credit <= 0.0 or not self._load.spare():
+        if (self.paid < PAID_MIN and not announced) or credit <= 0.0 or not self._load.spare():
             return 0.0
         window = self.window_s
         return credit if credit < window else window

@@ -241,14 +241,18 @@ class FastQueue:
         assert self._doorbell is not None
         return self._doorbell.inbox
 
-    def take_rings(self) -> None:
+    def take_rings(self) -> bool:
         """Read the request doorbell's bytes once :attr:`inbox` was reported readable (a STOP
-        among them stops the queue); the packets they announce are read with ``next_packet``."""
+        among them stops the queue); the packets they announce are read with ``next_packet``.
+        Whether they were only the client's ``doorbell.EARLY``: a packet is being written, its
+        own ring soon (a serving thread may look for it rather than sleep)."""
         doorbell = self._doorbell
         assert doorbell is not None
         doorbell.take()
         if doorbell.stopped:
             self.stopping = True
+            return False
+        return doorbell.early
 
     def stop(self) -> None:
         """End ``serve``, or a ``hand_over`` still waiting for its client (any thread, idempotent)."""

@@ -47,6 +47,11 @@ def spin_from_env(value: str | None) -> tuple[float, bool]:
     return lookout.window_from_env("NNHAL_QUEUE_SPIN_US", value, SPIN_DEFAULT_US, SPIN_MAX_US)
 
 
+#: The longest the serving thread looks for a packet its client announced (``doorbell.EARLY``):
+#: the client rings it as it starts copying the packet in (a face call's 192 KiB: 15-50 µs);
+#: longer, the client is held up (on this thread's core, or preempted) and a sleep costs less.
+ANNOUNCED_LOOK_S = 100e-6
+
 #: How long the serving thread may look for the next rung doorbell, and whether always.
 SPIN_S, SPIN_FORCED = spin_from_env(os.environ.get("NNHAL_QUEUE_SPIN_US"))
 
@@ -91,7 +96,9 @@ class QueueServer:
     has had its turn: a client woken by a doorbell is often put on the waker's core, and
     ringing it at once would hand that core to it while the other queues' packets wait. Before
     it sleeps, the thread looks for the next rung doorbell while its
-    :class:`~nnhal.core.lookout.Lookout` allows (``NNHAL_QUEUE_SPIN_US``). The thread exists
+    :class:`~nnhal.core.lookout.Lookout` allows (``NNHAL_QUEUE_SPIN_US``) — woken by a
+    client's early ring alone (``doorbell.EARLY``: it is writing a large packet), whatever its
+    recent waits. The thread exists
     while a queue is served (started at the first, ending with the last). A queue ends
     once it is stopping (``FastQueue.stop``, the client's STOP, a protocol violation): it
     leaves the set and its ``ended`` is called, on whichever thread held it, after which
@@ -144,6 +151,7 @@ class QueueServer:
                 self._thread.start()
 
     def _loop(self, epoll: select.epoll) -> None:
+        announced = False  # whether the last wait's doorbells were a client's early ring alone
         while True:
             with self._lock:
                 if not self._served:  # the last queue ended: so does the thread
@@ -153,12 +161,17 @@ class QueueServer:
             # A sole queue's client is rung at once (nobody else's packets wait; its next packet,
             # should it come while this thread is still in the turn, is answered in that turn).
             self._batched = len(self._served) > 1
-            for fd, _events in self._next_events(epoll):
+            for fd, _events in self._next_events(epoll, announced):
                 served = self._served.get(fd)
                 if served is None:  # the wake pipe
                     self._drain_wake()
                     continue
-                served.queue.take_rings()  # what woke it: read, or the inbox would stay readable
+                # What woke it: read, or the inbox would stay readable. Only an early ring: the
+                # client is writing its packet, whose ring the next wait looks for — no turn
+                # first (the packet is not there before its ring): the client may share this core.
+                announced = served.queue.take_rings()
+                if announced:
+                    continue
                 self._turn(served, None)
                 if served.unrung:
                     rings.append(served)
@@ -166,14 +179,20 @@ class QueueServer:
                 served.unrung = False
                 served.queue.ring()
 
-    def _next_events(self, epoll: select.epoll) -> list[tuple[int, int]]:
+    def _next_events(self, epoll: select.epoll, announced: bool = False) -> list[tuple[int, int]]:
         """The next doorbells rung: looked for without sleeping while the lookout allows
         (each look a non-blocking ``epoll_wait`` that lets other threads have the GIL, then
         the core yielded), then waited for. A client that sends its next call within the
         window finds this thread awake: no cross-core wake-up, which on a virtual machine
-        costs more than the call's own work. Every wait, looked or slept, teaches the lookout."""
+        costs more than the call's own work. ``announced``: a client rang early (it is
+        writing a large packet, ``doorbell.EARLY``), so this thread, woken already, looks for
+        its ring whatever the recent waits (``Lookout.window``) — the wake-up overlapped the
+        client's copy. Every wait, looked or slept, teaches the lookout; an announced one is
+        only charged to it (its gap says nothing of the client's pace)."""
         watch = self._lookout
-        window = watch.window()
+        window = watch.window(announced)
+        if announced and window > ANNOUNCED_LOOK_S:
+            window = ANNOUNCED_LOOK_S
         monotonic = time.monotonic
         start = monotonic()
         if window > 0.0:
@@ -183,14 +202,20 @@ class QueueServer:
                 events = poll(0)
                 if events:
                     gap = monotonic() - start
-                    watch.waited(gap, gap)
+                    if announced:
+                        watch.spend(gap)
+                    else:
+                        watch.waited(gap, gap)
                     return events
                 if monotonic() >= last:
                     break
                 yield_core()
         looked = monotonic() - start
         events = epoll.poll()
-        watch.waited(monotonic() - start, looked)
+        if announced:
+            watch.spend(looked)
+        else:
+            watch.waited(monotonic() - start, looked)
         return events
 
     def _turn(self, served: _Served, handed: tuple[int, bytes | memoryview] | None) -> None:

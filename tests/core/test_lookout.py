@@ -106,6 +106,48 @@ def test_a_busy_machine_stops_the_look_and_a_quiet_one_brings_it_back() -> None:
     assert quiet[-1] > 0.0
 
 
+def test_an_announced_packet_is_looked_for_whatever_the_recent_waits_not_the_load_or_credit() -> None:
+    """``window(announced=True)``: the peer rang early (its packet is being written), so the
+    recent waits that stopped the look do not, but a busy machine and a spent credit still do."""
+    machine = _Machine()
+    watch, clock, _ = _lookout(machine)
+    for _ in range(50):
+        _wait(watch, clock, 5e-3)
+    assert watch.window() == 0.0 and watch.window(announced=True) == WINDOW
+    watch.credit = 0.0
+    assert watch.window(announced=True) == 0.0
+    clock.now += 1.0  # the credit earned back
+    assert watch.window(announced=True) == WINDOW
+    machine.runnable = 6
+    for _ in range(20):
+        clock.now += lookout.LOAD_EVERY_S
+        _wait(watch, clock, 10e-6)
+    assert watch.window(announced=True) == 0.0
+
+
+def test_a_cpu_is_idle_only_while_fewer_tasks_than_cpus_run_and_the_machine_is_not_busy() -> None:
+    """``Load.idle``: a peer woken now would run beside the sampler (fewer runnable tasks than
+    online CPUs in most recent samples, the sampler counted), a stricter ``spare``."""
+    machine = _Machine(runnable=1)
+    clock = _Clock()
+    load = machine.load(clock)
+
+    def settle(runnable: int | None) -> tuple[bool, bool]:
+        machine.runnable = runnable
+        for _ in range(20):
+            clock.now += lookout.LOAD_EVERY_S
+            load.spare()
+            clock.now += 100e-6
+            load.spare()
+        return load.spare(), load.idle()
+
+    assert settle(1) == (True, True)
+    assert settle(2) == (True, False)  # as many as the CPUs: spare, none idle
+    assert settle(3) == (False, False)
+    assert settle(None) == (False, False)
+    assert settle(1) == (True, True)
+
+
 def test_an_unknown_load_counts_as_busy() -> None:
     watch, clock, _ = _lookout(_Machine(runnable=None))
     windows = []

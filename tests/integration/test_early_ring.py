@@ -1,7 +1,8 @@
 """The early ring on the litert device (``doorbell.announce``): a compact call of a sync client
 that looks for its answer asks to be rung as soon as LiteRT's invoke returns; the server rings
 it early then, and again once the answer is written, and the answers are LiteRT's, whether
-the client was woken early or not."""
+the client was woken early or not. Such a call (a large one) rings the server early too,
+before its input is copied into the ring."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(autouse=True)
 def spare(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A machine with a core to spare (the litert device's server: ``litert_server``)."""
+    """A machine with a core to spare, and a CPU idle (the litert device's server:
+    ``litert_server``)."""
     monkeypatch.setattr(lookout.LOAD, "spare", lambda: True)
+    monkeypatch.setattr(lookout.LOAD, "idle", lambda: True)
 
 
 def test_compact_calls_that_ask_are_rung_early_and_answer_as_litert(
@@ -56,6 +59,15 @@ def test_compact_calls_that_ask_are_rung_early_and_answer_as_litert(
         return answer
 
     monkeypatch.setattr(FastBurstLink, "wake_early", ask)
+    # A call that asks rings the server early too, before its input (192 KiB) is copied in.
+    early_rings: list[bool] = []
+    real_ring = FastBurstLink.ring_early
+
+    def ring(link: FastBurstLink) -> None:
+        early_rings.append(True)
+        real_ring(link)
+
+    monkeypatch.setattr(FastBurstLink, "ring_early", ring)
     face = tflite_model(FACE_DETECTION)
     imported = import_tflite(face)
     lite = LiteRtRunner(face, threads=1)
@@ -75,3 +87,4 @@ def test_compact_calls_that_ask_are_rung_early_and_answer_as_litert(
     # whole credit, so it did.
     assert len(asked) == 5 and asked[0]
     assert armed == [False, *asked]
+    assert len(early_rings) == sum(asked)

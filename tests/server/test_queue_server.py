@@ -250,11 +250,18 @@ class _SpyLookout(Lookout):
         super().__init__(window_s, forced=True, load=Load(runnable=lambda: 1, cpus=lambda: 2))
         self.windows: list[float] = []
         self.waits: list[tuple[float, float]] = []
+        self.announced: list[bool] = []
+        self.spent: list[float] = []
 
-    def window(self) -> float:
-        given = super().window()
+    def window(self, announced: bool = False) -> float:
+        given = super().window(announced)
         self.windows.append(given)
+        self.announced.append(announced)
         return given
+
+    def spend(self, looked: float) -> None:
+        self.spent.append(looked)
+        super().spend(looked)
 
     def waited(self, gap: float, looked: float) -> None:
         self.waits.append((gap, looked))
@@ -291,6 +298,38 @@ def test_the_queue_thread_looks_while_its_lookout_allows_and_tells_it_every_wait
         q.stop()
         until(lambda: ended, "the queue's end", _BOUND_S)
         assert ended == [True]
+
+
+def test_a_clients_early_ring_makes_the_woken_thread_look_for_its_packet(sock_dir: Path) -> None:
+    """A client that rings early (``doorbell.EARLY``: it is writing a large packet) wakes the
+    serving thread, whose next wait looks for the packet whatever the lookout's recent waits
+    (``window(announced=True)``), is charged to it and not counted as a wait; the packet, rung
+    then, is answered as any."""
+
+    def handle(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
+        return fastring.RESULT, payload
+
+    ended: list[bool] = []
+    with ThreadPoolExecutor(1) as pool, _queue(sock_dir) as (q, c):
+        server = QueueServer(pool.submit)
+        spy = _SpyLookout(0.05)
+        server._lookout = spy
+        server.serve(q, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda: ended.append(True))
+        until(lambda: spy.windows, "the first wait", _BOUND_S)
+        c.doorbell.ring(EARLY)
+        until(lambda: True in spy.announced, "the announced wait", _BOUND_S)
+        c.send(fastpacket.CALL, b"announced")
+        assert c.answers(1) == [b"announced"]
+        at = spy.announced.index(True)
+        assert spy.windows[at] == 0.05
+        until(lambda: spy.spent, "the announced wait's charge", _BOUND_S)
+        assert 0.0 <= spy.spent[0] <= 0.05
+        q.stop()
+        until(lambda: ended, "the queue's end", _BOUND_S)
+        assert ended == [True]
+        # Every wait ended by now: the announced ones charged (above), the others learned from.
+        assert len(spy.spent) == spy.announced.count(True)
+        assert len(spy.waits) == spy.announced.count(False)
 
 
 def test_the_work_a_packet_leaves_runs_after_its_answer_before_the_next_packet(sock_dir: Path) -> None:
