@@ -268,16 +268,25 @@ class _SpyLookout(Lookout):
         super().waited(gap, looked)
 
 
-def test_the_queue_thread_looks_while_its_lookout_allows_and_tells_it_every_wait(sock_dir: Path) -> None:
-    def handle(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
-        return fastring.RESULT, payload
+def _echo(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
+    return fastring.RESULT, payload
 
+
+@contextmanager
+def _watched_echo(directory: Path, window_s: float) -> Iterator[tuple[FastQueue, _Client, _SpyLookout, list[bool]]]:
+    """One queue served by a thread whose lookout is a spy giving ``window_s``, every packet
+    answered with its own bytes; the list records the queue's end."""
     ended: list[bool] = []
-    with ThreadPoolExecutor(1) as pool, _queue(sock_dir) as (q, c):
+    with ThreadPoolExecutor(1) as pool, _queue(directory) as (q, c):
         server = QueueServer(pool.submit)
-        spy = _SpyLookout(0.02)
+        spy = _SpyLookout(window_s)
         server._lookout = spy
-        server.serve(q, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda: ended.append(True))
+        server.serve(q, _echo, _refuse, lambda kind: True, contextvars.Context().run, lambda: ended.append(True))
+        yield q, c, spy, ended
+
+
+def test_the_queue_thread_looks_while_its_lookout_allows_and_tells_it_every_wait(sock_dir: Path) -> None:
+    with _watched_echo(sock_dir, 0.02) as (q, c, spy, ended):
 
         def call(payload: bytes) -> None:
             asked = len(spy.windows)
@@ -305,16 +314,7 @@ def test_a_clients_early_ring_makes_the_woken_thread_look_for_its_packet(sock_di
     serving thread, whose next wait looks for the packet whatever the lookout's recent waits
     (``window(announced=True)``), is charged to it and not counted as a wait; the packet, rung
     then, is answered as any."""
-
-    def handle(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
-        return fastring.RESULT, payload
-
-    ended: list[bool] = []
-    with ThreadPoolExecutor(1) as pool, _queue(sock_dir) as (q, c):
-        server = QueueServer(pool.submit)
-        spy = _SpyLookout(0.05)
-        server._lookout = spy
-        server.serve(q, handle, _refuse, lambda kind: True, contextvars.Context().run, lambda: ended.append(True))
+    with _watched_echo(sock_dir, 0.05) as (q, c, spy, ended):
         until(lambda: spy.windows, "the first wait", _BOUND_S)
         c.doorbell.ring(EARLY)
         until(lambda: True in spy.announced, "the announced wait", _BOUND_S)
