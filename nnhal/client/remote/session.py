@@ -200,21 +200,15 @@ class RemoteSession(SessionChannel):
         pools: Sequence[Any],
         options: ExecutionOptions,
         sizes: tuple[tuple[int, int], ...] | None = None,
-        framed: encoded.Framed | None = None,
-    ) -> Any:  # ExecutionResult | None; with ``framed``, encoded.Answer | None
+    ) -> ExecutionResult | None:
         """:meth:`execute` of the request of these arguments and pools, its message written
         as bytes (:mod:`.encoded`) for a layout the caller runs again and again; None — nothing
         sent — when it takes another way there (the same-host queue, a streamed execution, a
         pool that is not inline): the caller then calls :meth:`execute`. ``sizes``: each pool's
         (data bytes, declared size) when the caller knows them — every pool inline, none worth
         streaming (``wire_stream.pools_worth_streaming``): a numpy plan's, found once — not
-        found again. ``framed``: the layout's bytes around its first pool's data, written once
-        for these arguments and sizes (a numpy plan's, ``encoded.framed_of``); ``pools`` are then the
-        parts of that data, joined straight into the message, and the answer is given as read,
-        apart (``encoded.Answer``: no result made for an answer like one read before)."""
-        if framed is not None:
-            o = options
-            return self.execute_framed(framed, pools, o.measure, o.timeout, o.deadline_at, o.loop_timeout_ns, o.profile)
+        found again. A numpy plan's layout, whose message frame is kept, takes
+        :meth:`execute_framed` instead (the answer read apart)."""
         if self._queue is not None:
             return None
         if sizes is None and wire_stream.pools_worth_streaming(pools):
