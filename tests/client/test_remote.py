@@ -29,6 +29,7 @@ from nnhal.client.remote import (
 )
 from nnhal.client.remote.messages import notify_of
 from nnhal.client.remote.monitor import SessionMonitor
+from nnhal.core import fastanswer
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import (
     DeadObject,
@@ -198,7 +199,7 @@ def _via_stream(session: RemoteSession) -> ErrorStatus:
 
 def _via_burst(session: RemoteSession) -> ErrorStatus:
     stream = session.open_burst()
-    status = session.burst_execute(stream, "pm", EMPTY, NO_DEADLINE).status
+    status = fastanswer.whole(session.burst_answered(stream, "pm", EMPTY, NO_DEADLINE)).status
     session.close_burst(stream)
     return status
 
@@ -299,7 +300,7 @@ def test_a_burst_the_server_ended_answers_with_a_status() -> None:
     session = _offline_session(SimpleNamespace(device=SimpleNamespace(), prepared_model=pm, burst_encoded=ended))
     try:
         stream = session.open_burst()
-        result = session.burst_execute(stream, "pm", EMPTY, NO_DEADLINE)
+        result = fastanswer.whole(session.burst_answered(stream, "pm", EMPTY, NO_DEADLINE))
         assert result.status == ErrorStatus.GENERAL_FAILURE
         assert "open a new burst" in result.message
         assert not session.dead

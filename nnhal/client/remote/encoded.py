@@ -11,10 +11,10 @@ order); a request with a pool that is not inline is not written here (None: the 
 builds the message). Asked, :func:`execute_bytes` frames it as a ``BurstRequest`` in the same
 pass.
 
-The answers of such a loop differ only in their output pool's bytes: :func:`execute_answer`
-and :func:`burst_answer` (the deserializers of those calls) read an answer whose bytes are
-those of an answer read before everywhere but in its one output pool's data as that answer
-with this data — the same parse, as protobuf's parser gives the same fields for the same
+The answers of such a loop differ only in their output pool's bytes: :data:`execute_answered`
+and :data:`burst_answered` (the deserializers of those calls) read an answer whose bytes are
+those of an answer read before everywhere but in its one output pool's data as that answer's
+result with this data, apart (:data:`Answer`) — the same parse, as protobuf's parser gives the same fields for the same
 bytes around a bytes field's contents. Any other answer is parsed by protobuf and read by
 ``wire_result.execution_result_from`` as before (undecodable bytes fail as they did).
 """
@@ -295,16 +295,12 @@ class Requests:
         inputs = request.inputs
         outputs = request.outputs
         kept = self._kept
-        if (
-            kept is None
-            or kept[3] != sizes
-            or not (
-                (kept[0] is inputs and kept[1] is outputs) or kept[2] == (arguments_key(inputs), arguments_key(outputs))
-            )
-        ):
-            args = args_bytes(inputs, outputs)
+        if kept is None or kept[3] != sizes or kept[0] is not inputs or kept[1] is not outputs:
+            # Not the very tuples: the key of these, made once (equal ones keep the layout).
             key = (arguments_key(inputs), arguments_key(outputs))
-            kept = self._kept = (inputs, outputs, key, sizes, _layout(self._head, args, sizes))
+            if kept is None or kept[3] != sizes or kept[2] != key:
+                layout = _layout(self._head, args_bytes(inputs, outputs), sizes)
+                kept = self._kept = (inputs, outputs, key, sizes, layout)
         layout = kept[4]
         out: list[PoolData] = list(layout[1])
         out[2::2] = datas
@@ -447,26 +443,18 @@ _KNOWN_MAX = 64
 Answer = fastanswer.Apart
 
 
-def _with_pools(r: ExecutionResult, pools: dict[int, PoolData]) -> ExecutionResult:
-    """The result ``r`` (a known answer's, its pools left out) with these output pools."""
-    return ExecutionResult(r.status, r.message, r.output_shapes, r.timing, pools, r.profile, r.timeline)
-
-
 def _read(
     raw: bytes,
     known: dict[int, _Known],
     parse: Callable[[bytes], tuple[ExecutionResult, tuple[int, int] | None]],
-    apart: bool,
-) -> Any:  # ExecutionResult; ``apart``: Answer
-    """The answer ``raw`` (module docstring), whole or ``apart`` (:data:`Answer`)."""
+) -> Answer:
+    """The answer ``raw`` (module docstring), read apart (:data:`Answer`)."""
     seen = known.get(len(raw))
     if seen is not None:
         # Unpacked at once: each named field of a NamedTuple is a look-up of its own.
         head, tail, start, end, pool, r = seen
         if raw.startswith(head) and raw.endswith(tail):
-            if apart:
-                return r, {pool: raw[start:end]}, r.timing
-            return _with_pools(r, {pool: raw[start:end]})
+            return r, {pool: raw[start:end]}, r.timing
     result, span = parse(raw)
     timing = result.timing
     # One output pool, and no measured timings (which differ from answer to answer): kept.
@@ -482,7 +470,7 @@ def _read(
             if len(known) >= _KNOWN_MAX:
                 known.clear()
             known[len(raw)] = _Known(raw[:start], raw[end:], start, end, index, ExecutionResult(*_rest(result)))
-    return fastanswer.apart_of(result) if apart else result
+    return fastanswer.apart_of(result)
 
 
 def _rest(result: ExecutionResult) -> tuple[Any, ...]:
@@ -558,14 +546,8 @@ def _data_of_pool(raw: bytes, pos: int, end: int) -> tuple[int, int, int] | None
 # deserializer as the call's INTERNAL status).
 
 #: The ``ExecuteResult`` ``raw`` (module docstring), apart (:data:`Answer`: no result made for an
-#: answer like one read before).
-execute_answered: Callable[[bytes], Answer] = partial(_read, known=_EXECUTE_KNOWN, parse=_parse_execute, apart=True)
-#: The ``ExecuteResult`` ``raw``, whole.
-execute_answer: Callable[[bytes], ExecutionResult] = partial(
-    _read, known=_EXECUTE_KNOWN, parse=_parse_execute, apart=False
-)
-#: The result of the ``BurstResponse`` ``raw``, whole.
-burst_answer: Callable[[bytes], ExecutionResult] = partial(_read, known=_BURST_KNOWN, parse=_parse_burst, apart=False)
+#: answer like one read before; ``fastanswer.whole`` makes it whole).
+execute_answered: Callable[[bytes], Answer] = partial(_read, known=_EXECUTE_KNOWN, parse=_parse_execute)
 #: The result of the ``BurstResponse`` ``raw``, apart (:data:`Answer`: no result made for an answer
 #: like one read before — on gRPC's thread that reads the stream, for every message).
-burst_answered: Callable[[bytes], Answer] = partial(_read, known=_BURST_KNOWN, parse=_parse_burst, apart=True)
+burst_answered: Callable[[bytes], Answer] = partial(_read, known=_BURST_KNOWN, parse=_parse_burst)

@@ -170,16 +170,23 @@ class FastBurstLink(QueueEnds):
         to wait for the answer, past which :class:`QueueTimeout` is raised (the queue is out
         of step then: close it); ``tag``: the call's request id and fault scope, which a
         session's queue takes before every packet (``samehost.encode_tag``)."""
-        packet = self.execution_packet(request, options, handle, session, tag)
-        answer = None if packet is None else self.send(*packet, limit, wait)
+        answer = self.execute_apart(request, options, handle, session, limit, wait, tag)
         return None if answer is None else fastanswer.whole(answer)
 
-    def execute_apart(self, request: Request, options: ExecutionOptions) -> fastanswer.Apart | None:
-        """:meth:`execute` of a burst's request (its server knows the prepared model), its
-        answer read apart (``fastanswer.Apart``, as :meth:`send`'s): what a burst's
-        ``execute`` makes its outcome of."""
-        packet = self.execution_packet(request, options, "", "", b"")
-        return None if packet is None else self.send(*packet)
+    def execute_apart(
+        self,
+        request: Request,
+        options: ExecutionOptions,
+        handle: str = "",
+        session: str = "",
+        limit: float | None = None,
+        wait: bool = True,
+        tag: bytes = b"",
+    ) -> fastanswer.Apart | None:
+        """:meth:`execute`, its answer read apart (``fastanswer.Apart``, as :meth:`send`'s): what
+        a burst's ``execute`` makes its outcome of."""
+        packet = self.execution_packet(request, options, handle, session, tag)
+        return None if packet is None else self.send(*packet, limit, wait)
 
     def execute_planned(
         self, planned: fastpacket.Planned, parts: list[Any], measure: bool, timeout: float | None

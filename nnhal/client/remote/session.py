@@ -304,26 +304,21 @@ class RemoteSession(SessionChannel):
 
     # -- bursts -------------------------------------------------------------------------------
     def open_burst(self) -> BurstStream:
-        """configureExecutionBurst: a stream for ``burst_execute`` until ``close_burst``."""
+        """configureExecutionBurst: a stream for ``burst_answered`` until ``close_burst``."""
         self.check("configureExecutionBurst")
         requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         md = self._metadata()
-        # The requests go as serialized BurstRequests (``burst_execute`` writes them); the
+        # The requests go as serialized BurstRequests (``burst_answered`` writes them); the
         # answers come read apart (``encoded.burst_answered``).
         responses = self._stubs.burst_encoded(iter(requests.get, None), timeout=BURST_STREAM_TIMEOUT, metadata=md)
         return BurstStream(requests, responses, md[0][1])
 
-    def burst_execute(
-        self, stream: BurstStream, handle: str, request: Request, options: ExecutionOptions
-    ) -> ExecutionResult:
-        """One execution on the burst stream; transport failures come back in the result."""
-        return fastanswer.whole(self.burst_answered(stream, handle, request, options))
-
     def burst_answered(
         self, stream: BurstStream, handle: str, request: Request, options: ExecutionOptions
     ) -> encoded.Answer:
-        """:meth:`burst_execute`, its answer read apart (``encoded.Answer``: no result made for an
-        answer like one read before); transport failures come back in it."""
+        """One execution on the burst stream, its answer read apart (``encoded.Answer``: no
+        result made for an answer like one read before; ``fastanswer.whole`` makes it whole);
+        transport failures come back in it."""
         written = stream.written
         if written is None or written.handle is not handle:  # the stream's, mostly: by identity
             written = stream.written = encoded.Requests.of(written, self._session_id, handle)

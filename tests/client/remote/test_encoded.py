@@ -22,6 +22,7 @@ from nnhal.core.errors import InvalidArgument
 from nnhal.core.types import (
     BufferTokenPool,
     DataLocation,
+    ExecutionResult,
     InlinePool,
     Request,
     RequestArgument,
@@ -253,10 +254,18 @@ def _burst(execute: bytes) -> bytes:
     return spb.BurstResponse(result=spb.ExecuteResult.FromString(execute)).SerializeToString()
 
 
+def _whole_answer(raw: bytes) -> ExecutionResult:
+    """The ``ExecuteResult`` ``raw`` as the stub reads it (apart), made whole."""
+    return fastanswer.whole(encoded.execute_answered(raw))
+
+
 @pytest.mark.parametrize("burst", [False, True])
 def test_answers_read_back_are_what_protobuf_reads(burst: bool) -> None:
-    read = encoded.burst_answer if burst else encoded.execute_answer
-    apart = encoded.burst_answered if burst else encoded.execute_answered  # the same, read apart
+    apart = encoded.burst_answered if burst else encoded.execute_answered
+
+    def read(raw: bytes) -> ExecutionResult:  # the answer made whole
+        return fastanswer.whole(apart(raw))
+
     known = encoded._BURST_KNOWN if burst else encoded._EXECUTE_KNOWN
     known.clear()
     answers = [
@@ -284,21 +293,21 @@ def test_answers_read_back_are_what_protobuf_reads(burst: bool) -> None:
 def test_an_answer_kept_is_read_only_from_bytes_equal_around_its_data() -> None:
     encoded._EXECUTE_KNOWN.clear()
     raw = _answer(bytes(32))
-    encoded.execute_answer(raw)
+    _whole_answer(raw)
     assert list(encoded._EXECUTE_KNOWN) == [len(raw)]
     other = _answer(bytes(32), dims=(4, 2))  # the same length, other bytes before the data
     assert len(other) == len(raw)
-    assert encoded.execute_answer(other).output_shapes[0].dimensions == (4, 2)
-    assert encoded.execute_answer(raw).output_shapes[0].dimensions == (2, 4)
+    assert _whole_answer(other).output_shapes[0].dimensions == (4, 2)
+    assert _whole_answer(raw).output_shapes[0].dimensions == (2, 4)
     failed = _answer(b"", status=int(ErrorStatus.INVALID_ARGUMENT))
-    assert encoded.execute_answer(failed).status == ErrorStatus.INVALID_ARGUMENT
+    assert _whole_answer(failed).status == ErrorStatus.INVALID_ARGUMENT
 
 
 def test_undecodable_answers_fail_as_protobuf_fails() -> None:
     with pytest.raises(DecodeError):
-        encoded.execute_answer(b"\xff\x0a" * 5)
+        _whole_answer(b"\xff\x0a" * 5)
     with pytest.raises(DecodeError):
-        encoded.burst_answer(b"\x0a\x05\x01")
+        encoded.burst_answered(b"\x0a\x05\x01")
 
 
 @pytest.mark.parametrize("options", OPTIONS)
@@ -330,7 +339,7 @@ def test_a_framed_layout_carries_data_in_its_first_pool_only() -> None:
 
 def test_an_answer_read_apart_shares_what_it_says_and_not_its_pools() -> None:
     """``execute_answered``: an answer like one read before is that one's result, shared (its
-    pools empty), with pools of its own each time; ``whole`` is ``execute_answer``'s result."""
+    pools empty), with pools of its own each time; ``whole`` is the answer as first read, made whole."""
     encoded._EXECUTE_KNOWN.clear()
     raw, other = _answer(bytes(range(32))), _answer(b"\x2a" * 32)
     first = encoded.execute_answered(raw)  # parsed: its own result and pools
@@ -340,6 +349,6 @@ def test_an_answer_read_apart_shares_what_it_says_and_not_its_pools() -> None:
     assert second[1] is not third[1] and second[1] == {1: b"\x2a" * 32}
     assert (
         fastanswer.whole(second)
-        == encoded.execute_answer(other)
+        == _whole_answer(other)
         == wire_result.execution_result_from(spb.ExecuteResult.FromString(other))
     )
