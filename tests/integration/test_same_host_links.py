@@ -67,6 +67,22 @@ def _add_request(a: np.ndarray, b: np.ndarray) -> Request:
     )
 
 
+def _settled_bytes(dev: Device) -> int:
+    """The server's ``bytes_in_use`` once the last call's leftovers are given back: a same-host
+    call's slot and request data are given back after its answer is written (``Afterwards``), so
+    a read right after the answer may still count them. Read until two reads 50 ms apart agree
+    (at most 5 s)."""
+    last = dev.stats()["bytes_in_use"]
+    end = time.monotonic() + 5.0
+    while time.monotonic() < end:
+        time.sleep(0.05)
+        now = dev.stats()["bytes_in_use"]
+        if now == last:
+            break
+        last = now
+    return last
+
+
 def _pair(rows: int, k: float) -> tuple[np.ndarray, np.ndarray]:
     a = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
     return a, np.full((rows, 4), k, np.float32)
@@ -149,7 +165,7 @@ def test_the_cap_per_session_refuses_a_link_cleanly_and_calls_take_grpc() -> Non
         assert queue.open_links[0].max_queues == 2  # the server said its cap
         other = FastBurstLink.open(dev.remote, "", ring_bytes=fastring.MIN_RING_BYTES, executions=True)
         try:
-            charged = dev.stats()["bytes_in_use"]
+            charged = _settled_bytes(dev)
             with pytest.raises(ResourceExhaustedTransient, match="cap per session is 2"):
                 FastBurstLink.open(dev.remote, "", executions=True)
             assert dev.stats()["bytes_in_use"] == charged  # a refused link is charged nothing
@@ -221,7 +237,7 @@ def test_extra_links_left_unused_are_closed_and_given_back(srv: LocalServer, mon
     with Device.connect(srv.address) as dev, dev.prepare_model_sync(add_model()) as pm:
         a = np.ones((2, 4), np.float32)
         assert pm.execute([a, a]).status == ErrorStatus.NONE
-        alone = dev.stats()["bytes_in_use"]
+        alone = _settled_bytes(dev)
         dev.set_faults(execute_delay_ms=DELAY_MS)
         _together([_forms(pm, 0) for _ in range(3)])
         dev.set_faults()
