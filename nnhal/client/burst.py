@@ -32,7 +32,8 @@ import numpy as np
 from nnhal.client import steps
 from nnhal.client.numpy_io import NumpyIO, no_model, numpy_execution, settle
 from nnhal.client.outcome import ExecutionOutcome
-from nnhal.client.remote import BurstStream, ExecutionOptions, FastBurstLink, RemoteSession
+from nnhal.client.remote import BurstStream, ExecutionOptions, FastBurstLink, RemoteSession, encoded
+from nnhal.client.remote.transport import remaining_time
 from nnhal.core import fastanswer
 from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, Request
@@ -67,8 +68,13 @@ class Burst:
                 if fast:
                     raise
                 log.debug("no fast path for this burst (%s); using the gRPC stream", err.message)
+        #: The gRPC stream and its requests' writer (``encoded.Requests``) of a burst that takes
+        #: the stream only (no fast path): :meth:`execute` writes a request and sends it, no
+        #: options made, no way chosen; None otherwise, and once closed.
+        self._direct: tuple[BurstStream, encoded.Requests] | None = None
         if self._fast is None:
-            self._stream = remote.open_burst()
+            stream = self._stream = remote.open_burst()
+            self._direct = (stream, remote.burst_requests(stream, handle))
 
     @property
     def fast(self) -> bool:
@@ -88,6 +94,12 @@ class Burst:
         """One execution; the status (transport failures included) is in the outcome.
         Raises DEAD_OBJECT at once when the server is known dead."""
         # The answer read apart, either way: the outcome made from it, no result.
+        direct = self._direct
+        if direct is not None:
+            stream, written = direct
+            data = written.write(request, measure, remaining_time(timeout), 0, False, True)
+            if data is not None:  # else a pool that is not inline: the message built field by field
+                return ExecutionOutcome.of_answer(self._remote.burst_sent(stream, data))
         return ExecutionOutcome.of_answer(self._answered(request, ExecutionOptions.of(measure, timeout)))
 
     def _answered(self, request: Request, options: ExecutionOptions) -> fastanswer.Apart:
@@ -134,6 +146,7 @@ class Burst:
         return steps.drive(numpy_execution(numpy_io, inputs, sizes), lambda request: self._run(request, options))
 
     def close(self) -> None:
+        self._direct = None  # first: a later execution takes the stream's way again
         if self._fast is not None:
             self._fast.close()
         with self._lock:

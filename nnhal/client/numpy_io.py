@@ -88,6 +88,7 @@ class _Plan:
         "_decoding",
         "compact",
         "encoded_sizes",
+        "facts",
         "inputs",
         "layout",
         "output_pool",
@@ -138,6 +139,10 @@ class _Plan:
         #: the frame of its messages over gRPC, ``encoded.framed_of``); None
         #: until then. A plan belongs to one prepared model, so to one session and handle.
         self.wire: Any = None
+        #: The facts (``_FACTS``) of the arrays a call of this plan takes as they are (``parts_of``):
+        #: exact ndarrays of the model's dtypes, C-contiguous, of its shapes; set by
+        #: :meth:`NumpyIO.planned` once a call gave every input (None until then).
+        self.facts: tuple[Any, ...] | None = None
         #: The last answer's output shapes (a queue's answer reader hands back the same tuple
         #: for an answer like the last; ``wire`` the same shape objects), its pool's length, and
         #: how the outputs read: per output, the array's maker (``np.ndarray`` with its shape
@@ -185,6 +190,23 @@ class _Plan:
             out_offset += size
         output_pool = InlinePool(b"", max(out_offset, 1))
         return _Plan(tuple(pads), tuple(in_args), tuple(out_args), output_pool, tuple(layout), offset)
+
+    def parts_of(self, inputs: Sequence[Any]) -> list[Any] | None:
+        """The parts of a call of this plan of ``inputs`` (as :meth:`NumpyIO.planned`'s) when they
+        are arrays with this plan's facts (no conversion, no look-up); None otherwise."""
+        try:
+            facts = tuple(map(_FACTS, inputs))  # read in C
+        except AttributeError:  # an input omitted, or not an array
+            return None
+        if facts != self.facts:
+            return None
+        # The arrays with the spacers of their alignment between them.
+        template = self.template
+        if template is None:  # none padded: the arrays are the parts
+            return list(inputs)
+        parts: list[Any] = list(template)
+        parts[::2] = inputs  # between the spacers
+        return parts
 
     def pools(self, parts: list[Any]) -> tuple[InlinePool, InlinePool]:
         """The pools of the request of a call of these parts (:meth:`NumpyIO.planned`'s): the
@@ -247,9 +269,9 @@ class NumpyIO:
         #: Per input: the dtype its array must have (converted only when it differs).
         self.in_dtypes = [DTYPE[op.type] for op in self.in_ops]
         self._plans: dict[tuple[Any, ...], _Plan] = {}
-        #: The facts (``_FACTS``) of the arrays of the last planned call that gave every input,
-        #: and its plan (``planned``).
-        self._last: tuple[tuple[Any, ...], _Plan] | None = None
+        #: The plan of the last planned call that gave every input (``planned``; its ``facts``
+        #: set).
+        self.last: _Plan | None = None
 
     def request(
         self, inputs: Sequence[np.ndarray | None], output_sizes: Sequence[int] | None
@@ -280,14 +302,11 @@ class NumpyIO:
         none); None when there is no
         such plan yet or the inputs do not fit the model (:meth:`request` then says why).
         The parts are the arrays themselves: keep them unchanged until the call returns."""
-        last = self._last
+        last = self.last
         if last is not None:
-            try:
-                facts = tuple(map(_FACTS, inputs))  # read in C
-            except AttributeError:  # an input omitted, or not an array
-                facts = None
-            if facts == last[0]:  # arrays as the last planned call's: no conversion, no look-up
-                return self._parts(last[1], list(inputs), True)
+            parts = last.parts_of(inputs)
+            if parts is not None:  # arrays as the last planned call's: no conversion, no look-up
+                return last, parts
         dtypes = self.in_dtypes
         if len(inputs) != len(dtypes):
             return None
@@ -304,30 +323,27 @@ class NumpyIO:
         plan = self._plans.get((key, None))
         if plan is None:
             return None
-        if given:
-            # The facts of arrays as ``_as_input`` leaves them: a later call whose arrays have
-            # the same ones is of exact ndarrays of these dtypes, C-contiguous, of these shapes.
-            self._last = (tuple(map(_FACTS, arrays)), plan)
-        return self._parts(plan, arrays, given)
+        if not given:
+            return plan, self._parts(plan, arrays)
+        # The facts of arrays as ``_as_input`` leaves them: a later call whose arrays have
+        # the same ones is of exact ndarrays of these dtypes, C-contiguous, of these shapes.
+        plan.facts = tuple(map(_FACTS, arrays))
+        self.last = plan
+        parts = plan.parts_of(arrays)
+        assert parts is not None  # of these facts
+        return plan, parts
 
     @staticmethod
-    def _parts(plan: _Plan, arrays: list[Any], given: bool) -> tuple[_Plan, list[Any]]:
-        """``plan`` and the parts of its call of these arrays (None for an omitted input;
-        ``given``: none is): the arrays with the spacers of their alignment (:meth:`planned`)."""
-        if given:
-            template = plan.template
-            if template is None:  # none padded: the arrays are the parts
-                return plan, arrays
-            parts: list[Any] = list(template)
-            parts[::2] = arrays  # between the spacers
-            return plan, parts
+    def _parts(plan: _Plan, arrays: list[Any]) -> list[Any]:
+        """The parts of a call of ``plan`` of these arrays, some omitted (None): the arrays with
+        the spacers of their alignment (:meth:`planned`)."""
         parts = []
         for arr, spacer in zip(arrays, plan.spacers):
             if spacer:
                 parts.append(spacer)
             if arr is not None:
                 parts.append(arr)
-        return plan, parts
+        return parts
 
     @staticmethod
     def _request(plan: _Plan, given: list[np.ndarray]) -> tuple[Request, Layout]:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from nnhal.client import forms, steps
 from nnhal.client.aidl_burst import AidlBurst
 from nnhal.client.burst import Burst
 from nnhal.client.fenced import FencedExecution
-from nnhal.client.numpy_io import Layout, NumpyIO, decode_outputs, decoder, numpy_execution, settle
+from nnhal.client.numpy_io import Layout, NumpyIO, _Plan, decode_outputs, decoder, numpy_execution, settle
 from nnhal.client.outcome import ExecutionCallback, ExecutionOutcome, outcome_of
 from nnhal.client.release import Releasable
 from nnhal.client.remote import ExecutionOptions, RemoteSession, aidl, encoded
@@ -120,25 +121,12 @@ class PreparedModel(Releasable):
             self._level = forms.level_of(self._remote)
         return self._level >= HalVersion.V1_3
 
-    #: The way of a numpy call of a layout seen before (:meth:`_planned_way`), found on the first.
-    _way: tuple[Any, bool] | None = None
-
-    def _planned_way(self) -> tuple[Any, bool]:
-        """The way of a numpy call of a layout seen before: (the session's same-host queue,
-        False), (None, True) for a message written as bytes over gRPC (``execute_framed``), or
-        (None, False) for neither (a device below the 1.3 forms; a test double may have neither
-        way). Found once: the queue is set up with the session, before its prepared models, and
-        the session's level never changes."""
-        way = self._way
-        if way is None:
-            remote = self._remote
-            queue = getattr(remote, "same_host", None)  # None: a session without one (a test double)
-            written = queue is None and getattr(remote, "execute_framed", None) is not None
-            way = self._way = (queue, written) if self._modern() else (None, False)
-        return way
-
     _decode = staticmethod(decode_outputs)
     _decoder = staticmethod(decoder)
+
+    #: The planned call of the last numpy layout (:meth:`_sender`): its plan and how a call of it
+    #: is sent, made once per plan; None until a call of a layout seen before took one.
+    _planned: tuple[_Plan, Callable[..., Any]] | None = None
 
     def execute(
         self,
@@ -154,40 +142,82 @@ class PreparedModel(Releasable):
 
         Outputs of unknown shape are retried once with the sizes the driver reported.
         ``profile`` asks the driver for time per operation type (``outcome.profile``)."""
+        planned = self._planned  # never set for a session recording (its recorder is set at connect)
+        if planned is not None and not profile:
+            # Arrays of the last planned call's layout: its parts filled in and sent as that
+            # call's were (no plan looked up, no way chosen); from the answer to the outputs.
+            plan, send = planned
+            parts = plan.parts_of(inputs)
+            if parts is not None:
+                answer = send(parts, measure, timeout, deadline_at, loop_timeout_ns)
+                if answer is not None:
+                    settled = settle(plan, *answer)
+                    if type(settled) is ExecutionOutcome:
+                        return settled
+                    # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
+                    return self._execute(inputs, measure, timeout, deadline_at, loop_timeout_ns, profile, settled)
+        return self._execute(inputs, measure, timeout, deadline_at, loop_timeout_ns, profile, None)
+
+    def _execute(
+        self,
+        inputs: Sequence[np.ndarray | None],
+        measure: bool,
+        timeout: float | None,
+        deadline_at: float | None,
+        loop_timeout_ns: int,
+        profile: bool,
+        sizes: Any,
+    ) -> ExecutionOutcome:
+        """:meth:`execute` but for a call of the last planned call's layout (``sizes``: the
+        output sizes to retry with, the planned call already made)."""
         numpy_io = self._numpy or self._numpy_io()  # None: raises why
-        sizes = None
         remote = self._remote
-        queue, written = self._way or self._planned_way()
-        if (queue is not None or written) and not profile and remote.recorder is None:
+        if sizes is None and not profile and remote.recorder is None:
             # A layout seen before: on the same-host queue that granted it an id, from the
             # arrays straight to a compact call; over gRPC, to a message written from the
             # plan's arguments (``remote.encoded``). From the answer straight to the outputs.
             planned = numpy_io.planned(inputs)
             if planned is not None:
                 plan, parts = planned
-                # The answer read apart (``settle``'s arguments after the plan): a queue's
-                # ``fastanswer.Apart``, gRPC's ``encoded.Answer``, or a result alone.
-                answer: tuple[Any, ...] | None = None
-                if queue is not None:
-                    answer = queue.execute_planned(
-                        self.handle, plan.compact, parts, measure, timeout, deadline_at, loop_timeout_ns
-                    )
-                else:
-                    # The plan's message bytes around its inputs, written once (None: its pools
-                    # are worth streaming, which this way never does); the answer read apart.
-                    framed = plan.wire or encoded.framed_of(plan, remote.session_id, self.handle)
-                    if framed is not None:
-                        answer = remote.execute_framed(framed, parts, measure, timeout, deadline_at, loop_timeout_ns)
-                if answer is not None:
-                    settled = settle(plan, *answer)
-                    if isinstance(settled, ExecutionOutcome):
-                        return settled
-                    sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
+                send = plan.wire
+                if send is None:
+                    send = plan.wire = self._sender(plan)
+                if send:
+                    if plan is numpy_io.last:  # its facts known: later calls of it take the planned call
+                        self._planned = (plan, send)
+                    # The answer read apart (``settle``'s arguments after the plan): a queue's
+                    # ``fastanswer.Apart``, gRPC's ``encoded.Answer``; None: nothing sent.
+                    answer = send(parts, measure, timeout, deadline_at, loop_timeout_ns)
+                    if answer is not None:
+                        settled = settle(plan, *answer)
+                        if isinstance(settled, ExecutionOutcome):
+                            return settled
+                        sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
         options = ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns, profile)
         return steps.drive(
             numpy_execution(numpy_io, inputs, sizes),
             lambda request: forms.execute(self._remote, self.handle, request, options),
         )
+
+    def _sender(self, plan: _Plan) -> Callable[..., Any] | bool:
+        """How the calls of ``plan`` (a layout seen before) are sent, decided once per plan —
+        called with its parts and the options of an unprofiled call, answering read apart or
+        None (nothing sent): on the session's same-host queue (a compact call), else over gRPC
+        as a message written around its inputs (``RemoteSession.execute_framed``, its frame
+        made here); False for neither (a device below the 1.3 forms, a plan whose pools are
+        worth streaming, a test double with neither way). The queue is set up with the
+        session, before its prepared models, and the session's level never changes."""
+        if not self._modern():
+            return False
+        remote = self._remote
+        queue = getattr(remote, "same_host", None)  # None: a session without one (a test double)
+        if queue is not None:
+            return partial(queue.execute_planned, self.handle, plan.compact)
+        execute_framed = getattr(remote, "execute_framed", None)
+        framed = encoded.framed_of(plan, remote.session_id, self.handle)
+        if execute_framed is None or framed is None:
+            return False
+        return partial(execute_framed, framed)
 
     def execute_async(
         self,

@@ -6,6 +6,7 @@ message built field by field; a burst writes every request as bytes, good and ba
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -149,6 +150,16 @@ def test_a_burst_writes_its_requests_as_bytes(device: Device) -> None:
         np.testing.assert_array_equal(np.frombuffer(again.output_pools[1], np.float32), a + a)
 
 
+def _frame_of(plan: Any) -> encoded.Framed:
+    """The frame of a plan's planned call over gRPC (``PreparedModel._sender``: the session's
+    ``execute_framed`` with it)."""
+    send = plan.wire
+    assert isinstance(send, partial) and send.func.__name__ == "execute_framed"
+    framed = send.args[0]
+    assert isinstance(framed, encoded.Framed)
+    return framed
+
+
 def test_the_frame_is_made_once_per_plan_and_outputs_are_not_aliased(device: Device) -> None:
     with device.prepare_model_sync(add_model((0, 4))) as pm:
         a = np.arange(8, dtype=np.float32).reshape(2, 4)
@@ -158,13 +169,12 @@ def test_the_frame_is_made_once_per_plan_and_outputs_are_not_aliased(device: Dev
         outs = [pm.execute([a, a * k]).outputs[0] for k in range(1, 4)]
         planned = numpy_io.planned([a, a])
         assert planned is not None
-        framed = planned[0].wire
-        assert isinstance(framed, encoded.Framed)
+        framed = _frame_of(planned[0])
         for k, out in enumerate(outs, 1):
             np.testing.assert_array_equal(out, a + a * k)  # each its own answer's bytes
         assert not any(np.shares_memory(x, y) for x in outs for y in outs if x is not y)
         pm.execute([a, a])
-        assert planned[0].wire is framed  # kept, not made again
+        assert _frame_of(planned[0]) is framed  # kept, not made again
         # A dtype change is converted (the same plan); a shape change has its own plan and frame.
         wide = a.astype(np.float64)
         np.testing.assert_array_equal(pm.execute([wide, wide]).outputs[0], a + a)
@@ -173,7 +183,7 @@ def test_the_frame_is_made_once_per_plan_and_outputs_are_not_aliased(device: Dev
             np.testing.assert_array_equal(pm.execute([tall, tall]).outputs[0], tall + tall)
         other = numpy_io.planned([tall, tall])
         assert other is not None and other[0] is not planned[0]
-        assert isinstance(other[0].wire, encoded.Framed) and other[0].wire is not framed
+        assert _frame_of(other[0]) is not framed
         # Deadlines and timing travel in the framed message too.
         outcome = pm.execute([a, a], measure=True, timeout=30.0)
         assert outcome.timing.time_on_device > 0

@@ -207,7 +207,9 @@ class PreparedModel(AsyncReleasable):
                     # once, the answer read apart; a plan whose pools are worth streaming is sent
                     # from its pools, as before.
                     options = ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns)
-                    framed = plan.wire or encoded.framed_of(plan, session.session_id, self.handle)
+                    framed = plan.wire
+                    if framed is None:
+                        framed = plan.wire = encoded.framed_of(plan, session.session_id, self.handle)
                     if framed is not None:
                         answer = await session.execute_encoded(
                             self.handle, plan.inputs, plan.outputs, parts, options, framed

@@ -194,15 +194,14 @@ def _layout(head: bytes, args: bytes, sizes: tuple[tuple[int, int], ...]) -> _La
 
 def framed_of(plan: Any, session: str, handle: str) -> Framed | None:
     """The frame of a numpy plan's messages (``plan``: a ``numpy_io`` plan, its ``inputs``,
-    ``outputs`` and ``encoded_sizes``) for this session and prepared model, made on its first
-    call over gRPC and kept in it (``plan.wire``: a plan belongs to one prepared model, so to one
-    session and handle); None for a plan whose pools are worth streaming (``encoded_sizes``
-    None), which this way never sends."""
+    ``outputs`` and ``encoded_sizes``) for this session and prepared model, made once per plan
+    by its caller, who keeps it (a plan belongs to one prepared model, so to one session and
+    handle); None for a plan whose pools are worth streaming (``encoded_sizes`` None), which
+    this way never sends."""
     sizes = plan.encoded_sizes
     if sizes is None:
         return None
-    framed = plan.wire = Framed(session, handle, plan.inputs, plan.outputs, sizes)
-    return framed
+    return Framed(session, handle, plan.inputs, plan.outputs, sizes)
 
 
 def execute_bytes(

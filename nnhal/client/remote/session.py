@@ -36,6 +36,7 @@ from nnhal.client.remote.transport import (
     GC_RELEASE_TIMEOUT,
     grpc_timeout,
     remaining_time,
+    tag_request_id,
 )
 from nnhal.core import fastanswer, wire_result, wire_stream
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus
@@ -230,13 +231,23 @@ class RemoteSession(SessionChannel):
     ) -> encoded.Answer | None:
         """:meth:`execute_encoded` of a numpy plan's layout (``framed``: its frame, ``parts``: its
         first pool's data), its options given as they are (no options made for the call): the
-        answer read apart, or None (nothing sent) when the session has a same-host queue."""
+        answer read apart, or None (nothing sent) when the session has a same-host queue. A
+        numpy plan's planned call (``PreparedModel._sender``): :meth:`unary`'s steps, the
+        queue's choice made (none), without its layers."""
         if self._queue is not None:
             return None
+        self.check(_SYNC)
+        md = self._metadata()
         remaining = remaining_time(timeout, deadline_at)
         raw = framed.write(parts, measure, remaining, loop_timeout_ns, profile)
-        answer: encoded.Answer = self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining))
-        return answer  # read by the stub's deserializer (``encoded.execute_answered``)
+        limit = DEFAULT_CALL_TIMEOUT if remaining is None else grpc_timeout(remaining)
+        try:  # the answer read by the stub's deserializer (``encoded.execute_answered``)
+            return self._stubs.execute_encoded(raw, timeout=limit, metadata=md)  # type: ignore[no-any-return]
+        except grpc.RpcError as err:
+            raise self.failed(err, _SYNC, remaining is not None, md[0][1]) from err
+        except HalError as err:
+            tag_request_id(err, md[0][1])
+            raise
 
     #: False once the server answered that it has no StreamedExecution service (an older server).
     _streams = True
@@ -319,10 +330,20 @@ class RemoteSession(SessionChannel):
         """One execution on the burst stream, its answer read apart (``encoded.Answer``: no
         result made for an answer like one read before; ``fastanswer.whole`` makes it whole);
         transport failures come back in it."""
+        return self.burst_sent(stream, burst_request(self.burst_requests(stream, handle), request, options))
+
+    def burst_requests(self, stream: BurstStream, handle: str) -> encoded.Requests:
+        """How ``stream``'s requests of prepared model ``handle`` are written (its
+        ``encoded.Requests``, made at its first execution and kept: a burst's one writer)."""
         written = stream.written
         if written is None or written.handle is not handle:  # the stream's, mostly: by identity
             written = stream.written = encoded.Requests.of(written, self._session_id, handle)
-        data = burst_request(written, request, options)
+        return written
+
+    def burst_sent(self, stream: BurstStream, data: bytes) -> encoded.Answer:
+        """The exchange of one execution's serialized BurstRequest ``data`` on the burst stream
+        (:meth:`burst_answered`'s; a burst that writes its requests itself calls it with them):
+        its answer read apart, transport failures in it."""
         self._ids.last = stream.request_id
         with stream.lock:
             self._monitor.check()

@@ -35,8 +35,9 @@ import itertools
 import os
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -187,12 +188,11 @@ def map_rpc_error(err: grpc.RpcError, *, had_deadline: bool = False, what: str =
 
 # -- request ids -------------------------------------------------------------------
 _ID_PREFIX = secrets.token_hex(4)
-_ID_COUNTER = itertools.count(1)
 
-
-def new_request_id() -> str:
-    """A fresh request id: this process's random prefix and a counter (unique, cheap)."""
-    return f"{_ID_PREFIX}-{next(_ID_COUNTER):x}"
+#: A fresh request id: this process's random prefix and a counter, in hex (unique, cheap: made
+#: in C — ``next`` of the counter's ids, each formatted as it is taken; thread-safe, as a C
+#: iterator's step holds the GIL).
+new_request_id: Callable[[], str] = partial(next, map(f"{_ID_PREFIX}-{{:x}}".format, itertools.count(1)))
 
 
 def request_id_of(err: BaseException) -> str | None:
