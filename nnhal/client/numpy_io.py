@@ -42,6 +42,7 @@ from nnhal.core.types import (
 _ALIGN = 64
 _ZEROS = bytes(_ALIGN)
 _NO_VALUE = RequestArgument(has_no_value=True)
+_NONE = ErrorStatus.NONE
 #: An array's shape (the key of a call's plan, read in C).
 _SHAPE = attrgetter("shape")
 #: What a planned call reads of each input to know it as the last one's (``NumpyIO.planned``):
@@ -147,7 +148,7 @@ class _Plan:
         #: for an answer like the last; ``wire`` the same shape objects), its pool's length, and
         #: how the outputs read: per output, the array's maker (``np.ndarray`` with its shape
         #: and dtype given) and its offset.
-        self._decoding: tuple[Sequence[OutputShape], int, tuple[_Maker, ...]] | None = None
+        self._decoding: tuple[Sequence[OutputShape], int, tuple[_Maker, ...]] = ((), -1, ())
 
     @staticmethod
     def of(
@@ -231,19 +232,15 @@ class _Plan:
         pool once per answer structure (GENERAL_FAILURE for outputs that do not fit)."""
         data = output_pools.get(1, b"")
         nbytes = memoryview(data).nbytes  # a view's bytes (its len counts items): one C call
-        decoding = self._decoding
-        if (
-            decoding is None
-            or decoding[1] != nbytes
-            or (decoding[0] is not output_shapes and tuple(decoding[0]) != tuple(output_shapes))
-        ):
+        seen, length, makers = self._decoding  # the last answer's (no pool's length is -1)
+        if length != nbytes or (seen is not output_shapes and tuple(seen) != tuple(output_shapes)):
             shapes = output_shapes or [OutputShape(op.dimensions, True) for _, op in self.layout]
             makers = tuple((partial(np.ndarray, d, t), at) for d, t, at in _specs(self.layout, shapes, nbytes))
-            decoding = self._decoding = (output_shapes, nbytes, makers)
+            self._decoding = (output_shapes, nbytes, makers)
         # An array over the pool's bytes at once (a view, like frombuffer's, without its reshape);
         # a loop, not a comprehension, which would make a function object per call.
         outputs: list[np.ndarray] = []
-        for make, offset in decoding[2]:
+        for make, offset in makers:
             outputs.append(make(data, offset))
         return outputs
 
@@ -422,14 +419,14 @@ def settle(
     to retry with (:func:`numpy_execution` with them); raises the HalError it ended with
     otherwise — :func:`numpy_execution`'s first step."""
     # A planned call is never profiled: its result has no profile or timeline to carry over.
-    status, shapes = result.status, result.output_shapes
+    status, message, shapes = result.status, result.message, result.output_shapes
     if pools is None:
         pools = result.output_pools
     if timing is None:
         timing = result.timing
-    if status == ErrorStatus.NONE:
-        return ExecutionOutcome.answered(status, result.message, shapes, timing, pools, plan.outputs_of(pools, shapes))
-    outcome = ExecutionOutcome.answered(status, result.message, shapes, timing, pools, [])
+    if status == _NONE:
+        return ExecutionOutcome.answered(status, message, shapes, timing, pools, plan.outputs_of(pools, shapes))
+    outcome = ExecutionOutcome.answered(status, message, shapes, timing, pools, [])
     retry = retry_sizes(outcome, plan.layout)
     if retry is None:
         outcome.raise_for_status()  # a status other than NONE: raises

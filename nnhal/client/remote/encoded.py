@@ -266,8 +266,11 @@ class Requests:
         self.session = session
         self.handle = handle
         self._head = head_bytes(session, handle)
-        #: The last layout's arguments (the tuples), their key, its pools' sizes, and its layout.
-        self._kept: tuple[tuple[RequestArgument, ...], tuple[RequestArgument, ...], Any, Any, _Layout] | None = None
+        #: The last layout's arguments (the tuples), their key, its pools' sizes, its layout, and
+        #: its frame as a ``BurstRequest`` of no scalars (the framing in its first slot, kept).
+        self._kept: (
+            tuple[tuple[RequestArgument, ...], tuple[RequestArgument, ...], Any, Any, _Layout, tuple[bytes, ...]] | None
+        ) = None
 
     @staticmethod
     def of(requests: Requests | None, session: str, handle: str) -> Requests:
@@ -299,9 +302,10 @@ class Requests:
             key = (arguments_key(inputs), arguments_key(outputs))
             if kept is None or kept[3] != sizes or kept[2] != key:
                 layout = _layout(self._head, args_bytes(inputs, outputs), sizes)
-                kept = self._kept = (inputs, outputs, key, sizes, layout)
+                framed = (_burst_head(layout[0]), *layout[1][1:])
+                kept = self._kept = (inputs, outputs, key, sizes, layout, framed)
         layout = kept[4]
-        out: list[PoolData] = list(layout[1])
+        out: list[PoolData] = list(kept[5] if burst else layout[1])
         out[2::2] = datas
         return _joined(out, layout[0], measure, remaining_s, loop_timeout_ns, profile, burst)
 
@@ -316,12 +320,16 @@ def _joined(
     burst: bool,
 ) -> bytes:
     """The request of ``out`` (a slot for the BurstRequest's framing, then the request's bytes
-    up to its scalars, ``length`` of them) with its scalars, framed when ``burst``, joined."""
+    up to its scalars, ``length`` of them) with its scalars, framed when ``burst``, joined. A
+    slot that holds a framing already holds that of the request with no scalars (a kept one:
+    ``Requests``), set again only when scalars are added."""
     if measure or remaining_s is not None or loop_timeout_ns or profile:
         scalars = _scalars(measure, remaining_s, loop_timeout_ns, profile)
         out.append(scalars)
         length += len(scalars)
-    if burst:
+        if burst:
+            out[0] = _burst_head(length)
+    elif burst and not out[0]:
         out[0] = _burst_head(length)
     return b"".join(out)
 
