@@ -235,8 +235,9 @@ class _Plan:
         seen, length, makers = self._decoding  # the last answer's (no pool's length is -1)
         if length != nbytes or (seen is not output_shapes and tuple(seen) != tuple(output_shapes)):
             shapes = output_shapes or [OutputShape(op.dimensions, True) for _, op in self.layout]
-            makers = tuple((partial(np.ndarray, d, t), at) for d, t, at in _specs(self.layout, shapes, nbytes))
-            self._decoding = (output_shapes, nbytes, makers)
+            made = tuple((partial(np.ndarray, d, t), at) for d, t, at in _specs(self.layout, shapes, nbytes))
+            self._decoding = (output_shapes, nbytes, made)
+            makers = made
         # An array over the pool's bytes at once (a view, like frombuffer's, without its reshape);
         # a loop, not a comprehension, which would make a function object per call.
         outputs: list[np.ndarray] = []

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from nnhal.client.device import Device
+from nnhal.client.numpy_io import NumpyIO
 from nnhal.client.remote import encoded
 from nnhal.client.remote.messages import ExecutionOptions
 from nnhal.client.remote.session import RemoteSession
@@ -189,3 +190,56 @@ def test_the_frame_is_made_once_per_plan_and_outputs_are_not_aliased(device: Dev
         assert outcome.timing.time_on_device > 0
         with pytest.raises(HalError):
             pm.execute([a, a], timeout=0.0)
+
+
+def test_a_layout_run_again_takes_its_planned_call(device: Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A numpy call of arrays like the last planned call's is filled in and sent by the plan's
+    planned call (``PreparedModel._planned``): no plan looked up; arrays of other facts (a view
+    that is not C-contiguous, another dtype or shape, the wrong count) take the general path."""
+    encoded = _Encoded(monkeypatch)
+    looked_up: list[int] = []
+    real_planned = NumpyIO.planned
+
+    def planned(numpy_io: NumpyIO, inputs: Any) -> Any:
+        looked_up.append(1)
+        return real_planned(numpy_io, inputs)
+
+    monkeypatch.setattr(NumpyIO, "planned", planned)
+    with device.prepare_model_sync(add_model()) as pm:
+        a = np.arange(8, dtype=np.float32).reshape(2, 4)
+        pm.execute([a, a])  # a new layout: planned by the message built field by field
+        pm.execute([a, a])  # a layout seen before: its planned call made
+        assert pm._planned is not None and encoded.taken == 1
+        before = len(looked_up)
+        for k in range(3):
+            np.testing.assert_array_equal(pm.execute([a, a * k], timeout=30.0).outputs[0], a + a * k)
+        assert len(looked_up) == before and encoded.taken == 4  # sent by the planned call alone
+        view = np.arange(8, dtype=np.float32).reshape(4, 2).T  # (2, 4), not C-contiguous
+        assert view.shape == (2, 4) and not view.flags.c_contiguous
+        np.testing.assert_array_equal(pm.execute([view, view]).outputs[0], view + view)
+        wide = a.astype(np.float64)
+        np.testing.assert_array_equal(pm.execute([wide, a]).outputs[0], a + a)
+        assert len(looked_up) == before + 2  # each looked up again: not the planned call's arrays
+        with pytest.raises(InvalidArgument):
+            pm.execute([a])  # the general path says why
+        # A profiled call takes the general path; the planned call serves on after it.
+        np.testing.assert_array_equal(pm.execute([a, a], profile=True).outputs[0], a + a)
+        taken = encoded.taken
+        np.testing.assert_array_equal(pm.execute([a, a]).outputs[0], a + a)
+        assert encoded.taken == taken + 1
+
+
+def test_a_burst_serves_again_after_its_close(device: Device) -> None:
+    """A gRPC burst's executions written and sent at once (``Burst._direct``) stop at its close;
+    an execution after it opens a stream again, as before."""
+    with device.prepare_model_sync(add_model()) as pm:
+        a = np.arange(8, dtype=np.float32)
+        burst = pm.burst(fast=False)
+        assert burst._direct is not None
+        first = burst.execute(_request(a, a))
+        np.testing.assert_array_equal(np.frombuffer(first.output_pools[1], np.float32), a + a)
+        burst.close()
+        assert burst._direct is None
+        again = burst.execute(_request(a, a * 2), measure=True)
+        np.testing.assert_array_equal(np.frombuffer(again.output_pools[1], np.float32), a + a * 2)
+        burst.close()

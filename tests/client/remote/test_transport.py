@@ -5,6 +5,7 @@ forms, and request ids. The failure table and the deadline arithmetic are in
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -64,6 +65,14 @@ def test_address_forms() -> None:
     assert target_of("127.0.0.1:50051") == "127.0.0.1:50051"
     assert target_of("unix:/tmp/s.sock") == "unix:/tmp/s.sock"
     assert target_of("unix:///tmp/s.sock") == "unix:/tmp/s.sock"
+
+
+def test_request_ids_are_unique_across_threads() -> None:
+    with ThreadPoolExecutor(4) as pool:
+        ids = list(pool.map(lambda _: new_request_id(), range(4000)))
+    assert len(set(ids)) == 4000
+    prefix, _, counter = ids[0].rpartition("-")
+    assert len(prefix) == 8 and int(counter, 16) > 0 and all(i.startswith(prefix + "-") for i in ids)
 
 
 def test_request_ids_are_unique_and_an_error_keeps_its_first() -> None:
