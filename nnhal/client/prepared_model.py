@@ -152,7 +152,7 @@ class PreparedModel(Releasable):
                 answer = send(parts, measure, timeout, deadline_at, loop_timeout_ns)
                 if answer is not None:
                     settled = settle(plan, *answer)
-                    if type(settled) is ExecutionOutcome:
+                    if isinstance(settled, ExecutionOutcome):
                         return settled
                     # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
                     return self._execute(inputs, measure, timeout, deadline_at, loop_timeout_ns, profile, settled)
@@ -166,10 +166,11 @@ class PreparedModel(Releasable):
         deadline_at: float | None,
         loop_timeout_ns: int,
         profile: bool,
-        sizes: Any,
+        sizes: list[int] | None,
     ) -> ExecutionOutcome:
-        """:meth:`execute` but for a call of the last planned call's layout (``sizes``: the
-        output sizes to retry with, the planned call already made)."""
+        """:meth:`execute`'s general path: a call its planned call did not take (``sizes`` None),
+        or the retry of one it made that answered OUTPUT_INSUFFICIENT_SIZE (``sizes``: the
+        output sizes to retry with)."""
         numpy_io = self._numpy or self._numpy_io()  # None: raises why
         remote = self._remote
         if sizes is None and not profile and remote.recorder is None:
