@@ -326,6 +326,12 @@ def launch_inline(
             bound.close()
             return None
     cost = bound.data_bytes
+    if standing is None and not taken:
+        # Run on the event loop's thread (``Inline``: its slot taken by ``runs_inline``, there):
+        # its session's standing charge (``Standing``), made by the session's first such run.
+        standing = session.standing
+        if standing is None:
+            standing = session.standing = Standing(driver.budget)
     if standing is not None and standing.covers(session.id, cost):
         cost = 0  # charged to the session already, by the stream
     else:
