@@ -144,7 +144,7 @@ class LeanRun(ExecutionControl):
                     result = self.pm.execute(self.plan, bound, self, self.measure)
             finally:
                 if give_back:
-                    self._give_back()
+                    self.close(False)
         except HalError as err:
             return execution_result(err.error_status, err.message)
         self._driver.executions.increment()
@@ -164,24 +164,23 @@ class LeanRun(ExecutionControl):
         d.lifecycle.check()
         d.scheduler.checkpoint(self.ticket, self.deadline_ns)
 
-    def _give_back(self) -> None:
-        d = self._driver
+    def close(self, pools: bool = True) -> None:
+        """Give back the slot and the data's charge (if ``run`` did not: it does, unless told not
+        to) and, with ``pools``, the pools (``run`` keeps them for its answer). Idempotent."""
         if self._held:
             self._held = False
-            d.scheduler.release(self.ticket)
-        charged, self._charged = self._charged, 0
+            self._driver.scheduler.release(self.ticket)
+        charged = self._charged
+        if charged:
+            self._charged = 0
         standing = self.standing
         if standing is not None:
             self.standing = None
             charged = standing.done(self.session.id, charged)
         if charged:
-            d.budget.uncharge(self.session.id, charged, REQUEST_DATA)
-
-    def close(self) -> None:
-        """Give back the slot and the data's charge (if ``run`` did not) and the pools. Idempotent."""
-        if self._held or self._charged or self.standing is not None:  # ``run`` gave them back, unless told not to
-            self._give_back()
-        self.bound.drop()
+            self._driver.budget.uncharge(self.session.id, charged, REQUEST_DATA)
+        if pools:
+            self.bound.drop()
 
 
 def launch(driver: Driver, call: Execution, found: Found | None = None, ticket: Ticket | None = None) -> LeanRun | None:
