@@ -647,6 +647,19 @@ def test_a_call_given_afterwards_closes_and_leaves_before_it_answers_otherwise(p
         _idle(x, session)
 
 
+def _charges(d: Driver) -> list[int]:
+    """Every charge ``d``'s budget takes from now on, its bytes in order (each still taken)."""
+    charges: list[int] = []
+    real_charge = d.budget.charge
+
+    def charge(sid: str, nbytes: int, what: str = "model constants") -> None:
+        charges.append(nbytes)
+        real_charge(sid, nbytes, what)
+
+    d.budget.charge = charge  # type: ignore[method-assign,assignment]
+    return charges
+
+
 def test_a_streams_standing_charge_covers_its_later_runs_and_is_given_back_as_it_ends() -> None:
     """``lean.Standing``: the first run's charge kept (charged to its session before its data
     was held), later runs of that session covered one at a time, a second run in flight and
@@ -658,14 +671,7 @@ def test_a_streams_standing_charge_covers_its_later_runs_and_is_given_back_as_it
     found = (d.session(session), d.prepared(d.session(session), handle))
     req = _request(2.0)
     standing = lean.Standing(d.budget)
-    charges: list[int] = []
-    real_charge = d.budget.charge
-
-    def charge(s: str, nbytes: int, what: str = "model constants") -> None:
-        charges.append(nbytes)
-        real_charge(s, nbytes, what)
-
-    d.budget.charge = charge  # type: ignore[method-assign,assignment]
+    charges = _charges(d)
 
     def launch() -> lean.LeanRun | None:
         return lean.launch_inline(d, found, req.inputs, req.outputs, _parts(req), False, None, 0, standing=standing)
@@ -715,14 +721,7 @@ def test_a_sessions_standing_charge_covers_its_calls_on_the_loops_thread_and_goe
     s = d.session(session)
     found = (s, d.prepared(s, handle))
     req = _request(2.0)
-    charges: list[int] = []
-    real_charge = d.budget.charge
-
-    def charge(sid: str, nbytes: int, what: str = "model constants") -> None:
-        charges.append(nbytes)
-        real_charge(sid, nbytes, what)
-
-    d.budget.charge = charge  # type: ignore[method-assign,assignment]
+    charges = _charges(d)
 
     def held() -> int:
         return d.budget.by_kind().get(lean.REQUEST_DATA, 0)
