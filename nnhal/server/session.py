@@ -23,9 +23,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nnhal.core.errors import InvalidArgument, MissedDeadlineTransient
 from nnhal.server.shared_regions import RegionCache
+
+if TYPE_CHECKING:
+    from nnhal.server.executions.lean import Standing
 
 CLOSED = "unknown or closed session; open a session first"
 STOPPED = "the server is stopping and its sessions ended with it; reconnect once it restarted"
@@ -101,6 +105,9 @@ class Session:
         self.faults = Faults()
         #: Shared regions this session's requests named, kept mapped between executions.
         self.regions = RegionCache()
+        #: The standing charge of its small executions' request data run on the event loop's
+        #: thread (``executions.lean.Standing``, made by the first): given back with the session.
+        self.standing: Standing | None = None
 
     @contextmanager
     def adding(self, closed_message: str = CLOSED) -> Iterator[None]:

@@ -28,7 +28,8 @@ def outcome(run: Callable[[], Any]) -> tuple[ErrorStatus, str]:
 
 @contextmanager
 def request_data_refused(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The request's data over what the budget has, while in the block: refused as over a limit."""
+    """The request's data over what the budget has, while in the block: refused as over a limit
+    (the session's standing charge, ``lean.Standing``, covering no call: every call charges)."""
     real_charge = MemoryBudget.charge
 
     def full(self: MemoryBudget, session: str, nbytes: int, what: str = "model constants") -> None:
@@ -38,6 +39,7 @@ def request_data_refused(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     with monkeypatch.context() as m:
         m.setattr(MemoryBudget, "charge", full)
+        m.setattr(lean.Standing, "covers", lambda self, session, nbytes: False)
         yield
 
 

@@ -25,7 +25,7 @@ from nnhal.client.device import Device
 from nnhal.core.builder import ModelBuilder
 from nnhal.core.enums import ErrorStatus, OperandType, OperationType
 from nnhal.core.types import Model
-from nnhal.server.executor import graph, subgraph
+from nnhal.server.executor import graph
 from nnhal.server.executor.control import ExecutionControl
 from nnhal.server.rpc.serve import Server
 from nnhal.testing.local_server import LocalServer
@@ -194,15 +194,16 @@ def _cases(
             seen["over"] = _outcome(lambda: pm.execute(inputs, timeout=60))
         assert len(lane_calls) == ran
 
-        # A deadline missed while the program runs: its segment's checkpoint says so.
-        real_segments = subgraph.run_segments
+        # A deadline missed while the program runs: its segment's checkpoint says so (a program of
+        # one segment takes it with its start's clock reading: ``ExecutionControl.start``).
+        real_start = ExecutionControl.start
 
-        def slow(*args: Any) -> None:
+        def slow(control: ExecutionControl, checkpoint: bool = False) -> None:
             time.sleep(0.3)
-            real_segments(*args)
+            real_start(control, checkpoint)
 
         with monkeypatch.context() as m:
-            m.setattr(graph, "run_segments", slow)
+            m.setattr(ExecutionControl, "start", slow)
             seen["missed"] = _outcome(lambda: pm.execute(inputs, deadline_at=time.monotonic() + 0.1))
 
         # ... and the device serves on, through the lane again.

@@ -873,9 +873,9 @@ def test_an_input_of_another_dtype_leaves_the_straight_program(dtype: type) -> N
 
 
 def test_a_straight_program_checks_the_deadline_and_the_hook_at_its_segments(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A checkpoint before each segment: one for a small program, one per step when each step is
-    a segment; a deadline already passed ends the execution before any step, and the arena goes
-    back to its pool."""
+    """A checkpoint before each segment: one for a small program (taken as the run starts), one per
+    step when each step is a segment; a deadline already passed ends the execution before any
+    step, and the arena goes back to its pool."""
     graph = _graph(_chain(6))
     x = np.zeros(SHAPE, np.float32)
     graph.run([x])  # the first run makes the arena (and its program)
@@ -883,6 +883,11 @@ def test_a_straight_program_checks_the_deadline_and_the_hook_at_its_segments(mon
     hooks: list[int] = []
     np.testing.assert_array_equal(graph.run([x], ExecutionControl(checkpoint_hook=lambda: hooks.append(1)))[0], x + 6)
     assert graph.main.straight and len(hooks) == 1
+    # One segment: its checkpoint is taken with the run's start (one clock reading), still first.
+    once = ExecutionControl(deadline_ns=time.monotonic_ns() - 1)
+    with pytest.raises(MissedDeadlineTransient):
+        graph.run([x], once)
+    assert once.operations_run == 0
     monkeypatch.setattr(subgraph_module, "STRAIGHT_SEGMENT", 1)
     split = _graph(_chain(6))
     split.run([x])

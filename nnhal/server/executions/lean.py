@@ -19,7 +19,8 @@ with its status) — it gives back everything it took and returns None, and the 
 takes the full path. Admission and charges happen in the full path's order (slot, then
 request data), each byte charged before the execution holds it, and everything is given
 back when the run ends (``LeanRun.close``, idempotent, on every path) — or, for a burst stream's
-small runs, kept by the stream and covering its next (:class:`Standing`). :func:`launch_inline`
+small runs and a session's runs on the event loop's thread, kept by the stream or the session
+and covering its next (:class:`Standing`). :func:`launch_inline`
 is the same launch for a call whose pools are all inline, from their bytes and sizes (a gRPC
 message's: no canonical request, pool or execution object made), :func:`launch_compact` for a
 same-host compact call, from its body. The three take their decisions in one sequence, written
@@ -144,7 +145,7 @@ class LeanRun(ExecutionControl):
                     result = self.pm.execute(self.plan, bound, self, self.measure)
             finally:
                 if give_back:
-                    self._give_back()
+                    self.close(False)
         except HalError as err:
             return execution_result(err.error_status, err.message)
         self._driver.executions.increment()
@@ -164,24 +165,23 @@ class LeanRun(ExecutionControl):
         d.lifecycle.check()
         d.scheduler.checkpoint(self.ticket, self.deadline_ns)
 
-    def _give_back(self) -> None:
-        d = self._driver
+    def close(self, pools: bool = True) -> None:
+        """Give back the slot and the data's charge (if ``run`` did not: it does, unless told not
+        to) and, with ``pools``, the pools (``run`` keeps them for its answer). Idempotent."""
         if self._held:
             self._held = False
-            d.scheduler.release(self.ticket)
-        charged, self._charged = self._charged, 0
+            self._driver.scheduler.release(self.ticket)
+        charged = self._charged
+        if charged:
+            self._charged = 0
         standing = self.standing
         if standing is not None:
             self.standing = None
             charged = standing.done(self.session.id, charged)
         if charged:
-            d.budget.uncharge(self.session.id, charged, REQUEST_DATA)
-
-    def close(self) -> None:
-        """Give back the slot and the data's charge (if ``run`` did not) and the pools. Idempotent."""
-        if self._held or self._charged or self.standing is not None:  # ``run`` gave them back, unless told not to
-            self._give_back()
-        self.bound.drop()
+            self._driver.budget.uncharge(self.session.id, charged, REQUEST_DATA)
+        if pools:
+            self.bound.drop()
 
 
 def launch(driver: Driver, call: Execution, found: Found | None = None, ticket: Ticket | None = None) -> LeanRun | None:
@@ -307,7 +307,9 @@ def launch_inline(
     data charged, in the full path's order; None when either is not had at once — the pools
     closed and everything taken here given back (a caller's ``ticket`` stays the caller's:
     only a run takes it). ``standing``: the stream's standing charge (:class:`Standing`), which
-    covers the data when it can (nothing charged here), else may keep this run's charge."""
+    covers the data when it can (nothing charged here), else may keep this run's charge; None:
+    the session's (``Session.standing``) for a run launched with the caller's ``ticket`` (on the
+    event loop's thread: ``Inline``), none for any other (its data charged and given back)."""
     session, pm = found
     if session.faults.execute_delay_ms:
         return None
@@ -326,8 +328,14 @@ def launch_inline(
             bound.close()
             return None
     cost = bound.data_bytes
+    if standing is None and not taken:
+        # Run on the event loop's thread (``Inline``: its slot taken by ``runs_inline``, there):
+        # its session's standing charge (``Standing``), made by the session's first such run.
+        standing = session.standing
+        if standing is None:
+            standing = session.standing = Standing(driver.budget)
     if standing is not None and standing.covers(session.id, cost):
-        cost = 0  # charged to the session already, by the stream
+        cost = 0  # charged to the session already, by the stream or the session
     else:
         try:
             driver.budget.charge(session.id, cost, REQUEST_DATA)
@@ -349,7 +357,10 @@ STANDING_MAX_BYTES = 64 * 1024
 
 class Standing:
     """A burst stream's standing charge of its small executions' request data (DESIGN §5: a burst
-    cache, charged to its client before it is held, released when freed).
+    cache, charged to its client before it is held, released when freed) — or a session's, for
+    its lean runs on the event loop's thread (``Session.standing``, made by :func:`launch_inline`
+    for the first run launched with a slot ``Executions.runs_inline`` took there, and given back
+    with the session: ``Driver.close_session`` closes its budget account; ``end`` is not called).
 
     A burst's executions come one at a time, mostly of one layout: rather than charge each
     one's request data to its session as it launches and give it back as it ends, the stream

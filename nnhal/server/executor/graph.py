@@ -207,14 +207,20 @@ class PreparedGraph:
         division by zero are results, never errors (as in ``run``): numpy's error state set as
         np.errstate sets it, from a value made once."""
         control.graph = self
-        control.start()
         if _FP_STATE is None:
+            control.start()
             with np.errstate(all="ignore"):
                 run_segments(segments, control)
         else:
             token = _FP_STATE.set(_FP_IGNORE)
             try:
-                run_segments(segments, control)
+                if len(segments) == 1:  # its one checkpoint is the start's (one clock reading)
+                    control.start(True)
+                    for call in segments[0]:
+                        call()
+                else:
+                    control.start()
+                    run_segments(segments, control)
             finally:
                 _FP_STATE.reset(token)
         control.operations_run += len(self.main.steps)

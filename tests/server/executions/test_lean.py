@@ -85,11 +85,18 @@ def _full(monkeypatch: pytest.MonkeyPatch, x: Executions, call: Execution) -> Ex
         return x.execute(x.method("executeSynchronously_1_3"), lambda: call)
 
 
+def _standing(x: Executions) -> int:
+    """The request data the open sessions' standing charges keep (``Session.standing``)."""
+    d = x.driver
+    return sum(s.standing.nbytes for s in d._sessions.values() if s.standing is not None and not s.closed)
+
+
 def _idle(x: Executions, session: str) -> None:
-    """Nothing held once the calls ended: no slot, no request data, no counted work."""
+    """Nothing held once the calls ended: no slot, no counted work, no request data but the
+    sessions' standing charges (``lean.Standing``: what a call run on the loop's thread kept)."""
     d = x.driver
     assert d.scheduler.in_flight == 0
-    assert d.budget.by_kind().get(lean.REQUEST_DATA, 0) == 0
+    assert d.budget.by_kind().get(lean.REQUEST_DATA, 0) == _standing(x)
     assert x.lifecycle.active == 0
 
 
@@ -640,6 +647,19 @@ def test_a_call_given_afterwards_closes_and_leaves_before_it_answers_otherwise(p
         _idle(x, session)
 
 
+def _charges(d: Driver) -> list[int]:
+    """Every charge ``d``'s budget takes from now on, its bytes in order (each still taken)."""
+    charges: list[int] = []
+    real_charge = d.budget.charge
+
+    def charge(sid: str, nbytes: int, what: str = "model constants") -> None:
+        charges.append(nbytes)
+        real_charge(sid, nbytes, what)
+
+    d.budget.charge = charge  # type: ignore[method-assign,assignment]
+    return charges
+
+
 def test_a_streams_standing_charge_covers_its_later_runs_and_is_given_back_as_it_ends() -> None:
     """``lean.Standing``: the first run's charge kept (charged to its session before its data
     was held), later runs of that session covered one at a time, a second run in flight and
@@ -651,14 +671,7 @@ def test_a_streams_standing_charge_covers_its_later_runs_and_is_given_back_as_it
     found = (d.session(session), d.prepared(d.session(session), handle))
     req = _request(2.0)
     standing = lean.Standing(d.budget)
-    charges: list[int] = []
-    real_charge = d.budget.charge
-
-    def charge(s: str, nbytes: int, what: str = "model constants") -> None:
-        charges.append(nbytes)
-        real_charge(s, nbytes, what)
-
-    d.budget.charge = charge  # type: ignore[method-assign,assignment]
+    charges = _charges(d)
 
     def launch() -> lean.LeanRun | None:
         return lean.launch_inline(d, found, req.inputs, req.outputs, _parts(req), False, None, 0, standing=standing)
@@ -693,3 +706,40 @@ def test_a_streams_standing_charge_covers_its_later_runs_and_is_given_back_as_it
     late.close()
     standing.end()
     _idle(x, session)
+
+
+def test_a_sessions_standing_charge_covers_its_calls_on_the_loops_thread_and_goes_with_it() -> None:
+    """A call run on the loop's thread (``Executions.runs_inline``' slot handed on) is covered by
+    its session's standing charge (``Session.standing``, made by the first): the first charges its
+    data and the session keeps it; later ones charge nothing; a call launched with no slot of the
+    caller's (a worker's, the same-host queue's) charges and gives back its own; the session's
+    close takes the charge with its account."""
+    x, session, handle = _owner()
+    m = x.method("executeSynchronously_1_3")
+    assert x.execute(m, lambda: Execution(session, handle, _request())).status == ErrorStatus.NONE
+    d = x.driver
+    s = d.session(session)
+    found = (s, d.prepared(s, handle))
+    req = _request(2.0)
+    charges = _charges(d)
+
+    def held() -> int:
+        return d.budget.by_kind().get(lean.REQUEST_DATA, 0)
+
+    assert s.standing is None  # no call has run on the loop's thread yet
+    for _ in range(3):
+        ticket = d.scheduler.try_start(s.client_key, found[1].priority)
+        assert ticket is not None
+        run = lean.launch_inline(d, found, req.inputs, req.outputs, _parts(req), False, None, 0, ticket)
+        assert run is not None and run.run(False).status == ErrorStatus.NONE
+        run.close()
+        assert d.scheduler.in_flight == 0 and held() == 96
+    assert charges == [96] and s.standing is not None and s.standing.nbytes == 96
+    worker = lean.launch_inline(d, found, req.inputs, req.outputs, _parts(req), False, None, 0)
+    assert worker is not None and charges == [96, 96] and held() == 192
+    assert worker.run().status == ErrorStatus.NONE
+    worker.close()
+    assert held() == 96
+    _idle(x, session)
+    d.close_session(session)
+    assert held() == 0

@@ -193,7 +193,12 @@ def test_inline_executions_give_back_after_their_answers_and_nothing_stays_held(
     d = x.driver
 
     def idle() -> bool:
-        return d.scheduler.in_flight == 0 and x.lifecycle.active == 0 and not d.budget.by_kind().get(REQUEST_DATA)
+        # Request data: only what the session's standing charge keeps (``lean.Standing``).
+        standing = d.session(served.session).standing
+        kept = 0 if standing is None else standing.nbytes
+        return (
+            d.scheduler.in_flight == 0 and x.lifecycle.active == 0 and d.budget.by_kind().get(REQUEST_DATA, 0) == kept
+        )
 
     sync = served.stubs.prepared_model.executeSynchronously_1_3
     for value in (1.0, 2.0, 3.0, 4.0):  # the first may take a worker thread, the next the loop's
@@ -213,7 +218,7 @@ def test_inline_executions_give_back_after_their_answers_and_nothing_stays_held(
 def test_a_bursts_standing_charge_is_held_while_it_is_open_and_given_back_as_it_ends(served: Served) -> None:
     """A burst's small executions are covered by its standing charge (``lean.Standing``): while
     the stream is open it holds one execution's request data, charged to its session once;
-    when the client half-closes, nothing stays held."""
+    when the client half-closes, only the session's own standing charge (its unary calls') stays."""
     x = next(iter(served.server.executions.values()))
     d = x.driver
     sync = served.stubs.prepared_model.executeSynchronously_1_3
@@ -223,6 +228,10 @@ def test_a_bursts_standing_charge_is_held_while_it_is_open_and_given_back_as_it_
         if pm.fastest_ns is not None and pm.fastest_ns < INLINE_MAX_NS:
             break
     more = threading.Event()
+    # What the session's own standing charge keeps of its unary calls run on the loop's thread.
+    until(lambda: d.scheduler.in_flight == 0, "the unary calls' slots given back", TIMEOUT_S)
+    standing = d.session(served.session).standing
+    kept = 0 if standing is None else standing.nbytes
 
     def requests() -> Iterator[spb.BurstRequest]:
         for v in (1.0, 3.0, 5.0, 7.0):
@@ -235,12 +244,12 @@ def test_a_bursts_standing_charge_is_held_while_it_is_open_and_given_back_as_it_
         assert [a.result.status for a in got] == [ErrorStatus.NONE] * 4
         # The last execution's give-back runs once its answer left: the standing charge stays.
         until(lambda: d.scheduler.in_flight == 0, "the burst's last slot given back", TIMEOUT_S)
-        assert d.budget.by_kind().get(REQUEST_DATA) == 96
+        assert d.budget.by_kind().get(REQUEST_DATA) == 96 + kept  # the stream's and the session's
     finally:
         more.set()
     assert list(answers) == []
     until(
-        lambda: not d.budget.by_kind().get(REQUEST_DATA) and x.lifecycle.active == 0,
+        lambda: d.budget.by_kind().get(REQUEST_DATA, 0) == kept and x.lifecycle.active == 0,
         "the standing charge given back as the burst ended",
         TIMEOUT_S,
     )
