@@ -226,24 +226,44 @@ class _Plan:
         """The request of a call of these parts (:meth:`pools`)."""
         return Request(self.inputs, self.outputs, self.pools(parts))
 
-    def outputs_of(self, output_pools: dict[int, PoolData], output_shapes: Sequence[OutputShape]) -> list[np.ndarray]:
-        """The output arrays of a successful answer: read-only views of its output pool (the
-        answer's own bytes, which nothing reuses). The answer's shapes are checked against the
-        pool once per answer structure (GENERAL_FAILURE for outputs that do not fit)."""
-        data = output_pools.get(1, b"")
+    def settle(
+        self, result: ExecutionResult, pools: dict[int, PoolData] | None = None, timing: Timing | None = None
+    ) -> ExecutionOutcome | list[int]:
+        """What the result of a call of this plan (:meth:`NumpyIO.planned`) comes to, its output
+        pools ``pools`` and its timing ``timing`` (None: its own; else those of an answer read
+        apart: ``encoded.Answer``, ``fastanswer.Apart``): the outcome with ``outputs``, or the
+        output sizes to retry with (:func:`numpy_execution` with them); raises the HalError it
+        ended with otherwise — :func:`numpy_execution`'s first step (:func:`settle`).
+
+        The outputs of a successful answer are read-only views of its output pool (the answer's
+        own bytes, which nothing reuses); its shapes are checked against the pool once per answer
+        structure (GENERAL_FAILURE for outputs that do not fit)."""
+        # A planned call is never profiled: its result has no profile or timeline to carry over.
+        status, message, shapes = result.status, result.message, result.output_shapes
+        if pools is None:
+            pools = result.output_pools
+        if timing is None:
+            timing = result.timing
+        if status != _NONE:
+            outcome = ExecutionOutcome.answered(status, message, shapes, timing, pools, [])
+            retry = retry_sizes(outcome, self.layout)
+            if retry is None:
+                outcome.raise_for_status()  # a status other than NONE: raises
+            return outcome if retry is None else retry
+        data = pools.get(1, b"")
         nbytes = memoryview(data).nbytes  # a view's bytes (its len counts items): one C call
         seen, length, makers = self._decoding  # the last answer's (no pool's length is -1)
-        if length != nbytes or (seen is not output_shapes and tuple(seen) != tuple(output_shapes)):
-            shapes = output_shapes or [OutputShape(op.dimensions, True) for _, op in self.layout]
-            made = tuple((partial(np.ndarray, d, t), at) for d, t, at in _specs(self.layout, shapes, nbytes))
-            self._decoding = (output_shapes, nbytes, made)
+        if length != nbytes or (seen is not shapes and tuple(seen) != tuple(shapes)):
+            declared = shapes or [OutputShape(op.dimensions, True) for _, op in self.layout]
+            made = tuple((partial(np.ndarray, d, t), at) for d, t, at in _specs(self.layout, declared, nbytes))
+            self._decoding = (shapes, nbytes, made)
             makers = made
         # An array over the pool's bytes at once (a view, like frombuffer's, without its reshape);
         # a loop, not a comprehension, which would make a function object per call.
         outputs: list[np.ndarray] = []
         for make, offset in makers:
             outputs.append(make(data, offset))
-        return outputs
+        return ExecutionOutcome.answered(status, message, shapes, timing, pools, outputs)
 
 
 def _as_input(value: np.ndarray | None, dtype: np.dtype[Any]) -> np.ndarray | None:
@@ -411,24 +431,5 @@ def numpy_execution(
     return outcome
 
 
-def settle(
-    plan: _Plan, result: ExecutionResult, pools: dict[int, PoolData] | None = None, timing: Timing | None = None
-) -> ExecutionOutcome | list[int]:
-    """What the result of a planned call (:meth:`NumpyIO.planned`) comes to, its output pools
-    ``pools`` and its timing ``timing`` (None: its own; else those of an answer read apart:
-    ``encoded.Answer``, ``fastanswer.Apart``): the outcome with ``outputs``, or the output sizes
-    to retry with (:func:`numpy_execution` with them); raises the HalError it ended with
-    otherwise — :func:`numpy_execution`'s first step."""
-    # A planned call is never profiled: its result has no profile or timeline to carry over.
-    status, message, shapes = result.status, result.message, result.output_shapes
-    if pools is None:
-        pools = result.output_pools
-    if timing is None:
-        timing = result.timing
-    if status == _NONE:
-        return ExecutionOutcome.answered(status, message, shapes, timing, pools, plan.outputs_of(pools, shapes))
-    outcome = ExecutionOutcome.answered(status, message, shapes, timing, pools, [])
-    retry = retry_sizes(outcome, plan.layout)
-    if retry is None:
-        outcome.raise_for_status()  # a status other than NONE: raises
-    return outcome if retry is None else retry
+#: What the result of a planned call comes to (:meth:`_Plan.settle`), called with its plan.
+settle = _Plan.settle
