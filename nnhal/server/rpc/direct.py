@@ -40,9 +40,9 @@ from nnhal.server.executions import Arrival, Execution, Executions, Method
 from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.faults import BURST, KINDS
 from nnhal.server.rpc.common import answer_bytes
-from nnhal.server.rpc.ending import abort_ended, call_ender, ended
+from nnhal.server.rpc.ending import abort_ended, ended
 from nnhal.server.rpc.inbound import Inbound
-from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, inline_bytes, lean_launch, serve_burst
+from nnhal.server.rpc.prepared_model_servicer import SYNC, burst_server, execution_from, inline_bytes, lean_launch
 from nnhal.server.rpc.request_id import begin
 from nnhal.server.rpc.sync_handlers import SyncContext, run_sync
 
@@ -113,30 +113,12 @@ def _on_worker(
 
 def burst(executions: Executions) -> grpc.RpcMethodHandler:
     """The handler of the burst stream (``configureExecutionBurst``) for ``executions``' device,
-    its only one: the call's ender (a call ended to make room for another client is aborted
-    RESOURCE_EXHAUSTED with the reason), its request id, the arrival of the burst's ``Method``
-    (an injected abort taken as it opens) — then ``prepared_model_servicer.serve_burst``, in two
-    coroutine frames: every message read and every answer written resumes each of them."""
+    its only one: ``prepared_model_servicer.burst_server``'s (the call's ender, its request id, the
+    arrival of the burst's ``Method``, then its messages), the stream's one coroutine."""
     x = executions
     m = x.method(BURST, "a burst execution", "execute")
-    scoped = x.faults.seeded
-
-    async def stream(_requests: object, context: aio.ServicerContext[Any, Any]) -> None:
-        call_ender()
-        begin(context, scoped)
-        try:
-            await serve_burst(x, m, x.arrive(m, _OPEN_FAULTS), context)
-        except asyncio.CancelledError:
-            if not ended():  # the transport's cancellation
-                raise
-            await abort_ended(context)
-
     return grpc.stream_stream_rpc_method_handler(
-        stream,
+        burst_server(x, m, x.faults.seeded),
         request_deserializer=spb.BurstRequest.FromString,
-        response_serializer=None,  # answered as bytes (``serve_burst``)
+        response_serializer=None,  # answered as bytes (``burst_server``)
     )
-
-
-#: The fault kinds a burst takes as it opens (the others per execution).
-_OPEN_FAULTS = ("abort",)
