@@ -42,7 +42,7 @@ from nnhal.server.executions.faults import BURST, KINDS
 from nnhal.server.rpc.common import answer_bytes
 from nnhal.server.rpc.ending import abort_ended, ended
 from nnhal.server.rpc.inbound import Inbound
-from nnhal.server.rpc.prepared_model_servicer import SYNC, burst_server, execution_from, inline_bytes, lean_launch
+from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, inline_bytes, lean_launch, serve_burst
 from nnhal.server.rpc.request_id import begin
 from nnhal.server.rpc.sync_handlers import SyncContext, run_sync
 
@@ -113,12 +113,12 @@ def _on_worker(
 
 def burst(executions: Executions) -> grpc.RpcMethodHandler:
     """The handler of the burst stream (``configureExecutionBurst``) for ``executions``' device,
-    its only one: ``prepared_model_servicer.burst_server``'s (the call's ender, its request id, the
+    its only one: ``prepared_model_servicer.serve_burst`` (the call's ender, its request id, the
     arrival of the burst's ``Method``, then its messages), the stream's one coroutine."""
     x = executions
     m = x.method(BURST, "a burst execution", "execute")
     return grpc.stream_stream_rpc_method_handler(
-        burst_server(x, m, x.faults.seeded),
+        partial(serve_burst, x, m, x.faults.seeded),
         request_deserializer=spb.BurstRequest.FromString,
-        response_serializer=None,  # answered as bytes (``burst_server``)
+        response_serializer=None,  # answered as bytes (``serve_burst``)
     )

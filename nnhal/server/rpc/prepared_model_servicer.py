@@ -5,7 +5,7 @@ then exactly one notify carrying the ExecutionResult (``Executions.execute_async
 ``executeSynchronously_1_3`` and the burst stream are coroutines on the server's event
 loop: an idle burst holds no thread, and a short execution runs on the loop's thread
 (``Executions.runs_inline``), any other on a worker thread. The burst stream is served by
-``direct.burst`` through :func:`burst_server` (the servicer has no method of its own for it), its
+``direct.burst`` through :func:`serve_burst` (the servicer has no method of its own for it), its
 answers written as bytes.
 
 An open burst stream counts among its connection's long-lived calls (its session is
@@ -21,7 +21,7 @@ given back as the stream ends.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -162,100 +162,94 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
         return spb.StatusMessage()
 
 
-def burst_server(x: Executions, m: Method, scoped: bool) -> Callable[..., Awaitable[None]]:
-    """The handler of the burst streams of ``x``'s device (``configureExecutionBurst``: served by
-    ``direct.burst``; ``m`` its ``Method``, ``scoped``: its fault plan is seeded): for each
-    stream, the call's ender (a call ended to make room for another client is aborted
+async def serve_burst(
+    x: Executions, m: Method, scoped: bool, _requests: object, context: aio.ServicerContext[Any, Any]
+) -> None:
+    """The burst stream ``context`` of ``x``'s device (``configureExecutionBurst``: served by
+    ``direct.burst``, with ``x``, ``m`` — its ``Method`` — and ``scoped`` — its fault plan is
+    seeded — bound): the call's ender (a call ended to make room for another client is aborted
     RESOURCE_EXHAUSTED with the reason), its request id, the arrival of ``m`` (an injected abort
     taken as it opens); then read, execute and answer until the client half-closes — in one
     coroutine frame under grpc's (every message read and every answer written resumes each
     frame it awaits in). The stream has no serializer: its answers are written serialized (an
     inline execution's by ``common.answer_bytes``: the common answer from kept bytes)."""
-
-    async def serve_burst(_requests: object, context: aio.ServicerContext[Any, Any]) -> None:
-        call_ender()
-        begin(context, scoped)
+    call_ender()
+    begin(context, scoped)
+    try:
+        arrival = x.arrive(m, OPEN_FAULTS)
         try:
-            arrival = x.arrive(m, OPEN_FAULTS)
-            try:
-                if arrival is not None and arrival.error is not None:
-                    raise arrival.error
-                leave = x.long_calls.open("burst", stream_client(context), current_ender())
-            except HalError as err:
-                await context.write(answer_bytes(x.refuse(m, err), True))
-                return
-            # Given back when the stream ends, also when the call is cancelled mid-wait.
-            context.add_done_callback(lambda _context: leave())
-            checked = x.burst_fields_checked  # fixed with the device's level: asked once per stream
-            sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the executions' context
-            # What an inline execution leaves for after its answer (``executions.afterwards``): run at
-            # the loop's next turn, once the answer was handed to gRPC — not once the write completes,
-            # which waits for a client that does not read (DESIGN §5: such a call holds no slot).
-            after = Afterwards()
-            # The stream's standing charge of its small executions' data (``lean.Standing``): given
-            # back as the stream ends, whichever way.
-            standing = Standing(x.driver.budget)
-            soon = asyncio.get_running_loop().call_soon
-            try:
-                injected = arrival.fault if arrival is not None else None
-                if injected is not None and injected.after == 0:
-                    await abort(context, abort_of(injected))
-                sent = 0
-                while True:
-                    try:
-                        req = await context.read()
-                    except DecodeError as err:
-                        # Garbage from the client: answered in band, one rate-limited log line, the
-                        # stream ended (raised into gRPC, it logged tracebacks, one printed to stderr).
-                        garbage = Refused(ErrorStatus.INVALID_ARGUMENT, f"a burst request could not be decoded: {err}")
-                        m.record(garbage.status, None)
-                        log_limits.undecodable("configureExecutionBurst", err)
-                        await context.write(answer_bytes(garbage, True))
-                        return
-                    if req is aio.EOF:
-                        return
-                    msg = req.execute
-                    answer: bytes
-                    try:
-                        if checked:
-                            check_burst_fields(x, msg)
-                    except HalError as err:
-                        answer = answer_bytes(x.refuse(m, err), True)
+            if arrival is not None and arrival.error is not None:
+                raise arrival.error
+            leave = x.long_calls.open("burst", stream_client(context), current_ender())
+        except HalError as err:
+            await context.write(answer_bytes(x.refuse(m, err), True))
+            return
+        # Given back when the stream ends, also when the call is cancelled mid-wait.
+        context.add_done_callback(lambda _context: leave())
+        checked = x.burst_fields_checked  # fixed with the device's level: asked once per stream
+        sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the executions' context
+        # What an inline execution leaves for after its answer (``executions.afterwards``): run at
+        # the loop's next turn, once the answer was handed to gRPC — not once the write completes,
+        # which waits for a client that does not read (DESIGN §5: such a call holds no slot).
+        after = Afterwards()
+        # The stream's standing charge of its small executions' data (``lean.Standing``): given
+        # back as the stream ends, whichever way.
+        standing = Standing(x.driver.budget)
+        soon = asyncio.get_running_loop().call_soon
+        try:
+            injected = arrival.fault if arrival is not None else None
+            if injected is not None and injected.after == 0:
+                await abort(context, abort_of(injected))
+            sent = 0
+            while True:
+                try:
+                    req = await context.read()
+                except DecodeError as err:
+                    # Garbage from the client: answered in band, one rate-limited log line, the
+                    # stream ended (raised into gRPC, it logged tracebacks, one printed to stderr).
+                    garbage = Refused(ErrorStatus.INVALID_ARGUMENT, f"a burst request could not be decoded: {err}")
+                    m.record(garbage.status, None)
+                    log_limits.undecodable("configureExecutionBurst", err)
+                    await context.write(answer_bytes(garbage, True))
+                    return
+                if req is aio.EOF:
+                    return
+                msg = req.execute
+                answer: bytes
+                try:
+                    if checked:
+                        check_burst_fields(x, msg)
+                except HalError as err:
+                    answer = answer_bytes(x.refuse(m, err), True)
+                else:
+                    build = partial(execution_from, msg)
+                    run = x.arrive(m, EXECUTION_FAULTS)
+                    inline = (
+                        None if run is not None else x.runs_inline(msg.session, msg.prepared_model, inline_bytes(msg))
+                    )
+                    if inline is not None:
+                        lean = partial(lean_launch, x, inline, msg, standing)  # the call's own, tried first
+                        answer = answer_bytes(x.execute(m, build, lean_launch=lean, inline=inline, after=after), True)
+                        del lean
                     else:
-                        build = partial(execution_from, msg)
-                        run = x.arrive(m, EXECUTION_FAULTS)
-                        inline = (
-                            None
-                            if run is not None
-                            else x.runs_inline(msg.session, msg.prepared_model, inline_bytes(msg))
-                        )
-                        if inline is not None:
-                            lean = partial(lean_launch, x, inline, msg, standing)  # the call's own, tried first
-                            answer = answer_bytes(
-                                x.execute(m, build, lean_launch=lean, inline=inline, after=after), True
-                            )
-                            del lean
-                        else:
-                            answer = await in_thread(_execute_to_wire, x, m, build, sync, run)
-                    del req, msg
-                    if after:
-                        soon(after.run)
-                    await context.write(answer)
-                    del answer
-                    if injected is not None:
-                        sent += 1
-                        if injected.after == sent:
-                            await abort(context, abort_of(injected))
-            finally:
-                after.run()  # what an answer never written left (its making or writing raised)
-                standing.end()  # after the last run's close
-                leave()
-        except asyncio.CancelledError:
-            if not ended():  # the transport's cancellation
-                raise
-            await abort_ended(context)
-
-    return serve_burst
+                        answer = await in_thread(_execute_to_wire, x, m, build, sync, run)
+                del req, msg
+                if after:
+                    soon(after.run)
+                await context.write(answer)
+                del answer
+                if injected is not None:
+                    sent += 1
+                    if injected.after == sent:
+                        await abort(context, abort_of(injected))
+        finally:
+            after.run()  # what an answer never written left (its making or writing raised)
+            standing.end()  # after the last run's close
+            leave()
+    except asyncio.CancelledError:
+        if not ended():  # the transport's cancellation
+            raise
+        await abort_ended(context)
 
 
 def _execute_to_wire(x: Executions, m: Method, build: Any, live: SyncContext, arrival: Arrival | None) -> bytes:
