@@ -17,8 +17,8 @@ every unary-request method is served as a request stream
   ``bytes`` dropped; more reads wait, first come first served. One read may always start, so
   a small message never waits for memory held elsewhere (``DeviceConfig.message_cap`` keeps
   one place within the reads' share of the total), and a read that does not finish within
-  ``read_timeout`` ends its call (RESOURCE_EXHAUSTED): a sender that stalls holds its place
-  that long at most. The transport's freed slices are counted as released memory (the
+  ``read_timeout`` of taking its place ends its call (RESOURCE_EXHAUSTED, through its ender): a
+  sender that stalls holds its place that long at most. The transport's freed slices are counted as released memory (the
   budget's releaser trims the heap they stay on).
 - **holding**: the message read is charged to its client (the verified mTLS identity, else
   the connection) until its handler has its answer (before the client can see it, so a
@@ -35,7 +35,10 @@ every unary-request method is served as a request stream
 - **writing**: the bound on answers the client does not take is
   :mod:`nnhal.server.rpc.answer_writes` (``Inbound.writes``).
 
-State lives on the server's event loop and is touched only there (no lock).
+A call's read, its ender and its hold are one record (``_Call``), made as its read starts; the
+reads' places and times are one owner (``read_clock.ReadClock``); a client's record stays while
+it holds nothing, for its next call (``IDLE_CLIENTS``). State lives on the server's event loop and
+is touched only there (no lock).
 """
 
 from __future__ import annotations
