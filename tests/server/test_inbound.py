@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nnhal.server.budget import MemoryBudget
-from nnhal.server.rpc.inbound import IDLE_CLIENTS, REQUEST_COPIES, REQUESTS_IN_FLIGHT, Inbound, _Call
+from nnhal.server.rpc.inbound import IDLE_CLIENTS, REQUEST_COPIES, REQUESTS_IN_FLIGHT, Call, Inbound
 
 MiB = 1 << 20
 
@@ -47,7 +47,7 @@ async def _hold(inbound: Inbound, ctx: _Context, nbytes: int) -> tuple[str | Non
     async def call() -> None:
         task = asyncio.current_task()
         assert task is not None
-        result.append(inbound._hold(f"peer:{ctx.peer()}", nbytes, ctx, _Call(task)))  # type: ignore[arg-type]
+        result.append(inbound._hold(f"peer:{ctx.peer()}", nbytes, ctx, Call(task)))  # type: ignore[arg-type]
         started.set()
         await asyncio.sleep(60)
 
@@ -99,10 +99,10 @@ def test_small_messages_are_never_refused_for_the_total() -> None:
     asyncio.run(scenario())
 
 
-def _call() -> _Call:
+def _call() -> Call:
     task = asyncio.current_task()
     assert task is not None
-    return _Call(task)
+    return Call(task)
 
 
 def test_a_clients_calls_let_go_in_any_order_leave_nothing_behind() -> None:

@@ -42,7 +42,7 @@ from nnhal.server.executions.faults import BURST, KINDS
 from nnhal.server.rpc.common import answer_bytes
 from nnhal.server.rpc.ending import abort_ended, ended
 from nnhal.server.rpc.inbound import Inbound
-from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, inline_bytes, lean_launch, serve_burst
+from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, lean_launch, serve_burst
 from nnhal.server.rpc.request_id import begin
 from nnhal.server.rpc.sync_handlers import SyncContext, run_sync
 
@@ -69,12 +69,14 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
         begin(context, scoped)
         try:
             request: spb.ExecuteRequest
-            request, let_go = await inbound.receive(context, parse, SYNC)
+            request, call = await inbound.receive(context, parse, SYNC)
             arrival = x.arrive(m, KINDS)
             build = partial(execution_from, request)
             answer: bytes
             if arrival is None:
-                inline = x.runs_inline(request.session, request.prepared_model, inline_bytes(request))
+                # The message's size: at least the bytes its pools carry inline (``inline_bytes``),
+                # known from its read (no size computed again).
+                inline = x.runs_inline(request.session, request.prepared_model, call.nbytes)
                 if inline is not None:
                     lean = partial(lean_launch, x, inline, request)  # the call's own, tried first
                     result = x.execute(m, build, lean_launch=lean, inline=inline, after=after)
@@ -88,7 +90,7 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
             else:
                 answer = await run_sync(context, partial(_on_worker, x, m, build, arrival))
             del request, build
-            handing = inbound.answer(context, let_go, len(answer), SYNC)
+            handing = inbound.answer(context, call.let_go, len(answer), SYNC)
             if handing is not None:  # a large answer's turn
                 await handing
             return answer

@@ -35,7 +35,7 @@ every unary-request method is served as a request stream
 - **writing**: the bound on answers the client does not take is
   :mod:`nnhal.server.rpc.answer_writes` (``Inbound.writes``).
 
-A call's read, its ender and its hold are one record (``_Call``), made as its read starts; the
+A call's read, its ender and its hold are one record (``Call``), made as its read starts; the
 reads' places and times are one owner (``read_clock.ReadClock``); a client's record stays while
 it holds nothing, for its next call (``IDLE_CLIENTS``). State lives on the server's event loop and
 is touched only there (no lock).
@@ -91,13 +91,14 @@ class _Client:
     def __init__(self, inbound: Inbound) -> None:
         self.inbound = inbound
         self.held = 0
-        self.calls: list[_Call] = []
+        self.calls: list[Call] = []
 
 
-class _Call(CallEnder):
+class Call(CallEnder):
     """One gated call, as one record: its ender (``ending.CallEnder``: made in the task serving
     it, ended to make room or by the read clock), its read on the clock (``ReadClock``) and,
-    once read, its message held (``client``: None once let go)."""
+    once read, its message held (``nbytes``, its serialized size; ``client``: None once let
+    go). ``Inbound.receive`` returns it with the message."""
 
     __slots__ = ("client", "nbytes")
     #: Set as the message is held (``Inbound._hold``).
@@ -179,18 +180,19 @@ class Inbound:
         context: aio.ServicerContext[Any, Any],
         parse: Callable[[bytes], Any] | None = None,
         what: str = "a request",
-    ) -> tuple[Any, Callable[[], None]]:
+    ) -> tuple[Any, Call]:
         """The call's one request message, read once admitted, parsed by ``parse`` within its
-        read's place (None: the bytes themselves), and what lets it go. Its bytes are charged
+        read's place (None: the bytes themselves), and the call's record: ``let_go`` lets it go,
+        ``nbytes`` is its serialized size (at least what its fields carry). Its bytes are charged
         to the client until the handler lets them go (once it has its answer: a client that
         calls again as soon as it is answered must not find its last request still charged)
         or the call ends. The call is aborted instead (RESOURCE_EXHAUSTED; INVALID_ARGUMENT
-        without a message; INTERNAL when it cannot be parsed). The call's record (``_Call``)
+        without a message; INTERNAL when it cannot be parsed). The call's record (``Call``)
         is made here, in the task serving it: its ender, its read on the clock, its hold."""
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("a request is read on a task")
-        call = _Call(task)
+        call = Call(task)
         reads = self._reads
         loop = task.get_loop()
         if reads is None or reads.loop is not loop:
@@ -235,13 +237,13 @@ class Inbound:
             self.budget.releaser.released((READ_COPIES - 1) * nbytes)
         if problem is not None:
             await context.abort(*problem)
-        return message, call.let_go
+        return message, call
 
     def answer(
         self, context: aio.ServicerContext[Any, Any], let_go: Callable[[], None], nbytes: int, what: str
     ) -> Awaitable[None] | None:
         """Before a unary call's answer of ``nbytes`` is returned: its request let go
-        (``receive``'s ``let_go``: before the answer reaches the client, which may call again at
+        (``receive``'s ``Call.let_go``: before the answer reaches the client, which may call again at
         once), then an answer larger than the flow-control window handed over one at a time per
         connection: what to await before returning it (``AnswerWrites.hand_over``: it may abort
         the call), None for an answer within the window (no coroutine made for it)."""
@@ -251,7 +253,7 @@ class Inbound:
         return None
 
     # -- holding -----------------------------------------------------------------------
-    def _hold(self, key: str, nbytes: int, context: aio.ServicerContext[Any, Any], call: _Call) -> str | None:
+    def _hold(self, key: str, nbytes: int, context: aio.ServicerContext[Any, Any], call: Call) -> str | None:
         """Charge ``nbytes`` to ``key`` as ``call``'s until the call ends or ``call.let_go`` is
         called (``call`` ended to make room); None, or the refusal's message."""
         client = self._clients.get(key)

@@ -45,10 +45,10 @@ class FakeContext:
 def test_a_message_read_in_time_is_held_until_let_go_once() -> None:
     inbound = Inbound(1024, read_timeout=5.0)
     ctx = FakeContext(0.0)
-    message, let_go = asyncio.run(inbound.receive(ctx))  # type: ignore[arg-type]
-    assert message == b"abc"
+    message, call = asyncio.run(inbound.receive(ctx))  # type: ignore[arg-type]
+    assert message == b"abc" and call.nbytes == 3
     assert inbound.held == 3 and len(ctx.done) == 1
-    let_go()  # the handler has its answer: the client may call again before the call ends
+    call.let_go()  # the handler has its answer: the client may call again before the call ends
     assert inbound.held == 0
     ctx.done[0](ctx)  # the call's end does not give it back twice
     assert inbound.held == 0
@@ -143,8 +143,8 @@ def test_reads_past_the_places_wait_in_turn_and_a_cancelled_one_passes_its_place
         with pytest.raises(asyncio.CancelledError):
             await b
         first.release.set()
-        (message, let_go) = await a
-        let_go()
+        (message, call) = await a
+        call.let_go()
         assert message == b"abc" and (await asyncio.wait_for(c, 5))[0] == b"abc"
         # Every place given back: a read starts at once.
         second.release.set()
