@@ -9,8 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nnhal.server.budget import MemoryBudget
-from nnhal.server.rpc.ending import call_ender
-from nnhal.server.rpc.inbound import REQUEST_COPIES, REQUESTS_IN_FLIGHT, Inbound
+from nnhal.server.rpc.inbound import IDLE_CLIENTS, REQUEST_COPIES, REQUESTS_IN_FLIGHT, Call, Inbound
 
 MiB = 1 << 20
 
@@ -46,8 +45,9 @@ async def _hold(inbound: Inbound, ctx: _Context, nbytes: int) -> tuple[str | Non
     started = asyncio.Event()
 
     async def call() -> None:
-        held = inbound._hold(f"peer:{ctx.peer()}", nbytes, ctx, call_ender())  # type: ignore[arg-type]
-        result.append(held if isinstance(held, str) else None)
+        task = asyncio.current_task()
+        assert task is not None
+        result.append(inbound._hold(f"peer:{ctx.peer()}", nbytes, ctx, Call(task)))  # type: ignore[arg-type]
         started.set()
         await asyncio.sleep(60)
 
@@ -99,30 +99,63 @@ def test_small_messages_are_never_refused_for_the_total() -> None:
     asyncio.run(scenario())
 
 
+def _call() -> Call:
+    task = asyncio.current_task()
+    assert task is not None
+    return Call(task)
+
+
 def test_a_clients_calls_let_go_in_any_order_leave_nothing_behind() -> None:
     async def scenario() -> None:
         inbound = Inbound(1024, 4096)
         a, b = _Context("a"), _Context("b")
         lets: list[Callable[[], None]] = []
         for ctx, nbytes in ((a, 100), (a, 200), (b, 50), (a, 300)):
-            held = inbound._hold(f"peer:{ctx.peer()}", nbytes, ctx, None)  # type: ignore[arg-type]
-            assert not isinstance(held, str)
-            lets.append(held)
-        assert inbound.held == 650 and len(inbound._clients) == 2
+            call = _call()
+            assert inbound._hold(f"peer:{ctx.peer()}", nbytes, ctx, call) is None  # type: ignore[arg-type]
+            lets.append(call.let_go)
+        assert inbound.held == 650 and inbound.holders() == {"peer:a": 600, "peer:b": 50}
         lets[1]()  # a's middle call first
         lets[1]()  # and again (its call's end): nothing given back twice
-        assert inbound.held == 450 and inbound._clients["peer:a"].held == 400
+        assert inbound.held == 450 and inbound.holders()["peer:a"] == 400
         lets[2]()
-        assert "peer:b" not in inbound._clients  # its last call let go
+        assert "peer:b" not in inbound.holders()  # its last call let go
         # a's limit counts what a still holds: 400 + 3,700 is past 4,096.
-        assert isinstance(inbound._hold("peer:a", 3700, a, None), str)  # type: ignore[arg-type]
+        assert isinstance(inbound._hold("peer:a", 3700, a, _call()), str)  # type: ignore[arg-type]
         a.end()  # the call ends: every call of a's not yet let go is
-        assert inbound.held == 0 and not inbound._clients
+        assert inbound.held == 0 and not inbound.holders()
         # A client that left and comes back starts from nothing.
-        again = inbound._hold("peer:a", 4096, _Context("a"), None)  # type: ignore[arg-type]
-        assert not isinstance(again, str) and inbound.held == 4096
-        again()
-        assert inbound.held == 0 and not inbound._clients
+        again = _call()
+        assert inbound._hold("peer:a", 4096, _Context("a"), again) is None  # type: ignore[arg-type]
+        assert inbound.held == 4096
+        again.let_go()
+        assert inbound.held == 0 and not inbound.holders()
+
+    asyncio.run(scenario())
+
+
+def test_idle_client_records_are_kept_for_their_next_call_and_bounded() -> None:
+    """A client calling one at a time keeps its record between calls (none made per call);
+    records of clients holding nothing are swept as new clients come, so they stay bounded."""
+
+    async def scenario() -> None:
+        inbound = Inbound(1024, 4096)
+        a = _Context("a")
+        first = _call()
+        assert inbound._hold("peer:a", 10, a, first) is None  # type: ignore[arg-type]
+        record = inbound._clients["peer:a"]
+        first.let_go()
+        second = _call()
+        assert inbound._hold("peer:a", 10, a, second) is None  # type: ignore[arg-type]
+        assert inbound._clients["peer:a"] is record and inbound.holders() == {"peer:a": 10}
+        for n in range(10 * IDLE_CLIENTS):  # many clients, one call each
+            call = _call()
+            assert inbound._hold(f"peer:{n}", 1, _Context(str(n)), call) is None  # type: ignore[arg-type]
+            call.let_go()
+        assert len(inbound._clients) <= 2 * IDLE_CLIENTS + 1
+        assert inbound.holders() == {"peer:a": 10}  # the holding client is never swept
+        second.let_go()
+        assert inbound.held == 0 and not inbound.holders()
 
     asyncio.run(scenario())
 

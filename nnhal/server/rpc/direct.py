@@ -40,9 +40,9 @@ from nnhal.server.executions import Arrival, Execution, Executions, Method
 from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.faults import BURST, KINDS
 from nnhal.server.rpc.common import answer_bytes
-from nnhal.server.rpc.ending import abort_ended, call_ender, ended
+from nnhal.server.rpc.ending import abort_ended, ended
 from nnhal.server.rpc.inbound import Inbound
-from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, inline_bytes, lean_launch, serve_burst
+from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, lean_launch, serve_burst
 from nnhal.server.rpc.request_id import begin
 from nnhal.server.rpc.sync_handlers import SyncContext, run_sync
 
@@ -69,12 +69,14 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
         begin(context, scoped)
         try:
             request: spb.ExecuteRequest
-            request, let_go = await inbound.receive(context, parse, SYNC)
+            request, call = await inbound.receive(context, parse, SYNC)
             arrival = x.arrive(m, KINDS)
             build = partial(execution_from, request)
             answer: bytes
             if arrival is None:
-                inline = x.runs_inline(request.session, request.prepared_model, inline_bytes(request))
+                # The message's size: at least the bytes its pools carry inline (``inline_bytes``),
+                # known from its read (no size computed again).
+                inline = x.runs_inline(request.session, request.prepared_model, call.nbytes)
                 if inline is not None:
                     lean = partial(lean_launch, x, inline, request)  # the call's own, tried first
                     result = x.execute(m, build, lean_launch=lean, inline=inline, after=after)
@@ -88,7 +90,7 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
             else:
                 answer = await run_sync(context, partial(_on_worker, x, m, build, arrival))
             del request, build
-            handing = inbound.answer(context, let_go, len(answer), SYNC)
+            handing = inbound.answer(context, call.let_go, len(answer), SYNC)
             if handing is not None:  # a large answer's turn
                 await handing
             return answer
@@ -113,30 +115,12 @@ def _on_worker(
 
 def burst(executions: Executions) -> grpc.RpcMethodHandler:
     """The handler of the burst stream (``configureExecutionBurst``) for ``executions``' device,
-    its only one: the call's ender (a call ended to make room for another client is aborted
-    RESOURCE_EXHAUSTED with the reason), its request id, the arrival of the burst's ``Method``
-    (an injected abort taken as it opens) — then ``prepared_model_servicer.serve_burst``, in two
-    coroutine frames: every message read and every answer written resumes each of them."""
+    its only one: ``prepared_model_servicer.serve_burst`` (the call's ender, its request id, the
+    arrival of the burst's ``Method``, then its messages), the stream's one coroutine."""
     x = executions
     m = x.method(BURST, "a burst execution", "execute")
-    scoped = x.faults.seeded
-
-    async def stream(_requests: object, context: aio.ServicerContext[Any, Any]) -> None:
-        call_ender()
-        begin(context, scoped)
-        try:
-            await serve_burst(x, m, x.arrive(m, _OPEN_FAULTS), context)
-        except asyncio.CancelledError:
-            if not ended():  # the transport's cancellation
-                raise
-            await abort_ended(context)
-
     return grpc.stream_stream_rpc_method_handler(
-        stream,
+        partial(serve_burst, x, m, x.faults.seeded),
         request_deserializer=spb.BurstRequest.FromString,
         response_serializer=None,  # answered as bytes (``serve_burst``)
     )
-
-
-#: The fault kinds a burst takes as it opens (the others per execution).
-_OPEN_FAULTS = ("abort",)

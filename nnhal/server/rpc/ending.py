@@ -28,7 +28,9 @@ _CURRENT: contextvars.ContextVar[CallEnder | None] = contextvars.ContextVar("nnh
 
 
 class CallEnder:
-    """Ends one call early (module docstring). ``end`` is thread-safe and idempotent."""
+    """Ends one call early (module docstring). ``end`` is thread-safe and idempotent. Made in
+    the task serving the call (on the loop), it is that call's ender from then on
+    (:func:`current_ender`, :func:`ended`)."""
 
     __slots__ = ("reason", "task")
 
@@ -37,6 +39,7 @@ class CallEnder:
         self.task = task
         #: Why the call was ended; None while it was not.
         self.reason: str | None = None
+        _CURRENT.set(self)
 
     def end(self, reason: str = "the server ended this call to make room for another client") -> None:
         if self.reason is not None:
@@ -63,7 +66,6 @@ def call_ender() -> CallEnder | None:
     ender = _CURRENT.get()
     if ender is None or ender.task is not task:
         ender = CallEnder(task)
-        _CURRENT.set(ender)
     return ender
 
 
@@ -98,7 +100,8 @@ def endable(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         async def stream(request: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             task = asyncio.current_task()
             ender = CallEnder(task) if task is not None else None
-            _CURRENT.set(ender)
+            if ender is None:
+                _CURRENT.set(None)
             events = gen(request, context)
             del request
             try:
@@ -117,7 +120,8 @@ def endable(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     async def call(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
         task = asyncio.current_task()
         ender = CallEnder(task) if task is not None else None
-        _CURRENT.set(ender)
+        if ender is None:
+            _CURRENT.set(None)
         try:
             return await coro(request, context)
         except asyncio.CancelledError:

@@ -38,7 +38,8 @@ def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.R
     if handler.response_streaming:
 
         async def stream(_requests: object, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            request, let_go = await inbound.receive(context, parse, what)
+            request, call = await inbound.receive(context, parse, what)
+            let_go = call.let_go
             events = fn(request, context)
             del request
             task = asyncio.current_task()
@@ -88,10 +89,12 @@ def gated(handler: grpc.RpcMethodHandler, inbound: Inbound, what: str) -> grpc.R
 
     async def unary(_requests: object, context: aio.ServicerContext[Any, Any]) -> Any:
         try:
-            request, let_go = await inbound.receive(context, parse, what)
+            request, call = await inbound.receive(context, parse, what)
             answer = await unary_fn(request, context)
             del request
-            handing = inbound.answer(context, let_go, answer.ByteSize() if hasattr(answer, "ByteSize") else 0, what)
+            handing = inbound.answer(
+                context, call.let_go, answer.ByteSize() if hasattr(answer, "ByteSize") else 0, what
+            )
             if handing is not None:
                 await handing
             return answer

@@ -17,8 +17,8 @@ every unary-request method is served as a request stream
   ``bytes`` dropped; more reads wait, first come first served. One read may always start, so
   a small message never waits for memory held elsewhere (``DeviceConfig.message_cap`` keeps
   one place within the reads' share of the total), and a read that does not finish within
-  ``read_timeout`` ends its call (RESOURCE_EXHAUSTED): a sender that stalls holds its place
-  that long at most. The transport's freed slices are counted as released memory (the
+  ``read_timeout`` of taking its place ends its call (RESOURCE_EXHAUSTED, through its ender): a
+  sender that stalls holds its place that long at most. The transport's freed slices are counted as released memory (the
   budget's releaser trims the heap they stay on).
 - **holding**: the message read is charged to its client (the verified mTLS identity, else
   the connection) until its handler has its answer (before the client can see it, so a
@@ -35,17 +35,17 @@ every unary-request method is served as a request stream
 - **writing**: the bound on answers the client does not take is
   :mod:`nnhal.server.rpc.answer_writes` (``Inbound.writes``).
 
-State lives on the server's event loop and is touched only there (no lock).
+A call's read, its ender and its hold are one record (``Call``), made as its read starts; the
+reads' places and times are one owner (``read_clock.ReadClock``); a client's record stays while
+it holds nothing, for its next call (``IDLE_CLIENTS``). State lives on the server's event loop and
+is touched only there (no lock).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import grpc
@@ -56,7 +56,7 @@ from nnhal.server.budget import MemoryBudget
 from nnhal.server.device_config import READ_COPIES
 from nnhal.server.log_limits import undecodable
 from nnhal.server.rpc.answer_writes import AnswerWrites
-from nnhal.server.rpc.ending import CallEnder, call_ender
+from nnhal.server.rpc.ending import CallEnder, abort_ended, ended
 from nnhal.server.rpc.identity import stream_client
 from nnhal.server.rpc.read_clock import ReadClock
 
@@ -77,26 +77,46 @@ REQUEST_COPIES = 2
 REQUESTS_IN_FLIGHT = "requests in flight"
 
 
+#: Records of clients holding nothing kept for their next call, up to this many (more are swept
+#: when a new client's record is made: a client calling one at a time makes none per call).
+IDLE_CLIENTS = 64
+
+
 class _Client:
-    """What one client holds: its bytes and its calls holding them, oldest first."""
+    """What one client holds: its bytes and its calls holding them, oldest first. Kept while
+    it holds nothing (``IDLE_CLIENTS``): only a client with calls counts among the holders."""
 
-    __slots__ = ("calls", "held", "key")
+    __slots__ = ("calls", "held", "inbound")
 
-    def __init__(self, key: str) -> None:
-        self.key = key
+    def __init__(self, inbound: Inbound) -> None:
+        self.inbound = inbound
         self.held = 0
-        self.calls: list[_Held] = []
+        self.calls: list[Call] = []
 
 
-@dataclass(slots=True, eq=False)
-class _Held:
-    """One call's message held: its bytes, its client (in ``Inbound._clients`` while it holds
-    any call not released) and the task serving the call (ended to make room)."""
+class Call(CallEnder):
+    """One gated call, as one record: its ender (``ending.CallEnder``: made in the task serving
+    it, ended to make room or by the read clock), its read on the clock (``ReadClock``) and,
+    once read, its message held (``nbytes``, its serialized size; ``client``: None once let
+    go). ``Inbound.receive`` returns it with the message."""
 
+    __slots__ = ("client", "nbytes")
+    #: Set as the message is held (``Inbound._hold``).
+    client: _Client | None
     nbytes: int
-    client: _Client
-    ender: CallEnder | None
-    released: bool = False
+
+    def let_go(self, _context: object = None) -> None:
+        """Let the call's message go (once: its handler's ``let_go``, then its call's end, the
+        context's done callback)."""
+        client = self.client
+        if client is None:
+            return
+        self.client = None
+        nbytes = self.nbytes
+        client.held -= nbytes
+        client.calls.remove(self)  # an entry not let go is in its client's calls (once)
+        if nbytes > WINDOW_BYTES:
+            client.inbound._uncharge(nbytes)
 
 
 class Inbound:
@@ -122,141 +142,108 @@ class Inbound:
         self.place = READ_COPIES * self.receive_cap
         #: Bytes of places for reads in progress (at least one read's).
         self.read_bytes = max(self.place, read_bytes)
-        #: One more read fits while the reads in progress hold no more than this (a lone read
-        #: always does: ``read_bytes`` is at least a place).
-        self._fits_below = self.read_bytes - self.place
         self.read_timeout = read_timeout
         #: The bound on writing answers (``nnhal.server.rpc.answer_writes``).
         self.writes = AnswerWrites(write_timeout)
-        self._clock: ReadClock | None = None
-        self._reading = 0
-        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        #: The reads in progress, their places and time (``ReadClock``, of the loop served).
+        self._reads: ReadClock | None = None
+        #: Every client holding any call, and up to ``IDLE_CLIENTS`` more holding none.
         self._clients: dict[str, _Client] = {}
-        self._held = 0
+        self._sweep_at = IDLE_CLIENTS
         #: Calls ended to make room (a counter).
         self.evicted = 0
 
     @property
     def held(self) -> int:
         """Bytes of request messages held by calls in progress."""
-        return self._held
+        return sum(c.held for c in self._clients.values())
+
+    def holders(self) -> dict[str, int]:
+        """The bytes held by each client holding any call."""
+        return {key: c.held for key, c in self._clients.items() if c.calls}
 
     # -- reading -----------------------------------------------------------------------
-    def _fits(self) -> bool:
-        """Whether one more read's place fits (a lone read always does)."""
-        return self._reading <= self._fits_below
-
-    def _take_place(self) -> bool:
-        """Take a read's place now when none is waiting and one fits; False otherwise."""
-        if self._waiting or not self._fits():
-            return False
-        self._reading += self.place
-        return True
-
-    async def _wait_place(self) -> None:
-        """Wait for a read's place, first come first served (``_end_read`` hands it over)."""
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiting.append(waiter)
-        try:
-            await waiter
-        except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self._end_read()  # the place was handed over as the call ended: pass it on
-            else:
-                self._waiting.remove(waiter)
-            raise
-
-    def _end_read(self) -> None:
-        """Give back a read's place and hand freed places to the reads waiting, first come
-        first served."""
-        self._reading -= self.place
-        while self._waiting and self._fits():
-            waiter = self._waiting.popleft()
-            if not waiter.done():
-                self._reading += self.place
-                waiter.set_result(None)
+    def _reads_of(self, loop: asyncio.AbstractEventLoop) -> ReadClock:
+        """The reads in progress on ``loop``, their places and time (one clock per loop: the
+        inbound serves one loop at a time)."""
+        reads = self._reads = ReadClock(
+            loop,
+            self.read_timeout,
+            f"the request message did not arrive within {self.read_timeout:g} s",
+            self.place,
+            self.read_bytes,
+        )
+        return reads
 
     async def receive(
         self,
         context: aio.ServicerContext[Any, Any],
         parse: Callable[[bytes], Any] | None = None,
         what: str = "a request",
-    ) -> tuple[Any, Callable[[], None]]:
+    ) -> tuple[Any, Call]:
         """The call's one request message, read once admitted, parsed by ``parse`` within its
-        read's place (None: the bytes themselves), and what lets it go. Its bytes are charged
+        read's place (None: the bytes themselves), and the call's record: ``let_go`` lets it go,
+        ``nbytes`` is its serialized size (at least what its fields carry). Its bytes are charged
         to the client until the handler lets them go (once it has its answer: a client that
         calls again as soon as it is answered must not find its last request still charged)
         or the call ends. The call is aborted instead (RESOURCE_EXHAUSTED; INVALID_ARGUMENT
-        without a message; INTERNAL when it cannot be parsed)."""
-        # The call's ender, made as its read starts (its task, found once, times the read too).
-        ender = call_ender()
-        if not self._take_place():
-            await self._wait_place()
+        without a message; INTERNAL when it cannot be parsed). The call's record (``Call``)
+        is made here, in the task serving it: its ender, its read on the clock, its hold."""
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a request is read on a task")
+        call = Call(task)
+        reads = self._reads
+        loop = task.get_loop()
+        if reads is None or reads.loop is not loop:
+            reads = self._reads_of(loop)
+        if not reads.enter(call):  # its place taken and its time running, or wait for them
+            await reads.wait(call)
+        problem: tuple[grpc.StatusCode, str] | None = None
         try:
-            # The call's next message, None when it did not arrive within ``read_timeout`` (the
-            # call's own cancellation is raised); read in this frame (no coroutine of its own: every
-            # resumption of the call passes through each frame it awaits in).
-            loop = asyncio.get_running_loop()
-            clock = self._clock
-            if clock is None or clock.loop is not loop:
-                clock = self._clock = ReadClock(loop, self.read_timeout)
-            timed = clock.start(ender.task if ender is not None else None)
-            read: object
             try:
+                # Read in this frame (no coroutine of its own: every resumption of the call
+                # passes through each frame it awaits in). A read past its time is the call
+                # ended (``ReadClock``): its cancellation, caught below.
                 read = await context.read()
-            except asyncio.CancelledError:
-                if not clock.expired(timed):
-                    raise
-                # The clock's cancellation, taken back (as ``asyncio.timeout`` does); another one
-                # arriving meanwhile (the transport's) is kept.
-                uncancel = getattr(asyncio.current_task(), "uncancel", None)
-                if uncancel is not None and uncancel() > 0:
-                    raise
-                read = None
+                if isinstance(read, bytes):
+                    nbytes = len(read)
+                    refusal = self._hold(
+                        stream_client(context) if self.verified else context.peer() or "", nbytes, context, call
+                    )
+                    if refusal is None:
+                        try:
+                            message = parse(read) if parse is not None else read
+                        except Exception as err:  # as grpc answers (and logs) a request it cannot deserialize
+                            undecodable(what, err)
+                            problem = (grpc.StatusCode.INTERNAL, f"the request message could not be decoded: {err}")
+                    else:
+                        problem = (grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
+                else:  # aio.EOF: the client half-closed with no message
+                    nbytes = 0
+                    problem = (grpc.StatusCode.INVALID_ARGUMENT, "the call carried no request message")
+                # Not held by this frame while an abort's exception (and its traceback) lives, nor
+                # past the place that charged for it.
+                del read
             finally:
-                clock.finish(timed)
-            if read is None:
-                await context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"the request message did not arrive within {self.read_timeout:g} s",
-                )
-            if not isinstance(read, bytes):  # aio.EOF: the client half-closed with no message
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call carried no request message")
-                raise AssertionError("unreachable: abort raises")  # pragma: no cover
-            raw: bytes = read
-            del read
-            nbytes = len(raw)
-            client = stream_client(context) if self.verified else context.peer() or ""
-            held = self._hold(client, nbytes, context, ender)
-            refusal = held if isinstance(held, str) else None
-            failure: str | None = None
-            message: Any = None
-            if refusal is None:
-                try:
-                    message = parse(raw) if parse is not None else raw
-                except Exception as err:  # as grpc answers (and logs) a request it cannot deserialize
-                    undecodable(what, err)
-                    failure = f"the request message could not be decoded: {err}"
-            # Not held by this frame while an abort's exception (and its traceback) lives, nor
-            # past the place that charged for it.
-            del raw
-        finally:
-            self._end_read()
+                reads.leave(call)  # its time stopped, its place given back
+        except asyncio.CancelledError:
+            if not ended():  # the transport's cancellation
+                raise
+            await abort_ended(context)  # the clock's (or room made): RESOURCE_EXHAUSTED, its reason
+            raise AssertionError("unreachable: abort raises") from None  # pragma: no cover
         if nbytes > WINDOW_BYTES and self.budget is not None:
             # The transport's slices and the buffer that gathered them were freed.
             self.budget.releaser.released((READ_COPIES - 1) * nbytes)
-        if refusal is not None:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
-        if failure is not None:
-            await context.abort(grpc.StatusCode.INTERNAL, failure)
-        assert not isinstance(held, str)
-        return message, held
+        if problem is not None:
+            await context.abort(*problem)
+        return message, call
 
     def answer(
         self, context: aio.ServicerContext[Any, Any], let_go: Callable[[], None], nbytes: int, what: str
     ) -> Awaitable[None] | None:
         """Before a unary call's answer of ``nbytes`` is returned: its request let go
-        (``receive``'s ``let_go``: before the answer reaches the client, which may call again at
+        (``receive``'s ``Call.let_go``: before the answer reaches the client, which may call again at
         once), then an answer larger than the flow-control window handed over one at a time per
         connection: what to await before returning it (``AnswerWrites.hand_over``: it may abort
         the call), None for an answer within the window (no coroutine made for it)."""
@@ -266,41 +253,50 @@ class Inbound:
         return None
 
     # -- holding -----------------------------------------------------------------------
-    def _hold(
-        self, key: str, nbytes: int, context: aio.ServicerContext[Any, Any], ender: CallEnder | None
-    ) -> str | Callable[[], None]:
-        """Charge ``nbytes`` to ``key`` until the call ends or what is returned is called (ended
-        by ``ender``, the call's, to make room); the refusal's message instead."""
+    def _hold(self, key: str, nbytes: int, context: aio.ServicerContext[Any, Any], call: Call) -> str | None:
+        """Charge ``nbytes`` to ``key`` as ``call``'s until the call ends or ``call.let_go`` is
+        called (``call`` ended to make room); None, or the refusal's message."""
         client = self._clients.get(key)
-        mine = client.held if client is not None else 0
+        if client is None:
+            client = self._client(key)
+        mine = client.held
         if self.per_client and mine + nbytes > self.per_client:
             return (
                 f"this client already holds {mine} bytes of requests in progress; with this one's {nbytes} that "
                 f"is past its limit of {self.per_client}: wait for answers, or retry later"
             )
         if nbytes > WINDOW_BYTES:  # a message within the flow-control window is never refused for the total
-            refusal = self._charge(key, mine, nbytes)
+            refusal = self._charge(client, mine, nbytes)
             if refusal is not None:
                 return refusal
-        if client is None:
-            client = self._clients[key] = _Client(key)
-        entry = _Held(nbytes, client, ender)
-        client.held += nbytes
-        client.calls.append(entry)
-        self._held += nbytes
-        release = partial(self._release, entry)
-        context.add_done_callback(release)  # called with the context
-        return release
+        call.nbytes = nbytes
+        call.client = client
+        client.held = mine + nbytes
+        client.calls.append(call)
+        context.add_done_callback(call.let_go)  # called with the context
+        return None
 
-    def _charge(self, key: str, mine: int, nbytes: int) -> str | None:
+    def _client(self, key: str) -> _Client:
+        """A new record for client ``key``; past the records kept, those of clients holding
+        nothing are swept first (at most ``IDLE_CLIENTS``, or as many as hold any, are kept
+        idle: amortized, a step per record made)."""
+        clients = self._clients
+        if len(clients) >= self._sweep_at:
+            for idle in [k for k, c in clients.items() if not c.calls]:
+                del clients[idle]
+            self._sweep_at = max(IDLE_CLIENTS, 2 * len(clients))
+        client = clients[key] = _Client(self)
+        return client
+
+    def _charge(self, client: _Client, mine: int, nbytes: int) -> str | None:
         """Charge ``nbytes`` to the server's total (the budget's, leaving its reserve to the
-        sessions), making room from clients above their fair share when ``key`` (holding
+        sessions), making room from clients above their fair share when ``client`` (holding
         ``mine``) is within its own; the refusal's message, or None. For a message larger than
         the flow-control window (``_hold``: a smaller one skips the total's charge)."""
         budget = self.budget
         if budget is None or not budget.limit_total:
             return None
-        holders = len(self._clients) + (0 if key in self._clients else 1)
+        holders = sum(1 for c in self._clients.values() if c.calls) + (0 if client.calls else 1)
         # In bytes of messages (each charged REQUEST_COPIES times).
         share = (budget.limit_total - budget.reserve) // REQUEST_COPIES // max(1, holders)
         while True:
@@ -311,31 +307,21 @@ class Inbound:
                 refusal = err.message
             if mine + nbytes > share:
                 return refusal
-            over = [(c.held - share, k) for k, c in self._clients.items() if k != key and c.held > share and c.calls]
+            over = [
+                (c.held - share, k) for k, c in self._clients.items() if c is not client and c.held > share and c.calls
+            ]
             if not over:
                 return refusal
             _, victim = max(over)
             entry = self._clients[victim].calls[-1]
-            self._release(entry)
+            entry.let_go()
             self.evicted += 1
-            if entry.ender is not None:
-                entry.ender.end("the server ended this call to make room for another client's request")
+            entry.end("the server ended this call to make room for another client's request")
             log.warning("ended a call of client %s (above its fair share) to make room for another client", victim)
 
-    def _release(self, entry: _Held, _context: object = None) -> None:
-        """Let ``entry`` go (once: its handler's ``let_go``, then its call's end)."""
-        if entry.released:
-            return
-        entry.released = True
-        nbytes = entry.nbytes
-        self._held -= nbytes
-        if nbytes > WINDOW_BYTES and self.budget is not None and self.budget.limit_total:
-            self.budget.uncharge_working(nbytes * REQUEST_COPIES, REQUESTS_IN_FLIGHT)
-        # The entry's client is the one in ``_clients`` under its key: a client leaves it only
-        # once its last call not released is.
-        client = entry.client
-        client.held -= nbytes
-        calls = client.calls
-        calls.remove(entry)
-        if not calls:
-            del self._clients[client.key]
+    def _uncharge(self, nbytes: int) -> None:
+        """Give back a message's charge to the server's total (``_charge``'s; for a message
+        larger than the flow-control window)."""
+        budget = self.budget
+        if budget is not None and budget.limit_total:
+            budget.uncharge_working(nbytes * REQUEST_COPIES, REQUESTS_IN_FLIGHT)

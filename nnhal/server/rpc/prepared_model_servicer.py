@@ -40,13 +40,16 @@ from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.faults import abort_of
 from nnhal.server.executions.lean import Inline, LeanRun, Standing, launch_inline
 from nnhal.server.rpc.common import answer_bytes, events_to, hal_method, result_to
-from nnhal.server.rpc.ending import current_ender
+from nnhal.server.rpc.ending import abort_ended, call_ender, current_ender, ended
 from nnhal.server.rpc.identity import stream_client
+from nnhal.server.rpc.request_id import begin
 from nnhal.server.rpc.sync_handlers import SyncContext, abort, in_thread, run_sync
 
 SYNC = "executeSynchronously_1_3"
 #: The fault kinds a burst takes per execution (an abort is taken when it opens).
 EXECUTION_FAULTS = ("error", "stall", "exit")
+#: The fault kinds a burst takes as it opens.
+OPEN_FAULTS = ("abort",)
 
 
 def execution_from(msg: spb.ExecuteRequest, request: Request | None = None) -> Execution:
@@ -160,78 +163,93 @@ class PreparedModelServicer(sgrpc.PreparedModelServicer):
 
 
 async def serve_burst(
-    x: Executions, m: Method, arrival: Arrival | None, context: aio.ServicerContext[Any, Any]
+    x: Executions, m: Method, scoped: bool, _requests: object, context: aio.ServicerContext[Any, Any]
 ) -> None:
     """The burst stream ``context`` of ``x``'s device (``configureExecutionBurst``: served by
-    ``direct.burst``), its arrival taken: read, execute and answer until the client half-closes.
-    The stream has no serializer: its answers are written serialized (an inline execution's by
-    ``common.answer_bytes``: the common answer from kept bytes)."""
+    ``direct.burst``, with ``x``, ``m`` — its ``Method`` — and ``scoped`` — its fault plan is
+    seeded — bound): the call's ender (a call ended to make room for another client is aborted
+    RESOURCE_EXHAUSTED with the reason), its request id, the arrival of ``m`` (an injected abort
+    taken as it opens); then read, execute and answer until the client half-closes — in one
+    coroutine frame under grpc's (every message read and every answer written resumes each
+    frame it awaits in). The stream has no serializer: its answers are written serialized (an
+    inline execution's by ``common.answer_bytes``: the common answer from kept bytes)."""
+    call_ender()
+    begin(context, scoped)
     try:
-        if arrival is not None and arrival.error is not None:
-            raise arrival.error
-        leave = x.long_calls.open("burst", stream_client(context), current_ender())
-    except HalError as err:
-        await context.write(answer_bytes(x.refuse(m, err), True))
-        return
-    # Given back when the stream ends, also when the call is cancelled mid-wait.
-    context.add_done_callback(lambda _context: leave())
-    checked = x.burst_fields_checked  # fixed with the device's level: asked once per stream
-    sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the executions' context
-    # What an inline execution leaves for after its answer (``executions.afterwards``): run at
-    # the loop's next turn, once the answer was handed to gRPC — not once the write completes,
-    # which waits for a client that does not read (DESIGN §5: such a call holds no slot).
-    after = Afterwards()
-    # The stream's standing charge of its small executions' data (``lean.Standing``): given
-    # back as the stream ends, whichever way.
-    standing = Standing(x.driver.budget)
-    soon = asyncio.get_running_loop().call_soon
-    try:
-        injected = arrival.fault if arrival is not None else None
-        if injected is not None and injected.after == 0:
-            await abort(context, abort_of(injected))
-        sent = 0
-        while True:
-            try:
-                req = await context.read()
-            except DecodeError as err:
-                # Garbage from the client: answered in band, one rate-limited log line, the
-                # stream ended (raised into gRPC, it logged tracebacks, one printed to stderr).
-                garbage = Refused(ErrorStatus.INVALID_ARGUMENT, f"a burst request could not be decoded: {err}")
-                m.record(garbage.status, None)
-                log_limits.undecodable("configureExecutionBurst", err)
-                await context.write(answer_bytes(garbage, True))
-                return
-            if req is aio.EOF:
-                return
-            msg = req.execute
-            answer: bytes
-            try:
-                if checked:
-                    check_burst_fields(x, msg)
-            except HalError as err:
-                answer = answer_bytes(x.refuse(m, err), True)
-            else:
-                build = partial(execution_from, msg)
-                run = x.arrive(m, EXECUTION_FAULTS)
-                inline = None if run is not None else x.runs_inline(msg.session, msg.prepared_model, inline_bytes(msg))
-                if inline is not None:
-                    lean = partial(lean_launch, x, inline, msg, standing)  # the call's own, tried first
-                    answer = answer_bytes(x.execute(m, build, lean_launch=lean, inline=inline, after=after), True)
-                    del lean
-                else:
-                    answer = await in_thread(_execute_to_wire, x, m, build, sync, run)
-            del req, msg
-            if after:
-                soon(after.run)
-            await context.write(answer)
-            del answer
-            sent += 1
-            if injected is not None and injected.after == sent:
+        arrival = x.arrive(m, OPEN_FAULTS)
+        try:
+            if arrival is not None and arrival.error is not None:
+                raise arrival.error
+            leave = x.long_calls.open("burst", stream_client(context), current_ender())
+        except HalError as err:
+            await context.write(answer_bytes(x.refuse(m, err), True))
+            return
+        # Given back when the stream ends, also when the call is cancelled mid-wait.
+        context.add_done_callback(lambda _context: leave())
+        checked = x.burst_fields_checked  # fixed with the device's level: asked once per stream
+        sync = SyncContext(context, asyncio.get_running_loop()).watch()  # the executions' context
+        # What an inline execution leaves for after its answer (``executions.afterwards``): run at
+        # the loop's next turn, once the answer was handed to gRPC — not once the write completes,
+        # which waits for a client that does not read (DESIGN §5: such a call holds no slot).
+        after = Afterwards()
+        # The stream's standing charge of its small executions' data (``lean.Standing``): given
+        # back as the stream ends, whichever way.
+        standing = Standing(x.driver.budget)
+        soon = asyncio.get_running_loop().call_soon
+        try:
+            injected = arrival.fault if arrival is not None else None
+            if injected is not None and injected.after == 0:
                 await abort(context, abort_of(injected))
-    finally:
-        after.run()  # what an answer never written left (its making or writing raised)
-        standing.end()  # after the last run's close
-        leave()
+            sent = 0
+            while True:
+                try:
+                    req = await context.read()
+                except DecodeError as err:
+                    # Garbage from the client: answered in band, one rate-limited log line, the
+                    # stream ended (raised into gRPC, it logged tracebacks, one printed to stderr).
+                    garbage = Refused(ErrorStatus.INVALID_ARGUMENT, f"a burst request could not be decoded: {err}")
+                    m.record(garbage.status, None)
+                    log_limits.undecodable("configureExecutionBurst", err)
+                    await context.write(answer_bytes(garbage, True))
+                    return
+                if req is aio.EOF:
+                    return
+                msg = req.execute
+                answer: bytes
+                try:
+                    if checked:
+                        check_burst_fields(x, msg)
+                except HalError as err:
+                    answer = answer_bytes(x.refuse(m, err), True)
+                else:
+                    build = partial(execution_from, msg)
+                    run = x.arrive(m, EXECUTION_FAULTS)
+                    inline = (
+                        None if run is not None else x.runs_inline(msg.session, msg.prepared_model, inline_bytes(msg))
+                    )
+                    if inline is not None:
+                        lean = partial(lean_launch, x, inline, msg, standing)  # the call's own, tried first
+                        answer = answer_bytes(x.execute(m, build, lean_launch=lean, inline=inline, after=after), True)
+                        del lean
+                    else:
+                        answer = await in_thread(_execute_to_wire, x, m, build, sync, run)
+                del req, msg
+                if after:
+                    soon(after.run)
+                await context.write(answer)
+                del answer
+                if injected is not None:
+                    sent += 1
+                    if injected.after == sent:
+                        await abort(context, abort_of(injected))
+        finally:
+            after.run()  # what an answer never written left (its making or writing raised)
+            standing.end()  # after the last run's close
+            leave()
+    except asyncio.CancelledError:
+        if not ended():  # the transport's cancellation
+            raise
+        await abort_ended(context)
 
 
 def _execute_to_wire(x: Executions, m: Method, build: Any, live: SyncContext, arrival: Arrival | None) -> bytes:

@@ -1,69 +1,101 @@
-"""The deadlines of the reads of request messages in progress on one event loop
-(:class:`ReadClock`): a read not finished within the clock's time has its task cancelled
-and is marked expired. Loop-only."""
+"""The reads of request messages in progress on one event loop (:class:`ReadClock`): each
+holds a place among the bytes reads may hold, first come first served, and has a time: a
+read not finished within it has its call ended (``ending.CallEnder.end``, with the clock's
+reason). Loop-only."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import collections
+
+from nnhal.server.rpc.ending import CallEnder
 
 
 class ReadClock:
-    """The deadlines of the reads in progress on one event loop, one read per task at a time.
-    Every read gets the same time, so reads expire in the order they started: one timer,
-    armed for the oldest read still open, stands for all of them. (A timer per read,
-    ``asyncio.timeout``, costs every call a timer handle pushed on the loop's heap and its
-    cancellation.) A read is its task: ``start`` and ``finish`` are one dict entry each, the
-    reads open kept in the order they started (the dict's). Loop-only."""
+    """The reads in progress on one event loop, one read per call at a time: their places and
+    their deadlines, taken and given back together (``enter``, ``leave``: one step each per
+    read).
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+    **Places**: a read holds ``place`` bytes among ``read_bytes`` until it ``leave``s; a read
+    that finds none free (or reads waiting before it) waits, first come first served (``wait``),
+    and one read may always start (``read_bytes`` is at least a place).
+
+    **Time**: every read gets the same time, so reads expire in the order they started: one
+    timer, armed for the oldest read still open, stands for all of them. (A timer per read,
+    ``asyncio.timeout``, costs every call a timer handle pushed on the loop's heap and its
+    cancellation.) A read is its call's ender: its deadline is one dict entry, the reads open
+    kept in the order they started (the dict's). A read that expires is its call ended with
+    ``reason`` (its task cancelled, ``CallEnder.reason`` set: the read's cancellation is the
+    clock's when the ender has a reason). A read's time runs from its place taken to its
+    ``leave``: the parse of its message after the read too, which the loop cannot interrupt.
+    Loop-only."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, seconds: float, reason: str, place: int, read_bytes: int
+    ) -> None:
         self.loop = loop
         self._seconds = seconds
-        #: The reads open, oldest first: their task and deadline.
-        self._reads: dict[asyncio.Task[Any], float] = {}
-        #: The tasks the clock cancelled, until ``expired`` takes them back.
-        self._expired: set[asyncio.Task[Any]] = set()
+        self._reason = reason
+        self._place = place
+        #: One more read fits while the reads in progress hold no more than this.
+        self._fits_below = max(place, read_bytes) - place
+        self._reading = 0
+        self._waiting: collections.deque[tuple[asyncio.Future[None], CallEnder]] = collections.deque()
+        #: The reads open, oldest first: their call's ender and deadline.
+        self._reads: dict[CallEnder, float] = {}
         self._timer: asyncio.TimerHandle | None = None
 
-    def start(self, task: asyncio.Task[Any] | None = None) -> asyncio.Task[Any]:
-        """A read of ``task`` (the current task, the caller's when it has it: None, looked up)
-        starting now, returned for ``finish`` and ``expired``: the task is cancelled (and the
-        read marked expired) if it has not ``finish``ed within the clock's time."""
-        if task is None:
-            task = asyncio.current_task(self.loop)
-            if task is None:
-                raise RuntimeError("a read is timed on a task")
-        deadline = self._reads[task] = self.loop.time() + self._seconds
+    def enter(self, read: CallEnder) -> bool:
+        """``read``'s call starting its read now — its place taken, its time running — when
+        none waits before it and a place is free; False otherwise (``wait``)."""
+        if self._waiting or self._reading > self._fits_below:
+            return False
+        self._take(read)
+        return True
+
+    def _take(self, read: CallEnder) -> None:
+        """``read``'s place taken and its time started."""
+        self._reading += self._place
+        deadline = self._reads[read] = self.loop.time() + self._seconds
         if self._timer is None:
             self._timer = self.loop.call_at(deadline, self._expire)
-        return task
 
-    def finish(self, read: asyncio.Task[Any]) -> None:
-        """The read of ``read`` (``start``'s) is over, in time or not. A mark the read's
-        cancellation did not take back (the read had returned when the cancellation came) goes
-        too: the clock holds no task past its read."""
-        self._reads.pop(read, None)
-        if self._expired:
-            self._expired.discard(read)
-
-    def expired(self, read: asyncio.Task[Any]) -> bool:
-        """Whether the clock cancelled the read of ``read`` (``start``'s); asked once, in the
-        read's cancellation (the mark is taken back)."""
+    async def wait(self, read: CallEnder) -> None:
+        """Wait for ``read``'s place, first come first served (``leave`` hands it over and
+        starts its time); on a cancellation meanwhile, a place handed over is passed on."""
+        waiter = self.loop.create_future()
+        entry = (waiter, read)
+        self._waiting.append(entry)
         try:
-            self._expired.remove(read)
-        except KeyError:
-            return False
-        return True
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.leave(read)  # the place was handed over as the call ended: pass it on
+            else:
+                self._waiting.remove(entry)
+            raise
+
+    def leave(self, read: CallEnder) -> None:
+        """``read``'s read is over, in time or not: its time stopped (the clock holds no call
+        past its read), its place given back and handed to the reads waiting, first come first
+        served."""
+        self._reads.pop(read, None)
+        self._reading -= self._place
+        waiting = self._waiting
+        while waiting and self._reading <= self._fits_below:
+            waiter, next_read = waiting.popleft()
+            if not waiter.done():
+                self._take(next_read)
+                waiter.set_result(None)
 
     def _expire(self) -> None:
         self._timer = None
         reads, now = self._reads, self.loop.time()
         while reads:
-            task = next(iter(reads))
-            deadline = reads[task]
+            read = next(iter(reads))
+            deadline = reads[read]
             if deadline > now:
                 self._timer = self.loop.call_at(deadline, self._expire)
                 return
-            del reads[task]
-            self._expired.add(task)
-            task.cancel()
+            del reads[read]
+            read.end(self._reason)

@@ -41,7 +41,7 @@ from nnhal.server.rpc.forms import add_method_forms
 from nnhal.server.rpc.handler_shape import like
 from nnhal.server.rpc.inbound import Inbound
 from nnhal.server.rpc.prepared_model_servicer import FencedExecutionCallbackServicer, PreparedModelServicer
-from nnhal.server.rpc.request_id import with_request_id
+from nnhal.server.rpc.request_id import routed, with_request_id
 from nnhal.server.rpc.streamed_servicer import StreamedExecutionServicer
 from nnhal.server.rpc.sync_handlers import Collector, Table
 
@@ -90,9 +90,11 @@ class DeviceRouter(grpc.GenericRpcHandler):
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         name = self._default
-        for key, value in handler_call_details.invocation_metadata or ():
+        metadata = handler_call_details.invocation_metadata or ()
+        for key, value in metadata:
             if key == DEVICE_METADATA:
                 name = value if isinstance(value, str) else value.decode(errors="replace")
+        routed(metadata)  # read once: for the call's request id (``request_id.begin``)
         method = handler_call_details.method
         table = self._tables.get(name)
         if table is not None:

@@ -45,10 +45,10 @@ class FakeContext:
 def test_a_message_read_in_time_is_held_until_let_go_once() -> None:
     inbound = Inbound(1024, read_timeout=5.0)
     ctx = FakeContext(0.0)
-    message, let_go = asyncio.run(inbound.receive(ctx))  # type: ignore[arg-type]
-    assert message == b"abc"
+    message, call = asyncio.run(inbound.receive(ctx))  # type: ignore[arg-type]
+    assert message == b"abc" and call.nbytes == 3
     assert inbound.held == 3 and len(ctx.done) == 1
-    let_go()  # the handler has its answer: the client may call again before the call ends
+    call.let_go()  # the handler has its answer: the client may call again before the call ends
     assert inbound.held == 0
     ctx.done[0](ctx)  # the call's end does not give it back twice
     assert inbound.held == 0
@@ -109,3 +109,67 @@ def test_reads_expire_in_turn_on_one_clock() -> None:
     asyncio.run(asyncio.wait_for(main(), 10))
     assert quick.aborted is None
     assert slow.aborted is not None and slow.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class HeldContext(FakeContext):
+    """A context whose read returns once released."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0)
+        self.release = asyncio.Event()
+
+    async def read(self) -> object:
+        await self.release.wait()
+        return self.message
+
+
+def test_reads_past_the_places_wait_in_turn_and_a_cancelled_one_passes_its_place_on() -> None:
+    """With one read's place, a second and a third read wait, first come first served; the
+    second, cancelled while waiting, leaves its turn to the third, which gets its place (and its
+    time) when the first read leaves."""
+    inbound = Inbound(1024, read_bytes=0, read_timeout=5.0)  # one place
+    first, second, third = HeldContext(), HeldContext(), HeldContext()
+
+    async def main() -> None:
+        a = asyncio.ensure_future(inbound.receive(first))  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)
+        b = asyncio.ensure_future(inbound.receive(second))  # type: ignore[arg-type]
+        c = asyncio.ensure_future(inbound.receive(third))  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)
+        third.release.set()  # its message is there, but it has no place yet
+        await asyncio.sleep(0.01)
+        assert not c.done()
+        b.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await b
+        first.release.set()
+        (message, call) = await a
+        call.let_go()
+        assert message == b"abc" and (await asyncio.wait_for(c, 5))[0] == b"abc"
+        # Every place given back: a read starts at once.
+        second.release.set()
+        assert (await asyncio.wait_for(inbound.receive(second), 5))[0] == b"abc"  # type: ignore[arg-type]
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert first.aborted is None and third.aborted is None
+
+
+def test_a_read_waiting_for_its_place_is_not_timed_until_it_has_one() -> None:
+    """A read's time starts with its place: one that waited longer than the read timeout for its
+    place still gets its own time to read."""
+    inbound = Inbound(1024, read_bytes=0, read_timeout=1.0)
+    first, second = HeldContext(), HeldContext()
+
+    async def main() -> None:
+        a = asyncio.ensure_future(inbound.receive(first))  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)
+        b = asyncio.ensure_future(inbound.receive(second))  # type: ignore[arg-type]
+        await asyncio.sleep(0.7)
+        first.release.set()  # within its time
+        await a
+        await asyncio.sleep(0.5)  # the second has waited 1.2 s in all, 0.5 s of it with its place
+        second.release.set()
+        assert (await b)[0] == b"abc"
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert first.aborted is None and second.aborted is None

@@ -3,12 +3,13 @@ its device (the key's last entry)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
 
 from nnhal.core.protocol import DEVICE_METADATA, REQUEST_ID_METADATA as KEY
-from nnhal.server.rpc.request_id import _id_of
+from nnhal.server.rpc.request_id import _id_of, _metadata
 from nnhal.server.rpc.routing import DeviceRouter
 
 
@@ -38,3 +39,38 @@ def test_the_device_is_the_keys_last_entry() -> None:
     assert router.service(_Details(((DEVICE_METADATA, "b"), (DEVICE_METADATA, "a")))) is a
     refused = router.service(_Details(((DEVICE_METADATA, "a"), (DEVICE_METADATA, "nope"))))
     assert refused is not None and refused not in (a, b)
+
+
+class _Context:
+    """A servicer context that counts its metadata reads."""
+
+    def __init__(self, metadata: Any) -> None:
+        self.metadata = metadata
+        self.reads = 0
+
+    def invocation_metadata(self) -> Any:
+        self.reads += 1
+        return self.metadata
+
+
+def test_the_routers_metadata_is_the_handlers_in_its_task_only() -> None:
+    """A call's metadata, built for its router, is read by its ``begin`` (the request id) from the
+    router in the same task, once; a value the router left in another task's context, or one taken
+    already, is not: the metadata is read from the call's context instead."""
+
+    async def scenario() -> None:
+        mine = ((KEY, "mine"),)
+        router = DeviceRouter({"a": {}}, "a")
+        router.service(_Details(mine))
+        ctx = _Context(((KEY, "read"),))
+        assert _metadata(ctx) is mine and ctx.reads == 0  # type: ignore[arg-type]
+        assert _metadata(ctx) == ((KEY, "read"),) and ctx.reads == 1  # type: ignore[arg-type]  # taken once
+        router.service(_Details(mine))  # routed here, then another task inherits the value
+
+        async def other() -> Any:
+            return _metadata(ctx)  # type: ignore[arg-type]
+
+        assert await asyncio.create_task(other()) == ((KEY, "read"),) and ctx.reads == 2
+        assert _metadata(ctx) is mine  # type: ignore[arg-type]  # still this task's own
+
+    asyncio.run(scenario())
