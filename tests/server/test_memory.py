@@ -159,3 +159,104 @@ def test_sealed_regions_are_used_in_place_and_kept_mapped_within_bounds(tmp_path
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths ``os.open`` is asked to open from now on (still opened)."""
+    opened: list[str] = []
+    real = os.open
+
+    def counting(path: str | os.PathLike[str], flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        opened.append(str(path))
+        return real(path, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", counting)
+    return opened
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux-only")
+def test_a_sealed_memfd_bound_before_reuses_its_kept_mapping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's next execution naming the same sealed memfd opens nothing: ``/proc``
+    shows the client holds that memfd still, and its kept mapping is the pool (another range
+    of it too). A range outside the file is refused as the first time."""
+    policy = SharedMemoryPolicy(tmp_path, "t-")
+    cache = RegionCache()
+    fd, name = _sealed_memfd("t-", 4096)
+    try:
+        first = bind_pools((SharedMemoryPool("ashmem", name, 0, 64),), policy, {0}, cache=cache)
+        first.close()
+        opened = _opens(monkeypatch)
+        for offset in (0, 128):
+            bound = bind_pools((SharedMemoryPool("ashmem", name, offset, 64),), policy, {0}, cache=cache)
+            buf = bound.buffers[0]
+            assert isinstance(buf, memoryview)
+            buf[1] = offset + 1
+            bound.inline_results()
+            bound.close()
+            del buf
+            assert os.pread(fd, 1, offset + 1) == bytes([offset + 1])
+        assert opened == []  # no descriptor opened: the kept mapping
+        with pytest.raises(InvalidArgument, match="outside"):
+            bind_pools((SharedMemoryPool("ashmem", name, 4064, 64),), policy, {0}, cache=cache)
+        assert len(cache._mapped) == 1
+    finally:
+        cache.close()
+        os.close(fd)
+    assert not cache._named
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux-only")
+def test_a_released_memfd_is_refused_though_its_mapping_is_kept(tmp_path: Path) -> None:
+    """A region the client released (its descriptor closed) is refused while the session still
+    keeps its mapping, as when nothing was kept; so is its old name once another memfd got its
+    descriptor's number, and the new memfd's own name is that memfd, not the kept one."""
+    policy = SharedMemoryPolicy(tmp_path, "t-")
+    cache = RegionCache()
+    fd, name = _sealed_memfd("t-", 4096)
+    try:
+        bind_pools((SharedMemoryPool("ashmem", name, 0, 64),), policy, {0}, cache=cache).close()
+        os.close(fd)
+        with pytest.raises(InvalidArgument, match="cannot open the client's memfd"):
+            bind_pools((SharedMemoryPool("ashmem", name, 0, 64),), policy, {0}, cache=cache)
+        again, renamed = _sealed_memfd("t-", 4096)
+        assert again == fd  # the lowest free number: the released one's
+        try:
+            with pytest.raises(InvalidArgument, match="does not name a live memfd"):
+                bind_pools((SharedMemoryPool("ashmem", name, 0, 64),), policy, {0}, cache=cache)
+            bound = bind_pools((SharedMemoryPool("ashmem", renamed, 0, 64),), policy, {0}, cache=cache)
+            buf = bound.buffers[0]
+            assert isinstance(buf, memoryview)
+            buf[0] = 9
+            bound.close()
+            del buf
+            assert os.pread(again, 1, 0) == b"\x09" and len(cache._mapped) == 2
+        finally:
+            os.close(again)
+    finally:
+        cache.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux-only")
+def test_an_evicted_mapping_forgets_its_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the bounds the least recently used mapping goes with the names that found it: its
+    next execution opens and checks the memfd again (and maps it anew)."""
+    policy = SharedMemoryPolicy(tmp_path, "t-")
+    cache = RegionCache()
+    cache.LIMIT_MAPPED = 1
+    fds = []
+    try:
+        names = []
+        for _ in range(2):
+            fd, name = _sealed_memfd("t-", 4096)
+            fds.append(fd)
+            names.append(name)
+            bind_pools((SharedMemoryPool("ashmem", name, 0, 64),), policy, {0}, cache=cache).close()
+        assert list(cache._named) == [names[1]]
+        opened = _opens(monkeypatch)
+        bind_pools((SharedMemoryPool("ashmem", names[0], 0, 64),), policy, {0}, cache=cache).close()
+        assert len(opened) == 1 and opened[0].startswith("/proc/")
+        assert list(cache._named) == [names[0]]
+    finally:
+        cache.close()
+        for fd in fds:
+            os.close(fd)
