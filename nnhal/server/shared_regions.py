@@ -7,7 +7,8 @@ the policy allows it, and only if that descriptor is a memfd whose own name is
 ``<prefix><nonce>``), with offset + size checked against the file's real size
 (``open_region``, every policy check in one place). A region the kernel guarantees
 cannot shrink (``F_GET_SEALS`` shows ``F_SEAL_SHRINK`` and ``F_SEAL_GROW``) is mapped and
-used in place (``RegionCache`` keeps whole-file mappings for the next executions). Any
+used in place (``RegionCache`` keeps whole-file mappings for the next executions, and finds
+a memfd it mapped again by its pool name after one ``stat``: ``RegionCache.kept``). Any
 other region is never mapped: a client can shrink its file at any time, and a mapped page
 past the new end faults the whole server (SIGBUS). Its bytes cross with
 ``preadv``/``pwrite`` into and out of private buffers, and a region that shrank is
@@ -293,7 +294,8 @@ def remove_orphans(policy: SharedMemoryPolicy) -> int:
 class RegionCache:
     """A session's shared-memory state (the session owns one and closes it when it ends).
 
-    Regions are not kept open between executions. The session keeps the private
+    Regions are not kept open between executions; sealed ones are kept mapped (``view``),
+    found again by the memfd pool names they were mapped under (``kept``). The session keeps the private
     staging buffers its executions copied regions through, for the next ones (fresh
     pages cost more to fault in than the copy itself; bounded by ``LIMIT_BYTES``).
     Closing it removes the region files of clients that died (``remove_orphans``) from
