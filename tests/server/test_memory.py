@@ -120,22 +120,23 @@ def _sealed_memfd(prefix: str, size: int) -> tuple[int, str]:
     return fd, f"{prefix}memfd.{os.getpid()}.{fd}.{nonce}"
 
 
+def _bounded(tmp_path: Path, limit: int, count: int) -> tuple[SharedMemoryPolicy, RegionCache, list[int], list[str]]:
+    """A policy of prefix ``t-``, a session's cache keeping at most ``limit`` mappings, and
+    ``count`` sealed memfds of 4 KiB (``_sealed_memfd``): their descriptors and pool names."""
+    cache = RegionCache()
+    cache.LIMIT_MAPPED = limit
+    made = [_sealed_memfd("t-", 4096) for _ in range(count)]
+    return SharedMemoryPolicy(tmp_path, "t-"), cache, [fd for fd, _ in made], [name for _, name in made]
+
+
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux-only")
 def test_sealed_regions_are_used_in_place_and_kept_mapped_within_bounds(tmp_path: Path) -> None:
     """A sealed memfd's pool is its own pages (a write through the bound buffer is the
     client's byte, no copy back); the session keeps the mapping for the next executions,
     evicts the least recently used past its bounds, and drops them all when it ends.
     An unsealed memfd gets a private staging buffer."""
-    policy = SharedMemoryPolicy(tmp_path, "t-")
-    cache = RegionCache()
-    cache.LIMIT_MAPPED = 2
-    fds = []
+    policy, cache, fds, names = _bounded(tmp_path, 2, 3)
     try:
-        names = []
-        for _ in range(3):
-            fd, name = _sealed_memfd("t-", 4096)
-            fds.append(fd)
-            names.append(name)
         for name in names:
             bound = bind_pools((SharedMemoryPool("ashmem", name, 16, 64),), policy, {0}, cache=cache)
             buf = bound.buffers[0]
@@ -240,16 +241,9 @@ def test_a_released_memfd_is_refused_though_its_mapping_is_kept(tmp_path: Path) 
 def test_an_evicted_mapping_forgets_its_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past the bounds the least recently used mapping goes with the names that found it: its
     next execution opens and checks the memfd again (and maps it anew)."""
-    policy = SharedMemoryPolicy(tmp_path, "t-")
-    cache = RegionCache()
-    cache.LIMIT_MAPPED = 1
-    fds = []
+    policy, cache, fds, names = _bounded(tmp_path, 1, 2)
     try:
-        names = []
-        for _ in range(2):
-            fd, name = _sealed_memfd("t-", 4096)
-            fds.append(fd)
-            names.append(name)
+        for name in names:
             bind_pools((SharedMemoryPool("ashmem", name, 0, 64),), policy, {0}, cache=cache).close()
         assert list(cache._named) == [names[1]]
         opened = _opens(monkeypatch)
