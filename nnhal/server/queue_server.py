@@ -92,6 +92,10 @@ class _Served:
     #: at its first: its policy and a poll set of the queue's inbox alone.
     watch: lookout.Lookout | None = None
     poller: select.poll | None = None
+    #: When the holding worker stopped looking (a closed look or a miss) and handed the queue
+    #: back: its lookout learns the gap to the queue's next packet from the next turn, whoever
+    #: takes it (a look that stays closed is still taught, as the serving thread's is).
+    since: float | None = None
 
 
 class QueueServer:
@@ -282,6 +286,10 @@ class QueueServer:
         once none waits, ``_END`` once the queue is stopping, or the first packet that is not
         quick, for a worker."""
         queue, handle, refuse, after = served.queue, served.handle, served.refuse, served.after.run
+        since = served.since
+        if since is not None and served.watch is not None:  # a worker's look closed or missed (``_look_on``)
+            served.since = None
+            served.watch.waited(time.monotonic() - since, 0.0)
         clock = time.perf_counter_ns
         herald = HERALD
         # Decided once a turn (the thread's ``_batched`` changes between turns only): whether
@@ -339,12 +347,15 @@ class QueueServer:
         hand-back to the serving thread, no wake-up of that thread and of a worker again —
         two thread switches of every call that is not quick (not a compact call: a request
         naming shared memory, for one) while a core is spare. Otherwise the queue goes back
-        to the serving thread's set, which sleeps meanwhile: the queue was out of its set."""
+        to the serving thread's set, which sleeps meanwhile: the queue was out of its set.
+        The lookout is told every wait, as the serving thread's: a hit at once; a miss or a
+        look it kept closed at the queue's next turn (``since``), with the gap to that packet."""
         watch = served.watch
         if watch is None:
             watch = served.watch = self._worker_lookout()
         window = watch.window(announced)
         if window <= 0.0:
+            served.since = time.monotonic()  # the gap to the next packet is told at its turn
             return False
         if announced and window > ANNOUNCED_LOOK_S:
             window = ANNOUNCED_LOOK_S
@@ -360,8 +371,9 @@ class QueueServer:
             watch.spend(looked)
         elif rang:
             watch.waited(looked, looked)
-        else:  # a miss: the next packet comes (if ever) after the window
-            watch.waited(float("inf"), looked)
+        else:  # a miss: charged now, the gap to the next packet told at its turn
+            watch.spend(looked)
+            served.since = start
         return rang
 
     def _end(self, served: _Served) -> None:

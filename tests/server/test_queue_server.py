@@ -514,6 +514,8 @@ def test_a_worker_looks_for_its_queues_next_packet_before_handing_it_back(sock_d
         c.send(fastpacket.CALL, b"c3")
         assert c.answers(1) == [b"c3"]
         assert where[-1] == (b"c3", "nnhal-queues")
+        # The closed look is still taught: the gap to the next packet, nothing looked.
+        until(lambda: any(looked == 0.0 for _, looked in spy.waits), "the closed look's wait", _BOUND_S)
         q.stop()
         until(lambda: ended, "the queue's end", _BOUND_S)
         assert ended == [True]
