@@ -337,6 +337,7 @@ class QueueServer:
             # alone does not send a small model's queue to the workers.
             served.slow = served.slow + 1 if clock() - t0 >= INLINE_MAX_NS else 0
             packet = None
+            announced = False  # an early ring announced the packet just answered
 
     def _look_on(self, served: _Served, announced: bool) -> bool:
         """On the worker that holds ``served``, its queue's ring empty: look for the queue's
