@@ -64,6 +64,9 @@ class BoundPools:
     _cache: RegionCache | None = None
     _loaded = False
     _stored = False
+    #: Whether a shared pool is copied through a staging buffer (else every shared pool is a
+    #: sealed region used in place: nothing to plan, read or write back).
+    _staged = False
     #: Whether a pool names a driver-managed buffer (a token).
     has_tokens = False
     #: Bytes of the inline and shared pools (what the request itself brings).
@@ -87,7 +90,7 @@ class BoundPools:
         whose other bytes the client keeps using during the execution. Output ranges are
         read too, so that writing one back leaves the bytes an output shorter than its
         range did not fill as they were."""
-        if not self._shared:
+        if not self._staged:  # no pool copied: sealed regions are used in place
             return
         shared = {p.index: p for p in self._shared}
         for p in shared.values():
@@ -110,7 +113,7 @@ class BoundPools:
         (as a read-only view of its buffer, which nothing writes once the execution ended —
         an answer's writer copies it once, into its message or ring; a pool an output filled
         whole is already bytes)."""
-        if self._shared and not self._stored:  # else nothing to write back: an inline request's
+        if self._staged and not self._stored:  # else nothing to write back: inline or sealed pools
             self._stored = True
             try:
                 for p in self._shared:
@@ -138,7 +141,7 @@ class BoundPools:
         """Read the shared pools' bytes into their staging buffers, once (INVALID_ARGUMENT
         when a region shrank). Called when the execution starts, not at launch: a fenced
         execution reads what the executions it waited for wrote."""
-        if self._loaded or not self._shared:  # nothing to read: an inline request's, on every execution's path
+        if self._loaded or not self._staged:  # nothing to read: inline or sealed pools, on every execution's path
             return
         self._loaded = True
         for p in self._shared:
@@ -278,6 +281,7 @@ def bind_pools(
                         f"{where}: no private memory for a pool of {pool.size} bytes ({err.strerror})"
                     ) from None
                 bound._shared.append(_SharedPool(i, region, pool.offset, staging, i in writable))
+                bound._staged = True
                 buffers.append(memoryview(staging))  # filled by check_shared
                 bound.data_bytes += pool.size
             else:

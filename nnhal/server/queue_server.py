@@ -1,6 +1,7 @@
 """The one thread per device that serves every same-host queue (``QueueServer``): waits on
 all their request doorbells at once and answers each queue's packets in order, quick ones on
-its own thread, slow ones on a worker while other queues are served. The queue itself (its
+its own thread, slow ones on a worker (which looks for the queue's next packet a while before
+it hands the queue back) while other queues are served. The queue itself (its
 memfd, handover and packets): :mod:`nnhal.server.fastpath`.
 """
 
@@ -35,6 +36,18 @@ SPIN_MAX_US = 1000
 #: How long the serving thread looks for the next rung doorbell by default, while looking pays
 #: (:class:`nnhal.core.lookout.Lookout`).
 SPIN_DEFAULT_US = 200
+
+
+def _look(poll: Callable[[int], list[tuple[int, int]]], last: float) -> list[tuple[int, int]]:
+    """Look for ready descriptors without sleeping until ``last`` (monotonic seconds): each
+    look a non-blocking ``poll(0)`` (``epoll.poll`` or ``select.poll().poll``, which let other
+    threads have the GIL), then the core yielded. The events, or an empty list."""
+    monotonic, yield_core = time.monotonic, os.sched_yield
+    while True:
+        events = poll(0)
+        if events or monotonic() >= last:
+            return events
+        yield_core()
 
 
 def spin_from_env(value: str | None) -> tuple[float, bool]:
@@ -75,6 +88,14 @@ class _Served:
     polled: bool = True
     #: Answers written on the serving thread whose client was not rung yet.
     unrung: bool = False
+    #: The holding worker's look for the queue's next packet (``QueueServer._look_on``), made
+    #: at its first: its policy and a poll set of the queue's inbox alone.
+    watch: lookout.Lookout | None = None
+    poller: select.poll | None = None
+    #: When the holding worker stopped looking (a closed look or a miss) and handed the queue
+    #: back: its lookout learns the gap to the queue's next packet from the next turn, whoever
+    #: takes it (a look that stays closed is still taught, as the serving thread's is).
+    since: float | None = None
 
 
 class QueueServer:
@@ -88,7 +109,10 @@ class QueueServer:
     this thread, so that many
     busy queues cost no thread switch per packet and the server's threads do not contend
     for the GIL. Any other packet goes to a worker (``submit``), which then answers the
-    rest of that queue's waiting packets and hands the queue back. A quick packet that
+    rest of that queue's waiting packets — and those its client sends while the queue's own
+    lookout has the worker look for them (``_look_on``: a client answered sends its next call
+    at once, which then costs no hand-back and no wake-up of this thread and a worker) — and
+    hands the queue back. A quick packet that
     turns out slow holds the other queues up by that one execution (by two for a queue's
     first slow ones), after which its queue's packets go to workers while other queues are
     served (a sole queue's stay on this thread: nobody waits behind them). While several queues are
@@ -117,6 +141,8 @@ class QueueServer:
         self._batched = False
         #: When the serving thread looks for the next doorbell before it sleeps (only it uses it).
         self._lookout = lookout.Lookout(SPIN_S, SPIN_FORCED)
+        #: Makes a queue's lookout for the workers that hold it (``_look_on``).
+        self._worker_lookout: Callable[[], lookout.Lookout] = partial(lookout.Lookout, SPIN_S, SPIN_FORCED)
 
     @property
     def queues(self) -> int:
@@ -196,20 +222,14 @@ class QueueServer:
         monotonic = time.monotonic
         start = monotonic()
         if window > 0.0:
-            last = start + window
-            poll, yield_core = epoll.poll, os.sched_yield
-            while True:
-                events = poll(0)
-                if events:
-                    gap = monotonic() - start
-                    if announced:
-                        watch.spend(gap)
-                    else:
-                        watch.waited(gap, gap)
-                    return events
-                if monotonic() >= last:
-                    break
-                yield_core()
+            events = _look(epoll.poll, start + window)
+            if events:
+                gap = monotonic() - start
+                if announced:
+                    watch.spend(gap)
+                else:
+                    watch.waited(gap, gap)
+                return events
         looked = monotonic() - start
         events = epoll.poll()
         if announced:
@@ -266,6 +286,10 @@ class QueueServer:
         once none waits, ``_END`` once the queue is stopping, or the first packet that is not
         quick, for a worker."""
         queue, handle, refuse, after = served.queue, served.handle, served.refuse, served.after.run
+        since = served.since
+        if since is not None and served.watch is not None:  # a worker's look closed or missed (``_look_on``)
+            served.since = None
+            served.watch.waited(time.monotonic() - since, 0.0)
         clock = time.perf_counter_ns
         herald = HERALD
         # Decided once a turn (the thread's ``_batched`` changes between turns only): whether
@@ -274,11 +298,19 @@ class QueueServer:
         batched = handed is None and self._batched
         caller = None if batched else queue.ring
         packet = handed
+        announced = False
         while True:
             if packet is None:
                 packet = queue.next_packet(refuse)
                 if packet is None:
-                    return _END if queue.stopping else _ARM
+                    if queue.stopping:
+                        return _END
+                    # A worker that holds the queue looks for its next packet before handing it
+                    # back (``_look_on``): its client, just answered, often sends the next at once.
+                    if handed is None or not self._look_on(served, announced):
+                        return _ARM
+                    announced = queue.take_rings()
+                    continue
                 # A slow queue's packets go to a worker only while another queue is served:
                 # alone, nobody waits behind it, and the hop to a worker and back costs its
                 # client more than the turn it frees.
@@ -305,6 +337,45 @@ class QueueServer:
             # alone does not send a small model's queue to the workers.
             served.slow = served.slow + 1 if clock() - t0 >= INLINE_MAX_NS else 0
             packet = None
+            announced = False  # an early ring announced the packet just answered
+
+    def _look_on(self, served: _Served, announced: bool) -> bool:
+        """On the worker that holds ``served``, its queue's ring empty: look for the queue's
+        doorbell while the queue's own lookout allows (as the serving thread looks for the
+        next of all doorbells, ``_next_events``; ``announced``: its client rang early, a
+        packet is being written); whether it rang (its rings not taken yet). A client that
+        sends its next call within the window is answered by this worker at once: no
+        hand-back to the serving thread, no wake-up of that thread and of a worker again —
+        two thread switches of every call that is not quick (not a compact call: a request
+        naming shared memory, for one) while a core is spare. Otherwise the queue goes back
+        to the serving thread's set, which sleeps meanwhile: the queue was out of its set.
+        The lookout is told every wait, as the serving thread's: a hit at once; a miss or a
+        look it kept closed at the queue's next turn (``since``), with the gap to that packet."""
+        watch = served.watch
+        if watch is None:
+            watch = served.watch = self._worker_lookout()
+        window = watch.window(announced)
+        if window <= 0.0:
+            served.since = time.monotonic()  # the gap to the next packet is told at its turn
+            return False
+        if announced and window > ANNOUNCED_LOOK_S:
+            window = ANNOUNCED_LOOK_S
+        poller = served.poller
+        if poller is None:
+            poller = served.poller = select.poll()
+            poller.register(served.queue.inbox, select.POLLIN)
+        monotonic = time.monotonic
+        start = monotonic()
+        rang = bool(_look(poller.poll, start + window))
+        looked = monotonic() - start
+        if announced:  # as ``_next_events``: an announced look is only charged
+            watch.spend(looked)
+        elif rang:
+            watch.waited(looked, looked)
+        else:  # a miss: charged now, the gap to the next packet told at its turn
+            watch.spend(looked)
+            served.since = start
+        return rang
 
     def _end(self, served: _Served) -> None:
         fd = served.queue.inbox

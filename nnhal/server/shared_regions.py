@@ -7,7 +7,8 @@ the policy allows it, and only if that descriptor is a memfd whose own name is
 ``<prefix><nonce>``), with offset + size checked against the file's real size
 (``open_region``, every policy check in one place). A region the kernel guarantees
 cannot shrink (``F_GET_SEALS`` shows ``F_SEAL_SHRINK`` and ``F_SEAL_GROW``) is mapped and
-used in place (``RegionCache`` keeps whole-file mappings for the next executions). Any
+used in place (``RegionCache`` keeps whole-file mappings for the next executions, and finds
+a memfd it mapped again by its pool name after one ``stat``: ``RegionCache.kept``). Any
 other region is never mapped: a client can shrink its file at any time, and a mapped page
 past the new end faults the whole server (SIGBUS). Its bytes cross with
 ``preadv``/``pwrite`` into and out of private buffers, and a region that shrank is
@@ -157,16 +158,18 @@ class SharedRegion:
             self._fd = -1
 
 
-def _open_memfd(policy: SharedMemoryPolicy, name: str, where: str) -> int | None:
-    """The client memfd ``name`` designates, open; None when the name is not a memfd's."""
+def _open_memfd(policy: SharedMemoryPolicy, name: str, where: str) -> tuple[int, str] | None:
+    """The client memfd ``name`` designates, open, and the ``/proc`` path it was opened
+    through; None when the name is not a memfd's."""
     found = _MEMFD_NAME.fullmatch(name[len(policy.prefix) :])
     if found is None:
         return None
     if not policy.allow_memfd:
         raise InvalidArgument(f"{where}: this server accepts no memfd pools (create regions with memfd=False)")
     pid, number, nonce = found.groups()
+    path = f"/proc/{pid}/fd/{number}"
     try:
-        fd = os.open(f"/proc/{pid}/fd/{number}", os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as err:
         raise InvalidArgument(
             f"{where}: cannot open the client's memfd {name!r}: {err.strerror} (another user or PID namespace? "
@@ -180,7 +183,7 @@ def _open_memfd(policy: SharedMemoryPolicy, name: str, where: str) -> int | None
     if target != f"/memfd:{policy.prefix}{nonce} (deleted)":
         os.close(fd)
         raise InvalidArgument(f"{where}: {name!r} does not name a live memfd of its client")
-    return fd
+    return fd, path
 
 
 def open_region(
@@ -192,13 +195,23 @@ def open_region(
             f"{where}: unknown shared memory kind {pool.kind!r} (expected one of {sorted(SHARED_KINDS)})"
         )
     name = pool.name
+    if cache is not None:
+        # A sealed memfd this session mapped under this very name (so the name passed every
+        # check below then): its kept mapping, once ``/proc`` shows the client's descriptor is
+        # that memfd still (``RegionCache.kept``) — no descriptor opened, nothing re-checked
+        # that cannot have changed. Anything else (a new name, a released region, a range
+        # outside the file) takes the checks below, which word the refusal.
+        view = cache.kept(name, pool.offset, pool.size)
+        if view is not None:
+            return SharedRegion(name, -1, view)
     if not name or "/" in name or "\\" in name or name in (".", "..") or "\0" in name:
         raise InvalidArgument(f"{where}: shared memory name {name!r} must be a plain file name")
     if not name.startswith(policy.prefix):
         raise InvalidArgument(f"{where}: shared memory name {name!r} must start with {policy.prefix!r}")
     memfd = _open_memfd(policy, name, where)
+    proc_path = None
     if memfd is not None:
-        fd = memfd
+        fd, proc_path = memfd
     else:
         try:
             # O_NONBLOCK: a FIFO planted under a valid name must not block the open.
@@ -216,7 +229,7 @@ def open_region(
                 f"{where}: region [{pool.offset}, {pool.offset + pool.size}) is outside {name!r} of {st.st_size} bytes"
             )
         if sealed:
-            view = cache.view(fd, st, pool.offset, pool.size) if cache is not None else None
+            view = cache.view(fd, st, pool.offset, pool.size, name, proc_path) if cache is not None else None
             if view is not None:
                 return SharedRegion(name, fd, view)
             base = pool.offset - pool.offset % mmap.ALLOCATIONGRANULARITY
@@ -281,7 +294,8 @@ def remove_orphans(policy: SharedMemoryPolicy) -> int:
 class RegionCache:
     """A session's shared-memory state (the session owns one and closes it when it ends).
 
-    Regions are not kept open between executions. The session keeps the private
+    Regions are not kept open between executions; sealed ones are kept mapped (``view``),
+    found again by the memfd pool names they were mapped under (``kept``). The session keeps the private
     staging buffers its executions copied regions through, for the next ones (fresh
     pages cost more to fault in than the copy itself; bounded by ``LIMIT_BYTES``).
     Closing it removes the region files of clients that died (``remove_orphans``) from
@@ -296,23 +310,66 @@ class RegionCache:
     LIMIT_MAPPED_BYTES = 256 << 20
     LIMIT_MAPPED = 8
 
+    #: Pool names known to name a kept mapping (``kept``): a few per mapping at most.
+    LIMIT_NAMED = 4 * LIMIT_MAPPED
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._free: list[mmap.mmap] = []
         self._mapped: OrderedDict[tuple[int, int], mmap.mmap] = OrderedDict()
+        #: A kept mapping's memfd pool names: name -> (the ``/proc/<pid>/fd/<fd>`` path it was
+        #: opened through, the memfd's (device, inode): its ``_mapped`` key).
+        self._named: dict[str, tuple[str, tuple[int, int]]] = {}
 
-    def view(self, fd: int, st: os.stat_result, offset: int, size: int) -> memoryview | None:
+    def kept(self, name: str, offset: int, size: int) -> memoryview | None:
+        """``size`` bytes from ``offset`` of the kept mapping of the memfd pool ``name``, when
+        ``view`` mapped it under this name and the client's descriptor the name designates is
+        that memfd still; else None (the caller opens and checks the region as the first time).
+
+        As safe as opening it again: the mapping holds the memfd's inode, so no other file
+        has its (device, inode) while it is kept, and a ``stat`` of the ``/proc`` path showing
+        them means the client holds that very memfd at that number now — the one whose name
+        (its nonce) and seals were checked when it was mapped. The kernel allows that
+        ``stat`` only to a server that could open the path (the same ptrace check). Seals are
+        never removed, so the size checked then is the size for good. A released region (the
+        descriptor closed, or its number reused by another file) fails the ``stat`` or shows
+        another inode: refused by the full checks, as before. One system call instead of an
+        open, a readlink, the seals, an fstat and a close."""
+        named = self._named.get(name)
+        if named is None:
+            return None
+        path, key = named
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if (st.st_dev, st.st_ino) != key:
+            return None
+        with self._lock:
+            mapping = self._mapped.get(key)
+            if mapping is None or size <= 0 or offset < 0 or offset + size > len(mapping):
+                return None  # evicted meanwhile, or a range the full checks refuse
+            self._mapped.move_to_end(key)
+            # Made under the lock: an eviction cannot unmap it between lookup and view.
+            return memoryview(mapping)[offset : offset + size]
+
+    def view(
+        self, fd: int, st: os.stat_result, offset: int, size: int, name: str = "", path: str | None = None
+    ) -> memoryview | None:
         """``size`` bytes from ``offset`` of the sealed region open as ``fd`` (``st``: its
         fstat), in a mapping of the whole file kept for the next executions: mapping and
         unmapping 64 MiB cost more than copying it. None when the file is larger than the
         bound or cannot be mapped writable. The caller checked the seals: the file's size
         can never change, so the mapping can never fault. A kept mapping keeps the client's
-        memfd alive (bounded: ``LIMIT_MAPPED_BYTES``) until it is evicted or the session ends."""
+        memfd alive (bounded: ``LIMIT_MAPPED_BYTES``) until it is evicted or the session ends.
+        ``path``: the ``/proc/<pid>/fd/<fd>`` path of a client's memfd pool ``name`` (checked
+        by the caller: the memfd that name designates), by which ``kept`` finds it again."""
         key = (st.st_dev, st.st_ino)
         with self._lock:
             mapping = self._mapped.get(key)
             if mapping is not None:
                 self._mapped.move_to_end(key)
+                self._name(name, path, key)
                 # Made under the lock: an eviction cannot unmap it between lookup and view.
                 return memoryview(mapping)[offset : offset + size]
         if st.st_size > self.LIMIT_MAPPED_BYTES:
@@ -327,9 +384,22 @@ class RegionCache:
             while (
                 len(self._mapped) > self.LIMIT_MAPPED or sum(map(len, self._mapped.values())) > self.LIMIT_MAPPED_BYTES
             ):
-                _, old = self._mapped.popitem(last=False)
+                gone, old = self._mapped.popitem(last=False)
                 _unmap(old)
+                for stale in [n for n, (_, k) in self._named.items() if k == gone]:
+                    del self._named[stale]
+            self._name(name, path, key)
             return view
+
+    def _name(self, name: str, path: str | None, key: tuple[int, int]) -> None:
+        """Under the lock: remember that pool ``name`` (a memfd's, opened through ``path``)
+        names the kept mapping ``key`` (the oldest name forgotten past ``LIMIT_NAMED``)."""
+        if path is None or key not in self._mapped:
+            return
+        named = self._named
+        if name not in named and len(named) >= self.LIMIT_NAMED:
+            del named[next(iter(named))]
+        named[name] = (path, key)
 
     def staging(self, size: int) -> mmap.mmap:
         """A private buffer of ``size`` bytes (anonymous memory: pages nobody touches cost nothing)."""
@@ -353,6 +423,7 @@ class RegionCache:
         with self._lock:
             self._free = []
             mapped, self._mapped = list(self._mapped.values()), OrderedDict()
+            self._named = {}
         for mapping in mapped:
             _unmap(mapping)
         for policy in _served():

@@ -120,22 +120,23 @@ def _sealed_memfd(prefix: str, size: int) -> tuple[int, str]:
     return fd, f"{prefix}memfd.{os.getpid()}.{fd}.{nonce}"
 
 
+def _bounded(tmp_path: Path, limit: int, count: int) -> tuple[SharedMemoryPolicy, RegionCache, list[int], list[str]]:
+    """A policy of prefix ``t-``, a session's cache keeping at most ``limit`` mappings, and
+    ``count`` sealed memfds of 4 KiB (``_sealed_memfd``): their descriptors and pool names."""
+    cache = RegionCache()
+    cache.LIMIT_MAPPED = limit
+    made = [_sealed_memfd("t-", 4096) for _ in range(count)]
+    return SharedMemoryPolicy(tmp_path, "t-"), cache, [fd for fd, _ in made], [name for _, name in made]
+
+
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux-only")
 def test_sealed_regions_are_used_in_place_and_kept_mapped_within_bounds(tmp_path: Path) -> None:
     """A sealed memfd's pool is its own pages (a write through the bound buffer is the
     client's byte, no copy back); the session keeps the mapping for the next executions,
     evicts the least recently used past its bounds, and drops them all when it ends.
     An unsealed memfd gets a private staging buffer."""
-    policy = SharedMemoryPolicy(tmp_path, "t-")
-    cache = RegionCache()
-    cache.LIMIT_MAPPED = 2
-    fds = []
+    policy, cache, fds, names = _bounded(tmp_path, 2, 3)
     try:
-        names = []
-        for _ in range(3):
-            fd, name = _sealed_memfd("t-", 4096)
-            fds.append(fd)
-            names.append(name)
         for name in names:
             bound = bind_pools((SharedMemoryPool("ashmem", name, 16, 64),), policy, {0}, cache=cache)
             buf = bound.buffers[0]
@@ -157,5 +158,99 @@ def test_sealed_regions_are_used_in_place_and_kept_mapped_within_bounds(tmp_path
         assert bound._shared[0].staging is not None and not cache._mapped  # copied, never mapped
         bound.close()
     finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths ``os.open`` is asked to open from now on (still opened)."""
+    opened: list[str] = []
+    real = os.open
+
+    def counting(path: str | os.PathLike[str], flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        opened.append(str(path))
+        return real(path, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", counting)
+    return opened
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux-only")
+def test_a_sealed_memfd_bound_before_reuses_its_kept_mapping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's next execution naming the same sealed memfd opens nothing: ``/proc``
+    shows the client holds that memfd still, and its kept mapping is the pool (another range
+    of it too). A range outside the file is refused as the first time."""
+    policy = SharedMemoryPolicy(tmp_path, "t-")
+    cache = RegionCache()
+    fd, name = _sealed_memfd("t-", 4096)
+    try:
+        first = bind_pools((SharedMemoryPool("ashmem", name, 0, 64),), policy, {0}, cache=cache)
+        first.close()
+        opened = _opens(monkeypatch)
+        for offset in (0, 128):
+            bound = bind_pools((SharedMemoryPool("ashmem", name, offset, 64),), policy, {0}, cache=cache)
+            buf = bound.buffers[0]
+            assert isinstance(buf, memoryview)
+            buf[1] = offset + 1
+            bound.inline_results()
+            bound.close()
+            del buf
+            assert os.pread(fd, 1, offset + 1) == bytes([offset + 1])
+        assert opened == []  # no descriptor opened: the kept mapping
+        with pytest.raises(InvalidArgument, match="outside"):
+            bind_pools((SharedMemoryPool("ashmem", name, 4064, 64),), policy, {0}, cache=cache)
+        assert len(cache._mapped) == 1
+    finally:
+        cache.close()
+        os.close(fd)
+    assert not cache._named
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux-only")
+def test_a_released_memfd_is_refused_though_its_mapping_is_kept(tmp_path: Path) -> None:
+    """A region the client released (its descriptor closed) is refused while the session still
+    keeps its mapping, as when nothing was kept; so is its old name once another memfd got its
+    descriptor's number, and the new memfd's own name is that memfd, not the kept one."""
+    policy = SharedMemoryPolicy(tmp_path, "t-")
+    cache = RegionCache()
+    fd, name = _sealed_memfd("t-", 4096)
+    try:
+        bind_pools((SharedMemoryPool("ashmem", name, 0, 64),), policy, {0}, cache=cache).close()
+        os.close(fd)
+        with pytest.raises(InvalidArgument, match="cannot open the client's memfd"):
+            bind_pools((SharedMemoryPool("ashmem", name, 0, 64),), policy, {0}, cache=cache)
+        again, renamed = _sealed_memfd("t-", 4096)
+        assert again == fd  # the lowest free number: the released one's
+        try:
+            with pytest.raises(InvalidArgument, match="does not name a live memfd"):
+                bind_pools((SharedMemoryPool("ashmem", name, 0, 64),), policy, {0}, cache=cache)
+            bound = bind_pools((SharedMemoryPool("ashmem", renamed, 0, 64),), policy, {0}, cache=cache)
+            buf = bound.buffers[0]
+            assert isinstance(buf, memoryview)
+            buf[0] = 9
+            bound.close()
+            del buf
+            assert os.pread(again, 1, 0) == b"\x09" and len(cache._mapped) == 2
+        finally:
+            os.close(again)
+    finally:
+        cache.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux-only")
+def test_an_evicted_mapping_forgets_its_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the bounds the least recently used mapping goes with the names that found it: its
+    next execution opens and checks the memfd again (and maps it anew)."""
+    policy, cache, fds, names = _bounded(tmp_path, 1, 2)
+    try:
+        for name in names:
+            bind_pools((SharedMemoryPool("ashmem", name, 0, 64),), policy, {0}, cache=cache).close()
+        assert list(cache._named) == [names[1]]
+        opened = _opens(monkeypatch)
+        bind_pools((SharedMemoryPool("ashmem", names[0], 0, 64),), policy, {0}, cache=cache).close()
+        assert len(opened) == 1 and opened[0].startswith("/proc/")
+        assert list(cache._named) == [names[0]]
+    finally:
+        cache.close()
         for fd in fds:
             os.close(fd)

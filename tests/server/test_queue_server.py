@@ -471,3 +471,51 @@ def test_a_call_answered_at_once_that_asks_is_rung_early_then_when_answered(sock
         q.stop()
         until(lambda: ended, "the queue's end", _BOUND_S)
     assert HERALD.caller is None and HERALD.ring is None  # the test's thread never had one
+
+
+def test_a_worker_looks_for_its_queues_next_packet_before_handing_it_back(sock_dir: Path) -> None:
+    """A worker that answered a packet that is not quick looks for the queue's next packet
+    while the queue's lookout allows, answers it itself when it comes (no hand-back to the
+    serving thread), and tells the lookout; when the lookout says no, the queue goes back to
+    the serving thread at once, which answers its next quick packet."""
+    where: list[tuple[bytes, str]] = []
+
+    def handle(kind: int, payload: bytes | memoryview) -> tuple[int, bytes | memoryview]:
+        where.append((bytes(payload), threading.current_thread().name))
+        return fastring.RESULT, payload
+
+    ended: list[bool] = []
+    with ThreadPoolExecutor(1, thread_name_prefix="worker") as pool, _queue(sock_dir) as (q, c):
+        server = QueueServer(pool.submit)
+        spy = _SpyLookout(5.0)  # the client's next packet comes well within it
+        server._worker_lookout = lambda: spy
+        server.serve(
+            q,
+            handle,
+            _refuse,
+            lambda kind: kind == fastpacket.CALL,
+            contextvars.Context().run,
+            lambda: ended.append(True),
+        )
+        served = server._served[q.inbox]
+        c.send(fastring.REQUEST, b"r1")
+        assert c.answers(1) == [b"r1"]
+        until(lambda: spy.windows, "the worker's look", _BOUND_S)
+        c.send(fastpacket.CALL, b"c1")
+        assert c.answers(1) == [b"c1"]
+        assert where[0][1] == where[1][1] and where[0][1].startswith("worker")  # the worker that looked
+        until(lambda: spy.waits, "the look's end", _BOUND_S)
+        gap, looked = spy.waits[0]
+        assert 0.0 <= looked <= gap <= 5.0 and not served.polled  # a hit, and the worker holds the queue still
+        spy.window_s = 0.0  # the lookout says no: after the look under way (if any), handed back at once
+        c.send(fastpacket.CALL, b"c2")  # answered by whichever thread holds the queue now
+        assert c.answers(1) == [b"c2"]
+        until(lambda: served.polled, "the queue's hand-back", _BOUND_S)
+        c.send(fastpacket.CALL, b"c3")
+        assert c.answers(1) == [b"c3"]
+        assert where[-1] == (b"c3", "nnhal-queues")
+        # The closed look is still taught: the gap to the next packet, nothing looked.
+        until(lambda: any(looked == 0.0 for _, looked in spy.waits), "the closed look's wait", _BOUND_S)
+        q.stop()
+        until(lambda: ended, "the queue's end", _BOUND_S)
+        assert ended == [True]
