@@ -209,8 +209,11 @@ class MemoryBudget:
             )
         self._total += nbytes
 
-    def uncharge(self, session: str, nbytes: int, what: str = "model constants") -> None:
-        """Give back ``nbytes`` of kind ``what`` of ``session``; nothing when the session is closed."""
+    def uncharge(self, session: str, nbytes: int, what: str = "model constants", freed: int | None = None) -> None:
+        """Give back ``nbytes`` of kind ``what`` of ``session``; nothing when the session is closed.
+        ``freed``: how many of those bytes were on the heap and are now free (default: all), what
+        the releaser counts towards a trim (a shared pool's bytes never were: its trims would
+        be a collection and a ``malloc_trim`` with nothing to return, the GIL held meanwhile)."""
         with self._lock:
             account = self._accounts.get(session)
             if account is None:
@@ -222,7 +225,7 @@ class MemoryBudget:
             self._total -= nbytes
             kinds = account.kinds
             kinds[what] = kinds.get(what, 0) - nbytes
-        self.releaser.released(nbytes)
+        self.releaser.released(nbytes if freed is None else freed)
 
     def account(self, session: str, delta: int, what: str) -> None:
         """Charge a positive ``delta``, give back a negative one (a buffer's contents changing size)."""

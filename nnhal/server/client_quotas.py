@@ -67,11 +67,11 @@ class ClientQuotas(MemoryBudget):
             super().charge(session, nbytes, what)
             self._client_used[client] = used + nbytes
 
-    def uncharge(self, session: str, nbytes: int, what: str = "model constants") -> None:
+    def uncharge(self, session: str, nbytes: int, what: str = "model constants", freed: int | None = None) -> None:
         if session not in self._client_of:
-            return super().uncharge(session, nbytes, what)
+            return super().uncharge(session, nbytes, what, freed)
         with self._clients_lock:
             client = self._client_of.get(session)
-            super().uncharge(session, nbytes, what)
+            super().uncharge(session, nbytes, what, freed)
             if client is not None:
                 self._client_used[client] -= nbytes

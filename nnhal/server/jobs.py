@@ -215,7 +215,7 @@ class ExecutionJob:
     def _drop_data(self) -> None:
         cost, self._charged = self._charged, 0
         if cost:
-            self._budget.uncharge(self.session.id, cost, "request data")
+            self._budget.uncharge(self.session.id, cost, "request data", self.bound.heap_bytes)
 
     def run(self, give_back: bool = True) -> ExecutionResult:
         """Execute; every HAL failure is the result's status (a job launched unadmitted is

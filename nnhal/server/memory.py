@@ -71,6 +71,16 @@ class BoundPools:
     has_tokens = False
     #: Bytes of the inline and shared pools (what the request itself brings).
     data_bytes = 0
+    #: Of those, the shared pools' (the client's pages, or a staging buffer the session keeps
+    #: or unmaps): charged as the request's data, but none of them is on the server's heap, so
+    #: giving them back frees nothing a heap trim could return (``heap_bytes``).
+    shared_bytes = 0
+
+    @property
+    def heap_bytes(self) -> int:
+        """Bytes of the request's data on the server's heap (its inline pools' copies): what
+        giving the data's charge back frees (``MemoryBudget.uncharge``'s ``freed``)."""
+        return self.data_bytes - self.shared_bytes
 
     def __init__(self, cache: RegionCache | None = None) -> None:
         self.buffers: list[memoryview | bytes | bytearray] = []
@@ -272,6 +282,7 @@ def bind_pools(
                     bound._shared.append(_SharedPool(i, region, pool.offset, None, i in writable))
                     buffers.append(region.view)
                     bound.data_bytes += pool.size
+                    bound.shared_bytes += pool.size
                     continue
                 try:
                     staging = cache.staging(pool.size) if cache is not None else mmap.mmap(-1, pool.size)
@@ -284,6 +295,7 @@ def bind_pools(
                 bound._staged = True
                 buffers.append(memoryview(staging))  # filled by check_shared
                 bound.data_bytes += pool.size
+                bound.shared_bytes += pool.size
             else:
                 if resolve_token is None:
                     raise InvalidArgument(f"{where}: buffer tokens are not valid here")

@@ -176,3 +176,18 @@ def test_opening_an_open_session_again_keeps_its_account() -> None:
     assert budget.used("a") == 10 and budget.by_kind() == {"request data": 10}
     assert budget.close_session("a") == 10
     assert budget.used("a") == 0 and budget.by_kind() == {"request data": 0}
+
+
+def test_an_uncharge_counts_only_the_bytes_it_freed_towards_a_trim() -> None:
+    """Bytes that were never on the heap (a shared pool's) are given back to the accounts but
+    not counted towards a heap trim: a trim would find nothing to return."""
+    budget = _budget()
+    budget.releaser.after_bytes = 1 << 40  # counted, never due in this test
+    budget.charge("a", 1000, "request data")
+    budget.uncharge("a", 600, "request data", freed=0)
+    assert budget.used("a") == 400 and budget.releaser._pending == 0
+    budget.uncharge("a", 400, "request data", freed=100)
+    assert budget.used("a") == 0 and budget.releaser._pending == 100
+    budget.charge("a", 50)
+    budget.uncharge("a", 50)  # by default every byte given back was freed
+    assert budget.releaser._pending == 150

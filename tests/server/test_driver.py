@@ -244,3 +244,29 @@ def test_an_execution_counts_towards_a_heap_trim_what_it_held_not_its_grant() ->
         job.close()
     assert freed and max(freed) < 1 << 10, freed  # the ADD's 32-byte output, not the 1 MiB grant
     assert driver.budget.total == driver.budget.used(session.id)  # the grant was given back whole
+
+
+def test_an_execution_of_shared_pools_counts_none_of_their_bytes_towards_a_heap_trim(tmp_path: Path) -> None:
+    """A request's shared pools are charged as its data, but their bytes were never on the
+    server's heap: giving the charge back counts only the inline pools' copies, so a client
+    executing on large shared pools does not have the server collect and trim its heap (with
+    the GIL held) over and over with nothing to give back."""
+    (tmp_path / "nnhal-r").write_bytes(bytes(1 << 20))
+    driver = Driver(DeviceConfig(shared_memory=SharedMemoryPolicy(tmp_path)))
+    freed: list[int] = []
+    driver.budget.releaser.released = lambda nbytes: freed.append(nbytes)  # type: ignore[method-assign]
+    session = driver.open_session("t", LOCAL)
+    handle, _ = _prepare(driver, session)
+    shared = Request(
+        (RequestArgument(location=DataLocation(0, 0, 32)), RequestArgument(location=DataLocation(0, 32, 32))),
+        (RequestArgument(location=DataLocation(1, 0, 32)),),
+        (SharedMemoryPool("ashmem", "nnhal-r", 0, 1 << 20), InlinePool(b"", 32)),
+    )
+    freed.clear()
+    job = driver.begin_execute(session, handle, shared, measure=False, deadline_ns=None)
+    try:
+        assert job.run().status == ErrorStatus.NONE
+    finally:
+        job.close()
+    assert freed and sum(freed) < 1 << 10, freed  # the inline output's bytes, none of the 1 MiB region's
+    driver.close_session(session.id)

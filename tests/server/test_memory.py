@@ -13,7 +13,7 @@ import pytest
 
 from nnhal.client.memory import HELD_SUFFIX
 from nnhal.core.errors import InvalidArgument
-from nnhal.core.types import DataLocation, RequestArgument, SharedMemoryPool
+from nnhal.core.types import DataLocation, InlinePool, RequestArgument, SharedMemoryPool
 from nnhal.server import memory, shared_regions
 from nnhal.server.memory import bind_pools
 from nnhal.server.shared_regions import RegionCache, SharedMemoryPolicy, remove_orphans
@@ -157,6 +157,34 @@ def test_sealed_regions_are_used_in_place_and_kept_mapped_within_bounds(tmp_path
         bound.check_shared()
         assert bound._shared[0].staging is not None and not cache._mapped  # copied, never mapped
         bound.close()
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux-only")
+def test_the_heap_bytes_of_a_binding_are_its_inline_pools(tmp_path: Path) -> None:
+    """A request's data is charged whole, but only its inline pools' copies are on the server's
+    heap (``heap_bytes``, what giving the charge back frees): a shared pool's bytes are the
+    client's pages (sealed) or a staging buffer the session keeps (unsealed)."""
+    policy, cache, fds, names = _bounded(tmp_path, 2, 1)
+    unsealed = os.memfd_create("t-" + "cd" * 12, os.MFD_CLOEXEC)
+    fds.append(unsealed)
+    os.ftruncate(unsealed, 4096)
+    copied = f"t-memfd.{os.getpid()}.{unsealed}.{'cd' * 12}"
+    try:
+        pools = (
+            SharedMemoryPool("ashmem", names[0], 0, 64),
+            InlinePool(b"x" * 24, 24),
+            SharedMemoryPool("ashmem", copied, 0, 32),
+        )
+        bound = bind_pools(pools, policy, {0}, cache=cache)
+        assert (bound.data_bytes, bound.shared_bytes, bound.heap_bytes) == (120, 96, 24)
+        bound.close()
+        inline = bind_pools((InlinePool(b"y" * 16, 16),), policy, set(), cache=cache)
+        assert (inline.data_bytes, inline.heap_bytes) == (16, 16)
+        inline.close()
+        cache.close()
     finally:
         for fd in fds:
             os.close(fd)

@@ -179,7 +179,9 @@ class LeanRun(ExecutionControl):
             self.standing = None
             charged = standing.done(self.session.id, charged)
         if charged:
-            self._driver.budget.uncharge(self.session.id, charged, REQUEST_DATA)
+            # What the heap gets back: none of a shared pool's bytes (``BoundPools.heap_bytes``).
+            freed = min(charged, self.bound.heap_bytes)
+            self._driver.budget.uncharge(self.session.id, charged, REQUEST_DATA, freed)
         if pools:
             self.bound.drop()
 
