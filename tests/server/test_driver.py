@@ -270,3 +270,41 @@ def test_an_execution_of_shared_pools_counts_none_of_their_bytes_towards_a_heap_
         job.close()
     assert freed and sum(freed) < 1 << 10, freed  # the inline output's bytes, none of the 1 MiB region's
     driver.close_session(session.id)
+
+
+def test_an_executions_arena_is_not_counted_as_freed_towards_a_heap_trim() -> None:
+    """An execution's arena (its operands' buffers) goes back to its pool for the next one:
+    charged while the execution runs, but not freed when it ends, so not counted towards a
+    heap trim; the results' own copies are."""
+    side = 128  # 64 KiB operands: within an arena's (``ARENA_IO_BYTES``)
+    model = add_model((side, side))
+    driver = Driver(DeviceConfig(memory_per_client=64 << 20, memory_total=256 << 20))
+    freed: list[int] = []
+    driver.budget.releaser.released = lambda nbytes: freed.append(nbytes)  # type: ignore[method-assign]
+    session = driver.open_session("t", LOCAL)
+    job = driver.begin_prepare(session, model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None, b"")
+    try:
+        handle, _ = job.run()
+    finally:
+        job.close()
+    nbytes = side * side * 4
+    data = np.ones(2 * side * side, np.float32).tobytes()
+    request = Request(
+        (
+            RequestArgument(location=DataLocation(0, 0, nbytes)),
+            RequestArgument(location=DataLocation(0, nbytes, nbytes)),
+        ),
+        (RequestArgument(location=DataLocation(1, 0, nbytes)),),
+        (InlinePool(data, 2 * nbytes), InlinePool(b"", nbytes)),
+    )
+    for _ in range(3):  # the first makes the arena; the next reuse it
+        freed.clear()
+        run = driver.begin_execute(session, handle, request, measure=False, deadline_ns=None)
+        try:
+            assert run.run().status == ErrorStatus.NONE
+        finally:
+            run.close()
+        # The request's data (its inline pools' copies) and the result's copy, not the
+        # arena of the two inputs and the output (3 x 64 KiB) on top.
+        assert sum(freed) <= 4 * nbytes, freed
+    driver.close_session(session.id)

@@ -25,21 +25,30 @@ def _wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
     return predicate()
 
 
-def _recorder() -> tuple[list[str], Callable[[], None]]:
-    """The names of the threads that trimmed, and the trim recording them (instead of trimming)."""
+def _recorder(full: list[bool] | None = None) -> tuple[list[str], Callable[[bool], None]]:
+    """The names of the threads that trimmed, and the trim recording them (instead of trimming)
+    and, in ``full``, whether each collection was full."""
     seen: list[str] = []
-    return seen, lambda: seen.append(threading.current_thread().name)
+
+    def trim(whole: bool) -> None:
+        seen.append(threading.current_thread().name)
+        if full is not None:
+            full.append(whole)
+
+    return seen, trim
 
 
 @pytest.mark.skipif(not HAS_TRIM, reason="no glibc malloc_trim on this platform")
 def test_a_trim_follows_enough_released_bytes_once_the_releases_pause_off_the_callers_thread() -> None:
-    trims_seen, trim = _recorder()
+    full: list[bool] = []
+    trims_seen, trim = _recorder(full)
     r = Releaser(after_bytes=100, quiet_s=0.05, max_hold_s=3600, trim=trim)
     r.released(99)
     assert not r.trimming  # not enough to be worth a trim
     r.released(1)
     assert _wait_for(lambda: r.trims == 1)
     assert trims_seen == ["nnhal-trim"]  # never on the releasing thread
+    assert full == [True]  # the releases paused: a full collection
     assert _wait_for(lambda: not r.trimming)  # nothing pending: the trimmer ended
     r.released(1000)  # a new round
     assert _wait_for(lambda: r.trims == 2)
@@ -50,7 +59,8 @@ def test_a_trim_follows_enough_released_bytes_once_the_releases_pause_off_the_ca
 @pytest.mark.skipif(not HAS_TRIM, reason="no glibc malloc_trim on this platform")
 def test_steady_releases_are_trimmed_within_the_hold_bound() -> None:
     """Releases that never pause (a busy server) do not postpone the trim past ``max_hold_s``."""
-    trims_seen, trim = _recorder()
+    full: list[bool] = []
+    trims_seen, trim = _recorder(full)
     r = Releaser(after_bytes=100, quiet_s=3600, max_hold_s=0.05, trim=trim)
     r.released(100)
     end = time.monotonic() + 10
@@ -58,6 +68,9 @@ def test_steady_releases_are_trimmed_within_the_hold_bound() -> None:
         r.released(1)  # never quiet
         time.sleep(0.005)
     assert r.trims >= 1 and trims_seen[0] == "nnhal-trim"
+    # Cut short by the bound, calls waiting: the young generations only, no full collection
+    # (a stall of every call in progress).
+    assert full[0] is False
     assert _wait_for(lambda: not r.trimming)
 
 
@@ -65,7 +78,7 @@ def test_steady_releases_are_trimmed_within_the_hold_bound() -> None:
 def test_bytes_released_while_trimming_get_a_trim_of_their_own() -> None:
     calls: list[int] = []
 
-    def trim() -> None:
+    def trim(_full: bool) -> None:
         calls.append(1)
         if len(calls) == 1:
             r.released(500)  # released during the first trim: the trimmer is still armed

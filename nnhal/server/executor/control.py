@@ -87,6 +87,10 @@ class ExecutionControl:
     #: The most bytes held at once (kept by ``release_all``): what the execution really
     #: allocated at its peak, where ``reserved`` counts whole chunks.
     peak: int = 0
+    #: Of ``held``, the bytes of buffers the execution gives back to be reused (its arena,
+    #: checked back into its pool): held while it runs, charged like the rest, but not freed
+    #: when it ends, so not counted towards a heap trim (``release_all``).
+    kept: int = 0
     #: The server's limit on time.monotonic_ns, set by ``start`` when there is no deadline.
     limit_ns: int | None = None
     #: On time.monotonic_ns: before this a checkpoint has nothing to do (``due`` sets it).
@@ -212,16 +216,26 @@ class ExecutionControl:
         if held > self.peak:
             self.peak = held
 
-    def drop(self, nbytes: int) -> None:
-        """``nbytes`` held are free again (the grant stays: it is the high-water mark)."""
+    def hold_kept(self, nbytes: int) -> None:
+        """:meth:`hold` ``nbytes`` of a buffer kept for the next execution (``kept``)."""
+        self.kept += nbytes
+        self.hold(nbytes)
+
+    def drop(self, nbytes: int, kept: int = 0) -> None:
+        """``nbytes`` held are free again (the grant stays: it is the high-water mark),
+        ``kept`` of them a kept buffer's (:meth:`hold_kept`)."""
         self.held -= nbytes
+        if kept:
+            self.kept -= kept
 
     def release_all(self) -> None:
         """Give back every byte ``reserve`` granted (the execution is over), telling
-        ``release`` how many were held at the peak."""
+        ``release`` how many were held at the peak and freed now (a kept buffer's are not:
+        a trim of the heap after it would find nothing to give back)."""
         granted, self.reserved, self.held = self.reserved, 0, 0
         if granted and self.release is not None:
-            self.release(granted, freed=self.peak)
+            freed = self.peak - self.kept
+            self.release(granted, freed=freed if freed > 0 else 0)
 
     def run_subgraph(self, index: int, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run referenced subgraph ``index`` (control flow) with the same control."""

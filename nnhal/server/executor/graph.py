@@ -142,8 +142,9 @@ class PreparedGraph:
                 if pool is None or output_operands is not None:
                     return self._run(main, inputs, control, output_operands, 0)
                 if accounting:
-                    # The arena is this execution's while it runs: counted whole, before it exists.
-                    control.hold(pool.nbytes)
+                    # The arena is this execution's while it runs: counted whole, before it exists
+                    # (and kept afterwards, for the next: ``hold_kept``).
+                    control.hold_kept(pool.nbytes)
                 arena = pool.checkout()
                 try:
                     if not arena.load(inputs):
@@ -180,6 +181,7 @@ class PreparedGraph:
         assert pool is not None
         accounting = control.reserve is not None
         if accounting:
+            control.kept += pool.nbytes  # of them, the arena's (``ExecutionControl.hold_kept``)
             control.hold(main.straight_bytes)
         ran = False
         try:
@@ -188,7 +190,7 @@ class PreparedGraph:
                 segments = arena.straight
                 if segments is None or not arena.load(inputs):
                     if accounting:
-                        control.drop(main.straight_bytes)  # the general path holds its own
+                        control.drop(main.straight_bytes, pool.nbytes)  # the general path holds its own
                     return None
                 ran = True
                 self._program(segments, control)
@@ -479,7 +481,7 @@ class StraightLane:
         accounting = control.reserve is not None
         try:
             if accounting:  # the arena held before it is taken (a failed hold: nothing to give back)
-                control.hold(self._hold)
+                control.hold_kept(self._hold)  # and kept for the next run, not freed
             arena = pool.checkout()
             ins, outs = arena.io_bytes  # type: ignore[misc]
             for buffer, data in zip(ins, inputs):
