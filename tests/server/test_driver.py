@@ -17,6 +17,7 @@ from nnhal.core.types import (
     BufferRole,
     DataLocation,
     InlinePool,
+    Model,
     Request,
     RequestArgument,
     SharedMemoryPool,
@@ -48,9 +49,9 @@ def driver() -> Iterator[Driver]:
     assert drv.scheduler.in_flight == 0, "a test leaked a scheduler ticket"
 
 
-def _prepare(driver: Driver, session: Session, token: bytes = b"") -> tuple[str, bytes]:
+def _prepare(driver: Driver, session: Session, token: bytes = b"", model: Model | None = None) -> tuple[str, bytes]:
     job = driver.begin_prepare(
-        session, add_model(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None, token
+        session, model or add_model(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None, token
     )
     try:
         return job.run()
@@ -227,21 +228,32 @@ def test_sessions_are_capped_per_remote_host_and_identity_not_on_this_host() -> 
         VERIFIED_CLIENT.reset(token)
 
 
+def _releases(driver: Driver) -> tuple[Session, list[int]]:
+    """A session of ``driver`` and the bytes its releaser is told were freed (instead of
+    counting them towards a heap trim)."""
+    freed: list[int] = []
+    driver.budget.releaser.released = lambda nbytes: freed.append(nbytes)  # type: ignore[method-assign]
+    return driver.open_session("t", LOCAL), freed
+
+
+def _executed(driver: Driver, session: Session, handle: str, request: Request) -> None:
+    """One execution of ``request``, run to its end (NONE) and closed."""
+    job = driver.begin_execute(session, handle, request, measure=False, deadline_ns=None)
+    try:
+        assert job.run().status == ErrorStatus.NONE
+    finally:
+        job.close()
+
+
 def test_an_execution_counts_towards_a_heap_trim_what_it_held_not_its_grant() -> None:
     """The executor's grants come in chunks of a MiB or more; the releaser is told what the
     execution held at its peak, so a small model's executions do not trim the heap (a full
     garbage collection) over and over with nothing to give back."""
     driver = Driver(DeviceConfig(memory_per_client=64 << 20, memory_total=256 << 20))
-    freed: list[int] = []
-    driver.budget.releaser.released = lambda nbytes: freed.append(nbytes)  # type: ignore[method-assign]
-    session = driver.open_session("t", LOCAL)
+    session, freed = _releases(driver)
     handle, _ = _prepare(driver, session)
     freed.clear()
-    job = driver.begin_execute(session, handle, _request(2.0), measure=False, deadline_ns=None)
-    try:
-        assert job.run().status == ErrorStatus.NONE
-    finally:
-        job.close()
+    _executed(driver, session, handle, _request(2.0))
     assert freed and max(freed) < 1 << 10, freed  # the ADD's 32-byte output, not the 1 MiB grant
     assert driver.budget.total == driver.budget.used(session.id)  # the grant was given back whole
 
@@ -253,9 +265,7 @@ def test_an_execution_of_shared_pools_counts_none_of_their_bytes_towards_a_heap_
     the GIL held) over and over with nothing to give back."""
     (tmp_path / "nnhal-r").write_bytes(bytes(1 << 20))
     driver = Driver(DeviceConfig(shared_memory=SharedMemoryPolicy(tmp_path)))
-    freed: list[int] = []
-    driver.budget.releaser.released = lambda nbytes: freed.append(nbytes)  # type: ignore[method-assign]
-    session = driver.open_session("t", LOCAL)
+    session, freed = _releases(driver)
     handle, _ = _prepare(driver, session)
     shared = Request(
         (RequestArgument(location=DataLocation(0, 0, 32)), RequestArgument(location=DataLocation(0, 32, 32))),
@@ -263,11 +273,7 @@ def test_an_execution_of_shared_pools_counts_none_of_their_bytes_towards_a_heap_
         (SharedMemoryPool("ashmem", "nnhal-r", 0, 1 << 20), InlinePool(b"", 32)),
     )
     freed.clear()
-    job = driver.begin_execute(session, handle, shared, measure=False, deadline_ns=None)
-    try:
-        assert job.run().status == ErrorStatus.NONE
-    finally:
-        job.close()
+    _executed(driver, session, handle, shared)
     assert freed and sum(freed) < 1 << 10, freed  # the inline output's bytes, none of the 1 MiB region's
     driver.close_session(session.id)
 
@@ -277,16 +283,9 @@ def test_an_executions_arena_is_not_counted_as_freed_towards_a_heap_trim() -> No
     charged while the execution runs, but not freed when it ends, so not counted towards a
     heap trim; the results' own copies are."""
     side = 128  # 64 KiB operands: within an arena's (``ARENA_IO_BYTES``)
-    model = add_model((side, side))
     driver = Driver(DeviceConfig(memory_per_client=64 << 20, memory_total=256 << 20))
-    freed: list[int] = []
-    driver.budget.releaser.released = lambda nbytes: freed.append(nbytes)  # type: ignore[method-assign]
-    session = driver.open_session("t", LOCAL)
-    job = driver.begin_prepare(session, model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None, b"")
-    try:
-        handle, _ = job.run()
-    finally:
-        job.close()
+    session, freed = _releases(driver)
+    handle, _ = _prepare(driver, session, model=add_model((side, side)))
     nbytes = side * side * 4
     data = np.ones(2 * side * side, np.float32).tobytes()
     request = Request(
@@ -299,11 +298,7 @@ def test_an_executions_arena_is_not_counted_as_freed_towards_a_heap_trim() -> No
     )
     for _ in range(3):  # the first makes the arena; the next reuse it
         freed.clear()
-        run = driver.begin_execute(session, handle, request, measure=False, deadline_ns=None)
-        try:
-            assert run.run().status == ErrorStatus.NONE
-        finally:
-            run.close()
+        _executed(driver, session, handle, request)
         # The request's data (its inline pools' copies) and the result's copy, not the
         # arena of the two inputs and the output (3 x 64 KiB) on top.
         assert sum(freed) <= 4 * nbytes, freed
