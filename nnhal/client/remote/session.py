@@ -36,7 +36,6 @@ from nnhal.client.remote.transport import (
     GC_RELEASE_TIMEOUT,
     grpc_timeout,
     remaining_time,
-    tag_request_id,
 )
 from nnhal.core import fastanswer, wire_result, wire_stream
 from nnhal.core.enums import DeviceStatus, DeviceType, ErrorStatus
@@ -232,22 +231,14 @@ class RemoteSession(SessionChannel):
         """:meth:`execute_encoded` of a numpy plan's layout (``framed``: its frame, ``parts``: its
         first pool's data), its options given as they are (no options made for the call): the
         answer read apart, or None (nothing sent) when the session has a same-host queue. A
-        numpy plan's planned call (``PreparedModel._sender``): :meth:`unary`'s steps, the
-        queue's choice made (none), without its layers."""
+        numpy plan's planned call (``PreparedModel._sender``), through :meth:`unary`, the
+        session's one call path."""
         if self._queue is not None:
             return None
-        self.check(_SYNC)
-        md = self._metadata()
         remaining = remaining_time(timeout, deadline_at)
         raw = framed.write(parts, measure, remaining, loop_timeout_ns, profile)
-        limit = DEFAULT_CALL_TIMEOUT if remaining is None else grpc_timeout(remaining)
-        try:  # the answer read by the stub's deserializer (``encoded.execute_answered``)
-            return self._stubs.execute_encoded(raw, timeout=limit, metadata=md)  # type: ignore[no-any-return]
-        except grpc.RpcError as err:
-            raise self.failed(err, _SYNC, remaining is not None, md[0][1]) from err
-        except HalError as err:
-            tag_request_id(err, md[0][1])
-            raise
+        answer: encoded.Answer = self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining))
+        return answer  # read by the stub's deserializer (``encoded.execute_answered``)
 
     #: False once the server answered that it has no StreamedExecution service (an older server).
     _streams = True
