@@ -496,7 +496,7 @@ class StraightLane:
                 # drives the ``map`` (``setitem`` returns None) with no Python step per tensor.
                 any(map(setitem, ins, _WHOLE, inputs))
                 self._program(arena.straight, control)  # type: ignore[arg-type]
-                any(map(setitem, into, _WHOLE, outs))
+                any(map(setitem, into, _WHOLE, outs))  # type: ignore[arg-type]
             finally:
                 self._checkin(arena)
         except MemoryError:
