@@ -32,36 +32,21 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from dataclasses import dataclass
 
 from nnhal.core.enums import Priority
 from nnhal.core.errors import DeviceUnavailable, MissedDeadlineTransient, ResourceExhaustedTransient
 
 
+@dataclass(eq=False, slots=True)
 class Ticket:
-    """One execution's place in the scheduler, from admission to release (its identity: equal
-    only to itself). ``delayed``: the execution ever waited behind other work (for TRANSIENT vs
-    PERSISTENT); ``preempted``: how many times it was paused. Made per execution: its
-    constructor sets what every ticket names, the two counts of waits are class-level defaults
-    set on the instance once changed (no generated ``__init__`` setting six fields)."""
-
     client: str
     priority: Priority
     seq: int
-    running: bool
+    running: bool = False
+    #: Set when the execution ever waited behind other work (for TRANSIENT vs PERSISTENT).
     delayed: bool = False
     preempted: int = 0
-
-    def __init__(self, client: str, priority: Priority, seq: int, running: bool = False) -> None:
-        self.client = client
-        self.priority = priority
-        self.seq = seq
-        self.running = running
-
-    def __repr__(self) -> str:
-        return (
-            f"Ticket(client={self.client!r}, priority={self.priority!r}, seq={self.seq}, running={self.running}, "
-            f"delayed={self.delayed}, preempted={self.preempted})"
-        )
 
 
 #: After a client's higher-priority execution ends, its lower-priority work stays
@@ -253,12 +238,13 @@ class Scheduler:
                     recent = self._recent
                     recent[(ticket.client, priority)] = now
                     top = self._recent_top
-                    if priority > top:
-                        self._recent_top = top = priority
-                    # Only this hold-off, just set, and the top its own: nothing to drop or lower
-                    # (decided first: the common case reads no sweep time).
-                    if (len(recent) > 1 or top != priority) and now >= self._next_sweep_ns:
-                        self._sweep(now)
+                    # Only this hold-off, just set, and the top its own (the common case): nothing
+                    # to raise, drop or lower.
+                    if top != priority or len(recent) > 1:
+                        if priority > top:
+                            self._recent_top = top = priority
+                        if (len(recent) > 1 or top != priority) and now >= self._next_sweep_ns:
+                            self._sweep(now)
                 elif self._recent or self._recent_top != _LOW:
                     now = time.monotonic_ns()
                     if now >= self._next_sweep_ns:
