@@ -976,7 +976,12 @@ def test_a_one_segment_start_reads_nothing_when_nothing_can_be_due(monkeypatch: 
     server's limit would count from now); with a deadline it is ``start(True)``: passed, it raises
     before any step; a limit already counting is checked; an interval of 0 runs the hook."""
     calls: list[int] = []
-    monkeypatch.setattr(time, "monotonic_ns", lambda: calls.append(1) or 10**12)
+
+    def clock() -> int:
+        calls.append(1)
+        return 10**12
+
+    monkeypatch.setattr(time, "monotonic_ns", clock)
     quiet = ExecutionControl(checkpoint_hook=lambda: calls.append(2), max_execution_ns=1)
     quiet.start_once()
     assert calls == [] and quiet.limit_ns is None and quiet.next_ns == 0
