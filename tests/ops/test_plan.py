@@ -971,10 +971,11 @@ def test_an_arena_loads_only_inputs_of_its_buffers_shapes_and_dtypes() -> None:
 
 
 def test_a_one_segment_start_reads_nothing_when_nothing_can_be_due(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``start_once`` (a straight program of one segment): with no deadline, no limit counting and
-    no timeline nothing is planned or checked (the hook's first time is after the start; the
-    server's limit would count from now); with a deadline it is ``start(True)``: passed, it raises
-    before any step; a limit already counting is checked; an interval of 0 runs the hook."""
+    """``start_once`` (a straight program of one segment): with no deadline, no server's limit and
+    no timeline nothing is planned or checked (the hook's first time is after the start); with a
+    deadline it is ``start(True)``: passed, it raises before any step; with a server's limit the
+    limit starts counting (a partitioned model's later steps share the control), and one already
+    counting is checked; an interval of 0 runs the hook."""
     calls: list[int] = []
 
     def clock() -> int:
@@ -982,12 +983,15 @@ def test_a_one_segment_start_reads_nothing_when_nothing_can_be_due(monkeypatch: 
         return 10**12
 
     monkeypatch.setattr(time, "monotonic_ns", clock)
-    quiet = ExecutionControl(checkpoint_hook=lambda: calls.append(2), max_execution_ns=1)
+    quiet = ExecutionControl(checkpoint_hook=lambda: calls.append(2))
     quiet.start_once()
     assert calls == [] and quiet.limit_ns is None and quiet.next_ns == 0
     missed = ExecutionControl(deadline_ns=10**12 - 1)
     with pytest.raises(MissedDeadlineTransient):
         missed.start_once()
+    bounded = ExecutionControl(max_execution_ns=5)
+    bounded.start_once()
+    assert bounded.limit_ns == 10**12 + 5
     counting = ExecutionControl(max_execution_ns=1)
     counting.limit_ns = 10**12
     with pytest.raises(HalError):

@@ -158,10 +158,12 @@ class ExecutionControl:
         """``start(True)`` of a run whose start is its only checkpoint and its last boundary (a
         straight program of one segment, ``PreparedGraph._program``): the same checks at the
         start, nothing planned after them (as ``checkpoint(last=True)``). With no deadline, no
-        server's limit counting already and no timeline, nothing can be due there — the limit
-        would count from now, the hook's first time is :data:`HOOK_INTERVAL_NS` after it (when
-        that is not 0) — so nothing is read or set, not even the clock."""
-        if self.deadline_ns is None and self.limit_ns is None and self.timeline is None and HOOK_INTERVAL_NS:
+        server's limit (``max_execution_ns``: none counts, and none is to start counting — a
+        partitioned model's later steps run under the same control and their limit counts from
+        the first step's start) and no timeline, nothing can be due there — the hook's first
+        time is :data:`HOOK_INTERVAL_NS` after it (when that is not 0) — so nothing is read or
+        set, not even the clock."""
+        if self.deadline_ns is None and self.max_execution_ns is None and self.timeline is None and HOOK_INTERVAL_NS:
             return
         self.start(True)
 
