@@ -147,6 +147,10 @@ def _status_name(status: int) -> str:
         return str(status)
 
 
+def _untimed(seconds: float) -> None:
+    """The ``observe`` of a method whose answers are not timed (``DeviceMetrics.recorder``)."""
+
+
 class _DriverCollector(Collector):
     """Gauges read from every device's driver at scrape time, labelled by device."""
 
@@ -354,17 +358,21 @@ class DeviceMetrics:
         resolved once — a call pays a C increment and a list append, no lock or label lookup."""
         if timer is not None and timer not in TIMERS:
             raise ValueError(f"unknown timer {timer!r} (one of {', '.join(TIMERS)})")
-        resolved: dict[int, tuple[Callable[[], int], Callable[[float], None] | None]] = {}
+        resolved: dict[int, tuple[Callable[[], int], Callable[[float], None]]] = {}
+
+        def resolve(status: int) -> tuple[Callable[[], int], Callable[[float], None]]:
+            """The series of ``status``, resolved once: its count and its histogram's ``observe``."""
+            count = self._answer(method, status).increment
+            observe = _untimed if timer is None else self._histogram(timer, method, status).observe
+            return resolved.setdefault(status, (count, observe))
 
         def record(status: int, seconds: float | None) -> None:
-            series = resolved.get(status)
-            if series is None:
-                timed = None if timer is None else self._histogram(timer, method, status)
-                observing = None if timed is None else timed.observe
-                series = resolved.setdefault(status, (self._answer(method, status).increment, observing))
-            count, observe = series
+            try:
+                count, observe = resolved[status]
+            except KeyError:  # the status's first answer
+                count, observe = resolve(status)
             count()
-            if seconds is not None and observe is not None:
+            if seconds is not None:
                 observe(seconds)
 
         return record

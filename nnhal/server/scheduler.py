@@ -238,11 +238,13 @@ class Scheduler:
                     recent = self._recent
                     recent[(ticket.client, priority)] = now
                     top = self._recent_top
-                    if priority > top:
-                        self._recent_top = top = priority
-                    # Only this hold-off, just set, and the top its own: nothing to drop or lower.
-                    if now >= self._next_sweep_ns and (len(recent) > 1 or top != priority):
-                        self._sweep(now)
+                    # Only this hold-off, just set, and the top its own (the common case): nothing
+                    # to raise, drop or lower.
+                    if top != priority or len(recent) > 1:
+                        if priority > top:
+                            self._recent_top = top = priority
+                        if (len(recent) > 1 or top != priority) and now >= self._next_sweep_ns:
+                            self._sweep(now)
                 elif self._recent or self._recent_top != _LOW:
                     now = time.monotonic_ns()
                     if now >= self._next_sweep_ns:

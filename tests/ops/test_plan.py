@@ -968,3 +968,53 @@ def test_an_arena_loads_only_inputs_of_its_buffers_shapes_and_dtypes() -> None:
         assert not arena.load([])
     finally:
         pool.checkin(arena)
+
+
+def test_a_one_segment_start_reads_nothing_when_nothing_can_be_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``start_once`` (a straight program of one segment): with no deadline, no server's limit and
+    no timeline nothing is planned or checked (the hook's first time is after the start); with a
+    deadline it is ``start(True)``: passed, it raises before any step; with a server's limit the
+    limit starts counting (a partitioned model's later steps share the control), and one already
+    counting is checked; an interval of 0 runs the hook."""
+    calls: list[int] = []
+
+    def clock() -> int:
+        calls.append(1)
+        return 10**12
+
+    monkeypatch.setattr(time, "monotonic_ns", clock)
+    quiet = ExecutionControl(checkpoint_hook=lambda: calls.append(2))
+    quiet.start_once()
+    assert calls == [] and quiet.limit_ns is None and quiet.next_ns == 0
+    missed = ExecutionControl(deadline_ns=10**12 - 1)
+    with pytest.raises(MissedDeadlineTransient):
+        missed.start_once()
+    bounded = ExecutionControl(max_execution_ns=5)
+    bounded.start_once()
+    assert bounded.limit_ns == 10**12 + 5
+    counting = ExecutionControl(max_execution_ns=1)
+    counting.limit_ns = 10**12
+    with pytest.raises(HalError):
+        counting.start_once()
+    calls.clear()
+    monkeypatch.setattr(control_module, "HOOK_INTERVAL_NS", 0)
+    ExecutionControl(checkpoint_hook=lambda: calls.append(2)).start_once()
+    assert 2 in calls
+
+
+def test_an_arena_pool_keeps_the_latest_arenas_and_gives_the_newest_first() -> None:
+    """``checkin`` keeps at most ``KEPT`` idle arenas (the one given back longest ago dropped
+    for a newer one); ``checkout`` takes the one given back last (its memory the warmest)."""
+    from nnhal.server.executor.arena import KEPT
+
+    graph = _graph(_chain(2))
+    graph.run([np.zeros(SHAPE, np.float32)])
+    pool = graph.main.pool
+    assert pool is not None
+    arenas = [pool.checkout() for _ in range(KEPT + 2)]
+    assert len({id(a) for a in arenas}) == KEPT + 2
+    for arena in arenas:
+        pool.checkin(arena)
+    taken = [pool.checkout() for _ in range(KEPT)]
+    assert taken == arenas[:1:-1]  # the newest first; the two given back first were dropped
+    assert all(pool.checkout() not in arenas for _ in range(2))

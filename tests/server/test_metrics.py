@@ -284,3 +284,23 @@ def test_durations_wait_unfolded_at_most_fold_at_and_are_exact_when_read() -> No
     assert _value(m, "nnhal_execute_seconds_bucket", {**labels, "le": "0.0005"}) == 1  # 0.0 only
     assert _value(m, "nnhal_rpcs_total", labels) == len(durations)
     assert histogram.pending == []
+
+
+def test_an_untimed_recorder_counts_its_answers_and_times_none() -> None:
+    """``recorder(method, None)``: every answer counted, a duration handed with one ignored (no
+    histogram series made); a timed one's durations go to its timer's histogram."""
+    m = Metrics(Driver())
+    d = m.device(DEVICE)
+    untimed = d.recorder("getSupportedOperations", None)
+    untimed(ErrorStatus.NONE, 0.002)
+    untimed(ErrorStatus.NONE, None)
+    labels = {"method": "getSupportedOperations", "status": "NONE"}
+    assert _value(m, "nnhal_rpcs_total", labels) == 2
+    assert _value(m, "nnhal_execute_seconds_count", labels) is None
+    assert _value(m, "nnhal_prepare_seconds_count", labels) is None
+    timed = d.recorder("prepareModel", "prepare")
+    timed(ErrorStatus.GENERAL_FAILURE, 0.5)
+    timed(ErrorStatus.GENERAL_FAILURE, None)
+    failed = {"method": "prepareModel", "status": "GENERAL_FAILURE"}
+    assert _value(m, "nnhal_rpcs_total", failed) == 2
+    assert _value(m, "nnhal_prepare_seconds_count", failed) == 1

@@ -351,3 +351,16 @@ def test_release_keeps_the_hold_offs_bounded_and_their_top_exact() -> None:
     assert t is not None
     s.release(t)
     assert s._recent == {} and s._recent_top == Priority.LOW
+
+
+def test_a_ticket_is_its_own_identity_and_starts_with_no_waits() -> None:
+    """Tickets compare and hash by identity (released by identity); a new one has waited and been
+    paused never, and its repr names its fields."""
+    s = Scheduler(slots=1)
+    a = s.try_start("c", Priority.MEDIUM)
+    b = Ticket("c", Priority.MEDIUM, a.seq if a is not None else 0, True)
+    assert a is not None and a.running and a != b and len({a, b}) == 2
+    assert (a.delayed, a.preempted) == (False, 0) and (b.delayed, b.preempted) == (False, 0)
+    assert "client='c'" in repr(a) and "preempted=0" in repr(a)
+    s.release(a)
+    assert not a.running and s.in_flight == 0

@@ -26,6 +26,7 @@ Contracts:
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -141,8 +142,8 @@ class Arena:
 
 
 class ArenaPool:
-    """Arenas of one layout, checked out one per execution. Thread-safe (``list.pop`` and
-    ``list.append`` are atomic)."""
+    """Arenas of one layout, checked out one per execution. Thread-safe (``deque.pop`` and
+    ``deque.append`` are atomic)."""
 
     def __init__(
         self,
@@ -153,7 +154,13 @@ class ArenaPool:
         self._layout = layout
         self._step_slots = list(step_slots)
         self._input_slots = tuple(input_slots)
-        self._idle: list[Arena] = []
+        #: The idle arenas, the most recently given back last (taken first: its memory is the
+        #: likeliest still in cache); at most :data:`KEPT`, the oldest dropped beyond them.
+        self._idle: collections.deque[Arena] = collections.deque(maxlen=KEPT)
+        #: Give back an arena: the caller holds nothing that shares its memory any more. One C
+        #: call (the deque's ``append``: atomic, and at most :data:`KEPT` idle arenas kept, the
+        #: one given back longest ago dropped for a newer one).
+        self.checkin: Callable[[Arena], None] = self._idle.append
         #: Called with each arena made, before its first use.
         self.on_new: Callable[[Arena], None] | None = None
 
@@ -172,9 +179,3 @@ class ArenaPool:
         if self.on_new is not None:
             self.on_new(arena)
         return arena
-
-    def checkin(self, arena: Arena) -> None:
-        """Give back ``arena``: the caller holds nothing that shares its memory any more."""
-        # Unlocked: executions giving arenas back at once may keep a few beyond KEPT for a while.
-        if len(self._idle) < KEPT:
-            self._idle.append(arena)

@@ -154,6 +154,19 @@ class ExecutionControl:
         if checkpoint and now >= self.next_ns:
             self.due(now)
 
+    def start_once(self) -> None:
+        """``start(True)`` of a run whose start is its only checkpoint and its last boundary (a
+        straight program of one segment, ``PreparedGraph._program``): the same checks at the
+        start, nothing planned after them (as ``checkpoint(last=True)``). With no deadline, no
+        server's limit (``max_execution_ns``: none counts, and none is to start counting — a
+        partitioned model's later steps run under the same control and their limit counts from
+        the first step's start) and no timeline, nothing can be due there — the hook's first
+        time is :data:`HOOK_INTERVAL_NS` after it (when that is not 0) — so nothing is read or
+        set, not even the clock."""
+        if self.deadline_ns is None and self.max_execution_ns is None and self.timeline is None and HOOK_INTERVAL_NS:
+            return
+        self.start(True)
+
     def checkpoint(self, last: bool = False) -> None:
         """At an operation boundary: raise what ends the execution (see the class docstring).
         ``last``: the run's last boundary (a compiled graph's end, ``compiling.run_compiled``):

@@ -11,6 +11,8 @@ import importlib
 import time
 from collections.abc import Sequence
 from contextvars import ContextVar
+from itertools import repeat
+from operator import setitem
 from typing import Any
 
 import numpy as np
@@ -59,6 +61,9 @@ _FP_STATE, _FP_IGNORE = _numpy_error_state()
 
 #: A result copied out of its arena buffer (``_run_straight``: ``map``, no Python step per result).
 _COPY = np.ndarray.copy
+#: ``[:]`` for every element (``StraightLane.run``'s byte copies, ``map``ped: one C loop over the
+#: tensors, faster than a Python loop for as few as two).
+_WHOLE = repeat(slice(None))
 
 
 def _exhausted() -> ResourceExhaustedTransient:
@@ -91,6 +96,8 @@ class PreparedGraph:
         self.relaxed = model.relax_computation_float32_to_float16
         self._pools = pools
         self.main = self._prepare(model.main, arena=True)
+        #: The operations a straight run of the main subgraph counts (``_program``).
+        self._straight_ops = len(self.main.steps)
         # Referenced subgraphs run per loop iteration and hand their results to control flow:
         # they allocate afresh.
         self.referenced = [self._prepare(sg, arena=False) for sg in model.referenced]
@@ -216,8 +223,8 @@ class PreparedGraph:
         else:
             token = _FP_STATE.set(_FP_IGNORE)
             try:
-                if len(segments) == 1:  # its one checkpoint is the start's (one clock reading)
-                    control.start(True)
+                if len(segments) == 1:  # its one checkpoint is the start's (``start_once``)
+                    control.start_once()
                     for call in segments[0]:
                         call()
                 else:
@@ -225,7 +232,7 @@ class PreparedGraph:
                     run_segments(segments, control)
             finally:
                 _FP_STATE.reset(token)
-        control.operations_run += len(self.main.steps)
+        control.operations_run += self._straight_ops
 
     def lane(self, inputs: Sequence[_Spec], outputs: Sequence[_Spec]) -> StraightLane | None:
         """``backend.LaneGraph.lane``: the straight program's lane when the main subgraph runs as
@@ -458,7 +465,7 @@ class StraightLane:
     result out as an array for the caller to write. Nothing is checked per call: the
     dtypes and shapes were matched when it was made."""
 
-    __slots__ = ("_hold", "_pool", "_program")
+    __slots__ = ("_checkin", "_checkout", "_hold", "_program")
 
     library = "the reference executor"
 
@@ -466,7 +473,9 @@ class StraightLane:
         self._program = graph._program
         pool = graph.main.pool
         assert pool is not None
-        self._pool = pool
+        #: The arena pool's two steps, resolved once (its ``checkin`` is one C call).
+        self._checkout = pool.checkout
+        self._checkin = pool.checkin
         #: What a run holds under memory accounting: its arena (no result copied out of it).
         self._hold = pool.nbytes
 
@@ -476,24 +485,23 @@ class StraightLane:
         return into
 
     def run(self, inputs: Sequence[memoryview], into: Sequence[memoryview], control: ExecutionControl) -> object:
-        pool = self._pool
-        arena = None
         accounting = control.reserve is not None
         try:
             if accounting:  # the arena held before it is taken (a failed hold: nothing to give back)
                 control.hold_kept(self._hold)  # and kept for the next run, not freed
-            arena = pool.checkout()
-            ins, outs = arena.io_bytes  # type: ignore[misc]
-            for buffer, data in zip(ins, inputs):
-                buffer[:] = data
-            self._program(arena.straight, control)  # type: ignore[arg-type]
-            for place, result in zip(into, outs):
-                place[:] = result
+            arena = self._checkout()
+            try:
+                ins, outs = arena.io_bytes  # type: ignore[misc]
+                # Each input's bytes into its buffer, then each result's into its place: ``any``
+                # drives the ``map`` (``setitem`` returns None) with no Python step per tensor.
+                any(map(setitem, ins, _WHOLE, inputs))
+                self._program(arena.straight, control)  # type: ignore[arg-type]
+                any(map(setitem, into, _WHOLE, outs))  # type: ignore[arg-type]
+            finally:
+                self._checkin(arena)
         except MemoryError:
             raise _exhausted() from None
         finally:
-            if arena is not None:
-                pool.checkin(arena)
             if accounting:
                 control.release_all()
         return into
