@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.client.outcome import ExecutionOutcome
+from nnhal.client.outcome import NO_KEPT_ANSWER, ExecutionOutcome, KeptAnswer, kept_answer
 from nnhal.core import fastpacket, wire_stream
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, InvalidArgument
@@ -87,6 +87,7 @@ class _Plan:
 
     __slots__ = (
         "_decoding",
+        "_kept",
         "compact",
         "encoded_sizes",
         "facts",
@@ -149,6 +150,10 @@ class _Plan:
         #: how the outputs read: per output, the array's maker (``np.ndarray`` with its shape
         #: and dtype given) and its offset.
         self._decoding: tuple[Sequence[OutputShape], int, tuple[_Maker, ...]] = ((), -1, ())
+        #: The outcome of the answers alike the last successful one that others were read as alike
+        #: (``outcome.kept_answer``), and how their outputs read (their pool's length and shapes
+        #: are that answer's): :meth:`settle` makes their outcomes of it, nothing read again.
+        self._kept: tuple[KeptAnswer, tuple[_Maker, ...]] = (NO_KEPT_ANSWER, ())
 
     @staticmethod
     def of(
@@ -238,6 +243,15 @@ class _Plan:
         The outputs of a successful answer are read-only views of its output pool (the answer's
         own bytes, which nothing reuses); its shapes are checked against the pool once per answer
         structure (GENERAL_FAILURE for outputs that do not fit)."""
+        kept, makers = self._kept
+        if result is kept[0] and timing is result.timing:
+            # An answer alike the kept one (``outcome.kept_answer``): its outputs read by the kept
+            # makers out of its own pool, its outcome of the kept fields.
+            data = pools.get(1, b"")  # type: ignore[union-attr]  # not None: an answer read apart
+            outputs: list[np.ndarray] = []
+            for make, offset in makers:
+                outputs.append(make(data, offset))
+            return ExecutionOutcome.of_kept(kept, pools, outputs)  # type: ignore[arg-type]
         # A planned call is never profiled: its result has no profile or timeline to carry over.
         status, message, shapes = result.status, result.message, result.output_shapes
         if pools is None:
@@ -260,9 +274,15 @@ class _Plan:
             makers = made
         # An array over the pool's bytes at once (a view, like frombuffer's, without its reshape);
         # a loop, not a comprehension, which would make a function object per call.
-        outputs: list[np.ndarray] = []
+        outputs = []
         for make, offset in makers:
             outputs.append(make(data, offset))
+        # An answer alike the ones after it (its result shared by them): its outcome's fields kept
+        # with these makers (its pool's length and shapes are theirs).
+        alike = kept_answer((result, pools, timing))
+        if alike is not None:
+            self._kept = (alike, makers)
+            return ExecutionOutcome.of_kept(alike, pools, outputs)
         return ExecutionOutcome.answered(status, message, shapes, timing, pools, outputs)
 
 
