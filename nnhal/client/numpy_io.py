@@ -231,6 +231,20 @@ class _Plan:
         """The request of a call of these parts (:meth:`pools`)."""
         return Request(self.inputs, self.outputs, self.pools(parts))
 
+    def made(self, result: ExecutionResult, pools: dict[int, PoolData]) -> ExecutionOutcome | None:
+        """The outcome of an answer of this plan's call alike the kept one (:meth:`settle`'s:
+        ``result`` is the one those answers share, ``pools`` this answer's own, its timing the
+        result's): its outputs read by the kept makers out of its own pool, its other fields the
+        kept ones; None for another ``result``."""
+        kept, makers = self._kept
+        if result is not kept[0]:
+            return None
+        data = pools.get(1, b"")
+        outputs: list[np.ndarray] = []
+        for make, offset in makers:
+            outputs.append(make(data, offset))
+        return ExecutionOutcome.of_kept(kept, pools, outputs)
+
     def settle(
         self, result: ExecutionResult, pools: dict[int, PoolData] | None = None, timing: Timing | None = None
     ) -> ExecutionOutcome | list[int]:
@@ -243,15 +257,10 @@ class _Plan:
         The outputs of a successful answer are read-only views of its output pool (the answer's
         own bytes, which nothing reuses); its shapes are checked against the pool once per answer
         structure (GENERAL_FAILURE for outputs that do not fit)."""
-        kept, makers = self._kept
-        if result is kept[0] and timing is result.timing:
-            # An answer alike the kept one (``outcome.kept_answer``): its outputs read by the kept
-            # makers out of its own pool, its outcome of the kept fields.
-            data = pools.get(1, b"")  # type: ignore[union-attr]  # not None: an answer read apart
-            outputs: list[np.ndarray] = []
-            for make, offset in makers:
-                outputs.append(make(data, offset))
-            return ExecutionOutcome.of_kept(kept, pools, outputs)  # type: ignore[arg-type]
+        if pools is not None and timing is result.timing:
+            alike = self.made(result, pools)
+            if alike is not None:  # an answer alike the kept one
+                return alike
         # A planned call is never profiled: its result has no profile or timeline to carry over.
         status, message, shapes = result.status, result.message, result.output_shapes
         if pools is None:
@@ -274,15 +283,15 @@ class _Plan:
             makers = made
         # An array over the pool's bytes at once (a view, like frombuffer's, without its reshape);
         # a loop, not a comprehension, which would make a function object per call.
-        outputs = []
+        outputs: list[np.ndarray] = []
         for make, offset in makers:
             outputs.append(make(data, offset))
         # An answer alike the ones after it (its result shared by them): its outcome's fields kept
         # with these makers (its pool's length and shapes are theirs).
-        alike = kept_answer((result, pools, timing))
-        if alike is not None:
-            self._kept = (alike, makers)
-            return ExecutionOutcome.of_kept(alike, pools, outputs)
+        kept = kept_answer((result, pools, timing))
+        if kept is not None:
+            self._kept = (kept, makers)
+            return ExecutionOutcome.of_kept(kept, pools, outputs)
         return ExecutionOutcome.answered(status, message, shapes, timing, pools, outputs)
 
 
