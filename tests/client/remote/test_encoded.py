@@ -382,17 +382,15 @@ def test_a_streams_plain_requests_are_its_kept_layouts_bytes() -> None:
     ]
     for request in others:
         assert requests.plain(request) is None
-    # The same layout written from a view: still plain for bytes (the facts are read per request).
-    view = Request(INPUTS, OUTPUTS, (InlinePool(memoryview(bytes(40)), 40), InlinePool(b"", 32)))
-    requests.write(view, False, None, 0, False, True)
-    request = Request(INPUTS, OUTPUTS, pools())
-    assert requests.plain(request) == requests.write(request, False, None, 0, False, True)
-    # A layout first written from a view is written, never plain; the next one is again.
+    # A layout first written from a view: plain for requests of bytes (read per request).
     requests.write(Request(INPUTS, OUTPUTS, (InlinePool(memoryview(bytes(48)), 48), InlinePool(b"", 32))), *_NONE)
-    assert requests.plain(Request(INPUTS, OUTPUTS, pools(bytes(48), 48))) is None
-    requests.write(Request(INPUTS, OUTPUTS, pools(bytes(8), 8)), False, None, 0, False, True)
-    request = Request(INPUTS, OUTPUTS, pools(b"12345678", 8))
-    assert requests.plain(request) == requests.write(request, False, None, 0, False, True)
+    request = Request(INPUTS, OUTPUTS, pools(b"\x0a" * 48, 48))
+    assert requests.plain(request) == requests.write(request, *_NONE)
+    assert requests.plain(Request(INPUTS, OUTPUTS, pools())) is None  # the layout before: no longer kept
+    # Equal arguments keep the layout, not the tuples: plain for the kept tuples only.
+    requests.write(Request(equal, OUTPUTS, pools(bytes(48), 48)), *_NONE)
+    assert requests.plain(Request(equal, OUTPUTS, pools(bytes(48), 48))) is None
+    assert requests.plain(request) == requests.write(request, *_NONE)
 
 
 _NONE = (False, None, 0, False, True)  # no scalars, framed as a BurstRequest
