@@ -112,8 +112,12 @@ class ExecutionOutcome:
         """:meth:`answered` of an answer alike the one ``kept`` was made of (:func:`kept_answer`:
         its result, shared by such answers, is ``kept[0]``) with this answer's own ``pools``:
         its fields but those copied from the kept ones, none read again."""
+        fields = kept[1].copy()  # a copy and three sets: faster than a merge into a new dict
+        fields["output_pools"] = pools
+        fields["outputs"] = outputs
+        fields["profile"] = []
         outcome: ExecutionOutcome = _new(cls)
-        outcome.__dict__ = {**kept[1], "output_pools": pools, "outputs": outputs, "profile": []}
+        outcome.__dict__ = fields
         return outcome
 
     @classmethod
