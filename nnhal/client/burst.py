@@ -31,7 +31,7 @@ import numpy as np
 
 from nnhal.client import steps
 from nnhal.client.numpy_io import NumpyIO, no_model, numpy_execution, settle
-from nnhal.client.outcome import ExecutionOutcome
+from nnhal.client.outcome import NO_KEPT_ANSWER, ExecutionOutcome, KeptAnswer, kept_answer
 from nnhal.client.remote import BurstStream, ExecutionOptions, FastBurstLink, RemoteSession, encoded
 from nnhal.client.remote.transport import remaining_time
 from nnhal.core import fastanswer
@@ -97,10 +97,30 @@ class Burst:
         direct = self._direct
         if direct is not None:
             stream, written = direct
-            data = written.write(request, measure, remaining_time(timeout), 0, False, True)
+            # A request of the stream's kept layout, no scalars: its kept frame and the pools' data.
+            data = None if measure or timeout is not None else written.plain(request)
+            if data is None:
+                data = written.write(request, measure, remaining_time(timeout), 0, False, True)
             if data is not None:  # else a pool that is not inline: the message built field by field
-                return ExecutionOutcome.of_answer(self._remote.burst_sent(stream, data))
+                r, pools, _ = answer = self._remote.burst_sent(stream, data)
+                kept = self._kept
+                if r is kept[0]:  # an answer alike the kept one: its fields, these pools
+                    return ExecutionOutcome.of_kept(kept, pools, [])
+                return self._outcome(answer)
         return ExecutionOutcome.of_answer(self._answered(request, ExecutionOptions.of(measure, timeout)))
+
+    #: The outcome of the stream's answers alike (``outcome.kept_answer``): made at the first
+    #: answer that one is read as alike another (``encoded.burst_answered``), then kept.
+    _kept: KeptAnswer = NO_KEPT_ANSWER
+
+    def _outcome(self, answer: fastanswer.Apart) -> ExecutionOutcome:
+        """The outcome of a stream's answer not alike the kept one; one that is alike the
+        answers before it is kept in its place (:meth:`execute`)."""
+        kept = kept_answer(answer)
+        if kept is None:
+            return ExecutionOutcome.of_answer(answer)
+        self._kept = kept
+        return ExecutionOutcome.of_kept(kept, answer[1], [])
 
     def _answered(self, request: Request, options: ExecutionOptions) -> fastanswer.Apart:
         """One execution, its answer read apart: on the fast path when it fits the rings, else on

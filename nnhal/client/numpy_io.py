@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.client.outcome import ExecutionOutcome
+from nnhal.client.outcome import NO_KEPT_ANSWER, ExecutionOutcome, KeptAnswer, kept_answer
 from nnhal.core import fastpacket, wire_stream
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure, InvalidArgument
@@ -87,6 +87,7 @@ class _Plan:
 
     __slots__ = (
         "_decoding",
+        "_kept",
         "compact",
         "encoded_sizes",
         "facts",
@@ -149,6 +150,10 @@ class _Plan:
         #: how the outputs read: per output, the array's maker (``np.ndarray`` with its shape
         #: and dtype given) and its offset.
         self._decoding: tuple[Sequence[OutputShape], int, tuple[_Maker, ...]] = ((), -1, ())
+        #: The outcome of the answers alike the last successful one that others were read as alike
+        #: (``outcome.kept_answer``), and how their outputs read (their pool's length and shapes
+        #: are that answer's): :meth:`settle` makes their outcomes of it, nothing read again.
+        self._kept: tuple[KeptAnswer, tuple[_Maker, ...]] = (NO_KEPT_ANSWER, ())
 
     @staticmethod
     def of(
@@ -226,6 +231,20 @@ class _Plan:
         """The request of a call of these parts (:meth:`pools`)."""
         return Request(self.inputs, self.outputs, self.pools(parts))
 
+    def made(self, result: ExecutionResult, pools: dict[int, PoolData]) -> ExecutionOutcome | None:
+        """The outcome of an answer of this plan's call alike the kept one (:meth:`settle`'s:
+        ``result`` is the one those answers share, ``pools`` this answer's own, its timing the
+        result's): its outputs read by the kept makers out of its own pool, its other fields the
+        kept ones; None for another ``result``."""
+        kept, makers = self._kept
+        if result is not kept[0]:
+            return None
+        data = pools.get(1, b"")
+        outputs: list[np.ndarray] = []
+        for make, offset in makers:
+            outputs.append(make(data, offset))
+        return ExecutionOutcome.of_kept(kept, pools, outputs)
+
     def settle(
         self, result: ExecutionResult, pools: dict[int, PoolData] | None = None, timing: Timing | None = None
     ) -> ExecutionOutcome | list[int]:
@@ -238,6 +257,10 @@ class _Plan:
         The outputs of a successful answer are read-only views of its output pool (the answer's
         own bytes, which nothing reuses); its shapes are checked against the pool once per answer
         structure (GENERAL_FAILURE for outputs that do not fit)."""
+        if pools is not None and timing is result.timing:
+            alike = self.made(result, pools)
+            if alike is not None:  # an answer alike the kept one
+                return alike
         # A planned call is never profiled: its result has no profile or timeline to carry over.
         status, message, shapes = result.status, result.message, result.output_shapes
         if pools is None:
@@ -263,6 +286,12 @@ class _Plan:
         outputs: list[np.ndarray] = []
         for make, offset in makers:
             outputs.append(make(data, offset))
+        # An answer alike the ones after it (its result shared by them): its outcome's fields kept
+        # with these makers (its pool's length and shapes are theirs).
+        kept = kept_answer((result, pools, timing))
+        if kept is not None:
+            self._kept = (kept, makers)
+            return ExecutionOutcome.of_kept(kept, pools, outputs)
         return ExecutionOutcome.answered(status, message, shapes, timing, pools, outputs)
 
 

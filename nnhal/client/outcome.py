@@ -108,6 +108,19 @@ class ExecutionOutcome:
         return outcome
 
     @classmethod
+    def of_kept(cls, kept: KeptAnswer, pools: dict[int, PoolData], outputs: list[np.ndarray]) -> ExecutionOutcome:
+        """:meth:`answered` of an answer alike the one ``kept`` was made of (:func:`kept_answer`:
+        its result, shared by such answers, is ``kept[0]``) with this answer's own ``pools``:
+        its fields but those copied from the kept ones, none read again."""
+        fields = kept[1].copy()  # a copy and three sets: faster than a merge into a new dict
+        fields["output_pools"] = pools
+        fields["outputs"] = outputs
+        fields["profile"] = []
+        outcome: ExecutionOutcome = _new(cls)
+        outcome.__dict__ = fields
+        return outcome
+
+    @classmethod
     def failed(cls, err: HalError) -> ExecutionOutcome:
         """The outcome of an execution that ended with ``err`` (its status and message)."""
         return cls(err.error_status, err.message)
@@ -139,6 +152,28 @@ _new = object.__new__
 _DEFAULTS: dict[str, Any] = vars(ExecutionOutcome(ErrorStatus.NONE))
 #: The fields whose default is made anew for each outcome: ``answered`` sets each one.
 _FRESH = ("output_pools", "outputs", "profile")
+
+#: An answer's outcome kept for the answers alike (:func:`kept_answer`): the result they share
+#: (None: none kept yet), and the outcome's fields made of it, their pools and outputs left to
+#: each answer (:meth:`ExecutionOutcome.of_kept`).
+KeptAnswer = tuple[ExecutionResult | None, dict[str, Any]]
+#: No answer kept yet: no result is ``None``.
+NO_KEPT_ANSWER: KeptAnswer = (None, {})
+
+
+def kept_answer(answer: fastanswer.Apart) -> KeptAnswer | None:
+    """What the outcomes of the answers alike ``answer`` are made of, kept by a caller that runs
+    one layout again and again — for an answer read apart whose result is one shared by every
+    answer alike (``encoded``'s reading of an answer like one read before: its pools are not
+    the result's) with no profile or timeline; None for any other (its outcome is made through
+    :meth:`ExecutionOutcome.of_answer`). The answers alike are then known by their result alone
+    (``answer[0] is kept[0]``): they differ from it in their output pools only."""
+    r, pools, timing = answer
+    if pools is r.output_pools or timing is not r.timing or r.profile or r.timeline:
+        return None
+    fields = {**_DEFAULTS, "status": r.status, "message": r.message, "output_shapes": r.output_shapes, "timing": timing}
+    return r, fields
+
 
 ExecutionCallback = Callback[ExecutionOutcome]
 

@@ -151,6 +151,8 @@ class PreparedModel(Releasable):
             if parts is not None:
                 answer = send(parts, measure, timeout, deadline_at, loop_timeout_ns)
                 if answer is not None:
+                    if type(answer) is not tuple:  # an answer alike the kept one: made by the plan
+                        return answer  # type: ignore[no-any-return]
                     settled = settle(plan, *answer)
                     if isinstance(settled, ExecutionOutcome):
                         return settled
@@ -190,6 +192,8 @@ class PreparedModel(Releasable):
                     # ``fastanswer.Apart``, gRPC's ``encoded.Answer``; None: nothing sent.
                     answer = send(parts, measure, timeout, deadline_at, loop_timeout_ns)
                     if answer is not None:
+                        if type(answer) is not tuple:  # an answer alike the kept one: made by the plan
+                            return answer  # type: ignore[no-any-return]
                         settled = settle(plan, *answer)
                         if isinstance(settled, ExecutionOutcome):
                             return settled
@@ -215,7 +219,7 @@ class PreparedModel(Releasable):
         if queue is not None:
             return partial(queue.execute_planned, self.handle, plan.compact)
         execute_framed = getattr(remote, "execute_framed", None)
-        framed = encoded.framed_of(plan, remote.session_id, self.handle)
+        framed = encoded.framed_of(plan, remote.session_id, self.handle, plan.made)
         if execute_framed is None or framed is None:
             return False
         return partial(execute_framed, framed)

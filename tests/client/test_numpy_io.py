@@ -11,7 +11,7 @@ from nnhal.client.outcome import ExecutionOutcome
 from nnhal.client.steps import drive
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import GeneralFailure
-from nnhal.core.types import ExecutionResult, OutputShape, PoolData, Request
+from nnhal.core.types import ExecutionResult, OutputShape, PoolData, Request, Timing
 from tests.conftest import add_model, inline_data, ones, sized
 
 
@@ -145,3 +145,39 @@ def test_an_empty_output_reads_nothing_of_its_pool() -> None:
     assert planned is not None
     outcome = settle(planned[0], ExecutionResult(ErrorStatus.NONE, "", (OutputShape((0, 4), True),), output_pools={}))
     assert isinstance(outcome, ExecutionOutcome) and outcome.outputs[0].shape == (0, 4)
+
+
+def test_answers_alike_a_kept_one_are_made_by_the_plan() -> None:
+    """A planned answer read apart whose result is shared by the answers alike (``encoded``'s
+    reading of an answer like one read before) is kept by the plan; the next ones sharing it are
+    made of the kept fields and makers (``made``), their outputs views of their own bytes, equal
+    to what the general path makes. Another result, or a timing of the answer's own, is not."""
+    numpy_io = NumpyIO(add_model())
+    numpy_io.request([ones(), ones()], None)
+    planned = numpy_io.planned([ones(), ones()])
+    assert planned is not None
+    plan = planned[0]
+    shared = ExecutionResult(ErrorStatus.NONE, "", (OutputShape((2, 4), True),), output_pools={})
+    assert plan.made(shared, {1: (2 * ones()).tobytes()}) is None  # nothing kept yet
+    first = settle(plan, shared, {1: (2 * ones()).tobytes()}, shared.timing)  # the general path: kept
+    made = plan.made(shared, {1: (3 * ones()).tobytes()})
+    again = settle(plan, shared, {1: (4 * ones()).tobytes()}, shared.timing)  # through ``made``
+    assert isinstance(first, ExecutionOutcome) and isinstance(made, ExecutionOutcome)
+    assert isinstance(again, ExecutionOutcome)
+    for outcome, k in ((first, 2), (made, 3), (again, 4)):
+        np.testing.assert_array_equal(outcome.outputs[0], k * ones())
+        assert isinstance(outcome.outputs[0].base, bytes) and not outcome.outputs[0].flags.writeable
+        assert outcome.status == ErrorStatus.NONE and outcome.output_shapes is shared.output_shapes
+    assert made.output_pools is not again.output_pools and made.outputs is not again.outputs
+    general = ExecutionOutcome.answered(
+        ErrorStatus.NONE, "", shared.output_shapes, shared.timing, {1: (3 * ones()).tobytes()}, [made.outputs[0]]
+    )
+    assert made == general
+    other = ExecutionResult(ErrorStatus.NONE, "", (OutputShape((2, 4), True),), output_pools={})
+    assert plan.made(other, {1: (2 * ones()).tobytes()}) is None
+    measured = settle(plan, shared, {1: (5 * ones()).tobytes()}, Timing(7, 8))  # its own timing: general
+    assert isinstance(measured, ExecutionOutcome) and measured.timing == Timing(7, 8)
+    np.testing.assert_array_equal(measured.outputs[0], 5 * ones())
+    failed = ExecutionResult(ErrorStatus.GENERAL_FAILURE, "broken")
+    with pytest.raises(GeneralFailure, match="broken"):
+        settle(plan, failed, {}, failed.timing)

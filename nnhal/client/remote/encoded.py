@@ -192,16 +192,16 @@ def _layout(head: bytes, args: bytes, sizes: tuple[tuple[int, int], ...]) -> _La
     return layout
 
 
-def framed_of(plan: Any, session: str, handle: str) -> Framed | None:
+def framed_of(plan: Any, session: str, handle: str, made: Any = None) -> Framed | None:
     """The frame of a numpy plan's messages (``plan``: a ``numpy_io`` plan, its ``inputs``,
     ``outputs`` and ``encoded_sizes``) for this session and prepared model, made once per plan
     by its caller, who keeps it (a plan belongs to one prepared model, so to one session and
-    handle); None for a plan whose pools are worth streaming (``encoded_sizes`` None), which
-    this way never sends."""
+    handle), its answers ``made`` (:class:`Framed`); None for a plan whose pools are worth
+    streaming (``encoded_sizes`` None), which this way never sends."""
     sizes = plan.encoded_sizes
     if sizes is None:
         return None
-    return Framed(session, handle, plan.inputs, plan.outputs, sizes)
+    return Framed(session, handle, plan.inputs, plan.outputs, sizes, made)
 
 
 def execute_bytes(
@@ -280,6 +280,32 @@ class Requests:
             return requests
         return Requests(session, handle)
 
+    def plain(self, request: Request) -> bytes | None:
+        """:meth:`write` of a ``BurstRequest`` of no scalars (``write(request, False, None, 0,
+        False, True)``) of the kept layout's very arguments (the same tuples) and inline pools of
+        its sizes whose data is ``bytes``: the kept frame joined with that data, nothing looked up
+        or framed again. None for any other request (:meth:`write` finds its layout)."""
+        kept = self._kept
+        if kept is None or request.inputs is not kept[0] or request.outputs is not kept[1]:
+            return None
+        pools = request.pools
+        sizes = kept[3]
+        if len(pools) != len(sizes):
+            return None
+        out: list[PoolData] = list(kept[5])  # its framing set: that of the request with no scalars
+        at = 2
+        # A loop over the pools, each checked against its kept size as it is set into the frame:
+        # faster than reading their facts in C (several passes and their tuples), and as short.
+        for pool, (n, size) in zip(pools, sizes):
+            if type(pool) is not InlinePool or pool.size != size:
+                return None
+            data = pool.data
+            if type(data) is not bytes or len(data) != n:
+                return None
+            out[at] = data
+            at += 2
+        return b"".join(out)
+
     def write(
         self,
         request: Request,
@@ -335,12 +361,14 @@ def _joined(
 
 
 class Framed:
-    """The requests of one layout whose first pool alone carries data (a numpy plan's: the
-    inputs, then room for the outputs), written from that data's parts: the bytes before and
-    after them made once (:func:`_layout`'s, joined), the parts joined into the message at
-    once — :func:`execute_bytes` for a caller that keeps this per layout."""
+    """The calls of one layout whose first pool alone carries data (a numpy plan's: the inputs,
+    then room for the outputs), made once per layout: their requests written from that data's
+    parts (the bytes before and after them made once, :func:`_layout`'s, joined; the parts
+    joined into the message at once — :func:`execute_bytes` for a caller that keeps this per
+    layout) and, given ``made``, their answers read by :meth:`read` (the layout's own
+    deserializer: ``rpc``, set by the session that sends them)."""
 
-    __slots__ = ("_after", "_before", "_length")
+    __slots__ = ("_after", "_answer", "_before", "_length", "_made", "rpc")
 
     def __init__(
         self,
@@ -349,13 +377,26 @@ class Framed:
         inputs: tuple[RequestArgument, ...],
         outputs: tuple[RequestArgument, ...],
         sizes: tuple[tuple[int, int], ...],
+        made: Callable[[ExecutionResult, dict[int, PoolData]], Any] | None = None,
     ) -> None:
+        """``made``: what an answer alike the kept one (:meth:`read`) is made into, called with
+        the result it shares with the answers alike and its own output pools (None: read apart
+        as any other)."""
         if not sizes or any(n for n, _ in sizes[1:]):
             raise ValueError("a Framed layout carries data in its first pool only")
         length, frame, _ = _layout(head_bytes(session, handle), args_bytes(inputs, outputs), sizes)
         self._length = length
         self._before = frame[1]
         self._after = b"".join(frame[3:])  # no data between the other pools' parts
+        self._made = made
+        #: The kept answer (:meth:`read`): its length, its bytes before its one output pool's data
+        #: (that data is its last bytes), where the data starts, the pool's index, and the result
+        #: the answers alike share (``_read``'s); none (length -1) until one answer was read as
+        #: alike another.
+        self._answer: tuple[int, bytes, int, int, ExecutionResult | None] = (-1, b"", 0, 0, None)
+        #: The unary call whose deserializer is :meth:`read` (made by the session at the first
+        #: call: a channel's); None until then.
+        self.rpc: Any = None
 
     def write(
         self,
@@ -377,6 +418,26 @@ class Framed:
             profile,
             burst,
         )
+
+    def read(self, raw: bytes) -> Any:
+        """The ``ExecuteResult`` ``raw`` of a call of this layout (the deserializer of ``rpc``):
+        an answer of the kept answer's length and bytes before its data — the bytes ``_read``
+        read as alike an answer before, the same parse — is ``made`` of that result and its own
+        data (a copy, as ``_read``'s), nothing parsed, looked up or read apart; any other is
+        read by :data:`execute_answered` (undecodable bytes fail as they did), and one it reads
+        as alike another, whose data is its last bytes, is kept (the answers alike after it are
+        then ``made``). ``made`` answering None: the answer read apart."""
+        length, head, start, pool, r = self._answer
+        if len(raw) == length and raw.startswith(head):
+            pools: dict[int, PoolData] = {pool: raw[start:]}
+            made = self._made(r, pools)  # type: ignore[misc, arg-type]  # a kept answer: ``made`` given
+            return (r, pools, r.timing) if made is None else made  # type: ignore[union-attr]
+        answer = execute_answered(raw)
+        if self._made is not None:
+            seen = _EXECUTE_KNOWN.get(len(raw))
+            if seen is not None and seen.result is answer[0] and not seen.tail:
+                self._answer = (len(raw), seen.head, seen.start, seen.pool, seen.result)
+        return answer
 
 
 def _scalars(measure: bool, remaining_s: float | None, loop_timeout_ns: int, profile: bool) -> bytes:

@@ -227,18 +227,21 @@ class RemoteSession(SessionChannel):
         deadline_at: float | None = None,
         loop_timeout_ns: int = 0,
         profile: bool = False,
-    ) -> encoded.Answer | None:
+    ) -> Any:
         """:meth:`execute_encoded` of a numpy plan's layout (``framed``: its frame, ``parts``: its
         first pool's data), its options given as they are (no options made for the call): the
-        answer read apart, or None (nothing sent) when the session has a same-host queue. A
-        numpy plan's planned call (``PreparedModel._sender``), through :meth:`unary`, the
-        session's one call path."""
+        answer as the layout reads it (``encoded.Framed.read``: what its ``made`` made of an
+        answer alike the kept one, else read apart), or None (nothing sent) when the session has
+        a same-host queue. A numpy plan's planned call (``PreparedModel._sender``), through
+        :meth:`unary`, the session's one call path."""
         if self._queue is not None:
             return None
         remaining = remaining_time(timeout, deadline_at)
         raw = framed.write(parts, measure, remaining, loop_timeout_ns, profile)
-        answer: encoded.Answer = self.unary(self._stubs.execute_encoded, raw, _SYNC, grpc_timeout(remaining))
-        return answer  # read by the stub's deserializer (``encoded.execute_answered``)
+        rpc = framed.rpc
+        if rpc is None:  # the layout's first call: its call, reading with the layout's reader
+            rpc = framed.rpc = self._stubs.execute_reading(framed.read)
+        return self.unary(rpc, raw, _SYNC, grpc_timeout(remaining))
 
     #: False once the server answered that it has no StreamedExecution service (an older server).
     _streams = True

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -256,17 +257,20 @@ class Stubs:
         # the wire. The unary one is not registered: a registered method costs the calling
         # thread an observability look-up more per call in grpcio, and saves it nothing.
         service = spb.DESCRIPTOR.services_by_name["PreparedModel"].full_name
-        self.execute_encoded = channel.unary_unary(
-            f"/{service}/executeSynchronously_1_3",
-            request_serializer=None,
-            response_deserializer=encoded.execute_answered,  # an ``encoded.Answer``
-        )
+        self._channel = channel
+        self._execute = f"/{service}/executeSynchronously_1_3"
+        self.execute_encoded = self.execute_reading(encoded.execute_answered)  # an ``encoded.Answer``
         self.burst_encoded = channel.stream_stream(
             f"/{service}/configureExecutionBurst",
             request_serializer=None,
             response_deserializer=encoded.burst_answered,  # an ``encoded.Answer``
             _registered_method=True,
         )
+
+    def execute_reading(self, read: Callable[[bytes], Any]) -> Any:
+        """``execute_encoded`` whose answers are read by ``read`` (a layout's own reader:
+        ``encoded.Framed.read``)."""
+        return self._channel.unary_unary(self._execute, request_serializer=None, response_deserializer=read)
 
 
 class StreamedStub:

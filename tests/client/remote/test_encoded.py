@@ -24,6 +24,7 @@ from nnhal.core.types import (
     DataLocation,
     ExecutionResult,
     InlinePool,
+    PoolData,
     Request,
     RequestArgument,
     SharedMemoryPool,
@@ -352,3 +353,100 @@ def test_an_answer_read_apart_shares_what_it_says_and_not_its_pools() -> None:
         == _whole_answer(other)
         == wire_result.execution_result_from(spb.ExecuteResult.FromString(other))
     )
+
+
+def test_a_streams_plain_requests_are_its_kept_layouts_bytes() -> None:
+    """``Requests.plain``: a request of the last layout's very arguments, no scalars, pools of its
+    sizes whose data is bytes, is the kept frame joined with that data — what ``write`` writes
+    framed as a BurstRequest; any other request is left to ``write`` (None)."""
+    requests = encoded.Requests("s", "pm")
+
+    def pools(data: bytes = bytes(range(40)), size: int = 40) -> tuple[InlinePool, ...]:
+        return (InlinePool(data, size), InlinePool(b"", 32))
+
+    assert requests.plain(Request(INPUTS, OUTPUTS, pools())) is None  # nothing kept yet
+    requests.write(Request(INPUTS, OUTPUTS, pools()), True, 1.0, 0, False, True)  # a layout, scalars aside
+    for data in (bytes(40), b"\x1a" * 40, bytes(range(40))):
+        request = Request(INPUTS, OUTPUTS, pools(data))
+        assert requests.plain(request) == requests.write(request, False, None, 0, False, True)
+    equal = tuple(dataclasses.replace(a) for a in INPUTS)
+    others = [
+        Request(equal, OUTPUTS, pools()),  # equal arguments, not the very tuples
+        Request(INPUTS, OUTPUTS, pools(bytes(41), 41)),  # another length
+        Request(INPUTS, OUTPUTS, pools(bytes(40), 48)),  # another declared size
+        Request(INPUTS, OUTPUTS, pools(bytes(40))[:1]),  # fewer pools
+        Request(INPUTS, OUTPUTS, (InlinePool(memoryview(bytes(40)), 40), InlinePool(b"", 32))),  # not bytes
+        Request(INPUTS, OUTPUTS, (InlinePool(bytearray(40), 40), InlinePool(b"", 32))),  # type: ignore[arg-type]
+        Request(INPUTS, OUTPUTS, (pools()[0], SharedMemoryPool("file", "nnhal-x", 0, 32))),
+        Request(INPUTS, OUTPUTS, (pools()[0], BufferTokenPool(3))),
+    ]
+    for request in others:
+        assert requests.plain(request) is None
+    # A layout first written from a view: plain for requests of bytes (read per request).
+    requests.write(Request(INPUTS, OUTPUTS, (InlinePool(memoryview(bytes(48)), 48), InlinePool(b"", 32))), *_NONE)
+    request = Request(INPUTS, OUTPUTS, pools(b"\x0a" * 48, 48))
+    assert requests.plain(request) == requests.write(request, *_NONE)
+    assert requests.plain(Request(INPUTS, OUTPUTS, pools())) is None  # the layout before: no longer kept
+    # Equal arguments keep the layout, not the tuples: plain for the kept tuples only.
+    requests.write(Request(equal, OUTPUTS, pools(bytes(48), 48)), *_NONE)
+    assert requests.plain(Request(equal, OUTPUTS, pools(bytes(48), 48))) is None
+    assert requests.plain(request) == requests.write(request, *_NONE)
+
+
+_NONE = (False, None, 0, False, True)  # no scalars, framed as a BurstRequest
+
+
+class _Made:
+    """A layout's ``made``: records what it was called with; answers its own object (or None)."""
+
+    def __init__(self, answer: bool = True) -> None:
+        self.calls: list[tuple[ExecutionResult, dict[int, PoolData]]] = []
+        self.answer = answer
+
+    def __call__(self, result: ExecutionResult, pools: dict[int, PoolData]) -> object | None:
+        self.calls.append((result, pools))
+        return ("made", pools) if self.answer else None
+
+
+def test_a_layouts_answers_alike_the_kept_one_are_made() -> None:
+    """``Framed.read`` (a layout's deserializer): an answer ``execute_answered`` reads as alike
+    one before is kept, and the answers of its length and bytes before the data after it are
+    ``made`` of the shared result and their own data, nothing parsed; every other answer is read
+    apart as ``execute_answered`` reads it (failures, messages, timings, other shapes, several
+    pools), and is not kept."""
+    encoded._EXECUTE_KNOWN.clear()
+    made = _Made()
+    framed = encoded.Framed("s", "m", INPUTS, OUTPUTS, ((8, 8), (0, 32)), made)
+    first, second = framed.read(_answer(bytes(32))), framed.read(_answer(b"\x01" * 32))
+    assert isinstance(first, tuple) and isinstance(second, tuple) and not made.calls  # read apart; kept
+    shared = second[0]
+    for data in (bytes(range(32)), b"\x2a" * 32):
+        got = framed.read(_answer(data))
+        assert got == ("made", {1: data})
+        assert made.calls[-1][0] is shared and type(made.calls[-1][1][1]) is bytes
+    assert len(made.calls) == 2
+    others = [
+        _answer(b"", status=int(ErrorStatus.INVALID_ARGUMENT)),  # a failure and its message
+        _answer(bytes(32), on_device=5),  # measured
+        _answer(bytes(32), dims=(4, 2)),  # the same length, another shape
+        _answer(bytes(32), index=3),  # another pool
+        _answer(bytes(32), pools=2),
+        _answer(bytes(40)),  # another length
+    ]
+    for raw in others:
+        got = framed.read(raw)
+        assert isinstance(got, tuple)
+        assert fastanswer.whole(got) == wire_result.execution_result_from(spb.ExecuteResult.FromString(raw))
+    # ``_answer(bytes(40))`` was read alike nothing: the kept answer is still the first one's.
+    assert framed.read(_answer(bytes(32))) == ("made", {1: bytes(32)})
+    with pytest.raises(DecodeError):
+        framed.read(b"\xff\x0a" * 5)
+    # ``made`` answering None: the answer read apart, as ``execute_answered`` reads it.
+    refusing = encoded.Framed("s", "m", INPUTS, OUTPUTS, ((8, 8), (0, 32)), _Made(answer=False))
+    refusing.read(_answer(bytes(32)))
+    got = refusing.read(_answer(b"\x07" * 32))
+    assert got == encoded.execute_answered(_answer(b"\x07" * 32))
+    # No ``made``: every answer read apart.
+    plain = encoded.Framed("s", "m", INPUTS, OUTPUTS, ((8, 8), (0, 32)))
+    for _ in range(3):
+        assert isinstance(plain.read(_answer(bytes(32))), tuple)
