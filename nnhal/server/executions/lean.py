@@ -679,6 +679,20 @@ class _Lane:
                 return LanePools(self.lane, inputs, into, results, self.shapes, self.data_bytes)
         return self._own(inputs)
 
+    def places(self) -> LanePools:
+        """Output pools of buffers of their own and no input: the places a layout's repeated
+        calls are bound into (:meth:`again`)."""
+        return self._own([])
+
+    def again(self, body: memoryview, spans: _Spans, places: LanePools) -> LanePools:
+        """A call of ``body`` bound for the lane (``spans``: its inputs' bytes in it) into the
+        output places of ``places`` (:meth:`places`; the caller's, never a run's: a run drops
+        its pools), the previous call's answer written (its data copied out) before this one
+        runs: a layout's repeated call (``repeat.Repeat``) allocates nothing. Every output
+        fills its place at each run, so a place reused holds what a fresh one would."""
+        inputs = list(map(body.__getitem__, spans))
+        return LanePools(self.lane, inputs, places.into, places.results, self.shapes, self.data_bytes)
+
     def bind_parts(self, pools: Sequence[tuple[PoolData, int]]) -> LanePools | None:
         """A call of inline ``pools`` (bytes and size, ``_bind_parts``) bound for the lane: each
         input a view of its bytes, each output pool a buffer of its own. None when the pools'

@@ -70,6 +70,7 @@ class Repeat:
     __slots__ = (
         "_driver",
         "_lane",
+        "_places",
         "_plan",
         "executions",
         "fallback",
@@ -77,6 +78,7 @@ class Repeat:
         "head",
         "index",
         "loop_timeout_ns",
+        "match",
         "method",
         "nbytes",
         "slices",
@@ -101,10 +103,14 @@ class Repeat:
         self._driver = executions.driver
         self.method = method
         self.template = template
+        self.match = template.match
         #: The session and prepared model (kept while the session is open and the model not released).
         self.found: Found = (run.session, run.pm)
         self._plan: RequestPlan = run.plan
         self._lane = lane
+        #: The output places its calls are bound into (``_Lane.again``: each answer's data is
+        #: copied out before the next call runs).
+        self._places = lane.places()
         #: Where each of the lane's inputs' bytes are in a message.
         self.slices = slices
         #: At least the bytes a message carries inline (``Executions.runs_inline``'s measure).
@@ -163,14 +169,12 @@ class Repeat:
         """The answer to ``raw`` when it matches the layout and every per-call rule lets it run
         here (module docstring), its close and the lifecycle's leave left in ``after``; None:
         nothing held, take the full path."""
-        if not self.template.match(raw):
+        if not self.match(raw):
             return None
         x = self.executions
         s, pm = self.found
-        if s.closed or pm.released or x.faults.armed:
-            return None
         obs = x.observer
-        if obs is not None and (obs.reads_args or not obs.failures_only):
+        if s.closed or pm.released or x.faults.armed or (obs is not None and (obs.reads_args or not obs.failures_only)):
             return None
         t0 = time.perf_counter()
         ticket = x.inline_slot(s, pm, self.nbytes)
@@ -178,30 +182,19 @@ class Repeat:
             return None
         method = self.method
         lifecycle = x.lifecycle
-        driver = self._driver
         try:
             lifecycle.enter(method.what)
         except HalError:
-            driver.scheduler.release(ticket)
+            self._driver.scheduler.release(ticket)
             return None  # draining: the full path refuses it
         standing = self.standing
-        if not standing.covers(s.id, self._lane.data_bytes):
-            driver.scheduler.release(ticket)
+        lane = self._lane
+        if not standing.covers(s.id, lane.data_bytes):
+            self._driver.scheduler.release(ticket)
             lifecycle.leave()
             return None  # the full path charges it
-        run = LeanRun(
-            driver,
-            s,
-            pm,
-            self._plan,
-            self._lane.bind(memoryview(raw), self.slices, None),
-            ticket,
-            False,
-            None,
-            self.loop_timeout_ns,
-            0,
-            standing,
-        )
+        bound = lane.again(memoryview(raw), self.slices, self._places)
+        run = LeanRun(self._driver, s, pm, self._plan, bound, ticket, False, None, self.loop_timeout_ns, 0, standing)
         method.count_execution()
         t1 = 0.0 if obs is None else time.perf_counter()
         result: ExecutionResult | Refused
@@ -210,13 +203,14 @@ class Repeat:
         except Exception as err:
             result = Refused.of(err, f"in {method.what}")
         finally:
-            after.defer(run.close)
-            after.defer(lifecycle.leave)
+            defer = after.defer
+            defer(run.close)
+            defer(lifecycle.leave)
         status = result.status
         t2 = time.perf_counter()
         method.record(status, t2 - t0)
-        if status:
-            if obs is not None:
-                x.tell(obs, Call(method.name, method.what, None), status, Timings(t0, t1, t2), result)
-            return self.fallback(result)
-        return self.head + cast(ExecutionResult, result).output_pools[self.index]
+        if not status:
+            return self.head + cast(ExecutionResult, result).output_pools[self.index]
+        if obs is not None:
+            x.tell(obs, Call(method.name, method.what, None), status, Timings(t0, t1, t2), result)
+        return self.fallback(result)
