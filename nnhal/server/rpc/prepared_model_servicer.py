@@ -15,7 +15,8 @@ an injected abort when it opens and the other fault kinds per execution; a 1.2 d
 burst execution carrying a deadline, a loop timeout or a buffer token is INVALID_ARGUMENT
 (``Executions.check_burst_fields``). A fence wait is capped alike (``Executions.fenced_info``).
 A burst keeps a standing charge of its small executions' request data (``lean.Standing``),
-given back as the stream ends.
+given back as the stream ends, and answers the messages of the layout it repeats from their
+bytes (``repeat.Repeat``: not parsed; every per-call rule run through its owner).
 """
 
 from __future__ import annotations
@@ -181,7 +182,10 @@ async def serve_burst(
     taken as it opens); then read, execute and answer until the client half-closes — in one
     coroutine frame under grpc's (every message read and every answer written resumes each
     frame it awaits in). The stream has no serializer: its answers are written serialized (an
-    inline execution's by ``common.answer_bytes``: the common answer from kept bytes)."""
+    inline execution's by ``common.answer_bytes``: the common answer from kept bytes). Nor a
+    deserializer: a message of the layout the stream repeats (``repeat.Repeat``, made by a
+    message the lean path ran for its model's lane) is answered from its bytes; any other is
+    parsed here (garbage answered in band, as before) and takes the path it always took."""
     call_ender()
     begin(context, scoped)
     try:
