@@ -216,14 +216,20 @@ async def serve_burst(
                 await abort(context, abort_of(injected))
             sent = 0
             # The layout the stream repeats (``repeat.Repeat``: made by a message the lean path
-            # ran for its model's lane and answered the common answer); None: none yet.
+            # ran for its model's lane and answered the common answer), and the one before it (a
+            # stream alternating two layouts makes none afresh); None: none yet.
             repeat: Repeat | None = None
+            before: Repeat | None = None
             kept: list[LeanRun] = []  # the lean run of the message being run (``lean_launch``)
             while True:
                 raw = await context.read()  # bytes: no deserializer (a repeat is not parsed)
                 if raw is aio.EOF:
                     return
                 answer = None if repeat is None else repeat.answer(raw, after)
+                if answer is None and before is not None:
+                    answer = before.answer(raw, after)
+                    if answer is not None:
+                        repeat, before = before, repeat
                 if answer is None:
                     try:
                         req = parse(raw)
@@ -255,7 +261,9 @@ async def serve_burst(
                             answer = answer_bytes(result, True)
                             del lean
                             if kept:  # the lean path ran it: its layout may repeat
-                                repeat = _repeat(x, m, raw, msg, kept.pop(), result, standing) or repeat
+                                made = _repeat(x, m, raw, msg, kept.pop(), result, standing)
+                                if made is not None:
+                                    repeat, before = made, repeat
                             del result
                         else:
                             answer = await in_thread(_execute_to_wire, x, m, build, sync, run)
