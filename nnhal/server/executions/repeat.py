@@ -5,8 +5,9 @@ and pool sizes, only the inline pools' data differing. Once a message of a layou
 lean path bound for its model's lane (``lean._Lane``) and got the common answer (a success
 with no message, unmeasured, one output pool, no profile: ``wire_result.answer_bytes``),
 the stream keeps a :class:`Repeat` of it: the message's :class:`~nnhal.core.wire_spans.Template`
-(its bytes outside the pools' data), its session and prepared model, its plan, its lane
-and where each input's bytes are in a message, and its answer's head. A later message
+(its bytes outside the pools' data), its session and prepared model, its plan and its lane
+(held weakly: a released model's memory is not kept), where each input's bytes are in a
+message, and its answer's head. A later message
 that matches the template (same length, identical bytes outside the data: it parses to
 the same message but for the data's contents, so it passes the same validation) runs
 from its bytes alone — nothing parsed, looked up, validated or serialized again
@@ -43,21 +44,25 @@ the bytes they read are outside the data, identical in every match.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import cast
 
 from nnhal.core.errors import HalError
-from nnhal.core.types import ExecutionResult, PoolData
+from nnhal.core.types import ExecutionResult, PoolData, RequestArgument
 from nnhal.core.wire_spans import BURST_POOL_DATA, BURST_POOLS_AT, Template, WireError, field_spans
 from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.hooks import Call, Timings
-from nnhal.server.executions.lean import Found, LeanRun, Standing, _Lane
+from nnhal.server.executions.lean import LeanRun, Places, Standing, _Lane
 from nnhal.server.executions.methods import Method
 from nnhal.server.executions.owner import Executions
 from nnhal.server.executions.refusals import Refused, within_limit
 from nnhal.server.memory import LanePools
+from nnhal.server.prepared_model import PreparedModel
 from nnhal.server.request_plan import RequestPlan
 
+#: A layout's inputs and outputs (``PlanCache.of``'s key).
+Layout = tuple[tuple[RequestArgument, ...], tuple[RequestArgument, ...]]
 #: How a transport writes an answer that is not the common one (a failure, a refusal).
 Fallback = Callable[[ExecutionResult | Refused], bytes]
 
@@ -74,13 +79,16 @@ class Repeat:
         "_plan",
         "executions",
         "fallback",
-        "found",
         "head",
         "index",
+        "layout",
         "loop_timeout_ns",
         "match",
         "method",
+        "model",
         "nbytes",
+        "session",
+        "sizes",
         "slices",
         "standing",
         "template",
@@ -93,6 +101,7 @@ class Repeat:
         template: Template,
         run: LeanRun,
         lane: _Lane,
+        layout: Layout,
         slices: tuple[slice, ...],
         nbytes: int,
         head: tuple[int, bytes],
@@ -104,13 +113,21 @@ class Repeat:
         self.method = method
         self.template = template
         self.match = template.match
-        #: The session and prepared model (kept while the session is open and the model not released).
-        self.found: Found = (run.session, run.pm)
-        self._plan: RequestPlan = run.plan
-        self._lane = lane
-        #: The output places its calls are bound into (``_Lane.again``: each answer's data is
-        #: copied out before the next call runs).
-        self._places = lane.places()
+        # The session, prepared model, plan and lane, held weakly: a stream that outlives its
+        # model's release (or the plan's eviction) keeps none of its memory (DESIGN §5), and
+        # its next message takes the full path, which refuses it.
+        self.session = weakref.ref(run.session)
+        self.model = weakref.ref(run.pm)
+        self._plan = weakref.ref(run.plan)
+        self._lane = weakref.ref(lane)
+        #: Its arguments: its plan looked up again when the model learnt the layout anew
+        #: (``PlanCache.learn``: a full-path run of it replaces the plan).
+        self.layout = layout
+        self.sizes = lane.sizes
+        #: The output places its calls are bound into (``_Lane.places``, made at its first call,
+        #: under the stream's standing charge: each answer's data is copied out before the next
+        #: call runs).
+        self._places: Places | None = None
         #: Where each of the lane's inputs' bytes are in a message.
         self.slices = slices
         #: At least the bytes a message carries inline (``Executions.runs_inline``'s measure).
@@ -128,6 +145,7 @@ class Repeat:
         method: Method,
         raw: bytes,
         datas: Sequence[PoolData],
+        layout: Layout,
         nbytes: int,
         run: LeanRun,
         result: ExecutionResult | Refused,
@@ -135,8 +153,8 @@ class Repeat:
         standing: Standing,
         fallback: Fallback,
     ) -> Repeat | None:
-        """The Repeat of the message ``raw`` (its pools' inline data ``datas``, as parsed; at
-        least ``nbytes`` inline), which the lean path ran as ``run`` and answered ``result``,
+        """The Repeat of the message ``raw`` (its pools' inline data ``datas`` and its arguments
+        ``layout``, as parsed; at least ``nbytes`` inline), which the lean path ran as ``run`` and answered ``result``,
         the common answer, whose head is ``head`` (its pool's index and bytes before the data;
         None: not the common answer) — or None: no Repeat (a deadline, a measured run, pools
         not bound for a lane, a message whose data's spans do not tell its pools)."""
@@ -163,7 +181,21 @@ class Repeat:
                 return None  # zero-padded: bound as buffers (the full path's)
             slices.append(slice(entry[0] + a, entry[0] + b))
         template = Template(raw, [entry for entry in entries if entry is not None])
-        return cls(executions, method, template, run, lane, tuple(slices), nbytes, head, standing, fallback)
+        return cls(executions, method, template, run, lane, layout, tuple(slices), nbytes, head, standing, fallback)
+
+    def _relearnt(self, pm: PreparedModel) -> tuple[RequestPlan | None, _Lane | None]:
+        """The plan ``pm`` has now for the layout (learnt anew by a full-path run of it, or
+        evicted and learnt again) and its lane (``_Lane.of``: made once per plan), kept weakly
+        in turn; None where it has none of the layout's pool sizes (the full path learns it)
+        or no lane. A plan of the same arguments and sizes binds each input where the first did."""
+        plan = pm.plans.of(*self.layout)
+        if plan is None or plan.sizes != self.sizes:
+            return None, None
+        lane = _Lane.of(plan, pm)
+        if lane is None:
+            return None, None
+        self._plan, self._lane = weakref.ref(plan), weakref.ref(lane)
+        return plan, lane
 
     def answer(self, raw: bytes, after: Afterwards) -> bytes | None:
         """The answer to ``raw`` when it matches the layout and every per-call rule lets it run
@@ -172,9 +204,15 @@ class Repeat:
         if not self.match(raw):
             return None
         x = self.executions
-        s, pm = self.found
+        s, pm, plan, lane = self.session(), self.model(), self._plan(), self._lane()
+        if s is None or pm is None or s.closed or pm.released:
+            return None
+        if plan is None or lane is None:
+            plan, lane = self._relearnt(pm)
+            if plan is None or lane is None:
+                return None
         obs = x.observer
-        if s.closed or pm.released or x.faults.armed or (obs is not None and (obs.reads_args or not obs.failures_only)):
+        if x.faults.armed or (obs is not None and (obs.reads_args or not obs.failures_only)):
             return None
         t0 = time.perf_counter()
         ticket = x.inline_slot(s, pm, self.nbytes)
@@ -188,13 +226,15 @@ class Repeat:
             self._driver.scheduler.release(ticket)
             return None  # draining: the full path refuses it
         standing = self.standing
-        lane = self._lane
         if not standing.covers(s.id, lane.data_bytes):
             self._driver.scheduler.release(ticket)
             lifecycle.leave()
             return None  # the full path charges it
-        bound = lane.again(memoryview(raw), self.slices, self._places)
-        run = LeanRun(self._driver, s, pm, self._plan, bound, ticket, False, None, self.loop_timeout_ns, 0, standing)
+        places = self._places
+        if places is None:  # covered by the standing charge from now on
+            places = self._places = lane.places()
+        bound = lane.again(memoryview(raw), self.slices, places)
+        run = LeanRun(self._driver, s, pm, plan, bound, ticket, False, None, self.loop_timeout_ns, 0, standing)
         method.count_execution()
         t1 = 0.0 if obs is None else time.perf_counter()
         result: ExecutionResult | Refused

@@ -264,7 +264,8 @@ async def serve_burst(
                                 made = _repeat(x, m, raw, msg, kept.pop(), result, standing)
                                 if made is not None:
                                     repeat, before = made, repeat
-                            del result
+                                del made
+                            del result, inline  # not held while the stream idles (its model's release)
                         else:
                             answer = await in_thread(_execute_to_wire, x, m, build, sync, run)
                     del req, msg
@@ -303,8 +304,10 @@ def _repeat(
     head = wire_result.answer_head(result, True)
     if head is None:
         return None
-    datas = [pool.inline.data for pool in msg.request.pools]
-    return Repeat.of(x, m, raw, datas, inline_bytes(msg), run, result, head, standing, _burst_answer)
+    request = msg.request
+    datas = [pool.inline.data for pool in request.pools]
+    layout = (wire_request.args_from(request.inputs), wire_request.args_from(request.outputs))
+    return Repeat.of(x, m, raw, datas, layout, inline_bytes(msg), run, result, head, standing, _burst_answer)
 
 
 def _burst_answer(result: ExecutionResult | Refused) -> bytes:

@@ -6,8 +6,10 @@ answers as it always did. Counts, metrics and the standing charge are as before.
 
 from __future__ import annotations
 
+import gc
 import queue
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -317,3 +319,26 @@ def test_two_alternating_layouts_are_both_repeated(served: Served, repeats: list
     # second makes its Repeat; from then on both repeat, none made afresh.
     assert made == [1]
     assert repeats.count(True) == 4 and repeats[-4:] == [False, True, False, True]
+
+
+def test_an_idle_stream_keeps_nothing_of_a_released_model(served: Served, repeats: list[bool]) -> None:
+    """The Repeat holds its session, model, plan and lane weakly (DESIGN §5: a released model's
+    memory is not kept by a stream that outlives it), and its output places only once a call
+    ran under the stream's standing charge."""
+    pm = served.dev.prepare_model_sync(add_model())
+    x = _x(served)
+    session = x.driver.session(served.session)
+    held = weakref.ref(x.driver.prepared(session, pm.handle))
+    stream = _repeating(served, pm.handle)
+    assert _floats(stream.send(_msg(served, add_request(1.0), pm.handle))) == [2.0] * 8
+    assert repeats == [True]
+    pm.release()
+    for _ in range(100):  # the run's close runs on the server's loop after its answer
+        gc.collect()
+        if held() is None:
+            break
+        time.sleep(0.02)
+    assert held() is None  # the stream is open and idle
+    refused = stream.send(_msg(served, add_request(1.0), pm.handle))
+    assert ErrorStatus(refused.status) == ErrorStatus.INVALID_ARGUMENT
+    stream.close()
