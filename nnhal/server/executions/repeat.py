@@ -154,10 +154,11 @@ class Repeat:
         fallback: Fallback,
     ) -> Repeat | None:
         """The Repeat of the message ``raw`` (its pools' inline data ``datas`` and its arguments
-        ``layout``, as parsed; at least ``nbytes`` inline), which the lean path ran as ``run`` and answered ``result``,
-        the common answer, whose head is ``head`` (its pool's index and bytes before the data;
-        None: not the common answer) — or None: no Repeat (a deadline, a measured run, pools
-        not bound for a lane, a message whose data's spans do not tell its pools)."""
+        ``layout``, as parsed; at least ``nbytes`` inline), which the lean path ran as ``run``
+        and answered ``result``, the common answer, whose head is ``head`` (its pool's index and
+        bytes before the data; None: not the common answer) — or None: no Repeat (a deadline, a
+        measured run, pools not bound for a lane, a message whose data's spans do not tell its
+        pools)."""
         if head is None or isinstance(result, Refused) or result.status or run.deadline_ns is not None:
             return None
         if run.measure or type(run.bound) is not LanePools or run.plan.lane is None:
