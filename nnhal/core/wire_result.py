@@ -165,6 +165,18 @@ def answer_bytes(result: ExecutionResult, burst: bool = False) -> bytes | None:
     return whole
 
 
+def answer_head(result: ExecutionResult, burst: bool = False) -> tuple[int, bytes] | None:
+    """The common answer of ``result`` (:func:`answer_bytes`) split before its pool's data: the
+    pool's index and the bytes every answer of the same output shapes, pool index and data
+    length begins with (then its data); None: not the common answer. Made once per layout
+    (``repeat.Repeat``: a burst's repeated messages, answered as those bytes and their data)."""
+    whole = answer_bytes(result, burst)
+    if whole is None:
+        return None
+    ((index, data),) = result.output_pools.items()
+    return index, whole[: len(whole) - memoryview(data).nbytes]
+
+
 def execution_result_from(msg: spb.ExecuteResult) -> ExecutionResult:
     profile, timeline = msg.profile, msg.timeline  # most answers have neither: no tuples built
     return ExecutionResult(

@@ -76,6 +76,7 @@ class RequestPlan:
     """The layout-dependent half of executing one request (module docstring)."""
 
     __slots__ = (
+        "__weakref__",  # a burst's ``repeat.Repeat`` holds its plan weakly (a released model's is let go)
         "_inputs",
         "_outputs",
         "_shapes",
@@ -414,4 +415,8 @@ class PlanCache:
                 if len(self._plans) >= CACHED_LAYOUTS:
                     self._plans.pop(next(iter(self._plans)))  # the oldest
                 self._plans[(request.inputs, request.outputs)] = plan
+                # A plan replaced (the same arguments, other pool sizes) is found no more by
+                # ``of``'s shortcut either: else the layout's lean launches would find the old
+                # plan, which does not fit, until another layout's lookup.
+                self._last = None
         return plan

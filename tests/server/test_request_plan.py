@@ -88,6 +88,21 @@ def test_other_pool_sizes_are_validated_again(prepared: tuple[Driver, Session, s
         _execute(driver, session, handle, _request(in_size=N + 8))
 
 
+def test_a_plan_learnt_anew_is_found_by_the_same_arguments(prepared: tuple[Driver, Session, str]) -> None:
+    """The same argument tuples over other pool sizes learn a new plan, which replaces the old
+    one for ``of``'s shortcut too (the last tuples found): the layout's next lookup finds it."""
+    driver, session, handle = prepared
+    pm = driver.prepared(session, handle)
+    short = _request()
+    wide = Request(short.inputs, short.outputs, (short.pools[0], InlinePool(b"", 48)))
+    assert _execute(driver, session, handle, wide).status == ErrorStatus.NONE
+    first = pm.plans.of(short.inputs, short.outputs)  # the shortcut's: the very tuples
+    assert first is not None and first.sizes == (64, 48)
+    assert _execute(driver, session, handle, short).status == ErrorStatus.NONE  # learnt anew
+    again = pm.plans.of(short.inputs, short.outputs)
+    assert again is not None and again is not first and again.sizes == (64, 32)
+
+
 def test_output_sizes_are_checked_at_every_execution(prepared: tuple[Driver, Session, str]) -> None:
     driver, session, handle = prepared
     for _ in range(2):  # planned at the first, reused at the second

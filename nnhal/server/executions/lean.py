@@ -586,6 +586,8 @@ _SLICE = cast("Callable[[memoryview, slice], memoryview]", getitem)
 _Pools = dict[int, PoolData]
 #: Per input of a lane, where its bytes are in a compact call's body (``Compact._lane_for``).
 _Spans = tuple[slice, ...]
+#: A layout's output places (``_Lane.places``): each output's, and its pool's by index.
+Places = tuple[list[memoryview], _Pools]
 #: A compact layout's lane, its inputs' spans and where its answers' places are reserved
 #: (``Compact._lane_for``).
 _Laned = tuple["_Lane", _Spans, "Callable[[int], memoryview | None] | None"]
@@ -600,7 +602,21 @@ class _Lane:
     result ring (``fastanswer.AnswerWriter.places``) or of a buffer of its own. Made once per
     plan (``of``, kept in ``RequestPlan.lane``: a plan is its prepared model's)."""
 
-    __slots__ = ("data_bytes", "inputs", "lane", "one", "outputs", "parts", "placed", "pools", "shapes", "sizes")
+    # Weakly referable: a burst's ``repeat.Repeat`` holds its layout's lane without keeping a
+    # released model's graph alive.
+    __slots__ = (
+        "__weakref__",
+        "data_bytes",
+        "inputs",
+        "lane",
+        "one",
+        "outputs",
+        "parts",
+        "placed",
+        "pools",
+        "shapes",
+        "sizes",
+    )
 
     def __init__(
         self,
@@ -678,6 +694,22 @@ class _Lane:
                 results = cast(_Pools, places)
                 return LanePools(self.lane, inputs, into, results, self.shapes, self.data_bytes)
         return self._own(inputs)
+
+    def places(self) -> Places:
+        """Output places of buffers of their own (each output's, and its pool's by index): what
+        a layout's repeated calls are bound into (:meth:`again`). Nothing of the lane or its
+        graph is held by them."""
+        pools = self._own([])
+        return pools.into, pools.results
+
+    def again(self, body: memoryview, spans: _Spans, places: Places) -> LanePools:
+        """A call of ``body`` bound for the lane (``spans``: its inputs' bytes in it) into
+        ``places`` (:meth:`places`; the caller's, never a run's: a run drops its pools), the
+        previous call's answer written (its data copied out) before this one runs: a layout's
+        repeated call (``repeat.Repeat``) allocates nothing. Every output fills its place at
+        each run, so a place reused holds what a fresh one would."""
+        inputs = list(map(body.__getitem__, spans))
+        return LanePools(self.lane, inputs, places[0], places[1], self.shapes, self.data_bytes)
 
     def bind_parts(self, pools: Sequence[tuple[PoolData, int]]) -> LanePools | None:
         """A call of inline ``pools`` (bytes and size, ``_bind_parts``) bound for the lane: each

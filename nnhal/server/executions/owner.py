@@ -39,6 +39,9 @@ from nnhal.server.executions.notified import launch_then_notify
 from nnhal.server.executions.refusals import Refused, within_limit
 from nnhal.server.jobs import ExecutionJob, PrepareJob
 from nnhal.server.metrics import TRANSPORTS, DeviceMetrics, Metrics
+from nnhal.server.prepared_model import PreparedModel
+from nnhal.server.scheduler import Ticket
+from nnhal.server.session import Session
 
 #: Executions of a model whose fastest run is shorter than this may run on the event loop's
 #: thread (``Executions.runs_inline``); 1 ms: the loop is never held up longer than a
@@ -104,7 +107,8 @@ class Executions:
         #: The hooks (``hooks.Observer``); None: none, and the calls pay one attribute read.
         self.observer: Observer | None = None
         self._observers: list[Observer] = []
-        self._limit = message_limit or (lambda: _NO_LIMIT)
+        #: The most bytes of output pools one answer may carry (``within_limit``), read per call.
+        self.answer_limit: Callable[[], int] = message_limit or (lambda: _NO_LIMIT)
         self._methods: dict[tuple[str, str, str | None, str | None, str | None, str], Method] = {}
         self._lock = threading.Lock()
 
@@ -199,13 +203,21 @@ class Executions:
             pm = self.driver.prepared(s, handle)
         except HalError:
             return None  # the worker's path reports it
+        ticket = self.inline_slot(s, pm, inline_bytes)
+        return None if ticket is None else ((s, pm), ticket)
+
+    def inline_slot(self, s: Session, pm: PreparedModel, inline_bytes: int) -> Ticket | None:
+        """:meth:`runs_inline` of an execution whose session and prepared model were found
+        (open, not released) and no fault is armed: the slot it took when the execution may
+        run on the event loop's thread (its model's fastest run, the session's injected
+        delay, its inline data's size, a free slot at once), else None with nothing taken.
+        For a caller that keeps them found (``repeat.Repeat``: a burst's repeated layout)."""
         fastest = pm.fastest_ns
         if fastest is None or fastest >= INLINE_MAX_NS or s.faults.execute_delay_ms:
             return None
         if inline_bytes > INLINE_MAX_BYTES:
             return None
-        ticket = self.driver.scheduler.try_start(s.client_key, pm.priority)
-        return None if ticket is None else ((s, pm), ticket)
+        return self.driver.scheduler.try_start(s.client_key, pm.priority)
 
     def execute(
         self,
@@ -287,7 +299,7 @@ class Executions:
                     obs.started(call)
             result: ExecutionResult | Refused
             try:
-                result = within_limit(job.run(defer is None), self._limit())
+                result = within_limit(job.run(defer is None), self.answer_limit())
             except Exception as err:
                 result = Refused.of(err, f"in {method.what}")
             finally:
@@ -352,7 +364,7 @@ class Executions:
     ) -> Generator[Launch | Notify[ExecutionResult], None, None]:
         """An asynchronous execution (``execute_1_3``, the HIDL ``execute`` forms): its
         :class:`Launch`, then one :class:`Notify` carrying the result (``notified.launch_then_notify``)."""
-        limit = self._limit
+        limit = self.answer_limit
 
         def begin(call: Execution) -> ExecutionJob:
             # Launch checks now; the scheduler ticket only once the launch was written (the
@@ -451,7 +463,7 @@ class Executions:
                     info = d.fenced_info(s, callback, True, timeout)
                     if info.signalled or timeout < INFO_SLICE_S or not live.is_active():
                         break
-        info = within_limit(info, self._limit())
+        info = within_limit(info, self.answer_limit())
         self._observed(Call(method, method, (session, callback, wait)), t0, info)
         return info
 

@@ -121,6 +121,6 @@ def burst(executions: Executions) -> grpc.RpcMethodHandler:
     m = x.method(BURST, "a burst execution", "execute")
     return grpc.stream_stream_rpc_method_handler(
         partial(serve_burst, x, m, x.faults.seeded),
-        request_deserializer=spb.BurstRequest.FromString,
+        request_deserializer=None,  # read as bytes: a repeated layout is not parsed (``serve_burst``)
         response_serializer=None,  # answered as bytes (``serve_burst``)
     )

@@ -15,7 +15,8 @@ an injected abort when it opens and the other fault kinds per execution; a 1.2 d
 burst execution carrying a deadline, a loop timeout or a buffer token is INVALID_ARGUMENT
 (``Executions.check_burst_fields``). A fence wait is capped alike (``Executions.fenced_info``).
 A burst keeps a standing charge of its small executions' request data (``lean.Standing``),
-given back as the stream ends.
+given back as the stream ends, and answers the messages of the layout it repeats from their
+bytes (``repeat.Repeat``: not parsed; every per-call rule run through its owner).
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ from grpc import aio
 from nnhal.core import wire_deadline, wire_pool, wire_request, wire_result
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
-from nnhal.core.types import Request
+from nnhal.core.types import ExecutionResult, Request
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server import log_limits
 from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
 from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.faults import abort_of
 from nnhal.server.executions.lean import Inline, LeanRun, Standing, launch_inline
+from nnhal.server.executions.repeat import Repeat
 from nnhal.server.rpc.common import answer_bytes, events_to, hal_method, result_to
 from nnhal.server.rpc.ending import abort_ended, call_ender, current_ender, ended
 from nnhal.server.rpc.identity import stream_client
@@ -66,12 +68,17 @@ def execution_from(msg: spb.ExecuteRequest, request: Request | None = None) -> E
 
 
 def lean_launch(
-    x: Executions, inline: Inline, msg: spb.ExecuteRequest, standing: Standing | None = None
+    x: Executions,
+    inline: Inline,
+    msg: spb.ExecuteRequest,
+    standing: Standing | None = None,
+    kept: list[LeanRun] | None = None,
 ) -> LeanRun | None:
     """``msg`` launched with no canonical objects made (``lean.launch_inline``) when it asks
     no profile and its pools are all inline, ``inline`` its session, prepared model and slot
     (``Executions.runs_inline``; the slot stays the caller's unless the run takes it),
-    ``standing`` its stream's standing charge (a burst's); None: the full path
+    ``standing`` its stream's standing charge (a burst's), ``kept`` where the run launched is
+    added (a burst's: ``repeat.Repeat.of`` is made from it); None: the full path
     (``execution_from``). For ``Executions.execute``'s ``lean_launch``."""
     if msg.profile:
         return None
@@ -82,7 +89,7 @@ def lean_launch(
     inputs, outputs = wire_request.args_from(request.inputs), wire_request.args_from(request.outputs)
     deadline = wire_deadline.deadline_from(msg.deadline)
     found, ticket = inline
-    return launch_inline(
+    run = launch_inline(
         x.driver,
         found,
         inputs,
@@ -94,6 +101,9 @@ def lean_launch(
         ticket,
         standing=standing,
     )
+    if kept is not None and run is not None:
+        kept.append(run)
+    return run
 
 
 def inline_bytes(msg: spb.ExecuteRequest) -> int:
@@ -172,7 +182,10 @@ async def serve_burst(
     taken as it opens); then read, execute and answer until the client half-closes — in one
     coroutine frame under grpc's (every message read and every answer written resumes each
     frame it awaits in). The stream has no serializer: its answers are written serialized (an
-    inline execution's by ``common.answer_bytes``: the common answer from kept bytes)."""
+    inline execution's by ``common.answer_bytes``: the common answer from kept bytes). Nor a
+    deserializer: a message of the layout the stream repeats (``repeat.Repeat``, made by a
+    message the lean path ran for its model's lane) is answered from its bytes; any other is
+    parsed here (garbage answered in band, as before) and takes the path it always took."""
     call_ender()
     begin(context, scoped)
     try:
@@ -196,44 +209,67 @@ async def serve_burst(
         # back as the stream ends, whichever way.
         standing = Standing(x.driver.budget)
         soon = asyncio.get_running_loop().call_soon
+        parse = spb.BurstRequest.FromString
         try:
             injected = arrival.fault if arrival is not None else None
             if injected is not None and injected.after == 0:
                 await abort(context, abort_of(injected))
             sent = 0
+            # The layout the stream repeats (``repeat.Repeat``: made by a message the lean path
+            # ran for its model's lane and answered the common answer), and the one before it (a
+            # stream alternating two layouts makes none afresh); None: none yet.
+            repeat: Repeat | None = None
+            before: Repeat | None = None
+            kept: list[LeanRun] = []  # the lean run of the message being run (``lean_launch``)
             while True:
-                try:
-                    req = await context.read()
-                except DecodeError as err:
-                    # Garbage from the client: answered in band, one rate-limited log line, the
-                    # stream ended (raised into gRPC, it logged tracebacks, one printed to stderr).
-                    garbage = Refused(ErrorStatus.INVALID_ARGUMENT, f"a burst request could not be decoded: {err}")
-                    m.record(garbage.status, None)
-                    log_limits.undecodable("configureExecutionBurst", err)
-                    await context.write(answer_bytes(garbage, True))
+                raw = await context.read()  # bytes: no deserializer (a repeat is not parsed)
+                if raw is aio.EOF:
                     return
-                if req is aio.EOF:
-                    return
-                msg = req.execute
-                answer: bytes
-                try:
-                    if checked:
-                        check_burst_fields(x, msg)
-                except HalError as err:
-                    answer = answer_bytes(x.refuse(m, err), True)
-                else:
-                    build = partial(execution_from, msg)
-                    run = x.arrive(m, EXECUTION_FAULTS)
-                    inline = (
-                        None if run is not None else x.runs_inline(msg.session, msg.prepared_model, inline_bytes(msg))
-                    )
-                    if inline is not None:
-                        lean = partial(lean_launch, x, inline, msg, standing)  # the call's own, tried first
-                        answer = answer_bytes(x.execute(m, build, lean_launch=lean, inline=inline, after=after), True)
-                        del lean
+                answer = None if repeat is None else repeat.answer(raw, after)
+                if answer is None and before is not None:
+                    answer = before.answer(raw, after)
+                    if answer is not None:
+                        repeat, before = before, repeat
+                if answer is None:
+                    try:
+                        req = parse(raw)
+                    except DecodeError as err:
+                        # Garbage from the client: answered in band, one rate-limited log line, the
+                        # stream ended (raised into gRPC, it logged tracebacks, one printed to stderr).
+                        garbage = Refused(ErrorStatus.INVALID_ARGUMENT, f"a burst request could not be decoded: {err}")
+                        m.record(garbage.status, None)
+                        log_limits.undecodable("configureExecutionBurst", err)
+                        await context.write(answer_bytes(garbage, True))
+                        return
+                    msg = req.execute
+                    try:
+                        if checked:
+                            check_burst_fields(x, msg)
+                    except HalError as err:
+                        answer = answer_bytes(x.refuse(m, err), True)
                     else:
-                        answer = await in_thread(_execute_to_wire, x, m, build, sync, run)
-                del req, msg
+                        build = partial(execution_from, msg)
+                        run = x.arrive(m, EXECUTION_FAULTS)
+                        inline = (
+                            None
+                            if run is not None
+                            else x.runs_inline(msg.session, msg.prepared_model, inline_bytes(msg))
+                        )
+                        if inline is not None:
+                            lean = partial(lean_launch, x, inline, msg, standing, kept)  # the call's own, tried first
+                            result = x.execute(m, build, lean_launch=lean, inline=inline, after=after)
+                            answer = answer_bytes(result, True)
+                            del lean
+                            if kept:  # the lean path ran it: its layout may repeat
+                                made = _repeat(x, m, raw, msg, kept.pop(), result, standing)
+                                if made is not None:
+                                    repeat, before = made, repeat
+                                del made
+                            del result, inline  # not held while the stream idles (its model's release)
+                        else:
+                            answer = await in_thread(_execute_to_wire, x, m, build, sync, run)
+                    del req, msg
+                del raw
                 if after:
                     soon(after.run)
                 await context.write(answer)
@@ -250,6 +286,33 @@ async def serve_burst(
         if not ended():  # the transport's cancellation
             raise
         await abort_ended(context)
+
+
+def _repeat(
+    x: Executions,
+    m: Method,
+    raw: bytes,
+    msg: spb.ExecuteRequest,
+    run: LeanRun,
+    result: ExecutionResult | Refused,
+    standing: Standing,
+) -> Repeat | None:
+    """The Repeat of the burst message ``raw`` (``msg`` its execution, as parsed), which the lean
+    path ran as ``run`` and answered ``result`` (``repeat.Repeat.of``; None: none)."""
+    if isinstance(result, Refused):
+        return None
+    head = wire_result.answer_head(result, True)
+    if head is None:
+        return None
+    request = msg.request
+    datas = [pool.inline.data for pool in request.pools]
+    layout = (wire_request.args_from(request.inputs), wire_request.args_from(request.outputs))
+    return Repeat.of(x, m, raw, datas, layout, inline_bytes(msg), run, result, head, standing, _burst_answer)
+
+
+def _burst_answer(result: ExecutionResult | Refused) -> bytes:
+    """A burst's answer that is not the common one (``repeat.Repeat``'s fallback)."""
+    return answer_bytes(result, True)
 
 
 def _execute_to_wire(x: Executions, m: Method, build: Any, live: SyncContext, arrival: Arrival | None) -> bytes:
