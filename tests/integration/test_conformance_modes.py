@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from nnhal.client.device import Device
+from nnhal.conformance import executors
 from nnhal.conformance.runner import LEVEL_MODE, run_case
 from nnhal.conformance.vectors import TestCase, load_file
 from nnhal.core.enums import ErrorStatus
@@ -119,3 +120,16 @@ def test_info_names_aidl_levels(server: LocalServer) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "NN HAL AIDL V4 (feature level 8)" in done.stdout
+
+
+def test_a_server_without_the_fast_path_skips_burst_fast_and_passes_the_grpc_burst(few: list[TestCase]) -> None:
+    """``--no-fast-path`` is the server's choice: its fast-burst refusal is a skip saying so,
+    and the gRPC burst (measured, then twice unmeasured: a burst repeat answers the third)
+    passes."""
+    with LocalServer("--no-fast-path") as srv, Device.connect(srv.address) as dev:
+        results = run_case(dev, few[0], ("burst", "burst_fast"))
+        assert results["burst"].status == "passed", results["burst"]
+        assert "twice unmeasured" in results["burst"].detail
+        assert results["burst_fast"].status == "skipped", results["burst_fast"]
+        assert "offers no same-host fast path" in results["burst_fast"].detail
+        assert executors.NOT_OFFERED in results["burst_fast"].detail  # the server's own words
