@@ -152,12 +152,15 @@ class Repeat:
         head: tuple[int, bytes] | None,
         standing: Standing,
         fallback: Fallback,
+        path: tuple[Sequence[int], int] = (BURST_POOL_DATA, BURST_POOLS_AT),
     ) -> Repeat | None:
         """The Repeat of the message ``raw`` (its pools' inline data ``datas`` and its arguments
         ``layout``, as parsed; at least ``nbytes`` inline), which the lean path ran as ``run`` and answered ``result``,
         the common answer, whose head is ``head`` (its pool's index and bytes before the data;
         None: not the common answer) — or None: no Repeat (a deadline, a measured run, pools
-        not bound for a lane, a message whose data's spans do not tell its pools)."""
+        not bound for a lane, a message whose data's spans do not tell its pools). ``path``: the
+        path to the pools' data in ``raw`` and where it repeats (``wire_spans.field_spans``: a
+        burst's by default; a unary call's is ``UNARY_POOL_DATA``, ``repeats.Repeats``)."""
         if head is None or isinstance(result, Refused) or result.status or run.deadline_ns is not None:
             return None
         if run.measure or type(run.bound) is not LanePools or run.plan.lane is None:
@@ -166,7 +169,7 @@ class Repeat:
         if lane is None:
             return None
         try:
-            entries = field_spans(raw, BURST_POOL_DATA, BURST_POOLS_AT)
+            entries = field_spans(raw, *path)
         except WireError:
             return None
         if len(entries) != len(datas):

@@ -42,13 +42,15 @@ def served() -> Iterator[Served]:
 
 @pytest.fixture
 def repeats(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Per message a Repeat was asked about: whether it answered it (else: the full path)."""
+    """Per burst message a Repeat was asked about: whether it answered it (else: the full path).
+    The unary calls' (``executeSynchronously_1_3``'s ``repeats.Repeats``) are not counted."""
     answered: list[bool] = []
     real = repeat.Repeat.answer
 
     def spy(self: repeat.Repeat, *args: Any) -> bytes | None:
         answer = real(self, *args)
-        answered.append(answer is not None)
+        if self.method.name == BURST:
+            answered.append(answer is not None)
         return answer
 
     monkeypatch.setattr(repeat.Repeat, "answer", spy)

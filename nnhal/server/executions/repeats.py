@@ -1,0 +1,89 @@
+"""``Repeats``: a device's unary ``executeSynchronously_1_3`` layouts that repeat, found by a
+message's bytes.
+
+A client calling one prepared model again and again mostly sends one layout: the same
+session, prepared model, arguments and pool sizes, only the inline pools' data differing —
+as a burst's messages do (``repeat.Repeat``, whose module docstring says what a repeated
+layout is and every per-call rule its answer still runs through its owner). A unary call has
+no stream to keep its layout on, so the device's ``executeSynchronously_1_3`` handler
+(``rpc.direct.execute_sync``) keeps a small table of them: a :class:`~repeat.Repeat` made
+from a message the lean path ran for its model's lane and answered the common answer
+(``prepared_model_servicer._repeat`` without ``burst``: the unary message's pools' data,
+``wire_spans.UNARY_POOL_DATA``, and an ``ExecuteResult``'s head), found for a later message by
+its length, then :meth:`Template.match <nnhal.core.wire_spans.Template.match>` (the bytes
+outside the data carry the session id and the prepared model's handle: a match is the same
+session, model and layout). Its runs are covered by the session's standing charge
+(``Session.standing``, ``lean.launch_inline``'s: given back with the session).
+
+Bounded: at most :data:`LAYOUTS` kept, the oldest replaced by a new one. A layout of a
+closed session or a released model is answered by the full path (``Repeat.answer`` says so:
+it holds them weakly) and dropped from the table then (:meth:`Repeats.drop_stale`), and every
+such entry is dropped as a new layout is added (:meth:`Repeats.add`). No entry keeps a
+session's, model's, plan's or lane's objects alive (all held weakly, let go with the session
+or the model); a stale entry keeps until then only bytes: its template's (the message's bytes
+outside its data), its answer's head, its output places (at most the standing charge's
+``STANDING_MAX_BYTES``, made under it) and the session's ``Standing`` (a budget and a name),
+at most ``LAYOUTS`` of them. Used on the event loop's thread only (the handler's): no lock.
+"""
+
+from __future__ import annotations
+
+from nnhal.server.executions.repeat import Repeat
+
+#: The most layouts a device keeps (:class:`Repeats`): a new one replaces the oldest.
+LAYOUTS = 64
+
+
+def stale(repeat: Repeat) -> bool:
+    """Whether ``repeat``'s session is closed or gone, or its prepared model released or gone
+    (the full path refuses its messages: nothing to keep it for)."""
+    s, pm = repeat.session(), repeat.model()
+    return s is None or pm is None or s.closed or pm.released
+
+
+class Repeats:
+    """A bounded table of unary repeated layouts (module docstring), oldest first."""
+
+    __slots__ = ("_by_length", "_order", "limit")
+
+    def __init__(self, limit: int = LAYOUTS) -> None:
+        self.limit = limit
+        #: The layouts by their messages' length.
+        self._by_length: dict[int, list[Repeat]] = {}
+        #: Every layout kept, oldest first.
+        self._order: list[Repeat] = []
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def find(self, raw: bytes) -> Repeat | None:
+        """The layout ``raw`` is a message of (its length, then its template's match), or None."""
+        for repeat in self._by_length.get(len(raw), ()):
+            if repeat.match(raw):
+                return repeat
+        return None
+
+    def add(self, repeat: Repeat | None) -> None:
+        """Keep ``repeat`` (None: nothing): every stale layout dropped first, then the oldest
+        when the table is full."""
+        if repeat is None:
+            return
+        for old in [r for r in self._order if stale(r)]:
+            self._drop(old)
+        if len(self._order) >= self.limit:
+            self._drop(self._order[0])
+        self._order.append(repeat)
+        self._by_length.setdefault(repeat.template.length, []).append(repeat)
+
+    def drop_stale(self, repeat: Repeat) -> None:
+        """Drop ``repeat`` when it is stale (its message just took the full path)."""
+        if stale(repeat) and repeat in self._order:
+            self._drop(repeat)
+
+    def _drop(self, repeat: Repeat) -> None:
+        self._order.remove(repeat)
+        length = repeat.template.length
+        same = self._by_length[length]
+        same.remove(repeat)
+        if not same:
+            del self._by_length[length]
