@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import grpc
 from grpc import aio
@@ -95,19 +95,20 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
             (repeat, request, raw), call = await inbound.receive(context, read, SYNC)
             arrival = x.arrive(m, KINDS)
             answer: bytes | None = None
-            if repeat is not None:
+            if repeat is not None and raw is not None:  # a repeated layout's message (``read``)
                 if arrival is None:
-                    answer = repeat.answer(cast(bytes, raw), after)
+                    answer = repeat.answer(raw, after, True)
                 if answer is None:  # the full path's: it refuses, or runs it, as it always did
                     repeats.drop_stale(repeat)
                     # Parses: it matched a message parsed before but for its data's bytes.
-                    request = parse(cast(bytes, raw))
+                    request = parse(raw)
                     raw = None  # its Repeat is kept already
                 else:
                     asyncio.get_running_loop().call_soon(after.run)
                 del repeat
             if answer is None:
-                msg = cast(spb.ExecuteRequest, request)
+                msg = request
+                assert msg is not None  # parsed by ``read``, or above
                 build = partial(execution_from, msg)
                 if arrival is None:
                     # The message's size: at least the bytes its pools carry inline (``inline_bytes``),
