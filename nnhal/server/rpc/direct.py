@@ -21,8 +21,15 @@ the answer the layered path gives it:
    ended to make room for another client aborted RESOURCE_EXHAUSTED with the reason.
 
 The request id is given before the read (the layered path gives it after): a call refused
-while its message is read also carries its id back. :func:`burst` serves the burst stream
-(there is no layered handler of it).
+while its message is read also carries its id back.
+
+A message of a layout the device repeats (``executions.repeats.Repeats``: one a lean run
+answered before, found by its length and bytes within the read's place) is not parsed: once it
+arrived with nothing (step 3) it is answered by its ``repeat.Repeat`` — every per-call rule of
+step 4 through its owner — or, where one says no, parsed then and run as any other (step 5
+for every call). Every other message is parsed in the read's place (step 2, INTERNAL as before).
+
+:func:`burst` serves the burst stream (there is no layered handler of it).
 """
 
 from __future__ import annotations
