@@ -161,12 +161,8 @@ class Repeat:
         not bound for a lane, a message whose data's spans do not tell its pools). ``path``: the
         path to the pools' data in ``raw`` and where it repeats (``wire_spans.field_spans``: a
         burst's by default; a unary call's is ``UNARY_POOL_DATA``, ``repeats.Repeats``)."""
-        if head is None or isinstance(result, Refused) or result.status or run.deadline_ns is not None:
-            return None
-        if run.measure or type(run.bound) is not LanePools or run.plan.lane is None:
-            return None
-        lane = run.plan.lane[0]
-        if lane is None:
+        lane = cls.lane_of(run, result)
+        if head is None or lane is None:
             return None
         try:
             entries = field_spans(raw, *path)
@@ -185,6 +181,19 @@ class Repeat:
             slices.append(slice(entry[0] + a, entry[0] + b))
         template = Template(raw, [entry for entry in entries if entry is not None])
         return cls(executions, method, template, run, lane, layout, tuple(slices), nbytes, head, standing, fallback)
+
+    @staticmethod
+    def lane_of(run: LeanRun, result: ExecutionResult | Refused) -> _Lane | None:
+        """The lane a Repeat of ``run`` (answered ``result``) would run its layout's calls on, or
+        None: no Repeat of it (a refusal or a failure, a deadline, a measured run, pools not
+        bound for a lane). :meth:`of` asks it; a caller may first (nothing of a message whose run
+        makes no Repeat is looked at: ``prepared_model_servicer._repeat``)."""
+        if isinstance(result, Refused) or result.status or run.deadline_ns is not None:
+            return None
+        if run.measure or type(run.bound) is not LanePools or run.plan.lane is None:
+            return None
+        lane: _Lane | None = run.plan.lane[0]
+        return lane
 
     def _relearnt(self, pm: PreparedModel) -> tuple[RequestPlan | None, _Lane | None]:
         """The plan ``pm`` has now for the layout (learnt anew by a full-path run of it, or

@@ -303,8 +303,8 @@ def _repeat(
     path ran as ``run`` and answered ``result`` (``repeat.Repeat.of``; None: none). Without
     ``burst``: of the unary ``executeSynchronously_1_3`` message ``raw`` (``msg`` itself), its
     answers an ``ExecuteResult`` (``direct.execute_sync``'s ``repeats.Repeats``)."""
-    if isinstance(result, Refused):
-        return None
+    if isinstance(result, Refused) or Repeat.lane_of(run, result) is None:
+        return None  # none made: the message's answer and fields not looked at again
     head = wire_result.answer_head(result, burst)
     if head is None:
         return None
