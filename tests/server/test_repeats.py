@@ -114,3 +114,33 @@ def test_stale_layouts_are_dropped_as_one_is_added_or_found_stale() -> None:
     table.add(_fake(_message("s-1", b"\x01" * 16), open_s, model))
     assert len(table) == 2 and table.find(_message("s-1", b"\x03" * 64, "pm-2")) is None
     assert table.find(_message("s-1", b"\x03" * 64)) is live
+
+
+def test_a_full_table_admits_a_stale_ones_successor_at_once_else_one_in_its_size() -> None:
+    """More clients calling round robin than the table holds: the layouts kept stay (each call a
+    hit), a new one is admitted once in ``limit`` tries (the table follows a moving working set),
+    and at once where the oldest is stale."""
+    sessions, model = [_Alive() for _ in range(5)], _Alive()
+
+    def made(i: int) -> Repeat:
+        return _fake(_message(f"s-{i}", b"\x01" * 64), sessions[i], model)
+
+    def found() -> list[Repeat | None]:
+        return [table.find(_message(f"s-{i}", b"\x02" * 64)) for i in range(5)]
+
+    table = Repeats(3)
+    kept = [made(i) for i in range(3)]
+    for r in kept:
+        assert table.admits()
+        table.add(r)
+    assert [table.admits() for _ in range(6)] == [False, False, True, False, False, True]
+    assert found() == [*kept, None, None]
+    newer = made(3)
+    table.add(newer)  # admitted on its turn: the oldest replaced
+    assert found() == [None, kept[1], kept[2], newer, None]
+    sessions[1].closed = True  # the oldest now stale: its successor admitted at once
+    assert table.admits()
+    newest = made(4)
+    table.add(newest)
+    assert found() == [None, None, kept[2], newer, newest]
+    assert not table.admits()  # full, none stale: the count goes on

@@ -15,22 +15,29 @@ outside the data carry the session id and the prepared model's handle: a match i
 session, model and layout). Its runs are covered by the session's standing charge
 (``Session.standing``, ``lean.launch_inline``'s: given back with the session).
 
-Bounded: at most :data:`LAYOUTS` kept, the oldest replaced by a new one. A layout of a
-closed session or a released model is answered by the full path (``Repeat.answer`` says so:
-it holds them weakly) and dropped from the table then (:meth:`Repeats.drop_stale`), and every
-such entry is dropped as a new layout is added (:meth:`Repeats.add`). No entry keeps a
-session's, model's, plan's or lane's objects alive (all held weakly, let go with the session
-or the model); a stale entry keeps until then only bytes: its template's (the message's bytes
-outside its data), its answer's head, its output places (at most the standing charge's
-``STANDING_MAX_BYTES``, made under it) and the session's ``Standing`` (a budget and a name),
-at most ``LAYOUTS`` of them. Used on the event loop's thread only (the handler's): no lock.
+Bounded: at most :data:`LAYOUTS` kept. A new layout is kept while there is room; once the
+table is full, it replaces the oldest when that one is stale, else only one in ``LAYOUTS``
+times (:meth:`Repeats.admits`, asked before a Repeat is made): more clients calling round
+robin than the table holds would otherwise replace every layout before its next call — each
+call a miss that makes a Repeat — where now the layouts kept keep repeating, the others take
+the full path at the cost of one test, and the table still follows a working set that moves.
+A layout of a closed session or a released model is answered by the full path
+(``Repeat.answer`` says so: it holds them weakly) and dropped from the table then
+(:meth:`Repeats.drop_stale`), and every such entry is dropped as a new layout is added
+(:meth:`Repeats.add`). No entry keeps a session's, model's, plan's or lane's objects alive
+(all held weakly, let go with the session or the model); a stale entry keeps until then only
+bytes: its template's (the message's bytes outside its data), its answer's head, its output
+places (at most the standing charge's ``STANDING_MAX_BYTES``, made under it) and the session's
+``Standing`` (a budget and a name), at most ``LAYOUTS`` of them. Used on the event loop's
+thread only (the handler's): no lock.
 """
 
 from __future__ import annotations
 
 from nnhal.server.executions.repeat import Repeat
 
-#: The most layouts a device keeps (:class:`Repeats`): a new one replaces the oldest.
+#: The most layouts a device keeps (:class:`Repeats`); a full table admits one new layout in
+#: this many (:meth:`Repeats.admits`).
 LAYOUTS = 64
 
 
@@ -44,10 +51,12 @@ def stale(repeat: Repeat) -> bool:
 class Repeats:
     """A bounded table of unary repeated layouts (module docstring), oldest first."""
 
-    __slots__ = ("_by_length", "_order", "limit")
+    __slots__ = ("_by_length", "_order", "_refused", "limit")
 
     def __init__(self, limit: int = LAYOUTS) -> None:
         self.limit = limit
+        #: New layouts not admitted since one last was to a full table (:meth:`admits`).
+        self._refused = 0
         #: The layouts by their messages' length.
         self._by_length: dict[int, list[Repeat]] = {}
         #: Every layout kept, oldest first.
@@ -63,9 +72,22 @@ class Repeats:
                 return repeat
         return None
 
+    def admits(self) -> bool:
+        """Whether a new layout would be kept (:meth:`add`) — asked before one is made: room in
+        the table, or its oldest stale, or the turn of one in ``limit`` layouts refused by a full
+        table (module docstring)."""
+        order = self._order
+        if len(order) < self.limit or stale(order[0]):
+            return True
+        self._refused += 1
+        if self._refused < self.limit:
+            return False
+        self._refused = 0
+        return True
+
     def add(self, repeat: Repeat | None) -> None:
-        """Keep ``repeat`` (None: nothing): every stale layout dropped first, then the oldest
-        when the table is full."""
+        """Keep ``repeat`` (None: nothing): every stale layout dropped first (an add is once per
+        layout, not per call), then the oldest when the table is full still."""
         if repeat is None:
             return
         for old in [r for r in self._order if stale(r)]:

@@ -127,7 +127,7 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
                         result = x.execute(m, build, lean_launch=lean, inline=inline, after=after)
                         asyncio.get_running_loop().call_soon(after.run)  # mostly work waits: not asked
                         answer = answer_bytes(result)
-                        if kept and raw is not None:
+                        if kept and raw is not None and repeats.admits():
                             run = kept.pop()
                             standing = run.session.standing  # the session's (``lean.launch_inline``)
                             if standing is not None:
