@@ -144,3 +144,25 @@ def test_a_full_table_admits_a_stale_ones_successor_at_once_else_one_in_its_size
     table.add(newest)
     assert found() == [None, None, kept[2], newer, newest]
     assert not table.admits()  # full, none stale: the count goes on
+
+
+def test_layouts_of_one_length_are_found_by_their_first_segment_and_let_go_whole() -> None:
+    """Many clients' layouts of one model are all of one length: each found by one lookup of its
+    first segment (the session and model's names); first segments of other lengths apart; the
+    table's index empty again once every layout is dropped."""
+    session, model = _Alive(), _Alive()
+    table = Repeats()
+    many = [_fake(_message(f"s-{i:02}", b"\x01" * 64), session, model) for i in range(40)]
+    # The same length, a first segment one byte longer (a longer session id, one byte less data).
+    longer = _fake(_message("s-100", b"\x01" * 63), session, model)
+    assert longer.template.length == many[0].template.length
+    for r in [*many, longer]:
+        table.add(r)
+    assert [table.find(_message(f"s-{i:02}", b"\x07" * 64)) for i in range(40)] == many
+    assert table.find(_message("s-100", b"\x07" * 63)) is longer
+    assert table.find(_message("s-100", b"\x07" * 64)) is None
+    session.closed = True  # every layout stale: dropped as one is added
+    fresh = _Alive()
+    table.add(_fake(_message("s-new", b"\x01" * 64), fresh, model))
+    assert len(table) == 1 and table.find(_message("s-00", b"\x07" * 64)) is None
+    assert len(table._by_length) == 1  # the index of the dropped let go

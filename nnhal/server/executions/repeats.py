@@ -34,6 +34,7 @@ thread only (the handler's): no lock.
 
 from __future__ import annotations
 
+from nnhal.core.wire_spans import Template
 from nnhal.server.executions.repeat import Repeat
 
 #: The most layouts a device keeps (:class:`Repeats`); a full table admits one new layout in
@@ -48,6 +49,12 @@ def stale(repeat: Repeat) -> bool:
     return s is None or pm is None or s.closed or pm.released
 
 
+#: Per message length, the layouts of that length by their first segment (the bytes before their
+#: first data: the session id, the model's handle and the request's head), with its length:
+#: a message's prefix of that length is looked up (``Repeats.find``).
+_Heads = list[tuple[int, dict[bytes, list[Repeat]]]]
+
+
 class Repeats:
     """A bounded table of unary repeated layouts (module docstring), oldest first."""
 
@@ -57,8 +64,9 @@ class Repeats:
         self.limit = limit
         #: New layouts not admitted since one last was to a full table (:meth:`admits`).
         self._refused = 0
-        #: The layouts by their messages' length.
-        self._by_length: dict[int, list[Repeat]] = {}
+        #: The layouts by their messages' length, then their first segments (:data:`_Heads`):
+        #: many clients' layouts of one model are all of one length.
+        self._by_length: dict[int, _Heads] = {}
         #: Every layout kept, oldest first.
         self._order: list[Repeat] = []
 
@@ -66,10 +74,13 @@ class Repeats:
         return len(self._order)
 
     def find(self, raw: bytes) -> Repeat | None:
-        """The layout ``raw`` is a message of (its length, then its template's match), or None."""
-        for repeat in self._by_length.get(len(raw), ()):
-            if repeat.match(raw):
-                return repeat
+        """The layout ``raw`` is a message of (its length, its first segment — one slice and one
+        lookup, however many clients' layouts are of its length — then its template's match), or
+        None."""
+        for cut, by_head in self._by_length.get(len(raw), ()):
+            for repeat in by_head.get(raw[:cut], ()):
+                if repeat.match(raw):
+                    return repeat
         return None
 
     def admits(self) -> bool:
@@ -95,17 +106,39 @@ class Repeats:
         if len(self._order) >= self.limit:
             self._drop(self._order[0])
         self._order.append(repeat)
-        self._by_length.setdefault(repeat.template.length, []).append(repeat)
+        template = repeat.template
+        self._heads(template).setdefault(template.segments[0], []).append(repeat)
 
     def drop_stale(self, repeat: Repeat) -> None:
         """Drop ``repeat`` when it is stale (its message just took the full path)."""
         if stale(repeat) and repeat in self._order:
             self._drop(repeat)
 
+    def _heads(self, template: Template) -> dict[bytes, list[Repeat]]:
+        """The layouts of ``template``'s length whose first segments are as long as its own, by
+        their first segments (made empty when none)."""
+        cut = len(template.segments[0])
+        heads = self._by_length.setdefault(template.length, [])
+        for known, by_head in heads:
+            if known == cut:
+                return by_head
+        made: dict[bytes, list[Repeat]] = {}
+        heads.append((cut, made))
+        return made
+
     def _drop(self, repeat: Repeat) -> None:
         self._order.remove(repeat)
-        length = repeat.template.length
-        same = self._by_length[length]
+        template = repeat.template
+        head = template.segments[0]
+        by_head = self._heads(template)
+        same = by_head[head]
         same.remove(repeat)
-        if not same:
-            del self._by_length[length]
+        if same:
+            return
+        del by_head[head]
+        if by_head:
+            return
+        heads = self._by_length[template.length]
+        heads[:] = [entry for entry in heads if entry[1] is not by_head]
+        if not heads:
+            del self._by_length[template.length]
