@@ -127,12 +127,14 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
                         result = x.execute(m, build, lean_launch=lean, inline=inline, after=after)
                         asyncio.get_running_loop().call_soon(after.run)  # mostly work waits: not asked
                         answer = answer_bytes(result)
-                        if kept and raw is not None and repeats.admits():
+                        if kept and raw is not None:  # the lean path ran it: its layout may repeat
                             run = kept.pop()
-                            standing = run.session.standing  # the session's (``lean.launch_inline``)
-                            if standing is not None:
-                                repeats.add(_repeat(x, m, raw, msg, run, result, standing, False))
-                            del run, standing
+                            if Repeat.lane_of(run, result) is not None and repeats.admits():
+                                standing = run.session.standing  # the session's (``lean.launch_inline``)
+                                if standing is not None:
+                                    repeats.add(_repeat(x, m, raw, msg, run, result, standing, False))
+                                del standing
+                            del run
                         del lean, result, kept
                     else:
                         answer = await run_sync(context, partial(_on_worker, x, m, build, None))
