@@ -9,6 +9,8 @@ from typing import Any, cast
 
 from nnhal.core.wire_spans import UNARY_POOL_DATA, UNARY_POOLS_AT, Template, field_spans
 from nnhal.proto import service_pb2 as spb, types_pb2 as tpb
+from nnhal.server.budget import MemoryBudget
+from nnhal.server.executions.lean import STANDING_MAX_BYTES, Standing
 from nnhal.server.executions.repeat import Repeat
 from nnhal.server.executions.repeats import LAYOUTS, Repeats, stale
 
@@ -166,3 +168,22 @@ def test_layouts_of_one_length_are_found_by_their_first_segment_and_let_go_whole
     table.add(_fake(_message("s-new", b"\x01" * 64), fresh, model))
     assert len(table) == 1 and table.find(_message("s-00", b"\x07" * 64)) is None
     assert len(table._by_length) == 1  # the index of the dropped let go
+
+
+def test_a_standing_charge_may_cover_its_sessions_runs_no_larger_than_it_keeps() -> None:
+    """``Standing.may_cover``: what the unary table asks before it keeps a layout."""
+    given_back: list[tuple[str, int]] = []
+
+    class _Budget:
+        def uncharge(self, session: str, nbytes: int, *_: object) -> None:
+            given_back.append((session, nbytes))
+
+    standing = Standing(cast(MemoryBudget, _Budget()))
+    assert standing.may_cover("s", 96) and standing.may_cover("t", STANDING_MAX_BYTES)
+    assert not standing.may_cover("s", STANDING_MAX_BYTES + 1)  # never kept: never covered
+    assert standing.done("s", 96) == 0  # the first small run's charge kept
+    assert standing.may_cover("s", 96) and standing.may_cover("s", 32)
+    assert not standing.may_cover("s", 97) and not standing.may_cover("t", 32)
+    standing.end()
+    assert given_back == [("s", 96)]
+    assert not standing.may_cover("s", 32)  # ended: keeps nothing more

@@ -129,12 +129,18 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
                         answer = answer_bytes(result)
                         if kept and raw is not None:  # the lean path ran it: its layout may repeat
                             run = kept.pop()
-                            if Repeat.lane_of(run, result) is not None and repeats.admits():
-                                standing = run.session.standing  # the session's (``lean.launch_inline``)
-                                if standing is not None:
-                                    repeats.add(_repeat(x, m, raw, msg, run, result, standing, False))
-                                del standing
-                            del run
+                            lane = Repeat.lane_of(run, result)
+                            # Its runs covered by the session's standing charge (``lean.launch_inline``'s),
+                            # or none: each call would be sent to the full path.
+                            standing = run.session.standing
+                            if (
+                                lane is not None
+                                and standing is not None
+                                and standing.may_cover(run.session.id, lane.data_bytes)
+                                and repeats.admits()
+                            ):
+                                repeats.add(_repeat(x, m, raw, msg, run, result, standing, False))
+                            del run, lane, standing
                         del lean, result, kept
                     else:
                         answer = await run_sync(context, partial(_on_worker, x, m, build, None))

@@ -21,9 +21,9 @@ from nnhal.client.device import Device
 from nnhal.client.faults import Fault
 from nnhal.core import wire_request
 from nnhal.core.enums import ErrorStatus, HalVersion
-from nnhal.core.types import Request
+from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.proto import service_pb2 as spb
-from nnhal.server.executions import Executions
+from nnhal.server.executions import Executions, repeat
 from nnhal.server.rpc.direct import EXECUTE_SYNC
 from nnhal.server.rpc.prepared_model_servicer import SYNC
 from tests.conftest import add_model
@@ -230,3 +230,37 @@ def test_a_released_models_memory_is_not_kept_by_the_table(served: Served, repea
     assert repeats[-1] is True
     pm.release()
     assert _gone(held)  # its entry still in the table: nothing called since
+
+
+def _wide_request(value: float) -> Request:
+    """a + b of two 4x8 floats (``add_model((4, 8))``): more data than ``add_request``'s."""
+    data = np.full(64, value, np.float32).tobytes()
+    return Request(
+        (RequestArgument(location=DataLocation(0, 0, 128)), RequestArgument(location=DataLocation(0, 128, 128))),
+        (RequestArgument(location=DataLocation(1, 0, 128)),),
+        (InlinePool(data, 256), InlinePool(b"", 128)),
+    )
+
+
+def test_a_layout_the_sessions_standing_charge_cannot_cover_is_not_kept(
+    served: Served, repeats: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session's standing charge is its first small run's (``add_request``'s 96 bytes, kept by
+    the warm-up): a layout of more data is never covered by it, so no Repeat is made of it — each
+    of its calls would find it, be sent to the full path, and be parsed then."""
+    _warm(served)
+    wide = served.dev.prepare_model_sync(add_model((4, 8)))
+    made: list[bool] = []
+    real = repeat.Repeat.of
+
+    def counted(*args: Any, **kw: Any) -> repeat.Repeat | None:
+        made.append(True)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(repeat.Repeat, "of", counted)
+    repeats.clear()
+    for value in (1.0, 2.0, 3.0, 4.0):
+        answer = _sync(served, _msg(served, _wide_request(value), wide.handle))
+        assert _floats(answer) == [2 * value] * 32
+    assert made == [] and repeats == []
+    wide.release()
