@@ -130,17 +130,18 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
                         if kept and raw is not None:  # the lean path ran it: its layout may repeat
                             run = kept.pop()
                             lane = Repeat.lane_of(run, result)
-                            # Its runs covered by the session's standing charge (``lean.launch_inline``'s),
-                            # or none: each call would be sent to the full path.
-                            standing = run.session.standing
-                            if (
-                                lane is not None
-                                and standing is not None
-                                and standing.may_cover(run.session.id, lane.data_bytes)
-                                and repeats.admits()
-                            ):
-                                repeats.add(_repeat(x, m, raw, msg, run, result, standing, False))
-                            del run, lane, standing
+                            if lane is not None:
+                                # Its runs covered by the session's standing charge (``lean.launch_inline``'s),
+                                # or none kept: each call would be sent to the full path.
+                                standing = run.session.standing
+                                if (
+                                    standing is not None
+                                    and standing.may_cover(run.session.id, lane.data_bytes)
+                                    and repeats.admits()
+                                ):
+                                    repeats.add(_repeat(x, m, raw, msg, run, result, standing, False))
+                                del standing
+                            del run, lane
                         del lean, result, kept
                     else:
                         answer = await run_sync(context, partial(_on_worker, x, m, build, None))
