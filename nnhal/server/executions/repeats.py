@@ -10,10 +10,12 @@ no stream to keep its layout on, so the device's ``executeSynchronously_1_3`` ha
 from a message the lean path ran for its model's lane and answered the common answer
 (``prepared_model_servicer._repeat`` without ``burst``: the unary message's pools' data,
 ``wire_spans.UNARY_POOL_DATA``, and an ``ExecuteResult``'s head), found for a later message by
-its length, then :meth:`Template.match <nnhal.core.wire_spans.Template.match>` (the bytes
-outside the data carry the session id and the prepared model's handle: a match is the same
-session, model and layout). Its runs are covered by the session's standing charge
-(``Session.standing``, ``lean.launch_inline``'s: given back with the session).
+its length and its first segment (the bytes before its data), then :meth:`Template.match
+<nnhal.core.wire_spans.Template.match>` (the bytes outside the data carry the session id and
+the prepared model's handle: a match is the same session, model and layout). Its runs are
+covered by the session's standing charge (``Session.standing``, ``lean.launch_inline``'s: given
+back with the session); a layout that charge can never cover is not kept
+(``Standing.may_cover``).
 
 Bounded: at most :data:`LAYOUTS` kept. A new layout is kept while there is room; once the
 table is full, it replaces the oldest when that one is stale, else only one in ``LAYOUTS``
