@@ -155,12 +155,13 @@ class Repeat:
         path: tuple[Sequence[int], int] = (BURST_POOL_DATA, BURST_POOLS_AT),
     ) -> Repeat | None:
         """The Repeat of the message ``raw`` (its pools' inline data ``datas`` and its arguments
-        ``layout``, as parsed; at least ``nbytes`` inline), which the lean path ran as ``run`` and answered ``result``,
-        the common answer, whose head is ``head`` (its pool's index and bytes before the data;
-        None: not the common answer) — or None: no Repeat (a deadline, a measured run, pools
-        not bound for a lane, a message whose data's spans do not tell its pools). ``path``: the
-        path to the pools' data in ``raw`` and where it repeats (``wire_spans.field_spans``: a
-        burst's by default; a unary call's is ``UNARY_POOL_DATA``, ``repeats.Repeats``)."""
+        ``layout``, as parsed; at least ``nbytes`` inline), which the lean path ran as ``run``
+        and answered ``result``, the common answer, whose head is ``head`` (its pool's index and
+        bytes before the data; None: not the common answer) — or None: no Repeat (a deadline, a
+        measured run, pools not bound for a lane, a message whose data's spans do not tell its
+        pools). ``path``: the path to the pools' data in ``raw`` and where it repeats
+        (``wire_spans.field_spans``: a burst's by default; a unary call's is ``UNARY_POOL_DATA``,
+        ``repeats.Repeats``)."""
         lane = cls.lane_of(run, result)
         if head is None or lane is None:
             return None
