@@ -25,6 +25,12 @@ from collections.abc import Sequence
 BURST_POOL_DATA = (3, 3, 3, 1, 1)
 #: Where ``BURST_POOL_DATA`` repeats: ``Request.pools``.
 BURST_POOLS_AT = 2
+#: ``ExecuteRequest.request(3) -> Request.pools(3) -> MemoryPool.inline(1) ->
+#: InlineMemory.data(1)``: a unary ``executeSynchronously_1_3`` message's
+#: (``nnhal.server.executions.repeats``).
+UNARY_POOL_DATA = (3, 3, 1, 1)
+#: Where ``UNARY_POOL_DATA`` repeats: ``Request.pools``.
+UNARY_POOLS_AT = 1
 
 #: A field's bytes in a message: [start, end).
 Span = tuple[int, int]

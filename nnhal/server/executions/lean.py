@@ -396,6 +396,15 @@ class Standing:
         self.busy = True
         return True
 
+    def may_cover(self, session: str, nbytes: int) -> bool:
+        """Whether a later run of ``session`` with ``nbytes`` of data may be covered (:meth:`covers`,
+        once the run in flight is done): the charge kept is that session's and no smaller, or none
+        is kept yet and one of ``nbytes`` would be (:meth:`done`). For a caller keeping such runs'
+        layout (``repeats.Repeats``: a layout never covered is not kept)."""
+        if self.nbytes:
+            return session == self.session and nbytes <= self.nbytes
+        return not self._ended and nbytes <= STANDING_MAX_BYTES
+
     def done(self, session: str, charged: int) -> int:
         """A run's end (``LeanRun``'s give-back): a covered one's (``charged`` 0) frees the
         charge for the next; a charged one's charge kept when nothing is yet, the stream has

@@ -152,22 +152,21 @@ class Repeat:
         head: tuple[int, bytes] | None,
         standing: Standing,
         fallback: Fallback,
+        path: tuple[Sequence[int], int] = (BURST_POOL_DATA, BURST_POOLS_AT),
     ) -> Repeat | None:
         """The Repeat of the message ``raw`` (its pools' inline data ``datas`` and its arguments
         ``layout``, as parsed; at least ``nbytes`` inline), which the lean path ran as ``run``
         and answered ``result``, the common answer, whose head is ``head`` (its pool's index and
         bytes before the data; None: not the common answer) — or None: no Repeat (a deadline, a
         measured run, pools not bound for a lane, a message whose data's spans do not tell its
-        pools)."""
-        if head is None or isinstance(result, Refused) or result.status or run.deadline_ns is not None:
-            return None
-        if run.measure or type(run.bound) is not LanePools or run.plan.lane is None:
-            return None
-        lane = run.plan.lane[0]
-        if lane is None:
+        pools). ``path``: the path to the pools' data in ``raw`` and where it repeats
+        (``wire_spans.field_spans``: a burst's by default; a unary call's is ``UNARY_POOL_DATA``,
+        ``repeats.Repeats``)."""
+        lane = cls.lane_of(run, result)
+        if head is None or lane is None:
             return None
         try:
-            entries = field_spans(raw, BURST_POOL_DATA, BURST_POOLS_AT)
+            entries = field_spans(raw, *path)
         except WireError:
             return None
         if len(entries) != len(datas):
@@ -184,6 +183,19 @@ class Repeat:
         template = Template(raw, [entry for entry in entries if entry is not None])
         return cls(executions, method, template, run, lane, layout, tuple(slices), nbytes, head, standing, fallback)
 
+    @staticmethod
+    def lane_of(run: LeanRun, result: ExecutionResult | Refused) -> _Lane | None:
+        """The lane a Repeat of ``run`` (answered ``result``) would run its layout's calls on, or
+        None: no Repeat of it (a refusal or a failure, a deadline, a measured run, pools not
+        bound for a lane). :meth:`of` asks it; a caller may first (nothing of a message whose run
+        makes no Repeat is looked at: ``prepared_model_servicer._repeat``)."""
+        if isinstance(result, Refused) or result.status or run.deadline_ns is not None:
+            return None
+        if run.measure or type(run.bound) is not LanePools or run.plan.lane is None:
+            return None
+        lane: _Lane | None = run.plan.lane[0]
+        return lane
+
     def _relearnt(self, pm: PreparedModel) -> tuple[RequestPlan | None, _Lane | None]:
         """The plan ``pm`` has now for the layout (learnt anew by a full-path run of it, or
         evicted and learnt again) and its lane (``_Lane.of``: made once per plan), kept weakly
@@ -198,11 +210,12 @@ class Repeat:
         self._plan, self._lane = weakref.ref(plan), weakref.ref(lane)
         return plan, lane
 
-    def answer(self, raw: bytes, after: Afterwards) -> bytes | None:
+    def answer(self, raw: bytes, after: Afterwards, matched: bool = False) -> bytes | None:
         """The answer to ``raw`` when it matches the layout and every per-call rule lets it run
         here (module docstring), its close and the lifecycle's leave left in ``after``; None:
-        nothing held, take the full path."""
-        if not self.match(raw):
+        nothing held, take the full path. ``matched``: ``raw`` is known to match (found by its
+        template: ``repeats.Repeats.find``)."""
+        if not matched and not self.match(raw):
             return None
         x = self.executions
         s, pm, plan, lane = self.session(), self.model(), self._plan(), self._lane()

@@ -21,8 +21,15 @@ the answer the layered path gives it:
    ended to make room for another client aborted RESOURCE_EXHAUSTED with the reason.
 
 The request id is given before the read (the layered path gives it after): a call refused
-while its message is read also carries its id back. :func:`burst` serves the burst stream
-(there is no layered handler of it).
+while its message is read also carries its id back.
+
+A message of a layout the device repeats (``executions.repeats.Repeats``: one a lean run
+answered before, found by its length and bytes within the read's place) is not parsed: once it
+arrived with nothing (step 3) it is answered by its ``repeat.Repeat`` — every per-call rule of
+step 4 through its owner — or, where one says no, parsed then and run as any other (step 5
+for every call). Every other message is parsed in the read's place (step 2, INTERNAL as before).
+
+:func:`burst` serves the burst stream (there is no layered handler of it).
 """
 
 from __future__ import annotations
@@ -39,16 +46,24 @@ from nnhal.proto import service_pb2 as spb
 from nnhal.server.executions import Arrival, Execution, Executions, Method
 from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.faults import BURST, KINDS
+from nnhal.server.executions.lean import LeanRun
+from nnhal.server.executions.owner import INLINE_MAX_BYTES
+from nnhal.server.executions.repeat import Repeat
+from nnhal.server.executions.repeats import Repeats
 from nnhal.server.rpc.common import answer_bytes
 from nnhal.server.rpc.ending import abort_ended, ended
 from nnhal.server.rpc.inbound import Inbound
-from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, lean_launch, serve_burst
+from nnhal.server.rpc.prepared_model_servicer import SYNC, _repeat, execution_from, lean_launch, serve_burst
 from nnhal.server.rpc.request_id import begin
 from nnhal.server.rpc.sync_handlers import SyncContext, run_sync
 
 _SERVICE = spb.DESCRIPTOR.services_by_name["PreparedModel"].full_name
 #: The full names of the methods :func:`execute_sync` and :func:`burst` serve.
 EXECUTE_SYNC = f"/{_SERVICE}/{SYNC}"
+#: What :func:`execute_sync`'s read gives: a repeated layout's message (its ``Repeat``, not
+#: parsed, and its bytes), or another's parsed message and its bytes (None: too large to run on
+#: the loop's thread, not kept).
+_Read = tuple[Repeat | None, spb.ExecuteRequest | None, bytes | None]
 BURST_STREAM = f"/{_SERVICE}/configureExecutionBurst"
 
 
@@ -64,32 +79,78 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
     # one at a time; run at the loop's next turn, once the handler returned its answer to gRPC
     # (or sooner, should the handler wait for anything first).
     after = Afterwards()
+    # The device's layouts that repeat (``repeats.Repeats``): a message of one is answered from
+    # its bytes (``repeat.Repeat.answer``), not parsed.
+    repeats = Repeats()
+    find = repeats.find
+
+    def read(raw: bytes) -> _Read:
+        # ``Inbound.receive``'s parse, within the read's place: a repeated layout's message found
+        # (not parsed); any other parsed (undecodable: INTERNAL, as ever), its bytes kept when it
+        # may run on the loop's thread (a Repeat is made of them, should the lean path run it).
+        found = find(raw)
+        if found is not None:
+            return found, None, raw
+        return None, parse(raw), raw if len(raw) <= INLINE_MAX_BYTES else None
 
     async def execute(_requests: object, context: aio.ServicerContext[Any, Any]) -> bytes:
         begin(context, scoped)
         try:
-            request: spb.ExecuteRequest
-            request, call = await inbound.receive(context, parse, SYNC)
+            repeat: Repeat | None
+            request: spb.ExecuteRequest | None
+            raw: bytes | None
+            (repeat, request, raw), call = await inbound.receive(context, read, SYNC)
             arrival = x.arrive(m, KINDS)
-            build = partial(execution_from, request)
-            answer: bytes
-            if arrival is None:
-                # The message's size: at least the bytes its pools carry inline (``inline_bytes``),
-                # known from its read (no size computed again).
-                inline = x.runs_inline(request.session, request.prepared_model, call.nbytes)
-                if inline is not None:
-                    lean = partial(lean_launch, x, inline, request)  # the call's own, tried first
-                    result = x.execute(m, build, lean_launch=lean, inline=inline, after=after)
-                    asyncio.get_running_loop().call_soon(after.run)  # mostly work waits: not asked
-                    answer = answer_bytes(result)
-                    del lean, result
+            answer: bytes | None = None
+            if repeat is not None and raw is not None:  # a repeated layout's message (``read``)
+                if arrival is None:
+                    answer = repeat.answer(raw, after, True)
+                if answer is None:  # the full path's: it refuses, or runs it, as it always did
+                    repeats.drop_stale(repeat)
+                    # Parses: it matched a message parsed before but for its data's bytes.
+                    request = parse(raw)
+                    raw = None  # its Repeat is kept already
                 else:
-                    answer = await run_sync(context, partial(_on_worker, x, m, build, None))
-            elif arrival.fault is None:  # refused as it arrived: answered at once
-                answer = answer_bytes(x.execute(m, build, None, arrival))
-            else:
-                answer = await run_sync(context, partial(_on_worker, x, m, build, arrival))
-            del request, build
+                    asyncio.get_running_loop().call_soon(after.run)
+                del repeat
+            if answer is None:
+                msg = request
+                assert msg is not None  # parsed by ``read``, or above
+                build = partial(execution_from, msg)
+                if arrival is None:
+                    # The message's size: at least the bytes its pools carry inline (``inline_bytes``),
+                    # known from its read (no size computed again).
+                    inline = x.runs_inline(msg.session, msg.prepared_model, call.nbytes)
+                    if inline is not None:
+                        kept: list[LeanRun] = []  # the lean run, once launched (a Repeat is made of it)
+                        lean = partial(lean_launch, x, inline, msg, None, kept)  # the call's own, tried first
+                        result = x.execute(m, build, lean_launch=lean, inline=inline, after=after)
+                        asyncio.get_running_loop().call_soon(after.run)  # mostly work waits: not asked
+                        answer = answer_bytes(result)
+                        if kept and raw is not None:  # the lean path ran it: its layout may repeat
+                            run = kept.pop()
+                            lane = Repeat.lane_of(run, result)
+                            if lane is not None:
+                                # Its runs covered by the session's standing charge (``lean.launch_inline``'s),
+                                # or none kept: each call would be sent to the full path.
+                                standing = run.session.standing
+                                if (
+                                    standing is not None
+                                    and standing.may_cover(run.session.id, lane.data_bytes)
+                                    and repeats.admits()
+                                ):
+                                    repeats.add(_repeat(x, m, raw, msg, run, result, standing, False))
+                                del standing
+                            del run, lane
+                        del lean, result, kept
+                    else:
+                        answer = await run_sync(context, partial(_on_worker, x, m, build, None))
+                elif arrival.fault is None:  # refused as it arrived: answered at once
+                    answer = answer_bytes(x.execute(m, build, None, arrival))
+                else:
+                    answer = await run_sync(context, partial(_on_worker, x, m, build, arrival))
+                del msg, build
+            del request, raw
             handing = inbound.answer(context, call.let_go, len(answer), SYNC)
             if handing is not None:  # a large answer's turn
                 await handing

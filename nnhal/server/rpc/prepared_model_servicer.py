@@ -34,6 +34,7 @@ from nnhal.core import wire_deadline, wire_pool, wire_request, wire_result
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, Request
+from nnhal.core.wire_spans import UNARY_POOL_DATA, UNARY_POOLS_AT
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server import log_limits
 from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
@@ -296,17 +297,23 @@ def _repeat(
     run: LeanRun,
     result: ExecutionResult | Refused,
     standing: Standing,
+    burst: bool = True,
 ) -> Repeat | None:
     """The Repeat of the burst message ``raw`` (``msg`` its execution, as parsed), which the lean
-    path ran as ``run`` and answered ``result`` (``repeat.Repeat.of``; None: none)."""
-    if isinstance(result, Refused):
-        return None
-    head = wire_result.answer_head(result, True)
+    path ran as ``run`` and answered ``result`` (``repeat.Repeat.of``; None: none). Without
+    ``burst``: of the unary ``executeSynchronously_1_3`` message ``raw`` (``msg`` itself), its
+    answers an ``ExecuteResult`` (``direct.execute_sync``'s ``repeats.Repeats``)."""
+    if isinstance(result, Refused) or Repeat.lane_of(run, result) is None:
+        return None  # none made: the message's answer and fields not looked at again
+    head = wire_result.answer_head(result, burst)
     if head is None:
         return None
     request = msg.request
     datas = [pool.inline.data for pool in request.pools]
     layout = (wire_request.args_from(request.inputs), wire_request.args_from(request.outputs))
+    if not burst:
+        path = (UNARY_POOL_DATA, UNARY_POOLS_AT)
+        return Repeat.of(x, m, raw, datas, layout, inline_bytes(msg), run, result, head, standing, answer_bytes, path)
     return Repeat.of(x, m, raw, datas, layout, inline_bytes(msg), run, result, head, standing, _burst_answer)
 
 

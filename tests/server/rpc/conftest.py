@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from nnhal.client.remote.transport import Stubs
 from nnhal.core.enums import HalVersion
 from nnhal.core.types import DataLocation, InlinePool, Request, RequestArgument
 from nnhal.server.driver import DeviceConfig
+from nnhal.server.executions import repeat
 from nnhal.server.rpc.serve import Server
 from nnhal.server.rpc.server_options import ServerOptions
 from tests.conftest import add_model
@@ -64,3 +66,19 @@ def served() -> Iterator[Served]:
 def served12() -> Iterator[Served]:
     """A 1.2 device: the 1.3 and AIDL forms are newer than it."""
     yield from serve(HalVersion.V1_2)
+
+
+def spy_repeats(monkeypatch: pytest.MonkeyPatch, method: str) -> list[bool]:
+    """Per message of ``method`` a ``repeat.Repeat`` was asked about (a burst's, or a unary
+    call's: ``repeats.Repeats``), whether it answered it (else: the full path)."""
+    answered: list[bool] = []
+    real = repeat.Repeat.answer
+
+    def spy(self: repeat.Repeat, *args: Any) -> bytes | None:
+        answer = real(self, *args)
+        if self.method.name == method:
+            answered.append(answer is not None)
+        return answer
+
+    monkeypatch.setattr(repeat.Repeat, "answer", spy)
+    return answered

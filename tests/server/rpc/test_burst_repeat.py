@@ -28,7 +28,7 @@ from nnhal.server.executions.faults import BURST
 from nnhal.server.executor import graph
 from nnhal.server.rpc.direct import BURST_STREAM
 from tests.conftest import add_model
-from tests.server.rpc.conftest import Served, add_request, serve
+from tests.server.rpc.conftest import Served, add_request, serve, spy_repeats
 
 pytestmark = pytest.mark.timeout(60)
 TIMEOUT_S = 20.0
@@ -42,17 +42,9 @@ def served() -> Iterator[Served]:
 
 @pytest.fixture
 def repeats(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Per message a Repeat was asked about: whether it answered it (else: the full path)."""
-    answered: list[bool] = []
-    real = repeat.Repeat.answer
-
-    def spy(self: repeat.Repeat, *args: Any) -> bytes | None:
-        answer = real(self, *args)
-        answered.append(answer is not None)
-        return answer
-
-    monkeypatch.setattr(repeat.Repeat, "answer", spy)
-    return answered
+    """Per burst message a Repeat was asked about: whether it answered it (else: the full path).
+    The unary calls' (``executeSynchronously_1_3``'s ``repeats.Repeats``) are not counted."""
+    return spy_repeats(monkeypatch, BURST)
 
 
 class _Stream:

@@ -103,6 +103,8 @@ def test_unary_and_burst_executions_of_a_repeated_layout_take_the_lean_launch(
     requests = [spb.BurstRequest(execute=_execute(served, value=v)) for v in (1.0, 3.0)]
     answers = list(served.stubs.prepared_model.configureExecutionBurst(iter(requests), timeout=TIMEOUT_S))
     assert [_sum(a.result)[0] for a in answers] == [2.0, 6.0]
-    # The first may be the layout's first: validated in full. The burst's second message repeats
-    # its first's layout: answered by the stream's ``repeat.Repeat``, not launched again.
-    assert len(seen) == 4 and all(seen[1:])
+    # The unary calls after the layout's first lean run (the warm-up's, or the first of the three
+    # when the warm-up was the layout's first: validated in full) repeat it: answered by the
+    # device's ``repeats.Repeats``, not launched again. The burst's first message is launched; its
+    # second repeats its first's layout: answered by the stream's ``repeat.Repeat``.
+    assert 1 <= len(seen) <= 2 and all(seen)
