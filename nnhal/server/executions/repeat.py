@@ -188,7 +188,7 @@ class Repeat:
         """The lane a Repeat of ``run`` (answered ``result``) would run its layout's calls on, or
         None: no Repeat of it (a refusal or a failure, a deadline, a measured run, pools not
         bound for a lane). :meth:`of` asks it; a caller may first (nothing of a message whose run
-        makes no Repeat is looked at: ``prepared_model_servicer._repeat``)."""
+        makes no Repeat is looked at: ``prepared_model_servicer.repeat_of``)."""
         if isinstance(result, Refused) or result.status or run.deadline_ns is not None:
             return None
         if run.measure or type(run.bound) is not LanePools or run.plan.lane is None:

@@ -8,7 +8,7 @@ layout is and every per-call rule its answer still runs through its owner). A un
 no stream to keep its layout on, so the device's ``executeSynchronously_1_3`` handler
 (``rpc.direct.execute_sync``) keeps a small table of them: a :class:`~repeat.Repeat` made
 from a message the lean path ran for its model's lane and answered the common answer
-(``prepared_model_servicer._repeat`` without ``burst``: the unary message's pools' data,
+(``prepared_model_servicer.repeat_of`` without ``burst``: the unary message's pools' data,
 ``wire_spans.UNARY_POOL_DATA``, and an ``ExecuteResult``'s head), found for a later message by
 its length and its first segment (the bytes before its data), then :meth:`Template.match
 <nnhal.core.wire_spans.Template.match>` (the bytes outside the data carry the session id and

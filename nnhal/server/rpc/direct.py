@@ -53,7 +53,7 @@ from nnhal.server.executions.repeats import Repeats
 from nnhal.server.rpc.common import answer_bytes
 from nnhal.server.rpc.ending import abort_ended, ended
 from nnhal.server.rpc.inbound import Inbound
-from nnhal.server.rpc.prepared_model_servicer import SYNC, _repeat, execution_from, lean_launch, serve_burst
+from nnhal.server.rpc.prepared_model_servicer import SYNC, execution_from, lean_launch, repeat_of, serve_burst
 from nnhal.server.rpc.request_id import begin
 from nnhal.server.rpc.sync_handlers import SyncContext, run_sync
 
@@ -139,7 +139,7 @@ def execute_sync(executions: Executions, inbound: Inbound) -> grpc.RpcMethodHand
                                     and standing.may_cover(run.session.id, lane.data_bytes)
                                     and repeats.admits()
                                 ):
-                                    repeats.add(_repeat(x, m, raw, msg, run, result, standing, False))
+                                    repeats.add(repeat_of(x, m, raw, msg, run, result, standing, False))
                                 del standing
                             del run, lane
                         del lean, result, kept

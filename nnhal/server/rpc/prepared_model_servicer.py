@@ -262,7 +262,7 @@ async def serve_burst(
                             answer = answer_bytes(result, True)
                             del lean
                             if kept:  # the lean path ran it: its layout may repeat
-                                made = _repeat(x, m, raw, msg, kept.pop(), result, standing)
+                                made = repeat_of(x, m, raw, msg, kept.pop(), result, standing)
                                 if made is not None:
                                     repeat, before = made, repeat
                                 del made
@@ -289,7 +289,7 @@ async def serve_burst(
         await abort_ended(context)
 
 
-def _repeat(
+def repeat_of(
     x: Executions,
     m: Method,
     raw: bytes,
