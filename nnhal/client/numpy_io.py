@@ -462,3 +462,14 @@ def numpy_execution(
 
 #: What the result of a planned call comes to (:meth:`_Plan.settle`), called with its plan.
 settle = _Plan.settle
+
+
+def settled(plan: _Plan, answer: Any) -> ExecutionOutcome | list[int]:
+    """What a planned call's ``answer`` comes to: :func:`settle` of it (``settle``'s arguments
+    after the plan: the answer read apart, or a result alone), or the answer itself when the
+    layout's reader made it into its outcome already (an answer alike the kept one:
+    ``encoded.Framed.read``, through ``_Plan.made``). A list: OUTPUT_INSUFFICIENT_SIZE's output
+    sizes, to retry with."""
+    if type(answer) is not tuple:
+        return answer  # type: ignore[no-any-return]
+    return settle(plan, *answer)

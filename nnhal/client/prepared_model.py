@@ -25,7 +25,7 @@ from nnhal.client import forms, steps
 from nnhal.client.aidl_burst import AidlBurst
 from nnhal.client.burst import Burst
 from nnhal.client.fenced import FencedExecution
-from nnhal.client.numpy_io import Layout, NumpyIO, _Plan, decode_outputs, decoder, numpy_execution, settle
+from nnhal.client.numpy_io import Layout, NumpyIO, _Plan, decode_outputs, decoder, numpy_execution, settled
 from nnhal.client.outcome import ExecutionCallback, ExecutionOutcome, outcome_of
 from nnhal.client.release import Releasable
 from nnhal.client.remote import ExecutionOptions, RemoteSession, aidl, encoded
@@ -151,13 +151,11 @@ class PreparedModel(Releasable):
             if parts is not None:
                 answer = send(parts, measure, timeout, deadline_at, loop_timeout_ns)
                 if answer is not None:
-                    if type(answer) is not tuple:  # an answer alike the kept one: made by the plan
-                        return answer  # type: ignore[no-any-return]
-                    settled = settle(plan, *answer)
-                    if isinstance(settled, ExecutionOutcome):
-                        return settled
+                    outcome = settled(plan, answer)
+                    if isinstance(outcome, ExecutionOutcome):
+                        return outcome
                     # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
-                    return self._execute(inputs, measure, timeout, deadline_at, loop_timeout_ns, profile, settled)
+                    return self._execute(inputs, measure, timeout, deadline_at, loop_timeout_ns, profile, outcome)
         return self._execute(inputs, measure, timeout, deadline_at, loop_timeout_ns, profile, None)
 
     def _execute(
@@ -189,15 +187,14 @@ class PreparedModel(Releasable):
                     if plan is numpy_io.last:  # its facts known: later calls of it take the planned call
                         self._planned = (plan, send)
                     # The answer read apart (``settle``'s arguments after the plan): a queue's
-                    # ``fastanswer.Apart``, gRPC's ``encoded.Answer``; None: nothing sent.
+                    # ``fastanswer.Apart``, gRPC's ``encoded.Answer``, or the outcome the layout's
+                    # reader made (``settled``); None: nothing sent.
                     answer = send(parts, measure, timeout, deadline_at, loop_timeout_ns)
                     if answer is not None:
-                        if type(answer) is not tuple:  # an answer alike the kept one: made by the plan
-                            return answer  # type: ignore[no-any-return]
-                        settled = settle(plan, *answer)
-                        if isinstance(settled, ExecutionOutcome):
-                            return settled
-                        sizes = settled  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
+                        outcome = settled(plan, answer)
+                        if isinstance(outcome, ExecutionOutcome):
+                            return outcome
+                        sizes = outcome  # OUTPUT_INSUFFICIENT_SIZE: the retry takes the general path
         options = ExecutionOptions.of(measure, timeout, deadline_at, loop_timeout_ns, profile)
         return steps.drive(
             numpy_execution(numpy_io, inputs, sizes),
