@@ -23,7 +23,10 @@ class _Alive:
 
 
 class _Fake:
-    """What the table reads of a Repeat: its template, match, session and model."""
+    """What the table reads of a Repeat: its template, match, session and model (through
+    ``Repeat.found``, the real one)."""
+
+    found = Repeat.found
 
     def __init__(self, raw: bytes, spans: list[tuple[int, int]], session: _Alive, model: _Alive) -> None:
         self.template = Template(raw, spans)

@@ -53,7 +53,7 @@ from nnhal.core.types import ExecutionResult, PoolData, RequestArgument
 from nnhal.core.wire_spans import BURST_POOL_DATA, BURST_POOLS_AT, Template, WireError, field_spans
 from nnhal.server.executions.afterwards import Afterwards
 from nnhal.server.executions.hooks import Call, Timings
-from nnhal.server.executions.lean import LeanRun, Places, Standing, _Lane
+from nnhal.server.executions.lean import Found, LeanRun, Places, Standing, _Lane
 from nnhal.server.executions.methods import Method
 from nnhal.server.executions.owner import Executions
 from nnhal.server.executions.refusals import Refused, within_limit
@@ -196,6 +196,14 @@ class Repeat:
         lane: _Lane | None = run.plan.lane[0]
         return lane
 
+    def found(self) -> Found | None:
+        """Its session and prepared model while the session is open and the model not released;
+        None: stale (either closed or gone: the full path refuses its messages)."""
+        s, pm = self.session(), self.model()
+        if s is None or pm is None or s.closed or pm.released:
+            return None
+        return s, pm
+
     def _relearnt(self, pm: PreparedModel) -> tuple[RequestPlan | None, _Lane | None]:
         """The plan ``pm`` has now for the layout (learnt anew by a full-path run of it, or
         evicted and learnt again) and its lane (``_Lane.of``: made once per plan), kept weakly
@@ -218,9 +226,11 @@ class Repeat:
         if not matched and not self.match(raw):
             return None
         x = self.executions
-        s, pm, plan, lane = self.session(), self.model(), self._plan(), self._lane()
-        if s is None or pm is None or s.closed or pm.released:
+        found = self.found()
+        if found is None:
             return None
+        s, pm = found
+        plan, lane = self._plan(), self._lane()
         if plan is None or lane is None:
             plan, lane = self._relearnt(pm)
             if plan is None or lane is None:

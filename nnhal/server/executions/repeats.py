@@ -47,8 +47,7 @@ LAYOUTS = 64
 def stale(repeat: Repeat) -> bool:
     """Whether ``repeat``'s session is closed or gone, or its prepared model released or gone
     (the full path refuses its messages: nothing to keep it for)."""
-    s, pm = repeat.session(), repeat.model()
-    return s is None or pm is None or s.closed or pm.released
+    return repeat.found() is None
 
 
 #: Per message length, the layouts of that length by their first segment (the bytes before their

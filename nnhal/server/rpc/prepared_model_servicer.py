@@ -34,7 +34,7 @@ from nnhal.core import wire_deadline, wire_pool, wire_request, wire_result
 from nnhal.core.enums import ErrorStatus
 from nnhal.core.errors import HalError
 from nnhal.core.types import ExecutionResult, Request
-from nnhal.core.wire_spans import UNARY_POOL_DATA, UNARY_POOLS_AT
+from nnhal.core.wire_spans import BURST_POOL_DATA, BURST_POOLS_AT, UNARY_POOL_DATA, UNARY_POOLS_AT
 from nnhal.proto import service_pb2 as spb, service_pb2_grpc as sgrpc
 from nnhal.server import log_limits
 from nnhal.server.executions import Arrival, Execution, Executions, FencedExecution, Method, Refused
@@ -311,10 +311,14 @@ def repeat_of(
     request = msg.request
     datas = [pool.inline.data for pool in request.pools]
     layout = (wire_request.args_from(request.inputs), wire_request.args_from(request.outputs))
-    if not burst:
-        path = (UNARY_POOL_DATA, UNARY_POOLS_AT)
-        return Repeat.of(x, m, raw, datas, layout, inline_bytes(msg), run, result, head, standing, answer_bytes, path)
-    return Repeat.of(x, m, raw, datas, layout, inline_bytes(msg), run, result, head, standing, _burst_answer)
+    fallback, path = (_burst_answer, _BURST_PATH) if burst else (answer_bytes, _UNARY_PATH)
+    return Repeat.of(x, m, raw, datas, layout, inline_bytes(msg), run, result, head, standing, fallback, path)
+
+
+#: Where a burst message's and a unary one's pools' data are (``wire_spans.field_spans``'s path
+#: and where it repeats).
+_BURST_PATH = (BURST_POOL_DATA, BURST_POOLS_AT)
+_UNARY_PATH = (UNARY_POOL_DATA, UNARY_POOLS_AT)
 
 
 def _burst_answer(result: ExecutionResult | Refused) -> bytes:
